@@ -98,7 +98,7 @@ tessera_resolve_backend(MPI ${_mpi_found} "MPI not found (Debian: libopenmpi-dev
 # XRT: Debian's libxrt-dev (XRT 2.13).
 set(_xrt_found FALSE)
 if(NOT TESSERA_WITH_XRT STREQUAL "OFF")
-  find_path(XRT_INCLUDE_DIR xrt/experimental/xrt_device.h xrt/xrt_device.h HINTS /usr/include /opt/xilinx/xrt/include)
+  find_path(XRT_INCLUDE_DIR NAMES xrt/experimental/xrt_device.h xrt/xrt_device.h HINTS /usr/include /opt/xilinx/xrt/include)
   find_library(XRT_COREUTIL_LIBRARY xrt_coreutil HINTS /opt/xilinx/xrt/lib)
   if(XRT_INCLUDE_DIR AND XRT_COREUTIL_LIBRARY)
     set(_xrt_found TRUE)
