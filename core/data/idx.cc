@@ -1,0 +1,357 @@
+#include "core/data/idx.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+
+namespace tessera {
+namespace {
+
+constexpr uint32_t kLabelMagic = 0x00000801;  // unsigned bytes, one dimension
+constexpr uint32_t kImageMagic = 0x00000803;  // unsigned bytes, three dimensions
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string Hex32(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08x", v);
+  return buf;
+}
+
+uint32_t BigEndian32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+void AppendBigEndian32(std::vector<uint8_t>& out, uint32_t v) {
+  out.push_back(static_cast<uint8_t>(v >> 24));
+  out.push_back(static_cast<uint8_t>(v >> 16));
+  out.push_back(static_cast<uint8_t>(v >> 8));
+  out.push_back(static_cast<uint8_t>(v));
+}
+
+Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (!file) {
+    int err = errno;
+    std::string message = "cannot open " + path + ": " + std::strerror(err);
+    if (err == ENOENT) return NotFoundError(std::move(message));
+    if (err == EACCES) return PermissionDeniedError(std::move(message));
+    return InvalidArgumentError(std::move(message));
+  }
+  std::vector<uint8_t> bytes;
+  if (std::fseek(file.get(), 0, SEEK_END) == 0) {
+    long size = std::ftell(file.get());
+    if (size > 0) bytes.reserve(static_cast<size_t>(size));
+    std::fseek(file.get(), 0, SEEK_SET);
+  }
+  std::array<uint8_t, 1 << 16> chunk;
+  while (true) {
+    size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
+    if (n < chunk.size()) break;
+  }
+  if (std::ferror(file.get())) {
+    return DataLossError("error reading " + path + ": " + std::strerror(errno));
+  }
+  return bytes;
+}
+
+// Inflates one or more concatenated gzip members.
+Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<uint8_t>& compressed) {
+  std::vector<uint8_t> out;
+  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess.
+  if (compressed.size() >= 18) {
+    const uint8_t* t = compressed.data() + compressed.size() - 4;
+    uint32_t isize = uint32_t{t[0]} | (uint32_t{t[1]} << 8) | (uint32_t{t[2]} << 16) | (uint32_t{t[3]} << 24);
+    out.reserve(std::min<size_t>(isize, size_t{1} << 31));
+  }
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
+  struct EndInflate {
+    z_stream* zs;
+    ~EndInflate() { inflateEnd(zs); }
+  } end_inflate{&zs};
+
+  size_t consumed = 0;
+  bool member_done = false;
+  std::array<uint8_t, 1 << 18> chunk;
+  while (true) {
+    size_t avail = std::min<size_t>(compressed.size() - consumed, std::numeric_limits<uInt>::max());
+    zs.next_in = const_cast<Bytef*>(compressed.data() + consumed);
+    zs.avail_in = static_cast<uInt>(avail);
+    zs.next_out = chunk.data();
+    zs.avail_out = static_cast<uInt>(chunk.size());
+    int rc = inflate(&zs, Z_NO_FLUSH);
+    consumed += avail - zs.avail_in;
+    out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
+    if (rc == Z_STREAM_END) {
+      member_done = true;
+      // Another member may follow; padding zeros after the last member are tolerated.
+      bool rest_zero = true;
+      for (size_t i = consumed; i < compressed.size() && rest_zero; ++i) rest_zero = compressed[i] == 0;
+      if (rest_zero) break;
+      inflateReset(&zs);
+      member_done = false;
+      continue;
+    }
+    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+      return DataLossError(path + ": corrupt gzip stream at compressed byte " + std::to_string(consumed) +
+                           ": " + (zs.msg ? zs.msg : "data error"));
+    }
+    if (rc == Z_MEM_ERROR) return ResourceExhaustedError(path + ": out of memory while inflating");
+    if (rc != Z_OK && rc != Z_BUF_ERROR) {
+      return DataLossError(path + ": inflate failed with zlib code " + std::to_string(rc));
+    }
+    // Input used up and the output buffer not filled: the stream stops before its end.
+    if (consumed == compressed.size() && zs.avail_out != 0) break;
+  }
+  if (!member_done) {
+    return DataLossError(path + ": gzip stream is truncated: expected the end of the stream, found end of file after " +
+                         std::to_string(compressed.size()) + " compressed bytes (" + std::to_string(out.size()) +
+                         " bytes inflated)");
+  }
+  return out;
+}
+
+// Checks the magic, reads the dimensions it announces and checks the size against them.
+Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::vector<uint8_t>& bytes,
+                                            uint32_t expected_magic, const char* kind) {
+  const size_t ndims = expected_magic & 0xff;
+  const size_t header_size = 4 + 4 * ndims;
+  if (bytes.size() < 4) {
+    return DataLossError(path + ": truncated: expected an IDX header of " + std::to_string(header_size) +
+                         " bytes, found a file of " + std::to_string(bytes.size()) + " bytes");
+  }
+  uint32_t magic = BigEndian32(bytes.data());
+  if (magic != expected_magic) {
+    std::string hint;
+    if (magic == kLabelMagic) hint = " (an idx1 label file)";
+    if (magic == kImageMagic) hint = " (an idx3 image file)";
+    return InvalidArgumentError(path + ": wrong magic number: expected " + Hex32(expected_magic) + " (" + kind +
+                                "), found " + Hex32(magic) + hint);
+  }
+  if (bytes.size() < header_size) {
+    return DataLossError(path + ": truncated: expected an IDX header of " + std::to_string(header_size) +
+                         " bytes, found a file of " + std::to_string(bytes.size()) + " bytes");
+  }
+  std::vector<uint32_t> dims(ndims);
+  uint64_t elements = 1;
+  for (size_t i = 0; i < ndims; ++i) {
+    dims[i] = BigEndian32(bytes.data() + 4 + 4 * i);
+    if (dims[i] == 0 && i > 0) {
+      return InvalidArgumentError(path + ": dimension " + std::to_string(i) + " is 0: expected at least 1");
+    }
+    elements *= dims[i];
+    if (elements > (uint64_t{1} << 40)) {
+      return InvalidArgumentError(path + ": header dimensions are implausibly large");
+    }
+  }
+  uint64_t expected_size = header_size + elements;
+  if (bytes.size() != expected_size) {
+    std::string shape;
+    for (size_t i = 0; i < ndims; ++i) shape += (i ? "x" : "") + std::to_string(dims[i]);
+    return DataLossError(path + ": " + (bytes.size() < expected_size ? "truncated" : "trailing data") +
+                         ": header [" + shape + "] expects " + std::to_string(expected_size) + " bytes, found " +
+                         std::to_string(bytes.size()));
+  }
+  return dims;
+}
+
+std::string BaseName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+}  // namespace
+
+Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
+  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) return Gunzip(path, bytes);
+  return bytes;
+}
+
+Result<IdxImages> ReadIdxImages(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipFile(path));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(path, bytes, kImageMagic, "idx3 unsigned-byte images"));
+  if (dims[1] > 1u << 15 || dims[2] > 1u << 15) {
+    return InvalidArgumentError(path + ": image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
+                                " is implausible: expected at most 32768 per side");
+  }
+  IdxImages images;
+  images.source = path;
+  images.count = dims[0];
+  images.rows = static_cast<int>(dims[1]);
+  images.cols = static_cast<int>(dims[2]);
+  bytes.erase(bytes.begin(), bytes.begin() + 16);
+  images.pixels = std::move(bytes);
+  return images;
+}
+
+Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipFile(path));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(path, bytes, kLabelMagic, "idx1 unsigned-byte labels"));
+  bytes.erase(bytes.begin(), bytes.begin() + 8);
+  return bytes;
+}
+
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
+  if (num_classes < 1 || num_classes > 256) {
+    return InvalidArgumentError("num_classes must be in [1, 256], got " + std::to_string(num_classes));
+  }
+  ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
+  if (static_cast<int64_t>(labels.size()) != images.count) {
+    return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " +
+                                std::to_string(images.count) + " images but " + labels_path + " holds " +
+                                std::to_string(labels.size()) + " labels");
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes) {
+      return InvalidArgumentError(labels_path + ": label " + std::to_string(labels[i]) + " at index " +
+                                  std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
+    }
+  }
+
+  std::array<float, 256> lookup;
+  for (int x = 0; x < 256; ++x) {
+    lookup[x] = (static_cast<float>(x) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
+  }
+  Dataset dataset;
+  dataset.source = BaseName(images_path);
+  dataset.count = images.count;
+  dataset.channels = 1;
+  dataset.rows = images.rows;
+  dataset.cols = images.cols;
+  dataset.num_classes = num_classes;
+  dataset.images.resize(images.pixels.size());
+  const uint8_t* in = images.pixels.data();
+  float* out = dataset.images.data();
+  for (size_t i = 0, n = images.pixels.size(); i < n; ++i) out[i] = lookup[in[i]];
+  dataset.labels = std::move(labels);
+  return dataset;
+}
+
+Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+  const std::filesystem::path base = std::filesystem::path(dir.empty() ? std::string(kDefaultFashionMnistDir) : dir);
+  const std::string prefix = train ? "train" : "t10k";
+  const std::string images_name = prefix + "-images-idx3-ubyte";
+  const std::string labels_name = prefix + "-labels-idx1-ubyte";
+  std::vector<std::string> tried;
+  for (const char* suffix : {".gz", ""}) {
+    std::string images_path = (base / (images_name + suffix)).string();
+    std::string labels_path = (base / (labels_name + suffix)).string();
+    std::error_code ec;
+    if (std::filesystem::exists(images_path, ec) && std::filesystem::exists(labels_path, ec)) {
+      return LoadIdxPair(images_path, labels_path, 10);
+    }
+    tried.push_back(images_path + " + " + labels_name + suffix);
+  }
+  std::string message = std::string("Fashion-MNIST ") + (train ? "training" : "test") + " split not found in " +
+                        base.string() + ": tried ";
+  for (size_t i = 0; i < tried.size(); ++i) message += (i ? "; " : "") + tried[i];
+  return NotFoundError(std::move(message));
+}
+
+Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices) {
+  Dataset out;
+  out.source = dataset.source;
+  out.count = static_cast<int64_t>(indices.size());
+  out.channels = dataset.channels;
+  out.rows = dataset.rows;
+  out.cols = dataset.cols;
+  out.num_classes = dataset.num_classes;
+  const int64_t sample = dataset.SampleSize();
+  out.images.resize(static_cast<size_t>(out.count * sample));
+  out.labels.resize(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    int64_t index = indices[i];
+    if (index < 0 || index >= dataset.count) {
+      return OutOfRangeError("subset of " + dataset.source + ": index " + std::to_string(index) + " at position " +
+                             std::to_string(i) + " is outside [0, " + std::to_string(dataset.count) + ")");
+    }
+    std::memcpy(out.images.data() + i * sample, dataset.Image(index), static_cast<size_t>(sample) * sizeof(float));
+    out.labels[i] = dataset.labels[static_cast<size_t>(index)];
+  }
+  return out;
+}
+
+Dataset TakeFirst(const Dataset& dataset, int64_t n) {
+  if (n <= 0 || n >= dataset.count) return dataset;
+  Dataset out;
+  out.source = dataset.source;
+  out.count = n;
+  out.channels = dataset.channels;
+  out.rows = dataset.rows;
+  out.cols = dataset.cols;
+  out.num_classes = dataset.num_classes;
+  out.images.assign(dataset.images.begin(), dataset.images.begin() + n * dataset.SampleSize());
+  out.labels.assign(dataset.labels.begin(), dataset.labels.begin() + n);
+  return out;
+}
+
+Status WriteMaybeGzipFile(const std::string& path, const std::vector<uint8_t>& bytes) {
+  if (EndsWith(path, ".gz")) {
+    gzFile gz = gzopen(path.c_str(), "wb");
+    if (gz == nullptr) return InvalidArgumentError("cannot open " + path + " for writing: " + std::strerror(errno));
+    size_t written = 0;
+    while (written < bytes.size()) {
+      unsigned n = static_cast<unsigned>(std::min<size_t>(bytes.size() - written, 1u << 30));
+      if (gzwrite(gz, bytes.data() + written, n) != static_cast<int>(n)) {
+        gzclose(gz);
+        return DataLossError("error writing " + path);
+      }
+      written += n;
+    }
+    if (gzclose(gz) != Z_OK) return DataLossError("error closing " + path);
+    return Status::Ok();
+  }
+  FilePtr file(std::fopen(path.c_str(), "wb"));
+  if (!file) return InvalidArgumentError("cannot open " + path + " for writing: " + std::strerror(errno));
+  if (std::fwrite(bytes.data(), 1, bytes.size(), file.get()) != bytes.size()) {
+    return DataLossError("error writing " + path + ": " + std::strerror(errno));
+  }
+  if (std::fclose(file.release()) != 0) return DataLossError("error closing " + path);
+  return Status::Ok();
+}
+
+Status WriteIdxPair(const std::string& images_path, const std::string& labels_path, int rows, int cols,
+                    const std::vector<uint8_t>& pixels, const std::vector<uint8_t>& labels) {
+  if (rows <= 0 || cols <= 0) {
+    return InvalidArgumentError("WriteIdxPair: rows and cols must be positive, got " + std::to_string(rows) + "x" +
+                                std::to_string(cols));
+  }
+  const uint64_t expected = uint64_t{labels.size()} * static_cast<uint64_t>(rows) * static_cast<uint64_t>(cols);
+  if (pixels.size() != expected) {
+    return InvalidArgumentError("WriteIdxPair: expected " + std::to_string(expected) + " pixel bytes for " +
+                                std::to_string(labels.size()) + " images of " + std::to_string(rows) + "x" +
+                                std::to_string(cols) + ", got " + std::to_string(pixels.size()));
+  }
+  std::vector<uint8_t> image_bytes;
+  image_bytes.reserve(16 + pixels.size());
+  AppendBigEndian32(image_bytes, kImageMagic);
+  AppendBigEndian32(image_bytes, static_cast<uint32_t>(labels.size()));
+  AppendBigEndian32(image_bytes, static_cast<uint32_t>(rows));
+  AppendBigEndian32(image_bytes, static_cast<uint32_t>(cols));
+  image_bytes.insert(image_bytes.end(), pixels.begin(), pixels.end());
+  RETURN_IF_ERROR(WriteMaybeGzipFile(images_path, image_bytes));
+
+  std::vector<uint8_t> label_bytes;
+  label_bytes.reserve(8 + labels.size());
+  AppendBigEndian32(label_bytes, kLabelMagic);
+  AppendBigEndian32(label_bytes, static_cast<uint32_t>(labels.size()));
+  label_bytes.insert(label_bytes.end(), labels.begin(), labels.end());
+  return WriteMaybeGzipFile(labels_path, label_bytes);
+}
+
+}  // namespace tessera

@@ -1,0 +1,84 @@
+// Reading and writing IDX files (the MNIST / Fashion-MNIST format), gzip-compressed or plain.
+//
+// IDX layout: a 4-byte magic (two zero bytes, a type byte, a dimension count), one big-endian
+// uint32 per dimension, then the elements in row-major order. Tessera reads the two kinds the
+// image datasets use: idx1 unsigned-byte labels (magic 0x00000801, dims [count]) and idx3
+// unsigned-byte images (magic 0x00000803, dims [count, rows, cols]).
+//
+// Every check is strict: a wrong magic, a zero dimension, a file shorter or longer than its
+// header promises, a corrupt or cut-off gzip stream, an image/label count mismatch and a label
+// outside [0, num_classes) are each refused with a Status that names the file and says what
+// was expected and what was found. Truncation and corruption are kDataLoss; well-formed files
+// that do not fit together (mismatched counts, a label out of range) are kInvalidArgument; a
+// missing file is kNotFound.
+//
+// Whether a file is gzip is decided by its first two bytes, not by its name.
+//
+// All functions are thread-compatible: they share no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/data/dataset.h"
+
+namespace tessera {
+
+// Where Debian's dataset-fashion-mnist package puts the files.
+inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-mnist";
+
+// Fashion-MNIST's training-set pixel statistics after scaling to [0, 1]. A pixel byte x becomes
+// (x / 255 - kFashionMnistMean) / kFashionMnistStd.
+inline constexpr float kFashionMnistMean = 0.2860f;
+inline constexpr float kFashionMnistStd = 0.3530f;
+
+// The raw contents of an idx3 unsigned-byte image file.
+struct IdxImages {
+  std::string source;           // the path it was read from
+  int64_t count = 0;
+  int rows = 0;
+  int cols = 0;
+  std::vector<uint8_t> pixels;  // count * rows * cols bytes, row-major
+};
+
+// Reads a whole file, inflating it when it starts with the gzip magic. kNotFound when it cannot
+// be opened; kDataLoss for a corrupt or truncated gzip stream.
+Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path);
+
+// Reads an idx3 unsigned-byte image file.
+Result<IdxImages> ReadIdxImages(const std::string& path);
+// Reads an idx1 unsigned-byte label file.
+Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
+
+// Loads an image file and its label file into a Dataset with one channel, pixels normalised
+// with the Fashion-MNIST statistics above. `source` is the image file's name without its
+// directory. Fails when the counts differ or a label is not in [0, num_classes).
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path,
+                            int num_classes = 10);
+
+// Loads Fashion-MNIST's training (60000) or test (10000) split from `dir` (empty: the default
+// directory). Looks for "train-images-idx3-ubyte.gz" / "train-labels-idx1-ubyte.gz" (or
+// "t10k-..." for the test split), then for the same names without ".gz". Loading the training
+// split takes well under a second.
+Result<Dataset> LoadFashionMnist(const std::string& dir, bool train);
+
+// The samples at `indices`, in that order (indices may repeat). kOutOfRange names the first
+// index outside [0, dataset.count).
+Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices);
+
+// The first min(n, dataset.count) samples; n <= 0 means all of them. For max_*_samples limits.
+Dataset TakeFirst(const Dataset& dataset, int64_t n);
+
+// Writes an idx3 image file and an idx1 label file; a path ending in ".gz" is written
+// gzip-compressed. `pixels` must hold labels.size() * rows * cols bytes (kInvalidArgument
+// otherwise). Meant for tests and for preparing local-files partitions.
+Status WriteIdxPair(const std::string& images_path, const std::string& labels_path, int rows,
+                    int cols, const std::vector<uint8_t>& pixels,
+                    const std::vector<uint8_t>& labels);
+
+// Writes `bytes` to `path` as is, or gzip-compressed when the path ends in ".gz".
+Status WriteMaybeGzipFile(const std::string& path, const std::vector<uint8_t>& bytes);
+
+}  // namespace tessera

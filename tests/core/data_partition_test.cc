@@ -1,0 +1,238 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "core/data/partition.h"
+
+namespace tessera {
+namespace {
+
+// n samples, n / classes of each class, interleaved.
+std::vector<uint8_t> BalancedLabels(int64_t n, int classes = 10) {
+  std::vector<uint8_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<uint8_t>(i * 7 % classes);
+  return labels;
+}
+
+PartitionConfig Config(PartitionConfig::Kind kind, uint32_t parties, uint64_t seed = 1) {
+  PartitionConfig config;
+  config.kind = kind;
+  config.parties = parties;
+  config.seed = seed;
+  return config;
+}
+
+// Every index appears at most once; returns how many appear.
+size_t ExpectDisjoint(const std::vector<std::vector<int64_t>>& parts, size_t n) {
+  std::vector<bool> seen(n, false);
+  size_t total = 0;
+  for (const auto& part : parts) {
+    for (int64_t index : part) {
+      EXPECT_GE(index, 0);
+      EXPECT_LT(index, static_cast<int64_t>(n));
+      EXPECT_FALSE(seen[static_cast<size_t>(index)]) << "index " << index << " in two parties";
+      seen[static_cast<size_t>(index)] = true;
+      ++total;
+    }
+  }
+  return total;
+}
+
+size_t LabelsHeld(const std::vector<int64_t>& counts) {
+  return static_cast<size_t>(std::count_if(counts.begin(), counts.end(), [](int64_t c) { return c > 0; }));
+}
+
+class EveryKindTest : public ::testing::TestWithParam<PartitionConfig::Kind> {};
+
+TEST_P(EveryKindTest, CoversEverySampleExactlyOnce) {
+  const std::vector<uint8_t> labels = BalancedLabels(6000);
+  Result<std::vector<std::vector<int64_t>>> parts = PartitionIndices(labels, 10, Config(GetParam(), 10, 42));
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 10u);
+  EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), labels.size());
+}
+
+TEST_P(EveryKindTest, SameSeedSameSplitOtherSeedOtherSplit) {
+  const std::vector<uint8_t> labels = BalancedLabels(3000);
+  auto a = PartitionIndices(labels, 10, Config(GetParam(), 7, 5));
+  auto b = PartitionIndices(labels, 10, Config(GetParam(), 7, 5));
+  auto c = PartitionIndices(labels, 10, Config(GetParam(), 7, 6));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_NE(*a, *c);
+}
+
+TEST_P(EveryKindTest, RefusesZeroPartiesAndMorePartiesThanSamples) {
+  const std::vector<uint8_t> labels = BalancedLabels(50);
+  auto zero = PartitionIndices(labels, 10, Config(GetParam(), 0));
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("partition.parties"), std::string::npos) << zero.status().message();
+  auto many = PartitionIndices(labels, 10, Config(GetParam(), 51));
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(many.status().message().find("partition.parties"), std::string::npos) << many.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, EveryKindTest,
+                         ::testing::Values(PartitionConfig::kIid, PartitionConfig::kDirichlet,
+                                           PartitionConfig::kLabelQuantity, PartitionConfig::kQuantity),
+                         [](const auto& info) {
+                           std::string name(PartitionKindName(info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(PartitionTest, IidSizesDifferByAtMostOne) {
+  const std::vector<uint8_t> labels = BalancedLabels(1003);
+  auto parts = PartitionIndices(labels, 10, Config(PartitionConfig::kIid, 10));
+  ASSERT_TRUE(parts.ok());
+  size_t smallest = labels.size(), largest = 0;
+  for (const auto& part : *parts) {
+    smallest = std::min(smallest, part.size());
+    largest = std::max(largest, part.size());
+  }
+  EXPECT_EQ(smallest, 100u);
+  EXPECT_EQ(largest, 101u);
+  // Shuffled: a party does not hold a contiguous run.
+  EXPECT_FALSE(std::is_sorted((*parts)[0].begin(), (*parts)[0].end()));
+}
+
+TEST(PartitionTest, LabelQuantityGivesEachPartyExactlyKLabels) {
+  const std::vector<uint8_t> labels = BalancedLabels(5000);
+  for (uint32_t k : {1u, 2u, 3u, 10u}) {
+    SCOPED_TRACE(k);
+    PartitionConfig config = Config(PartitionConfig::kLabelQuantity, 10, 9);
+    config.labels_per_party = k;
+    auto parts = PartitionIndices(labels, 10, config);
+    ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+    EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), labels.size());  // 10 parties hold every label
+    auto counts = PartitionLabelCounts(*parts, labels, 10);
+    for (size_t p = 0; p < counts.size(); ++p) {
+      EXPECT_EQ(LabelsHeld(counts[p]), k) << "party " << p;
+      EXPECT_GT(counts[p][p % 10], 0) << "party " << p << " lacks its first label";
+    }
+    // Each label's samples are split evenly among its holders.
+    for (int c = 0; c < 10; ++c) {
+      int64_t lo = 1 << 30, hi = 0;
+      for (const auto& row : counts) {
+        if (row[static_cast<size_t>(c)] == 0) continue;
+        lo = std::min(lo, row[static_cast<size_t>(c)]);
+        hi = std::max(hi, row[static_cast<size_t>(c)]);
+      }
+      EXPECT_LE(hi - lo, 1) << "label " << c;
+    }
+  }
+}
+
+TEST(PartitionTest, LabelQuantityLeavesOutLabelsNobodyHolds) {
+  const std::vector<uint8_t> labels = BalancedLabels(1000);
+  PartitionConfig config = Config(PartitionConfig::kLabelQuantity, 2, 3);
+  config.labels_per_party = 1;  // parties take labels 0 and 1 only
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok());
+  EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), 200u);
+}
+
+TEST(PartitionTest, LabelQuantityRefusesBadK) {
+  const std::vector<uint8_t> labels = BalancedLabels(1000);
+  for (uint32_t k : {0u, 11u}) {
+    PartitionConfig config = Config(PartitionConfig::kLabelQuantity, 5);
+    config.labels_per_party = k;
+    auto parts = PartitionIndices(labels, 10, config);
+    ASSERT_FALSE(parts.ok());
+    EXPECT_EQ(parts.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parts.status().message().find("partition.labels_per_party"), std::string::npos)
+        << parts.status().message();
+  }
+}
+
+TEST(PartitionTest, DirichletSmallBetaIsSkewedAndKeepsTenPerParty) {
+  const std::vector<uint8_t> labels = BalancedLabels(60000);
+  PartitionConfig config = Config(PartitionConfig::kDirichlet, 10, 2021);
+  config.beta = 0.1;
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), labels.size());
+  auto counts = PartitionLabelCounts(*parts, labels, 10);
+  double dominant_share = 0;
+  for (size_t p = 0; p < parts->size(); ++p) {
+    EXPECT_GE((*parts)[p].size(), 10u) << "party " << p;
+    // With beta 0.1 a party's largest class is far above the IID tenth.
+    int64_t largest = *std::max_element(counts[p].begin(), counts[p].end());
+    dominant_share += static_cast<double>(largest) / static_cast<double>((*parts)[p].size());
+  }
+  EXPECT_GT(dominant_share / 10.0, 0.4);
+
+  // Large beta approaches IID: every party holds every class.
+  config.beta = 1000;
+  auto even = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(even.ok());
+  for (const auto& row : PartitionLabelCounts(*even, labels, 10)) EXPECT_EQ(LabelsHeld(row), 10u);
+}
+
+TEST(PartitionTest, DirichletTinyBetaStillSucceeds) {
+  const std::vector<uint8_t> labels = BalancedLabels(20000);
+  PartitionConfig config = Config(PartitionConfig::kDirichlet, 10, 4);
+  config.beta = 0.01;
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  for (const auto& part : *parts) EXPECT_GE(part.size(), 10u);
+}
+
+TEST(PartitionTest, QuantitySkewSizesVaryLabelsDoNot) {
+  const std::vector<uint8_t> labels = BalancedLabels(20000);
+  PartitionConfig config = Config(PartitionConfig::kQuantity, 10, 77);
+  config.beta = 0.5;
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  size_t smallest = labels.size(), largest = 0;
+  for (const auto& part : *parts) {
+    EXPECT_GE(part.size(), 10u);
+    smallest = std::min(smallest, part.size());
+    largest = std::max(largest, part.size());
+  }
+  EXPECT_GT(largest, 2 * smallest);
+  // The largest party's labels are close to uniform.
+  auto counts = PartitionLabelCounts(*parts, labels, 10);
+  for (size_t p = 0; p < parts->size(); ++p) {
+    if ((*parts)[p].size() != largest) continue;
+    for (int64_t c : counts[p]) EXPECT_NEAR(static_cast<double>(c) / largest, 0.1, 0.03);
+  }
+}
+
+TEST(PartitionTest, RefusesBadBetaAndTooFewSamples) {
+  const std::vector<uint8_t> labels = BalancedLabels(1000);
+  for (auto kind : {PartitionConfig::kDirichlet, PartitionConfig::kQuantity}) {
+    for (double beta : {0.0, -1.0}) {
+      PartitionConfig config = Config(kind, 5);
+      config.beta = beta;
+      auto parts = PartitionIndices(labels, 10, config);
+      ASSERT_FALSE(parts.ok());
+      EXPECT_EQ(parts.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(parts.status().message().find("partition.beta"), std::string::npos) << parts.status().message();
+    }
+    // 101 parties of at least 10 samples need 1010.
+    auto parts = PartitionIndices(labels, 10, Config(kind, 101));
+    ASSERT_FALSE(parts.ok());
+    EXPECT_NE(parts.status().message().find("1010"), std::string::npos) << parts.status().message();
+  }
+  // IID has no minimum beyond one sample per party, and ignores beta.
+  PartitionConfig iid = Config(PartitionConfig::kIid, 101);
+  iid.beta = -1;
+  EXPECT_TRUE(PartitionIndices(labels, 10, iid).ok());
+}
+
+TEST(PartitionTest, RefusesLabelOutsideClasses) {
+  std::vector<uint8_t> labels = BalancedLabels(100);
+  labels[42] = 10;
+  auto parts = PartitionIndices(labels, 10, Config(PartitionConfig::kIid, 2));
+  ASSERT_FALSE(parts.ok());
+  EXPECT_EQ(parts.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(parts.status().message().find("index 42"), std::string::npos) << parts.status().message();
+}
+
+}  // namespace
+}  // namespace tessera
