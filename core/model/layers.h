@@ -1,0 +1,121 @@
+// The layers models are built from. Each computes only through a Device and sees its
+// parameters as views into the model's flat parameter and gradient buffers.
+//
+// Shapes are per sample, NCHW without the batch dimension; a fully connected layer reads its
+// input flattened. A layer is used by one thread at a time (its model's).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "device/device.h"
+
+namespace tessera {
+
+struct ActivationShape {
+  int channels = 1, height = 1, width = 1;
+  int64_t size() const { return static_cast<int64_t>(channels) * height * width; }
+};
+
+struct ParameterSpec {
+  std::string name;             // full name: "conv1.weight"
+  std::vector<int64_t> shape;   // PyTorch's layout: conv [out, in, kh, kw], linear [out, in]
+  int64_t fan_in = 1;           // for PyTorch-default initialisation: uniform(+-1/sqrt(fan_in))
+};
+
+class Layer {
+ public:
+  explicit Layer(ActivationShape input) : input_(input) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const ActivationShape& input_shape() const { return input_; }
+  virtual ActivationShape output_shape() const = 0;
+  // The parameters, in the order they lie in the flat buffers.
+  virtual std::vector<ParameterSpec> parameters() const { return {}; }
+  // Points the layer at its parameters and their gradients (device addresses, laid out as
+  // parameters() says). Called once the model has allocated its flat buffers.
+  virtual void Bind(float* parameters, float* gradients) {}
+  // Makes room for batches of up to `batch` samples (layer-private device state, such as a
+  // max pool's argmax). Allocates only when `batch` exceeds what was reserved before.
+  virtual Status Reserve(Device& device, int batch) { return Status::Ok(); }
+
+  // y = layer(x) for `batch` samples.
+  virtual void Forward(Device& device, int batch, const float* x, float* y) = 0;
+  // Given x, y from Forward and dy, writes the parameter gradients and, when dx is not
+  // null, the input gradient (all overwritten, not accumulated).
+  virtual void Backward(Device& device, int batch, const float* x, const float* y, const float* dy,
+                        float* dx) = 0;
+
+ private:
+  ActivationShape input_;
+};
+
+// 2-D convolution with bias, stride 1, no padding: "<name>.weight", "<name>.bias".
+class Conv2dLayer final : public Layer {
+ public:
+  Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel);
+  ActivationShape output_shape() const override;
+  std::vector<ParameterSpec> parameters() const override;
+  void Bind(float* parameters, float* gradients) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  Conv2dShape ShapeFor(int batch) const;
+
+  std::string name_;
+  int out_channels_, kernel_;
+  float* weight_ = nullptr;
+  float* bias_ = nullptr;
+  float* weight_grad_ = nullptr;
+  float* bias_grad_ = nullptr;
+};
+
+// Fully connected y = x W^T + b over the flattened input: "<name>.weight" [out, in], "<name>.bias".
+class LinearLayer final : public Layer {
+ public:
+  LinearLayer(std::string name, ActivationShape input, int out_features);
+  ActivationShape output_shape() const override { return {out_features_, 1, 1}; }
+  std::vector<ParameterSpec> parameters() const override;
+  void Bind(float* parameters, float* gradients) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  std::string name_;
+  int out_features_;
+  float* weight_ = nullptr;
+  float* bias_ = nullptr;
+  float* weight_grad_ = nullptr;
+  float* bias_grad_ = nullptr;
+};
+
+class ReluLayer final : public Layer {
+ public:
+  explicit ReluLayer(ActivationShape input) : Layer(input) {}
+  ActivationShape output_shape() const override { return input_shape(); }
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+};
+
+// Max pool with a square window, no padding; records the argmax on the device.
+class MaxPoolLayer final : public Layer {
+ public:
+  MaxPoolLayer(ActivationShape input, int window, int stride);
+  ActivationShape output_shape() const override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  MaxPoolShape ShapeFor(int batch) const;
+
+  int window_, stride_;
+  DeviceBuffer argmax_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,158 @@
+#include "core/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <string>
+
+namespace tessera {
+namespace {
+
+Status CheckDataMatchesModel(const Model& model, const Dataset& data) {
+  const ActivationShape& input = model.input_shape();
+  if (data.channels != input.channels || data.rows != input.height || data.cols != input.width) {
+    return InvalidArgumentError("dataset '" + data.source + "': samples are " + std::to_string(data.channels) + "x" +
+                                std::to_string(data.rows) + "x" + std::to_string(data.cols) + " but model '" +
+                                model.name() + "' expects " + std::to_string(input.channels) + "x" +
+                                std::to_string(input.height) + "x" + std::to_string(input.width));
+  }
+  if (data.num_classes > model.classes()) {
+    return InvalidArgumentError("dataset '" + data.source + "' has " + std::to_string(data.num_classes) +
+                                " classes but model '" + model.name() + "' only " + std::to_string(model.classes()));
+  }
+  return Status::Ok();
+}
+
+// Device-side staging for one batch of images and labels.
+struct BatchBuffers {
+  DeviceBuffer images;
+  DeviceBuffer labels;
+  DeviceBuffer loss;
+  std::vector<float> host_images;
+  std::vector<int32_t> host_labels;
+
+  Status Allocate(Device& device, int64_t sample_size, uint32_t batch_size) {
+    ASSIGN_OR_RETURN(images, device.Allocate(sizeof(float) * sample_size * batch_size));
+    ASSIGN_OR_RETURN(labels, device.Allocate(sizeof(int32_t) * batch_size));
+    ASSIGN_OR_RETURN(loss, device.Allocate(sizeof(float)));
+    host_images.resize(sample_size * batch_size);
+    host_labels.resize(batch_size);
+    return Status::Ok();
+  }
+
+  // Gathers samples `order[first, first + count)` and copies them to the device.
+  Status Load(Device& device, const Dataset& data, const int64_t* order, int count) {
+    const int64_t sample_size = data.SampleSize();
+    for (int i = 0; i < count; ++i) {
+      std::memcpy(host_images.data() + i * sample_size, data.Image(order[i]), sizeof(float) * sample_size);
+      host_labels[i] = data.labels[order[i]];
+    }
+    RETURN_IF_ERROR(device.CopyHostToDevice(host_images.data(), images, 0, sizeof(float) * sample_size * count));
+    return device.CopyHostToDevice(host_labels.data(), labels, 0, sizeof(int32_t) * count);
+  }
+};
+
+// Fisher-Yates with a multiply-shift draw, so the order is the same on every platform.
+void Shuffle(std::vector<int64_t>& order, std::mt19937_64& engine) {
+  for (size_t i = order.size(); i > 1; --i) {
+    const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(engine()) * i) >> 64);
+    std::swap(order[i - 1], order[j]);
+  }
+}
+
+}  // namespace
+
+Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vector<int64_t>& indices,
+                               const TrainOptions& options) {
+  RETURN_IF_ERROR(CheckDataMatchesModel(model, data));
+  if (options.batch_size == 0) return InvalidArgumentError("TrainLocal: batch_size must be positive, got 0");
+  for (int64_t index : indices) {
+    if (index < 0 || index >= data.count) {
+      return InvalidArgumentError("TrainLocal: sample index " + std::to_string(index) + " is outside dataset '" +
+                                  data.source + "' of " + std::to_string(data.count) + " samples");
+    }
+  }
+  Device& device = model.device();
+  const int64_t parameter_count = model.NumParameters();
+  BatchBuffers batch;
+  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), options.batch_size));
+  ASSIGN_OR_RETURN(DeviceBuffer velocity, device.Allocate(sizeof(float) * parameter_count));
+  device.Fill(parameter_count, 0.0f, velocity.f32());
+
+  TrainReport report;
+  double loss_sum = 0.0;
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<int64_t> order = indices;
+  for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
+    std::mt19937_64 engine(options.seed * 0x9E3779B97F4A7C15ull + epoch);
+    Shuffle(order, engine);
+    for (size_t first = 0; first < order.size(); first += options.batch_size) {
+      if (options.should_stop && options.should_stop()) {
+        return CancelledError("training of model '" + model.name() + "' stopped after " +
+                              std::to_string(report.steps) + " steps");
+      }
+      const int count = static_cast<int>(std::min<size_t>(options.batch_size, order.size() - first));
+      RETURN_IF_ERROR(batch.Load(device, data, order.data() + first, count));
+      ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
+      (void)logits;
+      model.Backward(batch.labels.i32(), batch.loss.f32());
+      if (options.gradient_hook != nullptr) {
+        RETURN_IF_ERROR(options.gradient_hook->OnGradients(device, model.flat_gradients(), parameter_count,
+                                                           static_cast<int64_t>(report.steps)));
+      }
+      device.SgdMomentumUpdate(parameter_count, options.learning_rate, options.momentum, options.weight_decay,
+                               model.flat_gradients().f32(), velocity.f32(), model.flat_parameters().f32());
+      float loss = 0.0f;
+      RETURN_IF_ERROR(device.CopyDeviceToHost(batch.loss, 0, &loss, sizeof(float)));
+      loss_sum += static_cast<double>(loss) * count;
+      report.samples += count;
+      ++report.steps;
+    }
+  }
+  RETURN_IF_ERROR(device.Synchronize());
+  report.compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  report.mean_loss = report.samples > 0 ? loss_sum / static_cast<double>(report.samples) : 0.0;
+  return report;
+}
+
+Result<EvalReport> Evaluate(Model& model, const Dataset& data, uint32_t batch_size, int64_t max_samples) {
+  RETURN_IF_ERROR(CheckDataMatchesModel(model, data));
+  if (batch_size == 0) return InvalidArgumentError("Evaluate: batch_size must be positive, got 0");
+  const int64_t total = max_samples > 0 ? std::min(max_samples, data.count) : data.count;
+  Device& device = model.device();
+  BatchBuffers batch;
+  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), batch_size));
+  const int classes = model.classes();
+  std::vector<float> logits_host(static_cast<size_t>(batch_size) * classes);
+  std::vector<int64_t> order(batch_size);
+
+  EvalReport report;
+  double loss_sum = 0.0;
+  uint64_t correct = 0;
+  for (int64_t first = 0; first < total; first += batch_size) {
+    const int count = static_cast<int>(std::min<int64_t>(batch_size, total - first));
+    for (int i = 0; i < count; ++i) order[i] = first + i;
+    RETURN_IF_ERROR(batch.Load(device, data, order.data(), count));
+    ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
+    device.SoftmaxCrossEntropy(count, classes, logits, batch.labels.i32(), batch.loss.f32(), nullptr);
+    float loss = 0.0f;
+    RETURN_IF_ERROR(device.CopyDeviceToHost(batch.loss, 0, &loss, sizeof(float)));
+    RETURN_IF_ERROR(device.CopyDeviceToHost(model.logits_buffer(), 0, logits_host.data(),
+                                            sizeof(float) * count * classes));
+    for (int i = 0; i < count; ++i) {
+      const float* row = logits_host.data() + static_cast<int64_t>(i) * classes;
+      const int predicted = static_cast<int>(std::max_element(row, row + classes) - row);
+      if (predicted == batch.host_labels[i]) ++correct;
+    }
+    loss_sum += static_cast<double>(loss) * count;
+    report.samples += count;
+  }
+  if (report.samples > 0) {
+    report.accuracy = static_cast<double>(correct) / static_cast<double>(report.samples);
+    report.loss = loss_sum / static_cast<double>(report.samples);
+  }
+  return report;
+}
+
+}  // namespace tessera

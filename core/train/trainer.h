@@ -1,0 +1,63 @@
+// Local training and evaluation of a Model on a Dataset: what a worker runs for one round.
+//
+// Both run on the calling thread and block until done (or cancelled). The model, the data
+// and the hook are borrowed for the duration of the call.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "base/status.h"
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "device/device.h"
+
+namespace tessera {
+
+// Called on every step after backward and before the optimiser update, with the flat gradient
+// of all parameters (model.flat_gradients(): `count` floats, parameter order). It may change
+// the gradient in place (a site cohort allreduces and averages here); an error stops
+// training and is returned by TrainLocal. `step` counts from 0 within one TrainLocal call.
+class GradientHook {
+ public:
+  virtual ~GradientHook() = default;
+  virtual Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) = 0;
+};
+
+struct TrainOptions {
+  uint32_t epochs = 1;
+  uint32_t batch_size = 64;
+  float learning_rate = 0.01f, momentum = 0.9f, weight_decay = 0.0f;
+  uint64_t seed = 0;                  // shuffling; the same seed gives the same batch order
+  std::function<bool()> should_stop;  // checked between steps; true stops with Cancelled
+  GradientHook* gradient_hook = nullptr;
+};
+
+struct TrainReport {
+  uint64_t samples = 0;     // samples processed, over all epochs
+  uint64_t steps = 0;
+  double mean_loss = 0;     // sample-weighted mean of the step losses
+  double compute_ms = 0;    // wall time of the step loop, milliseconds
+};
+
+// SGD with momentum (PyTorch semantics) over data[indices], `epochs` times. Each epoch visits
+// the indices in an order shuffled deterministically from options.seed and the epoch number;
+// the last partial batch is included. Momentum buffers start at zero in every call (the
+// optimiser is re-created each round, as in NIID-Bench). InvalidArgument when the data's
+// sample shape does not match the model's input, an index is out of range, or the batch size
+// is zero; Cancelled when should_stop returned true.
+Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vector<int64_t>& indices,
+                               const TrainOptions& options);
+
+struct EvalReport {
+  double accuracy = 0;  // fraction in [0, 1]
+  double loss = 0;      // mean cross-entropy
+  uint64_t samples = 0;
+};
+
+// Accuracy and loss on the first max_samples samples of `data` (all when 0), in batches of
+// `batch_size`. Leaves the parameters unchanged.
+Result<EvalReport> Evaluate(Model& model, const Dataset& data, uint32_t batch_size = 500, int64_t max_samples = 0);
+
+}  // namespace tessera

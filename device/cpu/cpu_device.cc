@@ -1,0 +1,175 @@
+#include "device/cpu/cpu_device.h"
+
+#include <cblas.h>
+
+#include <cassert>
+#include <cstdlib>
+#include <cstring>
+
+#include "device/cpu/cpu_kernels.h"
+
+namespace tessera {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+DriverAllocator HostAllocator() {
+  return DriverAllocator{
+      [](size_t bytes) -> void* { return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment); },
+      [](void* address, size_t) { std::free(address); }};
+}
+
+Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
+  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
+    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
+                           std::to_string(buffer.bytes()) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+CpuDevice::CpuDevice(const CpuDeviceOptions& options) : pool_(HostAllocator()) {
+  if (options.num_threads > 0) openblas_set_num_threads(options.num_threads);
+  capabilities_.kind = "cpu";
+  capabilities_.name = "cpu (OpenBLAS, " + std::to_string(openblas_get_num_threads()) + " threads)";
+  capabilities_.emulated = false;
+  capabilities_.native_ops = AllOps();
+  capabilities_.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32};
+}
+
+CpuDevice::~CpuDevice() {
+  columns_.Reset();
+  channel_major_.Reset();
+}
+
+Result<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
+  size_t class_bytes = 0;
+  ASSIGN_OR_RETURN(void* address, pool_.Acquire(bytes, &class_bytes));
+  return DeviceBuffer(this, &pool_, address, bytes, class_bytes);
+}
+
+Status CpuDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                                   size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  std::memcpy(static_cast<char*>(destination.data()) + destination_offset, host, bytes);
+  return Status::Ok();
+}
+
+Status CpuDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  std::memcpy(host, static_cast<const char*>(source.data()) + source_offset, bytes);
+  return Status::Ok();
+}
+
+Status CpuDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
+                                     size_t destination_offset, size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  std::memmove(static_cast<char*>(destination.data()) + destination_offset,
+               static_cast<const char*>(source.data()) + source_offset, bytes);
+  return Status::Ok();
+}
+
+float* CpuDevice::Scratch(DeviceBuffer& slot, int64_t floats) {
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (slot.bytes() < bytes) {
+    slot.Reset();
+    Result<DeviceBuffer> grown = Allocate(MemoryPool::SizeClass(bytes));
+    // Host memory exhaustion inside an op is not recoverable here.
+    if (!grown.ok()) std::abort();
+    slot = std::move(grown).value();
+  }
+  return slot.f32();
+}
+
+void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
+                     const float* b, float beta, float* c) {
+  const int lda = transpose_a ? m : k;
+  const int ldb = transpose_b ? k : n;
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, m,
+              n, k, alpha, a, lda, b, ldb, beta, c, n);
+}
+
+void CpuDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                              float* y) {
+  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
+  const int64_t columns = shape.batch * positions;
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  float* col = Scratch(columns_, kernel * columns);
+  float* rows = Scratch(channel_major_, shape.out_channels * columns);
+  cpu::Im2Col(shape, x, col);
+  Gemm(false, false, shape.out_channels, static_cast<int>(columns), kernel, 1.0f, w, col, 0.0f, rows);
+  cpu::ChannelMajorToNchw(shape.batch, shape.out_channels, positions, rows, bias, y);
+}
+
+void CpuDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
+  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
+  const int64_t columns = shape.batch * positions;
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  float* rows = Scratch(channel_major_, shape.out_channels * columns);
+  float* col = Scratch(columns_, kernel * columns);
+  cpu::NchwToChannelMajor(shape.batch, shape.out_channels, positions, dy, rows);
+  Gemm(true, false, kernel, static_cast<int>(columns), shape.out_channels, 1.0f, w, rows, 0.0f, col);
+  cpu::Col2Im(shape, col, dx);
+}
+
+void CpuDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                                     float* dbias) {
+  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
+  const int64_t columns = shape.batch * positions;
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  float* rows = Scratch(channel_major_, shape.out_channels * columns);
+  float* col = Scratch(columns_, kernel * columns);
+  cpu::NchwToChannelMajor(shape.batch, shape.out_channels, positions, dy, rows);
+  cpu::Im2Col(shape, x, col);
+  Gemm(false, true, shape.out_channels, kernel, static_cast<int>(columns), 1.0f, rows, col, 0.0f, dw);
+  if (dbias != nullptr) cpu::RowSums(shape.out_channels, columns, rows, dbias);
+}
+
+void CpuDevice::BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
+  cpu::BiasAdd(outer, channels, inner, bias, x);
+}
+
+void CpuDevice::BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
+  cpu::BiasGrad(outer, channels, inner, dy, dbias);
+}
+
+void CpuDevice::Relu(int64_t count, const float* x, float* y) { cpu::Relu(count, x, y); }
+
+void CpuDevice::ReluBackward(int64_t count, const float* y, const float* dy, float* dx) {
+  cpu::ReluBackward(count, y, dy, dx);
+}
+
+void CpuDevice::MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) {
+  cpu::MaxPool(shape, x, y, argmax);
+}
+
+void CpuDevice::MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) {
+  cpu::MaxPoolBackward(shape, dy, argmax, dx);
+}
+
+void CpuDevice::SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
+                                    float* loss, float* dlogits) {
+  *loss = cpu::SoftmaxCrossEntropy(batch, classes, logits, labels, dlogits);
+}
+
+void CpuDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                                  const float* gradients, float* velocity, float* weights) {
+  cpu::SgdMomentumUpdate(count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
+}
+
+void CpuDevice::ReduceSum(int64_t count, const float* x, float* sum) {
+  *sum = static_cast<float>(cpu::Sum(count, x));
+}
+
+void CpuDevice::Cast(int64_t count, DType from, const void* x, DType to, void* y) {
+  cpu::Cast(count, from, x, to, y);
+}
+
+void CpuDevice::Fill(int64_t count, float value, float* x) {
+  for (int64_t i = 0; i < count; ++i) x[i] = value;
+}
+
+}  // namespace tessera

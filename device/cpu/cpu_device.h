@@ -1,0 +1,63 @@
+// The CPU backend: host memory from aligned_alloc behind a MemoryPool, GEMMs through OpenBLAS
+// (cblas_sgemm), convolutions as batched im2col + one GEMM, everything else as vectorised
+// loops. Synchronous: every op is complete when its method returns. Internal to device/cpu/;
+// create it through factory.h.
+#pragma once
+
+#include <string>
+
+#include "device/cpu/factory.h"
+#include "device/device.h"
+#include "device/memory_pool.h"
+
+namespace tessera {
+
+class CpuDevice final : public Device {
+ public:
+  explicit CpuDevice(const CpuDeviceOptions& options);
+  ~CpuDevice() override;
+
+  const DeviceCapabilities& capabilities() const override { return capabilities_; }
+
+  Result<DeviceBuffer> Allocate(size_t bytes) override;
+  MemoryPoolStats pool_stats() const override { return pool_.stats(); }
+  Status CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                          size_t bytes) override;
+  Status CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) override;
+  Status CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
+                            size_t destination_offset, size_t bytes) override;
+  Status Synchronize() override { return Status::Ok(); }
+
+  void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, const float* b,
+            float beta, float* c) override;
+  void Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                     float* y) override;
+  void Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) override;
+  void Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                            float* dbias) override;
+  void BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) override;
+  void BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) override;
+  void Relu(int64_t count, const float* x, float* y) override;
+  void ReluBackward(int64_t count, const float* y, const float* dy, float* dx) override;
+  void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) override;
+  void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) override;
+  void SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels, float* loss,
+                           float* dlogits) override;
+  void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                         const float* gradients, float* velocity, float* weights) override;
+  void ReduceSum(int64_t count, const float* x, float* sum) override;
+  void Cast(int64_t count, DType from, const void* x, DType to, void* y) override;
+  void Fill(int64_t count, float value, float* x) override;
+
+ private:
+  // Scratch that only grows; it comes from the pool once and is kept, so steady-state
+  // convolutions allocate nothing.
+  float* Scratch(DeviceBuffer& slot, int64_t floats);
+
+  MemoryPool pool_;
+  DeviceCapabilities capabilities_;
+  DeviceBuffer columns_;   // im2col matrix
+  DeviceBuffer channel_major_;  // GEMM output / gradient in [channels, batch * positions]
+};
+
+}  // namespace tessera

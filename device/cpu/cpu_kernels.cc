@@ -1,0 +1,305 @@
+#include "device/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+// Hot loops are built twice, for AVX2+FMA and for baseline x86-64, and picked at load time.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TESSERA_VECTORIZED __attribute__((target_clones("avx2,fma", "default")))
+#else
+#define TESSERA_VECTORIZED
+#endif
+
+namespace tessera::cpu {
+
+TESSERA_VECTORIZED
+void Im2Col(const Conv2dShape& s, const float* __restrict x, float* __restrict col) {
+  const int out_h = s.out_height(), out_w = s.out_width();
+  const int64_t positions = static_cast<int64_t>(out_h) * out_w;
+  const int64_t row_length = s.batch * positions;
+  const int64_t plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  for (int c = 0; c < s.in_channels; ++c) {
+    for (int kh = 0; kh < s.kernel_height; ++kh) {
+      for (int kw = 0; kw < s.kernel_width; ++kw) {
+        float* row = col + ((static_cast<int64_t>(c) * s.kernel_height + kh) * s.kernel_width + kw) * row_length;
+        for (int n = 0; n < s.batch; ++n) {
+          const float* image = x + (static_cast<int64_t>(n) * s.in_channels + c) * plane;
+          float* out = row + n * positions;
+          for (int oh = 0; oh < out_h; ++oh) {
+            const int ih = oh * s.stride - s.padding + kh;
+            float* out_row = out + static_cast<int64_t>(oh) * out_w;
+            if (ih < 0 || ih >= s.in_height) {
+              std::fill(out_row, out_row + out_w, 0.0f);
+              continue;
+            }
+            const float* in_row = image + static_cast<int64_t>(ih) * s.in_width;
+            if (s.stride == 1 && s.padding == 0) {
+              std::memcpy(out_row, in_row + kw, sizeof(float) * out_w);
+              continue;
+            }
+            for (int ow = 0; ow < out_w; ++ow) {
+              const int iw = ow * s.stride - s.padding + kw;
+              out_row[ow] = (iw >= 0 && iw < s.in_width) ? in_row[iw] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TESSERA_VECTORIZED
+void Col2Im(const Conv2dShape& s, const float* __restrict col, float* __restrict dx) {
+  const int out_h = s.out_height(), out_w = s.out_width();
+  const int64_t positions = static_cast<int64_t>(out_h) * out_w;
+  const int64_t row_length = s.batch * positions;
+  const int64_t plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  std::fill(dx, dx + s.batch * s.in_channels * plane, 0.0f);
+  for (int c = 0; c < s.in_channels; ++c) {
+    for (int kh = 0; kh < s.kernel_height; ++kh) {
+      for (int kw = 0; kw < s.kernel_width; ++kw) {
+        const float* row =
+            col + ((static_cast<int64_t>(c) * s.kernel_height + kh) * s.kernel_width + kw) * row_length;
+        for (int n = 0; n < s.batch; ++n) {
+          float* image = dx + (static_cast<int64_t>(n) * s.in_channels + c) * plane;
+          const float* in = row + n * positions;
+          for (int oh = 0; oh < out_h; ++oh) {
+            const int ih = oh * s.stride - s.padding + kh;
+            if (ih < 0 || ih >= s.in_height) continue;
+            float* image_row = image + static_cast<int64_t>(ih) * s.in_width;
+            const float* in_row = in + static_cast<int64_t>(oh) * out_w;
+            if (s.stride == 1 && s.padding == 0) {
+              float* target = image_row + kw;
+              for (int ow = 0; ow < out_w; ++ow) target[ow] += in_row[ow];
+              continue;
+            }
+            for (int ow = 0; ow < out_w; ++ow) {
+              const int iw = ow * s.stride - s.padding + kw;
+              if (iw >= 0 && iw < s.in_width) image_row[iw] += in_row[ow];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TESSERA_VECTORIZED
+void ChannelMajorToNchw(int batch, int channels, int64_t positions, const float* __restrict rows,
+                        const float* __restrict bias, float* __restrict y) {
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < channels; ++c) {
+      const float* source = rows + (static_cast<int64_t>(c) * batch + n) * positions;
+      float* target = y + (static_cast<int64_t>(n) * channels + c) * positions;
+      const float b = bias != nullptr ? bias[c] : 0.0f;
+      for (int64_t p = 0; p < positions; ++p) target[p] = source[p] + b;
+    }
+  }
+}
+
+void NchwToChannelMajor(int batch, int channels, int64_t positions, const float* __restrict y,
+                        float* __restrict rows) {
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < channels; ++c) {
+      std::memcpy(rows + (static_cast<int64_t>(c) * batch + n) * positions,
+                  y + (static_cast<int64_t>(n) * channels + c) * positions, sizeof(float) * positions);
+    }
+  }
+}
+
+TESSERA_VECTORIZED
+void BiasAdd(int64_t outer, int channels, int64_t inner, const float* __restrict bias, float* __restrict x) {
+  for (int64_t o = 0; o < outer; ++o) {
+    float* block = x + o * channels * inner;
+    if (inner == 1) {
+      for (int c = 0; c < channels; ++c) block[c] += bias[c];
+      continue;
+    }
+    for (int c = 0; c < channels; ++c) {
+      float* row = block + c * inner;
+      const float b = bias[c];
+      for (int64_t i = 0; i < inner; ++i) row[i] += b;
+    }
+  }
+}
+
+TESSERA_VECTORIZED
+void BiasGrad(int64_t outer, int channels, int64_t inner, const float* __restrict dy, float* __restrict dbias) {
+  std::fill(dbias, dbias + channels, 0.0f);
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* block = dy + o * channels * inner;
+    if (inner == 1) {
+      for (int c = 0; c < channels; ++c) dbias[c] += block[c];
+      continue;
+    }
+    for (int c = 0; c < channels; ++c) {
+      const float* row = block + c * inner;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < inner; ++i) sum += row[i];
+      dbias[c] += sum;
+    }
+  }
+}
+
+TESSERA_VECTORIZED
+void RowSums(int rows, int64_t length, const float* __restrict matrix, float* __restrict sums) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = matrix + r * length;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < length; ++i) sum += row[i];
+    sums[r] = sum;
+  }
+}
+
+TESSERA_VECTORIZED
+void Relu(int64_t count, const float* x, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+TESSERA_VECTORIZED
+void ReluBackward(int64_t count, const float* y, const float* dy, float* dx) {
+  for (int64_t i = 0; i < count; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+TESSERA_VECTORIZED
+void MaxPool(const MaxPoolShape& s, const float* __restrict x, float* __restrict y, int32_t* __restrict argmax) {
+  const int out_h = s.out_height(), out_w = s.out_width();
+  const int64_t in_plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  const int64_t out_plane = static_cast<int64_t>(out_h) * out_w;
+  const int64_t planes = static_cast<int64_t>(s.batch) * s.channels;
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const float* in = x + plane * in_plane;
+    float* out = y + plane * out_plane;
+    int32_t* index = argmax + plane * out_plane;
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        const int top = oh * s.stride, left = ow * s.stride;
+        int32_t best_index = top * s.in_width + left;
+        float best = in[best_index];
+        for (int kh = 0; kh < s.window; ++kh) {
+          for (int kw = 0; kw < s.window; ++kw) {
+            const int32_t at = (top + kh) * s.in_width + left + kw;
+            if (in[at] > best) {
+              best = in[at];
+              best_index = at;
+            }
+          }
+        }
+        out[oh * out_w + ow] = best;
+        index[oh * out_w + ow] = best_index;
+      }
+    }
+  }
+}
+
+void MaxPoolBackward(const MaxPoolShape& s, const float* __restrict dy, const int32_t* __restrict argmax,
+                     float* __restrict dx) {
+  const int64_t in_plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  const int64_t out_plane = static_cast<int64_t>(s.out_height()) * s.out_width();
+  const int64_t planes = static_cast<int64_t>(s.batch) * s.channels;
+  std::fill(dx, dx + planes * in_plane, 0.0f);
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    float* target = dx + plane * in_plane;
+    const float* source = dy + plane * out_plane;
+    const int32_t* index = argmax + plane * out_plane;
+    for (int64_t i = 0; i < out_plane; ++i) target[index[i]] += source[i];
+  }
+}
+
+float SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels, float* dlogits) {
+  double total = 0.0;
+  const float scale = 1.0f / static_cast<float>(batch);
+  for (int n = 0; n < batch; ++n) {
+    const float* row = logits + static_cast<int64_t>(n) * classes;
+    const float max = *std::max_element(row, row + classes);
+    double sum = 0.0;
+    for (int c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(row[c] - max));
+    const double log_sum = std::log(sum);
+    total += log_sum - (row[labels[n]] - max);
+    if (dlogits != nullptr) {
+      float* grad = dlogits + static_cast<int64_t>(n) * classes;
+      for (int c = 0; c < classes; ++c) {
+        const double probability = std::exp(static_cast<double>(row[c] - max) - log_sum);
+        grad[c] = static_cast<float>(probability) * scale;
+      }
+      grad[labels[n]] -= scale;
+    }
+  }
+  return static_cast<float>(total / batch);
+}
+
+TESSERA_VECTORIZED
+void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                       const float* __restrict gradients, float* __restrict velocity, float* __restrict weights) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float d = gradients[i] + weight_decay * weights[i];
+    const float v = momentum * velocity[i] + d;
+    velocity[i] = v;
+    weights[i] -= learning_rate * v;
+  }
+}
+
+double Sum(int64_t count, const float* x) {
+  double total = 0.0;
+  for (int64_t i = 0; i < count; ++i) total += x[i];
+  return total;
+}
+
+namespace {
+
+float LoadAsFloat(DType dtype, const void* x, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: return static_cast<const float*>(x)[i];
+    case DType::kFloat16: return static_cast<float>(static_cast<const _Float16*>(x)[i]);
+    case DType::kBFloat16: {
+      const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16;
+      float value;
+      std::memcpy(&value, &bits, sizeof(value));
+      return value;
+    }
+    case DType::kInt8: return static_cast<const int8_t*>(x)[i];
+    case DType::kInt32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
+  }
+  return 0.0f;
+}
+
+template <typename Int>
+Int RoundAndSaturate(float value) {
+  if (std::isnan(value)) return 0;
+  const double rounded = std::nearbyint(static_cast<double>(value));
+  const double low = static_cast<double>(std::numeric_limits<Int>::min());
+  const double high = static_cast<double>(std::numeric_limits<Int>::max());
+  return static_cast<Int>(std::clamp(rounded, low, high));
+}
+
+void StoreFromFloat(DType dtype, float value, void* y, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: static_cast<float*>(y)[i] = value; return;
+    case DType::kFloat16: static_cast<_Float16*>(y)[i] = static_cast<_Float16>(value); return;
+    case DType::kBFloat16: {
+      uint32_t bits;
+      std::memcpy(&bits, &value, sizeof(bits));
+      uint16_t upper;
+      if (std::isnan(value)) {
+        upper = static_cast<uint16_t>((bits >> 16) | 0x40);  // stay a (quiet) NaN
+      } else {
+        const uint32_t rounding = 0x7FFF + ((bits >> 16) & 1);  // to nearest, ties to even
+        upper = static_cast<uint16_t>((bits + rounding) >> 16);
+      }
+      static_cast<uint16_t*>(y)[i] = upper;
+      return;
+    }
+    case DType::kInt8: static_cast<int8_t*>(y)[i] = RoundAndSaturate<int8_t>(value); return;
+    case DType::kInt32: static_cast<int32_t*>(y)[i] = RoundAndSaturate<int32_t>(value); return;
+  }
+}
+
+}  // namespace
+
+void Cast(int64_t count, DType from, const void* x, DType to, void* y) {
+  for (int64_t i = 0; i < count; ++i) StoreFromFloat(to, LoadAsFloat(from, x, i), y, i);
+}
+
+}  // namespace tessera::cpu

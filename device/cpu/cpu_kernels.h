@@ -1,0 +1,39 @@
+// Host loops behind the CPU backend's ops. Internal to device/cpu/: pointers are host memory,
+// shapes as documented on Device. Each function is single-threaded and allocation-free;
+// scratch space is passed in by the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "device/device.h"
+
+namespace tessera::cpu {
+
+// col[k][n * positions + p] for k = (channel, kernel row, kernel column): the batched im2col
+// layout [in_channels * kernel_height * kernel_width, batch * out_height * out_width].
+void Im2Col(const Conv2dShape& shape, const float* x, float* col);
+// The adjoint of Im2Col: dx = 0, then dx += every col entry at the input position it came from.
+void Col2Im(const Conv2dShape& shape, const float* col, float* dx);
+
+// y[n][c][p] = rows[c][n * positions + p] (+ bias[c]); the GEMM output to NCHW.
+void ChannelMajorToNchw(int batch, int channels, int64_t positions, const float* rows, const float* bias,
+                        float* y);
+// rows[c][n * positions + p] = y[n][c][p]; NCHW to the GEMM layout.
+void NchwToChannelMajor(int batch, int channels, int64_t positions, const float* y, float* rows);
+
+void BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x);
+void BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias);
+// dbias[c] = sum of rows[c][0..length).
+void RowSums(int rows, int64_t length, const float* matrix, float* sums);
+void Relu(int64_t count, const float* x, float* y);
+void ReluBackward(int64_t count, const float* y, const float* dy, float* dx);
+void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax);
+void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx);
+// Returns the mean loss.
+float SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels, float* dlogits);
+void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                       const float* gradients, float* velocity, float* weights);
+double Sum(int64_t count, const float* x);
+void Cast(int64_t count, DType from, const void* x, DType to, void* y);
+
+}  // namespace tessera::cpu

@@ -1,0 +1,68 @@
+#include "device/device.h"
+
+#include <utility>
+
+namespace tessera {
+
+std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kGemm: return "gemm";
+    case Op::kConv2dForward: return "conv2d_forward";
+    case Op::kConv2dBackwardData: return "conv2d_backward_data";
+    case Op::kConv2dBackwardFilter: return "conv2d_backward_filter";
+    case Op::kBiasAdd: return "bias_add";
+    case Op::kBiasGrad: return "bias_grad";
+    case Op::kRelu: return "relu";
+    case Op::kReluBackward: return "relu_backward";
+    case Op::kMaxPool: return "max_pool";
+    case Op::kMaxPoolBackward: return "max_pool_backward";
+    case Op::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
+    case Op::kSgdMomentumUpdate: return "sgd_momentum_update";
+    case Op::kReduceSum: return "reduce_sum";
+    case Op::kCast: return "cast";
+    case Op::kFill: return "fill";
+  }
+  return "unknown";
+}
+
+const std::set<Op>& AllOps() {
+  static const std::set<Op> all = {
+      Op::kGemm,       Op::kConv2dForward,       Op::kConv2dBackwardData, Op::kConv2dBackwardFilter,
+      Op::kBiasAdd,    Op::kBiasGrad,            Op::kRelu,               Op::kReluBackward,
+      Op::kMaxPool,    Op::kMaxPoolBackward,     Op::kSoftmaxCrossEntropy, Op::kSgdMomentumUpdate,
+      Op::kReduceSum,  Op::kCast,                Op::kFill};
+  return all;
+}
+
+DeviceBuffer::DeviceBuffer(Device* device, MemoryPool* pool, void* address, size_t bytes, size_t class_bytes)
+    : device_(device), pool_(pool), address_(address), bytes_(bytes), class_bytes_(class_bytes) {}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : device_(std::exchange(other.device_, nullptr)),
+      pool_(std::exchange(other.pool_, nullptr)),
+      address_(std::exchange(other.address_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      class_bytes_(std::exchange(other.class_bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    device_ = std::exchange(other.device_, nullptr);
+    pool_ = std::exchange(other.pool_, nullptr);
+    address_ = std::exchange(other.address_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    class_bytes_ = std::exchange(other.class_bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::Reset() {
+  if (address_ != nullptr && pool_ != nullptr) pool_->Release(address_, class_bytes_);
+  device_ = nullptr;
+  pool_ = nullptr;
+  address_ = nullptr;
+  bytes_ = 0;
+  class_bytes_ = 0;
+}
+
+}  // namespace tessera

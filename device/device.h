@@ -1,0 +1,206 @@
+// Device: the one interface through which Tessera computes. A backend (cpu/ now; cuda/, xrt/
+// and emulated NPUs later) implements memory, copies and the small op set that training a
+// convolutional or fully connected model needs. Models in core/model/ compute only through it.
+//
+// Memory model. Every buffer comes from the device's MemoryPool as a DeviceBuffer (RAII). Ops
+// take raw element pointers into device memory (`buffer.f32() + offset`), so a model can keep
+// all its parameters in one buffer and hand out per-tensor views. Pointers must come from this
+// device's buffers; host pointers are accepted only by the Copy* methods.
+//
+// Ordering. Ops and copies run in issue order on one stream. A backend may run them
+// asynchronously; CopyDeviceToHost and Synchronize() block until everything issued before
+// them is done. The CPU backend runs everything synchronously on the calling thread.
+//
+// Errors. Shapes and pointers passed to ops are programming errors when wrong (asserted, not
+// reported). Faults the device itself can raise (out of memory, a lost accelerator) are
+// reported as Status by Allocate, the copies and Synchronize.
+//
+// Thread safety. A Device is used by one thread at a time; different devices are independent.
+// DeviceBuffer destruction may happen on any thread (the pool is thread-safe).
+//
+// Capabilities are data: `capabilities().native_ops` lists what a backend runs natively. The
+// CPU backend implements every op; a backend missing one is paired with a fallback by the
+// registry that places work, never by a method that fails at run time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "device/dtype.h"
+#include "device/memory_pool.h"
+
+namespace tessera {
+
+class Device;
+
+// The op set, one entry per Device method below.
+enum class Op {
+  kGemm,
+  kConv2dForward,
+  kConv2dBackwardData,
+  kConv2dBackwardFilter,
+  kBiasAdd,
+  kBiasGrad,
+  kRelu,
+  kReluBackward,
+  kMaxPool,
+  kMaxPoolBackward,
+  kSoftmaxCrossEntropy,
+  kSgdMomentumUpdate,
+  kReduceSum,
+  kCast,
+  kFill,
+};
+std::string_view OpName(Op op);
+// Every Op, in declaration order.
+const std::set<Op>& AllOps();
+
+struct DeviceCapabilities {
+  std::string kind;          // backend name: "cpu", "cuda", "xrt", "npu-emulated"
+  std::string name;          // this device: "cpu (OpenBLAS, 1 thread)", "NVIDIA H100 #0"
+  bool emulated = false;     // a software model of hardware that is not present
+  std::set<Op> native_ops;   // ops that run on the device itself
+  std::set<DType> dtypes;    // element types its buffers and Cast support
+  uint64_t memory_bytes = 0; // device memory; 0 when it is host memory without a set limit
+
+  bool Supports(Op op) const { return native_ops.count(op) != 0; }
+};
+
+// An owned block of device memory from a device's pool. Move-only; returns the block to the
+// pool when destroyed. Must not outlive the Device that allocated it.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device* device, MemoryPool* pool, void* address, size_t bytes, size_t class_bytes);
+  ~DeviceBuffer() { Reset(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  bool empty() const { return address_ == nullptr; }
+  size_t bytes() const { return bytes_; }          // the size asked for
+  Device* device() const { return device_; }
+  void* data() const { return address_; }          // a device address
+  float* f32() const { return static_cast<float*>(address_); }
+  int32_t* i32() const { return static_cast<int32_t*>(address_); }
+  int64_t f32_count() const { return static_cast<int64_t>(bytes_ / sizeof(float)); }
+
+  void Reset();  // returns the memory to the pool now
+
+ private:
+  Device* device_ = nullptr;
+  MemoryPool* pool_ = nullptr;
+  void* address_ = nullptr;
+  size_t bytes_ = 0;
+  size_t class_bytes_ = 0;
+};
+
+// Shape of a 2-D convolution over NCHW tensors. Input x: [batch, in_channels, in_height,
+// in_width]; filter w: [out_channels, in_channels, kernel_height, kernel_width]; output y:
+// [batch, out_channels, out_height(), out_width()]. Zero padding, no dilation or groups.
+struct Conv2dShape {
+  int batch = 0;
+  int in_channels = 0, in_height = 0, in_width = 0;
+  int out_channels = 0, kernel_height = 0, kernel_width = 0;
+  int stride = 1, padding = 0;
+
+  int out_height() const { return (in_height + 2 * padding - kernel_height) / stride + 1; }
+  int out_width() const { return (in_width + 2 * padding - kernel_width) / stride + 1; }
+};
+
+// Shape of a max pool over NCHW tensors: window `window` x `window`, step `stride`, no padding.
+struct MaxPoolShape {
+  int batch = 0, channels = 0, in_height = 0, in_width = 0;
+  int window = 2, stride = 2;
+
+  int out_height() const { return (in_height - window) / stride + 1; }
+  int out_width() const { return (in_width - window) / stride + 1; }
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  virtual const DeviceCapabilities& capabilities() const = 0;
+
+  // ---- Memory ----
+  // A buffer of `bytes` bytes, contents undefined. Served from the pool when possible.
+  virtual Result<DeviceBuffer> Allocate(size_t bytes) = 0;
+  virtual MemoryPoolStats pool_stats() const = 0;
+  // Copies `bytes` bytes; offsets are in bytes. OutOfRange when a range leaves a buffer.
+  virtual Status CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                                  size_t bytes) = 0;
+  virtual Status CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host,
+                                  size_t bytes) = 0;
+  virtual Status CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset,
+                                    DeviceBuffer& destination, size_t destination_offset, size_t bytes) = 0;
+  // Blocks until every op and copy issued so far is complete; reports a deferred device fault.
+  virtual Status Synchronize() = 0;
+
+  // ---- Ops (float32; all pointers are device addresses; counts are elements) ----
+
+  // c[m x n] = alpha * op(a) * op(b) + beta * c, row-major. op(a) is [m x k]: a is stored
+  // [m x k] or, when transpose_a, [k x m]; likewise op(b) is [k x n], stored [n x k] when
+  // transpose_b. Leading dimensions are the stored row lengths.
+  virtual void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+
+  // y = conv(x, w) (+ bias[out_channels] when bias is not null). Shapes in Conv2dShape.
+  virtual void Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                             float* y) = 0;
+  // dx = gradient of the loss w.r.t. x given dy (overwrites dx).
+  virtual void Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) = 0;
+  // dw = gradient w.r.t. w (overwrites dw); when dbias is not null also dbias[out_channels]
+  // = sum of dy over batch and positions (fused Conv2d's BiasGrad).
+  virtual void Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                                    float* dbias) = 0;
+
+  // x[outer][channels][inner] += bias[channels], in place. A fully connected layer's output
+  // is outer=batch, inner=1; an NCHW activation is outer=batch, inner=height*width.
+  virtual void BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) = 0;
+  // dbias[channels] = sum of dy[outer][channels][inner] over outer and inner (overwrites).
+  virtual void BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) = 0;
+
+  // y = max(x, 0); y may equal x.
+  virtual void Relu(int64_t count, const float* x, float* y) = 0;
+  // dx = dy where y > 0, else 0 (y is the forward output); dx may equal dy.
+  virtual void ReluBackward(int64_t count, const float* y, const float* dy, float* dx) = 0;
+
+  // y = max over each window; argmax[i] records the index of the chosen element within its
+  // input plane (in_height * in_width), for the backward pass. y and argmax are
+  // [batch, channels, out_height, out_width].
+  virtual void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) = 0;
+  // dx = 0 except dx[argmax] += dy (overwrites dx).
+  virtual void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax,
+                               float* dx) = 0;
+
+  // logits [batch x classes], labels [batch] in [0, classes). Writes the mean cross-entropy
+  // over the batch to *loss (one device float) and, when dlogits is not null, its gradient
+  // (softmax - onehot) / batch.
+  virtual void SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
+                                   float* loss, float* dlogits) = 0;
+
+  // PyTorch SGD with momentum (dampening 0, no Nesterov), over `count` elements:
+  // d = g + weight_decay * w;  v = momentum * v + d;  w -= learning_rate * v.
+  // Start with v = 0 to match PyTorch's first step (v = d).
+  virtual void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                                 const float* gradients, float* velocity, float* weights) = 0;
+
+  // *sum = sum of x[0..count) (one device float), accumulated in double where the backend can.
+  virtual void ReduceSum(int64_t count, const float* x, float* sum) = 0;
+
+  // Converts `count` elements between float32 and another dtype in capabilities().dtypes
+  // (float16 and bfloat16 round to nearest even; int types round and saturate).
+  virtual void Cast(int64_t count, DType from, const void* x, DType to, void* y) = 0;
+
+  // x[0..count) = value.
+  virtual void Fill(int64_t count, float value, float* x) = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,69 @@
+#include "device/registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "device/cpu/factory.h"
+
+namespace tessera {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<DeviceBackend> backends;
+};
+
+Status AddLocked(Registry& registry, DeviceBackend backend) {
+  for (const auto& existing : registry.backends) {
+    if (existing.name == backend.name) {
+      return AlreadyExistsError("device backend '" + backend.name + "' is already registered");
+    }
+  }
+  registry.backends.push_back(std::move(backend));
+  std::stable_sort(registry.backends.begin(), registry.backends.end(),
+                   [](const DeviceBackend& a, const DeviceBackend& b) { return a.priority > b.priority; });
+  return Status::Ok();
+}
+
+// The built-in backends register here explicitly (a static registrar in a static library
+// would be dropped by the linker). Each backend's factory.h decides whether it is viable.
+Registry& GlobalRegistry() {
+  static Registry* registry = [] {
+    auto* created = new Registry;
+    (void)AddLocked(*created, CpuDeviceBackend());
+    return created;
+  }();
+  return *registry;
+}
+
+}  // namespace
+
+Status RegisterDeviceBackend(DeviceBackend backend) {
+  Registry& registry = GlobalRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  return AddLocked(registry, std::move(backend));
+}
+
+std::vector<DeviceBackend> RegisteredDeviceBackends() {
+  Registry& registry = GlobalRegistry();
+  std::lock_guard<std::mutex> lock(registry.mutex);
+  return registry.backends;
+}
+
+Result<std::unique_ptr<Device>> CreateDevice(const std::string& name) {
+  std::vector<DeviceBackend> backends = RegisteredDeviceBackends();
+  std::string known;
+  for (const auto& backend : backends) {
+    if (backend.name == name) {
+      Viability viability = backend.viability();
+      if (!viability.viable) {
+        return UnavailableError("device backend '" + name + "' is not viable here: " + viability.reason);
+      }
+      return backend.create();
+    }
+    known += (known.empty() ? "" : ", ") + backend.name;
+  }
+  return InvalidArgumentError("unknown device '" + name + "'; known devices: " + known);
+}
+
+}  // namespace tessera
