@@ -1,0 +1,14 @@
+#!/bin/sh
+# SimpleCNN training throughput on one core: Tessera (bench_train_throughput) against PyTorch
+# (bench/torch_simplecnn.py under Debian's /usr/bin/python3), same model, batch and optimiser.
+#   bench/train_throughput.sh [BUILD_DIR]     (default: build)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-build}
+tessera=$(taskset -c 0 "$build/bench/bench_train_throughput" --threads 1)
+torch=$(taskset -c 0 /usr/bin/python3 "$here/torch_simplecnn.py" --threads 1)
+echo "$tessera"
+echo "$torch"
+t=$(echo "$tessera" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+p=$(echo "$torch" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p')
+echo "ratio tessera/torch = $(awk -v t="$t" -v p="$p" 'BEGIN { printf "%.2f", t / p }')"
