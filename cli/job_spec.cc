@@ -1,0 +1,528 @@
+#include "cli/job_spec.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <span>
+#include <sstream>
+
+namespace tessera {
+namespace {
+
+constexpr uint64_t kMaxUint32 = std::numeric_limits<uint32_t>::max();
+constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+constexpr int kFashionMnistClasses = 10;
+
+constexpr std::string_view kTopKeys[] = {
+    "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
+    "max_round_attempts", "device", "fallback_device", "model", "data", "train"};
+constexpr std::string_view kModelKeys[] = {"name", "hidden"};
+constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
+                                                               "max_test_samples", "partition"};
+constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "labels_per_party",
+                                                                    "seed"};
+constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
+                                                                "learning_rate", "momentum",     "weight_decay"};
+
+constexpr std::string_view kStrategies[] = {"fedavg"};
+constexpr std::string_view kModels[] = {"simplecnn", "mlp"};
+constexpr std::string_view kDatasets[] = {"fashion-mnist"};
+constexpr std::string_view kOptimizers[] = {"sgd"};
+
+struct KindName {
+  std::string_view name;
+  v1::PartitionKind kind;
+};
+constexpr KindName kPartitionKinds[] = {
+    {"iid", v1::PARTITION_IID},
+    {"dirichlet", v1::PARTITION_DIRICHLET},
+    {"label-quantity", v1::PARTITION_LABEL_QUANTITY},
+    {"quantity", v1::PARTITION_QUANTITY},
+    {"local-files", v1::PARTITION_LOCAL_FILES},
+};
+
+std::string JoinQuoted(std::span<const std::string_view> names) {
+  std::string out;
+  for (std::string_view name : names) {
+    if (!out.empty()) out += ", ";
+    out += '"';
+    out += name;
+    out += '"';
+  }
+  return out;
+}
+
+std::string_view TypeName(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::date:
+      return "a date";
+    case toml::node_type::time:
+      return "a time";
+    case toml::node_type::date_time:
+      return "a date-time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+std::string Dotted(std::string_view prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : std::string(prefix) + "." + std::string(key);
+}
+
+// Reads typed values out of the parsed document and remembers where each key was, so that
+// checks made after reading still point at the line.
+class SpecReader {
+ public:
+  explicit SpecReader(std::string_view source) : source_(source) {}
+
+  // "job.toml:12:3" for a key that was read, "job.toml" for one left at its default.
+  std::string Where(const std::string& dotted) const {
+    auto it = positions_.find(dotted);
+    if (it == positions_.end()) return source_;
+    return At(it->second);
+  }
+  std::string At(const toml::source_position& pos) const {
+    return source_ + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column);
+  }
+  bool Present(const std::string& dotted) const { return positions_.count(dotted) > 0; }
+
+  Status Error(const std::string& dotted, const std::string& message) const {
+    return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': " + message);
+  }
+
+  Status CheckKeys(const toml::table& table, std::string_view prefix,
+                   std::span<const std::string_view> allowed) const {
+    for (auto&& [key, node] : table) {
+      if (std::find(allowed.begin(), allowed.end(), key.str()) != allowed.end()) continue;
+      std::string where = key.source().begin ? At(key.source().begin) : At(node.source().begin);
+      std::string table_name = prefix.empty() ? "the top level" : "[" + std::string(prefix) + "]";
+      std::string allowed_list;
+      for (std::string_view name : allowed) allowed_list += (allowed_list.empty() ? "" : ", ") + std::string(name);
+      return InvalidArgumentError(where + ": unknown key '" + Dotted(prefix, key.str()) + "'; allowed keys in " +
+                                  table_name + ": " + allowed_list);
+    }
+    return Status::Ok();
+  }
+
+  // The sub-table `key`, nullptr when absent.
+  Result<const toml::table*> Table(const toml::table& parent, std::string_view prefix, std::string_view key) {
+    const toml::node* node = Locate(parent, prefix, key);
+    if (node == nullptr) return static_cast<const toml::table*>(nullptr);
+    if (!node->is_table()) return TypeError(prefix, key, *node, "a table");
+    return node->as_table();
+  }
+
+  Status String(const toml::table& table, std::string_view prefix, std::string_view key, std::string* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_string()) return TypeError(prefix, key, *node, "a string");
+    *out = node->as_string()->get();
+    return Status::Ok();
+  }
+
+  // An integer in [min, max].
+  Status Unsigned(const toml::table& table, std::string_view prefix, std::string_view key, uint64_t min,
+                  uint64_t max, uint64_t* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_integer()) return TypeError(prefix, key, *node, "an integer");
+    return CheckedUnsigned(Dotted(prefix, key), node->as_integer()->get(), min, max, out);
+  }
+
+  // A float; an integer is accepted too.
+  Status Number(const toml::table& table, std::string_view prefix, std::string_view key, double* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (node->is_floating_point()) {
+      *out = node->as_floating_point()->get();
+    } else if (node->is_integer()) {
+      *out = static_cast<double>(node->as_integer()->get());
+    } else {
+      return TypeError(prefix, key, *node, "a float");
+    }
+    if (!std::isfinite(*out)) return Error(Dotted(prefix, key), "expected a finite number, found " + ToText(*out));
+    return Status::Ok();
+  }
+
+  // An array of integers, each in [min, max].
+  Status UnsignedArray(const toml::table& table, std::string_view prefix, std::string_view key, uint64_t min,
+                       uint64_t max, std::vector<uint64_t>* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_array()) return TypeError(prefix, key, *node, "an array of integers");
+    out->clear();
+    const toml::array& array = *node->as_array();
+    for (size_t i = 0; i < array.size(); ++i) {
+      const toml::node& element = array[i];
+      const std::string dotted = Dotted(prefix, key) + "[" + std::to_string(i) + "]";
+      positions_[dotted] = element.source().begin;
+      if (!element.is_integer()) {
+        return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': expected an integer, found " +
+                                    std::string(TypeName(element)));
+      }
+      uint64_t value = 0;
+      RETURN_IF_ERROR(CheckedUnsigned(dotted, element.as_integer()->get(), min, max, &value));
+      out->push_back(value);
+    }
+    return Status::Ok();
+  }
+
+  static std::string ToText(double value) {
+    std::ostringstream out;
+    out << value;
+    return out.str();
+  }
+
+ private:
+  const toml::node* Locate(const toml::table& table, std::string_view prefix, std::string_view key) {
+    const toml::node* node = table.get(key);
+    if (node != nullptr) positions_[Dotted(prefix, key)] = node->source().begin;
+    return node;
+  }
+
+  Status TypeError(std::string_view prefix, std::string_view key, const toml::node& node,
+                   std::string_view expected) const {
+    return Error(Dotted(prefix, key),
+                 "expected " + std::string(expected) + ", found " + std::string(TypeName(node)));
+  }
+
+  Status CheckedUnsigned(const std::string& dotted, int64_t value, uint64_t min, uint64_t max, uint64_t* out) const {
+    if (value < 0 || static_cast<uint64_t>(value) < min) {
+      return Error(dotted, "must be at least " + std::to_string(min) + ", got " + std::to_string(value));
+    }
+    if (static_cast<uint64_t>(value) > max) {
+      return Error(dotted, "must be at most " + std::to_string(max) + ", got " + std::to_string(value));
+    }
+    *out = static_cast<uint64_t>(value);
+    return Status::Ok();
+  }
+
+  std::string source_;
+  std::map<std::string, toml::source_position> positions_;
+};
+
+Status CheckOneOf(const SpecReader& reader, const std::string& dotted, const std::string& value,
+                  std::span<const std::string_view> allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return Status::Ok();
+  return reader.Error(dotted, "expected one of " + JoinQuoted(allowed) + ", found \"" + value + "\"");
+}
+
+std::string Lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
+  v1::JobSpec spec;
+  uint64_t u = 0;
+
+  // Top level.
+  RETURN_IF_ERROR(reader.CheckKeys(root, "", kTopKeys));
+  std::string name;
+  RETURN_IF_ERROR(reader.String(root, "", "name", &name));
+  if (!reader.Present("name")) return reader.Error("name", "is required: a name for the job");
+  if (name.empty()) return reader.Error("name", "must not be empty");
+  spec.set_name(name);
+
+  std::string strategy = "fedavg";
+  RETURN_IF_ERROR(reader.String(root, "", "strategy", &strategy));
+  strategy = Lowercase(strategy);
+  RETURN_IF_ERROR(CheckOneOf(reader, "strategy", strategy, kStrategies));
+  spec.set_strategy(strategy);
+
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "rounds", 1, kMaxUint32, &u));
+  if (!reader.Present("rounds")) return reader.Error("rounds", "is required: the number of rounds to train");
+  spec.set_rounds(static_cast<uint32_t>(u));
+
+  uint64_t clients_per_round = 0, min_clients = 0;
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "clients_per_round", 1, kMaxUint32, &clients_per_round));
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "min_clients", 1, kMaxUint32, &min_clients));
+
+  double deadline_s = 300.0;
+  RETURN_IF_ERROR(reader.Number(root, "", "round_deadline_s", &deadline_s));
+  const double max_deadline_s = static_cast<double>(kMaxUint32) / 1000.0;
+  if (deadline_s < 0.001 || deadline_s > max_deadline_s) {
+    return reader.Error("round_deadline_s", "must be between 0.001 and " + SpecReader::ToText(max_deadline_s) +
+                                                " seconds, got " + SpecReader::ToText(deadline_s));
+  }
+  spec.set_round_deadline_ms(static_cast<uint32_t>(std::llround(deadline_s * 1000.0)));
+
+  u = 0;
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "seed", 0, kMaxUint64, &u));
+  spec.set_seed(u);
+  u = 3;
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "max_round_attempts", 1, kMaxUint32, &u));
+  spec.set_max_round_attempts(static_cast<uint32_t>(u));
+
+  for (const char* key : {"device", "fallback_device"}) {
+    std::string device = "cpu";
+    RETURN_IF_ERROR(reader.String(root, "", key, &device));
+    if (device.empty()) return reader.Error(key, "must not be empty (for example \"cpu\")");
+    if (std::string_view(key) == "device") {
+      spec.set_device(device);
+    } else {
+      spec.set_fallback_device(device);
+    }
+  }
+
+  // [model]
+  ASSIGN_OR_RETURN(const toml::table* model, reader.Table(root, "", "model"));
+  if (model == nullptr) return reader.Error("model", "is required: a [model] table with a name");
+  RETURN_IF_ERROR(reader.CheckKeys(*model, "model", kModelKeys));
+  std::string model_name;
+  RETURN_IF_ERROR(reader.String(*model, "model", "name", &model_name));
+  if (!reader.Present("model.name")) return reader.Error("model.name", "is required: one of " + JoinQuoted(kModels));
+  model_name = Lowercase(model_name);
+  RETURN_IF_ERROR(CheckOneOf(reader, "model.name", model_name, kModels));
+  spec.mutable_model()->set_name(model_name);
+  std::vector<uint64_t> hidden;
+  RETURN_IF_ERROR(reader.UnsignedArray(*model, "model", "hidden", 1, 1 << 20, &hidden));
+  if (!hidden.empty() && model_name != "mlp") {
+    return reader.Error("model.hidden", "applies to model \"mlp\" only, not \"" + model_name + "\"");
+  }
+  for (uint64_t width : hidden) spec.mutable_model()->add_hidden(static_cast<uint32_t>(width));
+
+  // [data] and [data.partition]
+  ASSIGN_OR_RETURN(const toml::table* data, reader.Table(root, "", "data"));
+  const toml::table empty;
+  if (data == nullptr) data = &empty;
+  RETURN_IF_ERROR(reader.CheckKeys(*data, "data", kDataKeys));
+  v1::DataSpec* data_spec = spec.mutable_data();
+  std::string dataset = "fashion-mnist";
+  RETURN_IF_ERROR(reader.String(*data, "data", "dataset", &dataset));
+  dataset = Lowercase(dataset);
+  RETURN_IF_ERROR(CheckOneOf(reader, "data.dataset", dataset, kDatasets));
+  data_spec->set_dataset(dataset);
+  std::string path;
+  RETURN_IF_ERROR(reader.String(*data, "data", "path", &path));
+  data_spec->set_path(path);
+  u = 0;
+  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_train_samples", 0, kMaxUint32, &u));
+  data_spec->set_max_train_samples(static_cast<uint32_t>(u));
+  u = 0;
+  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_test_samples", 0, kMaxUint32, &u));
+  data_spec->set_max_test_samples(static_cast<uint32_t>(u));
+
+  ASSIGN_OR_RETURN(const toml::table* partition, reader.Table(*data, "data", "partition"));
+  if (partition == nullptr) {
+    return reader.Error("data.partition", "is required: a [data.partition] table with at least 'parties'");
+  }
+  RETURN_IF_ERROR(reader.CheckKeys(*partition, "data.partition", kPartitionKeys));
+  v1::PartitionSpec* partition_spec = data_spec->mutable_partition();
+  std::string kind = "iid";
+  RETURN_IF_ERROR(reader.String(*partition, "data.partition", "kind", &kind));
+  kind = Lowercase(kind);
+  const KindName* found = std::find_if(std::begin(kPartitionKinds), std::end(kPartitionKinds),
+                                       [&](const KindName& k) { return k.name == kind; });
+  if (found == std::end(kPartitionKinds)) {
+    return reader.Error("data.partition.kind", "expected one of \"iid\", \"dirichlet\", \"label-quantity\", "
+                                               "\"quantity\", \"local-files\", found \"" + kind + "\"");
+  }
+  partition_spec->set_kind(found->kind);
+  u = 0;
+  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "parties", 1, kMaxUint32, &u));
+  if (!reader.Present("data.partition.parties")) {
+    return reader.Error("data.partition.parties", "is required: the number of parties the data is split among");
+  }
+  const uint64_t parties = u;
+  partition_spec->set_parties(static_cast<uint32_t>(parties));
+  double beta = 0.5;
+  RETURN_IF_ERROR(reader.Number(*partition, "data.partition", "beta", &beta));
+  if (!(beta > 0.0)) return reader.Error("data.partition.beta", "must be > 0, got " + SpecReader::ToText(beta));
+  partition_spec->set_beta(beta);
+  u = 2;
+  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, kFashionMnistClasses, &u));
+  partition_spec->set_labels_per_party(static_cast<uint32_t>(u));
+  u = spec.seed();
+  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "seed", 0, kMaxUint64, &u));
+  partition_spec->set_seed(u);
+  if (data_spec->max_train_samples() != 0 && data_spec->max_train_samples() < parties) {
+    return reader.Error("data.max_train_samples", std::to_string(data_spec->max_train_samples()) +
+                                                      " samples cannot be split among " + std::to_string(parties) +
+                                                      " parties");
+  }
+
+  // Participation, now that the number of parties is known.
+  if (!reader.Present("clients_per_round")) clients_per_round = parties;
+  if (clients_per_round > parties) {
+    return reader.Error("clients_per_round", "must be at most data.partition.parties (" + std::to_string(parties) +
+                                                 "), got " + std::to_string(clients_per_round));
+  }
+  if (!reader.Present("min_clients")) min_clients = clients_per_round;
+  if (min_clients > clients_per_round) {
+    return reader.Error("min_clients", "must be at most clients_per_round (" + std::to_string(clients_per_round) +
+                                           "), got " + std::to_string(min_clients));
+  }
+  spec.set_clients_per_round(static_cast<uint32_t>(clients_per_round));
+  spec.set_min_clients(static_cast<uint32_t>(min_clients));
+
+  // [train]
+  ASSIGN_OR_RETURN(const toml::table* train, reader.Table(root, "", "train"));
+  if (train == nullptr) train = &empty;
+  RETURN_IF_ERROR(reader.CheckKeys(*train, "train", kTrainKeys));
+  v1::OptimizerSpec* optimizer = spec.mutable_optimizer();
+  std::string optimizer_name = "sgd";
+  RETURN_IF_ERROR(reader.String(*train, "train", "optimizer", &optimizer_name));
+  optimizer_name = Lowercase(optimizer_name);
+  RETURN_IF_ERROR(CheckOneOf(reader, "train.optimizer", optimizer_name, kOptimizers));
+  optimizer->set_name(optimizer_name);
+  u = 1;
+  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "local_epochs", 1, kMaxUint32, &u));
+  spec.set_local_epochs(static_cast<uint32_t>(u));
+  u = 64;
+  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "batch_size", 1, kMaxUint32, &u));
+  spec.set_batch_size(static_cast<uint32_t>(u));
+  double learning_rate = 0.01, momentum = 0.9, weight_decay = 0.0;
+  RETURN_IF_ERROR(reader.Number(*train, "train", "learning_rate", &learning_rate));
+  if (!(learning_rate > 0.0)) {
+    return reader.Error("train.learning_rate", "must be > 0, got " + SpecReader::ToText(learning_rate));
+  }
+  RETURN_IF_ERROR(reader.Number(*train, "train", "momentum", &momentum));
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    return reader.Error("train.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
+  }
+  RETURN_IF_ERROR(reader.Number(*train, "train", "weight_decay", &weight_decay));
+  if (!(weight_decay >= 0.0)) {
+    return reader.Error("train.weight_decay", "must be >= 0, got " + SpecReader::ToText(weight_decay));
+  }
+  optimizer->set_learning_rate(learning_rate);
+  optimizer->set_momentum(momentum);
+  optimizer->set_weight_decay(weight_decay);
+  return spec;
+}
+
+// Shortest text that reads back as the same double, always with a '.' or an exponent.
+std::string TomlFloat(double value) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  std::string out(buf, end);
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";  // 'n': nan and inf
+  return out;
+}
+
+std::string TomlString(const std::string& value) {
+  std::string out = "\"";
+  for (unsigned char c : value) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string_view PartitionKindText(v1::PartitionKind kind) {
+  for (const KindName& k : kPartitionKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  return "iid";
+}
+
+}  // namespace
+
+Result<v1::JobSpec> ParseJobSpecString(std::string_view text, std::string_view source_name) {
+  SpecReader reader(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& error) {
+    return InvalidArgumentError(reader.At(error.source().begin) + ": " + std::string(error.description()));
+  }
+  return ReadSpec(root, reader);
+}
+
+Result<v1::JobSpec> ParseJobSpecFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("cannot read job spec " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return DataLossError("error reading job spec " + path);
+  return ParseJobSpecString(text.str(), path);
+}
+
+std::string JobSpecToToml(const v1::JobSpec& spec) {
+  std::ostringstream out;
+  out << "name = " << TomlString(spec.name()) << "\n";
+  out << "strategy = " << TomlString(spec.strategy()) << "\n";
+  out << "rounds = " << spec.rounds() << "\n";
+  out << "clients_per_round = " << spec.clients_per_round() << "\n";
+  out << "min_clients = " << spec.min_clients() << "\n";
+  out << "round_deadline_s = " << TomlFloat(spec.round_deadline_ms() / 1000.0) << "\n";
+  out << "seed = " << spec.seed() << "\n";
+  out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
+  out << "device = " << TomlString(spec.device()) << "\n";
+  out << "fallback_device = " << TomlString(spec.fallback_device()) << "\n";
+
+  out << "\n[model]\n";
+  out << "name = " << TomlString(spec.model().name()) << "\n";
+  if (spec.model().hidden_size() > 0) {
+    out << "hidden = [";
+    for (int i = 0; i < spec.model().hidden_size(); ++i) out << (i ? ", " : "") << spec.model().hidden(i);
+    out << "]\n";
+  }
+
+  const v1::DataSpec& data = spec.data();
+  out << "\n[data]\n";
+  out << "dataset = " << TomlString(data.dataset()) << "\n";
+  if (!data.path().empty()) out << "path = " << TomlString(data.path()) << "\n";
+  out << "max_train_samples = " << data.max_train_samples() << "\n";
+  out << "max_test_samples = " << data.max_test_samples() << "\n";
+
+  const v1::PartitionSpec& partition = data.partition();
+  out << "\n[data.partition]\n";
+  out << "kind = " << TomlString(std::string(PartitionKindText(partition.kind()))) << "\n";
+  out << "parties = " << partition.parties() << "\n";
+  out << "beta = " << TomlFloat(partition.beta()) << "\n";
+  out << "labels_per_party = " << partition.labels_per_party() << "\n";
+  out << "seed = " << partition.seed() << "\n";
+
+  const v1::OptimizerSpec& optimizer = spec.optimizer();
+  out << "\n[train]\n";
+  out << "optimizer = " << TomlString(optimizer.name()) << "\n";
+  out << "local_epochs = " << spec.local_epochs() << "\n";
+  out << "batch_size = " << spec.batch_size() << "\n";
+  out << "learning_rate = " << TomlFloat(optimizer.learning_rate()) << "\n";
+  out << "momentum = " << TomlFloat(optimizer.momentum()) << "\n";
+  out << "weight_decay = " << TomlFloat(optimizer.weight_decay()) << "\n";
+  return out.str();
+}
+
+}  // namespace tessera

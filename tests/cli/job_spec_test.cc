@@ -1,0 +1,291 @@
+#include "cli/job_spec.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+namespace tessera {
+namespace {
+
+// The smallest spec the reader accepts; tests append or replace lines.
+constexpr char kMinimal[] = R"(name = "t"
+rounds = 5
+
+[model]
+name = "simplecnn"
+
+[data.partition]
+parties = 4
+)";
+
+std::string ExamplePath(const std::string& name) {
+  return (std::filesystem::path(TESSERA_SOURCE_DIR) / "examples" / name).string();
+}
+
+// Parses `text` and expects an InvalidArgument whose message contains each of `parts`.
+void ExpectError(const std::string& text, std::initializer_list<std::string> parts) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(text, "job.toml");
+  ASSERT_FALSE(spec.ok()) << "accepted:\n" << text;
+  EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+  for (const std::string& part : parts) {
+    EXPECT_NE(spec.status().message().find(part), std::string::npos)
+        << "message lacks '" << part << "': " << spec.status().message();
+  }
+}
+
+TEST(JobSpecTest, MinimalSpecGetsDefaults) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(kMinimal, "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->name(), "t");
+  EXPECT_EQ(spec->strategy(), "fedavg");
+  EXPECT_EQ(spec->rounds(), 5u);
+  EXPECT_EQ(spec->clients_per_round(), 4u);
+  EXPECT_EQ(spec->min_clients(), 4u);
+  EXPECT_EQ(spec->round_deadline_ms(), 300000u);
+  EXPECT_EQ(spec->seed(), 0u);
+  EXPECT_EQ(spec->max_round_attempts(), 3u);
+  EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_EQ(spec->fallback_device(), "cpu");
+  EXPECT_EQ(spec->model().name(), "simplecnn");
+  EXPECT_EQ(spec->data().dataset(), "fashion-mnist");
+  EXPECT_EQ(spec->data().path(), "");
+  EXPECT_EQ(spec->data().max_train_samples(), 0u);
+  EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_IID);
+  EXPECT_EQ(spec->data().partition().parties(), 4u);
+  EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.5);
+  EXPECT_EQ(spec->data().partition().labels_per_party(), 2u);
+  EXPECT_EQ(spec->local_epochs(), 1u);
+  EXPECT_EQ(spec->batch_size(), 64u);
+  EXPECT_EQ(spec->optimizer().name(), "sgd");
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0.0);
+}
+
+TEST(JobSpecTest, ReadsEveryKey) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(R"(
+name = "full"
+strategy = "fedavg"
+rounds = 7
+clients_per_round = 6
+min_clients = 5
+round_deadline_s = 12.5
+seed = 99
+max_round_attempts = 2
+device = "cuda"
+fallback_device = "cpu"
+
+[model]
+name = "MLP"
+hidden = [128, 64]
+
+[data]
+dataset = "fashion-mnist"
+path = "/tmp/fm"
+max_train_samples = 5000
+max_test_samples = 900
+
+[data.partition]
+kind = "label-quantity"
+parties = 8
+beta = 0.3
+labels_per_party = 3
+seed = 4
+
+[train]
+optimizer = "sgd"
+local_epochs = 3
+batch_size = 32
+learning_rate = 0.1
+momentum = 0.5
+weight_decay = 1e-4
+)",
+                                                "full.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->clients_per_round(), 6u);
+  EXPECT_EQ(spec->min_clients(), 5u);
+  EXPECT_EQ(spec->round_deadline_ms(), 12500u);
+  EXPECT_EQ(spec->seed(), 99u);
+  EXPECT_EQ(spec->max_round_attempts(), 2u);
+  EXPECT_EQ(spec->device(), "cuda");
+  EXPECT_EQ(spec->model().name(), "mlp");
+  ASSERT_EQ(spec->model().hidden_size(), 2);
+  EXPECT_EQ(spec->model().hidden(1), 64u);
+  EXPECT_EQ(spec->data().path(), "/tmp/fm");
+  EXPECT_EQ(spec->data().max_train_samples(), 5000u);
+  EXPECT_EQ(spec->data().max_test_samples(), 900u);
+  EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_LABEL_QUANTITY);
+  EXPECT_EQ(spec->data().partition().parties(), 8u);
+  EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.3);
+  EXPECT_EQ(spec->data().partition().labels_per_party(), 3u);
+  EXPECT_EQ(spec->data().partition().seed(), 4u);
+  EXPECT_EQ(spec->local_epochs(), 3u);
+  EXPECT_EQ(spec->batch_size(), 32u);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.1);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.5);
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 1e-4);
+
+  // The partition seed defaults to the job's seed.
+  Result<v1::JobSpec> seeded = ParseJobSpecString(std::string("seed = 17\n") + kMinimal, "job.toml");
+  ASSERT_TRUE(seeded.ok()) << seeded.status().ToString();
+  EXPECT_EQ(seeded->data().partition().seed(), 17u);
+}
+
+TEST(JobSpecTest, EveryExampleParses) {
+  for (const char* name : {"fmnist-fedavg.toml", "niid-bench-iid.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+    SCOPED_TRACE(name);
+    Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(spec->name() + ".toml", name);
+  }
+}
+
+TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {
+  Result<v1::JobSpec> demo = ParseJobSpecFile(ExamplePath("fmnist-fedavg.toml"));
+  ASSERT_TRUE(demo.ok()) << demo.status().ToString();
+  EXPECT_EQ(demo->model().name(), "simplecnn");
+  EXPECT_EQ(demo->data().partition().kind(), v1::PARTITION_IID);
+  EXPECT_EQ(demo->data().partition().parties(), 10u);
+  EXPECT_EQ(demo->clients_per_round(), 10u);
+  EXPECT_EQ(demo->min_clients(), 8u);
+  EXPECT_EQ(demo->round_deadline_ms(), 120000u);
+
+  Result<v1::JobSpec> iid = ParseJobSpecFile(ExamplePath("niid-bench-iid.toml"));
+  Result<v1::JobSpec> dirichlet = ParseJobSpecFile(ExamplePath("niid-bench-dirichlet.toml"));
+  ASSERT_TRUE(iid.ok() && dirichlet.ok());
+  for (const v1::JobSpec* spec : {&*iid, &*dirichlet}) {
+    EXPECT_EQ(spec->rounds(), 50u);
+    EXPECT_EQ(spec->clients_per_round(), 10u);
+    EXPECT_EQ(spec->min_clients(), 10u);
+    EXPECT_EQ(spec->local_epochs(), 10u);
+    EXPECT_EQ(spec->batch_size(), 64u);
+    EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
+    EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+    EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 1e-5);
+  }
+  EXPECT_EQ(dirichlet->data().partition().kind(), v1::PARTITION_DIRICHLET);
+  EXPECT_DOUBLE_EQ(dirichlet->data().partition().beta(), 0.5);
+
+  Result<v1::JobSpec> smoke = ParseJobSpecFile(ExamplePath("smoke.toml"));
+  ASSERT_TRUE(smoke.ok());
+  EXPECT_EQ(smoke->model().name(), "mlp");
+  EXPECT_EQ(smoke->rounds(), 3u);
+  EXPECT_EQ(smoke->data().partition().parties(), 3u);
+  EXPECT_EQ(smoke->data().max_train_samples(), 2000u);
+  EXPECT_EQ(smoke->data().max_test_samples(), 1000u);
+}
+
+TEST(JobSpecTest, TomlRoundTrips) {
+  for (const char* name : {"fmnist-fedavg.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+    SCOPED_TRACE(name);
+    Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    const std::string text = JobSpecToToml(*spec);
+    Result<v1::JobSpec> again = ParseJobSpecString(text, "shown.toml");
+    ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << text;
+  }
+}
+
+TEST(JobSpecTest, MissingFileIsNotFound) {
+  Result<v1::JobSpec> spec = ParseJobSpecFile("/nonexistent/job.toml");
+  ASSERT_FALSE(spec.ok());
+  EXPECT_EQ(spec.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(spec.status().message().find("/nonexistent/job.toml"), std::string::npos);
+}
+
+TEST(JobSpecTest, SyntaxErrorHasLineAndColumn) {
+  ExpectError("name = \"t\"\nrounds = = 3\n", {"job.toml:2:"});
+  ExpectError("name = \"t\n", {"job.toml:1:"});
+}
+
+TEST(JobSpecTest, UnknownKeysAreNamedWithTheAllowedOnes) {
+  ExpectError(std::string(kMinimal) + "colour = \"red\"\n",
+              {"job.toml:9:", "unknown key 'data.partition.colour'", "kind, parties, beta, labels_per_party, seed"});
+  ExpectError(std::string("epochs = 3\n") + kMinimal, {"job.toml:1:1", "unknown key 'epochs'", "the top level", "rounds"});
+  ExpectError(std::string(kMinimal) + "[train]\nlr = 0.1\n",
+              {"job.toml:10:1", "unknown key 'train.lr'", "learning_rate", "[train]"});
+  ExpectError(std::string(kMinimal) + "[optimizer]\nname = \"sgd\"\n", {"job.toml:9:", "unknown key 'optimizer'"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nwidth = 3\n[data.partition]\nparties = 2\n",
+              {"job.toml:5:1", "unknown key 'model.width'", "name, hidden"});
+}
+
+TEST(JobSpecTest, WrongTypesNameKeyExpectedAndFound) {
+  ExpectError("name = \"t\"\nrounds = \"5\"\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "expected an integer, found a string"});
+  ExpectError("name = \"t\"\nrounds = 5.0\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "expected an integer, found a float"});
+  ExpectError(std::string(kMinimal) + "[train]\nlearning_rate = \"fast\"\n",
+              {"job.toml:10:", "'train.learning_rate'", "expected a float, found a string"});
+  ExpectError(std::string(kMinimal) + "beta = true\n",
+              {"job.toml:9:", "'data.partition.beta'", "expected a float, found a boolean"});
+  ExpectError("name = 3\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:1:", "'name'", "expected a string, found an integer"});
+  ExpectError("name = \"t\"\nrounds = 5\nmodel = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:3:", "'model'", "expected a table, found a string"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nhidden = [64, \"x\"]\n[data.partition]\nparties = 2\n",
+              {"job.toml:5:", "'model.hidden[1]'", "expected an integer, found a string"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nhidden = 64\n[data.partition]\nparties = 2\n",
+              {"job.toml:5:", "'model.hidden'", "expected an array of integers, found an integer"});
+}
+
+TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
+  auto with_train = [](const std::string& line) { return std::string(kMinimal) + "[train]\n" + line + "\n"; };
+  ExpectError("name = \"t\"\nrounds = 0\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "at least 1, got 0"});
+  ExpectError("name = \"t\"\nrounds = -2\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "got -2"});
+  ExpectError(with_train("batch_size = 0"), {"job.toml:10:", "'train.batch_size'", "got 0"});
+  ExpectError(with_train("learning_rate = 0"), {"job.toml:10:", "'train.learning_rate'", "> 0"});
+  ExpectError(with_train("learning_rate = -0.1"), {"job.toml:10:", "'train.learning_rate'"});
+  ExpectError(with_train("learning_rate = nan"), {"job.toml:10:", "'train.learning_rate'", "finite"});
+  ExpectError(with_train("momentum = 1.0"), {"job.toml:10:", "'train.momentum'", "[0, 1)"});
+  ExpectError(with_train("momentum = -0.5"), {"job.toml:10:", "'train.momentum'"});
+  ExpectError(with_train("weight_decay = -1e-5"), {"job.toml:10:", "'train.weight_decay'"});
+  ExpectError(with_train("local_epochs = 0"), {"job.toml:10:", "'train.local_epochs'"});
+  ExpectError(std::string("min_clients = 5\n") + kMinimal,
+              {"job.toml:1:", "'min_clients'", "at most clients_per_round (4), got 5"});
+  ExpectError(std::string("clients_per_round = 3\nmin_clients = 4\n") + kMinimal,
+              {"job.toml:2:", "'min_clients'", "at most clients_per_round (3)"});
+  ExpectError(std::string("clients_per_round = 5\n") + kMinimal,
+              {"job.toml:1:", "'clients_per_round'", "data.partition.parties (4)"});
+  ExpectError(std::string("round_deadline_s = 0\n") + kMinimal, {"job.toml:1:", "'round_deadline_s'"});
+  ExpectError(std::string("round_deadline_s = -3.0\n") + kMinimal, {"job.toml:1:", "'round_deadline_s'"});
+  ExpectError(std::string("seed = -1\n") + kMinimal, {"job.toml:1:", "'seed'"});
+  ExpectError(std::string("max_round_attempts = 0\n") + kMinimal, {"job.toml:1:", "'max_round_attempts'"});
+  ExpectError(std::string(kMinimal) + "beta = 0\n", {"job.toml:9:", "'data.partition.beta'", "> 0"});
+  ExpectError(std::string(kMinimal) + "labels_per_party = 11\n",
+              {"job.toml:9:", "'data.partition.labels_per_party'", "at most 10"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 0\n",
+              {"job.toml:6:", "'data.partition.parties'"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data]\nmax_train_samples = 3\n"
+              "[data.partition]\nparties = 4\n",
+              {"job.toml:6:", "'data.max_train_samples'", "among 4 parties"});
+}
+
+TEST(JobSpecTest, UnknownNamesListTheKnownOnes) {
+  ExpectError(std::string("strategy = \"fedprox\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\""});
+  ExpectError(std::string(kMinimal) + "kind = \"pathological\"\n",
+              {"job.toml:9:", "'data.partition.kind'", "\"dirichlet\"", "\"label-quantity\""});
+  ExpectError(std::string(kMinimal) + "[train]\noptimizer = \"adam\"\n", {"job.toml:10:", "'train.optimizer'", "\"sgd\""});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"resnet\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:4:", "'model.name'", "\"simplecnn\", \"mlp\""});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"simplecnn\"\nhidden = [3]\n[data.partition]\nparties = 2\n",
+              {"job.toml:5:", "'model.hidden'", "\"mlp\" only"});
+  ExpectError(std::string(kMinimal) + "[data]\ndataset = \"cifar10\"\n", {"'data.dataset'", "\"fashion-mnist\""});
+}
+
+TEST(JobSpecTest, RequiredKeys) {
+  ExpectError("rounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n", {"job.toml", "'name'", "required"});
+  ExpectError("name = \"t\"\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n", {"'rounds'", "required"});
+  ExpectError("name = \"t\"\nrounds = 5\n[data.partition]\nparties = 2\n", {"'model'", "required"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\n[data.partition]\nparties = 2\n", {"'model.name'", "required"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n", {"'data.partition'", "required"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nkind = \"iid\"\n",
+              {"'data.partition.parties'", "required"});
+}
+
+}  // namespace
+}  // namespace tessera
