@@ -13,6 +13,24 @@
 #endif
 
 namespace tessera::cpu {
+namespace {
+
+// A float sum in eight independent lanes, so the compiler can vectorise it without
+// reassociation flags.
+TESSERA_VECTORIZED
+float LaneSum(const float* __restrict x, int64_t count) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int lane = 0; lane < 8; ++lane) lanes[lane] += x[i + lane];
+  }
+  float sum = 0.0f;
+  for (; i < count; ++i) sum += x[i];
+  for (float lane : lanes) sum += lane;
+  return sum;
+}
+
+}  // namespace
 
 TESSERA_VECTORIZED
 void Im2Col(const Conv2dShape& s, const float* __restrict x, float* __restrict col) {
@@ -36,7 +54,8 @@ void Im2Col(const Conv2dShape& s, const float* __restrict x, float* __restrict c
             }
             const float* in_row = image + static_cast<int64_t>(ih) * s.in_width;
             if (s.stride == 1 && s.padding == 0) {
-              std::memcpy(out_row, in_row + kw, sizeof(float) * out_w);
+              const float* source = in_row + kw;
+              for (int ow = 0; ow < out_w; ++ow) out_row[ow] = source[ow];  // short rows: no memcpy call
               continue;
             }
             for (int ow = 0; ow < out_w; ++ow) {
@@ -134,23 +153,13 @@ void BiasGrad(int64_t outer, int channels, int64_t inner, const float* __restric
       for (int c = 0; c < channels; ++c) dbias[c] += block[c];
       continue;
     }
-    for (int c = 0; c < channels; ++c) {
-      const float* row = block + c * inner;
-      float sum = 0.0f;
-      for (int64_t i = 0; i < inner; ++i) sum += row[i];
-      dbias[c] += sum;
-    }
+    for (int c = 0; c < channels; ++c) dbias[c] += LaneSum(block + c * inner, inner);
   }
 }
 
 TESSERA_VECTORIZED
 void RowSums(int rows, int64_t length, const float* __restrict matrix, float* __restrict sums) {
-  for (int r = 0; r < rows; ++r) {
-    const float* row = matrix + r * length;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < length; ++i) sum += row[i];
-    sums[r] = sum;
-  }
+  for (int r = 0; r < rows; ++r) sums[r] = LaneSum(matrix + r * length, length);
 }
 
 TESSERA_VECTORIZED
