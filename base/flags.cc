@@ -1,0 +1,102 @@
+#include "base/flags.h"
+
+#include <cstdlib>
+#include <sstream>
+
+namespace tessera {
+
+void FlagSet::String(const std::string& name, std::string* target, const std::string& help) {
+  flags_[name] = Flag{Kind::kString, target, help, *target};
+  order_.push_back(name);
+}
+void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help) {
+  flags_[name] = Flag{Kind::kInt, target, help, std::to_string(*target)};
+  order_.push_back(name);
+}
+void FlagSet::Double(const std::string& name, double* target, const std::string& help) {
+  std::ostringstream v;
+  v << *target;
+  flags_[name] = Flag{Kind::kDouble, target, help, v.str()};
+  order_.push_back(name);
+}
+void FlagSet::Bool(const std::string& name, bool* target, const std::string& help) {
+  flags_[name] = Flag{Kind::kBool, target, help, *target ? "true" : "false"};
+  order_.push_back(name);
+}
+
+Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& value) {
+  char* end = nullptr;
+  switch (flag.kind) {
+    case Kind::kString:
+      *static_cast<std::string*>(flag.target) = value;
+      return Status::Ok();
+    case Kind::kInt: {
+      long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0') {
+        return InvalidArgumentError("flag --" + name + ": expected an integer, got '" + value + "'");
+      }
+      *static_cast<int64_t*>(flag.target) = v;
+      return Status::Ok();
+    }
+    case Kind::kDouble: {
+      double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0') {
+        return InvalidArgumentError("flag --" + name + ": expected a number, got '" + value + "'");
+      }
+      *static_cast<double*>(flag.target) = v;
+      return Status::Ok();
+    }
+    case Kind::kBool:
+      if (value == "true" || value == "1" || value.empty()) {
+        *static_cast<bool*>(flag.target) = true;
+      } else if (value == "false" || value == "0") {
+        *static_cast<bool*>(flag.target) = false;
+      } else {
+        return InvalidArgumentError("flag --" + name + ": expected true or false, got '" + value + "'");
+      }
+      return Status::Ok();
+  }
+  return InternalError("unreachable");
+}
+
+Status FlagSet::Parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0 || arg == "--") {
+      positional_.push_back(arg);
+      continue;
+    }
+    std::string name = arg.substr(2);
+    std::string value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = flags_.find(name);
+    if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + name + " (see --help)");
+    if (!has_value && it->second.kind != Kind::kBool) {
+      if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");
+      value = argv[++i];
+    }
+    RETURN_IF_ERROR(Set(name, it->second, value));
+  }
+  return Status::Ok();
+}
+
+std::string FlagSet::Usage() const {
+  std::ostringstream out;
+  for (const auto& name : order_) {
+    const Flag& f = flags_.at(name);
+    std::string left = "  --" + name + (f.kind == Kind::kBool ? "" : " VALUE");
+    out << left;
+    for (size_t i = left.size(); i < 30; ++i) out << ' ';
+    out << f.help;
+    if (!f.default_value.empty() && f.kind != Kind::kBool) out << " (default: " << f.default_value << ")";
+    out << '\n';
+  }
+  return out.str();
+}
+
+}  // namespace tessera

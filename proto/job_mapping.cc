@@ -1,0 +1,98 @@
+#include "proto/job_mapping.h"
+
+#include <cmath>
+
+#include "core/data/idx.h"
+
+namespace tessera::wire {
+
+ModelConfig ToModelConfig(const v1::JobSpec& spec) {
+  ModelConfig config;
+  if (!spec.model().name().empty()) config.name = spec.model().name();
+  if (spec.model().hidden_size() > 0) {
+    config.hidden.assign(spec.model().hidden().begin(), spec.model().hidden().end());
+  }
+  config.seed = spec.seed();
+  return config;
+}
+
+Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec) {
+  const v1::PartitionSpec& p = spec.data().partition();
+  PartitionConfig config;
+  switch (p.kind()) {
+    case v1::PARTITION_UNSPECIFIED:
+    case v1::PARTITION_IID: config.kind = PartitionConfig::kIid; break;
+    case v1::PARTITION_DIRICHLET: config.kind = PartitionConfig::kDirichlet; break;
+    case v1::PARTITION_LABEL_QUANTITY: config.kind = PartitionConfig::kLabelQuantity; break;
+    case v1::PARTITION_QUANTITY: config.kind = PartitionConfig::kQuantity; break;
+    default:
+      return InvalidArgumentError("spec.data.partition.kind " + v1::PartitionKind_Name(p.kind()) +
+                                  " has no shared partition");
+  }
+  config.parties = p.parties();
+  config.beta = p.beta() > 0 ? p.beta() : 0.5;
+  config.labels_per_party = p.labels_per_party() > 0 ? p.labels_per_party() : 2;
+  config.seed = p.seed();
+  return config;
+}
+
+TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t party) {
+  TrainOptions options;
+  options.epochs = spec.local_epochs();
+  options.batch_size = spec.batch_size();
+  options.learning_rate = static_cast<float>(spec.optimizer().learning_rate());
+  options.momentum = static_cast<float>(spec.optimizer().momentum());
+  options.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
+  options.seed = spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
+  return options;
+}
+
+std::string DatasetDirectory(const v1::JobSpec& spec) {
+  return spec.data().path().empty() ? std::string(kDefaultFashionMnistDir) : spec.data().path();
+}
+
+Status ValidateJobSpec(const v1::JobSpec& s) {
+  auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
+    return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+  };
+  if (s.rounds() == 0) return bad("rounds", "at least 1", "0");
+  if (s.clients_per_round() == 0) return bad("clients_per_round", "at least 1", "0");
+  if (s.min_clients() == 0) return bad("min_clients", "at least 1", "0");
+  if (s.min_clients() > s.clients_per_round()) {
+    return bad("min_clients", "at most clients_per_round (" + std::to_string(s.clients_per_round()) + ")",
+               std::to_string(s.min_clients()));
+  }
+  if (s.round_deadline_ms() == 0) return bad("round_deadline_ms", "a positive deadline", "0");
+  if (s.local_epochs() == 0) return bad("local_epochs", "at least 1", "0");
+  if (s.batch_size() == 0) return bad("batch_size", "at least 1", "0");
+  const auto& o = s.optimizer();
+  if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", "\"" + o.name() + "\"");
+  if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
+    return bad("optimizer.learning_rate", "a positive number", std::to_string(o.learning_rate()));
+  }
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", std::to_string(o.momentum()));
+  if (!(o.weight_decay() >= 0)) return bad("optimizer.weight_decay", "a non-negative number", std::to_string(o.weight_decay()));
+  if (!s.strategy().empty() && s.strategy() != "fedavg") return bad("strategy", "\"fedavg\"", "\"" + s.strategy() + "\"");
+  const auto& m = s.model();
+  if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", "\"" + m.name() + "\"");
+  if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {
+    return bad("data.dataset", "\"fashion-mnist\"", "\"" + s.data().dataset() + "\"");
+  }
+  const auto& p = s.data().partition();
+  if (p.kind() != v1::PARTITION_LOCAL_FILES) {
+    if (p.parties() == 0) return bad("data.partition.parties", "at least 1", "0");
+    if (s.clients_per_round() > p.parties()) {
+      return bad("clients_per_round", "at most data.partition.parties (" + std::to_string(p.parties()) + ")",
+                 std::to_string(s.clients_per_round()));
+    }
+    auto partition = ToPartitionConfig(s);
+    if (!partition.ok()) return partition.status();
+  }
+  if (!s.device().empty() && s.device() != "cpu" && s.device().rfind("emu:", 0) != 0 && s.device() != "cuda" &&
+      s.device() != "xrt") {
+    return bad("device", "a device class (cpu, cuda, xrt or emu:PROFILE)", "\"" + s.device() + "\"");
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::wire

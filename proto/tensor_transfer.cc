@@ -1,0 +1,147 @@
+#include "proto/tensor_transfer.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tessera::wire {
+
+v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes) {
+  v1::TensorManifest manifest;
+  uint64_t total = 0;
+  for (const auto& t : tensors) {
+    auto* info = manifest.add_tensors();
+    info->set_name(t.name);
+    for (int64_t d : t.shape) info->add_shape(d);
+    info->set_dtype(v1::DTYPE_FLOAT32);
+    info->set_byte_size(t.ByteSize());
+    info->set_sha256(t.Sha256());
+    total += t.ByteSize();
+  }
+  manifest.set_total_bytes(total);
+  manifest.set_chunk_bytes(std::min(chunk_bytes, kMaxChunkBytes));
+  return manifest;
+}
+
+Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t resume_offset,
+                    const std::function<Status(const v1::TensorChunk&)>& emit) {
+  chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
+  uint64_t global = 0;
+  v1::TensorChunk chunk;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto* bytes = reinterpret_cast<const char*>(tensors[i].values.data());
+    const uint64_t size = tensors[i].ByteSize();
+    uint64_t offset = 0;
+    if (resume_offset > global) offset = std::min<uint64_t>(size, resume_offset - global);
+    while (offset < size) {
+      const uint64_t n = std::min<uint64_t>(chunk_bytes, size - offset);
+      chunk.set_tensor_index(static_cast<uint32_t>(i));
+      chunk.set_offset(offset);
+      chunk.set_data(bytes + offset, n);
+      RETURN_IF_ERROR(emit(chunk));
+      offset += n;
+    }
+    global += size;
+  }
+  return Status::Ok();
+}
+
+TensorAssembler::TensorAssembler(std::string what, uint64_t max_total_bytes)
+    : what_(std::move(what)), max_total_bytes_(max_total_bytes) {}
+
+Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
+  if (started_) return InvalidArgumentError(what_ + ": a second manifest arrived");
+  if (manifest.total_bytes() > max_total_bytes_) {
+    return InvalidArgumentError(what_ + ": manifest declares " + std::to_string(manifest.total_bytes()) +
+                                " bytes, more than the expected " + std::to_string(max_total_bytes_));
+  }
+  uint64_t total = 0;
+  tensors_.clear();
+  tensors_.reserve(manifest.tensors_size());
+  for (const auto& info : manifest.tensors()) {
+    if (info.dtype() != v1::DTYPE_FLOAT32) {
+      return InvalidArgumentError(what_ + ": tensor '" + info.name() + "': expected dtype FLOAT32, got " +
+                                  v1::DType_Name(info.dtype()));
+    }
+    NamedTensor t;
+    t.name = info.name();
+    int64_t elements = 1;
+    for (int64_t d : info.shape()) {
+      if (d < 0) return InvalidArgumentError(what_ + ": tensor '" + info.name() + "' has a negative dimension");
+      t.shape.push_back(d);
+      elements *= d;
+    }
+    if (info.byte_size() != static_cast<uint64_t>(elements) * sizeof(float)) {
+      return InvalidArgumentError(what_ + ": tensor '" + info.name() + "': shape " + ShapeToString(t.shape) +
+                                  " needs " + std::to_string(elements * sizeof(float)) + " bytes, manifest says " +
+                                  std::to_string(info.byte_size()));
+    }
+    total += info.byte_size();
+    if (total > max_total_bytes_) {
+      return InvalidArgumentError(what_ + ": tensors exceed the expected " + std::to_string(max_total_bytes_) + " bytes");
+    }
+    t.values.resize(static_cast<size_t>(elements));
+    tensors_.push_back(std::move(t));
+  }
+  if (total != manifest.total_bytes()) {
+    return InvalidArgumentError(what_ + ": manifest total_bytes " + std::to_string(manifest.total_bytes()) +
+                                " does not match its tensors' " + std::to_string(total));
+  }
+  manifest_ = manifest;
+  started_ = true;
+  current_tensor_ = 0;
+  current_offset_ = 0;
+  // Skip empty tensors at the front.
+  while (current_tensor_ < tensors_.size() && tensors_[current_tensor_].values.empty()) ++current_tensor_;
+  return Status::Ok();
+}
+
+Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
+  if (!started_) return InvalidArgumentError(what_ + ": a chunk arrived before the manifest");
+  if (chunk.data().size() > kMaxChunkBytes) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
+                                " bytes exceeds the 1 MiB limit");
+  }
+  if (current_tensor_ >= tensors_.size()) {
+    return InvalidArgumentError(what_ + ": a chunk arrived after every tensor was complete");
+  }
+  if (chunk.tensor_index() != current_tensor_ || chunk.offset() != current_offset_) {
+    return InvalidArgumentError(what_ + ": expected a chunk of tensor " + std::to_string(current_tensor_) +
+                                " at offset " + std::to_string(current_offset_) + ", got tensor " +
+                                std::to_string(chunk.tensor_index()) + " at offset " + std::to_string(chunk.offset()));
+  }
+  auto& t = tensors_[current_tensor_];
+  const uint64_t size = t.ByteSize();
+  if (current_offset_ + chunk.data().size() > size || chunk.data().empty()) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
+                                " bytes at offset " + std::to_string(current_offset_) + " does not fit tensor '" +
+                                t.name + "' of " + std::to_string(size) + " bytes");
+  }
+  std::memcpy(reinterpret_cast<char*>(t.values.data()) + current_offset_, chunk.data().data(), chunk.data().size());
+  current_offset_ += chunk.data().size();
+  received_ += chunk.data().size();
+  if (current_offset_ == size) {
+    ++current_tensor_;
+    current_offset_ = 0;
+    while (current_tensor_ < tensors_.size() && tensors_[current_tensor_].values.empty()) ++current_tensor_;
+  }
+  return Status::Ok();
+}
+
+Result<TensorSet> TensorAssembler::Finish() {
+  if (!started_) return DataLossError(what_ + ": no manifest arrived");
+  if (current_tensor_ < tensors_.size()) {
+    return DataLossError(what_ + ": transfer ended early: got " + std::to_string(received_) + " of " +
+                         std::to_string(manifest_.total_bytes()) + " bytes");
+  }
+  for (int i = 0; i < manifest_.tensors_size(); ++i) {
+    const std::string got = tensors_[i].Sha256();
+    if (got != manifest_.tensors(i).sha256()) {
+      return DataLossError(what_ + ": tensor '" + tensors_[i].name + "': content hash " + got.substr(0, 12) +
+                           "... does not match the manifest's " + manifest_.tensors(i).sha256().substr(0, 12) + "...");
+    }
+  }
+  started_ = false;
+  return std::move(tensors_);
+}
+
+}  // namespace tessera::wire

@@ -1,0 +1,55 @@
+// Moving a TensorSet over the wire: a manifest (names, shapes, dtypes, per-tensor SHA-256)
+// followed by chunks of at most kMaxChunkBytes, so that a model of any size passes without
+// raising gRPC's message-size limit. Shared by the coordinator and the worker: this and the
+// generated messages are all the code they share besides core/.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/tensor.pb.h"
+
+namespace tessera::wire {
+
+inline constexpr uint32_t kMaxChunkBytes = 1u << 20;  // 1 MiB
+
+// Manifest of `tensors` (float32), stamped with `chunk_bytes`.
+v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes = kMaxChunkBytes);
+
+// Calls `emit` once per chunk, in order, skipping the first `resume_offset` bytes of the
+// concatenated tensors (to resume a broken transfer). Stops at the first error `emit`
+// returns (a closed stream) and returns it.
+Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t resume_offset,
+                    const std::function<Status(const v1::TensorChunk&)>& emit);
+
+// Rebuilds a TensorSet from a manifest and its chunks, checking as it goes: chunk sizes,
+// order and offsets, the declared byte sizes, and at the end each tensor's SHA-256.
+// `what` names the transfer in errors ("update from worker w-2 for job j-1 round 3").
+// Not thread-safe.
+class TensorAssembler {
+ public:
+  TensorAssembler(std::string what, uint64_t max_total_bytes);
+
+  Status Start(const v1::TensorManifest& manifest);
+  Status Add(const v1::TensorChunk& chunk);
+  // Verifies completeness and hashes, then hands over the tensors.
+  Result<TensorSet> Finish();
+
+  uint64_t bytes_received() const { return received_; }
+
+ private:
+  std::string what_;
+  uint64_t max_total_bytes_;
+  bool started_ = false;
+  v1::TensorManifest manifest_;
+  TensorSet tensors_;
+  uint32_t current_tensor_ = 0;
+  uint64_t current_offset_ = 0;
+  uint64_t received_ = 0;
+};
+
+}  // namespace tessera::wire

@@ -1,0 +1,131 @@
+#include "server/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <openssl/crypto.h>
+
+#include "proto/job_mapping.h"
+#include "server/services.h"
+
+namespace tessera::server {
+
+Coordinator::Coordinator(CoordinatorOptions options)
+    : options_(std::move(options)), registry_(options_.registry) {}
+
+Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
+  if (options.join_token.empty()) {
+    return InvalidArgumentError("the coordinator needs a join token (--join-token or --join-token-file)");
+  }
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
+  ASSIGN_OR_RETURN(c->store_, StateStore::Open(c->options_.state_dir));
+  c->services_.push_back(MakeWorkerService(c.get()));
+  c->services_.push_back(MakeJobService(c.get()));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(c->options_.listen_address, grpc::InsecureServerCredentials(), &c->port_);
+  for (auto& service : c->services_) builder.RegisterService(service.get());
+  // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
+  builder.SetMaxReceiveMessageSize(2 << 20);
+  c->server_ = builder.BuildAndStart();
+  if (!c->server_ || c->port_ == 0) {
+    return UnavailableError("cannot listen on '" + c->options_.listen_address + "' (in use, or not a local address?)");
+  }
+  RETURN_IF_ERROR(c->ResumeJobs());
+  spdlog::info("coordinator listening on port {}; state in {}", c->port_, c->options_.state_dir);
+  return c;
+}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+Status Coordinator::ResumeJobs() {
+  ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& job : jobs) {
+    if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) continue;
+    spdlog::info("resuming job {} at round {} of {}", job.id(), job.rounds_committed() + 1, job.spec().rounds());
+    auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, options_.runner);
+    runners_[job.id()] = runner;
+    runner->Start();
+  }
+  return Status::Ok();
+}
+
+void Coordinator::Wait() {
+  if (server_) server_->Wait();
+}
+
+void Coordinator::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(shutdown_mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  registry_.Shutdown();  // task channels return
+  std::map<std::string, std::shared_ptr<JobRunner>> runners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runners.swap(runners_);
+  }
+  for (auto& [id, runner] : runners) runner->Stop();
+  for (auto& [id, runner] : runners) runner->events().End();  // watchers return
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+bool Coordinator::CheckJoinToken(const std::string& token) const {
+  const std::string& want = options_.join_token;
+  return token.size() == want.size() && CRYPTO_memcmp(token.data(), want.data(), want.size()) == 0;
+}
+
+Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  RETURN_IF_ERROR(wire::ValidateJobSpec(spec));
+  ASSIGN_OR_RETURN(uint64_t number, store_->NextJobNumber());
+  v1::Job job;
+  job.set_id("job-" + std::to_string(number) + "-" + RandomHex(3));
+  *job.mutable_spec() = spec;
+  job.set_state(v1::JOB_PENDING);
+  job.set_created_unix_ms(UnixMillis());
+  RETURN_IF_ERROR(store_->InsertJob(job));
+  auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, options_.runner);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runners_[job.id()] = runner;
+  }
+  runner->Start();
+  spdlog::info("job {} submitted: {} rounds of {} clients ({})", job.id(), spec.rounds(), spec.clients_per_round(),
+               spec.name());
+  return job;
+}
+
+std::shared_ptr<JobRunner> Coordinator::Runner(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runners_.find(job_id);
+  return it == runners_.end() ? nullptr : it->second;
+}
+
+Result<v1::Job> Coordinator::GetJob(const std::string& job_id) {
+  if (auto runner = Runner(job_id)) return runner->Snapshot();
+  return store_->GetJob(job_id);
+}
+
+Result<std::vector<v1::Job>> Coordinator::ListJobs() {
+  ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
+  for (auto& job : jobs) {
+    if (auto runner = Runner(job.id())) job = runner->Snapshot();
+  }
+  return jobs;
+}
+
+Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
+  auto runner = Runner(job_id);
+  if (!runner) {
+    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+    return FailedPreconditionError("job " + job_id + " is " + v1::JobState_Name(job.state()) + "; only a running job can be cancelled");
+  }
+  runner->Cancel();
+  return runner->Snapshot();
+}
+
+Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round) {
+  return store_->ListRounds(job_id, from_round);
+}
+
+}  // namespace tessera::server

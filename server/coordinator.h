@@ -1,0 +1,71 @@
+// The coordinator daemon's core: durable state, the worker registry, one runner per job,
+// and the gRPC server that serves the worker-facing and the user-facing services.
+//
+// Start() opens the state directory, resumes every job that was running, and binds; port 0
+// picks a free port (tests). Shutdown() follows gRPC's documented order: stop accepting,
+// wake the long-lived streams, then wait for in-flight calls. Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "server/job_runner.h"
+#include "server/state_store.h"
+#include "server/worker_registry.h"
+
+namespace tessera::server {
+
+struct CoordinatorOptions {
+  std::string listen_address = "127.0.0.1:7070";
+  std::string state_dir = "./var";
+  std::string join_token;                    // required: workers present it to join
+  uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
+  WorkerRegistryOptions registry;
+  JobRunnerOptions runner;
+};
+
+class Coordinator {
+ public:
+  static Result<std::unique_ptr<Coordinator>> Start(CoordinatorOptions options);
+  ~Coordinator();
+
+  int port() const { return port_; }
+  const CoordinatorOptions& options() const { return options_; }
+  WorkerRegistry& registry() { return registry_; }
+
+  // Blocks until Shutdown() is called from another thread or a signal handler's thread.
+  void Wait();
+  void Shutdown();
+
+  // The user-facing operations.
+  Result<v1::Job> SubmitJob(const v1::JobSpec& spec);
+  Result<v1::Job> GetJob(const std::string& job_id);
+  Result<std::vector<v1::Job>> ListJobs();
+  Result<v1::Job> CancelJob(const std::string& job_id);
+  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round);
+  // The runner of a job that is running in this process, or nullptr.
+  std::shared_ptr<JobRunner> Runner(const std::string& job_id);
+
+  bool CheckJoinToken(const std::string& token) const;
+
+ private:
+  explicit Coordinator(CoordinatorOptions options);
+  Status ResumeJobs();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<StateStore> store_;
+  WorkerRegistry registry_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<JobRunner>> runners_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,359 @@
+#include "server/job_runner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "core/data/idx.h"
+#include "core/train/trainer.h"
+#include "device/registry.h"
+#include "proto/job_mapping.h"
+
+namespace tessera::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, JobRunnerOptions options)
+    : store_(store), registry_(registry), options_(options), job_(std::move(job)) {}
+
+JobRunner::~JobRunner() { Stop(); }
+
+void JobRunner::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void JobRunner::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void JobRunner::Cancel() { cancel_ = true; }
+
+v1::Job JobRunner::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_;
+}
+
+Result<std::shared_ptr<const TensorSet>> JobRunner::Model(uint64_t version) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!global_) return UnavailableError("job " + job_.id() + ": the global model is not loaded yet");
+  if (version != job_.rounds_committed()) {
+    return FailedPreconditionError("job " + job_.id() + ": model version " + std::to_string(version) +
+                                   " is not current; the current version is " + std::to_string(job_.rounds_committed()));
+  }
+  return global_;
+}
+
+void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version) {
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  if (round && round->model_version() == version) round->RecordDownload(worker_id);
+}
+
+Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+    if (!round) {
+      return FailedPreconditionError("update from worker '" + header.worker_id() + "' for job " + job_.id() +
+                                     " round " + std::to_string(header.round()) + ": no round is open (" +
+                                     std::to_string(job_.rounds_committed()) + " rounds committed)");
+    }
+  }
+  return round->Admit(header);
+}
+
+Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms) {
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  if (!round) return AdmitUpload(header);
+  Status verdict = round->Submit(header, delta, upload_ms);
+  registry_->RecordRound(header.worker_id(), verdict.ok());
+  if (!verdict.ok()) {
+    spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
+    Note("refused " + verdict.message());
+  }
+  return verdict;
+}
+
+void JobRunner::Note(const std::string& message) {
+  v1::JobEvent event;
+  *event.mutable_job() = Snapshot();
+  event.set_message(message);
+  events_.Publish(std::move(event));
+}
+
+Status JobRunner::Prepare() {
+  v1::Job job = Snapshot();
+  const v1::JobSpec& spec = job.spec();
+  ASSIGN_OR_RETURN(device_, CreateDevice("cpu"));
+  ASSIGN_OR_RETURN(evaluator_, CreateModel(wire::ToModelConfig(spec), device_.get()));
+  TensorSet global;
+  if (job.rounds_committed() == 0) {
+    auto initial = store_->LoadCheckpoint(job.id(), 0);
+    if (initial.ok()) {
+      global = std::move(initial).value();
+    } else {
+      global = evaluator_->GetState();
+      RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
+    }
+  } else {
+    ASSIGN_OR_RETURN(global, store_->LoadCheckpoint(job.id(), job.rounds_committed()));
+    spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
+  }
+  RETURN_IF_ERROR(evaluator_->SetState(global).WithContext("job " + job.id() + " checkpoint"));
+  const std::string dir = wire::DatasetDirectory(spec);
+  auto test = LoadFashionMnist(dir, /*train=*/false);
+  if (!test.ok()) return test.status().WithContext("job " + job.id() + ": loading the evaluation set");
+  test_set_ = std::move(test).value();
+  ASSIGN_OR_RETURN(auto seats, store_->LoadSeats(job.id()));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [worker, party] : seats) seats_[worker] = party;
+  int64_t bytes = 0;
+  for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
+  model_bytes_ = static_cast<uint64_t>(bytes);
+  global_ = std::make_shared<const TensorSet>(std::move(global));
+  return Status::Ok();
+}
+
+void JobRunner::Finish(v1::JobState state, const std::string& error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_.set_state(state);
+    job_.set_error(error);
+    round_.reset();
+  }
+  v1::Job job = Snapshot();
+  Status saved = store_->UpdateJob(job);
+  if (!saved.ok()) spdlog::error("job {}: cannot record its end: {}", job.id(), saved.ToString());
+  std::string message = "job " + job.id() + " " + v1::JobState_Name(state);
+  if (!error.empty()) message += ": " + error;
+  spdlog::info("{}", message);
+  Note(message);
+  events_.End();
+}
+
+void JobRunner::Run() {
+  Status prepared = Prepare();
+  if (!prepared.ok()) {
+    if (!stop_) Finish(v1::JOB_FAILED, prepared.ToString());
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_.set_state(v1::JOB_RUNNING);
+  }
+  if (Status s = store_->UpdateJob(Snapshot()); !s.ok()) spdlog::error("job {}: {}", job_.id(), s.ToString());
+  const v1::JobSpec spec = Snapshot().spec();
+  const uint32_t max_attempts = std::max<uint32_t>(1, spec.max_round_attempts());
+  while (!stopping()) {
+    const uint32_t round = Snapshot().rounds_committed() + 1;
+    if (round > spec.rounds()) {
+      Finish(v1::JOB_SUCCEEDED, "");
+      return;
+    }
+    Status result;
+    uint32_t attempt = 1;
+    for (; attempt <= max_attempts && !stopping(); ++attempt) {
+      result = RunAttempt(round, attempt);
+      if (result.ok() || result.code() != StatusCode::kFailedPrecondition) break;
+      spdlog::warn("job {}: {}", job_.id(), result.message());
+      Note(result.message() + (attempt < max_attempts ? "; retrying" : ""));
+    }
+    if (cancel_) {
+      Finish(v1::JOB_CANCELLED, "cancelled by the user");
+      return;
+    }
+    if (stop_) return;
+    if (!result.ok()) {
+      Finish(v1::JOB_FAILED, "round " + std::to_string(round) + " failed after " +
+                                 std::to_string(std::min(attempt, max_attempts)) + " attempt(s): " + result.message());
+      return;
+    }
+  }
+  if (cancel_) Finish(v1::JOB_CANCELLED, "cancelled by the user");
+}
+
+Result<std::vector<std::pair<std::string, uint32_t>>> JobRunner::SelectClients(uint32_t round, uint32_t attempt) {
+  const v1::JobSpec spec = Snapshot().spec();
+  const uint32_t parties = std::max<uint32_t>(1, spec.data().partition().parties());
+  const auto wait_start = Clock::now();
+  auto last_note = wait_start;
+  while (true) {
+    if (stopping()) return CancelledError("job stopping");
+    std::vector<std::pair<std::string, uint32_t>> candidates;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<bool> taken(parties, false);
+      for (const auto& [worker, party] : seats_) {
+        if (party < parties) taken[party] = true;
+      }
+      for (const std::string& worker : registry_->ReadyWorkers()) {
+        auto it = seats_.find(worker);
+        if (it == seats_.end()) {  // a new worker takes the lowest free party
+          auto free = std::find(taken.begin(), taken.end(), false);
+          if (free == taken.end()) continue;
+          const uint32_t party = static_cast<uint32_t>(free - taken.begin());
+          *free = true;
+          if (Status s = store_->SaveSeat(job_.id(), worker, party); !s.ok()) return s;
+          it = seats_.emplace(worker, party).first;
+          spdlog::info("job {}: worker {} takes party {}", job_.id(), worker, party);
+        }
+        candidates.emplace_back(worker, it->second);
+      }
+    }
+    if (candidates.size() >= spec.min_clients()) {
+      std::mt19937_64 rng(spec.seed() * 1000003ull + round * 131ull + attempt);
+      std::shuffle(candidates.begin(), candidates.end(), rng);
+      if (candidates.size() > spec.clients_per_round()) candidates.resize(spec.clients_per_round());
+      std::sort(candidates.begin(), candidates.end());
+      return candidates;
+    }
+    if (Clock::now() - wait_start > options_.worker_wait_timeout) {
+      return FailedPreconditionError("round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
+                                     " workers ready, min_clients is " + std::to_string(spec.min_clients()));
+    }
+    if (Clock::now() - last_note > std::chrono::seconds(10)) {
+      last_note = Clock::now();
+      Note("waiting for workers: " + std::to_string(candidates.size()) + " ready, " +
+           std::to_string(spec.min_clients()) + " needed");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+Status JobRunner::Evaluate(const TensorSet& model, double* accuracy, double* loss) {
+  RETURN_IF_ERROR(evaluator_->SetState(model));
+  const v1::JobSpec spec = Snapshot().spec();
+  ASSIGN_OR_RETURN(EvalReport report, tessera::Evaluate(*evaluator_, test_set_, 500, spec.data().max_test_samples()));
+  *accuracy = report.accuracy;
+  *loss = report.loss;
+  return Status::Ok();
+}
+
+Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
+  const auto round_start = Clock::now();
+  const v1::Job job = Snapshot();
+  const v1::JobSpec& spec = job.spec();
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(round);
+  record.set_attempt(attempt);
+
+  // Selection.
+  const auto selection_start = Clock::now();
+  ASSIGN_OR_RETURN(auto selected, SelectClients(round, attempt));
+  record.mutable_latency()->set_selection_ms(MillisSince(selection_start));
+
+  // Distribution: open the round, then send each selected worker its task.
+  std::shared_ptr<const TensorSet> global;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    global = global_;
+  }
+  ASSIGN_OR_RETURN(auto aggregator, CreateAggregator(spec.strategy(), *global));
+  auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
+                                      std::move(aggregator), spec.min_clients());
+  for (const auto& [worker, party] : selected) open->AddParticipant(worker, party, registry_->Generation(worker));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round_ = open;
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
+  const int64_t deadline_unix_ms = UnixMillis() + spec.round_deadline_ms();
+  open->MarkDispatched();
+  for (const auto& [worker, party] : selected) {
+    v1::Task task;
+    auto* train = task.mutable_train();
+    train->set_job_id(job.id());
+    train->set_round(round);
+    train->set_attempt(attempt);
+    train->set_model_version(job.rounds_committed());
+    *train->mutable_spec() = spec;
+    train->set_party_index(party);
+    train->set_deadline_unix_ms(deadline_unix_ms);
+    if (Status s = registry_->Send(worker, std::move(task)); !s.ok()) spdlog::warn("job {}: {}", job.id(), s.message());
+  }
+  spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
+
+  // Wait for every participant, the deadline, or the loss of the ones still pending.
+  while (Clock::now() < deadline && !stopping()) {
+    const size_t pending = open->DropLost(
+        [this](const std::string& id, uint64_t generation) { return registry_->IsAlive(id, generation); });
+    if (pending == 0) break;
+    open->WaitAllReported(std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+  }
+  const auto stragglers = open->Close("deadline passed");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round_.reset();
+  }
+  for (const auto& worker : stragglers) {
+    v1::Task cancel;
+    cancel.mutable_cancel()->set_job_id(job.id());
+    cancel.mutable_cancel()->set_round(round);
+    cancel.mutable_cancel()->set_reason("the round's deadline passed");
+    registry_->Send(worker, std::move(cancel)).ok();
+  }
+  if (stopping()) return CancelledError("job stopping");
+  if (open->accepted() < spec.min_clients()) {
+    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
+                                   std::to_string(open->accepted()) + " of " + std::to_string(selected.size()) +
+                                   " selected clients reported by the deadline; min_clients is " +
+                                   std::to_string(spec.min_clients()));
+  }
+
+  // Aggregation (the streaming part already happened as updates arrived).
+  ASSIGN_OR_RETURN(TensorSet next, open->ApplyAggregate());
+  open->FillRecord(&record);
+
+  // Evaluation.
+  const auto eval_start = Clock::now();
+  double accuracy = 0, loss = 0;
+  RETURN_IF_ERROR(Evaluate(next, &accuracy, &loss));
+  record.mutable_latency()->set_evaluation_ms(MillisSince(eval_start));
+  record.set_test_accuracy(accuracy);
+  record.set_test_loss(loss);
+  record.set_model_sha256(TensorSetSha256(next));
+
+  // Commit: the checkpoint and the round record together.
+  const auto commit_start = Clock::now();
+  v1::Job committed = job;
+  committed.set_rounds_committed(round);
+  record.set_committed_unix_ms(UnixMillis());
+  *committed.mutable_last_round() = record;
+  RETURN_IF_ERROR(store_->CommitRound(committed, record, next));
+  record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
+  record.mutable_latency()->set_total_ms(MillisSince(round_start));
+  *committed.mutable_last_round() = record;
+  if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
+    spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_.set_rounds_committed(round);
+    *job_.mutable_last_round() = record;
+    global_ = std::make_shared<const TensorSet>(std::move(next));
+  }
+  spdlog::info("job {}: round {} committed: accuracy {:.4f}, loss {:.4f}, {} of {} clients, {:.0f} ms", job.id(), round,
+               accuracy, loss, record.clients_reported(), record.clients_selected(), record.latency().total_ms());
+  v1::JobEvent event;
+  *event.mutable_job() = Snapshot();
+  *event.mutable_round() = record;
+  events_.Publish(std::move(event));
+  return Status::Ok();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,85 @@
+// Runs one federated job: synchronous rounds of selection, distribution, local training on
+// the workers, streaming aggregation, evaluation and commit, until the job's rounds are done,
+// it is cancelled, or it fails. Resumes from the last committed round after a restart.
+//
+// Thread-safe. One thread per job, started by Start() and joined by Stop().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "core/data/dataset.h"
+#include "core/model/model.h"
+#include "device/device.h"
+#include "server/job_events.h"
+#include "server/round.h"
+#include "server/state_store.h"
+#include "server/worker_registry.h"
+
+namespace tessera::server {
+
+struct JobRunnerOptions {
+  std::chrono::milliseconds worker_wait_timeout{600000};  // fail a round attempt with too few workers after this
+};
+
+class JobRunner {
+ public:
+  JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, JobRunnerOptions options);
+  ~JobRunner();
+
+  void Start();
+  // Stops the thread without changing the job's persisted state (coordinator shutdown).
+  void Stop();
+  // Ends the job as CANCELLED.
+  void Cancel();
+
+  v1::Job Snapshot() const;
+  JobEvents& events() { return events_; }
+
+  // For the worker service.
+  // The global model of `version`, or an error when that version is not current.
+  Result<std::shared_ptr<const TensorSet>> Model(uint64_t version) const;
+  void RecordDownload(const std::string& worker_id, uint64_t version);
+  Status AdmitUpload(const v1::UpdateHeader& header) const;
+  Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
+  uint64_t model_bytes() const { return model_bytes_.load(); }
+
+ private:
+  void Run();
+  Status Prepare();
+  // One attempt at the next round. OK when it committed; FailedPrecondition when too few
+  // clients reported (the round is retried); another error ends the job.
+  Status RunAttempt(uint32_t round, uint32_t attempt);
+  Result<std::vector<std::pair<std::string, uint32_t>>> SelectClients(uint32_t round, uint32_t attempt);
+  Status Evaluate(const TensorSet& model, double* accuracy, double* loss);
+  void Finish(v1::JobState state, const std::string& error);
+  void Note(const std::string& message);
+  bool stopping() const { return stop_.load() || cancel_.load(); }
+
+  StateStore* store_;
+  WorkerRegistry* registry_;
+  JobRunnerOptions options_;
+  JobEvents events_;
+
+  mutable std::mutex mu_;
+  v1::Job job_;
+  std::shared_ptr<const TensorSet> global_;
+  std::shared_ptr<Round> round_;
+  std::map<std::string, uint32_t> seats_;  // worker -> party
+
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<tessera::Model> evaluator_;
+  Dataset test_set_;
+  std::atomic<uint64_t> model_bytes_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,95 @@
+// tessera-coordinator: the coordinator daemon.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "base/flags.h"
+#include "server/coordinator.h"
+
+namespace {
+
+const char kUsage[] = R"(tessera-coordinator: schedules federated rounds for the workers that join it.
+
+It keeps jobs, rounds and workers' seats in SQLite under --state-dir, with the global model's
+checkpoints beside it, and resumes every running job from its last committed round when it
+starts again on the same directory. Workers dial in (they may sit behind NAT); the
+coordinator never dials a worker.
+
+Usage: tessera-coordinator [flags]
+
+Example:
+  tessera-coordinator --listen 127.0.0.1:7070 --state-dir ./var --join-token-file ./var/join-token
+
+Flags:
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  server::CoordinatorOptions options;
+  std::string token_file;
+  int64_t heartbeat_timeout_ms = options.registry.heartbeat_timeout_ms;
+  int64_t heartbeat_interval_ms = options.registry.heartbeat_interval_ms;
+  int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
+  std::string log_level = "info";
+  bool help = false;
+  FlagSet flags;
+  flags.String("listen", &options.listen_address, "address to listen on (host:port; port 0 picks one)");
+  flags.String("state-dir", &options.state_dir, "directory of the coordinator's database and checkpoints");
+  flags.String("join-token", &options.join_token, "the token workers must present to join");
+  flags.String("join-token-file", &token_file, "read the join token from this file instead");
+  flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats");
+  flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round");
+  flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails");
+  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.Bool("help", &help, "show this help");
+  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 2;
+  }
+  if (help) {
+    std::cout << kUsage << flags.Usage();
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [coordinator] %^%l%$ %v");
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, options.join_token) || options.join_token.empty()) {
+      std::cerr << "tessera-coordinator: --join-token-file '" << token_file << "': cannot read a token from it\n";
+      return 2;
+    }
+  }
+  options.registry.heartbeat_interval_ms = static_cast<uint32_t>(heartbeat_interval_ms);
+  options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
+  options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
+
+  // Block SIGINT/SIGTERM in every thread; one thread waits for them and shuts down.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto coordinator = server::Coordinator::Start(options);
+  if (!coordinator.ok()) {
+    std::cerr << "tessera-coordinator: " << coordinator.status().ToString() << "\n";
+    return 1;
+  }
+  std::printf("tessera-coordinator listening on port %d\n", (*coordinator)->port());
+  std::fflush(stdout);
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    spdlog::info("signal {}: shutting down", signal);
+    (*coordinator)->Shutdown();
+  });
+  (*coordinator)->Wait();
+  waiter.join();
+  return 0;
+}

@@ -1,0 +1,182 @@
+#include "server/round.h"
+
+#include <algorithm>
+
+namespace tessera::server {
+namespace {
+
+double MillisSince(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+}  // namespace
+
+Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
+             std::shared_ptr<const TensorSet> global, std::unique_ptr<UpdateAggregator> aggregator,
+             uint32_t min_clients)
+    : job_id_(std::move(job_id)),
+      round_(round),
+      attempt_(attempt),
+      model_version_(model_version),
+      global_(std::move(global)),
+      min_clients_(min_clients),
+      aggregator_(std::move(aggregator)) {}
+
+void Round::AddParticipant(const std::string& worker_id, uint32_t party, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Participant p;
+  p.party = party;
+  p.generation = generation;
+  p.report.set_worker_id(worker_id);
+  p.report.set_outcome("pending");
+  participants_[worker_id] = p;
+  ++pending_;
+}
+
+void Round::MarkDispatched() {
+  std::lock_guard<std::mutex> lock(mu_);
+  dispatched_ = std::chrono::steady_clock::now();
+}
+
+std::string Round::Describe(const std::string& worker_id) const {
+  return "update from worker '" + worker_id + "' for job " + job_id_ + " round " + std::to_string(round_);
+}
+
+Status Round::Admit(const v1::UpdateHeader& h) const {
+  const std::string what = Describe(h.worker_id());
+  if (h.job_id() != job_id_) return InvalidArgumentError(what + ": job '" + h.job_id() + "' is not this round's job");
+  if (h.round() != round_ || h.attempt() != attempt_) {
+    std::string when = h.round() < round_ || (h.round() == round_ && h.attempt() < attempt_) ? "a past" : "a future";
+    return FailedPreconditionError(what + ": it is for " + when + " round (round " + std::to_string(h.round()) +
+                                   " attempt " + std::to_string(h.attempt()) + "); the open round is " +
+                                   std::to_string(round_) + " attempt " + std::to_string(attempt_));
+  }
+  if (h.base_model_version() != model_version_) {
+    return FailedPreconditionError(what + ": trained from model version " + std::to_string(h.base_model_version()) +
+                                   ", expected version " + std::to_string(model_version_));
+  }
+  if (h.samples() == 0) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return FailedPreconditionError(what + ": the round has closed (deadline passed)");
+  auto it = participants_.find(h.worker_id());
+  if (it == participants_.end()) return FailedPreconditionError(what + ": the worker was not selected for this round");
+  if (it->second.outcome != Outcome::kPending) {
+    return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
+  }
+  return Status::Ok();
+}
+
+Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms) {
+  RETURN_IF_ERROR(Admit(h));
+  const std::string what = Describe(h.worker_id());
+  Status valid = CheckSameLayout(*global_, delta, what);
+  if (valid.ok()) valid = CheckFinite(delta, what);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& p = participants_[h.worker_id()];
+  if (closed_ || p.outcome != Outcome::kPending) {
+    return FailedPreconditionError(what + ": the round closed while the update was checked");
+  }
+  p.report.set_samples(h.samples());
+  p.report.set_compute_ms(h.compute_ms());
+  p.report.set_download_ms(h.download_ms());
+  p.report.set_upload_ms(upload_ms);
+  p.report.set_train_loss(h.train_loss());
+  if (valid.ok()) {
+    const auto start = std::chrono::steady_clock::now();
+    valid = aggregator_->Add(delta, h.samples());
+    aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
+  }
+  --pending_;
+  if (!valid.ok()) {
+    p.outcome = Outcome::kRejected;
+    p.report.set_outcome("rejected: " + valid.message());
+  } else {
+    p.outcome = Outcome::kAccepted;
+    p.report.set_outcome("accepted");
+    upload_ms_.push_back(upload_ms);
+    ++accepted_;
+    if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = std::chrono::steady_clock::now();
+  }
+  cv_.notify_all();
+  return valid;
+}
+
+void Round::RecordDownload(const std::string& worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = participants_.find(worker_id);
+  if (it != participants_.end()) it->second.download_done = std::chrono::steady_clock::now();
+}
+
+bool Round::WaitAllReported(std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, until, [&] { return pending_ == 0; });
+}
+
+std::vector<std::string> Round::Close(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  closed_at_ = std::chrono::steady_clock::now();
+  std::vector<std::string> dropped;
+  for (auto& [id, p] : participants_) {
+    if (p.outcome == Outcome::kPending) {
+      p.outcome = Outcome::kDropped;
+      p.report.set_outcome("dropped: " + reason);
+      dropped.push_back(id);
+    }
+  }
+  pending_ = 0;
+  return dropped;
+}
+
+size_t Round::accepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return accepted_;
+}
+
+Result<TensorSet> Round::ApplyAggregate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto start = std::chrono::steady_clock::now();
+  auto next = aggregator_->Apply(*global_);
+  const_cast<Round*>(this)->aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
+  return next;
+}
+
+double Round::aggregation_ms() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return aggregation_ms_;
+}
+
+void Round::FillRecord(v1::RoundRecord* record) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<double> compute;
+  double distribution = 0;
+  double loss_sum = 0;
+  uint64_t samples = 0;
+  for (const auto& [id, p] : participants_) {
+    *record->add_workers() = p.report;
+    if (p.outcome != Outcome::kAccepted) continue;
+    compute.push_back(p.report.compute_ms());
+    if (p.download_done > dispatched_) distribution = std::max(distribution, MillisSince(dispatched_, p.download_done));
+    loss_sum += p.report.train_loss() * static_cast<double>(p.report.samples());
+    samples += p.report.samples();
+  }
+  record->set_clients_selected(static_cast<uint32_t>(participants_.size()));
+  record->set_clients_reported(static_cast<uint32_t>(accepted_));
+  record->set_train_loss(samples ? loss_sum / static_cast<double>(samples) : 0);
+  auto* latency = record->mutable_latency();
+  latency->set_distribution_ms(distribution);
+  latency->set_compute_ms_median(Median(compute));
+  latency->set_compute_ms_max(compute.empty() ? 0 : *std::max_element(compute.begin(), compute.end()));
+  latency->set_upload_ms(Median(upload_ms_));
+  latency->set_straggler_wait_ms(quorum_at_ ? MillisSince(*quorum_at_, closed_at_) : 0);
+  latency->set_aggregation_ms(aggregation_ms_);
+}
+
+}  // namespace tessera::server

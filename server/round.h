@@ -1,0 +1,109 @@
+// One attempt at one federated round: who was selected, what each reported, and the
+// running aggregate. The job runner opens it, the worker service feeds it updates, and the
+// runner closes it at its deadline or when every participant has reported.
+//
+// Thread-safe: uploads arrive on gRPC threads while the runner waits.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "server/update_aggregator.h"
+#include "tessera/v1/job.pb.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::server {
+
+class Round {
+ public:
+  enum class Outcome { kPending, kAccepted, kRejected, kDropped };
+  struct Participant {
+    uint32_t party = 0;
+    uint64_t generation = 0;   // the worker's session generation when the task was sent
+    Outcome outcome = Outcome::kPending;
+    v1::WorkerRoundReport report;
+    std::chrono::steady_clock::time_point download_done{};
+  };
+
+  Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
+        std::shared_ptr<const TensorSet> global, std::unique_ptr<UpdateAggregator> aggregator,
+        uint32_t min_clients);
+
+  const std::string& job_id() const { return job_id_; }
+  uint32_t round() const { return round_; }
+  uint32_t attempt() const { return attempt_; }
+  uint64_t model_version() const { return model_version_; }
+
+  void AddParticipant(const std::string& worker_id, uint32_t party, uint64_t generation);
+  void MarkDispatched();
+
+  // Checks an upload's header before its tensors arrive: the right job, round, attempt and
+  // model version, a selected worker that has not reported yet, a positive sample count.
+  Status Admit(const v1::UpdateHeader& header) const;
+  // Validates the delta (layout, finite values) and folds it into the aggregate. A refused
+  // update never touches the aggregate; its participant is marked rejected with the reason.
+  Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
+  void RecordDownload(const std::string& worker_id);
+
+  // Marks participants whose session is gone as dropped; returns how many are still pending.
+  template <typename AliveFn>
+  size_t DropLost(AliveFn&& alive);
+  // Waits until no participant is pending, or `until`.
+  bool WaitAllReported(std::chrono::steady_clock::time_point until);
+  // Stops accepting updates and drops the pending participants ("deadline").
+  std::vector<std::string> Close(const std::string& reason);
+
+  size_t accepted() const;
+  // Fills the record's per-worker reports and latency phases from what was measured.
+  void FillRecord(v1::RoundRecord* record) const;
+  Result<TensorSet> ApplyAggregate() const;
+  double aggregation_ms() const;
+
+ private:
+  std::string Describe(const std::string& worker_id) const;
+
+  const std::string job_id_;
+  const uint32_t round_;
+  const uint32_t attempt_;
+  const uint64_t model_version_;
+  const std::shared_ptr<const TensorSet> global_;
+  const uint32_t min_clients_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<UpdateAggregator> aggregator_;
+  std::map<std::string, Participant> participants_;
+  bool closed_ = false;
+  size_t pending_ = 0;
+  size_t accepted_ = 0;
+  double aggregation_ms_ = 0;
+  std::vector<double> upload_ms_;
+  std::chrono::steady_clock::time_point dispatched_{};
+  std::optional<std::chrono::steady_clock::time_point> quorum_at_;  // min_clients accepted
+  std::chrono::steady_clock::time_point closed_at_{};
+};
+
+template <typename AliveFn>
+size_t Round::DropLost(AliveFn&& alive) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, p] : participants_) {
+    if (p.outcome == Outcome::kPending && !alive(id, p.generation)) {
+      p.outcome = Outcome::kDropped;
+      p.report.set_outcome("dropped: worker lost (no heartbeat, disconnected or restarted)");
+      --pending_;
+    }
+  }
+  if (pending_ == 0) cv_.notify_all();
+  return pending_;
+}
+
+}  // namespace tessera::server

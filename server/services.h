@@ -1,0 +1,18 @@
+// The gRPC services of the coordinator: WorkerService (what workers call) and JobService
+// (what the `tessera` command line calls). Both are thin: they authenticate, translate
+// messages, and hand the work to the Coordinator and its job runners.
+#pragma once
+
+#include <memory>
+
+#include "tessera/v1/job_service.grpc.pb.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::server {
+
+class Coordinator;
+
+std::unique_ptr<v1::WorkerService::Service> MakeWorkerService(Coordinator* coordinator);
+std::unique_ptr<v1::JobService::Service> MakeJobService(Coordinator* coordinator);
+
+}  // namespace tessera::server

@@ -1,0 +1,75 @@
+// The coordinator's durable state: jobs, round records, workers and job seats in SQLite
+// (WAL mode) under the state directory, and global-model checkpoints as files beside it,
+// each written atomically (temporary file, fsync, rename) before the database row that
+// names it. A round counts as committed when its row is in the database; a checkpoint file
+// without a row is ignored on restart.
+//
+// Thread-safe: every method takes an internal mutex (one SQLite connection).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+class StateStore {
+ public:
+  // Opens (creating if needed) `state_dir`/coordinator.db and `state_dir`/checkpoints/.
+  static Result<std::unique_ptr<StateStore>> Open(const std::string& state_dir);
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  const std::string& state_dir() const { return state_dir_; }
+
+  Status InsertJob(const v1::Job& job);
+  Status UpdateJob(const v1::Job& job);  // state, rounds_committed, error, last_round
+  Result<v1::Job> GetJob(const std::string& job_id);
+  Result<std::vector<v1::Job>> ListJobs();
+  Result<uint64_t> NextJobNumber();
+
+  // Writes the checkpoint of `round` for `job_id` atomically, then, in one transaction,
+  // the round record and the job's new state. Either both are durable or the round is not
+  // committed.
+  Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model);
+  // The global model after `round` rounds (round 0: the initial model).
+  Status SaveInitialModel(const std::string& job_id, const TensorSet& model);
+  // Rewrites a committed round's record (to add the commit's own latency) and the job row.
+  Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record);
+  Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round);
+  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0);
+
+  // Job seats: which party of the partition each worker trains for a job. Stable across
+  // coordinator restarts.
+  Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party);
+  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id);
+
+ private:
+  StateStore(std::string state_dir, sqlite3* db);
+  Status Exec(const std::string& sql);
+  std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
+
+  std::string state_dir_;
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
+// the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
+Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+
+// Checkpoint file format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
+// float32 bytes of each tensor in manifest order. Hashes are verified on load.
+std::string EncodeCheckpoint(const TensorSet& tensors);
+Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source);
+
+}  // namespace tessera::server

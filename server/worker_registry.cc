@@ -1,0 +1,192 @@
+#include "server/worker_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <random>
+
+namespace tessera::server {
+
+std::string RandomHex(size_t bytes) {
+  static thread_local std::random_device device;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes * 2);
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned v = device() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 15]);
+  }
+  return out;
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options) {}
+
+Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
+  const std::string& name = request.name();
+  if (name.empty() || name.size() > 128) {
+    return InvalidArgumentError("join: field 'name': expected 1 to 128 characters, got " +
+                                std::to_string(name.size()));
+  }
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgumentError("join: field 'name' '" + name + "': expected letters, digits, '-', '_' or '.'");
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker& w = workers_[name];
+  const bool rejoin = w.generation != 0;
+  w.session = RandomHex(16);
+  w.generation = next_generation_++;
+  w.last_heard = std::chrono::steady_clock::now();
+  w.last_heard_unix_ms = UnixMillis();
+  w.channel_open = false;
+  w.outbox.clear();
+  w.status.set_worker_id(name);
+  w.status.set_name(name);
+  *w.status.mutable_device() = request.device();
+  w.status.set_cohort(request.cohort());
+  w.status.set_state("joined");
+  cv_.notify_all();  // closes the previous generation's channel
+  spdlog::info("worker {} {} ({}{})", name, rejoin ? "rejoined" : "joined", request.device().name(),
+               request.device().emulated() ? ", emulated" : "");
+  v1::JoinResponse response;
+  response.set_worker_id(name);
+  response.set_session(w.session);
+  response.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  response.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  return response;
+}
+
+Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::string& session) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) {
+    return UnauthenticatedError("worker '" + worker_id + "' is not joined (the coordinator may have restarted); join again");
+  }
+  if (it->second.session != session) {
+    return UnauthenticatedError("worker '" + worker_id + "': session credential is not current; join again");
+  }
+  return Status::Ok();
+}
+
+Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& session, const std::string& state) {
+  RETURN_IF_ERROR(Authenticate(worker_id, session));
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker& w = workers_[worker_id];
+  w.last_heard = std::chrono::steady_clock::now();
+  w.last_heard_unix_ms = UnixMillis();
+  if (!state.empty()) w.status.set_state(state);
+  return Status::Ok();
+}
+
+bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
+  return std::chrono::steady_clock::now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+}
+
+uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? 0 : it->second.generation;
+}
+
+bool WorkerRegistry::IsAlive(const std::string& worker_id, uint64_t generation) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return false;
+  if (generation != 0 && it->second.generation != generation) return false;
+  return IsAliveLocked(it->second);
+}
+
+std::vector<std::string> WorkerRegistry::ReadyWorkers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ready;
+  for (const auto& [id, w] : workers_) {
+    if (w.channel_open && IsAliveLocked(w)) ready.push_back(id);
+  }
+  return ready;
+}
+
+Status WorkerRegistry::Send(const std::string& worker_id, v1::Task task) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return NotFoundError("no worker '" + worker_id + "'");
+  it->second.outbox.push_back(std::move(task));
+  cv_.notify_all();
+  return Status::Ok();
+}
+
+bool WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.generation != generation) return false;
+  it->second.channel_open = true;
+  it->second.last_heard = std::chrono::steady_clock::now();
+  it->second.status.set_state("idle");
+  return true;
+}
+
+void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.generation == generation) {
+    it->second.channel_open = false;
+    it->second.status.set_state("disconnected");
+  }
+}
+
+std::optional<v1::Task> WorkerRegistry::NextTask(const std::string& worker_id, uint64_t generation,
+                                                 std::chrono::milliseconds timeout, bool* closed) {
+  std::unique_lock<std::mutex> lock(mu_);
+  *closed = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto it = workers_.find(worker_id);
+    if (shutdown_ || it == workers_.end() || it->second.generation != generation) {
+      *closed = true;
+      return std::nullopt;
+    }
+    if (!it->second.outbox.empty()) {
+      v1::Task task = std::move(it->second.outbox.front());
+      it->second.outbox.pop_front();
+      return task;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+  }
+}
+
+void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  if (accepted) {
+    it->second.status.set_rounds_completed(it->second.status.rounds_completed() + 1);
+  } else {
+    it->second.status.set_updates_rejected(it->second.status.updates_rejected() + 1);
+  }
+}
+
+std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerStatus> out;
+  for (const auto& [id, w] : workers_) {
+    v1::WorkerStatus s = w.status;
+    s.set_alive(IsAliveLocked(w));
+    s.set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void WorkerRegistry::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace tessera::server

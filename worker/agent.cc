@@ -1,0 +1,282 @@
+#include "worker/agent.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/data/idx.h"
+#include "core/data/partition.h"
+#include "core/model/model.h"
+#include "core/train/trainer.h"
+#include "device/registry.h"
+#include "proto/job_mapping.h"
+
+namespace tessera::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+WorkerAgent::WorkerAgent(WorkerOptions options, std::unique_ptr<CoordinatorClient> client)
+    : options_(std::move(options)), client_(std::move(client)) {}
+
+WorkerAgent::~WorkerAgent() {
+  Stop();
+  if (trainer_.joinable()) trainer_.join();
+}
+
+void WorkerAgent::Stop() {
+  stop_ = true;
+  cv_.notify_all();
+  client_->CancelTaskChannel();
+}
+
+std::string WorkerAgent::device_name() const { return device_ ? device_->capabilities().name : ""; }
+
+void WorkerAgent::SleepFor(uint32_t ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_.load(); });
+}
+
+Status WorkerAgent::OpenDevice() {
+  auto device = CreateDevice(options_.device);
+  if (!device.ok()) {
+    if (options_.fallback_device.empty() || options_.fallback_device == options_.device) return device.status();
+    spdlog::warn("device '{}' is not usable here ({}); falling back to '{}'", options_.device,
+                 device.status().message(), options_.fallback_device);
+    device = CreateDevice(options_.fallback_device);
+    if (!device.ok()) return device.status().WithContext("fallback device '" + options_.fallback_device + "'");
+  }
+  device_ = std::move(device).value();
+  return Status::Ok();
+}
+
+Status WorkerAgent::Run() {
+  RETURN_IF_ERROR(OpenDevice());
+  spdlog::info("worker {} on device {}", options_.name, device_name());
+  trainer_ = std::thread([this] { TrainerLoop(); });
+  uint32_t backoff = options_.backoff_initial_ms;
+  Status result;
+  while (!stop_) {
+    const auto started = Clock::now();
+    Status s = RunSession();
+    if (stop_) break;
+    if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument) {
+      result = s;  // a wrong token or a bad name will not fix itself
+      break;
+    }
+    if (Clock::now() - started > std::chrono::seconds(10)) backoff = options_.backoff_initial_ms;
+    spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), backoff);
+    SleepFor(backoff);
+    backoff = std::min(backoff * 2, options_.backoff_max_ms);
+  }
+  stop_ = true;
+  cv_.notify_all();
+  if (trainer_.joinable()) trainer_.join();
+  return result;
+}
+
+Status WorkerAgent::RunSession() {
+  v1::JoinRequest join;
+  join.set_join_token(options_.join_token);
+  join.set_name(options_.name);
+  join.set_cohort(options_.cohort);
+  join.set_local_data_path(options_.data_dir);
+  const DeviceCapabilities& caps = device_->capabilities();
+  auto* info = join.mutable_device();
+  info->set_kind(caps.kind);
+  info->set_name(caps.name);
+  info->set_emulated(caps.emulated);
+  ASSIGN_OR_RETURN(v1::JoinResponse joined, client_->Join(join));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_id_ = joined.worker_id();
+    session_ = joined.session();
+  }
+  spdlog::info("joined as {}", joined.worker_id());
+  std::atomic<bool> session_over{false};
+  std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
+                         interval = std::max<uint32_t>(100, joined.heartbeat_interval_ms())] {
+    while (!stop_ && !session_over) {
+      v1::HeartbeatRequest beat;
+      beat.set_worker_id(id);
+      beat.set_session(session);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        beat.set_state(state_);
+      }
+      Status s = client_->Heartbeat(beat);
+      if (s.code() == StatusCode::kUnauthenticated) {
+        spdlog::warn("heartbeat refused: {}", s.message());
+        client_->CancelTaskChannel();  // end the session; Run() joins again
+        return;
+      }
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(interval), [&] { return stop_.load() || session_over.load(); });
+    }
+  });
+  v1::TaskChannelRequest open;
+  open.set_worker_id(joined.worker_id());
+  open.set_session(joined.session());
+  Status ended = client_->RunTaskChannel(open, [&](const v1::Task& task) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (task.has_train()) {
+      tasks_.push_back(task.train());
+    } else if (task.has_cancel()) {
+      cancelled_job_ = task.cancel().job_id();
+      cancelled_round_ = task.cancel().round();
+      spdlog::info("round {} of job {} cancelled: {}", task.cancel().round(), task.cancel().job_id(),
+                   task.cancel().reason());
+    } else if (task.has_verdict() && !task.verdict().accepted()) {
+      spdlog::warn("update for job {} round {} refused: {}", task.verdict().job_id(), task.verdict().round(),
+                   task.verdict().reason());
+    }
+    cv_.notify_all();
+  });
+  session_over = true;
+  cv_.notify_all();
+  heartbeat.join();
+  return ended;
+}
+
+void WorkerAgent::TrainerLoop() {
+  while (true) {
+    v1::TrainTask task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_.load() || !tasks_.empty(); });
+      if (stop_) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+      // Only the newest task of a job matters; older ones were superseded.
+      if (std::any_of(tasks_.begin(), tasks_.end(), [&](const auto& t) { return t.job_id() == task.job_id(); })) {
+        continue;
+      }
+      state_ = "training";
+    }
+    Status s = RunTask(task);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_ = "idle";
+    }
+    if (!s.ok()) {
+      spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
+    }
+  }
+}
+
+Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingData(const v1::JobSpec& spec) {
+  const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
+  if (local && options_.data_dir.empty()) {
+    return FailedPreconditionError("the job trains on each worker's own files, but this worker has no --data-dir");
+  }
+  const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
+  const std::string key = dir + "#" + std::to_string(spec.data().max_train_samples());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = datasets_.find(key); it != datasets_.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
+  if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
+  auto shared = std::make_shared<const Dataset>(std::move(data));
+  std::lock_guard<std::mutex> lock(mu_);
+  datasets_[key] = shared;
+  return shared;
+}
+
+Result<std::vector<int64_t>> WorkerAgent::Share(const v1::TrainTask& task, const Dataset& data) {
+  if (task.spec().data().partition().kind() == v1::PARTITION_LOCAL_FILES) {
+    std::vector<int64_t> all(static_cast<size_t>(data.count));
+    for (int64_t i = 0; i < data.count; ++i) all[static_cast<size_t>(i)] = i;
+    return all;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = partitions_.find(task.job_id());
+  if (it == partitions_.end()) {
+    ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(task.spec()));
+    ASSIGN_OR_RETURN(auto parts, PartitionIndices(data.labels, data.num_classes, config));
+    it = partitions_.emplace(task.job_id(), std::move(parts)).first;
+  }
+  if (task.party_index() >= it->second.size()) {
+    return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
+                                std::to_string(it->second.size()) + " parties");
+  }
+  return it->second[task.party_index()];
+}
+
+Status WorkerAgent::RunTask(const v1::TrainTask& task) {
+  const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
+  std::string worker_id, session;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_id = worker_id_;
+    session = session_;
+  }
+  // Download the global model.
+  const auto download_start = Clock::now();
+  v1::DownloadModelRequest request;
+  request.set_worker_id(worker_id);
+  request.set_session(session);
+  request.set_job_id(task.job_id());
+  request.set_model_version(task.model_version());
+  ASSIGN_OR_RETURN(TensorSet global, client_->DownloadModel(request));
+  const double download_ms = MillisSince(download_start);
+
+  // Train on this worker's share.
+  ASSIGN_OR_RETURN(auto data, TrainingData(task.spec()));
+  ASSIGN_OR_RETURN(auto indices, Share(task, *data));
+  ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device_.get()));
+  RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
+  TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
+  const std::string job = task.job_id();
+  const uint32_t round = task.round();
+  const int64_t deadline = task.deadline_unix_ms();
+  options.should_stop = [&, job, round, deadline] {
+    if (stop_) return true;
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    if (deadline > 0 && now > deadline) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_job_ == job && cancelled_round_ == round;
+  };
+  spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
+               options.epochs);
+  ASSIGN_OR_RETURN(TrainReport report, TrainLocal(*model, *data, indices, options));
+
+  // The update is the change to the global model.
+  TensorSet delta = model->GetState();
+  for (size_t i = 0; i < delta.size(); ++i) {
+    for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
+  }
+  v1::UpdateHeader header;
+  header.set_worker_id(worker_id);
+  header.set_session(session);
+  header.set_job_id(task.job_id());
+  header.set_round(task.round());
+  header.set_attempt(task.attempt());
+  header.set_base_model_version(task.model_version());
+  header.set_samples(indices.size());
+  header.set_compute_ms(report.compute_ms);
+  header.set_download_ms(download_ms);
+  header.set_train_loss(report.mean_loss);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = "uploading";
+  }
+  ASSIGN_OR_RETURN(v1::UploadResult result, client_->UploadUpdate(header, delta, options_.chunk_bytes));
+  if (!result.accepted()) {
+    ++updates_refused_;
+    return FailedPreconditionError(what + ": update refused: " + result.reason());
+  }
+  ++rounds_trained_;
+  spdlog::info("{}: update accepted (loss {:.4f}, {:.0f} ms compute)", what, report.mean_loss, report.compute_ms);
+  return Status::Ok();
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,87 @@
+// The worker daemon's core. It joins the coordinator with a token, keeps a heartbeat, holds
+// the task channel open (every connection starts here: edge nodes sit behind NAT), and for
+// each task downloads the global model, trains on its share of the data through its Device,
+// and uploads the model delta with its sample count and timings.
+//
+// When the coordinator goes away it reconnects with exponential backoff and rejoins under
+// the same name, which keeps its seat. A wrong join token is fatal: Run() returns it.
+//
+// Thread-safe: Stop() may be called from any thread (a signal handler's waiter).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "device/device.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::worker {
+
+struct WorkerOptions {
+  std::string name;                 // this worker's identity at the coordinator
+  std::string join_token;
+  std::string device = "cpu";       // device to train on
+  std::string fallback_device = "cpu";
+  std::string data_dir;             // the worker's own IDX files (local-files partitions)
+  std::string cohort;
+  uint32_t chunk_bytes = 1u << 20;  // upload chunk size, at most 1 MiB
+  uint32_t backoff_initial_ms = 200;
+  uint32_t backoff_max_ms = 5000;
+};
+
+class WorkerAgent {
+ public:
+  WorkerAgent(WorkerOptions options, std::unique_ptr<CoordinatorClient> client);
+  ~WorkerAgent();
+
+  // Runs until Stop() (returns OK) or a fatal error (a refused join token, an unusable
+  // device and no fallback).
+  Status Run();
+  void Stop();
+
+  // For tests and the operator: what this worker has done.
+  uint32_t rounds_trained() const { return rounds_trained_.load(); }
+  uint32_t updates_refused() const { return updates_refused_.load(); }
+  std::string device_name() const;
+
+ private:
+  Status OpenDevice();
+  // One connected session: join, heartbeat and task channel until something breaks.
+  Status RunSession();
+  void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
+  void TrainerLoop();
+  Status RunTask(const v1::TrainTask& task);
+  Result<std::shared_ptr<const Dataset>> TrainingData(const v1::JobSpec& spec);
+  Result<std::vector<int64_t>> Share(const v1::TrainTask& task, const Dataset& data);
+  void SleepFor(uint32_t ms);
+
+  WorkerOptions options_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::unique_ptr<Device> device_;
+
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string worker_id_;
+  std::string session_;
+  std::deque<v1::TrainTask> tasks_;
+  std::string cancelled_job_;        // a cancel for the running task's job and round
+  uint32_t cancelled_round_ = 0;
+  std::string state_ = "idle";
+
+  std::map<std::string, std::shared_ptr<const Dataset>> datasets_;           // by directory
+  std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // by job id
+  std::atomic<uint32_t> rounds_trained_{0};
+  std::atomic<uint32_t> updates_refused_{0};
+  std::thread trainer_;
+};
+
+}  // namespace tessera::worker

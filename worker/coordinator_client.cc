@@ -1,0 +1,142 @@
+#include "worker/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "proto/grpc_status.h"
+#include "proto/tensor_transfer.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::worker {
+namespace {
+
+using wire::FromGrpc;
+
+constexpr auto kCallDeadline = std::chrono::seconds(10);
+constexpr auto kTransferDeadline = std::chrono::minutes(5);
+
+void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d) {
+  ctx->set_deadline(std::chrono::system_clock::now() + d);
+}
+
+class GrpcCoordinatorClient final : public CoordinatorClient {
+ public:
+  explicit GrpcCoordinatorClient(const std::string& address) : address_(address) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(2 << 20);
+    // Reconnect quickly after the coordinator comes back.
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    stub_ = v1::WorkerService::NewStub(channel_);
+  }
+
+  Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    v1::JoinResponse response;
+    grpc::Status s = stub_->Join(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s, "join " + address_);
+    return response;
+  }
+
+  Status Heartbeat(const v1::HeartbeatRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    v1::HeartbeatResponse response;
+    return FromGrpc(stub_->Heartbeat(&ctx, request, &response), "heartbeat");
+  }
+
+  Status RunTaskChannel(const v1::TaskChannelRequest& request,
+                        const std::function<void(const v1::Task&)>& on_task) override {
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      channel_ctx_ = ctx;
+    }
+    auto reader = stub_->OpenTaskChannel(ctx.get(), request);
+    v1::Task task;
+    while (reader->Read(&task)) on_task(task);
+    grpc::Status s = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      channel_ctx_.reset();
+    }
+    if (s.ok()) return UnavailableError("task channel closed by the coordinator");
+    return FromGrpc(s, "task channel");
+  }
+
+  void CancelTaskChannel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (channel_ctx_) channel_ctx_->TryCancel();
+  }
+
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kTransferDeadline);
+    auto reader = stub_->DownloadModel(&ctx, request);
+    const std::string what = "model version " + std::to_string(request.model_version()) + " of job " + request.job_id();
+    wire::TensorAssembler assembler(what, uint64_t{1} << 40);
+    v1::ModelChunkMessage message;
+    Status status;
+    bool have_manifest = false;
+    while (reader->Read(&message)) {
+      if (!status.ok()) continue;  // drain
+      if (message.has_manifest()) {
+        status = assembler.Start(message.manifest());
+        have_manifest = true;
+      } else if (message.has_chunk()) {
+        status = have_manifest ? assembler.Add(message.chunk()) : DataLossError(what + ": chunk before the manifest");
+      }
+    }
+    grpc::Status finished = reader->Finish();
+    if (!finished.ok()) return FromGrpc(finished, "download " + what);
+    if (!status.ok()) return status;
+    return assembler.Finish();
+  }
+
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& delta,
+                                        uint32_t chunk_bytes) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kTransferDeadline);
+    v1::UploadResult result;
+    auto writer = stub_->UploadUpdate(&ctx, &result);
+    v1::UpdateChunkMessage message;
+    *message.mutable_header() = header;
+    *message.mutable_header()->mutable_manifest() = wire::BuildManifest(delta, chunk_bytes);
+    bool open = writer->Write(message);
+    if (open) {
+      Status sent = wire::ForEachChunk(delta, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+        v1::UpdateChunkMessage m;
+        *m.mutable_chunk() = chunk;
+        if (!writer->Write(m)) return CancelledError("the coordinator closed the upload");
+        return Status::Ok();
+      });
+      open = sent.ok();
+    }
+    writer->WritesDone();
+    grpc::Status s = writer->Finish();
+    if (!s.ok()) return FromGrpc(s, "upload");
+    return result;
+  }
+
+ private:
+  std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::mutex mu_;
+  std::shared_ptr<grpc::ClientContext> channel_ctx_;
+};
+
+}  // namespace
+
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address) {
+  return std::make_unique<GrpcCoordinatorClient>(address);
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,37 @@
+// The worker's view of the coordinator's WorkerService. The agent is written against this
+// interface; the gRPC client below is the real one, and tests put a fake or a failure
+// injector in its place.
+//
+// Every call has a deadline except RunTaskChannel, which runs until the coordinator closes
+// the channel, the connection breaks, or CancelTaskChannel() is called from another thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::worker {
+
+class CoordinatorClient {
+ public:
+  virtual ~CoordinatorClient() = default;
+  virtual Result<v1::JoinResponse> Join(const v1::JoinRequest& request) = 0;
+  virtual Status Heartbeat(const v1::HeartbeatRequest& request) = 0;
+  virtual Status RunTaskChannel(const v1::TaskChannelRequest& request,
+                                const std::function<void(const v1::Task&)>& on_task) = 0;
+  virtual void CancelTaskChannel() = 0;
+  // The model of request.model_version(), reassembled from its chunks and hash-checked.
+  virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) = 0;
+  // Streams the header then the delta's chunks; returns the coordinator's verdict.
+  virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& delta,
+                                                uint32_t chunk_bytes) = 0;
+};
+
+// A client over one gRPC channel to `address` (host:port), plaintext.
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address);
+
+}  // namespace tessera::worker

@@ -1,0 +1,100 @@
+// tessera-worker: the worker daemon.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "base/flags.h"
+#include "worker/agent.h"
+
+namespace {
+
+const char kUsage[] = R"(tessera-worker: joins a coordinator and trains federated rounds on this node's device.
+
+The worker dials out to the coordinator (it may sit behind NAT), joins with a token, keeps a
+heartbeat, and for each round it is given downloads the global model, trains on its share of
+the data and uploads the change. It reconnects by itself when the coordinator goes away.
+
+Usage: tessera-worker --coordinator HOST:PORT --join-token-file FILE [flags]
+
+Example:
+  tessera-worker --coordinator 127.0.0.1:7070 --join-token-file ./var/join-token --name edge-01
+
+Flags:
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tessera;
+  worker::WorkerOptions options;
+  std::string coordinator = "127.0.0.1:7070";
+  std::string token_file;
+  std::string log_level = "info";
+  int64_t chunk_kib = options.chunk_bytes / 1024;
+  bool help = false;
+  char host[256] = "worker";
+  gethostname(host, sizeof(host) - 1);
+  options.name = std::string(host) + "-" + std::to_string(getpid());
+  FlagSet flags;
+  flags.String("coordinator", &coordinator, "the coordinator's address");
+  flags.String("name", &options.name, "this worker's name, its identity at the coordinator");
+  flags.String("join-token", &options.join_token, "the coordinator's join token");
+  flags.String("join-token-file", &token_file, "read the join token from this file instead");
+  flags.String("device", &options.device, "device to train on (cpu)");
+  flags.String("fallback-device", &options.fallback_device, "device to use when --device is not usable here");
+  flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
+  flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
+  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB (at most 1024)");
+  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.Bool("help", &help, "show this help");
+  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 2;
+  }
+  if (help) {
+    std::cout << kUsage << flags.Usage();
+    return 0;
+  }
+  if (chunk_kib < 1 || chunk_kib > 1024) {
+    std::cerr << "tessera-worker: --chunk-kib: expected 1 to 1024, got " << chunk_kib << "\n";
+    return 2;
+  }
+  options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, options.join_token) || options.join_token.empty()) {
+      std::cerr << "tessera-worker: --join-token-file '" << token_file << "': cannot read a token from it\n";
+      return 2;
+    }
+  }
+  if (options.join_token.empty()) {
+    std::cerr << "tessera-worker: a join token is required (--join-token or --join-token-file)\n";
+    return 2;
+  }
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [" + options.name + "] %^%l%$ %v");
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  worker::WorkerAgent agent(options, worker::MakeGrpcCoordinatorClient(coordinator));
+  std::thread waiter([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    agent.Stop();
+  });
+  waiter.detach();
+  Status s = agent.Run();
+  if (!s.ok()) {
+    std::cerr << "tessera-worker: " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
