@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -41,7 +42,6 @@ CpuDevice::CpuDevice(const CpuDeviceOptions& options) : pool_(HostAllocator()) {
 
 CpuDevice::~CpuDevice() {
   columns_.Reset();
-  channel_major_.Reset();
 }
 
 Result<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
@@ -92,40 +92,56 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, fl
               n, k, alpha, a, lda, b, ldb, beta, c, n);
 }
 
+// Convolutions run one GEMM per sample over that sample's im2col matrix, so inputs and outputs
+// stay NCHW with no transposes; the filter gradient accumulates over samples (beta = 1).
 void CpuDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
                               float* y) {
-  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
-  const int64_t columns = shape.batch * positions;
+  const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  float* col = Scratch(columns_, kernel * columns);
-  float* rows = Scratch(channel_major_, shape.out_channels * columns);
+  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
+  float* col = Scratch(columns_, sample_columns * shape.batch);
   cpu::Im2Col(shape, x, col);
-  Gemm(false, false, shape.out_channels, static_cast<int>(columns), kernel, 1.0f, w, col, 0.0f, rows);
-  cpu::ChannelMajorToNchw(shape.batch, shape.out_channels, positions, rows, bias, y);
+  float beta = 0.0f;
+  if (bias != nullptr) {
+    beta = 1.0f;
+    for (int n = 0; n < shape.batch; ++n) {
+      float* out = y + n * sample_outputs;
+      for (int c = 0; c < shape.out_channels; ++c) std::fill(out + c * positions, out + (c + 1) * positions, bias[c]);
+    }
+  }
+  for (int n = 0; n < shape.batch; ++n) {
+    Gemm(false, false, shape.out_channels, positions, kernel, 1.0f, w, col + n * sample_columns, beta,
+         y + n * sample_outputs);
+  }
 }
 
 void CpuDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
-  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
-  const int64_t columns = shape.batch * positions;
+  const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  float* rows = Scratch(channel_major_, shape.out_channels * columns);
-  float* col = Scratch(columns_, kernel * columns);
-  cpu::NchwToChannelMajor(shape.batch, shape.out_channels, positions, dy, rows);
-  Gemm(true, false, kernel, static_cast<int>(columns), shape.out_channels, 1.0f, w, rows, 0.0f, col);
+  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
+  float* col = Scratch(columns_, sample_columns * shape.batch);
+  for (int n = 0; n < shape.batch; ++n) {
+    Gemm(true, false, kernel, positions, shape.out_channels, 1.0f, w, dy + n * sample_outputs, 0.0f,
+         col + n * sample_columns);
+  }
   cpu::Col2Im(shape, col, dx);
 }
 
 void CpuDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
                                      float* dbias) {
-  const int64_t positions = static_cast<int64_t>(shape.out_height()) * shape.out_width();
-  const int64_t columns = shape.batch * positions;
+  const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  float* rows = Scratch(channel_major_, shape.out_channels * columns);
-  float* col = Scratch(columns_, kernel * columns);
-  cpu::NchwToChannelMajor(shape.batch, shape.out_channels, positions, dy, rows);
+  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
+  float* col = Scratch(columns_, sample_columns * shape.batch);
   cpu::Im2Col(shape, x, col);
-  Gemm(false, true, shape.out_channels, kernel, static_cast<int>(columns), 1.0f, rows, col, 0.0f, dw);
-  if (dbias != nullptr) cpu::RowSums(shape.out_channels, columns, rows, dbias);
+  for (int n = 0; n < shape.batch; ++n) {
+    Gemm(false, true, shape.out_channels, kernel, positions, 1.0f, dy + n * sample_outputs, col + n * sample_columns,
+         n == 0 ? 0.0f : 1.0f, dw);
+  }
+  if (dbias != nullptr) cpu::BiasGrad(shape.batch, shape.out_channels, positions, dy, dbias);
 }
 
 void CpuDevice::BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {

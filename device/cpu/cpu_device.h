@@ -1,5 +1,5 @@
 // The CPU backend: host memory from aligned_alloc behind a MemoryPool, GEMMs through OpenBLAS
-// (cblas_sgemm), convolutions as batched im2col + one GEMM, everything else as vectorised
+// (cblas_sgemm), convolutions as im2col + one GEMM per sample, everything else as vectorised
 // loops. Synchronous: every op is complete when its method returns. Internal to device/cpu/;
 // create it through factory.h.
 #pragma once
@@ -56,8 +56,7 @@ class CpuDevice final : public Device {
 
   MemoryPool pool_;
   DeviceCapabilities capabilities_;
-  DeviceBuffer columns_;   // im2col matrix
-  DeviceBuffer channel_major_;  // GEMM output / gradient in [channels, batch * positions]
+  DeviceBuffer columns_;  // im2col matrices, one per sample
 };
 
 }  // namespace tessera

@@ -36,7 +36,8 @@ TESSERA_VECTORIZED
 void Im2Col(const Conv2dShape& s, const float* __restrict x, float* __restrict col) {
   const int out_h = s.out_height(), out_w = s.out_width();
   const int64_t positions = static_cast<int64_t>(out_h) * out_w;
-  const int64_t row_length = s.batch * positions;
+  const int64_t row_length = positions;
+  const int64_t sample_length = static_cast<int64_t>(s.in_channels) * s.kernel_height * s.kernel_width * positions;
   const int64_t plane = static_cast<int64_t>(s.in_height) * s.in_width;
   for (int c = 0; c < s.in_channels; ++c) {
     for (int kh = 0; kh < s.kernel_height; ++kh) {
@@ -44,7 +45,7 @@ void Im2Col(const Conv2dShape& s, const float* __restrict x, float* __restrict c
         float* row = col + ((static_cast<int64_t>(c) * s.kernel_height + kh) * s.kernel_width + kw) * row_length;
         for (int n = 0; n < s.batch; ++n) {
           const float* image = x + (static_cast<int64_t>(n) * s.in_channels + c) * plane;
-          float* out = row + n * positions;
+          float* out = row + n * sample_length;
           for (int oh = 0; oh < out_h; ++oh) {
             const int ih = oh * s.stride - s.padding + kh;
             float* out_row = out + static_cast<int64_t>(oh) * out_w;
@@ -73,7 +74,8 @@ TESSERA_VECTORIZED
 void Col2Im(const Conv2dShape& s, const float* __restrict col, float* __restrict dx) {
   const int out_h = s.out_height(), out_w = s.out_width();
   const int64_t positions = static_cast<int64_t>(out_h) * out_w;
-  const int64_t row_length = s.batch * positions;
+  const int64_t row_length = positions;
+  const int64_t sample_length = static_cast<int64_t>(s.in_channels) * s.kernel_height * s.kernel_width * positions;
   const int64_t plane = static_cast<int64_t>(s.in_height) * s.in_width;
   std::fill(dx, dx + s.batch * s.in_channels * plane, 0.0f);
   for (int c = 0; c < s.in_channels; ++c) {
@@ -83,7 +85,7 @@ void Col2Im(const Conv2dShape& s, const float* __restrict col, float* __restrict
             col + ((static_cast<int64_t>(c) * s.kernel_height + kh) * s.kernel_width + kw) * row_length;
         for (int n = 0; n < s.batch; ++n) {
           float* image = dx + (static_cast<int64_t>(n) * s.in_channels + c) * plane;
-          const float* in = row + n * positions;
+          const float* in = row + n * sample_length;
           for (int oh = 0; oh < out_h; ++oh) {
             const int ih = oh * s.stride - s.padding + kh;
             if (ih < 0 || ih >= s.in_height) continue;
@@ -101,29 +103,6 @@ void Col2Im(const Conv2dShape& s, const float* __restrict col, float* __restrict
           }
         }
       }
-    }
-  }
-}
-
-TESSERA_VECTORIZED
-void ChannelMajorToNchw(int batch, int channels, int64_t positions, const float* __restrict rows,
-                        const float* __restrict bias, float* __restrict y) {
-  for (int n = 0; n < batch; ++n) {
-    for (int c = 0; c < channels; ++c) {
-      const float* source = rows + (static_cast<int64_t>(c) * batch + n) * positions;
-      float* target = y + (static_cast<int64_t>(n) * channels + c) * positions;
-      const float b = bias != nullptr ? bias[c] : 0.0f;
-      for (int64_t p = 0; p < positions; ++p) target[p] = source[p] + b;
-    }
-  }
-}
-
-void NchwToChannelMajor(int batch, int channels, int64_t positions, const float* __restrict y,
-                        float* __restrict rows) {
-  for (int n = 0; n < batch; ++n) {
-    for (int c = 0; c < channels; ++c) {
-      std::memcpy(rows + (static_cast<int64_t>(c) * batch + n) * positions,
-                  y + (static_cast<int64_t>(n) * channels + c) * positions, sizeof(float) * positions);
     }
   }
 }
@@ -158,11 +137,6 @@ void BiasGrad(int64_t outer, int channels, int64_t inner, const float* __restric
 }
 
 TESSERA_VECTORIZED
-void RowSums(int rows, int64_t length, const float* __restrict matrix, float* __restrict sums) {
-  for (int r = 0; r < rows; ++r) sums[r] = LaneSum(matrix + r * length, length);
-}
-
-TESSERA_VECTORIZED
 void Relu(int64_t count, const float* x, float* y) {
   for (int64_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
@@ -182,6 +156,23 @@ void MaxPool(const MaxPoolShape& s, const float* __restrict x, float* __restrict
     const float* in = x + plane * in_plane;
     float* out = y + plane * out_plane;
     int32_t* index = argmax + plane * out_plane;
+    if (s.window == 2 && s.stride == 2) {  // the common case, branch-free
+      for (int oh = 0; oh < out_h; ++oh) {
+        const float* upper = in + 2 * oh * s.in_width;
+        const float* lower = upper + s.in_width;
+        const int32_t base = 2 * oh * s.in_width;
+        for (int ow = 0; ow < out_w; ++ow) {
+          const float a = upper[2 * ow], b = upper[2 * ow + 1], c = lower[2 * ow], d = lower[2 * ow + 1];
+          const int32_t top = b > a ? base + 2 * ow + 1 : base + 2 * ow;
+          const float top_value = b > a ? b : a;
+          const int32_t bottom = d > c ? base + s.in_width + 2 * ow + 1 : base + s.in_width + 2 * ow;
+          const float bottom_value = d > c ? d : c;
+          out[oh * out_w + ow] = bottom_value > top_value ? bottom_value : top_value;
+          index[oh * out_w + ow] = bottom_value > top_value ? bottom : top;
+        }
+      }
+      continue;
+    }
     for (int oh = 0; oh < out_h; ++oh) {
       for (int ow = 0; ow < out_w; ++ow) {
         const int top = oh * s.stride, left = ow * s.stride;

@@ -9,22 +9,16 @@
 
 namespace tessera::cpu {
 
-// col[k][n * positions + p] for k = (channel, kernel row, kernel column): the batched im2col
-// layout [in_channels * kernel_height * kernel_width, batch * out_height * out_width].
+// col[n][k][p] for k = (channel, kernel row, kernel column), p = output position: one
+// [in_channels * kernel_height * kernel_width, out_height * out_width] matrix per sample, so
+// each sample's GEMM reads and writes NCHW directly.
 void Im2Col(const Conv2dShape& shape, const float* x, float* col);
 // The adjoint of Im2Col: dx = 0, then dx += every col entry at the input position it came from.
 void Col2Im(const Conv2dShape& shape, const float* col, float* dx);
 
-// y[n][c][p] = rows[c][n * positions + p] (+ bias[c]); the GEMM output to NCHW.
-void ChannelMajorToNchw(int batch, int channels, int64_t positions, const float* rows, const float* bias,
-                        float* y);
-// rows[c][n * positions + p] = y[n][c][p]; NCHW to the GEMM layout.
-void NchwToChannelMajor(int batch, int channels, int64_t positions, const float* y, float* rows);
 
 void BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x);
 void BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias);
-// dbias[c] = sum of rows[c][0..length).
-void RowSums(int rows, int64_t length, const float* matrix, float* sums);
 void Relu(int64_t count, const float* x, float* y);
 void ReluBackward(int64_t count, const float* y, const float* dy, float* dx);
 void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax);
