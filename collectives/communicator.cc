@@ -1,0 +1,131 @@
+#include "collectives/communicator.h"
+
+#include <string>
+
+namespace tessera::collectives {
+
+Communicator::Communicator(int rank, int size, std::chrono::milliseconds default_timeout)
+    : rank_(rank), size_(size), default_timeout_(default_timeout) {}
+
+int64_t MillisecondsLeft(Deadline deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? left : 0;
+}
+
+Deadline Communicator::DeadlineFor(const CallOptions& options) const {
+  const auto timeout = options.timeout.count() > 0 ? options.timeout : default_timeout_;
+  return Clock::now() + timeout;
+}
+
+Status Communicator::CheckBuffer(const void* buffer, size_t count, std::string_view what) const {
+  if (buffer == nullptr && count > 0) {
+    return InvalidArgumentError("rank " + std::to_string(rank_) + ": " + std::string(what) +
+                                " buffer is null with count " + std::to_string(count));
+  }
+  return Status::Ok();
+}
+
+Status Communicator::CheckType(DataType type) const {
+  if (!capabilities().HasDataType(type)) {
+    return InvalidArgumentError("backend " + std::string(backend_name()) +
+                                " does not support dtype " + std::string(DataTypeName(type)) +
+                                " (it has " + capabilities().ToString() + ")");
+  }
+  return Status::Ok();
+}
+
+Status Communicator::CheckPeer(int peer, std::string_view what) const {
+  if (peer < 0 || peer >= size_) {
+    return InvalidArgumentError("rank " + std::to_string(rank_) + ": " + std::string(what) +
+                                " " + std::to_string(peer) + " is out of range [0, " +
+                                std::to_string(size_) + ")");
+  }
+  return Status::Ok();
+}
+
+Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(send, count, "allreduce send"));
+  RETURN_IF_ERROR(CheckBuffer(recv, count, "allreduce recv"));
+  return DoAllreduce(send, recv, count, type, op, DeadlineFor(options));
+}
+
+Status Communicator::Broadcast(void* buffer, size_t count, DataType type, int root,
+                               const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(buffer, count, "broadcast"));
+  RETURN_IF_ERROR(CheckPeer(root, "broadcast root"));
+  return DoBroadcast(buffer, count, type, root, DeadlineFor(options));
+}
+
+Status Communicator::Allgather(const void* send, void* recv, size_t count, DataType type,
+                               const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(send, count, "allgather send"));
+  RETURN_IF_ERROR(CheckBuffer(recv, count, "allgather recv"));
+  return DoAllgather(send, recv, count, type, DeadlineFor(options));
+}
+
+Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                   ReduceOp op, const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(send, count, "reduce_scatter send"));
+  RETURN_IF_ERROR(CheckBuffer(recv, count, "reduce_scatter recv"));
+  return DoReduceScatter(send, recv, count, type, op, DeadlineFor(options));
+}
+
+Status Communicator::Barrier(const CallOptions& options) {
+  return DoBarrier(DeadlineFor(options));
+}
+
+Status Communicator::Send(const void* buffer, size_t count, DataType type, int peer, int tag,
+                          const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(buffer, count, "send"));
+  RETURN_IF_ERROR(CheckPeer(peer, "send peer"));
+  if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": send to self");
+  if (tag < 0) return InvalidArgumentError("send tag must be >= 0, got " + std::to_string(tag));
+  return DoSend(buffer, count, type, peer, tag, DeadlineFor(options));
+}
+
+Status Communicator::Recv(void* buffer, size_t count, DataType type, int peer, int tag,
+                          const CallOptions& options) {
+  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBuffer(buffer, count, "recv"));
+  RETURN_IF_ERROR(CheckPeer(peer, "recv peer"));
+  if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": recv from self");
+  if (tag < 0) return InvalidArgumentError("recv tag must be >= 0, got " + std::to_string(tag));
+  return DoRecv(buffer, count, type, peer, tag, DeadlineFor(options));
+}
+
+namespace {
+Status NotNative(std::string_view backend, CollectiveOp op) {
+  return UnimplementedError("backend " + std::string(backend) + " has no native " +
+                            std::string(CollectiveOpName(op)) +
+                            "; create it through CreateCommunicator to get the fallback");
+}
+}  // namespace
+
+Status Communicator::DoAllreduce(const void*, void*, size_t, DataType, ReduceOp, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kAllreduce);
+}
+Status Communicator::DoBroadcast(void*, size_t, DataType, int, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kBroadcast);
+}
+Status Communicator::DoAllgather(const void*, void*, size_t, DataType, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kAllgather);
+}
+Status Communicator::DoReduceScatter(const void*, void*, size_t, DataType, ReduceOp, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kReduceScatter);
+}
+Status Communicator::DoBarrier(Deadline) { return NotNative(backend_name(), CollectiveOp::kBarrier); }
+Status Communicator::DoSend(const void*, size_t, DataType, int, int, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kSend);
+}
+Status Communicator::DoRecv(void*, size_t, DataType, int, int, Deadline) {
+  return NotNative(backend_name(), CollectiveOp::kRecv);
+}
+
+}  // namespace tessera::collectives

@@ -1,0 +1,265 @@
+#include "collectives/fallback.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "collectives/reduce.h"
+
+namespace tessera::collectives {
+namespace {
+// Tag of the framing messages the send/recv route exchanges through the backend.
+constexpr int kFramingTag = 0x7ffffff0;
+}  // namespace
+
+// MessageChannel over the wrapped backend's Send/Recv.
+class FallbackCommunicator::SendRecvChannel final : public MessageChannel {
+ public:
+  explicit SendRecvChannel(Communicator* base) : base_(base) {}
+  ~SendRecvChannel() override {
+    if (thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_ = true;
+      }
+      wake_.notify_all();
+      thread_.join();
+    }
+  }
+
+  int rank() const override { return base_->rank(); }
+  int size() const override { return base_->size(); }
+
+  Status Exchange(const OutgoingMessage* out, const IncomingMessage* in,
+                  Deadline deadline) override {
+    if (out == nullptr && in == nullptr) return Status::Ok();
+    if (in == nullptr) return SendMessage(*out, deadline);
+    if (out == nullptr) return ReceiveMessage(*in, deadline);
+    if (!thread_.joinable()) thread_ = std::thread([this] { SendLoop(); });
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      job_ = out;
+      job_deadline_ = deadline;
+      job_done_ = false;
+    }
+    wake_.notify_all();
+    Status received = ReceiveMessage(*in, deadline);
+    Status sent;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return job_done_; });
+      sent = job_result_;
+    }
+    return received.ok() ? sent : received;
+  }
+
+ private:
+  Status SendMessage(const OutgoingMessage& out, Deadline deadline) {
+    RETURN_IF_ERROR(CallSend(*base_, &out.header, sizeof(MessageHeader), DataType::kUint8,
+                             out.peer, kFramingTag, deadline));
+    if (out.header.payload_bytes == 0) return Status::Ok();
+    return CallSend(*base_, out.data, out.header.payload_bytes, DataType::kUint8, out.peer,
+                    kFramingTag, deadline);
+  }
+
+  Status ReceiveMessage(const IncomingMessage& in, Deadline deadline) {
+    MessageHeader got;
+    RETURN_IF_ERROR(CallRecv(*base_, &got, sizeof(MessageHeader), DataType::kUint8, in.peer,
+                             kFramingTag, deadline));
+    RETURN_IF_ERROR(CheckHeader(in.expected, got, base_->rank(), in.peer));
+    const size_t bytes = in.expected.payload_bytes;
+    if (bytes == 0) return Status::Ok();
+    RETURN_IF_ERROR(CallRecv(*base_, in.data, bytes, DataType::kUint8, in.peer, kFramingTag,
+                             deadline));
+    if (in.sink != nullptr) in.sink->OnReceived(0, bytes);
+    return Status::Ok();
+  }
+
+  void SendLoop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || job_ != nullptr; });
+      if (stop_) return;
+      const OutgoingMessage* job = job_;
+      const Deadline deadline = job_deadline_;
+      lock.unlock();
+      Status result = SendMessage(*job, deadline);
+      lock.lock();
+      job_ = nullptr;
+      job_result_ = result;
+      job_done_ = true;
+      wake_.notify_all();
+    }
+  }
+
+  Communicator* base_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  const OutgoingMessage* job_ = nullptr;  // guarded by mutex_
+  Deadline job_deadline_;                 // guarded by mutex_
+  Status job_result_;                     // guarded by mutex_
+  bool job_done_ = false;                 // guarded by mutex_
+  bool stop_ = false;                     // guarded by mutex_
+};
+
+FallbackCommunicator::FallbackCommunicator(std::unique_ptr<Communicator> base,
+                                           BufferLocation location, AlgorithmTuning tuning)
+    : Communicator(base->rank(), base->size(), base->default_timeout()),
+      base_(std::move(base)),
+      location_(location),
+      channel_(std::make_unique<SendRecvChannel>(base_.get())),
+      algorithms_(std::make_unique<CollectiveAlgorithms>(channel_.get(), tuning)) {}
+
+FallbackCommunicator::~FallbackCommunicator() = default;
+
+bool FallbackCommunicator::Needed(const CommunicatorCapabilities& base) {
+  return base.native_ops != AllCollectiveOps() || base.native_reduce_ops != AllReduceOps();
+}
+
+std::byte* FallbackCommunicator::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return scratch_.data();
+}
+
+Status FallbackCommunicator::NoRoute(CollectiveOp op, ReduceOp reduce_op) const {
+  std::string what(CollectiveOpName(op));
+  if (op == CollectiveOp::kAllreduce || op == CollectiveOp::kReduceScatter) {
+    what += "(" + std::string(ReduceOpName(reduce_op)) + ")";
+  }
+  return UnimplementedError("backend " + std::string(base_->backend_name()) + " cannot run " +
+                            what + " on " + std::string(BufferLocationName(location_)) +
+                            " buffers: no native op and no composition route from " +
+                            base_->capabilities().ToString());
+}
+
+Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t count,
+                                         DataType type, ReduceOp op, Deadline deadline) {
+  const uint64_t sequence = sequence_++;
+  const bool host = location_ == BufferLocation::kHost;
+  if (Has(CollectiveOp::kAllreduce) && HasReduce(op)) {
+    return CallAllreduce(*base_, send, recv, count, type, op, deadline);
+  }
+  if (op == ReduceOp::kAvg && host && Has(CollectiveOp::kAllreduce) && HasReduce(ReduceOp::kSum)) {
+    Count("allreduce(avg) <- allreduce(sum) + divide");
+    RETURN_IF_ERROR(CallAllreduce(*base_, send, recv, count, type, ReduceOp::kSum, deadline));
+    DivideElements(recv, count, type, size());
+    return Status::Ok();
+  }
+  const ReduceOp native_op = op == ReduceOp::kAvg && !HasReduce(op) ? ReduceOp::kSum : op;
+  if (host && Has(CollectiveOp::kReduceScatter) && Has(CollectiveOp::kAllgather) &&
+      HasReduce(native_op)) {
+    Count("allreduce <- reduce_scatter + allgather");
+    const size_t element = DataTypeSize(type);
+    const size_t block = (count + size() - 1) / size();
+    std::byte* padded = Scratch((block * size() + block) * element);
+    std::byte* mine = padded + block * size() * element;
+    std::memcpy(padded, send, count * element);
+    std::memset(padded + count * element, 0, (block * size() - count) * element);
+    RETURN_IF_ERROR(
+        CallReduceScatter(*base_, padded, mine, block, type, native_op, deadline));
+    RETURN_IF_ERROR(CallAllgather(*base_, mine, padded, block, type, deadline));
+    std::memcpy(recv, padded, count * element);
+    if (native_op != op) DivideElements(recv, count, type, size());
+    return Status::Ok();
+  }
+  if (host && HasSendRecv()) {
+    Count("allreduce <- send/recv");
+    return algorithms_->Allreduce(send, recv, count, type, op, sequence, deadline);
+  }
+  return NoRoute(CollectiveOp::kAllreduce, op);
+}
+
+Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_t count,
+                                             DataType type, ReduceOp op, Deadline deadline) {
+  const uint64_t sequence = sequence_++;
+  const bool host = location_ == BufferLocation::kHost;
+  if (Has(CollectiveOp::kReduceScatter) && HasReduce(op)) {
+    return CallReduceScatter(*base_, send, recv, count, type, op, deadline);
+  }
+  if (host && Has(CollectiveOp::kAllreduce) &&
+      (HasReduce(op) || (op == ReduceOp::kAvg && HasReduce(ReduceOp::kSum)))) {
+    Count("reduce_scatter <- allreduce");
+    const ReduceOp native_op = HasReduce(op) ? op : ReduceOp::kSum;
+    const size_t element = DataTypeSize(type);
+    std::byte* all = Scratch(count * size() * element);
+    RETURN_IF_ERROR(
+        CallAllreduce(*base_, send, all, count * size(), type, native_op, deadline));
+    std::memcpy(recv, all + rank() * count * element, count * element);
+    if (native_op != op) DivideElements(recv, count, type, size());
+    return Status::Ok();
+  }
+  if (host && HasSendRecv()) {
+    Count("reduce_scatter <- send/recv");
+    return algorithms_->ReduceScatter(send, recv, count, type, op, sequence, deadline);
+  }
+  return NoRoute(CollectiveOp::kReduceScatter, op);
+}
+
+Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t count,
+                                         DataType type, Deadline deadline) {
+  const uint64_t sequence = sequence_++;
+  const bool host = location_ == BufferLocation::kHost;
+  if (Has(CollectiveOp::kAllgather)) {
+    return CallAllgather(*base_, send, recv, count, type, deadline);
+  }
+  if (host && HasSendRecv()) {
+    Count("allgather <- send/recv");
+    return algorithms_->Allgather(send, recv, count, type, sequence, deadline);
+  }
+  if (host && Has(CollectiveOp::kAllreduce) && HasReduce(ReduceOp::kSum)) {
+    Count("allgather <- allreduce(sum) of zero-padded blocks");
+    const size_t element = DataTypeSize(type);
+    auto* output = static_cast<std::byte*>(recv);
+    std::byte* mine = Scratch(count * element);
+    std::memcpy(mine, send, count * element);
+    std::memset(output, 0, count * size() * element);
+    std::memcpy(output + rank() * count * element, mine, count * element);
+    return CallAllreduce(*base_, output, output, count * size(), type, ReduceOp::kSum, deadline);
+  }
+  return NoRoute(CollectiveOp::kAllgather, ReduceOp::kSum);
+}
+
+Status FallbackCommunicator::DoBroadcast(void* buffer, size_t count, DataType type, int root,
+                                         Deadline deadline) {
+  const uint64_t sequence = sequence_++;
+  if (Has(CollectiveOp::kBroadcast)) {
+    return CallBroadcast(*base_, buffer, count, type, root, deadline);
+  }
+  if (location_ == BufferLocation::kHost && HasSendRecv()) {
+    Count("broadcast <- send/recv");
+    return algorithms_->Broadcast(buffer, count, type, root, sequence, deadline);
+  }
+  return NoRoute(CollectiveOp::kBroadcast, ReduceOp::kSum);
+}
+
+Status FallbackCommunicator::DoBarrier(Deadline deadline) {
+  const uint64_t sequence = sequence_++;
+  if (Has(CollectiveOp::kBarrier)) return CallBarrier(*base_, deadline);
+  if (location_ == BufferLocation::kHost && HasSendRecv()) {
+    Count("barrier <- send/recv");
+    return algorithms_->Barrier(sequence, deadline);
+  }
+  if (location_ == BufferLocation::kHost && Has(CollectiveOp::kAllreduce) &&
+      HasReduce(ReduceOp::kSum)) {
+    Count("barrier <- allreduce");
+    int32_t token = 1;
+    return CallAllreduce(*base_, &token, &token, 1, DataType::kInt32, ReduceOp::kSum, deadline);
+  }
+  return NoRoute(CollectiveOp::kBarrier, ReduceOp::kSum);
+}
+
+Status FallbackCommunicator::DoSend(const void* buffer, size_t count, DataType type, int peer,
+                                    int tag, Deadline deadline) {
+  if (!Has(CollectiveOp::kSend)) return NoRoute(CollectiveOp::kSend, ReduceOp::kSum);
+  return CallSend(*base_, buffer, count, type, peer, tag, deadline);
+}
+
+Status FallbackCommunicator::DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
+                                    Deadline deadline) {
+  if (!Has(CollectiveOp::kRecv)) return NoRoute(CollectiveOp::kRecv, ReduceOp::kSum);
+  return CallRecv(*base_, buffer, count, type, peer, tag, deadline);
+}
+
+}  // namespace tessera::collectives

@@ -1,0 +1,83 @@
+// FallbackCommunicator: composes the ops a backend lacks from the ops it has.
+//
+// For each call it takes the first route the wrapped backend's capabilities allow:
+//   Allreduce      native op | avg = native sum then divide | reduce-scatter + allgather
+//                  (padding to a multiple of size) | send/recv algorithms
+//   ReduceScatter  native | allreduce into scratch, keep own block | send/recv
+//   Allgather      native | allreduce(sum) of zero-padded blocks | send/recv
+//   Broadcast      native | send/recv (binomial tree or pipelined chain)
+//   Barrier        native | one-element allreduce | send/recv (dissemination)
+//   Send/Recv      native only
+// The send/recv route runs CollectiveAlgorithms over the backend's own Send/Recv, framing
+// each message as a 40-byte header message plus a payload message (uint8, an internal tag),
+// so call mismatches are detected there too. Sends run on one helper thread while the
+// calling thread receives, so ring steps cannot deadlock on a backend whose Send blocks.
+//
+// Host arithmetic (divide, pad, copy) only happens for host buffers: a route that needs it
+// is refused for device buffers (UNIMPLEMENTED naming the op).
+//
+// Every composed call is counted per route (fallback_counts()), so fallbacks are accounted.
+// Scratch buffers are kept between calls. Thread safety: as Communicator.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/algorithms.h"
+#include "collectives/communicator.h"
+
+namespace tessera::collectives {
+
+class FallbackCommunicator final : public Communicator {
+ public:
+  FallbackCommunicator(std::unique_ptr<Communicator> base, BufferLocation location,
+                       AlgorithmTuning tuning = {});
+  ~FallbackCommunicator() override;
+
+  std::string_view backend_name() const override { return base_->backend_name(); }
+  // The wrapped backend's native capabilities: what is composed is exactly what is absent.
+  const CommunicatorCapabilities& capabilities() const override { return base_->capabilities(); }
+  Communicator& base() { return *base_; }
+  // Route description ("allreduce(avg) <- allreduce(sum) + divide") -> calls composed so far.
+  const std::map<std::string, uint64_t>& fallback_counts() const { return fallback_counts_; }
+
+  // True when `base` lacks any op or reduce op, i.e. wrapping it changes something.
+  static bool Needed(const CommunicatorCapabilities& base);
+
+ protected:
+  Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                     Deadline deadline) override;
+  Status DoBroadcast(void* buffer, size_t count, DataType type, int root,
+                     Deadline deadline) override;
+  Status DoAllgather(const void* send, void* recv, size_t count, DataType type,
+                     Deadline deadline) override;
+  Status DoReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         Deadline deadline) override;
+  Status DoBarrier(Deadline deadline) override;
+  Status DoSend(const void* buffer, size_t count, DataType type, int peer, int tag,
+                Deadline deadline) override;
+  Status DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
+                Deadline deadline) override;
+
+ private:
+  class SendRecvChannel;
+
+  bool Has(CollectiveOp op) const { return base_->capabilities().HasOp(op); }
+  bool HasReduce(ReduceOp op) const { return base_->capabilities().HasReduceOp(op); }
+  bool HasSendRecv() const { return Has(CollectiveOp::kSend) && Has(CollectiveOp::kRecv); }
+  void Count(const char* route) { ++fallback_counts_[route]; }
+  Status NoRoute(CollectiveOp op, ReduceOp reduce_op) const;
+  std::byte* Scratch(size_t bytes);
+
+  std::unique_ptr<Communicator> base_;
+  BufferLocation location_;
+  std::unique_ptr<SendRecvChannel> channel_;
+  std::unique_ptr<CollectiveAlgorithms> algorithms_;
+  uint64_t sequence_ = 0;
+  std::vector<std::byte> scratch_;
+  std::map<std::string, uint64_t> fallback_counts_;
+};
+
+}  // namespace tessera::collectives

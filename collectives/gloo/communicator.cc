@@ -1,0 +1,222 @@
+#include "collectives/gloo/communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+
+#include "collectives/reduce.h"
+
+namespace tessera::collectives {
+namespace {
+
+// Gloo's rendezvous store interface over a Tessera Store. Gloo expects exceptions.
+class GlooStoreAdaptor final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdaptor(collectives::Store& store, std::chrono::milliseconds timeout)
+      : store_(store), timeout_(timeout) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    Status status = store_.Set(key, std::string(data.begin(), data.end()));
+    if (!status.ok()) throw gloo::IoException(status.ToString());
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto value = store_.Get(key, timeout_);
+    if (!value.ok()) throw gloo::IoException(value.status().ToString());
+    return std::vector<char>(value->begin(), value->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    Status status = store_.Wait(keys, timeout);
+    if (!status.ok()) throw gloo::IoException(status.ToString());
+  }
+
+ private:
+  collectives::Store& store_;
+  std::chrono::milliseconds timeout_;
+};
+
+Status FromException(const std::exception& error, int rank, const char* what) {
+  std::string message = "gloo rank " + std::to_string(rank) + " " + what + ": " + error.what();
+  if (message.find("imed out") != std::string::npos) return DeadlineExceededError(message);
+  return UnavailableError(message);
+}
+
+std::chrono::milliseconds Left(Deadline deadline) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, MillisecondsLeft(deadline)));
+}
+
+// Calls fn with a typed null pointer of the C++ type matching `type`.
+template <typename Fn>
+void WithType(DataType type, Fn&& fn) {
+  switch (type) {
+    case DataType::kUint8: fn(static_cast<uint8_t*>(nullptr)); break;
+    case DataType::kInt32: fn(static_cast<int32_t*>(nullptr)); break;
+    case DataType::kInt64: fn(static_cast<int64_t*>(nullptr)); break;
+    case DataType::kFloat16: fn(static_cast<uint16_t*>(nullptr)); break;
+    case DataType::kFloat32: fn(static_cast<float*>(nullptr)); break;
+    case DataType::kFloat64: fn(static_cast<double*>(nullptr)); break;
+  }
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size,
+                                   std::chrono::milliseconds timeout)
+    : Communicator(rank, size, timeout), context_(std::move(context)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    const CommunicatorOptions& options, Store& store) {
+  const auto timeout = std::chrono::milliseconds(options.timeout_ms);
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.bind_address;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    context->setTimeout(timeout);
+    GlooStoreAdaptor adaptor(store, timeout);
+    context->connectFullMesh(adaptor, device);
+    return std::unique_ptr<GlooCommunicator>(
+        new GlooCommunicator(std::move(context), options.rank, options.size, timeout));
+  } catch (const std::exception& error) {
+    return FromException(error, options.rank, "rendezvous failed");
+  }
+}
+
+const CommunicatorCapabilities& GlooCommunicator::capabilities() const {
+  static const CommunicatorCapabilities kCapabilities{
+      {CollectiveOp::kAllreduce, CollectiveOp::kAllgather, CollectiveOp::kBroadcast,
+       CollectiveOp::kBarrier, CollectiveOp::kSend, CollectiveOp::kRecv},
+      {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin},
+      AllDataTypes(),
+      {BufferLocation::kHost}};
+  return kCapabilities;
+}
+
+Status GlooCommunicator::DoAllreduce(const void* send, void* recv, size_t count, DataType type,
+                                     ReduceOp op, Deadline deadline) {
+  const uint32_t tag = NextTag();
+  if (count == 0) return Status::Ok();
+  try {
+    gloo::AllreduceOptions options(context_);
+    WithType(type, [&](auto* typed) {
+      using T = std::remove_pointer_t<decltype(typed)>;
+      if (send != recv) options.setInput<T>(static_cast<T*>(const_cast<void*>(send)), count);
+      options.setOutput<T>(static_cast<T*>(recv), count);
+    });
+    options.setReduceFunction([type, op](void* c, const void* a, const void* b, size_t n) {
+      ReduceElements(c, a, b, n, type, op);
+    });
+    options.setTag(tag);
+    options.setTimeout(Left(deadline));
+    gloo::allreduce(options);
+  } catch (const std::exception& error) {
+    return FromException(error, rank(), "allreduce failed");
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::DoBroadcast(void* buffer, size_t count, DataType type, int root,
+                                     Deadline deadline) {
+  const uint32_t tag = NextTag();
+  if (count == 0) return Status::Ok();
+  try {
+    gloo::BroadcastOptions options(context_);
+    WithType(type, [&](auto* typed) {
+      using T = std::remove_pointer_t<decltype(typed)>;
+      options.setOutput<T>(static_cast<T*>(buffer), count);
+    });
+    options.setRoot(root);
+    options.setTag(tag);
+    options.setTimeout(Left(deadline));
+    gloo::broadcast(options);
+  } catch (const std::exception& error) {
+    return FromException(error, rank(), "broadcast failed");
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::DoAllgather(const void* send, void* recv, size_t count, DataType type,
+                                     Deadline deadline) {
+  const uint32_t tag = NextTag();
+  if (count == 0) return Status::Ok();
+  const size_t block = count * DataTypeSize(type);
+  const void* input = send;
+  if (static_cast<std::byte*>(recv) + rank() * block == send) {  // in place: copy aside
+    if (scratch_.size() < block) scratch_.resize(block);
+    std::memcpy(scratch_.data(), send, block);
+    input = scratch_.data();
+  }
+  try {
+    gloo::AllgatherOptions options(context_);
+    WithType(type, [&](auto* typed) {
+      using T = std::remove_pointer_t<decltype(typed)>;
+      options.setInput<T>(static_cast<T*>(const_cast<void*>(input)), count);
+      options.setOutput<T>(static_cast<T*>(recv), count * size());
+    });
+    options.setTag(tag);
+    options.setTimeout(Left(deadline));
+    gloo::allgather(options);
+  } catch (const std::exception& error) {
+    return FromException(error, rank(), "allgather failed");
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::DoBarrier(Deadline deadline) {
+  const uint32_t tag = NextTag();
+  try {
+    gloo::BarrierOptions options(context_);
+    options.setTag(tag);
+    options.setTimeout(Left(deadline));
+    gloo::barrier(options);
+  } catch (const std::exception& error) {
+    return FromException(error, rank(), "barrier failed");
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::DoSend(const void* buffer, size_t count, DataType type, int peer,
+                                int tag, Deadline deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  try {
+    // Gloo needs a non-null buffer even for an empty message.
+    char empty = 0;
+    auto unbound = context_->createUnboundBuffer(
+        bytes > 0 ? const_cast<void*>(buffer) : &empty, bytes);
+    unbound->send(peer, static_cast<uint64_t>(tag) + (1ull << 32));
+    if (!unbound->waitSend(nullptr, Left(deadline))) {
+      return CancelledError("gloo send to rank " + std::to_string(peer) + " was aborted");
+    }
+  } catch (const std::exception& error) {
+    return FromException(error, rank(), ("send to rank " + std::to_string(peer) + " failed").c_str());
+  }
+  return Status::Ok();
+}
+
+Status GlooCommunicator::DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
+                                Deadline deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  try {
+    char empty = 0;
+    auto unbound = context_->createUnboundBuffer(bytes > 0 ? buffer : &empty, bytes);
+    unbound->recv(peer, static_cast<uint64_t>(tag) + (1ull << 32));
+    if (!unbound->waitRecv(nullptr, Left(deadline))) {
+      return CancelledError("gloo recv from rank " + std::to_string(peer) + " was aborted");
+    }
+  } catch (const std::exception& error) {
+    return FromException(error, rank(),
+                         ("recv from rank " + std::to_string(peer) + " failed").c_str());
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::collectives

@@ -1,0 +1,13 @@
+// The mpi backend's entry point for the registry (collectives/registry.h). Always declared;
+// when the backend is not built, the returned backend says so from Viable().
+#pragma once
+
+#include <memory>
+
+#include "collectives/registry.h"
+
+namespace tessera::collectives {
+
+std::unique_ptr<CommunicatorBackend> MakeMpiBackend();
+
+}  // namespace tessera::collectives

@@ -1,0 +1,68 @@
+// TcpMesh: Tessera's own point-to-point transport, a full mesh of TCP connections among
+// `size` ranks, implementing MessageChannel.
+//
+// Rendezvous: each rank listens on bind_address port 0, publishes "host:port" under
+// "p2p/addr/<rank>" in the Store, connects to every lower rank and accepts every higher one.
+// The connecting side sends a hello (magic, version, from/to rank, size, cohort identifier);
+// the accepting side checks all of it and answers; a connection from another cohort or a
+// wrong rank count is refused, and the connector reports which.
+//
+// Data path: nonblocking sockets with TCP_NODELAY; a header and its payload go out in one
+// sendmsg; a header and the expected payload come in with one readv; a send and a receive
+// progress together in one poll() loop, so ring steps overlap both directions without a
+// thread. Every wait is bounded by the call's deadline.
+//
+// Failure: a closed or reset connection is UNAVAILABLE and a deadline DEADLINE_EXCEEDED,
+// each naming the peer rank and how many bytes of which message were outstanding. After any
+// error the mesh aborts (shuts every connection down), so peers waiting on this rank fail at
+// once instead of at their own timeout, and every later call returns the first error.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/message.h"
+#include "collectives/store/store.h"
+#include "collectives/tcp_socket.h"
+
+namespace tessera::collectives {
+
+struct TcpMeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string cohort = "tessera";          // identity checked in the handshake
+  std::string bind_address = "127.0.0.1";  // must be reachable by the peers
+  int socket_buffer_bytes = 0;             // 0 keeps the kernel's autotuning
+  std::chrono::milliseconds connect_timeout{30000};
+};
+
+class TcpMesh final : public MessageChannel {
+ public:
+  // Rendezvous through `store` (keys relative to it; pass a PrefixStore to namespace).
+  static Result<std::unique_ptr<TcpMesh>> Connect(const TcpMeshOptions& options, Store& store);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(peers_.size()); }
+  Status Exchange(const OutgoingMessage* out, const IncomingMessage* in,
+                  Deadline deadline) override;
+
+  // Shuts every connection down; later calls fail with `reason`.
+  // Thread-safe: one thread may send while another receives (FallbackCommunicator does).
+  void Abort(const Status& reason);
+  Status error() const;
+
+ private:
+  TcpMesh(int rank, int size) : rank_(rank), peers_(size) {}
+  Status Fail(Status status);
+
+  int rank_;
+  std::vector<TcpSocket> peers_;  // peers_[rank_] stays invalid
+  std::atomic<bool> failed_{false};
+  mutable std::mutex error_mutex_;
+  Status error_;  // guarded by error_mutex_
+};
+
+}  // namespace tessera::collectives

@@ -1,0 +1,114 @@
+#include "collectives/store/file_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tessera::collectives {
+namespace {
+
+// Keys may hold '/'; file names hold only [A-Za-z0-9._-] and %XX escapes.
+std::string EscapeKey(const std::string& key) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+Status WriteAtomically(const std::string& path, const std::string& value) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." +
+                                std::to_string(counter.fetch_add(1));
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(value.data(), static_cast<std::streamsize>(value.size()));
+    if (!out) return UnavailableError("cannot write store file " + temporary);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    return UnavailableError("cannot rename " + temporary + " to " + path + ": " +
+                            std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<FileStore>> FileStore::Open(const std::string& directory) {
+  std::error_code error;
+  std::filesystem::create_directories(directory, error);
+  if (error) {
+    return UnavailableError("cannot create store directory " + directory + ": " +
+                            error.message());
+  }
+  return std::shared_ptr<FileStore>(new FileStore(directory));
+}
+
+std::string FileStore::PathFor(const std::string& key) const {
+  return directory_ + "/" + EscapeKey(key);
+}
+
+Result<std::string> FileStore::TryRead(const std::string& path) const {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError(path);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+Status FileStore::Set(const std::string& key, const std::string& value) {
+  return WriteAtomically(PathFor(key), value);
+}
+
+Result<std::string> FileStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string path = PathFor(key);
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    auto value = TryRead(path);
+    if (value.ok()) return value;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceededError("store key '" + key + "' not set within " +
+                                   std::to_string(timeout.count()) + " ms (file store " +
+                                   directory_ + ")");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
+  }
+}
+
+Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
+  const std::string lock_path = directory_ + "/.lock";
+  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (fd < 0) return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX) != 0) {
+    ::close(fd);
+    return UnavailableError("cannot lock " + lock_path + ": " + std::strerror(errno));
+  }
+  int64_t value = 0;
+  auto current = TryRead(PathFor(key));
+  if (current.ok() && !current->empty()) value = std::stoll(*current);
+  value += delta;
+  Status written = WriteAtomically(PathFor(key), std::to_string(value));
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  RETURN_IF_ERROR(written);
+  return value;
+}
+
+}  // namespace tessera::collectives

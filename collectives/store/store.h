@@ -1,0 +1,63 @@
+// Store: the rendezvous key-value interface ranks use to find each other.
+//
+// Small on purpose, so it can be served over RPC by the coordinator later. Values are
+// opaque bytes. Keys are set once per rendezvous (a second Set overwrites). Every wait has a
+// timeout in milliseconds; a key that does not appear in time is DEADLINE_EXCEEDED naming
+// the key.
+//
+// Implementations: HashStore (in-memory, one process), FileStore (a shared directory),
+// TcpStore (a tiny TCP server and its clients). All are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tessera::collectives {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // Waits up to `timeout` for `key`, then returns its value.
+  virtual Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Adds `delta` to the integer counter at `key` (absent counts as 0) and returns the new
+  // value. Atomic across all clients of the store.
+  virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
+  // Waits up to `timeout` until every key exists.
+  virtual Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+};
+
+// Prepends "<prefix>/" to every key of an underlying store. Shares ownership of it.
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+      : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
+  Status Set(const std::string& key, const std::string& value) override {
+    return base_->Set(prefix_ + key, value);
+  }
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return base_->Get(prefix_ + key, timeout);
+  }
+  Result<int64_t> Add(const std::string& key, int64_t delta) override {
+    return base_->Add(prefix_ + key, delta);
+  }
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+// Counter-based barrier on a store: every one of `size` participants calls it once with
+// the same `key`; returns when all have arrived or fails at the timeout.
+Status StoreBarrier(Store& store, const std::string& key, int size,
+                    std::chrono::milliseconds timeout);
+
+}  // namespace tessera::collectives

@@ -1,0 +1,74 @@
+// TcpStore: a tiny TCP key-value server (TcpStoreServer) and its client (TcpStore).
+//
+// Typically rank 0 (or the launcher) runs the server on port 0 and passes host:port to the
+// other ranks. The server serves each connection on its own thread; it is meant for
+// rendezvous traffic (a few keys per rank), not bulk data. Wire format, little-endian:
+//   request  u8 command (1 set, 2 get, 3 add) | u32 key bytes | u32 value bytes | key | value
+//   response u8 code (0 ok, 1 not found)      | u32 value bytes | value
+// Get waits on the client side by polling (1 to 20 ms backoff) until the deadline.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/store/store.h"
+#include "collectives/tcp_socket.h"
+
+namespace tessera::collectives {
+
+class TcpStoreServer {
+ public:
+  // Listens on address:port (port 0 picks a free port; see port()).
+  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& address = "127.0.0.1",
+                                                       int port = 0);
+  // Stops accepting, closes every connection and joins all threads.
+  ~TcpStoreServer();
+
+  int port() const { return port_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  TcpStoreServer() = default;
+  void AcceptLoop();
+  void Serve(int connection_index);
+
+  std::string address_;
+  int port_ = 0;
+  TcpSocket listener_;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+
+  std::mutex mutex_;
+  std::map<std::string, std::string> values_;      // guarded by mutex_
+  std::vector<std::unique_ptr<TcpSocket>> connections_;  // guarded by mutex_
+  std::vector<std::thread> connection_threads_;    // guarded by mutex_
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects to a TcpStoreServer, retrying until `timeout`.
+  static Result<std::shared_ptr<TcpStore>> Connect(const std::string& host, int port,
+                                                   std::chrono::milliseconds timeout);
+
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
+
+ private:
+  TcpStore(TcpSocket socket, std::string where)
+      : socket_(std::move(socket)), where_(std::move(where)) {}
+  // One request/response round trip; returns {code, value}.
+  Result<std::pair<uint8_t, std::string>> Call(uint8_t command, const std::string& key,
+                                               const std::string& value);
+
+  std::mutex mutex_;
+  TcpSocket socket_;  // guarded by mutex_
+  std::string where_;
+};
+
+}  // namespace tessera::collectives

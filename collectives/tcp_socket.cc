@@ -1,0 +1,223 @@
+#include "collectives/tcp_socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace tessera::collectives {
+namespace {
+
+int MillisLeft(std::chrono::steady_clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now())
+                        .count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+
+// Waits for `events` on fd; OK when ready, DEADLINE_EXCEEDED at the deadline.
+Status PollOne(int fd, short events, std::chrono::steady_clock::time_point deadline,
+               const std::string& who, const char* waiting_for) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int left = MillisLeft(deadline);
+    const int rc = ::poll(&p, 1, left);
+    if (rc > 0) return Status::Ok();
+    if (rc == 0) {
+      return DeadlineExceededError("timed out " + std::string(waiting_for) + " " + who);
+    }
+    if (errno != EINTR) return UnavailableError(Errno("poll") + " (" + who + ")");
+  }
+}
+
+}  // namespace
+
+void TcpSocket::Close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+void TcpSocket::Shutdown() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+Status TcpSocket::SetNonBlocking(bool on) {
+  int flags = ::fcntl(fd_, F_GETFL, 0);
+  if (flags < 0) return InternalError(Errno("fcntl(F_GETFL)"));
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd_, F_SETFL, flags) < 0) return InternalError(Errno("fcntl(F_SETFL)"));
+  return Status::Ok();
+}
+
+Status TcpSocket::Tune(int buffer_bytes) {
+  int one = 1;
+  if (::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
+    return InternalError(Errno("setsockopt(TCP_NODELAY)"));
+  }
+  if (buffer_bytes > 0) {
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDBUF, &buffer_bytes, sizeof(buffer_bytes));
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &buffer_bytes, sizeof(buffer_bytes));
+  }
+  return Status::Ok();
+}
+
+Status TcpSocket::SendAll(const void* data, size_t bytes,
+                          std::chrono::steady_clock::time_point deadline, const std::string& who) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::send(fd_, p, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      RETURN_IF_ERROR(PollOne(fd_, POLLOUT, deadline, who, "sending to"));
+      continue;
+    }
+    return UnavailableError(Errno("send") + " (connection to " + who + ")");
+  }
+  return Status::Ok();
+}
+
+Status TcpSocket::RecvAll(void* data, size_t bytes,
+                          std::chrono::steady_clock::time_point deadline, const std::string& who) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd_, p, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return UnavailableError(who + " closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      RETURN_IF_ERROR(PollOne(fd_, POLLIN, deadline, who, "receiving from"));
+      continue;
+    }
+    return UnavailableError(Errno("recv") + " (connection to " + who + ")");
+  }
+  return Status::Ok();
+}
+
+Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(),
+                               &hints, &found);
+  if (rc != 0) {
+    return InvalidArgumentError("cannot resolve bind address '" + address +
+                                "': " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+    TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!socket.valid()) {
+      last_error = Errno("socket");
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(socket.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(socket.fd(), ai->ai_addr, ai->ai_addrlen) != 0 ||
+        ::listen(socket.fd(), backlog) != 0) {
+      last_error = Errno("bind/listen");
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t length = sizeof(bound);
+    ::getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&bound), &length);
+    const int bound_port =
+        bound.ss_family == AF_INET6
+            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    ::freeaddrinfo(found);
+    return std::make_pair(std::move(socket), bound_port);
+  }
+  ::freeaddrinfo(found);
+  return UnavailableError("cannot listen on " + address + ":" + service + ": " + last_error);
+}
+
+Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    RETURN_IF_ERROR(PollOne(listener.fd(), POLLIN, deadline, "incoming peers",
+                            "waiting for connections from"));
+    const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) return TcpSocket(fd);
+    if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+    return UnavailableError(Errno("accept"));
+  }
+}
+
+Result<TcpSocket> ConnectTcp(const std::string& host, int port,
+                             std::chrono::steady_clock::time_point deadline,
+                             const std::string& who) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  const std::string service = std::to_string(port);
+  std::string last_error;
+  auto backoff = std::chrono::milliseconds(1);
+  for (;;) {
+    addrinfo* found = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
+    if (rc != 0) {
+      last_error = std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc);
+    } else {
+      for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+        TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+        if (!socket.valid()) continue;
+        if (::connect(socket.fd(), ai->ai_addr, ai->ai_addrlen) == 0) {
+          ::freeaddrinfo(found);
+          return socket;
+        }
+        last_error = Errno("connect");
+      }
+      ::freeaddrinfo(found);
+    }
+    if (std::chrono::steady_clock::now() + backoff >= deadline) {
+      return DeadlineExceededError("could not connect to " + who + " at " + host + ":" +
+                                   service + " before the deadline (" + last_error + ")");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+}
+
+Result<std::pair<std::string, int>> ParseHostPort(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon + 1 == text.size()) {
+    return InvalidArgumentError("expected host:port, got '" + text + "'");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  try {
+    port = std::stoi(text.substr(colon + 1));
+  } catch (...) {
+    return InvalidArgumentError("expected a port number in '" + text + "'");
+  }
+  return std::make_pair(host, port);
+}
+
+}  // namespace tessera::collectives

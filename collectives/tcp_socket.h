@@ -1,0 +1,63 @@
+// Thin RAII TCP helpers shared by TcpStore and the p2p transport. Every blocking helper
+// takes a deadline and uses poll(); none waits forever. Errors are UNAVAILABLE (the peer
+// closed or reset) or DEADLINE_EXCEEDED, with `who` (e.g. "rank 3") in the message.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "base/status.h"
+
+namespace tessera::collectives {
+
+class TcpSocket {
+ public:
+  TcpSocket() = default;
+  explicit TcpSocket(int fd) : fd_(fd) {}
+  ~TcpSocket() { Close(); }
+  TcpSocket(TcpSocket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  TcpSocket& operator=(TcpSocket&& other) noexcept {
+    if (this != &other) {
+      Close();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  TcpSocket(const TcpSocket&) = delete;
+  TcpSocket& operator=(const TcpSocket&) = delete;
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Close();
+  // Wakes any thread blocked on this socket (shutdown(2)) without closing the fd.
+  void Shutdown();
+
+  Status SetNonBlocking(bool on);
+  // TCP_NODELAY, and SO_SNDBUF/SO_RCVBUF when buffer_bytes > 0 (0 keeps autotuning).
+  Status Tune(int buffer_bytes);
+
+  // Blocking-with-deadline exact transfers (the socket may be blocking or not).
+  Status SendAll(const void* data, size_t bytes, std::chrono::steady_clock::time_point deadline,
+                 const std::string& who);
+  Status RecvAll(void* data, size_t bytes, std::chrono::steady_clock::time_point deadline,
+                 const std::string& who);
+
+ private:
+  int fd_ = -1;
+};
+
+// Listens on `address`:`port` (port 0: any free port). Returns the socket and bound port.
+Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog);
+// Accepts one connection before the deadline.
+Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time_point deadline);
+// Connects to host:port, retrying refused connections until the deadline.
+Result<TcpSocket> ConnectTcp(const std::string& host, int port,
+                             std::chrono::steady_clock::time_point deadline,
+                             const std::string& who);
+// Splits "host:port".
+Result<std::pair<std::string, int>> ParseHostPort(const std::string& text);
+
+}  // namespace tessera::collectives

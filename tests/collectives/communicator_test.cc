@@ -1,0 +1,221 @@
+// One generic suite for the Communicator interface, instantiated for every backend, on
+// threads and on forked processes, for 1 to 5 ranks. Values are small integers, so every
+// dtype (float16 included) must come back exact.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/reduce.h"
+#include "test_backends.h"
+
+namespace tessera::collectives::testing {
+namespace {
+
+struct SuiteParam {
+  std::string backend;
+  RankMode mode;
+  int size;
+};
+
+std::string ParamName(const ::testing::TestParamInfo<SuiteParam>& info) {
+  std::string name = info.param.backend + "_" + RankModeName(info.param.mode) + "_" +
+                     std::to_string(info.param.size) + "ranks";
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+double Load(const std::vector<std::byte>& buffer, size_t i, DataType type) {
+  const std::byte* p = buffer.data() + i * DataTypeSize(type);
+  switch (type) {
+    case DataType::kUint8: return static_cast<double>(*reinterpret_cast<const uint8_t*>(p));
+    case DataType::kInt32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DataType::kInt64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DataType::kFloat16: { uint16_t v; std::memcpy(&v, p, 2); return HalfToFloat(v); }
+    case DataType::kFloat32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DataType::kFloat64: { double v; std::memcpy(&v, p, 8); return v; }
+  }
+  return 0;
+}
+
+void Put(std::vector<std::byte>& buffer, size_t i, DataType type, double value) {
+  std::byte* p = buffer.data() + i * DataTypeSize(type);
+  switch (type) {
+    case DataType::kUint8: { uint8_t v = static_cast<uint8_t>(value); std::memcpy(p, &v, 1); break; }
+    case DataType::kInt32: { int32_t v = static_cast<int32_t>(value); std::memcpy(p, &v, 4); break; }
+    case DataType::kInt64: { int64_t v = static_cast<int64_t>(value); std::memcpy(p, &v, 8); break; }
+    case DataType::kFloat16: { uint16_t v = FloatToHalf(static_cast<float>(value)); std::memcpy(p, &v, 2); break; }
+    case DataType::kFloat32: { float v = static_cast<float>(value); std::memcpy(p, &v, 4); break; }
+    case DataType::kFloat64: { std::memcpy(p, &value, 8); break; }
+  }
+}
+
+// Rank r's element i: small positive integers, distinct per rank so max and min matter.
+double Value(int rank, size_t i) { return static_cast<double>((rank + 1) * (i % 13 + 1)); }
+
+std::vector<std::byte> Filled(int rank, size_t count, DataType type, size_t first = 0) {
+  std::vector<std::byte> buffer(count * DataTypeSize(type));
+  for (size_t i = 0; i < count; ++i) Put(buffer, i, type, Value(rank, first + i));
+  return buffer;
+}
+
+// The expected reduction over all ranks of elements [first, first+count).
+std::vector<std::byte> Reduced(int size, size_t count, DataType type, ReduceOp op, size_t first) {
+  std::vector<std::byte> out(count * DataTypeSize(type));
+  for (size_t i = 0; i < count; ++i) {
+    double r = Value(0, first + i);
+    for (int k = 1; k < size; ++k) {
+      const double v = Value(k, first + i);
+      if (op == ReduceOp::kMax) r = std::max(r, v);
+      else if (op == ReduceOp::kMin) r = std::min(r, v);
+      else r += v;
+    }
+    Put(out, i, type, r);
+  }
+  if (op == ReduceOp::kAvg) DivideElements(out.data(), count, type, size);
+  return out;
+}
+
+Status Compare(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
+               DataType type, const std::string& what) {
+  const size_t count = want.size() / DataTypeSize(type);
+  for (size_t i = 0; i < count; ++i) {
+    if (Load(got, i, type) != Load(want, i, type)) {
+      return InternalError(what + ": element " + std::to_string(i) + " expected " +
+                           std::to_string(Load(want, i, type)) + ", got " +
+                           std::to_string(Load(got, i, type)));
+    }
+  }
+  return Status::Ok();
+}
+
+std::string Describe(const char* op, DataType type, size_t count, const char* extra = "") {
+  return std::string(op) + " " + std::string(DataTypeName(type)) + " count " +
+         std::to_string(count) + extra;
+}
+
+// The sweep one rank runs: op x dtype x reduce op x size, then send/recv and barrier.
+Status Sweep(Communicator& c) {
+  const int n = c.size();
+  const int r = c.rank();
+  const size_t sizes[] = {0, 1, 7, 1000, 20000};
+  for (DataType type : AllDataTypes()) {
+    for (size_t count : sizes) {
+      for (ReduceOp op : AllReduceOps()) {
+        const std::string what = Describe("allreduce", type, count) + " " +
+                                 std::string(ReduceOpName(op));
+        std::vector<std::byte> send = Filled(r, count, type);
+        const auto want = Reduced(n, count, type, op, 0);
+        if (count % 2 == 0) {  // in place
+          RETURN_IF_ERROR(c.Allreduce(send.data(), send.data(), count, type, op).WithContext(what));
+          RETURN_IF_ERROR(Compare(send, want, type, what + " in place"));
+        } else {
+          std::vector<std::byte> recv(send.size());
+          RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, type, op).WithContext(what));
+          RETURN_IF_ERROR(Compare(recv, want, type, what));
+        }
+        // Reduce-scatter: every rank contributes n blocks of `count`.
+        std::vector<std::byte> all = Filled(r, count * n, type);
+        std::vector<std::byte> mine(count * DataTypeSize(type));
+        const std::string rs = Describe("reduce_scatter", type, count) + " " +
+                               std::string(ReduceOpName(op));
+        RETURN_IF_ERROR(c.ReduceScatter(all.data(), mine.data(), count, type, op).WithContext(rs));
+        RETURN_IF_ERROR(Compare(mine, Reduced(n, count, type, op, r * count), type, rs));
+      }
+      {
+        const std::string what = Describe("allgather", type, count);
+        std::vector<std::byte> send = Filled(r, count, type);
+        std::vector<std::byte> recv(count * n * DataTypeSize(type));
+        RETURN_IF_ERROR(c.Allgather(send.data(), recv.data(), count, type).WithContext(what));
+        std::vector<std::byte> want(recv.size());
+        for (int k = 0; k < n; ++k) {
+          for (size_t i = 0; i < count; ++i) Put(want, k * count + i, type, Value(k, i));
+        }
+        RETURN_IF_ERROR(Compare(recv, want, type, what));
+      }
+      {
+        const int root = static_cast<int>(count % n);
+        const std::string what = Describe("broadcast", type, count) + " root " + std::to_string(root);
+        std::vector<std::byte> buffer =
+            r == root ? Filled(root, count, type) : std::vector<std::byte>(count * DataTypeSize(type));
+        RETURN_IF_ERROR(c.Broadcast(buffer.data(), count, type, root).WithContext(what));
+        RETURN_IF_ERROR(Compare(buffer, Filled(root, count, type), type, what));
+      }
+    }
+  }
+  // Large messages: the ring and pipelined paths.
+  {
+    const size_t count = 1 << 20;
+    std::vector<std::byte> buffer = Filled(r, count, DataType::kFloat32);
+    RETURN_IF_ERROR(c.Allreduce(buffer.data(), buffer.data(), count, DataType::kFloat32,
+                                ReduceOp::kSum));
+    RETURN_IF_ERROR(Compare(buffer, Reduced(n, count, DataType::kFloat32, ReduceOp::kSum, 0),
+                            DataType::kFloat32, "allreduce float32 sum count 1M"));
+    const int root = n - 1;
+    std::vector<std::byte> big = r == root ? Filled(root, count, DataType::kFloat32)
+                                           : std::vector<std::byte>(count * 4);
+    RETURN_IF_ERROR(c.Broadcast(big.data(), count, DataType::kFloat32, root));
+    RETURN_IF_ERROR(Compare(big, Filled(root, count, DataType::kFloat32), DataType::kFloat32,
+                            "broadcast float32 count 1M"));
+  }
+  // Send/recv around the ring: rank 0 starts the token, everyone else forwards it.
+  if (n > 1) {
+    for (size_t count : {size_t{0}, size_t{5}, size_t{100000}}) {
+      std::vector<std::byte> token = Filled(0, count, DataType::kInt64);
+      std::vector<std::byte> got(token.size());
+      const int next = (r + 1) % n, previous = (r + n - 1) % n;
+      const std::string what = Describe("send/recv ring", DataType::kInt64, count);
+      if (r == 0) {
+        RETURN_IF_ERROR(c.Send(token.data(), count, DataType::kInt64, next, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Recv(got.data(), count, DataType::kInt64, previous, 7).WithContext(what));
+      } else {
+        RETURN_IF_ERROR(c.Recv(got.data(), count, DataType::kInt64, previous, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Send(got.data(), count, DataType::kInt64, next, 7).WithContext(what));
+      }
+      RETURN_IF_ERROR(Compare(got, token, DataType::kInt64, what));
+    }
+  }
+  return c.Barrier();
+}
+
+class CommunicatorSuite : public ::testing::TestWithParam<SuiteParam> {
+ protected:
+  void SetUp() override {
+    const std::string reason = SkipReason(GetParam().backend);
+    if (!reason.empty()) GTEST_SKIP() << GetParam().backend << " not viable here: " << reason;
+  }
+};
+
+TEST_P(CommunicatorSuite, SweepsEveryOpDtypeReduceOpAndSize) {
+  const SuiteParam& param = GetParam();
+  World world(param.size, param.mode);
+  auto results = RunRanks(param.size, param.mode, [&](int rank) -> Status {
+    ASSIGN_OR_RETURN(auto communicator, world.Create(param.backend, rank, 20000));
+    if (communicator->rank() != rank || communicator->size() != param.size) {
+      return InternalError("wrong rank or size");
+    }
+    return Sweep(*communicator);
+  });
+  for (int rank = 0; rank < param.size; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank].ToString();
+  }
+}
+
+std::vector<SuiteParam> AllParams() {
+  std::vector<SuiteParam> params;
+  for (const char* backend : {"p2p", "sendrecv-local", "sendrecv-p2p", "gloo", "mpi", "nccl"}) {
+    for (RankMode mode : {RankMode::kThreads, RankMode::kProcesses}) {
+      if (std::string(backend) == "sendrecv-local" && mode == RankMode::kProcesses) continue;
+      for (int size = 1; size <= 5; ++size) params.push_back({backend, mode, size});
+    }
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorSuite, ::testing::ValuesIn(AllParams()),
+                         ParamName);
+
+}  // namespace
+}  // namespace tessera::collectives::testing
