@@ -9,6 +9,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <cstring>
 
 #include "collectives/reduce.h"
@@ -76,6 +78,12 @@ GlooCommunicator::~GlooCommunicator() = default;
 Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     const CommunicatorOptions& options, Store& store) {
   const auto timeout = std::chrono::milliseconds(options.timeout_ms);
+  // Gloo's TCP transport writes without MSG_NOSIGNAL: a dead peer would kill this process
+  // with SIGPIPE instead of failing the call. Ignore SIGPIPE unless the program handles it.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_address;

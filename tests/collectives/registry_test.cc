@@ -1,0 +1,111 @@
+// The registry: viability with reasons, the auto choice, fallback accounting.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "collectives/fallback.h"
+#include "collectives/registry.h"
+#include "collectives/store/hash_store.h"
+#include "test_backends.h"
+
+namespace tessera::collectives {
+namespace {
+
+TEST(RegistryTest, ListsBuiltInBackendsByPriority) {
+  auto backends = CommunicatorRegistry::Global().Backends();
+  std::vector<std::string> names;
+  for (const auto* backend : backends) names.emplace_back(backend->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"nccl", "mpi", "gloo", "p2p"}));
+}
+
+TEST(RegistryTest, AutoPicksAHostBackendOutsideMpirun) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) GTEST_SKIP() << "running under mpirun";
+  CommunicatorOptions options;
+  options.size = 2;
+  auto chosen = CommunicatorRegistry::Global().Choose(options);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  const bool gloo = CommunicatorRegistry::Global().Find("gloo")->Viable(options).ok();
+  EXPECT_EQ((*chosen)->name(), gloo ? "gloo" : "p2p");
+}
+
+TEST(RegistryTest, NonViableBackendsSayWhy) {
+  CommunicatorOptions options;
+  options.size = 2;
+  Status mpi = CommunicatorRegistry::Global().Find("mpi")->Viable(options);
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) {
+    EXPECT_FALSE(mpi.ok());
+    EXPECT_FALSE(mpi.message().empty());
+  }
+  Status nccl = CommunicatorRegistry::Global().Find("nccl")->Viable(options);
+  EXPECT_FALSE(nccl.ok()) << "nccl must refuse host buffers";
+  options.location = BufferLocation::kDevice;
+  Status p2p = CommunicatorRegistry::Global().Find("p2p")->Viable(options);
+  EXPECT_FALSE(p2p.ok());
+}
+
+TEST(RegistryTest, UnknownOrNonViableNamedBackendIsAnError) {
+  auto store = std::make_shared<HashStore>();
+  CommunicatorOptions options;
+  options.backend = "carrier-pigeon";
+  auto created = CreateCommunicator(options, store);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), StatusCode::kInvalidArgument);
+  options.backend = "p2p";
+  options.rank = 3;
+  options.size = 2;
+  EXPECT_EQ(CreateCommunicator(options, store).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RegistryTest, AutoCommunicatorOfOneRankWorks) {
+  auto store = std::make_shared<HashStore>();
+  CommunicatorOptions options;
+  options.prefix = "single";
+  auto created = CreateCommunicator(options, store);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  double x = 3;
+  EXPECT_TRUE((*created)->Allreduce(&x, &x, 1, DataType::kFloat64, ReduceOp::kAvg).ok());
+  EXPECT_EQ(x, 3);
+}
+
+TEST(FallbackTest, CountsEveryComposedCall) {
+  testing::World world(2, testing::RankMode::kThreads);
+  std::vector<std::map<std::string, uint64_t>> counts(2);
+  auto results = testing::RunRanks(2, testing::RankMode::kThreads, [&](int rank) -> Status {
+    ASSIGN_OR_RETURN(auto c, world.Create("sendrecv-local", rank, 10000));
+    float x[4] = {1, 2, 3, 4};
+    RETURN_IF_ERROR(c->Allreduce(x, x, 4, DataType::kFloat32, ReduceOp::kSum));
+    RETURN_IF_ERROR(c->Barrier());
+    counts[rank] = static_cast<FallbackCommunicator&>(*c).fallback_counts();
+    return Status::Ok();
+  });
+  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
+  EXPECT_EQ(counts[0]["allreduce <- send/recv"], 1u);
+  EXPECT_EQ(counts[0]["barrier <- send/recv"], 1u);
+}
+
+TEST(FallbackTest, GlooReduceScatterAndAvgAreComposed) {
+  const std::string reason = testing::SkipReason("gloo");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  testing::World world(2, testing::RankMode::kThreads);
+  std::vector<std::map<std::string, uint64_t>> counts(2);
+  auto results = testing::RunRanks(2, testing::RankMode::kThreads, [&](int rank) -> Status {
+    ASSIGN_OR_RETURN(auto c, world.Create("gloo", rank, 10000));
+    auto* fallback = dynamic_cast<FallbackCommunicator*>(c.get());
+    if (fallback == nullptr) return InternalError("gloo was not wrapped in the fallback");
+    int32_t all[4] = {1, 2, 3, 4}, mine[2];
+    RETURN_IF_ERROR(c->ReduceScatter(all, mine, 2, DataType::kInt32, ReduceOp::kSum));
+    if (mine[0] != 2 * all[2 * rank] || mine[1] != 2 * all[2 * rank + 1]) {
+      return InternalError("wrong reduce-scatter result");
+    }
+    RETURN_IF_ERROR(c->Allreduce(all, all, 4, DataType::kInt32, ReduceOp::kAvg));
+    counts[rank] = fallback->fallback_counts();
+    return Status::Ok();
+  });
+  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
+  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
+  EXPECT_EQ(counts[0]["reduce_scatter <- allreduce"], 1u);
+  EXPECT_EQ(counts[0]["allreduce(avg) <- allreduce(sum) + divide"], 1u);
+}
+
+}  // namespace
+}  // namespace tessera::collectives
