@@ -1,5 +1,14 @@
 #include "collectives/mpi/factory.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "tessera/config.h"
+
+#if TESSERA_HAVE_MPI
+#include "collectives/mpi/communicator.h"
+#endif
+
 namespace tessera::collectives {
 namespace {
 
@@ -7,12 +16,35 @@ class MpiBackend final : public CommunicatorBackend {
  public:
   std::string_view name() const override { return "mpi"; }
   int priority() const override { return 300; }
-  Status Viable(const CommunicatorOptions&) const override {
-    return UnimplementedError("the mpi backend is not written yet");
+  Status Viable(const CommunicatorOptions& options) const override {
+#if TESSERA_HAVE_MPI
+    if (options.location != BufferLocation::kHost) {
+      return FailedPreconditionError("this build's mpi backend moves host buffers only");
+    }
+    const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+    const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (world_size == nullptr || world_rank == nullptr) {
+      return FailedPreconditionError("not launched by mpirun (OMPI_COMM_WORLD_SIZE is unset)");
+    }
+    if (std::atoi(world_size) != options.size || std::atoi(world_rank) != options.rank) {
+      return FailedPreconditionError(std::string("mpirun launched rank ") + world_rank + " of " +
+                                     world_size + ", options ask for rank " +
+                                     std::to_string(options.rank) + " of " +
+                                     std::to_string(options.size));
+    }
+    return Status::Ok();
+#else
+    return UnimplementedError("built without MPI (TESSERA_WITH_MPI; Debian: libopenmpi-dev)");
+#endif
   }
   Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options,
                                                std::shared_ptr<Store>) const override {
+#if TESSERA_HAVE_MPI
+    ASSIGN_OR_RETURN(auto communicator, MpiCommunicator::Create(options));
+    return std::unique_ptr<Communicator>(std::move(communicator));
+#else
     return Viable(options);
+#endif
   }
 };
 

@@ -35,7 +35,7 @@ struct TcpMeshOptions {
   int size = 1;
   std::string cohort = "tessera";          // identity checked in the handshake
   std::string bind_address = "127.0.0.1";  // must be reachable by the peers
-  int socket_buffer_bytes = 0;             // 0 keeps the kernel's autotuning
+  int socket_buffer_bytes = 4 << 20;       // SO_SNDBUF/SO_RCVBUF; 0 keeps autotuning
   std::chrono::milliseconds connect_timeout{30000};
 };
 

@@ -1,0 +1,249 @@
+// bench_collectives: float32 sum allreduce over loopback, ranks as forked processes.
+//
+//   bench_collectives [--ranks 2,4] [--backends p2p,gloo] [--min-bytes 4096]
+//                     [--max-bytes 67108864] [--tcp-ceiling]
+//   mpirun -np 2 bench_collectives --store-dir DIR [--backends mpi,p2p] [--max-bytes 4096]
+//
+// For each size: 10 warm-up iterations (fewer for the largest sizes), then timed ones; the
+// reported time is the mean over timed iterations of the slowest rank, with rank 0's P95.
+// algbw = bytes / time; busbw = algbw * 2(n-1)/n (the nccl-tests definitions). Every
+// result is checked (sum of 1..n in every element).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives/registry.h"
+#include "collectives/store/file_store.h"
+#include "collectives/store/tcp_store.h"
+#include "collectives/tcp_socket.h"
+
+namespace tessera::collectives {
+namespace {
+
+struct BenchOptions {
+  std::vector<int> ranks = {2, 4};
+  std::vector<std::string> backends = {"p2p", "gloo"};
+  size_t min_bytes = 4096;
+  size_t max_bytes = 64u << 20;
+  bool tcp_ceiling = false;
+  std::string store_dir;  // under mpirun
+};
+
+std::vector<std::string> Split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs the size sweep on one rank; rank 0 prints a row per size.
+Status RunSweep(Communicator& c, const BenchOptions& options) {
+  const int n = c.size();
+  std::vector<float> send(options.max_bytes / sizeof(float), static_cast<float>(c.rank() + 1));
+  std::vector<float> recv(send.size());
+  const float expected = static_cast<float>(n * (n + 1) / 2);
+  for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+    const size_t count = bytes / sizeof(float);
+    const int iterations =
+        static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 5, 100));
+    const int warmup = std::min(10, iterations);
+    for (int i = 0; i < warmup; ++i) {
+      RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, DataType::kFloat32,
+                                  ReduceOp::kSum));
+    }
+    RETURN_IF_ERROR(c.Barrier());
+    std::vector<double> samples;
+    samples.reserve(iterations);
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      const auto t0 = Clock::now();
+      RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, DataType::kFloat32,
+                                  ReduceOp::kSum));
+      samples.push_back(Seconds(Clock::now() - t0));
+    }
+    double mean = Seconds(Clock::now() - start) / iterations;
+    RETURN_IF_ERROR(c.Allreduce(&mean, &mean, 1, DataType::kFloat64, ReduceOp::kMax));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += recv[i] != expected;
+    double wrong_total = static_cast<double>(wrong);
+    RETURN_IF_ERROR(c.Allreduce(&wrong_total, &wrong_total, 1, DataType::kFloat64,
+                                ReduceOp::kSum));
+    std::sort(samples.begin(), samples.end());
+    const double p95 = samples[std::min(samples.size() - 1, samples.size() * 95 / 100)];
+    if (c.rank() == 0) {
+      const double algbw = static_cast<double>(bytes) / mean / 1e9;
+      const double busbw = algbw * 2.0 * (n - 1) / n;
+      std::printf("%-6s %5d %12zu %6d %12.1f %12.1f %9.3f %9.3f  %s\n",
+                  std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6,
+                  p95 * 1e6, algbw, busbw, wrong_total == 0 ? "ok" : "WRONG");
+      std::fflush(stdout);
+    }
+    if (wrong_total != 0) return InternalError("allreduce results are wrong");
+  }
+  return Status::Ok();
+}
+
+void PrintHeader() {
+  std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s  %s\n", "backend", "ranks", "bytes", "iters",
+              "mean_us", "p95_us", "algbw", "busbw", "check");
+  std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s\n", "", "", "", "", "", "", "GB/s", "GB/s");
+  std::fflush(stdout);
+}
+
+// Forks `ranks` processes that rendezvous through a TcpStore served here.
+int RunForked(const std::string& backend, int ranks, const BenchOptions& options) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const int port = (*server)->port();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
+      if (!store.ok()) ::_exit(2);
+      CommunicatorOptions comm_options;
+      comm_options.backend = backend;
+      comm_options.rank = rank;
+      comm_options.size = ranks;
+      comm_options.prefix = "bench";
+      comm_options.timeout_ms = 120000;
+      auto c = CreateCommunicator(comm_options, *store);
+      if (!c.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+        ::_exit(3);
+      }
+      Status status = RunSweep(**c, options);
+      if (!status.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+      std::fflush(stdout);
+      ::_exit(status.ok() ? 0 : 4);
+    }
+    children.push_back(pid);
+  }
+  int failures = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// One sender process, one receiver: the bandwidth one loopback TCP stream reaches.
+int MeasureTcpCeiling() {
+  auto listening = ListenTcp("127.0.0.1", 0, 1);
+  if (!listening.ok()) return 1;
+  const int port = listening->second;
+  const size_t chunk = 4u << 20;
+  const size_t total = size_t{4} << 30;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    auto socket = ConnectTcp("127.0.0.1", port, Clock::now() + std::chrono::seconds(10), "sink");
+    if (!socket.ok()) ::_exit(1);
+    (void)socket->Tune(0);
+    std::vector<char> data(chunk, 1);
+    for (size_t sent = 0; sent < total; sent += chunk) {
+      if (!socket->SendAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "sink").ok()) {
+        ::_exit(1);
+      }
+    }
+    ::_exit(0);
+  }
+  auto accepted = AcceptTcp(listening->first, Clock::now() + std::chrono::seconds(10));
+  if (!accepted.ok()) return 1;
+  std::vector<char> data(chunk);
+  const auto start = Clock::now();
+  for (size_t got = 0; got < total; got += chunk) {
+    if (!accepted->RecvAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "source").ok()) {
+      return 1;
+    }
+  }
+  const double seconds = Seconds(Clock::now() - start);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::printf("loopback TCP, one stream, 4 MiB writes: %.3f GB/s (%zu bytes in %.3f s)\n",
+              static_cast<double>(total) / seconds / 1e9, total, seconds);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  BenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--ranks") {
+      options.ranks.clear();
+      for (const auto& r : Split(next())) options.ranks.push_back(std::atoi(r.c_str()));
+    } else if (arg == "--backends") {
+      options.backends = Split(next());
+    } else if (arg == "--min-bytes") {
+      options.min_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (arg == "--max-bytes") {
+      options.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (arg == "--tcp-ceiling") {
+      options.tcp_ceiling = true;
+    } else if (arg == "--store-dir") {
+      options.store_dir = next();
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (options.tcp_ceiling) return MeasureTcpCeiling();
+
+  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (world_size != nullptr && world_rank != nullptr) {  // launched by mpirun
+    if (options.store_dir.empty()) {
+      std::fprintf(stderr, "under mpirun, pass --store-dir (a fresh shared directory)\n");
+      return 2;
+    }
+    auto store = FileStore::Open(options.store_dir);
+    if (!store.ok()) return 1;
+    const int rank = std::atoi(world_rank);
+    if (rank == 0) PrintHeader();
+    for (const std::string& backend : options.backends) {
+      CommunicatorOptions comm_options;
+      comm_options.backend = backend;
+      comm_options.rank = rank;
+      comm_options.size = std::atoi(world_size);
+      comm_options.prefix = "bench";
+      comm_options.timeout_ms = 120000;
+      auto c = CreateCommunicator(comm_options, *store);
+      if (!c.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+        return 1;
+      }
+      Status status = RunSweep(**c, options);
+      if (!status.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+        return 1;
+      }
+    }
+    return 0;
+  }
+
+  PrintHeader();
+  int failures = 0;
+  for (int ranks : options.ranks) {
+    for (const std::string& backend : options.backends) failures += RunForked(backend, ranks, options);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace tessera::collectives
+
+int main(int argc, char** argv) { return tessera::collectives::Main(argc, argv); }
