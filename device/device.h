@@ -37,6 +37,7 @@
 namespace tessera {
 
 class Device;
+class OpPlacement;  // device/placement.h
 
 // The op set, one entry per Device method below.
 enum class Op {
@@ -67,6 +68,9 @@ struct DeviceCapabilities {
   std::set<Op> native_ops;   // ops that run on the device itself
   std::set<DType> dtypes;    // element types its buffers and Cast support
   uint64_t memory_bytes = 0; // device memory; 0 when it is host memory without a set limit
+  // The precision the device's native ops compute in: float32, or float16 / bfloat16 / int8
+  // when results are rounded to it (an emulated fp16 NPU). Host fallbacks compute in float32.
+  DType compute_precision = DType::kFloat32;
 
   bool Supports(Op op) const { return native_ops.count(op) != 0; }
 };
@@ -128,6 +132,9 @@ class Device {
   virtual ~Device() = default;
 
   virtual const DeviceCapabilities& capabilities() const = 0;
+  // Where each op runs and what it cost (device/placement.h), for backends that place ops on a
+  // host fallback; null for a backend that runs every op natively and keeps no account.
+  virtual OpPlacement* placement() { return nullptr; }
 
   // ---- Memory ----
   // A buffer of `bytes` bytes, contents undefined. Served from the pool when possible.

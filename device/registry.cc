@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "device/cpu/factory.h"
+#include "device/emulated/factory.h"
 
 namespace tessera {
 namespace {
@@ -31,6 +32,7 @@ Registry& GlobalRegistry() {
   static Registry* registry = [] {
     auto* created = new Registry;
     (void)AddLocked(*created, CpuDeviceBackend());
+    for (DeviceBackend& emulated : EmulatedDeviceBackends()) (void)AddLocked(*created, std::move(emulated));
     return created;
   }();
   return *registry;
@@ -63,6 +65,8 @@ Result<std::unique_ptr<Device>> CreateDevice(const std::string& name) {
     }
     known += (known.empty() ? "" : ", ") + backend.name;
   }
+  // Emulated devices are a family: "emu:<path.toml>" names a profile file, not an entry.
+  if (IsEmulatedDeviceName(name)) return CreateEmulatedDeviceByName(name);
   return InvalidArgumentError("unknown device '" + name + "'; known devices: " + known);
 }
 

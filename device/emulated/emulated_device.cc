@@ -1,0 +1,292 @@
+#include "device/emulated/emulated_device.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace tessera {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr uint64_t kFloat = sizeof(float);
+
+double MillisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
+  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
+    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
+                           std::to_string(buffer.bytes()) + " bytes");
+  }
+  return Status::Ok();
+}
+
+float RoundToHalf(float value) {
+  return static_cast<float>(static_cast<_Float16>(value));
+}
+
+float RoundToBFloat16(float value) {
+  if (std::isnan(value)) return value;
+  uint32_t bits = std::bit_cast<uint32_t>(value);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);  // round to nearest even on the upper 16 bits
+  return std::bit_cast<float>(bits & 0xFFFF0000u);
+}
+
+// Rounds in place to `precision`; int8 is per-tensor symmetric quantisation (scale max|x|/127).
+void RoundTo(DType precision, float* values, int64_t count) {
+  switch (precision) {
+    case DType::kFloat16:
+      for (int64_t i = 0; i < count; ++i) values[i] = RoundToHalf(values[i]);
+      break;
+    case DType::kBFloat16:
+      for (int64_t i = 0; i < count; ++i) values[i] = RoundToBFloat16(values[i]);
+      break;
+    case DType::kInt8: {
+      float largest = 0;
+      for (int64_t i = 0; i < count; ++i) largest = std::max(largest, std::fabs(values[i]));
+      if (largest == 0 || !std::isfinite(largest)) break;
+      const float scale = largest / 127.0f;
+      for (int64_t i = 0; i < count; ++i) values[i] = std::nearbyint(values[i] / scale) * scale;
+      break;
+    }
+    case DType::kFloat32:
+    case DType::kInt32: break;
+  }
+}
+
+uint64_t ConvOutputs(const Conv2dShape& s) {
+  return uint64_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
+}
+uint64_t ConvInputs(const Conv2dShape& s) { return uint64_t(s.batch) * s.in_channels * s.in_height * s.in_width; }
+uint64_t ConvWeights(const Conv2dShape& s) {
+  return uint64_t(s.out_channels) * s.in_channels * s.kernel_height * s.kernel_width;
+}
+double ConvFlops(const Conv2dShape& s) {
+  return 2.0 * ConvOutputs(s) * s.in_channels * s.kernel_height * s.kernel_width;
+}
+uint64_t PoolOutputs(const MaxPoolShape& s) {
+  return uint64_t(s.batch) * s.channels * s.out_height() * s.out_width();
+}
+uint64_t PoolInputs(const MaxPoolShape& s) { return uint64_t(s.batch) * s.channels * s.in_height * s.in_width; }
+
+}  // namespace
+
+EmulatedDevice::EmulatedDevice(DeviceProfile profile, const EmulatedDeviceOptions& options, std::string kind,
+                               std::unique_ptr<Device> host)
+    : profile_(std::move(profile)),
+      options_(options),
+      host_(std::move(host)),
+      pool_(DriverAllocator{
+          [this](size_t bytes) -> void* {
+            if (driver_bytes_ + bytes > profile_.memory_bytes) return nullptr;
+            void* address = std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+            if (address != nullptr) driver_bytes_ += bytes;
+            return address;
+          },
+          [this](void* address, size_t bytes) {
+            driver_bytes_ -= bytes;
+            std::free(address);
+          }}),
+      placement_(profile_.native_ops),
+      clock_origin_(std::chrono::steady_clock::now()) {
+  capabilities_.kind = std::move(kind);
+  capabilities_.name = capabilities_.kind + " (emulated)";
+  capabilities_.emulated = true;
+  capabilities_.native_ops = profile_.native_ops;
+  capabilities_.dtypes = profile_.dtypes;
+  capabilities_.memory_bytes = profile_.memory_bytes;
+  capabilities_.compute_precision = options_.round_to_precision ? profile_.precision : DType::kFloat32;
+}
+
+EmulatedDevice::~EmulatedDevice() = default;
+
+void EmulatedDevice::ResetClock() {
+  clock_origin_ = std::chrono::steady_clock::now();
+  modelled_ms_ = 0;
+  placement_.Reset();
+}
+
+Result<DeviceBuffer> EmulatedDevice::Allocate(size_t bytes) {
+  size_t class_bytes = 0;
+  Result<void*> address = pool_.Acquire(bytes, &class_bytes);
+  if (!address.ok()) {
+    return ResourceExhaustedError(capabilities_.name + ": out of device memory: cannot allocate " +
+                                  std::to_string(bytes) + " bytes (size class " + std::to_string(class_bytes) +
+                                  "); " + std::to_string(driver_bytes_.load()) + " of " +
+                                  std::to_string(profile_.memory_bytes) + " bytes are held");
+  }
+  return DeviceBuffer(this, &pool_, *address, bytes, class_bytes);
+}
+
+Status EmulatedDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                                        size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  std::memcpy(static_cast<char*>(destination.data()) + destination_offset, host, bytes);
+  AddModelledTime(LinkMs(bytes));
+  return Status::Ok();
+}
+
+Status EmulatedDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host,
+                                        size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  std::memcpy(host, static_cast<const char*>(source.data()) + source_offset, bytes);
+  AddModelledTime(LinkMs(bytes));
+  return Status::Ok();
+}
+
+Status EmulatedDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset,
+                                          DeviceBuffer& destination, size_t destination_offset, size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  std::memmove(static_cast<char*>(destination.data()) + destination_offset,
+               static_cast<const char*>(source.data()) + source_offset, bytes);
+  AddModelledTime(2.0 * bytes / (profile_.memory_bandwidth_gbps * 1e9) * 1e3);
+  return Status::Ok();
+}
+
+double EmulatedDevice::NativeMs(const OpCost& cost) const {
+  const double peak = profile_.PeakFlops(capabilities_.compute_precision);
+  const double element_scale = static_cast<double>(DTypeSize(capabilities_.compute_precision)) / kFloat;
+  const double bytes = static_cast<double>(cost.bytes_read + cost.bytes_written) * element_scale;
+  const double compute_s = peak > 0 ? cost.flops / peak : 0;
+  const double memory_s = bytes / (profile_.memory_bandwidth_gbps * 1e9);
+  return std::max(compute_s, memory_s) * 1e3;
+}
+
+double EmulatedDevice::LinkMs(uint64_t bytes) const {
+  return static_cast<double>(bytes) / (profile_.host_link_gbps * 1e9) * 1e3;
+}
+
+void EmulatedDevice::AddModelledTime(double milliseconds) {
+  modelled_ms_ += milliseconds;
+  if (!options_.pace_real_time) return;
+  const auto target = clock_origin_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                          std::chrono::duration<double, std::milli>(modelled_ms_));
+  std::this_thread::sleep_until(target);
+}
+
+template <typename Compute>
+void EmulatedDevice::Run(Op op, const OpCost& cost, Outputs rounded, Compute&& compute) {
+  const auto start = std::chrono::steady_clock::now();
+  compute();
+  const bool native = placement_.Place(op) == Placement::kNative;
+  if (native && capabilities_.compute_precision != DType::kFloat32) {
+    for (const auto& [values, count] : rounded) {
+      if (values != nullptr) RoundTo(capabilities_.compute_precision, values, count);
+    }
+  }
+  const double measured_ms = MillisecondsSince(start);
+  double modelled_ms = 0;
+  if (native) {
+    modelled_ms = NativeMs(cost);
+    placement_.RecordNative(op, cost, measured_ms, modelled_ms);
+  } else {
+    modelled_ms = LinkMs(cost.bytes_read) + measured_ms + LinkMs(cost.bytes_written);
+    placement_.RecordFallback(op, cost, measured_ms, modelled_ms);
+  }
+  AddModelledTime(modelled_ms);
+}
+
+void EmulatedDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
+                          const float* b, float beta, float* c) {
+  const uint64_t mn = uint64_t(m) * n;
+  OpCost cost{2.0 * m * n * k, (uint64_t(m) * k + uint64_t(k) * n + (beta != 0 ? mn : 0)) * kFloat, mn * kFloat};
+  Run(Op::kGemm, cost, {{c, int64_t(mn)}},
+      [&] { host_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c); });
+}
+
+void EmulatedDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                                   float* y) {
+  const uint64_t outputs = ConvOutputs(shape);
+  OpCost cost{ConvFlops(shape) + (bias ? outputs : 0),
+              (ConvInputs(shape) + ConvWeights(shape) + (bias ? shape.out_channels : 0)) * kFloat, outputs * kFloat};
+  Run(Op::kConv2dForward, cost, {{y, int64_t(outputs)}}, [&] { host_->Conv2dForward(shape, x, w, bias, y); });
+}
+
+void EmulatedDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
+  OpCost cost{ConvFlops(shape), (ConvOutputs(shape) + ConvWeights(shape)) * kFloat, ConvInputs(shape) * kFloat};
+  Run(Op::kConv2dBackwardData, cost, {{dx, int64_t(ConvInputs(shape))}},
+      [&] { host_->Conv2dBackwardData(shape, dy, w, dx); });
+}
+
+void EmulatedDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                                          float* dbias) {
+  const uint64_t bias_count = dbias ? shape.out_channels : 0;
+  OpCost cost{ConvFlops(shape) + (dbias ? ConvOutputs(shape) : 0), (ConvInputs(shape) + ConvOutputs(shape)) * kFloat,
+              (ConvWeights(shape) + bias_count) * kFloat};
+  Run(Op::kConv2dBackwardFilter, cost, {{dw, int64_t(ConvWeights(shape))}, {dbias, int64_t(bias_count)}},
+      [&] { host_->Conv2dBackwardFilter(shape, x, dy, dw, dbias); });
+}
+
+void EmulatedDevice::BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
+  const uint64_t count = uint64_t(outer) * channels * inner;
+  OpCost cost{double(count), (count + channels) * kFloat, count * kFloat};
+  Run(Op::kBiasAdd, cost, {{x, int64_t(count)}}, [&] { host_->BiasAdd(outer, channels, inner, bias, x); });
+}
+
+void EmulatedDevice::BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
+  const uint64_t count = uint64_t(outer) * channels * inner;
+  OpCost cost{double(count), count * kFloat, uint64_t(channels) * kFloat};
+  Run(Op::kBiasGrad, cost, {{dbias, channels}}, [&] { host_->BiasGrad(outer, channels, inner, dy, dbias); });
+}
+
+void EmulatedDevice::Relu(int64_t count, const float* x, float* y) {
+  OpCost cost{double(count), uint64_t(count) * kFloat, uint64_t(count) * kFloat};
+  Run(Op::kRelu, cost, {{y, count}}, [&] { host_->Relu(count, x, y); });
+}
+
+void EmulatedDevice::ReluBackward(int64_t count, const float* y, const float* dy, float* dx) {
+  OpCost cost{double(count), 2 * uint64_t(count) * kFloat, uint64_t(count) * kFloat};
+  Run(Op::kReluBackward, cost, {{dx, count}}, [&] { host_->ReluBackward(count, y, dy, dx); });
+}
+
+void EmulatedDevice::MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) {
+  const uint64_t outputs = PoolOutputs(shape);
+  OpCost cost{double(outputs) * shape.window * shape.window, PoolInputs(shape) * kFloat, 2 * outputs * kFloat};
+  Run(Op::kMaxPool, cost, {{y, int64_t(outputs)}}, [&] { host_->MaxPool(shape, x, y, argmax); });
+}
+
+void EmulatedDevice::MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) {
+  const uint64_t outputs = PoolOutputs(shape);
+  OpCost cost{double(outputs), 2 * outputs * kFloat, PoolInputs(shape) * kFloat};
+  Run(Op::kMaxPoolBackward, cost, {{dx, int64_t(PoolInputs(shape))}},
+      [&] { host_->MaxPoolBackward(shape, dy, argmax, dx); });
+}
+
+void EmulatedDevice::SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
+                                         float* loss, float* dlogits) {
+  const uint64_t count = uint64_t(batch) * classes;
+  OpCost cost{5.0 * count, (count + batch) * kFloat, (1 + (dlogits ? count : 0)) * kFloat};
+  Run(Op::kSoftmaxCrossEntropy, cost, {{loss, 1}, {dlogits, int64_t(dlogits ? count : 0)}},
+      [&] { host_->SoftmaxCrossEntropy(batch, classes, logits, labels, loss, dlogits); });
+}
+
+void EmulatedDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                                       const float* gradients, float* velocity, float* weights) {
+  OpCost cost{5.0 * count, 3 * uint64_t(count) * kFloat, 2 * uint64_t(count) * kFloat};
+  Run(Op::kSgdMomentumUpdate, cost, {}, [&] {
+    host_->SgdMomentumUpdate(count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
+  });
+}
+
+void EmulatedDevice::ReduceSum(int64_t count, const float* x, float* sum) {
+  OpCost cost{double(count), uint64_t(count) * kFloat, kFloat};
+  Run(Op::kReduceSum, cost, {{sum, 1}}, [&] { host_->ReduceSum(count, x, sum); });
+}
+
+void EmulatedDevice::Cast(int64_t count, DType from, const void* x, DType to, void* y) {
+  OpCost cost{double(count), uint64_t(count) * DTypeSize(from), uint64_t(count) * DTypeSize(to)};
+  Run(Op::kCast, cost, {}, [&] { host_->Cast(count, from, x, to, y); });
+}
+
+void EmulatedDevice::Fill(int64_t count, float value, float* x) {
+  OpCost cost{0, 0, uint64_t(count) * kFloat};
+  Run(Op::kFill, cost, {}, [&] { host_->Fill(count, value, x); });
+}
+
+}  // namespace tessera

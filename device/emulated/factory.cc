@@ -1,0 +1,86 @@
+#include "device/emulated/factory.h"
+
+#include "device/emulated/emulated_device.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kPrefix[] = "emu:";
+
+}  // namespace
+
+bool IsEmulatedDeviceName(const std::string& name) { return name.rfind(kPrefix, 0) == 0; }
+
+Result<std::unique_ptr<Device>> CreateEmulatedDevice(const DeviceProfile& profile,
+                                                     const EmulatedDeviceOptions& options, const std::string& kind) {
+  RETURN_IF_ERROR(ValidateProfile(profile, ""));
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> host, CreateDevice("cpu"));
+  return std::unique_ptr<Device>(std::make_unique<EmulatedDevice>(
+      profile, options, kind.empty() ? kPrefix + profile.name : kind, std::move(host)));
+}
+
+Result<std::unique_ptr<Device>> CreateEmulatedDeviceByName(const std::string& name,
+                                                           const EmulatedDeviceOptions& options) {
+  if (!IsEmulatedDeviceName(name)) {
+    return InvalidArgumentError("'" + name + "' is not an emulated device name (expected emu:<profile>)");
+  }
+  const std::string rest = name.substr(sizeof(kPrefix) - 1);
+  const size_t toml_end = rest.find(".toml");
+  if (toml_end == std::string::npos) {
+    Result<DeviceProfile> profile = FindBuiltinProfile(rest);
+    if (!profile.ok()) return InvalidArgumentError("device '" + name + "': " + profile.status().message());
+    return CreateEmulatedDevice(*profile, options, name);
+  }
+  const std::string path = rest.substr(0, toml_end + 5);
+  std::string wanted;
+  if (toml_end + 5 < rest.size()) {
+    if (rest[toml_end + 5] != '#') {
+      return InvalidArgumentError("device '" + name + "': expected emu:<path.toml> or emu:<path.toml>#<profile>");
+    }
+    wanted = rest.substr(toml_end + 6);
+  }
+  ASSIGN_OR_RETURN(std::vector<DeviceProfile> profiles, LoadProfiles(path));
+  if (wanted.empty()) {
+    if (profiles.size() != 1) {
+      return InvalidArgumentError("device '" + name + "': " + path + " holds " + std::to_string(profiles.size()) +
+                                  " profiles; name one with emu:" + path + "#<profile>");
+    }
+    return CreateEmulatedDevice(profiles.front(), options, name);
+  }
+  std::string known;
+  for (const DeviceProfile& profile : profiles) {
+    if (profile.name == wanted) return CreateEmulatedDevice(profile, options, name);
+    known += (known.empty() ? "" : ", ") + profile.name;
+  }
+  return InvalidArgumentError("device '" + name + "': " + path + " has no profile '" + wanted +
+                              "'; it holds: " + known);
+}
+
+std::vector<DeviceBackend> EmulatedDeviceBackends() {
+  std::vector<DeviceBackend> backends;
+  for (const DeviceProfile& profile : BuiltinProfiles()) {
+    DeviceBackend backend;
+    backend.name = kPrefix + profile.name;
+    backend.priority = -10;
+    backend.viability = [] { return Viability{true, ""}; };
+    backend.create = [profile]() { return CreateEmulatedDevice(profile); };
+    backends.push_back(std::move(backend));
+  }
+  return backends;
+}
+
+const DeviceProfile* EmulatedProfile(const Device& device) {
+  const auto* emulated = dynamic_cast<const EmulatedDevice*>(&device);
+  return emulated == nullptr ? nullptr : &emulated->profile();
+}
+
+void ResetEmulatedClock(Device& device) {
+  if (auto* emulated = dynamic_cast<EmulatedDevice*>(&device)) emulated->ResetClock();
+}
+
+double EmulatedModelledMs(const Device& device) {
+  const auto* emulated = dynamic_cast<const EmulatedDevice*>(&device);
+  return emulated == nullptr ? 0 : emulated->modelled_ms();
+}
+
+}  // namespace tessera
