@@ -1,6 +1,7 @@
 #include "collectives/mpi/communicator.h"
 
 #include <climits>
+#include <cstdlib>
 #include <string>
 
 namespace tessera::collectives {
@@ -40,6 +41,12 @@ Status CheckCount(size_t count) {
   return Status::Ok();
 }
 
+void FinalizeAtExit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int size,
@@ -60,6 +67,7 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
     int provided = 0;
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     if (rc != MPI_SUCCESS) return UnavailableError("MPI_Init_thread failed: " + MpiError(rc));
+    std::atexit(FinalizeAtExit);  // MPI requires a finalize from whoever initialised it
   }
   int rank = -1, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

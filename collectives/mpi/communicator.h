@@ -1,8 +1,8 @@
 // MpiCommunicator: Open MPI behind the Communicator interface, for processes launched by
 // mpirun. Built only when TESSERA_HAVE_MPI; viable only when OMPI_COMM_WORLD_SIZE and
 // OMPI_COMM_WORLD_RANK match the requested size and rank. Uses a duplicate of
-// MPI_COMM_WORLD; initialises MPI (MPI_THREAD_SERIALIZED) if the program has not, and never
-// finalises it (MPI allows one init per process).
+// MPI_COMM_WORLD; initialises MPI (MPI_THREAD_SERIALIZED) if the program has not, and then
+// finalises it at exit (MPI allows one init per process).
 //
 // Native: allreduce (sum, max, min), broadcast, allgather, reduce-scatter (block), barrier,
 // send/recv. No float16 (MPI has no standard half type). MPI has no timeouts: each call is
