@@ -7,6 +7,8 @@
 #include <cstring>
 #include <thread>
 
+#include "device/op_cost.h"
+
 namespace tessera {
 namespace {
 
@@ -58,21 +60,6 @@ void RoundTo(DType precision, float* values, int64_t count) {
     case DType::kInt32: break;
   }
 }
-
-uint64_t ConvOutputs(const Conv2dShape& s) {
-  return uint64_t(s.batch) * s.out_channels * s.out_height() * s.out_width();
-}
-uint64_t ConvInputs(const Conv2dShape& s) { return uint64_t(s.batch) * s.in_channels * s.in_height * s.in_width; }
-uint64_t ConvWeights(const Conv2dShape& s) {
-  return uint64_t(s.out_channels) * s.in_channels * s.kernel_height * s.kernel_width;
-}
-double ConvFlops(const Conv2dShape& s) {
-  return 2.0 * ConvOutputs(s) * s.in_channels * s.kernel_height * s.kernel_width;
-}
-uint64_t PoolOutputs(const MaxPoolShape& s) {
-  return uint64_t(s.batch) * s.channels * s.out_height() * s.out_width();
-}
-uint64_t PoolInputs(const MaxPoolShape& s) { return uint64_t(s.batch) * s.channels * s.in_height * s.in_width; }
 
 }  // namespace
 
@@ -194,99 +181,77 @@ void EmulatedDevice::Run(Op op, const OpCost& cost, Outputs rounded, Compute&& c
 
 void EmulatedDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
                           const float* b, float beta, float* c) {
-  const uint64_t mn = uint64_t(m) * n;
-  OpCost cost{2.0 * m * n * k, (uint64_t(m) * k + uint64_t(k) * n + (beta != 0 ? mn : 0)) * kFloat, mn * kFloat};
-  Run(Op::kGemm, cost, {{c, int64_t(mn)}},
+  Run(Op::kGemm, GemmCost(m, n, k, beta != 0), {{c, int64_t(m) * n}},
       [&] { host_->Gemm(transpose_a, transpose_b, m, n, k, alpha, a, b, beta, c); });
 }
 
 void EmulatedDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
                                    float* y) {
-  const uint64_t outputs = ConvOutputs(shape);
-  OpCost cost{ConvFlops(shape) + (bias ? outputs : 0),
-              (ConvInputs(shape) + ConvWeights(shape) + (bias ? shape.out_channels : 0)) * kFloat, outputs * kFloat};
-  Run(Op::kConv2dForward, cost, {{y, int64_t(outputs)}}, [&] { host_->Conv2dForward(shape, x, w, bias, y); });
+  Run(Op::kConv2dForward, Conv2dForwardCost(shape, bias != nullptr), {{y, int64_t(ConvOutputCount(shape))}}, [&] { host_->Conv2dForward(shape, x, w, bias, y); });
 }
 
 void EmulatedDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
-  OpCost cost{ConvFlops(shape), (ConvOutputs(shape) + ConvWeights(shape)) * kFloat, ConvInputs(shape) * kFloat};
-  Run(Op::kConv2dBackwardData, cost, {{dx, int64_t(ConvInputs(shape))}},
+  Run(Op::kConv2dBackwardData, Conv2dBackwardDataCost(shape), {{dx, int64_t(ConvInputCount(shape))}},
       [&] { host_->Conv2dBackwardData(shape, dy, w, dx); });
 }
 
 void EmulatedDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
                                           float* dbias) {
-  const uint64_t bias_count = dbias ? shape.out_channels : 0;
-  OpCost cost{ConvFlops(shape) + (dbias ? ConvOutputs(shape) : 0), (ConvInputs(shape) + ConvOutputs(shape)) * kFloat,
-              (ConvWeights(shape) + bias_count) * kFloat};
-  Run(Op::kConv2dBackwardFilter, cost, {{dw, int64_t(ConvWeights(shape))}, {dbias, int64_t(bias_count)}},
+  const int64_t bias_count = dbias ? shape.out_channels : 0;
+  Run(Op::kConv2dBackwardFilter, Conv2dBackwardFilterCost(shape, dbias != nullptr),
+      {{dw, int64_t(ConvWeightCount(shape))}, {dbias, bias_count}},
       [&] { host_->Conv2dBackwardFilter(shape, x, dy, dw, dbias); });
 }
 
 void EmulatedDevice::BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
-  const uint64_t count = uint64_t(outer) * channels * inner;
-  OpCost cost{double(count), (count + channels) * kFloat, count * kFloat};
-  Run(Op::kBiasAdd, cost, {{x, int64_t(count)}}, [&] { host_->BiasAdd(outer, channels, inner, bias, x); });
+  Run(Op::kBiasAdd, BiasAddCost(outer, channels, inner), {{x, outer * channels * inner}}, [&] { host_->BiasAdd(outer, channels, inner, bias, x); });
 }
 
 void EmulatedDevice::BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
-  const uint64_t count = uint64_t(outer) * channels * inner;
-  OpCost cost{double(count), count * kFloat, uint64_t(channels) * kFloat};
-  Run(Op::kBiasGrad, cost, {{dbias, channels}}, [&] { host_->BiasGrad(outer, channels, inner, dy, dbias); });
+  Run(Op::kBiasGrad, BiasGradCost(outer, channels, inner), {{dbias, channels}}, [&] { host_->BiasGrad(outer, channels, inner, dy, dbias); });
 }
 
 void EmulatedDevice::Relu(int64_t count, const float* x, float* y) {
-  OpCost cost{double(count), uint64_t(count) * kFloat, uint64_t(count) * kFloat};
-  Run(Op::kRelu, cost, {{y, count}}, [&] { host_->Relu(count, x, y); });
+  Run(Op::kRelu, ReluCost(count), {{y, count}}, [&] { host_->Relu(count, x, y); });
 }
 
 void EmulatedDevice::ReluBackward(int64_t count, const float* y, const float* dy, float* dx) {
-  OpCost cost{double(count), 2 * uint64_t(count) * kFloat, uint64_t(count) * kFloat};
-  Run(Op::kReluBackward, cost, {{dx, count}}, [&] { host_->ReluBackward(count, y, dy, dx); });
+  Run(Op::kReluBackward, ReluBackwardCost(count), {{dx, count}}, [&] { host_->ReluBackward(count, y, dy, dx); });
 }
 
 void EmulatedDevice::MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) {
-  const uint64_t outputs = PoolOutputs(shape);
-  OpCost cost{double(outputs) * shape.window * shape.window, PoolInputs(shape) * kFloat, 2 * outputs * kFloat};
-  Run(Op::kMaxPool, cost, {{y, int64_t(outputs)}}, [&] { host_->MaxPool(shape, x, y, argmax); });
+  Run(Op::kMaxPool, MaxPoolCost(shape), {{y, int64_t(PoolOutputCount(shape))}}, [&] { host_->MaxPool(shape, x, y, argmax); });
 }
 
 void EmulatedDevice::MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) {
-  const uint64_t outputs = PoolOutputs(shape);
-  OpCost cost{double(outputs), 2 * outputs * kFloat, PoolInputs(shape) * kFloat};
-  Run(Op::kMaxPoolBackward, cost, {{dx, int64_t(PoolInputs(shape))}},
+  Run(Op::kMaxPoolBackward, MaxPoolBackwardCost(shape), {{dx, int64_t(PoolInputCount(shape))}},
       [&] { host_->MaxPoolBackward(shape, dy, argmax, dx); });
 }
 
 void EmulatedDevice::SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
                                          float* loss, float* dlogits) {
-  const uint64_t count = uint64_t(batch) * classes;
-  OpCost cost{5.0 * count, (count + batch) * kFloat, (1 + (dlogits ? count : 0)) * kFloat};
-  Run(Op::kSoftmaxCrossEntropy, cost, {{loss, 1}, {dlogits, int64_t(dlogits ? count : 0)}},
+  Run(Op::kSoftmaxCrossEntropy, SoftmaxCrossEntropyCost(batch, classes, dlogits != nullptr),
+      {{loss, 1}, {dlogits, dlogits ? int64_t(batch) * classes : 0}},
       [&] { host_->SoftmaxCrossEntropy(batch, classes, logits, labels, loss, dlogits); });
 }
 
 void EmulatedDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
                                        const float* gradients, float* velocity, float* weights) {
-  OpCost cost{5.0 * count, 3 * uint64_t(count) * kFloat, 2 * uint64_t(count) * kFloat};
-  Run(Op::kSgdMomentumUpdate, cost, {}, [&] {
+  Run(Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(count), {}, [&] {
     host_->SgdMomentumUpdate(count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
   });
 }
 
 void EmulatedDevice::ReduceSum(int64_t count, const float* x, float* sum) {
-  OpCost cost{double(count), uint64_t(count) * kFloat, kFloat};
-  Run(Op::kReduceSum, cost, {{sum, 1}}, [&] { host_->ReduceSum(count, x, sum); });
+  Run(Op::kReduceSum, ReduceSumCost(count), {{sum, 1}}, [&] { host_->ReduceSum(count, x, sum); });
 }
 
 void EmulatedDevice::Cast(int64_t count, DType from, const void* x, DType to, void* y) {
-  OpCost cost{double(count), uint64_t(count) * DTypeSize(from), uint64_t(count) * DTypeSize(to)};
-  Run(Op::kCast, cost, {}, [&] { host_->Cast(count, from, x, to, y); });
+  Run(Op::kCast, CastCost(count, from, to), {}, [&] { host_->Cast(count, from, x, to, y); });
 }
 
 void EmulatedDevice::Fill(int64_t count, float value, float* x) {
-  OpCost cost{0, 0, uint64_t(count) * kFloat};
-  Run(Op::kFill, cost, {}, [&] { host_->Fill(count, value, x); });
+  Run(Op::kFill, FillCost(count), {}, [&] { host_->Fill(count, value, x); });
 }
 
 }  // namespace tessera
