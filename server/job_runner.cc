@@ -69,7 +69,23 @@ Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
                                      std::to_string(job_.rounds_committed()) + " rounds committed)");
     }
   }
-  return round->Admit(header);
+  RETURN_IF_ERROR(round->Admit(header));
+  if (header.failure().empty()) RETURN_IF_ERROR(round->CheckManifest(header));
+  return Status::Ok();
+}
+
+void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) {
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  registry_->RecordRound(header.worker_id(), false);
+  spdlog::warn("job {}: refused {}", header.job_id(), why.message());
+  Note("refused " + why.message());
+  if (round && round->round() == header.round() && round->attempt() == header.attempt()) {
+    round->Reject(header.worker_id(), why);
+  }
 }
 
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms) {
@@ -86,6 +102,23 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     Note("refused " + verdict.message());
   }
   return verdict;
+}
+
+Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  if (!round) return AdmitUpload(header);
+  RETURN_IF_ERROR(AdmitUpload(header));
+  RETURN_IF_ERROR(round->Fail(header));
+  registry_->RecordRound(header.worker_id(), false);
+  const std::string message = "worker '" + header.worker_id() + "' could not train round " +
+                              std::to_string(header.round()) + ": " + header.failure();
+  spdlog::warn("job {}: {}", header.job_id(), message);
+  Note(message);
+  return Status::Ok();
 }
 
 void JobRunner::Note(const std::string& message) {
@@ -188,7 +221,9 @@ void JobRunner::Run() {
 
 Result<std::vector<std::pair<std::string, uint32_t>>> JobRunner::SelectClients(uint32_t round, uint32_t attempt) {
   const v1::JobSpec spec = Snapshot().spec();
-  const uint32_t parties = std::max<uint32_t>(1, spec.data().partition().parties());
+  // With shared data each seat is a party of the partition; with workers' own files every
+  // worker gets a seat of its own.
+  const bool own_files = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
   const auto wait_start = Clock::now();
   auto last_note = wait_start;
   while (true) {
@@ -196,11 +231,14 @@ Result<std::vector<std::pair<std::string, uint32_t>>> JobRunner::SelectClients(u
     std::vector<std::pair<std::string, uint32_t>> candidates;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      const auto ready = registry_->ReadyWorkers();
+      const uint32_t parties = own_files ? static_cast<uint32_t>(seats_.size() + ready.size())
+                                         : std::max<uint32_t>(1, spec.data().partition().parties());
       std::vector<bool> taken(parties, false);
       for (const auto& [worker, party] : seats_) {
         if (party < parties) taken[party] = true;
       }
-      for (const std::string& worker : registry_->ReadyWorkers()) {
+      for (const std::string& worker : ready) {
         auto it = seats_.find(worker);
         if (it == seats_.end()) {  // a new worker takes the lowest free party
           auto free = std::find(taken.begin(), taken.end(), false);

@@ -46,8 +46,13 @@ class JobRunner {
   // The global model of `version`, or an error when that version is not current.
   Result<std::shared_ptr<const TensorSet>> Model(uint64_t version) const;
   void RecordDownload(const std::string& worker_id, uint64_t version);
+  // Checks the header and the manifest before the tensors arrive.
   Status AdmitUpload(const v1::UpdateHeader& header) const;
+  // Records that a selected worker's upload was refused before it could be submitted.
+  void RejectUpload(const v1::UpdateHeader& header, const Status& why);
   Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
+  // A selected worker could not train; it leaves the round now instead of at the deadline.
+  Status ReportFailure(const v1::UpdateHeader& header);
   uint64_t model_bytes() const { return model_bytes_.load(); }
 
  private:

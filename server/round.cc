@@ -62,7 +62,7 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
     return FailedPreconditionError(what + ": trained from model version " + std::to_string(h.base_model_version()) +
                                    ", expected version " + std::to_string(model_version_));
   }
-  if (h.samples() == 0) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
+  if (h.samples() == 0 && h.failure().empty()) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return FailedPreconditionError(what + ": the round has closed (deadline passed)");
   auto it = participants_.find(h.worker_id());
@@ -71,6 +71,42 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
   }
   return Status::Ok();
+}
+
+Status Round::CheckManifest(const v1::UpdateHeader& h) const {
+  const std::string what = Describe(h.worker_id());
+  const auto& tensors = h.manifest().tensors();
+  if (static_cast<size_t>(tensors.size()) != global_->size()) {
+    return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors, got " +
+                                std::to_string(tensors.size()));
+  }
+  for (int i = 0; i < tensors.size(); ++i) {
+    const NamedTensor& want = (*global_)[static_cast<size_t>(i)];
+    const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+    if (tensors[i].name() != want.name) {
+      return InvalidArgumentError(what + ": tensor " + std::to_string(i) + ": expected name '" + want.name +
+                                  "', got '" + tensors[i].name() + "'");
+    }
+    if (shape != want.shape) {
+      return InvalidArgumentError(what + ": tensor '" + want.name + "': expected shape " + ShapeToString(want.shape) +
+                                  ", got " + ShapeToString(shape));
+    }
+    if (tensors[i].dtype() != v1::DTYPE_FLOAT32) {
+      return InvalidArgumentError(what + ": tensor '" + want.name + "': expected dtype FLOAT32, got " +
+                                  v1::DType_Name(tensors[i].dtype()));
+    }
+  }
+  return Status::Ok();
+}
+
+void Round::Reject(const std::string& worker_id, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = participants_.find(worker_id);
+  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending) return;
+  it->second.outcome = Outcome::kRejected;
+  it->second.report.set_outcome("rejected: " + why.message());
+  --pending_;
+  cv_.notify_all();
 }
 
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms) {
@@ -95,7 +131,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   }
   --pending_;
   if (!valid.ok()) {
-    p.outcome = Outcome::kRejected;
+    p.outcome = Outcome::kRejected;  // never folded in
     p.report.set_outcome("rejected: " + valid.message());
   } else {
     p.outcome = Outcome::kAccepted;
@@ -106,6 +142,19 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   }
   cv_.notify_all();
   return valid;
+}
+
+Status Round::Fail(const v1::UpdateHeader& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = participants_.find(h.worker_id());
+  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending) {
+    return FailedPreconditionError(Describe(h.worker_id()) + ": failure report for a round it is not pending in");
+  }
+  it->second.outcome = Outcome::kDropped;
+  it->second.report.set_outcome("failed: " + h.failure());
+  --pending_;
+  cv_.notify_all();
+  return Status::Ok();
 }
 
 void Round::RecordDownload(const std::string& worker_id) {

@@ -49,10 +49,17 @@ class Round {
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
   // model version, a selected worker that has not reported yet, a positive sample count.
   Status Admit(const v1::UpdateHeader& header) const;
+  // Checks the upload's manifest against the global model's layout (names, shapes, dtypes)
+  // before any tensor bytes are read.
+  Status CheckManifest(const v1::UpdateHeader& header) const;
+  // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
+  void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values) and folds it into the aggregate. A refused
   // update never touches the aggregate; its participant is marked rejected with the reason.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
   void RecordDownload(const std::string& worker_id);
+  // The worker reports that it cannot train this round; it is dropped with `reason`.
+  Status Fail(const v1::UpdateHeader& header);
 
   // Marks participants whose session is gone as dropped; returns how many are still pending.
   template <typename AliveFn>

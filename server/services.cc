@@ -101,9 +101,19 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     if (!runner) return refuse(NotFoundError("job '" + header.job_id() + "' is not running on this coordinator"));
     // Refuse early, before reading the tensors, when the header alone disqualifies it.
     if (Status admitted = runner->AdmitUpload(header); !admitted.ok()) {
-      spdlog::warn("refused {}", admitted.message());
-      c_->registry().RecordRound(header.worker_id(), false);
+      if (admitted.code() == StatusCode::kInvalidArgument) {
+        runner->RejectUpload(header, admitted);  // a selected worker's malformed update
+      } else {
+        spdlog::warn("refused {}", admitted.message());
+        c_->registry().RecordRound(header.worker_id(), false);
+      }
       return refuse(admitted);
+    }
+    if (!header.failure().empty()) {
+      Status noted = runner->ReportFailure(header);
+      result->set_accepted(noted.ok());
+      result->set_reason(noted.ok() ? "failure noted" : noted.message());
+      return grpc::Status::OK;
     }
     const std::string what = "update from worker '" + header.worker_id() + "' for job " + header.job_id() + " round " +
                              std::to_string(header.round());
@@ -120,8 +130,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     const double upload_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!delta.ok()) {
-      spdlog::warn("refused {}", delta.status().message());
-      c_->registry().RecordRound(header.worker_id(), false);
+      runner->RejectUpload(header, delta.status());
       return refuse(delta.status());
     }
     Status verdict = runner->SubmitUpdate(header, *delta, upload_ms);

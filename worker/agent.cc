@@ -160,15 +160,41 @@ void WorkerAgent::TrainerLoop() {
       }
       state_ = "training";
     }
-    Status s = RunTask(task);
+    v1::UpdateHeader header;
+    TensorSet delta;
+    Status s = Train(task, &header, &delta);
+    if (!s.ok()) {
+      spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
+      // A broken connection or a cancelled round needs no report; anything else (unreadable
+      // data, a device error) is told to the coordinator so the round does not wait for us.
+      if (s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
+          s.code() != StatusCode::kUnauthenticated) {
+        ReportFailure(task, s);
+      }
+    } else if (Status up = Upload(header, delta); !up.ok()) {
+      spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), up.ToString());
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       state_ = "idle";
     }
-    if (!s.ok()) {
-      spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
-    }
   }
+}
+
+void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
+  v1::UpdateHeader header;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    header.set_worker_id(worker_id_);
+    header.set_session(session_);
+  }
+  header.set_job_id(task.job_id());
+  header.set_round(task.round());
+  header.set_attempt(task.attempt());
+  header.set_base_model_version(task.model_version());
+  header.set_failure(why.ToString());
+  auto sent = client_->UploadUpdate(header, TensorSet(), options_.chunk_bytes);
+  if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
 Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingData(const v1::JobSpec& spec) {
@@ -210,7 +236,7 @@ Result<std::vector<int64_t>> WorkerAgent::Share(const v1::TrainTask& task, const
   return it->second[task.party_index()];
 }
 
-Status WorkerAgent::RunTask(const v1::TrainTask& task) {
+Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   std::string worker_id, session;
   {
@@ -254,7 +280,7 @@ Status WorkerAgent::RunTask(const v1::TrainTask& task) {
   for (size_t i = 0; i < delta.size(); ++i) {
     for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
   }
-  v1::UpdateHeader header;
+  v1::UpdateHeader& header = *out_header;
   header.set_worker_id(worker_id);
   header.set_session(session);
   header.set_job_id(task.job_id());
@@ -265,6 +291,13 @@ Status WorkerAgent::RunTask(const v1::TrainTask& task) {
   header.set_compute_ms(report.compute_ms);
   header.set_download_ms(download_ms);
   header.set_train_loss(report.mean_loss);
+  *out_delta = std::move(delta);
+  spdlog::info("{}: trained (loss {:.4f}, {:.0f} ms compute)", what, report.mean_loss, report.compute_ms);
+  return Status::Ok();
+}
+
+Status WorkerAgent::Upload(const v1::UpdateHeader& header, const TensorSet& delta) {
+  const std::string what = "job " + header.job_id() + " round " + std::to_string(header.round());
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = "uploading";
@@ -275,7 +308,7 @@ Status WorkerAgent::RunTask(const v1::TrainTask& task) {
     return FailedPreconditionError(what + ": update refused: " + result.reason());
   }
   ++rounds_trained_;
-  spdlog::info("{}: update accepted (loss {:.4f}, {:.0f} ms compute)", what, report.mean_loss, report.compute_ms);
+  spdlog::info("{}: update accepted", what);
   return Status::Ok();
 }
 

@@ -58,7 +58,11 @@ class WorkerAgent {
   Status RunSession();
   void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
-  Status RunTask(const v1::TrainTask& task);
+  // Downloads the model and trains; fills the upload's header and the model delta.
+  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* delta);
+  Status Upload(const v1::UpdateHeader& header, const TensorSet& delta);
+  // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
+  void ReportFailure(const v1::TrainTask& task, const Status& why);
   Result<std::shared_ptr<const Dataset>> TrainingData(const v1::JobSpec& spec);
   Result<std::vector<int64_t>> Share(const v1::TrainTask& task, const Dataset& data);
   void SleepFor(uint32_t ms);

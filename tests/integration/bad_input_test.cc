@@ -1,0 +1,184 @@
+// Bad input at the coordinator's doors: a wrong join token, an invalid job spec, and updates
+// with a wrong shape, NaN, or for a past round. Each is refused with a reason that names it,
+// and the job goes on unharmed.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+#include "proto/tensor_transfer.h"
+#include "tests/integration/harness.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::testing {
+namespace {
+
+TEST(BadInputTest, AWrongJoinTokenIsRefused) {
+  TempDir dir("token");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread intruder(address, "intruder", "not-the-token");
+  ASSERT_TRUE(intruder.WaitDone(std::chrono::seconds(20)));
+  EXPECT_EQ(intruder.result().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(intruder.result().message().find("join token"), std::string::npos) << intruder.result().message();
+  EXPECT_NE(intruder.result().message().find("intruder"), std::string::npos) << intruder.result().message();
+  EXPECT_TRUE((*coordinator)->registry().List().empty());
+}
+
+TEST(BadInputTest, AnInvalidJobSpecIsRefusedNamingTheField) {
+  TempDir dir("spec");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  v1::JobSpec spec = SmallJob(2, 3);
+  spec.set_min_clients(5);
+  auto job = (*coordinator)->SubmitJob(spec);
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find("spec.min_clients"), std::string::npos) << job.status().message();
+  spec = SmallJob(2, 3);
+  spec.mutable_model()->set_name("resnet-9000");
+  job = (*coordinator)->SubmitJob(spec);
+  EXPECT_NE(job.status().message().find("spec.model.name"), std::string::npos) << job.status().message();
+  auto jobs = (*coordinator)->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty());
+}
+
+// A worker that speaks the protocol by hand and sends what it is told to.
+class RogueWorker {
+ public:
+  RogueWorker(const std::string& address) : client_(worker::MakeGrpcCoordinatorClient(address)) {
+    v1::JoinRequest join;
+    join.set_join_token(kToken);
+    join.set_name("rogue");
+    auto joined = client_->Join(join);
+    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+    joined_ = *joined;
+    heartbeat_ = std::thread([this] {
+      while (!stop_) {
+        v1::HeartbeatRequest beat;
+        beat.set_worker_id(joined_.worker_id());
+        beat.set_session(joined_.session());
+        client_->Heartbeat(beat).ok();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    channel_ = std::thread([this] {
+      v1::TaskChannelRequest open;
+      open.set_worker_id(joined_.worker_id());
+      open.set_session(joined_.session());
+      client_->RunTaskChannel(open, [this](const v1::Task& task) {
+        if (task.has_train()) OnTask(task.train());
+      });
+    });
+  }
+  ~RogueWorker() {
+    stop_ = true;
+    client_->CancelTaskChannel();
+    channel_.join();
+    heartbeat_.join();
+  }
+
+  std::vector<v1::UploadResult> results() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return results_;
+  }
+
+ private:
+  void Upload(const v1::TrainTask& task, uint32_t round, const TensorSet& delta) {
+    v1::UpdateHeader header;
+    header.set_worker_id(joined_.worker_id());
+    header.set_session(joined_.session());
+    header.set_job_id(task.job_id());
+    header.set_round(round);
+    header.set_attempt(task.attempt());
+    header.set_base_model_version(task.model_version());
+    header.set_samples(100);
+    auto result = client_->UploadUpdate(header, delta, 1 << 20);
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    std::lock_guard<std::mutex> lock(mu_);
+    results_.push_back(*result);
+  }
+
+  void OnTask(const v1::TrainTask& task) {
+    v1::DownloadModelRequest request;
+    request.set_worker_id(joined_.worker_id());
+    request.set_session(joined_.session());
+    request.set_job_id(task.job_id());
+    request.set_model_version(task.model_version());
+    auto model = client_->DownloadModel(request);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    TensorSet delta = *model;
+    for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
+    if (task.round() == 1) {  // a wrong shape
+      delta[0].shape[0] += 1;
+      delta[0].values.resize(static_cast<size_t>(delta[0].NumElements()));
+      Upload(task, 1, delta);
+    } else if (task.round() == 2) {  // NaN
+      delta[1].values[3] = std::numeric_limits<float>::quiet_NaN();
+      Upload(task, 2, delta);
+    } else {  // for a past round, then an honest (empty) update
+      Upload(task, task.round() - 1, delta);
+      Upload(task, task.round(), delta);
+    }
+  }
+
+  std::unique_ptr<worker::CoordinatorClient> client_;
+  v1::JoinResponse joined_;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_, channel_;
+  std::mutex mu_;
+  std::vector<v1::UploadResult> results_;
+};
+
+TEST(BadInputTest, BadUpdatesAreRefusedAndTheJobIsUnharmed) {
+  TempDir dir("updates");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread w1(address, "honest-1");
+  WorkerThread w2(address, "honest-2");
+  RogueWorker rogue(address);
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(20)));
+
+  v1::JobSpec spec = SmallJob(3, 3);
+  spec.set_min_clients(2);
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(90));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 3);
+
+  auto outcome_of_rogue = [&](int round) {
+    for (const auto& w : done.rounds(round).workers()) {
+      if (w.worker_id() == "rogue") return w.outcome();
+    }
+    return std::string("not selected");
+  };
+  EXPECT_NE(outcome_of_rogue(0).find("rejected"), std::string::npos) << outcome_of_rogue(0);
+  EXPECT_NE(outcome_of_rogue(0).find("expected shape"), std::string::npos) << outcome_of_rogue(0);
+  EXPECT_NE(outcome_of_rogue(1).find("NaN"), std::string::npos) << outcome_of_rogue(1);
+  EXPECT_EQ(outcome_of_rogue(2), "accepted");
+
+  auto results = rogue.results();
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_FALSE(results[0].accepted());
+  EXPECT_NE(results[0].reason().find("rogue"), std::string::npos) << results[0].reason();
+  EXPECT_FALSE(results[1].accepted());
+  EXPECT_FALSE(results[2].accepted());
+  EXPECT_NE(results[2].reason().find("past round"), std::string::npos) << results[2].reason();
+  EXPECT_TRUE(results[3].accepted()) << results[3].reason();
+
+  // The refused updates never reached the aggregate: the model learned.
+  for (const auto& r : done.rounds()) {
+    EXPECT_TRUE(std::isfinite(r.test_loss()));
+    EXPECT_EQ(r.clients_reported(), r.round() == 3 ? 3u : 2u);
+  }
+  EXPECT_GT(done.rounds(2).test_accuracy(), 0.5);
+}
+
+}  // namespace
+}  // namespace tessera::testing

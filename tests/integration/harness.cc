@@ -1,0 +1,135 @@
+#include "tests/integration/harness.h"
+
+#include <unistd.h>
+
+namespace tessera::testing {
+
+TempDir::TempDir(const std::string& tag) {
+  path_ = std::filesystem::temp_directory_path() / ("tessera-" + tag + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir) {
+  server::CoordinatorOptions options;
+  options.listen_address = "127.0.0.1:0";
+  options.state_dir = state_dir;
+  options.join_token = kToken;
+  options.registry.heartbeat_interval_ms = 200;
+  options.registry.heartbeat_timeout_ms = 1500;
+  options.runner.worker_wait_timeout = std::chrono::seconds(60);
+  return options;
+}
+
+WorkerThread::WorkerThread(const std::string& address, const std::string& name, const std::string& token,
+                           const std::string& data_dir) {
+  worker::WorkerOptions options;
+  options.name = name;
+  options.join_token = token;
+  options.data_dir = data_dir;
+  options.backoff_initial_ms = 100;
+  options.backoff_max_ms = 500;
+  agent_ = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(address));
+  thread_ = std::thread([this] {
+    Status s = agent_->Run();
+    std::lock_guard<std::mutex> lock(mu_);
+    result_ = s;
+    done_ = true;
+    cv_.notify_all();
+  });
+}
+
+WorkerThread::~WorkerThread() {
+  agent_->Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool WorkerThread::WaitDone(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return done_; });
+}
+
+Status WorkerThread::result() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return result_;
+}
+
+v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples) {
+  v1::JobSpec spec;
+  spec.set_name("small");
+  spec.mutable_model()->set_name("mlp");
+  spec.mutable_model()->add_hidden(64);
+  spec.mutable_data()->set_dataset("fashion-mnist");
+  spec.mutable_data()->set_max_train_samples(train_samples);
+  spec.mutable_data()->set_max_test_samples(1000);
+  spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_IID);
+  spec.mutable_data()->mutable_partition()->set_parties(parties);
+  spec.mutable_data()->mutable_partition()->set_seed(3);
+  spec.set_strategy("fedavg");
+  spec.set_rounds(rounds);
+  spec.set_clients_per_round(parties);
+  spec.set_min_clients(parties);
+  spec.set_round_deadline_ms(60000);
+  spec.set_local_epochs(1);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_name("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.set_seed(11);
+  spec.set_max_round_attempts(3);
+  return spec;
+}
+
+std::unique_ptr<v1::JobService::Stub> JobStub(int port) {
+  return v1::JobService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+}
+
+bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return predicate();
+}
+
+v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job_id, std::chrono::seconds timeout) {
+  v1::GetJobResponse last;
+  WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::GetJobRequest request;
+        request.set_job_id(job_id);
+        request.set_include_rounds(true);
+        v1::GetJobResponse response;
+        if (!stub.GetJob(&ctx, request, &response).ok()) return false;
+        last = response;
+        const auto state = response.job().state();
+        return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
+      },
+      timeout);
+  return last;
+}
+
+bool WaitForWorkers(v1::JobService::Stub& stub, size_t count, std::chrono::milliseconds timeout) {
+  return WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::ListWorkersResponse response;
+        if (!stub.ListWorkers(&ctx, v1::ListWorkersRequest(), &response).ok()) return false;
+        size_t ready = 0;
+        for (const auto& w : response.workers()) {
+          ready += w.alive() && w.state() != "disconnected" && w.state() != "joined" ? 1 : 0;
+        }
+        return ready >= count;
+      },
+      timeout);
+}
+
+}  // namespace tessera::testing

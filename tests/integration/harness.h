@@ -1,0 +1,70 @@
+// Pieces shared by the federation tests: a temporary state directory, an in-process
+// coordinator on port 0, in-process workers on threads, small job specs, and waiting for a
+// job through the user-facing service.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/coordinator.h"
+#include "tessera/v1/job_service.grpc.pb.h"
+#include "worker/agent.h"
+
+namespace tessera::testing {
+
+inline constexpr char kToken[] = "test-join-token";
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag);
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Quick heartbeats so that lost workers are noticed in about a second.
+server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir);
+
+// A WorkerAgent running on its own thread until destroyed.
+class WorkerThread {
+ public:
+  WorkerThread(const std::string& address, const std::string& name, const std::string& token = kToken,
+               const std::string& data_dir = "");
+  ~WorkerThread();
+  // Waits for Run() to return (a fatal error) for up to `timeout`.
+  bool WaitDone(std::chrono::milliseconds timeout);
+  Status result();
+  worker::WorkerAgent& agent() { return *agent_; }
+
+ private:
+  std::unique_ptr<worker::WorkerAgent> agent_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status result_;
+};
+
+// A small, fast job: an MLP on the first `train_samples` training images, IID over
+// `parties` parties, all taking part.
+v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples = 6000);
+
+std::unique_ptr<v1::JobService::Stub> JobStub(int port);
+// Polls until the job is in a final state or `timeout` passes; returns the last view.
+v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job_id,
+                              std::chrono::seconds timeout);
+// Polls until `predicate(job)` holds or `timeout`; returns whether it held.
+bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+// Waits until `count` workers are ready at the coordinator.
+bool WaitForWorkers(v1::JobService::Stub& stub, size_t count, std::chrono::milliseconds timeout);
+
+}  // namespace tessera::testing

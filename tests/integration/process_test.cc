@@ -1,0 +1,213 @@
+// The daemons as real processes, killed with SIGKILL mid-round and mid-job: the round still
+// closes by its deadline, a restarted worker rejoins and is selected again, and a restarted
+// coordinator resumes at its last committed round with every worker reconnecting by itself.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "tests/integration/harness.h"
+
+extern char** environ;
+
+namespace tessera::testing {
+namespace {
+
+// A child process with its output in a log file; SIGKILLed when destroyed.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const std::string& log, std::vector<std::string> env = {}) : log_(log) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    std::vector<std::string> environment;
+    for (char** e = environ; *e; ++e) environment.emplace_back(*e);
+    for (auto& e : env) environment.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : environment) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Process() { Kill(SIGKILL); }
+  bool running() const { return pid_ > 0; }
+  void Kill(int signal) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, signal);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  std::string Log() const {
+    std::ifstream in(log_);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+};
+
+std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string& listen, int* port) {
+  const std::string log = dir.str() + "/coordinator.log";
+  auto p = std::make_unique<Process>(
+      std::vector<std::string>{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir.str() + "/state",
+                               "--join-token", kToken, "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms",
+                               "1500"},
+      log);
+  const std::regex listening("listening on port ([0-9]+)");
+  std::smatch match;
+  const size_t before = p->Log().size();
+  WaitUntil(
+      [&] {
+        const std::string text = p->Log().substr(std::min(before, p->Log().size()));
+        return std::regex_search(text, match, listening);
+      },
+      std::chrono::seconds(20));
+  const std::string text = p->Log().substr(std::min(before, p->Log().size()));
+  *port = std::regex_search(text, match, listening) ? std::stoi(match[1]) : 0;
+  return p;
+}
+
+std::unique_ptr<Process> StartWorker(const TempDir& dir, int port, const std::string& name) {
+  return std::make_unique<Process>(
+      std::vector<std::string>{TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port),
+                               "--join-token", kToken, "--name", name},
+      dir.str() + "/" + name + ".log", std::vector<std::string>{"OPENBLAS_NUM_THREADS=1"});
+}
+
+std::string WorkerState(v1::JobService::Stub& stub, const std::string& name) {
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse response;
+  if (!stub.ListWorkers(&ctx, v1::ListWorkersRequest(), &response).ok()) return "";
+  for (const auto& w : response.workers()) {
+    if (w.worker_id() == name) return w.state();
+  }
+  return "";
+}
+
+v1::JobSpec CnnJob(uint32_t rounds, uint32_t epochs) {
+  v1::JobSpec spec = SmallJob(rounds, 3, 4500);
+  spec.mutable_model()->set_name("simplecnn");
+  spec.mutable_model()->clear_hidden();
+  spec.set_local_epochs(epochs);
+  spec.set_batch_size(64);
+  spec.mutable_optimizer()->set_learning_rate(0.02);
+  return spec;
+}
+
+TEST(ProcessTest, AKilledWorkerDoesNotStallTheRoundAndRejoinsWhenRestarted) {
+  TempDir dir("kill-worker");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  std::map<std::string, std::unique_ptr<Process>> workers;
+  for (const char* name : {"w1", "w2", "w3"}) workers[name] = StartWorker(dir, port, name);
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
+
+  v1::JobSpec spec = CnnJob(4, 4);
+  spec.set_min_clients(2);
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = spec;
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub->SubmitJob(&ctx, submit, &submitted).ok());
+  const std::string job = submitted.job().id();
+
+  // Kill w2 while it trains round 1, then bring it back under the same name.
+  ASSERT_TRUE(WaitUntil([&] { return WorkerState(*stub, "w2") == "training"; }, std::chrono::seconds(60)))
+      << coordinator->Log();
+  workers["w2"]->Kill(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  workers["w2"] = StartWorker(dir, port, "w2");
+
+  auto done = WaitForJob(*stub, job, std::chrono::seconds(240));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error() << "\n" << coordinator->Log();
+  ASSERT_EQ(done.rounds_size(), 4);
+  const auto& first = done.rounds(0);
+  EXPECT_EQ(first.clients_reported(), 2u);
+  EXPECT_LT(first.latency().total_ms(), spec.round_deadline_ms());
+  bool w2_dropped = false;
+  for (const auto& w : first.workers()) {
+    if (w.worker_id() == "w2") w2_dropped = w.outcome().rfind("dropped", 0) == 0;
+  }
+  EXPECT_TRUE(w2_dropped);
+  // Selected again, and accepted, in a later round.
+  bool w2_back = false;
+  for (int r = 1; r < done.rounds_size(); ++r) {
+    for (const auto& w : done.rounds(r).workers()) {
+      if (w.worker_id() == "w2" && w.outcome() == "accepted") w2_back = true;
+    }
+  }
+  EXPECT_TRUE(w2_back) << coordinator->Log();
+}
+
+TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
+  TempDir dir("kill-coordinator");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  std::vector<std::unique_ptr<Process>> workers;
+  for (const char* name : {"w1", "w2", "w3"}) workers.push_back(StartWorker(dir, port, name));
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
+
+  const uint32_t rounds = 6;
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = CnnJob(rounds, 1);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(stub->SubmitJob(&ctx, submit, &submitted).ok());
+  const std::string job = submitted.job().id();
+
+  // Let two rounds commit, then kill the coordinator without warning.
+  v1::GetJobResponse before;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        grpc::ClientContext c;
+        v1::GetJobRequest request;
+        request.set_job_id(job);
+        request.set_include_rounds(true);
+        return stub->GetJob(&c, request, &before).ok() && before.job().rounds_committed() >= 2;
+      },
+      std::chrono::seconds(120)));
+  coordinator->Kill(SIGKILL);
+  auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
+  ASSERT_GT(port, 0) << restarted->Log();
+  stub = JobStub(port);
+  auto done = WaitForJob(*stub, job, std::chrono::seconds(240));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error() << "\n" << restarted->Log();
+  ASSERT_EQ(done.rounds_size(), static_cast<int>(rounds));
+  std::set<uint32_t> seen;
+  for (const auto& r : done.rounds()) {
+    EXPECT_TRUE(seen.insert(r.round()).second) << "round " << r.round() << " recorded twice";
+  }
+  EXPECT_EQ(seen.size(), rounds);
+  EXPECT_EQ(*seen.begin(), 1u);
+  EXPECT_EQ(*seen.rbegin(), rounds);
+  // The rounds committed before the kill were neither lost nor run again.
+  for (const auto& r : before.rounds()) {
+    const auto& after = done.rounds(static_cast<int>(r.round()) - 1);
+    EXPECT_EQ(after.model_sha256(), r.model_sha256()) << "round " << r.round();
+    EXPECT_EQ(after.committed_unix_ms(), r.committed_unix_ms()) << "round " << r.round();
+  }
+  EXPECT_NE(restarted->Log().find("resuming"), std::string::npos) << restarted->Log();
+  // Every worker reconnected by itself and took part after the restart.
+  const auto& last = done.rounds(static_cast<int>(rounds) - 1);
+  EXPECT_EQ(last.clients_reported(), 3u);
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,102 @@
+// The coordinator's durable state: jobs, committed rounds and checkpoints survive a reopen;
+// corrupt checkpoints and unwritable paths are named.
+#include "server/state_store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tessera::server {
+namespace {
+
+class StateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tessera-state-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TensorSet Model(float v) { return {{"w", {2, 2}, {v, v + 1, v + 2, v + 3}}, {"b", {2}, {v, -v}}}; }
+
+TEST_F(StateStoreTest, CommittedRoundsAndCheckpointsSurviveAReopen) {
+  v1::Job job;
+  job.set_id("job-1-abc");
+  job.mutable_spec()->set_rounds(5);
+  job.set_state(v1::JOB_RUNNING);
+  {
+    auto store = StateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    ASSERT_TRUE((*store)->SaveInitialModel(job.id(), Model(0)).ok());
+    for (uint32_t r = 1; r <= 3; ++r) {
+      v1::RoundRecord record;
+      record.set_round(r);
+      record.set_test_accuracy(0.1 * r);
+      job.set_rounds_committed(r);
+      ASSERT_TRUE((*store)->CommitRound(job, record, Model(static_cast<float>(r))).ok());
+    }
+    ASSERT_TRUE((*store)->SaveSeat(job.id(), "w1", 4).ok());
+  }
+  auto store = StateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto loaded = (*store)->GetJob(job.id());
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->rounds_committed(), 3u);
+  auto rounds = (*store)->ListRounds(job.id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 3u);
+  EXPECT_DOUBLE_EQ((*rounds)[2].test_accuracy(), 0.1 * 3);
+  auto checkpoint = (*store)->LoadCheckpoint(job.id(), 3);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  EXPECT_EQ((*checkpoint)[0].values, Model(3)[0].values);
+  EXPECT_TRUE((*store)->LoadCheckpoint(job.id(), 0).ok());  // the initial model is kept
+  auto seats = (*store)->LoadSeats(job.id());
+  ASSERT_TRUE(seats.ok());
+  ASSERT_EQ(seats->size(), 1u);
+  EXPECT_EQ((*seats)[0].second, 4u);
+  EXPECT_EQ((*store)->NextJobNumber().value(), 2u);
+}
+
+TEST_F(StateStoreTest, ACorruptCheckpointIsNamed) {
+  auto store = StateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->SaveInitialModel("job-x", Model(1)).ok());
+  const auto path = dir_ / "checkpoints" / "job-x-round-0.ckpt";
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes[bytes.size() - 3] ^= 0x10;
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto loaded = (*store)->LoadCheckpoint("job-x", 0);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(loaded.status().message().find("job-x-round-0.ckpt"), std::string::npos) << loaded.status().message();
+  bytes.resize(bytes.size() / 2);
+  EXPECT_EQ(DecodeCheckpoint(bytes, "half").status().code(), StatusCode::kDataLoss);
+}
+
+TEST_F(StateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {
+  std::filesystem::create_directories(dir_);
+  const std::string path = (dir_ / "file").string();
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  Status s = WriteFileAtomically((dir_ / "missing" / "file").string(), "new");
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing/file"), std::string::npos) << s.message();
+  std::ifstream in(path);
+  std::string content;
+  in >> content;
+  EXPECT_EQ(content, "old");
+}
+
+}  // namespace
+}  // namespace tessera::server

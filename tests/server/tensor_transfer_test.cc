@@ -1,0 +1,131 @@
+// The wire's tensor transfer: manifest + chunks round trips, resumption, and every way a
+// transfer can be wrong.
+#include "proto/tensor_transfer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace tessera::wire {
+namespace {
+
+TensorSet MakeTensors() {
+  TensorSet set;
+  set.push_back({"conv.weight", {2, 3, 5}, {}});
+  set.push_back({"conv.bias", {2}, {}});
+  set.push_back({"empty", {0}, {}});
+  set.push_back({"fc.weight", {7, 11}, {}});
+  float v = 0.5f;
+  for (auto& t : set) {
+    t.values.resize(static_cast<size_t>(t.NumElements()));
+    for (auto& x : t.values) x = (v += 0.37f);
+  }
+  return set;
+}
+
+std::vector<v1::TensorChunk> Chunks(const TensorSet& set, uint32_t chunk_bytes, uint64_t resume = 0) {
+  std::vector<v1::TensorChunk> chunks;
+  EXPECT_TRUE(ForEachChunk(set, chunk_bytes, resume, [&](const v1::TensorChunk& c) {
+                chunks.push_back(c);
+                return Status::Ok();
+              }).ok());
+  return chunks;
+}
+
+TEST(TensorTransferTest, RoundTripsInSmallChunks) {
+  const TensorSet set = MakeTensors();
+  for (uint32_t chunk_bytes : {4u, 12u, 64u, 1u << 20}) {
+    const auto manifest = BuildManifest(set, chunk_bytes);
+    EXPECT_EQ(manifest.total_bytes(), static_cast<uint64_t>(TotalElements(set)) * 4);
+    TensorAssembler assembler("test", 1 << 20);
+    ASSERT_TRUE(assembler.Start(manifest).ok());
+    for (const auto& c : Chunks(set, chunk_bytes)) {
+      EXPECT_LE(c.data().size(), chunk_bytes);
+      ASSERT_TRUE(assembler.Add(c).ok());
+    }
+    auto out = assembler.Finish();
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ASSERT_EQ(out->size(), set.size());
+    for (size_t i = 0; i < set.size(); ++i) {
+      EXPECT_EQ((*out)[i].name, set[i].name);
+      EXPECT_EQ((*out)[i].shape, set[i].shape);
+      EXPECT_EQ((*out)[i].values, set[i].values);
+    }
+    EXPECT_EQ(TensorSetSha256(*out), TensorSetSha256(set));
+  }
+}
+
+TEST(TensorTransferTest, ChunksNeverExceedOneMebibyte) {
+  TensorSet big{{"big", {3 << 18}, std::vector<float>(3 << 18, 1.0f)}};  // 3 MiB
+  auto chunks = Chunks(big, 64u << 20);
+  EXPECT_EQ(chunks.size(), 3u);
+  for (const auto& c : chunks) EXPECT_LE(c.data().size(), kMaxChunkBytes);
+}
+
+TEST(TensorTransferTest, ResumeSkipsTheBytesAlreadyHeld) {
+  const TensorSet set = MakeTensors();
+  const auto all = Chunks(set, 16);
+  uint64_t skipped = 0;
+  for (size_t i = 0; i < 5; ++i) skipped += all[i].data().size();
+  const auto rest = Chunks(set, 16, skipped);
+  ASSERT_EQ(rest.size(), all.size() - 5);
+  EXPECT_EQ(rest.front().tensor_index(), all[5].tensor_index());
+  EXPECT_EQ(rest.front().offset(), all[5].offset());
+}
+
+TEST(TensorTransferTest, RefusesOutOfOrderChunks) {
+  const TensorSet set = MakeTensors();
+  auto chunks = Chunks(set, 16);
+  TensorAssembler assembler("update from worker 'w1'", 1 << 20);
+  ASSERT_TRUE(assembler.Start(BuildManifest(set, 16)).ok());
+  Status s = assembler.Add(chunks[1]);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("update from worker 'w1'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("offset 0"), std::string::npos) << s.message();
+}
+
+TEST(TensorTransferTest, DetectsCorruptContent) {
+  const TensorSet set = MakeTensors();
+  auto chunks = Chunks(set, 16);
+  std::string data = chunks[2].data();
+  data[0] ^= 0x40;
+  chunks[2].set_data(data);
+  TensorAssembler assembler("model", 1 << 20);
+  ASSERT_TRUE(assembler.Start(BuildManifest(set, 16)).ok());
+  for (const auto& c : chunks) ASSERT_TRUE(assembler.Add(c).ok());
+  auto out = assembler.Finish();
+  EXPECT_EQ(out.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(out.status().message().find("conv.weight"), std::string::npos) << out.status().message();
+}
+
+TEST(TensorTransferTest, DetectsATruncatedTransfer) {
+  const TensorSet set = MakeTensors();
+  auto chunks = Chunks(set, 16);
+  TensorAssembler assembler("model", 1 << 20);
+  ASSERT_TRUE(assembler.Start(BuildManifest(set, 16)).ok());
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) ASSERT_TRUE(assembler.Add(chunks[i]).ok());
+  auto out = assembler.Finish();
+  EXPECT_EQ(out.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(out.status().message().find("ended early"), std::string::npos) << out.status().message();
+}
+
+TEST(TensorTransferTest, RefusesAManifestLargerThanExpected) {
+  const TensorSet set = MakeTensors();
+  TensorAssembler assembler("update", 64);
+  Status s = assembler.Start(BuildManifest(set));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("expected 64"), std::string::npos) << s.message();
+}
+
+TEST(TensorTransferTest, RefusesAShapeThatDisagreesWithTheByteSize) {
+  const TensorSet set = MakeTensors();
+  auto manifest = BuildManifest(set);
+  manifest.mutable_tensors(0)->set_byte_size(12);
+  TensorAssembler assembler("update", 1 << 20);
+  Status s = assembler.Start(manifest);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("conv.weight"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace tessera::wire
