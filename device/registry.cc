@@ -5,6 +5,7 @@
 
 #include "device/cpu/factory.h"
 #include "device/emulated/factory.h"
+#include "device/xrt/factory.h"
 
 namespace tessera {
 namespace {
@@ -32,6 +33,7 @@ Registry& GlobalRegistry() {
   static Registry* registry = [] {
     auto* created = new Registry;
     (void)AddLocked(*created, CpuDeviceBackend());
+    (void)AddLocked(*created, XrtDeviceBackend());
     for (DeviceBackend& emulated : EmulatedDeviceBackends()) (void)AddLocked(*created, std::move(emulated));
     return created;
   }();

@@ -1,0 +1,47 @@
+// The XRT backend's only public entry: a Device on a Xilinx/AMD Alveo card through XRT's native
+// C++ API (xrt::device, xrt::xclbin, xrt::bo, xrt::kernel, xrt::run).
+//
+// What runs where. The xclbin must hold a kernel (default "tessera_gemm", arguments as
+// xclbin_writer.h's GemmKernelSpec); GEMM runs on it, every other op is a host fallback
+// through the CPU backend, accounted in placement().
+//
+// Memory. Every buffer is an xrt::bo in the kernel's memory bank, mapped into host memory; the
+// mapping is the master copy. A GEMM syncs its operands to the card before the run and its
+// result back after it, so host fallbacks always see current data.
+//
+// Viability needs an xclbin (options or TESSERA_XRT_XCLBIN) and a device: a card, or XRT's
+// no-op shim (XCL_EMULATION_MODE=noop, XILINX_XRT naming a root whose lib/ holds
+// libxrt_noop.so.2). The no-op shim completes every run without computing: it proves the
+// host-side control path (xclbin parsing, buffer allocation and sync, argument binding, run
+// and wait), never the numbers; capabilities().name says "(no-op shim)" then.
+//
+// Thread safety: as Device.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "device/device.h"
+#include "device/registry.h"
+
+namespace tessera {
+
+struct XrtDeviceOptions {
+  unsigned device_index = 0;
+  std::string xclbin_path;                 // empty: $TESSERA_XRT_XCLBIN
+  std::string kernel_name = "tessera_gemm";
+};
+
+// Why an XRT device cannot be created here (viable=false with the reason), without creating it.
+Viability XrtViability(const XrtDeviceOptions& options = {});
+// NotFound naming a missing xclbin; NotFound naming the kernel when the xclbin lacks it;
+// Unavailable when no device can be opened; Unimplemented in a build without XRT.
+Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options = {});
+// True when XRT runs on its no-op shim in this process.
+bool XrtUsesNoopShim();
+
+// The registry's entry for "xrt": priority 5.
+DeviceBackend XrtDeviceBackend();
+
+}  // namespace tessera
