@@ -14,6 +14,7 @@ namespace {
 constexpr uint32_t kHelloMagic = 0x4f4c4548;  // "HELO"
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kMaxCohortBytes = 4096;
+constexpr int kSpinRetries = 50;
 
 struct Hello {
   uint32_t magic;
@@ -172,6 +173,7 @@ Status TcpMesh::Exchange(const OutgoingMessage* out, const IncomingMessage* in,
   }
   auto* payload_data = in != nullptr ? static_cast<char*>(in->data) : nullptr;
 
+  int spins = 0;
   for (;;) {
     // Progress the send as far as the socket takes it.
     while (sent < send_total) {
@@ -254,6 +256,9 @@ Status TcpMesh::Exchange(const OutgoingMessage* out, const IncomingMessage* in,
       return Status::Ok();
     }
 
+    // A short spin of nonblocking retries before sleeping in poll(): a small message from a
+    // peer that is already sending arrives within microseconds, and a wakeup costs more.
+    if (spins++ < kSpinRetries) continue;
     pollfd fds[2];
     int nfds = 0;
     const bool want_send = sent < send_total;
