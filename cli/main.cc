@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "base/flags.h"
+#include "cli/devices_command.h"
 #include "cli/job_client.h"
 #include "cli/job_spec.h"
 
@@ -23,6 +24,11 @@ Commands:
                      latency by phase), then the final accuracy and a latency summary
   cancel JOB         cancel a running job
   workers            list the workers: alive or not, state, rounds, device
+  devices            this node's devices, viable or not and why, with measured GEMM
+                     throughput and bandwidth beside each profile's figures; with
+                     --model M, the migration risk list of M on each device
+  align              the same samples through two devices (--a, --b) with the same
+                     weights: per-sample MAE, top-1 agreement, the worst 5%
 
 The coordinator's address comes from --coordinator, else $TESSERA_COORDINATOR, else
 127.0.0.1:7070.
@@ -31,6 +37,8 @@ Examples:
   tessera submit examples/fmnist-fedavg.toml
   tessera watch job-1-3fa9c2
   tessera workers
+  tessera devices --model simplecnn
+  tessera align --model simplecnn --a cpu --b emu:ascend-910b
 
 Flags:
 )";
@@ -41,8 +49,18 @@ int main(int argc, char** argv) {
   using namespace tessera;
   std::string coordinator = std::getenv("TESSERA_COORDINATOR") ? std::getenv("TESSERA_COORDINATOR") : "127.0.0.1:7070";
   bool help = false;
+  DevicesOptions devices;
+  AlignOptions align;
+  std::string extra_devices;
+  int64_t samples = align.samples;
   FlagSet flags;
   flags.String("coordinator", &coordinator, "the coordinator's address");
+  flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
+  flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
+  flags.String("a", &align.device_a, "align: the reference device");
+  flags.String("b", &align.device_b, "align: the device compared with it");
+  flags.Int("samples", &samples, "align: how many test samples to compare");
+  flags.String("data-dir", &align.data_dir, "align: Fashion-MNIST directory (default: Debian's)");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera: " << s.message() << "\n";
@@ -69,6 +87,27 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::cout << JobSpecToToml(*spec);
+    return 0;
+  }
+  if (command == "devices" || command == "align") {
+    Status local;
+    if (command == "devices") {
+      for (size_t start = 0; !extra_devices.empty() && start <= extra_devices.size();) {
+        size_t comma = extra_devices.find(',', start);
+        if (comma == std::string::npos) comma = extra_devices.size();
+        if (comma > start) devices.extra_devices.push_back(extra_devices.substr(start, comma - start));
+        start = comma + 1;
+      }
+      local = DevicesCommand(devices, std::cout);
+    } else {
+      if (!devices.model.empty()) align.model = devices.model;
+      align.samples = static_cast<int>(samples);
+      local = AlignCommand(align, std::cout);
+    }
+    if (!local.ok()) {
+      std::cerr << "tessera " << command << ": " << local.message() << "\n";
+      return 1;
+    }
     return 0;
   }
   auto channel = grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());

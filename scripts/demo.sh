@@ -8,7 +8,8 @@
 # shuts everything down.
 #
 #   scripts/demo.sh [JOB.toml]        default: examples/fmnist-fedavg.toml
-# Environment: WORKERS (default 10), PORT (default 7070), SKIP_SETUP=1 to skip installing.
+# Environment: WORKERS (default 10), PORT (default 7070), STATE_DIR (default ./var),
+# BUILD_DIR (default build), SKIP_SETUP=1 to skip installing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -21,9 +22,9 @@ if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
 fi
 echo "== building"
 scripts/build.sh
-bin="$root/build"
+bin="$root/${BUILD_DIR:-build}"
 
-state="$root/var"
+state="${STATE_DIR:-$root/var}"
 mkdir -p "$state/logs"
 token_file="$state/join-token"
 [[ -s "$token_file" ]] || head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"

@@ -67,6 +67,13 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
                                const TrainOptions& options) {
   RETURN_IF_ERROR(CheckDataMatchesModel(model, data));
   if (options.batch_size == 0) return InvalidArgumentError("TrainLocal: batch_size must be positive, got 0");
+  if (options.shard_count == 0 || options.shard_index >= options.shard_count) {
+    return InvalidArgumentError("TrainLocal: shard " + std::to_string(options.shard_index) + " of " +
+                                std::to_string(options.shard_count) + " does not exist");
+  }
+  if (options.shard_count > 1 && options.gradient_hook == nullptr) {
+    return InvalidArgumentError("TrainLocal: sharded training needs a gradient hook to combine the shards");
+  }
   for (int64_t index : indices) {
     if (index < 0 || index >= data.count) {
       return InvalidArgumentError("TrainLocal: sample index " + std::to_string(index) + " is outside dataset '" +
@@ -92,11 +99,30 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
         return CancelledError("training of model '" + model.name() + "' stopped after " +
                               std::to_string(report.steps) + " steps");
       }
-      const int count = static_cast<int>(std::min<size_t>(options.batch_size, order.size() - first));
-      RETURN_IF_ERROR(batch.Load(device, data, order.data() + first, count));
-      ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
-      (void)logits;
-      model.Backward(batch.labels.i32(), batch.loss.f32());
+      const int whole = static_cast<int>(std::min<size_t>(options.batch_size, order.size() - first));
+      // This shard's slice of the batch (all of it when not sharded).
+      const int begin = static_cast<int>(static_cast<int64_t>(whole) * options.shard_index / options.shard_count);
+      const int end = static_cast<int>(static_cast<int64_t>(whole) * (options.shard_index + 1) / options.shard_count);
+      const int count = end - begin;
+      if (count > 0) {
+        RETURN_IF_ERROR(batch.Load(device, data, order.data() + first + begin, count));
+        ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
+        (void)logits;
+        model.Backward(batch.labels.i32(), batch.loss.f32());
+      } else {
+        device.Fill(parameter_count, 0.0f, model.flat_gradients().f32());
+        device.Fill(1, 0.0f, batch.loss.f32());
+      }
+      if (options.shard_count > 1 && count > 0 && count * options.shard_count != static_cast<uint32_t>(whole)) {
+        // An uneven split (at most once an epoch, on the last partial batch): rescale on the host.
+        const float scale = static_cast<float>(count) * options.shard_count / static_cast<float>(whole);
+        std::vector<float> gradients(static_cast<size_t>(parameter_count));
+        RETURN_IF_ERROR(device.CopyDeviceToHost(model.flat_gradients(), 0, gradients.data(),
+                                                sizeof(float) * gradients.size()));
+        for (float& g : gradients) g *= scale;
+        RETURN_IF_ERROR(device.CopyHostToDevice(gradients.data(), model.flat_gradients(), 0,
+                                                sizeof(float) * gradients.size()));
+      }
       if (options.gradient_hook != nullptr) {
         RETURN_IF_ERROR(options.gradient_hook->OnGradients(device, model.flat_gradients(), parameter_count,
                                                            static_cast<int64_t>(report.steps)));

@@ -32,6 +32,13 @@ struct TrainOptions {
   uint64_t seed = 0;                  // shuffling; the same seed gives the same batch order
   std::function<bool()> should_stop;  // checked between steps; true stops with Cancelled
   GradientHook* gradient_hook = nullptr;
+  // Data-parallel sharding inside a site cohort: every member walks the same shuffled batches
+  // (same seed), and member `shard_index` of `shard_count` computes the gradient of its slice
+  // of each batch. The slice's gradient is scaled by slice/batch * shard_count before the
+  // hook, so that averaging it over the members (the hook's allreduce) gives exactly the
+  // gradient of the whole batch. A member whose slice is empty contributes zeros.
+  uint32_t shard_index = 0;
+  uint32_t shard_count = 1;
 };
 
 struct TrainReport {
