@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "device/cpu/factory.h"
+#include "device/cuda/factory.h"
 #include "device/emulated/factory.h"
 #include "device/xrt/factory.h"
 
@@ -33,6 +34,7 @@ Registry& GlobalRegistry() {
   static Registry* registry = [] {
     auto* created = new Registry;
     (void)AddLocked(*created, CpuDeviceBackend());
+    (void)AddLocked(*created, CudaDeviceBackend());
     (void)AddLocked(*created, XrtDeviceBackend());
     for (DeviceBackend& emulated : EmulatedDeviceBackends()) (void)AddLocked(*created, std::move(emulated));
     return created;

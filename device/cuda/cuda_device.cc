@@ -1,0 +1,312 @@
+#include "device/cuda/cuda_device.h"
+
+#include <cstdlib>
+
+#include "device/cuda/cuda_kernels.h"
+
+namespace tessera {
+namespace {
+
+Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
+  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
+    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
+                           std::to_string(buffer.bytes()) + " bytes");
+  }
+  return Status::Ok();
+}
+
+DriverAllocator CudaAllocator(int device_index) {
+  return DriverAllocator{[device_index](size_t bytes) -> void* {
+                           void* address = nullptr;
+                           cudaSetDevice(device_index);
+                           if (cudaMalloc(&address, bytes) != cudaSuccess) {
+                             (void)cudaGetLastError();  // out of memory is reported by the pool
+                             return nullptr;
+                           }
+                           return address;
+                         },
+                         [device_index](void* address, size_t) {
+                           cudaSetDevice(device_index);
+                           cudaFree(address);
+                         }};
+}
+
+cublasOperation_t Operation(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+}  // namespace
+
+Result<std::unique_ptr<Device>> CudaDevice::Create(const CudaDeviceOptions& options) {
+  auto fail = [&](const char* call, cudaError_t error) {
+    (void)cudaGetLastError();
+    return UnavailableError("CUDA device #" + std::to_string(options.device_index) + ": " + call + " failed: " +
+                            cudaGetErrorString(error));
+  };
+  cudaError_t error = cudaSetDevice(options.device_index);
+  if (error != cudaSuccess) return fail("cudaSetDevice", error);
+  cudaDeviceProp properties{};
+  error = cudaGetDeviceProperties(&properties, options.device_index);
+  if (error != cudaSuccess) return fail("cudaGetDeviceProperties", error);
+  cudaStream_t stream = nullptr;
+  error = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (error != cudaSuccess) return fail("cudaStreamCreateWithFlags", error);
+  cublasHandle_t blas = nullptr;
+  const cublasStatus_t status = cublasCreate(&blas);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    return UnavailableError("CUDA device #" + std::to_string(options.device_index) + ": cublasCreate failed: " +
+                            cublasGetStatusString(status));
+  }
+  cublasSetStream(blas, stream);
+  cublasSetMathMode(blas, options.allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+  std::string name = std::string("NVIDIA ") + properties.name + " #" + std::to_string(options.device_index);
+  if (options.allow_tf32) name += " (TF32 GEMM)";
+  return std::unique_ptr<Device>(
+      new CudaDevice(options.device_index, stream, blas, std::move(name), properties.totalGlobalMem));
+}
+
+CudaDevice::CudaDevice(int device_index, cudaStream_t stream, cublasHandle_t blas, std::string name,
+                       uint64_t memory_bytes)
+    : device_index_(device_index), stream_(stream), blas_(blas), pool_(CudaAllocator(device_index)) {
+  capabilities_.kind = "cuda";
+  capabilities_.name = std::move(name);
+  capabilities_.emulated = false;
+  capabilities_.native_ops = AllOps();
+  capabilities_.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32};
+  capabilities_.memory_bytes = memory_bytes;
+}
+
+CudaDevice::~CudaDevice() {
+  cudaSetDevice(device_index_);
+  cudaStreamSynchronize(stream_);
+  columns_.Reset();
+  filter_parts_.Reset();
+  reduce_scratch_.Reset();
+  cublasDestroy(blas_);
+  cudaStreamDestroy(stream_);
+}
+
+void CudaDevice::CheckLaunch(Op op) {
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess && pending_error_.empty()) {
+    pending_error_ = std::string(OpName(op)) + ": kernel launch failed: " + cudaGetErrorString(error);
+  }
+}
+
+void CudaDevice::CheckBlas(Op op, cublasStatus_t status) {
+  if (status != CUBLAS_STATUS_SUCCESS && pending_error_.empty()) {
+    pending_error_ = std::string(OpName(op)) + ": cuBLAS failed: " + cublasGetStatusString(status);
+  }
+}
+
+Status CudaDevice::TakeError(const char* where) {
+  if (!pending_error_.empty()) {
+    std::string message = capabilities_.name + ": " + where + ": " + pending_error_;
+    pending_error_.clear();
+    return InternalError(std::move(message));
+  }
+  return Status::Ok();
+}
+
+void* CudaDevice::Scratch(DeviceBuffer& slot, size_t bytes) {
+  if (slot.bytes() < bytes) {
+    slot.Reset();
+    Result<DeviceBuffer> grown = Allocate(MemoryPool::SizeClass(bytes));
+    // Out of device memory inside an op cannot be reported through the op's signature.
+    if (!grown.ok()) std::abort();
+    slot = std::move(grown).value();
+  }
+  return slot.data();
+}
+
+Result<DeviceBuffer> CudaDevice::Allocate(size_t bytes) {
+  size_t class_bytes = 0;
+  Result<void*> address = pool_.Acquire(bytes, &class_bytes);
+  if (!address.ok()) {
+    return ResourceExhaustedError(capabilities_.name + ": out of device memory: cannot allocate " +
+                                  std::to_string(bytes) + " bytes (size class " + std::to_string(class_bytes) +
+                                  "); the pool holds " + std::to_string(pool_.stats().bytes_from_driver) +
+                                  " bytes");
+  }
+  return DeviceBuffer(this, &pool_, *address, bytes, class_bytes);
+}
+
+Status CudaDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                                    size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  // From pageable memory the call returns once the source is staged, so `host` may be reused.
+  const cudaError_t error = cudaMemcpyAsync(static_cast<char*>(destination.data()) + destination_offset, host,
+                                            bytes, cudaMemcpyHostToDevice, stream_);
+  if (error != cudaSuccess) {
+    return InternalError(capabilities_.name + ": CopyHostToDevice of " + std::to_string(bytes) +
+                         " bytes failed: " + cudaGetErrorString(error));
+  }
+  return TakeError("before CopyHostToDevice");
+}
+
+Status CudaDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  cudaError_t error = cudaMemcpyAsync(host, static_cast<const char*>(source.data()) + source_offset, bytes,
+                                      cudaMemcpyDeviceToHost, stream_);
+  if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
+  if (error != cudaSuccess) {
+    return InternalError(capabilities_.name + ": CopyDeviceToHost of " + std::to_string(bytes) +
+                         " bytes failed: " + cudaGetErrorString(error));
+  }
+  return TakeError("before CopyDeviceToHost");
+}
+
+Status CudaDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
+                                      size_t destination_offset, size_t bytes) {
+  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  const cudaError_t error =
+      cudaMemcpyAsync(static_cast<char*>(destination.data()) + destination_offset,
+                      static_cast<const char*>(source.data()) + source_offset, bytes, cudaMemcpyDeviceToDevice, stream_);
+  if (error != cudaSuccess) {
+    return InternalError(capabilities_.name + ": CopyDeviceToDevice of " + std::to_string(bytes) +
+                         " bytes failed: " + cudaGetErrorString(error));
+  }
+  return TakeError("before CopyDeviceToDevice");
+}
+
+Status CudaDevice::Synchronize() {
+  const cudaError_t error = cudaStreamSynchronize(stream_);
+  if (error != cudaSuccess) {
+    return InternalError(capabilities_.name + ": Synchronize: " + cudaGetErrorString(error));
+  }
+  return TakeError("Synchronize");
+}
+
+// cuBLAS is column-major: a row-major [r x c] matrix is its transpose in column-major, so
+// C^T = op(B)^T op(A)^T is computed with the operands swapped and the same transpose flags.
+void CudaDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
+                      const float* b, float beta, float* c) {
+  const int lda = transpose_a ? m : k;
+  const int ldb = transpose_b ? k : n;
+  CheckBlas(Op::kGemm, cublasSgemm(blas_, Operation(transpose_b), Operation(transpose_a), n, m, k, &alpha, b, ldb,
+                                   a, lda, &beta, c, n));
+}
+
+// Convolutions: im2col of the whole batch, then one strided-batched GEMM over the samples
+// (the filter is shared: stride 0), so inputs and outputs stay NCHW with no transposes.
+void CudaDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                               float* y) {
+  const int positions = shape.out_height() * shape.out_width();
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  const long long sample_columns = static_cast<long long>(kernel) * positions;
+  const long long sample_outputs = static_cast<long long>(shape.out_channels) * positions;
+  auto* col = static_cast<float*>(Scratch(columns_, sizeof(float) * sample_columns * shape.batch));
+  cuda::Im2Col(stream_, shape, x, col);
+  CheckLaunch(Op::kConv2dForward);
+  const float one = 1.0f, zero = 0.0f;
+  // y_n [out_channels x positions] = w [out_channels x kernel] * col_n [kernel x positions]
+  CheckBlas(Op::kConv2dForward,
+            cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, positions, shape.out_channels, kernel, &one,
+                                      col, positions, sample_columns, w, kernel, 0, &zero, y, positions,
+                                      sample_outputs, shape.batch));
+  if (bias != nullptr) {
+    cuda::BiasAdd(stream_, shape.batch, shape.out_channels, positions, bias, y);
+    CheckLaunch(Op::kConv2dForward);
+  }
+}
+
+void CudaDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
+  const int positions = shape.out_height() * shape.out_width();
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  const long long sample_columns = static_cast<long long>(kernel) * positions;
+  const long long sample_outputs = static_cast<long long>(shape.out_channels) * positions;
+  auto* col = static_cast<float*>(Scratch(columns_, sizeof(float) * sample_columns * shape.batch));
+  const float one = 1.0f, zero = 0.0f;
+  // col_n [kernel x positions] = w^T [kernel x out_channels] * dy_n [out_channels x positions]
+  CheckBlas(Op::kConv2dBackwardData,
+            cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, positions, kernel, shape.out_channels, &one,
+                                      dy, positions, sample_outputs, w, kernel, 0, &zero, col, positions,
+                                      sample_columns, shape.batch));
+  cuda::Col2Im(stream_, shape, col, dx);
+  CheckLaunch(Op::kConv2dBackwardData);
+}
+
+void CudaDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                                      float* dbias) {
+  const int positions = shape.out_height() * shape.out_width();
+  const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
+  const long long sample_columns = static_cast<long long>(kernel) * positions;
+  const long long sample_outputs = static_cast<long long>(shape.out_channels) * positions;
+  const long long weights = static_cast<long long>(shape.out_channels) * kernel;
+  auto* col = static_cast<float*>(Scratch(columns_, sizeof(float) * sample_columns * shape.batch));
+  cuda::Im2Col(stream_, shape, x, col);
+  CheckLaunch(Op::kConv2dBackwardFilter);
+  const float one = 1.0f, zero = 0.0f;
+  // parts_n [out_channels x kernel] = dy_n [out_channels x positions] * col_n^T [positions x kernel],
+  // then dw = the sum of parts_n over the batch.
+  float* parts = shape.batch == 1 ? dw : static_cast<float*>(Scratch(filter_parts_, sizeof(float) * weights * shape.batch));
+  CheckBlas(Op::kConv2dBackwardFilter,
+            cublasSgemmStridedBatched(blas_, CUBLAS_OP_T, CUBLAS_OP_N, kernel, shape.out_channels, positions, &one,
+                                      col, positions, sample_columns, dy, positions, sample_outputs, &zero, parts,
+                                      kernel, weights, shape.batch));
+  if (shape.batch > 1) cuda::SumOverBatches(stream_, shape.batch, weights, parts, dw);
+  if (dbias != nullptr) cuda::BiasGrad(stream_, shape.batch, shape.out_channels, positions, dy, dbias);
+  CheckLaunch(Op::kConv2dBackwardFilter);
+}
+
+void CudaDevice::BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
+  cuda::BiasAdd(stream_, outer, channels, inner, bias, x);
+  CheckLaunch(Op::kBiasAdd);
+}
+
+void CudaDevice::BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
+  cuda::BiasGrad(stream_, outer, channels, inner, dy, dbias);
+  CheckLaunch(Op::kBiasGrad);
+}
+
+void CudaDevice::Relu(int64_t count, const float* x, float* y) {
+  cuda::Relu(stream_, count, x, y);
+  CheckLaunch(Op::kRelu);
+}
+
+void CudaDevice::ReluBackward(int64_t count, const float* y, const float* dy, float* dx) {
+  cuda::ReluBackward(stream_, count, y, dy, dx);
+  CheckLaunch(Op::kReluBackward);
+}
+
+void CudaDevice::MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) {
+  cuda::MaxPool(stream_, shape, x, y, argmax);
+  CheckLaunch(Op::kMaxPool);
+}
+
+void CudaDevice::MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) {
+  cuda::MaxPoolBackward(stream_, shape, dy, argmax, dx);
+  CheckLaunch(Op::kMaxPoolBackward);
+}
+
+void CudaDevice::SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels,
+                                     float* loss, float* dlogits) {
+  auto* row_losses = static_cast<double*>(Scratch(reduce_scratch_, sizeof(double) * batch));
+  cuda::SoftmaxCrossEntropy(stream_, batch, classes, logits, labels, row_losses, loss, dlogits);
+  CheckLaunch(Op::kSoftmaxCrossEntropy);
+}
+
+void CudaDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                                   const float* gradients, float* velocity, float* weights) {
+  cuda::SgdMomentumUpdate(stream_, count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
+  CheckLaunch(Op::kSgdMomentumUpdate);
+}
+
+void CudaDevice::ReduceSum(int64_t count, const float* x, float* sum) {
+  auto* partials = static_cast<double*>(Scratch(reduce_scratch_, sizeof(double) * cuda::ReduceSumPartials()));
+  cuda::ReduceSum(stream_, count, x, partials, sum);
+  CheckLaunch(Op::kReduceSum);
+}
+
+void CudaDevice::Cast(int64_t count, DType from, const void* x, DType to, void* y) {
+  cuda::Cast(stream_, count, from, x, to, y);
+  CheckLaunch(Op::kCast);
+}
+
+void CudaDevice::Fill(int64_t count, float value, float* x) {
+  cuda::Fill(stream_, count, value, x);
+  CheckLaunch(Op::kFill);
+}
+
+}  // namespace tessera

@@ -1,0 +1,77 @@
+// The CUDA backend (see factory.h for what it does). Internal to device/cuda/; create it
+// through factory.h. Compiled only when TESSERA_HAVE_CUDA.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "device/cuda/factory.h"
+#include "device/device.h"
+#include "device/memory_pool.h"
+
+namespace tessera {
+
+class CudaDevice final : public Device {
+ public:
+  // Opens device options.device_index, its stream and cuBLAS handle.
+  static Result<std::unique_ptr<Device>> Create(const CudaDeviceOptions& options);
+  ~CudaDevice() override;
+
+  const DeviceCapabilities& capabilities() const override { return capabilities_; }
+
+  Result<DeviceBuffer> Allocate(size_t bytes) override;
+  MemoryPoolStats pool_stats() const override { return pool_.stats(); }
+  Status CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
+                          size_t bytes) override;
+  Status CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) override;
+  Status CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
+                            size_t destination_offset, size_t bytes) override;
+  Status Synchronize() override;
+
+  void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a, const float* b,
+            float beta, float* c) override;
+  void Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
+                     float* y) override;
+  void Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) override;
+  void Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
+                            float* dbias) override;
+  void BiasAdd(int64_t outer, int channels, int64_t inner, const float* bias, float* x) override;
+  void BiasGrad(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) override;
+  void Relu(int64_t count, const float* x, float* y) override;
+  void ReluBackward(int64_t count, const float* y, const float* dy, float* dx) override;
+  void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) override;
+  void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax, float* dx) override;
+  void SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels, float* loss,
+                           float* dlogits) override;
+  void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
+                         const float* gradients, float* velocity, float* weights) override;
+  void ReduceSum(int64_t count, const float* x, float* sum) override;
+  void Cast(int64_t count, DType from, const void* x, DType to, void* y) override;
+  void Fill(int64_t count, float value, float* x) override;
+
+ private:
+  CudaDevice(int device_index, cudaStream_t stream, cublasHandle_t blas, std::string name, uint64_t memory_bytes);
+
+  // Keeps the first failure (launch error or cuBLAS status) of `op` for the next Synchronize.
+  void CheckLaunch(Op op);
+  void CheckBlas(Op op, cublasStatus_t status);
+  // A pooled scratch block of at least `bytes`, kept and grown as needed.
+  void* Scratch(DeviceBuffer& slot, size_t bytes);
+  // Status of the stream and of any kept failure.
+  Status TakeError(const char* where);
+
+  int device_index_;
+  cudaStream_t stream_;
+  cublasHandle_t blas_;
+  MemoryPool pool_;
+  DeviceCapabilities capabilities_;
+  std::string pending_error_;   // the first failure since the last report; empty when none
+  DeviceBuffer columns_;        // im2col matrices, [batch][kernel][positions]
+  DeviceBuffer filter_parts_;   // per-sample filter gradients before the sum over the batch
+  DeviceBuffer reduce_scratch_; // doubles: per-row losses, per-block partial sums
+};
+
+}  // namespace tessera

@@ -1,0 +1,313 @@
+#include "device/cuda/cuda_kernels.h"
+
+#include <cuda_fp16.h>
+
+#include <cfloat>
+
+namespace tessera::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kReduceBlocks = 256;
+
+unsigned Blocks(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 * 8 ? 65535 * 8 : blocks));
+}
+
+// Grid-stride loop over [0, count).
+#define TESSERA_FOR_EACH(i, count)                                                           \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
+
+// Sum of `value` over the block (blockDim.x == kThreads); the result is valid in thread 0.
+__device__ double BlockSum(double value) {
+  __shared__ double shared[kThreads];
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+// Shape methods are host code, so the launchers pass the output height and width.
+__global__ void Im2ColKernel(Conv2dShape s, int out_h, int out_w, const float* x, float* col) {
+  const int64_t positions = static_cast<int64_t>(out_h) * out_w;
+  const int64_t kernel = static_cast<int64_t>(s.in_channels) * s.kernel_height * s.kernel_width;
+  const int64_t total = s.batch * kernel * positions;
+  TESSERA_FOR_EACH(i, total) {
+    const int64_t p = i % positions;
+    const int64_t row = (i / positions) % kernel;
+    const int64_t n = i / (positions * kernel);
+    const int kw = static_cast<int>(row % s.kernel_width);
+    const int kh = static_cast<int>((row / s.kernel_width) % s.kernel_height);
+    const int c = static_cast<int>(row / (s.kernel_width * s.kernel_height));
+    const int ih = static_cast<int>(p / out_w) * s.stride - s.padding + kh;
+    const int iw = static_cast<int>(p % out_w) * s.stride - s.padding + kw;
+    float value = 0.0f;
+    if (ih >= 0 && ih < s.in_height && iw >= 0 && iw < s.in_width) {
+      value = x[((n * s.in_channels + c) * s.in_height + ih) * s.in_width + iw];
+    }
+    col[i] = value;
+  }
+}
+
+// Gather form: each input element sums the column entries that read it, so no atomics.
+__global__ void Col2ImKernel(Conv2dShape s, int out_h, int out_w, const float* col, float* dx) {
+  const int64_t positions = static_cast<int64_t>(out_h) * out_w;
+  const int64_t kernel = static_cast<int64_t>(s.in_channels) * s.kernel_height * s.kernel_width;
+  const int64_t total = static_cast<int64_t>(s.batch) * s.in_channels * s.in_height * s.in_width;
+  TESSERA_FOR_EACH(i, total) {
+    const int iw = static_cast<int>(i % s.in_width);
+    const int ih = static_cast<int>((i / s.in_width) % s.in_height);
+    const int c = static_cast<int>((i / (static_cast<int64_t>(s.in_width) * s.in_height)) % s.in_channels);
+    const int64_t n = i / (static_cast<int64_t>(s.in_width) * s.in_height * s.in_channels);
+    const float* sample = col + n * kernel * positions;
+    float sum = 0.0f;
+    for (int kh = 0; kh < s.kernel_height; ++kh) {
+      const int h = ih + s.padding - kh;
+      if (h < 0 || h % s.stride != 0 || h / s.stride >= out_h) continue;
+      for (int kw = 0; kw < s.kernel_width; ++kw) {
+        const int w = iw + s.padding - kw;
+        if (w < 0 || w % s.stride != 0 || w / s.stride >= out_w) continue;
+        const int64_t row = (static_cast<int64_t>(c) * s.kernel_height + kh) * s.kernel_width + kw;
+        sum += sample[row * positions + static_cast<int64_t>(h / s.stride) * out_w + w / s.stride];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+__global__ void SumOverBatchesKernel(int64_t batches, int64_t count, const float* parts, float* sum) {
+  TESSERA_FOR_EACH(i, count) {
+    float total = 0.0f;
+    for (int64_t b = 0; b < batches; ++b) total += parts[b * count + i];
+    sum[i] = total;
+  }
+}
+
+__global__ void BiasAddKernel(int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
+  TESSERA_FOR_EACH(i, outer * channels * inner) x[i] += bias[(i / inner) % channels];
+}
+
+// One block per channel.
+__global__ void BiasGradKernel(int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
+  const int channel = blockIdx.x;
+  double sum = 0.0;
+  for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
+    const int64_t o = j / inner, k = j % inner;
+    sum += dy[(o * channels + channel) * inner + k];
+  }
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) dbias[channel] = static_cast<float>(sum);
+}
+
+__global__ void ReluKernel(int64_t count, const float* x, float* y) {
+  TESSERA_FOR_EACH(i, count) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+__global__ void ReluBackwardKernel(int64_t count, const float* y, const float* dy, float* dx) {
+  TESSERA_FOR_EACH(i, count) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+// The first maximum in row-major window order wins ties, as on the CPU.
+__global__ void MaxPoolKernel(MaxPoolShape s, int out_h, int out_w, const float* x, float* y, int32_t* argmax) {
+  const int64_t out_plane = static_cast<int64_t>(out_h) * out_w;
+  const int64_t in_plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  TESSERA_FOR_EACH(i, static_cast<int64_t>(s.batch) * s.channels * out_plane) {
+    const int64_t plane = i / out_plane;
+    const int oh = static_cast<int>((i % out_plane) / out_w), ow = static_cast<int>(i % out_w);
+    const float* in = x + plane * in_plane;
+    int32_t best_index = (oh * s.stride) * s.in_width + ow * s.stride;
+    float best = in[best_index];
+    for (int kh = 0; kh < s.window; ++kh) {
+      for (int kw = 0; kw < s.window; ++kw) {
+        const int32_t index = (oh * s.stride + kh) * s.in_width + ow * s.stride + kw;
+        if (in[index] > best) {
+          best = in[index];
+          best_index = index;
+        }
+      }
+    }
+    y[i] = best;
+    argmax[i] = best_index;
+  }
+}
+
+__global__ void MaxPoolBackwardKernel(MaxPoolShape s, int64_t out_plane, const int32_t* argmax, const float* dy,
+                                      float* dx) {
+  const int64_t in_plane = static_cast<int64_t>(s.in_height) * s.in_width;
+  TESSERA_FOR_EACH(i, static_cast<int64_t>(s.batch) * s.channels * out_plane) {
+    atomicAdd(dx + (i / out_plane) * in_plane + argmax[i], dy[i]);
+  }
+}
+
+// One thread per row: classes are few (10 for the built-in models).
+__global__ void SoftmaxRowsKernel(int batch, int classes, const float* logits, const int32_t* labels,
+                                  double* row_losses, float* dlogits) {
+  TESSERA_FOR_EACH(n, batch) {
+    const float* row = logits + n * classes;
+    float max = -FLT_MAX;
+    for (int c = 0; c < classes; ++c) max = fmaxf(max, row[c]);
+    double sum = 0.0;
+    for (int c = 0; c < classes; ++c) sum += exp(static_cast<double>(row[c] - max));
+    const double log_sum = log(sum);
+    const int label = labels[n];
+    row_losses[n] = log_sum - (row[label] - max);
+    if (dlogits != nullptr) {
+      const float scale = 1.0f / static_cast<float>(batch);
+      float* grad = dlogits + n * classes;
+      for (int c = 0; c < classes; ++c) {
+        grad[c] = static_cast<float>(exp(static_cast<double>(row[c] - max) - log_sum)) * scale;
+      }
+      grad[label] -= scale;
+    }
+  }
+}
+
+// One block: out = sum(values[0..count)) / divisor.
+__global__ void SumDoublesKernel(int64_t count, const double* values, double divisor, float* out) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) sum += values[i];
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) *out = static_cast<float>(sum / divisor);
+}
+
+__global__ void SgdMomentumKernel(int64_t count, float learning_rate, float momentum, float weight_decay,
+                                  const float* gradients, float* velocity, float* weights) {
+  TESSERA_FOR_EACH(i, count) {
+    const float d = gradients[i] + weight_decay * weights[i];
+    const float v = momentum * velocity[i] + d;
+    velocity[i] = v;
+    weights[i] -= learning_rate * v;
+  }
+}
+
+__global__ void PartialSumsKernel(int64_t count, const float* x, double* partials) {
+  double sum = 0.0;
+  TESSERA_FOR_EACH(i, count) sum += x[i];
+  sum = BlockSum(sum);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+__device__ float LoadAsFloat(DType dtype, const void* x, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: return static_cast<const float*>(x)[i];
+    case DType::kFloat16: return __half2float(static_cast<const __half*>(x)[i]);
+    case DType::kBFloat16:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16);
+    case DType::kInt8: return static_cast<float>(static_cast<const int8_t*>(x)[i]);
+    case DType::kInt32: return static_cast<float>(static_cast<const int32_t*>(x)[i]);
+  }
+  return 0.0f;
+}
+
+// Round to nearest even, then saturate; NaN becomes 0 (the CPU backend's rule).
+__device__ double RoundAndClamp(float value, double low, double high) {
+  if (isnan(value)) return 0.0;
+  return fmin(fmax(rint(static_cast<double>(value)), low), high);
+}
+
+__device__ void StoreFromFloat(DType dtype, float value, void* y, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: static_cast<float*>(y)[i] = value; return;
+    case DType::kFloat16: static_cast<__half*>(y)[i] = __float2half_rn(value); return;
+    case DType::kBFloat16: {
+      const uint32_t bits = __float_as_uint(value);
+      const uint16_t upper = isnan(value) ? static_cast<uint16_t>((bits >> 16) | 0x40)
+                                          : static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+      static_cast<uint16_t*>(y)[i] = upper;
+      return;
+    }
+    case DType::kInt8: static_cast<int8_t*>(y)[i] = static_cast<int8_t>(RoundAndClamp(value, -128.0, 127.0)); return;
+    case DType::kInt32:
+      static_cast<int32_t*>(y)[i] = static_cast<int32_t>(RoundAndClamp(value, -2147483648.0, 2147483647.0));
+      return;
+  }
+}
+
+__global__ void CastKernel(int64_t count, DType from, const void* x, DType to, void* y) {
+  TESSERA_FOR_EACH(i, count) StoreFromFloat(to, LoadAsFloat(from, x, i), y, i);
+}
+
+__global__ void FillKernel(int64_t count, float value, float* x) {
+  TESSERA_FOR_EACH(i, count) x[i] = value;
+}
+
+}  // namespace
+
+void Im2Col(cudaStream_t stream, const Conv2dShape& shape, const float* x, float* col) {
+  const int64_t total = int64_t(shape.batch) * shape.in_channels * shape.kernel_height * shape.kernel_width *
+                        shape.out_height() * shape.out_width();
+  Im2ColKernel<<<Blocks(total), kThreads, 0, stream>>>(shape, shape.out_height(), shape.out_width(), x, col);
+}
+
+void Col2Im(cudaStream_t stream, const Conv2dShape& shape, const float* col, float* dx) {
+  const int64_t total = int64_t(shape.batch) * shape.in_channels * shape.in_height * shape.in_width;
+  Col2ImKernel<<<Blocks(total), kThreads, 0, stream>>>(shape, shape.out_height(), shape.out_width(), col, dx);
+}
+
+void SumOverBatches(cudaStream_t stream, int64_t batches, int64_t count, const float* parts, float* sum) {
+  SumOverBatchesKernel<<<Blocks(count), kThreads, 0, stream>>>(batches, count, parts, sum);
+}
+
+void BiasAdd(cudaStream_t stream, int64_t outer, int channels, int64_t inner, const float* bias, float* x) {
+  BiasAddKernel<<<Blocks(outer * channels * inner), kThreads, 0, stream>>>(outer, channels, inner, bias, x);
+}
+
+void BiasGrad(cudaStream_t stream, int64_t outer, int channels, int64_t inner, const float* dy, float* dbias) {
+  BiasGradKernel<<<channels, kThreads, 0, stream>>>(outer, channels, inner, dy, dbias);
+}
+
+void Relu(cudaStream_t stream, int64_t count, const float* x, float* y) {
+  ReluKernel<<<Blocks(count), kThreads, 0, stream>>>(count, x, y);
+}
+
+void ReluBackward(cudaStream_t stream, int64_t count, const float* y, const float* dy, float* dx) {
+  ReluBackwardKernel<<<Blocks(count), kThreads, 0, stream>>>(count, y, dy, dx);
+}
+
+void MaxPool(cudaStream_t stream, const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) {
+  const int64_t outputs = int64_t(shape.batch) * shape.channels * shape.out_height() * shape.out_width();
+  MaxPoolKernel<<<Blocks(outputs), kThreads, 0, stream>>>(shape, shape.out_height(), shape.out_width(), x, y, argmax);
+}
+
+void MaxPoolBackward(cudaStream_t stream, const MaxPoolShape& shape, const float* dy, const int32_t* argmax,
+                     float* dx) {
+  const int64_t inputs = int64_t(shape.batch) * shape.channels * shape.in_height * shape.in_width;
+  const int64_t outputs = int64_t(shape.batch) * shape.channels * shape.out_height() * shape.out_width();
+  Fill(stream, inputs, 0.0f, dx);
+  MaxPoolBackwardKernel<<<Blocks(outputs), kThreads, 0, stream>>>(
+      shape, int64_t(shape.out_height()) * shape.out_width(), argmax, dy, dx);
+}
+
+void SoftmaxCrossEntropy(cudaStream_t stream, int batch, int classes, const float* logits, const int32_t* labels,
+                         double* row_losses, float* loss, float* dlogits) {
+  SoftmaxRowsKernel<<<Blocks(batch), kThreads, 0, stream>>>(batch, classes, logits, labels, row_losses, dlogits);
+  SumDoublesKernel<<<1, kThreads, 0, stream>>>(batch, row_losses, static_cast<double>(batch), loss);
+}
+
+void SgdMomentumUpdate(cudaStream_t stream, int64_t count, float learning_rate, float momentum, float weight_decay,
+                       const float* gradients, float* velocity, float* weights) {
+  SgdMomentumKernel<<<Blocks(count), kThreads, 0, stream>>>(count, learning_rate, momentum, weight_decay, gradients,
+                                                            velocity, weights);
+}
+
+int ReduceSumPartials() { return kReduceBlocks; }
+
+void ReduceSum(cudaStream_t stream, int64_t count, const float* x, double* partials, float* sum) {
+  PartialSumsKernel<<<kReduceBlocks, kThreads, 0, stream>>>(count, x, partials);
+  SumDoublesKernel<<<1, kThreads, 0, stream>>>(kReduceBlocks, partials, 1.0, sum);
+}
+
+void Cast(cudaStream_t stream, int64_t count, DType from, const void* x, DType to, void* y) {
+  CastKernel<<<Blocks(count), kThreads, 0, stream>>>(count, from, x, to, y);
+}
+
+void Fill(cudaStream_t stream, int64_t count, float value, float* x) {
+  FillKernel<<<Blocks(count), kThreads, 0, stream>>>(count, value, x);
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,43 @@
+// The CUDA backend's only public entry: a Device on one NVIDIA GPU through the CUDA runtime and
+// cuBLAS.
+//
+// What runs where. Every op is native: GEMMs and the convolutions' GEMMs on cuBLAS (float32;
+// TF32 tensor cores only when `allow_tf32`), everything else on the backend's own kernels
+// (cuda_kernels.cu). Ops and copies are queued on one non-blocking stream per device;
+// CopyDeviceToHost and Synchronize wait for it, as device.h says.
+//
+// Memory. Buffers come from a MemoryPool over cudaMalloc / cudaFree; convolution and reduction
+// scratch is pooled and only grows, so a steady training step takes nothing from the driver.
+//
+// Viability. Built only when the CUDA toolkit was found (TESSERA_HAVE_CUDA); at run time it
+// needs cudaGetDeviceCount() > 0. Otherwise viability() says why: "built without CUDA" or
+// "no CUDA device: <the CUDA runtime's error>".
+//
+// Errors. A failed kernel launch or cuBLAS call is kept (the first one) and reported by the
+// next copy or Synchronize, naming the op.
+//
+// Thread safety: as Device.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "device/device.h"
+#include "device/registry.h"
+
+namespace tessera {
+
+struct CudaDeviceOptions {
+  int device_index = 0;
+  bool allow_tf32 = false;  // let cuBLAS round GEMM inputs to TF32 (Hopper/Ampere tensor cores)
+};
+
+Viability CudaViability(const CudaDeviceOptions& options = {});
+// Unavailable with the CUDA runtime's error when the device cannot be opened; Unimplemented in
+// a build without CUDA.
+Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options = {});
+
+// The registry's entry for "cuda": priority 10 (preferred to xrt and cpu when viable).
+DeviceBackend CudaDeviceBackend();
+
+}  // namespace tessera
