@@ -1,13 +1,17 @@
 // bench_collectives: float32 sum allreduce over loopback, ranks as forked processes.
 //
 //   bench_collectives [--ranks 2,4] [--backends p2p,gloo] [--min-bytes 4096]
-//                     [--max-bytes 67108864] [--tcp-ceiling]
+//                     [--max-bytes 67108864] [--repeat 1] [--tcp-ceiling]
 //   mpirun -np 2 bench_collectives --store-dir DIR [--backends mpi,p2p] [--max-bytes 4096]
 //
 // For each size: 10 warm-up iterations (fewer for the largest sizes), then timed ones; the
 // reported time is the mean over timed iterations of the slowest rank, with rank 0's P95.
 // algbw = bytes / time; busbw = algbw * 2(n-1)/n (the nccl-tests definitions). Every
 // result is checked (sum of 1..n in every element).
+//
+// --repeat N runs the whole sweep N times, backends interleaved within each repetition (so a
+// load change on a shared machine hits every backend alike), and ends with a table of the
+// median busbw per size, backend and rank count.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "collectives/registry.h"
@@ -33,7 +39,16 @@ struct BenchOptions {
   size_t min_bytes = 4096;
   size_t max_bytes = 64u << 20;
   bool tcp_ceiling = false;
+  int repeat = 1;
   std::string store_dir;  // under mpirun
+  int result_fd = -1;     // forked runs: rank 0 writes one SizeResult per size here
+};
+
+// One measured size, as rank 0 of a forked run reports it to the parent.
+struct SizeResult {
+  uint64_t bytes;
+  double mean_seconds;
+  double busbw;
 };
 
 std::vector<std::string> Split(const std::string& text) {
@@ -87,6 +102,12 @@ Status RunSweep(Communicator& c, const BenchOptions& options) {
                   std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6,
                   p95 * 1e6, algbw, busbw, wrong_total == 0 ? "ok" : "WRONG");
       std::fflush(stdout);
+      if (options.result_fd >= 0) {
+        const SizeResult result{bytes, mean, busbw};
+        if (::write(options.result_fd, &result, sizeof(result)) != sizeof(result)) {
+          return InternalError("cannot report a result to the parent");
+        }
+      }
     }
     if (wrong_total != 0) return InternalError("allreduce results are wrong");
   }
@@ -100,8 +121,12 @@ void PrintHeader() {
   std::fflush(stdout);
 }
 
-// Forks `ranks` processes that rendezvous through a TcpStore served here.
-int RunForked(const std::string& backend, int ranks, const BenchOptions& options) {
+// Forks `ranks` processes that rendezvous through a TcpStore served here. Appends rank 0's
+// per-size results to `results`.
+int RunForked(const std::string& backend, int ranks, BenchOptions options,
+              std::vector<SizeResult>* results) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return 1;
   auto server = TcpStoreServer::Start("127.0.0.1", 0);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
@@ -112,6 +137,8 @@ int RunForked(const std::string& backend, int ranks, const BenchOptions& options
   for (int rank = 0; rank < ranks; ++rank) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::close(pipe_fds[0]);
+      options.result_fd = rank == 0 ? pipe_fds[1] : -1;
       auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
       if (!store.ok()) ::_exit(2);
       CommunicatorOptions comm_options;
@@ -132,6 +159,10 @@ int RunForked(const std::string& backend, int ranks, const BenchOptions& options
     }
     children.push_back(pid);
   }
+  ::close(pipe_fds[1]);
+  SizeResult result;
+  while (::read(pipe_fds[0], &result, sizeof(result)) == sizeof(result)) results->push_back(result);
+  ::close(pipe_fds[0]);
   int failures = 0;
   for (pid_t pid : children) {
     int status = 0;
@@ -139,6 +170,46 @@ int RunForked(const std::string& backend, int ranks, const BenchOptions& options
     failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   }
   return failures == 0 ? 0 : 1;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// One row per size; per rank count and backend: median busbw in GB/s (median time in us).
+void PrintMedians(const BenchOptions& options,
+                  const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& busbw,
+                  const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& micros) {
+  std::printf("\n== median over %d interleaved repetitions: busbw GB/s (time us)\n", options.repeat);
+  std::printf("%12s", "bytes");
+  for (int ranks : options.ranks) {
+    for (const std::string& backend : options.backends) {
+      std::printf(" %22s", (backend + " " + std::to_string(ranks) + "r").c_str());
+    }
+  }
+  std::printf("\n");
+  for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+    std::printf("%12zu", bytes);
+    for (int ranks : options.ranks) {
+      for (const std::string& backend : options.backends) {
+        const auto key = std::make_tuple(ranks, backend, uint64_t{bytes});
+        const auto found = busbw.find(key);
+        if (found == busbw.end()) {
+          std::printf(" %22s", "-");
+          continue;
+        }
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "%.3f (%.1f)", Median(found->second),
+                      Median(micros.at(key)));
+        std::printf(" %22s", cell);
+      }
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
 }
 
 // One sender process, one receiver: the bandwidth one loopback TCP stream reaches.
@@ -192,6 +263,8 @@ int Main(int argc, char** argv) {
       options.min_bytes = std::strtoull(next().c_str(), nullptr, 10);
     } else if (arg == "--max-bytes") {
       options.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (arg == "--repeat") {
+      options.repeat = std::max(1, std::atoi(next().c_str()));
     } else if (arg == "--tcp-ceiling") {
       options.tcp_ceiling = true;
     } else if (arg == "--store-dir") {
@@ -237,9 +310,22 @@ int Main(int argc, char** argv) {
 
   PrintHeader();
   int failures = 0;
-  for (int ranks : options.ranks) {
-    for (const std::string& backend : options.backends) failures += RunForked(backend, ranks, options);
+  // busbw samples per (ranks, backend, bytes), one per repetition.
+  std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>> busbw;
+  std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>> micros;
+  for (int repetition = 0; repetition < options.repeat; ++repetition) {
+    for (int ranks : options.ranks) {
+      for (const std::string& backend : options.backends) {
+        std::vector<SizeResult> results;
+        failures += RunForked(backend, ranks, options, &results);
+        for (const SizeResult& r : results) {
+          busbw[{ranks, backend, r.bytes}].push_back(r.busbw);
+          micros[{ranks, backend, r.bytes}].push_back(r.mean_seconds * 1e6);
+        }
+      }
+    }
   }
+  if (options.repeat > 1) PrintMedians(options, busbw, micros);
   return failures == 0 ? 0 : 1;
 }
 

@@ -2,11 +2,13 @@
 //
 //   Allreduce      recursive doubling below `small_allreduce_bytes` (non-power-of-two rank
 //                  counts fold the extra ranks in first and out last), otherwise ring
-//                  reduce-scatter + ring allgather; received segments are reduced while the
-//                  rest of the message is still arriving.
+//                  reduce-scatter + ring allgather as one MessageChannel::ExchangeChain of
+//                  2(n-1) steps: each received segment is reduced (or lands) and is forwarded
+//                  to the next rank at once, so on a transport that overlaps the steps the
+//                  ring streams instead of stopping at each step.
 //   Broadcast      binomial tree below `small_broadcast_bytes`, otherwise a pipelined chain
 //                  (segments flow root -> ... -> last while the next one is received).
-//   Allgather      ring.
+//   Allgather      ring, as one ExchangeChain (blocks forwarded segment by segment).
 //   ReduceScatter  ring, accumulating in two alternating scratch blocks.
 //   Barrier        dissemination (ceil(log2 n) rounds of empty messages).
 //
@@ -24,6 +26,27 @@
 #include "collectives/message.h"
 
 namespace tessera::collectives {
+
+// dst[offset..] = reduce(a[offset..], b[offset..]) as the bytes of a message arrive (b is
+// where they land). Sums of float32/float64/int32/int64 use a vectorised loop.
+class ReducingSink final : public SegmentSink {
+ public:
+  ReducingSink() = default;
+  ReducingSink(void* dst, const void* a, const void* b, DataType type, ReduceOp op)
+      : dst_(static_cast<std::byte*>(dst)),
+        a_(static_cast<const std::byte*>(a)),
+        b_(static_cast<const std::byte*>(b)),
+        type_(type),
+        op_(op) {}
+  void OnReceived(size_t offset, size_t bytes) override;
+
+ private:
+  std::byte* dst_ = nullptr;
+  const std::byte* a_ = nullptr;
+  const std::byte* b_ = nullptr;
+  DataType type_ = DataType::kUint8;
+  ReduceOp op_ = ReduceOp::kSum;
+};
 
 struct AlgorithmTuning {
   size_t small_allreduce_bytes = 64 << 10;
@@ -64,6 +87,10 @@ class CollectiveAlgorithms {
   MessageChannel* channel_;
   AlgorithmTuning tuning_;
   std::vector<std::byte> scratch_;
+  // The steps of a chained ring, kept to avoid allocating per call.
+  std::vector<OutgoingMessage> chain_out_;
+  std::vector<IncomingMessage> chain_in_;
+  std::vector<ReducingSink> chain_sinks_;
 };
 
 }  // namespace tessera::collectives

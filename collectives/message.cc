@@ -38,4 +38,15 @@ Status CheckHeader(const MessageHeader& expected, const MessageHeader& got, int 
                                  " sent " + DescribeHeader(got));
 }
 
+Status MessageChannel::ExchangeChain(std::span<const OutgoingMessage> out,
+                                     std::span<const IncomingMessage> in, Deadline deadline) {
+  if (out.size() != in.size()) {
+    return InvalidArgumentError("ExchangeChain: " + std::to_string(out.size()) +
+                                " outgoing messages but " + std::to_string(in.size()) +
+                                " incoming ones; expected as many of each");
+  }
+  for (size_t i = 0; i < out.size(); ++i) RETURN_IF_ERROR(Exchange(&out[i], &in[i], deadline));
+  return Status::Ok();
+}
+
 }  // namespace tessera::collectives

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "base/status.h"
@@ -63,7 +64,9 @@ struct IncomingMessage {
   MessageHeader expected;
   void* data = nullptr;          // room for expected.payload_bytes bytes
   SegmentSink* sink = nullptr;   // optional
-  size_t segment_bytes = 0;      // sink granularity; 0 = once at the end
+  // Sink granularity, and the unit in which a chained exchange forwards this message (see
+  // ExchangeChain); 0 = once at the end.
+  size_t segment_bytes = 0;
 };
 
 class MessageChannel {
@@ -75,6 +78,23 @@ class MessageChannel {
   // returns when both are complete, or fails at the deadline naming the peer waited for.
   virtual Status Exchange(const OutgoingMessage* out, const IncomingMessage* in,
                           Deadline deadline) = 0;
+
+  // A pipeline of exchanges in which each outgoing message forwards what the previous
+  // incoming message delivered, as a ring step forwards the chunk it just reduced:
+  // out[i+1]'s payload byte k may be sent as soon as in[i] has delivered byte k (landed in
+  // in[i].data and, with a sink, been passed to it), and not before. Requires
+  // out.size() == in.size() and out[i+1].header.payload_bytes <=
+  // in[i].expected.payload_bytes. Messages to one peer go in order, as do messages from one
+  // peer. Fails like Exchange.
+  //
+  // Callers must make sure that no incoming message overwrites bytes an earlier outgoing
+  // message has not sent yet unless causality forbids it (a ring's allgather result cannot
+  // arrive before this rank sent its own contribution).
+  //
+  // The default runs Exchange(out[i], in[i]) one step after another; a transport that can
+  // overlap the steps overrides it.
+  virtual Status ExchangeChain(std::span<const OutgoingMessage> out,
+                               std::span<const IncomingMessage> in, Deadline deadline);
 };
 
 }  // namespace tessera::collectives

@@ -150,124 +150,157 @@ Status TcpMesh::Fail(Status status) {
 
 Status TcpMesh::Exchange(const OutgoingMessage* out, const IncomingMessage* in,
                          Deadline deadline) {
+  return Progress(out != nullptr ? std::span<const OutgoingMessage>(out, 1)
+                                 : std::span<const OutgoingMessage>(),
+                  in != nullptr ? std::span<const IncomingMessage>(in, 1)
+                                : std::span<const IncomingMessage>(),
+                  /*chained=*/false, deadline);
+}
+
+Status TcpMesh::ExchangeChain(std::span<const OutgoingMessage> out,
+                              std::span<const IncomingMessage> in, Deadline deadline) {
+  if (out.size() != in.size()) return MessageChannel::ExchangeChain(out, in, deadline);
+  return Progress(out, in, /*chained=*/true, deadline);
+}
+
+Status TcpMesh::Progress(std::span<const OutgoingMessage> outs,
+                         std::span<const IncomingMessage> ins, bool chained, Deadline deadline) {
   if (failed_.load(std::memory_order_acquire)) return error();
-  // Send side: header then payload, as one iovec pair.
-  iovec send_iov[2] = {};
-  size_t send_total = 0, sent = 0;
-  int send_fd = -1;
-  if (out != nullptr) {
-    send_iov[0] = {const_cast<MessageHeader*>(&out->header), sizeof(MessageHeader)};
-    send_iov[1] = {const_cast<void*>(out->data), out->header.payload_bytes};
-    send_total = sizeof(MessageHeader) + out->header.payload_bytes;
-    send_fd = peers_[out->peer].fd();
-  }
-  // Receive side: header into `got`, payload straight into the caller's buffer.
-  MessageHeader got;
-  size_t recv_total = 0, received = 0, notified = 0;
+  constexpr size_t kHeader = sizeof(MessageHeader);
+  // Send side: message `next_out`, of which `sent` bytes (header included) are out.
+  size_t next_out = 0, sent = 0;
+  // Receive side: message `next_in`: header into `got`, payload straight into its buffer;
+  // `delivered` payload bytes passed to the sink (or landed, without one).
+  size_t next_in = 0, received = 0, delivered = 0;
   bool header_checked = false;
-  int recv_fd = -1;
-  const size_t payload = in != nullptr ? in->expected.payload_bytes : 0;
-  if (in != nullptr) {
-    recv_total = sizeof(MessageHeader) + payload;
-    recv_fd = peers_[in->peer].fd();
-  }
-  auto* payload_data = in != nullptr ? static_cast<char*>(in->data) : nullptr;
+  MessageHeader got;
+
+  auto receive_failure = [&](const IncomingMessage& in, const std::string& what) {
+    return Fail(UnavailableError(RankName(rank_) + ": " + what + " while this rank waited for " +
+                                 DescribeHeader(in.expected) + " (" + std::to_string(received) +
+                                 " of " + std::to_string(kHeader + in.expected.payload_bytes) +
+                                 " bytes received)"));
+  };
 
   int spins = 0;
   for (;;) {
-    // Progress the send as far as the socket takes it.
-    while (sent < send_total) {
+    bool progressed = false;
+    bool send_blocked = false;  // the socket is full (not: waiting for data to forward)
+    // Send as far as the socket takes it and, in a chain, as far as the data is ready.
+    while (next_out < outs.size()) {
+      const OutgoingMessage& out = outs[next_out];
+      const size_t total = kHeader + out.header.payload_bytes;
+      size_t limit = total;
+      if (chained && next_out > 0 && next_out - 1 == next_in) {
+        limit = std::min(total, kHeader + delivered);  // forwards what has been delivered
+      }
+      if (sent >= limit) break;
       iovec iov[2];
       int count = 0;
-      if (sent < sizeof(MessageHeader)) {
-        iov[count++] = {static_cast<char*>(send_iov[0].iov_base) + sent,
-                        sizeof(MessageHeader) - sent};
-        if (send_iov[1].iov_len > 0) iov[count++] = send_iov[1];
+      auto* payload = static_cast<char*>(const_cast<void*>(out.data));
+      if (sent < kHeader) {
+        iov[count++] = {reinterpret_cast<char*>(const_cast<MessageHeader*>(&out.header)) + sent,
+                        kHeader - sent};
+        if (limit > kHeader) iov[count++] = {payload, limit - kHeader};
       } else {
-        const size_t offset = sent - sizeof(MessageHeader);
-        iov[count++] = {static_cast<char*>(send_iov[1].iov_base) + offset,
-                        send_iov[1].iov_len - offset};
+        iov[count++] = {payload + (sent - kHeader), limit - sent};
       }
       msghdr message{};
       message.msg_iov = iov;
       message.msg_iovlen = count;
-      const ssize_t n = ::sendmsg(send_fd, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n = ::sendmsg(peers_[out.peer].fd(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         sent += static_cast<size_t>(n);
+        progressed = true;
+        if (sent == total) {
+          ++next_out;
+          sent = 0;
+        }
       } else if (n < 0 && errno == EINTR) {
         continue;
       } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        send_blocked = true;
         break;
       } else {
         return Fail(UnavailableError(
-            RankName(rank_) + ": connection to " + RankName(out->peer) + " failed while sending " +
-            DescribeHeader(out->header) + ": " + std::strerror(errno)));
+            RankName(rank_) + ": connection to " + RankName(out.peer) + " failed while sending " +
+            DescribeHeader(out.header) + ": " + std::strerror(errno)));
       }
     }
-    // Progress the receive.
-    while (received < recv_total) {
-      iovec iov[2];
-      int count = 0;
-      if (received < sizeof(MessageHeader)) {
-        iov[count++] = {reinterpret_cast<char*>(&got) + received, sizeof(MessageHeader) - received};
-        if (payload > 0) iov[count++] = {payload_data, payload};
-      } else {
-        const size_t offset = received - sizeof(MessageHeader);
-        iov[count++] = {payload_data + offset, payload - offset};
+    // Receive, one segment at a time when the message has segments, so that a chained send
+    // can forward each one as soon as it is delivered.
+    bool receive_waiting = false;
+    while (next_in < ins.size()) {
+      const IncomingMessage& in = ins[next_in];
+      const size_t payload = in.expected.payload_bytes;
+      const size_t total = kHeader + payload;
+      if (received < total) {
+        auto* data = static_cast<char*>(in.data);
+        const size_t have = received > kHeader ? received - kHeader : 0;
+        size_t want = payload - have;
+        if (in.segment_bytes > 0) want = std::min(want, in.segment_bytes - have % in.segment_bytes);
+        iovec iov[2];
+        int count = 0;
+        if (received < kHeader) {
+          iov[count++] = {reinterpret_cast<char*>(&got) + received, kHeader - received};
+          if (want > 0) iov[count++] = {data, want};
+        } else {
+          iov[count++] = {data + have, want};
+        }
+        const ssize_t n = ::readv(peers_[in.peer].fd(), iov, count);
+        if (n > 0) {
+          received += static_cast<size_t>(n);
+          progressed = true;
+        } else if (n == 0) {
+          return receive_failure(in, RankName(in.peer) + " closed the connection");
+        } else if (errno == EINTR) {
+          continue;
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          receive_waiting = true;
+          break;
+        } else {
+          return receive_failure(in, "connection to " + RankName(in.peer) + " failed (" +
+                                         std::string(std::strerror(errno)) + ")");
+        }
       }
-      const ssize_t n = ::readv(recv_fd, iov, count);
-      if (n > 0) {
-        received += static_cast<size_t>(n);
-      } else if (n == 0) {
-        return Fail(UnavailableError(RankName(rank_) + ": " + RankName(in->peer) +
-                                     " closed the connection while this rank waited for " +
-                                     DescribeHeader(in->expected) + " (" +
-                                     std::to_string(received) + " of " +
-                                     std::to_string(recv_total) + " bytes received)"));
-      } else if (errno == EINTR) {
-        continue;
-      } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        break;
-      } else {
-        return Fail(UnavailableError(RankName(rank_) + ": connection to " + RankName(in->peer) +
-                                     " failed while receiving " + DescribeHeader(in->expected) +
-                                     ": " + std::strerror(errno)));
-      }
-      if (!header_checked && received >= sizeof(MessageHeader)) {
-        Status matched = CheckHeader(in->expected, got, rank_, in->peer);
+      if (!header_checked && received >= kHeader) {
+        Status matched = CheckHeader(in.expected, got, rank_, in.peer);
         if (!matched.ok()) return Fail(matched);
         header_checked = true;
       }
-      if (in->sink != nullptr && header_checked) {
-        const size_t have = received - sizeof(MessageHeader);
-        const size_t step = in->segment_bytes > 0 ? in->segment_bytes : payload;
-        while (notified < have && (have - notified >= step || have == payload)) {
-          const size_t bytes = std::min(step, have - notified);
-          in->sink->OnReceived(notified, bytes);
-          notified += bytes;
-        }
+      if (!header_checked) continue;
+      const size_t have = received - kHeader;
+      const size_t step = in.segment_bytes > 0 ? in.segment_bytes : payload;
+      const size_t before = delivered;
+      while (delivered < have && (have - delivered >= step || have == payload)) {
+        const size_t bytes = std::min(step, have - delivered);
+        if (in.sink != nullptr) in.sink->OnReceived(delivered, bytes);
+        delivered += bytes;
+      }
+      if (received == total) {
+        ++next_in;
+        received = delivered = 0;
+        header_checked = false;
+        if (chained) break;  // the next outgoing message may now go in full
+      } else if (chained && delivered > before) {
+        break;  // forward the new segment before receiving more
       }
     }
-    if (sent == send_total && received == recv_total) {
-      if (in != nullptr && !header_checked) {  // an empty payload still has a header
-        Status matched = CheckHeader(in->expected, got, rank_, in->peer);
-        if (!matched.ok()) return Fail(matched);
-      }
-      return Status::Ok();
-    }
+    if (next_out == outs.size() && next_in == ins.size()) return Status::Ok();
+    if (progressed) continue;
 
     // A short spin of nonblocking retries before sleeping in poll(): a small message from a
     // peer that is already sending arrives within microseconds, and a wakeup costs more.
     if (spins++ < kSpinRetries) continue;
     pollfd fds[2];
     int nfds = 0;
-    const bool want_send = sent < send_total;
-    const bool want_recv = received < recv_total;
-    if (want_send && want_recv && send_fd == recv_fd) {
+    const int send_fd = send_blocked ? peers_[outs[next_out].peer].fd() : -1;
+    const int recv_fd = receive_waiting ? peers_[ins[next_in].peer].fd() : -1;
+    if (send_fd >= 0 && send_fd == recv_fd) {
       fds[nfds++] = {send_fd, static_cast<short>(POLLIN | POLLOUT), 0};
     } else {
-      if (want_send) fds[nfds++] = {send_fd, POLLOUT, 0};
-      if (want_recv) fds[nfds++] = {recv_fd, POLLIN, 0};
+      if (send_fd >= 0) fds[nfds++] = {send_fd, POLLOUT, 0};
+      if (recv_fd >= 0) fds[nfds++] = {recv_fd, POLLIN, 0};
     }
     const int64_t left = MillisecondsLeft(deadline);
     const int ready = left > 0 ? ::poll(fds, nfds, static_cast<int>(left)) : 0;
@@ -276,16 +309,18 @@ Status TcpMesh::Exchange(const OutgoingMessage* out, const IncomingMessage* in,
     }
     if (ready == 0) {
       std::string waiting;
-      if (want_recv) {
-        waiting = "waiting for " + RankName(in->peer) + " to send " +
-                  DescribeHeader(in->expected) + " (" + std::to_string(received) + " of " +
-                  std::to_string(recv_total) + " bytes received)";
+      if (next_in < ins.size()) {
+        const IncomingMessage& in = ins[next_in];
+        waiting = "waiting for " + RankName(in.peer) + " to send " +
+                  DescribeHeader(in.expected) + " (" + std::to_string(received) + " of " +
+                  std::to_string(kHeader + in.expected.payload_bytes) + " bytes received)";
       }
-      if (want_send) {
+      if (send_blocked) {
+        const OutgoingMessage& out = outs[next_out];
         if (!waiting.empty()) waiting += " and ";
-        waiting += "waiting for " + RankName(out->peer) + " to take " +
-                   DescribeHeader(out->header) + " (" + std::to_string(sent) + " of " +
-                   std::to_string(send_total) + " bytes sent)";
+        waiting += "waiting for " + RankName(out.peer) + " to take " +
+                   DescribeHeader(out.header) + " (" + std::to_string(sent) + " of " +
+                   std::to_string(kHeader + out.header.payload_bytes) + " bytes sent)";
       }
       return Fail(DeadlineExceededError(RankName(rank_) + ": timed out " + waiting));
     }

@@ -48,6 +48,10 @@ class TcpMesh final : public MessageChannel {
   int size() const override { return static_cast<int>(peers_.size()); }
   Status Exchange(const OutgoingMessage* out, const IncomingMessage* in,
                   Deadline deadline) override;
+  // Overlaps the steps: while in[i] arrives, each delivered segment of it is forwarded as
+  // out[i+1] at once, so a ring streams instead of stopping at every step.
+  Status ExchangeChain(std::span<const OutgoingMessage> out, std::span<const IncomingMessage> in,
+                       Deadline deadline) override;
 
   // Shuts every connection down; later calls fail with `reason`.
   // Thread-safe: one thread may send while another receives (FallbackCommunicator does).
@@ -57,6 +61,10 @@ class TcpMesh final : public MessageChannel {
  private:
   TcpMesh(int rank, int size) : rank_(rank), peers_(size) {}
   Status Fail(Status status);
+  // The poll() loop behind Exchange and ExchangeChain: sends `out` in order while receiving
+  // `in` in order; with `chained`, out[i+1] waits for the bytes in[i] has delivered.
+  Status Progress(std::span<const OutgoingMessage> out, std::span<const IncomingMessage> in,
+                  bool chained, Deadline deadline);
 
   int rank_;
   std::vector<TcpSocket> peers_;  // peers_[rank_] stays invalid
