@@ -11,6 +11,7 @@
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "device/emulated/factory.h"
+#include "device/op_cost.h"
 #include "device/placement.h"
 #include "device/registry.h"
 
@@ -27,6 +28,15 @@ struct Measured {
   double gemm_gflops = 0;
   double copy_gbps = 0;
 };
+
+// True for a registered backend's name or an emulated-device name ("emu:..."; whether its
+// profile exists is CreateDevice's to say).
+bool IsKnownDeviceName(const std::string& name) {
+  for (const auto& backend : RegisteredDeviceBackends()) {
+    if (backend.name == name) return true;
+  }
+  return IsEmulatedDeviceName(name);
+}
 
 Result<Measured> Measure(Device& device, int size) {
   const size_t floats = size_t(size) * size;
@@ -70,11 +80,109 @@ Dataset RandomData(const Model& model, int count) {
   return data;
 }
 
-Status RiskList(Device& device, const DevicesOptions& options, std::ostream& out) {
+Placement PlaceOn(Device& device, Op op) {
+  if (OpPlacement* placement = device.placement()) return placement->Place(op);
+  return device.capabilities().Supports(op) ? Placement::kNative : Placement::kUnsupported;
+}
+
+// The time model of device/emulated/factory.h, from an op's cost alone: native ops at the
+// profile's roofline; fallbacks across the host link both ways plus the host's compute at the
+// measured host GEMM rate. Without a profile (real hardware) nothing is modelled: returns < 0.
+double ModelledOpMs(const DeviceProfile* profile, DType precision, Placement where, const OpCost& cost,
+                    double host_gflops) {
+  if (profile == nullptr) return -1;
+  if (where == Placement::kNative) {
+    const double scale = double(DTypeSize(precision)) / sizeof(float);
+    const double peak = profile->PeakFlops(precision);
+    const double compute_s = peak > 0 ? cost.flops / peak : 0;
+    const double memory_s = double(cost.bytes_read + cost.bytes_written) * scale / (profile->memory_bandwidth_gbps * 1e9);
+    return std::max(compute_s, memory_s) * 1e3;
+  }
+  const double link_s = double(cost.bytes_read + cost.bytes_written) / (profile->host_link_gbps * 1e9);
+  const double host_s = host_gflops > 0 ? cost.flops / (host_gflops * 1e9) : 0;
+  return (link_s + host_s) * 1e3;
+}
+
+// The per-layer risk list: every layer's ops (then the loss and the optimiser step), from the
+// model's own description and device/op_cost.h, placed as the device places them.
+void LayerRiskList(Device& device, const Model& model, int batch, double host_gflops, std::ostream& out) {
+  const DeviceProfile* profile = EmulatedProfile(device);
+  const DType precision = device.capabilities().compute_precision;
+  const double element_scale = double(DTypeSize(precision)) / sizeof(float);
+  const double balance = profile != nullptr ? profile->BalancePoint() : 0;
+  std::vector<LayerInfo> layers = model.DescribeLayers(batch);
+  LayerInfo loss{"loss", "softmax_cross_entropy", {model.classes(), 1, 1},
+                 {{Op::kSoftmaxCrossEntropy, SoftmaxCrossEntropyCost(batch, model.classes(), true), true}}};
+  LayerInfo optimiser{"optimiser", "sgd_momentum", {}, {{Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(model.NumParameters()), true}}};
+  layers.push_back(loss);
+  layers.push_back(optimiser);
+
+  out << "  per-layer risk list, " << model.name() << " training step, batch " << batch << " (intensity in FLOPs per "
+      << DTypeName(precision) << " byte";
+  if (balance > 0) out << "; balance point " << std::fixed << std::setprecision(1) << balance;
+  out << "):\n";
+  out << "    " << std::left << std::setw(12) << "layer" << std::setw(24) << "op" << std::setw(15) << "placement"
+      << std::right << std::setw(12) << "FLOPs/byte" << std::setw(11) << "bound" << std::setw(14) << "host-link B"
+      << std::setw(13) << "modelled ms" << "\n";
+  uint64_t total_fallback_bytes = 0;
+  double total_ms = 0;
+  int fallback_ops = 0, unsupported_ops = 0, all_ops = 0;
+  for (const LayerInfo& layer : layers) {
+    double flops = 0, bytes = 0, layer_ms = 0;
+    uint64_t layer_link = 0;
+    for (const LayerOp& step : layer.ops) {
+      const Placement where = PlaceOn(device, step.op);
+      const double op_bytes = double(step.cost.bytes_read + step.cost.bytes_written) * element_scale;
+      const uint64_t link = where == Placement::kHostFallback ? step.cost.bytes_read + step.cost.bytes_written : 0;
+      const double ms = ModelledOpMs(profile, precision, where, step.cost, host_gflops);
+      const double intensity = op_bytes > 0 ? step.cost.flops / op_bytes : 0;
+      flops += step.cost.flops;
+      bytes += op_bytes;
+      layer_link += link;
+      layer_ms += std::max(0.0, ms);
+      ++all_ops;
+      fallback_ops += where == Placement::kHostFallback;
+      unsupported_ops += where == Placement::kUnsupported;
+      out << "    " << std::left << std::setw(12) << layer.name << std::setw(24)
+          << (std::string(OpName(step.op)) + (step.backward ? " (bwd)" : "")) << std::setw(15) << PlacementName(where)
+          << std::right << std::fixed << std::setprecision(2) << std::setw(12) << intensity << std::setw(11)
+          << (balance > 0 ? (intensity >= balance ? "compute" : "bandwidth") : "-") << std::setw(14) << link
+          << std::setw(13);
+      if (ms >= 0) {
+        out << std::setprecision(5) << ms;
+      } else {
+        out << "-";
+      }
+      out << "\n";
+    }
+    const double intensity = bytes > 0 ? flops / bytes : 0;
+    total_fallback_bytes += layer_link;
+    total_ms += layer_ms;
+    out << "    " << std::left << std::setw(12) << layer.name << std::setw(24) << ("= " + layer.kind) << std::setw(15)
+        << "" << std::right << std::fixed << std::setprecision(2) << std::setw(12) << intensity << std::setw(11)
+        << (balance > 0 ? (intensity >= balance ? "compute" : "bandwidth") : "-") << std::setw(14) << layer_link
+        << std::setw(13);
+    if (profile != nullptr) {
+      out << std::setprecision(5) << layer_ms;
+    } else {
+      out << "-";
+    }
+    out << "\n";
+  }
+  out << "    ops: " << all_ops << ", native " << (all_ops - fallback_ops - unsupported_ops) << ", host fallback "
+      << fallback_ops << ", unsupported " << unsupported_ops << "\n";
+  out << "    fallback bytes across the host link per step (layers): " << total_fallback_bytes << "\n";
+  if (profile != nullptr) {
+    out << "    modelled step (layers, loss, optimiser; no input copies): " << std::setprecision(4) << total_ms << " ms\n";
+  }
+}
+
+Status RiskList(Device& device, const DevicesOptions& options, double host_gflops, std::ostream& out) {
   OpPlacement* placement = device.placement();
   ModelConfig config;
   config.name = options.model;
   ASSIGN_OR_RETURN(auto model, CreateModel(config, &device));
+  LayerRiskList(device, *model, options.batch, host_gflops, out);
   Dataset data = RandomData(*model, options.batch);
   std::vector<int64_t> indices(options.batch);
   std::iota(indices.begin(), indices.end(), 0);
@@ -89,15 +197,13 @@ Status RiskList(Device& device, const DevicesOptions& options, std::ostream& out
 
   const DeviceProfile* profile = EmulatedProfile(device);
   const double balance = profile != nullptr ? profile->BalancePoint() : 0;
-  out << "  migration risk, " << options.model << " training step, batch " << options.batch << ":\n";
+  out << "  per-op account of one training step on the device, batch " << options.batch << ":\n";
   out << "    " << std::left << std::setw(24) << "op" << std::setw(15) << "placement" << std::right << std::setw(7)
       << "calls" << std::setw(14) << "FLOPs/byte" << std::setw(11) << "bound" << std::setw(16) << "host-link B"
       << std::setw(13) << "modelled ms" << "\n";
   uint64_t fallback_bytes = 0;
   for (Op op : AllOps()) {
-    const Placement where = placement != nullptr ? placement->Place(op)
-                            : device.capabilities().Supports(op) ? Placement::kNative
-                                                                 : Placement::kUnsupported;
+    const Placement where = PlaceOn(device, op);
     OpAccount account;
     if (placement != nullptr) {
       account = where == Placement::kNative ? placement->Native(op) : placement->Fallback(op);
@@ -126,10 +232,18 @@ Status RiskList(Device& device, const DevicesOptions& options, std::ostream& out
 }  // namespace
 
 Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
-  std::vector<std::string> names;
-  for (const auto& backend : RegisteredDeviceBackends()) names.push_back(backend.name);
+  std::vector<std::string> names = options.devices;
+  if (names.empty()) {
+    for (const auto& backend : RegisteredDeviceBackends()) names.push_back(backend.name);
+  }
   names.insert(names.end(), options.extra_devices.begin(), options.extra_devices.end());
   for (const std::string& name : names) {
+    if (!IsKnownDeviceName(name)) {
+      std::string known;
+      for (const auto& backend : RegisteredDeviceBackends()) known += (known.empty() ? "" : ", ") + backend.name;
+      return InvalidArgumentError("devices: unknown device '" + name + "'; known devices: " + known +
+                                  ", or emu:<profile.toml>");
+    }
     out << name << "\n";
     std::string reason;
     for (const auto& backend : RegisteredDeviceBackends()) {
@@ -143,6 +257,10 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
     }
     auto device = CreateDevice(name);
     if (!device.ok()) {
+      // A named profile file that does not load is the caller's error, not the device's.
+      if (device.status().code() == StatusCode::kInvalidArgument || device.status().code() == StatusCode::kNotFound) {
+        return device.status();
+      }
       out << "  not viable: " << device.status().ToString() << "\n";
       continue;
     }
@@ -162,42 +280,53 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
           << profile->power_watts << " W (emulated on this host)";
     }
     out << "\n";
-    if (!options.model.empty()) RETURN_IF_ERROR(RiskList(**device, options, out));
+    if (!options.model.empty()) RETURN_IF_ERROR(RiskList(**device, options, measured->gemm_gflops, out));
   }
   return Status::Ok();
 }
 
 Status AlignCommand(const AlignOptions& options, std::ostream& out) {
   if (options.samples <= 0) return InvalidArgumentError("align: --samples must be positive");
+  if (!(options.divergence_threshold > 0)) return InvalidArgumentError("align: the divergence threshold must be positive");
+  const std::string names[2] = {options.device_a, options.device_b};
+  // Both devices first, so a wrong name fails before the data is read.
+  std::unique_ptr<Device> devices[2];
+  for (int side = 0; side < 2; ++side) {
+    auto created = CreateDevice(names[side]);
+    if (!created.ok()) {
+      return Status(created.status().code(), "align: device " + std::string(side == 0 ? "--a" : "--b") + " '" +
+                                                 names[side] + "': " + created.status().message());
+    }
+    devices[side] = std::move(created).value();
+  }
   ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(options.data_dir, false));
   const int count = static_cast<int>(std::min<int64_t>(options.samples, data.count));
-  std::vector<std::vector<float>> logits(2);
+  std::vector<std::vector<float>> activations[2];  // per side, per layer: [count, layer output]
+  std::vector<LayerInfo> layers;
   int classes = 0;
   TensorSet weights;
-  const std::string names[2] = {options.device_a, options.device_b};
   for (int side = 0; side < 2; ++side) {
-    ASSIGN_OR_RETURN(auto device, CreateDevice(names[side]));
+    Device& device = *devices[side];
     ModelConfig config;
     config.name = options.model;
     config.seed = options.seed;
-    ASSIGN_OR_RETURN(auto model, CreateModel(config, device.get()));
+    ASSIGN_OR_RETURN(auto model, CreateModel(config, &device));
     if (side == 0) weights = model->GetState();
     RETURN_IF_ERROR(model->SetState(weights));
     classes = model->classes();
+    layers = model->DescribeLayers(count);
     const size_t sample = size_t(data.SampleSize());
-    ASSIGN_OR_RETURN(DeviceBuffer input, device->Allocate(size_t(count) * sample * sizeof(float)));
-    RETURN_IF_ERROR(device->CopyHostToDevice(data.images.data(), input, 0, size_t(count) * sample * sizeof(float)));
-    ASSIGN_OR_RETURN(const float* result, model->Forward(input.f32(), count));
-    (void)result;
-    logits[side].resize(size_t(count) * classes);
-    RETURN_IF_ERROR(device->CopyDeviceToHost(model->logits_buffer(), 0, logits[side].data(),
-                                             logits[side].size() * sizeof(float)));
+    ASSIGN_OR_RETURN(DeviceBuffer input, device.Allocate(size_t(count) * sample * sizeof(float)));
+    RETURN_IF_ERROR(device.CopyHostToDevice(data.images.data(), input, 0, size_t(count) * sample * sizeof(float)));
+    RETURN_IF_ERROR(model->ForwardCapture(input.f32(), count, &activations[side]));
   }
+  const std::vector<float>& logits_a = activations[0].back();
+  const std::vector<float>& logits_b = activations[1].back();
   std::vector<std::pair<double, int>> errors;
   int agree = 0;
   for (int i = 0; i < count; ++i) {
-    const float* a = logits[0].data() + size_t(i) * classes;
-    const float* b = logits[1].data() + size_t(i) * classes;
+    const float* a = logits_a.data() + size_t(i) * classes;
+    const float* b = logits_b.data() + size_t(i) * classes;
     double mae = 0;
     for (int j = 0; j < classes; ++j) mae += std::fabs(double(a[j]) - b[j]);
     errors.push_back({mae / classes, i});
@@ -213,6 +342,37 @@ Status AlignCommand(const AlignOptions& options, std::ostream& out) {
   const size_t worst = std::max<size_t>(1, errors.size() / 20);
   for (size_t i = 0; i < worst; ++i) out << " " << errors[i].second << ":" << std::scientific << errors[i].first;
   out << "\n";
+
+  // Per layer: relative MAE = mean |a - b| / mean |a| over every output of the layer.
+  out << "  per-layer relative MAE (mean |a-b| / mean |a|), threshold " << std::scientific << std::setprecision(1)
+      << options.divergence_threshold << ":\n";
+  std::string first_divergent;
+  double first_value = 0;
+  for (size_t layer = 0; layer < layers.size(); ++layer) {
+    const std::vector<float>& a = activations[0][layer];
+    const std::vector<float>& b = activations[1][layer];
+    double difference = 0, magnitude = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      difference += std::fabs(double(a[i]) - b[i]);
+      magnitude += std::fabs(double(a[i]));
+    }
+    const double relative = magnitude > 0 ? difference / magnitude : (difference > 0 ? INFINITY : 0.0);
+    const bool diverged = relative > options.divergence_threshold;
+    if (diverged && first_divergent.empty()) {
+      first_divergent = layers[layer].name;
+      first_value = relative;
+    }
+    out << "    " << std::left << std::setw(10) << layers[layer].name << std::setw(10) << layers[layer].kind
+        << std::right << std::scientific << std::setprecision(3) << std::setw(12) << relative
+        << (diverged ? "  diverged" : "") << "\n";
+  }
+  if (first_divergent.empty()) {
+    out << "  first divergent layer: none (every layer within " << std::scientific << std::setprecision(1)
+        << options.divergence_threshold << ")\n";
+  } else {
+    out << "  first divergent layer: " << first_divergent << " (relative MAE " << std::scientific
+        << std::setprecision(3) << first_value << ")\n";
+  }
   return Status::Ok();
 }
 

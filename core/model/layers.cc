@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "device/op_cost.h"
+
 namespace tessera {
 
 Conv2dLayer::Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel)
@@ -120,6 +122,41 @@ void MaxPoolLayer::Forward(Device& device, int batch, const float* x, float* y) 
 void MaxPoolLayer::Backward(Device& device, int batch, const float* x, const float* y, const float* dy,
                             float* dx) {
   if (dx != nullptr) device.MaxPoolBackward(ShapeFor(batch), dy, argmax_.i32(), dx);
+}
+
+
+// ---- The ops each layer issues per training step (mirrors Forward and Backward above) ----
+
+std::vector<LayerOp> Conv2dLayer::StepOps(int batch, bool input_gradient) const {
+  const Conv2dShape shape = ShapeFor(batch);
+  std::vector<LayerOp> ops = {{Op::kConv2dForward, Conv2dForwardCost(shape, true), false},
+                              {Op::kConv2dBackwardFilter, Conv2dBackwardFilterCost(shape, true), true}};
+  if (input_gradient) ops.push_back({Op::kConv2dBackwardData, Conv2dBackwardDataCost(shape), true});
+  return ops;
+}
+
+std::vector<LayerOp> LinearLayer::StepOps(int batch, bool input_gradient) const {
+  const int in = static_cast<int>(input_shape().size());
+  std::vector<LayerOp> ops = {{Op::kGemm, GemmCost(batch, out_features_, in, false), false},
+                              {Op::kBiasAdd, BiasAddCost(batch, out_features_, 1), false},
+                              {Op::kGemm, GemmCost(out_features_, in, batch, false), true},
+                              {Op::kBiasGrad, BiasGradCost(batch, out_features_, 1), true}};
+  if (input_gradient) ops.push_back({Op::kGemm, GemmCost(batch, in, out_features_, false), true});
+  return ops;
+}
+
+std::vector<LayerOp> ReluLayer::StepOps(int batch, bool input_gradient) const {
+  const int64_t count = batch * input_shape().size();
+  std::vector<LayerOp> ops = {{Op::kRelu, ReluCost(count), false}};
+  if (input_gradient) ops.push_back({Op::kReluBackward, ReluBackwardCost(count), true});
+  return ops;
+}
+
+std::vector<LayerOp> MaxPoolLayer::StepOps(int batch, bool input_gradient) const {
+  const MaxPoolShape shape = ShapeFor(batch);
+  std::vector<LayerOp> ops = {{Op::kMaxPool, MaxPoolCost(shape), false}};
+  if (input_gradient) ops.push_back({Op::kMaxPoolBackward, MaxPoolBackwardCost(shape), true});
+  return ops;
 }
 
 }  // namespace tessera

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "device/device.h"
+#include "device/placement.h"
 
 namespace tessera {
 
@@ -25,6 +27,14 @@ struct ParameterSpec {
   int64_t fan_in = 1;           // for PyTorch-default initialisation: uniform(+-1/sqrt(fan_in))
 };
 
+// One op a layer issues in a training step, with the work it does at a given batch
+// (device/op_cost.h's figures).
+struct LayerOp {
+  Op op;
+  OpCost cost;
+  bool backward = false;  // issued by Backward (false: by Forward)
+};
+
 class Layer {
  public:
   explicit Layer(ActivationShape input) : input_(input) {}
@@ -34,6 +44,13 @@ class Layer {
 
   const ActivationShape& input_shape() const { return input_; }
   virtual ActivationShape output_shape() const = 0;
+  // What the layer computes: "conv2d", "linear", "relu", "max_pool".
+  virtual std::string_view kind() const = 0;
+  // The parameter prefix ("conv1"); empty for layers without parameters.
+  virtual std::string name() const { return ""; }
+  // The ops Forward and then Backward issue for `batch` samples, in issue order, with their
+  // costs; `input_gradient` says whether Backward also computes dx (false for the first layer).
+  virtual std::vector<LayerOp> StepOps(int batch, bool input_gradient) const = 0;
   // The parameters, in the order they lie in the flat buffers.
   virtual std::vector<ParameterSpec> parameters() const { return {}; }
   // Points the layer at its parameters and their gradients (device addresses, laid out as
@@ -59,6 +76,9 @@ class Conv2dLayer final : public Layer {
  public:
   Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel);
   ActivationShape output_shape() const override;
+  std::string_view kind() const override { return "conv2d"; }
+  std::string name() const override { return name_; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
   void Bind(float* parameters, float* gradients) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
@@ -80,6 +100,9 @@ class LinearLayer final : public Layer {
  public:
   LinearLayer(std::string name, ActivationShape input, int out_features);
   ActivationShape output_shape() const override { return {out_features_, 1, 1}; }
+  std::string_view kind() const override { return "linear"; }
+  std::string name() const override { return name_; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
   void Bind(float* parameters, float* gradients) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
@@ -98,6 +121,8 @@ class ReluLayer final : public Layer {
  public:
   explicit ReluLayer(ActivationShape input) : Layer(input) {}
   ActivationShape output_shape() const override { return input_shape(); }
+  std::string_view kind() const override { return "relu"; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
 };
@@ -107,6 +132,8 @@ class MaxPoolLayer final : public Layer {
  public:
   MaxPoolLayer(ActivationShape input, int window, int stride);
   ActivationShape output_shape() const override;
+  std::string_view kind() const override { return "max_pool"; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   Status Reserve(Device& device, int batch) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;

@@ -1,6 +1,7 @@
 #include "core/model/model.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <utility>
 
@@ -91,6 +92,36 @@ Result<const float*> Model::Forward(const float* input, int batch) {
     x = outputs_[i].f32();
   }
   return x;
+}
+
+std::vector<LayerInfo> Model::DescribeLayers(int batch) const {
+  std::vector<LayerInfo> infos;
+  std::map<std::string, int> seen;  // per short name, for numbering layers without parameters
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& layer = *layers_[i];
+    LayerInfo info;
+    info.kind = std::string(layer.kind());
+    info.name = layer.name();
+    if (info.name.empty()) {
+      const std::string short_name = info.kind == "max_pool" ? "pool" : info.kind;
+      info.name = short_name + std::to_string(++seen[short_name]);
+    }
+    info.output = layer.output_shape();
+    info.ops = layer.StepOps(batch, i > 0);  // the first layer's input needs no gradient
+    infos.push_back(std::move(info));
+  }
+  return infos;
+}
+
+Status Model::ForwardCapture(const float* input, int batch, std::vector<std::vector<float>>* per_layer_outputs) {
+  RETURN_IF_ERROR(Forward(input, batch).status());
+  per_layer_outputs->assign(layers_.size(), {});
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    std::vector<float>& host = (*per_layer_outputs)[i];
+    host.resize(static_cast<size_t>(batch) * layers_[i]->output_shape().size());
+    RETURN_IF_ERROR(device_->CopyDeviceToHost(outputs_[i], 0, host.data(), host.size() * sizeof(float)));
+  }
+  return Status::Ok();
 }
 
 void Model::Backward(const int32_t* labels, float* loss) {

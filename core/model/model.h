@@ -38,6 +38,15 @@ struct ParameterView {
   int64_t fan_in = 1;  // inputs feeding one output unit, as PyTorch's initialisation uses
 };
 
+// A read-only description of one layer of a model.
+struct LayerInfo {
+  std::string name;             // "conv1", "relu1", "pool1", "fc3": the parameter prefix, or the
+                                // kind's short name numbered in order of appearance
+  std::string kind;             // "conv2d", "linear", "relu", "max_pool"
+  ActivationShape output;       // per sample
+  std::vector<LayerOp> ops;     // what one training step issues for it (see Layer::StepOps)
+};
+
 class Model {
  public:
   // Use CreateModel. Lays out the parameters of `layers` (run in order) in layer order,
@@ -75,6 +84,14 @@ class Model {
   // The buffer holding the last Forward's logits ([batch, classes] at offset 0), for copying
   // them to the host.
   const DeviceBuffer& logits_buffer() const { return outputs_.back(); }
+
+  // Every layer in order, with the ops one training step of `batch` samples issues for it.
+  // The loss (SoftmaxCrossEntropy) and the optimiser step are not layers and not listed.
+  std::vector<LayerInfo> DescribeLayers(int batch) const;
+  // Forward over `batch` samples at `input` (device address), then copies every layer's output
+  // to the host: (*per_layer_outputs)[i] holds layer i's [batch, output size] in NCHW order.
+  // The last entry is the logits. Errors as Forward and the device's copies.
+  Status ForwardCapture(const float* input, int batch, std::vector<std::vector<float>>* per_layer_outputs);
 
  private:
   Model(std::string name, Device* device, ActivationShape input, std::vector<std::unique_ptr<Layer>> layers);

@@ -1,0 +1,142 @@
+// The operator tools behind `tessera devices --model M` and `tessera align`: the per-layer
+// risk list names the ops a device runs on the host and what they move; align agrees exactly
+// between devices that compute alike, and names the first layer that drifts when one rounds.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+#include "cli/devices_command.h"
+
+namespace tessera {
+namespace {
+
+// The line of the per-layer table for (layer, op), or "" when there is none.
+std::string RiskLine(const std::string& report, const std::string& layer, const std::string& op) {
+  std::istringstream lines(report);
+  std::string line;
+  const std::regex pattern("^\\s+" + layer + "\\s+" + op + "(\\s|$).*");
+  while (std::getline(lines, line)) {
+    if (std::regex_match(line, pattern)) return line;
+  }
+  return "";
+}
+
+TEST(DevicesToolsTest, RiskListOnAscendMarksItsMissingOpsAsFallbacksPerLayer) {
+  DevicesOptions options;
+  options.devices = {"emu:ascend-910b"};
+  options.model = "simplecnn";
+  options.batch = 16;
+  options.gemm_size = 64;
+  std::ostringstream report;
+  ASSERT_TRUE(DevicesCommand(options, report).ok());
+  const std::string text = report.str();
+  // Every layer of SimpleCNN appears, then the loss and the optimiser step.
+  for (const char* layer : {"conv1", "relu1", "pool1", "conv2", "relu2", "pool2", "fc1", "relu3", "fc2", "relu4", "fc3",
+                            "loss", "optimiser"}) {
+    EXPECT_NE(RiskLine(text, layer, "="), "") << layer << " missing from\n" << text;
+  }
+  // The profile lacks max_pool_backward and softmax_cross_entropy: host fallbacks, bytes > 0.
+  for (const char* layer : {"pool1", "pool2"}) {
+    const std::string line = RiskLine(text, layer, "max_pool_backward");
+    EXPECT_NE(line.find("host fallback"), std::string::npos) << line << "\n" << text;
+    EXPECT_TRUE(std::regex_search(line, std::regex("fallback\\s+\\S+\\s+\\S+\\s+[1-9][0-9]*\\s"))) << line;
+    EXPECT_NE(RiskLine(text, layer, "max_pool").find("native"), std::string::npos);
+  }
+  EXPECT_NE(RiskLine(text, "loss", "softmax_cross_entropy").find("host fallback"), std::string::npos) << text;
+  EXPECT_NE(RiskLine(text, "conv1", "conv2d_forward").find("native"), std::string::npos) << text;
+  EXPECT_NE(RiskLine(text, "fc1", "gemm").find("native"), std::string::npos) << text;
+  std::smatch bytes;
+  ASSERT_TRUE(std::regex_search(text, bytes, std::regex("fallback bytes across the host link per step \\(layers\\): (\\d+)")))
+      << text;
+  EXPECT_GT(std::stoull(bytes[1]), 0u);
+  EXPECT_NE(text.find("ops: "), std::string::npos);
+  EXPECT_NE(text.find("host fallback 3,"), std::string::npos) << "2 pool backwards + the loss:\n" << text;
+  EXPECT_NE(text.find("modelled step"), std::string::npos);
+}
+
+TEST(DevicesToolsTest, RiskListOnTheCpuIsAllNative) {
+  DevicesOptions options;
+  options.devices = {"cpu"};
+  options.model = "mlp";
+  options.batch = 8;
+  options.gemm_size = 64;
+  std::ostringstream report;
+  ASSERT_TRUE(DevicesCommand(options, report).ok());
+  EXPECT_NE(report.str().find("host fallback 0, unsupported 0"), std::string::npos) << report.str();
+}
+
+TEST(DevicesToolsTest, UnknownDeviceNamesAreErrorsNamingThem) {
+  DevicesOptions options;
+  options.devices = {"tpu-v9"};
+  std::ostringstream report;
+  Status status = DevicesCommand(options, report);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.ToString().find("tpu-v9"), std::string::npos) << status.ToString();
+
+  options.devices = {"emu:no-such-chip"};
+  status = DevicesCommand(options, report);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.ToString().find("no-such-chip"), std::string::npos) << status.ToString();
+
+  AlignOptions align;
+  align.device_b = "npu-x";
+  status = AlignCommand(align, report);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.ToString().find("npu-x"), std::string::npos) << status.ToString();
+}
+
+std::string Align(const std::string& b, int samples, double threshold = 1e-3) {
+  AlignOptions options;
+  options.device_a = "cpu";
+  options.device_b = b;
+  options.samples = samples;
+  options.divergence_threshold = threshold;
+  std::ostringstream report;
+  Status status = AlignCommand(options, report);
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return report.str();
+}
+
+double MeanMae(const std::string& report) {
+  std::smatch match;
+  if (!std::regex_search(report, match, std::regex("mean per-sample logit MAE (\\S+)"))) return -1;
+  return std::stod(match[1]);
+}
+
+TEST(DevicesToolsTest, AlignOfTwoFloat32DevicesAgreesExactly) {
+  const std::string report = Align("emu:generic", 64);
+  EXPECT_NE(report.find("top-1 agreement 100.00%"), std::string::npos) << report;
+  EXPECT_GE(MeanMae(report), 0.0);
+  EXPECT_LT(MeanMae(report), 1e-6) << report;
+  EXPECT_NE(report.find("first divergent layer: none"), std::string::npos) << report;
+}
+
+TEST(DevicesToolsTest, AlignAgainstFloat16NamesTheFirstDivergentLayer) {
+  const std::string report = Align("emu:ascend-910b", 64, 1e-5);
+  EXPECT_GT(MeanMae(report), 0.0) << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex("first divergent layer: (conv|relu|pool|fc)\\d"))) << report;
+}
+
+TEST(DevicesToolsTest, AlignAgainstInt8PassesTheDefaultThresholdAtTheFirstLayer) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("tessera_int8_" + std::to_string(::getpid()) + ".toml");
+  {
+    std::ofstream file(path);
+    file << "[int8-npu]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 2.0\npeak_tops_int8 = 8.0\n"
+            "memory_bandwidth_gbps = 100.0\nmemory_bytes = 4294967296\nhost_link_gbps = 8.0\n"
+            "power_watts = 10.0\nprecision = \"int8\"\nnative_ops = [\"all\"]\n";
+  }
+  const std::string report = Align("emu:" + path.string(), 64);
+  std::filesystem::remove(path);
+  EXPECT_GT(MeanMae(report), 1e-4) << report;
+  EXPECT_NE(report.find("first divergent layer: conv1"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace tessera
