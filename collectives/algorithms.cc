@@ -92,7 +92,16 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
   const int r = channel_->rank();
   const size_t element = DataTypeSize(type);
   auto* buffer = static_cast<std::byte*>(recv);
-  if (send != recv && count > 0) std::memmove(buffer, send, count * element);
+  // Out of place, the ring reads `send` where it first touches a chunk (step 0 sends it,
+  // reduce-scatter reduces into `recv` from it) and writes every chunk of `recv`, so there is
+  // no copy; buffers that partly overlap are copied first and run in place.
+  const auto* input = static_cast<const std::byte*>(send);
+  const size_t bytes = count * element;
+  if (input != buffer && n > 1 && input < buffer + bytes && buffer < input + bytes) {
+    std::memmove(buffer, input, bytes);
+    input = buffer;
+  }
+  if (n == 1 && input != buffer && bytes > 0) std::memmove(buffer, input, bytes);
   if (n > 1) {
     const int right = Mod(r + 1, n);
     const int left = Mod(r - 1, n);
@@ -105,6 +114,7 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
       return (ChunkStart(count, n, i + 1) - ChunkStart(count, n, i)) * element;
     };
     auto chunk_data = [&](int i) { return buffer + ChunkStart(count, n, i) * element; };
+    auto chunk_input = [&](int i) { return input + ChunkStart(count, n, i) * element; };
 
     // Steps 0..n-2 reduce-scatter (afterwards this rank holds chunk r+1 fully reduced),
     // steps n-1..2n-3 allgather it. Step s sends the chunk step s-1 received, so the steps
@@ -124,11 +134,11 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
           right,
           MakeHeader(CollectiveOp::kAllreduce, type, op, -1, sequence, count,
                      chunk_bytes(send_chunk)),
-          chunk_data(send_chunk)};
+          step == 0 ? static_cast<const void*>(chunk_input(send_chunk)) : chunk_data(send_chunk)};
       SegmentSink* sink = nullptr;
       if (reducing) {
         chain_sinks_[step] =
-            ReducingSink(chunk_data(recv_chunk), chunk_data(recv_chunk), incoming, type, op);
+            ReducingSink(chunk_data(recv_chunk), chunk_input(recv_chunk), incoming, type, op);
         sink = &chain_sinks_[step];
       }
       chain_in_[step] = IncomingMessage{

@@ -35,7 +35,9 @@ struct TcpMeshOptions {
   int size = 1;
   std::string cohort = "tessera";          // identity checked in the handshake
   std::string bind_address = "127.0.0.1";  // must be reachable by the peers
-  int socket_buffer_bytes = 4 << 20;       // SO_SNDBUF/SO_RCVBUF; 0 keeps autotuning
+  // SO_SNDBUF/SO_RCVBUF; 0 (the default) keeps the kernel's autotuning, which measured
+  // faster on loopback than fixed 1 or 4 MiB buffers.
+  int socket_buffer_bytes = 0;
   std::chrono::milliseconds connect_timeout{30000};
 };
 
