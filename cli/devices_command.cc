@@ -112,8 +112,8 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
   const double balance = profile != nullptr ? profile->BalancePoint() : 0;
   std::vector<LayerInfo> layers = model.DescribeLayers(batch);
   LayerInfo loss{"loss", "softmax_cross_entropy", {model.classes(), 1, 1},
-                 {{Op::kSoftmaxCrossEntropy, SoftmaxCrossEntropyCost(batch, model.classes(), true), true}}};
-  LayerInfo optimiser{"optimiser", "sgd_momentum", {}, {{Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(model.NumParameters()), true}}};
+                 {{Op::kSoftmaxCrossEntropy, SoftmaxCrossEntropyCost(batch, model.classes(), true), false}}};
+  LayerInfo optimiser{"optimiser", "sgd_momentum", {}, {{Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(model.NumParameters()), false}}};
   layers.push_back(loss);
   layers.push_back(optimiser);
 
@@ -121,7 +121,7 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
       << DTypeName(precision) << " byte";
   if (balance > 0) out << "; balance point " << std::fixed << std::setprecision(1) << balance;
   out << "):\n";
-  out << "    " << std::left << std::setw(12) << "layer" << std::setw(24) << "op" << std::setw(15) << "placement"
+  out << "    " << std::left << std::setw(12) << "layer" << std::setw(30) << "op" << std::setw(15) << "placement"
       << std::right << std::setw(12) << "FLOPs/byte" << std::setw(11) << "bound" << std::setw(14) << "host-link B"
       << std::setw(13) << "modelled ms" << "\n";
   uint64_t total_fallback_bytes = 0;
@@ -143,7 +143,7 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
       ++all_ops;
       fallback_ops += where == Placement::kHostFallback;
       unsupported_ops += where == Placement::kUnsupported;
-      out << "    " << std::left << std::setw(12) << layer.name << std::setw(24)
+      out << "    " << std::left << std::setw(12) << layer.name << std::setw(30)
           << (std::string(OpName(step.op)) + (step.backward ? " (bwd)" : "")) << std::setw(15) << PlacementName(where)
           << std::right << std::fixed << std::setprecision(2) << std::setw(12) << intensity << std::setw(11)
           << (balance > 0 ? (intensity >= balance ? "compute" : "bandwidth") : "-") << std::setw(14) << link
@@ -158,7 +158,7 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
     const double intensity = bytes > 0 ? flops / bytes : 0;
     total_fallback_bytes += layer_link;
     total_ms += layer_ms;
-    out << "    " << std::left << std::setw(12) << layer.name << std::setw(24) << ("= " + layer.kind) << std::setw(15)
+    out << "    " << std::left << std::setw(12) << layer.name << std::setw(30) << ("= " + layer.kind) << std::setw(15)
         << "" << std::right << std::fixed << std::setprecision(2) << std::setw(12) << intensity << std::setw(11)
         << (balance > 0 ? (intensity >= balance ? "compute" : "bandwidth") : "-") << std::setw(14) << layer_link
         << std::setw(13);
