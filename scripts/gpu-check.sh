@@ -55,7 +55,13 @@ for log in device_tests collectives_nccl; do
   {
     echo "--- $log"
     grep -E '^\[==========\]|^\[  PASSED  \]|^\[  FAILED  \]' "$RESULTS/$log.log" | tail -6
-    echo "    cuda/nccl instances skipped: $(grep -E '^\[  SKIPPED \] .*(cuda|nccl)' "$RESULTS/$log.log" | sort -u | wc -l)"
+    # gtest lists each skipped test once more at the end, without its time: count those lines.
+    skipped=$(grep -iE '^\[  SKIPPED \] [^ ]*(cuda|nccl)[^ ]*$' "$RESULTS/$log.log" | wc -l)
+    echo "    cuda/nccl instances skipped: $skipped"
+    if [ "$skipped" -gt 0 ]; then
+      echo "    WARNING: $skipped GPU instances did not run; their reasons:"
+      grep -iE 'not viable' "$RESULTS/$log.log" | grep -iE 'cuda|nccl' | sort | uniq -c | sort -rn | head -5
+    fi
   } >>"$SUMMARY"
 done
 echo "--- bench_gpu" >>"$SUMMARY"
