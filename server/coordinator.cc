@@ -42,7 +42,7 @@ Status Coordinator::ResumeJobs() {
   for (auto& job : jobs) {
     if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) continue;
     spdlog::info("resuming job {} at round {} of {}", job.id(), job.rounds_committed() + 1, job.spec().rounds());
-    auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, options_.runner);
+    auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
     runners_[job.id()] = runner;
     runner->Start();
   }
@@ -84,7 +84,7 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   job.set_state(v1::JOB_PENDING);
   job.set_created_unix_ms(UnixMillis());
   RETURN_IF_ERROR(store_->InsertJob(job));
-  auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, options_.runner);
+  auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
   {
     std::lock_guard<std::mutex> lock(mu_);
     runners_[job.id()] = runner;

@@ -36,6 +36,7 @@ class Coordinator {
   int port() const { return port_; }
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
+  RendezvousStore& rendezvous() { return rendezvous_; }
 
   // Blocks until Shutdown() is called from another thread or a signal handler's thread.
   void Wait();
@@ -59,6 +60,7 @@ class Coordinator {
   CoordinatorOptions options_;
   std::unique_ptr<StateStore> store_;
   WorkerRegistry registry_;
+  RendezvousStore rendezvous_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::vector<std::unique_ptr<grpc::Service>> services_;

@@ -20,8 +20,9 @@ double MillisSince(Clock::time_point start) {
 
 }  // namespace
 
-JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, JobRunnerOptions options)
-    : store_(store), registry_(registry), options_(options), job_(std::move(job)) {}
+JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
+                     JobRunnerOptions options)
+    : store_(store), registry_(registry), rendezvous_(rendezvous), options_(options), job_(std::move(job)) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -219,53 +220,63 @@ void JobRunner::Run() {
   if (cancel_) Finish(v1::JOB_CANCELLED, "cancelled by the user");
 }
 
-Result<std::vector<std::pair<std::string, uint32_t>>> JobRunner::SelectClients(uint32_t round, uint32_t attempt) {
+Result<std::vector<JobRunner::Client>> JobRunner::SelectClients(uint32_t round, uint32_t attempt) {
   const v1::JobSpec spec = Snapshot().spec();
   // With shared data each seat is a party of the partition; with workers' own files every
-  // worker gets a seat of its own.
+  // client gets a seat of its own.
   const bool own_files = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
   const auto wait_start = Clock::now();
   auto last_note = wait_start;
   while (true) {
     if (stopping()) return CancelledError("job stopping");
-    std::vector<std::pair<std::string, uint32_t>> candidates;
+    // Group the ready workers into clients: each cohort is one client.
+    std::map<std::string, Client> clients;
+    for (const std::string& worker : registry_->ReadyWorkers()) {
+      const std::string cohort = registry_->Cohort(worker);
+      const std::string seat = cohort.empty() ? worker : "cohort:" + cohort;
+      Client& client = clients[seat];
+      client.seat = seat;
+      client.cohort = cohort;
+      client.members.push_back(worker);  // ReadyWorkers is sorted
+    }
+    std::vector<Client> candidates;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      const auto ready = registry_->ReadyWorkers();
-      const uint32_t parties = own_files ? static_cast<uint32_t>(seats_.size() + ready.size())
+      const uint32_t parties = own_files ? static_cast<uint32_t>(seats_.size() + clients.size())
                                          : std::max<uint32_t>(1, spec.data().partition().parties());
       std::vector<bool> taken(parties, false);
-      for (const auto& [worker, party] : seats_) {
+      for (const auto& [seat, party] : seats_) {
         if (party < parties) taken[party] = true;
       }
-      for (const std::string& worker : ready) {
-        auto it = seats_.find(worker);
-        if (it == seats_.end()) {  // a new worker takes the lowest free party
+      for (auto& [seat, client] : clients) {
+        auto it = seats_.find(seat);
+        if (it == seats_.end()) {  // a new client takes the lowest free party
           auto free = std::find(taken.begin(), taken.end(), false);
           if (free == taken.end()) continue;
           const uint32_t party = static_cast<uint32_t>(free - taken.begin());
           *free = true;
-          if (Status s = store_->SaveSeat(job_.id(), worker, party); !s.ok()) return s;
-          it = seats_.emplace(worker, party).first;
-          spdlog::info("job {}: worker {} takes party {}", job_.id(), worker, party);
+          if (Status s = store_->SaveSeat(job_.id(), seat, party); !s.ok()) return s;
+          it = seats_.emplace(seat, party).first;
+          spdlog::info("job {}: {} takes party {}", job_.id(), seat, party);
         }
-        candidates.emplace_back(worker, it->second);
+        client.party = it->second;
+        candidates.push_back(std::move(client));
       }
     }
     if (candidates.size() >= spec.min_clients()) {
       std::mt19937_64 rng(spec.seed() * 1000003ull + round * 131ull + attempt);
       std::shuffle(candidates.begin(), candidates.end(), rng);
       if (candidates.size() > spec.clients_per_round()) candidates.resize(spec.clients_per_round());
-      std::sort(candidates.begin(), candidates.end());
+      std::sort(candidates.begin(), candidates.end(), [](const Client& a, const Client& b) { return a.seat < b.seat; });
       return candidates;
     }
     if (Clock::now() - wait_start > options_.worker_wait_timeout) {
       return FailedPreconditionError("round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
-                                     " workers ready, min_clients is " + std::to_string(spec.min_clients()));
+                                     " clients ready, min_clients is " + std::to_string(spec.min_clients()));
     }
     if (Clock::now() - last_note > std::chrono::seconds(10)) {
       last_note = Clock::now();
-      Note("waiting for workers: " + std::to_string(candidates.size()) + " ready, " +
+      Note("waiting for workers: " + std::to_string(candidates.size()) + " clients ready, " +
            std::to_string(spec.min_clients()) + " needed");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -304,7 +315,11 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   ASSIGN_OR_RETURN(auto aggregator, CreateAggregator(spec.strategy(), *global));
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
                                       std::move(aggregator), spec.min_clients());
-  for (const auto& [worker, party] : selected) open->AddParticipant(worker, party, registry_->Generation(worker));
+  for (const Client& client : selected) {
+    std::vector<std::pair<std::string, uint64_t>> members;
+    for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
+    open->AddParticipant(client.party, std::move(members), client.cohort);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_ = open;
@@ -312,17 +327,30 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
   const int64_t deadline_unix_ms = UnixMillis() + spec.round_deadline_ms();
   open->MarkDispatched();
-  for (const auto& [worker, party] : selected) {
-    v1::Task task;
-    auto* train = task.mutable_train();
-    train->set_job_id(job.id());
-    train->set_round(round);
-    train->set_attempt(attempt);
-    train->set_model_version(job.rounds_committed());
-    *train->mutable_spec() = spec;
-    train->set_party_index(party);
-    train->set_deadline_unix_ms(deadline_unix_ms);
-    if (Status s = registry_->Send(worker, std::move(task)); !s.ok()) spdlog::warn("job {}: {}", job.id(), s.message());
+  const std::string rendezvous_prefix =
+      "rendezvous/" + job.id() + "/" + std::to_string(round) + "/" + std::to_string(attempt) + "/";
+  for (const Client& client : selected) {
+    for (size_t rank = 0; rank < client.members.size(); ++rank) {
+      v1::Task task;
+      auto* train = task.mutable_train();
+      train->set_job_id(job.id());
+      train->set_round(round);
+      train->set_attempt(attempt);
+      train->set_model_version(job.rounds_committed());
+      *train->mutable_spec() = spec;
+      train->set_party_index(client.party);
+      train->set_deadline_unix_ms(deadline_unix_ms);
+      if (!client.cohort.empty()) {
+        train->set_cohort(client.cohort);
+        train->set_cohort_rank(static_cast<uint32_t>(rank));
+        train->set_cohort_size(static_cast<uint32_t>(client.members.size()));
+        train->set_collective_backend(spec.collective_backend().empty() ? "auto" : spec.collective_backend());
+        train->set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
+      }
+      if (Status s = registry_->Send(client.members[rank], std::move(task)); !s.ok()) {
+        spdlog::warn("job {}: {}", job.id(), s.message());
+      }
+    }
   }
   spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
 
@@ -334,6 +362,7 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
     open->WaitAllReported(std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
   }
   const auto stragglers = open->Close("deadline passed");
+  rendezvous_->ClearPrefix(rendezvous_prefix);
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_.reset();

@@ -18,6 +18,7 @@
 #include "core/model/model.h"
 #include "device/device.h"
 #include "server/job_events.h"
+#include "server/rendezvous_store.h"
 #include "server/round.h"
 #include "server/state_store.h"
 #include "server/worker_registry.h"
@@ -30,7 +31,8 @@ struct JobRunnerOptions {
 
 class JobRunner {
  public:
-  JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, JobRunnerOptions options);
+  JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
+            JobRunnerOptions options);
   ~JobRunner();
 
   void Start();
@@ -61,7 +63,14 @@ class JobRunner {
   // One attempt at the next round. OK when it committed; FailedPrecondition when too few
   // clients reported (the round is retried); another error ends the job.
   Status RunAttempt(uint32_t round, uint32_t attempt);
-  Result<std::vector<std::pair<std::string, uint32_t>>> SelectClients(uint32_t round, uint32_t attempt);
+  // A federated client: a lone worker, or a site cohort whose members train as one.
+  struct Client {
+    std::string seat;                  // the worker's id, or "cohort:NAME"
+    std::string cohort;                // "" for a lone worker
+    uint32_t party = 0;
+    std::vector<std::string> members;  // sorted; members[0] leads
+  };
+  Result<std::vector<Client>> SelectClients(uint32_t round, uint32_t attempt);
   Status Evaluate(const TensorSet& model, double* accuracy, double* loss);
   void Finish(v1::JobState state, const std::string& error);
   void Note(const std::string& message);
@@ -69,6 +78,7 @@ class JobRunner {
 
   StateStore* store_;
   WorkerRegistry* registry_;
+  RendezvousStore* rendezvous_;
   JobRunnerOptions options_;
   JobEvents events_;
 
@@ -76,7 +86,7 @@ class JobRunner {
   v1::Job job_;
   std::shared_ptr<const TensorSet> global_;
   std::shared_ptr<Round> round_;
-  std::map<std::string, uint32_t> seats_;  // worker -> party
+  std::map<std::string, uint32_t> seats_;  // client seat -> party
 
   std::unique_ptr<Device> device_;
   std::unique_ptr<tessera::Model> evaluator_;

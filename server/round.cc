@@ -29,15 +29,31 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       min_clients_(min_clients),
       aggregator_(std::move(aggregator)) {}
 
-void Round::AddParticipant(const std::string& worker_id, uint32_t party, uint64_t generation) {
+void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
+                           const std::string& cohort) {
   std::lock_guard<std::mutex> lock(mu_);
   Participant p;
   p.party = party;
-  p.generation = generation;
-  p.report.set_worker_id(worker_id);
+  p.members = std::move(members);
+  const std::string leader = p.members.front().first;
+  p.report.set_worker_id(leader);
   p.report.set_outcome("pending");
-  participants_[worker_id] = p;
+  if (!cohort.empty()) {
+    p.report.set_cohort(cohort);
+    for (const auto& [worker, generation] : p.members) p.report.add_members(worker);
+  }
+  participants_[leader] = std::move(p);
   ++pending_;
+}
+
+std::vector<std::string> Round::PendingWorkers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> workers;
+  for (const auto& [id, p] : participants_) {
+    if (p.outcome != Outcome::kPending) continue;
+    for (const auto& member : p.members) workers.push_back(member.first);
+  }
+  return workers;
 }
 
 void Round::MarkDispatched() {
@@ -66,7 +82,9 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return FailedPreconditionError(what + ": the round has closed (deadline passed)");
   auto it = participants_.find(h.worker_id());
-  if (it == participants_.end()) return FailedPreconditionError(what + ": the worker was not selected for this round");
+  if (it == participants_.end()) {
+    return FailedPreconditionError(what + ": the worker was not selected for this round (or is not its cohort's leader)");
+  }
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
   }
@@ -124,6 +142,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   p.report.set_download_ms(h.download_ms());
   p.report.set_upload_ms(upload_ms);
   p.report.set_train_loss(h.train_loss());
+  p.report.set_collective_backend(h.collective_backend());
   if (valid.ok()) {
     const auto start = std::chrono::steady_clock::now();
     valid = aggregator_->Add(delta, h.samples());
@@ -177,7 +196,7 @@ std::vector<std::string> Round::Close(const std::string& reason) {
     if (p.outcome == Outcome::kPending) {
       p.outcome = Outcome::kDropped;
       p.report.set_outcome("dropped: " + reason);
-      dropped.push_back(id);
+      for (const auto& member : p.members) dropped.push_back(member.first);
     }
   }
   pending_ = 0;

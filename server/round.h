@@ -28,7 +28,9 @@ class Round {
   enum class Outcome { kPending, kAccepted, kRejected, kDropped };
   struct Participant {
     uint32_t party = 0;
-    uint64_t generation = 0;   // the worker's session generation when the task was sent
+    // The workers behind this client, leader first, each with its session generation when
+    // the task was sent. One for a lone worker; the members for a site cohort.
+    std::vector<std::pair<std::string, uint64_t>> members;
     Outcome outcome = Outcome::kPending;
     v1::WorkerRoundReport report;
     std::chrono::steady_clock::time_point download_done{};
@@ -43,7 +45,9 @@ class Round {
   uint32_t attempt() const { return attempt_; }
   uint64_t model_version() const { return model_version_; }
 
-  void AddParticipant(const std::string& worker_id, uint32_t party, uint64_t generation);
+  // A client keyed by its leader (members[0]); `cohort` is empty for a lone worker.
+  void AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
+                      const std::string& cohort = "");
   void MarkDispatched();
 
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
@@ -61,12 +65,16 @@ class Round {
   // The worker reports that it cannot train this round; it is dropped with `reason`.
   Status Fail(const v1::UpdateHeader& header);
 
-  // Marks participants whose session is gone as dropped; returns how many are still pending.
+  // Marks participants with a member whose session is gone as dropped; returns how many are
+  // still pending.
   template <typename AliveFn>
   size_t DropLost(AliveFn&& alive);
+  // Every worker of the participants that are still pending (to cancel their work).
+  std::vector<std::string> PendingWorkers() const;
   // Waits until no participant is pending, or `until`.
   bool WaitAllReported(std::chrono::steady_clock::time_point until);
-  // Stops accepting updates and drops the pending participants ("deadline").
+  // Stops accepting updates and drops the pending participants ("deadline"); returns their
+  // workers, cohort members included.
   std::vector<std::string> Close(const std::string& reason);
 
   size_t accepted() const;
@@ -103,10 +111,13 @@ template <typename AliveFn>
 size_t Round::DropLost(AliveFn&& alive) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, p] : participants_) {
-    if (p.outcome == Outcome::kPending && !alive(id, p.generation)) {
+    if (p.outcome != Outcome::kPending) continue;
+    for (const auto& [worker, generation] : p.members) {
+      if (alive(worker, generation)) continue;
       p.outcome = Outcome::kDropped;
-      p.report.set_outcome("dropped: worker lost (no heartbeat, disconnected or restarted)");
+      p.report.set_outcome("dropped: worker '" + worker + "' lost (no heartbeat, disconnected or restarted)");
       --pending_;
+      break;
     }
   }
   if (pending_ == 0) cv_.notify_all();

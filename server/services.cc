@@ -77,6 +77,45 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
 
+  // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
+  Status CheckStoreAccess(const v1::StoreRequest& request) {
+    RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
+    const std::string cohort = c_->registry().Cohort(request.worker_id());
+    if (cohort.empty()) {
+      return PermissionDeniedError("worker '" + request.worker_id() + "' is in no cohort; the store serves cohorts");
+    }
+    const std::string& key = request.key();
+    size_t slashes = 0, i = 0;
+    for (; i < key.size() && slashes < 4; ++i) slashes += key[i] == '/';
+    if (key.rfind("rendezvous/", 0) != 0 || slashes < 4 || key.compare(i, cohort.size() + 1, cohort + "/") != 0) {
+      return PermissionDeniedError("worker '" + request.worker_id() + "': key '" + key +
+                                   "' is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
+                                   cohort + "/...)");
+    }
+    return Status::Ok();
+  }
+
+  grpc::Status StoreSet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse*) override {
+    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+    c_->rendezvous().Set(request->key(), request->value());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StoreGet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+    const auto wait = std::chrono::milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
+    auto value = c_->rendezvous().Get(request->key(), wait);
+    if (!value.ok()) return ToGrpc(value.status());
+    response->set_value(*value);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StoreAdd(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+    response->set_counter(c_->rendezvous().Add(request->key(), request->delta()));
+    return grpc::Status::OK;
+  }
+
   grpc::Status UploadUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
                             v1::UploadResult* result) override {
     const auto start = std::chrono::steady_clock::now();

@@ -29,6 +29,12 @@ WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options
 
 Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   const std::string& name = request.name();
+  for (char c : request.cohort()) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgumentError("join: field 'cohort' '" + request.cohort() +
+                                  "': expected letters, digits, '-', '_' or '.'");
+    }
+  }
   if (name.empty() || name.size() > 128) {
     return InvalidArgumentError("join: field 'name': expected 1 to 128 characters, got " +
                                 std::to_string(name.size()));
@@ -169,6 +175,12 @@ void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {
   } else {
     it->second.status.set_updates_rejected(it->second.status.updates_rejected() + 1);
   }
+}
+
+std::string WorkerRegistry::Cohort(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? std::string() : it->second.status.cohort();
 }
 
 std::vector<v1::WorkerStatus> WorkerRegistry::List() const {

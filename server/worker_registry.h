@@ -56,6 +56,8 @@ class WorkerRegistry {
                                    std::chrono::milliseconds timeout, bool* closed);
 
   void RecordRound(const std::string& worker_id, bool accepted);
+  // The cohort the worker joined with ("" for none).
+  std::string Cohort(const std::string& worker_id) const;
   std::vector<v1::WorkerStatus> List() const;
   const WorkerRegistryOptions& options() const { return options_; }
 

@@ -10,7 +10,9 @@
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "device/registry.h"
+#include "collectives/registry.h"
 #include "proto/job_mapping.h"
+#include "worker/cohort.h"
 
 namespace tessera::worker {
 namespace {
@@ -167,10 +169,12 @@ void WorkerAgent::TrainerLoop() {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
       // A broken connection or a cancelled round needs no report; anything else (unreadable
       // data, a device error) is told to the coordinator so the round does not wait for us.
-      if (s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
+      if (task.cohort_rank() == 0 && s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
           s.code() != StatusCode::kUnauthenticated) {
         ReportFailure(task, s);
       }
+    } else if (task.cohort_rank() != 0) {
+      spdlog::info("job {} round {}: trained my slice; the cohort's leader uploads", task.job_id(), task.round());
     } else if (Status up = Upload(header, delta); !up.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), up.ToString());
     }
@@ -271,6 +275,29 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     std::lock_guard<std::mutex> lock(mu_);
     return cancelled_job_ == job && cancelled_round_ == round;
   };
+  // A site cohort trains as one client: each member takes its slice of every batch and the
+  // gradients are averaged across the cohort at each step.
+  std::unique_ptr<collectives::Communicator> communicator;
+  std::unique_ptr<CohortGradientSync> sync;
+  if (task.cohort_size() > 1) {
+    collectives::CommunicatorOptions comm;
+    comm.backend = task.collective_backend().empty() ? "auto" : task.collective_backend();
+    comm.rank = static_cast<int>(task.cohort_rank());
+    comm.size = static_cast<int>(task.cohort_size());
+    comm.prefix = task.rendezvous_prefix();
+    comm.bind_address = options_.cohort_address;
+    comm.timeout_ms = 30000;
+    auto store = std::make_shared<CoordinatorStore>(client_.get(), worker_id, session);
+    auto created = collectives::CreateCommunicator(comm, store);
+    if (!created.ok()) return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous");
+    communicator = std::move(created).value();
+    sync = std::make_unique<CohortGradientSync>(communicator.get());
+    options.gradient_hook = sync.get();
+    options.shard_index = task.cohort_rank();
+    options.shard_count = task.cohort_size();
+    spdlog::info("{}: cohort '{}' rank {} of {} over {}", what, task.cohort(), task.cohort_rank(), task.cohort_size(),
+                 communicator->backend_name());
+  }
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
   ASSIGN_OR_RETURN(TrainReport report, TrainLocal(*model, *data, indices, options));
@@ -291,6 +318,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   header.set_compute_ms(report.compute_ms);
   header.set_download_ms(download_ms);
   header.set_train_loss(report.mean_loss);
+  if (communicator) {
+    header.set_cohort_size(task.cohort_size());
+    header.set_collective_backend(std::string(communicator->backend_name()));
+  }
   *out_delta = std::move(delta);
   spdlog::info("{}: trained (loss {:.4f}, {:.0f} ms compute)", what, report.mean_loss, report.compute_ms);
   return Status::Ok();

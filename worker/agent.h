@@ -32,6 +32,7 @@ struct WorkerOptions {
   std::string fallback_device = "cpu";
   std::string data_dir;             // the worker's own IDX files (local-files partitions)
   std::string cohort;
+  std::string cohort_address = "127.0.0.1";  // where this worker listens for its cohort's peers
   uint32_t chunk_bytes = 1u << 20;  // upload chunk size, at most 1 MiB
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;

@@ -71,6 +71,31 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return FromGrpc(s, "task channel");
   }
 
+  Status StoreSet(const v1::StoreRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    v1::StoreResponse response;
+    return FromGrpc(stub_->StoreSet(&ctx, request, &response), "store set '" + request.key() + "'");
+  }
+
+  Result<std::string> StoreGet(const v1::StoreRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline + std::chrono::milliseconds(request.wait_ms()));
+    v1::StoreResponse response;
+    grpc::Status s = stub_->StoreGet(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s, "store get '" + request.key() + "'");
+    return response.value();
+  }
+
+  Result<int64_t> StoreAdd(const v1::StoreRequest& request) override {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx, kCallDeadline);
+    v1::StoreResponse response;
+    grpc::Status s = stub_->StoreAdd(&ctx, request, &response);
+    if (!s.ok()) return FromGrpc(s, "store add '" + request.key() + "'");
+    return response.counter();
+  }
+
   void CancelTaskChannel() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (channel_ctx_) channel_ctx_->TryCancel();

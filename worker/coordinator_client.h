@@ -29,6 +29,10 @@ class CoordinatorClient {
   // Streams the header then the delta's chunks; returns the coordinator's verdict.
   virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& delta,
                                                 uint32_t chunk_bytes) = 0;
+  // The coordinator's rendezvous store, for site cohorts. Get waits up to request.wait_ms.
+  virtual Status StoreSet(const v1::StoreRequest& request) = 0;
+  virtual Result<std::string> StoreGet(const v1::StoreRequest& request) = 0;
+  virtual Result<int64_t> StoreAdd(const v1::StoreRequest& request) = 0;
 };
 
 // A client over one gRPC channel to `address` (host:port), plaintext.

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   flags.String("fallback-device", &options.fallback_device, "device to use when --device is not usable here");
   flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
+  flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
   flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB (at most 1024)");
   flags.String("log-level", &log_level, "trace, debug, info, warn or error");
   flags.Bool("help", &help, "show this help");

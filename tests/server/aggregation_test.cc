@@ -57,9 +57,9 @@ class RoundTest : public ::testing::Test {
   RoundTest() {
     global_ = std::make_shared<const TensorSet>(Layout(1, 1, 1));
     round_ = std::make_unique<Round>("job-1", 4, 1, 3, global_, std::make_unique<FedAvgAggregator>(*global_), 1);
-    round_->AddParticipant("w1", 0, 1);
-    round_->AddParticipant("w2", 1, 1);
-    round_->AddParticipant("w3", 2, 1);
+    round_->AddParticipant(0, {{"w1", 1}});
+    round_->AddParticipant(1, {{"w2", 1}});
+    round_->AddParticipant(2, {{"w3", 1}});
   }
   v1::UpdateHeader Header(const std::string& worker) {
     v1::UpdateHeader h;

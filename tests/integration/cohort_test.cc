@@ -1,0 +1,92 @@
+// Site cohorts: two workers under one cohort name train as one federated client, averaging
+// gradients at every step through the collectives layer, and match a lone worker that holds
+// the union of their data.
+#include <gtest/gtest.h>
+
+#include "tests/integration/harness.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::testing {
+namespace {
+
+v1::JobSpec CohortJob() {
+  v1::JobSpec spec = SmallJob(2, 1, 6000);
+  spec.mutable_data()->set_max_test_samples(0);  // the whole test set: a point is 100 samples
+  spec.mutable_model()->set_name("simplecnn");
+  spec.mutable_model()->clear_hidden();
+  spec.set_batch_size(64);
+  spec.set_local_epochs(1);
+  spec.mutable_optimizer()->set_learning_rate(0.02);
+  return spec;
+}
+
+// Runs the job with the given workers (name, cohort) and returns its rounds.
+v1::GetJobResponse RunJob(const std::string& tag, const std::vector<std::pair<std::string, std::string>>& workers) {
+  TempDir dir(tag);
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  if (!coordinator.ok()) return {};
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  std::vector<std::unique_ptr<WorkerThread>> threads;
+  for (const auto& [name, cohort] : workers) {
+    threads.push_back(std::make_unique<WorkerThread>(address, name, kToken, "", cohort));
+  }
+  auto stub = JobStub((*coordinator)->port());
+  EXPECT_TRUE(WaitForWorkers(*stub, workers.size(), std::chrono::seconds(20)));
+  auto job = (*coordinator)->SubmitJob(CohortJob());
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  if (!job.ok()) return {};
+  return WaitForJob(*stub, job->id(), std::chrono::seconds(180));
+}
+
+TEST(CohortTest, TwoWorkersTrainLikeOneHoldingTheirUnion) {
+  const auto solo = RunJob("solo", {{"solo", ""}});
+  const auto site = RunJob("site", {{"site-a", "site"}, {"site-b", "site"}});
+  ASSERT_EQ(solo.job().state(), v1::JOB_SUCCEEDED) << solo.job().error();
+  ASSERT_EQ(site.job().state(), v1::JOB_SUCCEEDED) << site.job().error();
+  ASSERT_EQ(site.rounds_size(), 2);
+  const auto& report = site.rounds(1).workers(0);
+  EXPECT_EQ(report.outcome(), "accepted");
+  EXPECT_EQ(report.cohort(), "site");
+  EXPECT_EQ(report.members_size(), 2);
+  EXPECT_FALSE(report.collective_backend().empty());
+  EXPECT_EQ(site.rounds(1).clients_reported(), 1u);
+  const double solo_accuracy = solo.rounds(1).test_accuracy();
+  const double site_accuracy = site.rounds(1).test_accuracy();
+  EXPECT_NEAR(site_accuracy, solo_accuracy, 0.005)
+      << "cohort " << site_accuracy << " vs one worker " << solo_accuracy << " over "
+      << report.collective_backend();
+  EXPECT_GT(site_accuracy, 0.6);
+}
+
+TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohort) {
+  TempDir dir("store");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string((*coordinator)->port()));
+  v1::JoinRequest join;
+  join.set_join_token(kToken);
+  join.set_name("member");
+  join.set_cohort("alpha");
+  auto joined = client->Join(join);
+  ASSERT_TRUE(joined.ok());
+  v1::StoreRequest request;
+  request.set_worker_id(joined->worker_id());
+  request.set_session(joined->session());
+  request.set_key("rendezvous/job-1/1/1/alpha/rank0");
+  request.set_value("127.0.0.1:5000");
+  ASSERT_TRUE(client->StoreSet(request).ok());
+  request.set_wait_ms(100);
+  auto value = client->StoreGet(request);
+  ASSERT_TRUE(value.ok()) << value.status().ToString();
+  EXPECT_EQ(*value, "127.0.0.1:5000");
+  request.set_key("rendezvous/job-1/1/1/beta/rank0");
+  Status denied = client->StoreSet(request);
+  EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.message().find("alpha"), std::string::npos) << denied.message();
+  request.set_key("rendezvous/job-1/1/1/alpha/missing");
+  EXPECT_EQ(client->StoreGet(request).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace tessera::testing

@@ -1,0 +1,53 @@
+#include "worker/cohort.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace tessera::worker {
+
+CoordinatorStore::CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session)
+    : client_(client), worker_id_(std::move(worker_id)), session_(std::move(session)) {}
+
+v1::StoreRequest CoordinatorStore::Request(const std::string& key) const {
+  v1::StoreRequest request;
+  request.set_worker_id(worker_id_);
+  request.set_session(session_);
+  request.set_key(key);
+  return request;
+}
+
+Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
+  v1::StoreRequest request = Request(key);
+  request.set_value(value);
+  return client_->StoreSet(request);
+}
+
+Result<std::string> CoordinatorStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    v1::StoreRequest request = Request(key);
+    request.set_wait_ms(static_cast<uint32_t>(std::clamp<int64_t>(left.count(), 0, 5000)));
+    auto value = client_->StoreGet(request);
+    if (value.ok() || value.status().code() != StatusCode::kDeadlineExceeded || left.count() <= 0) return value;
+  }
+}
+
+Result<int64_t> CoordinatorStore::Add(const std::string& key, int64_t delta) {
+  v1::StoreRequest request = Request(key);
+  request.set_delta(delta);
+  return client_->StoreAdd(request);
+}
+
+Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
+  const size_t n = static_cast<size_t>(count);
+  local_.resize(n);
+  averaged_.resize(n);
+  RETURN_IF_ERROR(device.CopyDeviceToHost(flat_gradients, 0, local_.data(), n * sizeof(float)));
+  Status reduced = communicator_->Allreduce(local_.data(), averaged_.data(), n, collectives::DataType::kFloat32,
+                                            collectives::ReduceOp::kAvg);
+  if (!reduced.ok()) return reduced.WithContext("cohort gradient allreduce at step " + std::to_string(step));
+  return device.CopyHostToDevice(averaged_.data(), flat_gradients, 0, n * sizeof(float));
+}
+
+}  // namespace tessera::worker

@@ -1,0 +1,46 @@
+// Site cohorts on the worker side: a collectives Store served by the coordinator (so that a
+// site's workers find each other through the coordinator they already reach), and the
+// gradient hook that averages every step's gradients across the cohort.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/store/store.h"
+#include "core/train/trainer.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::worker {
+
+// A collectives::Store over the coordinator's rendezvous RPCs. Keys are confined by the
+// coordinator to the worker's own cohort. Thread-safe as the client is.
+class CoordinatorStore final : public collectives::Store {
+ public:
+  CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session);
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
+
+ private:
+  v1::StoreRequest Request(const std::string& key) const;
+  CoordinatorClient* client_;
+  std::string worker_id_;
+  std::string session_;
+};
+
+// Averages the flat gradient over the cohort at every step (through host memory, so it works
+// for any device). The scratch buffers are kept between steps.
+class CohortGradientSync final : public GradientHook {
+ public:
+  explicit CohortGradientSync(collectives::Communicator* communicator) : communicator_(communicator) {}
+  Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) override;
+
+ private:
+  collectives::Communicator* communicator_;
+  std::vector<float> local_;
+  std::vector<float> averaged_;
+};
+
+}  // namespace tessera::worker
