@@ -22,7 +22,7 @@ constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
-    "max_round_attempts", "device", "fallback_device", "model", "data", "train"};
+    "max_round_attempts", "device", "fallback_device", "collective_backend", "model", "data", "train"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
                                                                "max_test_samples", "partition"};
@@ -33,6 +33,7 @@ constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "bat
 
 constexpr std::string_view kStrategies[] = {"fedavg"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp"};
+constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kDatasets[] = {"fashion-mnist"};
 constexpr std::string_view kOptimizers[] = {"sgd"};
 
@@ -285,6 +286,12 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     }
   }
 
+  std::string backend = "auto";
+  RETURN_IF_ERROR(reader.String(root, "", "collective_backend", &backend));
+  backend = Lowercase(backend);
+  RETURN_IF_ERROR(CheckOneOf(reader, "collective_backend", backend, kBackends));
+  spec.set_collective_backend(backend);
+
   // [model]
   ASSIGN_OR_RETURN(const toml::table* model, reader.Table(root, "", "model"));
   if (model == nullptr) return reader.Error("model", "is required: a [model] table with a name");
@@ -490,6 +497,9 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
   out << "device = " << TomlString(spec.device()) << "\n";
   out << "fallback_device = " << TomlString(spec.fallback_device()) << "\n";
+  if (!spec.collective_backend().empty()) {
+    out << "collective_backend = " << TomlString(spec.collective_backend()) << "\n";
+  }
 
   out << "\n[model]\n";
   out << "name = " << TomlString(spec.model().name()) << "\n";

@@ -6,6 +6,7 @@
 
 #include "base/flags.h"
 #include "cli/devices_command.h"
+#include "collectives/benchmark.h"
 #include "cli/job_client.h"
 #include "cli/job_spec.h"
 
@@ -27,6 +28,10 @@ Commands:
   devices            this node's devices, viable or not and why, with measured GEMM
                      throughput and bandwidth beside each profile's figures; with
                      --model M, the migration risk list of M on each device
+  bench collectives  allreduce time, algbw and busbw over message sizes and rank counts,
+                     ranks as processes on loopback, every result checked (flags after
+                     `collectives`: --backends p2p,gloo --ranks 2,4 --min-bytes N
+                     --max-bytes N --repeat N --tcp-ceiling)
   align              the same samples through two devices (--a, --b) with the same
                      weights: per-sample MAE, top-1 agreement, the worst 5%
 
@@ -39,6 +44,7 @@ Examples:
   tessera workers
   tessera devices --model simplecnn
   tessera align --model simplecnn --a cpu --b emu:ascend-910b
+  tessera bench collectives --backends p2p,gloo --ranks 2,4 --max-bytes 16777216
 
 Flags:
 )";
@@ -48,6 +54,14 @@ Flags:
 int main(int argc, char** argv) {
   using namespace tessera;
   std::string coordinator = std::getenv("TESSERA_COORDINATOR") ? std::getenv("TESSERA_COORDINATOR") : "127.0.0.1:7070";
+  // `tessera bench collectives ...` hands the rest of the line to the benchmark's own flags.
+  if (argc >= 3 && std::string(argv[1]) == "bench") {
+    if (std::string(argv[2]) != "collectives") {
+      std::cerr << "tessera bench: unknown benchmark '" << argv[2] << "' (known: collectives)\n";
+      return 2;
+    }
+    return collectives::CollectivesBenchmarkMain(argc - 2, argv + 2);
+  }
   bool help = false;
   DevicesOptions devices;
   AlignOptions align;
@@ -61,6 +75,7 @@ int main(int argc, char** argv) {
   flags.String("b", &align.device_b, "align: the device compared with it");
   flags.Int("samples", &samples, "align: how many test samples to compare");
   flags.String("data-dir", &align.data_dir, "align: Fashion-MNIST directory (default: Debian's)");
+  flags.Double("threshold", &align.divergence_threshold, "align: relative MAE past which a layer has diverged");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera: " << s.message() << "\n";

@@ -92,6 +92,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
       s.device() != "xrt") {
     return bad("device", "a device class (cpu, cuda, xrt or emu:PROFILE)", "\"" + s.device() + "\"");
   }
+  const std::string& backend = s.collective_backend();
+  if (!backend.empty() && backend != "auto" && backend != "gloo" && backend != "mpi" && backend != "nccl" &&
+      backend != "p2p") {
+    return bad("collective_backend", "auto, gloo, mpi, nccl or p2p", "\"" + backend + "\"");
+  }
   return Status::Ok();
 }
 

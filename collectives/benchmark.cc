@@ -1,0 +1,336 @@
+// The collectives benchmark behind `tessera bench collectives` and bench_collectives: float32
+// sum allreduce over loopback, ranks as forked processes.
+//
+//   tessera bench collectives [--ranks 2,4] [--backends p2p,gloo] [--min-bytes 4096]
+//                     [--max-bytes 67108864] [--repeat 1] [--tcp-ceiling]
+//   mpirun -np 2 bench_collectives --store-dir DIR [--backends mpi,p2p] [--max-bytes 4096]
+//
+// For each size: 10 warm-up iterations (fewer for the largest sizes), then timed ones; the
+// reported time is the mean over timed iterations of the slowest rank, with rank 0's P95.
+// algbw = bytes / time; busbw = algbw * 2(n-1)/n (the nccl-tests definitions). Every
+// result is checked (sum of 1..n in every element).
+//
+// --repeat N runs the whole sweep N times, backends interleaved within each repetition (so a
+// load change on a shared machine hits every backend alike), and ends with a table of the
+// median busbw per size, backend and rank count.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "collectives/benchmark.h"
+#include "collectives/registry.h"
+#include "collectives/store/file_store.h"
+#include "collectives/store/tcp_store.h"
+#include "collectives/tcp_socket.h"
+
+namespace tessera::collectives {
+namespace {
+
+struct BenchOptions {
+  std::vector<int> ranks = {2, 4};
+  std::vector<std::string> backends = {"p2p", "gloo"};
+  size_t min_bytes = 4096;
+  size_t max_bytes = 64u << 20;
+  bool tcp_ceiling = false;
+  int repeat = 1;
+  std::string store_dir;  // under mpirun
+  int result_fd = -1;     // forked runs: rank 0 writes one SizeResult per size here
+};
+
+// One measured size, as rank 0 of a forked run reports it to the parent.
+struct SizeResult {
+  uint64_t bytes;
+  double mean_seconds;
+  double busbw;
+};
+
+std::vector<std::string> Split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs the size sweep on one rank; rank 0 prints a row per size.
+Status RunSweep(Communicator& c, const BenchOptions& options) {
+  const int n = c.size();
+  std::vector<float> send(options.max_bytes / sizeof(float), static_cast<float>(c.rank() + 1));
+  std::vector<float> recv(send.size());
+  const float expected = static_cast<float>(n * (n + 1) / 2);
+  for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+    const size_t count = bytes / sizeof(float);
+    const int iterations =
+        static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 5, 100));
+    const int warmup = std::min(10, iterations);
+    for (int i = 0; i < warmup; ++i) {
+      RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, DataType::kFloat32,
+                                  ReduceOp::kSum));
+    }
+    RETURN_IF_ERROR(c.Barrier());
+    std::vector<double> samples;
+    samples.reserve(iterations);
+    const auto start = Clock::now();
+    for (int i = 0; i < iterations; ++i) {
+      const auto t0 = Clock::now();
+      RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, DataType::kFloat32,
+                                  ReduceOp::kSum));
+      samples.push_back(Seconds(Clock::now() - t0));
+    }
+    double mean = Seconds(Clock::now() - start) / iterations;
+    RETURN_IF_ERROR(c.Allreduce(&mean, &mean, 1, DataType::kFloat64, ReduceOp::kMax));
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += recv[i] != expected;
+    double wrong_total = static_cast<double>(wrong);
+    RETURN_IF_ERROR(c.Allreduce(&wrong_total, &wrong_total, 1, DataType::kFloat64,
+                                ReduceOp::kSum));
+    std::sort(samples.begin(), samples.end());
+    const double p95 = samples[std::min(samples.size() - 1, samples.size() * 95 / 100)];
+    if (c.rank() == 0) {
+      const double algbw = static_cast<double>(bytes) / mean / 1e9;
+      const double busbw = algbw * 2.0 * (n - 1) / n;
+      std::printf("%-6s %5d %12zu %6d %12.1f %12.1f %9.3f %9.3f  %s\n",
+                  std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6,
+                  p95 * 1e6, algbw, busbw, wrong_total == 0 ? "ok" : "WRONG");
+      std::fflush(stdout);
+      if (options.result_fd >= 0) {
+        const SizeResult result{bytes, mean, busbw};
+        if (::write(options.result_fd, &result, sizeof(result)) != sizeof(result)) {
+          return InternalError("cannot report a result to the parent");
+        }
+      }
+    }
+    if (wrong_total != 0) return InternalError("allreduce results are wrong");
+  }
+  return Status::Ok();
+}
+
+void PrintHeader() {
+  std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s  %s\n", "backend", "ranks", "bytes", "iters",
+              "mean_us", "p95_us", "algbw", "busbw", "check");
+  std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s\n", "", "", "", "", "", "", "GB/s", "GB/s");
+  std::fflush(stdout);
+}
+
+// Forks `ranks` processes that rendezvous through a TcpStore served here. Appends rank 0's
+// per-size results to `results`.
+int RunForked(const std::string& backend, int ranks, BenchOptions options,
+              std::vector<SizeResult>* results) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return 1;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  if (!server.ok()) {
+    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  const int port = (*server)->port();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(pipe_fds[0]);
+      options.result_fd = rank == 0 ? pipe_fds[1] : -1;
+      auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
+      if (!store.ok()) ::_exit(2);
+      CommunicatorOptions comm_options;
+      comm_options.backend = backend;
+      comm_options.rank = rank;
+      comm_options.size = ranks;
+      comm_options.prefix = "bench";
+      comm_options.timeout_ms = 120000;
+      auto c = CreateCommunicator(comm_options, *store);
+      if (!c.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+        ::_exit(3);
+      }
+      Status status = RunSweep(**c, options);
+      if (!status.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+      std::fflush(stdout);
+      ::_exit(status.ok() ? 0 : 4);
+    }
+    children.push_back(pid);
+  }
+  ::close(pipe_fds[1]);
+  SizeResult result;
+  while (::read(pipe_fds[0], &result, sizeof(result)) == sizeof(result)) results->push_back(result);
+  ::close(pipe_fds[0]);
+  int failures = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// One row per size; per rank count and backend: median busbw in GB/s (median time in us).
+void PrintMedians(const BenchOptions& options,
+                  const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& busbw,
+                  const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& micros) {
+  std::printf("\n== median over %d interleaved repetitions: busbw GB/s (time us)\n", options.repeat);
+  std::printf("%12s", "bytes");
+  for (int ranks : options.ranks) {
+    for (const std::string& backend : options.backends) {
+      std::printf(" %22s", (backend + " " + std::to_string(ranks) + "r").c_str());
+    }
+  }
+  std::printf("\n");
+  for (size_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+    std::printf("%12zu", bytes);
+    for (int ranks : options.ranks) {
+      for (const std::string& backend : options.backends) {
+        const auto key = std::make_tuple(ranks, backend, uint64_t{bytes});
+        const auto found = busbw.find(key);
+        if (found == busbw.end()) {
+          std::printf(" %22s", "-");
+          continue;
+        }
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "%.3f (%.1f)", Median(found->second),
+                      Median(micros.at(key)));
+        std::printf(" %22s", cell);
+      }
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+// One sender process, one receiver: the bandwidth one loopback TCP stream reaches.
+int MeasureTcpCeiling() {
+  auto listening = ListenTcp("127.0.0.1", 0, 1);
+  if (!listening.ok()) return 1;
+  const int port = listening->second;
+  const size_t chunk = 4u << 20;
+  const size_t total = size_t{4} << 30;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    auto socket = ConnectTcp("127.0.0.1", port, Clock::now() + std::chrono::seconds(10), "sink");
+    if (!socket.ok()) ::_exit(1);
+    (void)socket->Tune(0);
+    std::vector<char> data(chunk, 1);
+    for (size_t sent = 0; sent < total; sent += chunk) {
+      if (!socket->SendAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "sink").ok()) {
+        ::_exit(1);
+      }
+    }
+    ::_exit(0);
+  }
+  auto accepted = AcceptTcp(listening->first, Clock::now() + std::chrono::seconds(10));
+  if (!accepted.ok()) return 1;
+  std::vector<char> data(chunk);
+  const auto start = Clock::now();
+  for (size_t got = 0; got < total; got += chunk) {
+    if (!accepted->RecvAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "source").ok()) {
+      return 1;
+    }
+  }
+  const double seconds = Seconds(Clock::now() - start);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  std::printf("loopback TCP, one stream, 4 MiB writes: %.3f GB/s (%zu bytes in %.3f s)\n",
+              static_cast<double>(total) / seconds / 1e9, total, seconds);
+  return 0;
+}
+
+}  // namespace
+
+int CollectivesBenchmarkMain(int argc, char** argv) {
+  BenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (arg == "--ranks") {
+      options.ranks.clear();
+      for (const auto& r : Split(next())) options.ranks.push_back(std::atoi(r.c_str()));
+    } else if (arg == "--backends") {
+      options.backends = Split(next());
+    } else if (arg == "--min-bytes") {
+      options.min_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (arg == "--max-bytes") {
+      options.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
+    } else if (arg == "--repeat") {
+      options.repeat = std::max(1, std::atoi(next().c_str()));
+    } else if (arg == "--tcp-ceiling") {
+      options.tcp_ceiling = true;
+    } else if (arg == "--store-dir") {
+      options.store_dir = next();
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (options.tcp_ceiling) return MeasureTcpCeiling();
+
+  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (world_size != nullptr && world_rank != nullptr) {  // launched by mpirun
+    if (options.store_dir.empty()) {
+      std::fprintf(stderr, "under mpirun, pass --store-dir (a fresh shared directory)\n");
+      return 2;
+    }
+    auto store = FileStore::Open(options.store_dir);
+    if (!store.ok()) return 1;
+    const int rank = std::atoi(world_rank);
+    if (rank == 0) PrintHeader();
+    for (const std::string& backend : options.backends) {
+      CommunicatorOptions comm_options;
+      comm_options.backend = backend;
+      comm_options.rank = rank;
+      comm_options.size = std::atoi(world_size);
+      comm_options.prefix = "bench";
+      comm_options.timeout_ms = 120000;
+      auto c = CreateCommunicator(comm_options, *store);
+      if (!c.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+        return 1;
+      }
+      Status status = RunSweep(**c, options);
+      if (!status.ok()) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+        return 1;
+      }
+    }
+    return 0;
+  }
+
+  PrintHeader();
+  int failures = 0;
+  // busbw samples per (ranks, backend, bytes), one per repetition.
+  std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>> busbw;
+  std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>> micros;
+  for (int repetition = 0; repetition < options.repeat; ++repetition) {
+    for (int ranks : options.ranks) {
+      for (const std::string& backend : options.backends) {
+        std::vector<SizeResult> results;
+        failures += RunForked(backend, ranks, options, &results);
+        for (const SizeResult& r : results) {
+          busbw[{ranks, backend, r.bytes}].push_back(r.busbw);
+          micros[{ranks, backend, r.bytes}].push_back(r.mean_seconds * 1e6);
+        }
+      }
+    }
+  }
+  if (options.repeat > 1) PrintMedians(options, busbw, micros);
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace tessera::collectives
