@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "core/data/idx.h"
 #include "core/train/trainer.h"
@@ -172,7 +173,10 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   v1::Job job = Snapshot();
   Status saved = store_->UpdateJob(job);
   if (!saved.ok()) spdlog::error("job {}: cannot record its end: {}", job.id(), saved.ToString());
-  std::string message = "job " + job.id() + " " + v1::JobState_Name(state);
+  std::string state_name = v1::JobState_Name(state).substr(4);  // "JOB_SUCCEEDED" -> "SUCCEEDED"
+  std::transform(state_name.begin(), state_name.end(), state_name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::string message = "job " + job.id() + " " + state_name;
   if (!error.empty()) message += ": " + error;
   spdlog::info("{}", message);
   Note(message);
