@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/data/idx.h"
+#include "device/measure.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "device/emulated/factory.h"
@@ -24,11 +25,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-struct Measured {
-  double gemm_gflops = 0;
-  double copy_gbps = 0;
-};
-
 // True for a registered backend's name or an emulated-device name ("emu:..."; whether its
 // profile exists is CreateDevice's to say).
 bool IsKnownDeviceName(const std::string& name) {
@@ -36,33 +32,6 @@ bool IsKnownDeviceName(const std::string& name) {
     if (backend.name == name) return true;
   }
   return IsEmulatedDeviceName(name);
-}
-
-Result<Measured> Measure(Device& device, int size) {
-  const size_t floats = size_t(size) * size;
-  ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(floats * sizeof(float)));
-  ASSIGN_OR_RETURN(DeviceBuffer c, device.Allocate(floats * sizeof(float)));
-  device.Fill(int64_t(floats), 0.5f, a.f32());
-  device.Gemm(false, false, size, size, size, 1.0f, a.f32(), a.f32(), 0.0f, c.f32());  // warm-up
-  RETURN_IF_ERROR(device.Synchronize());
-  Measured measured;
-  int repeats = 0;
-  auto start = Clock::now();
-  do {
-    device.Gemm(false, false, size, size, size, 1.0f, a.f32(), a.f32(), 0.0f, c.f32());
-    RETURN_IF_ERROR(device.Synchronize());
-    ++repeats;
-  } while (SecondsSince(start) < 0.2);
-  measured.gemm_gflops = 2.0 * size * size * size * repeats / SecondsSince(start) / 1e9;
-  repeats = 0;
-  start = Clock::now();
-  do {
-    RETURN_IF_ERROR(device.CopyDeviceToDevice(a, 0, c, 0, floats * sizeof(float)));
-    RETURN_IF_ERROR(device.Synchronize());
-    ++repeats;
-  } while (SecondsSince(start) < 0.1);
-  measured.copy_gbps = 2.0 * floats * sizeof(float) * repeats / SecondsSince(start) / 1e9;  // read + write
-  return measured;
 }
 
 Dataset RandomData(const Model& model, int count) {
@@ -267,7 +236,7 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
     const DeviceCapabilities& capabilities = (*device)->capabilities();
     out << "  " << capabilities.name << "; native ops " << capabilities.native_ops.size() << "/" << AllOps().size()
         << "; computes in " << DTypeName(capabilities.compute_precision) << "\n";
-    auto measured = Measure(**device, options.gemm_size);
+    auto measured = MeasureDevice(**device, options.gemm_size);
     if (!measured.ok()) {
       out << "  measurement failed: " << measured.status().ToString() << "\n";
       continue;

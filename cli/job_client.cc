@@ -191,12 +191,19 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out) {
   SetDeadline(&ctx);
   v1::ListWorkersResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListWorkers(&ctx, v1::ListWorkersRequest(), &response), "list workers"));
-  out << Format("%-20s %-6s %-12s %7s %8s  %s\n", "WORKER", "ALIVE", "STATE", "ROUNDS", "REFUSED", "DEVICE");
+  out << Format("%-20s %-6s %-12s %7s %8s %9s  %s\n", "WORKER", "ALIVE", "STATE", "ROUNDS", "REFUSED", "GFLOP/s",
+                "DEVICE");
   for (const auto& w : response.workers()) {
     std::string device = w.device().name();
     if (w.device().emulated() && device.find("emulated") == std::string::npos) device += " (emulated)";
-    out << Format("%-20s %-6s %-12s %7u %8u  %s\n", w.worker_id().c_str(), w.alive() ? "yes" : "no",
-                  w.state().c_str(), w.rounds_completed(), w.updates_rejected(), device.c_str());
+    const auto& p = w.device().properties();
+    if (auto it = p.find("profile_peak_gflops"); it != p.end()) {
+      device += Format(" [datasheet %.0f GFLOP/s]", std::atof(it->second.c_str()));
+    }
+    if (!w.cohort().empty()) device += " cohort " + w.cohort();
+    out << Format("%-20s %-6s %-12s %7u %8u %9.1f  %s\n", w.worker_id().c_str(), w.alive() ? "yes" : "no",
+                  w.state().c_str(), w.rounds_completed(), w.updates_rejected(), w.device().measured_gflops(),
+                  device.c_str());
   }
   return Status::Ok();
 }

@@ -9,6 +9,8 @@
 #include "core/data/partition.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
+#include "device/emulated/factory.h"
+#include "device/measure.h"
 #include "device/registry.h"
 #include "collectives/registry.h"
 #include "proto/job_mapping.h"
@@ -56,6 +58,25 @@ Status WorkerAgent::OpenDevice() {
     if (!device.ok()) return device.status().WithContext("fallback device '" + options_.fallback_device + "'");
   }
   device_ = std::move(device).value();
+  // What the coordinator shows for this worker: the device, its measured figures beside its
+  // profile's, and what it runs natively.
+  const DeviceCapabilities& caps = device_->capabilities();
+  device_info_.set_kind(caps.kind);
+  device_info_.set_name(caps.name);
+  device_info_.set_emulated(caps.emulated);
+  if (auto measured = MeasureDevice(*device_, 256); measured.ok()) {
+    device_info_.set_measured_gflops(measured->gemm_gflops);
+    device_info_.set_measured_bandwidth_gbps(measured->copy_gbps);
+  }
+  auto& properties = *device_info_.mutable_properties();
+  properties["native_ops"] = std::to_string(caps.native_ops.size()) + "/" + std::to_string(AllOps().size());
+  properties["compute_precision"] = std::string(DTypeName(caps.compute_precision));
+  if (const DeviceProfile* profile = EmulatedProfile(*device_)) {
+    properties["profile"] = profile->name;
+    properties["profile_peak_gflops"] = std::to_string(profile->PeakFlops(profile->precision) / 1e9);
+    properties["profile_bandwidth_gbps"] = std::to_string(profile->memory_bandwidth_gbps);
+    properties["profile_power_w"] = std::to_string(profile->power_watts);
+  }
   return Status::Ok();
 }
 
@@ -90,11 +111,7 @@ Status WorkerAgent::RunSession() {
   join.set_name(options_.name);
   join.set_cohort(options_.cohort);
   join.set_local_data_path(options_.data_dir);
-  const DeviceCapabilities& caps = device_->capabilities();
-  auto* info = join.mutable_device();
-  info->set_kind(caps.kind);
-  info->set_name(caps.name);
-  info->set_emulated(caps.emulated);
+  *join.mutable_device() = device_info_;
   ASSIGN_OR_RETURN(v1::JoinResponse joined, client_->Join(join));
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -164,7 +181,23 @@ void WorkerAgent::TrainerLoop() {
     }
     v1::UpdateHeader header;
     TensorSet delta;
-    Status s = Train(task, &header, &delta);
+    Status s = Train(task, &header, &delta, device_.get());
+    if (!s.ok() && (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
+      // The device failed (out of memory, a driver error): train this round on the job's
+      // fallback device class instead of giving up.
+      const std::string fallback = task.spec().fallback_device().empty() ? "cpu" : task.spec().fallback_device();
+      if (fallback != device_->capabilities().kind && fallback != options_.device) {
+        spdlog::warn("job {} round {}: device {} failed ({}); falling back to '{}' for this round", task.job_id(),
+                     task.round(), device_name(), s.message(), fallback);
+        if (auto other = CreateDevice(fallback); other.ok()) {
+          header.Clear();
+          delta.clear();
+          s = Train(task, &header, &delta, other->get());
+        } else {
+          s = other.status().WithContext("fallback device '" + fallback + "'");
+        }
+      }
+    }
     if (!s.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
       // A broken connection or a cancelled round needs no report; anything else (unreadable
@@ -240,7 +273,8 @@ Result<std::vector<int64_t>> WorkerAgent::Share(const v1::TrainTask& task, const
   return it->second[task.party_index()];
 }
 
-Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta) {
+Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta,
+                          Device* device) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   std::string worker_id, session;
   {
@@ -261,7 +295,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   // Train on this worker's share.
   ASSIGN_OR_RETURN(auto data, TrainingData(task.spec()));
   ASSIGN_OR_RETURN(auto indices, Share(task, *data));
-  ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device_.get()));
+  ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
   TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
   const std::string job = task.job_id();

@@ -59,8 +59,8 @@ class WorkerAgent {
   Status RunSession();
   void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
-  // Downloads the model and trains; fills the upload's header and the model delta.
-  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* delta);
+  // Downloads the model and trains on `device`; fills the upload's header and the delta.
+  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* delta, Device* device);
   Status Upload(const v1::UpdateHeader& header, const TensorSet& delta);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Status& why);
@@ -71,6 +71,7 @@ class WorkerAgent {
   WorkerOptions options_;
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<Device> device_;
+  v1::DeviceInfo device_info_;  // what Join advertises
 
   std::atomic<bool> stop_{false};
   std::mutex mu_;

@@ -94,5 +94,33 @@ TEST(FederationTest, CorruptLocalDataIsReportedAndTheRoundGoesOn) {
   EXPECT_TRUE(seen);
 }
 
+TEST(FederationTest, AWorkerWhoseDeviceRunsOutOfMemoryFallsBackToTheCpu) {
+  TempDir dir("fallback");
+  // An emulated accelerator with 64 KiB of memory: too small to train anything.
+  const std::string profile = (dir.path() / "tiny.toml").string();
+  {
+    std::ofstream out(profile);
+    out << "[tiny-npu]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 2.0\nmemory_bandwidth_gbps = 10\nmemory_bytes = 65536\n"
+           "host_link_gbps = 1\npower_watts = 5\nprecision = \"fp32\"\nnative_ops = [\"gemm\"]\n";
+  }
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions((dir.path() / "state").string()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread small(address, "small-npu", kToken, "", "", "emu:" + profile);
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  const auto workers = (*coordinator)->registry().List();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_TRUE(workers[0].device().emulated());
+  EXPECT_NE(workers[0].device().name().find("emulated"), std::string::npos) << workers[0].device().name();
+
+  auto job = (*coordinator)->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  EXPECT_EQ(done.rounds(0).workers(0).outcome(), "accepted");
+  EXPECT_EQ(small.agent().rounds_trained(), 1u);
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -27,12 +27,13 @@ server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir) 
 }
 
 WorkerThread::WorkerThread(const std::string& address, const std::string& name, const std::string& token,
-                           const std::string& data_dir, const std::string& cohort) {
+                           const std::string& data_dir, const std::string& cohort, const std::string& device) {
   worker::WorkerOptions options;
   options.name = name;
   options.join_token = token;
   options.data_dir = data_dir;
   options.cohort = cohort;
+  options.device = device;
   options.backoff_initial_ms = 100;
   options.backoff_max_ms = 500;
   agent_ = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(address));

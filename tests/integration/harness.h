@@ -38,7 +38,7 @@ server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir);
 class WorkerThread {
  public:
   WorkerThread(const std::string& address, const std::string& name, const std::string& token = kToken,
-               const std::string& data_dir = "", const std::string& cohort = "");
+               const std::string& data_dir = "", const std::string& cohort = "", const std::string& device = "cpu");
   ~WorkerThread();
   // Waits for Run() to return (a fatal error) for up to `timeout`.
   bool WaitDone(std::chrono::milliseconds timeout);

@@ -1,0 +1,41 @@
+#include "device/measure.h"
+
+#include <chrono>
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+}  // namespace
+
+Result<DeviceMeasurement> MeasureDevice(Device& device, int size) {
+  const size_t floats = size_t(size) * size;
+  ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(floats * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer c, device.Allocate(floats * sizeof(float)));
+  device.Fill(int64_t(floats), 0.5f, a.f32());
+  device.Gemm(false, false, size, size, size, 1.0f, a.f32(), a.f32(), 0.0f, c.f32());  // warm-up
+  RETURN_IF_ERROR(device.Synchronize());
+  DeviceMeasurement measured;
+  int repeats = 0;
+  auto start = Clock::now();
+  do {
+    device.Gemm(false, false, size, size, size, 1.0f, a.f32(), a.f32(), 0.0f, c.f32());
+    RETURN_IF_ERROR(device.Synchronize());
+    ++repeats;
+  } while (SecondsSince(start) < 0.2);
+  measured.gemm_gflops = 2.0 * size * size * size * repeats / SecondsSince(start) / 1e9;
+  repeats = 0;
+  start = Clock::now();
+  do {
+    RETURN_IF_ERROR(device.CopyDeviceToDevice(a, 0, c, 0, floats * sizeof(float)));
+    RETURN_IF_ERROR(device.Synchronize());
+    ++repeats;
+  } while (SecondsSince(start) < 0.1);
+  measured.copy_gbps = 2.0 * floats * sizeof(float) * repeats / SecondsSince(start) / 1e9;  // read + write
+  return measured;
+}
+
+}  // namespace tessera
