@@ -65,4 +65,13 @@ void DeviceBuffer::Reset() {
   class_bytes_ = 0;
 }
 
+Status CheckBufferRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
+  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
+    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
+                           std::to_string(buffer.bytes()) + " bytes");
+  }
+  return Status::Ok();
+}
+
 }  // namespace tessera

@@ -210,4 +210,8 @@ class Device {
   virtual void Fill(int64_t count, float value, float* x) = 0;
 };
 
+// OutOfRange unless [offset, offset + bytes) lies inside `buffer`; `what` names the call
+// ("CopyHostToDevice"). For backends' copy methods.
+Status CheckBufferRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what);
+
 }  // namespace tessera

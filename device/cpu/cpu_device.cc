@@ -20,15 +20,6 @@ DriverAllocator HostAllocator() {
       [](void* address, size_t) { std::free(address); }};
 }
 
-Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
-  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
-    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
-                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
-                           std::to_string(buffer.bytes()) + " bytes");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 CpuDevice::CpuDevice(const CpuDeviceOptions& options) : pool_(HostAllocator()) {
@@ -52,21 +43,21 @@ Result<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
 
 Status CpuDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                                    size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
   std::memcpy(static_cast<char*>(destination.data()) + destination_offset, host, bytes);
   return Status::Ok();
 }
 
 Status CpuDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToHost source"));
   std::memcpy(host, static_cast<const char*>(source.data()) + source_offset, bytes);
   return Status::Ok();
 }
 
 Status CpuDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
                                      size_t destination_offset, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
   std::memmove(static_cast<char*>(destination.data()) + destination_offset,
                static_cast<const char*>(source.data()) + source_offset, bytes);
   return Status::Ok();

@@ -7,15 +7,6 @@
 namespace tessera {
 namespace {
 
-Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
-  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
-    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
-                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
-                           std::to_string(buffer.bytes()) + " bytes");
-  }
-  return Status::Ok();
-}
-
 DriverAllocator CudaAllocator(int device_index) {
   return DriverAllocator{[device_index](size_t bytes) -> void* {
                            void* address = nullptr;
@@ -133,7 +124,7 @@ Result<DeviceBuffer> CudaDevice::Allocate(size_t bytes) {
 
 Status CudaDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                                     size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
   // From pageable memory the call returns once the source is staged, so `host` may be reused.
   const cudaError_t error = cudaMemcpyAsync(static_cast<char*>(destination.data()) + destination_offset, host,
                                             bytes, cudaMemcpyHostToDevice, stream_);
@@ -145,7 +136,7 @@ Status CudaDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination,
 }
 
 Status CudaDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToHost source"));
   cudaError_t error = cudaMemcpyAsync(host, static_cast<const char*>(source.data()) + source_offset, bytes,
                                       cudaMemcpyDeviceToHost, stream_);
   if (error == cudaSuccess) error = cudaStreamSynchronize(stream_);
@@ -158,8 +149,8 @@ Status CudaDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_of
 
 Status CudaDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
                                       size_t destination_offset, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
   const cudaError_t error =
       cudaMemcpyAsync(static_cast<char*>(destination.data()) + destination_offset,
                       static_cast<const char*>(source.data()) + source_offset, bytes, cudaMemcpyDeviceToDevice, stream_);

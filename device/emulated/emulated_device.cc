@@ -23,15 +23,6 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
-  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
-    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
-                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
-                           std::to_string(buffer.bytes()) + " bytes");
-  }
-  return Status::Ok();
-}
-
 float RoundToHalf(float value) {
   return static_cast<float>(static_cast<_Float16>(value));
 }
@@ -200,7 +191,7 @@ Result<DeviceBuffer> EmulatedDevice::Allocate(size_t bytes) {
 
 Status EmulatedDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                                         size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
   std::memcpy(static_cast<char*>(destination.data()) + destination_offset, host, bytes);
   AddModelledTime(LinkMs(bytes));
   return Status::Ok();
@@ -208,7 +199,7 @@ Status EmulatedDevice::CopyHostToDevice(const void* host, DeviceBuffer& destinat
 
 Status EmulatedDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host,
                                         size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToHost source"));
   std::memcpy(host, static_cast<const char*>(source.data()) + source_offset, bytes);
   AddModelledTime(LinkMs(bytes));
   return Status::Ok();
@@ -216,8 +207,8 @@ Status EmulatedDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t sourc
 
 Status EmulatedDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset,
                                           DeviceBuffer& destination, size_t destination_offset, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
   std::memmove(static_cast<char*>(destination.data()) + destination_offset,
                static_cast<const char*>(source.data()) + source_offset, bytes);
   AddModelledTime(2.0 * bytes / (profile_.memory_bandwidth_gbps * 1e9) * 1e3);

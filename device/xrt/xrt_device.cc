@@ -12,15 +12,6 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-Status CheckRange(const DeviceBuffer& buffer, size_t offset, size_t bytes, const char* what) {
-  if (buffer.empty() || offset > buffer.bytes() || bytes > buffer.bytes() - offset) {
-    return OutOfRangeError(std::string(what) + ": range [" + std::to_string(offset) + ", " +
-                           std::to_string(offset + bytes) + ") does not fit a buffer of " +
-                           std::to_string(buffer.bytes()) + " bytes");
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 XrtDevice::XrtDevice(xrt::device device, xrt::uuid xclbin, xrt::kernel kernel, std::string description,
@@ -66,21 +57,21 @@ Result<DeviceBuffer> XrtDevice::Allocate(size_t bytes) {
 
 Status XrtDevice::CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                                    size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyHostToDevice destination"));
   std::memcpy(static_cast<char*>(destination.data()) + destination_offset, host, bytes);
   return Status::Ok();
 }
 
 Status XrtDevice::CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToHost source"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToHost source"));
   std::memcpy(host, static_cast<const char*>(source.data()) + source_offset, bytes);
   return deferred_fault_;
 }
 
 Status XrtDevice::CopyDeviceToDevice(const DeviceBuffer& source, size_t source_offset, DeviceBuffer& destination,
                                      size_t destination_offset, size_t bytes) {
-  RETURN_IF_ERROR(CheckRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
-  RETURN_IF_ERROR(CheckRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
+  RETURN_IF_ERROR(CheckBufferRange(source, source_offset, bytes, "CopyDeviceToDevice source"));
+  RETURN_IF_ERROR(CheckBufferRange(destination, destination_offset, bytes, "CopyDeviceToDevice destination"));
   std::memmove(static_cast<char*>(destination.data()) + destination_offset,
                static_cast<const char*>(source.data()) + source_offset, bytes);
   return Status::Ok();
