@@ -19,6 +19,11 @@ struct SuiteParam {
   int size;
 };
 
+// How GoogleTest (and ctest's listing) prints a parameter.
+void PrintTo(const SuiteParam& p, std::ostream* out) {
+  *out << p.backend << ", " << RankModeName(p.mode) << ", " << p.size << " ranks";
+}
+
 std::string ParamName(const ::testing::TestParamInfo<SuiteParam>& info) {
   std::string name = info.param.backend + "_" + RankModeName(info.param.mode) + "_" +
                      std::to_string(info.param.size) + "ranks";
