@@ -29,6 +29,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   if (!c->server_ || c->port_ == 0) {
     return UnavailableError("cannot listen on '" + c->options_.listen_address + "' (in use, or not a local address?)");
   }
+  ASSIGN_OR_RETURN(auto known, c->store_->LoadWorkers());
+  c->registry_.Restore(known);
   RETURN_IF_ERROR(c->ResumeJobs());
   spdlog::info("coordinator listening on port {}; state in {}", c->port_, c->options_.state_dir);
   return c;
@@ -73,6 +75,12 @@ void Coordinator::Shutdown() {
 bool Coordinator::CheckJoinToken(const std::string& token) const {
   const std::string& want = options_.join_token;
   return token.size() == want.size() && CRYPTO_memcmp(token.data(), want.data(), want.size()) == 0;
+}
+
+void Coordinator::RememberWorker(const v1::WorkerStatus& worker) {
+  if (Status s = store_->SaveWorker(worker); !s.ok()) {
+    spdlog::warn("worker {} joined but could not be recorded: {}", worker.worker_id(), s.ToString());
+  }
 }
 
 Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {

@@ -52,6 +52,8 @@ class Coordinator {
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
 
   bool CheckJoinToken(const std::string& token) const;
+  // Persists a worker's identity and device after it joins (a failure is logged, not fatal).
+  void RememberWorker(const v1::WorkerStatus& worker);
 
  private:
   explicit Coordinator(CoordinatorOptions options);

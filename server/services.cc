@@ -25,6 +25,7 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     }
     auto joined = c_->registry().Join(*request);
     if (!joined.ok()) return ToGrpc(joined.status());
+    if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
     *response = std::move(joined).value();
     return grpc::Status::OK;
   }

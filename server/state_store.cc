@@ -163,6 +163,7 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_di
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL, round INTEGER NOT NULL, record BLOB NOT NULL,"
       "  checkpoint TEXT NOT NULL, PRIMARY KEY (job_id, round));"
+      "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, worker BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS seats (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, party INTEGER NOT NULL,"
       "  PRIMARY KEY (job_id, worker_id));"));
   return store;
@@ -305,6 +306,29 @@ Result<std::vector<v1::RoundRecord>> StateStore::ListRounds(const std::string& j
     rounds.push_back(std::move(record));
   }
   return rounds;
+}
+
+Status StateStore::SaveWorker(const v1::WorkerStatus& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "INSERT OR REPLACE INTO workers (id, worker) VALUES (?, ?)");
+  if (!st.ok()) return SqliteError(db_, "prepare save worker");
+  st.BindText(1, worker.worker_id());
+  st.BindBlob(2, worker.SerializeAsString());
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save worker " + worker.worker_id());
+  return Status::Ok();
+}
+
+Result<std::vector<v1::WorkerStatus>> StateStore::LoadWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT worker FROM workers ORDER BY id");
+  if (!st.ok()) return SqliteError(db_, "prepare load workers");
+  std::vector<v1::WorkerStatus> workers;
+  while (st.Step() == SQLITE_ROW) {
+    v1::WorkerStatus worker;
+    if (!worker.ParseFromString(st.ColumnBlob(0))) return DataLossError("workers table: corrupt row");
+    workers.push_back(std::move(worker));
+  }
+  return workers;
 }
 
 Status StateStore::SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) {

@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "core/tensor.h"
 #include "tessera/v1/job.pb.h"
+#include "tessera/v1/job_service.pb.h"
 
 namespace tessera::server {
 
@@ -47,6 +48,11 @@ class StateStore {
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record);
   Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0);
+
+  // Workers the coordinator has admitted, so that `tessera workers` knows them after a
+  // restart (as not alive until they rejoin).
+  Status SaveWorker(const v1::WorkerStatus& worker);
+  Result<std::vector<v1::WorkerStatus>> LoadWorkers();
 
   // Job seats: which party of the partition each worker trains for a job. Stable across
   // coordinator restarts.

@@ -27,6 +27,24 @@ int64_t UnixMillis() {
 
 WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options) {}
 
+void WorkerRegistry::Restore(const std::vector<v1::WorkerStatus>& workers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& status : workers) {
+    Worker& w = workers_[status.worker_id()];
+    if (w.generation != 0) continue;  // already joined in this process
+    w.status = status;
+    w.status.set_state("not joined since restart");
+    w.last_heard = std::chrono::steady_clock::time_point{};
+  }
+}
+
+std::optional<v1::WorkerStatus> WorkerRegistry::Describe(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second.status;
+}
+
 Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   const std::string& name = request.name();
   for (char c : request.cohort()) {
@@ -72,10 +90,10 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
 Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::string& session) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
-  if (it == workers_.end()) {
+  if (it == workers_.end() || it->second.generation == 0) {
     return UnauthenticatedError("worker '" + worker_id + "' is not joined (the coordinator may have restarted); join again");
   }
-  if (it->second.session != session) {
+  if (it->second.session.empty() || it->second.session != session) {
     return UnauthenticatedError("worker '" + worker_id + "': session credential is not current; join again");
   }
   return Status::Ok();

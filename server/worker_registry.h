@@ -32,6 +32,10 @@ class WorkerRegistry {
  public:
   explicit WorkerRegistry(WorkerRegistryOptions options);
 
+  // Workers known from before a restart: listed, not alive, with no session until they join.
+  void Restore(const std::vector<v1::WorkerStatus>& workers);
+  // The worker's status as List() shows it (for persisting after a join).
+  std::optional<v1::WorkerStatus> Describe(const std::string& worker_id) const;
   // Admits a worker (the join token was already checked). Returns its id and a new session.
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request);
   // UNAUTHENTICATED when `session` is not the worker's current one.

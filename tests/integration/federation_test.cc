@@ -122,5 +122,25 @@ TEST(FederationTest, AWorkerWhoseDeviceRunsOutOfMemoryFallsBackToTheCpu) {
   EXPECT_EQ(small.agent().rounds_trained(), 1u);
 }
 
+TEST(FederationTest, WorkersAreRememberedAcrossACoordinatorRestart) {
+  TempDir dir("remember");
+  {
+    auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+    ASSERT_TRUE(coordinator.ok());
+    WorkerThread worker("127.0.0.1:" + std::to_string((*coordinator)->port()), "edge-7");
+    auto stub = JobStub((*coordinator)->port());
+    ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  }
+  auto restarted = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(restarted.ok());
+  const auto workers = (*restarted)->registry().List();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].worker_id(), "edge-7");
+  EXPECT_FALSE(workers[0].alive());
+  EXPECT_EQ(workers[0].device().kind(), "cpu");
+  // Known, but without a session until it joins again.
+  EXPECT_EQ((*restarted)->registry().Authenticate("edge-7", "").code(), StatusCode::kUnauthenticated);
+}
+
 }  // namespace
 }  // namespace tessera::testing
