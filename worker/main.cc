@@ -41,10 +41,10 @@ int main(int argc, char** argv) {
   options.name = std::string(host) + "-" + std::to_string(getpid());
   FlagSet flags;
   flags.String("coordinator", &coordinator, "the coordinator's address");
-  flags.String("name", &options.name, "this worker's name, its identity at the coordinator");
+  flags.String("name", &options.name, "this worker's name, its identity at the coordinator; keep it stable to keep the worker's seat across restarts");
   flags.String("join-token", &options.join_token, "the coordinator's join token");
   flags.String("join-token-file", &token_file, "read the join token from this file instead");
-  flags.String("device", &options.device, "device to train on (cpu)");
+  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices)");
   flags.String("fallback-device", &options.fallback_device, "device to use when --device is not usable here");
   flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
