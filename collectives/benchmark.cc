@@ -2,7 +2,7 @@
 // sum allreduce over loopback, ranks as forked processes.
 //
 //   tessera bench collectives [--ranks 2,4] [--backends p2p,gloo] [--min-bytes 4096]
-//                     [--max-bytes 67108864] [--repeat 1] [--tcp-ceiling]
+//                     [--max-bytes 67108864] [--repeat 1] [--no-verify] [--tcp-ceiling]
 //   mpirun -np 2 bench_collectives --store-dir DIR [--backends mpi,p2p] [--max-bytes 4096]
 //
 // For each size: 10 warm-up iterations (fewer for the largest sizes), then timed ones; the
@@ -13,6 +13,9 @@
 // --repeat N runs the whole sweep N times, backends interleaved within each repetition (so a
 // load change on a shared machine hits every backend alike), and ends with a table of the
 // median busbw per size, backend and rank count.
+//
+// Call verification (CommunicatorOptions::verify_calls) is on, as in production; the header
+// says so. --no-verify turns it off, to measure its cost on gloo and mpi.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,6 +44,7 @@ struct BenchOptions {
   size_t min_bytes = 4096;
   size_t max_bytes = 64u << 20;
   bool tcp_ceiling = false;
+  bool verify_calls = true;
   int repeat = 1;
   std::string store_dir;  // under mpirun
   int result_fd = -1;     // forked runs: rank 0 writes one SizeResult per size here
@@ -116,7 +120,9 @@ Status RunSweep(Communicator& c, const BenchOptions& options) {
   return Status::Ok();
 }
 
-void PrintHeader() {
+void PrintHeader(const BenchOptions& options) {
+  std::printf("# call verification (gloo, mpi, nccl): %s\n",
+              options.verify_calls ? "on (verify_calls, the default)" : "off (--no-verify)");
   std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s  %s\n", "backend", "ranks", "bytes", "iters",
               "mean_us", "p95_us", "algbw", "busbw", "check");
   std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s\n", "", "", "", "", "", "", "GB/s", "GB/s");
@@ -149,6 +155,7 @@ int RunForked(const std::string& backend, int ranks, BenchOptions options,
       comm_options.size = ranks;
       comm_options.prefix = "bench";
       comm_options.timeout_ms = 120000;
+      comm_options.verify_calls = options.verify_calls;
       auto c = CreateCommunicator(comm_options, *store);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
@@ -269,6 +276,8 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
       options.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
     } else if (arg == "--repeat") {
       options.repeat = std::max(1, std::atoi(next().c_str()));
+    } else if (arg == "--no-verify") {
+      options.verify_calls = false;
     } else if (arg == "--tcp-ceiling") {
       options.tcp_ceiling = true;
     } else if (arg == "--store-dir") {
@@ -290,7 +299,7 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
     auto store = FileStore::Open(options.store_dir);
     if (!store.ok()) return 1;
     const int rank = std::atoi(world_rank);
-    if (rank == 0) PrintHeader();
+    if (rank == 0) PrintHeader(options);
     for (const std::string& backend : options.backends) {
       CommunicatorOptions comm_options;
       comm_options.backend = backend;
@@ -298,6 +307,7 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
       comm_options.size = std::atoi(world_size);
       comm_options.prefix = "bench";
       comm_options.timeout_ms = 120000;
+      comm_options.verify_calls = options.verify_calls;
       auto c = CreateCommunicator(comm_options, *store);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
@@ -312,7 +322,7 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
     return 0;
   }
 
-  PrintHeader();
+  PrintHeader(options);
   int failures = 0;
   // busbw samples per (ranks, backend, bytes), one per repetition.
   std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>> busbw;

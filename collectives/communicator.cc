@@ -128,4 +128,16 @@ Status Communicator::DoRecv(void*, size_t, DataType, int, int, Deadline) {
   return NotNative(backend_name(), CollectiveOp::kRecv);
 }
 
+Status Communicator::DoHostAllreduce(int64_t* values, size_t count, ReduceOp op,
+                                     Deadline deadline) {
+  return DoAllreduce(values, values, count, DataType::kInt64, op, deadline);
+}
+Status Communicator::DoHostSend(const void* bytes, size_t size, int peer, int tag,
+                                Deadline deadline) {
+  return DoSend(bytes, size, DataType::kUint8, peer, tag, deadline);
+}
+Status Communicator::DoHostRecv(void* bytes, size_t size, int peer, int tag, Deadline deadline) {
+  return DoRecv(bytes, size, DataType::kUint8, peer, tag, deadline);
+}
+
 }  // namespace tessera::collectives

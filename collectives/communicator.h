@@ -17,8 +17,14 @@
 //                                      count is an error, not a match against a later one.
 //
 // Every rank must issue the same collectives in the same order with the same count, dtype,
-// reduce op and root. Backends that can (p2p and its fallback) detect a mismatch and fail
-// with FAILED_PRECONDITION naming the peer and both sides' calls.
+// reduce op and root. A mismatch is detected and reported on every backend: p2p and the
+// send/recv fallback see it in their message headers (FAILED_PRECONDITION naming the peer
+// and both sides' calls); the others are wrapped by CreateCommunicator in
+// VerifiedCommunicator (collectives/verified.h), which compares every collective before any
+// data moves (INVALID_ARGUMENT on every rank, naming this rank's call and the ranks whose
+// call differs; the communicator stays usable) and checks each Send/Recv pair by a header
+// message (FAILED_PRECONDITION at the receiver). CommunicatorOptions::verify_calls turns
+// the wrapper off.
 //
 // After any error other than INVALID_ARGUMENT the communicator may be unusable: later calls
 // can fail with the same error. Contents of output buffers after an error are unspecified.
@@ -52,6 +58,11 @@ struct CommunicatorOptions {
   int timeout_ms = 30000;          // default per-call timeout; also bounds rendezvous
   std::string bind_address = "127.0.0.1";  // address p2p and gloo listen on and publish
   BufferLocation location = BufferLocation::kHost;  // where the caller's buffers live
+  // Wrap backends that cannot detect mismatched calls themselves (gloo, mpi, nccl) in
+  // VerifiedCommunicator. Costs one small allreduce per collective and one header message
+  // per send (see docs/COLLECTIVES.md for measurements); turn off only after measuring, and
+  // then a mismatched call may compute garbage or hang until the timeout.
+  bool verify_calls = true;
 };
 
 // Per-call options.
@@ -111,6 +122,15 @@ class Communicator {
   virtual Status DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
                         Deadline deadline);
 
+  // Control traffic of a few bytes in host memory, whatever options.location says, for
+  // wrappers that coordinate ranks (VerifiedCommunicator). The defaults call DoAllreduce
+  // (int64), DoSend and DoRecv (uint8) directly, which is right for backends that take host
+  // buffers; a device-buffer backend overrides them to stage through its own memory.
+  virtual Status DoHostAllreduce(int64_t* values, size_t count, ReduceOp op, Deadline deadline);
+  virtual Status DoHostSend(const void* bytes, size_t size, int peer, int tag,
+                            Deadline deadline);
+  virtual Status DoHostRecv(void* bytes, size_t size, int peer, int tag, Deadline deadline);
+
   Deadline DeadlineFor(const CallOptions& options) const;
   // Lets a wrapping communicator call another communicator's backend entry points.
   static Status CallAllreduce(Communicator& c, const void* send, void* recv, size_t count,
@@ -137,6 +157,18 @@ class Communicator {
   static Status CallRecv(Communicator& c, void* buffer, size_t count, DataType type, int peer,
                          int tag, Deadline deadline) {
     return c.DoRecv(buffer, count, type, peer, tag, deadline);
+  }
+  static Status CallHostAllreduce(Communicator& c, int64_t* values, size_t count, ReduceOp op,
+                                  Deadline deadline) {
+    return c.DoHostAllreduce(values, count, op, deadline);
+  }
+  static Status CallHostSend(Communicator& c, const void* bytes, size_t size, int peer, int tag,
+                             Deadline deadline) {
+    return c.DoHostSend(bytes, size, peer, tag, deadline);
+  }
+  static Status CallHostRecv(Communicator& c, void* bytes, size_t size, int peer, int tag,
+                             Deadline deadline) {
+    return c.DoHostRecv(bytes, size, peer, tag, deadline);
   }
 
  private:

@@ -262,4 +262,24 @@ Status FallbackCommunicator::DoRecv(void* buffer, size_t count, DataType type, i
   return CallRecv(*base_, buffer, count, type, peer, tag, deadline);
 }
 
+Status FallbackCommunicator::DoHostAllreduce(int64_t* values, size_t count, ReduceOp op,
+                                             Deadline deadline) {
+  if (Has(CollectiveOp::kAllreduce) && HasReduce(op)) {
+    return CallHostAllreduce(*base_, values, count, op, deadline);
+  }
+  return DoAllreduce(values, values, count, DataType::kInt64, op, deadline);
+}
+
+Status FallbackCommunicator::DoHostSend(const void* bytes, size_t size, int peer, int tag,
+                                        Deadline deadline) {
+  if (!Has(CollectiveOp::kSend)) return NoRoute(CollectiveOp::kSend, ReduceOp::kSum);
+  return CallHostSend(*base_, bytes, size, peer, tag, deadline);
+}
+
+Status FallbackCommunicator::DoHostRecv(void* bytes, size_t size, int peer, int tag,
+                                        Deadline deadline) {
+  if (!Has(CollectiveOp::kRecv)) return NoRoute(CollectiveOp::kRecv, ReduceOp::kSum);
+  return CallHostRecv(*base_, bytes, size, peer, tag, deadline);
+}
+
 }  // namespace tessera::collectives

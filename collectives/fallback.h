@@ -60,6 +60,11 @@ class FallbackCommunicator final : public Communicator {
                 Deadline deadline) override;
   Status DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
                 Deadline deadline) override;
+  // The backend's own, when it has the op natively; otherwise composed as above.
+  Status DoHostAllreduce(int64_t* values, size_t count, ReduceOp op, Deadline deadline) override;
+  Status DoHostSend(const void* bytes, size_t size, int peer, int tag,
+                    Deadline deadline) override;
+  Status DoHostRecv(void* bytes, size_t size, int peer, int tag, Deadline deadline) override;
 
  private:
   class SendRecvChannel;

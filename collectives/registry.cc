@@ -8,6 +8,7 @@
 #include "collectives/mpi/factory.h"
 #include "collectives/nccl/factory.h"
 #include "collectives/p2p/factory.h"
+#include "collectives/verified.h"
 
 namespace tessera::collectives {
 
@@ -93,10 +94,14 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptio
                                         " of " + std::to_string(options.size));
   }
   std::unique_ptr<Communicator> communicator = std::move(created).value();
+  const bool verify = options.verify_calls && !communicator->capabilities().verifies_calls;
   if (FallbackCommunicator::Needed(communicator->capabilities())) {
-    return std::unique_ptr<Communicator>(
-        std::make_unique<FallbackCommunicator>(std::move(communicator), options.location));
+    communicator =
+        std::make_unique<FallbackCommunicator>(std::move(communicator), options.location);
   }
+  // Outermost, so that every call is checked before the fallback splits it into the
+  // backend's ops.
+  if (verify) communicator = std::make_unique<VerifiedCommunicator>(std::move(communicator));
   return communicator;
 }
 

@@ -14,7 +14,10 @@
 //   p2p  (100)  host buffers, always
 // A named backend that is not viable is an error carrying its reason. The returned
 // communicator is wrapped in FallbackCommunicator whenever the backend lacks an op, so
-// every op of the Communicator interface works on every backend (for host buffers).
+// every op of the Communicator interface works on every backend (for host buffers). A
+// backend that cannot detect mismatched calls itself (capabilities().verifies_calls false:
+// gloo, mpi, nccl) is wrapped, outermost, in VerifiedCommunicator unless
+// options.verify_calls is false (collectives/verified.h).
 //
 // Rendezvous keys live under "<options.prefix>/<backend>/" in the store, so cohorts sharing a
 // store do not collide. Every rank must create its communicator within options.timeout_ms of

@@ -27,6 +27,7 @@ std::string CommunicatorCapabilities::ToString() const {
   AppendSet(out, " reduce", native_reduce_ops, ReduceOpName);
   AppendSet(out, " dtypes", dtypes, DataTypeName);
   AppendSet(out, " locations", locations, BufferLocationName);
+  if (verifies_calls) out += " verifies_calls";
   return out;
 }
 

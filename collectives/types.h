@@ -49,6 +49,11 @@ struct CommunicatorCapabilities {
   std::set<ReduceOp> native_reduce_ops;
   std::set<DataType> dtypes;
   std::set<BufferLocation> locations;
+  // True when the backend itself detects calls that do not match across ranks (op, count,
+  // dtype, reduce op, root, send/recv tag) and fails them instead of computing garbage, as
+  // p2p and the send/recv fallback do through their message headers. CreateCommunicator
+  // wraps every other backend in VerifiedCommunicator (collectives/verified.h).
+  bool verifies_calls = false;
 
   bool HasOp(CollectiveOp op) const { return native_ops.count(op) != 0; }
   bool HasReduceOp(ReduceOp op) const { return native_reduce_ops.count(op) != 0; }

@@ -11,7 +11,8 @@ LocalCommunicator::LocalCommunicator(std::shared_ptr<LocalHub> hub, int rank,
 
 const CommunicatorCapabilities& LocalCommunicator::capabilities() const {
   static const CommunicatorCapabilities kCapabilities{
-      {CollectiveOp::kSend, CollectiveOp::kRecv}, {}, AllDataTypes(), {BufferLocation::kHost}};
+      {CollectiveOp::kSend, CollectiveOp::kRecv}, {}, AllDataTypes(), {BufferLocation::kHost},
+      /*verifies_calls=*/true};  // Recv checks tag, dtype and count; see the class comment
   return kCapabilities;
 }
 

@@ -93,6 +93,8 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   if (barrier_word_ != nullptr) cudaFree(barrier_word_);
+  if (control_device_ != nullptr) cudaFree(control_device_);
+  if (control_host_ != nullptr) cudaFreeHost(control_host_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -177,6 +179,69 @@ Status NcclCommunicator::DoRecv(void* buffer, size_t count, DataType type, int p
                                 Deadline deadline) {
   RETURN_IF_ERROR(broken_);
   return Finish(ncclRecv(buffer, count, ToNccl(type), peer, comm_, stream_), deadline, "recv");
+}
+
+Status NcclCommunicator::ReserveControl(size_t bytes) {
+  if (bytes <= control_bytes_) return Status::Ok();
+  if (control_device_ != nullptr) cudaFree(control_device_);
+  if (control_host_ != nullptr) cudaFreeHost(control_host_);
+  control_device_ = control_host_ = nullptr;
+  control_bytes_ = 0;
+  cudaError_t error = cudaMalloc(&control_device_, bytes);
+  if (error != cudaSuccess) return ResourceExhaustedError("cudaMalloc: " + CudaText(error));
+  error = cudaMallocHost(&control_host_, bytes);
+  if (error != cudaSuccess) return ResourceExhaustedError("cudaMallocHost: " + CudaText(error));
+  control_bytes_ = bytes;
+  return Status::Ok();
+}
+
+// The copies are enqueued on stream_ around the NCCL call, so Finish polls all of it.
+Status NcclCommunicator::DoHostAllreduce(int64_t* values, size_t count, ReduceOp op,
+                                         Deadline deadline) {
+  RETURN_IF_ERROR(broken_);
+  const size_t bytes = count * sizeof(int64_t);
+  RETURN_IF_ERROR(ReserveControl(bytes));
+  std::memcpy(control_host_, values, bytes);
+  cudaError_t copied =
+      cudaMemcpyAsync(control_device_, control_host_, bytes, cudaMemcpyHostToDevice, stream_);
+  if (copied != cudaSuccess) return InternalError("cudaMemcpyAsync: " + CudaText(copied));
+  const ncclResult_t enqueued = ncclAllReduce(control_device_, control_device_, count, ncclInt64,
+                                              ToNccl(op), comm_, stream_);
+  if (enqueued == ncclSuccess) {
+    copied =
+        cudaMemcpyAsync(control_host_, control_device_, bytes, cudaMemcpyDeviceToHost, stream_);
+    if (copied != cudaSuccess) return InternalError("cudaMemcpyAsync: " + CudaText(copied));
+  }
+  RETURN_IF_ERROR(Finish(enqueued, deadline, "allreduce (host control values)"));
+  std::memcpy(values, control_host_, bytes);
+  return Status::Ok();
+}
+
+Status NcclCommunicator::DoHostSend(const void* bytes, size_t size, int peer, int,
+                                    Deadline deadline) {
+  RETURN_IF_ERROR(broken_);
+  RETURN_IF_ERROR(ReserveControl(size));
+  std::memcpy(control_host_, bytes, size);
+  const cudaError_t copied =
+      cudaMemcpyAsync(control_device_, control_host_, size, cudaMemcpyHostToDevice, stream_);
+  if (copied != cudaSuccess) return InternalError("cudaMemcpyAsync: " + CudaText(copied));
+  return Finish(ncclSend(control_device_, size, ncclUint8, peer, comm_, stream_), deadline,
+                "send (host control bytes)");
+}
+
+Status NcclCommunicator::DoHostRecv(void* bytes, size_t size, int peer, int,
+                                    Deadline deadline) {
+  RETURN_IF_ERROR(broken_);
+  RETURN_IF_ERROR(ReserveControl(size));
+  const ncclResult_t enqueued = ncclRecv(control_device_, size, ncclUint8, peer, comm_, stream_);
+  if (enqueued == ncclSuccess) {
+    const cudaError_t copied =
+        cudaMemcpyAsync(control_host_, control_device_, size, cudaMemcpyDeviceToHost, stream_);
+    if (copied != cudaSuccess) return InternalError("cudaMemcpyAsync: " + CudaText(copied));
+  }
+  RETURN_IF_ERROR(Finish(enqueued, deadline, "recv (host control bytes)"));
+  std::memcpy(bytes, control_host_, size);
+  return Status::Ok();
 }
 
 }  // namespace tessera::collectives

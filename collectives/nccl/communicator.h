@@ -7,7 +7,9 @@
 // own stream and polled (cudaStreamQuery, ncclCommGetAsyncError) until the deadline; a call
 // that misses it aborts the NCCL communicator (ncclCommAbort) and fails with
 // DEADLINE_EXCEEDED; every later call returns that error. Buffers must be device memory
-// on this rank's device.
+// on this rank's device. Control traffic (DoHost*: VerifiedCommunicator's fingerprints and
+// send headers, a few bytes in host memory) is staged through a small pinned host buffer and
+// a device buffer kept between calls.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +45,10 @@ class NcclCommunicator final : public Communicator {
                 Deadline deadline) override;
   Status DoRecv(void* buffer, size_t count, DataType type, int peer, int tag,
                 Deadline deadline) override;
+  Status DoHostAllreduce(int64_t* values, size_t count, ReduceOp op, Deadline deadline) override;
+  Status DoHostSend(const void* bytes, size_t size, int peer, int tag,
+                    Deadline deadline) override;
+  Status DoHostRecv(void* bytes, size_t size, int peer, int tag, Deadline deadline) override;
 
  private:
   NcclCommunicator(int rank, int size, std::chrono::milliseconds timeout)
@@ -53,7 +59,13 @@ class NcclCommunicator final : public Communicator {
   int device_ = 0;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  // Grows the control staging buffers to at least `bytes`.
+  Status ReserveControl(size_t bytes);
+
   int32_t* barrier_word_ = nullptr;  // one device int for Barrier
+  void* control_device_ = nullptr;   // control_bytes_ of device memory
+  void* control_host_ = nullptr;     // control_bytes_ of pinned host memory
+  size_t control_bytes_ = 0;
   Status broken_;
 };
 

@@ -13,7 +13,8 @@ P2PCommunicator::P2PCommunicator(std::unique_ptr<TcpMesh> mesh,
 
 const CommunicatorCapabilities& P2PCommunicator::capabilities() const {
   static const CommunicatorCapabilities kCapabilities{
-      AllCollectiveOps(), AllReduceOps(), AllDataTypes(), {BufferLocation::kHost}};
+      AllCollectiveOps(), AllReduceOps(), AllDataTypes(), {BufferLocation::kHost},
+      /*verifies_calls=*/true};
   return kCapabilities;
 }
 

@@ -212,9 +212,13 @@ TEST_P(CommunicatorSuite, SweepsEveryOpDtypeReduceOpAndSize) {
 
 std::vector<SuiteParam> AllParams() {
   std::vector<SuiteParam> params;
-  for (const char* backend : {"p2p", "sendrecv-local", "sendrecv-p2p", "gloo", "mpi", "nccl"}) {
+  for (const char* backend :
+       {"p2p", "sendrecv-local", "sendrecv-p2p", "verified-local", "gloo", "mpi", "nccl"}) {
     for (RankMode mode : {RankMode::kThreads, RankMode::kProcesses}) {
-      if (std::string(backend) == "sendrecv-local" && mode == RankMode::kProcesses) continue;
+      const std::string name = backend;
+      if ((name == "sendrecv-local" || name == "verified-local") && mode == RankMode::kProcesses) {
+        continue;  // an in-memory transport
+      }
       for (int size = 1; size <= 5; ++size) params.push_back({backend, mode, size});
     }
   }

@@ -6,6 +6,7 @@
 #include "collectives/fallback.h"
 #include "collectives/registry.h"
 #include "collectives/store/hash_store.h"
+#include "collectives/verified.h"
 #include "test_backends.h"
 
 namespace tessera::collectives {
@@ -90,7 +91,9 @@ TEST(FallbackTest, GlooReduceScatterAndAvgAreComposed) {
   std::vector<std::map<std::string, uint64_t>> counts(2);
   auto results = testing::RunRanks(2, testing::RankMode::kThreads, [&](int rank) -> Status {
     ASSIGN_OR_RETURN(auto c, world.Create("gloo", rank, 10000));
-    auto* fallback = dynamic_cast<FallbackCommunicator*>(c.get());
+    auto* verified = dynamic_cast<VerifiedCommunicator*>(c.get());
+    if (verified == nullptr) return InternalError("gloo was not wrapped in the verifier");
+    auto* fallback = dynamic_cast<FallbackCommunicator*>(&verified->base());
     if (fallback == nullptr) return InternalError("gloo was not wrapped in the fallback");
     int32_t all[4] = {1, 2, 3, 4}, mine[2];
     RETURN_IF_ERROR(c->ReduceScatter(all, mine, 2, DataType::kInt32, ReduceOp::kSum));
@@ -105,6 +108,23 @@ TEST(FallbackTest, GlooReduceScatterAndAvgAreComposed) {
   ASSERT_TRUE(results[1].ok()) << results[1].ToString();
   EXPECT_EQ(counts[0]["reduce_scatter <- allreduce"], 1u);
   EXPECT_EQ(counts[0]["allreduce(avg) <- allreduce(sum) + divide"], 1u);
+}
+
+// Gloo cannot detect mismatched calls, so CreateCommunicator verifies them unless told not
+// to; p2p checks its own message headers and is never wrapped.
+TEST(RegistryTest, WrapsBackendsThatCannotVerifyCallsUnlessTurnedOff) {
+  const std::string reason = testing::SkipReason("gloo");
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  for (const char* backend : {"gloo", "p2p"}) {
+    for (bool verify : {true, false}) {
+      testing::World world(1, testing::RankMode::kThreads);
+      auto c = world.Create(backend, 0, 10000, verify);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      const bool wrapped = dynamic_cast<VerifiedCommunicator*>(c->get()) != nullptr;
+      EXPECT_EQ(wrapped, verify && std::string(backend) == "gloo") << backend << " verify " << verify;
+      EXPECT_EQ((*c)->capabilities().verifies_calls, std::string(backend) == "p2p") << backend;
+    }
+  }
 }
 
 }  // namespace

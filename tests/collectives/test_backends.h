@@ -13,6 +13,7 @@
 #include "collectives/registry.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/tcp_store.h"
+#include "collectives/verified.h"
 #include "peer_group.h"
 
 namespace tessera::collectives::testing {
@@ -72,13 +73,16 @@ class World {
   }
 
   // backend: p2p, gloo, mpi, nccl (through CreateCommunicator), sendrecv-local (in-memory
-  // send/recv + fallback), sendrecv-p2p (p2p's send/recv only + fallback).
+  // send/recv + fallback), sendrecv-p2p (p2p's send/recv only + fallback), verified-local
+  // (sendrecv-local inside VerifiedCommunicator: the wrapper without Gloo or MPI).
   Result<std::unique_ptr<Communicator>> Create(const std::string& backend, int rank,
-                                               int timeout_ms) {
+                                               int timeout_ms, bool verify_calls = true) {
     const auto timeout = std::chrono::milliseconds(timeout_ms);
-    if (backend == "sendrecv-local") {
-      return std::unique_ptr<Communicator>(std::make_unique<FallbackCommunicator>(
-          std::make_unique<LocalCommunicator>(hub_, rank, timeout), BufferLocation::kHost));
+    if (backend == "sendrecv-local" || backend == "verified-local") {
+      std::unique_ptr<Communicator> local = std::make_unique<FallbackCommunicator>(
+          std::make_unique<LocalCommunicator>(hub_, rank, timeout), BufferLocation::kHost);
+      if (backend == "sendrecv-local") return local;
+      return std::unique_ptr<Communicator>(std::make_unique<VerifiedCommunicator>(std::move(local)));
     }
     ASSIGN_OR_RETURN(auto store, StoreForRank());
     CommunicatorOptions options;
@@ -87,6 +91,7 @@ class World {
     options.size = size_;
     options.prefix = prefix_;
     options.timeout_ms = timeout_ms;
+    options.verify_calls = verify_calls;
     ASSIGN_OR_RETURN(auto communicator, CreateCommunicator(options, store));
     if (backend == "sendrecv-p2p") {
       return std::unique_ptr<Communicator>(std::make_unique<FallbackCommunicator>(
