@@ -82,7 +82,15 @@ Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options)
                                                              std::move(description), std::move(host)));
 }
 
+std::optional<XrtGemmLaunch> LastXrtGemmLaunch(Device& device) {
+  auto* xrt_device = dynamic_cast<XrtDevice*>(&device);
+  if (xrt_device == nullptr) return std::nullopt;
+  return xrt_device->last_gemm_launch();
+}
+
 #else
+
+std::optional<XrtGemmLaunch> LastXrtGemmLaunch(Device&) { return std::nullopt; }
 
 Viability XrtViability(const XrtDeviceOptions&) { return {false, "built without XRT (TESSERA_HAVE_XRT=0)"}; }
 

@@ -18,7 +18,9 @@
 // Thread safety: as Device.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -40,6 +42,29 @@ Viability XrtViability(const XrtDeviceOptions& options = {});
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options = {});
 // True when XRT runs on its no-op shim in this process.
 bool XrtUsesNoopShim();
+
+// One buffer argument of a GEMM kernel run: the device address in the command XRT submitted,
+// beside the address and size (bytes) of the buffer object the device bound to it.
+struct XrtBufferArgument {
+  uint64_t command_address = 0;
+  uint64_t bound_address = 0;
+  uint64_t bound_bytes = 0;
+};
+
+// The last GEMM kernel run of an XRT device, its scalar and buffer arguments read back from the
+// run's command packet (the compute unit's register map at the kernel's argument offsets), so
+// a test sees what reached the driver, not what the device meant to send. The command's fields
+// (addresses, scalars) stay zero when XRT did not build an ERT_START_CU packet. On the no-op shim
+// this is what can be checked of a GEMM: the shim completes the run without computing.
+struct XrtGemmLaunch {
+  uint64_t runs = 0;                  // kernel runs on this device so far
+  int32_t m = 0, n = 0, k = 0;
+  int32_t transpose_flags = 0;        // 1: a transposed, 2: b transposed
+  float alpha = 0, beta = 0;
+  XrtBufferArgument a, b, c;
+};
+// nullopt when `device` is not an XRT device or has run no GEMM kernel yet.
+std::optional<XrtGemmLaunch> LastXrtGemmLaunch(Device& device);
 
 // The registry's entry for "xrt": priority 5.
 DeviceBackend XrtDeviceBackend();

@@ -1,5 +1,7 @@
 #include "device/xrt/xrt_device.h"
 
+#include <xrt/ert.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -111,6 +113,7 @@ void XrtDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, fl
     xrt::run run = kernel_(a_view, b_view, c_view, m, n, k, flags, alpha, beta);
     const ert_cmd_state state = run.wait();
     ++kernel_runs_;
+    last_gemm_launch_ = ReadBackLaunch(run, a_view, b_view, c_view);
     if (state != ERT_CMD_STATE_COMPLETED) {
       deferred_fault_ = InternalError(capabilities_.name + ": the GEMM kernel run ended in state " +
                                       std::to_string(static_cast<int>(state)));
@@ -121,6 +124,40 @@ void XrtDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, fl
   }
   const double measured = MillisecondsSince(start);
   placement_.RecordNative(Op::kGemm, GemmCost(m, n, k, beta != 0), measured, measured);
+}
+
+XrtGemmLaunch XrtDevice::ReadBackLaunch(const xrt::run& run, const xrt::bo& a, const xrt::bo& b,
+                                        const xrt::bo& c) const {
+  // ERT_START_CU: header, the mandatory CU mask, extra_cu_masks more masks, then the register
+  // map indexed by byte offset / 4; a buffer argument is a 64-bit address in two words.
+  XrtGemmLaunch launch;
+  launch.runs = kernel_runs_;
+  launch.a = {0, a.address(), a.size()};
+  launch.b = {0, b.address(), b.size()};
+  launch.c = {0, c.address(), c.size()};
+  const auto* command = reinterpret_cast<const ert_start_kernel_cmd*>(run.get_ert_packet());
+  if (command == nullptr || command->opcode != ERT_START_CU) return launch;
+  const uint32_t* registers = command->data + command->extra_cu_masks;
+  auto word = [&](int argument) { return registers[kernel_.offset(argument) / 4]; };
+  auto address = [&](int argument) {
+    const uint32_t low = word(argument), high = registers[kernel_.offset(argument) / 4 + 1];
+    return (uint64_t{high} << 32) | low;
+  };
+  auto as_float = [](uint32_t bits) {
+    float value;
+    std::memcpy(&value, &bits, sizeof(value));
+    return value;
+  };
+  launch.a.command_address = address(0);
+  launch.b.command_address = address(1);
+  launch.c.command_address = address(2);
+  launch.m = static_cast<int32_t>(word(3));
+  launch.n = static_cast<int32_t>(word(4));
+  launch.k = static_cast<int32_t>(word(5));
+  launch.transpose_flags = static_cast<int32_t>(word(6));
+  launch.alpha = as_float(word(7));
+  launch.beta = as_float(word(8));
+  return launch;
 }
 
 template <typename Compute>

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "device/device.h"
@@ -26,6 +27,7 @@ class XrtDevice final : public Device {
   const DeviceCapabilities& capabilities() const override { return capabilities_; }
   OpPlacement* placement() override { return &placement_; }
   uint64_t kernel_runs() const { return kernel_runs_; }
+  std::optional<XrtGemmLaunch> last_gemm_launch() const { return last_gemm_launch_; }
 
   Result<DeviceBuffer> Allocate(size_t bytes) override;
   MemoryPoolStats pool_stats() const override { return pool_.stats(); }
@@ -60,6 +62,8 @@ class XrtDevice final : public Device {
  private:
   // The buffer object holding `address` and the address's byte offset in it.
   std::pair<xrt::bo*, size_t> Locate(const void* address);
+  // Reads the arguments of a finished GEMM run back from its command packet.
+  XrtGemmLaunch ReadBackLaunch(const xrt::run& run, const xrt::bo& a, const xrt::bo& b, const xrt::bo& c) const;
   template <typename Compute>
   void Fallback(Op op, const OpCost& cost, Compute&& compute);
 
@@ -73,6 +77,7 @@ class XrtDevice final : public Device {
   DeviceCapabilities capabilities_;
   OpPlacement placement_;
   uint64_t kernel_runs_ = 0;
+  std::optional<XrtGemmLaunch> last_gemm_launch_;
   Status deferred_fault_;
 };
 
