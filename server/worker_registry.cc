@@ -70,6 +70,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   w.last_heard = std::chrono::steady_clock::now();
   w.last_heard_unix_ms = UnixMillis();
   w.channel_open = false;
+  w.channel_lost = false;
   w.outbox.clear();
   w.status.set_worker_id(name);
   w.status.set_name(name);
@@ -110,7 +111,7 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
 }
 
 bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
-  return std::chrono::steady_clock::now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  return !w.channel_lost && std::chrono::steady_clock::now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
 }
 
 uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {
@@ -160,6 +161,7 @@ void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generat
   auto it = workers_.find(worker_id);
   if (it != workers_.end() && it->second.generation == generation) {
     it->second.channel_open = false;
+    it->second.channel_lost = true;
     it->second.status.set_state("disconnected");
   }
 }

@@ -44,7 +44,8 @@ class WorkerRegistry {
 
   // The current session generation, or 0 for an unknown worker.
   uint64_t Generation(const std::string& worker_id) const;
-  // Alive: heard from within the heartbeat timeout, and still on `generation` when given.
+  // Alive: heard from within the heartbeat timeout, its task channel not lost, and still on
+  // `generation` when given.
   bool IsAlive(const std::string& worker_id, uint64_t generation = 0) const;
   // Alive workers with an open task channel, sorted by id.
   std::vector<std::string> ReadyWorkers() const;
@@ -75,6 +76,7 @@ class WorkerRegistry {
     std::chrono::steady_clock::time_point last_heard;
     int64_t last_heard_unix_ms = 0;
     bool channel_open = false;
+    bool channel_lost = false;  // its task channel closed: the worker died or must rejoin
     std::deque<v1::Task> outbox;
     v1::WorkerStatus status;
   };
