@@ -4,6 +4,7 @@
 # tests, the collectives tests and bench_gpu, then run
 #   device_tests                               (the cuda instances of the generic op suites)
 #   collectives_tests --gtest_filter='*nccl*'  (NCCL on the GPU)
+#   federation_tests --gtest_filter='*Cuda*'   (a site cohort training on the GPU through NCCL)
 #   bench_gpu                                  (GEMM TFLOP/s, op errors vs the CPU, SimpleCNN)
 # Everything goes under "${OUT:-gpu-results}/": one log per step and summary.txt.
 # Usage: scripts/gpu-check.sh [build-dir]   (CUDA_ARCH=90 by default; TIMEOUT_S per step)
@@ -42,16 +43,17 @@ fi
 run configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_NCCL=ON || {
   note "configure failed: see $RESULTS/configure.log"; exit 1; }
-run build cmake --build "$BUILD" -j"$(nproc)" --target device_tests collectives_tests bench_gpu || {
+run build cmake --build "$BUILD" -j"$(nproc)" --target device_tests collectives_tests federation_tests bench_gpu || {
   note "build failed: see $RESULTS/build.log"; tail -30 "$RESULTS/build.log" >>"$SUMMARY"; exit 1; }
 
 failed=0
 run device_tests "$BUILD/tests/device/device_tests" || failed=1
 run collectives_nccl "$BUILD/tests/collectives/collectives_tests" --gtest_filter='*nccl*' || failed=1
+run cohort_cuda "$BUILD/tests/integration/federation_tests" --gtest_filter='*Cuda*' || failed=1
 run bench_gpu "$BUILD/bench/bench_gpu" || failed=1
 
 # What ran on the GPU and what was skipped, from the test logs.
-for log in device_tests collectives_nccl; do
+for log in device_tests collectives_nccl cohort_cuda; do
   {
     echo "--- $log"
     grep -E '^\[==========\]|^\[  PASSED  \]|^\[  FAILED  \]' "$RESULTS/$log.log" | tail -6

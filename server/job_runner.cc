@@ -334,6 +334,17 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   const std::string rendezvous_prefix =
       "rendezvous/" + job.id() + "/" + std::to_string(round) + "/" + std::to_string(attempt) + "/";
   for (const Client& client : selected) {
+    // A cohort's backend: the job's choice, else NCCL when every member trains on CUDA, else
+    // the first viable host backend (the same on every member).
+    std::string backend = spec.collective_backend().empty() ? "auto" : spec.collective_backend();
+    if (backend == "auto" && !client.cohort.empty()) {
+      bool all_cuda = true;
+      for (const auto& worker : client.members) {
+        auto status = registry_->Describe(worker);
+        all_cuda = all_cuda && status && status->device().kind() == "cuda";
+      }
+      if (all_cuda) backend = "nccl";
+    }
     for (size_t rank = 0; rank < client.members.size(); ++rank) {
       v1::Task task;
       auto* train = task.mutable_train();
@@ -348,7 +359,7 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
         train->set_cohort(client.cohort);
         train->set_cohort_rank(static_cast<uint32_t>(rank));
         train->set_cohort_size(static_cast<uint32_t>(client.members.size()));
-        train->set_collective_backend(spec.collective_backend().empty() ? "auto" : spec.collective_backend());
+        train->set_collective_backend(backend);
         train->set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
       }
       if (Status s = registry_->Send(client.members[rank], std::move(task)); !s.ok()) {

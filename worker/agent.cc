@@ -313,9 +313,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   // gradients are averaged across the cohort at each step.
   std::unique_ptr<collectives::Communicator> communicator;
   std::unique_ptr<CohortGradientSync> sync;
-  if (task.cohort_size() > 1) {
+  if (!task.cohort().empty()) {
     collectives::CommunicatorOptions comm;
     comm.backend = task.collective_backend().empty() ? "auto" : task.collective_backend();
+    // NCCL reduces the gradients where they are, on the GPU; every other backend on the host.
+    const bool on_device = comm.backend == "nccl";
+    comm.location = on_device ? collectives::BufferLocation::kDevice : collectives::BufferLocation::kHost;
     comm.rank = static_cast<int>(task.cohort_rank());
     comm.size = static_cast<int>(task.cohort_size());
     comm.prefix = task.rendezvous_prefix();
@@ -325,7 +328,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     auto created = collectives::CreateCommunicator(comm, store);
     if (!created.ok()) return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous");
     communicator = std::move(created).value();
-    sync = std::make_unique<CohortGradientSync>(communicator.get());
+    sync = std::make_unique<CohortGradientSync>(communicator.get(), on_device);
     options.gradient_hook = sync.get();
     options.shard_index = task.cohort_rank();
     options.shard_count = task.cohort_size();

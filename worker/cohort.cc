@@ -41,6 +41,12 @@ Result<int64_t> CoordinatorStore::Add(const std::string& key, int64_t delta) {
 
 Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
   const size_t n = static_cast<size_t>(count);
+  if (on_device_) {
+    RETURN_IF_ERROR(device.Synchronize());  // the gradient is complete before the collective reads it
+    Status reduced = communicator_->Allreduce(flat_gradients.data(), flat_gradients.data(), n,
+                                              collectives::DataType::kFloat32, collectives::ReduceOp::kAvg);
+    return reduced.WithContext("cohort gradient allreduce (device buffers) at step " + std::to_string(step));
+  }
   local_.resize(n);
   averaged_.resize(n);
   RETURN_IF_ERROR(device.CopyDeviceToHost(flat_gradients, 0, local_.data(), n * sizeof(float)));

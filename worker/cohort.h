@@ -30,15 +30,19 @@ class CoordinatorStore final : public collectives::Store {
   std::string session_;
 };
 
-// Averages the flat gradient over the cohort at every step (through host memory, so it works
-// for any device). The scratch buffers are kept between steps.
+// Averages the flat gradient over the cohort at every step. With `on_device` (a communicator
+// over device buffers, such as NCCL on CUDA devices) it reduces the device buffer in place;
+// otherwise through host memory, which works for any device, with scratch buffers kept
+// between steps.
 class CohortGradientSync final : public GradientHook {
  public:
-  explicit CohortGradientSync(collectives::Communicator* communicator) : communicator_(communicator) {}
+  CohortGradientSync(collectives::Communicator* communicator, bool on_device)
+      : communicator_(communicator), on_device_(on_device) {}
   Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) override;
 
  private:
   collectives::Communicator* communicator_;
+  bool on_device_;
   std::vector<float> local_;
   std::vector<float> averaged_;
 };

@@ -3,6 +3,8 @@
 // the union of their data.
 #include <gtest/gtest.h>
 
+#include "collectives/registry.h"
+#include "device/registry.h"
 #include "tests/integration/harness.h"
 #include "worker/coordinator_client.h"
 
@@ -57,6 +59,39 @@ TEST(CohortTest, TwoWorkersTrainLikeOneHoldingTheirUnion) {
       << "cohort " << site_accuracy << " vs one worker " << solo_accuracy << " over "
       << report.collective_backend();
   EXPECT_GT(site_accuracy, 0.6);
+}
+
+// A one-member cohort still synchronises through a communicator. On CUDA devices that is
+// NCCL over the gradients' device buffer (one rank: NCCL refuses several ranks on one GPU).
+void RunOneMemberCohort(const std::string& device, const std::string& expected_backend) {
+  TempDir dir("one-member-" + device);
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread member(address, "member-0", kToken, "", "site", device);
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  auto job = (*coordinator)->SubmitJob(CohortJob());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(180));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  const auto& report = done.rounds(1).workers(0);
+  EXPECT_EQ(report.outcome(), "accepted");
+  EXPECT_EQ(report.collective_backend(), expected_backend);
+  EXPECT_GT(done.rounds(1).test_accuracy(), 0.6);
+}
+
+TEST(CohortTest, AOneMemberCohortOnTheCpuSynchronisesOnTheHost) {
+  collectives::CommunicatorOptions host;  // what `auto` picks for host buffers here
+  auto chosen = collectives::CommunicatorRegistry::Global().Choose(host);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  RunOneMemberCohort("cpu", std::string((*chosen)->name()));
+}
+
+TEST(CohortTest, AOneMemberCohortOnCudaReducesOnTheGpuThroughNccl) {
+  auto cuda = CreateDevice("cuda");
+  if (!cuda.ok()) GTEST_SKIP() << "no usable CUDA device: " << cuda.status().message();
+  RunOneMemberCohort("cuda", "nccl");
 }
 
 TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohort) {
