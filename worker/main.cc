@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <iostream>
 #include <thread>
 
@@ -85,17 +88,20 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  worker::WorkerAgent agent(options, worker::MakeGrpcCoordinatorClient(coordinator));
+  auto agent = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(coordinator));
   std::thread waiter([&] {
     int signal = 0;
     sigwait(&signals, &signal);
-    agent.Stop();
+    agent->Stop();
   });
   waiter.detach();
-  Status s = agent.Run();
-  if (!s.ok()) {
-    std::cerr << "tessera-worker: " << s.ToString() << "\n";
-    return 1;
-  }
-  return 0;
+  Status s = agent->Run();
+  if (!s.ok()) std::cerr << "tessera-worker: " << s.ToString() << "\n";
+  agent.reset();  // the device and the connection close here
+  // XRT 2.13 joins its scheduler thread from a static destructor whose order is undefined
+  // and can hang there; everything of ours is closed, so leave without static destructors.
+  spdlog::shutdown();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(s.ok() ? 0 : 1);
 }
