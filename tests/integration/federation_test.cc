@@ -122,6 +122,24 @@ TEST(FederationTest, AWorkerWhoseDeviceRunsOutOfMemoryFallsBackToTheCpu) {
   EXPECT_EQ(small.agent().rounds_trained(), 1u);
 }
 
+TEST(FederationTest, AJobWaitingForWorkersCanBeCancelled) {
+  TempDir dir("cancel");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  auto job = (*coordinator)->SubmitJob(SmallJob(2, 3));  // no worker will come
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto stub = JobStub((*coordinator)->port());
+  std::ostringstream out;
+  ASSERT_TRUE(cli::CancelCommand(*stub, job->id(), out).ok());
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(20));
+  EXPECT_EQ(done.job().state(), v1::JOB_CANCELLED) << done.job().error();
+  EXPECT_EQ(done.job().rounds_committed(), 0u);
+  // A finished job cannot be cancelled again; the error says why.
+  Status again = cli::CancelCommand(*stub, job->id(), out);
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(again.message().find("CANCELLED"), std::string::npos) << again.message();
+}
+
 TEST(FederationTest, WorkersAreRememberedAcrossACoordinatorRestart) {
   TempDir dir("remember");
   {
