@@ -61,14 +61,14 @@ void Coordinator::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  registry_.Shutdown();  // task channels return
+  registry_.Shutdown();  // task channels finish
   std::map<std::string, std::shared_ptr<JobRunner>> runners;
   {
     std::lock_guard<std::mutex> lock(mu_);
     runners.swap(runners_);
   }
   for (auto& [id, runner] : runners) runner->Stop();
-  for (auto& [id, runner] : runners) runner->events().End();  // watchers return
+  for (auto& [id, runner] : runners) runner->events().End();  // watches finish
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 

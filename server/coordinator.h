@@ -2,8 +2,9 @@
 // and the gRPC server that serves the worker-facing and the user-facing services.
 //
 // Start() opens the state directory, resumes every job that was running, and binds; port 0
-// picks a free port (tests). Shutdown() follows gRPC's documented order: stop accepting,
-// wake the long-lived streams, then wait for in-flight calls. Thread-safe.
+// picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
+// long-lived streams (task channels, watches), then stop the server, which waits for the
+// calls in flight. Thread-safe.
 #pragma once
 
 #include <grpcpp/grpcpp.h>

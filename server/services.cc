@@ -3,6 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
@@ -13,7 +20,135 @@ namespace {
 
 using wire::ToGrpc;
 
-class WorkerServiceImpl final : public v1::WorkerService::Service {
+// A long-lived server stream is written by whichever thread has something for it (the one
+// that queued a task or published an event, or gRPC's own after a write completes), never by
+// a thread parked on it. Both streams below share one discipline:
+//  - their state lives in an object shared by the reactor and by whoever notifies it, so a
+//    late notification finds the state, sees the reactor gone, and does nothing;
+//  - under the state's lock a thread claims the right to start the single write, or to call
+//    Finish() once; it calls them after releasing the lock, because gRPC may run
+//    OnWriteDone() and even OnDone() inline, on the calling thread;
+//  - the reactor is alive while Finish() has not been called (OnDone() comes only after it),
+//    so whoever holds that right may use the reactor; after Finish() no one touches it.
+
+// One worker's task channel: what its reactor and the registry share.
+class TaskChannel final : public TaskChannelSink {
+ public:
+  TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation,
+              grpc::ServerWriteReactor<v1::Task>* reactor)
+      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor) {}
+
+  void TasksQueued() override { Pump(); }
+  void Superseded() override { Close(); }
+
+  // Writes the next queued task, or finishes once closing, unless a write is in flight.
+  void Pump() {
+    grpc::ServerWriteReactor<v1::Task>* reactor = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || writing_ || finish_called_) return;
+      if (!closing_) {
+        bool closed = false;
+        std::optional<v1::Task> task = registry_->TakeTask(worker_id_, generation_, &closed);
+        if (closed) {
+          closing_ = true;
+        } else if (!task) {
+          return;
+        } else {
+          in_flight_ = std::move(*task);
+          writing_ = true;
+        }
+      }
+      finish = closing_;
+      finish_called_ = finish;
+      reactor = reactor_;
+    }
+    if (finish) {
+      reactor->Finish(grpc::Status::OK);  // the worker sees its channel closed and rejoins
+    } else {
+      reactor->StartWrite(&in_flight_);
+    }
+  }
+
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    Pump();
+  }
+
+  void WriteDone(bool ok) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) closing_ = true;  // the stream broke
+    }
+    Pump();
+  }
+
+  // The worker went away: it leaves its round at once, as when its heartbeat stops.
+  void Cancelled() {
+    registry_->CloseChannel(worker_id_, generation_, this);
+    Close();
+  }
+
+  // The reactor is being deleted.
+  void Done() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+    }
+    registry_->CloseChannel(worker_id_, generation_, this);
+  }
+
+ private:
+  WorkerRegistry* const registry_;
+  const std::string worker_id_;
+  const uint64_t generation_;
+  std::mutex mu_;  // guards the fields below; held while taking a task from the registry
+  grpc::ServerWriteReactor<v1::Task>* reactor_;  // null once done
+  bool writing_ = false;        // a write is in flight; in_flight_ belongs to it
+  bool closing_ = false;        // finish as soon as no write is in flight
+  bool finish_called_ = false;
+  v1::Task in_flight_;
+};
+
+class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
+ public:
+  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request) {
+    if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    const uint64_t generation = registry.Generation(request.worker_id());
+    auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, this);
+    StartSendInitialMetadata();
+    if (Status opened = registry.OpenChannel(request.worker_id(), generation, channel); !opened.ok()) {
+      Finish(ToGrpc(opened));
+      return;
+    }
+    channel_ = std::move(channel);
+  }
+
+  void OnWriteDone(bool ok) override { channel_->WriteDone(ok); }
+  void OnCancel() override {
+    if (channel_) channel_->Cancelled();
+  }
+  void OnDone() override {
+    if (channel_) channel_->Done();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<TaskChannel> channel_;  // null when the channel was refused
+};
+
+// OpenTaskChannel and WatchJob hold no thread while they wait: they use the callback API,
+// the other methods the synchronous one.
+class WorkerServiceImpl final
+    : public v1::WorkerService::WithCallbackMethod_OpenTaskChannel<v1::WorkerService::Service> {
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
@@ -34,23 +169,9 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
     return ToGrpc(c_->registry().Heartbeat(request->worker_id(), request->session(), request->state()));
   }
 
-  grpc::Status OpenTaskChannel(grpc::ServerContext* ctx, const v1::TaskChannelRequest* request,
-                               grpc::ServerWriter<v1::Task>* writer) override {
-    WorkerRegistry& registry = c_->registry();
-    if (Status s = registry.Authenticate(request->worker_id(), request->session()); !s.ok()) return ToGrpc(s);
-    const uint64_t generation = registry.Generation(request->worker_id());
-    if (!registry.OpenChannel(request->worker_id(), generation)) {
-      return ToGrpc(UnauthenticatedError("worker '" + request->worker_id() + "': session superseded; join again"));
-    }
-    writer->SendInitialMetadata();
-    while (!ctx->IsCancelled()) {
-      bool closed = false;
-      auto task = registry.NextTask(request->worker_id(), generation, std::chrono::milliseconds(500), &closed);
-      if (closed) break;
-      if (task && !writer->Write(*task)) break;
-    }
-    registry.CloseChannel(request->worker_id(), generation);
-    return grpc::Status::OK;
+  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext*,
+                                                      const v1::TaskChannelRequest* request) override {
+    return new TaskChannelReactor(c_->registry(), *request);
   }
 
   grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* request,
@@ -183,7 +304,159 @@ class WorkerServiceImpl final : public v1::WorkerService::Service {
   Coordinator* c_;
 };
 
-class JobServiceImpl final : public v1::JobService::Service {
+// One `tessera watch`: the committed rounds, then the job's live events until it ends.
+class JobWatch final {
+ public:
+  JobWatch(std::shared_ptr<JobRunner> runner, grpc::ServerWriteReactor<v1::JobEvent>* reactor)
+      : runner_(std::move(runner)), reactor_(reactor) {}
+
+  // Before the first Pump(): the rounds already committed, and for a job that is not running
+  // the end of its log.
+  void Backlog(const v1::Job& job, std::vector<v1::RoundRecord> rounds) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : rounds) {
+      v1::JobEvent event;
+      *event.mutable_job() = job;
+      last_round_ = r.round();
+      *event.mutable_round() = std::move(r);
+      outbox_.push_back(std::move(event));
+    }
+    if (!runner_) {
+      v1::JobEvent event;
+      *event.mutable_job() = job;
+      event.set_message("job " + job.id() + " " + v1::JobState_Name(job.state()) +
+                        (job.error().empty() ? "" : ": " + job.error()));
+      outbox_.push_back(std::move(event));
+      log_ended_ = true;
+    }
+  }
+
+  static void Follow(const std::shared_ptr<JobWatch>& watch) {
+    std::weak_ptr<JobWatch> weak = watch;
+    std::lock_guard<std::mutex> lock(watch->mu_);
+    if (watch->runner_) {
+      watch->subscription_ = watch->runner_->events().Subscribe([weak] {
+        if (auto w = weak.lock()) w->Pump();
+      });
+    }
+  }
+
+  // Writes the next event, or finishes once the log has ended and been sent (or the watcher
+  // left), unless a write is in flight.
+  void Pump() {
+    grpc::ServerWriteReactor<v1::JobEvent>* reactor = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || writing_ || finish_called_) return;
+      if (!cancelled_ && outbox_.empty() && runner_ && !log_ended_) {
+        bool ended = false;
+        std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended);
+        seen_ += events.size();
+        for (auto& event : events) {
+          if (event.has_round()) {  // already sent from the committed rounds
+            if (event.round().round() <= last_round_) continue;
+            last_round_ = event.round().round();
+          }
+          outbox_.push_back(std::move(event));
+        }
+        log_ended_ = ended;
+      }
+      if (cancelled_ || (outbox_.empty() && log_ended_)) {
+        finish = finish_called_ = true;
+      } else if (outbox_.empty()) {
+        return;
+      } else {
+        in_flight_ = std::move(outbox_.front());
+        outbox_.pop_front();
+        writing_ = true;
+      }
+      reactor = reactor_;
+    }
+    if (finish) {
+      reactor->Finish(grpc::Status::OK);
+    } else {
+      reactor->StartWrite(&in_flight_);
+    }
+  }
+
+  void WriteDone(bool ok) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) cancelled_ = true;
+    }
+    Pump();
+  }
+
+  void Cancelled() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+    }
+    Pump();
+  }
+
+  // The reactor is being deleted.
+  void Done() {
+    std::shared_ptr<JobRunner> runner;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+      runner = std::move(runner_);
+    }
+    if (runner && subscription_ != 0) runner->events().Unsubscribe(subscription_);
+  }
+
+ private:
+  std::mutex mu_;  // guards the fields below; held while reading the job's events
+  std::shared_ptr<JobRunner> runner_;  // null for a job that is not running here
+  grpc::ServerWriteReactor<v1::JobEvent>* reactor_;  // null once done
+  uint64_t subscription_ = 0;
+  std::deque<v1::JobEvent> outbox_;
+  size_t seen_ = 0;         // events taken from the job's log
+  uint32_t last_round_ = 0;  // the last round queued
+  bool log_ended_ = false;
+  bool cancelled_ = false;
+  bool writing_ = false;  // a write is in flight; in_flight_ belongs to it
+  bool finish_called_ = false;
+  v1::JobEvent in_flight_;
+};
+
+class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request) {
+    auto job = c->GetJob(request.job_id());
+    if (!job.ok()) {
+      Finish(ToGrpc(job.status()));
+      return;
+    }
+    auto runner = c->Runner(request.job_id());
+    auto rounds = c->ListRounds(request.job_id(), request.from_round());
+    if (!rounds.ok()) {
+      Finish(ToGrpc(rounds.status()));
+      return;
+    }
+    watch_ = std::make_shared<JobWatch>(std::move(runner), this);
+    watch_->Backlog(*job, std::move(rounds).value());
+    JobWatch::Follow(watch_);
+    watch_->Pump();
+  }
+
+  void OnWriteDone(bool ok) override { watch_->WriteDone(ok); }
+  void OnCancel() override {
+    if (watch_) watch_->Cancelled();
+  }
+  void OnDone() override {
+    if (watch_) watch_->Done();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<JobWatch> watch_;  // null when the watch was refused
+};
+
+class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
  public:
   explicit JobServiceImpl(Coordinator* c) : c_(c) {}
 
@@ -222,44 +495,9 @@ class JobServiceImpl final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* request,
-                        grpc::ServerWriter<v1::JobEvent>* writer) override {
-    auto job = c_->GetJob(request->job_id());
-    if (!job.ok()) return ToGrpc(job.status());
-    // First the rounds already committed, then live events.
-    auto runner = c_->Runner(request->job_id());
-    auto rounds = c_->ListRounds(request->job_id(), request->from_round());
-    if (!rounds.ok()) return ToGrpc(rounds.status());
-    uint32_t last_sent = 0;
-    for (const auto& r : *rounds) {
-      v1::JobEvent event;
-      *event.mutable_job() = *job;
-      *event.mutable_round() = r;
-      if (!writer->Write(event)) return grpc::Status::OK;
-      last_sent = r.round();
-    }
-    if (!runner) {  // a finished job: its end
-      v1::JobEvent event;
-      *event.mutable_job() = *job;
-      event.set_message("job " + job->id() + " " + v1::JobState_Name(job->state()) +
-                        (job->error().empty() ? "" : ": " + job->error()));
-      writer->Write(event);
-      return grpc::Status::OK;
-    }
-    size_t seen = 0;
-    bool ended = false;
-    while (!ended && !ctx->IsCancelled()) {
-      auto events = runner->events().WaitAfter(seen, std::chrono::milliseconds(500), &ended);
-      seen += events.size();
-      for (auto& event : events) {
-        if (event.has_round()) {
-          if (event.round().round() <= last_sent) continue;
-          last_sent = event.round().round();
-        }
-        if (!writer->Write(event)) return grpc::Status::OK;
-      }
-    }
-    return grpc::Status::OK;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext*,
+                                                   const v1::WatchJobRequest* request) override {
+    return new WatchJobReactor(c_, *request);
   }
 
   grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,

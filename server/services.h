@@ -1,6 +1,11 @@
 // The gRPC services of the coordinator: WorkerService (what workers call) and JobService
 // (what the `tessera` command line calls). Both are thin: they authenticate, translate
 // messages, and hand the work to the Coordinator and its job runners.
+//
+// The two long-lived server streams, WorkerService.OpenTaskChannel and JobService.WatchJob,
+// use gRPC's callback API: an open stream holds no thread, and is written by the thread that
+// queues a task (WorkerRegistry::Send) or publishes an event (JobEvents::Publish). The other
+// methods are synchronous and short.
 #pragma once
 
 #include <memory>

@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <random>
+#include <utility>
 
 namespace tessera::server {
 
@@ -62,9 +63,11 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
       return InvalidArgumentError("join: field 'name' '" + name + "': expected letters, digits, '-', '_' or '.'");
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   Worker& w = workers_[name];
   const bool rejoin = w.generation != 0;
+  std::shared_ptr<TaskChannelSink> previous = std::move(w.sink);
+  w.sink.reset();
   w.session = RandomHex(16);
   w.generation = next_generation_++;
   w.last_heard = std::chrono::steady_clock::now();
@@ -77,7 +80,6 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   *w.status.mutable_device() = request.device();
   w.status.set_cohort(request.cohort());
   w.status.set_state("joined");
-  cv_.notify_all();  // closes the previous generation's channel
   spdlog::info("worker {} {} ({}{})", name, rejoin ? "rejoined" : "joined", request.device().name(),
                request.device().emulated() ? ", emulated" : "");
   v1::JoinResponse response;
@@ -85,6 +87,8 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   response.set_session(w.session);
   response.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   response.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  lock.unlock();
+  if (previous) previous->Superseded();  // the previous generation's channel finishes
   return response;
 }
 
@@ -138,52 +142,61 @@ std::vector<std::string> WorkerRegistry::ReadyWorkers() const {
 }
 
 Status WorkerRegistry::Send(const std::string& worker_id, v1::Task task) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(worker_id);
-  if (it == workers_.end()) return NotFoundError("no worker '" + worker_id + "'");
-  it->second.outbox.push_back(std::move(task));
-  cv_.notify_all();
+  std::shared_ptr<TaskChannelSink> sink;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return NotFoundError("no worker '" + worker_id + "'");
+    it->second.outbox.push_back(std::move(task));
+    sink = it->second.sink;
+  }
+  if (sink) sink->TasksQueued();
   return Status::Ok();
 }
 
-bool WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t generation) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = workers_.find(worker_id);
-  if (it == workers_.end() || it->second.generation != generation) return false;
-  it->second.channel_open = true;
-  it->second.last_heard = std::chrono::steady_clock::now();
-  it->second.status.set_state("idle");
-  return true;
+Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t generation,
+                                   std::shared_ptr<TaskChannelSink> sink) {
+  std::shared_ptr<TaskChannelSink> previous;
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return UnavailableError("worker '" + worker_id + "': the coordinator is shutting down");
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.generation != generation) {
+      return UnauthenticatedError("worker '" + worker_id + "': session superseded; join again");
+    }
+    Worker& w = it->second;
+    previous = std::exchange(w.sink, sink);
+    w.channel_open = true;
+    w.last_heard = std::chrono::steady_clock::now();
+    w.status.set_state("idle");
+    queued = !w.outbox.empty();
+  }
+  if (previous) previous->Superseded();
+  if (queued) sink->TasksQueued();
+  return Status::Ok();
 }
 
-void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generation) {
+void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generation, const TaskChannelSink* sink) {
+  std::shared_ptr<TaskChannelSink> detached;  // released outside the lock
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
   if (it != workers_.end() && it->second.generation == generation) {
     it->second.channel_open = false;
     it->second.channel_lost = true;
     it->second.status.set_state("disconnected");
+    if (sink != nullptr && it->second.sink.get() == sink) detached = std::move(it->second.sink);
   }
 }
 
-std::optional<v1::Task> WorkerRegistry::NextTask(const std::string& worker_id, uint64_t generation,
-                                                 std::chrono::milliseconds timeout, bool* closed) {
-  std::unique_lock<std::mutex> lock(mu_);
-  *closed = false;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    auto it = workers_.find(worker_id);
-    if (shutdown_ || it == workers_.end() || it->second.generation != generation) {
-      *closed = true;
-      return std::nullopt;
-    }
-    if (!it->second.outbox.empty()) {
-      v1::Task task = std::move(it->second.outbox.front());
-      it->second.outbox.pop_front();
-      return task;
-    }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
-  }
+std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, uint64_t generation, bool* closed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  *closed = shutdown_ || it == workers_.end() || it->second.generation != generation;
+  if (*closed || it->second.outbox.empty()) return std::nullopt;
+  v1::Task task = std::move(it->second.outbox.front());
+  it->second.outbox.pop_front();
+  return task;
 }
 
 void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {
@@ -216,9 +229,16 @@ std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
 }
 
 void WorkerRegistry::Shutdown() {
-  std::lock_guard<std::mutex> lock(mu_);
-  shutdown_ = true;
-  cv_.notify_all();
+  std::vector<std::shared_ptr<TaskChannelSink>> sinks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    for (auto& [id, w] : workers_) {
+      if (w.sink) sinks.push_back(std::move(w.sink));
+      w.sink.reset();
+    }
+  }
+  for (auto& sink : sinks) sink->Superseded();
 }
 
 }  // namespace tessera::server

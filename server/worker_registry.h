@@ -4,14 +4,16 @@
 // restart, or after the coordinator restarted) takes over its seat, with a new session and a
 // new session generation. Work handed to the old generation is considered lost.
 //
-// Thread-safe. NextTask blocks for at most the given timeout.
+// Task channels are pushed to, not polled: the server end of each open channel registers a
+// TaskChannelSink, and the registry tells it when a task is queued and when it must finish.
+// No call blocks. Thread-safe.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -26,6 +28,21 @@ namespace tessera::server {
 struct WorkerRegistryOptions {
   uint32_t heartbeat_interval_ms = 1000;
   uint32_t heartbeat_timeout_ms = 5000;  // no heartbeat for this long: the worker is lost
+};
+
+// The server end of one open task channel, as the registry sees it. The registry calls these
+// from the thread that queued the task (or rejoined, or shut down), never while holding its
+// own lock, so an implementation may call back into the registry (TakeTask, CloseChannel).
+// They must not block. The registry keeps the sink alive while it is attached; a call may
+// still arrive just after the channel closed, and must then do nothing.
+class TaskChannelSink {
+ public:
+  virtual ~TaskChannelSink() = default;
+  // One or more tasks are waiting in TakeTask.
+  virtual void TasksQueued() = 0;
+  // A newer session of the worker, a newer channel of the same session, or Shutdown():
+  // TakeTask now reports the channel closed, and the stream should finish.
+  virtual void Superseded() = 0;
 };
 
 class WorkerRegistry {
@@ -50,15 +67,21 @@ class WorkerRegistry {
   // Alive workers with an open task channel, sorted by id.
   std::vector<std::string> ReadyWorkers() const;
 
-  // Queues a task for the worker's channel. Fails when the worker is unknown.
+  // Queues a task for the worker's channel and tells its sink, if one is attached. Fails
+  // when the worker is unknown.
   Status Send(const std::string& worker_id, v1::Task task);
-  // Marks the worker's task channel open for `generation`; returns false when stale.
-  bool OpenChannel(const std::string& worker_id, uint64_t generation);
-  void CloseChannel(const std::string& worker_id, uint64_t generation);
-  // The next task for the channel of `generation`; nullopt after `timeout`, or with
-  // *closed set when the channel was superseded by a newer session or the registry stops.
-  std::optional<v1::Task> NextTask(const std::string& worker_id, uint64_t generation,
-                                   std::chrono::milliseconds timeout, bool* closed);
+  // Marks the worker's task channel open for `generation` and attaches `sink` to it (the
+  // registry shares its ownership until the channel closes or is superseded). A sink already
+  // attached for the worker is told Superseded(). UNAUTHENTICATED when `generation` is
+  // stale, UNAVAILABLE after Shutdown(). Tasks already queued are announced to `sink`.
+  Status OpenChannel(const std::string& worker_id, uint64_t generation, std::shared_ptr<TaskChannelSink> sink);
+  // The channel of `generation` is gone (the worker went away or the stream ended): the
+  // worker counts as lost until it joins again, and `sink` is detached if it is the one
+  // attached. Idempotent; a stale generation changes nothing.
+  void CloseChannel(const std::string& worker_id, uint64_t generation, const TaskChannelSink* sink = nullptr);
+  // The next queued task for the channel of `generation`, or nullopt. *closed is set (and
+  // nullopt returned) once that generation is superseded or the registry has shut down.
+  std::optional<v1::Task> TakeTask(const std::string& worker_id, uint64_t generation, bool* closed);
 
   void RecordRound(const std::string& worker_id, bool accepted);
   // The cohort the worker joined with ("" for none).
@@ -66,7 +89,7 @@ class WorkerRegistry {
   std::vector<v1::WorkerStatus> List() const;
   const WorkerRegistryOptions& options() const { return options_; }
 
-  // Wakes every channel so that handlers return.
+  // Tells every attached sink Superseded() and refuses channels from now on.
   void Shutdown();
 
  private:
@@ -78,13 +101,13 @@ class WorkerRegistry {
     bool channel_open = false;
     bool channel_lost = false;  // its task channel closed: the worker died or must rejoin
     std::deque<v1::Task> outbox;
+    std::shared_ptr<TaskChannelSink> sink;  // the open channel of `generation`, if any
     v1::WorkerStatus status;
   };
   bool IsAliveLocked(const Worker& w) const;
 
   WorkerRegistryOptions options_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::mutex mu_;  // guards everything below; never held while calling a sink
   std::map<std::string, Worker> workers_;
   uint64_t next_generation_ = 1;
   bool shutdown_ = false;
