@@ -144,8 +144,12 @@ Status TcpMesh::error() const {
 }
 
 Status TcpMesh::Fail(Status status) {
+  Status first = error();
   Abort(status);
-  return status;
+  if (first.ok()) return status;
+  // Another call on this mesh failed first (a dead peer shuts every connection): name that
+  // root cause too, not only the broken connection this call ran into.
+  return Status(status.code(), status.message() + "; the communicator had already failed: " + first.message());
 }
 
 Status TcpMesh::Exchange(const OutgoingMessage* out, const IncomingMessage* in,
