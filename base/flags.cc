@@ -1,6 +1,8 @@
 #include "base/flags.h"
 
+#include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
 
 namespace tessera {
@@ -97,6 +99,17 @@ std::string FlagSet::Usage() const {
     out << '\n';
   }
   return out.str();
+}
+
+Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    return InvalidArgumentError("--" + flag + " '" + path + "': cannot read it");
+  }
+  while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+  if (line.empty()) return InvalidArgumentError("--" + flag + " '" + path + "': its first line is empty");
+  return line;
 }
 
 }  // namespace tessera

@@ -40,4 +40,9 @@ class FlagSet {
   std::vector<std::string> positional_;
 };
 
+// The secret in `path` (its first line, trimmed of trailing whitespace), as a
+// --join-token-file flag names it. InvalidArgument naming the flag and the file when the file
+// cannot be read or the line is empty.
+Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path);
+
 }  // namespace tessera

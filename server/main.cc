@@ -59,11 +59,12 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [coordinator] %^%l%$ %v");
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, options.join_token) || options.join_token.empty()) {
-      std::cerr << "tessera-coordinator: --join-token-file '" << token_file << "': cannot read a token from it\n";
+    auto token = ReadSecretFile("join-token-file", token_file);
+    if (!token.ok()) {
+      std::cerr << "tessera-coordinator: " << token.status().message() << "\n";
       return 2;
     }
+    options.join_token = *token;
   }
   options.registry.heartbeat_interval_ms = static_cast<uint32_t>(heartbeat_interval_ms);
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);

@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, options.join_token) || options.join_token.empty()) {
-      std::cerr << "tessera-worker: --join-token-file '" << token_file << "': cannot read a token from it\n";
+    auto token = ReadSecretFile("join-token-file", token_file);
+    if (!token.ok()) {
+      std::cerr << "tessera-worker: " << token.status().message() << "\n";
       return 2;
     }
+    options.join_token = *token;
   }
   if (options.join_token.empty()) {
     std::cerr << "tessera-worker: a join token is required (--join-token or --join-token-file)\n";
