@@ -65,6 +65,19 @@ std::vector<std::string> Split(const std::string& text) {
   return out;
 }
 
+// One benchmark rank's communicator: a long timeout (64 MiB over loaded loopback is slow).
+CommunicatorOptions BenchCommunicatorOptions(const std::string& backend, int rank, int size,
+                                             const BenchOptions& options) {
+  CommunicatorOptions comm;
+  comm.backend = backend;
+  comm.rank = rank;
+  comm.size = size;
+  comm.prefix = "bench";
+  comm.timeout_ms = 120000;
+  comm.verify_calls = options.verify_calls;
+  return comm;
+}
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Runs the size sweep on one rank; rank 0 prints a row per size.
@@ -149,14 +162,7 @@ int RunForked(const std::string& backend, int ranks, BenchOptions options,
       options.result_fd = rank == 0 ? pipe_fds[1] : -1;
       auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
       if (!store.ok()) ::_exit(2);
-      CommunicatorOptions comm_options;
-      comm_options.backend = backend;
-      comm_options.rank = rank;
-      comm_options.size = ranks;
-      comm_options.prefix = "bench";
-      comm_options.timeout_ms = 120000;
-      comm_options.verify_calls = options.verify_calls;
-      auto c = CreateCommunicator(comm_options, *store);
+      auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, ranks, options), *store);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
         ::_exit(3);
@@ -301,14 +307,8 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
     const int rank = std::atoi(world_rank);
     if (rank == 0) PrintHeader(options);
     for (const std::string& backend : options.backends) {
-      CommunicatorOptions comm_options;
-      comm_options.backend = backend;
-      comm_options.rank = rank;
-      comm_options.size = std::atoi(world_size);
-      comm_options.prefix = "bench";
-      comm_options.timeout_ms = 120000;
-      comm_options.verify_calls = options.verify_calls;
-      auto c = CreateCommunicator(comm_options, *store);
+      auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, std::atoi(world_size), options),
+                                  *store);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
         return 1;

@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <thread>
 
