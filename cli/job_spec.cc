@@ -22,7 +22,8 @@ constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
-    "max_round_attempts", "device", "fallback_device", "collective_backend", "model", "data", "train"};
+    "max_round_attempts", "device", "fallback_device", "collective_backend", "model", "data", "train", "server"};
+constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
                                                                "max_test_samples", "partition"};
@@ -31,7 +32,7 @@ constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "label
 constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
                                                                 "learning_rate", "momentum",     "weight_decay"};
 
-constexpr std::string_view kStrategies[] = {"fedavg"};
+constexpr std::string_view kStrategies[] = {"fedavg", "fedavgm"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kDatasets[] = {"fashion-mnist"};
@@ -415,6 +416,29 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   optimizer->set_learning_rate(learning_rate);
   optimizer->set_momentum(momentum);
   optimizer->set_weight_decay(weight_decay);
+
+  // [server]: the strategy's server-side optimiser (fedavgm).
+  ASSIGN_OR_RETURN(const toml::table* server, reader.Table(root, "", "server"));
+  if (server != nullptr) {
+    RETURN_IF_ERROR(reader.CheckKeys(*server, "server", kServerKeys));
+    if (spec.strategy() != "fedavgm") {
+      return reader.Error("server", "applies to strategy \"fedavgm\" only; strategy is \"" + spec.strategy() + "\"");
+    }
+  }
+  if (spec.strategy() == "fedavgm") {
+    if (server == nullptr) server = &empty;
+    double server_lr = 1.0, server_momentum = 0.9;
+    RETURN_IF_ERROR(reader.Number(*server, "server", "learning_rate", &server_lr));
+    if (!(server_lr > 0.0 && server_lr <= 1000.0)) {
+      return reader.Error("server.learning_rate", "must be in (0, 1000], got " + SpecReader::ToText(server_lr));
+    }
+    RETURN_IF_ERROR(reader.Number(*server, "server", "momentum", &server_momentum));
+    if (!(server_momentum >= 0.0 && server_momentum < 1.0)) {
+      return reader.Error("server.momentum", "must be in [0, 1), got " + SpecReader::ToText(server_momentum));
+    }
+    spec.mutable_server()->set_learning_rate(server_lr);
+    spec.mutable_server()->set_momentum(server_momentum);
+  }
   return spec;
 }
 
@@ -532,6 +556,11 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "learning_rate = " << TomlFloat(optimizer.learning_rate()) << "\n";
   out << "momentum = " << TomlFloat(optimizer.momentum()) << "\n";
   out << "weight_decay = " << TomlFloat(optimizer.weight_decay()) << "\n";
+  if (spec.strategy() == "fedavgm") {
+    out << "\n[server]\n";
+    out << "learning_rate = " << TomlFloat(spec.server().learning_rate()) << "\n";
+    out << "momentum = " << TomlFloat(spec.server().momentum()) << "\n";
+  }
   return out.str();
 }
 

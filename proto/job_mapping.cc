@@ -72,7 +72,20 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   }
   if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", std::to_string(o.momentum()));
   if (!(o.weight_decay() >= 0)) return bad("optimizer.weight_decay", "a non-negative number", std::to_string(o.weight_decay()));
-  if (!s.strategy().empty() && s.strategy() != "fedavg") return bad("strategy", "\"fedavg\"", "\"" + s.strategy() + "\"");
+  if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm") {
+    return bad("strategy", "\"fedavg\" or \"fedavgm\"", "\"" + s.strategy().substr(0, 64) + "\"");
+  }
+  const auto& server = s.server();
+  if (!(server.learning_rate() >= 0 && server.learning_rate() <= 1e3)) {
+    return bad("server.learning_rate", "a number in (0, 1000] (0: the default)", std::to_string(server.learning_rate()));
+  }
+  if (!(server.momentum() >= 0 && server.momentum() < 1)) {
+    return bad("server.momentum", "a value in [0, 1)", std::to_string(server.momentum()));
+  }
+  if (s.strategy() != "fedavgm" && (server.learning_rate() != 0 || server.momentum() != 0)) {
+    return bad("server", "no server options for strategy \"" + (s.strategy().empty() ? std::string("fedavg") : s.strategy()) +
+                             "\" (they apply to fedavgm)", "learning_rate or momentum set");
+  }
   const auto& m = s.model();
   if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", "\"" + m.name() + "\"");
   if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {

@@ -16,6 +16,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   if (options.join_token.empty()) {
     return InvalidArgumentError("the coordinator needs a join token (--join-token or --join-token-file)");
   }
+  options.runner.chunk_bytes = options.chunk_bytes;
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(c->options_.state_dir));
   c->services_.push_back(MakeWorkerService(c.get()));
@@ -69,6 +70,7 @@ void Coordinator::Shutdown() {
   }
   for (auto& [id, runner] : runners) runner->Stop();
   for (auto& [id, runner] : runners) runner->events().End();  // watches finish
+  rendezvous_.Shutdown();  // waiting StoreGets answer
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
@@ -95,6 +97,8 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Ended jobs are read from the store; their runners (and the memory they held) go.
+    std::erase_if(runners_, [](const auto& entry) { return entry.second->finished(); });
     runners_[job.id()] = runner;
   }
   runner->Start();

@@ -41,14 +41,15 @@ v1::Job JobRunner::Snapshot() const {
   return job_;
 }
 
-Result<std::shared_ptr<const TensorSet>> JobRunner::Model(uint64_t version) const {
+Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!global_) return UnavailableError("job " + job_.id() + ": the global model is not loaded yet");
+  if (finished_) return FailedPreconditionError("job " + job_.id() + " has ended; it serves no model");
+  if (!current_) return UnavailableError("job " + job_.id() + ": the global model is not loaded yet");
   if (version != job_.rounds_committed()) {
     return FailedPreconditionError("job " + job_.id() + ": model version " + std::to_string(version) +
                                    " is not current; the current version is " + std::to_string(job_.rounds_committed()));
   }
-  return global_;
+  return current_;
 }
 
 void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version) {
@@ -136,19 +137,24 @@ Status JobRunner::Prepare() {
   ASSIGN_OR_RETURN(device_, CreateDevice("cpu"));
   ASSIGN_OR_RETURN(evaluator_, CreateModel(wire::ToModelConfig(spec), device_.get()));
   TensorSet global;
+  TensorSet strategy_state;
   if (job.rounds_committed() == 0) {
     auto initial = store_->LoadCheckpoint(job.id(), 0);
     if (initial.ok()) {
-      global = std::move(initial).value();
+      global = SplitModelAndState(std::move(initial).value(), &strategy_state);
     } else {
       global = evaluator_->GetState();
       RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
     }
   } else {
-    ASSIGN_OR_RETURN(global, store_->LoadCheckpoint(job.id(), job.rounds_committed()));
+    ASSIGN_OR_RETURN(TensorSet checkpoint, store_->LoadCheckpoint(job.id(), job.rounds_committed()));
+    global = SplitModelAndState(std::move(checkpoint), &strategy_state);
     spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
   }
   RETURN_IF_ERROR(evaluator_->SetState(global).WithContext("job " + job.id() + " checkpoint"));
+  ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
+  RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
+                      .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
   const std::string dir = wire::DatasetDirectory(spec);
   auto test = LoadFashionMnist(dir, /*train=*/false);
   if (!test.ok()) return test.status().WithContext("job " + job.id() + ": loading the evaluation set");
@@ -159,7 +165,8 @@ Status JobRunner::Prepare() {
   int64_t bytes = 0;
   for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
   model_bytes_ = static_cast<uint64_t>(bytes);
-  global_ = std::make_shared<const TensorSet>(std::move(global));
+  current_ = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
+                                  options_.chunk_bytes);
   return Status::Ok();
 }
 
@@ -181,6 +188,17 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   spdlog::info("{}", message);
   Note(message);
   events_.End();
+  // An ended job keeps only its record (in the store): its model, evaluation data and device
+  // are released now, and the coordinator drops the runner.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_.reset();
+  }
+  evaluator_.reset();
+  device_.reset();
+  test_set_ = Dataset();
+  strategy_.reset();
+  finished_ = true;
 }
 
 void JobRunner::Run() {
@@ -314,11 +332,10 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   std::shared_ptr<const TensorSet> global;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    global = global_;
+    global = current_->shared_tensors();
   }
-  ASSIGN_OR_RETURN(auto aggregator, CreateAggregator(spec.strategy(), *global));
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
-                                      std::move(aggregator), spec.min_clients());
+                                      strategy_->BeginRound(*global), spec.min_clients());
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
@@ -386,6 +403,7 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
     v1::Task cancel;
     cancel.mutable_cancel()->set_job_id(job.id());
     cancel.mutable_cancel()->set_round(round);
+    cancel.mutable_cancel()->set_attempt(attempt);
     cancel.mutable_cancel()->set_reason("the round's deadline passed");
     registry_->Send(worker, std::move(cancel)).ok();
   }
@@ -398,7 +416,8 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   }
 
   // Aggregation (the streaming part already happened as updates arrived).
-  ASSIGN_OR_RETURN(TensorSet next, open->ApplyAggregate());
+  ASSIGN_OR_RETURN(StrategyStep step, open->Finish(*strategy_));
+  TensorSet& next = step.model;
   open->FillRecord(&record);
 
   // Evaluation.
@@ -416,18 +435,23 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   committed.set_rounds_committed(round);
   record.set_committed_unix_ms(UnixMillis());
   *committed.mutable_last_round() = record;
-  RETURN_IF_ERROR(store_->CommitRound(committed, record, next));
+  // The strategy's next state goes into the same checkpoint file as the model: both are
+  // of this round, or neither is.
+  RETURN_IF_ERROR(store_->CommitRound(committed, record, JoinModelAndState(next, step.state)));
+  strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));
   *committed.mutable_last_round() = record;
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
   }
+  // Encoded for download once, here, not by each download.
+  auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(next)), round, options_.chunk_bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_rounds_committed(round);
     *job_.mutable_last_round() = record;
-    global_ = std::make_shared<const TensorSet>(std::move(next));
+    current_ = std::move(encoded);
   }
   spdlog::info("job {}: round {} committed: accuracy {:.4f}, loss {:.4f}, {} of {} clients, {:.0f} ms", job.id(), round,
                accuracy, loss, record.clients_reported(), record.clients_selected(), record.latency().total_ms());

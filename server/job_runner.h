@@ -18,15 +18,18 @@
 #include "core/model/model.h"
 #include "device/device.h"
 #include "server/job_events.h"
+#include "server/model_version.h"
 #include "server/rendezvous_store.h"
 #include "server/round.h"
 #include "server/state_store.h"
+#include "server/strategy/strategy.h"
 #include "server/worker_registry.h"
 
 namespace tessera::server {
 
 struct JobRunnerOptions {
   std::chrono::milliseconds worker_wait_timeout{600000};  // fail a round attempt with too few workers after this
+  uint32_t chunk_bytes = 1u << 20;                         // model download chunk size
 };
 
 class JobRunner {
@@ -45,8 +48,11 @@ class JobRunner {
   JobEvents& events() { return events_; }
 
   // For the worker service.
-  // The global model of `version`, or an error when that version is not current.
-  Result<std::shared_ptr<const TensorSet>> Model(uint64_t version) const;
+  // The global model of `version`, encoded for download, or an error when that version is
+  // not current.
+  Result<std::shared_ptr<const ModelVersion>> Model(uint64_t version) const;
+  // The job has ended (succeeded, failed or cancelled) and released its memory.
+  bool finished() const { return finished_.load(); }
   void RecordDownload(const std::string& worker_id, uint64_t version);
   // Checks the header and the manifest before the tensors arrive.
   Status AdmitUpload(const v1::UpdateHeader& header) const;
@@ -84,16 +90,18 @@ class JobRunner {
 
   mutable std::mutex mu_;
   v1::Job job_;
-  std::shared_ptr<const TensorSet> global_;
+  std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
   std::map<std::string, uint32_t> seats_;  // client seat -> party
 
+  std::unique_ptr<Strategy> strategy_;  // only the job's thread uses it
   std::unique_ptr<Device> device_;
   std::unique_ptr<tessera::Model> evaluator_;
   Dataset test_set_;
   std::atomic<uint64_t> model_bytes_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};
+  std::atomic<bool> finished_{false};
   std::thread thread_;
 };
 

@@ -19,7 +19,7 @@ double Median(std::vector<double> values) {
 }  // namespace
 
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
-             std::shared_ptr<const TensorSet> global, std::unique_ptr<UpdateAggregator> aggregator,
+             std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
              uint32_t min_clients)
     : job_id_(std::move(job_id)),
       round_(round),
@@ -27,7 +27,7 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       model_version_(model_version),
       global_(std::move(global)),
       min_clients_(min_clients),
-      aggregator_(std::move(aggregator)) {}
+      aggregate_(std::move(aggregate)) {}
 
 void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
                            const std::string& cohort) {
@@ -120,7 +120,7 @@ Status Round::CheckManifest(const v1::UpdateHeader& h) const {
 void Round::Reject(const std::string& worker_id, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = participants_.find(worker_id);
-  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending) return;
+  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending || it->second.folding) return;
   it->second.outcome = Outcome::kRejected;
   it->second.report.set_outcome("rejected: " + why.message());
   --pending_;
@@ -132,26 +132,46 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   const std::string what = Describe(h.worker_id());
   Status valid = CheckSameLayout(*global_, delta, what);
   if (valid.ok()) valid = CheckFinite(delta, what);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& p = participants_[h.worker_id()];
+    if (closed_ || p.outcome != Outcome::kPending || p.folding) {
+      return FailedPreconditionError(what + ": the round closed, or the worker's update arrived twice, while it was checked");
+    }
+    p.report.set_samples(h.samples());
+    p.report.set_compute_ms(h.compute_ms());
+    p.report.set_download_ms(h.download_ms());
+    p.report.set_upload_ms(upload_ms);
+    p.report.set_train_loss(h.train_loss());
+    p.report.set_collective_backend(h.collective_backend());
+    if (!valid.ok()) {
+      p.outcome = Outcome::kRejected;  // never folded in
+      p.report.set_outcome("rejected: " + valid.message());
+      --pending_;
+      cv_.notify_all();
+      return valid;
+    }
+    p.folding = true;
+    ++folding_;
+  }
+  // Folded outside the round's lock: other uploads fold concurrently, and the runner's
+  // waits and liveness checks are not held up by an update's arithmetic.
+  const auto start = std::chrono::steady_clock::now();
+  ClientUpdate update;
+  update.client = h.worker_id();
+  update.samples = h.samples();
+  update.delta = &delta;
+  Status folded = aggregate_->Fold(update);
+  const double fold_ms = MillisSince(start, std::chrono::steady_clock::now());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = participants_[h.worker_id()];
-  if (closed_ || p.outcome != Outcome::kPending) {
-    return FailedPreconditionError(what + ": the round closed while the update was checked");
-  }
-  p.report.set_samples(h.samples());
-  p.report.set_compute_ms(h.compute_ms());
-  p.report.set_download_ms(h.download_ms());
-  p.report.set_upload_ms(upload_ms);
-  p.report.set_train_loss(h.train_loss());
-  p.report.set_collective_backend(h.collective_backend());
-  if (valid.ok()) {
-    const auto start = std::chrono::steady_clock::now();
-    valid = aggregator_->Add(delta, h.samples());
-    aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
-  }
+  p.folding = false;
+  --folding_;
+  aggregation_ms_ += fold_ms;
   --pending_;
-  if (!valid.ok()) {
-    p.outcome = Outcome::kRejected;  // never folded in
-    p.report.set_outcome("rejected: " + valid.message());
+  if (!folded.ok()) {
+    p.outcome = Outcome::kRejected;
+    p.report.set_outcome("rejected: " + folded.message());
   } else {
     p.outcome = Outcome::kAccepted;
     p.report.set_outcome("accepted");
@@ -160,13 +180,13 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = std::chrono::steady_clock::now();
   }
   cv_.notify_all();
-  return valid;
+  return folded.ok() ? folded : folded.WithContext(what);
 }
 
 Status Round::Fail(const v1::UpdateHeader& h) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = participants_.find(h.worker_id());
-  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending) {
+  if (closed_ || it == participants_.end() || it->second.outcome != Outcome::kPending || it->second.folding) {
     return FailedPreconditionError(Describe(h.worker_id()) + ": failure report for a round it is not pending in");
   }
   it->second.outcome = Outcome::kDropped;
@@ -188,8 +208,9 @@ bool Round::WaitAllReported(std::chrono::steady_clock::time_point until) {
 }
 
 std::vector<std::string> Round::Close(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
-  closed_ = true;
+  std::unique_lock<std::mutex> lock(mu_);
+  closed_ = true;  // no new fold starts
+  cv_.wait(lock, [&] { return folding_ == 0; });
   closed_at_ = std::chrono::steady_clock::now();
   std::vector<std::string> dropped;
   for (auto& [id, p] : participants_) {
@@ -208,12 +229,13 @@ size_t Round::accepted() const {
   return accepted_;
 }
 
-Result<TensorSet> Round::ApplyAggregate() const {
+Result<StrategyStep> Round::Finish(const Strategy& strategy) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!closed_) return InternalError("round " + std::to_string(round_) + ": finished before it was closed");
   const auto start = std::chrono::steady_clock::now();
-  auto next = aggregator_->Apply(*global_);
-  const_cast<Round*>(this)->aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
-  return next;
+  auto step = strategy.Finish(*global_, *aggregate_);
+  aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
+  return step;
 }
 
 double Round::aggregation_ms() const {

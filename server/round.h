@@ -2,7 +2,9 @@
 // running aggregate. The job runner opens it, the worker service feeds it updates, and the
 // runner closes it at its deadline or when every participant has reported.
 //
-// Thread-safe: uploads arrive on gRPC threads while the runner waits.
+// Thread-safe: uploads arrive on gRPC threads while the runner waits. An accepted update is
+// folded into the strategy's aggregate outside the round's lock, so uploads of different
+// clients fold concurrently; Close() waits for the folds in flight.
 #pragma once
 
 #include <chrono>
@@ -17,7 +19,7 @@
 
 #include "base/status.h"
 #include "core/tensor.h"
-#include "server/update_aggregator.h"
+#include "server/strategy/strategy.h"
 #include "tessera/v1/job.pb.h"
 #include "tessera/v1/worker_service.pb.h"
 
@@ -34,10 +36,11 @@ class Round {
     Outcome outcome = Outcome::kPending;
     v1::WorkerRoundReport report;
     std::chrono::steady_clock::time_point download_done{};
+    bool folding = false;  // its update is being folded, outside the lock
   };
 
   Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
-        std::shared_ptr<const TensorSet> global, std::unique_ptr<UpdateAggregator> aggregator,
+        std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
         uint32_t min_clients);
 
   const std::string& job_id() const { return job_id_; }
@@ -80,7 +83,9 @@ class Round {
   size_t accepted() const;
   // Fills the record's per-worker reports and latency phases from what was measured.
   void FillRecord(v1::RoundRecord* record) const;
-  Result<TensorSet> ApplyAggregate() const;
+  // The next model and the strategy's next state, from the folded updates (timed as
+  // aggregation). Only after Close().
+  Result<StrategyStep> Finish(const Strategy& strategy);
   double aggregation_ms() const;
 
  private:
@@ -95,7 +100,8 @@ class Round {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unique_ptr<UpdateAggregator> aggregator_;
+  std::unique_ptr<RoundAggregate> aggregate_;
+  size_t folding_ = 0;  // updates being folded now
   std::map<std::string, Participant> participants_;
   bool closed_ = false;
   size_t pending_ = 0;
@@ -111,7 +117,7 @@ template <typename AliveFn>
 size_t Round::DropLost(AliveFn&& alive) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [id, p] : participants_) {
-    if (p.outcome != Outcome::kPending) continue;
+    if (p.outcome != Outcome::kPending || p.folding) continue;  // a folding update has arrived
     for (const auto& [worker, generation] : p.members) {
       if (alive(worker, generation)) continue;
       p.outcome = Outcome::kDropped;

@@ -145,10 +145,195 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
   std::shared_ptr<TaskChannel> channel_;  // null when the channel was refused
 };
 
-// OpenTaskChannel and WatchJob hold no thread while they wait: they use the callback API,
-// the other methods the synchronous one.
+// One model download, written from the version's pre-built messages: the manifest, then
+// every chunk, each write started when the previous one completes. No thread waits on a
+// slow worker, and no download hashes or copies the model again.
+class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMessage> {
+ public:
+  DownloadReactor(Coordinator* c, const v1::DownloadModelRequest& request) : worker_id_(request.worker_id()) {
+    if (Status s = c->registry().Authenticate(request.worker_id(), request.session()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    runner_ = c->Runner(request.job_id());
+    if (!runner_) {
+      Finish(ToGrpc(NotFoundError("job '" + request.job_id().substr(0, 64) + "' is not running on this coordinator")));
+      return;
+    }
+    auto model = runner_->Model(request.model_version());
+    if (!model.ok()) {
+      Finish(ToGrpc(model.status()));
+      return;
+    }
+    model_ = std::move(model).value();
+    auto plan = model_->PlanDownload(request.resume_offset());
+    if (!plan.ok()) {
+      Finish(ToGrpc(plan.status()));
+      return;
+    }
+    plan_ = std::move(plan).value();
+    next_ = plan_.first_chunk;
+    StartWrite(&model_->manifest_message());
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(ToGrpc(CancelledError("the worker went away mid-download")));
+      return;
+    }
+    if (plan_.first_partial) {
+      partial_ = std::move(plan_.first_partial);
+      StartWrite(partial_.get());
+      return;
+    }
+    if (next_ < model_->chunks().size()) {
+      StartWrite(&model_->chunks()[next_++]);
+      return;
+    }
+    runner_->RecordDownload(worker_id_, model_->version());
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const std::string worker_id_;
+  std::shared_ptr<JobRunner> runner_;
+  std::shared_ptr<const ModelVersion> model_;  // kept alive until the download ends
+  ModelVersion::Plan plan_;
+  std::unique_ptr<v1::ModelChunkMessage> partial_;  // the resumed first chunk, while it is written
+  size_t next_ = 0;
+};
+
+// One upload, read with the callback API: each chunk is checked and placed as it arrives, on
+// whichever thread completed the read; no thread waits for a slow worker's next chunk. The
+// header is checked before any tensor bytes are taken; the verdict goes back in the reply
+// and down the worker's task channel.
+class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessage> {
+ public:
+  UploadReactor(Coordinator* c, v1::UploadResult* result)
+      : c_(c), result_(result), start_(std::chrono::steady_clock::now()) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!have_header_) {
+      if (!ok || !message_.has_header()) {
+        Finish(ToGrpc(InvalidArgumentError("an upload must start with its header")));
+        return;
+      }
+      have_header_ = true;
+      header_ = std::move(*message_.mutable_header());
+      if (!Admit()) return;
+      StartRead(&message_);
+      return;
+    }
+    if (!ok) {  // the worker has sent everything
+      Complete();
+      return;
+    }
+    Status added = message_.has_chunk()
+                       ? assembler_->Add(message_.chunk())
+                       : InvalidArgumentError(what_ + ": expected tensor chunks after the header");
+    if (!added.ok()) {
+      runner_->RejectUpload(header_, added);
+      Refuse(added);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // Checks the header; false when the upload has been answered already.
+  bool Admit() {
+    if (Status s = c_->registry().Authenticate(header_.worker_id(), header_.session()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return false;
+    }
+    runner_ = c_->Runner(header_.job_id());
+    if (!runner_) {
+      Refuse(NotFoundError("job '" + header_.job_id().substr(0, 64) + "' is not running on this coordinator"));
+      return false;
+    }
+    // Refuse early, before reading the tensors, when the header alone disqualifies it.
+    if (Status admitted = runner_->AdmitUpload(header_); !admitted.ok()) {
+      if (admitted.code() == StatusCode::kInvalidArgument) {
+        runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
+      } else {
+        spdlog::warn("refused {}", admitted.message());
+        c_->registry().RecordRound(header_.worker_id(), false);
+      }
+      Refuse(admitted);
+      return false;
+    }
+    if (!header_.failure().empty()) {
+      Status noted = runner_->ReportFailure(header_);
+      result_->set_accepted(noted.ok());
+      result_->set_reason(noted.ok() ? "failure noted" : noted.message());
+      Finish(grpc::Status::OK);
+      return false;
+    }
+    what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
+            std::to_string(header_.round());
+    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
+    if (Status started = assembler_->Start(header_.manifest()); !started.ok()) {
+      runner_->RejectUpload(header_, started);
+      Refuse(started);
+      return false;
+    }
+    return true;
+  }
+
+  void Complete() {
+    Result<TensorSet> delta = assembler_->Finish();
+    const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (!delta.ok()) {
+      runner_->RejectUpload(header_, delta.status());
+      Refuse(delta.status());
+      return;
+    }
+    Status verdict = runner_->SubmitUpdate(header_, *delta, upload_ms);
+    if (!verdict.ok()) {
+      Refuse(verdict);
+      return;
+    }
+    result_->set_accepted(true);
+    Finish(grpc::Status::OK);
+  }
+
+  // The update is refused: the reply says why, and so does the worker's task channel.
+  void Refuse(const Status& why) {
+    result_->set_accepted(false);
+    result_->set_reason(why.message());
+    v1::Task verdict;
+    verdict.mutable_verdict()->set_job_id(header_.job_id());
+    verdict.mutable_verdict()->set_round(header_.round());
+    verdict.mutable_verdict()->set_attempt(header_.attempt());
+    verdict.mutable_verdict()->set_accepted(false);
+    verdict.mutable_verdict()->set_reason(why.message());
+    c_->registry().Send(header_.worker_id(), std::move(verdict)).ok();
+    Finish(grpc::Status::OK);
+  }
+
+  Coordinator* const c_;
+  v1::UploadResult* const result_;
+  const std::chrono::steady_clock::time_point start_;
+  v1::UpdateChunkMessage message_;
+  bool have_header_ = false;
+  v1::UpdateHeader header_;
+  std::shared_ptr<JobRunner> runner_;
+  std::string what_;
+  std::unique_ptr<wire::TensorAssembler> assembler_;
+};
+
+// OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
+// (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one.
 class WorkerServiceImpl final
-    : public v1::WorkerService::WithCallbackMethod_OpenTaskChannel<v1::WorkerService::Service> {
+    : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_OpenTaskChannel<
+          v1::WorkerService::WithCallbackMethod_DownloadModel<v1::WorkerService::WithCallbackMethod_UploadUpdate<
+              v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
@@ -165,8 +350,13 @@ class WorkerServiceImpl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request, v1::HeartbeatResponse*) override {
-    return ToGrpc(c_->registry().Heartbeat(request->worker_id(), request->session(), request->state()));
+  // Answered inline on gRPC's own thread (callback API): a heartbeat is a few hundred
+  // nanoseconds of work under the registry's lock, not worth a hand-off to a server thread.
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpc(c_->registry().Heartbeat(request->worker_id(), request->session(), request->state())));
+    return reactor;
   }
 
   grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext*,
@@ -174,30 +364,8 @@ class WorkerServiceImpl final
     return new TaskChannelReactor(c_->registry(), *request);
   }
 
-  grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* request,
-                             grpc::ServerWriter<v1::ModelChunkMessage>* writer) override {
-    if (Status s = c_->registry().Authenticate(request->worker_id(), request->session()); !s.ok()) return ToGrpc(s);
-    auto runner = c_->Runner(request->job_id());
-    if (!runner) return ToGrpc(NotFoundError("job '" + request->job_id() + "' is not running on this coordinator"));
-    auto model = runner->Model(request->model_version());
-    if (!model.ok()) return ToGrpc(model.status());
-    const TensorSet& tensors = **model;
-    const uint32_t chunk_bytes = c_->options().chunk_bytes;
-    v1::ModelChunkMessage message;
-    *message.mutable_manifest() = wire::BuildManifest(tensors, chunk_bytes);
-    message.set_model_version(request->model_version());
-    message.set_model_sha256(TensorSetSha256(tensors));
-    if (!writer->Write(message)) return ToGrpc(CancelledError("the worker went away"));
-    Status sent = wire::ForEachChunk(tensors, chunk_bytes, request->resume_offset(), [&](const v1::TensorChunk& chunk) {
-      v1::ModelChunkMessage m;
-      *m.mutable_chunk() = chunk;
-      if (ctx->IsCancelled() || !writer->Write(m)) return CancelledError("the worker went away mid-download");
-      return Status::Ok();
-    });
-    if (!sent.ok()) return ToGrpc(sent);
-    runner->RecordDownload(request->worker_id(), request->model_version());
-    return grpc::Status::OK;
-  }
+  grpc::ServerWriteReactor<v1::ModelChunkMessage>* DownloadModel(grpc::CallbackServerContext*,
+                                                                const v1::DownloadModelRequest* request) override;
 
   // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
   Status CheckStoreAccess(const v1::StoreRequest& request) {
@@ -223,86 +391,51 @@ class WorkerServiceImpl final
     return grpc::Status::OK;
   }
 
-  grpc::Status StoreGet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  // Waits for the key without holding a thread: the reply is sent by whoever sets the key,
+  // or by the store's timer at the deadline.
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreRequest* request,
+                                     v1::StoreResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (Status s = CheckStoreAccess(*request); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
     const auto wait = std::chrono::milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
-    auto value = c_->rendezvous().Get(request->key(), wait);
-    if (!value.ok()) return ToGrpc(value.status());
-    response->set_value(*value);
-    return grpc::Status::OK;
+    c_->rendezvous().GetAsync(request->key(), wait, [reactor, response](Result<std::string> value) {
+      if (!value.ok()) {
+        reactor->Finish(ToGrpc(value.status()));
+        return;
+      }
+      response->set_value(std::move(value).value());
+      reactor->Finish(grpc::Status::OK);
+    });
+    return reactor;
   }
 
   grpc::Status StoreAdd(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
     if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
-    response->set_counter(c_->rendezvous().Add(request->key(), request->delta()));
+    auto counter = c_->rendezvous().Add(request->key(), request->delta());
+    if (!counter.ok()) return ToGrpc(counter.status());
+    response->set_counter(*counter);
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
-                            v1::UploadResult* result) override {
-    const auto start = std::chrono::steady_clock::now();
-    v1::UpdateChunkMessage message;
-    if (!reader->Read(&message) || !message.has_header()) {
-      return ToGrpc(InvalidArgumentError("an upload must start with its header"));
-    }
-    const v1::UpdateHeader header = message.header();
-    if (Status s = c_->registry().Authenticate(header.worker_id(), header.session()); !s.ok()) return ToGrpc(s);
-    auto runner = c_->Runner(header.job_id());
-    auto refuse = [&](const Status& why) {
-      result->set_accepted(false);
-      result->set_reason(why.message());
-      v1::Task verdict;
-      verdict.mutable_verdict()->set_job_id(header.job_id());
-      verdict.mutable_verdict()->set_round(header.round());
-      verdict.mutable_verdict()->set_accepted(false);
-      verdict.mutable_verdict()->set_reason(why.message());
-      c_->registry().Send(header.worker_id(), std::move(verdict)).ok();
-      return grpc::Status::OK;
-    };
-    if (!runner) return refuse(NotFoundError("job '" + header.job_id() + "' is not running on this coordinator"));
-    // Refuse early, before reading the tensors, when the header alone disqualifies it.
-    if (Status admitted = runner->AdmitUpload(header); !admitted.ok()) {
-      if (admitted.code() == StatusCode::kInvalidArgument) {
-        runner->RejectUpload(header, admitted);  // a selected worker's malformed update
-      } else {
-        spdlog::warn("refused {}", admitted.message());
-        c_->registry().RecordRound(header.worker_id(), false);
-      }
-      return refuse(admitted);
-    }
-    if (!header.failure().empty()) {
-      Status noted = runner->ReportFailure(header);
-      result->set_accepted(noted.ok());
-      result->set_reason(noted.ok() ? "failure noted" : noted.message());
-      return grpc::Status::OK;
-    }
-    const std::string what = "update from worker '" + header.worker_id() + "' for job " + header.job_id() + " round " +
-                             std::to_string(header.round());
-    wire::TensorAssembler assembler(what, runner->model_bytes());
-    Status assembled = assembler.Start(header.manifest());
-    while (assembled.ok() && reader->Read(&message)) {
-      if (!message.has_chunk()) {
-        assembled = InvalidArgumentError(what + ": expected tensor chunks after the header");
-        break;
-      }
-      assembled = assembler.Add(message.chunk());
-    }
-    Result<TensorSet> delta = assembled.ok() ? assembler.Finish() : Result<TensorSet>(assembled);
-    const double upload_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!delta.ok()) {
-      runner->RejectUpload(header, delta.status());
-      return refuse(delta.status());
-    }
-    Status verdict = runner->SubmitUpdate(header, *delta, upload_ms);
-    if (!verdict.ok()) return refuse(verdict);
-    result->set_accepted(true);
-    return grpc::Status::OK;
-  }
+  grpc::ServerReadReactor<v1::UpdateChunkMessage>* UploadUpdate(grpc::CallbackServerContext*,
+                                                               v1::UploadResult* result) override;
 
  private:
   Coordinator* c_;
 };
+
+grpc::ServerWriteReactor<v1::ModelChunkMessage>* WorkerServiceImpl::DownloadModel(
+    grpc::CallbackServerContext*, const v1::DownloadModelRequest* request) {
+  return new DownloadReactor(c_, *request);
+}
+
+grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext*,
+                                                                                 v1::UploadResult* result) {
+  return new UploadReactor(c_, result);
+}
 
 // One `tessera watch`: the committed rounds, then the job's live events until it ends.
 class JobWatch final {

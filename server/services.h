@@ -2,10 +2,13 @@
 // (what the `tessera` command line calls). Both are thin: they authenticate, translate
 // messages, and hand the work to the Coordinator and its job runners.
 //
-// The two long-lived server streams, WorkerService.OpenTaskChannel and JobService.WatchJob,
-// use gRPC's callback API: an open stream holds no thread, and is written by the thread that
-// queues a task (WorkerRegistry::Send) or publishes an event (JobEvents::Publish). The other
-// methods are synchronous and short.
+// The long-lived server streams, WorkerService.OpenTaskChannel and JobService.WatchJob, the
+// model downloads and update uploads, the rendezvous StoreGet and the heartbeat use gRPC's
+// callback API: an open stream holds no thread, and is written by the thread that queues a
+// task (WorkerRegistry::Send), publishes an event (JobEvents::Publish) or completed the
+// previous read or write. A download sends the messages its ModelVersion encoded once; an
+// upload is assembled chunk by chunk as reads complete. The other methods are synchronous
+// and short.
 #pragma once
 
 #include <memory>

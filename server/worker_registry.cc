@@ -105,12 +105,19 @@ Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::str
 }
 
 Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& session, const std::string& state) {
-  RETURN_IF_ERROR(Authenticate(worker_id, session));
-  std::lock_guard<std::mutex> lock(mu_);
-  Worker& w = workers_[worker_id];
+  std::lock_guard<std::mutex> lock(mu_);  // once: authenticate and record under one lock
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.generation == 0) {
+    return UnauthenticatedError("worker '" + worker_id.substr(0, 128) +
+                                "' is not joined (the coordinator may have restarted); join again");
+  }
+  Worker& w = it->second;
+  if (w.session.empty() || w.session != session) {
+    return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
+  }
   w.last_heard = std::chrono::steady_clock::now();
   w.last_heard_unix_ms = UnixMillis();
-  if (!state.empty()) w.status.set_state(state);
+  if (!state.empty() && state != w.status.state()) w.status.set_state(state.substr(0, 32));
   return Status::Ok();
 }
 
@@ -168,6 +175,7 @@ Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t genera
     Worker& w = it->second;
     previous = std::exchange(w.sink, sink);
     w.channel_open = true;
+    w.channel_lost = false;  // a channel reopened in the same session
     w.last_heard = std::chrono::steady_clock::now();
     w.status.set_state("idle");
     queued = !w.outbox.empty();
@@ -182,6 +190,9 @@ void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generat
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
   if (it != workers_.end() && it->second.generation == generation) {
+    // A channel of this session that another one already replaced: its late close must not
+    // mark the worker lost.
+    if (sink != nullptr && it->second.sink.get() != sink) return;
     it->second.channel_open = false;
     it->second.channel_lost = true;
     it->second.status.set_state("disconnected");

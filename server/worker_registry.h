@@ -76,8 +76,9 @@ class WorkerRegistry {
   // stale, UNAVAILABLE after Shutdown(). Tasks already queued are announced to `sink`.
   Status OpenChannel(const std::string& worker_id, uint64_t generation, std::shared_ptr<TaskChannelSink> sink);
   // The channel of `generation` is gone (the worker went away or the stream ended): the
-  // worker counts as lost until it joins again, and `sink` is detached if it is the one
-  // attached. Idempotent; a stale generation changes nothing.
+  // worker counts as lost until it joins again or reopens its channel, and `sink` is
+  // detached if it is the one attached. Idempotent; a stale generation, or a `sink` that a
+  // newer channel of the same session already replaced, changes nothing.
   void CloseChannel(const std::string& worker_id, uint64_t generation, const TaskChannelSink* sink = nullptr);
   // The next queued task for the channel of `generation`, or nullopt. *closed is set (and
   // nullopt returned) once that generation is superseded or the registry has shut down.

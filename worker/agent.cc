@@ -148,10 +148,11 @@ Status WorkerAgent::RunSession() {
     if (task.has_train()) {
       tasks_.push_back(task.train());
     } else if (task.has_cancel()) {
-      cancelled_job_ = task.cancel().job_id();
-      cancelled_round_ = task.cancel().round();
-      spdlog::info("round {} of job {} cancelled: {}", task.cancel().round(), task.cancel().job_id(),
-                   task.cancel().reason());
+      const v1::CancelTask& cancel = task.cancel();
+      cancelled_.push_back({cancel.job_id(), cancel.round(), cancel.attempt()});
+      while (cancelled_.size() > 16) cancelled_.pop_front();
+      spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(), cancel.job_id(),
+                   cancel.reason());
     } else if (task.has_verdict() && !task.verdict().accepted()) {
       spdlog::warn("update for job {} round {} refused: {}", task.verdict().job_id(), task.verdict().round(),
                    task.verdict().reason());
@@ -175,6 +176,11 @@ void WorkerAgent::TrainerLoop() {
       tasks_.pop_front();
       // Only the newest task of a job matters; older ones were superseded.
       if (std::any_of(tasks_.begin(), tasks_.end(), [&](const auto& t) { return t.job_id() == task.job_id(); })) {
+        continue;
+      }
+      if (IsCancelledLocked(task.job_id(), task.round(), task.attempt())) {
+        spdlog::info("job {} round {} attempt {}: cancelled before it started", task.job_id(), task.round(),
+                     task.attempt());
         continue;
       }
       state_ = "training";
@@ -218,6 +224,12 @@ void WorkerAgent::TrainerLoop() {
   }
 }
 
+bool WorkerAgent::IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const {
+  return std::any_of(cancelled_.begin(), cancelled_.end(), [&](const CancelledTask& c) {
+    return c.job == job && c.round == round && (c.attempt == 0 || c.attempt == attempt);
+  });
+}
+
 void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
   v1::UpdateHeader header;
   {
@@ -234,43 +246,57 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
-Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingData(const v1::JobSpec& spec) {
+Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::TrainTask& task) {
+  const v1::JobSpec& spec = task.spec();
   const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
   if (local && options_.data_dir.empty()) {
     return FailedPreconditionError("the job trains on each worker's own files, but this worker has no --data-dir");
   }
   const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
-  const std::string key = dir + "#" + std::to_string(spec.data().max_train_samples());
+  const std::string key = dir + "#" + std::to_string(spec.data().max_train_samples()) +
+                          (local ? std::string() : "#" + task.job_id() + "#" + std::to_string(task.party_index()));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = datasets_.find(key); it != datasets_.end()) return it->second;
+    if (share_ && share_key_ == key) return share_;
   }
-  ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
-  if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
-  auto shared = std::make_shared<const Dataset>(std::move(data));
+  std::shared_ptr<const Dataset> share;
+  if (local) {
+    // The worker's own files are all its share.
+    ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
+    if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else {
+    // The partition needs every label but only this party's images: the worker keeps its
+    // share of the training set, not the whole of it.
+    ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, /*train=*/true));
+    std::vector<int64_t> rows;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto it = partitions_.find(task.job_id());
+      if (it == partitions_.end()) {
+        lock.unlock();
+        ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(paths.labels));
+        const uint32_t max = spec.data().max_train_samples();
+        if (max > 0 && max < labels.size()) labels.resize(max);
+        ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(spec));
+        ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, 10, config));
+        lock.lock();
+        partitions_.clear();  // one job's partition at a time
+        it = partitions_.emplace(task.job_id(), std::move(parts)).first;
+      }
+      if (task.party_index() >= it->second.size()) {
+        return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
+                                    std::to_string(it->second.size()) + " parties");
+      }
+      rows = it->second[task.party_index()];
+    }
+    ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+    share = std::make_shared<const Dataset>(std::move(data));
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  datasets_[key] = shared;
-  return shared;
-}
-
-Result<std::vector<int64_t>> WorkerAgent::Share(const v1::TrainTask& task, const Dataset& data) {
-  if (task.spec().data().partition().kind() == v1::PARTITION_LOCAL_FILES) {
-    std::vector<int64_t> all(static_cast<size_t>(data.count));
-    for (int64_t i = 0; i < data.count; ++i) all[static_cast<size_t>(i)] = i;
-    return all;
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = partitions_.find(task.job_id());
-  if (it == partitions_.end()) {
-    ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(task.spec()));
-    ASSIGN_OR_RETURN(auto parts, PartitionIndices(data.labels, data.num_classes, config));
-    it = partitions_.emplace(task.job_id(), std::move(parts)).first;
-  }
-  if (task.party_index() >= it->second.size()) {
-    return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
-                                std::to_string(it->second.size()) + " parties");
-  }
-  return it->second[task.party_index()];
+  share_ = share;  // the previous share (another job or party) is released
+  share_key_ = key;
+  return share;
 }
 
 Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta,
@@ -292,22 +318,24 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   ASSIGN_OR_RETURN(TensorSet global, client_->DownloadModel(request));
   const double download_ms = MillisSince(download_start);
 
-  // Train on this worker's share.
-  ASSIGN_OR_RETURN(auto data, TrainingData(task.spec()));
-  ASSIGN_OR_RETURN(auto indices, Share(task, *data));
+  // Train on this worker's share (the whole of the dataset it holds).
+  ASSIGN_OR_RETURN(auto data, TrainingShare(task));
+  std::vector<int64_t> indices(static_cast<size_t>(data->count));
+  for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
   TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
   const std::string job = task.job_id();
   const uint32_t round = task.round();
+  const uint32_t attempt = task.attempt();
   const int64_t deadline = task.deadline_unix_ms();
-  options.should_stop = [&, job, round, deadline] {
+  options.should_stop = [&, job, round, attempt, deadline] {
     if (stop_) return true;
     const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
     if (deadline > 0 && now > deadline) return true;
     std::lock_guard<std::mutex> lock(mu_);
-    return cancelled_job_ == job && cancelled_round_ == round;
+    return IsCancelledLocked(job, round, attempt);
   };
   // A site cohort trains as one client: each member takes its slice of every batch and the
   // gradients are averaged across the cohort at each step.

@@ -64,8 +64,10 @@ class WorkerAgent {
   Status Upload(const v1::UpdateHeader& header, const TensorSet& delta);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Status& why);
-  Result<std::shared_ptr<const Dataset>> TrainingData(const v1::JobSpec& spec);
-  Result<std::vector<int64_t>> Share(const v1::TrainTask& task, const Dataset& data);
+  // The samples this worker trains on for `task`: its party's share of the job's partition
+  // (only those images are loaded), or its own files. The last share is kept for the next
+  // round; another job's or party's replaces it.
+  Result<std::shared_ptr<const Dataset>> TrainingShare(const v1::TrainTask& task);
   void SleepFor(uint32_t ms);
 
   WorkerOptions options_;
@@ -79,12 +81,20 @@ class WorkerAgent {
   std::string worker_id_;
   std::string session_;
   std::deque<v1::TrainTask> tasks_;
-  std::string cancelled_job_;        // a cancel for the running task's job and round
-  uint32_t cancelled_round_ = 0;
+  // Recent cancels, newest last (a few; a cancel only matters to the task it names).
+  // Attempt 0 (from a coordinator that does not send it) cancels every attempt of the round.
+  struct CancelledTask {
+    std::string job;
+    uint32_t round = 0;
+    uint32_t attempt = 0;
+  };
+  std::deque<CancelledTask> cancelled_;
+  bool IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const;
   std::string state_ = "idle";
 
-  std::map<std::string, std::shared_ptr<const Dataset>> datasets_;           // by directory
-  std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // by job id
+  std::shared_ptr<const Dataset> share_;                                     // the last share loaded
+  std::string share_key_;                                                    // what it is the share of
+  std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // the current job's, by job id
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   std::thread trainer_;

@@ -205,35 +205,57 @@ Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
   return bytes;
 }
 
-Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
+namespace {
+
+// Reads and cross-checks an image/label file pair; the labels must be in [0, num_classes).
+Status ReadCheckedPair(const std::string& images_path, const std::string& labels_path, int num_classes,
+                       IdxImages* images, std::vector<uint8_t>* labels) {
   if (num_classes < 1 || num_classes > 256) {
     return InvalidArgumentError("num_classes must be in [1, 256], got " + std::to_string(num_classes));
   }
-  ASSIGN_OR_RETURN(IdxImages images, ReadIdxImages(images_path));
-  ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
-  if (static_cast<int64_t>(labels.size()) != images.count) {
+  ASSIGN_OR_RETURN(*images, ReadIdxImages(images_path));
+  ASSIGN_OR_RETURN(*labels, ReadIdxLabels(labels_path));
+  if (static_cast<int64_t>(labels->size()) != images->count) {
     return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " +
-                                std::to_string(images.count) + " images but " + labels_path + " holds " +
-                                std::to_string(labels.size()) + " labels");
+                                std::to_string(images->count) + " images but " + labels_path + " holds " +
+                                std::to_string(labels->size()) + " labels");
   }
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= num_classes) {
-      return InvalidArgumentError(labels_path + ": label " + std::to_string(labels[i]) + " at index " +
+  for (size_t i = 0; i < labels->size(); ++i) {
+    if ((*labels)[i] >= num_classes) {
+      return InvalidArgumentError(labels_path + ": label " + std::to_string((*labels)[i]) + " at index " +
                                   std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
     }
   }
+  return Status::Ok();
+}
 
+std::array<float, 256> PixelLookup() {
   std::array<float, 256> lookup;
   for (int x = 0; x < 256; ++x) {
     lookup[x] = (static_cast<float>(x) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
   }
+  return lookup;
+}
+
+Dataset EmptyLike(const std::string& images_path, const IdxImages& images, int num_classes) {
   Dataset dataset;
   dataset.source = BaseName(images_path);
-  dataset.count = images.count;
   dataset.channels = 1;
   dataset.rows = images.rows;
   dataset.cols = images.cols;
   dataset.num_classes = num_classes;
+  return dataset;
+}
+
+}  // namespace
+
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
+  IdxImages images;
+  std::vector<uint8_t> labels;
+  RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
+  const auto lookup = PixelLookup();
+  Dataset dataset = EmptyLike(images_path, images, num_classes);
+  dataset.count = images.count;
   dataset.images.resize(images.pixels.size());
   const uint8_t* in = images.pixels.data();
   float* out = dataset.images.data();
@@ -242,25 +264,52 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   return dataset;
 }
 
-Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
+                                const std::vector<int64_t>& rows, int num_classes) {
+  IdxImages images;
+  std::vector<uint8_t> labels;
+  RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
+  const auto lookup = PixelLookup();
+  Dataset dataset = EmptyLike(images_path, images, num_classes);
+  const size_t sample = static_cast<size_t>(images.rows) * static_cast<size_t>(images.cols);
+  dataset.count = static_cast<int64_t>(rows.size());
+  dataset.images.resize(rows.size() * sample);
+  dataset.labels.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t row = rows[i];
+    if (row < 0 || row >= images.count) {
+      return OutOfRangeError(images_path + ": row " + std::to_string(row) + " at position " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(images.count) + ")");
+    }
+    const uint8_t* in = images.pixels.data() + static_cast<size_t>(row) * sample;
+    float* out = dataset.images.data() + i * sample;
+    for (size_t j = 0; j < sample; ++j) out[j] = lookup[in[j]];
+    dataset.labels[i] = labels[static_cast<size_t>(row)];
+  }
+  return dataset;
+}
+
+Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train) {
   const std::filesystem::path base = std::filesystem::path(dir.empty() ? std::string(kDefaultFashionMnistDir) : dir);
   const std::string prefix = train ? "train" : "t10k";
   const std::string images_name = prefix + "-images-idx3-ubyte";
   const std::string labels_name = prefix + "-labels-idx1-ubyte";
   std::vector<std::string> tried;
   for (const char* suffix : {".gz", ""}) {
-    std::string images_path = (base / (images_name + suffix)).string();
-    std::string labels_path = (base / (labels_name + suffix)).string();
+    IdxPairPaths paths{(base / (images_name + suffix)).string(), (base / (labels_name + suffix)).string()};
     std::error_code ec;
-    if (std::filesystem::exists(images_path, ec) && std::filesystem::exists(labels_path, ec)) {
-      return LoadIdxPair(images_path, labels_path, 10);
-    }
-    tried.push_back(images_path + " + " + labels_name + suffix);
+    if (std::filesystem::exists(paths.images, ec) && std::filesystem::exists(paths.labels, ec)) return paths;
+    tried.push_back(paths.images + " + " + labels_name + suffix);
   }
   std::string message = std::string("Fashion-MNIST ") + (train ? "training" : "test") + " split not found in " +
                         base.string() + ": tried ";
   for (size_t i = 0; i < tried.size(); ++i) message += (i ? "; " : "") + tried[i];
   return NotFoundError(std::move(message));
+}
+
+Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+  ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, train));
+  return LoadIdxPair(paths.images, paths.labels, 10);
 }
 
 Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices) {

@@ -64,6 +64,21 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
 // split takes well under a second.
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train);
 
+// The image and label files of Fashion-MNIST's training or test split in `dir` (empty: the
+// default directory), by the names LoadFashionMnist looks for; kNotFound lists what it tried.
+struct IdxPairPaths {
+  std::string images;
+  std::string labels;
+};
+Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train);
+
+// Loads only the samples at `rows` (in that order; they may repeat) of an image/label file
+// pair, normalised as LoadIdxPair does, with the same checks. The whole file is read, but only
+// the chosen rows are kept as floats: a worker holds its share, not the whole training set.
+// kOutOfRange names the first row outside the files.
+Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
+                                const std::vector<int64_t>& rows, int num_classes = 10);
+
 // The samples at `indices`, in that order (indices may repeat). kOutOfRange names the first
 // index outside [0, dataset.count).
 Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices);

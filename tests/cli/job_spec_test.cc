@@ -1,4 +1,5 @@
 #include "cli/job_spec.h"
+#include "proto/job_mapping.h"
 
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
@@ -134,7 +135,8 @@ weight_decay = 1e-4
 }
 
 TEST(JobSpecTest, EveryExampleParses) {
-  for (const char* name : {"fmnist-fedavg.toml", "niid-bench-iid.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "niid-bench-iid.toml", "niid-bench-dirichlet.toml",
+                           "smoke.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -178,7 +180,7 @@ TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {
 }
 
 TEST(JobSpecTest, TomlRoundTrips) {
-  for (const char* name : {"fmnist-fedavg.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -275,6 +277,37 @@ TEST(JobSpecTest, UnknownNamesListTheKnownOnes) {
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"simplecnn\"\nhidden = [3]\n[data.partition]\nparties = 2\n",
               {"job.toml:5:", "'model.hidden'", "\"mlp\" only"});
   ExpectError(std::string(kMinimal) + "[data]\ndataset = \"cifar10\"\n", {"'data.dataset'", "\"fashion-mnist\""});
+}
+
+TEST(JobSpecTest, ServerOptionsBelongToFedAvgM) {
+  Result<v1::JobSpec> fedavgm = ParseJobSpecString(std::string("strategy = \"FedAvgM\"\n") + kMinimal, "job.toml");
+  ASSERT_TRUE(fedavgm.ok()) << fedavgm.status().ToString();
+  EXPECT_EQ(fedavgm->strategy(), "fedavgm");
+  EXPECT_DOUBLE_EQ(fedavgm->server().learning_rate(), 1.0);  // the defaults
+  EXPECT_DOUBLE_EQ(fedavgm->server().momentum(), 0.9);
+  EXPECT_TRUE(wire::ValidateJobSpec(*fedavgm).ok());
+
+  Result<v1::JobSpec> example = ParseJobSpecFile(ExamplePath("fmnist-fedavgm.toml"));
+  ASSERT_TRUE(example.ok()) << example.status().ToString();
+  EXPECT_DOUBLE_EQ(example->server().momentum(), 0.5);
+
+  ExpectError(std::string(kMinimal) + "[server]\nmomentum = 0.9\n", {"'server'", "\"fedavgm\" only"});
+  ExpectError(std::string("strategy = \"fedavgm\"\n") + kMinimal + "[server]\nmomentum = 1.0\n",
+              {"'server.momentum'", "[0, 1)"});
+  ExpectError(std::string("strategy = \"fedavgm\"\n") + kMinimal + "[server]\nlearning_rate = 0\n",
+              {"'server.learning_rate'"});
+  ExpectError(std::string("strategy = \"fedavgm\"\n") + kMinimal + "[server]\nnesterov = true\n",
+              {"'server.nesterov'", "learning_rate, momentum"});
+
+  // A spec sent over the wire is checked the same way.
+  v1::JobSpec wire_spec = *fedavgm;
+  wire_spec.mutable_server()->set_momentum(1.5);
+  Status refused = wire::ValidateJobSpec(wire_spec);
+  EXPECT_NE(refused.message().find("server.momentum"), std::string::npos) << refused.message();
+  wire_spec = *fedavgm;
+  wire_spec.set_strategy("fedavg");
+  refused = wire::ValidateJobSpec(wire_spec);
+  EXPECT_NE(refused.message().find("apply to fedavgm"), std::string::npos) << refused.message();
 }
 
 TEST(JobSpecTest, RequiredKeys) {

@@ -240,6 +240,23 @@ TEST_F(StreamScaleTest, ARejoinClosesTheOldChannelAndTheNewOneGetsTheTasks) {
   EXPECT_TRUE(coordinator_->registry().IsAlive("rejoiner"));
 }
 
+TEST_F(StreamScaleTest, AChannelReopenedInTheSameSessionKeepsTheWorkerAlive) {
+  // The worker opens a second channel without joining again (its first stream looked dead
+  // to it). The first channel is closed by the second; its late close must not mark the
+  // worker lost, and the second channel gets the tasks.
+  v1::JoinResponse joined = Join("reopener");
+  TaskReader* first = OpenChannel(joined);
+  ASSERT_TRUE(WaitForReady(1));
+  TaskReader* second = OpenChannel(joined);
+  ASSERT_TRUE(first->WaitDone(kWait));
+  EXPECT_TRUE(first->status().ok()) << first->status().error_message();
+  ASSERT_TRUE(WaitForReady(1)) << "the worker left the ready set after its old channel closed";
+  EXPECT_TRUE(coordinator_->registry().IsAlive("reopener"));
+  ASSERT_TRUE(coordinator_->registry().Send("reopener", CancelTask("after-reopen")).ok());
+  ASSERT_TRUE(second->WaitForMessages(1, kWait));
+  EXPECT_EQ(second->received()[0].cancel().job_id(), "after-reopen");
+}
+
 TEST_F(StreamScaleTest, AStaleSessionIsRefused) {
   v1::JoinResponse first = Join("stale");
   Join("stale");

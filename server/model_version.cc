@@ -1,0 +1,58 @@
+#include "server/model_version.h"
+
+#include <algorithm>
+
+#include "proto/tensor_transfer.h"
+
+namespace tessera::server {
+
+std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
+                                                         uint32_t chunk_bytes) {
+  std::shared_ptr<ModelVersion> m(new ModelVersion());
+  m->version_ = version;
+  m->tensors_ = std::move(tensors);
+  const TensorSet& set = *m->tensors_;
+  *m->manifest_.mutable_manifest() = wire::BuildManifest(set, chunk_bytes);
+  m->total_bytes_ = m->manifest_.manifest().total_bytes();
+  m->sha256_ = TensorSetSha256(set);
+  m->manifest_.set_model_version(version);
+  m->manifest_.set_model_sha256(m->sha256_);
+  uint64_t position = 0;
+  wire::ForEachChunk(set, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+    v1::ModelChunkMessage message;
+    *message.mutable_chunk() = chunk;
+    m->chunk_start_.push_back(position);
+    position += chunk.data().size();
+    m->chunks_.push_back(std::move(message));
+    return Status::Ok();
+  }).ok();
+  return m;
+}
+
+Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) const {
+  Plan plan;
+  if (resume_offset == 0) return plan;
+  if (resume_offset > total_bytes_) {
+    return InvalidArgumentError("field 'resume_offset': " + std::to_string(resume_offset) +
+                                " is past the model's " + std::to_string(total_bytes_) + " bytes");
+  }
+  // The last chunk starting at or before the offset.
+  auto it = std::upper_bound(chunk_start_.begin(), chunk_start_.end(), resume_offset);
+  if (it == chunk_start_.begin()) return plan;
+  const size_t index = static_cast<size_t>(it - chunk_start_.begin()) - 1;
+  const uint64_t skip = resume_offset - chunk_start_[index];
+  const v1::TensorChunk& chunk = chunks_[index].chunk();
+  plan.first_chunk = index + 1;
+  if (skip == 0) {
+    plan.first_chunk = index;
+  } else if (skip < chunk.data().size()) {
+    plan.first_partial = std::make_unique<v1::ModelChunkMessage>();
+    auto* part = plan.first_partial->mutable_chunk();
+    part->set_tensor_index(chunk.tensor_index());
+    part->set_offset(chunk.offset() + skip);
+    part->set_data(chunk.data().substr(skip));
+  }
+  return plan;
+}
+
+}  // namespace tessera::server

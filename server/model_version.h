@@ -1,0 +1,54 @@
+// A global model version encoded for the wire once, and served from memory to every worker
+// that downloads it: the manifest (with its per-tensor SHA-256), the whole-set hash and every
+// chunk message are built when the version is committed (or loaded), never per download.
+// Immutable once built; shared between the job runner and the downloads in flight, which
+// keep a version alive while they send it even after a newer one is committed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::server {
+
+class ModelVersion {
+ public:
+  // Encodes `tensors` as model `version`, in chunks of `chunk_bytes` (clamped to 1 MiB).
+  static std::shared_ptr<const ModelVersion> Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
+                                                    uint32_t chunk_bytes);
+
+  uint64_t version() const { return version_; }
+  const TensorSet& tensors() const { return *tensors_; }
+  const std::shared_ptr<const TensorSet>& shared_tensors() const { return tensors_; }
+  const std::string& sha256() const { return sha256_; }
+  uint64_t total_bytes() const { return total_bytes_; }
+
+  // The messages of a download that resumes after `resume_offset` bytes: the manifest
+  // message, then chunk messages. `first_partial` is set (and must be sent first after the
+  // manifest) when the offset falls inside a chunk; the rest are chunks()[first_chunk...].
+  struct Plan {
+    std::unique_ptr<v1::ModelChunkMessage> first_partial;
+    size_t first_chunk = 0;
+  };
+  Result<Plan> PlanDownload(uint64_t resume_offset) const;
+  const v1::ModelChunkMessage& manifest_message() const { return manifest_; }
+  const std::vector<v1::ModelChunkMessage>& chunks() const { return chunks_; }
+
+ private:
+  ModelVersion() = default;
+
+  uint64_t version_ = 0;
+  std::shared_ptr<const TensorSet> tensors_;
+  std::string sha256_;
+  uint64_t total_bytes_ = 0;
+  v1::ModelChunkMessage manifest_;
+  std::vector<v1::ModelChunkMessage> chunks_;
+  std::vector<uint64_t> chunk_start_;  // byte offset of each chunk in the concatenated tensors
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,81 @@
+// Federated strategies: what the coordinator does with the updates of a round, and what it
+// remembers between rounds.
+//
+// A Strategy lives as long as its job's runner. For each round attempt it opens a
+// RoundAggregate, which folds the accepted updates as they stream in (memory O(model),
+// whatever the number of clients). When the round closes, Finish() computes the next global
+// model and the strategy's next state from the aggregate, without changing the strategy;
+// the runner writes both in one checkpoint, and only once that commit is durable does it
+// hand the state back with Adopt(). A restart restores the state from the checkpoint, so a
+// resumed job continues bit for bit where an uninterrupted one would be.
+//
+// State is a TensorSet (float32, named): server momentum, adaptive moments, control
+// variates. It travels in the checkpoint file beside the model under the prefix
+// "strategy/" (see StateStore), so model and state can never come from different rounds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+// One client's update as a strategy sees it, already checked against the model's layout
+// (names, shapes, finite values).
+struct ClientUpdate {
+  std::string client;            // the worker's id (a cohort's leader)
+  uint64_t samples = 0;          // positive
+  const TensorSet* delta = nullptr;  // the client's model minus the round's global model
+};
+
+// What one round attempt accumulates.
+class RoundAggregate {
+ public:
+  virtual ~RoundAggregate() = default;
+  // Folds one update in. Thread-safe: uploads of different clients may fold concurrently.
+  // An error leaves the aggregate as it was.
+  virtual Status Fold(const ClientUpdate& update) = 0;
+  virtual uint64_t updates() const = 0;
+};
+
+struct StrategyStep {
+  TensorSet model;  // the next global model
+  TensorSet state;  // the strategy's state after the round; empty for a stateless strategy
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual std::string_view name() const = 0;
+
+  // The state a checkpoint carried (without the "strategy/" prefix); empty: a fresh start.
+  // Refuses a state that does not fit the model or the strategy, naming the tensor.
+  virtual Status Restore(TensorSet state) = 0;
+  virtual const TensorSet& state() const = 0;
+
+  virtual std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const = 0;
+  // The next model and state. Requires at least one folded update. Does not change `this`.
+  virtual Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const = 0;
+  // The state of a step whose checkpoint is now committed.
+  virtual void Adopt(TensorSet state) = 0;
+};
+
+// The strategy a job names (spec.strategy, with its [server] options), for a model of
+// `layout`. The spec has been validated (wire::ValidateJobSpec).
+Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout);
+
+// The strategies CreateStrategy knows, for messages and `tessera check`.
+std::string_view KnownStrategies();
+
+// Checkpoints hold the model's tensors, then the strategy's under this prefix.
+inline constexpr std::string_view kStrategyStatePrefix = "strategy/";
+TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state);
+// Splits a checkpoint's tensors into the model (returned) and the strategy's state.
+TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state);
+
+}  // namespace tessera::server

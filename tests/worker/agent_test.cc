@@ -1,0 +1,183 @@
+// The worker agent against a scripted coordinator (a fake CoordinatorClient): what it does
+// with the tasks, cancels and verdicts it is sent, on real data and a real CPU device.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/model/model.h"
+#include "device/registry.h"
+#include "proto/job_mapping.h"
+#include "worker/agent.h"
+
+namespace tessera::worker {
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(120);
+
+v1::JobSpec TinyJob() {
+  v1::JobSpec spec;
+  spec.set_name("tiny");
+  spec.mutable_model()->set_name("mlp");
+  spec.mutable_model()->add_hidden(16);
+  spec.mutable_data()->set_dataset("fashion-mnist");
+  spec.mutable_data()->set_max_train_samples(512);
+  spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_IID);
+  spec.mutable_data()->mutable_partition()->set_parties(1);
+  spec.set_strategy("fedavg");
+  spec.set_rounds(3);
+  spec.set_clients_per_round(1);
+  spec.set_min_clients(1);
+  spec.set_round_deadline_ms(600000);
+  spec.set_local_epochs(1);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_name("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_seed(5);
+  return spec;
+}
+
+v1::Task Train(uint32_t round, uint32_t attempt, const std::string& job = "job-1") {
+  v1::Task task;
+  auto* train = task.mutable_train();
+  train->set_job_id(job);
+  train->set_round(round);
+  train->set_attempt(attempt);
+  train->set_model_version(round - 1);
+  *train->mutable_spec() = TinyJob();
+  return task;
+}
+
+v1::Task Cancel(uint32_t round, uint32_t attempt) {
+  v1::Task task;
+  task.mutable_cancel()->set_job_id("job-1");
+  task.mutable_cancel()->set_round(round);
+  task.mutable_cancel()->set_attempt(attempt);
+  task.mutable_cancel()->set_reason("the round's deadline passed");
+  return task;
+}
+
+// A coordinator that hands out a script of tasks on the first task channel, serves the
+// model, and records every upload.
+class ScriptedCoordinator final : public CoordinatorClient {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<v1::UpdateHeader> uploads;
+    bool cancelled = false;
+  };
+
+  ScriptedCoordinator(std::vector<v1::Task> script, std::shared_ptr<Shared> shared)
+      : script_(std::move(script)), shared_(std::move(shared)) {
+    auto device = CreateDevice("cpu");
+    auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
+    model_ = (*model)->GetState();
+  }
+
+  Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    v1::JoinResponse response;
+    response.set_worker_id(request.name());
+    response.set_session("session-1");
+    response.set_heartbeat_interval_ms(200);
+    response.set_heartbeat_timeout_ms(600000);
+    return response;
+  }
+  Status Heartbeat(const v1::HeartbeatRequest&) override { return Status::Ok(); }
+
+  Status RunTaskChannel(const v1::TaskChannelRequest&, const std::function<void(const v1::Task&)>& on_task) override {
+    for (const auto& task : script_) on_task(task);
+    script_.clear();  // a reconnect gets nothing new
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait(lock, [&] { return shared_->cancelled; });
+    shared_->cancelled = false;
+    return CancelledError("task channel cancelled");
+  }
+  void CancelTaskChannel() override {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->cancelled = true;
+    shared_->cv.notify_all();
+  }
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&) override { return model_; }
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet&, uint32_t) override {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->uploads.push_back(header);
+    shared_->cv.notify_all();
+    v1::UploadResult result;
+    result.set_accepted(true);
+    return result;
+  }
+  Status StoreSet(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
+  Result<std::string> StoreGet(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
+  Result<int64_t> StoreAdd(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
+
+ private:
+  std::vector<v1::Task> script_;
+  std::shared_ptr<Shared> shared_;
+  TensorSet model_;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<v1::Task> script) {
+    WorkerOptions options;
+    options.name = "w1";
+    options.join_token = "token";
+    agent_ = std::make_unique<WorkerAgent>(options, std::make_unique<ScriptedCoordinator>(std::move(script), shared_));
+    thread_ = std::thread([this] { run_status_ = agent_->Run(); });
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for an upload for (round, attempt); false after kWait.
+  bool WaitForUpload(uint32_t round, uint32_t attempt, v1::UpdateHeader* out, const std::string& job = "job-1") {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    return shared_->cv.wait_for(lock, kWait, [&] {
+      for (const auto& h : shared_->uploads) {
+        if (h.job_id() == job && h.round() == round && h.attempt() == attempt) {
+          *out = h;
+          return true;
+        }
+      }
+      return false;
+    });
+  }
+  std::vector<v1::UpdateHeader> Uploads() {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return shared_->uploads;
+  }
+
+  std::shared_ptr<ScriptedCoordinator::Shared> shared_ = std::make_shared<ScriptedCoordinator::Shared>();
+  std::unique_ptr<WorkerAgent> agent_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+TEST_F(AgentTest, ACancelledAttemptDoesNotStopTheRetryOfTheSameRound) {
+  // Attempt 1 of round 1 is cancelled at its deadline; the worker is selected again for
+  // attempt 2. The cancel names attempt 1 only: attempt 2 trains and uploads in full.
+  Start({Train(1, 1), Cancel(1, 1), Train(1, 2)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 2, &upload)) << "no update for round 1 attempt 2: the retry was taken for cancelled";
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  EXPECT_EQ(upload.job_id(), "job-1");
+  for (const auto& h : Uploads()) EXPECT_NE(h.attempt(), 1u) << "the cancelled attempt uploaded";
+}
+
+TEST_F(AgentTest, ACancelWithoutAnAttemptStopsEveryAttemptOfItsRound) {
+  // From a coordinator that does not send the attempt (0): the round is cancelled whole.
+  // The trainer takes tasks in order, so once job-2's update is in, job-1's task is done.
+  Start({Cancel(1, 0), Train(1, 2), Train(1, 1, "job-2")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  for (const auto& h : Uploads()) EXPECT_NE(h.job_id(), "job-1") << "the cancelled round uploaded";
+}
+
+}  // namespace
+}  // namespace tessera::worker
