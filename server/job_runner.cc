@@ -5,10 +5,6 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/data/idx.h"
-#include "core/train/trainer.h"
-#include "device/registry.h"
-#include "proto/job_mapping.h"
 
 namespace tessera::server {
 namespace {
@@ -23,7 +19,13 @@ double MillisSince(Clock::time_point start) {
 
 JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
                      JobRunnerOptions options)
-    : store_(store), registry_(registry), rendezvous_(rendezvous), options_(options), job_(std::move(job)) {}
+    : store_(store),
+      registry_(registry),
+      rendezvous_(rendezvous),
+      options_(options),
+      job_(std::move(job)),
+      seats_(store, job_.id()),
+      selection_(std::make_unique<RandomSelection>()) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -134,8 +136,7 @@ void JobRunner::Note(const std::string& message) {
 Status JobRunner::Prepare() {
   v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
-  ASSIGN_OR_RETURN(device_, CreateDevice("cpu"));
-  ASSIGN_OR_RETURN(evaluator_, CreateModel(wire::ToModelConfig(spec), device_.get()));
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, "job " + job.id()));
   TensorSet global;
   TensorSet strategy_state;
   if (job.rounds_committed() == 0) {
@@ -143,7 +144,7 @@ Status JobRunner::Prepare() {
     if (initial.ok()) {
       global = SplitModelAndState(std::move(initial).value(), &strategy_state);
     } else {
-      global = evaluator_->GetState();
+      global = evaluator_->InitialModel();
       RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
     }
   } else {
@@ -151,17 +152,12 @@ Status JobRunner::Prepare() {
     global = SplitModelAndState(std::move(checkpoint), &strategy_state);
     spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
   }
-  RETURN_IF_ERROR(evaluator_->SetState(global).WithContext("job " + job.id() + " checkpoint"));
+  RETURN_IF_ERROR(evaluator_->CheckFits(global).WithContext("job " + job.id() + " checkpoint"));
   ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
-  const std::string dir = wire::DatasetDirectory(spec);
-  auto test = LoadFashionMnist(dir, /*train=*/false);
-  if (!test.ok()) return test.status().WithContext("job " + job.id() + ": loading the evaluation set");
-  test_set_ = std::move(test).value();
-  ASSIGN_OR_RETURN(auto seats, store_->LoadSeats(job.id()));
+  RETURN_IF_ERROR(seats_.Load());
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [worker, party] : seats) seats_[worker] = party;
   int64_t bytes = 0;
   for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
   model_bytes_ = static_cast<uint64_t>(bytes);
@@ -195,8 +191,6 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     current_.reset();
   }
   evaluator_.reset();
-  device_.reset();
-  test_set_ = Dataset();
   strategy_.reset();
   finished_ = true;
 }
@@ -220,81 +214,48 @@ void JobRunner::Run() {
       Finish(v1::JOB_SUCCEEDED, "");
       return;
     }
-    Status result;
+    AttemptOutcome result;
     uint32_t attempt = 1;
     for (; attempt <= max_attempts && !stopping(); ++attempt) {
       result = RunAttempt(round, attempt);
-      if (result.ok() || result.code() != StatusCode::kFailedPrecondition) break;
-      spdlog::warn("job {}: {}", job_.id(), result.message());
-      Note(result.message() + (attempt < max_attempts ? "; retrying" : ""));
+      if (result.kind != AttemptOutcome::Kind::kTooFewClients) break;
+      spdlog::warn("job {}: {}", job_.id(), result.status.message());
+      Note(result.status.message() + (attempt < max_attempts ? "; retrying" : ""));
     }
     if (cancel_) {
       Finish(v1::JOB_CANCELLED, "cancelled by the user");
       return;
     }
     if (stop_) return;
-    if (!result.ok()) {
+    if (result.kind != AttemptOutcome::Kind::kCommitted) {
       Finish(v1::JOB_FAILED, "round " + std::to_string(round) + " failed after " +
-                                 std::to_string(std::min(attempt, max_attempts)) + " attempt(s): " + result.message());
+                                 std::to_string(std::min(attempt, max_attempts)) + " attempt(s): " +
+                                 result.status.message());
       return;
     }
   }
   if (cancel_) Finish(v1::JOB_CANCELLED, "cancelled by the user");
 }
 
-Result<std::vector<JobRunner::Client>> JobRunner::SelectClients(uint32_t round, uint32_t attempt) {
+Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall) {
   const v1::JobSpec spec = Snapshot().spec();
   // With shared data each seat is a party of the partition; with workers' own files every
   // client gets a seat of its own.
   const bool own_files = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
+  const uint32_t parties = own_files ? 0 : std::max<uint32_t>(1, spec.data().partition().parties());
   const auto wait_start = Clock::now();
   auto last_note = wait_start;
   while (true) {
-    if (stopping()) return CancelledError("job stopping");
-    // Group the ready workers into clients: each cohort is one client.
-    std::map<std::string, Client> clients;
-    for (const std::string& worker : registry_->ReadyWorkers()) {
-      const std::string cohort = registry_->Cohort(worker);
-      const std::string seat = cohort.empty() ? worker : "cohort:" + cohort;
-      Client& client = clients[seat];
-      client.seat = seat;
-      client.cohort = cohort;
-      client.members.push_back(worker);  // ReadyWorkers is sorted
+    if (stopping()) {
+      *shortfall = "job stopping";
+      return std::vector<Client>();
     }
-    std::vector<Client> candidates;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const uint32_t parties = own_files ? static_cast<uint32_t>(seats_.size() + clients.size())
-                                         : std::max<uint32_t>(1, spec.data().partition().parties());
-      std::vector<bool> taken(parties, false);
-      for (const auto& [seat, party] : seats_) {
-        if (party < parties) taken[party] = true;
-      }
-      for (auto& [seat, client] : clients) {
-        auto it = seats_.find(seat);
-        if (it == seats_.end()) {  // a new client takes the lowest free party
-          auto free = std::find(taken.begin(), taken.end(), false);
-          if (free == taken.end()) continue;
-          const uint32_t party = static_cast<uint32_t>(free - taken.begin());
-          *free = true;
-          if (Status s = store_->SaveSeat(job_.id(), seat, party); !s.ok()) return s;
-          it = seats_.emplace(seat, party).first;
-          spdlog::info("job {}: {} takes party {}", job_.id(), seat, party);
-        }
-        client.party = it->second;
-        candidates.push_back(std::move(client));
-      }
-    }
-    if (candidates.size() >= spec.min_clients()) {
-      std::mt19937_64 rng(spec.seed() * 1000003ull + round * 131ull + attempt);
-      std::shuffle(candidates.begin(), candidates.end(), rng);
-      if (candidates.size() > spec.clients_per_round()) candidates.resize(spec.clients_per_round());
-      std::sort(candidates.begin(), candidates.end(), [](const Client& a, const Client& b) { return a.seat < b.seat; });
-      return candidates;
-    }
+    ASSIGN_OR_RETURN(std::vector<Client> candidates, seats_.Seat(GroupClients(*registry_), parties));
+    if (candidates.size() >= spec.min_clients()) return selection_->Choose(std::move(candidates), spec, round, attempt);
     if (Clock::now() - wait_start > options_.worker_wait_timeout) {
-      return FailedPreconditionError("round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
-                                     " clients ready, min_clients is " + std::to_string(spec.min_clients()));
+      *shortfall = "round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
+                   " clients ready, min_clients is " + std::to_string(spec.min_clients());
+      return std::vector<Client>();
     }
     if (Clock::now() - last_note > std::chrono::seconds(10)) {
       last_note = Clock::now();
@@ -305,16 +266,8 @@ Result<std::vector<JobRunner::Client>> JobRunner::SelectClients(uint32_t round, 
   }
 }
 
-Status JobRunner::Evaluate(const TensorSet& model, double* accuracy, double* loss) {
-  RETURN_IF_ERROR(evaluator_->SetState(model));
-  const v1::JobSpec spec = Snapshot().spec();
-  ASSIGN_OR_RETURN(EvalReport report, tessera::Evaluate(*evaluator_, test_set_, 500, spec.data().max_test_samples()));
-  *accuracy = report.accuracy;
-  *loss = report.loss;
-  return Status::Ok();
-}
-
-Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
+JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
+  using Kind = AttemptOutcome::Kind;
   const auto round_start = Clock::now();
   const v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
@@ -325,7 +278,10 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
 
   // Selection.
   const auto selection_start = Clock::now();
-  ASSIGN_OR_RETURN(auto selected, SelectClients(round, attempt));
+  std::string shortfall;
+  ASSIGN_OR_RETURN(auto selected, SelectClients(round, attempt, &shortfall));
+  if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
+  if (selected.empty()) return {Kind::kTooFewClients, FailedPreconditionError(shortfall)};
   record.mutable_latency()->set_selection_ms(MillisSince(selection_start));
 
   // Distribution: open the round, then send each selected worker its task.
@@ -407,12 +363,12 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
     cancel.mutable_cancel()->set_reason("the round's deadline passed");
     registry_->Send(worker, std::move(cancel)).ok();
   }
-  if (stopping()) return CancelledError("job stopping");
+  if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
   if (open->accepted() < spec.min_clients()) {
-    return FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
+    return {Kind::kTooFewClients, FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
                                    std::to_string(open->accepted()) + " of " + std::to_string(selected.size()) +
                                    " selected clients reported by the deadline; min_clients is " +
-                                   std::to_string(spec.min_clients()));
+                                   std::to_string(spec.min_clients()))};
   }
 
   // Aggregation (the streaming part already happened as updates arrived).
@@ -422,8 +378,8 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
 
   // Evaluation.
   const auto eval_start = Clock::now();
-  double accuracy = 0, loss = 0;
-  RETURN_IF_ERROR(Evaluate(next, &accuracy, &loss));
+  ASSIGN_OR_RETURN(Evaluation evaluation, evaluator_->Evaluate(next));
+  const double accuracy = evaluation.accuracy, loss = evaluation.loss;
   record.mutable_latency()->set_evaluation_ms(MillisSince(eval_start));
   record.set_test_accuracy(accuracy);
   record.set_test_loss(loss);
@@ -459,7 +415,7 @@ Status JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   *event.mutable_job() = Snapshot();
   *event.mutable_round() = record;
   events_.Publish(std::move(event));
-  return Status::Ok();
+  return {AttemptOutcome::Kind::kCommitted};
 }
 
 }  // namespace tessera::server

@@ -14,13 +14,12 @@
 #include <string>
 #include <thread>
 
-#include "core/data/dataset.h"
-#include "core/model/model.h"
-#include "device/device.h"
+#include "server/evaluation.h"
 #include "server/job_events.h"
 #include "server/model_version.h"
 #include "server/rendezvous_store.h"
 #include "server/round.h"
+#include "server/selection.h"
 #include "server/state_store.h"
 #include "server/strategy/strategy.h"
 #include "server/worker_registry.h"
@@ -66,18 +65,20 @@ class JobRunner {
  private:
   void Run();
   Status Prepare();
-  // One attempt at the next round. OK when it committed; FailedPrecondition when too few
-  // clients reported (the round is retried); another error ends the job.
-  Status RunAttempt(uint32_t round, uint32_t attempt);
-  // A federated client: a lone worker, or a site cohort whose members train as one.
-  struct Client {
-    std::string seat;                  // the worker's id, or "cohort:NAME"
-    std::string cohort;                // "" for a lone worker
-    uint32_t party = 0;
-    std::vector<std::string> members;  // sorted; members[0] leads
+  // How one attempt at a round ended. Only kTooFewClients is retried; kFailed ends the job.
+  struct AttemptOutcome {
+    enum class Kind { kCommitted, kTooFewClients, kStopped, kFailed };
+    Kind kind = Kind::kFailed;
+    Status status;  // why, for every kind but kCommitted
+    AttemptOutcome() = default;
+    AttemptOutcome(Kind k, Status s = Status::Ok()) : kind(k), status(std::move(s)) {}
+    // An error from a step of the round (a store, the strategy, the evaluation) ends the job.
+    AttemptOutcome(Status s) : kind(Kind::kFailed), status(std::move(s)) {}  // NOLINT: implicit on purpose
   };
-  Result<std::vector<Client>> SelectClients(uint32_t round, uint32_t attempt);
-  Status Evaluate(const TensorSet& model, double* accuracy, double* loss);
+  AttemptOutcome RunAttempt(uint32_t round, uint32_t attempt);
+  // The round's clients; empty with *shortfall set when fewer than min_clients were ready
+  // within the wait, or when the job is stopping.
+  Result<std::vector<Client>> SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall);
   void Finish(v1::JobState state, const std::string& error);
   void Note(const std::string& message);
   bool stopping() const { return stop_.load() || cancel_.load(); }
@@ -92,12 +93,11 @@ class JobRunner {
   v1::Job job_;
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
-  std::map<std::string, uint32_t> seats_;  // client seat -> party
+  SeatTable seats_;                              // only the job's thread uses these two
+  std::unique_ptr<SelectionPolicy> selection_;
 
-  std::unique_ptr<Strategy> strategy_;  // only the job's thread uses it
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<tessera::Model> evaluator_;
-  Dataset test_set_;
+  std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it
+  std::unique_ptr<Evaluator> evaluator_;  // likewise
   std::atomic<uint64_t> model_bytes_{0};
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};

@@ -1,0 +1,29 @@
+#include "server/evaluation.h"
+
+#include "core/data/idx.h"
+#include "core/train/trainer.h"
+#include "device/registry.h"
+#include "proto/job_mapping.h"
+
+namespace tessera::server {
+
+Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const std::string& what) {
+  std::unique_ptr<Evaluator> e(new Evaluator());
+  ASSIGN_OR_RETURN(e->device_, CreateDevice("cpu"));
+  ASSIGN_OR_RETURN(e->model_, CreateModel(wire::ToModelConfig(spec), e->device_.get()));
+  auto test = LoadFashionMnist(wire::DatasetDirectory(spec), /*train=*/false);
+  if (!test.ok()) return test.status().WithContext(what + ": loading the evaluation set");
+  e->test_set_ = std::move(test).value();
+  e->max_test_samples_ = spec.data().max_test_samples();
+  return e;
+}
+
+Status Evaluator::CheckFits(const TensorSet& state) { return model_->SetState(state); }
+
+Result<Evaluation> Evaluator::Evaluate(const TensorSet& state) {
+  RETURN_IF_ERROR(model_->SetState(state));
+  ASSIGN_OR_RETURN(EvalReport report, tessera::Evaluate(*model_, test_set_, 500, max_test_samples_));
+  return Evaluation{report.accuracy, report.loss};
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,71 @@
+// Client selection: which federated clients take part in a round, and which share of the
+// partition (party) each one trains.
+//
+//  - GroupClients: the ready workers as clients (a site cohort is one client, its members
+//    sorted, the first leading).
+//  - SeatTable: a job's seats, client -> party, persisted in the state store so that a client
+//    keeps its party across restarts; a new client takes the lowest free party.
+//  - SelectionPolicy: which of the seated candidates a round takes. RandomSelection (the
+//    default) draws clients_per_round of them from the job's seed, the round and the attempt.
+//    Deadline- or utility-aware policies implement the same interface.
+//
+// Not thread-safe: a job's thread owns its table and policy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "server/state_store.h"
+#include "server/worker_registry.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+// A federated client: a lone worker, or a site cohort whose members train as one.
+struct Client {
+  std::string seat;                  // the worker's id, or "cohort:NAME"
+  std::string cohort;                // "" for a lone worker
+  uint32_t party = 0;
+  std::vector<std::string> members;  // sorted; members[0] leads
+};
+
+// The ready workers grouped into clients, by seat.
+std::map<std::string, Client> GroupClients(const WorkerRegistry& registry);
+
+class SeatTable {
+ public:
+  SeatTable(StateStore* store, std::string job_id) : store_(store), job_id_(std::move(job_id)) {}
+  Status Load();
+  // Gives each client its party: its seat's, or for a new client the lowest free one of
+  // `parties` (saved before it is used). Clients left without a party (all taken) are left
+  // out. `parties` == 0: every client gets a party of its own (workers' own files).
+  Result<std::vector<Client>> Seat(std::map<std::string, Client> clients, uint32_t parties);
+  size_t size() const { return seats_.size(); }
+
+ private:
+  StateStore* store_;
+  std::string job_id_;
+  std::map<std::string, uint32_t> seats_;  // client seat -> party
+};
+
+class SelectionPolicy {
+ public:
+  virtual ~SelectionPolicy() = default;
+  // The clients of one round attempt, sorted by seat, from `candidates` (at least
+  // spec.min_clients of them).
+  virtual std::vector<Client> Choose(std::vector<Client> candidates, const v1::JobSpec& spec, uint32_t round,
+                                     uint32_t attempt) = 0;
+};
+
+// clients_per_round clients drawn uniformly, reproducibly from (seed, round, attempt).
+class RandomSelection final : public SelectionPolicy {
+ public:
+  std::vector<Client> Choose(std::vector<Client> candidates, const v1::JobSpec& spec, uint32_t round,
+                             uint32_t attempt) override;
+};
+
+}  // namespace tessera::server
