@@ -117,7 +117,7 @@ pack() {
   cp $data "$PACK/data/fashion-mnist/"
   {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
-    echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), build $build_dir, sm_$ARCH, $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'nvcc ?')"
+    echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), build $build_dir, sm_$ARCH, $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'nvcc ?')"
     echo "nccl headers $(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' /usr/local/cuda/include/nccl.h 2>/dev/null)"
     echo "expected on the GPU machine: $(for binary in "${BINARIES[@]}"; do ldd "$stage/bin/$binary"; done |
       awk '{print $1}' | grep -E "$CUDA_LIBS" | sort -u | tr '\n' ' ')"
@@ -390,7 +390,8 @@ run_checks() {
 highlights() {
   {
     echo "--- training (two epochs, one seed)"
-    grep -hE '^(cuda|cpu): mean training loss' "$RESULTS/training.log" 2>/dev/null
+    grep -hE '^(cuda|cpu)(, initial weights moved by one ulp)?: mean training loss|^cuda against cpu:' \
+      "$RESULTS/training.log" 2>/dev/null
     echo "--- bench_gpu --quick"
     sed -n '/^bench_gpu on/,$p' "$RESULTS/bench.log" 2>/dev/null | grep -vE '^\$ ' | head -60
     echo "--- failures"
@@ -406,7 +407,7 @@ run() {
   SUMMARY="$RESULTS/summary.txt"
   : >"$SUMMARY"
   START=$(date +%s)
-  note "gpu-check $mode $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname); $(head -1 "$PACK/MANIFEST" 2>/dev/null || echo 'no pack')"
+  note "gpu-check $mode $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n); $(head -1 "$PACK/MANIFEST" 2>/dev/null || echo 'no pack')"
   preflight
   local rc=$?
   if [ $rc -eq 3 ] && [ "$mode" = full ] && [ "${CHECKS_WITHOUT_GPU:-0}" = 1 ]; then
