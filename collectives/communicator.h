@@ -58,6 +58,10 @@ struct CommunicatorOptions {
   int timeout_ms = 30000;          // default per-call timeout; also bounds rendezvous
   std::string bind_address = "127.0.0.1";  // address p2p and gloo listen on and publish
   BufferLocation location = BufferLocation::kHost;  // where the caller's buffers live
+  // For device buffers (nccl): the CUDA device they live on, the same index the caller's
+  // Device reports (DeviceCapabilities::device_index). Every call of the communicator runs
+  // on it, whatever device the calling thread had current. Ignored for host buffers.
+  int device_index = 0;
   // Wrap backends that cannot detect mismatched calls themselves (gloo, mpi, nccl) in
   // VerifiedCommunicator. Costs one small allreduce per collective and one header message
   // per send (see docs/COLLECTIVES.md for measurements); turn off only after measuring, and

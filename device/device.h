@@ -68,6 +68,9 @@ struct DeviceCapabilities {
   std::set<Op> native_ops;   // ops that run on the device itself
   std::set<DType> dtypes;    // element types its buffers and Cast support
   uint64_t memory_bytes = 0; // device memory; 0 when it is host memory without a set limit
+  // Which accelerator of its kind on this host (the CUDA device ordinal) the device computes
+  // on; -1 for host memory. A collective over this device's buffers must use the same one.
+  int device_index = -1;
   // The precision the device's native ops compute in: float32, or float16 / bfloat16 / int8
   // when results are rounded to it (an emulated fp16 NPU). Host fallbacks compute in float32.
   DType compute_precision = DType::kFloat32;
@@ -154,7 +157,8 @@ class Device {
 
   // c[m x n] = alpha * op(a) * op(b) + beta * c, row-major. op(a) is [m x k]: a is stored
   // [m x k] or, when transpose_a, [k x m]; likewise op(b) is [k x n], stored [n x k] when
-  // transpose_b. Leading dimensions are the stored row lengths.
+  // transpose_b. Leading dimensions are the stored row lengths. m or n = 0 does nothing;
+  // k = 0 leaves c = beta * c (c is not read when beta is 0, as in BLAS).
   virtual void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) = 0;
 
@@ -183,7 +187,9 @@ class Device {
   // input plane (in_height * in_width), for the backward pass. y and argmax are
   // [batch, channels, out_height, out_width].
   virtual void MaxPool(const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax) = 0;
-  // dx = 0 except dx[argmax] += dy (overwrites dx).
+  // dx = 0 except dx[argmax] += dy (overwrites dx), summed in output order where windows
+  // overlap: deterministic, and the cpu and cuda backends agree bit for bit. argmax is what MaxPool
+  // wrote for this shape: each index lies inside its own output's window.
   virtual void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* argmax,
                                float* dx) = 0;
 

@@ -347,6 +347,14 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     // NCCL reduces the gradients where they are, on the GPU; every other backend on the host.
     const bool on_device = comm.backend == "nccl";
     comm.location = on_device ? collectives::BufferLocation::kDevice : collectives::BufferLocation::kHost;
+    // The gradients live on this worker's device: NCCL must run on that same GPU.
+    if (on_device) {
+      comm.device_index = device->capabilities().device_index;
+      if (comm.device_index < 0) {
+        return FailedPreconditionError(what + ": cohort '" + task.cohort() + "' reduces over nccl, but this worker " +
+                                       "computes on " + device->capabilities().name + ", not on a CUDA device");
+      }
+    }
     comm.rank = static_cast<int>(task.cohort_rank());
     comm.size = static_cast<int>(task.cohort_size());
     comm.prefix = task.rendezvous_prefix();

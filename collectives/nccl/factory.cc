@@ -38,4 +38,12 @@ class NcclBackend final : public CommunicatorBackend {
 
 std::unique_ptr<CommunicatorBackend> MakeNcclBackend() { return std::make_unique<NcclBackend>(); }
 
+Result<NcclEnvironment> ProbeNcclEnvironment() {
+#if TESSERA_HAVE_NCCL
+  return NcclCommunicator::Probe();
+#else
+  return UnimplementedError("built without NCCL (TESSERA_WITH_NCCL, needs CUDA and nccl.h)");
+#endif
+}
+
 }  // namespace tessera::collectives

@@ -77,6 +77,18 @@ float* CpuDevice::Scratch(DeviceBuffer& slot, int64_t floats) {
 
 void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, float alpha, const float* a,
                      const float* b, float beta, float* c) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    // No product to add: c = beta * c. OpenBLAS refuses the leading dimension 0 of an empty
+    // operand (it prints an error and leaves c alone).
+    const int64_t count = static_cast<int64_t>(m) * n;
+    if (beta == 0.0f) {
+      std::fill(c, c + count, 0.0f);
+    } else {
+      for (int64_t i = 0; i < count; ++i) c[i] *= beta;
+    }
+    return;
+  }
   const int lda = transpose_a ? m : k;
   const int ldb = transpose_b ? k : n;
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, m,

@@ -55,12 +55,21 @@ class CudaDevice final : public Device {
  private:
   CudaDevice(int device_index, cudaStream_t stream, cublasHandle_t blas, std::string name, uint64_t memory_bytes);
 
-  // Keeps the first failure (launch error or cuBLAS status) of `op` for the next Synchronize.
+  // Makes this device current on the calling thread: the stream, the cuBLAS handle and the
+  // pool's memory belong to it, and a Device may be used from any thread (one at a time).
+  // False (with the failure kept) when the runtime refuses.
+  bool MakeCurrent(Op op);
+  // The same for copies and Synchronize, which report at once.
+  Status Current(const char* where);
+  // Keeps the first failure (launch error, cuBLAS status, scratch exhaustion) of `op` for the
+  // next copy or Synchronize.
   void CheckLaunch(Op op);
   void CheckBlas(Op op, cublasStatus_t status);
-  // A pooled scratch block of at least `bytes`, kept and grown as needed.
-  void* Scratch(DeviceBuffer& slot, size_t bytes);
-  // Status of the stream and of any kept failure.
+  void Keep(Status failure);
+  // A pooled scratch block of at least `bytes`, kept and grown as needed; nullptr (with a
+  // ResourceExhausted failure kept for `op`) when the device has no memory left.
+  void* Scratch(Op op, DeviceBuffer& slot, size_t bytes);
+  // The kept failure, if any, prefixed with the device and `where`; clears it.
   Status TakeError(const char* where);
 
   int device_index_;
@@ -68,7 +77,7 @@ class CudaDevice final : public Device {
   cublasHandle_t blas_;
   MemoryPool pool_;
   DeviceCapabilities capabilities_;
-  std::string pending_error_;   // the first failure since the last report; empty when none
+  Status pending_error_;        // the first failure since the last report
   DeviceBuffer columns_;        // im2col matrices, [batch][kernel][positions]
   DeviceBuffer filter_parts_;   // per-sample filter gradients before the sum over the batch
   DeviceBuffer reduce_scratch_; // doubles: per-row losses, per-block partial sums

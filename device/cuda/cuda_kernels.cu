@@ -136,11 +136,31 @@ __global__ void MaxPoolKernel(MaxPoolShape s, int out_h, int out_w, const float*
   }
 }
 
-__global__ void MaxPoolBackwardKernel(MaxPoolShape s, int64_t out_plane, const int32_t* argmax, const float* dy,
+// Gather form, one thread per input element: it sums dy over the outputs whose window holds it
+// and chose it, in ascending output order, as the CPU's scatter adds them. No atomics, so
+// overlapping windows give the same bits on every run and on both backends.
+__global__ void MaxPoolBackwardKernel(MaxPoolShape s, int out_h, int out_w, const int32_t* argmax, const float* dy,
                                       float* dx) {
   const int64_t in_plane = static_cast<int64_t>(s.in_height) * s.in_width;
-  TESSERA_FOR_EACH(i, static_cast<int64_t>(s.batch) * s.channels * out_plane) {
-    atomicAdd(dx + (i / out_plane) * in_plane + argmax[i], dy[i]);
+  const int64_t out_plane = static_cast<int64_t>(out_h) * out_w;
+  TESSERA_FOR_EACH(i, static_cast<int64_t>(s.batch) * s.channels * in_plane) {
+    const int64_t plane = i / in_plane;
+    const int32_t index = static_cast<int32_t>(i % in_plane);
+    const int ih = index / s.in_width, iw = index % s.in_width;
+    // Windows oh with oh * stride <= ih <= oh * stride + window - 1, likewise ow.
+    const int oh_first = ih < s.window ? 0 : (ih - s.window) / s.stride + 1;
+    const int ow_first = iw < s.window ? 0 : (iw - s.window) / s.stride + 1;
+    const int oh_last = min(ih / s.stride, out_h - 1), ow_last = min(iw / s.stride, out_w - 1);
+    const int32_t* chosen = argmax + plane * out_plane;
+    const float* gradient = dy + plane * out_plane;
+    float sum = 0.0f;
+    for (int oh = oh_first; oh <= oh_last; ++oh) {
+      for (int ow = ow_first; ow <= ow_last; ++ow) {
+        const int64_t o = static_cast<int64_t>(oh) * out_w + ow;
+        if (chosen[o] == index) sum += gradient[o];
+      }
+    }
+    dx[i] = sum;
   }
 }
 
@@ -236,6 +256,11 @@ __global__ void FillKernel(int64_t count, float value, float* x) {
   TESSERA_FOR_EACH(i, count) x[i] = value;
 }
 
+// BLAS's beta: 0 writes zeros without reading x (which may hold NaN).
+__global__ void ScaleKernel(int64_t count, float factor, float* x) {
+  TESSERA_FOR_EACH(i, count) x[i] = factor == 0.0f ? 0.0f : factor * x[i];
+}
+
 }  // namespace
 
 void Im2Col(cudaStream_t stream, const Conv2dShape& shape, const float* x, float* col) {
@@ -277,10 +302,8 @@ void MaxPool(cudaStream_t stream, const MaxPoolShape& shape, const float* x, flo
 void MaxPoolBackward(cudaStream_t stream, const MaxPoolShape& shape, const float* dy, const int32_t* argmax,
                      float* dx) {
   const int64_t inputs = int64_t(shape.batch) * shape.channels * shape.in_height * shape.in_width;
-  const int64_t outputs = int64_t(shape.batch) * shape.channels * shape.out_height() * shape.out_width();
-  Fill(stream, inputs, 0.0f, dx);
-  MaxPoolBackwardKernel<<<Blocks(outputs), kThreads, 0, stream>>>(
-      shape, int64_t(shape.out_height()) * shape.out_width(), argmax, dy, dx);
+  MaxPoolBackwardKernel<<<Blocks(inputs), kThreads, 0, stream>>>(shape, shape.out_height(), shape.out_width(), argmax,
+                                                                  dy, dx);
 }
 
 void SoftmaxCrossEntropy(cudaStream_t stream, int batch, int classes, const float* logits, const int32_t* labels,
@@ -308,6 +331,10 @@ void Cast(cudaStream_t stream, int64_t count, DType from, const void* x, DType t
 
 void Fill(cudaStream_t stream, int64_t count, float value, float* x) {
   FillKernel<<<Blocks(count), kThreads, 0, stream>>>(count, value, x);
+}
+
+void Scale(cudaStream_t stream, int64_t count, float factor, float* x) {
+  ScaleKernel<<<Blocks(count), kThreads, 0, stream>>>(count, factor, x);
 }
 
 }  // namespace tessera::cuda

@@ -26,6 +26,7 @@ void BiasGrad(cudaStream_t stream, int64_t outer, int channels, int64_t inner, c
 void Relu(cudaStream_t stream, int64_t count, const float* x, float* y);
 void ReluBackward(cudaStream_t stream, int64_t count, const float* y, const float* dy, float* dx);
 void MaxPool(cudaStream_t stream, const MaxPoolShape& shape, const float* x, float* y, int32_t* argmax);
+// Deterministic: a gather over each input's windows, no atomics (see device.h).
 void MaxPoolBackward(cudaStream_t stream, const MaxPoolShape& shape, const float* dy, const int32_t* argmax,
                      float* dx);
 // row_losses needs `batch` doubles of scratch.
@@ -38,5 +39,7 @@ int ReduceSumPartials();
 void ReduceSum(cudaStream_t stream, int64_t count, const float* x, double* partials, float* sum);
 void Cast(cudaStream_t stream, int64_t count, DType from, const void* x, DType to, void* y);
 void Fill(cudaStream_t stream, int64_t count, float value, float* x);
+// x[i] *= factor; a factor of 0 writes zeros (NaN and infinity included), as BLAS's beta.
+void Scale(cudaStream_t stream, int64_t count, float factor, float* x);
 
 }  // namespace tessera::cuda

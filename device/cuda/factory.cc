@@ -45,6 +45,14 @@ Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions&) {
 
 #endif
 
+std::string CudaDeviceName(std::string_view reported, int device_index, bool allow_tf32) {
+  std::string name(reported);
+  if (name.rfind("NVIDIA", 0) != 0) name = "NVIDIA " + name;
+  name += " #" + std::to_string(device_index);
+  if (allow_tf32) name += " (TF32 GEMM)";
+  return name;
+}
+
 DeviceBackend CudaDeviceBackend() {
   DeviceBackend backend;
   backend.name = "cuda";

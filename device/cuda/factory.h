@@ -13,13 +13,20 @@
 // needs cudaGetDeviceCount() > 0. Otherwise viability() says why: "built without CUDA" or
 // "no CUDA device: <the CUDA runtime's error>".
 //
-// Errors. A failed kernel launch or cuBLAS call is kept (the first one) and reported by the
-// next copy or Synchronize, naming the op.
+// Errors. A failed kernel launch or cuBLAS call, or scratch memory the device could not give
+// an op, is kept (the first one) and reported by the next copy or Synchronize, naming the op
+// (ResourceExhausted for memory, Internal otherwise); the op that failed does nothing more.
+//
+// Threads. Every call makes the device current (cudaSetDevice) first, so a device other than
+// #0 works from any thread; capabilities().device_index says which one, for NCCL to use the
+// same (collectives::CommunicatorOptions::device_index).
 //
 // Thread safety: as Device.
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "device/device.h"
@@ -36,6 +43,11 @@ Viability CudaViability(const CudaDeviceOptions& options = {});
 // Unavailable with the CUDA runtime's error when the device cannot be opened; Unimplemented in
 // a build without CUDA.
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options = {});
+
+// The name capabilities() shows: "NVIDIA H200 #0", "(TF32 GEMM)" appended when allowed. The
+// runtime's device names mostly carry the vendor already ("NVIDIA H200"); it is added only
+// when missing ("Tesla V100-SXM2-16GB" becomes "NVIDIA Tesla V100-SXM2-16GB #0").
+std::string CudaDeviceName(std::string_view reported, int device_index, bool allow_tf32);
 
 // The registry's entry for "cuda": priority 10 (preferred to xrt and cpu when viable).
 DeviceBackend CudaDeviceBackend();

@@ -1,6 +1,7 @@
 // One generic suite for the Communicator interface, instantiated for every backend, on
 // threads and on forked processes, for 1 to 5 ranks. Values are small integers, so every
-// dtype (float16 included) must come back exact.
+// dtype (float16 included) must come back exact. nccl runs on device buffers, one GPU per
+// rank: instances with more ranks than GPUs are skipped, saying so.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "collectives/reduce.h"
+#include "rank_memory.h"
 #include "test_backends.h"
 
 namespace tessera::collectives::testing {
@@ -102,8 +104,9 @@ std::string Describe(const char* op, DataType type, size_t count, const char* ex
          std::to_string(count) + extra;
 }
 
-// The sweep one rank runs: op x dtype x reduce op x size, then send/recv and barrier.
-Status Sweep(Communicator& c) {
+// The sweep one rank runs: op x dtype x reduce op x size, then send/recv and barrier, on
+// buffers from `memory` (device memory for nccl).
+Status Sweep(Communicator& c, RankMemory& memory) {
   const int n = c.size();
   const int r = c.rank();
   const size_t sizes[] = {0, 1, 7, 1000, 20000};
@@ -113,75 +116,91 @@ Status Sweep(Communicator& c) {
       for (ReduceOp op : AllReduceOps()) {
         const std::string what = Describe("allreduce", type, count) + " " +
                                  std::string(ReduceOpName(op));
-        std::vector<std::byte> send = Filled(r, count, type);
+        const std::vector<std::byte> send = Filled(r, count, type);
         const auto want = Reduced(n, count, type, op, 0);
+        ASSIGN_OR_RETURN(void* send_buffer, memory.Put(send));
         if (count % 2 == 0) {  // in place
-          RETURN_IF_ERROR(c.Allreduce(send.data(), send.data(), count, type, op).WithContext(what));
-          RETURN_IF_ERROR(Compare(send, want, type, what + " in place"));
+          RETURN_IF_ERROR(c.Allreduce(send_buffer, send_buffer, count, type, op).WithContext(what));
+          ASSIGN_OR_RETURN(auto got, memory.Get(send_buffer, send.size()));
+          RETURN_IF_ERROR(Compare(got, want, type, what + " in place"));
         } else {
-          std::vector<std::byte> recv(send.size());
-          RETURN_IF_ERROR(c.Allreduce(send.data(), recv.data(), count, type, op).WithContext(what));
-          RETURN_IF_ERROR(Compare(recv, want, type, what));
+          ASSIGN_OR_RETURN(void* recv_buffer, memory.Put(std::vector<std::byte>(send.size())));
+          RETURN_IF_ERROR(c.Allreduce(send_buffer, recv_buffer, count, type, op).WithContext(what));
+          ASSIGN_OR_RETURN(auto got, memory.Get(recv_buffer, send.size()));
+          RETURN_IF_ERROR(Compare(got, want, type, what));
         }
         // Reduce-scatter: every rank contributes n blocks of `count`.
-        std::vector<std::byte> all = Filled(r, count * n, type);
-        std::vector<std::byte> mine(count * DataTypeSize(type));
+        ASSIGN_OR_RETURN(void* all, memory.Put(Filled(r, count * n, type)));
+        ASSIGN_OR_RETURN(void* mine, memory.Put(std::vector<std::byte>(count * DataTypeSize(type))));
         const std::string rs = Describe("reduce_scatter", type, count) + " " +
                                std::string(ReduceOpName(op));
-        RETURN_IF_ERROR(c.ReduceScatter(all.data(), mine.data(), count, type, op).WithContext(rs));
-        RETURN_IF_ERROR(Compare(mine, Reduced(n, count, type, op, r * count), type, rs));
+        RETURN_IF_ERROR(c.ReduceScatter(all, mine, count, type, op).WithContext(rs));
+        ASSIGN_OR_RETURN(auto got, memory.Get(mine, count * DataTypeSize(type)));
+        RETURN_IF_ERROR(Compare(got, Reduced(n, count, type, op, r * count), type, rs));
+        memory.Release();
       }
       {
         const std::string what = Describe("allgather", type, count);
-        std::vector<std::byte> send = Filled(r, count, type);
-        std::vector<std::byte> recv(count * n * DataTypeSize(type));
-        RETURN_IF_ERROR(c.Allgather(send.data(), recv.data(), count, type).WithContext(what));
-        std::vector<std::byte> want(recv.size());
+        const size_t bytes = count * n * DataTypeSize(type);
+        ASSIGN_OR_RETURN(void* send, memory.Put(Filled(r, count, type)));
+        ASSIGN_OR_RETURN(void* recv, memory.Put(std::vector<std::byte>(bytes)));
+        RETURN_IF_ERROR(c.Allgather(send, recv, count, type).WithContext(what));
+        std::vector<std::byte> want(bytes);
         for (int k = 0; k < n; ++k) {
           for (size_t i = 0; i < count; ++i) Put(want, k * count + i, type, Value(k, i));
         }
-        RETURN_IF_ERROR(Compare(recv, want, type, what));
+        ASSIGN_OR_RETURN(auto got, memory.Get(recv, bytes));
+        RETURN_IF_ERROR(Compare(got, want, type, what));
+        memory.Release();
       }
       {
         const int root = static_cast<int>(count % n);
         const std::string what = Describe("broadcast", type, count) + " root " + std::to_string(root);
-        std::vector<std::byte> buffer =
-            r == root ? Filled(root, count, type) : std::vector<std::byte>(count * DataTypeSize(type));
-        RETURN_IF_ERROR(c.Broadcast(buffer.data(), count, type, root).WithContext(what));
-        RETURN_IF_ERROR(Compare(buffer, Filled(root, count, type), type, what));
+        ASSIGN_OR_RETURN(void* buffer, memory.Put(r == root ? Filled(root, count, type)
+                                                            : std::vector<std::byte>(count * DataTypeSize(type))));
+        RETURN_IF_ERROR(c.Broadcast(buffer, count, type, root).WithContext(what));
+        ASSIGN_OR_RETURN(auto got, memory.Get(buffer, count * DataTypeSize(type)));
+        RETURN_IF_ERROR(Compare(got, Filled(root, count, type), type, what));
+        memory.Release();
       }
     }
   }
   // Large messages: the ring and pipelined paths.
   {
     const size_t count = 1 << 20;
-    std::vector<std::byte> buffer = Filled(r, count, DataType::kFloat32);
-    RETURN_IF_ERROR(c.Allreduce(buffer.data(), buffer.data(), count, DataType::kFloat32,
-                                ReduceOp::kSum));
-    RETURN_IF_ERROR(Compare(buffer, Reduced(n, count, DataType::kFloat32, ReduceOp::kSum, 0),
+    const size_t bytes = count * sizeof(float);
+    ASSIGN_OR_RETURN(void* buffer, memory.Put(Filled(r, count, DataType::kFloat32)));
+    RETURN_IF_ERROR(c.Allreduce(buffer, buffer, count, DataType::kFloat32, ReduceOp::kSum));
+    ASSIGN_OR_RETURN(auto reduced, memory.Get(buffer, bytes));
+    RETURN_IF_ERROR(Compare(reduced, Reduced(n, count, DataType::kFloat32, ReduceOp::kSum, 0),
                             DataType::kFloat32, "allreduce float32 sum count 1M"));
     const int root = n - 1;
-    std::vector<std::byte> big = r == root ? Filled(root, count, DataType::kFloat32)
-                                           : std::vector<std::byte>(count * 4);
-    RETURN_IF_ERROR(c.Broadcast(big.data(), count, DataType::kFloat32, root));
-    RETURN_IF_ERROR(Compare(big, Filled(root, count, DataType::kFloat32), DataType::kFloat32,
+    ASSIGN_OR_RETURN(void* big, memory.Put(r == root ? Filled(root, count, DataType::kFloat32)
+                                                     : std::vector<std::byte>(bytes)));
+    RETURN_IF_ERROR(c.Broadcast(big, count, DataType::kFloat32, root));
+    ASSIGN_OR_RETURN(auto broadcast, memory.Get(big, bytes));
+    RETURN_IF_ERROR(Compare(broadcast, Filled(root, count, DataType::kFloat32), DataType::kFloat32,
                             "broadcast float32 count 1M"));
+    memory.Release();
   }
   // Send/recv around the ring: rank 0 starts the token, everyone else forwards it.
   if (n > 1) {
     for (size_t count : {size_t{0}, size_t{5}, size_t{100000}}) {
-      std::vector<std::byte> token = Filled(0, count, DataType::kInt64);
-      std::vector<std::byte> got(token.size());
+      const std::vector<std::byte> token = Filled(0, count, DataType::kInt64);
+      ASSIGN_OR_RETURN(void* sent, memory.Put(token));
+      ASSIGN_OR_RETURN(void* got, memory.Put(std::vector<std::byte>(token.size())));
       const int next = (r + 1) % n, previous = (r + n - 1) % n;
       const std::string what = Describe("send/recv ring", DataType::kInt64, count);
       if (r == 0) {
-        RETURN_IF_ERROR(c.Send(token.data(), count, DataType::kInt64, next, 7).WithContext(what));
-        RETURN_IF_ERROR(c.Recv(got.data(), count, DataType::kInt64, previous, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Send(sent, count, DataType::kInt64, next, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Recv(got, count, DataType::kInt64, previous, 7).WithContext(what));
       } else {
-        RETURN_IF_ERROR(c.Recv(got.data(), count, DataType::kInt64, previous, 7).WithContext(what));
-        RETURN_IF_ERROR(c.Send(got.data(), count, DataType::kInt64, next, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Recv(got, count, DataType::kInt64, previous, 7).WithContext(what));
+        RETURN_IF_ERROR(c.Send(got, count, DataType::kInt64, next, 7).WithContext(what));
       }
-      RETURN_IF_ERROR(Compare(got, token, DataType::kInt64, what));
+      ASSIGN_OR_RETURN(auto received, memory.Get(got, token.size()));
+      RETURN_IF_ERROR(Compare(received, token, DataType::kInt64, what));
+      memory.Release();
     }
   }
   return c.Barrier();
@@ -190,7 +209,7 @@ Status Sweep(Communicator& c) {
 class CommunicatorSuite : public ::testing::TestWithParam<SuiteParam> {
  protected:
   void SetUp() override {
-    const std::string reason = SkipReason(GetParam().backend);
+    const std::string reason = SkipReason(GetParam().backend, GetParam().size, GetParam().mode);
     if (!reason.empty()) GTEST_SKIP() << GetParam().backend << " not viable here: " << reason;
   }
 };
@@ -199,11 +218,12 @@ TEST_P(CommunicatorSuite, SweepsEveryOpDtypeReduceOpAndSize) {
   const SuiteParam& param = GetParam();
   World world(param.size, param.mode);
   auto results = RunRanks(param.size, param.mode, [&](int rank) -> Status {
+    ASSIGN_OR_RETURN(auto memory, MemoryFor(param.backend, rank));
     ASSIGN_OR_RETURN(auto communicator, world.Create(param.backend, rank, 20000));
     if (communicator->rank() != rank || communicator->size() != param.size) {
       return InternalError("wrong rank or size");
     }
-    return Sweep(*communicator);
+    return Sweep(*communicator, *memory);
   });
   for (int rank = 0; rank < param.size; ++rank) {
     EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank].ToString();
@@ -241,7 +261,8 @@ TEST(MpiLaunchedTest, SweepsUnderMpirun) {
   options.size = std::atoi(size);
   auto c = CreateCommunicator(options, std::make_shared<HashStore>());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  Status swept = Sweep(**c);
+  HostRankMemory memory;
+  Status swept = Sweep(**c, memory);
   EXPECT_TRUE(swept.ok()) << swept.ToString();
 }
 

@@ -1,15 +1,25 @@
 // Shared fixtures for the collectives tests: how each backend under test is created for a
-// rank, on threads (HashStore, in-memory hub) or forked processes (TcpStore).
+// rank, on threads (HashStore, in-memory hub) or forked processes (TcpStore), and whether it
+// can run here.
+//
+// NCCL and fork. CUDA is not fork-safe: once this process has initialised it, a forked child
+// cannot use it. So this process asks NCCL and CUDA nothing itself: whether NCCL can run, and
+// on how many GPUs, is probed once in a forked child (ProbeNcclHere). Ranks run as threads
+// initialise CUDA here (World::Create marks it), after which NCCL ranks as forked processes
+// are skipped with that reason: run such a test in a process of its own, as ctest does.
 #pragma once
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "collectives/fallback.h"
 #include "collectives/local/communicator.h"
+#include "collectives/nccl/factory.h"
 #include "collectives/registry.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/tcp_store.h"
@@ -45,6 +55,69 @@ class SendRecvOnly final : public Communicator {
   std::unique_ptr<Communicator> base_;
   CommunicatorCapabilities capabilities_;
 };
+
+// True once a test in this process has run NCCL ranks as threads (CUDA is initialised here).
+inline std::atomic<bool>& CudaInitialisedHere() {
+  static std::atomic<bool> initialised{false};
+  return initialised;
+}
+
+// Whether NCCL can run here, from a forked child (see the top of this file).
+struct NcclHere {
+  std::string not_viable;  // why not; empty when it can
+  int devices = 0;         // CUDA devices visible: at most one NCCL rank each
+  std::string version;     // of the linked NCCL library
+};
+
+inline const NcclHere& ProbeNcclHere() {
+  static const NcclHere here = [] {
+    NcclHere probed;
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      probed.not_viable = "pipe() failed before probing NCCL";
+      return probed;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      CommunicatorOptions options;
+      options.location = BufferLocation::kDevice;
+      const CommunicatorBackend* backend = CommunicatorRegistry::Global().Find("nccl");
+      Status viable = backend == nullptr ? NotFoundError("nccl is not registered") : backend->Viable(options);
+      auto environment = ProbeNcclEnvironment();
+      if (viable.ok() && !environment.ok()) viable = environment.status();
+      const std::string reply = std::to_string(environment.ok() ? environment->devices : 0) + "\n" +
+                                (environment.ok() ? environment->version : "") + "\n" +
+                                (viable.ok() ? "" : viable.ToString());
+      size_t off = 0;
+      while (off < reply.size()) {
+        const ssize_t n = ::write(fds[1], reply.data() + off, reply.size() - off);
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    std::string reply;
+    char buffer[1024];
+    ssize_t n;
+    while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0) reply.append(buffer, n);
+    ::close(fds[0]);
+    int wstatus = 0;
+    if (pid > 0) ::waitpid(pid, &wstatus, 0);
+    const size_t first = reply.find('\n');
+    const size_t second = first == std::string::npos ? first : reply.find('\n', first + 1);
+    if (pid < 0 || second == std::string::npos) {
+      probed.not_viable = "the child probing NCCL died before answering";
+      return probed;
+    }
+    probed.devices = std::atoi(reply.substr(0, first).c_str());
+    probed.version = reply.substr(first + 1, second - first - 1);
+    probed.not_viable = reply.substr(second + 1);
+    return probed;
+  }();
+  return here;
+}
 
 // One group of ranks: its store(s) and in-memory hub.
 class World {
@@ -92,6 +165,12 @@ class World {
     options.prefix = prefix_;
     options.timeout_ms = timeout_ms;
     options.verify_calls = verify_calls;
+    if (backend == "nccl") {
+      // Device buffers, one GPU per rank (the skip checks that there are enough).
+      options.location = BufferLocation::kDevice;
+      options.device_index = rank;
+      if (mode_ == RankMode::kThreads) CudaInitialisedHere() = true;
+    }
     ASSIGN_OR_RETURN(auto communicator, CreateCommunicator(options, store));
     if (backend == "sendrecv-p2p") {
       return std::unique_ptr<Communicator>(std::make_unique<FallbackCommunicator>(
@@ -109,14 +188,28 @@ class World {
   std::unique_ptr<TcpStoreServer> server_;
 };
 
-// Empty when `backend` can run here, otherwise the reason to skip.
-inline std::string SkipReason(const std::string& backend) {
-  if (backend != "mpi" && backend != "nccl" && backend != "gloo") return "";
+// Why `size` NCCL ranks as `mode` cannot run where NCCL is `nccl`; empty when they can.
+inline std::string NcclSkipReason(const NcclHere& nccl, int size, RankMode mode, bool cuda_initialised_here) {
+  if (!nccl.not_viable.empty()) return nccl.not_viable;
+  if (size > nccl.devices) {
+    return std::to_string(size) + " NCCL ranks need " + std::to_string(size) + " GPUs (NCCL refuses two ranks " +
+           "of one communicator on one GPU); " + std::to_string(nccl.devices) + " visible";
+  }
+  if (mode == RankMode::kProcesses && cuda_initialised_here) {
+    return "an earlier test initialised CUDA in this process, and forked ranks cannot use it after that; "
+           "run this test in a process of its own (as ctest does)";
+  }
+  return "";
+}
+
+// Empty when `backend` can run `size` ranks as `mode` here, otherwise the reason to skip.
+inline std::string SkipReason(const std::string& backend, int size = 1, RankMode mode = RankMode::kThreads) {
+  if (backend == "nccl") return NcclSkipReason(ProbeNcclHere(), size, mode, CudaInitialisedHere());
+  if (backend != "mpi" && backend != "gloo") return "";
   const CommunicatorBackend* found = CommunicatorRegistry::Global().Find(backend);
   if (found == nullptr) return backend + " is not registered";
   CommunicatorOptions options;
   options.size = 2;
-  options.location = backend == "nccl" ? BufferLocation::kDevice : BufferLocation::kHost;
   Status viable = found->Viable(options);
   return viable.ok() ? "" : viable.ToString();
 }

@@ -1,16 +1,26 @@
 // The CUDA backend's own contracts, beyond the generic op suites (device_ops_test.cc and
-// generic_device_test.cc, which run "cuda" like every other backend): it is registered and
-// says why it is not viable; its pool sits over cudaMalloc and serves repeats from the free
-// lists; copies back to the host wait for queued work; the TF32 option. Everything that needs
+// generic_device_test.cc, which run "cuda" like every other backend, and the odd-shape sweep
+// in tests/bench): it is registered and says why it is not viable; its name; its pool sits
+// over cudaMalloc and serves repeats from the free lists; an op short of scratch memory
+// reports ResourceExhausted instead of ending the process; copies back to the host wait for
+// queued work; the TF32 option really engages tensor cores; max pool's backward is
+// deterministic; and two epochs of SimpleCNN on the GPU match the CPU. Everything that needs
 // a GPU is skipped with the reason on a machine without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iostream>
+#include <numeric>
 #include <random>
 #include <vector>
 
+#include "core/data/idx.h"
+#include "core/model/model.h"
+#include "core/train/trainer.h"
 #include "device/cuda/factory.h"
+#include "device/op_cost.h"
 #include "device/registry.h"
 
 namespace tessera {
@@ -35,6 +45,12 @@ TEST(CudaBackendTest, IsRegisteredAndExplainsWhenNotViable) {
   EXPECT_TRUE(found) << "no \"cuda\" entry in the device registry";
 }
 
+TEST(CudaBackendTest, NamesCarryTheVendorOnceTheIndexAndTf32) {
+  EXPECT_EQ(CudaDeviceName("NVIDIA H200", 0, false), "NVIDIA H200 #0");
+  EXPECT_EQ(CudaDeviceName("NVIDIA H200", 1, true), "NVIDIA H200 #1 (TF32 GEMM)");
+  EXPECT_EQ(CudaDeviceName("Tesla V100-SXM2-16GB", 3, false), "NVIDIA Tesla V100-SXM2-16GB #3");
+}
+
 class CudaDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -52,7 +68,9 @@ TEST_F(CudaDeviceTest, CapabilitiesNameTheGpuAndEveryOp) {
   const DeviceCapabilities& capabilities = device_->capabilities();
   EXPECT_EQ(capabilities.kind, "cuda");
   EXPECT_EQ(capabilities.name.rfind("NVIDIA ", 0), 0u) << capabilities.name;
+  EXPECT_EQ(capabilities.name.find("NVIDIA NVIDIA"), std::string::npos) << capabilities.name;
   EXPECT_NE(capabilities.name.find("#0"), std::string::npos) << capabilities.name;
+  EXPECT_EQ(capabilities.device_index, 0);
   EXPECT_EQ(capabilities.native_ops, AllOps());
   EXPECT_FALSE(capabilities.emulated);
   EXPECT_GT(capabilities.memory_bytes, 0u);
@@ -98,29 +116,166 @@ TEST_F(CudaDeviceTest, CopiesOutsideABufferAreOutOfRange) {
   EXPECT_FALSE(device_->CopyDeviceToHost(*buffer, 1000, host.data(), 100).ok());
 }
 
-TEST_F(CudaDeviceTest, Tf32GemmIsCloseToFloat32) {
+// TF32 keeps 10 mantissa bits: entries of a 1024-long dot product of values in [-1, 1) (about
+// 10 in size) move by around 1e-2 from the float32 result, which itself stays within 1e-4 or
+// so of a double reference. A TF32 device whose results stay within 1e-3 of float32's never
+// engaged the tensor cores.
+TEST_F(CudaDeviceTest, Tf32GemmEngagesTensorCoresAndStaysClose) {
   CudaDeviceOptions options;
   options.allow_tf32 = true;
   auto created = CreateCudaDevice(options);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   Device& tf32 = **created;
   EXPECT_NE(tf32.capabilities().name.find("TF32"), std::string::npos);
-  const int n = 256;
+  const int n = 1024;
   std::mt19937 engine(3);
   std::uniform_real_distribution<float> uniform(-1, 1);
-  std::vector<float> a(n * n);
+  std::vector<float> a(size_t(n) * n);
   for (float& value : a) value = uniform(engine);
-  std::vector<float> exact(n * n), rounded(n * n);
+  std::vector<float> exact(a.size()), rounded(a.size());
   const std::pair<Device*, std::vector<float>*> runs[] = {{device_.get(), &exact}, {&tf32, &rounded}};
   for (const auto& [device, out] : runs) {
     auto in = device->Allocate(a.size() * 4), c = device->Allocate(a.size() * 4);
+    ASSERT_TRUE(in.ok() && c.ok());
     ASSERT_TRUE(device->CopyHostToDevice(a.data(), *in, 0, a.size() * 4).ok());
     device->Gemm(false, true, n, n, n, 1.0f, in->f32(), in->f32(), 0.0f, c->f32());
     ASSERT_TRUE(device->CopyDeviceToHost(*c, 0, out->data(), a.size() * 4).ok());
   }
-  float worst = 0;
-  for (int i = 0; i < n * n; ++i) worst = std::max(worst, std::fabs(exact[i] - rounded[i]));
-  EXPECT_LT(worst, 0.1f);  // TF32 keeps 10 mantissa bits; |entries| are around sqrt(n) / 3
+  double fp32_error = 0, tf32_error = 0, tf32_shift = 0;
+  for (int sample = 0; sample < 2000; ++sample) {
+    const int i = (sample * 7919) % n, j = (sample * 104729) % n;
+    double reference = 0;
+    for (int p = 0; p < n; ++p) reference += double(a[size_t(i) * n + p]) * a[size_t(j) * n + p];
+    const size_t at = size_t(i) * n + j;
+    fp32_error = std::max(fp32_error, std::fabs(exact[at] - reference));
+    tf32_error = std::max(tf32_error, std::fabs(rounded[at] - reference));
+    tf32_shift = std::max(tf32_shift, std::fabs(double(rounded[at]) - exact[at]));
+  }
+  std::cout << "largest error against double: float32 " << fp32_error << ", TF32 " << tf32_error << "\n";
+  EXPECT_LT(fp32_error, 1e-3);
+  EXPECT_GT(tf32_shift, 1e-3) << "TF32 results are float32's: the tensor cores never engaged";
+  EXPECT_LT(tf32_error, 0.1);
+}
+
+// Windows of 3 with stride 2 overlap: an input chosen by two windows gets two gradients. The
+// sum must not depend on which thread adds first.
+TEST_F(CudaDeviceTest, MaxPoolBackwardIsDeterministicAndMatchesTheCpuBitForBit) {
+  auto cpu = CreateDevice("cpu");
+  ASSERT_TRUE(cpu.ok());
+  MaxPoolShape shape;
+  shape.batch = 16, shape.channels = 8, shape.in_height = 33, shape.in_width = 31, shape.window = 3, shape.stride = 2;
+  const size_t inputs = PoolInputCount(shape), outputs = PoolOutputCount(shape);
+  std::mt19937 engine(5);
+  std::uniform_int_distribution<int> level(-2, 2);  // ties, so windows share their maximum
+  std::vector<float> x(inputs), dy(outputs);
+  for (float& value : x) value = float(level(engine));
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (float& value : dy) value = uniform(engine);
+  auto run = [&](Device& device) {
+    auto xb = device.Allocate(inputs * 4), yb = device.Allocate(outputs * 4), argmax = device.Allocate(outputs * 4);
+    auto dyb = device.Allocate(outputs * 4), dxb = device.Allocate(inputs * 4);
+    EXPECT_TRUE(xb.ok() && yb.ok() && argmax.ok() && dyb.ok() && dxb.ok());
+    EXPECT_TRUE(device.CopyHostToDevice(x.data(), *xb, 0, inputs * 4).ok());
+    EXPECT_TRUE(device.CopyHostToDevice(dy.data(), *dyb, 0, outputs * 4).ok());
+    device.MaxPool(shape, xb->f32(), yb->f32(), argmax->i32());
+    device.MaxPoolBackward(shape, dyb->f32(), argmax->i32(), dxb->f32());
+    std::vector<float> dx(inputs);
+    EXPECT_TRUE(device.CopyDeviceToHost(*dxb, 0, dx.data(), inputs * 4).ok());
+    return dx;
+  };
+  const std::vector<float> expected = run(**cpu);
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const std::vector<float> got = run(*device_);
+    ASSERT_EQ(std::memcmp(got.data(), expected.data(), inputs * 4), 0) << "run " << repeat << " differs from the CPU";
+  }
+}
+
+// Every byte of the card is taken, then a convolution needs im2col scratch: the op does
+// nothing, and the next Synchronize says why, instead of the process aborting.
+TEST_F(CudaDeviceTest, AnOpShortOfScratchMemoryReportsResourceExhausted) {
+  Conv2dShape shape;
+  shape.batch = 256, shape.in_channels = 64, shape.in_height = 64, shape.in_width = 64;
+  shape.out_channels = 8, shape.kernel_height = 3, shape.kernel_width = 3, shape.padding = 1;
+  auto x = device_->Allocate(ConvInputCount(shape) * 4), w = device_->Allocate(ConvWeightCount(shape) * 4);
+  auto y = device_->Allocate(ConvOutputCount(shape) * 4);
+  ASSERT_TRUE(x.ok() && w.ok() && y.ok());
+  std::vector<DeviceBuffer> hoard;
+  for (size_t block = size_t(1) << 30; block >= (size_t(1) << 20); block /= 2) {
+    for (;;) {
+      auto taken = device_->Allocate(block);
+      if (!taken.ok()) break;
+      hoard.push_back(std::move(taken).value());
+    }
+  }
+  device_->Conv2dForward(shape, x->f32(), w->f32(), nullptr, y->f32());  // 2.4 GB of columns
+  const Status status = device_->Synchronize();
+  hoard.clear();
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+  EXPECT_NE(status.message().find("conv2d_forward"), std::string::npos) << status.ToString();
+  EXPECT_TRUE(device_->Synchronize().ok()) << "the failure is reported once";
+}
+
+// Two epochs of SimpleCNN over Fashion-MNIST from the same seed (initial weights and batch
+// order) on the GPU and on the CPU: the summation orders differ, the training must not. SGD
+// amplifies rounding differences, so the run also prints the CPU against itself with every
+// initial weight moved by about one ulp: how far that alone moves the figures (on the
+// development machine: the mean loss by 2.6e-4 relative, accuracy by 0.06 points) is the
+// noise floor to read a failure against.
+TEST(CudaTrainingTest, TwoEpochsOfSimpleCnnMatchTheCpuFromOneSeed) {
+  const Viability viability = CudaViability();
+  if (!viability.viable) GTEST_SKIP() << "cuda is not viable here: " << viability.reason;
+  auto train = LoadFashionMnist("", true);
+  auto test = LoadFashionMnist("", false);
+  if (!train.ok() || !test.ok()) {
+    GTEST_SKIP() << "Fashion-MNIST not available: " << (train.ok() ? test.status() : train.status()).ToString();
+  }
+  std::vector<int64_t> indices(train->count);
+  std::iota(indices.begin(), indices.end(), 0);
+  ModelConfig config;
+  config.seed = 7;
+  TrainOptions options;
+  options.epochs = 2;
+  options.batch_size = 64;
+  options.learning_rate = 0.01f;
+  options.momentum = 0.9f;
+  options.weight_decay = 1e-5f;
+  options.seed = 7;
+  struct Run {
+    double loss = 0, accuracy = 0, test_loss = 0;
+  };
+  auto run = [&](const std::string& name, bool nudged) -> Run {
+    auto device = CreateDevice(name);
+    EXPECT_TRUE(device.ok()) << device.status().ToString();
+    if (!device.ok()) return {};
+    auto model = CreateModel(config, device->get());
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    if (!model.ok()) return {};
+    if (nudged) {
+      TensorSet state = (*model)->GetState();
+      for (auto& tensor : state) {
+        for (size_t i = 0; i < tensor.values.size(); ++i) tensor.values[i] *= i % 2 ? 1.0f + 1.2e-7f : 1.0f - 1.2e-7f;
+      }
+      EXPECT_TRUE((*model)->SetState(state).ok());
+    }
+    auto report = TrainLocal(**model, *train, indices, options);
+    EXPECT_TRUE(report.ok()) << report.status().ToString();
+    auto evaluated = Evaluate(**model, *test);
+    EXPECT_TRUE(evaluated.ok()) << evaluated.status().ToString();
+    if (!report.ok() || !evaluated.ok()) return {};
+    std::cout << name << (nudged ? ", initial weights moved by one ulp" : "") << ": mean training loss "
+              << report->mean_loss << ", test accuracy " << 100 * evaluated->accuracy << "%, test loss "
+              << evaluated->loss << "\n";
+    return {report->mean_loss, evaluated->accuracy, evaluated->loss};
+  };
+  const Run gpu = run("cuda", false), cpu = run("cpu", false), nudged = run("cpu", true);
+  ASSERT_GT(cpu.loss, 0);
+  std::cout << "cuda against cpu: mean loss " << std::fabs(gpu.loss - cpu.loss) / cpu.loss << " relative, accuracy "
+            << 100 * std::fabs(gpu.accuracy - cpu.accuracy) << " points; the cpu's own noise floor: "
+            << std::fabs(nudged.loss - cpu.loss) / cpu.loss << " relative, "
+            << 100 * std::fabs(nudged.accuracy - cpu.accuracy) << " points\n";
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-3 * cpu.loss) << "mean training loss over the two epochs";
+  EXPECT_NEAR(100 * gpu.accuracy, 100 * cpu.accuracy, 0.5) << "test accuracy, percentage points";
+  EXPECT_GT(cpu.accuracy, 0.8) << "two epochs of SimpleCNN reach well over 80%";
 }
 
 }  // namespace

@@ -144,6 +144,32 @@ TEST_P(DeviceOpsTest, GemmMatchesNaiveReferenceForEveryTransposeCombination) {
   }
 }
 
+// k = 0 has no product to add: c = beta * c, where beta 0 overwrites c without reading it
+// (BLAS's rule: NaN in c must not survive). m or n = 0 leaves everything alone. BLAS libraries
+// refuse the leading dimension 0 of the empty operands, so the backends must not pass it on.
+TEST_P(DeviceOpsTest, GemmWithAnEmptyDimensionFollowsBlasRules) {
+  const int m = 3, n = 4;
+  for (bool transpose_a : {false, true}) {
+    for (bool transpose_b : {false, true}) {
+      const std::vector<float> c = RandomVector(m * n, 5);
+      DeviceBuffer a = Zeros(1), b = Zeros(1), scaled = Upload(c);
+      device_->Gemm(transpose_a, transpose_b, m, n, 0, 1.0f, a.f32(), b.f32(), 0.5f, scaled.f32());
+      const std::vector<float> got = Download(scaled, m * n);
+      for (int i = 0; i < m * n; ++i) EXPECT_FLOAT_EQ(got[i], 0.5f * c[i]) << transpose_a << transpose_b << i;
+
+      DeviceBuffer cleared = Upload(std::vector<float>(m * n, std::nanf("")));
+      device_->Gemm(transpose_a, transpose_b, m, n, 0, 1.0f, a.f32(), b.f32(), 0.0f, cleared.f32());
+      for (float value : Download(cleared, m * n)) EXPECT_EQ(value, 0.0f) << transpose_a << transpose_b;
+
+      DeviceBuffer untouched = Upload(c);
+      device_->Gemm(transpose_a, transpose_b, 0, n, 2, 1.0f, a.f32(), b.f32(), 0.5f, untouched.f32());
+      device_->Gemm(transpose_a, transpose_b, m, 0, 2, 1.0f, a.f32(), b.f32(), 0.5f, untouched.f32());
+      EXPECT_EQ(Download(untouched, m * n), c) << transpose_a << transpose_b;
+    }
+  }
+  EXPECT_TRUE(device_->Synchronize().ok());
+}
+
 struct ConvCase {
   Conv2dShape shape;
 };
@@ -267,6 +293,45 @@ TEST_P(DeviceOpsTest, MaxPoolBackwardMatchesFiniteDifferences) {
   EXPECT_FLOAT_EQ(y[0], std::max({x[0], x[1], x[8], x[9]}));
   device_->MaxPoolBackward(s, dprobe.f32(), argmax.i32(), grad.f32());
   ExpectGradientMatches(x, loss, Download(grad, x_count), 1e-2f, 1e-3, 96);
+}
+
+// Overlapping windows (3, stride 2): a spike at every (4a + 2, 4b + 2) is the maximum of the
+// four windows around it, so it gets the sum of their gradients, added in output order (the
+// device.h contract); the zeros elsewhere are ties, where the first element wins.
+TEST_P(DeviceOpsTest, MaxPoolBackwardSumsOverlappingWindowsInOutputOrder) {
+  MaxPoolShape s;
+  s.batch = 2, s.channels = 2, s.in_height = 11, s.in_width = 13, s.window = 3, s.stride = 2;
+  const int out_h = s.out_height(), out_w = s.out_width();
+  const size_t plane = size_t(s.in_height) * s.in_width, out_plane = size_t(out_h) * out_w;
+  const size_t planes = size_t(s.batch) * s.channels, x_count = planes * plane, y_count = planes * out_plane;
+  std::vector<float> x(x_count, 0.0f);
+  for (size_t p = 0; p < planes; ++p) {
+    for (int h = 2; h < s.in_height; h += 4) {
+      for (int w = 2; w < s.in_width; w += 4) x[p * plane + size_t(h) * s.in_width + w] = 1.0f + float(p);
+    }
+  }
+  const std::vector<float> dy = RandomVector(y_count, 19);
+  std::vector<float> expected(x_count, 0.0f);
+  for (size_t p = 0; p < planes; ++p) {
+    for (int oh = 0; oh < out_h; ++oh) {
+      for (int ow = 0; ow < out_w; ++ow) {
+        size_t best = size_t(oh * s.stride) * s.in_width + ow * s.stride;
+        for (int kh = 0; kh < s.window; ++kh) {
+          for (int kw = 0; kw < s.window; ++kw) {
+            const size_t at = size_t(oh * s.stride + kh) * s.in_width + ow * s.stride + kw;
+            if (x[p * plane + at] > x[p * plane + best]) best = at;
+          }
+        }
+        expected[p * plane + best] += dy[p * out_plane + size_t(oh) * out_w + ow];
+      }
+    }
+  }
+  DeviceBuffer dx = Upload(x), y = Zeros(y_count), argmax = Zeros(y_count), gradient = Upload(dy),
+               result = Zeros(x_count);
+  device_->MaxPool(s, dx.f32(), y.f32(), argmax.i32());
+  device_->MaxPoolBackward(s, gradient.f32(), argmax.i32(), result.f32());
+  const std::vector<float> got = Download(result, x_count);
+  for (size_t i = 0; i < x_count; ++i) ASSERT_EQ(got[i], expected[i]) << "input " << i;
 }
 
 TEST_P(DeviceOpsTest, SoftmaxCrossEntropyMatchesFiniteDifferences) {

@@ -150,8 +150,14 @@ std::vector<std::pair<Op, std::function<void(OpRunner&)>>> OpCases() {
          r.device().MaxPool(pool, r.In(Random(pool_x, 15)), r.Out(pool_y), argmax->i32());
        }},
       {Op::kMaxPoolBackward, [=](OpRunner& r) {
+         // Each index inside its own output's window, as MaxPool writes them (device.h).
          std::vector<int32_t> argmax(pool_y);
-         for (int64_t i = 0; i < pool_y; ++i) argmax[i] = static_cast<int32_t>((i * 7) % (pool.in_height * pool.in_width));
+         const int out_w = pool.out_width(), out_plane = pool.out_height() * out_w;
+         for (int64_t i = 0; i < pool_y; ++i) {
+           const int o = static_cast<int>(i % out_plane), oh = o / out_w, ow = o % out_w;
+           const int kh = static_cast<int>(i % pool.window), kw = static_cast<int>((i / 3) % pool.window);
+           argmax[i] = (oh * pool.stride + kh) * pool.in_width + ow * pool.stride + kw;
+         }
          r.device().MaxPoolBackward(pool, r.In(Random(pool_y, 16)), r.Ints(argmax), r.Out(pool_x));
        }},
       {Op::kSoftmaxCrossEntropy, [](OpRunner& r) {
