@@ -10,7 +10,7 @@
 namespace tessera::server {
 
 Coordinator::Coordinator(CoordinatorOptions options)
-    : options_(std::move(options)), registry_(options_.registry) {}
+    : options_(std::move(options)), registry_(options_.registry), upload_budget_(options_.upload_buffer_bytes) {}
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   if (options.join_token.empty()) {

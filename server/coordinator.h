@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "server/byte_budget.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
 #include "server/worker_registry.h"
@@ -25,6 +26,9 @@ struct CoordinatorOptions {
   std::string state_dir = "./var";
   std::string join_token;                    // required: workers present it to join
   uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
+  // Bytes that uploads being received may hold at once; more wait their turn (one upload
+  // is always let through, whatever its size). Keeps memory flat in the number of workers.
+  uint64_t upload_buffer_bytes = uint64_t{256} << 20;
   WorkerRegistryOptions registry;
   JobRunnerOptions runner;
 };
@@ -38,6 +42,7 @@ class Coordinator {
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
   RendezvousStore& rendezvous() { return rendezvous_; }
+  ByteBudget& upload_budget() { return upload_budget_; }
 
   // Blocks until Shutdown() is called from another thread or a signal handler's thread.
   void Wait();
@@ -64,6 +69,7 @@ class Coordinator {
   std::unique_ptr<StateStore> store_;
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;
+  ByteBudget upload_budget_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::vector<std::unique_ptr<grpc::Service>> services_;

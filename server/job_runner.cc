@@ -93,14 +93,15 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
   }
 }
 
-Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms) {
+Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+                               const std::map<std::string, TensorSet>& payload) {
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
   }
   if (!round) return AdmitUpload(header);
-  Status verdict = round->Submit(header, delta, upload_ms);
+  Status verdict = round->Submit(header, delta, upload_ms, &payload);
   registry_->RecordRound(header.worker_id(), verdict.ok());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
@@ -291,7 +292,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     global = current_->shared_tensors();
   }
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
-                                      strategy_->BeginRound(*global), spec.min_clients());
+                                      strategy_->BeginRound(*global), spec.min_clients(), strategy_->PayloadSets());
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));

@@ -57,7 +57,9 @@ class JobRunner {
   Status AdmitUpload(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
-  Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
+  // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names).
+  Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+                      const std::map<std::string, TensorSet>& payload = {});
   // A selected worker could not train; it leaves the round now instead of at the deadline.
   Status ReportFailure(const v1::UpdateHeader& header);
   uint64_t model_bytes() const { return model_bytes_.load(); }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "proto/update_envelope.h"
+
 namespace tessera::server {
 namespace {
 
@@ -20,13 +22,14 @@ double Median(std::vector<double> values) {
 
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
              std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
-             uint32_t min_clients)
+             uint32_t min_clients, std::vector<std::string> extra_sets)
     : job_id_(std::move(job_id)),
       round_(round),
       attempt_(attempt),
       model_version_(model_version),
       global_(std::move(global)),
       min_clients_(min_clients),
+      extra_sets_(std::move(extra_sets)),
       aggregate_(std::move(aggregate)) {}
 
 void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
@@ -93,7 +96,19 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
 
 Status Round::CheckManifest(const v1::UpdateHeader& h) const {
   const std::string what = Describe(h.worker_id());
-  const auto& tensors = h.manifest().tensors();
+  ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
+  const v1::TensorSetInfo* delta = nullptr;
+  for (const auto& set : sets) {
+    if (set.name() == wire::kDeltaSet) {
+      delta = &set;
+    } else if (std::find(extra_sets_.begin(), extra_sets_.end(), set.name()) == extra_sets_.end()) {
+      std::string expected = "'delta'";
+      for (const auto& name : extra_sets_) expected += ", '" + name + "'";
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
+                                  expected);
+    }
+  }
+  const auto& tensors = delta->manifest().tensors();
   if (static_cast<size_t>(tensors.size()) != global_->size()) {
     return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors, got " +
                                 std::to_string(tensors.size()));
@@ -127,7 +142,8 @@ void Round::Reject(const std::string& worker_id, const Status& why) {
   cv_.notify_all();
 }
 
-Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms) {
+Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
+                     const std::map<std::string, TensorSet>* payload) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   Status valid = CheckSameLayout(*global_, delta, what);
@@ -161,6 +177,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   update.client = h.worker_id();
   update.samples = h.samples();
   update.delta = &delta;
+  update.payload = payload;
   Status folded = aggregate_->Fold(update);
   const double fold_ms = MillisSince(start, std::chrono::steady_clock::now());
   std::lock_guard<std::mutex> lock(mu_);

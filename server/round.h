@@ -41,7 +41,7 @@ class Round {
 
   Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
         std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
-        uint32_t min_clients);
+        uint32_t min_clients, std::vector<std::string> extra_sets = {});
 
   const std::string& job_id() const { return job_id_; }
   uint32_t round() const { return round_; }
@@ -56,14 +56,16 @@ class Round {
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
   // model version, a selected worker that has not reported yet, a positive sample count.
   Status Admit(const v1::UpdateHeader& header) const;
-  // Checks the upload's manifest against the global model's layout (names, shapes, dtypes)
-  // before any tensor bytes are read.
+  // Checks the upload's envelope before any tensor bytes are read: its sets (a "delta" set,
+  // and only the payload sets the strategy reads, each in an encoding this build reads) and
+  // the delta's manifest against the global model's layout (names, shapes, dtypes).
   Status CheckManifest(const v1::UpdateHeader& header) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values) and folds it into the aggregate. A refused
   // update never touches the aggregate; its participant is marked rejected with the reason.
-  Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms);
+  Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+                const std::map<std::string, TensorSet>* payload = nullptr);
   void RecordDownload(const std::string& worker_id);
   // The worker reports that it cannot train this round; it is dropped with `reason`.
   Status Fail(const v1::UpdateHeader& header);
@@ -97,6 +99,7 @@ class Round {
   const uint64_t model_version_;
   const std::shared_ptr<const TensorSet> global_;
   const uint32_t min_clients_;
+  const std::vector<std::string> extra_sets_;  // payload sets the strategy reads besides "delta"
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

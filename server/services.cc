@@ -2,8 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -13,6 +15,7 @@
 
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
 #include "server/coordinator.h"
 
 namespace tessera::server {
@@ -225,7 +228,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       have_header_ = true;
       header_ = std::move(*message_.mutable_header());
       if (!Admit()) return;
-      StartRead(&message_);
+      // Nothing more is read until the upload's bytes fit the coordinator's budget.
+      c_->upload_budget().Acquire(budget_bytes_, [this] { Granted(); });
       return;
     }
     if (!ok) {  // the worker has sent everything
@@ -243,7 +247,15 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     StartRead(&message_);
   }
 
-  void OnDone() override { delete this; }
+  // A cancel while waiting for the budget is handled when the budget is granted (the grant
+  // holds this reactor); in every other state a read in flight fails and says so.
+  void OnCancel() override { cancelled_ = true; }
+
+  void OnDone() override {
+    assembler_.reset();
+    if (holding_budget_) c_->upload_budget().Release(budget_bytes_);
+    delete this;
+  }
 
  private:
   // Checks the header; false when the upload has been answered already.
@@ -277,24 +289,46 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     }
     what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
             std::to_string(header_.round());
-    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
-    if (Status started = assembler_->Start(header_.manifest()); !started.ok()) {
-      runner_->RejectUpload(header_, started);
-      Refuse(started);
+    auto sets = wire::UpdateSets(header_, what_);  // checked by AdmitUpload already
+    if (!sets.ok()) {
+      runner_->RejectUpload(header_, sets.status());
+      Refuse(sets.status());
       return false;
     }
+    sets_ = std::move(sets).value();
+    combined_ = wire::CombinedManifest(sets_);
+    budget_bytes_ = std::min<uint64_t>(combined_.total_bytes(), runner_->model_bytes());
     return true;
   }
 
-  void Complete() {
-    Result<TensorSet> delta = assembler_->Finish();
-    const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    if (!delta.ok()) {
-      runner_->RejectUpload(header_, delta.status());
-      Refuse(delta.status());
+  // The upload's bytes are reserved: its buffers may be allocated and its chunks read.
+  void Granted() {
+    holding_budget_ = true;
+    if (cancelled_) {
+      Finish(ToGrpc(CancelledError("the worker went away while its upload waited for memory")));
       return;
     }
-    Status verdict = runner_->SubmitUpdate(header_, *delta, upload_ms);
+    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
+    if (Status started = assembler_->Start(combined_); !started.ok()) {
+      runner_->RejectUpload(header_, started);
+      Refuse(started);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void Complete() {
+    Result<TensorSet> tensors = assembler_->Finish();
+    const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (!tensors.ok()) {
+      runner_->RejectUpload(header_, tensors.status());
+      Refuse(tensors.status());
+      return;
+    }
+    std::map<std::string, TensorSet> sets = wire::SplitSets(std::move(tensors).value(), sets_);
+    const TensorSet delta = std::move(sets[wire::kDeltaSet]);
+    sets.erase(wire::kDeltaSet);
+    Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets);
     if (!verdict.ok()) {
       Refuse(verdict);
       return;
@@ -325,6 +359,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   v1::UpdateHeader header_;
   std::shared_ptr<JobRunner> runner_;
   std::string what_;
+  std::vector<v1::TensorSetInfo> sets_;  // the envelope's sets, in chunk order
+  v1::TensorManifest combined_;          // every set's tensors, as the chunks carry them
+  uint64_t budget_bytes_ = 0;            // taken from the upload budget once granted
+  bool holding_budget_ = false;
+  std::atomic<bool> cancelled_{false};
   std::unique_ptr<wire::TensorAssembler> assembler_;
 };
 

@@ -15,9 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
 #include "core/tensor.h"
@@ -31,6 +33,8 @@ struct ClientUpdate {
   std::string client;            // the worker's id (a cohort's leader)
   uint64_t samples = 0;          // positive
   const TensorSet* delta = nullptr;  // the client's model minus the round's global model
+  // The update's other sets, by name: only those PayloadSets() names; may be null.
+  const std::map<std::string, TensorSet>* payload = nullptr;
 };
 
 // What one round attempt accumulates.
@@ -58,6 +62,9 @@ class Strategy {
   virtual Status Restore(TensorSet state) = 0;
   virtual const TensorSet& state() const = 0;
 
+  // The tensor sets a client's update may carry besides "delta" (a control variate's
+  // change, ...); an update with any other set is refused before its bytes are read.
+  virtual std::vector<std::string> PayloadSets() const { return {}; }
   virtual std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const = 0;
   // The next model and state. Requires at least one folded update. Does not change `this`.
   virtual Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const = 0;

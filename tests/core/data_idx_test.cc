@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -53,7 +54,7 @@ bool HaveFashionMnist() {
          fs::exists(fs::path(kDefaultFashionMnistDir) / "train-images-idx3-ubyte");
 }
 
-TEST(FashionMnistTest, LoadsTrainingSplitQuickly) {
+TEST(FashionMnistTest, LoadsTrainingSplit) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed in " << kDefaultFashionMnistDir;
   const auto start = std::chrono::steady_clock::now();
   Result<Dataset> train = LoadFashionMnist("", /*train=*/true);
@@ -83,9 +84,28 @@ TEST(FashionMnistTest, LoadsTrainingSplitQuickly) {
   const double stddev = std::sqrt(sum_sq / train->images.size() - mean * mean);
   EXPECT_NEAR(mean, 0.0, 0.01);
   EXPECT_NEAR(stddev, 1.0, 0.01);
-  // Timed with the checks above excluded; generous enough for a loaded machine.
-  EXPECT_LT(seconds, 2.0) << "loading 60000 images took " << seconds << " s";
+  // Printed, not asserted: the machine's load decides it (bench/ measures speed).
   std::cout << "loaded 60000 training images in " << seconds << " s\n";
+}
+
+TEST(FashionMnistTest, LoadsOnlyTheRowsAskedFor) {
+  if (!HaveFashionMnist()) GTEST_SKIP() << "Fashion-MNIST not installed in " << kDefaultFashionMnistDir;
+  Result<IdxPairPaths> paths = FindFashionMnist("", /*train=*/false);
+  ASSERT_TRUE(paths.ok()) << paths.status().ToString();
+  Result<Dataset> all = LoadIdxPair(paths->images, paths->labels, 10);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  const std::vector<int64_t> rows = {9999, 0, 17, 17, 5000};
+  Result<Dataset> some = LoadIdxPairRows(paths->images, paths->labels, rows, 10);
+  ASSERT_TRUE(some.ok()) << some.status().ToString();
+  ASSERT_EQ(some->count, 5);
+  ASSERT_EQ(some->images.size(), size_t{5} * 784);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(some->labels[i], all->labels[static_cast<size_t>(rows[i])]);
+    EXPECT_EQ(0, std::memcmp(some->Image(static_cast<int64_t>(i)), all->Image(rows[i]), 784 * sizeof(float))) << i;
+  }
+  Result<Dataset> outside = LoadIdxPairRows(paths->images, paths->labels, {3, 10000}, 10);
+  EXPECT_EQ(outside.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(outside.status().message().find("row 10000 at position 1"), std::string::npos) << outside.status().message();
 }
 
 TEST(FashionMnistTest, LoadsTestSplit) {

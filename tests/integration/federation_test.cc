@@ -15,7 +15,8 @@ namespace {
 TEST(FederationTest, AccuracyImprovesOverThreeRounds) {
   TempDir dir("federation");
   auto options = TestCoordinatorOptions(dir.str());
-  options.chunk_bytes = 4096;  // the model travels in many chunks
+  options.chunk_bytes = 4096;      // the model travels in many chunks
+  options.upload_buffer_bytes = 1;  // uploads are received one at a time; the others wait their turn
   auto coordinator = server::Coordinator::Start(options);
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());

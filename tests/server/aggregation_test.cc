@@ -6,6 +6,8 @@
 #include <limits>
 #include <thread>
 
+#include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
 #include "server/round.h"
 #include "server/strategy/strategy.h"
 
@@ -252,6 +254,60 @@ TEST_F(RoundTest, ClosingDropsThePendingAndRefusesLateUpdates) {
   round_->FillRecord(&record);
   EXPECT_EQ(record.clients_selected(), 3u);
   EXPECT_EQ(record.clients_reported(), 1u);
+}
+
+TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
+  const v1::TensorManifest manifest = wire::BuildManifest(*global_);
+  auto with_sets = [&](std::vector<std::pair<std::string, v1::Encoding>> sets) {
+    v1::UpdateHeader h = Header("w1");
+    for (const auto& [name, encoding] : sets) {
+      auto* set = h.add_sets();
+      set->set_name(name);
+      set->set_encoding(encoding);
+      *set->mutable_manifest() = manifest;
+    }
+    return h;
+  };
+  // An older worker: the manifest alone is the float32 delta.
+  v1::UpdateHeader legacy = Header("w1");
+  *legacy.mutable_manifest() = manifest;
+  EXPECT_TRUE(round_->CheckManifest(legacy).ok());
+  EXPECT_TRUE(round_->CheckManifest(with_sets({{"delta", v1::ENCODING_FLOAT32}})).ok());
+  EXPECT_TRUE(round_->CheckManifest(with_sets({{"delta", v1::ENCODING_UNSPECIFIED}})).ok());
+
+  Status s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_FLOAT32}, {"control", v1::ENCODING_FLOAT32}}));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("set 'control' is not one this job's strategy reads; expected 'delta'"), std::string::npos)
+      << s.message();
+  s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_INT8}}));
+  EXPECT_NE(s.message().find("set 'delta': encoding ENCODING_INT8 is not read"), std::string::npos) << s.message();
+  s = round_->CheckManifest(with_sets({{"control", v1::ENCODING_FLOAT32}}));
+  EXPECT_NE(s.message().find("no 'delta' set"), std::string::npos) << s.message();
+  s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_FLOAT32}, {"delta", v1::ENCODING_FLOAT32}}));
+  EXPECT_NE(s.message().find("appears twice"), std::string::npos) << s.message();
+  v1::UpdateHeader both = with_sets({{"delta", v1::ENCODING_FLOAT32}});
+  *both.mutable_manifest() = manifest;
+  s = round_->CheckManifest(both);
+  EXPECT_NE(s.message().find("both 'manifest' and 'sets'"), std::string::npos) << s.message();
+}
+
+TEST(UpdateEnvelopeTest, SetsTravelAsOneChunkStreamAndComeApartByName) {
+  const TensorSet delta = Layout(1, 2, 3);
+  const TensorSet control = {{"c", {3}, {7, 8, 9}}};
+  std::vector<v1::TensorSetInfo> sets(2);
+  sets[0].set_name("delta");
+  *sets[0].mutable_manifest() = wire::BuildManifest(delta);
+  sets[1].set_name("control");
+  *sets[1].mutable_manifest() = wire::BuildManifest(control);
+  const v1::TensorManifest combined = wire::CombinedManifest(sets);
+  ASSERT_EQ(combined.tensors_size(), 3);
+  EXPECT_EQ(combined.total_bytes(), 6u * sizeof(float));
+  TensorSet all = delta;
+  all.push_back(control[0]);
+  auto split = wire::SplitSets(all, sets);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(TensorSetSha256(split["delta"]), TensorSetSha256(delta));
+  EXPECT_EQ(TensorSetSha256(split["control"]), TensorSetSha256(control));
 }
 
 TEST_F(RoundTest, LostWorkersAreDroppedAtOnce) {
