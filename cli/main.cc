@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "base/flags.h"
+#include "base/host_port.h"
 #include "cli/devices_command.h"
 #include "collectives/benchmark.h"
 #include "cli/job_client.h"
@@ -124,6 +125,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     return 0;
+  }
+  const char* from_environment = std::getenv("TESSERA_COORDINATOR");
+  const std::string source =
+      from_environment != nullptr && coordinator == from_environment ? "$TESSERA_COORDINATOR" : "--coordinator";
+  if (auto address = ParseHostPort(source, coordinator, PortZero::kRefused); !address.ok()) {
+    std::cerr << "tessera: " << address.status().message() << "\n";
+    return 2;
   }
   auto channel = grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());
   auto stub = v1::JobService::NewStub(channel);

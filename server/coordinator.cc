@@ -4,6 +4,10 @@
 
 #include <openssl/crypto.h>
 
+#include <filesystem>
+
+#include "base/escape.h"
+#include "base/host_port.h"
 #include "proto/job_mapping.h"
 #include "server/services.h"
 
@@ -16,18 +20,33 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   if (options.join_token.empty()) {
     return InvalidArgumentError("the coordinator needs a join token (--join-token or --join-token-file)");
   }
+  ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--listen", options.listen_address, PortZero::kAllowed));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
-  ASSIGN_OR_RETURN(c->store_, StateStore::Open(c->options_.state_dir));
+  const std::string& dir = c->options_.state_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return FailedPreconditionError("cannot create --state-dir " + QuoteUntrusted(dir, 256) + ": " + ec.message());
+  auto lock = LockFile::Acquire(dir + "/coordinator.lock", "state directory " + QuoteUntrusted(dir, 256));
+  if (!lock.ok()) {
+    return Status(lock.status().code(), lock.status().message() + "; stop that coordinator first, or use another --state-dir");
+  }
+  c->state_lock_ = std::move(lock).value();
+  ASSIGN_OR_RETURN(c->store_, StateStore::Open(dir));
   c->services_.push_back(MakeWorkerService(c.get()));
   c->services_.push_back(MakeJobService(c.get()));
   grpc::ServerBuilder builder;
+  // The port is this coordinator's alone: with SO_REUSEPORT a second coordinator on the same
+  // port would start and silently take half of the new connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(c->options_.listen_address, grpc::InsecureServerCredentials(), &c->port_);
   for (auto& service : c->services_) builder.RegisterService(service.get());
   // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
   builder.SetMaxReceiveMessageSize(2 << 20);
   c->server_ = builder.BuildAndStart();
   if (!c->server_ || c->port_ == 0) {
-    return UnavailableError("cannot listen on '" + c->options_.listen_address + "' (in use, or not a local address?)");
+    Status why = ProbeListen(listen);
+    return UnavailableError("cannot listen on " + QuoteUntrusted(c->options_.listen_address) + ": " +
+                            (why.ok() ? std::string("the server did not start") : why.message()));
   }
   ASSIGN_OR_RETURN(auto known, c->store_->LoadWorkers());
   c->registry_.Restore(known);

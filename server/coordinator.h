@@ -1,8 +1,10 @@
 // The coordinator daemon's core: durable state, the worker registry, one runner per job,
 // and the gRPC server that serves the worker-facing and the user-facing services.
 //
-// Start() opens the state directory, resumes every job that was running, and binds; port 0
-// picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
+// Start() locks the state directory (a second coordinator on it is refused, naming the
+// first one's PID), opens it, binds the listening address exclusively (no SO_REUSEPORT: a
+// second coordinator on the same port fails instead of sharing its connections), and
+// resumes every job that was running; port 0 picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
 // long-lived streams (task channels, watches), then stop the server, which waits for the
 // calls in flight. Thread-safe.
 #pragma once
@@ -14,6 +16,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/lock_file.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
 #include "server/worker_registry.h"
@@ -21,7 +24,7 @@
 namespace tessera::server {
 
 struct CoordinatorOptions {
-  std::string listen_address = "127.0.0.1:7070";
+  std::string listen_address = "127.0.0.1:7070";  // HOST:PORT; port 0 picks a free one
   std::string state_dir = "./var";
   std::string join_token;                    // required: workers present it to join
   uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
@@ -61,6 +64,7 @@ class Coordinator {
   Status ResumeJobs();
 
   CoordinatorOptions options_;
+  std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life
   std::unique_ptr<StateStore> store_;
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;

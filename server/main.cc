@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/flags.h"
+#include "base/host_port.h"
 #include "server/coordinator.h"
 
 namespace {
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   if (help) {
     std::cout << kUsage << flags.Usage();
     return 0;
+  }
+  if (auto listen = ParseHostPort("--listen", options.listen_address, PortZero::kAllowed); !listen.ok()) {
+    std::cerr << "tessera-coordinator: " << listen.status().message() << "\n";
+    return 2;
   }
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [coordinator] %^%l%$ %v");

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "base/flags.h"
+#include "base/host_port.h"
 #include "worker/agent.h"
 
 namespace {
@@ -61,6 +62,10 @@ int main(int argc, char** argv) {
   if (help) {
     std::cout << kUsage << flags.Usage();
     return 0;
+  }
+  if (auto address = ParseHostPort("--coordinator", coordinator, PortZero::kRefused); !address.ok()) {
+    std::cerr << "tessera-worker: " << address.status().message() << "\n";
+    return 2;
   }
   if (chunk_kib < 1 || chunk_kib > 1024) {
     std::cerr << "tessera-worker: --chunk-kib: expected 1 to 1024, got " << chunk_kib << "\n";

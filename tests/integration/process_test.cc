@@ -2,62 +2,16 @@
 // closes by its deadline, a restarted worker rejoins and is selected again, and a restarted
 // coordinator resumes at its last committed round with every worker reconnecting by itself.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 
 #include "tests/integration/harness.h"
-
-extern char** environ;
+#include "tests/integration/process.h"
 
 namespace tessera::testing {
 namespace {
-
-// A child process with its output in a log file; SIGKILLed when destroyed.
-class Process {
- public:
-  Process(std::vector<std::string> argv, const std::string& log, std::vector<std::string> env = {}) : log_(log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    std::vector<std::string> environment;
-    for (char** e = environ; *e; ++e) environment.emplace_back(*e);
-    for (auto& e : env) environment.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : environment) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() { Kill(SIGKILL); }
-  bool running() const { return pid_ > 0; }
-  void Kill(int signal) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, signal);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  std::string Log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
 
 std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string& listen, int* port) {
   const std::string log = dir.str() + "/coordinator.log";

@@ -1,0 +1,108 @@
+// The daemons' doors, as a user meets them: the real binaries, started as processes. A
+// second coordinator on a state directory or a port that is taken exits naming the reason;
+// a mistyped address exits 2 naming what was expected.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <regex>
+
+#include "tests/integration/harness.h"
+#include "tests/integration/process.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr auto kExitWait = std::chrono::seconds(30);
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  DaemonTest() : dir_(std::string("daemon-") + ::testing::UnitTest::GetInstance()->current_test_info()->name()) {}
+
+  // A coordinator on `listen` with its state under `state`; waits until it says it listens
+  // (its port in *port) or has exited.
+  std::unique_ptr<Process> Coordinator(const std::string& tag, const std::string& state, const std::string& listen,
+                                       int* port, std::vector<std::string> extra = {},
+                                       std::vector<std::string> unset = {}, std::vector<std::string> env = {}) {
+    std::vector<std::string> argv{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir_.str() + "/" + state,
+                                  "--join-token", kToken};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(argv, dir_.str() + "/" + tag + ".log", env, unset);
+    const std::regex listening("listening on port ([0-9]+)");
+    std::smatch match;
+    std::string text;
+    WaitUntil(
+        [&] {
+          text = p->Log();
+          return std::regex_search(text, match, listening) || !Running(*p);
+        },
+        std::chrono::seconds(30));
+    *port = std::regex_search(text, match, listening) ? std::stoi(match[1]) : 0;
+    return p;
+  }
+
+  // True while `p` runs; reaps it (keeping its status) once it has exited.
+  bool Running(Process& p) {
+    if (exited_.count(&p)) return false;
+    auto status = p.WaitExit(std::chrono::milliseconds(0));
+    if (status) exited_[&p] = *status;
+    return !status;
+  }
+  int ExitStatus(Process& p) {
+    if (!exited_.count(&p)) {
+      auto status = p.WaitExit(kExitWait);
+      EXPECT_TRUE(status.has_value()) << "still running:\n" << p.Log();
+      exited_[&p] = status.value_or(-1);
+    }
+    return exited_[&p];
+  }
+
+  TempDir dir_;
+  std::map<Process*, int> exited_;
+};
+
+TEST_F(DaemonTest, ASecondCoordinatorOnTheSameStateDirectoryExitsNamingTheFirstsPid) {
+  int port = 0;
+  auto first = Coordinator("first", "state", "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << first->Log();
+  int second_port = 0;
+  auto second = Coordinator("second", "state", "127.0.0.1:0", &second_port);
+  const int status = ExitStatus(*second);
+  EXPECT_EQ(DescribeExit(status), "exited with 1") << second->Log();
+  EXPECT_NE(second->Log().find("is in use by another process (pid " + std::to_string(first->pid()) + ", lock file"),
+            std::string::npos)
+      << second->Log();
+  EXPECT_TRUE(Running(*first));
+}
+
+TEST_F(DaemonTest, ASecondCoordinatorOnTheSamePortExits) {
+  int port = 0;
+  auto first = Coordinator("first", "a", "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << first->Log();
+  int second_port = 0;
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto second = Coordinator("second", "b", address, &second_port);
+  EXPECT_EQ(DescribeExit(ExitStatus(*second)), "exited with 1") << second->Log();
+  EXPECT_NE(second->Log().find("cannot listen on '" + address + "': port " + std::to_string(port) + " is in use"),
+            std::string::npos)
+      << second->Log();
+}
+
+TEST_F(DaemonTest, AMistypedListenAddressExitsNamingWhatWasExpected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"localhost", "--listen 'localhost': the port is missing; expected HOST:PORT"},
+      {"127.0.0.1:99999", "--listen '127.0.0.1:99999': port 99999 is out of range"},
+  };
+  int n = 0;
+  for (const auto& [listen, says] : cases) {
+    Process p({TESSERA_COORDINATOR_BIN, "--state-dir", dir_.str() + "/state", "--join-token", kToken, "--listen",
+               listen},
+              dir_.str() + "/listen-" + std::to_string(n++) + ".log");
+    auto status = p.WaitExit(kExitWait);
+    ASSERT_TRUE(status.has_value()) << p.Log();
+    EXPECT_EQ(DescribeExit(*status), "exited with 2") << p.Log();
+    EXPECT_NE(p.Log().find("tessera-coordinator: " + says), std::string::npos) << p.Log();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
