@@ -43,10 +43,12 @@ int main(int argc, char** argv) {
   flags.String("state-dir", &options.state_dir, "directory of the coordinator's database and checkpoints");
   flags.String("join-token", &options.join_token, "the token workers must present to join");
   flags.String("join-token-file", &token_file, "read the join token from this file instead");
-  flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats");
-  flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round");
-  flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails");
-  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats", IntRange{50, 60000});
+  flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round",
+            IntRange{100, 3600000});
+  flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails",
+            IntRange{1, 7 * 24 * 3600});
+  flags.Choice("log-level", &log_level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
@@ -55,6 +57,11 @@ int main(int argc, char** argv) {
   if (help) {
     std::cout << kUsage << flags.Usage();
     return 0;
+  }
+  if (heartbeat_timeout_ms <= heartbeat_interval_ms) {
+    std::cerr << "tessera-coordinator: flag --heartbeat-timeout-ms: expected more than --heartbeat-interval-ms ("
+              << heartbeat_interval_ms << "), got " << heartbeat_timeout_ms << "\n";
+    return 2;
   }
   if (auto listen = ParseHostPort("--listen", options.listen_address, PortZero::kAllowed); !listen.ok()) {
     std::cerr << "tessera-coordinator: " << listen.status().message() << "\n";

@@ -11,6 +11,7 @@
 
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "device/registry.h"
 #include "worker/agent.h"
 
 namespace {
@@ -47,13 +48,13 @@ int main(int argc, char** argv) {
   flags.String("name", &options.name, "this worker's name, its identity at the coordinator; keep it stable to keep the worker's seat across restarts");
   flags.String("join-token", &options.join_token, "the coordinator's join token");
   flags.String("join-token-file", &token_file, "read the join token from this file instead");
-  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices)");
-  flags.String("fallback-device", &options.fallback_device, "device to use when --device is not usable here");
+  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices); an unknown name is an error");
+  flags.String("fallback-device", &options.fallback_device, "device to use when --device is known but not usable here (no GPU, no driver); empty for none");
   flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
-  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB (at most 1024)");
-  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
+  flags.Choice("log-level", &log_level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-worker: " << s.message() << "\n";
@@ -67,9 +68,13 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: " << address.status().message() << "\n";
     return 2;
   }
-  if (chunk_kib < 1 || chunk_kib > 1024) {
-    std::cerr << "tessera-worker: --chunk-kib: expected 1 to 1024, got " << chunk_kib << "\n";
-    return 2;
+  for (const auto& [flag, device] : {std::pair<std::string, std::string>{"--device", options.device},
+                                     {"--fallback-device", options.fallback_device}}) {
+    if (flag == "--fallback-device" && device.empty()) continue;
+    if (Status s = CheckDeviceName(flag, device); !s.ok()) {
+      std::cerr << "tessera-worker: " << s.message() << "\n";
+      return 2;
+    }
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
   if (!token_file.empty()) {

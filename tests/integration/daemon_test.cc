@@ -1,6 +1,7 @@
 // The daemons' doors, as a user meets them: the real binaries, started as processes. A
 // second coordinator on a state directory or a port that is taken exits naming the reason;
-// a mistyped address exits 2 naming what was expected.
+// a mistyped flag exits 2 naming what was expected; a device that cannot be made is an error,
+// not a silent fallback to the CPU.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -87,21 +88,57 @@ TEST_F(DaemonTest, ASecondCoordinatorOnTheSamePortExits) {
       << second->Log();
 }
 
-TEST_F(DaemonTest, AMistypedListenAddressExitsNamingWhatWasExpected) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"localhost", "--listen 'localhost': the port is missing; expected HOST:PORT"},
-      {"127.0.0.1:99999", "--listen '127.0.0.1:99999': port 99999 is out of range"},
+TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--listen", "localhost"}, "--listen 'localhost': the port is missing; expected HOST:PORT"},
+      {{"--listen", "127.0.0.1:99999"}, "--listen '127.0.0.1:99999': port 99999 is out of range"},
+      {{"--log-level", "verbose"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'verbose'"},
+      {{"--heartbeat-timeout-ms", "-5"}, "flag --heartbeat-timeout-ms: expected 100 to 3600000, got '-5'"},
   };
   int n = 0;
-  for (const auto& [listen, says] : cases) {
-    Process p({TESSERA_COORDINATOR_BIN, "--state-dir", dir_.str() + "/state", "--join-token", kToken, "--listen",
-               listen},
-              dir_.str() + "/listen-" + std::to_string(n++) + ".log");
+  for (const auto& [args, says] : cases) {
+    std::vector<std::string> argv{TESSERA_COORDINATOR_BIN, "--state-dir", dir_.str() + "/state", "--join-token",
+                                  kToken};
+    if (args[0] != "--listen") argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, dir_.str() + "/flags-" + std::to_string(n++) + ".log");
     auto status = p.WaitExit(kExitWait);
     ASSERT_TRUE(status.has_value()) << p.Log();
     EXPECT_EQ(DescribeExit(*status), "exited with 2") << p.Log();
     EXPECT_NE(p.Log().find("tessera-coordinator: " + says), std::string::npos) << p.Log();
   }
+}
+
+TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--device", "gpu"}, "--device: unknown device 'gpu'; expected cpu, cuda, xrt, emu:PROFILE ("},
+      {{"--fallback-device", "cpux"}, "--fallback-device: unknown device 'cpux'; expected cpu, "},
+      {{"--log-level", "loud"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'loud'"},
+      {{"--coordinator", "localhost"}, "--coordinator 'localhost': the port is missing"},
+      {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
+  };
+  int n = 0;
+  for (const auto& [args, says] : cases) {
+    std::vector<std::string> argv{TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Process p(argv, dir_.str() + "/flags-" + std::to_string(n++) + ".log");
+    auto status = p.WaitExit(kExitWait);
+    ASSERT_TRUE(status.has_value()) << p.Log();
+    EXPECT_EQ(DescribeExit(*status), "exited with 2") << p.Log();
+    EXPECT_NE(p.Log().find("tessera-worker: " + says), std::string::npos) << p.Log();
+  }
+}
+
+TEST_F(DaemonTest, AWorkerWhoseDeviceCannotBeMadeExitsInsteadOfTrainingOnTheCpu) {
+  const std::string missing = dir_.str() + "/no-such-profile.toml";
+  Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--coordinator", "127.0.0.1:1", "--device",
+             "emu:" + missing},
+            dir_.str() + "/worker.log");
+  auto status = p.WaitExit(kExitWait);
+  ASSERT_TRUE(status.has_value()) << "the worker fell back to another device:\n" << p.Log();
+  EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
+  EXPECT_NE(p.Log().find(missing), std::string::npos) << p.Log();
+  EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
 }
 
 }  // namespace
