@@ -1,5 +1,4 @@
 // tessera-coordinator: the coordinator daemon.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -8,6 +7,7 @@
 
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/shutdown_signal.h"
 #include "server/coordinator.h"
 
 namespace {
@@ -81,12 +81,13 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
 
-  // Block SIGINT/SIGTERM in every thread; one thread waits for them and shuts down.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
+  // started before main(), included); the coordinator's own threads leave them to the waiter.
+  if (Status s = InstallShutdownSignalHandlers(); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 1;
+  }
+  BlockShutdownSignals();
 
   auto coordinator = server::Coordinator::Start(options);
   if (!coordinator.ok()) {
@@ -96,8 +97,7 @@ int main(int argc, char** argv) {
   std::printf("tessera-coordinator listening on port %d\n", (*coordinator)->port());
   std::fflush(stdout);
   std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForShutdownSignal();
     spdlog::info("signal {}: shutting down", signal);
     (*coordinator)->Shutdown();
   });

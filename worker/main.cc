@@ -1,5 +1,4 @@
 // tessera-worker: the worker daemon.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/shutdown_signal.h"
 #include "device/registry.h"
 #include "worker/agent.h"
 
@@ -92,21 +92,26 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [" + options.name + "] %^%l%$ %v");
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT and SIGTERM stop the worker and exit 0, whichever thread takes them (OpenBLAS's
+  // threads, started before main(), included); the worker's own threads leave them to the
+  // waiter.
+  if (Status s = InstallShutdownSignalHandlers(); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 1;
+  }
+  BlockShutdownSignals();
 
   auto agent = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(coordinator));
   std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForShutdownSignal();
+    if (signal == 0) return;
+    spdlog::info("signal {}: stopping", signal);
     agent->Stop();
   });
-  waiter.detach();
   Status s = agent->Run();
   if (!s.ok()) std::cerr << "tessera-worker: " << s.ToString() << "\n";
+  WakeShutdownWaiter();
+  waiter.join();
   agent.reset();  // the device and the connection close here
   // XRT 2.13 joins its scheduler thread from a static destructor whose order is undefined
   // and can hang there; everything of ours is closed, so leave without static destructors.

@@ -1,7 +1,7 @@
 // The daemons' doors, as a user meets them: the real binaries, started as processes. A
 // second coordinator on a state directory or a port that is taken exits naming the reason;
-// a mistyped flag exits 2 naming what was expected; a device that cannot be made is an error,
-// not a silent fallback to the CPU.
+// a mistyped flag exits 2 naming what was expected; SIGTERM drains and exits 0 however many
+// threads OpenBLAS started before main().
 #include <gtest/gtest.h>
 
 #include <map>
@@ -139,6 +139,41 @@ TEST_F(DaemonTest, AWorkerWhoseDeviceCannotBeMadeExitsInsteadOfTrainingOnTheCpu)
   EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
   EXPECT_NE(p.Log().find(missing), std::string::npos) << p.Log();
   EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
+}
+
+// OpenBLAS starts its threads from its constructor, before main() can block any signal,
+// unless OPENBLAS_NUM_THREADS=1. The kernel gives a process-directed SIGTERM to a thread that
+// does not block it: one of those.
+TEST_F(DaemonTest, SigtermDrainsTheCoordinatorAndExitsZeroWhateverOpenBlasStarted) {
+  const std::vector<std::vector<std::string>> environments = {{}, {"OPENBLAS_NUM_THREADS=4"}};
+  int n = 0;
+  for (const auto& env : environments) {
+    int port = 0;
+    auto p = Coordinator("coordinator-" + std::to_string(n), "state-" + std::to_string(n), "127.0.0.1:0", &port, {},
+                         {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS"}, env);
+    ++n;
+    ASSERT_GT(port, 0) << p->Log();
+    p->Signal(SIGTERM);
+    EXPECT_EQ(DescribeExit(ExitStatus(*p)), "exited with 0") << p->Log();
+    EXPECT_NE(p->Log().find("signal 15: shutting down"), std::string::npos) << p->Log();
+  }
+}
+
+TEST_F(DaemonTest, SigtermStopsTheWorkerAndExitsZeroWhateverOpenBlasStarted) {
+  int port = 0;
+  auto coordinator = Coordinator("coordinator", "state", "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  Process worker({TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port), "--join-token", kToken,
+                  "--name", "w1"},
+                 dir_.str() + "/w1.log", {}, {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS"});
+  ASSERT_TRUE(WaitUntil([&] { return coordinator->Log().find("worker w1 joined") != std::string::npos; },
+                        std::chrono::seconds(30)))
+      << coordinator->Log() << worker.Log();
+  worker.Signal(SIGTERM);
+  auto status = worker.WaitExit(kExitWait);
+  ASSERT_TRUE(status.has_value()) << worker.Log();
+  EXPECT_EQ(DescribeExit(*status), "exited with 0") << worker.Log();
+  EXPECT_NE(worker.Log().find("signal 15: stopping"), std::string::npos) << worker.Log();
 }
 
 }  // namespace
