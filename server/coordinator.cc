@@ -118,7 +118,7 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   }
   runner->Start();
   spdlog::info("job {} submitted: {} rounds of {} clients ({})", job.id(), spec.rounds(), spec.clients_per_round(),
-               spec.name());
+               EscapeUntrusted(spec.name()));
   return job;
 }
 

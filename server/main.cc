@@ -7,6 +7,7 @@
 
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/logging.h"
 #include "base/shutdown_signal.h"
 #include "server/coordinator.h"
 
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   int64_t heartbeat_interval_ms = options.registry.heartbeat_interval_ms;
   int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
   std::string log_level = "info";
+  std::string log_format = "text";
   bool help = false;
   FlagSet flags;
   flags.String("listen", &options.listen_address, "address to listen on (host:port; port 0 picks one)");
@@ -48,7 +50,8 @@ int main(int argc, char** argv) {
             IntRange{100, 3600000});
   flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails",
             IntRange{1, 7 * 24 * 3600});
-  flags.Choice("log-level", &log_level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
+  flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
+  flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
@@ -67,8 +70,10 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-coordinator: " << listen.status().message() << "\n";
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [coordinator] %^%l%$ %v");
+  if (Status s = ConfigureLogging("coordinator", log_level, log_format); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 2;
+  }
   if (!token_file.empty()) {
     auto token = ReadSecretFile("join-token-file", token_file);
     if (!token.ok()) {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/escape.h"
+#include "base/rate_limit.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
 #include "server/coordinator.h"
@@ -19,6 +22,65 @@ namespace tessera::server {
 namespace {
 
 using wire::ToGrpc;
+
+// The doors: every string a caller sends is checked or escaped before it reaches a log, a
+// record, an error message or a lookup. Names and ids have a fixed alphabet and length;
+// free text (device names and properties, a worker's state, a failure report) is escaped
+// and cut (base/escape.h).
+constexpr size_t kMaxNameBytes = 128;
+constexpr size_t kMaxDeviceProperties = 64;
+constexpr size_t kMaxStoreKeyBytes = 512;
+constexpr size_t kMaxStoreValueBytes = 1 << 20;
+
+bool IsNameCharacter(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+}
+
+// A worker's name, a worker id, a cohort: 1 to 128 letters, digits, '-', '_' or '.'.
+Status CheckName(const std::string& call, const std::string& field, const std::string& value, bool required = true) {
+  bool ok = value.size() <= kMaxNameBytes && (!required || !value.empty());
+  for (char c : value) ok = ok && IsNameCharacter(c);
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(call + ": field '" + field + "' " + QuoteUntrusted(value) + ": expected " +
+                              (required ? "1" : "0") + " to 128 letters, digits, '-', '_' or '.'");
+}
+
+Status CheckJobId(const std::string& call, const std::string& job_id) {
+  bool ok = !job_id.empty() && job_id.size() <= 64;
+  for (char c : job_id) ok = ok && IsNameCharacter(c);
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(call + ": field 'job_id' " + QuoteUntrusted(job_id) +
+                              ": expected a job id such as job-1-3fa9c2");
+}
+
+// What a worker says about its device is shown to operators: escaped and bounded.
+Status SanitizeDevice(v1::DeviceInfo* device) {
+  if (static_cast<size_t>(device->properties_size()) > kMaxDeviceProperties) {
+    return InvalidArgumentError("join: field 'device.properties': expected at most " +
+                                std::to_string(kMaxDeviceProperties) + " entries, got " +
+                                std::to_string(device->properties_size()));
+  }
+  device->set_kind(EscapeUntrusted(device->kind()));
+  device->set_name(EscapeUntrusted(device->name(), 128));
+  google::protobuf::Map<std::string, std::string> properties;
+  for (const auto& [key, value] : device->properties()) properties[EscapeUntrusted(key)] = EscapeUntrusted(value, 128);
+  *device->mutable_properties() = std::move(properties);
+  return Status::Ok();
+}
+
+// Refusals that a misconfigured or hostile client can repeat many times a second: a few lines
+// per minute each, the rest counted.
+struct RefusalLog {
+  LogRateLimiter limiter{5, std::chrono::seconds(60)};
+  template <typename... Args>
+  void Warn(spdlog::format_string_t<Args...> format, Args&&... args) {
+    uint64_t suppressed = 0;
+    if (!limiter.Allow(&suppressed)) return;
+    std::string line = fmt::format(format, std::forward<Args>(args)...);
+    if (suppressed > 0) line += " (" + std::to_string(suppressed) + " more like it were not logged)";
+    spdlog::warn("{}", line);
+  }
+};
 
 // A long-lived server stream is written by whichever thread has something for it (the one
 // that queued a task or published an event, or gRPC's own after a write completes), never by
@@ -118,6 +180,10 @@ class TaskChannel final : public TaskChannelSink {
 class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
  public:
   TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request) {
+    if (Status s = CheckName("task channel", "worker_id", request.worker_id()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
     if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -152,12 +218,20 @@ class WorkerServiceImpl final
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
-  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* request, v1::JoinResponse* response) override {
-    if (!c_->CheckJoinToken(request->join_token())) {
-      spdlog::warn("refused a join from '{}' ({}): wrong join token", request->name(), ctx->peer());
-      return ToGrpc(PermissionDeniedError("join refused for worker '" + request->name() +
-                                          "': the join token does not match the coordinator's"));
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* given, v1::JoinResponse* response) override {
+    if (!c_->CheckJoinToken(given->join_token())) {
+      refused_joins_.Warn("refused a join from {} ({}): wrong join token", QuoteUntrusted(given->name()),
+                          EscapeUntrusted(ctx->peer()));
+      return ToGrpc(PermissionDeniedError("join refused for worker " + QuoteUntrusted(given->name()) +
+                                          ": the join token does not match the coordinator's"));
     }
+    v1::JoinRequest sanitized = *given;
+    const v1::JoinRequest* request = &sanitized;
+    if (Status s = CheckName("join", "name", request->name()); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckName("join", "cohort", request->cohort(), false); !s.ok()) return ToGrpc(s);
+    if (Status s = SanitizeDevice(sanitized.mutable_device()); !s.ok()) return ToGrpc(s);
+    sanitized.set_local_data_path(EscapeUntrusted(request->local_data_path(), 256));
+    sanitized.clear_join_token();
     auto joined = c_->registry().Join(*request);
     if (!joined.ok()) return ToGrpc(joined.status());
     if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
@@ -166,7 +240,9 @@ class WorkerServiceImpl final
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request, v1::HeartbeatResponse*) override {
-    return ToGrpc(c_->registry().Heartbeat(request->worker_id(), request->session(), request->state()));
+    if (Status s = CheckName("heartbeat", "worker_id", request->worker_id()); !s.ok()) return ToGrpc(s);
+    return ToGrpc(
+        c_->registry().Heartbeat(request->worker_id(), request->session(), EscapeUntrusted(request->state(), 32)));
   }
 
   grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext*,
@@ -176,7 +252,9 @@ class WorkerServiceImpl final
 
   grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* request,
                              grpc::ServerWriter<v1::ModelChunkMessage>* writer) override {
+    if (Status s = CheckName("download", "worker_id", request->worker_id()); !s.ok()) return ToGrpc(s);
     if (Status s = c_->registry().Authenticate(request->worker_id(), request->session()); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("download", request->job_id()); !s.ok()) return ToGrpc(s);
     auto runner = c_->Runner(request->job_id());
     if (!runner) return ToGrpc(NotFoundError("job '" + request->job_id() + "' is not running on this coordinator"));
     auto model = runner->Model(request->model_version());
@@ -201,7 +279,14 @@ class WorkerServiceImpl final
 
   // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
   Status CheckStoreAccess(const v1::StoreRequest& request) {
+    RETURN_IF_ERROR(CheckName("store", "worker_id", request.worker_id()));
     RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
+    if (request.key().size() > kMaxStoreKeyBytes || request.value().size() > kMaxStoreValueBytes) {
+      return InvalidArgumentError("worker '" + request.worker_id() + "': store key of " +
+                                  std::to_string(request.key().size()) + " bytes and value of " +
+                                  std::to_string(request.value().size()) + " bytes: expected at most " +
+                                  std::to_string(kMaxStoreKeyBytes) + " and " + std::to_string(kMaxStoreValueBytes));
+    }
     const std::string cohort = c_->registry().Cohort(request.worker_id());
     if (cohort.empty()) {
       return PermissionDeniedError("worker '" + request.worker_id() + "' is in no cohort; the store serves cohorts");
@@ -210,8 +295,8 @@ class WorkerServiceImpl final
     size_t slashes = 0, i = 0;
     for (; i < key.size() && slashes < 4; ++i) slashes += key[i] == '/';
     if (key.rfind("rendezvous/", 0) != 0 || slashes < 4 || key.compare(i, cohort.size() + 1, cohort + "/") != 0) {
-      return PermissionDeniedError("worker '" + request.worker_id() + "': key '" + key +
-                                   "' is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
+      return PermissionDeniedError("worker '" + request.worker_id() + "': key " + QuoteUntrusted(key, 128) +
+                                   " is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
                                    cohort + "/...)");
     }
     return Status::Ok();
@@ -245,8 +330,11 @@ class WorkerServiceImpl final
     if (!reader->Read(&message) || !message.has_header()) {
       return ToGrpc(InvalidArgumentError("an upload must start with its header"));
     }
-    const v1::UpdateHeader header = message.header();
+    v1::UpdateHeader header = message.header();
+    if (Status s = CheckName("upload", "worker_id", header.worker_id()); !s.ok()) return ToGrpc(s);
     if (Status s = c_->registry().Authenticate(header.worker_id(), header.session()); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("upload", header.job_id()); !s.ok()) return ToGrpc(s);
+    header.set_failure(EscapeUntrusted(header.failure(), 512));  // kept in the round's record
     auto runner = c_->Runner(header.job_id());
     auto refuse = [&](const Status& why) {
       result->set_accepted(false);
@@ -265,7 +353,7 @@ class WorkerServiceImpl final
       if (admitted.code() == StatusCode::kInvalidArgument) {
         runner->RejectUpload(header, admitted);  // a selected worker's malformed update
       } else {
-        spdlog::warn("refused {}", admitted.message());
+        refused_uploads_.Warn("refused {}", admitted.message());
         c_->registry().RecordRound(header.worker_id(), false);
       }
       return refuse(admitted);
@@ -302,6 +390,8 @@ class WorkerServiceImpl final
 
  private:
   Coordinator* c_;
+  RefusalLog refused_joins_;
+  RefusalLog refused_uploads_;
 };
 
 // One `tessera watch`: the committed rounds, then the job's live events until it ends.
@@ -426,6 +516,10 @@ class JobWatch final {
 class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request) {
+    if (Status s = CheckJobId("watch", request.job_id()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
     auto job = c->GetJob(request.job_id());
     if (!job.ok()) {
       Finish(ToGrpc(job.status()));
@@ -469,6 +563,7 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
   }
 
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+    if (Status s = CheckJobId("get job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
@@ -489,6 +584,7 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
 
   grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
                          v1::CancelJobResponse* response) override {
+    if (Status s = CheckJobId("cancel job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->CancelJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;

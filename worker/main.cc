@@ -2,14 +2,17 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <iostream>
 #include <thread>
 
+#include "base/escape.h"
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/logging.h"
 #include "base/shutdown_signal.h"
 #include "device/registry.h"
 #include "worker/agent.h"
@@ -38,6 +41,7 @@ int main(int argc, char** argv) {
   std::string coordinator = "127.0.0.1:7070";
   std::string token_file;
   std::string log_level = "info";
+  std::string log_format = "text";
   int64_t chunk_kib = options.chunk_bytes / 1024;
   bool help = false;
   char host[256] = "worker";
@@ -54,7 +58,8 @@ int main(int argc, char** argv) {
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
   flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
-  flags.Choice("log-level", &log_level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
+  flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
+  flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-worker: " << s.message() << "\n";
@@ -66,6 +71,13 @@ int main(int argc, char** argv) {
   }
   if (auto address = ParseHostPort("--coordinator", coordinator, PortZero::kRefused); !address.ok()) {
     std::cerr << "tessera-worker: " << address.status().message() << "\n";
+    return 2;
+  }
+  bool name_ok = !options.name.empty() && options.name.size() <= 128;
+  for (char c : options.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (!name_ok) {
+    std::cerr << "tessera-worker: flag --name: expected 1 to 128 letters, digits, '-', '_' or '.', got "
+              << QuoteUntrusted(options.name) << "\n";
     return 2;
   }
   for (const auto& [flag, device] : {std::pair<std::string, std::string>{"--device", options.device},
@@ -89,8 +101,10 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: a join token is required (--join-token or --join-token-file)\n";
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [" + options.name + "] %^%l%$ %v");
+  if (Status s = ConfigureLogging(options.name, log_level, log_format); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 2;
+  }
 
   // SIGINT and SIGTERM stop the worker and exit 0, whichever thread takes them (OpenBLAS's
   // threads, started before main(), included); the worker's own threads leave them to the

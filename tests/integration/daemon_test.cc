@@ -6,6 +6,7 @@
 
 #include <map>
 #include <regex>
+#include <sstream>
 
 #include "tests/integration/harness.h"
 #include "tests/integration/process.h"
@@ -94,6 +95,7 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--listen", "127.0.0.1:99999"}, "--listen '127.0.0.1:99999': port 99999 is out of range"},
       {{"--log-level", "verbose"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'verbose'"},
       {{"--heartbeat-timeout-ms", "-5"}, "flag --heartbeat-timeout-ms: expected 100 to 3600000, got '-5'"},
+      {{"--log-format", "xml"}, "flag --log-format: expected text or json, got 'xml'"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
@@ -174,6 +176,28 @@ TEST_F(DaemonTest, SigtermStopsTheWorkerAndExitsZeroWhateverOpenBlasStarted) {
   ASSERT_TRUE(status.has_value()) << worker.Log();
   EXPECT_EQ(DescribeExit(*status), "exited with 0") << worker.Log();
   EXPECT_NE(worker.Log().find("signal 15: stopping"), std::string::npos) << worker.Log();
+}
+
+TEST_F(DaemonTest, WithLogFormatJsonEveryLogLineIsAJsonObject) {
+  int port = 0;
+  auto p = Coordinator("coordinator", "state", "127.0.0.1:0", &port, {"--log-format", "json"});
+  ASSERT_GT(port, 0) << p->Log();
+  p->Signal(SIGTERM);
+  EXPECT_EQ(DescribeExit(ExitStatus(*p)), "exited with 0") << p->Log();
+  const std::regex line(
+      R"re(\{"time":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z","level":"(info|warning)","source":"coordinator",)re"
+      R"re("message":"(.*)"\})re");
+  std::istringstream log(p->Log());
+  std::vector<std::string> messages;
+  for (std::string text; std::getline(log, text);) {
+    if (text.rfind("tessera-coordinator listening", 0) == 0) continue;  // stdout, for scripts
+    std::smatch match;
+    ASSERT_TRUE(std::regex_match(text, match, line)) << text;
+    messages.push_back(match[2]);
+  }
+  ASSERT_EQ(messages.size(), 2u) << p->Log();
+  EXPECT_EQ(messages[0].rfind("coordinator listening on port " + std::to_string(port) + "; state in ", 0), 0u);
+  EXPECT_EQ(messages[1], "signal 15: shutting down");
 }
 
 }  // namespace

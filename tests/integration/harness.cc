@@ -92,6 +92,11 @@ std::unique_ptr<v1::JobService::Stub> JobStub(int port) {
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
 }
 
+std::unique_ptr<v1::WorkerService::Stub> WorkerStub(int port, const std::string&) {
+  return v1::WorkerService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+}
+
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {

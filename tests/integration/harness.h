@@ -14,6 +14,7 @@
 
 #include "server/coordinator.h"
 #include "tessera/v1/job_service.grpc.pb.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/agent.h"
 
 namespace tessera::testing {
@@ -59,6 +60,8 @@ class WorkerThread {
 v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples = 6000);
 
 std::unique_ptr<v1::JobService::Stub> JobStub(int port);
+// A raw WorkerService stub, for tests that speak the protocol by hand as worker `name`.
+std::unique_ptr<v1::WorkerService::Stub> WorkerStub(int port, const std::string& name);
 // Polls until the job is in a final state or `timeout` passes; returns the last view.
 v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job_id,
                               std::chrono::seconds timeout);
