@@ -128,6 +128,7 @@ std::string FlagSet::Usage() const {
     std::string left = "  --" + name + (f.kind == Kind::kBool ? "" : " VALUE");
     out << left;
     for (size_t i = left.size(); i < 30; ++i) out << ' ';
+    if (left.size() >= 30) out << "  ";  // a long name still gets a gap before its help
     out << f.help;
     if (f.kind == Kind::kChoice) out << " (" << JoinChoices(f.choices) << ")";
     if (f.kind == Kind::kInt && (f.range.min != IntRange().min || f.range.max != IntRange().max)) {
