@@ -1,7 +1,8 @@
 // The coordinator daemon's core: durable state, the worker registry, one runner per job,
 // and the gRPC server that serves the worker-facing and the user-facing services.
 //
-// Start() locks the state directory (a second coordinator on it is refused, naming the
+// Start() checks the credentials it is given (AccessPolicy::Validate, TLS unless insecure on
+// loopback), locks the state directory (a second coordinator on it is refused, naming the
 // first one's PID), opens it, binds the listening address exclusively (no SO_REUSEPORT: a
 // second coordinator on the same port fails instead of sharing its connections), and
 // resumes every job that was running; port 0 picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
@@ -17,6 +18,8 @@
 #include <string>
 
 #include "base/lock_file.h"
+#include "proto/transport_security.h"
+#include "server/access_policy.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
 #include "server/worker_registry.h"
@@ -26,7 +29,14 @@ namespace tessera::server {
 struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:7070";  // HOST:PORT; port 0 picks a free one
   std::string state_dir = "./var";
-  std::string join_token;                    // required: workers present it to join
+  // Credentials (server/access_policy.h): workers join with a join token (label -> token; a
+  // name is bound to the label it first joined with) and/or, under mutual TLS, a worker
+  // certificate; operators call the job service with the admin token or an operator
+  // certificate. `join_token` is a single token labelled "default".
+  std::map<std::string, std::string> join_tokens;
+  std::string join_token;
+  std::string admin_token;
+  wire::ServerTls tls;                       // TLS unless tls.insecure (loopback only)
   uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
   WorkerRegistryOptions registry;
   JobRunnerOptions runner;
@@ -55,7 +65,10 @@ class Coordinator {
   // The runner of a job that is running in this process, or nullptr.
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
 
-  bool CheckJoinToken(const std::string& token) const;
+  const AccessPolicy& access() const { return *access_; }
+  // Binds a worker's name to `credential` at its first join; PermissionDenied when the name
+  // is bound to another credential.
+  Status BindWorkerName(const std::string& name, const std::string& credential);
   // Persists a worker's identity and device after it joins (a failure is logged, not fatal).
   void RememberWorker(const v1::WorkerStatus& worker);
 
@@ -66,6 +79,7 @@ class Coordinator {
   CoordinatorOptions options_;
   std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<AccessPolicy> access_;
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;
   std::mutex mu_;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <deque>
@@ -15,6 +16,7 @@
 #include "base/escape.h"
 #include "base/rate_limit.h"
 #include "proto/grpc_status.h"
+#include "proto/transport_security.h"
 #include "proto/tensor_transfer.h"
 #include "server/coordinator.h"
 
@@ -22,6 +24,8 @@ namespace tessera::server {
 namespace {
 
 using wire::ToGrpc;
+
+wire::PeerIdentity Peer(const grpc::ServerContextBase* ctx) { return wire::IdentifyPeer(ctx->auth_context().get()); }
 
 // The doors: every string a caller sends is checked or escaped before it reaches a log, a
 // record, an error message or a lookup. Names and ids have a fixed alphabet and length;
@@ -179,9 +183,10 @@ class TaskChannel final : public TaskChannelSink {
 
 class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
  public:
-  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request) {
-    if (Status s = CheckName("task channel", "worker_id", request.worker_id()); !s.ok()) {
-      Finish(ToGrpc(s));
+  // `admitted`: the caller's checks (worker id, certificate), done by the service.
+  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request, const Status& admitted) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
       return;
     }
     if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
@@ -219,15 +224,19 @@ class WorkerServiceImpl final
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* given, v1::JoinResponse* response) override {
-    if (!c_->CheckJoinToken(given->join_token())) {
-      refused_joins_.Warn("refused a join from {} ({}): wrong join token", QuoteUntrusted(given->name()),
-                          EscapeUntrusted(ctx->peer()));
-      return ToGrpc(PermissionDeniedError("join refused for worker " + QuoteUntrusted(given->name()) +
-                                          ": the join token does not match the coordinator's"));
-    }
+    auto refused = [&](const Status& why) {
+      refused_joins_.Warn("{} (from {})", why.message(), EscapeUntrusted(ctx->peer()));
+      return ToGrpc(why);
+    };
+    if (Status s = CheckName("join", "name", given->name()); !s.ok()) return ToGrpc(s);
+    auto credential = c_->access().CheckJoin(Peer(ctx), given->name(), given->join_token());
+    if (!credential.ok()) return refused(credential.status());
     v1::JoinRequest sanitized = *given;
     const v1::JoinRequest* request = &sanitized;
-    if (Status s = CheckName("join", "name", request->name()); !s.ok()) return ToGrpc(s);
+    // A name joined with a token alone is bound to that token's label at its first join.
+    if (!credential->empty()) {
+      if (Status s = c_->BindWorkerName(request->name(), *credential); !s.ok()) return refused(s);
+    }
     if (Status s = CheckName("join", "cohort", request->cohort(), false); !s.ok()) return ToGrpc(s);
     if (Status s = SanitizeDevice(sanitized.mutable_device()); !s.ok()) return ToGrpc(s);
     sanitized.set_local_data_path(EscapeUntrusted(request->local_data_path(), 256));
@@ -239,20 +248,21 @@ class WorkerServiceImpl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request, v1::HeartbeatResponse*) override {
-    if (Status s = CheckName("heartbeat", "worker_id", request->worker_id()); !s.ok()) return ToGrpc(s);
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse*) override {
+    if (Status s = CheckCaller(ctx, "heartbeat", request->worker_id()); !s.ok()) return ToGrpc(s);
     return ToGrpc(
         c_->registry().Heartbeat(request->worker_id(), request->session(), EscapeUntrusted(request->state(), 32)));
   }
 
-  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext*,
+  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
                                                       const v1::TaskChannelRequest* request) override {
-    return new TaskChannelReactor(c_->registry(), *request);
+    return new TaskChannelReactor(c_->registry(), *request, CheckCaller(ctx, "task channel", request->worker_id()));
   }
 
   grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest* request,
                              grpc::ServerWriter<v1::ModelChunkMessage>* writer) override {
-    if (Status s = CheckName("download", "worker_id", request->worker_id()); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckCaller(ctx, "download", request->worker_id()); !s.ok()) return ToGrpc(s);
     if (Status s = c_->registry().Authenticate(request->worker_id(), request->session()); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("download", request->job_id()); !s.ok()) return ToGrpc(s);
     auto runner = c_->Runner(request->job_id());
@@ -278,8 +288,8 @@ class WorkerServiceImpl final
   }
 
   // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
-  Status CheckStoreAccess(const v1::StoreRequest& request) {
-    RETURN_IF_ERROR(CheckName("store", "worker_id", request.worker_id()));
+  Status CheckStoreAccess(const grpc::ServerContextBase* ctx, const v1::StoreRequest& request) {
+    RETURN_IF_ERROR(CheckCaller(ctx, "store", request.worker_id()));
     RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
     if (request.key().size() > kMaxStoreKeyBytes || request.value().size() > kMaxStoreValueBytes) {
       return InvalidArgumentError("worker '" + request.worker_id() + "': store key of " +
@@ -302,14 +312,14 @@ class WorkerServiceImpl final
     return Status::Ok();
   }
 
-  grpc::Status StoreSet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse*) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse*) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
     c_->rendezvous().Set(request->key(), request->value());
     return grpc::Status::OK;
   }
 
-  grpc::Status StoreGet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  grpc::Status StoreGet(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
     const auto wait = std::chrono::milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
     auto value = c_->rendezvous().Get(request->key(), wait);
     if (!value.ok()) return ToGrpc(value.status());
@@ -317,13 +327,13 @@ class WorkerServiceImpl final
     return grpc::Status::OK;
   }
 
-  grpc::Status StoreAdd(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  grpc::Status StoreAdd(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
     response->set_counter(c_->rendezvous().Add(request->key(), request->delta()));
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadUpdate(grpc::ServerContext*, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
+  grpc::Status UploadUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
                             v1::UploadResult* result) override {
     const auto start = std::chrono::steady_clock::now();
     v1::UpdateChunkMessage message;
@@ -331,7 +341,7 @@ class WorkerServiceImpl final
       return ToGrpc(InvalidArgumentError("an upload must start with its header"));
     }
     v1::UpdateHeader header = message.header();
-    if (Status s = CheckName("upload", "worker_id", header.worker_id()); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckCaller(ctx, "upload", header.worker_id()); !s.ok()) return ToGrpc(s);
     if (Status s = c_->registry().Authenticate(header.worker_id(), header.session()); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("upload", header.job_id()); !s.ok()) return ToGrpc(s);
     header.set_failure(EscapeUntrusted(header.failure(), 512));  // kept in the round's record
@@ -389,8 +399,18 @@ class WorkerServiceImpl final
   }
 
  private:
+  // A call after Join: a well-formed worker id and, under mutual TLS, that worker's own
+  // certificate. The session is checked by the registry.
+  Status CheckCaller(const grpc::ServerContextBase* ctx, const std::string& call, const std::string& worker_id) {
+    RETURN_IF_ERROR(CheckName(call, "worker_id", worker_id));
+    Status s = c_->access().CheckWorkerCall(Peer(ctx), worker_id);
+    if (!s.ok()) refused_calls_.Warn("{} (from {})", s.message(), EscapeUntrusted(ctx->peer()));
+    return s;
+  }
+
   Coordinator* c_;
   RefusalLog refused_joins_;
+  RefusalLog refused_calls_;
   RefusalLog refused_uploads_;
 };
 
@@ -515,7 +535,12 @@ class JobWatch final {
 
 class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request) {
+  // `admitted`: the operator check, done by the service.
+  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request, const Status& admitted) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
     if (Status s = CheckJobId("watch", request.job_id()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -554,15 +579,17 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
  public:
   explicit JobServiceImpl(Coordinator* c) : c_(c) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     auto job = c_->SubmitJob(request->spec());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("get job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
@@ -575,15 +602,17 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     auto jobs = c_->ListJobs();
     if (!jobs.ok()) return ToGrpc(jobs.status());
     for (auto& job : *jobs) *response->add_jobs() = std::move(job);
     return grpc::Status::OK;
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* request,
                          v1::CancelJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("cancel job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->CancelJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
@@ -591,19 +620,32 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return grpc::Status::OK;
   }
 
-  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext*,
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* request) override {
-    return new WatchJobReactor(c_, *request);
+    return new WatchJobReactor(c_, *request, CheckOperator(ctx));
   }
 
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     for (auto& w : c_->registry().List()) *response->add_workers() = std::move(w);
     return grpc::Status::OK;
   }
 
  private:
+  // Every job service call comes from an operator (server/access_policy.h).
+  Status CheckOperator(const grpc::ServerContextBase* ctx) {
+    const auto& metadata = ctx->client_metadata();
+    const auto it = metadata.find(wire::kAuthorizationHeader);
+    std::string authorization;
+    if (it != metadata.end()) authorization.assign(it->second.data(), std::min<size_t>(it->second.size(), 2048));
+    Status s = c_->access().CheckOperator(Peer(ctx), it != metadata.end() ? &authorization : nullptr);
+    if (!s.ok()) refused_operators_.Warn("{} (from {})", s.message(), EscapeUntrusted(ctx->peer()));
+    return s;
+  }
+
   Coordinator* c_;
+  RefusalLog refused_operators_;
 };
 
 }  // namespace

@@ -26,7 +26,7 @@ class DaemonTest : public ::testing::Test {
                                        int* port, std::vector<std::string> extra = {},
                                        std::vector<std::string> unset = {}, std::vector<std::string> env = {}) {
     std::vector<std::string> argv{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir_.str() + "/" + state,
-                                  "--join-token", kToken};
+                                  "--join-token", kToken, "--tls-dir", TestPki::Get().WriteCoordinatorDir(dir_.str())};
     argv.insert(argv.end(), extra.begin(), extra.end());
     auto p = std::make_unique<Process>(argv, dir_.str() + "/" + tag + ".log", env, unset);
     const std::regex listening("listening on port ([0-9]+)");
@@ -121,7 +121,7 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
-    std::vector<std::string> argv{TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w"};
+    std::vector<std::string> argv{TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure"};
     argv.insert(argv.end(), args.begin(), args.end());
     Process p(argv, dir_.str() + "/flags-" + std::to_string(n++) + ".log");
     auto status = p.WaitExit(kExitWait);
@@ -133,7 +133,7 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
 
 TEST_F(DaemonTest, AWorkerWhoseDeviceCannotBeMadeExitsInsteadOfTrainingOnTheCpu) {
   const std::string missing = dir_.str() + "/no-such-profile.toml";
-  Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--coordinator", "127.0.0.1:1", "--device",
+  Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure", "--coordinator", "127.0.0.1:1", "--device",
              "emu:" + missing},
             dir_.str() + "/worker.log");
   auto status = p.WaitExit(kExitWait);
@@ -166,10 +166,10 @@ TEST_F(DaemonTest, SigtermStopsTheWorkerAndExitsZeroWhateverOpenBlasStarted) {
   auto coordinator = Coordinator("coordinator", "state", "127.0.0.1:0", &port);
   ASSERT_GT(port, 0) << coordinator->Log();
   Process worker({TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port), "--join-token", kToken,
-                  "--name", "w1"},
+                  "--tls-dir", TestPki::Get().WriteWorkerDir(dir_.str(), "w1")},
                  dir_.str() + "/w1.log", {}, {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS"});
   ASSERT_TRUE(WaitUntil([&] { return coordinator->Log().find("worker w1 joined") != std::string::npos; },
-                        std::chrono::seconds(30)))
+                        std::chrono::seconds(120)))
       << coordinator->Log() << worker.Log();
   worker.Signal(SIGTERM);
   auto status = worker.WaitExit(kExitWait);
@@ -196,7 +196,9 @@ TEST_F(DaemonTest, WithLogFormatJsonEveryLogLineIsAJsonObject) {
     messages.push_back(match[2]);
   }
   ASSERT_EQ(messages.size(), 2u) << p->Log();
-  EXPECT_EQ(messages[0].rfind("coordinator listening on port " + std::to_string(port) + "; state in ", 0), 0u);
+  EXPECT_EQ(messages[0].rfind("coordinator listening on port " + std::to_string(port) + " (mutual TLS); state in ", 0),
+            0u)
+      << messages[0];
   EXPECT_EQ(messages[1], "signal 15: shutting down");
 }
 

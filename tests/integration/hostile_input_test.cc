@@ -136,7 +136,7 @@ TEST_F(HostileInputTest, AJoinRepeatedWithAWrongTokenIsLoggedAFewTimesNotEveryTi
     EXPECT_EQ(Join(join).error_code(), grpc::StatusCode::PERMISSION_DENIED);
   }
   const std::string text = log_.text();
-  EXPECT_EQ(Count(text, "wrong join token"), 5u) << text;
+  EXPECT_EQ(Count(text, "the join token does not match"), 5u) << text;
 }
 
 }  // namespace

@@ -17,8 +17,8 @@ std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string&
   const std::string log = dir.str() + "/coordinator.log";
   auto p = std::make_unique<Process>(
       std::vector<std::string>{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir.str() + "/state",
-                               "--join-token", kToken, "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms",
-                               "1500"},
+                               "--join-token", kToken, "--tls-dir", TestPki::Get().WriteCoordinatorDir(dir.str()),
+                               "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms", "1500"},
       log);
   const std::regex listening("listening on port ([0-9]+)");
   std::smatch match;
@@ -37,7 +37,7 @@ std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string&
 std::unique_ptr<Process> StartWorker(const TempDir& dir, int port, const std::string& name) {
   return std::make_unique<Process>(
       std::vector<std::string>{TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port),
-                               "--join-token", kToken, "--name", name},
+                               "--join-token", kToken, "--tls-dir", TestPki::Get().WriteWorkerDir(dir.str(), name)},
       dir.str() + "/" + name + ".log", std::vector<std::string>{"OPENBLAS_NUM_THREADS=1"});
 }
 

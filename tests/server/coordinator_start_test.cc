@@ -27,6 +27,8 @@ class CoordinatorStartTest : public ::testing::Test {
     options.listen_address = listen;
     options.state_dir = (dir_ / sub).string();
     options.join_token = "start-test-token";
+    options.admin_token = "start-test-admin-token";
+    options.tls.insecure = true;  // these tests are about the directory and the port
     return options;
   }
 
@@ -78,7 +80,9 @@ TEST_F(CoordinatorStartTest, TheListenAddressIsCheckedBeforeAnythingStarts) {
 }
 
 TEST_F(CoordinatorStartTest, AnAddressThatIsNotThisMachinesIsNamed) {
-  auto elsewhere = Coordinator::Start(Options("s", "192.0.2.1:7070"));  // TEST-NET-1, never local
+  CoordinatorOptions options = Options("s", "192.0.2.1:7070");  // TEST-NET-1, never local
+  options.tls.insecure_remote = true;
+  auto elsewhere = Coordinator::Start(options);
   ASSERT_FALSE(elsewhere.ok());
   EXPECT_EQ(elsewhere.status().message(),
             "cannot listen on '192.0.2.1:7070': '192.0.2.1' is not an address of this machine");
