@@ -1,9 +1,13 @@
 #include "base/flags.h"
 
 #include <cctype>
+#include <cmath>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+
+#include "base/escape.h"
 
 namespace tessera {
 
@@ -11,8 +15,13 @@ void FlagSet::String(const std::string& name, std::string* target, const std::st
   flags_[name] = Flag{Kind::kString, target, help, *target};
   order_.push_back(name);
 }
-void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help) {
-  flags_[name] = Flag{Kind::kInt, target, help, std::to_string(*target)};
+void FlagSet::Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
+                     const std::string& help) {
+  flags_[name] = Flag{Kind::kChoice, target, help, *target, std::move(choices)};
+  order_.push_back(name);
+}
+void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help, IntRange range) {
+  flags_[name] = Flag{Kind::kInt, target, help, std::to_string(*target), {}, range};
   order_.push_back(name);
 }
 void FlagSet::Double(const std::string& name, double* target, const std::string& help) {
@@ -26,24 +35,47 @@ void FlagSet::Bool(const std::string& name, bool* target, const std::string& hel
   order_.push_back(name);
 }
 
+std::string JoinChoices(const std::vector<std::string>& choices) {
+  std::string out;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (i > 0) out += i + 1 == choices.size() ? " or " : ", ";
+    out += choices[i];
+  }
+  return out;
+}
+
 Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& value) {
   char* end = nullptr;
+  const std::string got = ", got " + QuoteUntrusted(value);
   switch (flag.kind) {
     case Kind::kString:
       *static_cast<std::string*>(flag.target) = value;
       return Status::Ok();
+    case Kind::kChoice:
+      for (const auto& choice : flag.choices) {
+        if (value == choice) {
+          *static_cast<std::string*>(flag.target) = value;
+          return Status::Ok();
+        }
+      }
+      return InvalidArgumentError("flag --" + name + ": expected " + JoinChoices(flag.choices) + got);
     case Kind::kInt: {
+      errno = 0;
       long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0') {
-        return InvalidArgumentError("flag --" + name + ": expected an integer, got '" + value + "'");
+      if (value.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(value[0]))) {
+        return InvalidArgumentError("flag --" + name + ": expected an integer" + got);
+      }
+      if (errno == ERANGE || v < flag.range.min || v > flag.range.max) {
+        return InvalidArgumentError("flag --" + name + ": expected " + std::to_string(flag.range.min) + " to " +
+                                    std::to_string(flag.range.max) + got);
       }
       *static_cast<int64_t*>(flag.target) = v;
       return Status::Ok();
     }
     case Kind::kDouble: {
       double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0') {
-        return InvalidArgumentError("flag --" + name + ": expected a number, got '" + value + "'");
+      if (value.empty() || *end != '\0' || !std::isfinite(v) || std::isspace(static_cast<unsigned char>(value[0]))) {
+        return InvalidArgumentError("flag --" + name + ": expected a finite number" + got);
       }
       *static_cast<double*>(flag.target) = v;
       return Status::Ok();
@@ -54,7 +86,7 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
       } else if (value == "false" || value == "0") {
         *static_cast<bool*>(flag.target) = false;
       } else {
-        return InvalidArgumentError("flag --" + name + ": expected true or false, got '" + value + "'");
+        return InvalidArgumentError("flag --" + name + ": expected true or false" + got);
       }
       return Status::Ok();
   }
@@ -77,7 +109,9 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
       has_value = true;
     }
     auto it = flags_.find(name);
-    if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + name + " (see --help)");
+    if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + EscapeUntrusted(name) + " (see --help)");
+    if (it->second.seen) return InvalidArgumentError("flag --" + name + " is given twice");
+    it->second.seen = true;
     if (!has_value && it->second.kind != Kind::kBool) {
       if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");
       value = argv[++i];
@@ -94,7 +128,12 @@ std::string FlagSet::Usage() const {
     std::string left = "  --" + name + (f.kind == Kind::kBool ? "" : " VALUE");
     out << left;
     for (size_t i = left.size(); i < 30; ++i) out << ' ';
+    if (left.size() >= 30) out << "  ";  // a long name still gets a gap before its help
     out << f.help;
+    if (f.kind == Kind::kChoice) out << " (" << JoinChoices(f.choices) << ")";
+    if (f.kind == Kind::kInt && (f.range.min != IntRange().min || f.range.max != IntRange().max)) {
+      out << " (" << f.range.min << " to " << f.range.max << ")";
+    }
     if (!f.default_value.empty() && f.kind != Kind::kBool) out << " (default: " << f.default_value << ")";
     out << '\n';
   }
@@ -102,13 +141,18 @@ std::string FlagSet::Usage() const {
 }
 
 Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path);
+  constexpr size_t kMaxSecretBytes = 1024;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError("--" + flag + " " + QuoteUntrusted(path, 256) + ": cannot read it");
   std::string line;
-  if (!in || !std::getline(in, line)) {
-    return InvalidArgumentError("--" + flag + " '" + path + "': cannot read it");
+  char c = 0;
+  while (line.size() <= kMaxSecretBytes && in.get(c) && c != '\n') line += c;
+  if (line.size() > kMaxSecretBytes) {
+    return InvalidArgumentError("--" + flag + " " + QuoteUntrusted(path, 256) + ": expected a secret of at most " +
+                                std::to_string(kMaxSecretBytes) + " bytes on its first line, got more");
   }
   while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-  if (line.empty()) return InvalidArgumentError("--" + flag + " '" + path + "': its first line is empty");
+  if (line.empty()) return InvalidArgumentError("--" + flag + " " + QuoteUntrusted(path, 256) + ": its first line is empty");
   return line;
 }
 

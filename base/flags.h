@@ -1,9 +1,12 @@
 // A small command-line flag parser for Tessera's binaries: `--name value` or `--name=value`,
-// boolean flags without a value, positional arguments kept in order. Unknown flags and
-// malformed values are errors that name the flag.
+// boolean flags without a value, positional arguments kept in order. A typo is an error,
+// never a silent default: unknown flags, a flag given twice, a malformed number, a number
+// out of its range and a value outside a choice flag's choices are errors that name the flag,
+// say what was expected, and show the value (escaped and bounded).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,11 +15,20 @@
 
 namespace tessera {
 
+// The values an integer flag accepts, both ends included.
+struct IntRange {
+  int64_t min = std::numeric_limits<int64_t>::min();
+  int64_t max = std::numeric_limits<int64_t>::max();
+};
+
 class FlagSet {
  public:
   // Declares flags; `help` lines are listed by Usage().
   void String(const std::string& name, std::string* target, const std::string& help);
-  void Int(const std::string& name, int64_t* target, const std::string& help);
+  // A string that must be one of `choices` (Usage lists them).
+  void Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
+              const std::string& help);
+  void Int(const std::string& name, int64_t* target, const std::string& help, IntRange range = {});
   void Double(const std::string& name, double* target, const std::string& help);
   void Bool(const std::string& name, bool* target, const std::string& help);
 
@@ -27,12 +39,15 @@ class FlagSet {
   std::string Usage() const;
 
  private:
-  enum class Kind { kString, kInt, kDouble, kBool };
+  enum class Kind { kString, kChoice, kInt, kDouble, kBool };
   struct Flag {
     Kind kind;
     void* target;
     std::string help;
     std::string default_value;
+    std::vector<std::string> choices;  // kChoice
+    IntRange range;                    // kInt
+    bool seen = false;
   };
   Status Set(const std::string& name, Flag& flag, const std::string& value);
   std::map<std::string, Flag> flags_;
@@ -40,7 +55,10 @@ class FlagSet {
   std::vector<std::string> positional_;
 };
 
-// The secret in `path` (its first line, trimmed of trailing whitespace), as a
+// "a, b or c".
+std::string JoinChoices(const std::vector<std::string>& choices);
+
+// The secret in `path` (its first line, at most 1 KiB, trimmed of trailing whitespace), as a
 // --join-token-file flag names it. InvalidArgument naming the flag and the file when the file
 // cannot be read or the line is empty.
 Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path);

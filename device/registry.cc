@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "base/escape.h"
 #include "device/cpu/factory.h"
 #include "device/cuda/factory.h"
 #include "device/emulated/factory.h"
@@ -72,6 +73,26 @@ Result<std::unique_ptr<Device>> CreateDevice(const std::string& name) {
   // Emulated devices are a family: "emu:<path.toml>" names a profile file, not an entry.
   if (IsEmulatedDeviceName(name)) return CreateEmulatedDeviceByName(name);
   return InvalidArgumentError("unknown device '" + name + "'; known devices: " + known);
+}
+
+Status CheckDeviceName(const std::string& flag, const std::string& name) {
+  std::vector<std::string> classes;
+  std::string profiles;
+  for (const auto& backend : RegisteredDeviceBackends()) {
+    if (backend.name == name) return Status::Ok();
+    if (IsEmulatedDeviceName(backend.name)) {
+      profiles += (profiles.empty() ? "" : ", ") + backend.name.substr(4);
+    } else {
+      classes.push_back(backend.name);
+    }
+  }
+  std::sort(classes.begin(), classes.end());
+  std::string listed;
+  for (const auto& c : classes) listed += c + ", ";
+  // A profile file is read when the device is created; a built-in profile is listed above.
+  if (IsEmulatedDeviceName(name) && name.find(".toml") != std::string::npos) return Status::Ok();
+  return InvalidArgumentError(flag + ": unknown device " + QuoteUntrusted(name) + "; expected " + listed +
+                              "emu:PROFILE (" + profiles + ") or emu:FILE.toml");
 }
 
 }  // namespace tessera

@@ -38,4 +38,10 @@ std::vector<DeviceBackend> RegisteredDeviceBackends();
 // not viable here.
 Result<std::unique_ptr<Device>> CreateDevice(const std::string& name);
 
+// OK when `name` can name a device: a registered backend ("cpu", "cuda", "xrt",
+// "emu:<profile>") or an emulated profile file ("emu:<path.toml>", read only when created).
+// Otherwise InvalidArgument naming `flag`, the (escaped) name and the valid choices. Says
+// nothing about viability: "cuda" passes on a machine without a GPU.
+Status CheckDeviceName(const std::string& flag, const std::string& name);
+
 }  // namespace tessera

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "base/escape.h"
 #include "core/data/idx.h"
 
 namespace tessera::wire {
@@ -51,10 +52,31 @@ std::string DatasetDirectory(const v1::JobSpec& spec) {
   return spec.data().path().empty() ? std::string(kDefaultFashionMnistDir) : spec.data().path();
 }
 
+namespace {
+
+// A string from the spec as an error shows it: quoted, escaped and cut.
+std::string Shown(const std::string& value) { return "\"" + EscapeUntrusted(value) + "\""; }
+
+bool HasControlCharacters(const std::string& text) {
+  for (char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 Status ValidateJobSpec(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
     return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
   };
+  if (s.name().size() > 128 || HasControlCharacters(s.name())) {
+    return bad("name", "at most 128 bytes without control characters", Shown(s.name()));
+  }
+  if (s.data().path().size() > 4096 || HasControlCharacters(s.data().path())) {
+    return bad("data.path", "a directory path of at most 4096 bytes without control characters",
+               Shown(s.data().path()));
+  }
   if (s.rounds() == 0) return bad("rounds", "at least 1", "0");
   if (s.clients_per_round() == 0) return bad("clients_per_round", "at least 1", "0");
   if (s.min_clients() == 0) return bad("min_clients", "at least 1", "0");
@@ -66,14 +88,14 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   if (s.local_epochs() == 0) return bad("local_epochs", "at least 1", "0");
   if (s.batch_size() == 0) return bad("batch_size", "at least 1", "0");
   const auto& o = s.optimizer();
-  if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", "\"" + o.name() + "\"");
+  if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", Shown(o.name()));
   if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
     return bad("optimizer.learning_rate", "a positive number", std::to_string(o.learning_rate()));
   }
   if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", std::to_string(o.momentum()));
   if (!(o.weight_decay() >= 0)) return bad("optimizer.weight_decay", "a non-negative number", std::to_string(o.weight_decay()));
   if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm") {
-    return bad("strategy", "\"fedavg\" or \"fedavgm\"", "\"" + s.strategy().substr(0, 64) + "\"");
+    return bad("strategy", "\"fedavg\" or \"fedavgm\"", Shown(s.strategy()));
   }
   const auto& server = s.server();
   if (!(server.learning_rate() >= 0 && server.learning_rate() <= 1e3)) {
@@ -87,9 +109,9 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                              "\" (they apply to fedavgm)", "learning_rate or momentum set");
   }
   const auto& m = s.model();
-  if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", "\"" + m.name() + "\"");
+  if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", Shown(m.name()));
   if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {
-    return bad("data.dataset", "\"fashion-mnist\"", "\"" + s.data().dataset() + "\"");
+    return bad("data.dataset", "\"fashion-mnist\"", Shown(s.data().dataset()));
   }
   const auto& p = s.data().partition();
   if (p.kind() != v1::PARTITION_LOCAL_FILES) {
@@ -103,12 +125,16 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   }
   if (!s.device().empty() && s.device() != "cpu" && s.device().rfind("emu:", 0) != 0 && s.device() != "cuda" &&
       s.device() != "xrt") {
-    return bad("device", "a device class (cpu, cuda, xrt or emu:PROFILE)", "\"" + s.device() + "\"");
+    return bad("device", "a device class (cpu, cuda, xrt or emu:PROFILE)", Shown(s.device()));
+  }
+  if (!s.fallback_device().empty() && s.fallback_device() != "cpu" && s.fallback_device().rfind("emu:", 0) != 0 &&
+      s.fallback_device() != "cuda" && s.fallback_device() != "xrt") {
+    return bad("fallback_device", "a device class (cpu, cuda, xrt or emu:PROFILE)", Shown(s.fallback_device()));
   }
   const std::string& backend = s.collective_backend();
   if (!backend.empty() && backend != "auto" && backend != "gloo" && backend != "mpi" && backend != "nccl" &&
       backend != "p2p") {
-    return bad("collective_backend", "auto, gloo, mpi, nccl or p2p", "\"" + backend + "\"");
+    return bad("collective_backend", "auto, gloo, mpi, nccl or p2p", Shown(backend));
   }
   return Status::Ok();
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/escape.h"
+
 namespace tessera::wire {
 
 v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes) {
@@ -59,19 +61,19 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
   tensors_.reserve(manifest.tensors_size());
   for (const auto& info : manifest.tensors()) {
     if (info.dtype() != v1::DTYPE_FLOAT32) {
-      return InvalidArgumentError(what_ + ": tensor '" + info.name() + "': expected dtype FLOAT32, got " +
+      return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": expected dtype FLOAT32, got " +
                                   v1::DType_Name(info.dtype()));
     }
     NamedTensor t;
     t.name = info.name();
     int64_t elements = 1;
     for (int64_t d : info.shape()) {
-      if (d < 0) return InvalidArgumentError(what_ + ": tensor '" + info.name() + "' has a negative dimension");
+      if (d < 0) return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + " has a negative dimension");
       t.shape.push_back(d);
       elements *= d;
     }
     if (info.byte_size() != static_cast<uint64_t>(elements) * sizeof(float)) {
-      return InvalidArgumentError(what_ + ": tensor '" + info.name() + "': shape " + ShapeToString(t.shape) +
+      return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": shape " + EscapeUntrusted(ShapeToString(t.shape)) +
                                   " needs " + std::to_string(elements * sizeof(float)) + " bytes, manifest says " +
                                   std::to_string(info.byte_size()));
     }
@@ -136,7 +138,7 @@ Result<TensorSet> TensorAssembler::Finish() {
   for (int i = 0; i < manifest_.tensors_size(); ++i) {
     const std::string got = tensors_[i].Sha256();
     if (got != manifest_.tensors(i).sha256()) {
-      return DataLossError(what_ + ": tensor '" + tensors_[i].name + "': content hash " + got.substr(0, 12) +
+      return DataLossError(what_ + ": tensor " + QuoteUntrusted(tensors_[i].name) + ": content hash " + got.substr(0, 12) +
                            "... does not match the manifest's " + manifest_.tensors(i).sha256().substr(0, 12) + "...");
     }
   }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The main job: a local federation trained on Fashion-MNIST, watched round by round.
 #
-# Installs what is missing, builds, starts a coordinator with its state under ./var, ten
-# workers on loopback (each trains its own IID tenth of the training set on the CPU), submits
+# Installs what is missing, builds, provisions the deployment's certificates under ./var/pki
+# (`tessera provision`: a CA, the coordinator's, one per worker, one for the operator), starts
+# a coordinator over mutual TLS with its state under ./var, ten workers on loopback (each
+# proves its name with its certificate and trains its own IID tenth of the training set on the
+# CPU), submits
 # examples/fmnist-fedavg.toml, watches it to the end (one line per round: accuracy, loss,
 # clients, latency by phase), prints the final test accuracy and a round-latency summary, and
 # shuts everything down.
@@ -26,8 +29,13 @@ bin="$root/${BUILD_DIR:-build}"
 
 state="${STATE_DIR:-$root/var}"
 mkdir -p "$state/logs"
-token_file="$state/join-token"
-[[ -s "$token_file" ]] || head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
+pki="$state/pki"
+names=()
+for i in $(seq -w 1 "$workers"); do names+=("worker-$i"); done
+echo "== provisioning certificates in $pki"
+# Keeps the CA and every certificate already there; adds what is missing.
+"$bin/cli/tessera" provision --out "$pki" --coordinator-host localhost \
+  --workers "$(IFS=,; echo "${names[*]}")" --operators demo >/dev/null
 
 pids=()
 cleanup() {
@@ -36,9 +44,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== starting the coordinator on 127.0.0.1:$port (state in $state, logs in $state/logs)"
+echo "== starting the coordinator on 127.0.0.1:$port over mutual TLS (state in $state, logs in $state/logs)"
 "$bin/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$state" \
-  --join-token-file "$token_file" >"$state/logs/coordinator.log" 2>&1 &
+  --tls-dir "$pki/coordinator" >"$state/logs/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do
   grep -q "listening on port" "$state/logs/coordinator.log" 2>/dev/null && break
@@ -49,13 +57,14 @@ for _ in $(seq 50); do
 done
 
 echo "== starting $workers workers"
-for i in $(seq -w 1 "$workers"); do
-  # Ten workers share this machine's cores: one OpenBLAS thread each.
+for name in "${names[@]}"; do
+  # Ten workers share this machine's cores: one OpenBLAS thread each. Each joins under the
+  # name its certificate carries.
   OPENBLAS_NUM_THREADS=1 "$bin/worker/tessera-worker" --coordinator "127.0.0.1:$port" \
-    --join-token-file "$token_file" --name "worker-$i" >"$state/logs/worker-$i.log" 2>&1 &
+    --tls-dir "$pki/workers/$name" >"$state/logs/$name.log" 2>&1 &
   pids+=($!)
 done
-cli=("$bin/cli/tessera" --coordinator "127.0.0.1:$port")
+cli=("$bin/cli/tessera" --coordinator "127.0.0.1:$port" --tls-dir "$pki/operators/demo")
 for _ in $(seq 100); do
   ready=$("${cli[@]}" workers 2>/dev/null | awk '$2 == "yes"' | wc -l)
   [[ "$ready" -ge "$workers" ]] && break

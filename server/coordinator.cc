@@ -2,38 +2,92 @@
 
 #include <spdlog/spdlog.h>
 
-#include <openssl/crypto.h>
+#include <filesystem>
 
+#include "base/escape.h"
+#include "base/host_port.h"
+#include "base/rate_limit.h"
 #include "proto/job_mapping.h"
 #include "server/services.h"
 
 namespace tessera::server {
 
+namespace {
+
+struct ServerTlsMode {
+  std::string description;
+  bool warn = false;
+  std::string warning;
+};
+
+ServerTlsMode ModeOf(const wire::ServerTls& tls) {
+  if (tls.insecure) {
+    return {"PLAINTEXT", true,
+            "serving plaintext (--insecure): join tokens, admin tokens and models cross the network unencrypted"};
+  }
+  return {tls.mutual() ? "mutual TLS" : "TLS", false, ""};
+}
+
+}  // namespace
+
 Coordinator::Coordinator(CoordinatorOptions options)
     : options_(std::move(options)), registry_(options_.registry), upload_budget_(options_.upload_buffer_bytes) {}
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
-  if (options.join_token.empty()) {
-    return InvalidArgumentError("the coordinator needs a join token (--join-token or --join-token-file)");
+  ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--listen", options.listen_address, PortZero::kAllowed));
+  if (!options.join_token.empty()) {
+    if (options.join_tokens.count("default")) {
+      return InvalidArgumentError("two join tokens are labelled 'default' (--join-token and the token file)");
+    }
+    options.join_tokens["default"] = options.join_token;
   }
   options.runner.chunk_bytes = options.chunk_bytes;
+  auto access = std::make_unique<AccessPolicy>(options.join_tokens, options.admin_token, options.tls.mutual());
+  RETURN_IF_ERROR(access->Validate());
+  // Refused certificates: a few log lines a minute, as the services' other refusals.
+  auto refusals = std::make_shared<LogRateLimiter>(5, std::chrono::seconds(60));
+  auto on_refusal = [refusals](const std::string& why) {
+    uint64_t suppressed = 0;
+    if (!refusals->Allow(&suppressed)) return;
+    spdlog::warn("refused a call: {}{}", why,
+                 suppressed > 0 ? " (" + std::to_string(suppressed) + " more like it were not logged)" : "");
+  };
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   wire::MakeServerCredentials(options.tls, listen, on_refusal));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
-  ASSIGN_OR_RETURN(c->store_, StateStore::Open(c->options_.state_dir));
+  c->access_ = std::move(access);
+  const std::string& dir = c->options_.state_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return FailedPreconditionError("cannot create --state-dir " + QuoteUntrusted(dir, 256) + ": " + ec.message());
+  auto lock = LockFile::Acquire(dir + "/coordinator.lock", "state directory " + QuoteUntrusted(dir, 256));
+  if (!lock.ok()) {
+    return Status(lock.status().code(), lock.status().message() + "; stop that coordinator first, or use another --state-dir");
+  }
+  c->state_lock_ = std::move(lock).value();
+  ASSIGN_OR_RETURN(c->store_, StateStore::Open(dir));
   c->services_.push_back(MakeWorkerService(c.get()));
   c->services_.push_back(MakeJobService(c.get()));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(c->options_.listen_address, grpc::InsecureServerCredentials(), &c->port_);
+  // The port is this coordinator's alone: with SO_REUSEPORT a second coordinator on the same
+  // port would start and silently take half of the new connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(c->options_.listen_address, credentials, &c->port_);
   for (auto& service : c->services_) builder.RegisterService(service.get());
   // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
   builder.SetMaxReceiveMessageSize(2 << 20);
   c->server_ = builder.BuildAndStart();
   if (!c->server_ || c->port_ == 0) {
-    return UnavailableError("cannot listen on '" + c->options_.listen_address + "' (in use, or not a local address?)");
+    Status why = ProbeListen(listen);
+    return UnavailableError("cannot listen on " + QuoteUntrusted(c->options_.listen_address) + ": " +
+                            (why.ok() ? std::string("the server did not start") : why.message()));
   }
   ASSIGN_OR_RETURN(auto known, c->store_->LoadWorkers());
   c->registry_.Restore(known);
   RETURN_IF_ERROR(c->ResumeJobs());
-  spdlog::info("coordinator listening on port {}; state in {}", c->port_, c->options_.state_dir);
+  const ServerTlsMode mode = ModeOf(c->options_.tls);
+  spdlog::info("coordinator listening on port {} ({}); state in {}", c->port_, mode.description, c->options_.state_dir);
+  if (mode.warn) spdlog::warn("{}", mode.warning);
   return c;
 }
 
@@ -74,9 +128,15 @@ void Coordinator::Shutdown() {
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
-bool Coordinator::CheckJoinToken(const std::string& token) const {
-  const std::string& want = options_.join_token;
-  return token.size() == want.size() && CRYPTO_memcmp(token.data(), want.data(), want.size()) == 0;
+Status Coordinator::BindWorkerName(const std::string& name, const std::string& credential) {
+  ASSIGN_OR_RETURN(std::string bound, store_->BindWorkerName(name, credential));
+  if (bound == credential) return Status::Ok();
+  const auto label = [](const std::string& c) {
+    return c.rfind("token:", 0) == 0 ? "join token '" + c.substr(6) + "'" : QuoteUntrusted(c);
+  };
+  return PermissionDeniedError("join refused for worker '" + name + "': the name is bound to " + label(bound) +
+                               " since its first join, and this worker came with " + label(credential) +
+                               "; a site's workers join with that site's token");
 }
 
 void Coordinator::RememberWorker(const v1::WorkerStatus& worker) {
@@ -103,7 +163,7 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   }
   runner->Start();
   spdlog::info("job {} submitted: {} rounds of {} clients ({})", job.id(), spec.rounds(), spec.clients_per_round(),
-               spec.name());
+               EscapeUntrusted(spec.name()));
   return job;
 }
 

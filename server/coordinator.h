@@ -1,8 +1,11 @@
 // The coordinator daemon's core: durable state, the worker registry, one runner per job,
 // and the gRPC server that serves the worker-facing and the user-facing services.
 //
-// Start() opens the state directory, resumes every job that was running, and binds; port 0
-// picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
+// Start() checks the credentials it is given (AccessPolicy::Validate, TLS unless insecure on
+// loopback), locks the state directory (a second coordinator on it is refused, naming the
+// first one's PID), opens it, binds the listening address exclusively (no SO_REUSEPORT: a
+// second coordinator on the same port fails instead of sharing its connections), and
+// resumes every job that was running; port 0 picks a free port (tests). Shutdown() follows gRPC's documented order: finish the
 // long-lived streams (task channels, watches), then stop the server, which waits for the
 // calls in flight. Thread-safe.
 #pragma once
@@ -14,6 +17,9 @@
 #include <mutex>
 #include <string>
 
+#include "base/lock_file.h"
+#include "proto/transport_security.h"
+#include "server/access_policy.h"
 #include "server/byte_budget.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
@@ -22,9 +28,16 @@
 namespace tessera::server {
 
 struct CoordinatorOptions {
-  std::string listen_address = "127.0.0.1:7070";
+  std::string listen_address = "127.0.0.1:7070";  // HOST:PORT; port 0 picks a free one
   std::string state_dir = "./var";
-  std::string join_token;                    // required: workers present it to join
+  // Credentials (server/access_policy.h): workers join with a join token (label -> token; a
+  // name is bound to the label it first joined with) and/or, under mutual TLS, a worker
+  // certificate; operators call the job service with the admin token or an operator
+  // certificate. `join_token` is a single token labelled "default".
+  std::map<std::string, std::string> join_tokens;
+  std::string join_token;
+  std::string admin_token;
+  wire::ServerTls tls;                       // TLS unless tls.insecure (loopback only)
   uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
   // Bytes that uploads being received may hold at once; more wait their turn (one upload
   // is always let through, whatever its size). Keeps memory flat in the number of workers.
@@ -57,7 +70,10 @@ class Coordinator {
   // The runner of a job that is running in this process, or nullptr.
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
 
-  bool CheckJoinToken(const std::string& token) const;
+  const AccessPolicy& access() const { return *access_; }
+  // Binds a worker's name to `credential` at its first join; PermissionDenied when the name
+  // is bound to another credential.
+  Status BindWorkerName(const std::string& name, const std::string& credential);
   // Persists a worker's identity and device after it joins (a failure is logged, not fatal).
   void RememberWorker(const v1::WorkerStatus& worker);
 
@@ -66,7 +82,9 @@ class Coordinator {
   Status ResumeJobs();
 
   CoordinatorOptions options_;
+  std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life
   std::unique_ptr<StateStore> store_;
+  std::unique_ptr<AccessPolicy> access_;
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;
   ByteBudget upload_budget_;

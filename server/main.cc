@@ -1,5 +1,4 @@
 // tessera-coordinator: the coordinator daemon.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -7,6 +6,9 @@
 #include <thread>
 
 #include "base/flags.h"
+#include "base/host_port.h"
+#include "base/logging.h"
+#include "base/shutdown_signal.h"
 #include "server/coordinator.h"
 
 namespace {
@@ -15,13 +17,23 @@ const char kUsage[] = R"(tessera-coordinator: schedules federated rounds for the
 
 It keeps jobs, rounds and workers' seats in SQLite under --state-dir, with the global model's
 checkpoints beside it, and resumes every running job from its last committed round when it
-starts again on the same directory. Workers dial in (they may sit behind NAT); the
-coordinator never dials a worker.
+starts again on the same directory, which it locks (one coordinator per directory). Workers
+dial in (they may sit behind NAT); the coordinator never dials a worker.
 
-Usage: tessera-coordinator [flags]
+It serves TLS (--tls-cert and --tls-key, or --tls-dir with the directory `tessera provision`
+made for it); with a client CA (--tls-client-ca, or --tls-dir) it is mutual TLS and every
+caller shows a certificate whose role is its OU: workers join under their certificate's name,
+operators call the job service. Workers may also (or instead, without mutual TLS) need a join
+token (--join-token-file: one per line, LABEL TOKEN per site); operators without certificates
+need the admin token (--admin-token-file). Plaintext is only with --insecure, on loopback.
 
-Example:
-  tessera-coordinator --listen 127.0.0.1:7070 --state-dir ./var --join-token-file ./var/join-token
+Usage: tessera-coordinator --state-dir DIR (--tls-dir DIR | --tls-cert FILE --tls-key FILE ...) [flags]
+
+Examples:
+  tessera provision --out ./pki --coordinator-host coordinator.example.org --workers a,b,c --operators ops
+  tessera-coordinator --listen 0.0.0.0:7070 --state-dir ./var --tls-dir ./pki/coordinator
+  tessera-coordinator --listen 127.0.0.1:7070 --state-dir ./var --insecure \
+      --join-token-file ./var/join-token --admin-token-file ./var/admin-token
 
 Flags:
 )";
@@ -32,20 +44,28 @@ int main(int argc, char** argv) {
   using namespace tessera;
   server::CoordinatorOptions options;
   std::string token_file;
+  std::string admin_token_file;
+  wire::TlsFlags tls_flags;
   int64_t heartbeat_timeout_ms = options.registry.heartbeat_timeout_ms;
   int64_t heartbeat_interval_ms = options.registry.heartbeat_interval_ms;
   int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
   std::string log_level = "info";
+  std::string log_format = "text";
   bool help = false;
   FlagSet flags;
   flags.String("listen", &options.listen_address, "address to listen on (host:port; port 0 picks one)");
   flags.String("state-dir", &options.state_dir, "directory of the coordinator's database and checkpoints");
-  flags.String("join-token", &options.join_token, "the token workers must present to join");
-  flags.String("join-token-file", &token_file, "read the join token from this file instead");
-  flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats");
-  flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round");
-  flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails");
-  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.String("join-token", &options.join_token, "a token workers must present to join (visible in ps: prefer the file)");
+  flags.String("join-token-file", &token_file, "join tokens, one per line: TOKEN, or LABEL TOKEN per site (a worker's name is bound to the label it first joins with)");
+  flags.String("admin-token-file", &admin_token_file, "the admin token operators without a certificate present (its first line)");
+  wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kServer);
+  flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats", IntRange{50, 60000});
+  flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round",
+            IntRange{100, 3600000});
+  flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails",
+            IntRange{1, 7 * 24 * 3600});
+  flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
+  flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
@@ -55,26 +75,53 @@ int main(int argc, char** argv) {
     std::cout << kUsage << flags.Usage();
     return 0;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [coordinator] %^%l%$ %v");
+  if (heartbeat_timeout_ms <= heartbeat_interval_ms) {
+    std::cerr << "tessera-coordinator: flag --heartbeat-timeout-ms: expected more than --heartbeat-interval-ms ("
+              << heartbeat_interval_ms << "), got " << heartbeat_timeout_ms << "\n";
+    return 2;
+  }
+  auto listen = ParseHostPort("--listen", options.listen_address, PortZero::kAllowed);
+  if (!listen.ok()) {
+    std::cerr << "tessera-coordinator: " << listen.status().message() << "\n";
+    return 2;
+  }
+  auto tls = wire::LoadServerTls(tls_flags, *listen);
+  if (!tls.ok()) {
+    std::cerr << "tessera-coordinator: " << tls.status().message() << "\n";
+    return 2;
+  }
+  options.tls = *tls;
+  if (Status s = ConfigureLogging("coordinator", log_level, log_format); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 2;
+  }
   if (!token_file.empty()) {
-    auto token = ReadSecretFile("join-token-file", token_file);
+    auto tokens = server::ReadJoinTokenFile(token_file);
+    if (!tokens.ok()) {
+      std::cerr << "tessera-coordinator: " << tokens.status().message() << "\n";
+      return 2;
+    }
+    options.join_tokens = *tokens;
+  }
+  if (!admin_token_file.empty()) {
+    auto token = ReadSecretFile("admin-token-file", admin_token_file);
     if (!token.ok()) {
       std::cerr << "tessera-coordinator: " << token.status().message() << "\n";
       return 2;
     }
-    options.join_token = *token;
+    options.admin_token = *token;
   }
   options.registry.heartbeat_interval_ms = static_cast<uint32_t>(heartbeat_interval_ms);
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
 
-  // Block SIGINT/SIGTERM in every thread; one thread waits for them and shuts down.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
+  // started before main(), included); the coordinator's own threads leave them to the waiter.
+  if (Status s = InstallShutdownSignalHandlers(); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 1;
+  }
+  BlockShutdownSignals();
 
   auto coordinator = server::Coordinator::Start(options);
   if (!coordinator.ok()) {
@@ -84,8 +131,7 @@ int main(int argc, char** argv) {
   std::printf("tessera-coordinator listening on port %d\n", (*coordinator)->port());
   std::fflush(stdout);
   std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForShutdownSignal();
     spdlog::info("signal {}: shutting down", signal);
     (*coordinator)->Shutdown();
   });

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/escape.h"
 #include "proto/update_envelope.h"
 
 namespace tessera::server {
@@ -118,11 +119,11 @@ Status Round::CheckManifest(const v1::UpdateHeader& h) const {
     const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
     if (tensors[i].name() != want.name) {
       return InvalidArgumentError(what + ": tensor " + std::to_string(i) + ": expected name '" + want.name +
-                                  "', got '" + tensors[i].name() + "'");
+                                  "', got " + QuoteUntrusted(tensors[i].name()));
     }
     if (shape != want.shape) {
       return InvalidArgumentError(what + ": tensor '" + want.name + "': expected shape " + ShapeToString(want.shape) +
-                                  ", got " + ShapeToString(shape));
+                                  ", got " + EscapeUntrusted(ShapeToString(shape)));
     }
     if (tensors[i].dtype() != v1::DTYPE_FLOAT32) {
       return InvalidArgumentError(what + ": tensor '" + want.name + "': expected dtype FLOAT32, got " +

@@ -2,9 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -13,7 +16,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/escape.h"
+#include "base/rate_limit.h"
 #include "proto/grpc_status.h"
+#include "proto/transport_security.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
 #include "server/coordinator.h"
@@ -22,6 +28,67 @@ namespace tessera::server {
 namespace {
 
 using wire::ToGrpc;
+
+wire::PeerIdentity Peer(const grpc::ServerContextBase* ctx) { return wire::IdentifyPeer(ctx->auth_context().get()); }
+
+// The doors: every string a caller sends is checked or escaped before it reaches a log, a
+// record, an error message or a lookup. Names and ids have a fixed alphabet and length;
+// free text (device names and properties, a worker's state, a failure report) is escaped
+// and cut (base/escape.h).
+constexpr size_t kMaxNameBytes = 128;
+constexpr size_t kMaxDeviceProperties = 64;
+constexpr size_t kMaxStoreKeyBytes = 512;
+constexpr size_t kMaxStoreValueBytes = 1 << 20;
+
+bool IsNameCharacter(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+}
+
+// A worker's name, a worker id, a cohort: 1 to 128 letters, digits, '-', '_' or '.'.
+Status CheckName(const std::string& call, const std::string& field, const std::string& value, bool required = true) {
+  bool ok = value.size() <= kMaxNameBytes && (!required || !value.empty());
+  for (char c : value) ok = ok && IsNameCharacter(c);
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(call + ": field '" + field + "' " + QuoteUntrusted(value) + ": expected " +
+                              (required ? "1" : "0") + " to 128 letters, digits, '-', '_' or '.'");
+}
+
+Status CheckJobId(const std::string& call, const std::string& job_id) {
+  bool ok = !job_id.empty() && job_id.size() <= 64;
+  for (char c : job_id) ok = ok && IsNameCharacter(c);
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(call + ": field 'job_id' " + QuoteUntrusted(job_id) +
+                              ": expected a job id such as job-1-3fa9c2");
+}
+
+// What a worker says about its device is shown to operators: escaped and bounded.
+Status SanitizeDevice(v1::DeviceInfo* device) {
+  if (static_cast<size_t>(device->properties_size()) > kMaxDeviceProperties) {
+    return InvalidArgumentError("join: field 'device.properties': expected at most " +
+                                std::to_string(kMaxDeviceProperties) + " entries, got " +
+                                std::to_string(device->properties_size()));
+  }
+  device->set_kind(EscapeUntrusted(device->kind()));
+  device->set_name(EscapeUntrusted(device->name(), 128));
+  google::protobuf::Map<std::string, std::string> properties;
+  for (const auto& [key, value] : device->properties()) properties[EscapeUntrusted(key)] = EscapeUntrusted(value, 128);
+  *device->mutable_properties() = std::move(properties);
+  return Status::Ok();
+}
+
+// Refusals that a misconfigured or hostile client can repeat many times a second: a few lines
+// per minute each, the rest counted.
+struct RefusalLog {
+  LogRateLimiter limiter{5, std::chrono::seconds(60)};
+  template <typename... Args>
+  void Warn(spdlog::format_string_t<Args...> format, Args&&... args) {
+    uint64_t suppressed = 0;
+    if (!limiter.Allow(&suppressed)) return;
+    std::string line = fmt::format(format, std::forward<Args>(args)...);
+    if (suppressed > 0) line += " (" + std::to_string(suppressed) + " more like it were not logged)";
+    spdlog::warn("{}", line);
+  }
+};
 
 // A long-lived server stream is written by whichever thread has something for it (the one
 // that queued a task or published an event, or gRPC's own after a write completes), never by
@@ -120,7 +187,12 @@ class TaskChannel final : public TaskChannelSink {
 
 class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
  public:
-  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request) {
+  // `admitted`: the caller's checks (worker id, certificate), done by the service.
+  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request, const Status& admitted) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
     if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -153,7 +225,13 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
 // slow worker, and no download hashes or copies the model again.
 class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMessage> {
  public:
-  DownloadReactor(Coordinator* c, const v1::DownloadModelRequest& request) : worker_id_(request.worker_id()) {
+  // `admitted`: the caller's credential and the request's fields, checked by the service.
+  DownloadReactor(Coordinator* c, const v1::DownloadModelRequest& request, const Status& admitted)
+      : worker_id_(request.worker_id()) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
     if (Status s = c->registry().Authenticate(request.worker_id(), request.session()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -214,8 +292,15 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
 // and down the worker's task channel.
 class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessage> {
  public:
-  UploadReactor(Coordinator* c, v1::UploadResult* result)
-      : c_(c), result_(result), start_(std::chrono::steady_clock::now()) {
+  // What the service checks of the header (the caller's credential, the fields' form), and
+  // where a refusal not tied to a selected worker is logged (rate-limited).
+  struct Checks {
+    std::function<Status(const v1::UpdateHeader&)> header;
+    std::function<void(const std::string&)> refused;
+  };
+
+  UploadReactor(Coordinator* c, v1::UploadResult* result, Checks checks)
+      : c_(c), result_(result), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
     StartRead(&message_);
   }
 
@@ -260,13 +345,16 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
  private:
   // Checks the header; false when the upload has been answered already.
   bool Admit() {
-    if (Status s = c_->registry().Authenticate(header_.worker_id(), header_.session()); !s.ok()) {
-      Finish(ToGrpc(s));
+    Status checked = checks_.header(header_);
+    if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
+    if (!checked.ok()) {
+      Finish(ToGrpc(checked));
       return false;
     }
+    header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
     runner_ = c_->Runner(header_.job_id());
     if (!runner_) {
-      Refuse(NotFoundError("job '" + header_.job_id().substr(0, 64) + "' is not running on this coordinator"));
+      Refuse(NotFoundError("job '" + header_.job_id() + "' is not running on this coordinator"));
       return false;
     }
     // Refuse early, before reading the tensors, when the header alone disqualifies it.
@@ -274,7 +362,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       if (admitted.code() == StatusCode::kInvalidArgument) {
         runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
       } else {
-        spdlog::warn("refused {}", admitted.message());
+        checks_.refused(admitted.message());
         c_->registry().RecordRound(header_.worker_id(), false);
       }
       Refuse(admitted);
@@ -353,6 +441,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
 
   Coordinator* const c_;
   v1::UploadResult* const result_;
+  const Checks checks_;
   const std::chrono::steady_clock::time_point start_;
   v1::UpdateChunkMessage message_;
   bool have_header_ = false;
@@ -376,12 +465,24 @@ class WorkerServiceImpl final
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
-  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* request, v1::JoinResponse* response) override {
-    if (!c_->CheckJoinToken(request->join_token())) {
-      spdlog::warn("refused a join from '{}' ({}): wrong join token", request->name(), ctx->peer());
-      return ToGrpc(PermissionDeniedError("join refused for worker '" + request->name() +
-                                          "': the join token does not match the coordinator's"));
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* given, v1::JoinResponse* response) override {
+    auto refused = [&](const Status& why) {
+      refused_joins_.Warn("{} (from {})", why.message(), EscapeUntrusted(ctx->peer()));
+      return ToGrpc(why);
+    };
+    if (Status s = CheckName("join", "name", given->name()); !s.ok()) return ToGrpc(s);
+    auto credential = c_->access().CheckJoin(Peer(ctx), given->name(), given->join_token());
+    if (!credential.ok()) return refused(credential.status());
+    v1::JoinRequest sanitized = *given;
+    const v1::JoinRequest* request = &sanitized;
+    // A name joined with a token alone is bound to that token's label at its first join.
+    if (!credential->empty()) {
+      if (Status s = c_->BindWorkerName(request->name(), *credential); !s.ok()) return refused(s);
     }
+    if (Status s = CheckName("join", "cohort", request->cohort(), false); !s.ok()) return ToGrpc(s);
+    if (Status s = SanitizeDevice(sanitized.mutable_device()); !s.ok()) return ToGrpc(s);
+    sanitized.set_local_data_path(EscapeUntrusted(request->local_data_path(), 256));
+    sanitized.clear_join_token();
     auto joined = c_->registry().Join(*request);
     if (!joined.ok()) return ToGrpc(joined.status());
     if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
@@ -394,21 +495,32 @@ class WorkerServiceImpl final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse*) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpc(c_->registry().Heartbeat(request->worker_id(), request->session(), request->state())));
+    Status s = CheckCaller(ctx, "heartbeat", request->worker_id());
+    if (s.ok()) {
+      s = c_->registry().Heartbeat(request->worker_id(), request->session(), EscapeUntrusted(request->state(), 32));
+    }
+    reactor->Finish(ToGrpc(s));
     return reactor;
   }
 
-  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext*,
+  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
                                                       const v1::TaskChannelRequest* request) override {
-    return new TaskChannelReactor(c_->registry(), *request);
+    return new TaskChannelReactor(c_->registry(), *request, CheckCaller(ctx, "task channel", request->worker_id()));
   }
 
   grpc::ServerWriteReactor<v1::ModelChunkMessage>* DownloadModel(grpc::CallbackServerContext*,
                                                                 const v1::DownloadModelRequest* request) override;
 
   // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
-  Status CheckStoreAccess(const v1::StoreRequest& request) {
+  Status CheckStoreAccess(const grpc::ServerContextBase* ctx, const v1::StoreRequest& request) {
+    RETURN_IF_ERROR(CheckCaller(ctx, "store", request.worker_id()));
     RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
+    if (request.key().size() > kMaxStoreKeyBytes || request.value().size() > kMaxStoreValueBytes) {
+      return InvalidArgumentError("worker '" + request.worker_id() + "': store key of " +
+                                  std::to_string(request.key().size()) + " bytes and value of " +
+                                  std::to_string(request.value().size()) + " bytes: expected at most " +
+                                  std::to_string(kMaxStoreKeyBytes) + " and " + std::to_string(kMaxStoreValueBytes));
+    }
     const std::string cohort = c_->registry().Cohort(request.worker_id());
     if (cohort.empty()) {
       return PermissionDeniedError("worker '" + request.worker_id() + "' is in no cohort; the store serves cohorts");
@@ -417,15 +529,15 @@ class WorkerServiceImpl final
     size_t slashes = 0, i = 0;
     for (; i < key.size() && slashes < 4; ++i) slashes += key[i] == '/';
     if (key.rfind("rendezvous/", 0) != 0 || slashes < 4 || key.compare(i, cohort.size() + 1, cohort + "/") != 0) {
-      return PermissionDeniedError("worker '" + request.worker_id() + "': key '" + key +
-                                   "' is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
+      return PermissionDeniedError("worker '" + request.worker_id() + "': key " + QuoteUntrusted(key, 128) +
+                                   " is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
                                    cohort + "/...)");
     }
     return Status::Ok();
   }
 
-  grpc::Status StoreSet(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse*) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse*) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
     c_->rendezvous().Set(request->key(), request->value());
     return grpc::Status::OK;
   }
@@ -435,7 +547,7 @@ class WorkerServiceImpl final
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreRequest* request,
                                      v1::StoreResponse* response) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (Status s = CheckStoreAccess(*request); !s.ok()) {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) {
       reactor->Finish(ToGrpc(s));
       return reactor;
     }
@@ -451,8 +563,8 @@ class WorkerServiceImpl final
     return reactor;
   }
 
-  grpc::Status StoreAdd(grpc::ServerContext*, const v1::StoreRequest* request, v1::StoreResponse* response) override {
-    if (Status s = CheckStoreAccess(*request); !s.ok()) return ToGrpc(s);
+  grpc::Status StoreAdd(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
     auto counter = c_->rendezvous().Add(request->key(), request->delta());
     if (!counter.ok()) return ToGrpc(counter.status());
     response->set_counter(*counter);
@@ -463,17 +575,37 @@ class WorkerServiceImpl final
                                                                v1::UploadResult* result) override;
 
  private:
+  // A call after Join: a well-formed worker id and, under mutual TLS, that worker's own
+  // certificate. The session is checked by the registry.
+  Status CheckCaller(const grpc::ServerContextBase* ctx, const std::string& call, const std::string& worker_id) {
+    RETURN_IF_ERROR(CheckName(call, "worker_id", worker_id));
+    Status s = c_->access().CheckWorkerCall(Peer(ctx), worker_id);
+    if (!s.ok()) refused_calls_.Warn("{} (from {})", s.message(), EscapeUntrusted(ctx->peer()));
+    return s;
+  }
+
   Coordinator* c_;
+  RefusalLog refused_joins_;
+  RefusalLog refused_calls_;
+  RefusalLog refused_uploads_;
 };
 
 grpc::ServerWriteReactor<v1::ModelChunkMessage>* WorkerServiceImpl::DownloadModel(
-    grpc::CallbackServerContext*, const v1::DownloadModelRequest* request) {
-  return new DownloadReactor(c_, *request);
+    grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest* request) {
+  Status admitted = CheckCaller(ctx, "download", request->worker_id());
+  if (admitted.ok()) admitted = CheckJobId("download", request->job_id());
+  return new DownloadReactor(c_, *request, admitted);
 }
 
-grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext*,
+grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
                                                                                  v1::UploadResult* result) {
-  return new UploadReactor(c_, result);
+  UploadReactor::Checks checks;
+  checks.header = [this, ctx](const v1::UpdateHeader& header) {
+    RETURN_IF_ERROR(CheckCaller(ctx, "upload", header.worker_id()));
+    return CheckJobId("upload", header.job_id());
+  };
+  checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
+  return new UploadReactor(c_, result, std::move(checks));
 }
 
 // One `tessera watch`: the committed rounds, then the job's live events until it ends.
@@ -597,7 +729,16 @@ class JobWatch final {
 
 class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request) {
+  // `admitted`: the operator check, done by the service.
+  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request, const Status& admitted) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
+    if (Status s = CheckJobId("watch", request.job_id()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
     auto job = c->GetJob(request.job_id());
     if (!job.ok()) {
       Finish(ToGrpc(job.status()));
@@ -632,15 +773,18 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
  public:
   explicit JobServiceImpl(Coordinator* c) : c_(c) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     auto job = c_->SubmitJob(request->spec());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
     return grpc::Status::OK;
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("get job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->GetJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
@@ -652,34 +796,50 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return grpc::Status::OK;
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     auto jobs = c_->ListJobs();
     if (!jobs.ok()) return ToGrpc(jobs.status());
     for (auto& job : *jobs) *response->add_jobs() = std::move(job);
     return grpc::Status::OK;
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* request,
                          v1::CancelJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("cancel job", request->job_id()); !s.ok()) return ToGrpc(s);
     auto job = c_->CancelJob(request->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
     return grpc::Status::OK;
   }
 
-  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext*,
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* request) override {
-    return new WatchJobReactor(c_, *request);
+    return new WatchJobReactor(c_, *request, CheckOperator(ctx));
   }
 
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     for (auto& w : c_->registry().List()) *response->add_workers() = std::move(w);
     return grpc::Status::OK;
   }
 
  private:
+  // Every job service call comes from an operator (server/access_policy.h).
+  Status CheckOperator(const grpc::ServerContextBase* ctx) {
+    const auto& metadata = ctx->client_metadata();
+    const auto it = metadata.find(wire::kAuthorizationHeader);
+    std::string authorization;
+    if (it != metadata.end()) authorization.assign(it->second.data(), std::min<size_t>(it->second.size(), 2048));
+    Status s = c_->access().CheckOperator(Peer(ctx), it != metadata.end() ? &authorization : nullptr);
+    if (!s.ok()) refused_operators_.Warn("{} (from {})", s.message(), EscapeUntrusted(ctx->peer()));
+    return s;
+  }
+
   Coordinator* c_;
+  RefusalLog refused_operators_;
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -165,7 +166,9 @@ Result<std::unique_ptr<StateStore>> StateStore::Open(const std::string& state_di
       "  checkpoint TEXT NOT NULL, PRIMARY KEY (job_id, round));"
       "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, worker BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS seats (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, party INTEGER NOT NULL,"
-      "  PRIMARY KEY (job_id, worker_id));"));
+      "  PRIMARY KEY (job_id, worker_id));"
+      "CREATE TABLE IF NOT EXISTS worker_names (name TEXT PRIMARY KEY, credential TEXT NOT NULL,"
+      "  bound_unix_ms INTEGER NOT NULL);"));
   return store;
 }
 
@@ -316,6 +319,22 @@ Status StateStore::SaveWorker(const v1::WorkerStatus& worker) {
   st.BindBlob(2, worker.SerializeAsString());
   if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save worker " + worker.worker_id());
   return Status::Ok();
+}
+
+Result<std::string> StateStore::BindWorkerName(const std::string& name, const std::string& credential) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement insert(db_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
+  if (!insert.ok()) return SqliteError(db_, "prepare bind worker name");
+  insert.BindText(1, name);
+  insert.BindText(2, credential);
+  insert.BindInt(3, std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count());
+  if (insert.Step() != SQLITE_DONE) return SqliteError(db_, "bind worker name " + name);
+  Statement select(db_, "SELECT credential FROM worker_names WHERE name = ?");
+  if (!select.ok()) return SqliteError(db_, "prepare read worker name");
+  select.BindText(1, name);
+  if (select.Step() != SQLITE_ROW) return SqliteError(db_, "read worker name " + name);
+  return select.ColumnText(0);
 }
 
 Result<std::vector<v1::WorkerStatus>> StateStore::LoadWorkers() {

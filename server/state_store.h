@@ -54,6 +54,11 @@ class StateStore {
   Status SaveWorker(const v1::WorkerStatus& worker);
   Result<std::vector<v1::WorkerStatus>> LoadWorkers();
 
+  // The credential a worker's name is bound to: the first call for `name` records
+  // `credential`; every call returns the credential the name is bound to (compare it with
+  // yours). Atomic: two first joins under one name bind one credential.
+  Result<std::string> BindWorkerName(const std::string& name, const std::string& credential);
+
   // Job seats: which party of the partition each worker trains for a job. Stable across
   // coordinator restarts.
   Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party);

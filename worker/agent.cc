@@ -51,7 +51,11 @@ void WorkerAgent::SleepFor(uint32_t ms) {
 Status WorkerAgent::OpenDevice() {
   auto device = CreateDevice(options_.device);
   if (!device.ok()) {
-    if (options_.fallback_device.empty() || options_.fallback_device == options_.device) return device.status();
+    // Only a device that is not usable here falls back; a name that is wrong stays an error.
+    if (device.status().code() != StatusCode::kUnavailable || options_.fallback_device.empty() ||
+        options_.fallback_device == options_.device) {
+      return device.status();
+    }
     spdlog::warn("device '{}' is not usable here ({}); falling back to '{}'", options_.device,
                  device.status().message(), options_.fallback_device);
     device = CreateDevice(options_.fallback_device);

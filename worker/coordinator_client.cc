@@ -23,7 +23,10 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  explicit GrpcCoordinatorClient(const std::string& address) : address_(address) {
+  GrpcCoordinatorClient(const std::string& address, std::shared_ptr<grpc::Channel> channel)
+      : address_(address), channel_(std::move(channel)), stub_(v1::WorkerService::NewStub(channel_)) {}
+
+  static grpc::ChannelArguments Arguments() {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(2 << 20);
     // Reconnect quickly after the coordinator comes back.
@@ -32,8 +35,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-    stub_ = v1::WorkerService::NewStub(channel_);
+    return args;
   }
 
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
@@ -160,8 +162,11 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
 }  // namespace
 
-std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address) {
-  return std::make_unique<GrpcCoordinatorClient>(address);
+Result<std::unique_ptr<CoordinatorClient>> MakeGrpcCoordinatorClient(const std::string& address,
+                                                                     const wire::ClientTls& tls) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                   wire::MakeChannel(address, tls, GrpcCoordinatorClient::Arguments()));
+  return std::unique_ptr<CoordinatorClient>(std::make_unique<GrpcCoordinatorClient>(address, std::move(channel)));
 }
 
 }  // namespace tessera::worker

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "core/tensor.h"
+#include "proto/transport_security.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::worker {
@@ -35,7 +36,10 @@ class CoordinatorClient {
   virtual Result<int64_t> StoreAdd(const v1::StoreRequest& request) = 0;
 };
 
-// A client over one gRPC channel to `address` (host:port), plaintext.
-std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address);
+// A client over one gRPC channel to `address` (HOST:PORT) secured by `tls`
+// (proto/transport_security.h). InvalidArgument for an address that does not parse, or
+// plaintext to a coordinator that is not on loopback without tls.insecure_remote.
+Result<std::unique_ptr<CoordinatorClient>> MakeGrpcCoordinatorClient(const std::string& address,
+                                                                     const wire::ClientTls& tls);
 
 }  // namespace tessera::worker

@@ -1,29 +1,42 @@
 // tessera-worker: the worker daemon.
-#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <iostream>
 #include <thread>
 
+#include "base/escape.h"
 #include "base/flags.h"
+#include "base/host_port.h"
+#include "base/logging.h"
+#include "base/shutdown_signal.h"
+#include "device/registry.h"
+#include "proto/transport_security.h"
 #include "worker/agent.h"
 
 namespace {
 
 const char kUsage[] = R"(tessera-worker: joins a coordinator and trains federated rounds on this node's device.
 
-The worker dials out to the coordinator (it may sit behind NAT), joins with a token, keeps a
-heartbeat, and for each round it is given downloads the global model, trains on its share of
-the data and uploads the change. It reconnects by itself when the coordinator goes away.
+The worker dials out to the coordinator (it may sit behind NAT), joins, keeps a heartbeat,
+and for each round it is given downloads the global model, trains on its share of the data and
+uploads the change. It reconnects by itself when the coordinator goes away.
 
-Usage: tessera-worker --coordinator HOST:PORT --join-token-file FILE [flags]
+It verifies the coordinator over TLS (--tls-ca, or --tls-dir with the directory `tessera
+provision` made for this worker) and proves who it is with its certificate (mutual TLS: its
+name is the certificate's CN) and/or the join token the coordinator asks for. Plaintext is only
+with --insecure, to a coordinator on loopback.
 
-Example:
-  tessera-worker --coordinator 127.0.0.1:7070 --join-token-file ./var/join-token --name edge-01
+Usage: tessera-worker --coordinator HOST:PORT (--tls-dir DIR | --tls-ca FILE ...) [flags]
+
+Examples:
+  tessera-worker --coordinator coordinator.example.org:7070 --tls-dir ./pki/workers/edge-01
+  tessera-worker --coordinator coordinator.example.org:7070 --tls-ca ./ca.crt \
+      --join-token-file ./site-a.token --name edge-01
 
 Flags:
 )";
@@ -36,23 +49,28 @@ int main(int argc, char** argv) {
   std::string coordinator = "127.0.0.1:7070";
   std::string token_file;
   std::string log_level = "info";
+  std::string log_format = "text";
   int64_t chunk_kib = options.chunk_bytes / 1024;
   bool help = false;
   char host[256] = "worker";
   gethostname(host, sizeof(host) - 1);
   options.name = std::string(host) + "-" + std::to_string(getpid());
+  const std::string default_name = options.name;
+  wire::TlsFlags tls_flags;
   FlagSet flags;
-  flags.String("coordinator", &coordinator, "the coordinator's address");
-  flags.String("name", &options.name, "this worker's name, its identity at the coordinator; keep it stable to keep the worker's seat across restarts");
-  flags.String("join-token", &options.join_token, "the coordinator's join token");
-  flags.String("join-token-file", &token_file, "read the join token from this file instead");
-  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices)");
-  flags.String("fallback-device", &options.fallback_device, "device to use when --device is not usable here");
+  flags.String("coordinator", &coordinator, "the coordinator's address (HOST:PORT)");
+  flags.String("name", &options.name, "this worker's name, its identity at the coordinator (with a certificate: its CN, the default); keep it stable to keep the worker's seat across restarts");
+  flags.String("join-token", &options.join_token, "the coordinator's join token (visible to other users in ps: prefer the file)");
+  flags.String("join-token-file", &token_file, "read the join token from this file (its first line)");
+  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices); an unknown name is an error");
+  flags.String("fallback-device", &options.fallback_device, "device to use when --device is known but not usable here (no GPU, no driver); empty for none");
   flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
-  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB (at most 1024)");
-  flags.String("log-level", &log_level, "trace, debug, info, warn or error");
+  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
+  wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
+  flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
+  flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-worker: " << s.message() << "\n";
@@ -62,9 +80,45 @@ int main(int argc, char** argv) {
     std::cout << kUsage << flags.Usage();
     return 0;
   }
-  if (chunk_kib < 1 || chunk_kib > 1024) {
-    std::cerr << "tessera-worker: --chunk-kib: expected 1 to 1024, got " << chunk_kib << "\n";
+  auto address = ParseHostPort("--coordinator", coordinator, PortZero::kRefused);
+  if (!address.ok()) {
+    std::cerr << "tessera-worker: " << address.status().message() << "\n";
     return 2;
+  }
+  auto tls = wire::LoadClientTls(tls_flags, *address, wire::kWorkerRole);
+  if (!tls.ok()) {
+    std::cerr << "tessera-worker: " << tls.status().message() << "\n";
+    return 2;
+  }
+  if (!tls->cert_pem.empty()) {
+    // Under mutual TLS a worker joins under the name its certificate carries.
+    auto certificate = wire::ReadCertificate(tls->cert_pem, "--tls-cert");
+    if (!certificate.ok()) {
+      std::cerr << "tessera-worker: " << certificate.status().message() << "\n";
+      return 2;
+    }
+    if (options.name == default_name) {
+      options.name = certificate->common_name;
+    } else if (options.name != certificate->common_name) {
+      std::cerr << "tessera-worker: --name " << QuoteUntrusted(options.name) << " differs from the certificate's name "
+                << QuoteUntrusted(certificate->common_name) << " (its CN); a worker joins under its certificate's name\n";
+      return 2;
+    }
+  }
+  bool name_ok = !options.name.empty() && options.name.size() <= 128;
+  for (char c : options.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (!name_ok) {
+    std::cerr << "tessera-worker: flag --name: expected 1 to 128 letters, digits, '-', '_' or '.', got "
+              << QuoteUntrusted(options.name) << "\n";
+    return 2;
+  }
+  for (const auto& [flag, device] : {std::pair<std::string, std::string>{"--device", options.device},
+                                     {"--fallback-device", options.fallback_device}}) {
+    if (flag == "--fallback-device" && device.empty()) continue;
+    if (Status s = CheckDeviceName(flag, device); !s.ok()) {
+      std::cerr << "tessera-worker: " << s.message() << "\n";
+      return 2;
+    }
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
   if (!token_file.empty()) {
@@ -75,28 +129,41 @@ int main(int argc, char** argv) {
     }
     options.join_token = *token;
   }
-  if (options.join_token.empty()) {
-    std::cerr << "tessera-worker: a join token is required (--join-token or --join-token-file)\n";
+  if (options.join_token.empty() && tls->cert_pem.empty()) {
+    std::cerr << "tessera-worker: a credential to join is required: a join token (--join-token-file) or a worker "
+                 "certificate (--tls-dir, or --tls-cert and --tls-key)\n";
     return 2;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e [" + options.name + "] %^%l%$ %v");
+  if (Status s = ConfigureLogging(options.name, log_level, log_format); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 2;
+  }
 
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGINT and SIGTERM stop the worker and exit 0, whichever thread takes them (OpenBLAS's
+  // threads, started before main(), included); the worker's own threads leave them to the
+  // waiter.
+  if (Status s = InstallShutdownSignalHandlers(); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 1;
+  }
+  BlockShutdownSignals();
 
-  auto agent = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(coordinator));
+  auto client = worker::MakeGrpcCoordinatorClient(coordinator, *tls);
+  if (!client.ok()) {
+    std::cerr << "tessera-worker: " << client.status().message() << "\n";
+    return 2;
+  }
+  auto agent = std::make_unique<worker::WorkerAgent>(options, std::move(client).value());
   std::thread waiter([&] {
-    int signal = 0;
-    sigwait(&signals, &signal);
+    const int signal = WaitForShutdownSignal();
+    if (signal == 0) return;
+    spdlog::info("signal {}: stopping", signal);
     agent->Stop();
   });
-  waiter.detach();
   Status s = agent->Run();
   if (!s.ok()) std::cerr << "tessera-worker: " << s.ToString() << "\n";
+  WakeShutdownWaiter();
+  waiter.join();
   agent.reset();  // the device and the connection close here
   // XRT 2.13 joins its scheduler thread from a static destructor whose order is undefined
   // and can hang there; everything of ours is closed, so leave without static destructors.

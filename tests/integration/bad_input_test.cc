@@ -49,7 +49,8 @@ TEST(BadInputTest, AnInvalidJobSpecIsRefusedNamingTheField) {
 // A worker that speaks the protocol by hand and sends what it is told to.
 class RogueWorker {
  public:
-  RogueWorker(const std::string& address) : client_(worker::MakeGrpcCoordinatorClient(address)) {
+  RogueWorker(const std::string& address)
+      : client_(std::move(worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls("rogue"))).value()) {
     v1::JoinRequest join;
     join.set_join_token(kToken);
     join.set_name("rogue");

@@ -98,7 +98,9 @@ TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohort) {
   TempDir dir("store");
   auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
   ASSERT_TRUE(coordinator.ok());
-  auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string((*coordinator)->port()));
+  auto client = std::move(worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string((*coordinator)->port()),
+                                                            TestPki::Get().WorkerTls("member")))
+                    .value();
   v1::JoinRequest join;
   join.set_join_token(kToken);
   join.set_name("member");

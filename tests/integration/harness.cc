@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
 namespace tessera::testing {
 
 TempDir::TempDir(const std::string& tag) {
@@ -15,8 +19,89 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
+namespace {
+
+int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+wire::ClientTls ClientTlsOf(const cli::CertificateAuthority& ca, const cli::IssuedCertificate& issued) {
+  wire::ClientTls tls;
+  tls.ca_pem = ca.cert_pem;
+  tls.cert_pem = issued.cert_pem;
+  tls.key_pem = issued.key_pem;
+  return tls;
+}
+
+cli::IssuedCertificate MustIssue(const cli::CertificateAuthority& ca, const cli::CertificateRequest& request) {
+  auto issued = cli::IssueCertificate(ca, request);
+  if (!issued.ok()) {
+    std::fprintf(stderr, "test PKI: %s\n", issued.status().ToString().c_str());
+    std::abort();
+  }
+  return *issued;
+}
+
+}  // namespace
+
+TestPki& TestPki::Get() {
+  static TestPki* pki = new TestPki;
+  return *pki;
+}
+
+TestPki::TestPki() {
+  auto ca = cli::CreateCertificateAuthority("Tessera test CA", Now() - 3600, Now() + 86400);
+  if (!ca.ok()) {
+    std::fprintf(stderr, "test PKI: %s\n", ca.status().ToString().c_str());
+    std::abort();
+  }
+  ca_ = *ca;
+  coordinator_ = MustIssue(ca_, {"127.0.0.1", wire::kCoordinatorRole, {"127.0.0.1", "localhost", "::1"}, true,
+                                 Now() - 3600, Now() + 86400});
+  operator_ = MustIssue(ca_, {"test-operator", wire::kOperatorRole, {}, false, Now() - 3600, Now() + 86400});
+}
+
+cli::IssuedCertificate TestPki::Worker(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(name);
+  if (it == workers_.end()) {
+    it = workers_.emplace(name, MustIssue(ca_, {name, wire::kWorkerRole, {}, false, Now() - 3600, Now() + 86400}))
+             .first;
+  }
+  return it->second;
+}
+
+wire::ServerTls TestPki::CoordinatorTls() const {
+  wire::ServerTls tls;
+  tls.cert_pem = coordinator_.cert_pem;
+  tls.key_pem = coordinator_.key_pem;
+  tls.client_ca_pem = ca_.cert_pem;
+  return tls;
+}
+
+wire::ClientTls TestPki::OperatorTls() const { return ClientTlsOf(ca_, operator_); }
+
+wire::ClientTls TestPki::WorkerTls(const std::string& name) { return ClientTlsOf(ca_, Worker(name)); }
+
+std::string TestPki::WriteCoordinatorDir(const std::string& dir) const {
+  const std::string path = dir + "/coordinator";
+  if (Status s = cli::WriteIdentity(path, ca_.cert_pem, coordinator_); !s.ok()) std::abort();
+  return path;
+}
+
+std::string TestPki::WriteOperatorDir(const std::string& dir) const {
+  const std::string path = dir + "/operators/test-operator";
+  if (Status s = cli::WriteIdentity(path, ca_.cert_pem, operator_); !s.ok()) std::abort();
+  return path;
+}
+
+std::string TestPki::WriteWorkerDir(const std::string& dir, const std::string& name) {
+  const std::string path = dir + "/workers/" + name;
+  if (Status s = cli::WriteIdentity(path, ca_.cert_pem, Worker(name)); !s.ok()) std::abort();
+  return path;
+}
+
 server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir) {
   server::CoordinatorOptions options;
+  options.tls = TestPki::Get().CoordinatorTls();
   options.listen_address = "127.0.0.1:0";
   options.state_dir = state_dir;
   options.join_token = kToken;
@@ -36,7 +121,9 @@ WorkerThread::WorkerThread(const std::string& address, const std::string& name, 
   options.device = device;
   options.backoff_initial_ms = 100;
   options.backoff_max_ms = 500;
-  agent_ = std::make_unique<worker::WorkerAgent>(options, worker::MakeGrpcCoordinatorClient(address));
+  auto client = worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls(name));
+  if (!client.ok()) std::abort();
+  agent_ = std::make_unique<worker::WorkerAgent>(options, std::move(client).value());
   thread_ = std::thread([this] {
     Status s = agent_->Run();
     std::lock_guard<std::mutex> lock(mu_);
@@ -88,8 +175,12 @@ v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples) 
 }
 
 std::unique_ptr<v1::JobService::Stub> JobStub(int port) {
-  return v1::JobService::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  return v1::JobService::NewStub(*wire::MakeChannel("127.0.0.1:" + std::to_string(port), TestPki::Get().OperatorTls()));
+}
+
+std::unique_ptr<v1::WorkerService::Stub> WorkerStub(int port, const std::string& name) {
+  return v1::WorkerService::NewStub(
+      *wire::MakeChannel("127.0.0.1:" + std::to_string(port), TestPki::Get().WorkerTls(name)));
 }
 
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout) {

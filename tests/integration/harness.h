@@ -1,19 +1,25 @@
 // Pieces shared by the federation tests: a temporary state directory, an in-process
 // coordinator on port 0, in-process workers on threads, small job specs, and waiting for a
-// job through the user-facing service.
+// job through the user-facing service. Everything runs over mutual TLS with the test
+// deployment's certificates (TestPki), as a provisioned deployment does.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cli/provision.h"
+#include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "tessera/v1/job_service.grpc.pb.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/agent.h"
 
 namespace tessera::testing {
@@ -31,7 +37,36 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Quick heartbeats so that lost workers are noticed in about a second.
+// The test deployment's certificates, made once per process with cli/provision.h: a CA, the
+// coordinator's certificate (127.0.0.1, localhost, ::1), an operator's ("test-operator"), and
+// a worker's for any name, issued on first use. Thread-safe.
+class TestPki {
+ public:
+  static TestPki& Get();
+  const cli::CertificateAuthority& ca() const { return ca_; }
+  // The coordinator's end: its certificate, and the CA as the client CA (mutual TLS).
+  wire::ServerTls CoordinatorTls() const;
+  wire::ClientTls OperatorTls() const;
+  wire::ClientTls WorkerTls(const std::string& name);
+  // Writes an identity as `tessera provision` does (DIR/ca.crt, tls.crt, tls.key) for
+  // --tls-dir, and returns DIR: `dir`/coordinator, `dir`/operators/test-operator,
+  // `dir`/workers/NAME.
+  std::string WriteCoordinatorDir(const std::string& dir) const;
+  std::string WriteOperatorDir(const std::string& dir) const;
+  std::string WriteWorkerDir(const std::string& dir, const std::string& name);
+
+ private:
+  TestPki();
+  cli::IssuedCertificate Worker(const std::string& name);
+  cli::CertificateAuthority ca_;
+  cli::IssuedCertificate coordinator_;
+  cli::IssuedCertificate operator_;
+  std::mutex mu_;
+  std::map<std::string, cli::IssuedCertificate> workers_;
+};
+
+// Mutual TLS with TestPki, the join token kToken, and quick heartbeats so that lost workers
+// are noticed in about a second.
 server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir);
 
 // A WorkerAgent running on its own thread until destroyed.
@@ -58,7 +93,10 @@ class WorkerThread {
 // `parties` parties, all taking part.
 v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples = 6000);
 
+// The job service as the operator "test-operator" (its certificate).
 std::unique_ptr<v1::JobService::Stub> JobStub(int port);
+// A raw WorkerService stub, for tests that speak the protocol by hand as worker `name`.
+std::unique_ptr<v1::WorkerService::Stub> WorkerStub(int port, const std::string& name);
 // Polls until the job is in a final state or `timeout` passes; returns the last view.
 v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job_id,
                               std::chrono::seconds timeout);

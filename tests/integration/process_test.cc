@@ -3,69 +3,23 @@
 // coordinator resumes at its last committed round with every worker reconnecting by itself,
 // and a stateful strategy's job resumed after a kill is bit-identical to an uninterrupted one.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <fcntl.h>
-#include <unistd.h>
 
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 
 #include "tests/integration/harness.h"
-
-extern char** environ;
+#include "tests/integration/process.h"
 
 namespace tessera::testing {
 namespace {
-
-// A child process with its output in a log file; SIGKILLed when destroyed.
-class Process {
- public:
-  Process(std::vector<std::string> argv, const std::string& log, std::vector<std::string> env = {}) : log_(log) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    std::vector<std::string> environment;
-    for (char** e = environ; *e; ++e) environment.emplace_back(*e);
-    for (auto& e : env) environment.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : environment) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Process() { Kill(SIGKILL); }
-  bool running() const { return pid_ > 0; }
-  void Kill(int signal) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, signal);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  std::string Log() const {
-    std::ifstream in(log_);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_;
-};
 
 std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string& listen, int* port) {
   const std::string log = dir.str() + "/coordinator.log";
   auto p = std::make_unique<Process>(
       std::vector<std::string>{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir.str() + "/state",
-                               "--join-token", kToken, "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms",
-                               "1500"},
+                               "--join-token", kToken, "--tls-dir", TestPki::Get().WriteCoordinatorDir(dir.str()),
+                               "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms", "1500"},
       log);
   const std::regex listening("listening on port ([0-9]+)");
   std::smatch match;
@@ -84,7 +38,7 @@ std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string&
 std::unique_ptr<Process> StartWorker(const TempDir& dir, int port, const std::string& name) {
   return std::make_unique<Process>(
       std::vector<std::string>{TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port),
-                               "--join-token", kToken, "--name", name},
+                               "--join-token", kToken, "--tls-dir", TestPki::Get().WriteWorkerDir(dir.str(), name)},
       dir.str() + "/" + name + ".log", std::vector<std::string>{"OPENBLAS_NUM_THREADS=1"});
 }
 

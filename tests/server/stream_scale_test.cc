@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
@@ -23,6 +24,7 @@ namespace tessera::server {
 namespace {
 
 constexpr char kToken[] = "stream-test-token";
+constexpr char kAdminToken[] = "stream-test-admin-token";
 constexpr auto kWait = std::chrono::seconds(30);
 
 size_t ProcessThreadCount() {
@@ -101,14 +103,18 @@ class StreamScaleTest : public ::testing::Test {
     options.listen_address = "127.0.0.1:0";
     options.state_dir = dir_.string();
     options.join_token = kToken;
+    options.admin_token = kAdminToken;
+    options.tls.insecure = true;  // loopback; hundreds of TLS handshakes would measure TLS
     options.registry.heartbeat_timeout_ms = 600000;  // these workers never heartbeat
     auto started = Coordinator::Start(options);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     coordinator_ = std::move(started).value();
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(coordinator_->port()),
-                                   grpc::InsecureChannelCredentials());
+    wire::ClientTls plaintext;
+    plaintext.insecure = true;
+    channel_ = *wire::MakeChannel("127.0.0.1:" + std::to_string(coordinator_->port()), plaintext);
     workers_ = v1::WorkerService::NewStub(channel_);
-    jobs_ = v1::JobService::NewStub(channel_);
+    plaintext.admin_token = kAdminToken;  // operator calls carry the admin token
+    jobs_ = v1::JobService::NewStub(*wire::MakeChannel("127.0.0.1:" + std::to_string(coordinator_->port()), plaintext));
   }
 
   void TearDown() override {

@@ -1,0 +1,106 @@
+#include "base/escape.h"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace tessera {
+namespace {
+
+// The length of the UTF-8 sequence at text[i] and its code point, or 0 when it is not valid
+// UTF-8 (overlong forms, surrogates and code points past U+10FFFF are not valid).
+size_t DecodeUtf8(std::string_view text, size_t i, uint32_t* code_point) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  size_t length = 0;
+  uint32_t cp = 0;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    length = 2;
+    cp = lead & 0x1F;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    length = 3;
+    cp = lead & 0x0F;
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    length = 4;
+    cp = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  if ((length == 3 && cp < 0x800) || (length == 4 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
+  if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+  *code_point = cp;
+  return length;
+}
+
+// C1 controls, and the characters that reorder, join or hide text without showing.
+bool IsHiddenCharacter(uint32_t cp) {
+  return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+         (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF;
+}
+
+void AppendHexByte(std::string& out, unsigned char b) {
+  static const char kHex[] = "0123456789abcdef";
+  out += "\\x";
+  out += kHex[b >> 4];
+  out += kHex[b & 0xF];
+}
+
+}  // namespace
+
+std::string EscapeUntrusted(std::string_view text, size_t max_chars) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_chars) + 16);
+  size_t chars = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (chars == max_chars) {
+      out += "\xE2\x80\xA6(" + std::to_string(text.size()) + " bytes)";
+      return out;
+    }
+    ++chars;
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      if (c == '\\') out += '\\';
+      out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x80) {
+      AppendHexByte(out, c);
+    } else {
+      uint32_t cp = 0;
+      const size_t length = DecodeUtf8(text, i, &cp);
+      if (length == 0) {
+        AppendHexByte(out, c);
+      } else {
+        for (size_t k = 0; k < length; ++k) {
+          if (IsHiddenCharacter(cp)) {
+            AppendHexByte(out, static_cast<unsigned char>(text[i + k]));
+          } else {
+            out += text[i + k];
+          }
+        }
+        i += length;
+        continue;
+      }
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::string QuoteUntrusted(std::string_view text, size_t max_chars) {
+  return "'" + EscapeUntrusted(text, max_chars) + "'";
+}
+
+}  // namespace tessera

@@ -1,0 +1,29 @@
+// Untrusted text made safe to log or to put in an error message.
+//
+// Anything that came from the wire or from a file (a worker's name, a job's name, a device
+// property, a job id asked for, a flag's value) may hold newlines that forge log lines,
+// terminal escapes, or megabytes. EscapeUntrusted() shows it as one bounded line:
+//  - printable ASCII stays; a backslash becomes "\\";
+//  - \n, \r and \t become "\n", "\r" and "\t"; other control bytes, DEL, bytes that are not
+//    UTF-8, C1 controls and the Unicode format characters that reorder or hide text
+//    (U+200B-U+200F, U+202A-U+202E, U+2060-U+2064, U+2066-U+2069, U+FEFF) become "\xNN"
+//    per byte; other UTF-8 characters stay;
+//  - past `max_chars` characters of the input, the rest is cut and "…(N bytes)" says how
+//    long the whole input was.
+// Thread-safe (a pure function).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace tessera {
+
+inline constexpr size_t kUntrustedMaxChars = 64;
+
+std::string EscapeUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
+
+// "'<escaped>'": EscapeUntrusted in single quotes, as error messages name an input.
+std::string QuoteUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
+
+}  // namespace tessera

@@ -1,0 +1,57 @@
+#include "base/lock_file.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+
+#include "base/escape.h"
+
+namespace tessera {
+namespace {
+
+// The PID the holder wrote, or "" when the file holds none yet (it may be between taking
+// the lock and writing).
+std::string HolderPid(int fd) {
+  char buffer[32] = {};
+  const ssize_t n = ::pread(fd, buffer, sizeof(buffer) - 1, 0);
+  std::string pid;
+  for (ssize_t i = 0; i < n && std::isdigit(static_cast<unsigned char>(buffer[i])); ++i) pid += buffer[i];
+  return pid;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LockFile>> LockFile::Acquire(const std::string& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return FailedPreconditionError("cannot open the lock file " + QuoteUntrusted(path, 256) + " of " + what + ": " +
+                                   std::strerror(errno));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    std::string pid = error == EWOULDBLOCK ? HolderPid(fd) : "";
+    ::close(fd);
+    if (error != EWOULDBLOCK) {
+      return FailedPreconditionError("cannot lock " + QuoteUntrusted(path, 256) + ": " + std::strerror(error));
+    }
+    return FailedPreconditionError(what + " is in use by another process (" +
+                                   (pid.empty() ? std::string("its PID is not written yet") : "pid " + pid) +
+                                   ", lock file " + QuoteUntrusted(path, 256) + ")");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int error = errno;
+    ::close(fd);
+    return FailedPreconditionError("cannot write the PID into the lock file " + QuoteUntrusted(path, 256) + ": " +
+                                   std::strerror(error));
+  }
+  return std::unique_ptr<LockFile>(new LockFile(path, fd));
+}
+
+LockFile::~LockFile() { ::close(fd_); }
+
+}  // namespace tessera

@@ -1,0 +1,316 @@
+#include "cli/provision.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+
+#include "base/escape.h"
+#include "proto/transport_security.h"
+
+namespace tessera::cli {
+namespace {
+
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free(b); }
+};
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct KeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct ExtensionFree {
+  void operator()(X509_EXTENSION* e) const { X509_EXTENSION_free(e); }
+};
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
+
+Status OpenSslError(const std::string& what) {
+  return InternalError(what + " failed (OpenSSL)");
+}
+
+KeyPtr NewKey() { return KeyPtr(EVP_EC_gen("P-256")); }
+
+std::string KeyToPem(EVP_PKEY* key) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!bio || PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) return "";
+  char* data = nullptr;
+  const long length = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(length));
+}
+
+std::string CertToPem(X509* cert) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  if (!bio || PEM_write_bio_X509(bio.get(), cert) != 1) return "";
+  char* data = nullptr;
+  const long length = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(length));
+}
+
+X509Ptr PemToCert(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return X509Ptr(bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+KeyPtr PemToKey(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return KeyPtr(bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+}
+
+bool IsIpAddress(const std::string& host) {
+  unsigned char buffer[16];
+  return inet_pton(AF_INET, host.c_str(), buffer) == 1 || inet_pton(AF_INET6, host.c_str(), buffer) == 1;
+}
+
+// A certificate with serial, validity, subject and public key set; extensions and signature
+// are the caller's.
+Result<X509Ptr> NewCertificate(const std::string& common_name, const std::string& role, int64_t not_before,
+                               int64_t not_after, EVP_PKEY* key) {
+  X509Ptr cert(X509_new());
+  if (!cert || X509_set_version(cert.get(), 2) != 1) return OpenSslError("X509_new");
+  unsigned char serial[16];
+  if (RAND_bytes(serial, sizeof(serial)) != 1) return OpenSslError("RAND_bytes");
+  serial[0] &= 0x7F;  // positive
+  BIGNUM* bn = BN_bin2bn(serial, sizeof(serial), nullptr);
+  const bool serial_set = bn && BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert.get())) != nullptr;
+  BN_free(bn);
+  if (!serial_set) return OpenSslError("serial number");
+  if (!ASN1_TIME_set(X509_getm_notBefore(cert.get()), static_cast<time_t>(not_before)) ||
+      !ASN1_TIME_set(X509_getm_notAfter(cert.get()), static_cast<time_t>(not_after))) {
+    return OpenSslError("validity");
+  }
+  X509_NAME* name = X509_get_subject_name(cert.get());
+  auto add = [&](const char* field, const std::string& value) {
+    return X509_NAME_add_entry_by_txt(name, field, MBSTRING_UTF8,
+                                      reinterpret_cast<const unsigned char*>(value.c_str()), -1, -1, 0) == 1;
+  };
+  if (!add("O", "Tessera") || !add("OU", role) || !add("CN", common_name)) return OpenSslError("subject");
+  if (X509_set_pubkey(cert.get(), key) != 1) return OpenSslError("public key");
+  return cert;
+}
+
+Status AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  std::unique_ptr<X509_EXTENSION, ExtensionFree> ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str()));
+  if (!ext || X509_add_ext(cert, ext.get(), -1) != 1) return OpenSslError("extension " + value);
+  return Status::Ok();
+}
+
+Status CheckName(const std::string& what, const std::string& name) {
+  bool ok = !name.empty() && name.size() <= 64 && name != "." && name != "..";
+  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (!ok) {
+    return InvalidArgumentError(what + " " + QuoteUntrusted(name) +
+                                ": expected 1 to 64 letters, digits, '-', '_' or '.'");
+  }
+  return Status::Ok();
+}
+
+Status CheckHost(const std::string& host) {
+  if (IsIpAddress(host)) return Status::Ok();
+  bool ok = !host.empty() && host.size() <= 253 && host.front() != '-' && host.front() != '.';
+  for (char c : host) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.');
+  if (!ok) {
+    return InvalidArgumentError("--coordinator-host " + QuoteUntrusted(host) +
+                                ": expected a DNS name or an IP address");
+  }
+  return Status::Ok();
+}
+
+Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(errno));
+  ::fchmod(fd, mode);  // whatever the umask
+  const char* p = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = errno;
+      ::close(fd);
+      return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(error));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return FailedPreconditionError("cannot read " + QuoteUntrusted(path, 256));
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (text.size() > 64 * 1024) return FailedPreconditionError(QuoteUntrusted(path, 256) + " is larger than 64 KiB");
+  return text;
+}
+
+Status MakePrivateDirectory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return FailedPreconditionError("cannot create " + QuoteUntrusted(dir, 256) + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CertificateAuthority> CreateCertificateAuthority(const std::string& name, int64_t not_before_unix,
+                                                        int64_t not_after_unix) {
+  KeyPtr key = NewKey();
+  if (!key) return OpenSslError("EC key generation");
+  ASSIGN_OR_RETURN(X509Ptr cert, NewCertificate(name, "tessera-ca", not_before_unix, not_after_unix, key.get()));
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) != 1) return OpenSslError("issuer");
+  RETURN_IF_ERROR(AddExtension(cert.get(), cert.get(), NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), cert.get(), NID_subject_key_identifier, "hash"));
+  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) return OpenSslError("signing the CA");
+  return CertificateAuthority{CertToPem(cert.get()), KeyToPem(key.get())};
+}
+
+Result<IssuedCertificate> IssueCertificate(const CertificateAuthority& ca, const CertificateRequest& request) {
+  X509Ptr ca_cert = PemToCert(ca.cert_pem);
+  KeyPtr ca_key = PemToKey(ca.key_pem);
+  if (!ca_cert || !ca_key) return InvalidArgumentError("the CA's certificate or key does not parse");
+  KeyPtr key = NewKey();
+  if (!key) return OpenSslError("EC key generation");
+  ASSIGN_OR_RETURN(X509Ptr cert, NewCertificate(request.common_name, request.role, request.not_before_unix,
+                                                request.not_after_unix, key.get()));
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) != 1) return OpenSslError("issuer");
+  RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage, request.server ? "serverAuth" : "clientAuth"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_subject_key_identifier, "hash"));
+  RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
+  if (!request.hosts.empty()) {
+    std::string names;
+    for (const auto& host : request.hosts) {
+      names += (names.empty() ? "" : ",") + std::string(IsIpAddress(host) ? "IP:" : "DNS:") + host;
+    }
+    RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_subject_alt_name, names));
+  }
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return OpenSslError("signing");
+  return IssuedCertificate{CertToPem(cert.get()), KeyToPem(key.get())};
+}
+
+Status WriteIdentity(const std::string& dir, const std::string& ca_pem, const IssuedCertificate& issued) {
+  RETURN_IF_ERROR(MakePrivateDirectory(dir));
+  RETURN_IF_ERROR(WriteFile(dir + "/tls.key", issued.key_pem, 0600));
+  RETURN_IF_ERROR(WriteFile(dir + "/tls.crt", issued.cert_pem, 0644));
+  return WriteFile(dir + "/ca.crt", ca_pem, 0644);
+}
+
+Result<std::vector<std::string>> SplitList(const std::string& flag, const std::string& text) {
+  std::vector<std::string> parts;
+  if (text.empty()) return parts;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    std::string part = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (part.empty()) return InvalidArgumentError(flag + " " + QuoteUntrusted(text) + ": an empty name in the list");
+    parts.push_back(std::move(part));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return parts;
+}
+
+Result<std::string> Provision(const ProvisionOptions& options) {
+  if (options.out_dir.empty()) return InvalidArgumentError("--out is required: the directory to write into");
+  if (options.coordinator_hosts.empty()) {
+    return InvalidArgumentError("--coordinator-host is required: the name (or names) workers dial the coordinator by");
+  }
+  if (options.days < 1 || options.days > 3650) {
+    return InvalidArgumentError("--days: expected 1 to 3650, got " + std::to_string(options.days));
+  }
+  for (const auto& host : options.coordinator_hosts) RETURN_IF_ERROR(CheckHost(host));
+  std::vector<std::string> seen;
+  for (const auto& [list, what] : {std::pair{&options.workers, std::string("--workers")},
+                                   std::pair{&options.operators, std::string("--operators")}}) {
+    for (const auto& name : *list) {
+      RETURN_IF_ERROR(CheckName(what + ": name", name));
+      for (const auto& other : seen) {
+        if (other == what + "/" + name) return InvalidArgumentError(what + ": " + QuoteUntrusted(name) + " is listed twice");
+      }
+      seen.push_back(what + "/" + name);
+    }
+  }
+  const std::string& out = options.out_dir;
+  std::string report;
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  const int64_t not_before = now - 300;  // a little slack for clocks that are slightly behind
+  const int64_t not_after = now + options.days * 86400;
+
+  CertificateAuthority ca;
+  const std::string ca_dir = out + "/ca";
+  if (std::filesystem::exists(ca_dir + "/ca.key")) {
+    ASSIGN_OR_RETURN(ca.cert_pem, ReadSmallFile(ca_dir + "/ca.crt"));
+    ASSIGN_OR_RETURN(ca.key_pem, ReadSmallFile(ca_dir + "/ca.key"));
+    if (!PemToCert(ca.cert_pem) || !PemToKey(ca.key_pem)) {
+      return FailedPreconditionError("the CA in " + QuoteUntrusted(ca_dir, 256) + " does not parse");
+    }
+    report += "ca            " + ca_dir + " (kept)\n";
+  } else {
+    ASSIGN_OR_RETURN(ca, CreateCertificateAuthority("Tessera CA", not_before, now + std::max<int64_t>(options.days, 3650) * 86400));
+    RETURN_IF_ERROR(MakePrivateDirectory(ca_dir));
+    RETURN_IF_ERROR(WriteFile(ca_dir + "/ca.key", ca.key_pem, 0600));
+    RETURN_IF_ERROR(WriteFile(ca_dir + "/ca.crt", ca.cert_pem, 0644));
+    report += "ca            " + ca_dir + " (made; keep ca.key offline)\n";
+  }
+
+  auto issue = [&](const std::string& label, const std::string& dir, CertificateRequest request) -> Status {
+    if (std::filesystem::exists(dir + "/tls.crt")) {
+      report += label + dir + " (kept)\n";
+      return Status::Ok();
+    }
+    request.not_before_unix = not_before;
+    request.not_after_unix = not_after;
+    ASSIGN_OR_RETURN(IssuedCertificate issued, IssueCertificate(ca, request));
+    RETURN_IF_ERROR(WriteIdentity(dir, ca.cert_pem, issued));
+    report += label + dir + " (made)\n";
+    return Status::Ok();
+  };
+  CertificateRequest coordinator;
+  coordinator.common_name = options.coordinator_hosts.front();
+  coordinator.role = wire::kCoordinatorRole;
+  coordinator.server = true;
+  coordinator.hosts = options.coordinator_hosts;
+  for (const char* local : {"localhost", "127.0.0.1", "::1"}) {
+    bool have = false;
+    for (const auto& h : coordinator.hosts) have = have || h == local;
+    if (!have) coordinator.hosts.push_back(local);
+  }
+  RETURN_IF_ERROR(issue("coordinator   ", out + "/coordinator", coordinator));
+  for (const auto& name : options.workers) {
+    RETURN_IF_ERROR(issue("worker        ", out + "/workers/" + name, {name, wire::kWorkerRole, {}, false, 0, 0}));
+  }
+  for (const auto& name : options.operators) {
+    RETURN_IF_ERROR(issue("operator      ", out + "/operators/" + name, {name, wire::kOperatorRole, {}, false, 0, 0}));
+  }
+  return report;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,49 @@
+// EscapeUntrusted: what a forged log line, a terminal escape or a megabyte name look like
+// once they reach a log or an error message.
+#include "base/escape.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera {
+namespace {
+
+TEST(EscapeTest, PrintableTextIsUnchanged) {
+  EXPECT_EQ(EscapeUntrusted("edge-01"), "edge-01");
+  EXPECT_EQ(EscapeUntrusted("Fashion-MNIST, 10 parties (IID)"), "Fashion-MNIST, 10 parties (IID)");
+  EXPECT_EQ(EscapeUntrusted(""), "");
+}
+
+TEST(EscapeTest, NewlinesAndControlCharactersCannotForgeALine) {
+  EXPECT_EQ(EscapeUntrusted("w1\n2024-01-01 00:00:00 [coordinator] info job done"),
+            "w1\\n2024-01-01 00:00:00 [coordinator] info job done");
+  EXPECT_EQ(EscapeUntrusted("a\rb\tc"), "a\\rb\\tc");
+  EXPECT_EQ(EscapeUntrusted("\x1b[31mred"), "\\x1b[31mred");
+  EXPECT_EQ(EscapeUntrusted(std::string("nul\0byte", 8)), "nul\\x00byte");
+  EXPECT_EQ(EscapeUntrusted("del\x7f"), "del\\x7f");
+  // A backslash is escaped too, so "\\n" in the output can only come from a newline.
+  EXPECT_EQ(EscapeUntrusted("a\\nb"), "a\\\\nb");
+}
+
+TEST(EscapeTest, Utf8StaysButInvalidBytesAndHiddenCharactersAreShownAsBytes) {
+  EXPECT_EQ(EscapeUntrusted("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(EscapeUntrusted("bad\xFF\xC3"), "bad\\xff\\xc3");
+  EXPECT_EQ(EscapeUntrusted("\xC0\xAF"), "\\xc0\\xaf");  // an overlong '/'
+  // U+202E RIGHT-TO-LEFT OVERRIDE would show "txt.exe" as "exe.txt".
+  EXPECT_EQ(EscapeUntrusted("a\xE2\x80\xAEtxt.exe"), "a\\xe2\\x80\\xaetxt.exe");
+  EXPECT_EQ(EscapeUntrusted("\xC2\x85"), "\\xc2\\x85");  // C1 NEXT LINE
+}
+
+TEST(EscapeTest, LongTextIsCutAndSaysHowLongItWas) {
+  const std::string huge(1 << 20, 'x');
+  const std::string shown = EscapeUntrusted(huge);
+  EXPECT_EQ(shown, std::string(64, 'x') + "\xE2\x80\xA6(1048576 bytes)");
+  EXPECT_EQ(EscapeUntrusted(std::string(64, 'y')), std::string(64, 'y'));
+  EXPECT_EQ(EscapeUntrusted("abcdef", 3), "abc\xE2\x80\xA6(6 bytes)");
+  // Characters, not bytes, are counted; an escaped byte counts once.
+  EXPECT_EQ(EscapeUntrusted("\n\n\n\n", 2), "\\n\\n\xE2\x80\xA6(4 bytes)");
+}
+
+TEST(EscapeTest, QuoteUntrustedQuotes) { EXPECT_EQ(QuoteUntrusted("a\nb"), "'a\\nb'"); }
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,95 @@
+// FlagSet: a typo is an error that names the flag and what was expected, never a default.
+#include "base/flags.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tessera {
+namespace {
+
+Status ParseArgs(FlagSet& flags, std::vector<std::string> args) {
+  args.insert(args.begin(), "binary");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return flags.Parse(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(FlagsTest, AChoiceFlagAcceptsOnlyItsChoices) {
+  std::string level = "info";
+  FlagSet flags;
+  flags.Choice("log-level", &level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
+  ASSERT_TRUE(ParseArgs(flags, {"--log-level=debug"}).ok());
+  EXPECT_EQ(level, "debug");
+  FlagSet again;
+  again.Choice("log-level", &level, {"trace", "debug", "info", "warn", "error", "off"}, "what to log");
+  Status s = ParseArgs(again, {"--log-level", "verbose"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "flag --log-level: expected trace, debug, info, warn, error or off, got 'verbose'");
+  EXPECT_EQ(level, "debug") << "a refused value changes nothing";
+  EXPECT_NE(again.Usage().find("(trace, debug, info, warn, error or off) (default: debug)"), std::string::npos)
+      << again.Usage();
+}
+
+TEST(FlagsTest, IntegersAreRangeChecked) {
+  int64_t kib = 1024;
+  FlagSet flags;
+  flags.Int("chunk-kib", &kib, "upload chunk size in KiB", IntRange{1, 1024});
+  EXPECT_EQ(ParseArgs(flags, {"--chunk-kib", "4096"}).message(), "flag --chunk-kib: expected 1 to 1024, got '4096'");
+  FlagSet f2;
+  f2.Int("chunk-kib", &kib, "", IntRange{1, 1024});
+  EXPECT_EQ(ParseArgs(f2, {"--chunk-kib=0"}).message(), "flag --chunk-kib: expected 1 to 1024, got '0'");
+  FlagSet f3;
+  f3.Int("chunk-kib", &kib, "", IntRange{1, 1024});
+  EXPECT_EQ(ParseArgs(f3, {"--chunk-kib=99999999999999999999"}).message(),
+            "flag --chunk-kib: expected 1 to 1024, got '99999999999999999999'");
+  FlagSet f4;
+  f4.Int("chunk-kib", &kib, "", IntRange{1, 1024});
+  EXPECT_EQ(ParseArgs(f4, {"--chunk-kib=12k"}).message(), "flag --chunk-kib: expected an integer, got '12k'");
+  FlagSet f5;
+  f5.Int("chunk-kib", &kib, "", IntRange{1, 1024});
+  ASSERT_TRUE(ParseArgs(f5, {"--chunk-kib=512"}).ok());
+  EXPECT_EQ(kib, 512);
+}
+
+TEST(FlagsTest, UnknownAndRepeatedFlagsAreErrors) {
+  std::string listen;
+  FlagSet flags;
+  flags.String("listen", &listen, "");
+  EXPECT_EQ(ParseArgs(flags, {"--lisen", "x"}).message(), "unknown flag --lisen (see --help)");
+  FlagSet twice;
+  twice.String("listen", &listen, "");
+  EXPECT_EQ(ParseArgs(twice, {"--listen", "a:1", "--listen=b:2"}).message(), "flag --listen is given twice");
+  FlagSet hostile;
+  EXPECT_EQ(ParseArgs(hostile, {"--a\nb"}).message(), "unknown flag --a\\nb (see --help)");
+}
+
+TEST(FlagsTest, NumbersMustBeFinite) {
+  double threshold = 0.5;
+  FlagSet flags;
+  flags.Double("threshold", &threshold, "");
+  EXPECT_EQ(ParseArgs(flags, {"--threshold=nan"}).message(), "flag --threshold: expected a finite number, got 'nan'");
+}
+
+TEST(FlagsTest, ASecretFileIsBoundedAndNeverEchoed) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera-flags-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "token").string();
+  std::ofstream(good) << "s3cret  \nsecond line\n";
+  auto token = ReadSecretFile("join-token-file", good);
+  ASSERT_TRUE(token.ok()) << token.status().ToString();
+  EXPECT_EQ(*token, "s3cret");
+  const std::string huge = (dir / "huge").string();
+  std::ofstream(huge) << std::string(5000, 'k');
+  auto refused = ReadSecretFile("join-token-file", huge);
+  EXPECT_EQ(refused.status().message(), "--join-token-file '" + huge +
+                                            "': expected a secret of at most 1024 bytes on its first line, got more");
+  auto missing = ReadSecretFile("join-token-file", (dir / "missing").string());
+  EXPECT_EQ(missing.status().message(), "--join-token-file '" + (dir / "missing").string() + "': cannot read it");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,78 @@
+// LockFile: a second owner is refused with the holder's PID; the lock goes with its owner.
+#include "base/lock_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tessera {
+namespace {
+
+class LockFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("tessera-lock-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "x.lock").string();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  std::string path_;
+};
+
+TEST_F(LockFileTest, ASecondOwnerIsRefusedWithTheHoldersPid) {
+  auto first = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::ifstream in(path_);
+  std::string written;
+  std::getline(in, written);
+  EXPECT_EQ(written, std::to_string(::getpid()));
+
+  auto second = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().message(), "state directory 'x' is in use by another process (pid " +
+                                           std::to_string(::getpid()) + ", lock file '" + path_ + "')");
+}
+
+TEST_F(LockFileTest, TheLockIsReleasedWithItsOwner) {
+  { auto first = LockFile::Acquire(path_, "x"); ASSERT_TRUE(first.ok()); }
+  auto again = LockFile::Acquire(path_, "x");
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+}
+
+TEST_F(LockFileTest, AProcessThatDiesReleasesItsLockAndAStaleFileDoesNotBlock) {
+  std::ofstream(path_) << "999999\n";  // left behind by a process long gone
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto held = LockFile::Acquire(path_, "x");
+    char byte = held.ok() ? 1 : 0;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(3);
+    ::pause();  // until killed
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 1);
+  auto refused = LockFile::Acquire(path_, "x");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("pid " + std::to_string(child)), std::string::npos)
+      << refused.status().message();
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto taken = LockFile::Acquire(path_, "x");
+  EXPECT_TRUE(taken.ok()) << taken.status().ToString();
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,288 @@
+// The coordinator's credentials, as the people who hold them meet them: a worker whose
+// certificate comes from another CA, has expired, or is missing is refused with a message that
+// says which; a certificate is one worker's name and no other's; the job service is for
+// operators; a name joined with one site's token cannot be taken with another's, even after a
+// restart; plaintext is refused off loopback.
+#include <gtest/gtest.h>
+
+#include <ctime>
+#include <fstream>
+#include <sys/stat.h>
+
+#include "tests/integration/harness.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::testing {
+namespace {
+
+int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+// A worker agent on its own thread over `tls`, until it stops.
+struct AgentRun {
+  AgentRun(const std::string& address, const std::string& name, const wire::ClientTls& tls,
+           const std::string& token = kToken) {
+    worker::WorkerOptions options;
+    options.name = name;
+    options.join_token = token;
+    options.backoff_initial_ms = 100;
+    options.backoff_max_ms = 500;
+    agent = std::make_unique<worker::WorkerAgent>(options, std::move(worker::MakeGrpcCoordinatorClient(address, tls)).value());
+    thread = std::thread([this] { result = agent->Run(); });
+  }
+  ~AgentRun() {
+    agent->Stop();
+    if (thread.joinable()) thread.join();
+  }
+  // The result of Run(), once it has returned by itself (a fatal error).
+  Status Finish() {
+    thread.join();
+    return result;
+  }
+  std::unique_ptr<worker::WorkerAgent> agent;
+  std::thread thread;
+  Status result;
+};
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto started = server::Coordinator::Start(TestCoordinatorOptions(dir_.str()));
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    coordinator_ = std::move(started).value();
+    address_ = "127.0.0.1:" + std::to_string(coordinator_->port());
+  }
+
+  // A client that trusts the coordinator and shows `issued`.
+  static wire::ClientTls Showing(const cli::IssuedCertificate& issued) {
+    wire::ClientTls tls;
+    tls.ca_pem = TestPki::Get().ca().cert_pem;
+    tls.cert_pem = issued.cert_pem;
+    tls.key_pem = issued.key_pem;
+    return tls;
+  }
+
+  std::string Refusal(const std::string& cn, const std::string& why) {
+    return "join " + address_ + ": this coordinator uses mutual TLS and refuses the caller's certificate (CN '" + cn +
+           "', OU 'tessera-worker'): " + why;
+  }
+
+  TempDir dir_{"security"};
+  std::unique_ptr<server::Coordinator> coordinator_;
+  std::string address_;
+};
+
+TEST_F(SecurityTest, AWorkerWithACertificateFromAnotherCaIsRefused) {
+  auto other_ca = cli::CreateCertificateAuthority("Another CA", Now() - 60, Now() + 3600);
+  ASSERT_TRUE(other_ca.ok());
+  auto outsider = cli::IssueCertificate(*other_ca, {"outsider", wire::kWorkerRole, {}, false, Now() - 60, Now() + 3600});
+  ASSERT_TRUE(outsider.ok());
+  AgentRun run(address_, "outsider", Showing(*outsider));
+  Status s = run.Finish();
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_EQ(s.message(), Refusal("outsider", "it is not issued by this coordinator's client CA"));
+  EXPECT_TRUE(coordinator_->registry().List().empty());
+}
+
+TEST_F(SecurityTest, AWorkerWithAnExpiredCertificateIsRefused) {
+  auto expired = cli::IssueCertificate(TestPki::Get().ca(),
+                                       {"stale", wire::kWorkerRole, {}, false, Now() - 7200, Now() - 3600});
+  ASSERT_TRUE(expired.ok());
+  const std::string until = wire::FormatUnixTime(wire::ReadCertificate(expired->cert_pem, "x")->not_after_unix);
+  AgentRun run(address_, "stale", Showing(*expired));
+  Status s = run.Finish();
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_EQ(s.message(), Refusal("stale", "it expired on " + until));
+  EXPECT_TRUE(coordinator_->registry().List().empty());
+
+  // The worker's own flags catch it before it dials.
+  const std::string tls_dir = dir_.str() + "/stale";
+  ASSERT_TRUE(cli::WriteIdentity(tls_dir, TestPki::Get().ca().cert_pem, *expired).ok());
+  wire::TlsFlags flags;
+  flags.dir = tls_dir;
+  auto loaded = wire::LoadClientTls(flags, {"127.0.0.1", coordinator_->port()}, wire::kWorkerRole);
+  EXPECT_EQ(loaded.status().message(), "--tls-cert '" + tls_dir + "/tls.crt': the certificate expired on " + until);
+}
+
+TEST_F(SecurityTest, ACallerWithoutACertificateIsRefused) {
+  wire::ClientTls anonymous;
+  anonymous.ca_pem = TestPki::Get().ca().cert_pem;
+  AgentRun run(address_, "anonymous", anonymous);
+  Status s = run.Finish();
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  const std::string why =
+      "this coordinator uses mutual TLS and the caller presented no certificate: workers and operators need one "
+      "(`tessera provision`; --tls-dir, or --tls-cert and --tls-key)";
+  EXPECT_EQ(s.message(), "join " + address_ + ": " + why);
+  auto jobs = v1::JobService::NewStub(*wire::MakeChannel(address_, anonymous));
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse listed;
+  grpc::Status call = jobs->ListJobs(&ctx, v1::ListJobsRequest(), &listed);
+  EXPECT_EQ(call.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call.error_message(), why);
+}
+
+TEST_F(SecurityTest, ACertificateIsOneWorkersNameAndNoOthers) {
+  auto as_a = WorkerStub(coordinator_->port(), "a");
+  v1::JoinRequest join;
+  join.set_join_token(kToken);
+  join.set_name("a");
+  v1::JoinResponse joined;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(as_a->Join(&ctx, join, &joined).ok());
+  }
+  // b's certificate may not join as a, nor speak for a's session.
+  auto as_b = WorkerStub(coordinator_->port(), "b");
+  {
+    grpc::ClientContext ctx;
+    v1::JoinResponse ignored;
+    grpc::Status s = as_b->Join(&ctx, join, &ignored);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(s.error_message(), "join refused for worker 'a': its certificate belongs to worker 'b' (CN); a worker "
+                                 "joins under the name its certificate carries");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::HeartbeatRequest beat;
+    beat.set_worker_id("a");
+    beat.set_session(joined.session());
+    v1::HeartbeatResponse ignored;
+    grpc::Status s = as_b->Heartbeat(&ctx, beat, &ignored);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(s.error_message(),
+              "worker 'a': the call must come from that worker's own certificate; this one is 'b' (OU=tessera-worker)");
+  }
+}
+
+TEST_F(SecurityTest, TheJobServiceIsForOperatorsAndJoiningForWorkers) {
+  auto as_worker = v1::JobService::NewStub(*wire::MakeChannel(address_, TestPki::Get().WorkerTls("w1")));
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SmallJob(1, 1);
+  v1::SubmitJobResponse submitted;
+  grpc::Status s = as_worker->SubmitJob(&ctx, submit, &submitted);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(), "the job service needs an operator: a tessera-operator certificate or the admin token; "
+                               "this caller's certificate is 'w1' (OU=tessera-worker)");
+
+  auto as_operator = v1::WorkerService::NewStub(*wire::MakeChannel(address_, TestPki::Get().OperatorTls()));
+  grpc::ClientContext join_ctx;
+  v1::JoinRequest join;
+  join.set_join_token(kToken);
+  join.set_name("test-operator");
+  v1::JoinResponse joined;
+  grpc::Status j = as_operator->Join(&join_ctx, join, &joined);
+  EXPECT_EQ(j.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(j.error_message(), "join refused for worker 'test-operator': a worker joins with a tessera-worker "
+                               "certificate; this caller's is OU='tessera-operator'");
+}
+
+// TLS without client certificates: join tokens per site, and the admin token for operators.
+class TokenSecurityTest : public ::testing::Test {
+ protected:
+  server::CoordinatorOptions Options() {
+    server::CoordinatorOptions options = TestCoordinatorOptions(dir_.str());
+    options.tls.client_ca_pem.clear();
+    options.join_token.clear();
+    options.join_tokens = {{"site-a", "token-of-site-a"}, {"site-b", "token-of-site-b"}};
+    options.admin_token = "the-admin-token";
+    return options;
+  }
+  wire::ClientTls Verifying(const std::string& admin_token = "") {
+    wire::ClientTls tls;
+    tls.ca_pem = TestPki::Get().ca().cert_pem;
+    tls.admin_token = admin_token;
+    return tls;
+  }
+  grpc::Status Join(int port, const std::string& name, const std::string& token) {
+    auto stub = v1::WorkerService::NewStub(*wire::MakeChannel("127.0.0.1:" + std::to_string(port), Verifying()));
+    grpc::ClientContext ctx;
+    v1::JoinRequest join;
+    join.set_name(name);
+    join.set_join_token(token);
+    v1::JoinResponse joined;
+    return stub->Join(&ctx, join, &joined);
+  }
+  TempDir dir_{"token-security"};
+};
+
+TEST_F(TokenSecurityTest, ANameJoinedWithOneSitesTokenCannotBeTakenWithAnothers) {
+  const std::string bound =
+      "join refused for worker 'w1': the name is bound to join token 'site-a' since its first join, and this worker "
+      "came with join token 'site-b'; a site's workers join with that site's token";
+  {
+    auto coordinator = server::Coordinator::Start(Options());
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const int port = (*coordinator)->port();
+    ASSERT_TRUE(Join(port, "w1", "token-of-site-a").ok());
+    grpc::Status taken = Join(port, "w1", "token-of-site-b");
+    EXPECT_EQ(taken.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(taken.error_message(), bound);
+    EXPECT_TRUE(Join(port, "w1", "token-of-site-a").ok()) << "its own site rejoins";
+    EXPECT_TRUE(Join(port, "w2", "token-of-site-b").ok());
+    EXPECT_EQ(Join(port, "w3", "token-of-nobody").error_message(),
+              "join refused for worker 'w3': the join token does not match the coordinator's");
+  }
+  // The binding is in the state directory: a restarted coordinator keeps it.
+  auto restarted = server::Coordinator::Start(Options());
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  EXPECT_EQ(Join((*restarted)->port(), "w1", "token-of-site-b").error_message(), bound);
+}
+
+TEST_F(TokenSecurityTest, TheJobServiceNeedsTheAdminToken) {
+  auto coordinator = server::Coordinator::Start(Options());
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  auto list = [&](const std::string& token) {
+    auto stub = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying(token)));
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse listed;
+    return stub->ListJobs(&ctx, v1::ListJobsRequest(), &listed);
+  };
+  grpc::Status none = list("");
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(none.error_message(), "the job service needs an operator credential: a tessera-operator certificate "
+                                  "(mutual TLS) or the admin token (tessera --admin-token-file)");
+  grpc::Status wrong = list("not-the-admin-token");
+  EXPECT_EQ(wrong.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(wrong.error_message(), "the job service refused the call: its admin token does not match the coordinator's");
+  EXPECT_TRUE(list("the-admin-token").ok());
+}
+
+TEST(TransportSecurityTest, PlaintextIsRefusedOffLoopbackUnlessForced) {
+  TempDir dir("plaintext");
+  server::CoordinatorOptions options = TestCoordinatorOptions(dir.str());
+  options.tls = wire::ServerTls();
+  options.tls.insecure = true;
+  options.admin_token = "the-admin-token";
+  options.listen_address = "0.0.0.0:0";
+  auto refused = server::Coordinator::Start(options);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "--insecure on '0.0.0.0:0' is refused: plaintext is only for a loopback address (127.0.0.1, ::1, "
+            "localhost), since anyone on the network could read the join token and the models; serve TLS (--tls-cert, "
+            "--tls-key), or add --insecure-force on a network you trust entirely");
+  options.tls.insecure_remote = true;  // the credentials are made; nothing binds off loopback in a test
+  EXPECT_TRUE(wire::MakeServerCredentials(options.tls, {"0.0.0.0", 0}).ok());
+
+  wire::ClientTls plaintext;
+  plaintext.insecure = true;
+  auto channel = wire::MakeChannel("10.1.2.3:7070", plaintext);
+  EXPECT_EQ(channel.status().message(),
+            "--insecure to '10.1.2.3:7070' is refused: plaintext is only for a coordinator on a loopback address; "
+            "verify it with --tls-ca, or add --insecure-force on a network you trust entirely");
+}
+
+TEST(TransportSecurityTest, TheCoordinatorServesTlsUnlessToldOtherwise) {
+  TempDir dir("no-tls");
+  server::CoordinatorOptions options = TestCoordinatorOptions(dir.str());
+  options.tls = wire::ServerTls();
+  options.admin_token = "the-admin-token";
+  auto refused = server::Coordinator::Start(options);
+  EXPECT_EQ(refused.status().message(),
+            "the coordinator serves TLS: give --tls-cert and --tls-key (or --tls-dir; `tessera provision` makes them), "
+            "or --insecure for plaintext on a loopback address");
+}
+
+}  // namespace
+}  // namespace tessera::testing

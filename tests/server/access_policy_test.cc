@@ -1,0 +1,80 @@
+// AccessPolicy without a server: which credentials admit which call, and what a refusal says.
+#include "server/access_policy.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace tessera::server {
+namespace {
+
+wire::PeerIdentity Certificate(const std::string& cn, const std::string& role) { return {true, cn, role}; }
+
+TEST(AccessPolicyTest, SomeCredentialIsNeededForWorkersAndForOperators) {
+  EXPECT_EQ(AccessPolicy({}, "admin-token", false).Validate().message(),
+            "workers need a credential to join: a join token (--join-token-file) or mutual TLS with worker "
+            "certificates (--tls-client-ca, or --tls-dir)");
+  EXPECT_EQ(AccessPolicy({{"default", "join-token"}}, "", false).Validate().message(),
+            "operators need a credential for the job service: an admin token (--admin-token-file) or mutual TLS "
+            "with operator certificates (--tls-client-ca, or --tls-dir)");
+  EXPECT_TRUE(AccessPolicy({}, "", true).Validate().ok());
+  EXPECT_EQ(AccessPolicy({{"default", "short"}}, "admin-token", false).Validate().message(),
+            "join token 'default': expected 8 to 1024 bytes without whitespace, got 5 bytes");
+  EXPECT_EQ(AccessPolicy({{"site a", "join-token"}}, "admin-token", false).Validate().message(),
+            "join token label 'site a': expected 1 to 64 letters, digits, '-', '_' or '.'");
+}
+
+TEST(AccessPolicyTest, AJoinNeedsEveryConfiguredCredential) {
+  AccessPolicy policy({{"site-a", "token-of-site-a"}}, "", true);
+  EXPECT_EQ(policy.CheckJoin(Certificate("w1", wire::kWorkerRole), "w1", "wrong").status().message(),
+            "join refused for worker 'w1': the join token does not match the coordinator's");
+  auto admitted = policy.CheckJoin(Certificate("w1", wire::kWorkerRole), "w1", "token-of-site-a");
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  EXPECT_EQ(*admitted, "") << "the certificate binds the name";
+  EXPECT_EQ(policy.CheckJoin({}, "w1", "token-of-site-a").status().message(),
+            "join refused for worker 'w1': a worker joins with a tessera-worker certificate; this caller's is none");
+  AccessPolicy tokens_only({{"site-a", "token-of-site-a"}}, "admin-token", false);
+  EXPECT_EQ(*tokens_only.CheckJoin({}, "w1", "token-of-site-a"), "token:site-a");
+}
+
+TEST(AccessPolicyTest, OperatorsShowACertificateOrTheAdminToken) {
+  AccessPolicy policy({}, "the-admin-token", true);
+  const std::string good = "Bearer the-admin-token";
+  const std::string bad = "Bearer nope";
+  EXPECT_TRUE(policy.CheckOperator(Certificate("ops", wire::kOperatorRole), nullptr).ok());
+  EXPECT_TRUE(policy.CheckOperator(Certificate("w1", wire::kWorkerRole), &good).ok());
+  EXPECT_EQ(policy.CheckOperator(Certificate("w1", wire::kWorkerRole), &bad).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(policy.CheckOperator({}, nullptr).code(), StatusCode::kUnauthenticated);
+  AccessPolicy no_admin_token({}, "", true);
+  EXPECT_EQ(no_admin_token.CheckOperator({}, &good).code(), StatusCode::kPermissionDenied)
+      << "no admin token is configured: none matches";
+}
+
+TEST(AccessPolicyTest, AJoinTokenFileHoldsOneTokenPerSite) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tessera-tokens-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "tokens").string();
+  std::ofstream(path) << "# one per site\nsite-a token-of-site-a\n\nsite-b   token-of-site-b  \n";
+  auto tokens = ReadJoinTokenFile(path);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  EXPECT_EQ(*tokens, (std::map<std::string, std::string>{{"site-a", "token-of-site-a"}, {"site-b", "token-of-site-b"}}));
+  std::ofstream(path) << "a-single-token\n";
+  EXPECT_EQ(*ReadJoinTokenFile(path), (std::map<std::string, std::string>{{"default", "a-single-token"}}));
+  std::ofstream(path) << "site-a token-of-site-a\nsite-a another-token\n";
+  EXPECT_EQ(ReadJoinTokenFile(path).status().message(), "--join-token-file '" + path + "':2: label 'site-a' is given twice");
+  std::ofstream(path) << "site-a token-of-site-a extra\n";
+  EXPECT_EQ(ReadJoinTokenFile(path).status().message(),
+            "--join-token-file '" + path + "':1: expected TOKEN or LABEL TOKEN, got more fields");
+  std::ofstream(path) << "site-a short\n";
+  EXPECT_EQ(ReadJoinTokenFile(path).status().message(),
+            "--join-token-file '" + path + "':1: join token 'site-a': expected 8 to 1024 bytes without whitespace, got "
+            "5 bytes");
+  std::ofstream(path) << "# nothing\n";
+  EXPECT_EQ(ReadJoinTokenFile(path).status().message(), "--join-token-file '" + path + "': holds no token");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera::server
