@@ -321,7 +321,8 @@ preflight() {
   fi
   {
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    for b in $(packed_objects); do ldd "$b"; done | grep -E "^\s*($(echo "$CUDA_LIBS" | sed 's/^\^//'))" | sort -u
+    for b in $(packed_objects); do ldd "$b"; done | grep -E "^\s*($(echo "$CUDA_LIBS" | sed 's/^\^//'))" |
+      sed 's/ (0x[0-9a-f]*)$//' | sort -u
   } >>"$log" 2>&1
   # Fashion-MNIST where the tests and bench_gpu look for it.
   if ! ls "$FASHION_DIR"/train-images-idx3-ubyte* >/dev/null 2>&1; then
