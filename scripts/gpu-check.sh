@@ -4,9 +4,10 @@
 #
 #   scripts/gpu-check.sh pack [BUILD_DIR]  here: configure BUILD_DIR (default build-gpu) with
 #        CUDA and NCCL required for sm_${CUDA_ARCH:-90}, build the GPU binaries, and pack them
-#        into gpu-pack/ (gitignored): payload.tar.gz (the binaries without debug sections and
-#        the shared libraries ldd says they need beyond a base system and the CUDA libraries a
-#        GPU machine has), Fashion-MNIST, and a MANIFEST. Fails when the pack exceeds
+#        into gpu-pack/ (gitignored): payload.tar.gz (the binaries and the backend modules
+#        they load, libtessera_cuda.so and libtessera_nccl.so, without debug sections, and the
+#        shared libraries ldd says they need beyond a base system and the CUDA libraries a GPU
+#        machine has), Fashion-MNIST, and a MANIFEST. Fails when the pack exceeds
 #        PACK_LIMIT_MIB (60).
 #   scripts/gpu-check.sh run  there, from gpu-pack/ (carried beside the working tree),
 #        unpacked into UNPACK_DIR (/tmp/tessera-gpu-pack): a preflight that stops at the first
@@ -52,6 +53,9 @@ ARCH="${CUDA_ARCH:-90}"
 PACK_LIMIT_MIB="${PACK_LIMIT_MIB:-60}"
 TOTAL_S="${TOTAL_S:-540}"
 BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight)
+# The backends the binaries load on first use (base/backend_module.h): packed into lib/tessera,
+# beside bin/ as an installed Tessera has them, and found there through TESSERA_MODULE_DIR.
+MODULES=(tessera_cuda tessera_nccl)
 # Libraries every machine that can run these binaries has (glibc, the compiler's runtime),
 # and the CUDA libraries a GPU machine brings (cuBLAS alone is over 500 MiB): not packed.
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libgcc_s|libstdc\+\+)\.so'
@@ -68,8 +72,8 @@ build() {
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
     -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_NCCL=ON >"$RESULTS/configure.txt" 2>&1 || {
     tail -20 "$RESULTS/configure.txt"; echo "configure failed"; return 1; }
-  echo "== build ${BINARIES[*]}"
-  cmake --build "$build_dir" -j "${JOBS:-2}" --target "${BINARIES[@]}" >"$RESULTS/build.txt" 2>&1 || {
+  echo "== build ${BINARIES[*]} ${MODULES[*]}"
+  cmake --build "$build_dir" -j "${JOBS:-2}" --target "${BINARIES[@]}" "${MODULES[@]}" >"$RESULTS/build.txt" 2>&1 || {
     grep -E 'error|FAILED' "$RESULTS/build.txt" | head -30; echo "build failed: see $RESULTS/build.txt"; return 1; }
 }
 
@@ -89,19 +93,24 @@ pack() {
   echo "== pack into gpu-pack/"
   rm -rf "$PACK"
   local stage="$PACK/stage"
-  mkdir -p "$stage/bin" "$stage/lib/compiler" "$PACK/data/fashion-mnist"
-  local binary path
+  mkdir -p "$stage/bin" "$stage/lib/compiler" "$stage/lib/tessera" "$PACK/data/fashion-mnist"
+  local binary path module
   for binary in "${BINARIES[@]}"; do
     path="$(where_built "$build_dir" "$binary")"
     [ -x "$path" ] || { echo "missing $path"; return 1; }
     strip --strip-debug -o "$stage/bin/$binary" "$path" || return 1
+  done
+  for module in "${MODULES[@]}"; do
+    path="$build_dir/lib/tessera/lib$module.so"
+    [ -f "$path" ] || { echo "missing $path"; return 1; }
+    strip --strip-debug -o "$stage/lib/tessera/lib$module.so" "$path" || return 1
   done
   # Every library ldd resolves that is neither the base system nor CUDA's.
   local name target
   while read -r name target; do
     if [[ "$name" =~ $SYSTEM_LIBS || "$name" =~ $CUDA_LIBS ]]; then continue; fi
     [ -e "$stage/lib/$name" ] || cp -L "$target" "$stage/lib/$name"
-  done < <(for binary in "${BINARIES[@]}"; do ldd "$stage/bin/$binary"; done |
+  done < <(for object in "$stage"/bin/* "$stage"/lib/tessera/*.so; do ldd "$object"; done |
            awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
   strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null
   # The compiler's runtime, used there only when that machine's is older than this build needs.
@@ -119,18 +128,19 @@ pack() {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), build $build_dir, sm_$ARCH, $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'nvcc ?')"
     echo "nccl headers $(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' /usr/local/cuda/include/nccl.h 2>/dev/null)"
-    echo "expected on the GPU machine: $(for binary in "${BINARIES[@]}"; do ldd "$stage/bin/$binary"; done |
+    echo "expected on the GPU machine: $(for object in "$stage"/bin/* "$stage"/lib/tessera/*.so; do ldd "$object"; done |
       awk '{print $1}' | grep -E "$CUDA_LIBS" | sort -u | tr '\n' ' ')"
     echo "payload.tar.gz holds:"
     (cd "$stage" && find . -type f -printf '%10s  %p\n' | sort -k2)
   } >"$PACK/MANIFEST"
   # gzip: every machine can unpack it. OpenBLAS alone is 35 MiB before compression.
   tar -C "$stage" -czf "$PACK/payload.tar.gz" bin lib || return 1
-  local binaries libraries
+  local binaries libraries modules
   binaries=$(find "$stage/bin" -type f | wc -l); libraries=$(find "$stage/lib" -maxdepth 1 -type f | wc -l)
+  modules=$(find "$stage/lib/tessera" -type f | wc -l)
   rm -rf "$stage"
   local mib=$(( $(du -sb "$PACK" | cut -f1) / 1048576 ))
-  echo "pack: $binaries binaries, $libraries libraries, Fashion-MNIST; ${mib} MiB (limit ${PACK_LIMIT_MIB})"
+  echo "pack: $binaries binaries, $modules backend modules, $libraries libraries, Fashion-MNIST; ${mib} MiB (limit ${PACK_LIMIT_MIB})"
   echo "pack size ${mib} MiB" >>"$PACK/MANIFEST"
   if [ "$mib" -gt "$PACK_LIMIT_MIB" ]; then
     du -sh "$PACK"/* | sort -h
@@ -172,12 +182,17 @@ find_library_dir() {
   return 1
 }
 
-# Sets LD_LIBRARY_PATH so that every packed binary finds every library; false when one is
-# missing from this machine.
+# The packed binaries and the backend modules they load.
+packed_objects() { ls "$RUN_DIR"/bin/* "$RUN_DIR"/lib/tessera/*.so 2>/dev/null; }
+
+# Sets LD_LIBRARY_PATH so that every packed binary and module finds every library, and
+# TESSERA_MODULE_DIR to the packed modules; false when a library is missing from this machine.
 resolve_libraries() {
   export LD_LIBRARY_PATH="$RUN_DIR/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export TESSERA_MODULE_DIR="$RUN_DIR/lib/tessera"
+  echo "  backend modules from $TESSERA_MODULE_DIR: $(cd "$TESSERA_MODULE_DIR" 2>/dev/null && ls | tr '\n' ' ')"
   local missing soname dir ok=0
-  missing="$(for b in "$RUN_DIR"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/not found/ { print $1 }' | sort -u)"
+  missing="$(for b in $(packed_objects); do ldd "$b" 2>/dev/null; done | awk '/not found/ { print $1 }' | sort -u)"
   for soname in $missing; do
     if dir="$(find_library_dir "$soname")"; then
       echo "  $soname from $dir"
@@ -187,12 +202,12 @@ resolve_libraries() {
     fi
   done
   # A machine whose C++ runtime is older than this build's gets the packed one.
-  if for b in "$RUN_DIR"/bin/*; do ldd "$b" 2>&1; done | grep -q "version .GLIBCXX\|version .GCC_"; then
+  if for b in $(packed_objects); do ldd "$b" 2>&1; done | grep -q "version .GLIBCXX\|version .GCC_"; then
     echo "  this machine's libstdc++ is older than the build's: using the packed one"
     export LD_LIBRARY_PATH="$RUN_DIR/lib/compiler:$LD_LIBRARY_PATH"
   fi
   local still
-  still="$(for b in "$RUN_DIR"/bin/*; do ldd "$b" 2>&1; done | grep -E 'not found' | sort -u)"
+  still="$(for b in $(packed_objects); do ldd "$b" 2>&1; done | grep -E 'not found' | sort -u)"
   if [ -n "$still" ]; then echo "$still" | sed 's/^/  unresolved: /'; ok=1; fi
   return $ok
 }
@@ -306,7 +321,8 @@ preflight() {
   fi
   {
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    for b in "$RUN_DIR"/bin/*; do ldd "$b"; done | grep -E "^\s*($(echo "$CUDA_LIBS" | sed 's/^\^//'))" | sort -u
+    for b in $(packed_objects); do ldd "$b"; done | grep -E "^\s*($(echo "$CUDA_LIBS" | sed 's/^\^//'))" |
+      sed 's/ (0x[0-9a-f]*)$//' | sort -u
   } >>"$log" 2>&1
   # Fashion-MNIST where the tests and bench_gpu look for it.
   if ! ls "$FASHION_DIR"/train-images-idx3-ubyte* >/dev/null 2>&1; then

@@ -1,6 +1,7 @@
-// NcclCommunicator: NCCL on CUDA device buffers. Built only when TESSERA_HAVE_NCCL; viable
-// only for BufferLocation::kDevice with a visible CUDA device. Rank 0 creates the NCCL unique
-// id and publishes it in the Store ("nccl/id"); the others read it.
+// NcclCommunicator: NCCL on CUDA device buffers. Built only when TESSERA_HAVE_NCCL, into the
+// module libtessera_nccl.so (module.h; factory.cc loads it on first use); viable only for
+// BufferLocation::kDevice with a visible CUDA device. Rank 0 creates the NCCL unique id and
+// publishes it in the Store ("nccl/id"); the others read it.
 //
 // Device. Every rank runs on options.device_index, the device its buffers live on (the index
 // the caller's Device reports), and makes it current before each call, so the calling thread

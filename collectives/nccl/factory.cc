@@ -1,13 +1,42 @@
 #include "collectives/nccl/factory.h"
 
+#include <string>
+
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_NCCL
-#include "collectives/nccl/communicator.h"
+#include "base/backend_module.h"
+#include "collectives/nccl/module.h"
 #endif
 
 namespace tessera::collectives {
 namespace {
+
+#if TESSERA_HAVE_NCCL
+
+// libtessera_nccl.so, loaded once on first use; the reason when it cannot be. Without the CUDA
+// driver no rank can run, so the module (and NCCL with it) is not even mapped.
+const Result<const NcclModule*>& LoadedNcclModule() {
+  static const Result<const NcclModule*> loaded = []() -> Result<const NcclModule*> {
+    if (Status driver = LoadSystemLibrary("libcuda.so.1"); !driver.ok()) {
+      return FailedPreconditionError("no CUDA driver: " + driver.message());
+    }
+    auto entry = LoadBackendModule(kNcclModuleFile, kNcclModuleEntry);
+    if (!entry.ok()) return FailedPreconditionError("cannot load the nccl backend: " + entry.status().message());
+    const NcclModule* module = reinterpret_cast<const NcclModule* (*)()>(*entry)();
+    if (module == nullptr || module->abi_version != kNcclModuleAbiVersion ||
+        module->table_bytes != sizeof(NcclModule)) {
+      return FailedPreconditionError(
+          std::string("cannot use the nccl backend: ") + kNcclModuleFile + " has ABI version " +
+          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
+          std::to_string(kNcclModuleAbiVersion) + " (a module from another build of Tessera)");
+    }
+    return module;
+  }();
+  return loaded;
+}
+
+#endif
 
 class NcclBackend final : public CommunicatorBackend {
  public:
@@ -15,10 +44,13 @@ class NcclBackend final : public CommunicatorBackend {
   int priority() const override { return 400; }
   Status Viable(const CommunicatorOptions& options) const override {
 #if TESSERA_HAVE_NCCL
+    // Asked before anything is loaded: a host-buffer communicator never maps NCCL.
     if (options.location != BufferLocation::kDevice) {
       return FailedPreconditionError("nccl moves CUDA device buffers only");
     }
-    return NcclCommunicator::DevicePresent();
+    const Result<const NcclModule*>& module = LoadedNcclModule();
+    if (!module.ok()) return module.status();
+    return (*module)->device_present();
 #else
     return UnimplementedError("built without NCCL (TESSERA_WITH_NCCL, needs CUDA and nccl.h)");
 #endif
@@ -26,8 +58,9 @@ class NcclBackend final : public CommunicatorBackend {
   Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options,
                                                std::shared_ptr<Store> store) const override {
 #if TESSERA_HAVE_NCCL
-    ASSIGN_OR_RETURN(auto communicator, NcclCommunicator::Create(options, *store));
-    return std::unique_ptr<Communicator>(std::move(communicator));
+    const Result<const NcclModule*>& module = LoadedNcclModule();
+    if (!module.ok()) return module.status();
+    return (*module)->create(options, *store);
 #else
     return Viable(options);
 #endif
@@ -40,7 +73,9 @@ std::unique_ptr<CommunicatorBackend> MakeNcclBackend() { return std::make_unique
 
 Result<NcclEnvironment> ProbeNcclEnvironment() {
 #if TESSERA_HAVE_NCCL
-  return NcclCommunicator::Probe();
+  const Result<const NcclModule*>& module = LoadedNcclModule();
+  if (!module.ok()) return module.status();
+  return (*module)->probe();
 #else
   return UnimplementedError("built without NCCL (TESSERA_WITH_NCCL, needs CUDA and nccl.h)");
 #endif

@@ -1,5 +1,7 @@
-# The CUDA backend, included from device/CMakeLists.txt. factory.cc is always built (without
-# CUDA it says so as its viability); the device and its kernels only when TESSERA_HAVE_CUDA.
+# The CUDA backend, included from device/CMakeLists.txt. factory.cc is always built into
+# tessera_device (without CUDA it says so as its viability). With TESSERA_HAVE_CUDA the device
+# and its kernels are the module libtessera_cuda.so, the only thing that links the CUDA
+# runtime and cuBLAS; factory.cc loads it on first use (module.h, base/backend_module.h).
 target_sources(tessera_device PRIVATE ${CMAKE_CURRENT_LIST_DIR}/factory.cc)
 if(TESSERA_HAVE_CUDA)
   # The kernels are a library of their own: nvcc takes none of the C++ warning flags. C++17:
@@ -9,6 +11,8 @@ if(TESSERA_HAVE_CUDA)
                                                         POSITION_INDEPENDENT_CODE ON)
   target_compile_options(tessera_cuda_kernels PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall>)
   target_link_libraries(tessera_cuda_kernels PUBLIC tessera_includes CUDA::cudart)
-  target_sources(tessera_device PRIVATE ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc)
-  target_link_libraries(tessera_device PRIVATE tessera_cuda_kernels CUDA::cudart CUDA::cublas)
+  tessera_backend_module(tessera_cuda LOADED_BY "tessera::CudaViability("
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/cuda_device.cc ${CMAKE_CURRENT_LIST_DIR}/module.cc
+    LIBS tessera_cuda_kernels CUDA::cudart CUDA::cublas)
+  tessera_loads_modules(tessera_device tessera_cuda)
 endif()

@@ -1,5 +1,6 @@
 // The CUDA backend (see factory.h for what it does). Internal to device/cuda/; create it
-// through factory.h. Compiled only when TESSERA_HAVE_CUDA.
+// through factory.h. Compiled only when TESSERA_HAVE_CUDA, into the module libtessera_cuda.so
+// (module.h).
 #pragma once
 
 #include <cublas_v2.h>

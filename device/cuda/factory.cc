@@ -5,34 +5,50 @@
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "device/cuda/cuda_device.h"
+#include "base/backend_module.h"
+#include "device/cuda/module.h"
 #endif
 
 namespace tessera {
 
 #if TESSERA_HAVE_CUDA
 
+namespace {
+
+// libtessera_cuda.so, loaded once on first use; the reason when it cannot be. Without the
+// driver no device can open, so the module (and cuBLAS with it) is not even mapped.
+const Result<const CudaModule*>& LoadedCudaModule() {
+  static const Result<const CudaModule*> loaded = []() -> Result<const CudaModule*> {
+    if (Status driver = LoadSystemLibrary("libcuda.so.1"); !driver.ok()) {
+      return FailedPreconditionError("no CUDA driver: " + driver.message());
+    }
+    auto entry = LoadBackendModule(kCudaModuleFile, kCudaModuleEntry);
+    if (!entry.ok()) return FailedPreconditionError("cannot load the CUDA backend: " + entry.status().message());
+    const CudaModule* module = reinterpret_cast<const CudaModule* (*)()>(*entry)();
+    if (module == nullptr || module->abi_version != kCudaModuleAbiVersion ||
+        module->table_bytes != sizeof(CudaModule)) {
+      return FailedPreconditionError(
+          std::string("cannot use the CUDA backend: ") + kCudaModuleFile + " has ABI version " +
+          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
+          std::to_string(kCudaModuleAbiVersion) + " (a module from another build of Tessera)");
+    }
+    return module;
+  }();
+  return loaded;
+}
+
+}  // namespace
+
 Viability CudaViability(const CudaDeviceOptions& options) {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it so later calls do not report it again
-    return {false, std::string("no CUDA device: ") + cudaGetErrorString(error)};
-  }
-  if (count == 0) return {false, "no CUDA device: cudaGetDeviceCount found 0 devices"};
-  if (options.device_index < 0 || options.device_index >= count) {
-    return {false, "no CUDA device #" + std::to_string(options.device_index) + ": " + std::to_string(count) +
-                       " visible"};
-  }
-  return {true, ""};
+  const Result<const CudaModule*>& module = LoadedCudaModule();
+  if (!module.ok()) return {false, module.status().message()};
+  return (*module)->viability(options);
 }
 
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options) {
-  Viability viability = CudaViability(options);
-  if (!viability.viable) return UnavailableError("CUDA device: " + viability.reason);
-  return CudaDevice::Create(options);
+  const Result<const CudaModule*>& module = LoadedCudaModule();
+  if (!module.ok()) return UnavailableError("CUDA device: " + module.status().message());
+  return (*module)->create(options);
 }
 
 #else

@@ -9,9 +9,17 @@
 // Memory. Buffers come from a MemoryPool over cudaMalloc / cudaFree; convolution and reduction
 // scratch is pooled and only grows, so a steady training step takes nothing from the driver.
 //
+// Loading. The device, its kernels, the CUDA runtime and cuBLAS live in the module
+// libtessera_cuda.so (module.h), which this factory loads on the first viability check or
+// creation; a process that never asks for CUDA never maps them (base/backend_module.h: where
+// the module is looked for, TESSERA_MODULE_DIR). Without the CUDA driver (libcuda.so.1) the
+// module is not loaded at all.
+//
 // Viability. Built only when the CUDA toolkit was found (TESSERA_HAVE_CUDA); at run time it
-// needs cudaGetDeviceCount() > 0. Otherwise viability() says why: "built without CUDA" or
-// "no CUDA device: <the CUDA runtime's error>".
+// needs the driver, the module and cudaGetDeviceCount() > 0. Otherwise viability() says why:
+// "built without CUDA", "no CUDA driver: <the dynamic linker's reason>", "cannot load the
+// CUDA backend: <the dynamic linker's reason>" (a missing cuBLAS, say) or "no CUDA device:
+// <the CUDA runtime's error>". The first answer, loaded or not, holds for the process.
 //
 // Errors. A failed kernel launch or cuBLAS call, or scratch memory the device could not give
 // an op, is kept (the first one) and reported by the next copy or Synchronize, naming the op

@@ -1,11 +1,12 @@
 // The CUDA backend's own contracts, beyond the generic op suites (device_ops_test.cc and
 // generic_device_test.cc, which run "cuda" like every other backend, and the odd-shape sweep
-// in tests/bench): it is registered and says why it is not viable; its name; its pool sits
-// over cudaMalloc and serves repeats from the free lists; an op short of scratch memory
-// reports ResourceExhausted instead of ending the process; copies back to the host wait for
-// queued work; the TF32 option really engages tensor cores; max pool's backward is
-// deterministic; and two epochs of SimpleCNN on the GPU match the CPU. Everything that needs
-// a GPU is skipped with the reason on a machine without one.
+// in tests/bench): it is registered and says why it is not viable; its module loads into the
+// test executable and answers; its name; its pool sits over cudaMalloc and serves repeats
+// from the free lists; an op short of scratch memory reports ResourceExhausted instead of
+// ending the process; copies back to the host wait for queued work; the TF32 option really
+// engages tensor cores; max pool's backward is deterministic; and two epochs of SimpleCNN on
+// the GPU match the CPU. Everything that needs a GPU is skipped with the reason on a machine
+// without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,10 +17,12 @@
 #include <random>
 #include <vector>
 
+#include "base/backend_module.h"
 #include "core/data/idx.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "device/cuda/factory.h"
+#include "device/cuda/module.h"
 #include "device/op_cost.h"
 #include "device/registry.h"
 
@@ -34,7 +37,10 @@ TEST(CudaBackendTest, IsRegisteredAndExplainsWhenNotViable) {
     EXPECT_GT(backend.priority, 0) << "real hardware is preferred to the CPU";
     const Viability viability = backend.viability();
     if (!viability.viable) {
-      EXPECT_TRUE(viability.reason.rfind("no CUDA device", 0) == 0 ||
+      // No driver (the module is then not even loaded), no device, or no CUDA in this build;
+      // never a module that failed to load into this executable.
+      EXPECT_TRUE(viability.reason.rfind("no CUDA driver: ", 0) == 0 ||
+                  viability.reason.rfind("no CUDA device", 0) == 0 ||
                   viability.reason.rfind("built without CUDA", 0) == 0)
           << viability.reason;
       auto device = CreateDevice("cuda");
@@ -43,6 +49,31 @@ TEST(CudaBackendTest, IsRegisteredAndExplainsWhenNotViable) {
     }
   }
   EXPECT_TRUE(found) << "no \"cuda\" entry in the device registry";
+}
+
+// The module itself, loaded here even without a driver: every symbol it takes from this
+// executable resolves, its table is the version this build expects, and its own viability
+// check runs (without a GPU it gives the CUDA runtime's reason).
+TEST(CudaBackendTest, TheModuleLoadsIntoThisExecutableAndAnswers) {
+  if (CudaViability().reason.rfind("built without CUDA", 0) == 0) GTEST_SKIP() << CudaViability().reason;
+  auto entry = LoadBackendModule(kCudaModuleFile, kCudaModuleEntry);
+  ASSERT_TRUE(entry.ok()) << entry.status().ToString();
+  const CudaModule* module = reinterpret_cast<const CudaModule* (*)()>(*entry)();
+  ASSERT_NE(module, nullptr);
+  EXPECT_EQ(module->abi_version, kCudaModuleAbiVersion);
+  EXPECT_EQ(module->table_bytes, sizeof(CudaModule));
+  const Viability viability = module->viability(CudaDeviceOptions{});
+  if (viability.viable) {
+    auto device = module->create(CudaDeviceOptions{});
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    EXPECT_EQ((*device)->capabilities().kind, "cuda");
+    return;
+  }
+  EXPECT_EQ(viability.reason.rfind("no CUDA device", 0), 0u) << viability.reason;
+  auto device = module->create(CudaDeviceOptions{});
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().code(), StatusCode::kUnavailable) << device.status().ToString();
+  EXPECT_NE(device.status().message().find(viability.reason), std::string::npos) << device.status().ToString();
 }
 
 TEST(CudaBackendTest, NamesCarryTheVendorOnceTheIndexAndTf32) {

@@ -38,6 +38,7 @@ class Process {
       const std::string entry = *e;
       bool removed = false;
       for (const auto& name : unset) removed = removed || entry.rfind(name + "=", 0) == 0;
+      for (const auto& mine : env) removed = removed || entry.rfind(mine.substr(0, mine.find('=') + 1), 0) == 0;
       if (!removed) environment.push_back(entry);
     }
     for (auto& e : env) environment.push_back(e);

@@ -2,12 +2,19 @@
 // closes by its deadline, a restarted worker rejoins and is selected again, a restarted
 // coordinator resumes at its last committed round with every worker reconnecting by itself,
 // and a stateful strategy's job resumed after a kill is bit-identical to an uninterrupted one.
+// And what a worker maps: a CPU worker maps no CUDA, cuBLAS or NCCL library, and one asked for
+// CUDA on a machine without a driver, or with a driver and no GPU, says why and trains on its
+// fallback device.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iostream>
 #include <map>
 #include <regex>
 #include <set>
 
+#include "base/backend_module.h"
+#include "device/cuda/factory.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/process.h"
 
@@ -35,11 +42,14 @@ std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string&
   return p;
 }
 
-std::unique_ptr<Process> StartWorker(const TempDir& dir, int port, const std::string& name) {
-  return std::make_unique<Process>(
-      std::vector<std::string>{TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port),
-                               "--join-token", kToken, "--tls-dir", TestPki::Get().WriteWorkerDir(dir.str(), name)},
-      dir.str() + "/" + name + ".log", std::vector<std::string>{"OPENBLAS_NUM_THREADS=1"});
+std::unique_ptr<Process> StartWorker(const TempDir& dir, int port, const std::string& name,
+                                     const std::vector<std::string>& flags = {},
+                                     std::vector<std::string> env = {}) {
+  std::vector<std::string> argv{TESSERA_WORKER_BIN, "--coordinator", "127.0.0.1:" + std::to_string(port),
+                                "--join-token", kToken, "--tls-dir", TestPki::Get().WriteWorkerDir(dir.str(), name)};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  env.push_back("OPENBLAS_NUM_THREADS=1");
+  return std::make_unique<Process>(std::move(argv), dir.str() + "/" + name + ".log", std::move(env));
 }
 
 std::string WorkerState(v1::JobService::Stub& stub, const std::string& name) {
@@ -219,6 +229,91 @@ TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterrup
     EXPECT_EQ(resumed.rounds(static_cast<int>(r)).model_sha256(), uninterrupted.rounds(static_cast<int>(r)).model_sha256())
         << "round " << r + 1 << " differs from the uninterrupted run";
   }
+}
+
+// The lines of /proc/<pid>/maps naming a CUDA, cuBLAS or NCCL library (Tessera's modules
+// included).
+std::vector<std::string> CudaMappings(pid_t pid) {
+  static const std::regex cuda("cublas|cudart|libcuda\\.|nccl|libtessera_cuda");
+  std::vector<std::string> found;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (std::regex_search(line, cuda)) found.push_back(line);
+  }
+  return found;
+}
+
+// A "Vm...:" figure of /proc/<pid>/status in kB; -1 when absent.
+int64_t MemoryFigureKb(pid_t pid, const std::string& field) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
+  }
+  return -1;
+}
+
+TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaLibrary) {
+  TempDir dir("idle-cpu-worker");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  auto worker = StartWorker(dir, port, "idle", {"--device", "cpu"});
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(30))) << worker->Log();
+  const std::vector<std::string> mapped = CudaMappings(worker->pid());
+  EXPECT_TRUE(mapped.empty()) << mapped.size() << " CUDA mappings in an idle CPU worker, the first: "
+                              << mapped.front();
+  std::cout << "idle cpu worker, joined: VmRSS " << MemoryFigureKb(worker->pid(), "VmRSS") << " kB, VmHWM "
+            << MemoryFigureKb(worker->pid(), "VmHWM") << " kB\n";
+}
+
+TEST(ProcessTest, AWorkerAskedForCudaWithoutItSaysWhyAndJoinsOnItsFallback) {
+  // With a driver here the worker may take the GPU; without one the module is never loaded.
+  const bool driver_here = LoadSystemLibrary("libcuda.so.1").ok();
+  TempDir dir("cuda-fallback-worker");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  auto worker = StartWorker(dir, port, "fallback", {"--device", "cuda", "--fallback-device", "cpu"});
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(30))) << worker->Log();
+  const std::string log = worker->Log();
+  EXPECT_EQ(log.find("undefined symbol"), std::string::npos) << log;
+  if (log.find("on device NVIDIA") != std::string::npos) return;  // a GPU here: it took it
+  EXPECT_NE(log.find("device 'cuda' is not usable here ("), std::string::npos) << log;
+  EXPECT_NE(log.find("on device cpu"), std::string::npos) << log;
+  if (!driver_here) {
+    const bool built_with_cuda = CudaViability().reason.rfind("built without CUDA", 0) != 0;
+    EXPECT_NE(log.find(built_with_cuda ? "no CUDA driver: " : "built without CUDA"), std::string::npos) << log;
+    const std::vector<std::string> mapped = CudaMappings(worker->pid());
+    EXPECT_TRUE(mapped.empty()) << mapped.size() << " CUDA mappings, the first: " << mapped.front();
+  }
+}
+
+// A driver but no GPU (the stand-in libcuda.so.1, stand_in_cuda_driver.cc): the worker loads the
+// CUDA module, every symbol it takes from the worker resolves, the CUDA runtime's reason is
+// logged and the worker trains on its fallback.
+TEST(ProcessTest, AWorkerWithADriverButNoGpuLoadsTheCudaModuleAndSaysWhyNot) {
+  if (CudaViability().reason.rfind("built without CUDA", 0) == 0) GTEST_SKIP() << CudaViability().reason;
+  TempDir dir("stand-in-driver-worker");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  const char* library_path = std::getenv("LD_LIBRARY_PATH");
+  auto worker = StartWorker(dir, port, "stand-in", {"--device", "cuda", "--fallback-device", "cpu"},
+                            {std::string("LD_LIBRARY_PATH=") + TESSERA_STAND_IN_CUDA_DRIVER_DIR +
+                             (library_path != nullptr ? std::string(":") + library_path : "")});
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(30))) << worker->Log();
+  const std::string log = worker->Log();
+  const std::string why = "device 'cuda' is not usable here (device backend 'cuda' is not viable here: ";
+  EXPECT_NE(log.find(why + "no CUDA device: "), std::string::npos) << log;
+  EXPECT_NE(log.find("on device cpu"), std::string::npos) << log;
+  bool module_mapped = false;
+  for (const std::string& line : CudaMappings(worker->pid())) {
+    module_mapped = module_mapped || line.find("libtessera_cuda.so") != std::string::npos;
+  }
+  EXPECT_TRUE(module_mapped) << "the worker did not load libtessera_cuda.so";
 }
 
 }  // namespace

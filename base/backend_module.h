@@ -1,0 +1,54 @@
+// Loading a backend that lives in a shared module of its own.
+//
+// Backends whose libraries are large (CUDA with cuBLAS, NCCL) are built as shared modules
+// (libtessera_cuda.so, libtessera_nccl.so) that their always-built factory loads on first use,
+// so a process that never asks for them never maps those libraries: a CPU worker maps neither
+// cuBLAS (about 150 MB resident once loaded) nor NCCL.
+//
+// What a module is. A shared object built from the same tree as the executable that loads it.
+// It leaves Tessera's own symbols (Device, MemoryPool, Status, Communicator, ...) undefined
+// and they are resolved against the executable, which exports them (every executable that
+// links a library loading modules is linked with --export-dynamic: tessera_loads_modules() in
+// cmake/TesseraModules.cmake), so the process holds one copy of every class, registry and
+// typeinfo. Its one entry point is an extern "C" function, named with its ABI version in the
+// backend's module.h, returning a table of function pointers that begins with that version. A
+// module from another build of Tessera is not supported (the version guards only the table).
+//
+// Where a module is looked for; the first directory that holds the file is used:
+//   1. $TESSERA_MODULE_DIR when it is set (and then only there);
+//   2. the executable's own directory;
+//   3. <the executable's directory>/../lib/tessera (the install layout, and the GPU check's
+//      pack; the exact relative path comes from the install directories configured);
+//   4. the build tree's module directory (<build>/lib/tessera), for binaries run where they
+//      were built.
+//
+// Thread safety: every function may be called from any thread.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tessera {
+
+// The directories searched for a module, in order (see above).
+std::vector<std::string> BackendModuleDirectories();
+
+// Loads the module `file_name` ("libtessera_cuda.so") from the first of
+// BackendModuleDirectories() that holds it and returns the address of its function `entry`.
+// Every symbol is bound now (RTLD_NOW), so a module whose libraries are missing or which does
+// not fit this executable fails here, with the dynamic linker's reason, not in mid-call.
+// Modules are never unloaded: their code backs objects handed out (devices, communicators).
+// Errors: NotFound naming every directory looked in; Unavailable with the dynamic linker's
+// message (at most 512 bytes: a missing library, an undefined symbol) when the file exists
+// but cannot be loaded, or when it lacks `entry`.
+Result<void*> LoadBackendModule(std::string_view file_name, const char* entry);
+
+// Loads a system library by its soname ("libcuda.so.1") where the dynamic linker finds it,
+// and keeps it loaded. Unavailable with the dynamic linker's message (bounded as above) when
+// it cannot.
+Status LoadSystemLibrary(const char* soname);
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# What one CPU worker holds in memory, idle and after a round of training.
+#   bench/worker_memory.sh [BUILD_DIR]     (default: build; its server/, worker/, cli/)
+# Starts a coordinator and one tessera-worker (--device cpu, one OpenBLAS thread) on loopback.
+# Once the worker has joined and sits idle: its VmRSS and how many of its mappings name a
+# CUDA, cuBLAS or NCCL library. Then one round of the demo job as this worker's share
+# (examples/fmnist-fedavg.toml with one client per round: a tenth of Fashion-MNIST, SimpleCNN,
+# two local epochs) and its VmRSS and VmHWM after it. Environment: PORT (default 7391).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build}"
+port="${PORT:-7391}"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+figure() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }  # kB
+cuda_mappings() { grep -c -E 'cublas|cudart|libcuda\.|nccl' "/proc/$1/maps" || true; }
+
+"$build/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$work/state" \
+  --join-token memory-bench >"$work/coordinator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on port" "$work/coordinator.log" 2>/dev/null && break; sleep 0.1; done
+OPENBLAS_NUM_THREADS=1 "$build/worker/tessera-worker" --coordinator "127.0.0.1:$port" --join-token memory-bench \
+  --name memory-bench --device cpu >"$work/worker.log" 2>&1 &
+worker=$!
+pids+=($worker)
+cli=("$build/cli/tessera" --coordinator "127.0.0.1:$port")
+for _ in $(seq 300); do
+  [ "$("${cli[@]}" workers 2>/dev/null | awk '$2 == "yes"' | wc -l)" -ge 1 ] && break
+  sleep 0.1
+done
+sleep 2  # idle: joined, heartbeating, no task
+echo "idle worker (joined): VmRSS $(figure $worker VmRSS) kB, VmHWM $(figure $worker VmHWM) kB," \
+     "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
+
+sed -e 's/^rounds = .*/rounds = 1/' -e 's/^clients_per_round = .*/clients_per_round = 1/' \
+    -e 's/^min_clients = .*/min_clients = 1/' examples/fmnist-fedavg.toml >"$work/job.toml"
+job="$("${cli[@]}" submit "$work/job.toml")"
+"${cli[@]}" watch "$job" >"$work/watch.log" 2>&1 || { cat "$work/watch.log"; exit 1; }
+echo "after one round (a tenth of Fashion-MNIST, SimpleCNN, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
+     "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
+sed -n "1,3p" "$work/watch.log"
