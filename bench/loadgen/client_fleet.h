@@ -43,7 +43,7 @@ struct FleetOptions {
   std::string join_token;
   std::string name_prefix = "loadgen";  // clients are named PREFIX-0, PREFIX-1, ...
   uint32_t clients = 10;
-  uint32_t channels = 1;            // gRPC channels (TCP connections) the clients share
+  uint32_t channels = 8;            // gRPC channels (TCP connections) the clients share
   uint32_t join_window = 64;        // first joins in flight at once
   UpdateKind update = UpdateKind::kZero;
   uint32_t chunk_bytes = 1u << 20;  // upload chunk size, as tessera-worker --chunk-kib

@@ -56,7 +56,7 @@ struct Settings {
   std::string join_token;
   std::string join_token_file;
   int64_t clients = 10;
-  int64_t channels = 1;
+  int64_t channels = 8;
   int64_t join_window = 64;
   std::string name_prefix = "loadgen";
   std::string update = "zero";
@@ -276,14 +276,19 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
                 static_cast<long long>(std::min(s.channels, s.clients)), SelfThreadCount());
     std::fflush(stdout);
     if (!ready) {
-      std::printf("FAILED: not every client joined within %.0f s\n", s.join_timeout_s);
+      if (fleet->Get(Counter::kJoinRefusals) > 0) {
+        std::printf("FAILED: the coordinator refused %llu join(s)\n",
+                    static_cast<unsigned long long>(fleet->Get(Counter::kJoinRefusals)));
+      } else {
+        std::printf("FAILED: not every client joined within %.0f s\n", s.join_timeout_s);
+      }
       fleet->Stop(std::chrono::seconds(10));
       PrintFleet(*fleet);
       return 1;
     }
   }
 
-  if (s.idle_s > 0) {
+  if (s.idle_s > 0 && fleet) {
     const uint64_t beats_before = fleet->Get(Counter::kHeartbeats);
     fleet->ResetLatencies();
     CpuWindow idle(coordinator_pid);
@@ -428,7 +433,7 @@ int main(int argc, char** argv) {
   flags.String("join-token-file", &s.join_token_file, "read the join token from this file");
   flags.String("join-token", &s.join_token, "the join token itself");
   flags.Int("clients", &s.clients, "simulated clients (0: only submit the job and report on it)");
-  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin");
+  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin (at most one per client)");
   flags.Int("join-window", &s.join_window, "first joins in flight at once");
   flags.String("name-prefix", &s.name_prefix, "clients are named PREFIX-0, PREFIX-1, ...");
   flags.String("update", &s.update, "the update each client uploads: zero (unchanged model) or random (small values)");
@@ -441,7 +446,7 @@ int main(int argc, char** argv) {
   flags.String("model", &s.model, "the job's model: simplecnn (44,426 parameters) or mlp");
   flags.String("hidden", &s.hidden, "mlp hidden widths, comma-separated (3297: 2,621,125 parameters, 10 MiB)");
   flags.Int("rounds", &s.rounds, "the job's rounds");
-  flags.Int("job-clients", &s.job_clients, "clients per round, min clients and parties (default: --clients)");
+  flags.Int("job-clients", &s.job_clients, "clients per round, min clients and parties; -1: as many as --clients");
   flags.String("partition", &s.partition, "iid, or local-files (real workers with their own --data-dir)");
   flags.Int("max-train-samples", &s.max_train_samples, "training images the job uses (0: one per party)");
   flags.Int("max-test-samples", &s.max_test_samples, "test images the coordinator evaluates on after each round (0: all 10000)");
