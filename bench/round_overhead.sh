@@ -15,8 +15,8 @@
 #           (default: tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100)
 #   ROUNDS  rounds per row (default 7); the first WARMUP (default 2) are left out of the medians
 #   UPDATE  zero or random: what every client uploads (default random)
-#   CHANNELS  gRPC channels (TCP connections) the simulated clients share (default 8; with 1, a
-#           single HTTP/2 connection carries every client and becomes the bottleneck at 1,000)
+#   CHANNELS  gRPC channels (TCP connections) the simulated clients share (default 0: one per
+#           client, as real workers; shared connections make heartbeats wait behind transfers)
 #   MAX_TEST_SAMPLES  test images the coordinator evaluates on after each round (default 100)
 #   IDLE_CLIENTS, IDLE_S  the heartbeat row (default 1000 clients for 20 s; IDLE_CLIENTS=0 skips it)
 #   KEEP=1  keep the logs (their directory is printed)
@@ -30,7 +30,7 @@ rows=${ROWS:-tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100}
 rounds=${ROUNDS:-7}
 warmup=${WARMUP:-2}
 update=${UPDATE:-random}
-channels=${CHANNELS:-8}
+channels=${CHANNELS:-0}
 max_test=${MAX_TEST_SAMPLES:-100}
 idle_clients=${IDLE_CLIENTS:-1000}
 idle_s=${IDLE_S:-20}
@@ -49,7 +49,8 @@ export OPENBLAS_NUM_THREADS=1
 
 echo "== round overhead: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 echo "== $rounds rounds per row, medians of rounds $((warmup + 1))-$rounds; update $update;" \
-  "$channels gRPC channel(s) for the simulated clients; evaluation on $max_test test images"
+  "$([ "$channels" = 0 ] && echo "one gRPC channel per simulated client" || echo "$channels shared gRPC channel(s)");" \
+  "evaluation on $max_test test images"
 print_header
 status=0
 references=()

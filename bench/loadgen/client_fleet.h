@@ -16,7 +16,10 @@
 // Every call uses gRPC's callback API: no thread waits on a call. Heartbeats, backoffs and
 // simulated compute run on one TimerQueue thread; everything else runs on gRPC's own
 // callback threads, a handful whatever the number of clients. The clients share
-// `channels` gRPC channels (one TCP connection each), assigned round-robin.
+// `channels` gRPC channels (one TCP connection each), assigned round-robin; with one per
+// client, as real workers have, no client's heartbeat waits behind another's transfer on a
+// shared connection (with a few shared connections, 10 MiB transfers delay heartbeats past
+// the coordinator's timeout).
 //
 // Thread-safe. Start(), WaitReady() and Stop() are for one controlling thread.
 #pragma once
@@ -43,7 +46,7 @@ struct FleetOptions {
   std::string join_token;
   std::string name_prefix = "loadgen";  // clients are named PREFIX-0, PREFIX-1, ...
   uint32_t clients = 10;
-  uint32_t channels = 8;            // gRPC channels (TCP connections) the clients share
+  uint32_t channels = 1;            // gRPC channels (TCP connections), at most one per client
   uint32_t join_window = 64;        // first joins in flight at once
   UpdateKind update = UpdateKind::kZero;
   uint32_t chunk_bytes = 1u << 20;  // upload chunk size, as tessera-worker --chunk-kib

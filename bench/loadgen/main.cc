@@ -27,8 +27,9 @@ Each simulated client does on the wire what tessera-worker does: it joins with t
 heartbeats at the interval the coordinator returns, holds its task channel open, and for each
 task downloads the model (checked against its manifest) and uploads an update of the model's
 exact layout (all zeros, or small random values), without training. CancelTask and verdicts
-are handled as the worker handles them. The clients share a few gRPC channels and gRPC's
-callback threads: a thousand clients need neither a thousand threads nor a thousand processes.
+are handled as the worker handles them. Each client has its own gRPC channel (TCP connection)
+as a real worker has, or they share --channels of them; all of them share gRPC's callback
+threads: a thousand clients need neither a thousand threads nor a thousand processes.
 
 It submits a job whose rounds take every client (clients_per_round = min_clients = parties),
 waits for it to end, and prints every round's phases from the coordinator's round records,
@@ -56,7 +57,7 @@ struct Settings {
   std::string join_token;
   std::string join_token_file;
   int64_t clients = 10;
-  int64_t channels = 8;
+  int64_t channels = 0;
   int64_t join_window = 64;
   std::string name_prefix = "loadgen";
   std::string update = "zero";
@@ -128,7 +129,7 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   if (s.clients > 0 && s.join_token.empty()) {
     return InvalidArgumentError("a join token is required for simulated clients (--join-token-file or --join-token)");
   }
-  RETURN_IF_ERROR(CheckRange("channels", s.channels, 1, 1024));
+  RETURN_IF_ERROR(CheckRange("channels", s.channels, 0, 100000));
   RETURN_IF_ERROR(CheckRange("join-window", s.join_window, 1, 100000));
   if (s.name_prefix.empty() || s.name_prefix.size() > 100) {
     return InvalidArgumentError("--name-prefix: expected 1 to 100 characters, got " + std::to_string(s.name_prefix.size()));
@@ -254,7 +255,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     options.join_token = s.join_token;
     options.name_prefix = s.name_prefix;
     options.clients = static_cast<uint32_t>(s.clients);
-    options.channels = static_cast<uint32_t>(s.channels);
+    options.channels = static_cast<uint32_t>(s.channels == 0 ? s.clients : std::min(s.channels, s.clients));
     options.join_window = static_cast<uint32_t>(s.join_window);
     options.update = s.update == "random" ? UpdateKind::kRandom : UpdateKind::kZero;
     options.chunk_bytes = static_cast<uint32_t>(s.chunk_kib * 1024);
@@ -273,7 +274,8 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     std::printf("ready: %zu of %lld clients joined with their task channel open in %.2f s over %lld channel(s); "
                 "loadgen threads=%d\n",
                 fleet->ready(), static_cast<long long>(s.clients), join_s,
-                static_cast<long long>(std::min(s.channels, s.clients)), SelfThreadCount());
+                static_cast<long long>(s.channels == 0 ? s.clients : std::min(s.channels, s.clients)),
+                SelfThreadCount());
     std::fflush(stdout);
     if (!ready) {
       if (fleet->Get(Counter::kJoinRefusals) > 0) {
@@ -433,7 +435,7 @@ int main(int argc, char** argv) {
   flags.String("join-token-file", &s.join_token_file, "read the join token from this file");
   flags.String("join-token", &s.join_token, "the join token itself");
   flags.Int("clients", &s.clients, "simulated clients (0: only submit the job and report on it)");
-  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin (at most one per client)");
+  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin; 0: one per client, as real workers");
   flags.Int("join-window", &s.join_window, "first joins in flight at once");
   flags.String("name-prefix", &s.name_prefix, "clients are named PREFIX-0, PREFIX-1, ...");
   flags.String("update", &s.update, "the update each client uploads: zero (unchanged model) or random (small values)");
