@@ -54,10 +54,13 @@ export OPENBLAS_NUM_THREADS=1
 # The workers' own data: the first Fashion-MNIST training image and its label, as IDX files.
 data_dir="$work/one-image"
 mkdir -p "$data_dir"
-{ printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x1c\x00\x00\x00\x1c'
-  gzip -dc "$fmnist/train-images-idx3-ubyte.gz" | tail -c +17 | head -c 784; } > "$data_dir/train-images-idx3-ubyte"
-{ printf '\x00\x00\x08\x01\x00\x00\x00\x01'
-  gzip -dc "$fmnist/train-labels-idx1-ubyte.gz" | tail -c +9 | head -c 1; } > "$data_dir/train-labels-idx1-ubyte"
+# (head closes the pipe early: gzip's SIGPIPE is expected, so no pipefail here.)
+( set +o pipefail
+  { printf '\x00\x00\x08\x03\x00\x00\x00\x01\x00\x00\x00\x1c\x00\x00\x00\x1c'
+    gzip -dc "$fmnist/train-images-idx3-ubyte.gz" | tail -c +17 | head -c 784; } > "$data_dir/train-images-idx3-ubyte"
+  { printf '\x00\x00\x08\x01\x00\x00\x00\x01'
+    gzip -dc "$fmnist/train-labels-idx1-ubyte.gz" | tail -c +9 | head -c 1; } > "$data_dir/train-labels-idx1-ubyte" )
+[ "$(stat -c %s "$data_dir/train-images-idx3-ubyte")" = 800 ] || { echo "cannot read $fmnist" >&2; exit 2; }
 
 echo "== round overhead with real workers: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 echo "== $rounds rounds per row, medians of rounds $((warmup + 1))-$rounds; one training image per worker," \
