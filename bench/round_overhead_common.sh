@@ -32,14 +32,16 @@ model_parameters() {
   esac
 }
 
-# Starts a coordinator in a fresh directory under $work; sets $coordinator_pid,
+# Starts a coordinator in a fresh directory under $work, with $COORDINATOR_FLAGS added to its
+# command line (e.g. "--heartbeat-timeout-ms 30000"); sets $coordinator_pid,
 # $coordinator_port, $row_dir and $token_file.
 start_coordinator() {
   row_dir=$(mktemp -d "$work/row.XXXXXX")
   token_file="$row_dir/join-token"
   head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
+  # shellcheck disable=SC2086
   "$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$row_dir/state" --join-token-file "$token_file" \
-    --log-level "${COORDINATOR_LOG_LEVEL:-warn}" > "$row_dir/coordinator.log" 2>&1 &
+    --log-level "${COORDINATOR_LOG_LEVEL:-warn}" ${COORDINATOR_FLAGS:-} > "$row_dir/coordinator.log" 2>&1 &
   coordinator_pid=$!
   coordinator_port=
   for _ in $(seq 1 200); do
