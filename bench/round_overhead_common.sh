@@ -1,6 +1,9 @@
+# shellcheck shell=bash disable=SC2034
 # Shared by bench/round_overhead.sh and bench/round_overhead_workers.sh (sourced, not run):
 # a coordinator per row on loopback with its state in a temporary directory, the loopback
 # floor, and the table's columns. Every process started here is ended here, by its pid.
+# The sourcing script sets $work (a temporary directory); the functions set the globals they
+# name (worker_bin, row_round_ms, ...) for it to read.
 
 # Sets $build_dir from $1 (default build) and checks the binaries.
 overhead_binaries() {
@@ -36,7 +39,7 @@ model_parameters() {
 # command line (e.g. "--heartbeat-timeout-ms 30000"); sets $coordinator_pid,
 # $coordinator_port, $row_dir and $token_file.
 start_coordinator() {
-  row_dir=$(mktemp -d "$work/row.XXXXXX")
+  row_dir=$(mktemp -d "${work:?}/row.XXXXXX")
   token_file="$row_dir/join-token"
   head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
   # shellcheck disable=SC2086
