@@ -394,10 +394,13 @@ void SimulatedClient::OnTask(uint64_t epoch, const v1::Task& task) {
     fleet_->Add(Counter::kCancels);
     std::lock_guard<std::mutex> lock(mu_);
     const auto& cancel = task.cancel();
-    if (next_task_ && next_task_->job_id() == cancel.job_id() && next_task_->round() == cancel.round()) {
-      next_task_.reset();
-    }
-    if (busy_ && task_.job_id() == cancel.job_id() && task_.round() == cancel.round()) task_cancelled_ = true;
+    // A cancel names its attempt; attempt 0 (an older coordinator) means every attempt.
+    auto cancels = [&cancel](const v1::TrainTask& t) {
+      return t.job_id() == cancel.job_id() && t.round() == cancel.round() &&
+             (cancel.attempt() == 0 || cancel.attempt() == t.attempt());
+    };
+    if (next_task_ && cancels(*next_task_)) next_task_.reset();
+    if (busy_ && cancels(task_)) task_cancelled_ = true;
   } else if (task.has_verdict()) {
     fleet_->Add(task.verdict().accepted() ? Counter::kVerdictsAccepted : Counter::kVerdictsRefused);
     if (!task.verdict().accepted()) fleet_->RecordError("update refused (verdict): " + task.verdict().reason());

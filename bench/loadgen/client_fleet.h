@@ -8,7 +8,9 @@
 //    DownloadCheck), optionally wait `compute_ms`, then UploadUpdate: the header (job, round,
 //    attempt, base model version, samples, compute and download times, the delta's manifest)
 //    and the delta's chunks (UpdatePayloads); a newer task queued during work is taken next;
-//  - on a CancelTask for the work in hand, skip its upload; on an UpdateVerdict, count it;
+//  - on a CancelTask for the work in hand (its job, round and attempt; attempt 0 meaning
+//    every attempt), skip its upload, and drop a waiting task it names; on an
+//    UpdateVerdict, count it;
 //  - on a broken channel or a refused heartbeat, join again with backoff (as the worker
 //    does) and count the drop; a download that fails its checks is reported with a failure
 //    header, as the worker reports a round it cannot train.
