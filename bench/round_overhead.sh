@@ -110,8 +110,9 @@ echo "== what the columns say: round_ms, the median round (start to commit) afte
 echo "   floor_ms, one loopback TCP stream moving 2 x N x the model's bytes; ratio = round/floor;"
 echo "   select..commit, the medians of each phase from the coordinator's round records (upload is"
 echo "   the median client's upload as the coordinator timed it; eval, the coordinator's evaluation"
-echo "   on $max_test test images); peak_MiB, the coordinator's VmHWM; gen_cpu%, the load"
-echo "   generator's user+sys CPU over the job's wall time (percent of one core); ok, every round"
+echo "   on $max_test test images); peak_MiB, the coordinator's VmHWM; coord_cpu% and gen_cpu%,"
+echo "   the coordinator's and the load generator's user+sys CPU over the job's wall time (percent"
+echo "   of one core: on this machine's $(nproc) cores, they share $((100 * $(nproc)))%); ok, every round"
 echo "   committed with every client accepted and no client refused or dropped."
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 for log in "$work"/loadgen-*.log; do

@@ -77,8 +77,8 @@ field() {
 }
 
 print_header() {
-  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %8s %5s\n' \
-    model N rnds round_ms floor_ms ratio select distrib compute upload straggle aggreg eval commit peak_MiB gen_cpu% ok
+  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s\n' \
+    model N rnds round_ms floor_ms ratio select distrib compute upload straggle aggreg eval commit peak_MiB coord_cpu% gen_cpu% ok
 }
 
 # One row from a loadgen log ($1) and what the script measured: model, N, floor, peak.
@@ -92,13 +92,13 @@ print_row() {
   row_round_ms=$round
   row_ratio=$ratio
   row_ok=${ok:-no}
-  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %8s %5s\n' \
+  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s\n' \
     "$model" "$n" "$(field "$log" summary measured)" "$round" "$floor_ms" "$ratio" \
     "$(field "$log" summary selection_ms)" "$(field "$log" summary distribution_ms)" \
     "$(field "$log" summary compute_ms)" \
     "$(field "$log" summary upload_ms)" "$(field "$log" summary straggler_ms)" \
     "$(field "$log" summary aggregation_ms)" "$(field "$log" summary evaluation_ms)" \
-    "$(field "$log" summary commit_ms)" "$coordinator_peak_mib" \
+    "$(field "$log" summary commit_ms)" "$coordinator_peak_mib" "$(field "$log" coordinator: cpu_pct)" \
     "$(field "$log" 'loadgen (job window)' cpu_pct)" "${ok:-no}"
 }
 

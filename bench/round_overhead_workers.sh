@@ -95,6 +95,7 @@ for row in ${rows//,/ }; do
   grep '^FAILED' "$log" || true
 done
 echo "== columns as in bench/round_overhead.sh; compute is the median worker's local training"
-echo "   as it reported it; gen_cpu% is the job-following process only."
+echo "   as it reported it; coord_cpu% is the coordinator's; gen_cpu% is the job-following"
+echo "   process only (the workers' CPU is not counted)."
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status
