@@ -1,0 +1,54 @@
+// Checks one model download as it streams, against the manifest it starts with, without
+// keeping the model: what the real worker's wire::TensorAssembler checks, minus the copy.
+//
+//  - the first message is the manifest: float32 tensors whose byte sizes match their shapes
+//    and add up to its total, a chunk size of at most 1 MiB, the model version asked for;
+//  - then chunks in tensor order and offset order, none empty or larger than the chunk size,
+//    covering every tensor exactly;
+//  - with `verify_hashes`, each tensor's SHA-256 against the manifest's (costs a hash pass
+//    over the model per download, as the real worker pays).
+//
+// Not thread-safe: one per download, fed by the download's reactor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/sha256.h"
+#include "base/status.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::loadgen {
+
+class DownloadCheck {
+ public:
+  // `what` names the transfer in errors ("model version 3 of job job-1-ab12cd for loadgen-7").
+  DownloadCheck(std::string what, uint64_t model_version, bool verify_hashes);
+
+  Status Add(const v1::ModelChunkMessage& message);
+  // Every tensor complete (and its hash right, when checked).
+  Status Finish() const;
+
+  bool has_manifest() const { return has_manifest_; }
+  const v1::TensorManifest& manifest() const { return manifest_; }
+  uint64_t bytes_received() const { return received_; }
+
+ private:
+  Status StartManifest(const v1::ModelChunkMessage& message);
+  Status AddChunk(const v1::TensorChunk& chunk);
+  Status EndTensor();
+  void SkipEmptyTensors();
+
+  std::string what_;
+  uint64_t model_version_;
+  bool verify_hashes_;
+  bool has_manifest_ = false;
+  v1::TensorManifest manifest_;
+  int current_tensor_ = 0;
+  uint64_t current_offset_ = 0;
+  uint64_t received_ = 0;
+  std::unique_ptr<Sha256> hasher_;  // the current tensor's, when hashes are checked
+};
+
+}  // namespace tessera::loadgen

@@ -1,0 +1,73 @@
+#include "bench/loadgen/update_payload.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/tensor.h"
+#include "proto/tensor_transfer.h"
+
+namespace tessera::loadgen {
+namespace {
+
+std::string LayoutKey(const v1::TensorManifest& model) {
+  std::string key;
+  for (const auto& info : model.tensors()) {
+    key += info.name();
+    key += '[';
+    for (int64_t d : info.shape()) key += std::to_string(d) + ',';
+    key += ']';
+  }
+  return key;
+}
+
+}  // namespace
+
+UpdatePayloads::UpdatePayloads(UpdateKind kind, uint32_t chunk_bytes, uint32_t random_variants, uint64_t seed)
+    : kind_(kind),
+      chunk_bytes_(chunk_bytes),
+      variants_(kind == UpdateKind::kZero ? 1 : std::max<uint32_t>(1, random_variants)),
+      seed_(seed) {}
+
+Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::For(const v1::TensorManifest& model, uint64_t variant) {
+  const uint32_t v = static_cast<uint32_t>(variant % variants_);
+  auto key = std::make_pair(LayoutKey(model), v);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = payloads_.find(key); it != payloads_.end()) return it->second;
+  ASSIGN_OR_RETURN(auto payload, Build(model, v));
+  payloads_.emplace(std::move(key), payload);
+  return payload;
+}
+
+Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::Build(const v1::TensorManifest& model,
+                                                                   uint32_t variant) const {
+  std::mt19937_64 engine(seed_ * 0x9E3779B97F4A7C15ull + variant);
+  std::uniform_real_distribution<float> small(-1e-3f, 1e-3f);
+  TensorSet delta;
+  delta.reserve(model.tensors_size());
+  for (const auto& info : model.tensors()) {
+    NamedTensor t;
+    t.name = info.name();
+    t.shape.assign(info.shape().begin(), info.shape().end());
+    if (info.byte_size() % sizeof(float) != 0) {
+      return InvalidArgumentError("model tensor '" + info.name() + "': " + std::to_string(info.byte_size()) +
+                                  " bytes is not a whole number of float32 values");
+    }
+    t.values.assign(info.byte_size() / sizeof(float), 0.0f);
+    if (kind_ == UpdateKind::kRandom) {
+      for (float& x : t.values) x = small(engine);
+    }
+    delta.push_back(std::move(t));
+  }
+  auto payload = std::make_shared<UpdatePayload>();
+  payload->manifest = wire::BuildManifest(delta, chunk_bytes_);
+  payload->bytes = payload->manifest.total_bytes();
+  RETURN_IF_ERROR(wire::ForEachChunk(delta, chunk_bytes_, 0, [&](const v1::TensorChunk& chunk) {
+    v1::UpdateChunkMessage message;
+    *message.mutable_chunk() = chunk;
+    payload->chunks.push_back(std::move(message));
+    return Status::Ok();
+  }));
+  return std::shared_ptr<const UpdatePayload>(std::move(payload));
+}
+
+}  // namespace tessera::loadgen

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# tessera-loadgen against a real tessera-coordinator on loopback: 20 simulated clients run a
+# 2-round SimpleCNN job (random updates, hash-checked downloads); every round must commit on
+# its first attempt with all 20 clients accepted, and no client may be refused or dropped.
+# Then the same clients idle for a second: every heartbeat answered. No timing is asserted.
+#   loadgen_test.sh COORDINATOR_BIN LOADGEN_BIN
+set -euo pipefail
+coordinator_bin=$1
+loadgen_bin=$2
+if [ ! -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ]; then
+  echo "SKIP: the coordinator evaluates on Fashion-MNIST's test set (Debian's dataset-fashion-mnist), not installed"
+  exit 77
+fi
+dir=$(mktemp -d "${TMPDIR:-/tmp}/loadgen-test.XXXXXX")
+coordinator_pid=
+cleanup() {
+  if [ -n "$coordinator_pid" ]; then
+    kill -TERM "$coordinator_pid" 2>/dev/null || true
+    wait "$coordinator_pid" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*"
+  for f in "$dir"/*.log; do echo "--- $f"; tail -n 40 "$f"; done
+  exit 1
+}
+
+echo loadgen-test-token > "$dir/token"
+"$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$dir/state" --join-token-file "$dir/token" \
+  > "$dir/coordinator.log" 2>&1 &
+coordinator_pid=$!
+port=
+for _ in $(seq 1 300); do
+  port=$(sed -n 's/^tessera-coordinator listening on port \([0-9]*\).*/\1/p' "$dir/coordinator.log")
+  [ -n "$port" ] && break
+  kill -0 "$coordinator_pid" 2>/dev/null || fail "the coordinator exited"
+  sleep 0.1
+done
+[ -n "$port" ] || fail "the coordinator did not say which port it listens on"
+
+# Bad flags are refused before anything runs.
+if "$loadgen_bin" --no-such-flag > "$dir/usage.log" 2>&1; then fail "an unknown flag was accepted"; fi
+if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --update sometimes \
+  > "$dir/usage.log" 2>&1; then fail "--update sometimes was accepted"; fi
+
+export OPENBLAS_NUM_THREADS=1
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --clients 20 --channels 2 \
+    --rounds 2 --warmup 0 --update random --verify-downloads --max-test-samples 100 --timeout-s 240 \
+    --coordinator-pid "$coordinator_pid" > "$dir/rounds.log" 2>&1; then
+  fail "the load generator reported a failure"
+fi
+grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=20 .*all_accepted=yes' "$dir/rounds.log" ||
+  fail "expected 2 committed rounds with all 20 clients accepted"
+for r in 1 2; do
+  grep -Eq "^ +$r +1 +20/20 " "$dir/rounds.log" || fail "round $r: expected attempt 1 with 20/20 accepted"
+done
+grep -q ' uploads_accepted=40 ' "$dir/rounds.log" || fail "expected 40 accepted uploads"
+grep -q ' downloads=40 ' "$dir/rounds.log" || fail "expected 40 checked downloads"
+
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --clients 20 \
+    --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then
+  fail "idle clients reported a failure"
+fi
+grep -q '^idle: clients=20 ' "$dir/idle.log" || fail "expected the idle report"
+echo "PASS"
+cat "$dir/rounds.log"
