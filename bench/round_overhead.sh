@@ -64,7 +64,7 @@ for row in ${rows//,/ }; do
   start_coordinator
   log="$row_dir/loadgen.log"
   # shellcheck disable=SC2086
-  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" \
+  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --admin-token-file "$admin_file" \
       --clients "$n" --channels "$channels" $flags --rounds "$rounds" --warmup "$warmup" --update "$update" \
       --max-test-samples "$max_test" --coordinator-pid "$coordinator_pid" --timeout-s 300 > "$log" 2>&1; then
     status=1
@@ -82,7 +82,7 @@ done
 if [ "$idle_clients" -gt 0 ]; then
   start_coordinator
   log="$work/loadgen-idle-$idle_clients.log"
-  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" \
+  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --admin-token-file "$admin_file" \
       --clients "$idle_clients" --channels "$channels" --idle-s "$idle_s" --coordinator-pid "$coordinator_pid" \
       --timeout-s 300 > "$log" 2>&1; then
     status=1

@@ -42,8 +42,11 @@ start_coordinator() {
   row_dir=$(mktemp -d "${work:?}/row.XXXXXX")
   token_file="$row_dir/join-token"
   head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
+  admin_file="$row_dir/admin-token"
+  head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$admin_file"
   # shellcheck disable=SC2086
   "$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$row_dir/state" --join-token-file "$token_file" \
+    --insecure --admin-token-file "$admin_file" \
     --log-level "${COORDINATOR_LOG_LEVEL:-warn}" ${COORDINATOR_FLAGS:-} > "$row_dir/coordinator.log" 2>&1 &
   coordinator_pid=$!
   coordinator_port=

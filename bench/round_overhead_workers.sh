@@ -76,13 +76,13 @@ for row in ${rows//,/ }; do
   bytes=$(( 2 * n * $(model_parameters "$model") * 4 ))
   start_coordinator
   for i in $(seq 0 $((n - 1))); do
-    "$worker_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --name "worker-$i" \
+    "$worker_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --insecure --name "worker-$i" \
       --data-dir "$data_dir" --log-level warn > "$row_dir/worker-$i.log" 2>&1 &
     worker_pids+=($!)
   done
   log="$row_dir/loadgen.log"
   # shellcheck disable=SC2086
-  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --clients 0 --job-clients "$n" $flags \
+  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --clients 0 --admin-token-file "$admin_file" --job-clients "$n" $flags \
       --partition local-files --local-epochs 1 --batch-size 1 --rounds "$rounds" --warmup "$warmup" \
       --max-test-samples "$max_test" --coordinator-pid "$coordinator_pid" --timeout-s 400 > "$log" 2>&1; then
     status=1

@@ -57,6 +57,8 @@ struct Settings {
   std::string coordinator = "127.0.0.1:7070";
   std::string join_token;
   std::string join_token_file;
+  std::string admin_token;  // the job service's operator credential (a plaintext coordinator)
+  std::string admin_token_file;
   int64_t clients = 10;
   int64_t channels = 0;
   int64_t join_window = 64;
@@ -125,6 +127,9 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   if (!s.join_token_file.empty()) {
     if (!s.join_token.empty()) return InvalidArgumentError("--join-token and --join-token-file: give one, not both");
     ASSIGN_OR_RETURN(s.join_token, ReadSecretFile("join-token-file", s.join_token_file));
+  }
+  if (!s.admin_token_file.empty()) {
+    ASSIGN_OR_RETURN(s.admin_token, ReadSecretFile("admin-token-file", s.admin_token_file));
   }
   RETURN_IF_ERROR(CheckRange("clients", s.clients, 0, 100000));
   if (s.clients > 0 && s.join_token.empty()) {
@@ -337,6 +342,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     *request.mutable_spec() = MakeJobSpec(js);
     auto parameters = ModelParameters(request.spec());
     grpc::ClientContext ctx;
+    if (!s.admin_token.empty()) ctx.AddMetadata("authorization", "Bearer " + s.admin_token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::SubmitJobResponse response;
     job_window.Restart();
@@ -360,6 +366,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
   bool ended = false;
   while (Clock::now() < deadline) {
     grpc::ClientContext ctx;
+    if (!s.admin_token.empty()) ctx.AddMetadata("authorization", "Bearer " + s.admin_token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::GetJobRequest request;
     request.set_job_id(job_id);
@@ -381,6 +388,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
   if (!ended) {
     std::printf("FAILED: job %s did not end within --timeout-s %.0f; cancelling it\n", job_id.c_str(), s.timeout_s);
     grpc::ClientContext ctx;
+    if (!s.admin_token.empty()) ctx.AddMetadata("authorization", "Bearer " + s.admin_token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::CancelJobRequest cancel;
     cancel.set_job_id(job_id);
@@ -389,6 +397,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
   }
   {
     grpc::ClientContext ctx;
+    if (!s.admin_token.empty()) ctx.AddMetadata("authorization", "Bearer " + s.admin_token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::GetJobRequest request;
     request.set_job_id(job_id);
@@ -434,6 +443,8 @@ int main(int argc, char** argv) {
   FlagSet flags;
   flags.String("coordinator", &s.coordinator, "the coordinator's address");
   flags.String("join-token-file", &s.join_token_file, "read the join token from this file");
+  flags.String("admin-token-file", &s.admin_token_file,
+               "read the operator's admin token (for submitting and reading the job) from this file");
   flags.String("join-token", &s.join_token, "the join token itself");
   flags.Int("clients", &s.clients, "simulated clients (0: only submit the job and report on it)");
   flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin; 0: one per client, as real workers");

@@ -28,7 +28,9 @@ fail() {
 }
 
 echo loadgen-test-token > "$dir/token"
+echo loadgen-test-admin > "$dir/admin"
 "$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$dir/state" --join-token-file "$dir/token" \
+  --insecure --admin-token-file "$dir/admin" \
   > "$dir/coordinator.log" 2>&1 &
 coordinator_pid=$!
 port=
@@ -42,11 +44,11 @@ done
 
 # Bad flags are refused before anything runs.
 if "$loadgen_bin" --no-such-flag > "$dir/usage.log" 2>&1; then fail "an unknown flag was accepted"; fi
-if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --update sometimes \
+if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --update sometimes \
   > "$dir/usage.log" 2>&1; then fail "--update sometimes was accepted"; fi
 
 export OPENBLAS_NUM_THREADS=1
-if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --clients 20 --channels 2 \
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 --channels 2 \
     --rounds 2 --warmup 0 --update random --verify-downloads --max-test-samples 100 --timeout-s 240 \
     --coordinator-pid "$coordinator_pid" > "$dir/rounds.log" 2>&1; then
   fail "the load generator reported a failure"
@@ -59,7 +61,7 @@ done
 grep -q ' uploads_accepted=40 ' "$dir/rounds.log" || fail "expected 40 accepted uploads"
 grep -q ' downloads=40 ' "$dir/rounds.log" || fail "expected 40 checked downloads"
 
-if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --clients 20 \
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 \
     --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then
   fail "idle clients reported a failure"
 fi
