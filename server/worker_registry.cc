@@ -117,7 +117,7 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
   }
   w.last_heard = std::chrono::steady_clock::now();
   w.last_heard_unix_ms = UnixMillis();
-  if (!state.empty() && state != w.status.state()) w.status.set_state(state.substr(0, 32));
+  if (!state.empty() && state != w.status.state()) w.status.set_state(state);  // escaped and capped by the service
   return Status::Ok();
 }
 
