@@ -22,26 +22,18 @@
 #include <memory>
 
 #include "base/escape.h"
+#include "proto/openssl_handles.h"
 #include "proto/transport_security.h"
 
 namespace tessera::cli {
 namespace {
 
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
 struct ExtensionFree {
   void operator()(X509_EXTENSION* e) const { X509_EXTENSION_free(e); }
 };
-using BioPtr = std::unique_ptr<BIO, BioFree>;
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
+using wire::BioPtr;
+using wire::KeyPtr;
+using wire::X509Ptr;
 
 Status OpenSslError(const std::string& what) {
   return InternalError(what + " failed (OpenSSL)");

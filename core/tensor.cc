@@ -30,9 +30,16 @@ int64_t TotalElements(const TensorSet& tensors) {
 }
 
 std::string TensorSetSha256(const TensorSet& tensors) {
+  std::vector<std::string> hashes;
+  hashes.reserve(tensors.size());
+  for (const auto& t : tensors) hashes.push_back(t.Sha256());
+  return TensorSetSha256(tensors, hashes);
+}
+
+std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::string>& tensor_hashes) {
   Sha256 hasher;
-  for (const auto& t : tensors) {
-    std::string line = t.name + ShapeToString(t.shape) + t.Sha256() + "\n";
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string line = tensors[i].name + ShapeToString(tensors[i].shape) + tensor_hashes[i] + "\n";
     hasher.Update(line.data(), line.size());
   }
   return hasher.FinishHex();

@@ -28,6 +28,9 @@ std::string ShapeToString(const std::vector<int64_t>& shape);  // "[6, 1, 5, 5]"
 int64_t TotalElements(const TensorSet& tensors);
 // Hash of a whole set: SHA-256 over every tensor's name, shape and content hash in order.
 std::string TensorSetSha256(const TensorSet& tensors);
+// The same from each tensor's hash already computed (tensor_hashes[i] == tensors[i].Sha256()),
+// so that a set whose tensors were hashed for a manifest is not hashed again.
+std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::string>& tensor_hashes);
 
 // Checks that `candidate` has exactly the names, shapes and order of `reference`, and that
 // every value is finite. The error names the first offending tensor and what was expected;

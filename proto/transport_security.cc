@@ -16,24 +16,13 @@
 #include <iterator>
 
 #include "base/escape.h"
+#include "proto/openssl_handles.h"
 
 namespace tessera::wire {
 namespace {
 
 constexpr size_t kMaxPemBytes = 64 * 1024;
 
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct KeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using BioPtr = std::unique_ptr<BIO, BioFree>;
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using KeyPtr = std::unique_ptr<EVP_PKEY, KeyFree>;
 
 X509Ptr ParseCertificate(const std::string& pem) {
   BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));

@@ -374,7 +374,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
 
   // Aggregation (the streaming part already happened as updates arrived).
   ASSIGN_OR_RETURN(StrategyStep step, open->Finish(*strategy_));
-  TensorSet& next = step.model;
+  TensorSet next = std::move(step.model);
   open->FillRecord(&record);
 
   // Evaluation.
@@ -384,7 +384,9 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   record.mutable_latency()->set_evaluation_ms(MillisSince(eval_start));
   record.set_test_accuracy(accuracy);
   record.set_test_loss(loss);
-  record.set_model_sha256(TensorSetSha256(next));
+  // Encoded for download once, here, not by each download; its hash is the record's.
+  auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(next)), round, options_.chunk_bytes);
+  record.set_model_sha256(encoded->sha256());
 
   // Commit: the checkpoint and the round record together.
   const auto commit_start = Clock::now();
@@ -394,7 +396,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   *committed.mutable_last_round() = record;
   // The strategy's next state goes into the same checkpoint file as the model: both are
   // of this round, or neither is.
-  RETURN_IF_ERROR(store_->CommitRound(committed, record, JoinModelAndState(next, step.state)));
+  RETURN_IF_ERROR(store_->CommitRound(committed, record, JoinModelAndState(encoded->tensors(), step.state)));
   strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));
@@ -402,8 +404,6 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
   }
-  // Encoded for download once, here, not by each download.
-  auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(next)), round, options_.chunk_bytes);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_rounds_committed(round);

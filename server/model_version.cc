@@ -14,7 +14,9 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
   const TensorSet& set = *m->tensors_;
   *m->manifest_.mutable_manifest() = wire::BuildManifest(set, chunk_bytes);
   m->total_bytes_ = m->manifest_.manifest().total_bytes();
-  m->sha256_ = TensorSetSha256(set);
+  std::vector<std::string> hashes;
+  for (const auto& info : m->manifest_.manifest().tensors()) hashes.push_back(info.sha256());
+  m->sha256_ = TensorSetSha256(set, hashes);  // from the manifest's hashes: the tensors are hashed once
   m->manifest_.set_model_version(version);
   m->manifest_.set_model_sha256(m->sha256_);
   uint64_t position = 0;

@@ -12,7 +12,6 @@ void RendezvousStore::Set(const std::string& key, std::string value) {
     std::lock_guard<std::mutex> lock(mu_);
     values_[key] = value;
     ready = TakeWaitersLocked(key);
-    cv_.notify_all();
   }
   for (auto& w : ready) w.done(value);
 }
@@ -91,15 +90,6 @@ void RendezvousStore::Shutdown() {
   for (auto& [key, w] : pending) w.done(UnavailableError("the coordinator is shutting down"));
 }
 
-Result<std::string> RendezvousStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
-    return DeadlineExceededError("rendezvous key '" + key + "' was not set within " +
-                                 std::to_string(timeout.count()) + " ms");
-  }
-  return values_[key];
-}
-
 Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
   std::vector<Waiter> ready;
   int64_t value = 0;
@@ -119,7 +109,6 @@ Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
     slot = std::to_string(value);
     text = slot;
     ready = TakeWaitersLocked(key);
-    cv_.notify_all();
   }
   for (auto& w : ready) w.done(text);
   return value;

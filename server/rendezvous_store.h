@@ -2,7 +2,7 @@
 // publish their addresses and ids under the round's prefix and wait for each other's.
 // Entries live in memory; a round's keys are dropped when the round closes.
 //
-// Thread-safe. Get blocks for at most its timeout; GetAsync blocks no thread: its callback
+// Thread-safe. GetAsync blocks no thread: its callback
 // runs on the thread that sets the key, or on the store's one timer thread at the deadline.
 #pragma once
 
@@ -29,9 +29,8 @@ class RendezvousStore {
   ~RendezvousStore();
 
   void Set(const std::string& key, std::string value);
-  // The value of `key`, waiting up to `timeout` for it to be set; DeadlineExceeded naming it.
-  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout);
-  // The same without a waiting thread: `done` is called exactly once, with the value, with
+  // The value of `key`, waiting up to `timeout` for it to be set, without a waiting thread:
+  // `done` is called exactly once, with the value, with
   // DeadlineExceeded after `timeout`, or with Unavailable at Shutdown(). Never under the
   // store's lock, possibly before GetAsync returns.
   void GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done);
@@ -55,7 +54,6 @@ class RendezvousStore {
   void TimerLoop();
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // Get's waiters
   std::condition_variable timer_cv_;  // the timer thread
   std::map<std::string, std::string> values_;
   std::multimap<std::string, Waiter> waiters_;  // by key

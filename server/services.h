@@ -6,9 +6,8 @@
 // model downloads and update uploads, the rendezvous StoreGet and the heartbeat use gRPC's
 // callback API: an open stream holds no thread, and is written by the thread that queues a
 // task (WorkerRegistry::Send), publishes an event (JobEvents::Publish) or completed the
-// previous read or write. A download sends the messages its ModelVersion encoded once; an
-// upload is assembled chunk by chunk as reads complete. The other methods are synchronous
-// and short.
+// previous read or write; downloads and uploads are in transfers.h. The other methods are
+// synchronous and short.
 #pragma once
 
 #include <memory>

@@ -119,35 +119,51 @@ TEST(ProcessTest, AKilledWorkerDoesNotStallTheRoundAndRejoinsWhenRestarted) {
   EXPECT_TRUE(w2_back) << coordinator->Log();
 }
 
-TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
-  TempDir dir("kill-coordinator");
-  int port = 0;
-  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
-  ASSERT_GT(port, 0) << coordinator->Log();
-  std::vector<std::unique_ptr<Process>> workers;
-  for (const char* name : {"w1", "w2", "w3"}) workers.push_back(StartWorker(dir, port, name));
-  auto stub = JobStub(port);
-  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
-
-  const uint32_t rounds = 6;
+std::string Submit(v1::JobService::Stub& stub, const v1::JobSpec& spec) {
   grpc::ClientContext ctx;
   v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = CnnJob(rounds, 1);
+  *submit.mutable_spec() = spec;
   v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(stub->SubmitJob(&ctx, submit, &submitted).ok());
-  const std::string job = submitted.job().id();
+  grpc::Status s = stub.SubmitJob(&ctx, submit, &submitted);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return submitted.job().id();
+}
 
-  // Let two rounds commit, then kill the coordinator without warning.
-  v1::GetJobResponse before;
-  ASSERT_TRUE(WaitUntil(
+std::vector<std::unique_ptr<Process>> StartThreeWorkers(const TempDir& dir, int port) {
+  std::vector<std::unique_ptr<Process>> workers;
+  for (const char* name : {"w1", "w2", "w3"}) workers.push_back(StartWorker(dir, port, name));
+  return workers;
+}
+
+// Waits until `job` has committed at least `rounds` rounds; *seen holds the job and its rounds.
+bool WaitForCommitted(v1::JobService::Stub& stub, const std::string& job, uint32_t rounds, v1::GetJobResponse* seen) {
+  return WaitUntil(
       [&] {
         grpc::ClientContext c;
         v1::GetJobRequest request;
         request.set_job_id(job);
         request.set_include_rounds(true);
-        return stub->GetJob(&c, request, &before).ok() && before.job().rounds_committed() >= 2;
+        return stub.GetJob(&c, request, seen).ok() && seen->job().rounds_committed() >= rounds;
       },
-      std::chrono::seconds(120)));
+      std::chrono::seconds(120));
+}
+
+TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
+  TempDir dir("kill-coordinator");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  auto workers = StartThreeWorkers(dir, port);
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
+
+  const uint32_t rounds = 6;
+  const std::string job = Submit(*stub, CnnJob(rounds, 1));
+  ASSERT_FALSE(job.empty());
+
+  // Let two rounds commit, then kill the coordinator without warning.
+  v1::GetJobResponse before;
+  ASSERT_TRUE(WaitForCommitted(*stub, job, 2, &before));
   coordinator->Kill(SIGKILL);
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
   ASSERT_GT(port, 0) << restarted->Log();
@@ -174,23 +190,12 @@ TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
   EXPECT_EQ(last.clients_reported(), 3u);
 }
 
-std::string Submit(v1::JobService::Stub& stub, const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = spec;
-  v1::SubmitJobResponse submitted;
-  grpc::Status s = stub.SubmitJob(&ctx, submit, &submitted);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  return submitted.job().id();
-}
-
 TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterruptedRun) {
   TempDir dir("kill-fedavgm");
   int port = 0;
   auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
   ASSERT_GT(port, 0) << coordinator->Log();
-  std::vector<std::unique_ptr<Process>> workers;
-  for (const char* name : {"w1", "w2", "w3"}) workers.push_back(StartWorker(dir, port, name));
+  auto workers = StartThreeWorkers(dir, port);
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
 
@@ -208,15 +213,8 @@ TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterrup
   ASSERT_EQ(uninterrupted.rounds_size(), static_cast<int>(rounds));
 
   const std::string job = Submit(*stub, spec);
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        grpc::ClientContext c;
-        v1::GetJobRequest request;
-        request.set_job_id(job);
-        v1::GetJobResponse response;
-        return stub->GetJob(&c, request, &response).ok() && response.job().rounds_committed() >= 2;
-      },
-      std::chrono::seconds(120)));
+  v1::GetJobResponse before;
+  ASSERT_TRUE(WaitForCommitted(*stub, job, 2, &before));
   coordinator->Kill(SIGKILL);
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
   ASSERT_GT(port, 0) << restarted->Log();

@@ -1,0 +1,264 @@
+#include "server/transfers.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/escape.h"
+#include "proto/grpc_status.h"
+#include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
+#include "server/coordinator.h"
+
+namespace tessera::server {
+namespace {
+
+using wire::ToGrpc;
+
+// One model download, written from the version's pre-built messages: the manifest, then
+// every chunk, each write started when the previous one completes. No thread waits on a
+// slow worker, and no download hashes or copies the model again.
+class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMessage> {
+ public:
+  // `admitted`: the caller's credential and the request's fields, checked by the service.
+  DownloadReactor(Coordinator* c, const v1::DownloadModelRequest& request, const Status& admitted)
+      : worker_id_(request.worker_id()) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
+    if (Status s = c->registry().Authenticate(request.worker_id(), request.session()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    runner_ = c->Runner(request.job_id());
+    if (!runner_) {
+      Finish(ToGrpc(NotFoundError("job '" + request.job_id().substr(0, 64) + "' is not running on this coordinator")));
+      return;
+    }
+    auto model = runner_->Model(request.model_version());
+    if (!model.ok()) {
+      Finish(ToGrpc(model.status()));
+      return;
+    }
+    model_ = std::move(model).value();
+    auto plan = model_->PlanDownload(request.resume_offset());
+    if (!plan.ok()) {
+      Finish(ToGrpc(plan.status()));
+      return;
+    }
+    plan_ = std::move(plan).value();
+    next_ = plan_.first_chunk;
+    StartWrite(&model_->manifest_message());
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(ToGrpc(CancelledError("the worker went away mid-download")));
+      return;
+    }
+    if (plan_.first_partial) {
+      partial_ = std::move(plan_.first_partial);
+      StartWrite(partial_.get());
+      return;
+    }
+    if (next_ < model_->chunks().size()) {
+      StartWrite(&model_->chunks()[next_++]);
+      return;
+    }
+    runner_->RecordDownload(worker_id_, model_->version());
+    Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const std::string worker_id_;
+  std::shared_ptr<JobRunner> runner_;
+  std::shared_ptr<const ModelVersion> model_;  // kept alive until the download ends
+  ModelVersion::Plan plan_;
+  std::unique_ptr<v1::ModelChunkMessage> partial_;  // the resumed first chunk, while it is written
+  size_t next_ = 0;
+};
+
+// One upload, read with the callback API: each chunk is checked and placed as it arrives, on
+// whichever thread completed the read; no thread waits for a slow worker's next chunk. The
+// header is checked before any tensor bytes are taken; the verdict goes back in the reply
+// and down the worker's task channel.
+class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessage> {
+ public:
+  UploadReactor(Coordinator* c, v1::UploadResult* result, UploadChecks checks)
+      : c_(c), result_(result), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
+    StartRead(&message_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!have_header_) {
+      if (!ok || !message_.has_header()) {
+        Finish(ToGrpc(InvalidArgumentError("an upload must start with its header")));
+        return;
+      }
+      have_header_ = true;
+      header_ = std::move(*message_.mutable_header());
+      if (!Admit()) return;
+      // Nothing more is read until the upload's bytes fit the coordinator's budget.
+      c_->upload_budget().Acquire(budget_bytes_, [this] { Granted(); });
+      return;
+    }
+    if (!ok) {  // the worker has sent everything
+      Complete();
+      return;
+    }
+    Status added = message_.has_chunk()
+                       ? assembler_->Add(message_.chunk())
+                       : InvalidArgumentError(what_ + ": expected tensor chunks after the header");
+    if (!added.ok()) {
+      runner_->RejectUpload(header_, added);
+      Refuse(added);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  // A cancel while waiting for the budget is handled when the budget is granted (the grant
+  // holds this reactor); in every other state a read in flight fails and says so.
+  void OnCancel() override { cancelled_ = true; }
+
+  void OnDone() override {
+    assembler_.reset();
+    if (holding_budget_) c_->upload_budget().Release(budget_bytes_);
+    delete this;
+  }
+
+ private:
+  // Checks the header; false when the upload has been answered already.
+  bool Admit() {
+    Status checked = checks_.header(header_);
+    if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
+    if (!checked.ok()) {
+      Finish(ToGrpc(checked));
+      return false;
+    }
+    header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
+    runner_ = c_->Runner(header_.job_id());
+    if (!runner_) {
+      Refuse(NotFoundError("job '" + header_.job_id() + "' is not running on this coordinator"));
+      return false;
+    }
+    // Refuse early, before reading the tensors, when the header alone disqualifies it.
+    if (Status admitted = runner_->AdmitUpload(header_); !admitted.ok()) {
+      if (admitted.code() == StatusCode::kInvalidArgument) {
+        runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
+      } else {
+        checks_.refused(admitted.message());
+        c_->registry().RecordRound(header_.worker_id(), false);
+      }
+      Refuse(admitted);
+      return false;
+    }
+    if (!header_.failure().empty()) {
+      Status noted = runner_->ReportFailure(header_);
+      result_->set_accepted(noted.ok());
+      result_->set_reason(noted.ok() ? "failure noted" : noted.message());
+      Finish(grpc::Status::OK);
+      return false;
+    }
+    what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
+            std::to_string(header_.round());
+    auto sets = wire::UpdateSets(header_, what_);  // checked by AdmitUpload already
+    if (!sets.ok()) {
+      runner_->RejectUpload(header_, sets.status());
+      Refuse(sets.status());
+      return false;
+    }
+    sets_ = std::move(sets).value();
+    combined_ = wire::CombinedManifest(sets_);
+    budget_bytes_ = std::min<uint64_t>(combined_.total_bytes(), runner_->model_bytes());
+    return true;
+  }
+
+  // The upload's bytes are reserved: its buffers may be allocated and its chunks read.
+  void Granted() {
+    holding_budget_ = true;
+    if (cancelled_) {
+      Finish(ToGrpc(CancelledError("the worker went away while its upload waited for memory")));
+      return;
+    }
+    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
+    if (Status started = assembler_->Start(combined_); !started.ok()) {
+      runner_->RejectUpload(header_, started);
+      Refuse(started);
+      return;
+    }
+    StartRead(&message_);
+  }
+
+  void Complete() {
+    Result<TensorSet> tensors = assembler_->Finish();
+    const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (!tensors.ok()) {
+      runner_->RejectUpload(header_, tensors.status());
+      Refuse(tensors.status());
+      return;
+    }
+    std::map<std::string, TensorSet> sets = wire::SplitSets(std::move(tensors).value(), sets_);
+    const TensorSet delta = std::move(sets[wire::kDeltaSet]);
+    sets.erase(wire::kDeltaSet);
+    Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets);
+    if (!verdict.ok()) {
+      Refuse(verdict);
+      return;
+    }
+    result_->set_accepted(true);
+    Finish(grpc::Status::OK);
+  }
+
+  // The update is refused: the reply says why, and so does the worker's task channel.
+  void Refuse(const Status& why) {
+    result_->set_accepted(false);
+    result_->set_reason(why.message());
+    v1::Task verdict;
+    verdict.mutable_verdict()->set_job_id(header_.job_id());
+    verdict.mutable_verdict()->set_round(header_.round());
+    verdict.mutable_verdict()->set_attempt(header_.attempt());
+    verdict.mutable_verdict()->set_accepted(false);
+    verdict.mutable_verdict()->set_reason(why.message());
+    c_->registry().Send(header_.worker_id(), std::move(verdict)).ok();
+    Finish(grpc::Status::OK);
+  }
+
+  Coordinator* const c_;
+  v1::UploadResult* const result_;
+  const UploadChecks checks_;
+  const std::chrono::steady_clock::time_point start_;
+  v1::UpdateChunkMessage message_;
+  bool have_header_ = false;
+  v1::UpdateHeader header_;
+  std::shared_ptr<JobRunner> runner_;
+  std::string what_;
+  std::vector<v1::TensorSetInfo> sets_;  // the envelope's sets, in chunk order
+  v1::TensorManifest combined_;          // every set's tensors, as the chunks carry them
+  uint64_t budget_bytes_ = 0;            // taken from the upload budget once granted
+  bool holding_budget_ = false;
+  std::atomic<bool> cancelled_{false};
+  std::unique_ptr<wire::TensorAssembler> assembler_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, const v1::DownloadModelRequest& request,
+                                                               const Status& admitted) {
+  return new DownloadReactor(c, request, admitted);
+}
+
+grpc::ServerReadReactor<v1::UpdateChunkMessage>* StartUpload(Coordinator* c, v1::UploadResult* result,
+                                                             UploadChecks checks) {
+  return new UploadReactor(c, result, std::move(checks));
+}
+
+}  // namespace tessera::server
