@@ -96,6 +96,13 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
 Status FlagSet::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "-h" && flags_.count("help")) arg = "--help";
+    if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' && !std::isdigit(static_cast<unsigned char>(arg[1])) &&
+        arg[1] != '.') {
+      // "-x" is a mistyped flag, never an argument: no job id, file or name Tessera takes
+      // starts with a dash.
+      return InvalidArgumentError("unknown flag " + EscapeUntrusted(arg) + " (flags start with two dashes; see --help)");
+    }
     if (arg.rfind("--", 0) != 0 || arg == "--") {
       positional_.push_back(arg);
       continue;
@@ -121,10 +128,14 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
   return Status::Ok();
 }
 
-std::string FlagSet::Usage() const {
+std::string FlagSet::Usage() const { return Usage(order_); }
+
+std::string FlagSet::Usage(const std::vector<std::string>& only) const {
   std::ostringstream out;
-  for (const auto& name : order_) {
-    const Flag& f = flags_.at(name);
+  for (const auto& name : only) {
+    auto found = flags_.find(name);
+    if (found == flags_.end()) continue;
+    const Flag& f = found->second;
     std::string left = "  --" + name + (f.kind == Kind::kBool ? "" : " VALUE");
     out << left;
     for (size_t i = left.size(); i < 30; ++i) out << ' ';

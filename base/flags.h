@@ -35,8 +35,9 @@ class FlagSet {
   // Parses argv[first..]; positional arguments go to positional().
   Status Parse(int argc, char** argv, int first = 1);
   const std::vector<std::string>& positional() const { return positional_; }
-  // "  --name VALUE   help (default: ...)" lines.
+  // "  --name VALUE   help (default: ...)" lines, for every flag or for `only` (in their order).
   std::string Usage() const;
+  std::string Usage(const std::vector<std::string>& only) const;
 
  private:
   enum class Kind { kString, kChoice, kInt, kDouble, kBool };

@@ -1,11 +1,15 @@
 #include "cli/job_client.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <ostream>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "cli/job_spec.h"
@@ -30,11 +34,14 @@ void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
 }
 
-std::string StateName(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return name;
+// One message in the proto3 JSON mapping, on one line.
+std::string Json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  return out;
 }
 
 std::string JobLine(const v1::Job& job) {
@@ -62,6 +69,23 @@ const Phase kPhases[] = {
 };
 
 }  // namespace
+
+std::string StateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name;
+}
+
+std::string DescribeFailure(const Status& status, const std::string& address, const std::string& source) {
+  std::string message = status.message();
+  if (status.code() == StatusCode::kUnavailable || status.code() == StatusCode::kDeadlineExceeded) {
+    message += "\n  no coordinator answered at " + address + " (from " + source +
+               "): is it running there? Give its address with --coordinator HOST:PORT or "
+               "TESSERA_COORDINATOR=HOST:PORT";
+  }
+  return message;
+}
 
 std::string RoundHeader() {
   return Format("%5s %8s %7s %7s %8s %9s %9s %8s %8s %8s %8s", "round", "accuracy", "loss", "clients", "select",
@@ -92,7 +116,8 @@ std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {
   return out;
 }
 
-Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out) {
+Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out,
+                     const PrintOptions& print) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecFile(spec_path));
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
@@ -100,21 +125,26 @@ Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spe
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.SubmitJob(&ctx, request, &response), "submit " + spec_path));
-  out << response.job().id() << "\n";
+  out << (print.json ? Json(response.job()) : response.job().id()) << "\n";
   return Status::Ok();
 }
 
-Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out) {
+Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListJobsResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListJobs(&ctx, v1::ListJobsRequest(), &response), "list jobs"));
+  if (print.json) {
+    out << Json(response) << "\n";
+    return Status::Ok();
+  }
   out << Format("%-18s %-10s %11s %9s  %s\n", "JOB", "STATE", "ROUNDS", "ACCURACY", "NAME");
   for (const auto& job : response.jobs()) out << JobLine(job) << "\n";
   return Status::Ok();
 }
 
-Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out) {
+Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::GetJobRequest request;
@@ -122,6 +152,10 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   request.set_include_rounds(true);
   v1::GetJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
+  if (print.json) {
+    out << Json(response) << "\n";
+    return Status::Ok();
+  }
   const v1::Job& job = response.job();
   out << "job:       " << job.id() << " (" << job.spec().name() << ")\n"
       << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n"
@@ -137,41 +171,92 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   return Status::Ok();
 }
 
-Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out) {
+Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::CancelJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, request, &response), "cancel " + job_id));
-  out << "cancelling " << job_id << "\n";
+  out << (print.json ? Json(response.job()) : "cancelling " + job_id) << "\n";
   return Status::Ok();
 }
 
-Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out) {
-  grpc::ClientContext ctx;
-  v1::WatchJobRequest request;
-  request.set_job_id(job_id);
-  auto reader = stub.WatchJob(&ctx, request);
-  v1::JobEvent event;
+namespace {
+
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
+}
+
+}  // namespace
+
+Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                    const WatchOptions& options) {
+  const bool json = options.print.json;
   std::vector<v1::RoundRecord> rounds;
+  std::set<std::string> notes_shown;  // a reconnected watch replays the job's notes
   v1::Job last_job;
   bool header_done = false;
-  while (reader->Read(&event)) {
-    last_job = event.job();
-    if (event.has_round()) {
-      if (!header_done) {
-        out << RoundHeader() << "\n";
-        header_done = true;
+  uint32_t next_round = 0;
+  bool lost = false;
+  std::chrono::steady_clock::time_point lost_since{};
+  auto backoff = std::chrono::milliseconds(250);
+  for (;;) {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_from_round(next_round);
+    auto reader = stub.WatchJob(&ctx, request);
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+      if (lost) {
+        if (!json) out << "  reconnected to the coordinator" << std::endl;
+        lost = false;
+        backoff = std::chrono::milliseconds(250);
       }
-      out << RoundRow(event.round()) << std::endl;
-      rounds.push_back(event.round());
-    } else if (!event.message().empty()) {
-      out << "  " << event.message() << std::endl;
+      last_job = event.job();
+      if (event.has_round()) {
+        if (event.round().round() < next_round) continue;  // shown before the coordinator restarted
+        next_round = event.round().round() + 1;
+        rounds.push_back(event.round());
+      } else if (!event.message().empty() && !notes_shown.insert(event.message()).second) {
+        continue;
+      }
+      if (json) {
+        out << Json(event) << std::endl;
+      } else if (event.has_round()) {
+        if (!header_done) {
+          out << RoundHeader() << "\n";
+          header_done = true;
+        }
+        out << RoundRow(event.round()) << std::endl;
+      } else if (!event.message().empty()) {
+        out << "  " << event.message() << std::endl;
+      }
     }
+    Status finished = FromGrpc(reader->Finish(), "watch " + job_id);
+    if (Ended(last_job.state())) break;
+    // The stream ended before the job did: the coordinator stopped or cannot be reached.
+    // Anything else (no such job, not allowed) is final.
+    if (!finished.ok() && finished.code() != StatusCode::kUnavailable && finished.code() != StatusCode::kCancelled) {
+      return finished;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!lost) {
+      lost = true;
+      lost_since = now;
+      if (!json) out << "  lost the coordinator; reconnecting for up to " << options.reconnect_for.count() / 1000
+                     << " s (it resumes the job when it restarts)" << std::endl;
+    } else if (now - lost_since >= options.reconnect_for) {
+      return UnavailableError("job " + job_id + ": the coordinator did not come back within " +
+                              std::to_string(options.reconnect_for.count() / 1000) + " s" +
+                              (finished.ok() ? std::string() : " (" + finished.message() + ")"));
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
-  RETURN_IF_ERROR(FromGrpc(reader->Finish(), "watch " + job_id));
-  if (!rounds.empty()) {
+  if (!rounds.empty() && !json) {
     out << "\nfinal test accuracy: " << Format("%.2f%%", 100 * rounds.back().test_accuracy()) << " after "
         << rounds.back().round() << " rounds\n\nround latency by phase (" << rounds.size() << " rounds):\n"
         << LatencySummary(rounds);
@@ -180,19 +265,92 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     return FailedPreconditionError("job " + job_id + " " + StateName(last_job.state()) +
                                    (last_job.error().empty() ? "" : ": " + last_job.error()));
   }
-  if (last_job.state() != v1::JOB_SUCCEEDED) {
-    return UnavailableError("job " + job_id + ": the watch ended before the job did (coordinator shut down?)");
+  return Status::Ok();
+}
+
+Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                     std::ostream& out, const PrintOptions& print) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_include_rounds(true);
+  v1::GetJobResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
+  std::vector<const v1::RoundRecord*> shown;
+  for (const auto& r : response.rounds()) {
+    if (!round || r.round() == *round) shown.push_back(&r);
+  }
+  if (round && shown.empty()) {
+    return NotFoundError("job " + job_id + " has no committed round " + std::to_string(*round) + " (" +
+                         std::to_string(response.job().rounds_committed()) + " committed)");
+  }
+  if (print.json) {
+    for (const auto* r : shown) out << Json(*r) << "\n";
+    return Status::Ok();
+  }
+  if (shown.empty()) {
+    out << "job " << job_id << " (" << StateName(response.job().state()) << ") has no committed round yet\n";
+    return Status::Ok();
+  }
+  for (const auto* r : shown) {
+    const auto& l = r->latency();
+    // The critical path: the reporting worker whose download, compute and upload took longest.
+    int slowest = -1;
+    double slowest_ms = -1;
+    for (int i = 0; i < r->workers_size(); ++i) {
+      const auto& w = r->workers(i);
+      if (w.outcome() != "accepted") continue;
+      const double ms = w.download_ms() + w.compute_ms() + w.upload_ms();
+      if (ms > slowest_ms) slowest_ms = ms, slowest = i;
+    }
+    out << Format("round %u (attempt %u): %u/%u reported, %.2f%% accuracy, %.1f ms in all\n", r->round(),
+                  r->attempt(), r->clients_reported(), r->clients_selected(), 100 * r->test_accuracy(), l.total_ms());
+    out << Format("  %-22s %-18s %8s %10s %10s %10s %10s\n", "WORKER", "OUTCOME", "SAMPLES", "DOWNLOAD", "COMPUTE",
+                  "UPLOAD", "SUM");
+    for (int i = 0; i < r->workers_size(); ++i) {
+      const auto& w = r->workers(i);
+      std::string outcome = w.outcome().substr(0, 40);
+      const double sum = w.download_ms() + w.compute_ms() + w.upload_ms();
+      std::string note = i == slowest ? "  <- slowest (critical path)" : "";
+      if (w.outcome().rfind("dropped", 0) == 0) note = "  <- straggler, dropped";
+      std::string name = w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)";
+      out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms%s\n", name.c_str(), outcome.c_str(),
+                    static_cast<unsigned long long>(w.samples()), w.download_ms(), w.compute_ms(), w.upload_ms(), sum,
+                    note.c_str());
+    }
+    if (slowest >= 0) {
+      const auto& w = r->workers(slowest);
+      out << Format("  critical path: selection %.1f ms, then %s (download %.1f, compute %.1f, upload %.1f ms), "
+                    "straggler wait %.1f, aggregation %.1f, evaluation %.1f, commit %.1f ms\n",
+                    l.selection_ms(), w.worker_id().c_str(), w.download_ms(), w.compute_ms(), w.upload_ms(),
+                    l.straggler_wait_ms(), l.aggregation_ms(), l.evaluation_ms(), l.commit_ms());
+    }
+    out << "\n";
   }
   return Status::Ok();
 }
 
-Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out) {
+Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bool all, const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListWorkersResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListWorkers(&ctx, v1::ListWorkersRequest(), &response), "list workers"));
-  out << Format("%-20s %-6s %-12s %7s %8s %9s  %s\n", "WORKER", "ALIVE", "STATE", "ROUNDS", "REFUSED", "GFLOP/s",
-                "DEVICE");
+  int hidden = 0;
+  if (!all) {
+    auto* workers = response.mutable_workers();
+    const auto gone = std::remove_if(workers->begin(), workers->end(), [](const v1::WorkerStatus& w) { return !w.alive(); });
+    hidden = static_cast<int>(workers->end() - gone);
+    workers->erase(gone, workers->end());
+  }
+  if (print.json) {
+    out << Json(response) << "\n";
+    return Status::Ok();
+  }
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  out << Format("%-20s %-6s %-12s %9s %7s %8s %9s  %s\n", "WORKER", "ALIVE", "STATE", "LAST SEEN", "ROUNDS",
+                "REFUSED", "GFLOP/s", "DEVICE");
   for (const auto& w : response.workers()) {
     std::string device = w.device().name();
     if (w.device().emulated() && device.find("emulated") == std::string::npos) device += " (emulated)";
@@ -201,9 +359,20 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out) {
       device += Format(" [datasheet %.0f GFLOP/s]", std::atof(it->second.c_str()));
     }
     if (!w.cohort().empty()) device += " cohort " + w.cohort();
-    out << Format("%-20s %-6s %-12s %7u %8u %9.1f  %s\n", w.worker_id().c_str(), w.alive() ? "yes" : "no",
-                  w.state().c_str(), w.rounds_completed(), w.updates_rejected(), w.device().measured_gflops(),
-                  device.c_str());
+    std::string seen = "-";
+    if (w.last_heartbeat_unix_ms() > 0) {
+      const int64_t ago_s = std::max<int64_t>(0, now_ms - w.last_heartbeat_unix_ms()) / 1000;
+      seen = ago_s < 120 ? Format("%llds ago", static_cast<long long>(ago_s))
+             : ago_s < 7200 ? Format("%lldm ago", static_cast<long long>(ago_s / 60))
+                            : Format("%lldh ago", static_cast<long long>(ago_s / 3600));
+    }
+    out << Format("%-20s %-6s %-12s %9s %7u %8u %9.1f  %s\n", w.worker_id().c_str(), w.alive() ? "yes" : "no",
+                  w.state().c_str(), seen.c_str(), w.rounds_completed(), w.updates_rejected(),
+                  w.device().measured_gflops(), device.c_str());
+  }
+  if (hidden > 0) {
+    out << hidden << (hidden == 1 ? " worker" : " workers")
+        << " no longer sending heartbeats not shown (tessera workers --all shows them)\n";
   }
   return Status::Ok();
 }

@@ -1,10 +1,16 @@
 // The `tessera` command line's subcommands, each a function over a JobService stub so that
 // tests can run them against an in-process coordinator. Output goes to `out`; errors come
 // back as a Status that names the job, file or field.
+//
+// With `json`, every command prints the coordinator's reply in the proto3 JSON mapping of
+// proto/tessera/v1 (field names as in the .proto files): one object for a listing, one
+// object per line for `watch`.
 #pragma once
 
+#include <chrono>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -12,18 +18,49 @@
 
 namespace tessera::cli {
 
-Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out);
-Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out);
-Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out);
-Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out);
+struct PrintOptions {
+  bool json = false;
+};
+
+Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out,
+                     const PrintOptions& print = {});
+Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const PrintOptions& print = {});
+Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print = {});
+Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print = {});
+
+// Every worker of each committed round (or of round `round` alone): its outcome, samples,
+// download, compute and upload times, the slowest reporting worker marked as the round's
+// critical path.
+Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                     std::ostream& out, const PrintOptions& print = {});
+
+struct WatchOptions {
+  PrintOptions print;
+  // While the coordinator is unreachable, try again for this long (it may be restarting:
+  // a restarted coordinator resumes the job) before giving up.
+  std::chrono::milliseconds reconnect_for{std::chrono::minutes(5)};
+};
 // Streams the job's rounds as a table until the job ends; then prints the latency summary.
-// Returns an error when the job ended FAILED or CANCELLED.
-Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out);
-Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out);
+// Reconnects when the coordinator goes away, printing each round once. Returns an error
+// when the job ended failed or cancelled.
+Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                    const WatchOptions& options = {});
+
+// The workers alive now; with `all`, also those that stopped sending heartbeats.
+Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bool all = false,
+                      const PrintOptions& print = {});
 
 // Median and maximum of every latency phase over `rounds`, as a table.
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds);
 std::string RoundRow(const v1::RoundRecord& round);
 std::string RoundHeader();
+// "succeeded", "failed", ...: a job state as every message shows it.
+std::string StateName(v1::JobState state);
+
+// `status`'s message with a hint when no coordinator answered at `address` (`source` says
+// where the address came from: "--coordinator", "$TESSERA_COORDINATOR" or "the default").
+std::string DescribeFailure(const Status& status, const std::string& address, const std::string& source);
 
 }  // namespace tessera::cli

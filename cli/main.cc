@@ -1,9 +1,18 @@
 // tessera: the command line for federated jobs.
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <tuple>
+#include <utility>
+#include <vector>
+
+#include "base/escape.h"
+#include "tessera/config.h"
 
 #include "base/flags.h"
 #include "base/host_port.h"
@@ -18,42 +27,26 @@ namespace {
 
 const char kUsage[] = R"(tessera: launch federated jobs on a Tessera coordinator and watch their rounds.
 
-Usage: tessera [--coordinator HOST:PORT] COMMAND [ARGS]
+Usage: tessera [--coordinator HOST:PORT] COMMAND [ARGS] [--json]
+       tessera help COMMAND      (or tessera COMMAND --help): one command's use and flags
 
 Commands:
-  submit JOB.toml    check a job spec and submit it; prints the job's id
-  check JOB.toml     check a job spec and print it as the coordinator will read it
-  jobs               list jobs with their state, rounds and accuracy
-  status JOB         one job: state, every committed round, latency by phase
-  watch JOB          follow a job live: one line per round (accuracy, loss, clients,
-                     latency by phase), then the final accuracy and a latency summary
-  cancel JOB         cancel a running job
-  workers            list the workers: alive or not, state, rounds, device
-  devices            this node's devices, viable or not and why, with measured GEMM
-                     throughput and bandwidth beside each profile's figures; with
-                     --model M, the migration risk list of M on each device
-  bench collectives  allreduce time, algbw and busbw over message sizes and rank counts,
-                     ranks as processes on loopback, every result checked (flags after
-                     `collectives`: --backends p2p,gloo --ranks 2,4 --min-bytes N
-                     --max-bytes N --repeat N --tcp-ceiling)
-  align              the same samples through two devices (--a, --b) with the same
-                     weights: per-sample MAE, top-1 agreement, the worst 5%
-  provision          the certificates of a deployment (flags: --out DIR
-                     --coordinator-host HOST[,HOST] --workers a,b,c --operators ops
-                     [--days N]): a CA, the coordinator's certificate, one per worker and
-                     per operator, each in a directory for --tls-dir (see docs/SECURITY.md)
+)";
 
+const char kUsageEnd[] = R"(
 The coordinator's address comes from --coordinator, else $TESSERA_COORDINATOR, else
 127.0.0.1:7070. The coordinator is verified over TLS (--tls-ca, or --tls-dir with an operator's
 directory from `tessera provision`); the command line proves it is an operator with its
 certificate (mutual TLS) or the admin token (--admin-token-file). Plaintext only with
---insecure, to a coordinator on loopback.
+--insecure, to a coordinator on loopback. --json prints the coordinator's replies as JSON
+(proto3's JSON mapping of proto/tessera/v1; one object per line for watch).
 
 Examples:
   tessera provision --out ./pki --coordinator-host coordinator.example.org --workers a,b,c --operators ops
   tessera --tls-dir ./pki/operators/ops submit examples/fmnist-fedavg.toml
   tessera watch job-1-3fa9c2
-  tessera workers
+  tessera rounds job-1-3fa9c2 --round 3
+  tessera workers --all
   tessera devices --model simplecnn
   tessera align --model simplecnn --a cpu --b emu:ascend-910b
   tessera bench collectives --backends p2p,gloo --ranks 2,4 --max-bytes 16777216
@@ -61,20 +54,101 @@ Examples:
 Flags:
 )";
 
+// The flags every command that speaks to the coordinator takes.
+const std::vector<std::string> kConnectionFlags = {"coordinator", "tls-dir", "tls-ca", "tls-cert", "tls-key",
+                                                   "tls-server-name", "insecure", "insecure-force",
+                                                   "admin-token-file"};
+
+struct Command {
+  const char* name;
+  const char* synopsis;  // after "tessera NAME"
+  const char* summary;   // one line or a few, for the command list
+  std::vector<std::string> flags;
+  bool remote;  // speaks to the coordinator
+};
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command> commands = {
+      {"submit", "JOB.toml", "check a job spec and submit it; prints the job's id", {"json"}, true},
+      {"check", "JOB.toml", "check a job spec and print it as the coordinator will read it", {"json"}, false},
+      {"jobs", "", "list jobs with their state, rounds and accuracy", {"json"}, true},
+      {"status", "JOB", "one job: state, every committed round, latency by phase", {"json"}, true},
+      {"rounds", "JOB", "every worker of each committed round (--round R: one round): outcome,\n"
+                        "samples, download, compute and upload; the slowest worker named as the\n"
+                        "round's critical path, dropped stragglers marked", {"round", "json"}, true},
+      {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
+                       "by phase), notes as they happen, then the final accuracy and a latency\n"
+                       "summary; reconnects while the coordinator restarts", {"json"}, true},
+      {"cancel", "JOB", "cancel a running job", {"json"}, true},
+      {"workers", "", "the workers sending heartbeats: state, when last seen, rounds, device\n"
+                      "(--all: also those that stopped)", {"all", "json"}, true},
+      {"devices", "", "this node's devices, viable or not and why, with measured GEMM throughput\n"
+                      "and bandwidth beside each profile's figures; with --model M, the\n"
+                      "migration risk list of M on each device", {"model", "device"}, false},
+      {"bench", "collectives [FLAGS]", "allreduce time, algbw and busbw over message sizes and rank counts,\n"
+                                       "ranks as processes on loopback, every result checked (its own flags:\n"
+                                       "tessera bench collectives --help)", {}, false},
+      {"align", "", "the same samples through two devices (--a, --b) with the same weights:\n"
+                    "per-sample MAE, top-1 agreement, the worst 5%",
+       {"model", "a", "b", "samples", "data-dir", "threshold"}, false},
+      {"provision", "", "the certificates of a deployment: a CA, the coordinator's certificate,\n"
+                        "one per worker and per operator, each in a directory for --tls-dir\n"
+                        "(see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "days"}, false},
+      {"help", "[COMMAND]", "this text, or one command's", {}, false},
+      {"version", "", "the version of this build (also --version)", {}, false},
+  };
+  return commands;
+}
+
+const Command* FindCommand(const std::string& name) {
+  for (const auto& c : Commands()) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+std::string CommandList() {
+  std::string out;
+  for (const auto& c : Commands()) {
+    std::string left = std::string("  ") + c.name + (*c.synopsis ? std::string(" ") + c.synopsis : "");
+    if (left.size() < 21) left.resize(21, ' ');
+    else left += "\n" + std::string(21, ' ');
+    std::string summary = c.summary;
+    for (size_t at = summary.find('\n'); at != std::string::npos; at = summary.find('\n', at + 1)) {
+      summary.insert(at + 1, std::string(21, ' '));
+    }
+    out += left + summary + "\n";
+  }
+  return out;
+}
+
+std::string CommandUsage(const Command& c, const tessera::FlagSet& flags) {
+  std::string out = std::string("Usage: tessera ") + c.name + (*c.synopsis ? std::string(" ") + c.synopsis : "") +
+                    (c.flags.empty() ? "" : " [flags]") + "\n\n" + c.summary + "\n";
+  if (!c.flags.empty()) out += "\nFlags:\n" + flags.Usage(c.flags);
+  if (c.remote) out += "\nConnection flags:\n" + flags.Usage(kConnectionFlags);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace tessera;
-  std::string coordinator = std::getenv("TESSERA_COORDINATOR") ? std::getenv("TESSERA_COORDINATOR") : "127.0.0.1:7070";
+  const char* from_environment = std::getenv("TESSERA_COORDINATOR");
+  std::string coordinator = from_environment != nullptr ? from_environment : "127.0.0.1:7070";
   // `tessera bench collectives ...` hands the rest of the line to the benchmark's own flags.
   if (argc >= 3 && std::string(argv[1]) == "bench") {
     if (std::string(argv[2]) != "collectives") {
-      std::cerr << "tessera bench: unknown benchmark '" << argv[2] << "' (known: collectives)\n";
+      std::cerr << "tessera bench: unknown benchmark '" << EscapeUntrusted(argv[2]) << "' (known: collectives)\n";
       return 2;
     }
     return collectives::CollectivesBenchmarkMain(argc - 2, argv + 2);
   }
   bool help = false;
+  bool version = false;
+  bool json = false;
+  bool all = false;
+  int64_t round = -1;
   DevicesOptions devices;
   AlignOptions align;
   std::string extra_devices;
@@ -87,11 +161,14 @@ int main(int argc, char** argv) {
   flags.String("coordinator", &coordinator, "the coordinator's address (HOST:PORT)");
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
   flags.String("admin-token-file", &admin_token_file, "the coordinator's admin token, for an operator without a certificate");
+  flags.Bool("json", &json, "print the coordinator's replies as JSON (one object per line for watch)");
+  flags.Bool("all", &all, "workers: also the workers that stopped sending heartbeats");
+  flags.Int("round", &round, "rounds: only this round", IntRange{0, UINT32_MAX});
   flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");
   flags.String("b", &align.device_b, "align: the device compared with it");
-  flags.Int("samples", &samples, "align: how many test samples to compare");
+  flags.Int("samples", &samples, "align: how many test samples to compare", IntRange{1, 10000});
   flags.String("data-dir", &align.data_dir, "align: Fashion-MNIST directory (default: Debian's)");
   flags.Double("threshold", &align.divergence_threshold, "align: relative MAE past which a layer has diverged");
   flags.String("out", &provision.out_dir, "provision: the directory to write the deployment's certificates into");
@@ -99,39 +176,69 @@ int main(int argc, char** argv) {
   flags.String("workers", &provision_workers, "provision: the workers' names, comma-separated (each certificate's CN)");
   flags.String("operators", &provision_operators, "provision: the operators' names, comma-separated");
   flags.Int("days", &provision.days, "provision: how long the certificates issued now are valid", IntRange{1, 3650});
-  flags.Bool("help", &help, "show this help");
+  flags.Bool("version", &version, "print the version of this build");
+  flags.Bool("help", &help, "show this help (with a command: that command's)");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera: " << s.message() << "\n";
     return 2;
   }
   const auto& args = flags.positional();
-  if (help || args.empty()) {
-    std::cout << kUsage << flags.Usage();
-    return help ? 0 : 2;
+  if (version || (!args.empty() && args[0] == "version")) {
+    std::cout << "tessera " << TESSERA_VERSION << "\n";
+    return 0;
   }
-  const std::string& command = args[0];
-  auto need_argument = [&](const char* what) -> bool {
-    if (args.size() != 2) {
-      std::cerr << "tessera " << command << ": expected one argument, " << what << "\n";
+  if (args.empty() || (args[0] == "help" && args.size() == 1)) {
+    std::cout << kUsage << CommandList() << kUsageEnd << flags.Usage();
+    return help || !args.empty() ? 0 : 2;
+  }
+  const bool help_command = args[0] == "help";
+  const std::string command = help_command ? args[1] : args[0];
+  const Command* known = FindCommand(command);
+  if (known == nullptr) {
+    std::cerr << "tessera: unknown command '" << EscapeUntrusted(command, 64) << "' (tessera help lists them)\n";
+    return 2;
+  }
+  if (help || help_command) {
+    std::cout << CommandUsage(*known, flags);
+    return 0;
+  }
+  // Flags only some commands read are refused elsewhere, not ignored.
+  for (const auto& [flag, given] : {std::pair<std::string, bool>{"json", json}, {"all", all}, {"round", round >= 0}}) {
+    if (given && std::find(known->flags.begin(), known->flags.end(), flag) == known->flags.end()) {
+      std::cerr << "tessera " << command << ": --" << flag << " does not apply (tessera help " << command << ")\n";
+      return 2;
+    }
+  }
+  auto need_arguments = [&](size_t n, const char* what) -> bool {
+    if (args.size() != n + 1) {
+      std::cerr << "tessera " << command << ": expected " << (n == 0 ? "no arguments" : what) << ", got "
+                << args.size() - 1 << " (tessera help " << command << ")\n";
       return false;
     }
     return true;
   };
+  const cli::PrintOptions print{json};
   if (command == "check") {
-    if (!need_argument("the job spec file")) return 2;
+    if (!need_arguments(1, "one argument, the job spec file")) return 2;
     auto spec = ParseJobSpecFile(args[1]);
     if (!spec.ok()) {
       std::cerr << "tessera: " << spec.status().message() << "\n";
       return 1;
     }
-    std::cout << JobSpecToToml(*spec);
+    if (json) {
+      std::string text;
+      google::protobuf::util::JsonPrintOptions options;
+      options.preserve_proto_field_names = true;
+      options.always_print_primitive_fields = true;
+      (void)google::protobuf::util::MessageToJsonString(*spec, &text, options);
+      std::cout << text << "\n";
+    } else {
+      std::cout << JobSpecToToml(*spec);
+    }
     return 0;
   }
   if (command == "provision") {
-    if (args.size() != 1) {
-      std::cerr << "tessera provision: takes no arguments, only flags (see tessera --help)\n";
-      return 2;
-    }
+    if (!need_arguments(0, "")) return 2;
     for (const auto& [flag, text, list] :
          {std::tuple{"--coordinator-host", &provision_hosts, &provision.coordinator_hosts},
           std::tuple{"--workers", &provision_workers, &provision.workers},
@@ -152,6 +259,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (command == "devices" || command == "align") {
+    if (!need_arguments(0, "")) return 2;
     Status local;
     if (command == "devices") {
       for (size_t start = 0; !extra_devices.empty() && start <= extra_devices.size();) {
@@ -172,9 +280,13 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  const char* from_environment = std::getenv("TESSERA_COORDINATOR");
-  const std::string source =
-      from_environment != nullptr && coordinator == from_environment ? "$TESSERA_COORDINATOR" : "--coordinator";
+  if (command == "bench") {
+    std::cerr << "tessera bench: expected a benchmark: tessera bench collectives [flags]\n";
+    return 2;
+  }
+  const std::string source = from_environment != nullptr && coordinator == from_environment ? "$TESSERA_COORDINATOR"
+                             : coordinator == "127.0.0.1:7070"                             ? "the default"
+                                                                                           : "--coordinator";
   auto address = ParseHostPort(source, coordinator, PortZero::kRefused);
   if (!address.ok()) {
     std::cerr << "tessera: " << address.status().message() << "\n";
@@ -201,27 +313,33 @@ int main(int argc, char** argv) {
   auto stub = v1::JobService::NewStub(*channel);
   Status result;
   if (command == "submit") {
-    if (!need_argument("the job spec file")) return 2;
-    result = cli::SubmitCommand(*stub, args[1], std::cout);
+    if (!need_arguments(1, "one argument, the job spec file")) return 2;
+    result = cli::SubmitCommand(*stub, args[1], std::cout, print);
   } else if (command == "jobs") {
-    result = cli::JobsCommand(*stub, std::cout);
+    if (!need_arguments(0, "")) return 2;
+    result = cli::JobsCommand(*stub, std::cout, print);
   } else if (command == "status") {
-    if (!need_argument("the job id")) return 2;
-    result = cli::StatusCommand(*stub, args[1], std::cout);
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    result = cli::StatusCommand(*stub, args[1], std::cout, print);
+  } else if (command == "rounds") {
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    std::optional<uint32_t> only;
+    if (round >= 0) only = static_cast<uint32_t>(round);
+    result = cli::RoundsCommand(*stub, args[1], only, std::cout, print);
   } else if (command == "watch") {
-    if (!need_argument("the job id")) return 2;
-    result = cli::WatchCommand(*stub, args[1], std::cout);
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    cli::WatchOptions watch;
+    watch.print = print;
+    result = cli::WatchCommand(*stub, args[1], std::cout, watch);
   } else if (command == "cancel") {
-    if (!need_argument("the job id")) return 2;
-    result = cli::CancelCommand(*stub, args[1], std::cout);
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    result = cli::CancelCommand(*stub, args[1], std::cout, print);
   } else if (command == "workers") {
-    result = cli::WorkersCommand(*stub, std::cout);
-  } else {
-    std::cerr << "tessera: unknown command '" << command << "' (see tessera --help)\n";
-    return 2;
+    if (!need_arguments(0, "")) return 2;
+    result = cli::WorkersCommand(*stub, std::cout, all, print);
   }
   if (!result.ok()) {
-    std::cerr << "tessera: " << result.message() << "\n";
+    std::cerr << "tessera: " << cli::DescribeFailure(result, coordinator, source) << "\n";
     return 1;
   }
   return 0;

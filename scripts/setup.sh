@@ -10,10 +10,11 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev libopenblas-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
-  libgtest-dev libgmock-dev zlib1g-dev libssl-dev
+  libgtest-dev libgmock-dev zlib1g-dev libssl-dev libcpp-httplib-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   libxrt-dev
   dataset-fashion-mnist
+  systemd
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)

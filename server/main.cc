@@ -9,7 +9,10 @@
 #include "base/host_port.h"
 #include "base/logging.h"
 #include "base/shutdown_signal.h"
+#include "base/metrics.h"
 #include "server/coordinator.h"
+#include "server/monitoring.h"
+#include "tessera/config.h"
 
 namespace {
 
@@ -51,7 +54,9 @@ int main(int argc, char** argv) {
   int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
   std::string log_level = "info";
   std::string log_format = "text";
+  std::string metrics_listen;
   bool help = false;
+  bool version = false;
   FlagSet flags;
   flags.String("listen", &options.listen_address, "address to listen on (host:port; port 0 picks one)");
   flags.String("state-dir", &options.state_dir, "directory of the coordinator's database and checkpoints");
@@ -66,6 +71,10 @@ int main(int argc, char** argv) {
             IntRange{1, 7 * 24 * 3600});
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
+  flags.String("metrics-listen", &metrics_listen,
+               "HOST:PORT for /metrics (Prometheus) and the dashboard, served like the gRPC port (TLS; "
+               "operators only); unset: not served");
+  flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
@@ -73,6 +82,10 @@ int main(int argc, char** argv) {
   }
   if (help) {
     std::cout << kUsage << flags.Usage();
+    return 0;
+  }
+  if (version) {
+    std::cout << "tessera-coordinator " << TESSERA_VERSION << "\n";
     return 0;
   }
   if (heartbeat_timeout_ms <= heartbeat_interval_ms) {
@@ -129,6 +142,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("tessera-coordinator listening on port %d\n", (*coordinator)->port());
+  std::unique_ptr<server::MonitoringServer> monitoring;
+  if (!metrics_listen.empty()) {
+    metrics::RegisterProcessMetrics(metrics::Global());
+    server::MonitoringOptions monitoring_options;
+    monitoring_options.listen = metrics_listen;
+    monitoring_options.tls = options.tls;
+    auto started = server::MonitoringServer::Start(coordinator->get(), monitoring_options);
+    if (!started.ok()) {
+      std::cerr << "tessera-coordinator: " << started.status().message() << "\n";
+      (*coordinator)->Shutdown();
+      return 2;
+    }
+    monitoring = std::move(started).value();
+    std::printf("dashboard and metrics at %s/ and %s/metrics\n", monitoring->url().c_str(), monitoring->url().c_str());
+  }
   std::fflush(stdout);
   std::thread waiter([&] {
     const int signal = WaitForShutdownSignal();
@@ -137,5 +165,6 @@ int main(int argc, char** argv) {
   });
   (*coordinator)->Wait();
   waiter.join();
+  if (monitoring) monitoring->Stop();
   return 0;
 }

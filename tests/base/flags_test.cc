@@ -66,6 +66,36 @@ TEST(FlagsTest, UnknownAndRepeatedFlagsAreErrors) {
   EXPECT_EQ(ParseArgs(hostile, {"--a\nb"}).message(), "unknown flag --a\\nb (see --help)");
 }
 
+TEST(FlagsTest, ASingleDashIsAMistypedFlagButDashHAsksForHelp) {
+  bool help = false;
+  bool json = false;
+  FlagSet flags;
+  flags.Bool("help", &help, "");
+  flags.Bool("json", &json, "");
+  ASSERT_TRUE(ParseArgs(flags, {"watch", "-h"}).ok());
+  EXPECT_TRUE(help);
+  EXPECT_EQ(flags.positional(), std::vector<std::string>{"watch"}) << "-h is not a job id";
+  FlagSet typo;
+  typo.Bool("json", &json, "");
+  EXPECT_EQ(ParseArgs(typo, {"jobs", "-json"}).message(),
+            "unknown flag -json (flags start with two dashes; see --help)");
+  FlagSet no_help;
+  EXPECT_EQ(ParseArgs(no_help, {"-h"}).code(), StatusCode::kInvalidArgument) << "no --help flag declared";
+  FlagSet numbers;
+  ASSERT_TRUE(ParseArgs(numbers, {"-", "-1"}).ok()) << "stdin and negative numbers stay arguments";
+  EXPECT_EQ(numbers.positional(), (std::vector<std::string>{"-", "-1"}));
+}
+
+TEST(FlagsTest, UsageCanListSomeFlags) {
+  std::string a, b;
+  FlagSet flags;
+  flags.String("alpha", &a, "the first");
+  flags.String("beta", &b, "the second");
+  EXPECT_EQ(flags.Usage({"beta", "nonesuch"}).find("alpha"), std::string::npos);
+  EXPECT_NE(flags.Usage({"beta"}).find("--beta VALUE"), std::string::npos);
+  EXPECT_NE(flags.Usage().find("--alpha VALUE"), std::string::npos);
+}
+
 TEST(FlagsTest, NumbersMustBeFinite) {
   double threshold = 0.5;
   FlagSet flags;

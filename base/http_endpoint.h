@@ -1,0 +1,99 @@
+// A small HTTP(S) server for what a daemon shows to people and to Prometheus: /metrics, the
+// coordinator's dashboard and its read-only JSON, and server-sent event streams. GET only.
+//
+// Every request is checked by `authorize` before its handler runs (the coordinator lets
+// operators in: a client certificate of the operator role, or the admin token as a bearer
+// token). Requests are small and short: a request line and headers of at most 8 KiB, no
+// body, a read timeout, a bounded number of connections and of open event streams; the port
+// is bound without SO_REUSEPORT, so a second daemon cannot share it.
+//
+// Built on cpp-httplib (Debian's libcpp-httplib), with its TLS from OpenSSL.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tessera {
+
+struct HttpRequest {
+  std::string path;
+  std::map<std::string, std::string> params;  // the query string's, first value of each
+  std::string authorization;                  // the Authorization header, if any
+  // The client certificate the TLS handshake verified against the client CA, if any.
+  bool client_certificate = false;
+  std::string client_cn;
+  std::string client_ou;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// An event stream's writer: send() one `data:` event (false once the client is gone or the
+// endpoint stops); the handler returns when it is done or send() fails.
+using EventSender = std::function<bool(const std::string& event_name, const std::string& data)>;
+
+struct HttpRoute {
+  std::string path;  // exact, or a prefix when it ends in '/'
+  std::function<HttpResponse(const HttpRequest&)> handler;                 // a plain GET, or
+  std::function<void(const HttpRequest&, const EventSender&)> stream;      // text/event-stream
+};
+
+struct HttpEndpointOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0 picks one
+  // TLS when cert_pem is set; with client_ca_pem, clients may (not must) present a
+  // certificate, which `authorize` then sees.
+  std::string cert_pem;
+  std::string key_pem;
+  std::string client_ca_pem;
+  // The reason a request is refused (its status: 401 for kUnauthenticated, 403 otherwise),
+  // or Ok. Unset: everyone may read.
+  std::function<Status(const HttpRequest&)> authorize;
+  std::vector<HttpRoute> routes;
+  int threads = 8;                 // connections served at once
+  int max_streams = 4;             // open event streams at once; more get 503
+  std::chrono::seconds read_timeout{5};
+  std::chrono::seconds stream_heartbeat{15};  // a comment line keeps proxies from closing a quiet stream
+};
+
+class HttpEndpoint {
+ public:
+  static Result<std::unique_ptr<HttpEndpoint>> Start(HttpEndpointOptions options);
+  ~HttpEndpoint();
+  HttpEndpoint(const HttpEndpoint&) = delete;
+  HttpEndpoint& operator=(const HttpEndpoint&) = delete;
+
+  int port() const { return port_; }
+  bool tls() const { return tls_; }
+  // "https://127.0.0.1:PORT" as a browser would open it.
+  std::string url() const;
+  // Ends open event streams and stops serving. Idempotent.
+  void Stop();
+
+ private:
+  HttpEndpoint() = default;
+  struct Shared;
+  std::shared_ptr<Shared> shared_;
+  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<std::thread> listener_;
+  std::string host_;
+  int port_ = 0;
+  bool tls_ = false;
+};
+
+}  // namespace tessera

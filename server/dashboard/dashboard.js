@@ -1,0 +1,299 @@
+// The coordinator's dashboard: jobs, a job's rounds (latency by phase, accuracy and loss,
+// percentiles after warm-up, the communication share), one round's workers on a timeline,
+// and the workers. Reads the coordinator's read-only JSON (/api/...) and follows the chosen
+// job's server-sent events. Every string from the coordinator is set as text, never as HTML.
+"use strict";
+
+const PHASES = [
+  ["selection_ms", "selection", "#8e8cd8"],
+  ["distribution_ms", "distribution", "#5b8def"],
+  ["compute_ms_max", "compute (slowest)", "#34a853"],
+  ["upload_ms", "upload", "#f29900"],
+  ["straggler_wait_ms", "straggler wait", "#d93025"],
+  ["aggregation_ms", "aggregation", "#a142f4"],
+  ["evaluation_ms", "evaluation", "#12a4af"],
+  ["commit_ms", "commit", "#80868b"],
+];
+const COMMUNICATION_WARNING = 0.4;  // of a round, as the seeds' guidance has it
+
+let selectedJob = null;
+let selectedRound = null;
+let jobView = null;
+let charts = {};
+let streamAbort = null;
+
+function token() { return sessionStorage.getItem("tessera-admin-token") || ""; }
+
+function setStatus(text) { document.getElementById("status").textContent = text; }
+
+async function api(path, init = {}) {
+  const headers = {};
+  if (token()) headers["Authorization"] = "Bearer " + token();
+  const response = await fetch(path, { ...init, headers, cache: "no-store" });
+  if (response.status === 401 || response.status === 403) {
+    document.getElementById("login").hidden = false;
+    setStatus((await response.text()).trim());
+    throw new Error("not signed in");
+  }
+  if (!response.ok) throw new Error(path + ": " + response.status + " " + (await response.text()).trim());
+  return response;
+}
+
+function stateName(state) { return String(state || "").replace(/^JOB_/, "").toLowerCase(); }
+
+function el(tag, text, cls) {
+  const e = document.createElement(tag);
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (cls) e.className = cls;
+  return e;
+}
+
+function fmt(ms) { return ms >= 10000 ? (ms / 1000).toFixed(1) + " s" : ms.toFixed(1) + " ms"; }
+
+function ago(unixMs) {
+  if (!unixMs) return "-";
+  const s = Math.max(0, (Date.now() - Number(unixMs)) / 1000);
+  return s < 120 ? Math.round(s) + " s ago" : s < 7200 ? Math.round(s / 60) + " min ago" : Math.round(s / 3600) + " h ago";
+}
+
+async function loadJobs() {
+  const jobs = (await (await api("/api/jobs")).json()).jobs || [];
+  const body = document.querySelector("#jobs tbody");
+  body.replaceChildren();
+  for (const job of jobs) {
+    const row = el("tr", null, "selectable" + (job.id === selectedJob ? " selected" : ""));
+    row.dataset.job = job.id;
+    row.append(el("td", job.id), el("td", job.spec ? job.spec.name : ""),
+               el("td", stateName(job.state), "state-" + stateName(job.state)),
+               el("td", job.rounds_committed + "/" + (job.spec ? job.spec.rounds : "?")),
+               el("td", job.rounds_committed ? (100 * job.last_round.test_accuracy).toFixed(2) + "%" : "-"));
+    row.addEventListener("click", () => selectJob(job.id));
+    body.append(row);
+  }
+  if (!selectedJob && jobs.length) {
+    const running = jobs.find((j) => stateName(j.state) === "running");
+    selectJob((running || jobs[jobs.length - 1]).id);
+  }
+}
+
+async function loadWorkers() {
+  const workers = (await (await api("/api/workers")).json()).workers || [];
+  const body = document.querySelector("#workers tbody");
+  body.replaceChildren();
+  for (const w of workers) {
+    const row = el("tr");
+    row.append(el("td", w.worker_id), el("td", w.alive ? w.state : "gone (" + w.state + ")"),
+               el("td", ago(w.last_heartbeat_unix_ms)),
+               el("td", (w.device && w.device.name) || ""), el("td", w.cohort || ""),
+               el("td", w.rounds_completed), el("td", w.updates_rejected),
+               el("td", w.device ? Number(w.device.measured_gflops).toFixed(1) : ""));
+    body.append(row);
+  }
+}
+
+function percentile(sorted, p) {
+  if (!sorted.length) return NaN;
+  const i = Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1));
+  return sorted[i];
+}
+
+// Rounds past warm-up: the first tenth of the rounds (at least the first round) is left out,
+// as first rounds carry data loading and cold caches.
+function afterWarmUp(rounds) {
+  const warm = Math.max(1, Math.floor(rounds.length / 10));
+  return rounds.length > warm ? rounds.slice(warm) : rounds;
+}
+
+function renderStats(rounds) {
+  const box = document.getElementById("percentiles");
+  box.replaceChildren();
+  const warning = document.getElementById("warning");
+  warning.hidden = true;
+  if (!rounds.length) { box.append(el("span", "no round committed yet", "muted")); return; }
+  const steady = afterWarmUp(rounds);
+  const totals = steady.map((r) => r.latency.total_ms).sort((a, b) => a - b);
+  for (const p of [50, 95, 99]) {
+    const s = el("span");
+    s.append(el("span", "P" + p + " round "), el("b", fmt(percentile(totals, p))));
+    box.append(s);
+  }
+  box.append(el("span", "over " + steady.length + " of " + rounds.length + " rounds (warm-up left out)", "muted"));
+  const comm = steady.map((r) => (r.latency.distribution_ms + r.latency.upload_ms) / Math.max(1e-9, r.latency.total_ms));
+  const share = comm.sort((a, b) => a - b)[Math.floor(comm.length / 2)];
+  if (share > COMMUNICATION_WARNING) {
+    warning.hidden = false;
+    warning.textContent = "Communication is " + (100 * share).toFixed(0) + "% of a median round (distribution and upload), over the " +
+      (100 * COMMUNICATION_WARNING) + "% past which compute waits on the network: fewer, larger rounds (more local epochs) or a smaller model update would help.";
+  }
+}
+
+function chart(id, opts, data) {
+  const holder = document.getElementById(id);
+  const width = Math.max(320, Math.min(640, holder.parentElement.parentElement.clientWidth / 2 - 20));
+  if (charts[id]) charts[id].destroy();
+  holder.replaceChildren();
+  charts[id] = new uPlot({ width, height: 240, ...opts }, data, holder);
+}
+
+function renderCharts(rounds) {
+  const x = rounds.map((r) => r.round);
+  // Stacked: each series is the sum of the phases up to it, filled down to the one below.
+  const data = [x];
+  const series = [{ label: "round" }];
+  let running = rounds.map(() => 0);
+  for (const [key, label, color] of PHASES) {
+    running = running.map((v, i) => v + (rounds[i].latency[key] || 0));
+    data.push(running.slice());
+    series.push({ label, stroke: color, fill: color + "55", value: (u, v, si, i) => i == null ? "-" : fmt((rounds[i].latency[key] || 0)) });
+  }
+  const bands = PHASES.slice(1).map((_, i) => ({ series: [i + 2, i + 1] }));
+  chart("latency-chart", { series, bands, axes: [{ label: "round" }, { label: "ms" }], scales: { x: { time: false } } }, data);
+  chart("accuracy-chart", {
+    series: [{ label: "round" },
+             { label: "accuracy %", stroke: "#1a7f37", scale: "%" },
+             { label: "loss", stroke: "#cf222e", scale: "loss" }],
+    axes: [{ label: "round" }, { scale: "%", label: "accuracy %" }, { scale: "loss", side: 1, label: "loss", grid: { show: false } }],
+    scales: { x: { time: false } },
+  }, [x, rounds.map((r) => 100 * r.test_accuracy), rounds.map((r) => r.test_loss)]);
+}
+
+function renderTimeline(rounds) {
+  const select = document.getElementById("round-select");
+  const previous = selectedRound;
+  select.replaceChildren();
+  for (const r of rounds) select.append(new Option(String(r.round), String(r.round)));
+  if (!rounds.length) { document.getElementById("timeline").replaceChildren(); return; }
+  const latest = rounds[rounds.length - 1].round;
+  selectedRound = previous !== null && rounds.some((r) => r.round === previous) ? previous : latest;
+  select.value = String(selectedRound);
+  const round = rounds.find((r) => r.round === selectedRound);
+  const box = document.getElementById("timeline");
+  box.replaceChildren();
+  const total = Math.max(1e-9, round.latency.total_ms);
+  const start = round.latency.selection_ms || 0;
+  let slowest = null;
+  let slowestMs = -1;
+  for (const w of round.workers || []) {
+    const sum = (w.download_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0);
+    if (w.outcome === "accepted" && sum > slowestMs) { slowest = w; slowestMs = sum; }
+  }
+  const legend = el("div", null, "legend muted");
+  for (const [cls, label] of [["download", "download"], ["compute", "compute"], ["upload", "upload"], ["dropped", "dropped"]]) {
+    const swatch = el("span", null, "seg " + cls);
+    swatch.style.position = "static";
+    legend.append(swatch, document.createTextNode(label));
+  }
+  legend.append(document.createTextNode("   round " + round.round + ": " + fmt(total) + " in all"));
+  box.append(legend);
+  for (const w of round.workers || []) {
+    const row = el("div", null, "row" + (w === slowest ? " slowest" : ""));
+    row.dataset.worker = w.worker_id;
+    const name = w.cohort ? w.cohort + " (cohort)" : w.worker_id;
+    const bar = el("div", null, "bar");
+    let at = start;
+    const dropped = String(w.outcome || "").startsWith("dropped");
+    for (const [key, cls] of [["download_ms", "download"], ["compute_ms", "compute"], ["upload_ms", "upload"]]) {
+      const ms = w[key] || 0;
+      const seg = el("div", null, "seg " + cls);
+      seg.style.left = (100 * at / total) + "%";
+      seg.style.width = Math.max(0.2, 100 * ms / total) + "%";
+      seg.title = cls + " " + fmt(ms);
+      bar.append(seg);
+      at += ms;
+    }
+    if (dropped) {
+      const seg = el("div", null, "seg dropped");
+      seg.style.left = (100 * at / total) + "%";
+      seg.style.width = Math.max(0, 100 - 100 * at / total) + "%";
+      bar.append(seg);
+    }
+    let note = w.outcome + ", " + fmt((w.download_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0));
+    if (w === slowest) note = "slowest: " + w.worker_id + " (critical path), " + note;
+    if (dropped) note = "straggler: " + note;
+    row.append(el("div", name, "name"), bar, el("div", note, "note"));
+    box.append(row);
+  }
+}
+
+async function loadJob(id) {
+  const view = await (await api("/api/job?id=" + encodeURIComponent(id))).json();
+  if (id !== selectedJob) return;
+  jobView = view;
+  const rounds = view.rounds || [];
+  const job = view.job;
+  document.getElementById("job").hidden = false;
+  document.getElementById("job-title").textContent =
+    job.id + " — " + (job.spec ? job.spec.name : "") + " (" + stateName(job.state) + ", " +
+    job.rounds_committed + " of " + (job.spec ? job.spec.rounds : "?") + " rounds)" + (job.error ? ": " + job.error : "");
+  renderStats(rounds);
+  renderCharts(rounds);
+  renderTimeline(rounds);
+}
+
+// Server-sent events read with fetch (so that the Authorization header goes too).
+async function follow(id) {
+  if (streamAbort) streamAbort.abort();
+  const abort = new AbortController();
+  streamAbort = abort;
+  while (!abort.signal.aborted) {
+    try {
+      const headers = token() ? { Authorization: "Bearer " + token() } : {};
+      const response = await fetch("/api/events?job=" + encodeURIComponent(id), { headers, signal: abort.signal });
+      if (!response.ok) throw new Error("events: " + response.status);
+      setStatus("live");
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const frame = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          if (/^event: job$/m.test(frame)) {
+            loadJob(id).catch(() => {});
+            loadJobs().catch(() => {});
+          }
+        }
+      }
+    } catch (e) {
+      if (abort.signal.aborted) return;
+      setStatus("reconnecting…");
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+function selectJob(id) {
+  if (selectedJob === id) return;
+  selectedJob = id;
+  selectedRound = null;
+  for (const row of document.querySelectorAll("#jobs tbody tr")) row.classList.toggle("selected", row.dataset.job === id);
+  loadJob(id).catch((e) => setStatus(e.message));
+  follow(id);
+}
+
+async function refresh() {
+  try {
+    await Promise.all([loadJobs(), loadWorkers()]);
+    if (!streamAbort) setStatus("connected");
+  } catch (e) {
+    setStatus(e.message);
+  }
+}
+
+document.getElementById("round-select").addEventListener("change", (e) => {
+  selectedRound = Number(e.target.value);
+  if (jobView) renderTimeline(jobView.rounds || []);
+});
+document.getElementById("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem("tessera-admin-token", document.getElementById("token").value.trim());
+  document.getElementById("login").hidden = true;
+  refresh();
+  if (selectedJob) follow(selectedJob);
+});
+refresh();
+setInterval(refresh, 2000);

@@ -1,0 +1,169 @@
+#include "server/monitoring.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "base/escape.h"
+#include "base/host_port.h"
+#include "base/metrics.h"
+#include "server/coordinator.h"
+#include "server/dashboard/assets.h"
+
+namespace tessera::server {
+namespace {
+
+std::string Json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  return out;
+}
+
+HttpResponse JsonResponse(const google::protobuf::Message& message) {
+  return HttpResponse{200, "application/json", Json(message), {{"Cache-Control", "no-store"}}};
+}
+
+HttpResponse ErrorResponse(const Status& status) {
+  int code = 500;
+  switch (status.code()) {
+    case StatusCode::kNotFound: code = 404; break;
+    case StatusCode::kInvalidArgument: code = 400; break;
+    default: break;
+  }
+  return HttpResponse{code, "text/plain; charset=utf-8", status.message() + "\n", {}};
+}
+
+// The job id a query names, checked as the job service checks ids.
+Result<std::string> JobParam(const HttpRequest& request, const char* name) {
+  auto it = request.params.find(name);
+  if (it == request.params.end() || it->second.empty()) {
+    return InvalidArgumentError(std::string("expected ?") + name + "=JOB_ID");
+  }
+  const std::string& id = it->second;
+  bool ok = id.size() <= 64;
+  for (char c : id) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+  if (!ok) return InvalidArgumentError("job id " + QuoteUntrusted(id, 64) + ": expected letters, digits, '-' or '_'");
+  return id;
+}
+
+bool IsPublic(const std::string& path) {
+  for (const auto& asset : DashboardAssets()) {
+    if (path == asset.path) return true;
+  }
+  return path == "/favicon.ico";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c, MonitoringOptions options) {
+  ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--metrics-listen", options.listen, PortZero::kAllowed));
+  if (options.tls.insecure && !options.tls.insecure_remote && !IsLoopbackHost(listen.host)) {
+    return InvalidArgumentError("--metrics-listen " + listen.ToString() +
+                                ": the coordinator runs --insecure, so its monitoring port is plaintext too: "
+                                "give a loopback address (or --insecure-force on a network you trust)");
+  }
+  HttpEndpointOptions http;
+  http.host = listen.host;
+  http.port = listen.port;
+  http.max_streams = options.max_event_streams;
+  if (!options.tls.insecure) {
+    http.cert_pem = options.tls.cert_pem;
+    http.key_pem = options.tls.key_pem;
+    http.client_ca_pem = options.tls.client_ca_pem;
+  }
+  http.authorize = [c](const HttpRequest& request) -> Status {
+    if (IsPublic(request.path)) return Status::Ok();
+    wire::PeerIdentity peer;
+    peer.has_certificate = request.client_certificate;
+    peer.common_name = request.client_cn;
+    peer.role = request.client_ou;
+    std::string authorization = request.authorization.substr(0, 2048);
+    return c->access().CheckOperator(peer, request.authorization.empty() ? nullptr : &authorization);
+  };
+  for (const auto& asset : DashboardAssets()) {
+    const DashboardAsset a = asset;
+    http.routes.push_back({a.path, [a](const HttpRequest&) {
+                             return HttpResponse{200, a.content_type, std::string(a.data, a.size),
+                                                 {{"Cache-Control", "no-cache"},
+                                                  {"Content-Security-Policy",
+                                                   "default-src 'self'; style-src 'self' 'unsafe-inline'"},
+                                                  {"X-Content-Type-Options", "nosniff"}}};
+                           },
+                           nullptr});
+  }
+  http.routes.push_back({"/metrics", [](const HttpRequest&) {
+                           return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                               metrics::Global().Render(), {}};
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/jobs", [c](const HttpRequest&) {
+                           auto jobs = c->ListJobs();
+                           if (!jobs.ok()) return ErrorResponse(jobs.status());
+                           v1::ListJobsResponse response;
+                           for (auto& job : *jobs) *response.add_jobs() = std::move(job);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/job", [c](const HttpRequest& request) {
+                           auto id = JobParam(request, "id");
+                           if (!id.ok()) return ErrorResponse(id.status());
+                           auto job = c->GetJob(*id);
+                           if (!job.ok()) return ErrorResponse(job.status());
+                           auto rounds = c->ListRounds(*id, 0);
+                           if (!rounds.ok()) return ErrorResponse(rounds.status());
+                           v1::GetJobResponse response;
+                           *response.mutable_job() = std::move(*job);
+                           for (auto& r : *rounds) *response.add_rounds() = std::move(r);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/workers", [c](const HttpRequest&) {
+                           v1::ListWorkersResponse response;
+                           for (auto& w : c->registry().List()) *response.add_workers() = std::move(w);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  // The job each time its state or committed rounds change; a comment line every 15 s
+  // otherwise. The page then fetches /api/job for the rounds.
+  http.routes.push_back({"/api/events", nullptr, [c](const HttpRequest& request, const EventSender& send) {
+                           auto id = JobParam(request, "job");
+                           if (!id.ok()) {
+                             send("error", id.status().message());
+                             return;
+                           }
+                           std::string last;
+                           for (;;) {
+                             auto job = c->GetJob(*id);
+                             if (!job.ok()) {
+                               send("error", job.status().message());
+                               return;
+                             }
+                             std::string now = Json(*job);
+                             if (now != last) {
+                               if (!send("job", now)) return;
+                               last = std::move(now);
+                             } else if (!send("", "")) {
+                               return;
+                             }
+                             std::this_thread::sleep_for(std::chrono::milliseconds(250));
+                           }
+                         }});
+  auto endpoint = HttpEndpoint::Start(std::move(http));
+  if (!endpoint.ok()) return Status(endpoint.status().code(), "--metrics-listen: " + endpoint.status().message());
+  std::unique_ptr<MonitoringServer> server(new MonitoringServer());
+  server->endpoint_ = std::move(endpoint).value();
+  return server;
+}
+
+MonitoringServer::~MonitoringServer() { Stop(); }
+
+void MonitoringServer::Stop() {
+  if (endpoint_) endpoint_->Stop();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,85 @@
+// Metrics: the text exposition format Prometheus reads, bounded label sets, process metrics.
+#include "base/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+namespace tessera::metrics {
+namespace {
+
+TEST(MetricsTest, CountersGaugesAndHistogramsRenderInTheTextFormat) {
+  Registry registry;
+  registry.Counter("tessera_updates_total", "Updates received.", {"job", "outcome"})
+      .With({"job-1", "accepted"})
+      .Inc(3);
+  registry.Gauge("tessera_workers", "Workers alive.").With().Set(2);
+  auto& h = registry.Histogram("tessera_round_seconds", "Round latency.", {"job"}, {0.5, 1, 5});
+  h.With({"job-1"}).Observe(0.2);
+  h.With({"job-1"}).Observe(0.7);
+  h.With({"job-1"}).Observe(100);
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("# HELP tessera_updates_total Updates received.\n# TYPE tessera_updates_total counter\n"
+                      "tessera_updates_total{job=\"job-1\",outcome=\"accepted\"} 3\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("# TYPE tessera_workers gauge\ntessera_workers 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("tessera_round_seconds_bucket{job=\"job-1\",le=\"0.5\"} 1\n"
+                      "tessera_round_seconds_bucket{job=\"job-1\",le=\"1\"} 2\n"
+                      "tessera_round_seconds_bucket{job=\"job-1\",le=\"5\"} 2\n"
+                      "tessera_round_seconds_bucket{job=\"job-1\",le=\"+Inf\"} 3\n"
+                      "tessera_round_seconds_sum{job=\"job-1\"} 100.90000000000001\n"
+                      "tessera_round_seconds_count{job=\"job-1\"} 3\n"),
+            std::string::npos)
+      << text;
+  // Families come sorted by name.
+  EXPECT_LT(text.find("tessera_round_seconds"), text.find("tessera_updates_total"));
+  EXPECT_LT(text.find("tessera_updates_total"), text.find("tessera_workers"));
+}
+
+TEST(MetricsTest, LabelValuesAreEscapedAndBounded) {
+  Registry registry;
+  registry.Counter("c_total", "c", {"worker"}).With({std::string("a\"b\\c\nd") + std::string(500, 'x')}).Inc();
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("c_total{worker=\"a\\\"b\\\\c\\nd" + std::string(121, 'x') + "\"} 1\n"), std::string::npos)
+      << text;
+}
+
+TEST(MetricsTest, AFamilyStopsGrowingAtItsLimit) {
+  Registry registry;
+  auto& family = registry.Counter("names_total", "one series per name", {"name"}, /*max_series=*/4);
+  for (int i = 0; i < 100; ++i) family.With({"name-" + std::to_string(i)}).Inc();
+  const std::string text = registry.Render();
+  size_t series = 0;
+  for (size_t at = text.find("names_total{"); at != std::string::npos; at = text.find("names_total{", at + 1)) ++series;
+  EXPECT_EQ(series, 4u) << text;
+  EXPECT_NE(text.find("names_total{name=\"other\"} 97\n"), std::string::npos) << text;
+}
+
+TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
+  Registry registry;
+  auto& counter = registry.Counter("hits_total", "hits", {"t"});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) counter.With({"x"}).Inc();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(counter.With({"x"}).value(), 40000);
+}
+
+TEST(MetricsTest, ProcessMetricsAreReadAtEachScrape) {
+  Registry registry;
+  RegisterProcessMetrics(registry);
+  const std::string text = registry.Render();
+  for (const char* name : {"process_resident_memory_bytes ", "process_cpu_seconds_total ", "process_open_fds ",
+                           "process_threads ", "process_start_time_seconds "}) {
+    const size_t at = text.find(std::string("\n") + name);
+    ASSERT_NE(at, std::string::npos) << name << "\n" << text;
+    EXPECT_GT(std::stod(text.substr(at + 1 + std::string(name).size())), 0) << name;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::metrics

@@ -1,0 +1,203 @@
+// The `tessera` command line against a real coordinator and workers: the per-worker round
+// table, dead workers aging out of the list, JSON output, a watch that outlives a coordinator
+// restart; and the binary itself: help per command, --version, the hint when no coordinator
+// answers.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "cli/job_client.h"
+#include "tests/integration/harness.h"
+#include "tests/integration/process.h"
+
+namespace tessera::testing {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs the `tessera` binary to its end; returns its exit status and output.
+std::pair<int, std::string> RunCli(const TempDir& dir, std::vector<std::string> args,
+                                   std::vector<std::string> env = {}) {
+  static int runs = 0;
+  const std::string log = (dir.path() / ("cli-" + std::to_string(++runs) + ".log")).string();
+  args.insert(args.begin(), TESSERA_CLI_BIN);
+  Process cli(args, log, env, {"TESSERA_COORDINATOR"});
+  auto status = cli.WaitExit(std::chrono::seconds(60));
+  if (!status) return {-1, ReadAll(log)};
+  return {WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, ReadAll(log)};
+}
+
+TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
+  TempDir dir("cli-rounds");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "r" + std::to_string(i)));
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 2000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+
+  std::ostringstream table;
+  ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), std::nullopt, table).ok());
+  const std::string text = table.str();
+  EXPECT_NE(text.find("round 0 (attempt"), std::string::npos) << text;
+  EXPECT_NE(text.find("round 1 (attempt"), std::string::npos) << text;
+  // The slowest reporting worker of round 1, by the records themselves.
+  const auto& r1 = done.rounds(1);
+  std::string slowest;
+  double slowest_ms = -1;
+  for (const auto& w : r1.workers()) {
+    const double ms = w.download_ms() + w.compute_ms() + w.upload_ms();
+    if (ms > slowest_ms) slowest_ms = ms, slowest = w.worker_id();
+  }
+  std::ostringstream one;
+  ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), 1u, one).ok());
+  EXPECT_EQ(one.str().find("round 0 "), std::string::npos) << one.str();
+  for (const auto& w : r1.workers()) EXPECT_NE(one.str().find(w.worker_id()), std::string::npos) << one.str();
+  const size_t marked = one.str().find("<- slowest (critical path)");
+  ASSERT_NE(marked, std::string::npos) << one.str();
+  const size_t line = one.str().rfind('\n', marked);
+  EXPECT_NE(one.str().substr(line, marked - line).find(slowest), std::string::npos)
+      << "the marked line is not " << slowest << "'s:\n" << one.str();
+  EXPECT_NE(one.str().find("critical path: selection"), std::string::npos) << one.str();
+
+  std::ostringstream missing;
+  Status none = cli::RoundsCommand(*stub, job->id(), 7u, missing);
+  EXPECT_EQ(none.code(), StatusCode::kNotFound);
+  EXPECT_EQ(none.message(), "job " + job->id() + " has no committed round 7 (2 committed)");
+
+  std::ostringstream json;
+  ASSERT_TRUE(cli::JobsCommand(*stub, json, {.json = true}).ok());
+  EXPECT_EQ(json.str().front(), '{') << json.str();
+  EXPECT_NE(json.str().find("\"id\":\"" + job->id() + "\""), std::string::npos) << json.str();
+  EXPECT_NE(json.str().find("\"state\":\"JOB_SUCCEEDED\""), std::string::npos) << json.str();
+  EXPECT_EQ(json.str().find('\n'), json.str().size() - 1) << "one object on one line";
+}
+
+TEST(CliTest, WorkersThatStoppedAreListedOnlyWithAll) {
+  TempDir dir("cli-workers");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  auto stays = std::make_unique<WorkerThread>(address, "stays");
+  auto leaves = std::make_unique<WorkerThread>(address, "leaves");
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  leaves.reset();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        grpc::ClientContext ctx;
+        v1::ListWorkersResponse response;
+        if (!stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &response).ok()) return false;
+        for (const auto& w : response.workers()) {
+          if (w.worker_id() == "leaves" && !w.alive()) return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(20)));
+  std::ostringstream alive;
+  ASSERT_TRUE(cli::WorkersCommand(*stub, alive).ok());
+  EXPECT_NE(alive.str().find("stays"), std::string::npos) << alive.str();
+  EXPECT_EQ(alive.str().find("leaves"), std::string::npos) << alive.str();
+  EXPECT_NE(alive.str().find("1 worker no longer sending heartbeats not shown (tessera workers --all shows them)"),
+            std::string::npos)
+      << alive.str();
+  EXPECT_NE(alive.str().find("LAST SEEN"), std::string::npos) << alive.str();
+  std::ostringstream all;
+  ASSERT_TRUE(cli::WorkersCommand(*stub, all, /*all=*/true).ok());
+  EXPECT_NE(all.str().find("leaves"), std::string::npos) << all.str();
+  EXPECT_NE(all.str().find("stays"), std::string::npos) << all.str();
+}
+
+TEST(CliTest, AWatchOutlivesACoordinatorRestartAndShowsEachRoundOnce) {
+  TempDir dir("cli-watch");
+  auto options = TestCoordinatorOptions(dir.str());
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "v" + std::to_string(i)));
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  auto job = (*coordinator)->SubmitJob(SmallJob(4, 2, 2000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+
+  std::ostringstream watched;
+  Status watch;
+  std::thread watcher([&] {
+    cli::WatchOptions w;
+    w.reconnect_for = std::chrono::seconds(60);
+    watch = cli::WatchCommand(*stub, job->id(), watched, w);
+  });
+  ASSERT_TRUE(WaitUntil([&] { return (*coordinator)->GetJob(job->id()).ok() &&
+                                     (*coordinator)->GetJob(job->id())->rounds_committed() >= 1; },
+                        std::chrono::seconds(60)));
+  (*coordinator)->Shutdown();
+  coordinator->reset();
+  options.listen_address = address;  // where the workers and the watch look for it
+  auto restarted = server::Coordinator::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  watcher.join();
+  ASSERT_TRUE(watch.ok()) << watch.ToString() << "\n" << watched.str();
+  const std::string text = watched.str();
+  EXPECT_NE(text.find("lost the coordinator; reconnecting"), std::string::npos) << text;
+  EXPECT_NE(text.find("reconnected to the coordinator"), std::string::npos) << text;
+  EXPECT_NE(text.find("final test accuracy"), std::string::npos) << text;
+  for (int r = 0; r < 4; ++r) {
+    // Each round's row starts with its number, right-aligned in five columns.
+    const std::string row = "\n    " + std::to_string(r) + " ";
+    const size_t first = text.find(row);
+    ASSERT_NE(first, std::string::npos) << "round " << r << " missing:\n" << text;
+    const size_t summary = text.find("final test accuracy");
+    EXPECT_EQ(text.substr(0, summary).find(row, first + 1), std::string::npos) << "round " << r << " twice:\n" << text;
+  }
+}
+
+TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
+  TempDir dir("cli-binary");
+  auto [help_code, help] = RunCli(dir, {"watch", "-h"});
+  EXPECT_EQ(help_code, 0) << help;
+  EXPECT_NE(help.find("Usage: tessera watch JOB"), std::string::npos) << help;
+  EXPECT_NE(help.find("--json"), std::string::npos) << help;
+  EXPECT_NE(help.find("Connection flags:"), std::string::npos) << help;
+  EXPECT_EQ(help.find("--coordinator-host"), std::string::npos) << "provision's flags are not watch's:\n" << help;
+  auto [help2_code, help2] = RunCli(dir, {"help", "rounds"});
+  EXPECT_EQ(help2_code, 0) << help2;
+  EXPECT_NE(help2.find("Usage: tessera rounds JOB"), std::string::npos) << help2;
+  auto [version_code, version] = RunCli(dir, {"--version"});
+  EXPECT_EQ(version_code, 0) << version;
+  EXPECT_EQ(version.rfind("tessera ", 0), 0u) << version;
+  auto [unknown_code, unknown] = RunCli(dir, {"wacth", "job-1"});
+  EXPECT_EQ(unknown_code, 2);
+  EXPECT_NE(unknown.find("unknown command 'wacth' (tessera help lists them)"), std::string::npos) << unknown;
+  auto [stray_code, stray] = RunCli(dir, {"jobs", "--round", "3"});
+  EXPECT_EQ(stray_code, 2);
+  EXPECT_NE(stray.find("--round does not apply"), std::string::npos) << stray;
+
+  // A port nothing listens on: bind one, note it, close it.
+  int port = 0;
+  {
+    auto coordinator = server::Coordinator::Start(TestCoordinatorOptions((dir.path() / "gone").string()));
+    ASSERT_TRUE(coordinator.ok());
+    port = (*coordinator)->port();
+  }
+  const std::string pki = TestPki::Get().WriteOperatorDir((dir.path() / "pki").string());
+  auto [code, text] = RunCli(dir, {"--tls-dir", pki, "jobs"}, {"TESSERA_COORDINATOR=127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_NE(text.find("no coordinator answered at 127.0.0.1:" + std::to_string(port) + " (from $TESSERA_COORDINATOR)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("--coordinator HOST:PORT or TESSERA_COORDINATOR=HOST:PORT"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tessera::testing
