@@ -143,7 +143,7 @@ std::optional<StreamDeadline::Clock::time_point> StreamDeadline::Check(Clock::ti
     if (finish_claimed_) return std::nullopt;
     const bool only_idle = idle_counted_ && now >= last_progress_ + idle_ && (!cap_ || now < *cap_) &&
                            now < start_ + total_;
-    probe = only_idle && !held_ ? alive_ : nullptr;
+    if (only_idle && !held_) probe = alive_;
   }
   const bool alive = probe && probe();
   std::optional<Status> expired;
@@ -177,8 +177,13 @@ StreamWatchdog::~StreamWatchdog() { Shutdown(); }
 void StreamWatchdog::Watch(const std::shared_ptr<StreamDeadline>& stream) {
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return;
-  // First look at the idle limit: Check() finds the next one from there.
-  due_.emplace(StreamDeadline::Clock::now() + std::min(stream->idle_, stream->total_), stream);
+  // First look at the earliest limit: Check() finds the next one from there.
+  auto first = StreamDeadline::Clock::now() + std::min(stream->idle_, stream->total_);
+  {
+    std::lock_guard<std::mutex> stream_lock(stream->mu_);
+    if (stream->cap_) first = std::min(first, *stream->cap_);
+  }
+  due_.emplace(first, stream);
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   cv_.notify_all();
 }

@@ -140,7 +140,8 @@ class StreamDeadline {
 };
 
 // One timer thread for every stream's deadline. Watch() returns at once; the stream is
-// looked at when its next limit comes, and forgotten once it is finished or gone.
+// looked at when its next limit comes, and forgotten once it is finished or gone. Watch a
+// stream again after moving its cap earlier.
 class StreamWatchdog {
  public:
   StreamWatchdog() = default;

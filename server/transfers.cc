@@ -230,6 +230,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     if (auto open = runner_->SelectedRound(header_.worker_id(), "upload"); open.ok()) {
       deadline_->Cap(open->deadline, "job " + header_.job_id() + " round " + std::to_string(open->round) +
                                          " attempt " + std::to_string(open->attempt) + " reached its deadline");
+      c_->watchdog().Watch(deadline_);  // looked at again by then
     }
     what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
             std::to_string(header_.round());
