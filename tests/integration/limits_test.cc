@@ -52,7 +52,7 @@ TEST_F(LimitsTest, AnUploadThatNeverSendsItsHeaderIsEndedAtTheIdleTimeout) {
   grpc::Status s = writer->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(s.error_message(),
-            "upload from caller 'worker/w1': nothing received or taken for 300 ms, its idle timeout (idle_timeout)");
+            "upload from caller 'tessera-worker/w1': nothing received or taken for 300 ms, its idle timeout (idle_timeout)");
   EXPECT_TRUE(WaitUntil([&] { return coordinator_->streams().open() == 0; }, std::chrono::seconds(30)));
 }
 
@@ -73,7 +73,7 @@ TEST_F(LimitsTest, ACallerCannotHoldMoreStreamsThanItsShare) {
   grpc::Status s = workers_->UploadUpdate(&ctx, &result)->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(s.error_message(),
-            "upload refused: caller 'worker/w1' has 4 streams open, the limit per caller (max_streams_per_caller) is 4");
+            "upload refused: caller 'tessera-worker/w1' has 4 streams open, the limit per caller (max_streams_per_caller) is 4");
   for (auto& c : contexts) c->TryCancel();
   for (auto& w : held) w->Finish().ok();
 }
