@@ -14,6 +14,7 @@
 
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
+#include "proto/list_reply.h"
 
 namespace tessera::cli {
 namespace {
@@ -129,6 +130,22 @@ Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spe
   return Status::Ok();
 }
 
+namespace {
+
+// How many entries the coordinator left out of a list reply ("" for none).
+std::string MoreEntries(const grpc::ClientContext& ctx) {
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  auto it = trailers.find(wire::kMoreEntriesTrailer);
+  if (it == trailers.end()) return "";
+  std::string count(it->second.data(), std::min<size_t>(it->second.size(), 20));
+  for (char c : count) {
+    if (c < '0' || c > '9') return "";
+  }
+  return count;
+}
+
+}  // namespace
+
 Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
@@ -139,6 +156,8 @@ Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const
     return Status::Ok();
   }
   out << Format("%-18s %-10s %11s %9s  %s\n", "JOB", "STATE", "ROUNDS", "ACCURACY", "NAME");
+  const std::string more = MoreEntries(ctx);
+  if (!more.empty()) out << "(" << more << " older jobs not shown)\n";
   for (const auto& job : response.jobs()) out << JobLine(job) << "\n";
   return Status::Ok();
 }
@@ -374,6 +393,7 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
     out << hidden << (hidden == 1 ? " worker" : " workers")
         << " no longer sending heartbeats not shown (tessera workers --all shows them)\n";
   }
+  if (const std::string more = MoreEntries(ctx); !more.empty()) out << "(" << more << " more workers not shown)\n";
   return Status::Ok();
 }
 

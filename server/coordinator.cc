@@ -31,10 +31,16 @@ ServerTlsMode ModeOf(const wire::ServerTls& tls) {
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
-    : options_(std::move(options)), registry_(options_.registry), upload_budget_(options_.upload_buffer_bytes) {}
+    : options_(std::move(options)),
+      registry_(options_.registry),
+      rendezvous_(options_.rendezvous),
+      upload_budget_(options_.upload_buffer_bytes),
+      streams_(options_.streams) {}
 
 Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions options) {
   ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--listen", options.listen_address, PortZero::kAllowed));
+  RETURN_IF_ERROR(options.streams.Validate());
+  RETURN_IF_ERROR(options.rendezvous.Validate());
   if (!options.join_token.empty()) {
     if (options.join_tokens.count("default")) {
       return InvalidArgumentError("two join tokens are labelled 'default' (--join-token and the token file)");
@@ -126,6 +132,7 @@ void Coordinator::Shutdown() {
   for (auto& [id, runner] : runners) runner->events().End();  // watches finish
   rendezvous_.Shutdown();  // waiting StoreGets answer
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  watchdog_.Shutdown();
 }
 
 Status Coordinator::BindWorkerName(const std::string& name, const std::string& credential) {

@@ -23,6 +23,7 @@
 #include "server/byte_budget.h"
 #include "server/job_runner.h"
 #include "server/state_store.h"
+#include "server/stream_limits.h"
 #include "server/worker_registry.h"
 
 namespace tessera::server {
@@ -42,6 +43,10 @@ struct CoordinatorOptions {
   // Bytes that uploads being received may hold at once; more wait their turn (one upload
   // is always let through, whatever its size). Keeps memory flat in the number of workers.
   uint64_t upload_buffer_bytes = uint64_t{256} << 20;
+  // Timeouts and counts of open streams (server/stream_limits.h), the rendezvous store's
+  // quotas (server/rendezvous_store.h); checked by Start().
+  StreamLimits streams;
+  RendezvousLimits rendezvous;
   WorkerRegistryOptions registry;
   JobRunnerOptions runner;
 };
@@ -56,6 +61,8 @@ class Coordinator {
   WorkerRegistry& registry() { return registry_; }
   RendezvousStore& rendezvous() { return rendezvous_; }
   ByteBudget& upload_budget() { return upload_budget_; }
+  StreamCounter& streams() { return streams_; }
+  StreamWatchdog& watchdog() { return watchdog_; }
 
   // Blocks until Shutdown() is called from another thread or a signal handler's thread.
   void Wait();
@@ -88,6 +95,8 @@ class Coordinator {
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;
   ByteBudget upload_budget_;
+  StreamCounter streams_;     // outlives the server and its streams' slots
+  StreamWatchdog watchdog_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::vector<std::unique_ptr<grpc::Service>> services_;

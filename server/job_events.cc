@@ -1,5 +1,6 @@
 #include "server/job_events.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tessera::server {
@@ -8,6 +9,10 @@ void JobEvents::Publish(v1::JobEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(event));
+    while (events_.size() > capacity_) {
+      events_.pop_front();
+      ++first_;
+    }
   }
   NotifyWatchers();
 }
@@ -20,12 +25,24 @@ void JobEvents::End() {
   NotifyWatchers();
 }
 
-std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended) {
+std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* missed) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::JobEvent> out;
-  for (size_t i = seen; i < events_.size(); ++i) out.push_back(events_[i]);
+  const size_t from = std::max(seen, first_);
+  if (missed != nullptr) *missed = from - seen;
+  for (size_t i = from; i < first_ + events_.size(); ++i) out.push_back(events_[i - first_]);
   *ended = ended_;
   return out;
+}
+
+size_t JobEvents::published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_ + events_.size();
+}
+
+size_t JobEvents::kept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size();
 }
 
 uint64_t JobEvents::Subscribe(std::function<void()> changed) {

@@ -63,6 +63,30 @@ void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version) {
   if (round && round->model_version() == version) round->RecordDownload(worker_id);
 }
 
+Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_id, const std::string& what) const {
+  std::shared_ptr<Round> round;
+  OpenRound open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!round_) {
+      return PermissionDeniedError(what + " refused for worker '" + worker_id + "': job " + job_.id() +
+                                   " has no round open");
+    }
+    round = round_;
+    open.deadline = round_deadline_;
+  }
+  open.round = round->round();
+  open.attempt = round->attempt();
+  open.model_version = round->model_version();
+  const auto pending = round->PendingWorkers();
+  if (std::find(pending.begin(), pending.end(), worker_id) == pending.end()) {
+    return PermissionDeniedError(what + " refused for worker '" + worker_id + "': it is not a participant of job " +
+                                 round->job_id() + " round " + std::to_string(open.round) + " attempt " +
+                                 std::to_string(open.attempt) + " still to report");
+  }
+  return open;
+}
+
 Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
   std::shared_ptr<Round> round;
   {
@@ -185,6 +209,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   spdlog::info("{}", message);
   Note(message);
   events_.End();
+  rendezvous_->ClearPrefix("rendezvous/" + job.id() + "/");  // a cohort's keys of the round it ended in
   // An ended job keeps only its record (in the store): its model, evaluation data and device
   // are released now, and the coordinator drops the runner.
   {
@@ -298,11 +323,12 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
     open->AddParticipant(client.party, std::move(members), client.cohort);
   }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_ = open;
+    round_deadline_ = deadline;
   }
-  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
   const int64_t deadline_unix_ms = UnixMillis() + spec.round_deadline_ms();
   open->MarkDispatched();
   const std::string rendezvous_prefix =

@@ -53,6 +53,17 @@ class JobRunner {
   // The job has ended (succeeded, failed or cancelled) and released its memory.
   bool finished() const { return finished_.load(); }
   void RecordDownload(const std::string& worker_id, uint64_t version);
+  // The open round as a participant sees it.
+  struct OpenRound {
+    uint32_t round = 0;
+    uint32_t attempt = 0;
+    uint64_t model_version = 0;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  // The open round, when `worker_id` takes part in it and has not reported yet (a cohort's
+  // members included); else PERMISSION_DENIED naming the worker, the job and the round, for
+  // `what` ("download of model version 3").
+  Result<OpenRound> SelectedRound(const std::string& worker_id, const std::string& what) const;
   // Checks the header and the manifest before the tensors arrive.
   Status AdmitUpload(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
@@ -95,6 +106,7 @@ class JobRunner {
   v1::Job job_;
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
+  std::chrono::steady_clock::time_point round_deadline_;  // of round_
   SeatTable seats_;                              // only the job's thread uses these two
   std::unique_ptr<SelectionPolicy> selection_;
 

@@ -1,6 +1,13 @@
 // The key-value store the coordinator serves to site cohorts for their rendezvous: members
 // publish their addresses and ids under the round's prefix and wait for each other's.
-// Entries live in memory; a round's keys are dropped when the round closes.
+// Entries live in memory; a round's keys are dropped when the round closes, and a job's when
+// it ends.
+//
+// Bounded (RendezvousLimits): a key's and a value's size, the keys and bytes under one
+// cohort's round prefix ("rendezvous/JOB/ROUND/ATTEMPT/COHORT/", a key's first five
+// segments), and the keys and bytes of the whole store. A write past a limit is refused with
+// RESOURCE_EXHAUSTED (INVALID_ARGUMENT for an oversized key or value) naming the limit, and
+// changes nothing. Bytes are a key's length plus its value's.
 //
 // Thread-safe. GetAsync blocks no thread: its callback
 // runs on the thread that sets the key, or on the store's one timer thread at the deadline.
@@ -21,14 +28,33 @@
 
 namespace tessera::server {
 
+struct RendezvousLimits {
+  size_t max_key_bytes = 512;
+  size_t max_value_bytes = 64 << 10;     // an address list or a communicator id is far less
+  size_t max_keys_per_prefix = 4096;     // per cohort's round prefix
+  size_t max_bytes_per_prefix = 4 << 20;
+  size_t max_keys = 65536;               // the whole store
+  size_t max_bytes = 64 << 20;
+  // The longest a StoreGet waits for its key (a longer wait_ms is cut to it).
+  std::chrono::milliseconds max_wait{10000};
+
+  // Each value within its range; the error names the field, the range and the value.
+  Status Validate() const;
+};
+
 class RendezvousStore {
  public:
   using GetCallback = std::function<void(Result<std::string>)>;
 
-  RendezvousStore() = default;
+  explicit RendezvousStore(RendezvousLimits limits = {}) : limits_(limits) {}
   ~RendezvousStore();
 
-  void Set(const std::string& key, std::string value);
+  const RendezvousLimits& limits() const { return limits_; }
+  // The quota scope of `key`: its first five '/'-separated segments with the trailing '/',
+  // or the whole key when it has fewer.
+  static std::string PrefixOf(const std::string& key);
+
+  Status Set(const std::string& key, std::string value);
   // The value of `key`, waiting up to `timeout` for it to be set, without a waiting thread:
   // `done` is called exactly once, with the value, with
   // DeadlineExceeded after `timeout`, or with Unavailable at Shutdown(). Never under the
@@ -41,6 +67,7 @@ class RendezvousStore {
   Result<int64_t> Add(const std::string& key, int64_t delta);
   void ClearPrefix(const std::string& prefix);
   size_t size() const;
+  size_t bytes() const;
 
  private:
   struct Waiter {
@@ -49,11 +76,22 @@ class RendezvousStore {
     std::chrono::milliseconds timeout;
     GetCallback done;
   };
+  struct Usage {
+    size_t keys = 0;
+    size_t bytes = 0;
+  };
   // Removes the waiters for `key` (under the lock), to be called after it is released.
   std::vector<Waiter> TakeWaitersLocked(const std::string& key);
+  // Checks that `key` may hold `value_bytes` (replacing its value, if set) within every
+  // limit, and accounts for it.
+  Status ReserveLocked(const std::string& key, size_t value_bytes);
+  void ForgetLocked(const std::string& key, size_t value_bytes);
   void TimerLoop();
 
+  const RendezvousLimits limits_;
   mutable std::mutex mu_;
+  std::map<std::string, Usage> usage_;  // by prefix (PrefixOf)
+  Usage total_;
   std::condition_variable timer_cv_;  // the timer thread
   std::map<std::string, std::string> values_;
   std::multimap<std::string, Waiter> waiters_;  // by key

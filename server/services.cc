@@ -21,6 +21,7 @@
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/transfers.h"
+#include "proto/list_reply.h"
 
 namespace tessera::server {
 namespace {
@@ -29,14 +30,26 @@ using wire::ToGrpc;
 
 wire::PeerIdentity Peer(const grpc::ServerContextBase* ctx) { return wire::IdentifyPeer(ctx->auth_context().get()); }
 
+// Whom a stream counts against (server/stream_limits.h): its certificate, or its address.
+std::string CallerOf(const grpc::ServerContextBase* ctx) {
+  const wire::PeerIdentity peer = Peer(ctx);
+  return CallerKey(peer.has_certificate, EscapeUntrusted(peer.role), EscapeUntrusted(peer.common_name),
+                   EscapeUntrusted(ctx->peer()));
+}
+
+// List replies stay well under the command line's 4 MiB receive limit, whatever is stored:
+// at most this many entries and bytes; the reply's trailing metadata says how many more
+// there were (kMoreEntriesTrailer).
+constexpr size_t kMaxListEntries = 1000;
+constexpr size_t kMaxListBytes = 3 << 20;
+
 // The doors: every string a caller sends is checked or escaped before it reaches a log, a
 // record, an error message or a lookup. Names and ids have a fixed alphabet and length;
 // free text (device names and properties, a worker's state, a failure report) is escaped
 // and cut (base/escape.h).
 constexpr size_t kMaxNameBytes = 128;
 constexpr size_t kMaxDeviceProperties = 64;
-constexpr size_t kMaxStoreKeyBytes = 512;
-constexpr size_t kMaxStoreValueBytes = 1 << 20;
+constexpr size_t kMaxDevicePropertyBytes = 8 << 10;  // all of a device's properties, escaped
 
 bool IsNameCharacter(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
@@ -69,7 +82,17 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
   device->set_kind(EscapeUntrusted(device->kind()));
   device->set_name(EscapeUntrusted(device->name(), 128));
   google::protobuf::Map<std::string, std::string> properties;
-  for (const auto& [key, value] : device->properties()) properties[EscapeUntrusted(key)] = EscapeUntrusted(value, 128);
+  size_t bytes = 0;
+  for (const auto& [key, value] : device->properties()) {
+    std::string k = EscapeUntrusted(key), v = EscapeUntrusted(value, 128);
+    bytes += k.size() + v.size();
+    properties[std::move(k)] = std::move(v);
+  }
+  if (bytes > kMaxDevicePropertyBytes) {
+    return InvalidArgumentError("join: field 'device.properties': expected at most " +
+                                std::to_string(kMaxDevicePropertyBytes) + " bytes in all, escaped, got " +
+                                std::to_string(bytes));
+  }
   *device->mutable_properties() = std::move(properties);
   return Status::Ok();
 }
@@ -103,8 +126,8 @@ struct RefusalLog {
 class TaskChannel final : public TaskChannelSink {
  public:
   TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation,
-              grpc::ServerWriteReactor<v1::Task>* reactor)
-      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor) {}
+              grpc::ServerWriteReactor<v1::Task>* reactor, grpc::CallbackServerContext* ctx)
+      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor), ctx_(ctx) {}
 
   void TasksQueued() override { Pump(); }
   void Superseded() override { Close(); }
@@ -126,6 +149,7 @@ class TaskChannel final : public TaskChannelSink {
         } else {
           in_flight_ = std::move(*task);
           writing_ = true;
+          write_started_ = std::chrono::steady_clock::now();
         }
       }
       finish = closing_;
@@ -133,10 +157,33 @@ class TaskChannel final : public TaskChannelSink {
       reactor = reactor_;
     }
     if (finish) {
-      reactor->Finish(grpc::Status::OK);  // the worker sees its channel closed and rejoins
+      reactor->Finish(finish_status_);  // the worker sees its channel closed and rejoins
     } else {
       reactor->StartWrite(&in_flight_);
     }
+  }
+
+  // A limit passed (server/stream_limits.h): the channel ends with `why`; a write the worker
+  // does not take is cancelled.
+  void Expire(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || finish_called_) return;
+      finish_status_ = ToGrpc(why);
+      closing_ = true;
+      if (writing_) ctx_->TryCancel();
+    }
+    spdlog::info("ended {}", why.message());
+    Pump();
+  }
+
+  // Idle but well: no write has waited on the worker for `idle`, and it heartbeats.
+  bool Alive(std::chrono::milliseconds idle) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ && std::chrono::steady_clock::now() - write_started_ >= idle) return false;
+    }
+    return registry_->IsAlive(worker_id_, generation_);
   }
 
   void Close() {
@@ -177,7 +224,10 @@ class TaskChannel final : public TaskChannelSink {
   const uint64_t generation_;
   std::mutex mu_;  // guards the fields below; held while taking a task from the registry
   grpc::ServerWriteReactor<v1::Task>* reactor_;  // null once done
+  grpc::CallbackServerContext* const ctx_;       // valid while reactor_ is set
+  grpc::Status finish_status_ = grpc::Status::OK;
   bool writing_ = false;        // a write is in flight; in_flight_ belongs to it
+  std::chrono::steady_clock::time_point write_started_;
   bool closing_ = false;        // finish as soon as no write is in flight
   bool finish_called_ = false;
   v1::Task in_flight_;
@@ -186,36 +236,63 @@ class TaskChannel final : public TaskChannelSink {
 class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
  public:
   // `admitted`: the caller's checks (worker id, certificate), done by the service.
-  TaskChannelReactor(WorkerRegistry& registry, const v1::TaskChannelRequest& request, const Status& admitted) {
+  TaskChannelReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::TaskChannelRequest& request,
+                     const Status& admitted) {
     if (!admitted.ok()) {
       Finish(ToGrpc(admitted));
       return;
     }
+    WorkerRegistry& registry = c->registry();
     if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
     }
+    auto slot = c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'");
+    if (!slot.ok()) {
+      Finish(ToGrpc(slot.status()));
+      return;
+    }
     const uint64_t generation = registry.Generation(request.worker_id());
-    auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, this);
+    auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, this, ctx);
     StartSendInitialMetadata();
     if (Status opened = registry.OpenChannel(request.worker_id(), generation, channel); !opened.ok()) {
       Finish(ToGrpc(opened));
       return;
     }
+    slot_ = std::move(slot).value();
     channel_ = std::move(channel);
+    // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
+    // has stopped heartbeating by then, or at the channel's maximum age.
+    std::weak_ptr<TaskChannel> weak = channel_;
+    deadline_ = std::make_shared<StreamDeadline>(
+        "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
+        c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
+          if (auto channel = weak.lock()) channel->Expire(why);
+        });
+    deadline_->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
+      auto channel = weak.lock();
+      return channel && channel->Alive(idle);
+    });
+    c->watchdog().Watch(deadline_);
   }
 
-  void OnWriteDone(bool ok) override { channel_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override {
+    deadline_->Progress();
+    channel_->WriteDone(ok);
+  }
   void OnCancel() override {
     if (channel_) channel_->Cancelled();
   }
   void OnDone() override {
+    if (deadline_) deadline_->ClaimFinish();  // the watchdog forgets it
     if (channel_) channel_->Done();
     delete this;
   }
 
  private:
+  std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<TaskChannel> channel_;  // null when the channel was refused
+  std::shared_ptr<StreamDeadline> deadline_;
 };
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
@@ -267,41 +344,59 @@ class WorkerServiceImpl final
 
   grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
                                                       const v1::TaskChannelRequest* request) override {
-    return new TaskChannelReactor(c_->registry(), *request, CheckCaller(ctx, "task channel", request->worker_id()));
+    return new TaskChannelReactor(c_, ctx, *request, CheckCaller(ctx, "task channel", request->worker_id()));
   }
 
   grpc::ServerWriteReactor<v1::ModelChunkMessage>* DownloadModel(grpc::CallbackServerContext*,
                                                                 const v1::DownloadModelRequest* request) override;
 
-  // Rendezvous keys are confined to the caller's own cohort: "rendezvous/JOB/ROUND/ATTEMPT/COHORT/...".
+  // Rendezvous keys are confined to the caller's own cohort, in the round it takes part in:
+  // "rendezvous/JOB/ROUND/ATTEMPT/COHORT/..." (the TrainTask's rendezvous_prefix).
   Status CheckStoreAccess(const grpc::ServerContextBase* ctx, const v1::StoreRequest& request) {
     RETURN_IF_ERROR(CheckCaller(ctx, "store", request.worker_id()));
     RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
-    if (request.key().size() > kMaxStoreKeyBytes || request.value().size() > kMaxStoreValueBytes) {
+    const RendezvousLimits& limits = c_->rendezvous().limits();
+    if (request.key().size() > limits.max_key_bytes || request.value().size() > limits.max_value_bytes) {
       return InvalidArgumentError("worker '" + request.worker_id() + "': store key of " +
                                   std::to_string(request.key().size()) + " bytes and value of " +
                                   std::to_string(request.value().size()) + " bytes: expected at most " +
-                                  std::to_string(kMaxStoreKeyBytes) + " and " + std::to_string(kMaxStoreValueBytes));
+                                  std::to_string(limits.max_key_bytes) + " (max_key_bytes) and " +
+                                  std::to_string(limits.max_value_bytes) + " (max_value_bytes)");
     }
     const std::string cohort = c_->registry().Cohort(request.worker_id());
     if (cohort.empty()) {
       return PermissionDeniedError("worker '" + request.worker_id() + "' is in no cohort; the store serves cohorts");
     }
     const std::string& key = request.key();
-    size_t slashes = 0, i = 0;
-    for (; i < key.size() && slashes < 4; ++i) slashes += key[i] == '/';
-    if (key.rfind("rendezvous/", 0) != 0 || slashes < 4 || key.compare(i, cohort.size() + 1, cohort + "/") != 0) {
+    std::vector<std::string> parts;  // rendezvous, JOB, ROUND, ATTEMPT, COHORT
+    size_t at = 0;
+    while (parts.size() < 5) {
+      const size_t slash = key.find('/', at);
+      if (slash == std::string::npos) break;
+      parts.push_back(key.substr(at, slash - at));
+      at = slash + 1;
+    }
+    auto outside = [&](const std::string& why) {
       return PermissionDeniedError("worker '" + request.worker_id() + "': key " + QuoteUntrusted(key, 128) +
                                    " is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
-                                   cohort + "/...)");
+                                   cohort + "/... of the round it takes part in" + why + ")");
+    };
+    if (parts.size() < 5 || parts[0] != "rendezvous" || parts[4] != cohort || !CheckJobId("store", parts[1]).ok()) {
+      return outside("");
+    }
+    auto runner = c_->Runner(parts[1]);
+    if (!runner) return outside("; job " + QuoteUntrusted(parts[1]) + " is not running");
+    auto open = runner->SelectedRound(request.worker_id(), "rendezvous key");
+    if (!open.ok()) return open.status();
+    if (parts[2] != std::to_string(open->round) || parts[3] != std::to_string(open->attempt)) {
+      return outside("; its round is " + std::to_string(open->round) + " attempt " + std::to_string(open->attempt));
     }
     return Status::Ok();
   }
 
   grpc::Status StoreSet(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse*) override {
     if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
-    c_->rendezvous().Set(request->key(), request->value());
-    return grpc::Status::OK;
+    return ToGrpc(c_->rendezvous().Set(request->key(), request->value()));
   }
 
   // Waits for the key without holding a thread: the reply is sent by whoever sets the key,
@@ -313,8 +408,15 @@ class WorkerServiceImpl final
       reactor->Finish(ToGrpc(s));
       return reactor;
     }
-    const auto wait = std::chrono::milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
-    c_->rendezvous().GetAsync(request->key(), wait, [reactor, response](Result<std::string> value) {
+    // A waiting get counts among the caller's open streams until it is answered.
+    auto slot = c_->streams().Open(CallerOf(ctx), "rendezvous wait of worker '" + request->worker_id() + "'");
+    if (!slot.ok()) {
+      reactor->Finish(ToGrpc(slot.status()));
+      return reactor;
+    }
+    const auto wait = std::min(std::chrono::milliseconds(request->wait_ms()), c_->rendezvous().limits().max_wait);
+    std::shared_ptr<StreamCounter::Slot> held = std::move(slot).value();
+    c_->rendezvous().GetAsync(request->key(), wait, [reactor, response, held](Result<std::string> value) {
       if (!value.ok()) {
         reactor->Finish(ToGrpc(value.status()));
         return;
@@ -356,7 +458,16 @@ grpc::ServerWriteReactor<v1::ModelChunkMessage>* WorkerServiceImpl::DownloadMode
     grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest* request) {
   Status admitted = CheckCaller(ctx, "download", request->worker_id());
   if (admitted.ok()) admitted = CheckJobId("download", request->job_id());
-  return StartDownload(c_, *request, admitted);
+  std::unique_ptr<StreamCounter::Slot> slot;
+  if (admitted.ok()) {
+    auto opened = c_->streams().Open(CallerOf(ctx), "download by worker '" + request->worker_id() + "'");
+    if (opened.ok()) {
+      slot = std::move(opened).value();
+    } else {
+      admitted = opened.status();
+    }
+  }
+  return StartDownload(c_, ctx, *request, admitted, std::move(slot));
 }
 
 grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
@@ -367,14 +478,16 @@ grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate
     return CheckJobId("upload", header.job_id());
   };
   checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
-  return StartUpload(c_, result, std::move(checks));
+  const std::string caller = CallerOf(ctx);
+  return StartUpload(c_, result, std::move(checks), caller, c_->streams().Open(caller, "upload"));
 }
 
 // One `tessera watch`: the committed rounds, then the job's live events until it ends.
 class JobWatch final {
  public:
-  JobWatch(std::shared_ptr<JobRunner> runner, grpc::ServerWriteReactor<v1::JobEvent>* reactor)
-      : runner_(std::move(runner)), reactor_(reactor) {}
+  JobWatch(std::shared_ptr<JobRunner> runner, grpc::ServerWriteReactor<v1::JobEvent>* reactor,
+           grpc::CallbackServerContext* ctx)
+      : runner_(std::move(runner)), reactor_(reactor), ctx_(ctx) {}
 
   // Before the first Pump(): the rounds already committed, and for a job that is not running
   // the end of its log.
@@ -417,8 +530,17 @@ class JobWatch final {
       if (reactor_ == nullptr || writing_ || finish_called_) return;
       if (!cancelled_ && outbox_.empty() && runner_ && !log_ended_) {
         bool ended = false;
-        std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended);
-        seen_ += events.size();
+        size_t missed = 0;
+        std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended, &missed);
+        seen_ += missed + events.size();
+        if (missed > 0) {  // fell behind the log's capacity: skip forward, and say so
+          v1::JobEvent note;
+          if (!events.empty()) *note.mutable_job() = events.front().job();
+          note.set_message(std::to_string(missed) + " events of the job's history were dropped before this watch read "
+                           "them (it keeps the last " + std::to_string(runner_->events().capacity()) +
+                           "); `tessera status` shows every committed round");
+          outbox_.push_back(std::move(note));
+        }
         for (auto& event : events) {
           if (event.has_round()) {  // already sent from the committed rounds
             if (event.round().round() <= last_round_) continue;
@@ -436,11 +558,12 @@ class JobWatch final {
         in_flight_ = std::move(outbox_.front());
         outbox_.pop_front();
         writing_ = true;
+        write_started_ = std::chrono::steady_clock::now();
       }
       reactor = reactor_;
     }
     if (finish) {
-      reactor->Finish(grpc::Status::OK);
+      reactor->Finish(finish_status_);
     } else {
       reactor->StartWrite(&in_flight_);
     }
@@ -453,6 +576,26 @@ class JobWatch final {
       if (!ok) cancelled_ = true;
     }
     Pump();
+  }
+
+  // A limit passed (server/stream_limits.h): the watch ends with `why`; a write the
+  // watcher does not take is cancelled.
+  void Expire(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || finish_called_) return;
+      finish_status_ = ToGrpc(why);
+      cancelled_ = true;
+      if (writing_) ctx_->TryCancel();
+    }
+    Pump();
+  }
+
+  // No write has waited on the watcher for `idle`.
+  bool Alive(std::chrono::milliseconds idle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (writing_ && std::chrono::steady_clock::now() - write_started_ >= idle) return false;
+    return true;
   }
 
   void Cancelled() {
@@ -478,6 +621,9 @@ class JobWatch final {
   std::mutex mu_;  // guards the fields below; held while reading the job's events
   std::shared_ptr<JobRunner> runner_;  // null for a job that is not running here
   grpc::ServerWriteReactor<v1::JobEvent>* reactor_;  // null once done
+  grpc::CallbackServerContext* const ctx_;           // valid while reactor_ is set
+  grpc::Status finish_status_ = grpc::Status::OK;
+  std::chrono::steady_clock::time_point write_started_;
   uint64_t subscription_ = 0;
   std::deque<v1::JobEvent> outbox_;
   size_t seen_ = 0;         // events taken from the job's log
@@ -492,11 +638,18 @@ class JobWatch final {
 class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   // `admitted`: the operator check, done by the service.
-  WatchJobReactor(Coordinator* c, const v1::WatchJobRequest& request, const Status& admitted) {
+  WatchJobReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::WatchJobRequest& request,
+                  const Status& admitted) {
     if (!admitted.ok()) {
       Finish(ToGrpc(admitted));
       return;
     }
+    auto slot = c->streams().Open(CallerOf(ctx), "watch");
+    if (!slot.ok()) {
+      Finish(ToGrpc(slot.status()));
+      return;
+    }
+    slot_ = std::move(slot).value();
     if (Status s = CheckJobId("watch", request.job_id()); !s.ok()) {
       Finish(ToGrpc(s));
       return;
@@ -512,24 +665,56 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       Finish(ToGrpc(rounds.status()));
       return;
     }
-    watch_ = std::make_shared<JobWatch>(std::move(runner), this);
+    watch_ = std::make_shared<JobWatch>(std::move(runner), this, ctx);
     watch_->Backlog(*job, std::move(rounds).value());
+    std::weak_ptr<JobWatch> weak = watch_;
+    const StreamLimits& limits = c->options().streams;
+    deadline_ = std::make_shared<StreamDeadline>("watch of job " + request.job_id(), limits.idle_timeout,
+                                                 limits.channel_max_age, "maximum age (channel_max_age)",
+                                                 [weak](const Status& why) {
+                                                   if (auto w = weak.lock()) w->Expire(why);
+                                                 });
+    deadline_->SetAliveProbe([weak, idle = limits.idle_timeout] {
+      auto w = weak.lock();
+      return w && w->Alive(idle);
+    });
+    c->watchdog().Watch(deadline_);
     JobWatch::Follow(watch_);
     watch_->Pump();
   }
 
-  void OnWriteDone(bool ok) override { watch_->WriteDone(ok); }
+  void OnWriteDone(bool ok) override {
+    deadline_->Progress();
+    watch_->WriteDone(ok);
+  }
   void OnCancel() override {
     if (watch_) watch_->Cancelled();
   }
   void OnDone() override {
+    if (deadline_) deadline_->ClaimFinish();  // the watchdog forgets it
     if (watch_) watch_->Done();
     delete this;
   }
 
  private:
+  std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<JobWatch> watch_;  // null when the watch was refused
+  std::shared_ptr<StreamDeadline> deadline_;
 };
+
+// Moves entries into `out` up to kMaxListEntries and kMaxListBytes; returns how many were left.
+template <typename T>
+size_t AddBounded(std::vector<T>& entries, google::protobuf::RepeatedPtrField<T>* out) {
+  size_t bytes = 0, taken = 0;
+  for (auto& entry : entries) {
+    const size_t size = entry.ByteSizeLong() + 8;  // and its tag and length
+    if (taken == kMaxListEntries || bytes + size > kMaxListBytes) break;
+    bytes += size;
+    *out->Add() = std::move(entry);
+    ++taken;
+  }
+  return entries.size() - taken;
+}
 
 class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
  public:
@@ -562,7 +747,11 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     auto jobs = c_->ListJobs();
     if (!jobs.ok()) return ToGrpc(jobs.status());
-    for (auto& job : *jobs) *response->add_jobs() = std::move(job);
+    // The newest jobs first when there are too many to show.
+    std::reverse(jobs->begin(), jobs->end());
+    const size_t more = AddBounded(*jobs, response->mutable_jobs());
+    std::reverse(response->mutable_jobs()->begin(), response->mutable_jobs()->end());
+    if (more > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(more));
     return grpc::Status::OK;
   }
 
@@ -578,13 +767,15 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
 
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* request) override {
-    return new WatchJobReactor(c_, *request, CheckOperator(ctx));
+    return new WatchJobReactor(c_, ctx, *request, CheckOperator(ctx));
   }
 
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
-    for (auto& w : c_->registry().List()) *response->add_workers() = std::move(w);
+    std::vector<v1::WorkerStatus> workers = c_->registry().List();
+    const size_t more = AddBounded(workers, response->mutable_workers());
+    if (more > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(more));
     return grpc::Status::OK;
   }
 

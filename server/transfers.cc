@@ -26,8 +26,9 @@ using wire::ToGrpc;
 class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMessage> {
  public:
   // `admitted`: the caller's credential and the request's fields, checked by the service.
-  DownloadReactor(Coordinator* c, const v1::DownloadModelRequest& request, const Status& admitted)
-      : worker_id_(request.worker_id()) {
+  DownloadReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest& request,
+                  const Status& admitted, std::unique_ptr<StreamCounter::Slot> slot)
+      : ctx_(ctx), worker_id_(request.worker_id()), slot_(std::move(slot)) {
     if (!admitted.ok()) {
       Finish(ToGrpc(admitted));
       return;
@@ -39,6 +40,20 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
     runner_ = c->Runner(request.job_id());
     if (!runner_) {
       Finish(ToGrpc(NotFoundError("job '" + request.job_id().substr(0, 64) + "' is not running on this coordinator")));
+      return;
+    }
+    // Only a participant of the open round, for that round's model.
+    const std::string what = "download of model version " + std::to_string(request.model_version()) + " of job " +
+                             request.job_id();
+    auto open = runner_->SelectedRound(worker_id_, what);
+    if (!open.ok()) {
+      Finish(ToGrpc(open.status()));
+      return;
+    }
+    if (open->model_version != request.model_version()) {
+      Finish(ToGrpc(PermissionDeniedError(what + " refused for worker '" + worker_id_ + "': its round " +
+                                          std::to_string(open->round) + " trains model version " +
+                                          std::to_string(open->model_version))));
       return;
     }
     auto model = runner_->Model(request.model_version());
@@ -54,12 +69,23 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
     }
     plan_ = std::move(plan).value();
     next_ = plan_.first_chunk;
+    const StreamLimits& limits = c->options().streams;
+    // A write the worker does not take for the idle timeout ends the download: the worker is
+    // not reading, so the call is cancelled as well as finished.
+    deadline_ = std::make_shared<StreamDeadline>("download by worker '" + worker_id_ + "'", limits.idle_timeout,
+                                                 limits.transfer_timeout, "transfer timeout (transfer_timeout)",
+                                                 [this](const Status& why) { Expire(why); });
+    deadline_->Cap(open->deadline, "job " + request.job_id() + " round " + std::to_string(open->round) + " attempt " +
+                                       std::to_string(open->attempt) + " reached its deadline");
+    c->watchdog().Watch(deadline_);
     StartWrite(&model_->manifest_message());
   }
 
   void OnWriteDone(bool ok) override {
+    if (deadline_->finish_claimed()) return;  // the watchdog ended it
+    deadline_->Progress();
     if (!ok) {
-      Finish(ToGrpc(CancelledError("the worker went away mid-download")));
+      End(ToGrpc(CancelledError("the worker went away mid-download")));
       return;
     }
     if (plan_.first_partial) {
@@ -72,18 +98,32 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
       return;
     }
     runner_->RecordDownload(worker_id_, model_->version());
-    Finish(grpc::Status::OK);
+    End(grpc::Status::OK);
   }
 
   void OnDone() override { delete this; }
 
  private:
+  void End(const grpc::Status& status) {
+    if (deadline_->ClaimFinish()) Finish(status);
+  }
+
+  // On the watchdog's thread, which has claimed the finish; a write is in flight.
+  void Expire(const Status& why) {
+    spdlog::warn("ended {}", why.message());
+    ctx_->TryCancel();
+    Finish(ToGrpc(why));
+  }
+
+  grpc::CallbackServerContext* const ctx_;
   const std::string worker_id_;
+  const std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<JobRunner> runner_;
   std::shared_ptr<const ModelVersion> model_;  // kept alive until the download ends
   ModelVersion::Plan plan_;
   std::unique_ptr<v1::ModelChunkMessage> partial_;  // the resumed first chunk, while it is written
   size_t next_ = 0;
+  std::shared_ptr<StreamDeadline> deadline_;  // set once the download starts writing
 };
 
 // One upload, read with the callback API: each chunk is checked and placed as it arrives, on
@@ -92,21 +132,38 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
 // and down the worker's task channel.
 class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessage> {
  public:
-  UploadReactor(Coordinator* c, v1::UploadResult* result, UploadChecks checks)
+  // `slot`: this upload's place among the coordinator's open streams, or why it has none.
+  UploadReactor(Coordinator* c, v1::UploadResult* result, UploadChecks checks, const std::string& caller,
+                Result<std::unique_ptr<StreamCounter::Slot>> slot)
       : c_(c), result_(result), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
+    const StreamLimits& limits = c->options().streams;
+    deadline_ = std::make_shared<StreamDeadline>("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
+                                                 "transfer timeout (transfer_timeout)",
+                                                 [this](const Status& why) { Expire(why); });
+    if (!slot.ok()) {
+      checks_.refused(slot.status().message());
+      End(ToGrpc(slot.status()));
+      return;
+    }
+    slot_ = std::move(slot).value();
+    c->watchdog().Watch(deadline_);
     StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
+    if (deadline_->finish_claimed()) return;  // the watchdog ended it
+    deadline_->Progress();
     if (!have_header_) {
       if (!ok || !message_.has_header()) {
-        Finish(ToGrpc(InvalidArgumentError("an upload must start with its header")));
+        End(ToGrpc(InvalidArgumentError("an upload must start with its header")));
         return;
       }
       have_header_ = true;
       header_ = std::move(*message_.mutable_header());
       if (!Admit()) return;
-      // Nothing more is read until the upload's bytes fit the coordinator's budget.
+      // Nothing more is read until the upload's bytes fit the coordinator's budget; the
+      // watchdog leaves it alone meanwhile (the wait is not the worker's doing).
+      if (!deadline_->Hold()) return;  // the watchdog has just ended it
       c_->upload_budget().Acquire(budget_bytes_, [this] { Granted(); });
       return;
     }
@@ -141,9 +198,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     Status checked = checks_.header(header_);
     if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
     if (!checked.ok()) {
-      Finish(ToGrpc(checked));
+      End(ToGrpc(checked));
       return false;
     }
+    deadline_->Rename("upload from worker '" + header_.worker_id() + "'");
     header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
     runner_ = c_->Runner(header_.job_id());
     if (!runner_) {
@@ -165,8 +223,14 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       Status noted = runner_->ReportFailure(header_);
       result_->set_accepted(noted.ok());
       result_->set_reason(noted.ok() ? "failure noted" : noted.message());
-      Finish(grpc::Status::OK);
+      End(grpc::Status::OK);
       return false;
+    }
+    // A selected worker's upload ends at its round's deadline, buffers and all.
+    if (auto open = runner_->SelectedRound(header_.worker_id(), "upload"); open.ok()) {
+      deadline_->Cap(open->deadline, "job " + header_.job_id() + " round " + std::to_string(open->round) +
+                                         " attempt " + std::to_string(open->attempt) + " reached its deadline");
+      c_->watchdog().Watch(deadline_);  // looked at again by then
     }
     what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
             std::to_string(header_.round());
@@ -185,8 +249,13 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   // The upload's bytes are reserved: its buffers may be allocated and its chunks read.
   void Granted() {
     holding_budget_ = true;
+    deadline_->Release();
     if (cancelled_) {
-      Finish(ToGrpc(CancelledError("the worker went away while its upload waited for memory")));
+      End(ToGrpc(CancelledError("the worker went away while its upload waited for memory")));
+      return;
+    }
+    if (auto expired = deadline_->Expired(std::chrono::steady_clock::now())) {
+      End(ToGrpc(*expired));
       return;
     }
     assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
@@ -215,7 +284,19 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       return;
     }
     result_->set_accepted(true);
-    Finish(grpc::Status::OK);
+    End(grpc::Status::OK);
+  }
+
+  // Every end but the watchdog's goes through here: the stream is finished once.
+  void End(const grpc::Status& status) {
+    if (deadline_->ClaimFinish()) Finish(status);
+  }
+
+  // On the watchdog's thread, which has claimed the finish; a read is in flight, and fails
+  // once the status is sent.
+  void Expire(const Status& why) {
+    checks_.refused(why.message());
+    Finish(ToGrpc(why));
   }
 
   // The update is refused: the reply says why, and so does the worker's task channel.
@@ -229,7 +310,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     verdict.mutable_verdict()->set_accepted(false);
     verdict.mutable_verdict()->set_reason(why.message());
     c_->registry().Send(header_.worker_id(), std::move(verdict)).ok();
-    Finish(grpc::Status::OK);
+    End(grpc::Status::OK);
   }
 
   Coordinator* const c_;
@@ -247,18 +328,23 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<wire::TensorAssembler> assembler_;
+  std::unique_ptr<StreamCounter::Slot> slot_;
+  std::shared_ptr<StreamDeadline> deadline_;
 };
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, const v1::DownloadModelRequest& request,
-                                                               const Status& admitted) {
-  return new DownloadReactor(c, request, admitted);
+grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
+                                                               const v1::DownloadModelRequest& request,
+                                                               const Status& admitted,
+                                                               std::unique_ptr<StreamCounter::Slot> slot) {
+  return new DownloadReactor(c, ctx, request, admitted, std::move(slot));
 }
 
 grpc::ServerReadReactor<v1::UpdateChunkMessage>* StartUpload(Coordinator* c, v1::UploadResult* result,
-                                                             UploadChecks checks) {
-  return new UploadReactor(c, result, std::move(checks));
+                                                             UploadChecks checks, const std::string& caller,
+                                                             Result<std::unique_ptr<StreamCounter::Slot>> slot) {
+  return new UploadReactor(c, result, std::move(checks), caller, std::move(slot));
 }
 
 }  // namespace tessera::server

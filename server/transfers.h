@@ -3,15 +3,25 @@
 // write completes; an upload is checked at its header, waits for the coordinator's upload
 // memory budget without reading, then is assembled chunk by chunk as reads complete. Neither
 // holds a thread while it waits on a slow worker. The service (services.cc) checks the
-// caller's credential and the request's form first.
+// caller's credential and the request's form first, and gives each transfer the slot it holds
+// among the coordinator's open streams.
+//
+// Limits (server/stream_limits.h): a transfer that makes no progress for the idle timeout
+// (an upload's header included), or that is open longer than the transfer timeout, is ended
+// with DEADLINE_EXCEEDED naming the limit; so is an upload still open at its round's
+// deadline, and a download of a round's model at that round's deadline. A download is
+// served only to a worker that takes part in the job's open round and has not reported yet,
+// and only that round's model version.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "server/stream_limits.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::server {
@@ -19,8 +29,10 @@ namespace tessera::server {
 class Coordinator;
 
 // `admitted`: the service's verdict on the caller and the request; an error ends the call.
-grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, const v1::DownloadModelRequest& request,
-                                                               const Status& admitted);
+grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
+                                                               const v1::DownloadModelRequest& request,
+                                                               const Status& admitted,
+                                                               std::unique_ptr<StreamCounter::Slot> slot);
 
 // What the service checks of an upload's header (the caller's credential, the fields' form),
 // and where a refusal not tied to a selected worker is logged (rate-limited).
@@ -28,7 +40,9 @@ struct UploadChecks {
   std::function<Status(const v1::UpdateHeader&)> header;
   std::function<void(const std::string&)> refused;
 };
+// `caller` names the caller in messages until its header names the worker.
 grpc::ServerReadReactor<v1::UpdateChunkMessage>* StartUpload(Coordinator* c, v1::UploadResult* result,
-                                                             UploadChecks checks);
+                                                             UploadChecks checks, const std::string& caller,
+                                                             Result<std::unique_ptr<StreamCounter::Slot>> slot);
 
 }  // namespace tessera::server

@@ -3,6 +3,9 @@
 // the union of their data.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <thread>
+
 #include "collectives/registry.h"
 #include "device/registry.h"
 #include "tests/integration/harness.h"
@@ -94,7 +97,7 @@ TEST(CohortTest, AOneMemberCohortOnCudaReducesOnTheGpuThroughNccl) {
   RunOneMemberCohort("cuda", "nccl");
 }
 
-TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohort) {
+TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohortInItsOpenRound) {
   TempDir dir("store");
   auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
   ASSERT_TRUE(coordinator.ok());
@@ -107,22 +110,55 @@ TEST(CohortTest, TheRendezvousStoreServesOnlyTheCallersCohort) {
   join.set_cohort("alpha");
   auto joined = client->Join(join);
   ASSERT_TRUE(joined.ok());
+  // A cohort of one, selected for a round: its task names the round's rendezvous prefix.
+  std::mutex mu;
+  std::string prefix;
+  v1::TaskChannelRequest open;
+  open.set_worker_id(joined->worker_id());
+  open.set_session(joined->session());
+  std::thread channel([&] {
+    client->RunTaskChannel(open, [&](const v1::Task& task) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (task.has_train()) prefix = task.train().rendezvous_prefix();
+    }).ok();
+  });
+  auto jobs = JobStub((*coordinator)->port());
+  grpc::ClientContext submit_ctx;
+  v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = SmallJob(1, 1, 600);
+  v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(jobs->SubmitJob(&submit_ctx, submit, &submitted).ok());
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return !prefix.empty();
+      },
+      std::chrono::seconds(60)));
+  const std::string job = submitted.job().id();
+  EXPECT_EQ(prefix, "rendezvous/" + job + "/1/1/alpha/");
+
   v1::StoreRequest request;
   request.set_worker_id(joined->worker_id());
   request.set_session(joined->session());
-  request.set_key("rendezvous/job-1/1/1/alpha/rank0");
+  request.set_key(prefix + "rank0");
   request.set_value("127.0.0.1:5000");
   ASSERT_TRUE(client->StoreSet(request).ok());
   request.set_wait_ms(100);
   auto value = client->StoreGet(request);
   ASSERT_TRUE(value.ok()) << value.status().ToString();
   EXPECT_EQ(*value, "127.0.0.1:5000");
-  request.set_key("rendezvous/job-1/1/1/beta/rank0");
+  request.set_key("rendezvous/" + job + "/1/1/beta/rank0");  // another cohort's
   Status denied = client->StoreSet(request);
   EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(denied.message().find("alpha"), std::string::npos) << denied.message();
-  request.set_key("rendezvous/job-1/1/1/alpha/missing");
+  request.set_key("rendezvous/" + job + "/2/1/alpha/rank0");  // a round it is not in
+  denied = client->StoreSet(request);
+  EXPECT_EQ(denied.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(denied.message().find("its round is 1 attempt 1"), std::string::npos) << denied.message();
+  request.set_key(prefix + "missing");
   EXPECT_EQ(client->StoreGet(request).status().code(), StatusCode::kDeadlineExceeded);
+  client->CancelTaskChannel();
+  channel.join();
 }
 
 }  // namespace

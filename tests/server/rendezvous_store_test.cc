@@ -43,7 +43,7 @@ TEST(RendezvousStoreTest, AnAsynchronousGetIsAnsweredBySetWithoutAThreadOfItsOwn
     std::lock_guard<std::mutex> lock(answer.mu);
     EXPECT_FALSE(answer.value.has_value());
   }
-  store.Set("rendezvous/j/1/1/c/addr0", "127.0.0.1:4000");
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/c/addr0", "127.0.0.1:4000").ok());
   ASSERT_TRUE(answer.Wait());
   ASSERT_TRUE(answer.value->ok()) << answer.value->status().ToString();
   EXPECT_EQ(**answer.value, "127.0.0.1:4000");
@@ -52,7 +52,7 @@ TEST(RendezvousStoreTest, AnAsynchronousGetIsAnsweredBySetWithoutAThreadOfItsOwn
 
 TEST(RendezvousStoreTest, AKeyAlreadySetAnswersAtOnce) {
   RendezvousStore store;
-  store.Set("k", "v");
+  ASSERT_TRUE(store.Set("k", "v").ok());
   Answer answer;
   store.GetAsync("k", std::chrono::milliseconds(0), answer.Callback());
   ASSERT_TRUE(answer.Wait());
@@ -89,11 +89,55 @@ TEST(RendezvousStoreTest, CountersAddAndRefuseWhatIsNotACounter) {
   ASSERT_TRUE(answer.Wait());
   EXPECT_EQ(**answer.value, "2");
   EXPECT_EQ(*store.Add("n", 3), 5);
-  store.Set("text", "not a number");
+  ASSERT_TRUE(store.Set("text", "not a number").ok());
   auto refused = store.Add("text", 1);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  store.Set("big", std::to_string(std::numeric_limits<int64_t>::max()));
+  ASSERT_TRUE(store.Set("big", std::to_string(std::numeric_limits<int64_t>::max())).ok());
   EXPECT_EQ(store.Add("big", 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(RendezvousStoreTest, KeysAndValuesLargerThanTheirLimitsAreRefused) {
+  RendezvousStore store;
+  Status s = store.Set(std::string(513, 'k'), "v");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("of 513 bytes: the limit (max_key_bytes) is 512"), std::string::npos) << s.message();
+  s = store.Set("rendezvous/j/1/1/c/x", std::string((64 << 10) + 1, 'v'));
+  EXPECT_EQ(s.message(), "rendezvous value of 65537 bytes for key 'rendezvous/j/1/1/c/x': the limit (max_value_bytes) is 65536");
+  EXPECT_EQ(store.size(), 0u);
+}
+
+TEST(RendezvousStoreTest, ACohortsRoundPrefixHasAQuotaOfKeysAndBytesAndSoDoesTheStore) {
+  RendezvousLimits limits;
+  limits.max_keys_per_prefix = 3;
+  limits.max_bytes_per_prefix = 1000;
+  limits.max_keys = 5;
+  limits.max_value_bytes = 600;
+  RendezvousStore store(limits);
+  EXPECT_EQ(RendezvousStore::PrefixOf("rendezvous/j/1/1/c/rank0/addr"), "rendezvous/j/1/1/c/");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(store.Set("rendezvous/j/1/1/a/" + std::to_string(i), "v").ok());
+  Status s = store.Set("rendezvous/j/1/1/a/3", "v");
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), "rendezvous key 'rendezvous/j/1/1/a/3' refused: the prefix 'rendezvous/j/1/1/a/' would hold "
+                         "4 keys, the limit (max_keys_per_prefix) is 3");
+  // Replacing a value is no new key; a counter counts too.
+  EXPECT_TRUE(store.Set("rendezvous/j/1/1/a/0", "w").ok());
+  EXPECT_EQ(store.Add("rendezvous/j/1/1/a/9", 1).status().code(), StatusCode::kResourceExhausted);
+  // Bytes: key plus value.
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/b/0", std::string(500, 'x')).ok());
+  s = store.Set("rendezvous/j/1/1/b/1", std::string(500, 'x'));
+  EXPECT_EQ(s.message(), "rendezvous key 'rendezvous/j/1/1/b/1' refused: the prefix 'rendezvous/j/1/1/b/' would hold "
+                         "1040 bytes, the limit (max_bytes_per_prefix) is 1000");
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/c/0", "v").ok());
+  s = store.Set("rendezvous/j/1/1/d/0", "v");
+  EXPECT_EQ(s.message(), "rendezvous key 'rendezvous/j/1/1/d/0' refused: the store would hold 6 keys, the limit "
+                         "(max_keys) is 5");
+  // What a closed round held is given back.
+  store.ClearPrefix("rendezvous/j/1/1/a/");
+  EXPECT_EQ(store.size(), 2u);
+  EXPECT_TRUE(store.Set("rendezvous/j/1/1/a/3", "v").ok());
+  store.ClearPrefix("rendezvous/j/");
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_EQ(store.bytes(), 0u);
 }
 
 }  // namespace
