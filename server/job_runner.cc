@@ -104,7 +104,14 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     round = round_;
   }
   if (!round) return AdmitUpload(header);
-  Status verdict = round->Submit(header, delta, upload_ms, &payload);
+  // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
+  Status verdict;
+  try {
+    verdict = round->Submit(header, delta, upload_ms, &payload);
+  } catch (const std::exception& e) {
+    verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
+                            ": checking it failed: " + e.what());
+  }
   registry_->RecordRound(header.worker_id(), verdict.ok());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());

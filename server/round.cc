@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 
 #include "base/escape.h"
 #include "proto/update_envelope.h"
@@ -217,7 +218,16 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   update.samples = h.samples();
   update.delta = &delta;
   update.payload = payload;
-  Status folded = aggregate_->Fold(update);
+  // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
+  // "folding" (Close() waits for it).
+  Status folded;
+  try {
+    folded = aggregate_->Fold(update);
+  } catch (const std::exception& e) {
+    folded = InternalError(std::string("folding it failed: ") + e.what());
+  } catch (...) {
+    folded = InternalError("folding it failed with an exception of unknown type");
+  }
   const double fold_ms = MillisSince(start, std::chrono::steady_clock::now());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = participants_[h.worker_id()];
