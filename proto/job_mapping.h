@@ -53,7 +53,12 @@ inline constexpr uint64_t kMaxLocalFilesSamples = 1000000000;
 // value. A model's estimated memory is parameters x 4 bytes x this.
 inline constexpr int64_t kCoordinatorModelCopies = 10;
 inline constexpr int64_t kMaxModelMemoryBytes = int64_t{2} << 30;  // 2 GiB per job
-// max_update_norm: the default, and the largest value a spec may set. MEASURED_NORMS
+// max_update_norm: the default, and the largest value a spec may set. Measured L2 norms of
+// real Fashion-MNIST updates (a party of 6000 IID samples unless said): the demo
+// (examples/fmnist-fedavg.toml, SimpleCNN, 2 epochs, lr 0.01) 3.3 in round 1 and 1.7 in
+// round 2; NIID-Bench's IID baseline (10 epochs) 6.2; its Dirichlet(0.5) split 4.7 to 5.8;
+// an MLP 200x200 with lr 0.1 for 5 epochs 20; the integration tests' small MLP jobs below 1.
+// The default is 50 times the largest of these.
 inline constexpr double kDefaultMaxUpdateNorm = 1000;
 inline constexpr double kMaxUpdateNormLimit = 1e9;
 

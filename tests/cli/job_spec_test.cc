@@ -436,7 +436,8 @@ TEST(JobSpecLimitsTest, TheReaderAppliesTheSameLimitsWithTheLine) {
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nhidden = [65536, 65536, 65536]\n"
               "[data.partition]\nparties = 2\n",
               {"job.toml: spec.model: expected a model the coordinator can hold", "MiB"});
-  ExpectError(std::string("rounds = 1000000\n") + kMinimal, {"job.toml:1:", "'rounds'", "at most 100000"});
+  ExpectError("name = \"t\"\nrounds = 1000000\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "at most 100000"});
   ExpectError(std::string("max_update_norm = 0\n") + kMinimal, {"job.toml:1:", "'max_update_norm'", "> 0"});
   ExpectError(std::string("max_update_norm = 1e12\n") + kMinimal, {"job.toml:1:", "'max_update_norm'", "at most"});
   ExpectError(std::string(kMinimal) + "[train]\nbatch_size = 100000\n", {"job.toml:10:", "'train.batch_size'"});
