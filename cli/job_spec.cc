@@ -13,16 +13,17 @@
 #include <span>
 #include <sstream>
 
+#include "proto/job_mapping.h"
+
 namespace tessera {
 namespace {
 
-constexpr uint64_t kMaxUint32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
-    "max_round_attempts", "device", "fallback_device", "collective_backend", "model", "data", "train", "server"};
+    "max_round_attempts", "max_update_norm", "device", "fallback_device", "collective_backend", "model", "data", "train", "server"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
@@ -252,17 +253,17 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(CheckOneOf(reader, "strategy", strategy, kStrategies));
   spec.set_strategy(strategy);
 
-  RETURN_IF_ERROR(reader.Unsigned(root, "", "rounds", 1, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "rounds", 1, wire::kMaxRounds, &u));
   if (!reader.Present("rounds")) return reader.Error("rounds", "is required: the number of rounds to train");
   spec.set_rounds(static_cast<uint32_t>(u));
 
   uint64_t clients_per_round = 0, min_clients = 0;
-  RETURN_IF_ERROR(reader.Unsigned(root, "", "clients_per_round", 1, kMaxUint32, &clients_per_round));
-  RETURN_IF_ERROR(reader.Unsigned(root, "", "min_clients", 1, kMaxUint32, &min_clients));
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "clients_per_round", 1, wire::kMaxParties, &clients_per_round));
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "min_clients", 1, wire::kMaxParties, &min_clients));
 
   double deadline_s = 300.0;
   RETURN_IF_ERROR(reader.Number(root, "", "round_deadline_s", &deadline_s));
-  const double max_deadline_s = static_cast<double>(kMaxUint32) / 1000.0;
+  const double max_deadline_s = static_cast<double>(wire::kMaxRoundDeadlineMs) / 1000.0;
   if (deadline_s < 0.001 || deadline_s > max_deadline_s) {
     return reader.Error("round_deadline_s", "must be between 0.001 and " + SpecReader::ToText(max_deadline_s) +
                                                 " seconds, got " + SpecReader::ToText(deadline_s));
@@ -273,8 +274,15 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.Unsigned(root, "", "seed", 0, kMaxUint64, &u));
   spec.set_seed(u);
   u = 3;
-  RETURN_IF_ERROR(reader.Unsigned(root, "", "max_round_attempts", 1, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(root, "", "max_round_attempts", 1, wire::kMaxRoundAttempts, &u));
   spec.set_max_round_attempts(static_cast<uint32_t>(u));
+  double max_update_norm = wire::kDefaultMaxUpdateNorm;
+  RETURN_IF_ERROR(reader.Number(root, "", "max_update_norm", &max_update_norm));
+  if (!(max_update_norm > 0.0 && max_update_norm <= wire::kMaxUpdateNormLimit)) {
+    return reader.Error("max_update_norm", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxUpdateNormLimit) +
+                                               ", got " + SpecReader::ToText(max_update_norm));
+  }
+  spec.set_max_update_norm(max_update_norm);
 
   for (const char* key : {"device", "fallback_device"}) {
     std::string device = "cpu";
@@ -304,7 +312,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(CheckOneOf(reader, "model.name", model_name, kModels));
   spec.mutable_model()->set_name(model_name);
   std::vector<uint64_t> hidden;
-  RETURN_IF_ERROR(reader.UnsignedArray(*model, "model", "hidden", 1, 1 << 20, &hidden));
+  RETURN_IF_ERROR(reader.UnsignedArray(*model, "model", "hidden", 1, wire::kMaxHiddenWidth, &hidden));
+  if (hidden.size() > static_cast<size_t>(wire::kMaxHiddenLayers)) {
+    return reader.Error("model.hidden", "must have at most " + std::to_string(wire::kMaxHiddenLayers) +
+                                            " hidden layers, got " + std::to_string(hidden.size()));
+  }
   if (!hidden.empty() && model_name != "mlp") {
     return reader.Error("model.hidden", "applies to model \"mlp\" only, not \"" + model_name + "\"");
   }
@@ -325,10 +337,10 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.String(*data, "data", "path", &path));
   data_spec->set_path(path);
   u = 0;
-  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_train_samples", 0, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_train_samples", 0, wire::kMaxSamplesCut, &u));
   data_spec->set_max_train_samples(static_cast<uint32_t>(u));
   u = 0;
-  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_test_samples", 0, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_test_samples", 0, wire::kMaxSamplesCut, &u));
   data_spec->set_max_test_samples(static_cast<uint32_t>(u));
 
   ASSIGN_OR_RETURN(const toml::table* partition, reader.Table(*data, "data", "partition"));
@@ -348,7 +360,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   }
   partition_spec->set_kind(found->kind);
   u = 0;
-  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "parties", 1, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "parties", 1, wire::kMaxParties, &u));
   if (!reader.Present("data.partition.parties")) {
     return reader.Error("data.partition.parties", "is required: the number of parties the data is split among");
   }
@@ -356,7 +368,10 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   partition_spec->set_parties(static_cast<uint32_t>(parties));
   double beta = 0.5;
   RETURN_IF_ERROR(reader.Number(*partition, "data.partition", "beta", &beta));
-  if (!(beta > 0.0)) return reader.Error("data.partition.beta", "must be > 0, got " + SpecReader::ToText(beta));
+  if (!(beta > 0.0 && beta <= wire::kMaxBeta)) {
+    return reader.Error("data.partition.beta", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxBeta) + ", got " +
+                                                   SpecReader::ToText(beta));
+  }
   partition_spec->set_beta(beta);
   u = 2;
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, kFashionMnistClasses, &u));
@@ -395,23 +410,25 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(CheckOneOf(reader, "train.optimizer", optimizer_name, kOptimizers));
   optimizer->set_name(optimizer_name);
   u = 1;
-  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "local_epochs", 1, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "local_epochs", 1, wire::kMaxLocalEpochs, &u));
   spec.set_local_epochs(static_cast<uint32_t>(u));
   u = 64;
-  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "batch_size", 1, kMaxUint32, &u));
+  RETURN_IF_ERROR(reader.Unsigned(*train, "train", "batch_size", 1, wire::kMaxBatchSize, &u));
   spec.set_batch_size(static_cast<uint32_t>(u));
   double learning_rate = 0.01, momentum = 0.9, weight_decay = 0.0;
   RETURN_IF_ERROR(reader.Number(*train, "train", "learning_rate", &learning_rate));
-  if (!(learning_rate > 0.0)) {
-    return reader.Error("train.learning_rate", "must be > 0, got " + SpecReader::ToText(learning_rate));
+  if (!(learning_rate > 0.0 && learning_rate <= wire::kMaxLearningRate)) {
+    return reader.Error("train.learning_rate", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxLearningRate) +
+                                                   ", got " + SpecReader::ToText(learning_rate));
   }
   RETURN_IF_ERROR(reader.Number(*train, "train", "momentum", &momentum));
   if (!(momentum >= 0.0 && momentum < 1.0)) {
     return reader.Error("train.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
   }
   RETURN_IF_ERROR(reader.Number(*train, "train", "weight_decay", &weight_decay));
-  if (!(weight_decay >= 0.0)) {
-    return reader.Error("train.weight_decay", "must be >= 0, got " + SpecReader::ToText(weight_decay));
+  if (!(weight_decay >= 0.0 && weight_decay <= wire::kMaxWeightDecay)) {
+    return reader.Error("train.weight_decay", "must be in [0, " + SpecReader::ToText(wire::kMaxWeightDecay) +
+                                                  "], got " + SpecReader::ToText(weight_decay));
   }
   optimizer->set_learning_rate(learning_rate);
   optimizer->set_momentum(momentum);
@@ -438,6 +455,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     }
     spec.mutable_server()->set_learning_rate(server_lr);
     spec.mutable_server()->set_momentum(server_momentum);
+  }
+  // What the keys cannot say one by one (the model's estimated memory, ...), as the
+  // coordinator will check it.
+  if (Status valid = wire::ValidateJobSpec(spec); !valid.ok()) {
+    return InvalidArgumentError(reader.Where("") + ": " + valid.message());
   }
   return spec;
 }
@@ -519,6 +541,7 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "round_deadline_s = " << TomlFloat(spec.round_deadline_ms() / 1000.0) << "\n";
   out << "seed = " << spec.seed() << "\n";
   out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
+  if (spec.max_update_norm() > 0) out << "max_update_norm = " << TomlFloat(spec.max_update_norm()) << "\n";
   out << "device = " << TomlString(spec.device()) << "\n";
   out << "fallback_device = " << TomlString(spec.fallback_device()) << "\n";
   if (!spec.collective_backend().empty()) {

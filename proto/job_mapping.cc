@@ -1,6 +1,7 @@
 #include "proto/job_mapping.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "base/escape.h"
 #include "core/data/idx.h"
@@ -66,9 +67,54 @@ bool HasControlCharacters(const std::string& text) {
 
 }  // namespace
 
+Result<std::vector<std::vector<int64_t>>> PartitionTrainingSet(const v1::JobSpec& spec, std::vector<uint8_t> labels) {
+  const uint32_t max = spec.data().max_train_samples();
+  if (max > 0 && max < labels.size()) labels.resize(max);
+  ASSIGN_OR_RETURN(PartitionConfig config, ToPartitionConfig(spec));
+  return PartitionIndices(labels, 10, config);
+}
+
+double MaxUpdateNorm(const v1::JobSpec& spec) {
+  return spec.max_update_norm() > 0 ? spec.max_update_norm() : kDefaultMaxUpdateNorm;
+}
+
+Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(int64_t parameters, CountParameters(ToModelConfig(spec)));
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(parameters, static_cast<int64_t>(sizeof(float)) * kCoordinatorModelCopies, &bytes)) {
+    return InvalidArgumentError("model '" + spec.model().name() + "': " + std::to_string(parameters) +
+                                " parameters are too many to hold");
+  }
+  return bytes;
+}
+
+namespace {
+
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", value);
+  return text;
+}
+
+std::string Mebibytes(int64_t bytes) { return Number(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
+
+}  // namespace
+
 Status ValidateJobSpec(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
     return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+  };
+  // An unsigned field in [min, max].
+  auto range = [&bad](const std::string& field, uint64_t value, uint64_t min, uint64_t max) {
+    if (value >= min && value <= max) return Status::Ok();
+    return bad(field, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", std::to_string(value));
+  };
+  // A floating-point field in (0, max], or [0, max] when zero is allowed (a default).
+  auto real = [&bad](const std::string& field, double value, double max, bool zero_allowed, const std::string& zero_means) {
+    const bool ok = std::isfinite(value) && (zero_allowed ? value >= 0 : value > 0) && value <= max;
+    if (ok) return Status::Ok();
+    return bad(field, std::string("a number in ") + (zero_allowed ? "[0, " : "(0, ") + Number(max) + "]" + zero_means,
+               Number(value));
   };
   if (s.name().size() > 128 || HasControlCharacters(s.name())) {
     return bad("name", "at most 128 bytes without control characters", Shown(s.name()));
@@ -77,51 +123,79 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     return bad("data.path", "a directory path of at most 4096 bytes without control characters",
                Shown(s.data().path()));
   }
-  if (s.rounds() == 0) return bad("rounds", "at least 1", "0");
-  if (s.clients_per_round() == 0) return bad("clients_per_round", "at least 1", "0");
-  if (s.min_clients() == 0) return bad("min_clients", "at least 1", "0");
+  RETURN_IF_ERROR(range("rounds", s.rounds(), 1, kMaxRounds));
+  RETURN_IF_ERROR(range("clients_per_round", s.clients_per_round(), 1, kMaxParties));
+  RETURN_IF_ERROR(range("min_clients", s.min_clients(), 1, kMaxParties));
   if (s.min_clients() > s.clients_per_round()) {
     return bad("min_clients", "at most clients_per_round (" + std::to_string(s.clients_per_round()) + ")",
                std::to_string(s.min_clients()));
   }
-  if (s.round_deadline_ms() == 0) return bad("round_deadline_ms", "a positive deadline", "0");
-  if (s.local_epochs() == 0) return bad("local_epochs", "at least 1", "0");
-  if (s.batch_size() == 0) return bad("batch_size", "at least 1", "0");
+  RETURN_IF_ERROR(range("round_deadline_ms", s.round_deadline_ms(), 1, kMaxRoundDeadlineMs));
+  RETURN_IF_ERROR(range("local_epochs", s.local_epochs(), 1, kMaxLocalEpochs));
+  RETURN_IF_ERROR(range("batch_size", s.batch_size(), 1, kMaxBatchSize));
+  RETURN_IF_ERROR(range("max_round_attempts", s.max_round_attempts(), 0, kMaxRoundAttempts));
+  RETURN_IF_ERROR(range("data.max_train_samples", s.data().max_train_samples(), 0, kMaxSamplesCut));
+  RETURN_IF_ERROR(range("data.max_test_samples", s.data().max_test_samples(), 0, kMaxSamplesCut));
   const auto& o = s.optimizer();
   if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", Shown(o.name()));
-  if (!(o.learning_rate() > 0) || !std::isfinite(o.learning_rate())) {
-    return bad("optimizer.learning_rate", "a positive number", std::to_string(o.learning_rate()));
-  }
-  if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", std::to_string(o.momentum()));
-  if (!(o.weight_decay() >= 0)) return bad("optimizer.weight_decay", "a non-negative number", std::to_string(o.weight_decay()));
+  RETURN_IF_ERROR(real("optimizer.learning_rate", o.learning_rate(), kMaxLearningRate, false, ""));
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", Number(o.momentum()));
+  RETURN_IF_ERROR(real("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay, true, ""));
   if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm") {
     return bad("strategy", "\"fedavg\" or \"fedavgm\"", Shown(s.strategy()));
   }
   const auto& server = s.server();
-  if (!(server.learning_rate() >= 0 && server.learning_rate() <= 1e3)) {
-    return bad("server.learning_rate", "a number in (0, 1000] (0: the default)", std::to_string(server.learning_rate()));
-  }
+  RETURN_IF_ERROR(real("server.learning_rate", server.learning_rate(), 1e3, true, " (0: the default)"));
   if (!(server.momentum() >= 0 && server.momentum() < 1)) {
-    return bad("server.momentum", "a value in [0, 1)", std::to_string(server.momentum()));
+    return bad("server.momentum", "a value in [0, 1)", Number(server.momentum()));
   }
   if (s.strategy() != "fedavgm" && (server.learning_rate() != 0 || server.momentum() != 0)) {
     return bad("server", "no server options for strategy \"" + (s.strategy().empty() ? std::string("fedavg") : s.strategy()) +
                              "\" (they apply to fedavgm)", "learning_rate or momentum set");
   }
+  RETURN_IF_ERROR(real("max_update_norm", s.max_update_norm(), kMaxUpdateNormLimit, true,
+                       " (0: the default, " + Number(kDefaultMaxUpdateNorm) + ")"));
   const auto& m = s.model();
   if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", Shown(m.name()));
+  if (m.name() != "mlp" && m.hidden_size() > 0) return bad("model.hidden", "no widths for model \"" + m.name() + "\"", "a list");
+  if (m.hidden_size() > kMaxHiddenLayers) {
+    return bad("model.hidden", "at most " + std::to_string(kMaxHiddenLayers) + " hidden layers",
+               std::to_string(m.hidden_size()));
+  }
+  for (int i = 0; i < m.hidden_size(); ++i) {
+    RETURN_IF_ERROR(range("model.hidden[" + std::to_string(i) + "]", m.hidden(i), 1, kMaxHiddenWidth));
+  }
+  // Counted from the layers' shapes: nothing is allocated before the size is known to fit.
+  auto parameters = CountParameters(ToModelConfig(s));
+  if (!parameters.ok()) return bad("model", "a model that can be built", parameters.status().message());
+  auto memory = EstimateModelMemoryBytes(s);
+  if (!memory.ok() || *memory > kMaxModelMemoryBytes) {
+    return bad("model", "a model the coordinator can hold: parameters x 4 bytes x " +
+                            std::to_string(kCoordinatorModelCopies) + " copies within " + Mebibytes(kMaxModelMemoryBytes),
+               std::to_string(*parameters) + " parameters (an estimated " +
+                   (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
+  }
   if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {
     return bad("data.dataset", "\"fashion-mnist\"", Shown(s.data().dataset()));
   }
   const auto& p = s.data().partition();
+  RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
+  RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));
+  RETURN_IF_ERROR(range("data.partition.labels_per_party", p.labels_per_party(), 0, kMaxLabelsPerParty));
   if (p.kind() != v1::PARTITION_LOCAL_FILES) {
-    if (p.parties() == 0) return bad("data.partition.parties", "at least 1", "0");
     if (s.clients_per_round() > p.parties()) {
       return bad("clients_per_round", "at most data.partition.parties (" + std::to_string(p.parties()) + ")",
                  std::to_string(s.clients_per_round()));
     }
     auto partition = ToPartitionConfig(s);
     if (!partition.ok()) return partition.status();
+  }
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"device", &s.device()},
+                                     {"fallback_device", &s.fallback_device()},
+                                     {"collective_backend", &s.collective_backend()}}) {
+    if (value->size() > 64 || HasControlCharacters(*value)) {
+      return bad(field, "at most 64 bytes without control characters", Shown(*value));
+    }
   }
   if (!s.device().empty() && s.device() != "cpu" && s.device().rfind("emu:", 0) != 0 && s.device() != "cuda" &&
       s.device() != "xrt") {

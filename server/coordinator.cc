@@ -72,6 +72,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   }
   c->state_lock_ = std::move(lock).value();
   ASSIGN_OR_RETURN(c->store_, StateStore::Open(dir));
+  // A coordinator killed between a commit and the removal of the checkpoint it superseded
+  // (or mid-write) leaves files behind; nothing runs yet, so they go now.
+  auto removed = c->store_->RemoveLeftoverCheckpoints();
+  if (!removed.ok()) {
+    spdlog::warn("state directory: {}", removed.status().ToString());
+  } else {
+    for (const std::string& path : *removed) spdlog::info("removed leftover checkpoint file '{}'", path);
+  }
   c->services_.push_back(MakeWorkerService(c.get()));
   c->services_.push_back(MakeJobService(c.get()));
   grpc::ServerBuilder builder;
@@ -92,7 +100,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   c->registry_.Restore(known);
   RETURN_IF_ERROR(c->ResumeJobs());
   const ServerTlsMode mode = ModeOf(c->options_.tls);
-  spdlog::info("coordinator listening on port {} ({}); state in {}", c->port_, mode.description, c->options_.state_dir);
+  spdlog::info("coordinator listening on port {} ({}); state in {}; evaluating on the dataset in {}", c->port_,
+               mode.description, c->options_.state_dir, c->options_.runner.data_dir);
   if (mode.warn) spdlog::warn("{}", mode.warning);
   return c;
 }

@@ -7,11 +7,12 @@
 
 namespace tessera::server {
 
-Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const std::string& what) {
+Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const std::string& data_dir,
+                                                     const std::string& what) {
   std::unique_ptr<Evaluator> e(new Evaluator());
   ASSIGN_OR_RETURN(e->device_, CreateDevice("cpu"));
   ASSIGN_OR_RETURN(e->model_, CreateModel(wire::ToModelConfig(spec), e->device_.get()));
-  auto test = LoadFashionMnist(wire::DatasetDirectory(spec), /*train=*/false);
+  auto test = LoadFashionMnist(data_dir, /*train=*/false);
   if (!test.ok()) return test.status().WithContext(what + ": loading the evaluation set");
   e->test_set_ = std::move(test).value();
   e->max_test_samples_ = spec.data().max_test_samples();

@@ -24,9 +24,11 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  // Builds the job's model on the CPU and loads the test split `spec` names; `what` names the
-  // job in errors.
-  static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const std::string& what);
+  // Builds the job's model on the CPU and loads the test split from `data_dir`, the
+  // operator's dataset directory (never the spec's data.path, which is the workers'); `what`
+  // names the job in errors.
+  static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const std::string& data_dir,
+                                                   const std::string& what);
 
   // The model's initial state (from the spec's seed).
   TensorSet InitialModel() const { return model_->GetState(); }

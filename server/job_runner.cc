@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
+
+#include "proto/job_mapping.h"
 
 
 namespace tessera::server {
@@ -125,7 +128,14 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     round = round_;
   }
   if (!round) return AdmitUpload(header);
-  Status verdict = round->Submit(header, delta, upload_ms, &payload);
+  // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
+  Status verdict;
+  try {
+    verdict = round->Submit(header, delta, upload_ms, &payload);
+  } catch (const std::exception& e) {
+    verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
+                            ": checking it failed: " + e.what());
+  }
   registry_->RecordRound(header.worker_id(), verdict.ok());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
@@ -161,7 +171,8 @@ void JobRunner::Note(const std::string& message) {
 Status JobRunner::Prepare() {
   v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
-  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, "job " + job.id()));
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.data_dir, "job " + job.id()));
+  RETURN_IF_ERROR(LoadPartySizes(spec));
   TensorSet global;
   TensorSet strategy_state;
   if (job.rounds_committed() == 0) {
@@ -173,12 +184,43 @@ Status JobRunner::Prepare() {
       RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
     }
   } else {
-    ASSIGN_OR_RETURN(TensorSet checkpoint, store_->LoadCheckpoint(job.id(), job.rounds_committed()));
-    global = SplitModelAndState(std::move(checkpoint), &strategy_state);
+    std::vector<Status> damaged;
+    ASSIGN_OR_RETURN(StateStore::Checkpoint checkpoint,
+                     store_->LoadNewestCheckpoint(job.id(), job.rounds_committed(), &damaged));
+    for (const Status& why : damaged) {
+      spdlog::warn("job {}: {}", job.id(), why.message());
+      Note("checkpoint not usable: " + why.message());
+    }
+    if (checkpoint.round < job.rounds_committed()) {
+      // The newest checkpoints are damaged: the job goes back to the round of the newest
+      // good one, and the rounds after it are run again.
+      const std::string message = "falling back to the checkpoint of round " + std::to_string(checkpoint.round) +
+                                  "; rounds " + std::to_string(checkpoint.round + 1) + " to " +
+                                  std::to_string(job.rounds_committed()) + " will be run again";
+      spdlog::warn("job {}: {}", job.id(), message);
+      ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), checkpoint.round));
+      job.set_rounds_committed(checkpoint.round);
+      job.clear_last_round();
+      if (checkpoint.round > 0 && !rounds.empty() && rounds.front().round() == checkpoint.round) {
+        *job.mutable_last_round() = rounds.front();
+      }
+      RETURN_IF_ERROR(store_->RewindJob(job));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.set_rounds_committed(job.rounds_committed());
+        *job_.mutable_last_round() = job.last_round();
+      }
+      Note(message);
+    }
+    global = SplitModelAndState(std::move(checkpoint.tensors), &strategy_state);
     spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
   }
   RETURN_IF_ERROR(evaluator_->CheckFits(global).WithContext("job " + job.id() + " checkpoint"));
-  ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
+  if (options_.strategy_factory) {
+    ASSIGN_OR_RETURN(strategy_, options_.strategy_factory(spec, global));
+  } else {
+    ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
+  }
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
   RETURN_IF_ERROR(seats_.Load());
@@ -191,6 +233,61 @@ Status JobRunner::Prepare() {
   return Status::Ok();
 }
 
+Status JobRunner::LoadPartySizes(const v1::JobSpec& spec) {
+  party_sizes_.clear();
+  if (spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES) return Status::Ok();
+  // The same split the workers compute, from the operator's copy of the training labels.
+  const std::string what = "job " + Snapshot().id() + ": the partition of the training set in '" +
+                           options_.data_dir + "'";
+  auto paths = FindFashionMnist(options_.data_dir, /*train=*/true);
+  if (!paths.ok()) return paths.status().WithContext(what);
+  auto labels = ReadIdxLabels(paths->labels);
+  if (!labels.ok()) return labels.status().WithContext(what);
+  auto parts = wire::PartitionTrainingSet(spec, std::move(labels).value());
+  if (!parts.ok()) return parts.status().WithContext(what);
+  for (const auto& part : *parts) party_sizes_.push_back(part.size());
+  return Status::Ok();
+}
+
+uint64_t JobRunner::MaxSamples(uint32_t party) const {
+  if (party_sizes_.empty()) return wire::kMaxLocalFilesSamples;  // workers' own files: unknown here
+  return party < party_sizes_.size() ? party_sizes_[party] : 0;
+}
+
+bool JobRunner::SleepUnlessStopped(std::chrono::milliseconds delay) {
+  const auto until = Clock::now() + delay;
+  while (!stop_.load() && Clock::now() < until) {
+    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(20), until - Clock::now()));
+  }
+  return stop_.load();
+}
+
+void JobRunner::RecordEnd(const v1::Job& job, const std::string& state_name) {
+  auto delay = options_.record_retry_delay;
+  for (int attempt = 1;; ++attempt) {
+    Status saved = store_->UpdateJob(job);
+    if (saved.ok()) {
+      if (attempt > 1) {
+        spdlog::info("job {}: its end ({}) is recorded, at try {}", job.id(), state_name, attempt);
+        Note("the job's end (" + state_name + ") is recorded, at try " + std::to_string(attempt));
+      }
+      return;
+    }
+    const std::string message = "cannot record the job's end (" + state_name + ") at try " + std::to_string(attempt) +
+                                ": " + saved.message();
+    if (stop_.load()) {
+      spdlog::error("job {}: {}; the coordinator is stopping: the job stays as last recorded and is resumed at the "
+                    "next start", job.id(), message);
+      Note(message + "; not retried: the coordinator is stopping");
+      return;
+    }
+    spdlog::error("job {}: {}; retrying in {} ms", job.id(), message, delay.count());
+    Note(message + "; retrying in " + std::to_string(delay.count()) + " ms");
+    if (SleepUnlessStopped(delay)) continue;  // one last try before giving up
+    delay = std::min(delay * 2, options_.max_record_retry_delay);
+  }
+}
+
 void JobRunner::Finish(v1::JobState state, const std::string& error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -199,11 +296,10 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     round_.reset();
   }
   v1::Job job = Snapshot();
-  Status saved = store_->UpdateJob(job);
-  if (!saved.ok()) spdlog::error("job {}: cannot record its end: {}", job.id(), saved.ToString());
   std::string state_name = v1::JobState_Name(state).substr(4);  // "JOB_SUCCEEDED" -> "SUCCEEDED"
   std::transform(state_name.begin(), state_name.end(), state_name.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  RecordEnd(job, state_name);
   std::string message = "job " + job.id() + " " + state_name;
   if (!error.empty()) message += ": " + error;
   spdlog::info("{}", message);
@@ -222,6 +318,34 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
 }
 
 void JobRunner::Run() {
+  // Nothing thrown in the job's thread ends the process: the job ends FAILED, durably, so a
+  // restart does not resume it into the same exception.
+  std::string thrown;
+  try {
+    RunJob();
+    return;
+  } catch (const std::bad_alloc&) {
+    thrown = "out of memory (std::bad_alloc)";
+  } catch (const std::exception& e) {
+    thrown = std::string("exception: ") + e.what();
+  } catch (...) {
+    thrown = "an exception of unknown type";
+  }
+  try {
+    spdlog::error("job {}: {}", job_.id(), thrown);
+    if (!finished_.load()) Finish(v1::JOB_FAILED, "internal error in the job's thread: " + thrown);
+  } catch (...) {
+    spdlog::critical("job {}: cannot end the job after {}", job_.id(), thrown);
+    finished_ = true;
+  }
+}
+
+void JobRunner::RunJob() {
+  // A spec stored before today's limits (a resumed job) is checked again.
+  if (Status valid = wire::ValidateJobSpec(Snapshot().spec()); !valid.ok()) {
+    Finish(v1::JOB_FAILED, "the job's spec is not accepted: " + valid.message());
+    return;
+  }
   Status prepared = Prepare();
   if (!prepared.ok()) {
     if (!stop_) Finish(v1::JOB_FAILED, prepared.ToString());
@@ -242,9 +366,12 @@ void JobRunner::Run() {
     }
     AttemptOutcome result;
     uint32_t attempt = 1;
+    excluded_.clear();
     for (; attempt <= max_attempts && !stopping(); ++attempt) {
       result = RunAttempt(round, attempt);
-      if (result.kind != AttemptOutcome::Kind::kTooFewClients) break;
+      if (result.kind != AttemptOutcome::Kind::kTooFewClients && result.kind != AttemptOutcome::Kind::kNonFiniteModel) {
+        break;
+      }
       spdlog::warn("job {}: {}", job_.id(), result.status.message());
       Note(result.status.message() + (attempt < max_attempts ? "; retrying" : ""));
     }
@@ -277,6 +404,11 @@ Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t at
       return std::vector<Client>();
     }
     ASSIGN_OR_RETURN(std::vector<Client> candidates, seats_.Seat(GroupClients(*registry_), parties));
+    // Clients blamed for a model that was not finite sit out the rest of this round.
+    std::erase_if(candidates, [this](const Client& client) {
+      return std::any_of(client.members.begin(), client.members.end(),
+                         [this](const std::string& worker) { return excluded_.count(worker) > 0; });
+    });
     if (candidates.size() >= spec.min_clients()) return selection_->Choose(std::move(candidates), spec, round, attempt);
     if (Clock::now() - wait_start > options_.worker_wait_timeout) {
       *shortfall = "round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
@@ -317,11 +449,12 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     global = current_->shared_tensors();
   }
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
-                                      strategy_->BeginRound(*global), spec.min_clients(), strategy_->PayloadSets());
+                                      strategy_->BeginRound(*global), spec.min_clients(), strategy_->PayloadSets(),
+                                      wire::MaxUpdateNorm(spec));
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
-    open->AddParticipant(client.party, std::move(members), client.cohort);
+    open->AddParticipant(client.party, std::move(members), client.cohort, MaxSamples(client.party));
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
   {
@@ -402,6 +535,21 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   ASSIGN_OR_RETURN(StrategyStep step, open->Finish(*strategy_));
   TensorSet next = std::move(step.model);
   open->FillRecord(&record);
+  // A model that is not finite is never committed: the round is tried again without the
+  // clients whose updates made it so.
+  Status finite = CheckFinite(next, "the aggregated model");
+  if (finite.ok()) finite = CheckFinite(step.state, "the strategy's next state");
+  if (!finite.ok()) {
+    std::string blamed;
+    for (const Round::Suspect& suspect : open->NonFiniteSuspects()) {
+      excluded_.insert(suspect.workers.begin(), suspect.workers.end());
+      blamed += (blamed.empty() ? "" : ", ") + suspect.description;
+    }
+    return {Kind::kNonFiniteModel,
+            DataLossError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
+                          finite.message() + "; not committed; left out of the round's next attempts: " +
+                          (blamed.empty() ? std::string("nobody") : blamed))};
+  }
 
   // Evaluation.
   const auto eval_start = Clock::now();

@@ -2,18 +2,25 @@
 // the workers, streaming aggregation, evaluation and commit, until the job's rounds are done,
 // it is cancelled, or it fails. Resumes from the last committed round after a restart.
 //
-// Thread-safe. One thread per job, started by Start() and joined by Stop().
+// Thread-safe. One thread per job, started by Start() and joined by Stop(). No exception
+// leaves the job's thread: one that reaches its top ends the job FAILED with its message.
+// The job's final state is written until it is durable (retried with backoff, each failure
+// logged and published to watchers) or the runner is stopped.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "core/data/idx.h"
 #include "server/evaluation.h"
 #include "server/job_events.h"
 #include "server/model_version.h"
@@ -29,6 +36,15 @@ namespace tessera::server {
 struct JobRunnerOptions {
   std::chrono::milliseconds worker_wait_timeout{600000};  // fail a round attempt with too few workers after this
   uint32_t chunk_bytes = 1u << 20;                         // model download chunk size
+  // The operator's dataset directory: the coordinator evaluates on its test split and reads
+  // its training labels to know each party's size. A job's spec.data.path does not steer it.
+  std::string data_dir = kDefaultFashionMnistDir;
+  // Makes the job's strategy; empty: CreateStrategy. A seam for tests.
+  std::function<Result<std::unique_ptr<Strategy>>(const v1::JobSpec&, const TensorSet&)> strategy_factory;
+  // How long the first retry of a job's final state waits when it cannot be written; each
+  // further retry waits twice as long, up to max_record_retry_delay.
+  std::chrono::milliseconds record_retry_delay{100};
+  std::chrono::milliseconds max_record_retry_delay{10000};
 };
 
 class JobRunner {
@@ -77,10 +93,15 @@ class JobRunner {
 
  private:
   void Run();
+  void RunJob();
   Status Prepare();
-  // How one attempt at a round ended. Only kTooFewClients is retried; kFailed ends the job.
+  // Each party's size (samples), for bounding the sample counts updates claim.
+  Status LoadPartySizes(const v1::JobSpec& spec);
+  uint64_t MaxSamples(uint32_t party) const;
+  // How one attempt at a round ended. kTooFewClients and kNonFiniteModel are retried (the
+  // latter without the clients blamed for it); kFailed ends the job.
   struct AttemptOutcome {
-    enum class Kind { kCommitted, kTooFewClients, kStopped, kFailed };
+    enum class Kind { kCommitted, kTooFewClients, kNonFiniteModel, kStopped, kFailed };
     Kind kind = Kind::kFailed;
     Status status;  // why, for every kind but kCommitted
     AttemptOutcome() = default;
@@ -93,6 +114,10 @@ class JobRunner {
   // within the wait, or when the job is stopping.
   Result<std::vector<Client>> SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall);
   void Finish(v1::JobState state, const std::string& error);
+  // Writes the job's final state, retrying until it is durable or the runner is stopped.
+  void RecordEnd(const v1::Job& job, const std::string& state_name);
+  // Sleeps `delay`, or less when the runner is stopped; returns whether it was stopped.
+  bool SleepUnlessStopped(std::chrono::milliseconds delay);
   void Note(const std::string& message);
   bool stopping() const { return stop_.load() || cancel_.load(); }
 
@@ -109,6 +134,8 @@ class JobRunner {
   std::chrono::steady_clock::time_point round_deadline_;  // of round_
   SeatTable seats_;                              // only the job's thread uses these two
   std::unique_ptr<SelectionPolicy> selection_;
+  std::vector<uint64_t> party_sizes_;     // only the job's thread uses these two; empty: local files
+  std::set<std::string> excluded_;        // workers left out of the current round's next attempts
 
   std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it
   std::unique_ptr<Evaluator> evaluator_;  // likewise

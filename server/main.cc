@@ -23,6 +23,10 @@ checkpoints beside it, and resumes every running job from its last committed rou
 starts again on the same directory, which it locks (one coordinator per directory). Workers
 dial in (they may sit behind NAT); the coordinator never dials a worker.
 
+It evaluates every job's model on the test split in --data-dir (default
+/usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist), the operator's copy of the
+data; a job spec's data.path only tells the workers where theirs is.
+
 It serves TLS (--tls-cert and --tls-key, or --tls-dir with the directory `tessera provision`
 made for it); with a client CA (--tls-client-ca, or --tls-dir) it is mutual TLS and every
 caller shows a certificate whose role is its OU: workers join under their certificate's name,
@@ -60,6 +64,10 @@ int main(int argc, char** argv) {
   FlagSet flags;
   flags.String("listen", &options.listen_address, "address to listen on (host:port; port 0 picks one)");
   flags.String("state-dir", &options.state_dir, "directory of the coordinator's database and checkpoints");
+  flags.String("data-dir", &options.runner.data_dir,
+               "the operator's Fashion-MNIST directory (IDX files): the coordinator evaluates every job on its test "
+               "split and reads its training labels for the parties' sizes; a job's data.path only tells workers "
+               "where their data is");
   flags.String("join-token", &options.join_token, "a token workers must present to join (visible in ps: prefer the file)");
   flags.String("join-token-file", &token_file, "join tokens, one per line: TOKEN, or LABEL TOKEN per site (a worker's name is bound to the label it first joins with)");
   flags.String("admin-token-file", &admin_token_file, "the admin token operators without a certificate present (its first line)");

@@ -1,6 +1,9 @@
 #include "server/round.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
 
 #include "base/escape.h"
 #include "proto/update_envelope.h"
@@ -10,6 +13,12 @@ namespace {
 
 double MillisSince(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+std::string FormatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", value);
+  return text;
 }
 
 double Median(std::vector<double> values) {
@@ -23,7 +32,7 @@ double Median(std::vector<double> values) {
 
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
              std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
-             uint32_t min_clients, std::vector<std::string> extra_sets)
+             uint32_t min_clients, std::vector<std::string> extra_sets, double max_update_norm)
     : job_id_(std::move(job_id)),
       round_(round),
       attempt_(attempt),
@@ -31,13 +40,15 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       global_(std::move(global)),
       min_clients_(min_clients),
       extra_sets_(std::move(extra_sets)),
+      max_update_norm_(max_update_norm),
       aggregate_(std::move(aggregate)) {}
 
 void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
-                           const std::string& cohort) {
+                           const std::string& cohort, uint64_t max_samples) {
   std::lock_guard<std::mutex> lock(mu_);
   Participant p;
   p.party = party;
+  p.max_samples = max_samples;
   p.members = std::move(members);
   const std::string leader = p.members.front().first;
   p.report.set_worker_id(leader);
@@ -91,6 +102,11 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   }
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
+  }
+  if (h.failure().empty() && h.samples() > it->second.max_samples) {
+    return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(it->second.max_samples) +
+                                " (the size of party " + std::to_string(it->second.party) + "), got " +
+                                std::to_string(h.samples()));
   }
   return Status::Ok();
 }
@@ -149,6 +165,26 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   const std::string what = Describe(h.worker_id());
   Status valid = CheckSameLayout(*global_, delta, what);
   if (valid.ok()) valid = CheckFinite(delta, what);
+  // The delta's L2 norm, in double (finite values of float square and sum without overflow),
+  // and whether the global model plus this delta alone already overflows float.
+  double norm = 0;
+  bool non_finite_alone = false;
+  if (valid.ok()) {
+    double squares = 0;
+    for (size_t i = 0; i < delta.size(); ++i) {
+      const float* g = (*global_)[i].values.data();
+      const float* d = delta[i].values.data();
+      for (size_t j = 0; j < delta[i].values.size(); ++j) {
+        squares += static_cast<double>(d[j]) * d[j];
+        non_finite_alone = non_finite_alone || !std::isfinite(g[j] + d[j]);
+      }
+    }
+    norm = std::sqrt(squares);
+    if (!(norm <= max_update_norm_)) {
+      valid = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(norm) +
+                                   " exceeds the job's max_update_norm " + FormatNumber(max_update_norm_));
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& p = participants_[h.worker_id()];
@@ -161,6 +197,9 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_upload_ms(upload_ms);
     p.report.set_train_loss(h.train_loss());
     p.report.set_collective_backend(h.collective_backend());
+    p.report.set_update_norm(norm);
+    p.update_norm = norm;
+    p.non_finite_alone = non_finite_alone;
     if (!valid.ok()) {
       p.outcome = Outcome::kRejected;  // never folded in
       p.report.set_outcome("rejected: " + valid.message());
@@ -179,7 +218,16 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   update.samples = h.samples();
   update.delta = &delta;
   update.payload = payload;
-  Status folded = aggregate_->Fold(update);
+  // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
+  // "folding" (Close() waits for it).
+  Status folded;
+  try {
+    folded = aggregate_->Fold(update);
+  } catch (const std::exception& e) {
+    folded = InternalError(std::string("folding it failed: ") + e.what());
+  } catch (...) {
+    folded = InternalError("folding it failed with an exception of unknown type");
+  }
   const double fold_ms = MillisSince(start, std::chrono::steady_clock::now());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = participants_[h.worker_id()];
@@ -254,6 +302,29 @@ Result<StrategyStep> Round::Finish(const Strategy& strategy) {
   auto step = strategy.Finish(*global_, *aggregate_);
   aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
   return step;
+}
+
+std::vector<Round::Suspect> Round::NonFiniteSuspects() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto suspect = [](const Participant& p, const std::string& why) {
+    Suspect s;
+    for (const auto& member : p.members) s.workers.push_back(member.first);
+    s.description = "worker '" + p.members.front().first + "' (" + why + ")";
+    return s;
+  };
+  std::vector<Suspect> suspects;
+  const Participant* largest = nullptr;
+  for (const auto& [id, p] : participants_) {
+    if (p.outcome != Outcome::kAccepted) continue;
+    if (p.non_finite_alone) {
+      suspects.push_back(suspect(p, "its update alone overflows the model, norm " + FormatNumber(p.update_norm)));
+    }
+    if (largest == nullptr || p.update_norm > largest->update_norm) largest = &p;
+  }
+  if (suspects.empty() && largest != nullptr) {
+    suspects.push_back(suspect(*largest, "the largest update, norm " + FormatNumber(largest->update_norm)));
+  }
+  return suspects;
 }
 
 double Round::aggregation_ms() const {

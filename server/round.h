@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,11 +38,16 @@ class Round {
     v1::WorkerRoundReport report;
     std::chrono::steady_clock::time_point download_done{};
     bool folding = false;  // its update is being folded, outside the lock
+    uint64_t max_samples = 0;     // the size of its party: more samples than this are refused
+    double update_norm = 0;       // its delta's L2 norm, once checked
+    bool non_finite_alone = false;  // the global model plus its delta alone overflows float
   };
 
+  // `max_update_norm`: an update whose delta has a larger L2 norm is refused.
   Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
         std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
-        uint32_t min_clients, std::vector<std::string> extra_sets = {});
+        uint32_t min_clients, std::vector<std::string> extra_sets = {},
+        double max_update_norm = std::numeric_limits<double>::infinity());
 
   const std::string& job_id() const { return job_id_; }
   uint32_t round() const { return round_; }
@@ -49,12 +55,14 @@ class Round {
   uint64_t model_version() const { return model_version_; }
 
   // A client keyed by its leader (members[0]); `cohort` is empty for a lone worker.
+  // `max_samples`: the most samples its update may claim (its party's size).
   void AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
-                      const std::string& cohort = "");
+                      const std::string& cohort = "", uint64_t max_samples = UINT64_MAX);
   void MarkDispatched();
 
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
-  // model version, a selected worker that has not reported yet, a positive sample count.
+  // model version, a selected worker that has not reported yet, a positive sample count no
+  // larger than its party.
   Status Admit(const v1::UpdateHeader& header) const;
   // Checks the upload's envelope before any tensor bytes are read: its sets (a "delta" set,
   // and only the payload sets the strategy reads, each in an encoding this build reads) and
@@ -62,8 +70,9 @@ class Round {
   Status CheckManifest(const v1::UpdateHeader& header) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
-  // Validates the delta (layout, finite values) and folds it into the aggregate. A refused
-  // update never touches the aggregate; its participant is marked rejected with the reason.
+  // Validates the delta (layout, finite values, its L2 norm within the bound) and folds it
+  // into the aggregate. A refused update never touches the aggregate; its participant is
+  // marked rejected with the reason.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr);
   void RecordDownload(const std::string& worker_id);
@@ -89,6 +98,14 @@ class Round {
   // aggregation). Only after Close().
   Result<StrategyStep> Finish(const Strategy& strategy);
   double aggregation_ms() const;
+  // When the aggregate made a model that is not finite: the clients to blame, each as its
+  // workers (leader first) and a description for logs. The accepted updates that overflow
+  // the model on their own; if none does, the accepted update with the largest norm.
+  struct Suspect {
+    std::vector<std::string> workers;
+    std::string description;
+  };
+  std::vector<Suspect> NonFiniteSuspects() const;
 
  private:
   std::string Describe(const std::string& worker_id) const;
@@ -100,6 +117,7 @@ class Round {
   const std::shared_ptr<const TensorSet> global_;
   const uint32_t min_clients_;
   const std::vector<std::string> extra_sets_;  // payload sets the strategy reads besides "delta"
+  const double max_update_norm_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

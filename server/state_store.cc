@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "proto/tensor_transfer.h"
@@ -187,8 +188,21 @@ std::string StateStore::CheckpointPath(const std::string& job_id, uint32_t round
   return state_dir_ + "/checkpoints/" + job_id + "-round-" + std::to_string(round) + ".ckpt";
 }
 
+void StateStore::InjectJobWriteFailures(int count, Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  injected_failures_ = count;
+  injected_status_ = std::move(status);
+}
+
+Status StateStore::TakeInjectedFailure() {
+  if (injected_failures_ <= 0) return Status::Ok();
+  --injected_failures_;
+  return injected_status_;
+}
+
 Status StateStore::InsertJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(TakeInjectedFailure());
   Statement st(db_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
   if (!st.ok()) return SqliteError(db_, "prepare insert job");
   st.BindText(1, job.id());
@@ -199,6 +213,7 @@ Status StateStore::InsertJob(const v1::Job& job) {
 
 Status StateStore::UpdateJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(TakeInjectedFailure());
   Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
   if (!st.ok()) return SqliteError(db_, "prepare update job");
   st.BindBlob(1, job.SerializeAsString());
@@ -246,6 +261,7 @@ Status StateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record
   const std::string path = CheckpointPath(job.id(), record.round());
   RETURN_IF_ERROR(WriteFileAtomically(path, EncodeCheckpoint(global_model)));
   std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(TakeInjectedFailure());
   RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto rollback = [&](Status s) {
     Exec("ROLLBACK").ok();
@@ -269,9 +285,87 @@ Status StateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record
   }
   Status commit = Exec("COMMIT");
   if (!commit.ok()) return rollback(commit);
-  // The previous round's checkpoint is superseded; keep the initial model and the newest.
-  if (record.round() >= 2) std::filesystem::remove(CheckpointPath(job.id(), record.round() - 1));
+  // Keep the initial model and the newest kKeptCheckpoints; a file left behind by a crash
+  // here is removed at the next start (RemoveLeftoverCheckpoints).
+  if (record.round() > kKeptCheckpoints) {
+    std::error_code ec;
+    std::filesystem::remove(CheckpointPath(job.id(), record.round() - kKeptCheckpoints), ec);
+  }
   return Status::Ok();
+}
+
+Result<StateStore::Checkpoint> StateStore::LoadNewestCheckpoint(const std::string& job_id, uint32_t round,
+                                                                std::vector<Status>* damaged) {
+  std::vector<uint32_t> candidates;
+  for (uint32_t r = round; r > 0 && round - r < kKeptCheckpoints; --r) candidates.push_back(r);
+  candidates.push_back(0);
+  for (uint32_t r : candidates) {
+    auto loaded = LoadCheckpoint(job_id, r);
+    if (loaded.ok()) return Checkpoint{r, std::move(loaded).value()};
+    damaged->push_back(loaded.status());
+  }
+  return DataLossError("job " + job_id + ": no checkpoint of round " + std::to_string(round) +
+                       ", the rounds kept before it or the initial model loads; the first error: " +
+                       damaged->front().message());
+}
+
+Status StateStore::RewindJob(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(TakeInjectedFailure());
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto rollback = [&](Status s) {
+    Exec("ROLLBACK").ok();
+    return s;
+  };
+  {
+    Statement st(db_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
+    if (!st.ok()) return rollback(SqliteError(db_, "prepare delete rounds"));
+    st.BindText(1, job.id());
+    st.BindInt(2, job.rounds_committed());
+    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "delete rounds of " + job.id()));
+  }
+  {
+    Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
+    if (!st.ok()) return rollback(SqliteError(db_, "prepare update job"));
+    st.BindBlob(1, job.SerializeAsString());
+    st.BindText(2, job.id());
+    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "update job " + job.id()));
+  }
+  Status commit = Exec("COMMIT");
+  if (!commit.ok()) return rollback(commit);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> StateStore::RemoveLeftoverCheckpoints() {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, ListJobs());
+  std::map<std::string, uint32_t> committed;
+  for (const auto& job : jobs) committed[job.id()] = job.rounds_committed();
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    bool leftover = false;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      leftover = true;  // an atomic write that never reached its rename
+    } else {
+      const size_t at = name.rfind("-round-");
+      const size_t dot = name.rfind(".ckpt");
+      if (at == std::string::npos || dot == std::string::npos || dot + 5 != name.size() || dot <= at + 7) continue;
+      auto job = committed.find(name.substr(0, at));
+      if (job == committed.end()) continue;
+      uint64_t round = 0;
+      const std::string digits = name.substr(at + 7, dot - at - 7);
+      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      round = std::stoull(digits);
+      const uint64_t newest = job->second;
+      leftover = round > newest || (round > 0 && round + kKeptCheckpoints <= newest);
+    }
+    if (!leftover) continue;
+    std::error_code remove_error;
+    if (std::filesystem::remove(entry.path(), remove_error)) removed.push_back(entry.path().string());
+  }
+  if (ec) return InternalError("cannot list '" + state_dir_ + "/checkpoints': " + ec.message());
+  return removed;
 }
 
 Status StateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {

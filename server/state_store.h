@@ -2,7 +2,10 @@
 // (WAL mode) under the state directory, and global-model checkpoints as files beside it,
 // each written atomically (temporary file, fsync, rename) before the database row that
 // names it. A round counts as committed when its row is in the database; a checkpoint file
-// without a row is ignored on restart.
+// without a row is ignored on restart, and removed by RemoveLeftoverCheckpoints.
+//
+// Per job the initial model (round 0) and the newest kKeptCheckpoints rounds' checkpoints are
+// kept, so that a damaged newest checkpoint falls back to the one before it.
 //
 // Thread-safe: every method takes an internal mutex (one SQLite connection).
 #pragma once
@@ -21,6 +24,9 @@
 #include "tessera/v1/job_service.pb.h"
 
 namespace tessera::server {
+
+// Checkpoints kept per job besides the initial model's.
+inline constexpr uint32_t kKeptCheckpoints = 3;
 
 class StateStore {
  public:
@@ -47,6 +53,26 @@ class StateStore {
   // Rewrites a committed round's record (to add the commit's own latency) and the job row.
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record);
   Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round);
+  // The newest checkpoint of `job_id` that loads, trying `round`, the kept rounds before it,
+  // then the initial model. Each one that does not load (missing, damaged) is appended to
+  // *damaged, its message naming the file. DataLoss when none loads.
+  struct Checkpoint {
+    uint32_t round = 0;
+    TensorSet tensors;
+  };
+  Result<Checkpoint> LoadNewestCheckpoint(const std::string& job_id, uint32_t round, std::vector<Status>* damaged);
+  // Moves a job back to job.rounds_committed() (its newer checkpoints were damaged): the
+  // job's row, and the records of the later rounds deleted, in one transaction.
+  Status RewindJob(const v1::Job& job);
+  // Removes what an interrupted coordinator may have left in the checkpoint directory:
+  // temporary files, checkpoints of rounds never committed and checkpoints older than the
+  // kept ones. Files of jobs the database does not know are left alone. Returns the paths
+  // removed.
+  Result<std::vector<std::string>> RemoveLeftoverCheckpoints();
+
+  // Failure injection (tests): the next `count` writes of job rows (InsertJob, UpdateJob,
+  // CommitRound, RewindJob) fail with `status` without touching the database.
+  void InjectJobWriteFailures(int count, Status status);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0);
 
   // Workers the coordinator has admitted, so that `tessera workers` knows them after a
@@ -69,9 +95,14 @@ class StateStore {
   Status Exec(const std::string& sql);
   std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
 
+  // The injected failure for the next job write, if any (mu_ held).
+  Status TakeInjectedFailure();
+
   std::string state_dir_;
   std::mutex mu_;
   sqlite3* db_;
+  int injected_failures_ = 0;  // guarded by mu_
+  Status injected_status_;     // guarded by mu_
 };
 
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of

@@ -146,12 +146,17 @@ float UniformFrom(std::mt19937_64& engine, float bound) {
 
 std::vector<std::string> KnownModelNames() { return {"simplecnn", "mlp"}; }
 
-Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device) {
-  if (device == nullptr) return InvalidArgumentError("CreateModel: no device given");
+ActivationShape InputShape(const ModelConfig& config) { return {config.channels, config.rows, config.cols}; }
+
+namespace {
+
+// The layers of `config`, in order. Layers only describe their parameters: nothing is
+// allocated here, whatever the widths.
+Result<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelConfig& config) {
   if (config.channels <= 0 || config.rows <= 0 || config.cols <= 0 || config.classes <= 0) {
     return InvalidArgumentError("model '" + config.name + "': channels, rows, cols and classes must be positive");
   }
-  const ActivationShape input{config.channels, config.rows, config.cols};
+  const ActivationShape input = InputShape(config);
   std::vector<std::unique_ptr<Layer>> layers;
   auto add = [&layers](std::unique_ptr<Layer> layer) -> ActivationShape {
     layers.push_back(std::move(layer));
@@ -188,6 +193,34 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* de
     return InvalidArgumentError("unknown model '" + config.name + "'; known models: " + known);
   }
 
+  return layers;
+}
+
+}  // namespace
+
+Result<int64_t> CountParameters(const ModelConfig& config) {
+  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
+  int64_t total = 0;
+  for (const auto& layer : layers) {
+    for (const ParameterSpec& spec : layer->parameters()) {
+      int64_t count = 1;
+      for (int64_t dim : spec.shape) {
+        if (__builtin_mul_overflow(count, dim, &count)) {
+          return InvalidArgumentError("model '" + config.name + "': parameter '" + spec.name + "' has too many values");
+        }
+      }
+      if (__builtin_add_overflow(total, count, &total)) {
+        return InvalidArgumentError("model '" + config.name + "': too many parameters to count");
+      }
+    }
+  }
+  return total;
+}
+
+Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device) {
+  if (device == nullptr) return InvalidArgumentError("CreateModel: no device given");
+  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
+  const ActivationShape input = InputShape(config);
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(config.name, device, input, std::move(layers)));
 
   // PyTorch defaults: kaiming_uniform(a=sqrt(5)) for weights and uniform(+-1/sqrt(fan_in)) for

@@ -123,4 +123,13 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* de
 // The names CreateModel knows.
 std::vector<std::string> KnownModelNames();
 
+// How many parameters (floats) CreateModel would lay out for `config`, computed from the
+// layers' descriptions without allocating anything: a check of a model's size before it is
+// built. The same errors as CreateModel for a bad config; InvalidArgument when the count
+// overflows int64.
+Result<int64_t> CountParameters(const ModelConfig& config);
+
+// The per-sample input shape of `config` (channels, rows, cols).
+ActivationShape InputShape(const ModelConfig& config);
+
 }  // namespace tessera

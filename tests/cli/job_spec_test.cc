@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 
 namespace tessera {
@@ -318,6 +319,131 @@ TEST(JobSpecTest, RequiredKeys) {
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n", {"'data.partition'", "required"});
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nkind = \"iid\"\n",
               {"'data.partition.parties'", "required"});
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A spec as it arrives over the wire, valid; tests change one field.
+v1::JobSpec WireSpec() {
+  Result<v1::JobSpec> spec = ParseJobSpecString(kMinimal, "job.toml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  return *spec;
+}
+
+// Expects ValidateJobSpec to refuse `spec` with a message naming `field` and saying what was
+// expected, without echoing more than `max_length` bytes.
+void ExpectRefused(const v1::JobSpec& spec, const std::string& field, const std::string& expected,
+                   size_t max_length = 400) {
+  Status s = wire::ValidateJobSpec(spec);
+  ASSERT_FALSE(s.ok()) << "accepted a spec with a bad " << field;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("spec." + field + ": expected"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
+  EXPECT_LE(s.message().size(), max_length) << s.message();
+}
+
+TEST(JobSpecLimitsTest, EveryNumberOfAWireSpecHasAnUpperBound) {
+  const uint32_t huge = 4000000000u;
+  v1::JobSpec s = WireSpec();
+  s.set_rounds(huge);
+  ExpectRefused(s, "rounds", "[1, 100000]");
+  s = WireSpec();
+  s.set_clients_per_round(huge);
+  s.set_min_clients(1);
+  ExpectRefused(s, "clients_per_round", "[1, 10000]");
+  s = WireSpec();
+  s.mutable_data()->mutable_partition()->set_parties(huge);
+  ExpectRefused(s, "data.partition.parties", "[1, 10000]");
+  s = WireSpec();
+  s.set_round_deadline_ms(huge);
+  ExpectRefused(s, "round_deadline_ms", "604800000");
+  s = WireSpec();
+  s.set_local_epochs(huge);
+  ExpectRefused(s, "local_epochs", "[1, 1000]");
+  s = WireSpec();
+  s.set_batch_size(huge);
+  ExpectRefused(s, "batch_size", "[1, 8192]");
+  s = WireSpec();
+  s.set_max_round_attempts(huge);
+  ExpectRefused(s, "max_round_attempts", "[0, 100]");
+  s = WireSpec();
+  s.mutable_data()->set_max_train_samples(huge);
+  ExpectRefused(s, "data.max_train_samples", "100000000");
+  s = WireSpec();
+  s.mutable_optimizer()->set_learning_rate(1e300);
+  ExpectRefused(s, "optimizer.learning_rate", "(0, 100]");
+  s = WireSpec();
+  s.mutable_optimizer()->set_weight_decay(1e300);
+  ExpectRefused(s, "optimizer.weight_decay", "[0, 1]");
+  s = WireSpec();
+  s.mutable_optimizer()->set_weight_decay(std::numeric_limits<double>::quiet_NaN());
+  ExpectRefused(s, "optimizer.weight_decay", "[0, 1]");
+  s = WireSpec();
+  s.mutable_data()->mutable_partition()->set_beta(1e300);
+  ExpectRefused(s, "data.partition.beta", "(0: the default, 0.5)");
+  s = WireSpec();
+  s.mutable_data()->mutable_partition()->set_beta(-1);
+  ExpectRefused(s, "data.partition.beta", "[0, 10000]");
+  s = WireSpec();
+  s.mutable_data()->mutable_partition()->set_labels_per_party(huge);
+  ExpectRefused(s, "data.partition.labels_per_party", "[0, 10]");
+  s = WireSpec();
+  s.set_max_update_norm(1e38);
+  ExpectRefused(s, "max_update_norm", "[0, 1e+09]");
+  s = WireSpec();
+  s.set_max_update_norm(std::numeric_limits<double>::infinity());
+  ExpectRefused(s, "max_update_norm", "(0: the default");
+  s = WireSpec();
+  s.set_device("emu:" + std::string(100000, 'x'));
+  ExpectRefused(s, "device", "at most 64 bytes");
+  s = WireSpec();
+  s.set_seed(std::numeric_limits<uint64_t>::max());  // the seed is free
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok());
+}
+
+TEST(JobSpecLimitsTest, AModelTooLargeToHoldIsRefusedWithItsEstimateBeforeAnythingIsAllocated) {
+  v1::JobSpec s = WireSpec();
+  s.mutable_model()->set_name("mlp");
+  s.mutable_model()->add_hidden(600000);
+  ExpectRefused(s, "model.hidden[0]", "[1, 65536]");
+  s.mutable_model()->clear_hidden();
+  for (int i = 0; i < 17; ++i) s.mutable_model()->add_hidden(8);
+  ExpectRefused(s, "model.hidden", "at most 16 hidden layers");
+  // Sixteen layers of 65536 are each within range; together about 64 billion parameters.
+  s.mutable_model()->clear_hidden();
+  for (int i = 0; i < 16; ++i) s.mutable_model()->add_hidden(65536);
+  ExpectRefused(s, "model", "within 2048 MiB");
+  Status refused = wire::ValidateJobSpec(s);
+  EXPECT_NE(refused.message().find("64477593610 parameters (an estimated 2.45963e+06 MiB)"), std::string::npos)
+      << refused.message();
+  // [4096, 4096]: 20 million parameters, about 764 MiB: accepted.
+  s.mutable_model()->clear_hidden();
+  s.mutable_model()->add_hidden(4096);
+  s.mutable_model()->add_hidden(4096);
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
+  auto bytes = wire::EstimateModelMemoryBytes(s);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_EQ(*bytes, (784 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 10 + 10) * 4 * wire::kCoordinatorModelCopies);
+}
+
+TEST(JobSpecLimitsTest, TheReaderAppliesTheSameLimitsWithTheLine) {
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nhidden = [600000]\n[data.partition]\nparties = 2\n",
+              {"job.toml:5:", "'model.hidden[0]'", "at most 65536, got 600000"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\nhidden = [65536, 65536, 65536]\n"
+              "[data.partition]\nparties = 2\n",
+              {"job.toml: spec.model: expected a model the coordinator can hold", "MiB"});
+  ExpectError("name = \"t\"\nrounds = 1000000\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
+              {"job.toml:2:", "'rounds'", "at most 100000"});
+  ExpectError(std::string("max_update_norm = 0\n") + kMinimal, {"job.toml:1:", "'max_update_norm'", "> 0"});
+  ExpectError(std::string("max_update_norm = 1e12\n") + kMinimal, {"job.toml:1:", "'max_update_norm'", "at most"});
+  ExpectError(std::string(kMinimal) + "[train]\nbatch_size = 100000\n", {"job.toml:10:", "'train.batch_size'"});
+  Result<v1::JobSpec> spec = ParseJobSpecString(std::string("max_update_norm = 50\n") + kMinimal, "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_DOUBLE_EQ(spec->max_update_norm(), 50);
 }
 
 }  // namespace

@@ -44,6 +44,27 @@ TEST_F(ModelTest, MlpDefaultsToTwoHiddenLayersOf200) {
   EXPECT_EQ(model->GetState().back().name, "fc3.bias");
 }
 
+TEST_F(ModelTest, ParametersAreCountedWithoutBuildingTheModel) {
+  for (const std::string& name : {"simplecnn", "mlp"}) {
+    ModelConfig config;
+    config.name = name;
+    auto counted = CountParameters(config);
+    ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+    EXPECT_EQ(*counted, Make(name)->NumParameters()) << name;
+  }
+  // A width whose model would need gigabytes is counted, not allocated.
+  ModelConfig wide;
+  wide.name = "mlp";
+  wide.hidden = {600000};
+  auto counted = CountParameters(wide);
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(*counted, int64_t{784} * 600000 + 600000 + 600000 * 10 + 10);
+  wide.hidden = {0};
+  EXPECT_EQ(CountParameters(wide).status().code(), StatusCode::kInvalidArgument);
+  wide.name = "resnet";
+  EXPECT_NE(CountParameters(wide).status().message().find("known models"), std::string::npos);
+}
+
 TEST_F(ModelTest, InitialisationIsPyTorchDefaultAndDeterministic) {
   auto a = Make("simplecnn", 5), b = Make("simplecnn", 5), c = Make("simplecnn", 6);
   TensorSet state = a->GetState();

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <limits>
 
+#include <iostream>
+
+#include "proto/job_mapping.h"
 #include "proto/tensor_transfer.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
@@ -177,9 +180,77 @@ TEST(BadInputTest, BadUpdatesAreRefusedAndTheJobIsUnharmed) {
   // The refused updates never reached the aggregate: the model learned.
   for (const auto& r : done.rounds()) {
     EXPECT_TRUE(std::isfinite(r.test_loss()));
+    // Real training stays far below the default bound on an update's norm.
+    for (const auto& w : r.workers()) {
+      if (w.outcome() != "accepted" || w.worker_id().rfind("honest", 0) != 0) continue;
+      std::cout << "round " << r.round() << " " << w.worker_id() << ": update norm " << w.update_norm() << "\n";
+      EXPECT_GT(w.update_norm(), 0);
+      EXPECT_LT(w.update_norm(), wire::kDefaultMaxUpdateNorm / 10);
+    }
     EXPECT_EQ(r.clients_reported(), r.round() == 3 ? 3u : 2u);
   }
   EXPECT_GT(done.rounds(2).test_accuracy(), 0.5);
+}
+
+TEST(BadInputTest, TheCoordinatorOpensItsOwnDataDirectoryNotTheOneASpecNames) {
+  // A spec's data.path is where the workers read; the coordinator evaluates on --data-dir.
+  TempDir dir("data-dir");
+  server::CoordinatorOptions options = TestCoordinatorOptions(dir.str() + "/state");
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  v1::JobSpec spec = SmallJob(1, 1);
+  spec.mutable_data()->set_path(dir.str() + "/somewhere-the-submitter-chose");
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  // Prepared from the operator's directory: the job waits for workers instead of failing.
+  ASSERT_TRUE(WaitUntil([&] { return (*coordinator)->GetJob(job->id())->state() == v1::JOB_RUNNING; },
+                        std::chrono::seconds(60)))
+      << (*coordinator)->GetJob(job->id())->error();
+  (*coordinator)->Shutdown();
+  coordinator->reset();
+
+  // And an operator's directory without the dataset fails the job naming that directory,
+  // whatever the spec says.
+  options = TestCoordinatorOptions(dir.str() + "/state-2");
+  options.runner.data_dir = dir.str() + "/operator-has-no-dataset";
+  coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  spec = SmallJob(1, 1);  // data.path empty: the Debian dataset, which exists
+  job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto stub = JobStub((*coordinator)->port());
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  EXPECT_EQ(done.job().state(), v1::JOB_FAILED);
+  EXPECT_NE(done.job().error().find("operator-has-no-dataset"), std::string::npos) << done.job().error();
+}
+
+TEST(BadInputTest, AJobSpecBeyondTheLimitsIsRefusedAtSubmissionWithTheEstimate) {
+  TempDir dir("spec-limits");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok());
+  auto stub = JobStub((*coordinator)->port());
+  // Once an uncaught std::bad_alloc in the job's thread.
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = SmallJob(1, 1);
+  request.mutable_spec()->mutable_model()->set_hidden(0, 600000);
+  grpc::ClientContext ctx;
+  v1::SubmitJobResponse response;
+  grpc::Status refused = stub->SubmitJob(&ctx, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("spec.model.hidden[0]: expected an integer in [1, 65536], got 600000"),
+            std::string::npos)
+      << refused.error_message();
+  request.mutable_spec()->mutable_model()->clear_hidden();
+  for (int i = 0; i < 3; ++i) request.mutable_spec()->mutable_model()->add_hidden(65536);
+  grpc::ClientContext ctx2;
+  refused = stub->SubmitJob(&ctx2, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("spec.model: expected a model the coordinator can hold"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("(an estimated 329673 MiB)"), std::string::npos) << refused.error_message();
+  auto jobs = (*coordinator)->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty());
 }
 
 }  // namespace

@@ -318,3 +318,81 @@ TEST_F(RoundTest, LostWorkersAreDroppedAtOnce) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+v1::UpdateHeader HeaderFor(const std::string& worker, uint64_t samples) {
+  v1::UpdateHeader h;
+  h.set_worker_id(worker);
+  h.set_job_id("job-1");
+  h.set_round(4);
+  h.set_attempt(1);
+  h.set_base_model_version(3);
+  h.set_samples(samples);
+  return h;
+}
+
+TEST(RoundBoundsTest, ASampleCountLargerThanItsPartyIsRefusedNamingTheParty) {
+  auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));
+  auto fedavg = Make(Spec("fedavg"), *global);
+  Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1);
+  round.AddParticipant(0, {{"w1", 1}}, "", 6000);
+  round.AddParticipant(1, {{"w2", 1}}, "", 6000);
+  Status s = round.Admit(HeaderFor("w1", std::numeric_limits<uint64_t>::max()));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("worker 'w1'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("round 4"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("field 'samples': expected at most 6000 (the size of party 0), got 18446744073709551615"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(round.Submit(HeaderFor("w1", 6001), Layout(1, 1, 1), 1).ok());
+  EXPECT_TRUE(round.Submit(HeaderFor("w2", 6000), Layout(1, 1, 1), 1).ok());
+}
+
+TEST(RoundBoundsTest, AnUpdateWhoseNormExceedsTheBoundIsRefusedWithBothFigures) {
+  auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));
+  auto fedavg = Make(Spec("fedavg"), *global);
+  Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1, {}, /*max_update_norm=*/10);
+  round.AddParticipant(0, {{"w1", 1}});
+  round.AddParticipant(1, {{"w2", 1}});
+  // Finite, and large enough to overflow a sum of a few of them in float.
+  Status s = round.Submit(HeaderFor("w1", 10), Layout(1e38f, 1e38f, 0), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("worker 'w1'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("L2 norm 1.41421e+38 exceeds the job's max_update_norm 10"), std::string::npos)
+      << s.message();
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), Layout(3, 4, 0), 1).ok());  // norm 5
+  round.Close("test");
+  v1::RoundRecord record;
+  round.FillRecord(&record);
+  for (const auto& w : record.workers()) {
+    if (w.worker_id() == "w2") EXPECT_DOUBLE_EQ(w.update_norm(), 5);
+    if (w.worker_id() == "w1") EXPECT_NE(w.outcome().find("max_update_norm"), std::string::npos) << w.outcome();
+  }
+  auto next = round.Finish(*fedavg);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FLOAT_EQ(next->model[0].values[0], 4.0f);  // w2's alone
+}
+
+TEST(RoundBoundsTest, TheUpdatesBehindAModelThatIsNotFiniteAreNamed) {
+  // A global model near float's limit: w1's update overflows it on its own.
+  auto global = std::make_shared<const TensorSet>(Layout(3e38f, 1, 1));
+  auto fedavg = Make(Spec("fedavg"), *global);
+  Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1);
+  round.AddParticipant(0, {{"w1", 1}});
+  round.AddParticipant(1, {{"w2", 1}});
+  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), Layout(3e38f, 0, 0), 1).ok());
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), Layout(1, 1, 1), 1).ok());
+  round.Close("test");
+  auto next = round.Finish(*fedavg);
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(CheckFinite(next->model, "model").ok());
+  auto suspects = round.NonFiniteSuspects();
+  ASSERT_EQ(suspects.size(), 1u);
+  EXPECT_EQ(suspects[0].workers, std::vector<std::string>{"w1"});
+  EXPECT_NE(suspects[0].description.find("alone overflows"), std::string::npos) << suspects[0].description;
+}
+
+}  // namespace
+}  // namespace tessera::server

@@ -9,6 +9,9 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <limits>
+#include <stdexcept>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -50,9 +53,11 @@ enum class Answer { kUpload, kSilent, kFail };
 class FakeWorker final : public TaskChannelSink, public std::enable_shared_from_this<FakeWorker> {
  public:
   using Script = std::function<Answer(const v1::TrainTask&)>;
+  // Changes what an uploading worker sends (a hostile one); its refusal is then expected.
+  using Tamper = std::function<void(const v1::TrainTask&, v1::UpdateHeader*, TensorSet*)>;
 
-  FakeWorker(WorkerRegistry* registry, std::string name, Script script)
-      : registry_(registry), name_(std::move(name)), script_(std::move(script)) {}
+  FakeWorker(WorkerRegistry* registry, std::string name, Script script, Tamper tamper = nullptr)
+      : registry_(registry), name_(std::move(name)), script_(std::move(script)), tamper_(std::move(tamper)) {}
   ~FakeWorker() override { Stop(); }
 
   void Start(std::function<std::shared_ptr<JobRunner>()> runner) {
@@ -132,16 +137,22 @@ class FakeWorker final : public TaskChannelSink, public std::enable_shared_from_
     for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.001f);
     header.set_samples(100);
     header.set_compute_ms(1);
+    if (tamper_) tamper_(task, &header, &delta);
     *header.mutable_manifest() = wire::BuildManifest(delta);
     Status admitted = runner->AdmitUpload(header);
-    EXPECT_TRUE(admitted.ok()) << admitted.ToString();
+    if (!admitted.ok()) {
+      EXPECT_TRUE(tamper_) << admitted.ToString();
+      runner->RejectUpload(header, admitted);
+      return;
+    }
     Status submitted = runner->SubmitUpdate(header, delta, 1);
-    EXPECT_TRUE(submitted.ok()) << submitted.ToString();
+    EXPECT_TRUE(submitted.ok() || tamper_) << submitted.ToString();
   }
 
   WorkerRegistry* registry_;
   const std::string name_;
   const Script script_;
+  const Tamper tamper_;
   std::function<std::shared_ptr<JobRunner>()> runner_;
   uint64_t generation_ = 0;
   std::mutex mu_;
@@ -172,8 +183,8 @@ class JobRunnerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void AddWorker(const std::string& name, FakeWorker::Script script) {
-    workers_.push_back(std::make_shared<FakeWorker>(&registry_, name, std::move(script)));
+  void AddWorker(const std::string& name, FakeWorker::Script script, FakeWorker::Tamper tamper = nullptr) {
+    workers_.push_back(std::make_shared<FakeWorker>(&registry_, name, std::move(script), std::move(tamper)));
     workers_.back()->Start([this] {
       std::lock_guard<std::mutex> lock(mu_);
       return runner_;
@@ -187,12 +198,25 @@ class JobRunnerTest : public ::testing::Test {
     *job.mutable_spec() = spec;
     job.set_state(v1::JOB_PENDING);
     EXPECT_TRUE(store_->InsertJob(job).ok());
-    JobRunnerOptions options;
-    options.worker_wait_timeout = std::chrono::seconds(30);
+    return RunStored(job);
+  }
+
+  // Runs `job` as stored (a new one, or one resumed) until it ends.
+  v1::Job RunStored(const v1::Job& job) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      runner_ = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options);
+      runner_ = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_);
     }
+    events_.clear();
+    auto seen = std::make_shared<size_t>(0);
+    runner_->events().Subscribe([this, seen, events = &runner_->events()] {
+      bool ended = false;
+      std::lock_guard<std::mutex> lock(events_mu_);
+      for (const auto& event : events->Since(*seen, &ended)) {
+        ++*seen;
+        events_.push_back(event.message());
+      }
+    });
     runner_->Start();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (!runner_->finished() && std::chrono::steady_clock::now() < deadline) {
@@ -200,6 +224,14 @@ class JobRunnerTest : public ::testing::Test {
     }
     EXPECT_TRUE(runner_->finished()) << "the job did not end";
     return runner_->Snapshot();
+  }
+
+  // The notes the job published, in order, joined by newlines.
+  std::string Events() {
+    std::lock_guard<std::mutex> lock(events_mu_);
+    std::string all;
+    for (const auto& message : events_) all += message + "\n";
+    return all;
   }
 
   std::vector<v1::RoundRecord> Rounds() {
@@ -215,6 +247,13 @@ class JobRunnerTest : public ::testing::Test {
   std::mutex mu_;
   std::shared_ptr<JobRunner> runner_;
   std::vector<std::shared_ptr<FakeWorker>> workers_;
+  JobRunnerOptions options_ = [] {
+    JobRunnerOptions options;
+    options.worker_wait_timeout = std::chrono::seconds(30);
+    return options;
+  }();
+  std::mutex events_mu_;
+  std::vector<std::string> events_;
 };
 
 TEST_F(JobRunnerTest, ARoundShortOfClientsIsRetriedAndTheStragglerIsCancelledForThatAttemptOnly) {
@@ -289,6 +328,188 @@ TEST_F(JobRunnerTest, StoppingMidRoundLeavesTheJobResumable) {
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state(), v1::JOB_RUNNING) << "a stopped coordinator resumes the job; it must not end it";
   EXPECT_EQ(stored->rounds_committed(), 0u);
+}
+
+TEST_F(JobRunnerTest, ASampleCountLargerThanThePartyIsRefusedAndTheModelIsNotSkewed) {
+  AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; });
+  // 2^64-1 samples: once this wrapped the round's weight sum and skewed the mean.
+  AddWorker("w2", [](const v1::TrainTask&) { return Answer::kUpload; },
+            [](const v1::TrainTask&, v1::UpdateHeader* header, TensorSet*) {
+              header->set_samples(std::numeric_limits<uint64_t>::max());
+            });
+  v1::JobSpec spec = SmallSpec(2, 1, 600000);
+  spec.mutable_data()->set_max_train_samples(600);  // two IID parties of 300
+  v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].clients_reported(), 1u);
+  for (const auto& w : rounds[0].workers()) {
+    if (w.worker_id() != "w2") continue;
+    EXPECT_NE(w.outcome().find("field 'samples': expected at most 300 (the size of party"), std::string::npos)
+        << w.outcome();
+    EXPECT_NE(w.outcome().find("got 18446744073709551615"), std::string::npos) << w.outcome();
+  }
+  EXPECT_NE(Events().find("refused update from worker 'w2'"), std::string::npos) << Events();
+}
+
+TEST_F(JobRunnerTest, AnUpdateBeyondTheNormBoundIsRefusedAndTheJobGoesOn) {
+  AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; });
+  // Finite values of 1e38: one participant could overflow the aggregate and end the job.
+  AddWorker("w2", [](const v1::TrainTask&) { return Answer::kUpload; },
+            [](const v1::TrainTask&, v1::UpdateHeader*, TensorSet* delta) {
+              for (auto& t : *delta) std::fill(t.values.begin(), t.values.end(), 1e38f);
+            });
+  v1::Job job = Run(SmallSpec(2, 1, 600000));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].clients_reported(), 1u);
+  for (const auto& w : rounds[0].workers()) {
+    if (w.worker_id() == "w2") {
+      EXPECT_NE(w.outcome().find("exceeds the job's max_update_norm 1000"), std::string::npos) << w.outcome();
+    } else {
+      EXPECT_EQ(w.outcome(), "accepted");
+      EXPECT_GT(w.update_norm(), 0);
+    }
+  }
+}
+
+// FedAvg whose step is amplified 1e38-fold: what an honest
+// client sends stays finite; a large update overflows the model.
+class AmplifiedFedAvg final : public Strategy {
+ public:
+  explicit AmplifiedFedAvg(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return "amplified-fedavg"; }
+  Status Restore(TensorSet state) override { return inner_->Restore(std::move(state)); }
+  const TensorSet& state() const override { return inner_->state(); }
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return inner_->BeginRound(global);
+  }
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    ASSIGN_OR_RETURN(StrategyStep step, inner_->Finish(global, aggregate));
+    for (size_t i = 0; i < step.model.size(); ++i) {
+      for (size_t j = 0; j < step.model[i].values.size(); ++j) {
+        const float g = global[i].values[j];
+        step.model[i].values[j] = g + (step.model[i].values[j] - g) * 1e38f;
+      }
+    }
+    return step;
+  }
+  void Adopt(TensorSet state) override { inner_->Adopt(std::move(state)); }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+};
+
+TEST_F(JobRunnerTest, AModelThatIsNotFiniteIsNeverCommittedAndTheRoundIsRetriedWithoutItsCause) {
+  options_.strategy_factory = [](const v1::JobSpec& spec, const TensorSet& layout) -> Result<std::unique_ptr<Strategy>> {
+    ASSIGN_OR_RETURN(auto inner, CreateStrategy(spec, layout));
+    return std::unique_ptr<Strategy>(new AmplifiedFedAvg(std::move(inner)));
+  };
+  AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; },
+            [](const v1::TrainTask&, v1::UpdateHeader*, TensorSet* delta) {
+              for (auto& t : *delta) std::fill(t.values.begin(), t.values.end(), 1e-6f);
+            });
+  // Within the norm bound (6,370 values of 10: norm about 800), but amplified past float.
+  AddWorker("w2", [](const v1::TrainTask&) { return Answer::kUpload; },
+            [](const v1::TrainTask&, v1::UpdateHeader*, TensorSet* delta) {
+              for (auto& t : *delta) std::fill(t.values.begin(), t.values.end(), 10.0f);
+            });
+  v1::Job job = Run(SmallSpec(2, 1, 600000));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].attempt(), 2u);
+  ASSERT_EQ(rounds[0].workers_size(), 1);
+  EXPECT_EQ(rounds[0].workers(0).worker_id(), "w1");
+  const std::string events = Events();
+  EXPECT_NE(events.find("round 1 attempt 1: the aggregated model"), std::string::npos) << events;
+  EXPECT_NE(events.find("not committed; left out of the round's next attempts: worker 'w2' (the largest update"),
+            std::string::npos)
+      << events;
+  auto model = store_->LoadCheckpoint("job-1-test", 1);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_TRUE(CheckFinite(*model, "committed model").ok());
+}
+
+TEST_F(JobRunnerTest, AnExceptionInTheJobsThreadEndsTheJobFailedDurably) {
+  options_.strategy_factory = [](const v1::JobSpec&, const TensorSet&) -> Result<std::unique_ptr<Strategy>> {
+    throw std::runtime_error("scripted: the strategy cannot be made");
+  };
+  v1::Job job = Run(SmallSpec(1, 1, 600000));
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_NE(job.error().find("scripted: the strategy cannot be made"), std::string::npos) << job.error();
+  // Stored as failed: a restart does not resume it into the same exception.
+  auto stored = store_->GetJob("job-1-test");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), v1::JOB_FAILED);
+  EXPECT_NE(stored->error().find("internal error in the job's thread"), std::string::npos) << stored->error();
+}
+
+TEST_F(JobRunnerTest, AJobThatCannotStartEndsFailedAndAnUnwritableEndIsRetriedAndReported) {
+  options_.data_dir = (dir_ / "no-dataset-here").string();
+  options_.record_retry_delay = std::chrono::milliseconds(1);
+  v1::Job job;
+  job.set_id("job-1-test");
+  *job.mutable_spec() = SmallSpec(1, 1, 600000);
+  job.set_state(v1::JOB_PENDING);
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  store_->InjectJobWriteFailures(2, ResourceExhaustedError("SQLite: database or disk is full"));
+  v1::Job ended = RunStored(job);
+  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
+  EXPECT_NE(ended.error().find("no-dataset-here"), std::string::npos) << ended.error();
+  const std::string events = Events();
+  EXPECT_NE(events.find("cannot record the job's end (failed) at try 1: SQLite: database or disk is full; retrying"),
+            std::string::npos)
+      << events;
+  EXPECT_NE(events.find("at try 2"), std::string::npos) << events;
+  EXPECT_NE(events.find("the job's end (failed) is recorded, at try 3"), std::string::npos) << events;
+  auto stored = store_->GetJob("job-1-test");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->state(), v1::JOB_FAILED);
+  EXPECT_NE(stored->error().find("no-dataset-here"), std::string::npos) << stored->error();
+}
+
+TEST_F(JobRunnerTest, ASpecStoredBeforeTodaysLimitsEndsFailedWhenResumed) {
+  v1::Job job;
+  job.set_id("job-1-test");
+  *job.mutable_spec() = SmallSpec(1, 1, 600000);
+  job.mutable_spec()->mutable_model()->set_hidden(0, 600000);  // once an uncaught std::bad_alloc
+  job.set_state(v1::JOB_RUNNING);
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  v1::Job ended = RunStored(job);
+  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
+  EXPECT_NE(ended.error().find("spec.model.hidden[0]: expected an integer in [1, 65536], got 600000"),
+            std::string::npos)
+      << ended.error();
+  EXPECT_EQ(store_->GetJob("job-1-test")->state(), v1::JOB_FAILED);
+}
+
+TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheOneBeforeAndItsRoundsRunAgain) {
+  AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; });
+  v1::JobSpec spec = SmallSpec(1, 1, 600000);
+  spec.set_rounds(2);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  runner_->Stop();
+  // As if the coordinator had stopped after round 2 of 3, and round 2's file were damaged.
+  auto stored = store_->GetJob("job-1-test");
+  ASSERT_TRUE(stored.ok());
+  stored->set_state(v1::JOB_RUNNING);
+  stored->mutable_spec()->set_rounds(3);
+  ASSERT_TRUE(store_->UpdateJob(*stored).ok());
+  const auto damaged = dir_ / "checkpoints" / "job-1-test-round-2.ckpt";
+  std::ofstream(damaged, std::ios::trunc) << "not a checkpoint";
+  v1::Job resumed = RunStored(*stored);
+  ASSERT_EQ(resumed.state(), v1::JOB_SUCCEEDED) << resumed.error();
+  EXPECT_EQ(resumed.rounds_committed(), 3u);
+  const std::string events = Events();
+  EXPECT_NE(events.find("checkpoint not usable: " + damaged.string()), std::string::npos) << events;
+  EXPECT_NE(events.find("falling back to the checkpoint of round 1; rounds 2 to 2 will be run again"), std::string::npos)
+      << events;
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 3u);
+  for (uint32_t r = 1; r <= 3; ++r) EXPECT_EQ(rounds[r - 1].round(), r);
 }
 
 TEST(SelectionTest, RandomSelectionIsReproducibleAndSeatsAreStable) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -112,6 +113,97 @@ TEST_F(StateStoreTest, AFullDiskIsResourceExhaustedAndTheOldFileStays) {
   std::string content;
   in >> content;
   EXPECT_EQ(content, "committed");
+}
+
+// Commits rounds 1..`rounds` of job-1-abc (checkpoint i holds Model(i)).
+void CommitRounds(StateStore& store, v1::Job* job, uint32_t rounds) {
+  ASSERT_TRUE(store.SaveInitialModel(job->id(), Model(0)).ok());
+  for (uint32_t r = 1; r <= rounds; ++r) {
+    v1::RoundRecord record;
+    record.set_round(r);
+    job->set_rounds_committed(r);
+    ASSERT_TRUE(store.CommitRound(*job, record, Model(static_cast<float>(r))).ok());
+  }
+}
+
+v1::Job RunningJob() {
+  v1::Job job;
+  job.set_id("job-1-abc");
+  job.set_state(v1::JOB_RUNNING);
+  return job;
+}
+
+TEST_F(StateStoreTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingTheFile) {
+  auto store = StateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  v1::Job job = RunningJob();
+  ASSERT_TRUE((*store)->InsertJob(job).ok());
+  CommitRounds(**store, &job, 5);
+  const auto checkpoints = dir_ / "checkpoints";
+  for (uint32_t r : {0u, 3u, 4u, 5u}) {
+    EXPECT_TRUE(std::filesystem::exists(checkpoints / ("job-1-abc-round-" + std::to_string(r) + ".ckpt"))) << r;
+  }
+  for (uint32_t r : {1u, 2u}) {
+    EXPECT_FALSE(std::filesystem::exists(checkpoints / ("job-1-abc-round-" + std::to_string(r) + ".ckpt"))) << r;
+  }
+  // Round 5's file is damaged, round 4's missing: round 3 it is, and both are named.
+  std::ofstream(checkpoints / "job-1-abc-round-5.ckpt", std::ios::trunc) << "TSRCKPT1 but nothing after";
+  std::filesystem::remove(checkpoints / "job-1-abc-round-4.ckpt");
+  std::vector<Status> damaged;
+  auto newest = (*store)->LoadNewestCheckpoint(job.id(), 5, &damaged);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->round, 3u);
+  EXPECT_EQ(newest->tensors[0].values, Model(3)[0].values);
+  ASSERT_EQ(damaged.size(), 2u);
+  EXPECT_NE(damaged[0].message().find("job-1-abc-round-5.ckpt"), std::string::npos) << damaged[0].message();
+  EXPECT_NE(damaged[1].message().find("job-1-abc-round-4.ckpt"), std::string::npos) << damaged[1].message();
+  // Rewinding to round 3 forgets the records of rounds 4 and 5.
+  job.set_rounds_committed(3);
+  ASSERT_TRUE((*store)->RewindJob(job).ok());
+  EXPECT_EQ((*store)->GetJob(job.id())->rounds_committed(), 3u);
+  EXPECT_EQ((*store)->ListRounds(job.id())->size(), 3u);
+}
+
+TEST_F(StateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
+  v1::Job job = RunningJob();
+  {
+    auto store = StateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    CommitRounds(**store, &job, 5);
+  }
+  const auto checkpoints = dir_ / "checkpoints";
+  // What a coordinator killed at the wrong moments leaves: the checkpoint a commit superseded
+  // (round 1), a checkpoint written but never committed (round 6), a write cut short, and a
+  // file of a job the database does not know (left alone).
+  for (const char* name : {"job-1-abc-round-1.ckpt", "job-1-abc-round-6.ckpt", "job-1-abc-round-6.ckpt.tmp",
+                           "job-9-zzz-round-1.ckpt"}) {
+    std::ofstream(checkpoints / name) << "leftover";
+  }
+  auto store = StateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto removed = (*store)->RemoveLeftoverCheckpoints();
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_EQ(removed->size(), 3u);
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpoints)) left.push_back(entry.path().filename());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"job-1-abc-round-0.ckpt", "job-1-abc-round-3.ckpt", "job-1-abc-round-4.ckpt",
+                                            "job-1-abc-round-5.ckpt", "job-9-zzz-round-1.ckpt"}));
+}
+
+TEST_F(StateStoreTest, InjectedWriteFailuresFailJobWritesThenStop) {
+  auto store = StateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  v1::Job job = RunningJob();
+  ASSERT_TRUE((*store)->InsertJob(job).ok());
+  (*store)->InjectJobWriteFailures(2, ResourceExhaustedError("SQLite: database or disk is full"));
+  job.set_state(v1::JOB_FAILED);
+  EXPECT_EQ((*store)->UpdateJob(job).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*store)->UpdateJob(job).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*store)->GetJob(job.id())->state(), v1::JOB_RUNNING);
+  EXPECT_TRUE((*store)->UpdateJob(job).ok());
+  EXPECT_EQ((*store)->GetJob(job.id())->state(), v1::JOB_FAILED);
 }
 
 }  // namespace
