@@ -97,6 +97,8 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" && flags_.count("help")) arg = "--help";
+    // "-o" for a one-letter flag declared as "o".
+    if (arg.size() == 2 && arg[0] == '-' && flags_.count(arg.substr(1))) arg = "-" + arg;
     if (arg.size() > 1 && arg[0] == '-' && arg[1] != '-' && !std::isdigit(static_cast<unsigned char>(arg[1])) &&
         arg[1] != '.') {
       // "-x" is a mistyped flag, never an argument: no job id, file or name Tessera takes

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <map>
 #include <ostream>
 #include <set>
 #include <thread>
@@ -61,11 +62,13 @@ const Phase kPhases[] = {
     {"distribution", [](const v1::PhaseLatency& l) { return l.distribution_ms(); }},
     {"compute (median worker)", [](const v1::PhaseLatency& l) { return l.compute_ms_median(); }},
     {"compute (slowest worker)", [](const v1::PhaseLatency& l) { return l.compute_ms_max(); }},
+    {"data loading (slowest)", [](const v1::PhaseLatency& l) { return l.data_load_ms_max(); }},
     {"upload", [](const v1::PhaseLatency& l) { return l.upload_ms(); }},
     {"straggler wait", [](const v1::PhaseLatency& l) { return l.straggler_wait_ms(); }},
     {"aggregation", [](const v1::PhaseLatency& l) { return l.aggregation_ms(); }},
     {"evaluation", [](const v1::PhaseLatency& l) { return l.evaluation_ms(); }},
     {"commit", [](const v1::PhaseLatency& l) { return l.commit_ms(); }},
+    {"other (not in a phase)", [](const v1::PhaseLatency& l) { return l.other_ms(); }},
     {"round total", [](const v1::PhaseLatency& l) { return l.total_ms(); }},
 };
 
@@ -287,6 +290,112 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   return Status::Ok();
 }
 
+namespace {
+
+// A string as a JSON string literal.
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += Format("\\u%04x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                    std::ostream& out) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_include_rounds(true);
+  v1::GetJobResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
+  std::vector<const v1::RoundRecord*> shown;
+  for (const auto& r : response.rounds()) {
+    if (!round || r.round() == *round) shown.push_back(&r);
+  }
+  if (shown.empty()) {
+    return NotFoundError("job " + job_id + " has no committed round" +
+                         (round ? " " + std::to_string(*round) : std::string()) + " to trace (" +
+                         std::to_string(response.job().rounds_committed()) + " committed)");
+  }
+  std::vector<std::string> events;
+  std::map<std::string, int> tracks;  // worker -> thread id; the coordinator is 0
+  auto track = [&](const std::string& worker) {
+    auto [it, added] = tracks.emplace(worker, static_cast<int>(tracks.size()) + 1);
+    return it->second;
+  };
+  // A span: name, track, start and length in milliseconds on the trace's clock.
+  auto span = [&](const std::string& name, int tid, double start_ms, double ms, const std::string& args) {
+    if (!(ms > 0)) return;
+    events.push_back(Format("{\"name\":%s,\"cat\":\"round\",\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                            "\"args\":{%s}}",
+                            JsonString(name).c_str(), tid, start_ms * 1000, ms * 1000, args.c_str()));
+  };
+  // Rounds start where the coordinator's clock put them: the commit time less the round's
+  // time before it. The trace's zero is the first shown round's start.
+  auto round_start = [](const v1::RoundRecord& r) {
+    return static_cast<double>(r.committed_unix_ms()) - (r.latency().total_ms() - r.latency().commit_ms());
+  };
+  const double zero = round_start(*shown.front());
+  for (const auto* r : shown) {
+    const auto& l = r->latency();
+    const double t0 = round_start(*r) - zero;
+    const std::string round_args = Format("\"round\":%u,\"attempt\":%u", r->round(), r->attempt());
+    span("round " + std::to_string(r->round()), 0, t0, l.total_ms(),
+         round_args + Format(",\"accuracy\":%.4f,\"critical_worker\":%s", r->test_accuracy(),
+                             JsonString(l.critical_worker()).c_str()));
+    span("selection", 0, t0, l.selection_ms(), round_args);
+    const double tasks_out = t0 + l.selection_ms();
+    double last_report = 0;
+    for (const auto& w : r->workers()) last_report = std::max(last_report, w.reported_ms());
+    span("waiting for stragglers", 0, tasks_out + last_report, l.after_last_report_ms(), round_args);
+    double at = tasks_out + last_report + l.after_last_report_ms();
+    for (const auto& [name, ms] : {std::pair<const char*, double>{"aggregation", l.aggregation_ms()},
+                                   {"evaluation", l.evaluation_ms()},
+                                   {"commit", l.commit_ms()}}) {
+      span(name, 0, at, ms, round_args);
+      at += ms;
+    }
+    for (const auto& w : r->workers()) {
+      const int tid = track(w.worker_id());
+      const std::string args = round_args + ",\"outcome\":" + JsonString(w.outcome()) +
+                               Format(",\"samples\":%llu", static_cast<unsigned long long>(w.samples()));
+      if (w.download_done_ms() > 0) span("download", tid, tasks_out + w.download_done_ms() - w.download_ms(), w.download_ms(), args);
+      if (w.reported_ms() > 0) {
+        const double upload_start = tasks_out + w.reported_ms() - w.upload_ms();
+        const double compute_start = upload_start - w.compute_ms();
+        span("data loading", tid, compute_start - w.data_load_ms(), w.data_load_ms(), args);
+        span("compute", tid, compute_start, w.compute_ms(), args);
+        span("upload", tid, upload_start, w.upload_ms(), args);
+      } else if (w.outcome().rfind("dropped", 0) == 0) {
+        const double from = tasks_out + w.download_done_ms();
+        span("dropped: " + w.outcome().substr(0, 80), tid, from, t0 + l.total_ms() - from, args);
+      }
+    }
+  }
+  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"job\":" << JsonString(job_id)
+      << ",\"clock\":\"the coordinator's; workers' durations laid back from where it saw them\"},\"traceEvents\":[\n";
+  out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":" << JsonString("job " + job_id) << "}},\n";
+  out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"coordinator\"}}";
+  for (const auto& [worker, tid] : tracks) {
+    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << tid << ",\"args\":{\"name\":"
+        << JsonString("worker " + worker) << "}}";
+  }
+  for (const auto& e : events) out << ",\n" << e;
+  out << "\n]}\n";
+  return Status::Ok();
+}
+
 Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                      std::ostream& out, const PrintOptions& print) {
   grpc::ClientContext ctx;
@@ -314,36 +423,42 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
   }
   for (const auto* r : shown) {
     const auto& l = r->latency();
-    // The critical path: the reporting worker whose download, compute and upload took longest.
-    int slowest = -1;
+    // The critical path: the accepted report that arrived last (older records: the reporting
+    // worker whose download, data loading, compute and upload took longest).
+    int critical = -1;
     double slowest_ms = -1;
     for (int i = 0; i < r->workers_size(); ++i) {
       const auto& w = r->workers(i);
       if (w.outcome() != "accepted") continue;
-      const double ms = w.download_ms() + w.compute_ms() + w.upload_ms();
-      if (ms > slowest_ms) slowest_ms = ms, slowest = i;
+      const double ms = w.download_ms() + w.data_load_ms() + w.compute_ms() + w.upload_ms();
+      if (l.critical_worker().empty() ? ms > slowest_ms : w.worker_id() == l.critical_worker()) {
+        slowest_ms = ms;
+        critical = i;
+      }
     }
     out << Format("round %u (attempt %u): %u/%u reported, %.2f%% accuracy, %.1f ms in all\n", r->round(),
                   r->attempt(), r->clients_reported(), r->clients_selected(), 100 * r->test_accuracy(), l.total_ms());
-    out << Format("  %-22s %-18s %8s %10s %10s %10s %10s\n", "WORKER", "OUTCOME", "SAMPLES", "DOWNLOAD", "COMPUTE",
-                  "UPLOAD", "SUM");
+    out << Format("  %-22s %-18s %8s %10s %10s %10s %10s %10s\n", "WORKER", "OUTCOME", "SAMPLES", "DOWNLOAD", "LOAD",
+                  "COMPUTE", "UPLOAD", "REPORTED");
     for (int i = 0; i < r->workers_size(); ++i) {
       const auto& w = r->workers(i);
       std::string outcome = w.outcome().substr(0, 40);
-      const double sum = w.download_ms() + w.compute_ms() + w.upload_ms();
-      std::string note = i == slowest ? "  <- slowest (critical path)" : "";
+      std::string note = i == critical ? "  <- critical path (last report)" : "";
       if (w.outcome().rfind("dropped", 0) == 0) note = "  <- straggler, dropped";
       std::string name = w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)";
-      out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms%s\n", name.c_str(), outcome.c_str(),
-                    static_cast<unsigned long long>(w.samples()), w.download_ms(), w.compute_ms(), w.upload_ms(), sum,
-                    note.c_str());
+      const std::string reported = w.reported_ms() > 0 ? Format("%8.1fms", w.reported_ms()) : "-";
+      out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms %10s%s\n", name.c_str(), outcome.c_str(),
+                    static_cast<unsigned long long>(w.samples()), w.download_ms(), w.data_load_ms(), w.compute_ms(),
+                    w.upload_ms(), reported.c_str(), note.c_str());
     }
-    if (slowest >= 0) {
-      const auto& w = r->workers(slowest);
-      out << Format("  critical path: selection %.1f ms, then %s (download %.1f, compute %.1f, upload %.1f ms), "
-                    "straggler wait %.1f, aggregation %.1f, evaluation %.1f, commit %.1f ms\n",
-                    l.selection_ms(), w.worker_id().c_str(), w.download_ms(), w.compute_ms(), w.upload_ms(),
-                    l.straggler_wait_ms(), l.aggregation_ms(), l.evaluation_ms(), l.commit_ms());
+    if (critical >= 0) {
+      const auto& w = r->workers(critical);
+      out << Format("  critical path: selection %.1f + %s (download %.1f, data loading %.1f, compute %.1f, upload "
+                    "%.1f) + waiting after the last report %.1f + aggregation %.1f + evaluation %.1f + commit %.1f "
+                    "+ other %.1f = %.1f ms\n",
+                    l.selection_ms(), w.worker_id().c_str(), w.download_ms(), w.data_load_ms(), w.compute_ms(),
+                    w.upload_ms(), l.after_last_report_ms(), l.aggregation_ms(), l.evaluation_ms(), l.commit_ms(),
+                    l.other_ms(), l.total_ms());
     }
     out << "\n";
   }

@@ -36,6 +36,12 @@ Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job
 Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                      std::ostream& out, const PrintOptions& print = {});
 
+// The job's committed rounds (or round `round` alone) as a Chrome / Perfetto trace (JSON, the
+// Trace Event Format): a track for the coordinator's phases and one per worker with its
+// download, data loading, compute and upload, on the coordinator's clock.
+Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                    std::ostream& out);
+
 struct WatchOptions {
   PrintOptions print;
   // While the coordinator is unreachable, try again for this long (it may be restarting:

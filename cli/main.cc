@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -76,6 +78,10 @@ const std::vector<Command>& Commands() {
       {"rounds", "JOB", "every worker of each committed round (--round R: one round): outcome,\n"
                         "samples, download, compute and upload; the slowest worker named as the\n"
                         "round's critical path, dropped stragglers marked", {"round", "json"}, true},
+      {"trace", "JOB -o FILE", "the committed rounds (--round R: one round) as a Chrome / Perfetto trace:\n"
+                               "a track for the coordinator and one per worker, spans per phase, on\n"
+                               "the coordinator's clock (open it in ui.perfetto.dev or chrome://tracing)",
+       {"round", "o"}, true},
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
                        "by phase), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts", {"json"}, true},
@@ -163,7 +169,9 @@ int main(int argc, char** argv) {
   flags.String("admin-token-file", &admin_token_file, "the coordinator's admin token, for an operator without a certificate");
   flags.Bool("json", &json, "print the coordinator's replies as JSON (one object per line for watch)");
   flags.Bool("all", &all, "workers: also the workers that stopped sending heartbeats");
-  flags.Int("round", &round, "rounds: only this round", IntRange{0, UINT32_MAX});
+  flags.Int("round", &round, "rounds, trace: only this round", IntRange{0, UINT32_MAX});
+  std::string trace_file;
+  flags.String("o", &trace_file, "trace: the file to write the trace to (- for standard output)");
   flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");
@@ -203,7 +211,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Flags only some commands read are refused elsewhere, not ignored.
-  for (const auto& [flag, given] : {std::pair<std::string, bool>{"json", json}, {"all", all}, {"round", round >= 0}}) {
+  for (const auto& [flag, given] : {std::pair<std::string, bool>{"json", json},
+                                    {"all", all},
+                                    {"round", round >= 0},
+                                    {"o", !trace_file.empty()}}) {
     if (given && std::find(known->flags.begin(), known->flags.end(), flag) == known->flags.end()) {
       std::cerr << "tessera " << command << ": --" << flag << " does not apply (tessera help " << command << ")\n";
       return 2;
@@ -326,6 +337,31 @@ int main(int argc, char** argv) {
     std::optional<uint32_t> only;
     if (round >= 0) only = static_cast<uint32_t>(round);
     result = cli::RoundsCommand(*stub, args[1], only, std::cout, print);
+  } else if (command == "trace") {
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (trace_file.empty()) {
+      std::cerr << "tessera trace: give the file to write with -o FILE (- for standard output)\n";
+      return 2;
+    }
+    std::optional<uint32_t> only;
+    if (round >= 0) only = static_cast<uint32_t>(round);
+    if (trace_file == "-") {
+      result = cli::TraceCommand(*stub, args[1], only, std::cout);
+    } else {
+      std::ostringstream trace;
+      result = cli::TraceCommand(*stub, args[1], only, trace);
+      if (result.ok()) {
+        std::ofstream file(trace_file, std::ios::binary | std::ios::trunc);
+        file << trace.str();
+        file.close();
+        if (!file) {
+          std::cerr << "tessera trace: cannot write " << EscapeUntrusted(trace_file, 256) << "\n";
+          return 1;
+        }
+        std::cerr << "wrote " << trace.str().size() << " bytes to " << EscapeUntrusted(trace_file, 256)
+                  << " (open it in ui.perfetto.dev or chrome://tracing)\n";
+      }
+    }
   } else if (command == "watch") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     cli::WatchOptions watch;

@@ -576,6 +576,14 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));
+  {
+    // What the named phases and the critical path leave of the round (docs/MONITORING.md).
+    auto& l = *record.mutable_latency();
+    const double named = l.selection_ms() + l.critical_download_ms() + l.critical_data_load_ms() +
+                         l.critical_compute_ms() + l.critical_upload_ms() + l.after_last_report_ms() +
+                         l.aggregation_ms() + l.evaluation_ms() + l.commit_ms();
+    l.set_other_ms(std::max(0.0, l.total_ms() - named));
+  }
   *committed.mutable_last_round() = record;
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());

@@ -103,6 +103,16 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
   }
+  // Times a worker reports are shown to operators and summed into metrics: finite, not
+  // negative, at most a week.
+  for (const auto& [field, ms] : {std::pair<const char*, double>{"compute_ms", h.compute_ms()},
+                                  {"download_ms", h.download_ms()},
+                                  {"data_load_ms", h.data_load_ms()}}) {
+    if (!(ms >= 0 && ms <= 7 * 24 * 3600e3)) {
+      return InvalidArgumentError(what + ": field '" + field + "': expected milliseconds in [0, 604800000], got " +
+                                  FormatNumber(ms));
+    }
+  }
   if (h.failure().empty() && h.samples() > it->second.max_samples) {
     return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(it->second.max_samples) +
                                 " (the size of party " + std::to_string(it->second.party) + "), got " +
@@ -194,7 +204,9 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_samples(h.samples());
     p.report.set_compute_ms(h.compute_ms());
     p.report.set_download_ms(h.download_ms());
+    p.report.set_data_load_ms(h.data_load_ms());
     p.report.set_upload_ms(upload_ms);
+    p.report.set_reported_ms(MillisSince(dispatched_, std::chrono::steady_clock::now()));
     p.report.set_train_loss(h.train_loss());
     p.report.set_collective_backend(h.collective_backend());
     p.report.set_update_norm(norm);
@@ -338,9 +350,15 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   double distribution = 0;
   double loss_sum = 0;
   uint64_t samples = 0;
+  const Participant* critical = nullptr;  // the accepted report that arrived last
+  double data_load_max = 0;
   for (const auto& [id, p] : participants_) {
-    *record->add_workers() = p.report;
+    v1::WorkerRoundReport* report = record->add_workers();
+    *report = p.report;
+    if (p.download_done > dispatched_) report->set_download_done_ms(MillisSince(dispatched_, p.download_done));
     if (p.outcome != Outcome::kAccepted) continue;
+    if (critical == nullptr || p.report.reported_ms() > critical->report.reported_ms()) critical = &p;
+    data_load_max = std::max(data_load_max, p.report.data_load_ms());
     compute.push_back(p.report.compute_ms());
     if (p.download_done > dispatched_) distribution = std::max(distribution, MillisSince(dispatched_, p.download_done));
     loss_sum += p.report.train_loss() * static_cast<double>(p.report.samples());
@@ -356,6 +374,15 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   latency->set_upload_ms(Median(upload_ms_));
   latency->set_straggler_wait_ms(quorum_at_ ? MillisSince(*quorum_at_, closed_at_) : 0);
   latency->set_aggregation_ms(aggregation_ms_);
+  latency->set_data_load_ms_max(data_load_max);
+  if (critical != nullptr) {
+    latency->set_critical_worker(critical->report.worker_id());
+    latency->set_critical_download_ms(critical->report.download_ms());
+    latency->set_critical_data_load_ms(critical->report.data_load_ms());
+    latency->set_critical_compute_ms(critical->report.compute_ms());
+    latency->set_critical_upload_ms(critical->report.upload_ms());
+    latency->set_after_last_report_ms(std::max(0.0, MillisSince(dispatched_, closed_at_) - critical->report.reported_ms()));
+  }
 }
 
 }  // namespace tessera::server

@@ -328,7 +328,9 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   const double download_ms = MillisSince(download_start);
 
   // Train on this worker's share (the whole of the dataset it holds).
+  const auto load_start = Clock::now();
   ASSIGN_OR_RETURN(auto data, TrainingShare(task));
+  const double data_load_ms = MillisSince(load_start);
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
@@ -404,6 +406,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   header.set_samples(indices.size());
   header.set_compute_ms(report.compute_ms);
   header.set_download_ms(download_ms);
+  header.set_data_load_ms(data_load_ms);
   header.set_train_loss(report.mean_loss);
   if (communicator) {
     header.set_cohort_size(task.cohort_size());

@@ -4,15 +4,19 @@
 // job's server-sent events. Every string from the coordinator is set as text, never as HTML.
 "use strict";
 
+// A round's time, phase by phase along its critical path (the accepted report that arrived
+// last): these add up to the round's total (docs/MONITORING.md).
 const PHASES = [
   ["selection_ms", "selection", "#8e8cd8"],
-  ["distribution_ms", "distribution", "#5b8def"],
-  ["compute_ms_max", "compute (slowest)", "#34a853"],
-  ["upload_ms", "upload", "#f29900"],
-  ["straggler_wait_ms", "straggler wait", "#d93025"],
+  ["critical_download_ms", "download", "#5b8def"],
+  ["critical_data_load_ms", "data loading", "#9aa0a6"],
+  ["critical_compute_ms", "compute", "#34a853"],
+  ["critical_upload_ms", "upload", "#f29900"],
+  ["after_last_report_ms", "waiting for stragglers", "#d93025"],
   ["aggregation_ms", "aggregation", "#a142f4"],
   ["evaluation_ms", "evaluation", "#12a4af"],
   ["commit_ms", "commit", "#80868b"],
+  ["other_ms", "other", "#c6c6c6"],
 ];
 const COMMUNICATION_WARNING = 0.4;  // of a round, as the seeds' guidance has it
 
@@ -173,42 +177,55 @@ function renderTimeline(rounds) {
   const start = round.latency.selection_ms || 0;
   let slowest = null;
   let slowestMs = -1;
+  const busy = (w) => (w.download_ms || 0) + (w.data_load_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0);
   for (const w of round.workers || []) {
-    const sum = (w.download_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0);
-    if (w.outcome === "accepted" && sum > slowestMs) { slowest = w; slowestMs = sum; }
+    if (w.outcome === "accepted" && busy(w) > slowestMs) { slowest = w; slowestMs = busy(w); }
   }
   const legend = el("div", null, "legend muted");
-  for (const [cls, label] of [["download", "download"], ["compute", "compute"], ["upload", "upload"], ["dropped", "dropped"]]) {
+  for (const [cls, label] of [["download", "download"], ["load", "data loading"], ["compute", "compute"], ["upload", "upload"], ["dropped", "dropped"]]) {
     const swatch = el("span", null, "seg " + cls);
     swatch.style.position = "static";
     legend.append(swatch, document.createTextNode(label));
   }
-  legend.append(document.createTextNode("   round " + round.round + ": " + fmt(total) + " in all"));
+  legend.append(document.createTextNode("   round " + round.round + ": " + fmt(total) + " in all; critical path: " +
+                                        (round.latency.critical_worker || "-")));
   box.append(legend);
+  const segment = (bar, cls, from, ms) => {
+    const seg = el("div", null, "seg " + cls);
+    seg.style.left = Math.max(0, 100 * from / total) + "%";
+    seg.style.width = Math.max(0.2, 100 * ms / total) + "%";
+    seg.title = cls + " " + fmt(ms);
+    bar.append(seg);
+  };
   for (const w of round.workers || []) {
     const row = el("div", null, "row" + (w === slowest ? " slowest" : ""));
     row.dataset.worker = w.worker_id;
     const name = w.cohort ? w.cohort + " (cohort)" : w.worker_id;
     const bar = el("div", null, "bar");
-    let at = start;
     const dropped = String(w.outcome || "").startsWith("dropped");
-    for (const [key, cls] of [["download_ms", "download"], ["compute_ms", "compute"], ["upload_ms", "upload"]]) {
-      const ms = w[key] || 0;
-      const seg = el("div", null, "seg " + cls);
-      seg.style.left = (100 * at / total) + "%";
-      seg.style.width = Math.max(0.2, 100 * ms / total) + "%";
-      seg.title = cls + " " + fmt(ms);
-      bar.append(seg);
-      at += ms;
+    // On the coordinator's clock where it saw the worker (the download's end, the report);
+    // the worker's own durations are laid back from those.
+    if (w.download_done_ms > 0) segment(bar, "download", start + w.download_done_ms - (w.download_ms || 0), w.download_ms || 0);
+    if (w.reported_ms > 0) {
+      const uploadStart = start + w.reported_ms - (w.upload_ms || 0);
+      const computeStart = uploadStart - (w.compute_ms || 0);
+      segment(bar, "upload", uploadStart, w.upload_ms || 0);
+      segment(bar, "compute", computeStart, w.compute_ms || 0);
+      segment(bar, "load", computeStart - (w.data_load_ms || 0), w.data_load_ms || 0);
+    } else if (!dropped) {
+      let at = start + (w.download_done_ms || w.download_ms || 0);
+      for (const [key, cls] of [["data_load_ms", "load"], ["compute_ms", "compute"], ["upload_ms", "upload"]]) {
+        segment(bar, cls, at, w[key] || 0);
+        at += w[key] || 0;
+      }
     }
     if (dropped) {
-      const seg = el("div", null, "seg dropped");
-      seg.style.left = (100 * at / total) + "%";
-      seg.style.width = Math.max(0, 100 - 100 * at / total) + "%";
-      bar.append(seg);
+      const from = start + (w.download_done_ms || 0);
+      segment(bar, "dropped", from, Math.max(0, total - from));
     }
-    let note = w.outcome + ", " + fmt((w.download_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0));
-    if (w === slowest) note = "slowest: " + w.worker_id + " (critical path), " + note;
+    let note = w.outcome + ", busy " + fmt(busy(w));
+    if (w === slowest) note = "slowest: " + w.worker_id + (w.worker_id === round.latency.critical_worker ? " (critical path)" : "") + ", " + note;
+    else if (w.worker_id === round.latency.critical_worker) note = "critical path (last report), " + note;
     if (dropped) note = "straggler: " + note;
     row.append(el("div", name, "name"), bar, el("div", note, "note"));
     box.append(row);

@@ -79,6 +79,11 @@ TEST(FlagsTest, ASingleDashIsAMistypedFlagButDashHAsksForHelp) {
   typo.Bool("json", &json, "");
   EXPECT_EQ(ParseArgs(typo, {"jobs", "-json"}).message(),
             "unknown flag -json (flags start with two dashes; see --help)");
+  std::string out;
+  FlagSet letter;
+  letter.String("o", &out, "");
+  ASSERT_TRUE(ParseArgs(letter, {"trace", "-o", "t.json"}).ok());
+  EXPECT_EQ(out, "t.json") << "a one-letter flag takes one dash too";
   FlagSet no_help;
   EXPECT_EQ(ParseArgs(no_help, {"-h"}).code(), StatusCode::kInvalidArgument) << "no --help flag declared";
   FlagSet numbers;

@@ -4,7 +4,11 @@
 // answers.
 #include <gtest/gtest.h>
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "cli/job_client.h"
@@ -50,24 +54,62 @@ TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
   const std::string text = table.str();
   EXPECT_NE(text.find("round 1 (attempt"), std::string::npos) << text;
   EXPECT_NE(text.find("round 2 (attempt"), std::string::npos) << text;
-  // The slowest reporting worker of round 2, by the records themselves.
-  const auto& r1 = done.rounds(1);
-  std::string slowest;
-  double slowest_ms = -1;
-  for (const auto& w : r1.workers()) {
-    const double ms = w.download_ms() + w.compute_ms() + w.upload_ms();
-    if (ms > slowest_ms) slowest_ms = ms, slowest = w.worker_id();
+  // Round 2's critical path: the accepted report that arrived last, as the record names it.
+  const auto& r2 = done.rounds(1);
+  const std::string critical = r2.latency().critical_worker();
+  ASSERT_FALSE(critical.empty());
+  double last = -1;
+  for (const auto& w : r2.workers()) last = std::max(last, w.reported_ms());
+  for (const auto& w : r2.workers()) {
+    if (w.worker_id() == critical) EXPECT_EQ(w.reported_ms(), last) << "the critical worker reported last";
+    EXPECT_GT(w.data_load_ms(), 0) << w.worker_id();
+    EXPECT_GT(w.download_done_ms(), 0) << w.worker_id();
+  }
+  const auto& l = r2.latency();
+  const double named = l.selection_ms() + l.critical_download_ms() + l.critical_data_load_ms() +
+                       l.critical_compute_ms() + l.critical_upload_ms() + l.after_last_report_ms() +
+                       l.aggregation_ms() + l.evaluation_ms() + l.commit_ms();
+  // The phases add up: "other" is what the named ones leave (none when they overlap).
+  if (l.other_ms() > 0) {
+    EXPECT_NEAR(named + l.other_ms(), l.total_ms(), 1e-6);
+  } else {
+    EXPECT_GE(named, l.total_ms() - 1e-6);
   }
   std::ostringstream one;
   ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), 2u, one).ok());
   EXPECT_EQ(one.str().find("round 1 "), std::string::npos) << one.str();
-  for (const auto& w : r1.workers()) EXPECT_NE(one.str().find(w.worker_id()), std::string::npos) << one.str();
-  const size_t marked = one.str().find("<- slowest (critical path)");
+  for (const auto& w : r2.workers()) EXPECT_NE(one.str().find(w.worker_id()), std::string::npos) << one.str();
+  const size_t marked = one.str().find("<- critical path (last report)");
   ASSERT_NE(marked, std::string::npos) << one.str();
   const size_t line = one.str().rfind('\n', marked);
-  EXPECT_NE(one.str().substr(line, marked - line).find(slowest), std::string::npos)
-      << "the marked line is not " << slowest << "'s:\n" << one.str();
+  EXPECT_NE(one.str().substr(line, marked - line).find(critical), std::string::npos)
+      << "the marked line is not " << critical << "'s:\n" << one.str();
   EXPECT_NE(one.str().find("critical path: selection"), std::string::npos) << one.str();
+
+  // The trace: valid JSON, a track per worker, spans per phase.
+  std::ostringstream trace;
+  ASSERT_TRUE(cli::TraceCommand(*stub, job->id(), std::nullopt, trace).ok());
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(trace.str(), &parsed).ok()) << trace.str();
+  const auto& events = parsed.fields().at("traceEvents").list_value().values();
+  std::set<std::string> threads, spans;
+  for (const auto& e : events) {
+    const auto& f = e.struct_value().fields();
+    if (f.at("ph").string_value() == "M" && f.at("name").string_value() == "thread_name") {
+      threads.insert(f.at("args").struct_value().fields().at("name").string_value());
+    } else if (f.at("ph").string_value() == "X") {
+      spans.insert(f.at("name").string_value());
+      EXPECT_GE(f.at("ts").number_value(), 0) << trace.str();
+    }
+  }
+  EXPECT_EQ(threads, (std::set<std::string>{"coordinator", "worker r1", "worker r2"}));
+  for (const char* name : {"round 1", "round 2", "selection", "download", "data loading", "compute", "upload",
+                           "evaluation", "commit"}) {
+    EXPECT_TRUE(spans.count(name)) << name << " missing from\n" << trace.str();
+  }
+  std::ostringstream one_round;
+  ASSERT_TRUE(cli::TraceCommand(*stub, job->id(), 2u, one_round).ok());
+  EXPECT_EQ(one_round.str().find("\"round 1\""), std::string::npos);
 
   std::ostringstream missing;
   Status none = cli::RoundsCommand(*stub, job->id(), 7u, missing);
