@@ -18,7 +18,7 @@ packages=(
   libxrt-dev
   dataset-fashion-mnist
   systemd
-  chromium prometheus
+  chromium prometheus jq curl
 )
 # The dashboard test drives chromium with puppeteer-core under node. A node that already
 # brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.
