@@ -24,7 +24,7 @@ if (!screenshotPath) {
   console.error("usage: node dashboard_test.mjs COORDINATOR_BIN WORKER_BIN CLI_BIN SCREENSHOT_PNG");
   process.exit(2);
 }
-const ROUNDS = 12;
+const ROUNDS = 10;
 const WORKERS = ["dash-a", "dash-b", "dash-c"];
 const ADMIN_TOKEN = "dashboard-test-admin-" + process.pid;
 const dir = mkdtempSync(join(tmpdir(), "dashboard-test."));
@@ -97,7 +97,7 @@ name = "mlp"
 hidden = [64]
 
 [data]
-max_train_samples = 6000
+max_train_samples = 18000
 max_test_samples = 1000
 
 [data.partition]
@@ -105,7 +105,7 @@ kind = "iid"
 parties = ${WORKERS.length}
 
 [train]
-local_epochs = 2
+local_epochs = 3
 batch_size = 32
 learning_rate = 0.05
 momentum = 0.9
@@ -122,7 +122,7 @@ momentum = 0.9
   const headers = { Authorization: "Bearer " + ADMIN_TOKEN };
   const getJson = async (path) => {
     const response = await fetch(base + path, { headers });
-    expect(response.ok, `${path}: ${response.status} ${await response.text()}`);
+    if (!response.ok) throw new TestFailure(`${path}: ${response.status} ${await response.text()}`);
     return response.json();
   };
   const unauthorized = await fetch(base + "/api/jobs");
