@@ -173,7 +173,7 @@ timeout 180 "$cli_bin" "${operator[@]}" watch "$job" > "$dir/watch.log" 2>&1 || 
 "$cli_bin" "${operator[@]}" status "$job" | grep -qi succeeded || fail "job $job did not succeed"
 sleep 3  # a few scrapes and rule evaluations after the last round
 
-up=$(curl -fsS -G "$api/query" --data-urlencode 'query=up' | jq -r '.data.result[] | "\(.labels.job) \(.labels.instance) \(.value[1])"')
+up=$(curl -fsS -G "$api/query" --data-urlencode 'query=up' | jq -r '.data.result[] | "\(.metric.job) \(.metric.instance) \(.value[1])"')
 echo "$up"
 [ "$(grep -c ' 1$' <<< "$up")" -eq 4 ] || fail "expected 4 targets up (a coordinator, three workers): $up"
 [ "$(results 'tessera_rounds_committed_total{tessera_job!=""}')" -gt 0 ] || fail "no tessera_rounds_committed_total with a tessera_job label"
