@@ -260,6 +260,7 @@ async function follow(id) {
           if (/^event: job$/m.test(frame)) {
             loadJob(id).catch(() => {});
             loadJobs().catch(() => {});
+            loadWorkers().catch(() => {});
           }
         }
       }

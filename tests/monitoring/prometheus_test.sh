@@ -25,6 +25,8 @@ command -v curl > /dev/null || skip "no curl (scripts/setup.sh installs it)"
 [ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] ||
   skip "the coordinator evaluates on Fashion-MNIST's test set (Debian's dataset-fashion-mnist), not installed"
 
+"$worker_bin" --help 2>&1 | grep -q -- --metrics-listen || skip "this build's tessera-worker has no --metrics-listen"
+
 dir=$(mktemp -d "${TMPDIR:-/tmp}/prometheus-test.XXXXXX")
 pids=()
 cleanup() {
