@@ -195,18 +195,22 @@ uint64_t Registry::AddCollector(std::function<void()> collect) {
 }
 
 void Registry::RemoveCollector(uint64_t id) {
+  std::lock_guard<std::mutex> collecting(collect_mu_);  // no call of it is in flight after this
   std::lock_guard<std::mutex> lock(mu_);
   collectors_.erase(id);
 }
 
 std::string Registry::Render() {
-  std::vector<std::function<void()>> collectors;
   std::vector<const FamilyBase*> families;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [id, c] : collectors_) collectors.push_back(c);
+    std::lock_guard<std::mutex> collecting(collect_mu_);
+    std::vector<std::function<void()>> collectors;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, c] : collectors_) collectors.push_back(c);
+    }
+    for (auto& c : collectors) c();
   }
-  for (auto& c : collectors) c();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, f] : families_) families.push_back(f.get());

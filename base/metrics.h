@@ -144,7 +144,9 @@ class Registry {
   HistogramFamily& Histogram(const std::string& name, const std::string& help, Labels label_names,
                              std::vector<double> bounds, size_t max_series = kDefaultMaxSeries);
   // Called at each Render(), before the families are written: for values read when scraped
-  // (memory, open files, queue lengths). Returns an id for RemoveCollector().
+  // (memory, open files, queue lengths). Returns an id for RemoveCollector(), after which the
+  // collector is not running and never runs again (so what it reads may then go away). A
+  // collector must not add or remove collectors.
   uint64_t AddCollector(std::function<void()> collect);
   void RemoveCollector(uint64_t id);
 
@@ -152,6 +154,7 @@ class Registry {
   std::string Render();
 
  private:
+  std::mutex collect_mu_;  // held while collectors run; taken before mu_
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>> families_;
   std::map<uint64_t, std::function<void()>> collectors_;

@@ -11,14 +11,17 @@
 # shuts everything down.
 #
 #   scripts/demo.sh [JOB.toml]        default: examples/fmnist-fedavg.toml
-# Environment: WORKERS (default 10), PORT (default 7070), STATE_DIR (default ./var),
-# BUILD_DIR (default build), SKIP_SETUP=1 to skip installing.
+# The coordinator also serves its dashboard and /metrics on METRICS_PORT (https, an operator
+# certificate or the admin token in ./var/admin-token); the demo prints where.
+# Environment: WORKERS (default 10), PORT (default 7070), METRICS_PORT (default 9464),
+# STATE_DIR (default ./var), BUILD_DIR (default build), SKIP_SETUP=1 to skip installing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 job_file="${1:-examples/fmnist-fedavg.toml}"
 workers="${WORKERS:-10}"
 port="${PORT:-7070}"
+metrics_port="${METRICS_PORT:-9464}"
 
 if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
   scripts/setup.sh
@@ -44,9 +47,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The admin token lets a browser into the dashboard without an operator certificate.
+if [[ ! -s "$state/admin-token" ]]; then
+  (umask 077; od -An -tx1 -N24 /dev/urandom | tr -d ' \n' >"$state/admin-token")
+fi
+
 echo "== starting the coordinator on 127.0.0.1:$port over mutual TLS (state in $state, logs in $state/logs)"
 "$bin/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$state" \
-  --tls-dir "$pki/coordinator" >"$state/logs/coordinator.log" 2>&1 &
+  --tls-dir "$pki/coordinator" --admin-token-file "$state/admin-token" \
+  --metrics-listen "127.0.0.1:$metrics_port" >"$state/logs/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do
   grep -q "listening on port" "$state/logs/coordinator.log" 2>/dev/null && break
@@ -55,6 +64,9 @@ for _ in $(seq 50); do
   fi
   sleep 0.1
 done
+
+grep "dashboard and metrics at" "$state/logs/coordinator.log" | sed 's/^/== /' || true
+echo "   (sign in with the admin token in $state/admin-token; the certificate is from $pki/ca/ca.crt)"
 
 echo "== starting $workers workers"
 for name in "${names[@]}"; do

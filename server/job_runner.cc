@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "proto/job_mapping.h"
+#include "server/coordinator_metrics.h"
 
 
 namespace tessera::server {
@@ -374,6 +375,7 @@ void JobRunner::RunJob() {
       }
       spdlog::warn("job {}: {}", job_.id(), result.status.message());
       Note(result.status.message() + (attempt < max_attempts ? "; retrying" : ""));
+      if (attempt < max_attempts) RecordRetry(job_.id());
     }
     if (cancel_) {
       Finish(v1::JOB_CANCELLED, "cancelled by the user");
@@ -590,6 +592,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   *event.mutable_job() = Snapshot();
   *event.mutable_round() = record;
   events_.Publish(std::move(event));
+  RecordRound(record);
   return {AttemptOutcome::Kind::kCommitted};
 }
 

@@ -3,7 +3,9 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "base/escape.h"
@@ -49,6 +51,14 @@ Result<std::string> JobParam(const HttpRequest& request, const char* name) {
   for (char c : id) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
   if (!ok) return InvalidArgumentError("job id " + QuoteUntrusted(id, 64) + ": expected letters, digits, '-' or '_'");
   return id;
+}
+
+// "running": a job state as a label value.
+std::string StateLabel(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
+  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return name;
 }
 
 bool IsPublic(const std::string& path) {
@@ -162,12 +172,37 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   if (!endpoint.ok()) return Status(endpoint.status().code(), "--metrics-listen: " + endpoint.status().message());
   std::unique_ptr<MonitoringServer> server(new MonitoringServer());
   server->endpoint_ = std::move(endpoint).value();
+  // Gauges read when scraped: workers and jobs by state, open streams.
+  auto& registry = metrics::Global();
+  auto& workers = registry.Gauge("tessera_workers", "Workers known to the coordinator by state: alive or gone.", {"state"});
+  auto& jobs = registry.Gauge("tessera_jobs", "Jobs by state.", {"state"});
+  auto& streams = registry.Gauge("tessera_open_streams",
+                                 "Streams open at the coordinator: task channels, downloads, uploads, watches, waits.");
+  server->collector_ = registry.AddCollector([c, &workers, &jobs, &streams] {
+    double alive = 0, gone = 0;
+    for (const auto& w : c->registry().List()) (w.alive() ? alive : gone) += 1;
+    workers.With({"alive"}).Set(alive);
+    workers.With({"gone"}).Set(gone);
+    std::map<std::string, double> by_state;
+    for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+      if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[StateLabel(static_cast<v1::JobState>(s))] = 0;
+    }
+    if (auto listed = c->ListJobs(); listed.ok()) {
+      for (const auto& job : *listed) by_state[StateLabel(job.state())] += 1;
+    }
+    for (const auto& [state, count] : by_state) jobs.With({state}).Set(count);
+    streams.With().Set(static_cast<double>(c->streams().open()));
+  });
   return server;
 }
 
 MonitoringServer::~MonitoringServer() { Stop(); }
 
 void MonitoringServer::Stop() {
+  if (collector_ != 0) {
+    metrics::Global().RemoveCollector(collector_);
+    collector_ = 0;
+  }
   if (endpoint_) endpoint_->Stop();
 }
 

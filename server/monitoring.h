@@ -15,6 +15,7 @@
 // Read-only: nothing here changes a job.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,7 @@ class MonitoringServer {
  private:
   MonitoringServer() = default;
   std::unique_ptr<HttpEndpoint> endpoint_;
+  uint64_t collector_ = 0;  // the scrape-time gauges' collector in metrics::Global()
 };
 
 }  // namespace tessera::server

@@ -1,7 +1,11 @@
 #include "server/rendezvous_store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
+
+#include "base/escape.h"
 
 namespace tessera::server {
 
@@ -151,8 +155,13 @@ void RendezvousStore::TimerLoop() {
     if (!expired.empty()) {
       lock.unlock();
       for (auto& w : expired) {
-        w.done(DeadlineExceededError("rendezvous key '" + w.key + "' was not set within " +
-                                     std::to_string(w.timeout.count()) + " ms"));
+        // No exception leaves this thread: a waiter's callback that throws is logged.
+        try {
+          w.done(DeadlineExceededError("rendezvous key '" + w.key + "' was not set within " +
+                                       std::to_string(w.timeout.count()) + " ms"));
+        } catch (const std::exception& e) {
+          spdlog::error("rendezvous timer: a waiter's callback failed: {}", EscapeUntrusted(e.what()));
+        }
       }
       lock.lock();
       continue;

@@ -1,7 +1,11 @@
 #include "server/stream_limits.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <vector>
+
+#include "base/escape.h"
 
 namespace tessera::server {
 namespace {
@@ -210,7 +214,12 @@ void StreamWatchdog::Loop() {
     for (auto& weak : due) {
       auto stream = weak.lock();
       if (!stream) continue;
-      if (auto next = stream->Check(now)) again.emplace_back(*next, std::move(weak));
+      // No exception leaves this thread: a stream whose check throws is logged and dropped.
+      try {
+        if (auto next = stream->Check(now)) again.emplace_back(*next, std::move(weak));
+      } catch (const std::exception& e) {
+        spdlog::error("stream watchdog: checking a stream failed: {}", EscapeUntrusted(e.what()));
+      }
     }
     lock.lock();
     for (auto& [at, weak] : again) due_.emplace(at, std::move(weak));

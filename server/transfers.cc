@@ -14,6 +14,7 @@
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
 #include "server/coordinator.h"
+#include "server/coordinator_metrics.h"
 
 namespace tessera::server {
 namespace {
@@ -98,6 +99,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
       return;
     }
     runner_->RecordDownload(worker_id_, model_->version());
+    RecordDownloadBytes(worker_id_, model_->total_bytes());
     End(grpc::Status::OK);
   }
 
@@ -268,6 +270,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   }
 
   void Complete() {
+    RecordUploadBytes(header_.worker_id(), assembler_->bytes_received());
     Result<TensorSet> tensors = assembler_->Finish();
     const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
     if (!tensors.ok()) {

@@ -15,6 +15,7 @@
 #include "collectives/registry.h"
 #include "proto/job_mapping.h"
 #include "worker/cohort.h"
+#include "worker/worker_metrics.h"
 
 namespace tessera::worker {
 namespace {
@@ -33,6 +34,7 @@ WorkerAgent::WorkerAgent(WorkerOptions options, std::unique_ptr<CoordinatorClien
 WorkerAgent::~WorkerAgent() {
   Stop();
   if (trainer_.joinable()) trainer_.join();
+  if (metrics_collector_ != 0) RemoveDeviceCollector(metrics_collector_);
 }
 
 void WorkerAgent::Stop() {
@@ -62,6 +64,9 @@ Status WorkerAgent::OpenDevice() {
     if (!device.ok()) return device.status().WithContext("fallback device '" + options_.fallback_device + "'");
   }
   device_ = std::move(device).value();
+  if (metrics_collector_ == 0) {
+    metrics_collector_ = AddDeviceCollector([this](const std::function<void(Device&)>& read) { read(*device_); });
+  }
   // What the coordinator shows for this worker: the device, its measured figures beside its
   // profile's, and what it runs natively.
   const DeviceCapabilities& caps = device_->capabilities();
@@ -378,6 +383,11 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
   ASSIGN_OR_RETURN(TrainReport report, TrainLocal(*model, *data, indices, options));
+  RecordTraining(report.compute_ms / 1000.0, download_ms / 1000.0);
+  if (sync) {
+    const double collective = sync->collective_seconds();
+    RecordCohortRound(collective, std::max(0.0, report.compute_ms / 1000.0 - collective));
+  }
 
   // The update is the change to the global model.
   TensorSet delta = model->GetState();
@@ -411,6 +421,7 @@ Status WorkerAgent::Upload(const v1::UpdateHeader& header, const TensorSet& delt
     state_ = "uploading";
   }
   ASSIGN_OR_RETURN(v1::UploadResult result, client_->UploadUpdate(header, delta, options_.chunk_bytes));
+  RecordUpdate(result.accepted());
   if (!result.accepted()) {
     ++updates_refused_;
     return FailedPreconditionError(what + ": update refused: " + result.reason());

@@ -76,6 +76,7 @@ class WorkerAgent {
   v1::DeviceInfo device_info_;  // what Join advertises
 
   std::atomic<bool> stop_{false};
+  uint64_t metrics_collector_ = 0;  // scrape-time device metrics (worker/worker_metrics.h)
   std::mutex mu_;
   std::condition_variable cv_;
   std::string worker_id_;

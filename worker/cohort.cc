@@ -1,6 +1,7 @@
 #include "worker/cohort.h"
 
 #include <algorithm>
+#include <chrono>
 #include <thread>
 
 namespace tessera::worker {
@@ -40,6 +41,13 @@ Result<int64_t> CoordinatorStore::Add(const std::string& key, int64_t delta) {
 }
 
 Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  Status s = Reduce(device, flat_gradients, count, step);
+  collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+Status CohortGradientSync::Reduce(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
   const size_t n = static_cast<size_t>(count);
   if (on_device_) {
     RETURN_IF_ERROR(device.Synchronize());  // the gradient is complete before the collective reads it

@@ -39,12 +39,16 @@ class CohortGradientSync final : public GradientHook {
   CohortGradientSync(collectives::Communicator* communicator, bool on_device)
       : communicator_(communicator), on_device_(on_device) {}
   Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) override;
+  // Time spent in allreduce so far, copies to and from the host included.
+  double collective_seconds() const { return collective_seconds_; }
 
  private:
+  Status Reduce(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step);
   collectives::Communicator* communicator_;
   bool on_device_;
   std::vector<float> local_;
   std::vector<float> averaged_;
+  double collective_seconds_ = 0;
 };
 
 }  // namespace tessera::worker

@@ -12,10 +12,13 @@
 #include "base/escape.h"
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/http_endpoint.h"
 #include "base/logging.h"
+#include "base/metrics.h"
 #include "base/shutdown_signal.h"
 #include "device/registry.h"
 #include "proto/transport_security.h"
+#include "tessera/config.h"
 #include "worker/agent.h"
 
 namespace {
@@ -52,6 +55,8 @@ int main(int argc, char** argv) {
   std::string log_format = "text";
   int64_t chunk_kib = options.chunk_bytes / 1024;
   bool help = false;
+  bool version = false;
+  std::string metrics_listen;
   char host[256] = "worker";
   gethostname(host, sizeof(host) - 1);
   options.name = std::string(host) + "-" + std::to_string(getpid());
@@ -71,6 +76,10 @@ int main(int argc, char** argv) {
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
+  flags.String("metrics-listen", &metrics_listen,
+               "HOST:PORT to serve /metrics on for Prometheus (plaintext, read-only: timings and device figures); "
+               "unset: not served");
+  flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {
     std::cerr << "tessera-worker: " << s.message() << "\n";
@@ -79,6 +88,20 @@ int main(int argc, char** argv) {
   if (help) {
     std::cout << kUsage << flags.Usage();
     return 0;
+  }
+  if (version) {
+    std::cout << "tessera-worker " << TESSERA_VERSION << "\n";
+    return 0;
+  }
+  HttpEndpointOptions metrics_options;
+  if (!metrics_listen.empty()) {
+    auto listen = ParseHostPort("--metrics-listen", metrics_listen, PortZero::kAllowed);
+    if (!listen.ok()) {
+      std::cerr << "tessera-worker: " << listen.status().message() << "\n";
+      return 2;
+    }
+    metrics_options.host = listen->host;
+    metrics_options.port = listen->port;
   }
   auto address = ParseHostPort("--coordinator", coordinator, PortZero::kRefused);
   if (!address.ok()) {
@@ -154,6 +177,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto agent = std::make_unique<worker::WorkerAgent>(options, std::move(client).value());
+  std::unique_ptr<HttpEndpoint> metrics_endpoint;
+  if (!metrics_listen.empty()) {
+    metrics::RegisterProcessMetrics(metrics::Global());
+    metrics_options.routes.push_back({"/metrics", [](const HttpRequest&) {
+                                        return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                                            metrics::Global().Render(), {}};
+                                      },
+                                      nullptr});
+    auto started = HttpEndpoint::Start(std::move(metrics_options));
+    if (!started.ok()) {
+      std::cerr << "tessera-worker: --metrics-listen: " << started.status().message() << "\n";
+      return 2;
+    }
+    metrics_endpoint = std::move(started).value();
+    std::printf("metrics at %s/metrics\n", metrics_endpoint->url().c_str());
+    std::fflush(stdout);
+  }
   std::thread waiter([&] {
     const int signal = WaitForShutdownSignal();
     if (signal == 0) return;
@@ -164,6 +204,7 @@ int main(int argc, char** argv) {
   if (!s.ok()) std::cerr << "tessera-worker: " << s.ToString() << "\n";
   WakeShutdownWaiter();
   waiter.join();
+  if (metrics_endpoint) metrics_endpoint->Stop();
   agent.reset();  // the device and the connection close here
   // XRT 2.13 joins its scheduler thread from a static destructor whose order is undefined
   // and can hang there; everything of ours is closed, so leave without static destructors.

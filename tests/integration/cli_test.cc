@@ -48,9 +48,9 @@ TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
   std::ostringstream table;
   ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), std::nullopt, table).ok());
   const std::string text = table.str();
-  EXPECT_NE(text.find("round 0 (attempt"), std::string::npos) << text;
   EXPECT_NE(text.find("round 1 (attempt"), std::string::npos) << text;
-  // The slowest reporting worker of round 1, by the records themselves.
+  EXPECT_NE(text.find("round 2 (attempt"), std::string::npos) << text;
+  // The slowest reporting worker of round 2, by the records themselves.
   const auto& r1 = done.rounds(1);
   std::string slowest;
   double slowest_ms = -1;
@@ -59,8 +59,8 @@ TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
     if (ms > slowest_ms) slowest_ms = ms, slowest = w.worker_id();
   }
   std::ostringstream one;
-  ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), 1u, one).ok());
-  EXPECT_EQ(one.str().find("round 0 "), std::string::npos) << one.str();
+  ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), 2u, one).ok());
+  EXPECT_EQ(one.str().find("round 1 "), std::string::npos) << one.str();
   for (const auto& w : r1.workers()) EXPECT_NE(one.str().find(w.worker_id()), std::string::npos) << one.str();
   const size_t marked = one.str().find("<- slowest (critical path)");
   ASSERT_NE(marked, std::string::npos) << one.str();
@@ -152,7 +152,7 @@ TEST(CliTest, AWatchOutlivesACoordinatorRestartAndShowsEachRoundOnce) {
   EXPECT_NE(text.find("lost the coordinator; reconnecting"), std::string::npos) << text;
   EXPECT_NE(text.find("reconnected to the coordinator"), std::string::npos) << text;
   EXPECT_NE(text.find("final test accuracy"), std::string::npos) << text;
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 1; r <= 4; ++r) {
     // Each round's row starts with its number, right-aligned in five columns.
     const std::string row = "\n    " + std::to_string(r) + " ";
     const size_t first = text.find(row);

@@ -1,0 +1,24 @@
+// The coordinator's Prometheus metrics (docs/MONITORING.md lists them with their units).
+// Recorded where things happen: a committed round's record carries every phase and every
+// worker's report, so RecordRound() is the one hook of the round driver; retries, transfers
+// and state are recorded at their own places. Label values are job ids, worker ids, phases
+// and outcomes: never rounds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+// A committed round: its phases, each worker's compute, download and upload times and
+// outcome, stragglers, the communication share.
+void RecordRound(const v1::RoundRecord& record);
+// An attempt of a round that did not commit and is tried again.
+void RecordRetry(const std::string& job_id);
+// Bytes of a finished model download or update upload of `worker_id`.
+void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes);
+void RecordUploadBytes(const std::string& worker_id, uint64_t bytes);
+
+}  // namespace tessera::server

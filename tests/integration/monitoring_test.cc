@@ -1,0 +1,169 @@
+// The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
+// the JSON for operators only (certificate or admin token), and metrics that count what a
+// real job did.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <regex>
+
+#include "base/metrics.h"
+#include "server/monitoring.h"
+#include "tests/integration/harness.h"
+
+namespace tessera::testing {
+namespace {
+
+constexpr char kAdminToken[] = "monitoring-admin-token";
+
+// A value of `series` (the name with its labels, as rendered) in the text format, or -1.
+double Value(const std::string& text, const std::string& series) {
+  const size_t at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + series.size() + 2));
+}
+
+class MonitoringTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto options = TestCoordinatorOptions(dir_.str());
+    options.admin_token = kAdminToken;
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    coordinator_ = std::move(coordinator).value();
+    server::MonitoringOptions monitoring;
+    monitoring.listen = "127.0.0.1:0";
+    monitoring.tls = options.tls;
+    auto started = server::MonitoringServer::Start(coordinator_.get(), monitoring);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    monitoring_ = std::move(started).value();
+    operator_dir_ = TestPki::Get().WriteOperatorDir((dir_.path() / "pki").string());
+    worker_dir_ = TestPki::Get().WriteWorkerDir((dir_.path() / "pki").string(), "m1");
+  }
+  void TearDown() override {
+    if (monitoring_) monitoring_->Stop();
+  }
+
+  // A client with the given identity's certificate, or none.
+  std::unique_ptr<httplib::SSLClient> Client(const std::string& identity_dir = "") {
+    auto client = identity_dir.empty()
+                      ? std::make_unique<httplib::SSLClient>("127.0.0.1", monitoring_->port())
+                      : std::make_unique<httplib::SSLClient>("127.0.0.1", monitoring_->port(), identity_dir + "/tls.crt",
+                                                             identity_dir + "/tls.key");
+    client->set_ca_cert_path((operator_dir_ + "/ca.crt").c_str());
+    client->enable_server_certificate_verification(true);
+    return client;
+  }
+
+  TempDir dir_{"monitoring"};
+  std::unique_ptr<server::Coordinator> coordinator_;
+  std::unique_ptr<server::MonitoringServer> monitoring_;
+  std::string operator_dir_;
+  std::string worker_dir_;
+};
+
+TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
+  auto anyone = Client();
+  auto page = anyone->Get("/");
+  ASSERT_TRUE(page) << httplib::to_string(page.error());
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("<title>Tessera coordinator</title>"), std::string::npos);
+  auto script = anyone->Get("/vendor/uPlot.iife.min.js");
+  ASSERT_TRUE(script);
+  EXPECT_EQ(script->status, 200);
+  EXPECT_GT(script->body.size(), 10000u) << "uPlot is served from the coordinator itself";
+
+  auto metrics = anyone->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 401);
+  EXPECT_NE(metrics->body.find("needs an operator credential"), std::string::npos) << metrics->body;
+  auto jobs = anyone->Get("/api/jobs");
+  ASSERT_TRUE(jobs);
+  EXPECT_EQ(jobs->status, 401);
+
+  auto worker = Client(worker_dir_)->Get("/api/jobs");
+  ASSERT_TRUE(worker);
+  EXPECT_EQ(worker->status, 403) << "a worker's certificate is not an operator's";
+
+  auto wrong = anyone->Get("/metrics", {{"Authorization", "Bearer not-the-token"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 403);
+  auto token = anyone->Get("/metrics", {{"Authorization", std::string("Bearer ") + kAdminToken}});
+  ASSERT_TRUE(token);
+  EXPECT_EQ(token->status, 200);
+  auto certificate = Client(operator_dir_)->Get("/metrics");
+  ASSERT_TRUE(certificate);
+  EXPECT_EQ(certificate->status, 200);
+  EXPECT_EQ(certificate->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+
+  auto bad = Client(operator_dir_)->Get("/api/job?id=a%0Ab");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(bad->body, "job id 'a\\nb': expected letters, digits, '-' or '_'\n");
+}
+
+TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
+  const std::string address = "127.0.0.1:" + std::to_string(coordinator_->port());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "m" + std::to_string(i)));
+  auto stub = JobStub(coordinator_->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  auto job = coordinator_->SubmitJob(SmallJob(2, 2, 2000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+
+  auto client = Client(operator_dir_);
+  auto response = client->Get("/metrics");
+  ASSERT_TRUE(response);
+  ASSERT_EQ(response->status, 200);
+  const std::string& text = response->body;
+  const std::string job_label = "job=\"" + job->id() + "\"";
+  EXPECT_EQ(Value(text, "tessera_rounds_committed_total{" + job_label + "}"), 2) << text;
+  EXPECT_EQ(Value(text, "tessera_updates_total{" + job_label + ",outcome=\"accepted\"}"), 4) << text;
+  EXPECT_EQ(Value(text, "tessera_round_phase_seconds_count{" + job_label + ",phase=\"total\"}"), 2) << text;
+  EXPECT_EQ(Value(text, "tessera_round_phase_seconds_bucket{" + job_label + ",phase=\"total\",le=\"+Inf\"}"), 2);
+  EXPECT_GT(Value(text, "tessera_round_phase_seconds_sum{" + job_label + ",phase=\"compute\"}"), 0) << text;
+  EXPECT_EQ(Value(text, "tessera_rounds_retried_total{" + job_label + "}"), 0) << text;
+  EXPECT_EQ(Value(text, "tessera_worker_compute_seconds_count{worker=\"m1\"}"), 2) << text;
+  EXPECT_GT(Value(text, "tessera_worker_download_bytes_total{worker=\"m1\"}"), 0) << text;
+  EXPECT_GT(Value(text, "tessera_worker_upload_bytes_total{worker=\"m2\"}"), 0) << text;
+  EXPECT_EQ(Value(text, "tessera_workers{state=\"alive\"}"), 2) << text;
+  EXPECT_GE(Value(text, "tessera_jobs{state=\"succeeded\"}"), 1) << text;
+  const double share = Value(text, "tessera_round_communication_ratio{" + job_label + "}");
+  EXPECT_GE(share, 0);
+  EXPECT_LE(share, 1);
+  EXPECT_GE(Value(text, "tessera_open_streams"), 2) << "each worker's task channel";
+  // Worker-side families, from the in-process workers.
+  EXPECT_GE(Value(text, "tessera_rounds_trained_total"), 4) << text;
+  EXPECT_GE(Value(text, "tessera_local_train_seconds_count"), 4) << text;
+  EXPECT_NE(text.find("tessera_device_pool_bytes{device=\"cpu\",kind=\"in_use\"}"), std::string::npos) << text;
+  // No series is labelled by round.
+  EXPECT_FALSE(std::regex_search(text, std::regex("round=\""))) << text;
+
+  auto api = client->Get(("/api/job?id=" + job->id()).c_str());
+  ASSERT_TRUE(api);
+  ASSERT_EQ(api->status, 200);
+  EXPECT_NE(api->body.find("\"rounds\":[{"), std::string::npos) << api->body.substr(0, 400);
+  EXPECT_NE(api->body.find("\"worker_id\":\"m1\""), std::string::npos);
+  auto listed = client->Get("/api/workers");
+  ASSERT_TRUE(listed);
+  EXPECT_NE(listed->body.find("\"worker_id\":\"m2\""), std::string::npos) << listed->body.substr(0, 400);
+}
+
+TEST_F(MonitoringTest, EventsFollowAJobUntilItsStateSettles) {
+  auto job = coordinator_->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok());
+  auto client = Client(operator_dir_);
+  std::string received;
+  // The first event is the job as it is now; the client stops reading after it.
+  client->Get(("/api/events?job=" + job->id()).c_str(), [&](const char* data, size_t n) {
+    received.append(data, n);
+    return received.find("\n\n") == std::string::npos;
+  });
+  EXPECT_EQ(received.rfind("event: job\ndata: {", 0), 0u) << received;
+  EXPECT_NE(received.find("\"id\":\"" + job->id() + "\""), std::string::npos) << received;
+  ASSERT_TRUE(coordinator_->CancelJob(job->id()).ok());
+}
+
+}  // namespace
+}  // namespace tessera::testing
