@@ -4,7 +4,10 @@
 #
 #   scripts/setup.sh            build, run and test dependencies
 #   scripts/setup.sh --bench    also PyTorch on the CPU, for the comparison benchmarks
+# Then installs the dashboard test's npm packages (tests/monitoring, from its package-lock.json)
+# so that nothing is fetched when the tests run.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -15,7 +18,13 @@ packages=(
   libxrt-dev
   dataset-fashion-mnist
   systemd
+  chromium prometheus jq curl
 )
+# The dashboard test drives chromium with puppeteer-core under node. A node that already
+# brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.
+if ! command -v npm > /dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy)
 fi
@@ -29,12 +38,19 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages already installed"
-  exit 0
+else
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# npm ci again only when the lock file changed since the last install.
+monitoring=tests/monitoring
+if [[ ! -e $monitoring/node_modules/.package-lock.json ||
+      $monitoring/package-lock.json -nt $monitoring/node_modules/.package-lock.json ]]; then
+  echo "setup: npm ci in $monitoring"
+  (cd "$monitoring" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
+fi

@@ -106,6 +106,11 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                            },
                            nullptr});
   }
+  // Browsers ask for an icon on their own; the page has none: "no content" rather than a 404.
+  http.routes.push_back({"/favicon.ico", [](const HttpRequest&) {
+                           return HttpResponse{204, "image/x-icon", "", {{"Cache-Control", "max-age=86400"}}};
+                         },
+                         nullptr});
   http.routes.push_back({"/metrics", [](const HttpRequest&) {
                            return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                                metrics::Global().Render(), {}};

@@ -22,6 +22,8 @@ const COMMUNICATION_WARNING = 0.4;  // of a round, as the seeds' guidance has it
 
 let selectedJob = null;
 let selectedRound = null;
+let followLatest = true;  // the timeline shows the newest round until another one is picked
+let jobRequests = 0;      // loadJob's replies can come back out of order: only the newest is shown
 let jobView = null;
 let charts = {};
 let streamAbort = null;
@@ -168,7 +170,7 @@ function renderTimeline(rounds) {
   for (const r of rounds) select.append(new Option(String(r.round), String(r.round)));
   if (!rounds.length) { document.getElementById("timeline").replaceChildren(); return; }
   const latest = rounds[rounds.length - 1].round;
-  selectedRound = previous !== null && rounds.some((r) => r.round === previous) ? previous : latest;
+  selectedRound = !followLatest && previous !== null && rounds.some((r) => r.round === previous) ? previous : latest;
   select.value = String(selectedRound);
   const round = rounds.find((r) => r.round === selectedRound);
   const box = document.getElementById("timeline");
@@ -187,8 +189,10 @@ function renderTimeline(rounds) {
     swatch.style.position = "static";
     legend.append(swatch, document.createTextNode(label));
   }
-  legend.append(document.createTextNode("   round " + round.round + ": " + fmt(total) + " in all; critical path: " +
-                                        (round.latency.critical_worker || "-")));
+  const summary = el("span", "round " + round.round + ": " + fmt(total) + " in all; critical path: " +
+                            (round.latency.critical_worker || "-"));
+  summary.style.marginLeft = "1.5em";
+  legend.append(summary);
   box.append(legend);
   const segment = (bar, cls, from, ms) => {
     const seg = el("div", null, "seg " + cls);
@@ -233,8 +237,9 @@ function renderTimeline(rounds) {
 }
 
 async function loadJob(id) {
+  const request = ++jobRequests;
   const view = await (await api("/api/job?id=" + encodeURIComponent(id))).json();
-  if (id !== selectedJob) return;
+  if (id !== selectedJob || request !== jobRequests) return;
   jobView = view;
   const rounds = view.rounds || [];
   const job = view.job;
@@ -272,6 +277,7 @@ async function follow(id) {
           if (/^event: job$/m.test(frame)) {
             loadJob(id).catch(() => {});
             loadJobs().catch(() => {});
+            loadWorkers().catch(() => {});
           }
         }
       }
@@ -287,6 +293,7 @@ function selectJob(id) {
   if (selectedJob === id) return;
   selectedJob = id;
   selectedRound = null;
+  followLatest = true;
   for (const row of document.querySelectorAll("#jobs tbody tr")) row.classList.toggle("selected", row.dataset.job === id);
   loadJob(id).catch((e) => setStatus(e.message));
   follow(id);
@@ -303,7 +310,9 @@ async function refresh() {
 
 document.getElementById("round-select").addEventListener("change", (e) => {
   selectedRound = Number(e.target.value);
-  if (jobView) renderTimeline(jobView.rounds || []);
+  const rounds = jobView ? jobView.rounds || [] : [];
+  followLatest = !rounds.length || selectedRound === rounds[rounds.length - 1].round;
+  if (jobView) renderTimeline(rounds);
 });
 document.getElementById("login").addEventListener("submit", (e) => {
   e.preventDefault();
