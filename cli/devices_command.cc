@@ -1,11 +1,14 @@
 #include "cli/devices_command.h"
 
+#include <google/protobuf/struct.pb.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "core/data/idx.h"
 #include "device/measure.h"
@@ -15,6 +18,7 @@
 #include "device/op_cost.h"
 #include "device/placement.h"
 #include "device/registry.h"
+#include "proto/json.h"
 
 namespace tessera {
 namespace {
@@ -201,6 +205,9 @@ Status RiskList(Device& device, const DevicesOptions& options, double host_gflop
 }  // namespace
 
 Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
+  if (options.json && !options.model.empty()) {
+    return InvalidArgumentError("devices: --json lists the devices without a risk list; drop --model, or --json");
+  }
   std::vector<std::string> names = options.devices;
   if (names.empty()) {
     for (const auto& backend : RegisteredDeviceBackends()) names.push_back(backend.name);
@@ -213,7 +220,13 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
       return InvalidArgumentError("devices: unknown device '" + name + "'; known devices: " + known +
                                   ", or emu:<profile.toml>");
     }
-    out << name << "\n";
+    // With --json, one object per device in place of its lines.
+    google::protobuf::Struct record;
+    auto& f = *record.mutable_fields();
+    f["name"].set_string_value(name);
+    std::ostringstream text;
+    auto emit = [&] { out << (options.json ? wire::ToJson(record) + "\n" : text.str()); };
+    text << name << "\n";
     std::string reason;
     for (const auto& backend : RegisteredDeviceBackends()) {
       if (backend.name != name) continue;
@@ -221,7 +234,10 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
       if (!viability.viable) reason = viability.reason.empty() ? "not viable" : viability.reason;
     }
     if (!reason.empty()) {
-      out << "  not viable: " << reason << "\n";
+      text << "  not viable: " << reason << "\n";
+      f["viable"].set_bool_value(false);
+      f["reason"].set_string_value(reason);
+      emit();
       continue;
     }
     auto device = CreateDevice(name);
@@ -230,31 +246,54 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
       if (device.status().code() == StatusCode::kInvalidArgument || device.status().code() == StatusCode::kNotFound) {
         return device.status();
       }
-      out << "  not viable: " << device.status().ToString() << "\n";
+      text << "  not viable: " << device.status().ToString() << "\n";
+      f["viable"].set_bool_value(false);
+      f["reason"].set_string_value(device.status().ToString());
+      emit();
       continue;
     }
     const DeviceCapabilities& capabilities = (*device)->capabilities();
-    out << "  " << capabilities.name << "; native ops " << capabilities.native_ops.size() << "/" << AllOps().size()
-        << "; computes in " << DTypeName(capabilities.compute_precision) << "\n";
+    text << "  " << capabilities.name << "; native ops " << capabilities.native_ops.size() << "/" << AllOps().size()
+         << "; computes in " << DTypeName(capabilities.compute_precision) << "\n";
+    f["viable"].set_bool_value(true);
+    f["description"].set_string_value(capabilities.name);
+    f["kind"].set_string_value(capabilities.kind);
+    f["emulated"].set_bool_value(capabilities.emulated);
+    f["native_ops"].set_number_value(static_cast<double>(capabilities.native_ops.size()));
+    f["all_ops"].set_number_value(static_cast<double>(AllOps().size()));
+    f["compute_precision"].set_string_value(std::string(DTypeName(capabilities.compute_precision)));
     auto measured = MeasureDevice(**device, options.gemm_size);
     if (!measured.ok()) {
-      out << "  measurement failed: " << measured.status().ToString() << "\n";
+      text << "  measurement failed: " << measured.status().ToString() << "\n";
+      f["measurement_error"].set_string_value(measured.status().ToString());
+      emit();
       continue;
     }
-    out << std::fixed << std::setprecision(1) << "  measured: GEMM " << measured->gemm_gflops
-        << " GFLOP/s, device copy " << measured->copy_gbps << " GB/s";
+    text << std::fixed << std::setprecision(1) << "  measured: GEMM " << measured->gemm_gflops
+         << " GFLOP/s, device copy " << measured->copy_gbps << " GB/s";
+    f["measured_gemm_gflops"].set_number_value(measured->gemm_gflops);
+    f["measured_copy_gbps"].set_number_value(measured->copy_gbps);
     if (const DeviceProfile* profile = EmulatedProfile(**device)) {
-      out << "; datasheet: " << profile->PeakFlops(profile->precision) / 1e9 << " GFLOP/s ("
-          << DTypeName(profile->precision) << "), " << profile->memory_bandwidth_gbps << " GB/s, "
-          << profile->power_watts << " W (emulated on this host)";
+      text << "; datasheet: " << profile->PeakFlops(profile->precision) / 1e9 << " GFLOP/s ("
+           << DTypeName(profile->precision) << "), " << profile->memory_bandwidth_gbps << " GB/s, "
+           << profile->power_watts << " W (emulated on this host)";
+      auto& sheet = *f["datasheet"].mutable_struct_value()->mutable_fields();
+      sheet["gflops"].set_number_value(profile->PeakFlops(profile->precision) / 1e9);
+      sheet["precision"].set_string_value(std::string(DTypeName(profile->precision)));
+      sheet["bandwidth_gbps"].set_number_value(profile->memory_bandwidth_gbps);
+      sheet["power_watts"].set_number_value(profile->power_watts);
     }
-    out << "\n";
+    text << "\n";
+    emit();
     if (!options.model.empty()) RETURN_IF_ERROR(RiskList(**device, options, measured->gemm_gflops, out));
   }
   return Status::Ok();
 }
 
-Status AlignCommand(const AlignOptions& options, std::ostream& out) {
+Status AlignCommand(const AlignOptions& options, std::ostream& result_out) {
+  std::ostringstream out;  // the text; with --json, `json` instead
+  google::protobuf::Struct json;
+  auto& j = *json.mutable_fields();
   if (options.samples <= 0) return InvalidArgumentError("align: --samples must be positive");
   if (!(options.divergence_threshold > 0)) return InvalidArgumentError("align: the divergence threshold must be positive");
   const std::string names[2] = {options.device_a, options.device_b};
@@ -304,12 +343,24 @@ Status AlignCommand(const AlignOptions& options, std::ostream& out) {
   std::sort(errors.rbegin(), errors.rend());
   double mean = 0;
   for (const auto& [mae, index] : errors) mean += mae;
+  j["model"].set_string_value(options.model);
+  j["a"].set_string_value(names[0]);
+  j["b"].set_string_value(names[1]);
+  j["samples"].set_number_value(count);
+  j["mean_logit_mae"].set_number_value(mean / count);
+  j["top1_agreement"].set_number_value(static_cast<double>(agree) / count);
   out << "align " << options.model << ": " << names[0] << " vs " << names[1] << ", " << count << " samples\n"
       << std::scientific << std::setprecision(3) << "  mean per-sample logit MAE " << mean / count << "\n"
       << std::fixed << std::setprecision(2) << "  top-1 agreement " << 100.0 * agree / count << "%\n"
       << "  worst 5% (sample: MAE):";
   const size_t worst = std::max<size_t>(1, errors.size() / 20);
-  for (size_t i = 0; i < worst; ++i) out << " " << errors[i].second << ":" << std::scientific << errors[i].first;
+  auto* worst_list = j["worst"].mutable_list_value();
+  for (size_t i = 0; i < worst; ++i) {
+    out << " " << errors[i].second << ":" << std::scientific << errors[i].first;
+    auto& w = *worst_list->add_values()->mutable_struct_value()->mutable_fields();
+    w["sample"].set_number_value(errors[i].second);
+    w["mae"].set_number_value(errors[i].first);
+  }
   out << "\n";
 
   // Per layer: relative MAE = mean |a - b| / mean |a| over every output of the layer.
@@ -331,9 +382,20 @@ Status AlignCommand(const AlignOptions& options, std::ostream& out) {
       first_divergent = layers[layer].name;
       first_value = relative;
     }
+    auto& entry = *j["layers"].mutable_list_value()->add_values()->mutable_struct_value()->mutable_fields();
+    entry["name"].set_string_value(layers[layer].name);
+    entry["kind"].set_string_value(layers[layer].kind);
+    entry["relative_mae"].set_number_value(std::isfinite(relative) ? relative : 1e308);
+    entry["diverged"].set_bool_value(diverged);
     out << "    " << std::left << std::setw(10) << layers[layer].name << std::setw(10) << layers[layer].kind
         << std::right << std::scientific << std::setprecision(3) << std::setw(12) << relative
         << (diverged ? "  diverged" : "") << "\n";
+  }
+  j["threshold"].set_number_value(options.divergence_threshold);
+  if (first_divergent.empty()) {
+    j["first_divergent_layer"].set_null_value(google::protobuf::NULL_VALUE);
+  } else {
+    j["first_divergent_layer"].set_string_value(first_divergent);
   }
   if (first_divergent.empty()) {
     out << "  first divergent layer: none (every layer within " << std::scientific << std::setprecision(1)
@@ -342,6 +404,7 @@ Status AlignCommand(const AlignOptions& options, std::ostream& out) {
     out << "  first divergent layer: " << first_divergent << " (relative MAE " << std::scientific
         << std::setprecision(3) << first_value << ")\n";
   }
+  result_out << (options.json ? wire::ToJson(json) + "\n" : out.str());
   return Status::Ok();
 }
 

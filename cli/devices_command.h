@@ -34,6 +34,7 @@ struct DevicesOptions {
                                           // registered backend (extra_devices still follow)
   int gemm_size = 512;                    // square GEMM for the throughput figure
   int batch = 64;                         // the risk list's training-step batch
+  bool json = false;                      // one JSON object per device (without the risk list)
 };
 Status DevicesCommand(const DevicesOptions& options, std::ostream& out);
 
@@ -45,6 +46,7 @@ struct AlignOptions {
   std::string data_dir;  // Fashion-MNIST; empty: the default directory
   uint64_t seed = 0;     // the weights
   double divergence_threshold = 1e-3;  // relative MAE past which a layer counts as diverged
+  bool json = false;                   // the result as one JSON object
 };
 Status AlignCommand(const AlignOptions& options, std::ostream& out);
 

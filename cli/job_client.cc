@@ -1,6 +1,5 @@
 #include "cli/job_client.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -15,6 +14,8 @@
 
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
+#include "proto/job_mapping.h"
+#include "proto/json.h"
 #include "proto/list_reply.h"
 
 namespace tessera::cli {
@@ -36,15 +37,6 @@ void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
 }
 
-// One message in the proto3 JSON mapping, on one line.
-std::string Json(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
-  return out;
-}
 
 std::string JobLine(const v1::Job& job) {
   std::string accuracy = job.rounds_committed() ? Format("%.2f%%", 100 * job.last_round().test_accuracy()) : "-";
@@ -74,12 +66,7 @@ const Phase kPhases[] = {
 
 }  // namespace
 
-std::string StateName(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return name;
-}
+std::string StateName(v1::JobState state) { return wire::JobStateName(state); }
 
 std::string DescribeFailure(const Status& status, const std::string& address, const std::string& source) {
   std::string message = status.message();
@@ -129,7 +116,7 @@ Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spe
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.SubmitJob(&ctx, request, &response), "submit " + spec_path));
-  out << (print.json ? Json(response.job()) : response.job().id()) << "\n";
+  out << (print.json ? wire::ToJson(response.job()) : response.job().id()) << "\n";
   return Status::Ok();
 }
 
@@ -155,7 +142,7 @@ Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const
   v1::ListJobsResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListJobs(&ctx, v1::ListJobsRequest(), &response), "list jobs"));
   if (print.json) {
-    out << Json(response) << "\n";
+    out << wire::ToJson(response) << "\n";
     return Status::Ok();
   }
   out << Format("%-18s %-10s %11s %9s  %s\n", "JOB", "STATE", "ROUNDS", "ACCURACY", "NAME");
@@ -175,7 +162,7 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   v1::GetJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
   if (print.json) {
-    out << Json(response) << "\n";
+    out << wire::ToJson(response) << "\n";
     return Status::Ok();
   }
   const v1::Job& job = response.job();
@@ -201,7 +188,7 @@ Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job
   request.set_job_id(job_id);
   v1::CancelJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, request, &response), "cancel " + job_id));
-  out << (print.json ? Json(response.job()) : "cancelling " + job_id) << "\n";
+  out << (print.json ? wire::ToJson(response.job()) : "cancelling " + job_id) << "\n";
   return Status::Ok();
 }
 
@@ -222,6 +209,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   bool header_done = false;
   uint32_t next_round = 0;
   bool lost = false;
+  bool progress_shown = false;  // a live progress line is on screen, without its newline
   std::chrono::steady_clock::time_point lost_since{};
   auto backoff = std::chrono::milliseconds(250);
   for (;;) {
@@ -238,6 +226,31 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         backoff = std::chrono::milliseconds(250);
       }
       last_job = event.job();
+      if (event.has_progress()) {
+        const auto& p = event.progress();
+        if (p.round() < next_round) continue;  // a round shown already (replayed after a reconnect)
+        if (json) {
+          out << wire::ToJson(event) << std::endl;
+          continue;
+        }
+        std::string waiting;
+        for (const auto& w : p.waiting_on()) waiting += (waiting.empty() ? "" : ", ") + w;
+        if (p.waiting_more() > 0) waiting += Format(" and %u more", p.waiting_more());
+        const std::string line = Format("  round %u: %u/%u reported, waiting on %s (%.0f s to the deadline)",
+                                        p.round(), p.reported(), p.selected(), waiting.c_str(),
+                                        p.deadline_in_ms() / 1000);
+        if (options.live) {
+          out << "\r\033[K" << line << std::flush;
+          progress_shown = true;
+        } else {
+          out << line << std::endl;
+        }
+        continue;
+      }
+      if (progress_shown) {
+        out << "\r\033[K";  // the live progress line gives way
+        progress_shown = false;
+      }
       if (event.has_round()) {
         if (event.round().round() < next_round) continue;  // shown before the coordinator restarted
         next_round = event.round().round() + 1;
@@ -246,7 +259,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         continue;
       }
       if (json) {
-        out << Json(event) << std::endl;
+        out << wire::ToJson(event) << std::endl;
       } else if (event.has_round()) {
         if (!header_done) {
           out << RoundHeader() << "\n";
@@ -265,6 +278,10 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
       return finished;
     }
     const auto now = std::chrono::steady_clock::now();
+    if (progress_shown) {
+      out << "\n";
+      progress_shown = false;
+    }
     if (!lost) {
       lost = true;
       lost_since = now;
@@ -278,6 +295,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
   }
+  if (progress_shown) out << "\r\033[K";
   if (!rounds.empty() && !json) {
     out << "\nfinal test accuracy: " << Format("%.2f%%", 100 * rounds.back().test_accuracy()) << " after "
         << rounds.back().round() << " rounds\n\nround latency by phase (" << rounds.size() << " rounds):\n"
@@ -291,6 +309,21 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
 }
 
 namespace {
+
+// The job with its committed rounds, and those of them to show: every one, or `round` alone.
+Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                   v1::GetJobResponse* response, std::vector<const v1::RoundRecord*>* shown) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_include_rounds(true);
+  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, response), "job " + job_id));
+  for (const auto& r : response->rounds()) {
+    if (!round || r.round() == *round) shown->push_back(&r);
+  }
+  return Status::Ok();
+}
 
 // A string as a JSON string literal.
 std::string JsonString(const std::string& text) {
@@ -312,17 +345,9 @@ std::string JsonString(const std::string& text) {
 
 Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                     std::ostream& out) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  request.set_include_rounds(true);
   v1::GetJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
   std::vector<const v1::RoundRecord*> shown;
-  for (const auto& r : response.rounds()) {
-    if (!round || r.round() == *round) shown.push_back(&r);
-  }
+  RETURN_IF_ERROR(FetchRounds(stub, job_id, round, &response, &shown));
   if (shown.empty()) {
     return NotFoundError("job " + job_id + " has no committed round" +
                          (round ? " " + std::to_string(*round) : std::string()) + " to trace (" +
@@ -370,16 +395,28 @@ Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_
       const int tid = track(w.worker_id());
       const std::string args = round_args + ",\"outcome\":" + JsonString(w.outcome()) +
                                Format(",\"samples\":%llu", static_cast<unsigned long long>(w.samples()));
-      if (w.download_done_ms() > 0) span("download", tid, tasks_out + w.download_done_ms() - w.download_ms(), w.download_ms(), args);
       if (w.reported_ms() > 0) {
-        const double upload_start = tasks_out + w.reported_ms() - w.upload_ms();
-        const double compute_start = upload_start - w.compute_ms();
-        span("data loading", tid, compute_start - w.data_load_ms(), w.data_load_ms(), args);
-        span("compute", tid, compute_start, w.compute_ms(), args);
-        span("upload", tid, upload_start, w.upload_ms(), args);
-      } else if (w.outcome().rfind("dropped", 0) == 0) {
-        const double from = tasks_out + w.download_done_ms();
-        span("dropped: " + w.outcome().substr(0, 80), tid, from, t0 + l.total_ms() - from, args);
+        // Laid back from where its update arrived: upload, compute, data loading, download,
+        // none before the tasks went out (the worker's own clock runs a little apart).
+        double end = tasks_out + w.reported_ms();
+        for (const auto& [name, ms] : {std::pair<const char*, double>{"upload", w.upload_ms()},
+                                       {"compute", w.compute_ms()},
+                                       {"data loading", w.data_load_ms()},
+                                       {"download", w.download_ms()}}) {
+          const double start = std::max(tasks_out, end - ms);
+          span(name, tid, start, end - start, args);
+          end = start;
+        }
+      } else {
+        double from = tasks_out;
+        if (w.download_done_ms() > 0) {
+          from = tasks_out + w.download_done_ms();
+          const double start = std::max(tasks_out, from - w.download_ms());
+          span("download", tid, start, from - start, args);
+        }
+        if (w.outcome().rfind("dropped", 0) == 0) {
+          span("dropped: " + w.outcome().substr(0, 80), tid, from, t0 + l.total_ms() - from, args);
+        }
       }
     }
   }
@@ -398,23 +435,15 @@ Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_
 
 Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                      std::ostream& out, const PrintOptions& print) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  request.set_include_rounds(true);
   v1::GetJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
   std::vector<const v1::RoundRecord*> shown;
-  for (const auto& r : response.rounds()) {
-    if (!round || r.round() == *round) shown.push_back(&r);
-  }
+  RETURN_IF_ERROR(FetchRounds(stub, job_id, round, &response, &shown));
   if (round && shown.empty()) {
     return NotFoundError("job " + job_id + " has no committed round " + std::to_string(*round) + " (" +
                          std::to_string(response.job().rounds_committed()) + " committed)");
   }
   if (print.json) {
-    for (const auto* r : shown) out << Json(*r) << "\n";
+    for (const auto* r : shown) out << wire::ToJson(*r) << "\n";
     return Status::Ok();
   }
   if (shown.empty()) {
@@ -478,7 +507,7 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
     workers->erase(gone, workers->end());
   }
   if (print.json) {
-    out << Json(response) << "\n";
+    out << wire::ToJson(response) << "\n";
     return Status::Ok();
   }
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(

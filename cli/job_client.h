@@ -47,6 +47,9 @@ struct WatchOptions {
   // While the coordinator is unreachable, try again for this long (it may be restarting:
   // a restarted coordinator resumes the job) before giving up.
   std::chrono::milliseconds reconnect_for{std::chrono::minutes(5)};
+  // Progress while a round waits ("7/10 reported, waiting on ...") rewrites one line of a
+  // terminal; otherwise each is a line of its own.
+  bool live = false;
 };
 // Streams the job's rounds as a table until the job ends; then prints the latency summary.
 // Reconnects when the coordinator goes away, printing each round once. Returns an error

@@ -1,6 +1,6 @@
 // tessera: the command line for federated jobs.
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -23,6 +23,7 @@
 #include "cli/job_client.h"
 #include "cli/job_spec.h"
 #include "cli/provision.h"
+#include "proto/json.h"
 #include "proto/transport_security.h"
 
 namespace {
@@ -90,13 +91,13 @@ const std::vector<Command>& Commands() {
                       "(--all: also those that stopped)", {"all", "json"}, true},
       {"devices", "", "this node's devices, viable or not and why, with measured GEMM throughput\n"
                       "and bandwidth beside each profile's figures; with --model M, the\n"
-                      "migration risk list of M on each device", {"model", "device"}, false},
+                      "migration risk list of M on each device", {"model", "device", "json"}, false},
       {"bench", "collectives [FLAGS]", "allreduce time, algbw and busbw over message sizes and rank counts,\n"
                                        "ranks as processes on loopback, every result checked (its own flags:\n"
                                        "tessera bench collectives --help)", {}, false},
       {"align", "", "the same samples through two devices (--a, --b) with the same weights:\n"
                     "per-sample MAE, top-1 agreement, the worst 5%",
-       {"model", "a", "b", "samples", "data-dir", "threshold"}, false},
+       {"model", "a", "b", "samples", "data-dir", "threshold", "json"}, false},
       {"provision", "", "the certificates of a deployment: a CA, the coordinator's certificate,\n"
                         "one per worker and per operator, each in a directory for --tls-dir\n"
                         "(see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "days"}, false},
@@ -237,12 +238,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (json) {
-      std::string text;
-      google::protobuf::util::JsonPrintOptions options;
-      options.preserve_proto_field_names = true;
-      options.always_print_primitive_fields = true;
-      (void)google::protobuf::util::MessageToJsonString(*spec, &text, options);
-      std::cout << text << "\n";
+      std::cout << wire::ToJson(*spec) << "\n";
     } else {
       std::cout << JobSpecToToml(*spec);
     }
@@ -279,10 +275,12 @@ int main(int argc, char** argv) {
         if (comma > start) devices.extra_devices.push_back(extra_devices.substr(start, comma - start));
         start = comma + 1;
       }
+      devices.json = json;
       local = DevicesCommand(devices, std::cout);
     } else {
       if (!devices.model.empty()) align.model = devices.model;
       align.samples = static_cast<int>(samples);
+      align.json = json;
       local = AlignCommand(align, std::cout);
     }
     if (!local.ok()) {
@@ -366,6 +364,7 @@ int main(int argc, char** argv) {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     cli::WatchOptions watch;
     watch.print = print;
+    watch.live = !json && ::isatty(STDOUT_FILENO);
     result = cli::WatchCommand(*stub, args[1], std::cout, watch);
   } else if (command == "cancel") {
     if (!need_arguments(1, "one argument, the job id")) return 2;

@@ -1,5 +1,6 @@
 #include "proto/job_mapping.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -47,6 +48,13 @@ TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t pa
   options.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
   options.seed = spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
   return options;
+}
+
+std::string JobStateName(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name.empty() ? "unknown" : name;
 }
 
 std::string DatasetDirectory(const v1::JobSpec& spec) {

@@ -23,6 +23,10 @@ TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t pa
 // The dataset directory the spec names, or the default one.
 std::string DatasetDirectory(const v1::JobSpec& spec);
 
+// "pending", "running", "succeeded", "failed", "cancelled": a job's state as every message,
+// table and metric label shows it.
+std::string JobStateName(v1::JobState state);
+
 // The indices of the training set each party holds: `labels` (the whole training split's,
 // in file order) cut to spec.data.max_train_samples, then split by the spec's partition. The
 // coordinator and the workers compute it alike. Not for PARTITION_LOCAL_FILES.

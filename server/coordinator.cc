@@ -206,7 +206,7 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
   auto runner = Runner(job_id);
   ASSIGN_OR_RETURN(v1::Job job, runner ? Result<v1::Job>(runner->Snapshot()) : store_->GetJob(job_id));
   if (!runner || (job.state() != v1::JOB_PENDING && job.state() != v1::JOB_RUNNING)) {
-    return FailedPreconditionError("job " + job_id + " is " + v1::JobState_Name(job.state()) +
+    return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(job.state()) +
                                    "; only a pending or running job can be cancelled");
   }
   runner->Cancel();

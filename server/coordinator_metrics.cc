@@ -16,9 +16,10 @@ struct Families {
       "tessera_rounds_retried_total", "Attempts of a round that did not commit and were tried again.", {"job"});
   metrics::CounterFamily& updates = metrics::Global().Counter(
       "tessera_updates_total",
-      "Workers' updates in committed rounds by outcome: accepted, refused (a check failed) or dropped "
-      "(missed the deadline or left).",
-      {"job", "outcome"});
+      "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
+      "missed the deadline or left) and reason (none, norm, samples, layout, not_finite, failed, "
+      "deadline, lost, other).",
+      {"job", "outcome", "reason"});
   metrics::CounterFamily& stragglers = metrics::Global().Counter(
       "tessera_stragglers_total", "Selected workers dropped from a committed round at its deadline.", {"job"});
   metrics::GaugeFamily& communication = metrics::Global().Gauge(
@@ -51,6 +52,20 @@ std::string Outcome(const std::string& outcome) {
   return "refused";
 }
 
+// A bounded class of the outcome's reason (the text is free and from the wire in part).
+std::string Reason(const std::string& outcome) {
+  auto has = [&](const char* text) { return outcome.find(text) != std::string::npos; };
+  if (outcome == "accepted") return "none";
+  if (has("max_update_norm")) return "norm";
+  if (has("'samples'")) return "samples";
+  if (has("finite")) return "not_finite";
+  if (has("expected shape") || has("expected name") || has("tensors") || has("dtype") || has("set '")) return "layout";
+  if (has("deadline")) return "deadline";
+  if (has("could not train") || has("failed:") || has("cannot train")) return "failed";
+  if (outcome.rfind("dropped", 0) == 0) return "lost";
+  return "other";
+}
+
 }  // namespace
 
 void RecordRound(const v1::RoundRecord& r) {
@@ -62,7 +77,8 @@ void RecordRound(const v1::RoundRecord& r) {
       {"compute", l.compute_ms_max()},       {"upload", l.upload_ms()},
       {"straggler_wait", l.straggler_wait_ms()}, {"aggregation", l.aggregation_ms()},
       {"evaluation", l.evaluation_ms()},     {"commit", l.commit_ms()},
-      {"total", l.total_ms()}};
+      {"data_load", l.data_load_ms_max()},   {"after_last_report", l.after_last_report_ms()},
+      {"other", l.other_ms()},               {"total", l.total_ms()}};
   for (const auto& [phase, ms] : phases) f.phase.With({job, phase}).Observe(ms / 1000.0);
   f.committed.With({job}).Inc();
   if (l.total_ms() > 0) {
@@ -70,7 +86,7 @@ void RecordRound(const v1::RoundRecord& r) {
   }
   for (const auto& w : r.workers()) {
     const std::string outcome = Outcome(w.outcome());
-    f.updates.With({job, outcome}).Inc();
+    f.updates.With({job, outcome, Reason(w.outcome())}).Inc();
     if (outcome == "dropped" && w.outcome().find("deadline") != std::string::npos) f.stragglers.With({job}).Inc();
     if (outcome != "accepted") continue;
     f.compute.With({w.worker_id()}).Observe(w.compute_ms() / 1000.0);

@@ -162,6 +162,23 @@ Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
   return Status::Ok();
 }
 
+void JobRunner::PublishProgress(const Round& open, size_t selected, std::chrono::steady_clock::time_point deadline) {
+  constexpr size_t kShown = 8;
+  v1::JobEvent event;
+  *event.mutable_job() = Snapshot();
+  auto* progress = event.mutable_progress();
+  progress->set_round(open.round());
+  progress->set_attempt(open.attempt());
+  progress->set_selected(static_cast<uint32_t>(selected));
+  progress->set_reported(static_cast<uint32_t>(open.accepted()));
+  const std::vector<std::string> waiting = open.PendingWorkers();
+  for (size_t i = 0; i < waiting.size() && i < kShown; ++i) progress->add_waiting_on(waiting[i]);
+  progress->set_waiting_more(static_cast<uint32_t>(waiting.size() > kShown ? waiting.size() - kShown : 0));
+  progress->set_deadline_in_ms(
+      std::max(0.0, std::chrono::duration<double, std::milli>(deadline - Clock::now()).count()));
+  events_.Publish(std::move(event));
+}
+
 void JobRunner::Note(const std::string& message) {
   v1::JobEvent event;
   *event.mutable_job() = Snapshot();
@@ -297,9 +314,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     round_.reset();
   }
   v1::Job job = Snapshot();
-  std::string state_name = v1::JobState_Name(state).substr(4);  // "JOB_SUCCEEDED" -> "SUCCEEDED"
-  std::transform(state_name.begin(), state_name.end(), state_name.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string state_name = wire::JobStateName(state);
   RecordEnd(job, state_name);
   std::string message = "job " + job.id() + " " + state_name;
   if (!error.empty()) message += ": " + error;
@@ -504,11 +519,21 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   }
   spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
 
-  // Wait for every participant, the deadline, or the loss of the ones still pending.
+  // Wait for every participant, the deadline, or the loss of the ones still pending. Watchers
+  // are told who is awaited: when the count changes (at most every second) and every 10 s.
+  size_t last_pending = selected.size() + 1;
+  auto last_progress = Clock::now();
   while (Clock::now() < deadline && !stopping()) {
     const size_t pending = open->DropLost(
         [this](const std::string& id, uint64_t generation) { return registry_->IsAlive(id, generation); });
     if (pending == 0) break;
+    const auto now = Clock::now();
+    if ((pending != last_pending && now - last_progress >= std::chrono::seconds(1)) ||
+        now - last_progress >= std::chrono::seconds(10)) {
+      PublishProgress(*open, selected.size(), deadline);
+      last_pending = pending;
+      last_progress = now;
+    }
     open->WaitAllReported(std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
   }
   const auto stragglers = open->Close("deadline passed");

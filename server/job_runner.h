@@ -119,6 +119,8 @@ class JobRunner {
   // Sleeps `delay`, or less when the runner is stopped; returns whether it was stopped.
   bool SleepUnlessStopped(std::chrono::milliseconds delay);
   void Note(const std::string& message);
+  // Tells watchers where the open round stands: how many reported, who is awaited.
+  void PublishProgress(const Round& open, size_t selected, std::chrono::steady_clock::time_point deadline);
   bool stopping() const { return stop_.load() || cancel_.load(); }
 
   StateStore* store_;

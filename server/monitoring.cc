@@ -1,6 +1,5 @@
 #include "server/monitoring.h"
 
-#include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
 #include <cctype>
@@ -11,23 +10,17 @@
 #include "base/escape.h"
 #include "base/host_port.h"
 #include "base/metrics.h"
+#include "proto/job_mapping.h"
+#include "proto/json.h"
 #include "server/coordinator.h"
 #include "server/dashboard/assets.h"
 
 namespace tessera::server {
 namespace {
 
-std::string Json(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
-  return out;
-}
 
 HttpResponse JsonResponse(const google::protobuf::Message& message) {
-  return HttpResponse{200, "application/json", Json(message), {{"Cache-Control", "no-store"}}};
+  return HttpResponse{200, "application/json", wire::ToJson(message), {{"Cache-Control", "no-store"}}};
 }
 
 HttpResponse ErrorResponse(const Status& status) {
@@ -51,14 +44,6 @@ Result<std::string> JobParam(const HttpRequest& request, const char* name) {
   for (char c : id) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
   if (!ok) return InvalidArgumentError("job id " + QuoteUntrusted(id, 64) + ": expected letters, digits, '-' or '_'");
   return id;
-}
-
-// "running": a job state as a label value.
-std::string StateLabel(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  if (name.rfind("JOB_", 0) == 0) name = name.substr(4);
-  for (auto& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return name;
 }
 
 bool IsPublic(const std::string& path) {
@@ -158,7 +143,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                                send("error", job.status().message());
                                return;
                              }
-                             std::string now = Json(*job);
+                             std::string now = wire::ToJson(*job);
                              if (now != last) {
                                if (!send("job", now)) return;
                                last = std::move(now);
@@ -178,17 +163,22 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   auto& jobs = registry.Gauge("tessera_jobs", "Jobs by state.", {"state"});
   auto& streams = registry.Gauge("tessera_open_streams",
                                  "Streams open at the coordinator: task channels, downloads, uploads, watches, waits.");
-  server->collector_ = registry.AddCollector([c, &workers, &jobs, &streams] {
+  auto& queue = registry.Gauge("tessera_upload_queue",
+                               "Uploads waiting for the upload memory budget before their bytes are read.");
+  auto& buffered = registry.Gauge("tessera_upload_buffer_bytes", "Bytes of the upload memory budget held now.");
+  server->collector_ = registry.AddCollector([c, &workers, &jobs, &streams, &queue, &buffered] {
+    queue.With().Set(static_cast<double>(c->upload_budget().waiting()));
+    buffered.With().Set(static_cast<double>(c->upload_budget().in_use()));
     double alive = 0, gone = 0;
     for (const auto& w : c->registry().List()) (w.alive() ? alive : gone) += 1;
     workers.With({"alive"}).Set(alive);
     workers.With({"gone"}).Set(gone);
     std::map<std::string, double> by_state;
     for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
-      if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[StateLabel(static_cast<v1::JobState>(s))] = 0;
+      if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[wire::JobStateName(static_cast<v1::JobState>(s))] = 0;
     }
     if (auto listed = c->ListJobs(); listed.ok()) {
-      for (const auto& job : *listed) by_state[StateLabel(job.state())] += 1;
+      for (const auto& job : *listed) by_state[wire::JobStateName(job.state())] += 1;
     }
     for (const auto& [state, count] : by_state) jobs.With({state}).Set(count);
     streams.With().Set(static_cast<double>(c->streams().open()));

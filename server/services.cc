@@ -18,6 +18,7 @@
 #include "base/escape.h"
 #include "base/rate_limit.h"
 #include "proto/grpc_status.h"
+#include "proto/job_mapping.h"
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/transfers.h"
@@ -503,7 +504,7 @@ class JobWatch final {
     if (!runner_) {
       v1::JobEvent event;
       *event.mutable_job() = job;
-      event.set_message("job " + job.id() + " " + v1::JobState_Name(job.state()) +
+      event.set_message("job " + job.id() + " " + wire::JobStateName(job.state()) +
                         (job.error().empty() ? "" : ": " + job.error()));
       outbox_.push_back(std::move(event));
       log_ended_ = true;

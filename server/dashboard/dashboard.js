@@ -207,21 +207,19 @@ function renderTimeline(rounds) {
     const name = w.cohort ? w.cohort + " (cohort)" : w.worker_id;
     const bar = el("div", null, "bar");
     const dropped = String(w.outcome || "").startsWith("dropped");
-    // On the coordinator's clock where it saw the worker (the download's end, the report);
-    // the worker's own durations are laid back from those.
-    if (w.download_done_ms > 0) segment(bar, "download", start + w.download_done_ms - (w.download_ms || 0), w.download_ms || 0);
+    // On the coordinator's clock: laid back from where its update arrived (upload, compute,
+    // data loading, download), none before the tasks went out; a worker that did not report,
+    // from where its download ended.
     if (w.reported_ms > 0) {
-      const uploadStart = start + w.reported_ms - (w.upload_ms || 0);
-      const computeStart = uploadStart - (w.compute_ms || 0);
-      segment(bar, "upload", uploadStart, w.upload_ms || 0);
-      segment(bar, "compute", computeStart, w.compute_ms || 0);
-      segment(bar, "load", computeStart - (w.data_load_ms || 0), w.data_load_ms || 0);
-    } else if (!dropped) {
-      let at = start + (w.download_done_ms || w.download_ms || 0);
-      for (const [key, cls] of [["data_load_ms", "load"], ["compute_ms", "compute"], ["upload_ms", "upload"]]) {
-        segment(bar, cls, at, w[key] || 0);
-        at += w[key] || 0;
+      let end = start + w.reported_ms;
+      for (const [key, cls] of [["upload_ms", "upload"], ["compute_ms", "compute"], ["data_load_ms", "load"], ["download_ms", "download"]]) {
+        const from = Math.max(start, end - (w[key] || 0));
+        segment(bar, cls, from, end - from);
+        end = from;
       }
+    } else if (w.download_done_ms > 0) {
+      const from = Math.max(start, start + w.download_done_ms - (w.download_ms || 0));
+      segment(bar, "download", from, start + w.download_done_ms - from);
     }
     if (dropped) {
       const from = start + (w.download_done_ms || 0);

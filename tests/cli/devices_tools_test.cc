@@ -1,6 +1,8 @@
 // The operator tools behind `tessera devices --model M` and `tessera align`: the per-layer
 // risk list names the ops a device runs on the host and what they move; align agrees exactly
 // between devices that compute alike, and names the first layer that drifts when one rounds.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -136,6 +138,56 @@ TEST(DevicesToolsTest, AlignAgainstInt8PassesTheDefaultThresholdAtTheFirstLayer)
   std::filesystem::remove(path);
   EXPECT_GT(MeanMae(report), 1e-4) << report;
   EXPECT_NE(report.find("first divergent layer: conv1"), std::string::npos) << report;
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+google::protobuf::Struct ParseJson(const std::string& line) {
+  google::protobuf::Struct parsed;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(line, &parsed).ok()) << line;
+  return parsed;
+}
+
+TEST(DevicesToolsTest, DevicesAsJsonIsAnObjectPerDevice) {
+  DevicesOptions options;
+  options.devices = {"cpu", "emu:ascend-910b"};
+  options.gemm_size = 64;
+  options.json = true;
+  std::ostringstream out;
+  ASSERT_TRUE(DevicesCommand(options, out).ok());
+  std::istringstream lines(out.str());
+  std::string line;
+  std::vector<google::protobuf::Struct> devices;
+  while (std::getline(lines, line)) devices.push_back(ParseJson(line));
+  ASSERT_EQ(devices.size(), 2u) << out.str();
+  const auto& cpu = devices[0].fields();
+  EXPECT_EQ(cpu.at("name").string_value(), "cpu");
+  EXPECT_TRUE(cpu.at("viable").bool_value());
+  EXPECT_GT(cpu.at("measured_gemm_gflops").number_value(), 0);
+  const auto& npu = devices[1].fields();
+  EXPECT_TRUE(npu.at("emulated").bool_value());
+  EXPECT_GT(npu.at("datasheet").struct_value().fields().at("gflops").number_value(), 0);
+  options.model = "simplecnn";
+  EXPECT_EQ(DevicesCommand(options, out).code(), StatusCode::kInvalidArgument) << "no risk list in JSON";
+}
+
+TEST(DevicesToolsTest, AlignAsJsonCarriesEveryFigure) {
+  AlignOptions options;
+  options.device_b = "emu:generic";
+  options.samples = 32;
+  options.json = true;
+  std::ostringstream out;
+  ASSERT_TRUE(AlignCommand(options, out).ok());
+  const auto parsed = ParseJson(out.str());
+  const auto& f = parsed.fields();
+  EXPECT_EQ(f.at("top1_agreement").number_value(), 1.0);
+  EXPECT_EQ(f.at("samples").number_value(), 32);
+  EXPECT_EQ(f.at("first_divergent_layer").kind_case(), google::protobuf::Value::kNullValue);
+  EXPECT_GT(f.at("layers").list_value().values_size(), 3);
 }
 
 }  // namespace

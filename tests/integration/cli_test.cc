@@ -61,7 +61,9 @@ TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
   double last = -1;
   for (const auto& w : r2.workers()) last = std::max(last, w.reported_ms());
   for (const auto& w : r2.workers()) {
-    if (w.worker_id() == critical) EXPECT_EQ(w.reported_ms(), last) << "the critical worker reported last";
+    if (w.worker_id() == critical) {
+      EXPECT_EQ(w.reported_ms(), last) << "the critical worker reported last";
+    }
     EXPECT_GT(w.data_load_ms(), 0) << w.worker_id();
     EXPECT_GT(w.download_done_ms(), 0) << w.worker_id();
   }

@@ -119,7 +119,8 @@ TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
   const std::string& text = response->body;
   const std::string job_label = "job=\"" + job->id() + "\"";
   EXPECT_EQ(Value(text, "tessera_rounds_committed_total{" + job_label + "}"), 2) << text;
-  EXPECT_EQ(Value(text, "tessera_updates_total{" + job_label + ",outcome=\"accepted\"}"), 4) << text;
+  EXPECT_EQ(Value(text, "tessera_updates_total{" + job_label + ",outcome=\"accepted\",reason=\"none\"}"), 4) << text;
+  EXPECT_GE(Value(text, "tessera_upload_queue"), 0) << text;
   EXPECT_EQ(Value(text, "tessera_round_phase_seconds_count{" + job_label + ",phase=\"total\"}"), 2) << text;
   EXPECT_EQ(Value(text, "tessera_round_phase_seconds_bucket{" + job_label + ",phase=\"total\",le=\"+Inf\"}"), 2);
   EXPECT_GT(Value(text, "tessera_round_phase_seconds_sum{" + job_label + ",phase=\"compute\"}"), 0) << text;

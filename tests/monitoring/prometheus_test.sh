@@ -173,11 +173,17 @@ job=$("$cli_bin" "${operator[@]}" submit "$dir/job.toml" 2> "$dir/submit.log") |
 echo "submitted $job"
 timeout 180 "$cli_bin" "${operator[@]}" watch "$job" > "$dir/watch.log" 2>&1 || fail "tessera watch $job failed or timed out"
 "$cli_bin" "${operator[@]}" status "$job" | grep -qi succeeded || fail "job $job did not succeed"
-sleep 3  # a few scrapes and rule evaluations after the last round
-
-up=$(curl -fsS -G "$api/query" --data-urlencode 'query=up' | jq -r '.data.result[] | "\(.metric.job) \(.metric.instance) \(.value[1])"')
+# A few scrapes and rule evaluations after the last round: the four targets up (a loaded
+# machine may take a while to scrape them first), then three more seconds.
+up=
+for _ in $(seq 1 60); do
+  up=$(curl -fsS -G "$api/query" --data-urlencode 'query=up' | jq -r '.data.result[] | "\(.metric.job) \(.metric.instance) \(.value[1])"')
+  [ "$(grep -c ' 1$' <<< "$up")" -eq 4 ] && break
+  sleep 1
+done
 echo "$up"
-[ "$(grep -c ' 1$' <<< "$up")" -eq 4 ] || fail "expected 4 targets up (a coordinator, three workers): $up"
+[ "$(grep -c ' 1$' <<< "$up")" -eq 4 ] || fail "expected 4 targets up within 60 s (a coordinator, three workers): $up"
+sleep 3
 [ "$(results 'tessera_rounds_committed_total{tessera_job!=""}')" -gt 0 ] || fail "no tessera_rounds_committed_total with a tessera_job label"
 [ "$(results '{exported_job!=""}')" -eq 0 ] || fail "series still carry exported_job: prometheus.yml's relabelling did not apply"
 

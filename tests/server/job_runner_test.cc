@@ -214,7 +214,16 @@ class JobRunnerTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(events_mu_);
       for (const auto& event : events->Since(*seen, &ended)) {
         ++*seen;
-        events_.push_back(event.message());
+        if (event.has_progress()) {
+          const auto& p = event.progress();
+          std::string waiting;
+          for (const auto& w : p.waiting_on()) waiting += " " + w;
+          events_.push_back("progress: round " + std::to_string(p.round()) + " attempt " +
+                            std::to_string(p.attempt()) + ": " + std::to_string(p.reported()) + "/" +
+                            std::to_string(p.selected()) + " reported, waiting on" + waiting);
+        } else {
+          events_.push_back(event.message());
+        }
       }
     });
     runner_->Start();
@@ -276,6 +285,16 @@ TEST_F(JobRunnerTest, ARoundShortOfClientsIsRetriedAndTheStragglerIsCancelledFor
   }
   EXPECT_TRUE(cancelled_attempt_1);
   for (const auto& task : workers_[0]->received()) EXPECT_FALSE(task.has_cancel()) << "w1 reported in time";
+}
+
+TEST_F(JobRunnerTest, WatchersAreToldWhoARoundIsWaitingFor) {
+  AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; });
+  AddWorker("w2", [](const v1::TrainTask&) { return Answer::kSilent; });
+  // min_clients 1: the round waits for w2 until its deadline, then commits without it.
+  v1::Job job = Run(SmallSpec(2, 1, 4000));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  EXPECT_NE(Events().find("progress: round 1 attempt 1: 1/2 reported, waiting on w2\n"), std::string::npos)
+      << Events();
 }
 
 TEST_F(JobRunnerTest, AWorkerThatCannotTrainIsDroppedWithItsReason) {

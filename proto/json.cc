@@ -1,0 +1,16 @@
+#include "proto/json.h"
+
+#include <google/protobuf/util/json_util.h>
+
+namespace tessera::wire {
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  return out;
+}
+
+}  // namespace tessera::wire
