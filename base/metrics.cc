@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -24,8 +25,10 @@ const char* KindName(Kind kind) {
 std::string Number(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  // The shortest of 15 or 17 significant digits that reads back as the same double.
   char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), "%.17g", value);
+  std::snprintf(buffer, sizeof(buffer), "%.15g", value);
+  if (std::strtod(buffer, nullptr) != value) std::snprintf(buffer, sizeof(buffer), "%.17g", value);
   return buffer;
 }
 
@@ -82,6 +85,8 @@ std::vector<double> LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600};
 }
 
+std::vector<double> CoarseLatencyBuckets() { return {0.05, 0.25, 1, 5, 30, 120}; }
+
 std::vector<double> ByteBuckets() {
   std::vector<double> bounds;
   for (double b = 1024; b <= 4.0 * 1024 * 1024 * 1024; b *= 4) bounds.push_back(b);
@@ -121,7 +126,7 @@ void FamilyBase::Render(std::string* out) const {
 }
 
 void CounterFamily::RenderSeries(const std::string& labels, size_t index, std::string* out) const {
-  *out += name_ + labels + " " + Number(series_[index]->value()) + "\n";
+  out->append(name_).append(labels).append(" ").append(Number(series_[index]->value())).append("\n");
 }
 
 size_t CounterFamily::AddSeriesLocked() {
@@ -130,7 +135,7 @@ size_t CounterFamily::AddSeriesLocked() {
 }
 
 void GaugeFamily::RenderSeries(const std::string& labels, size_t index, std::string* out) const {
-  *out += name_ + labels + " " + Number(series_[index]->value()) + "\n";
+  out->append(name_).append(labels).append(" ").append(Number(series_[index]->value())).append("\n");
 }
 
 size_t GaugeFamily::AddSeriesLocked() {
@@ -142,19 +147,23 @@ HistogramFamily::HistogramFamily(std::string name, std::string help, Labels labe
                                  size_t max_series)
     : Family<metrics::Histogram>(std::move(name), std::move(help), Kind::kHistogram, std::move(label_names),
                                  max_series),
-      bounds_(std::move(bounds)) {}
+      bounds_(std::move(bounds)) {
+  for (double b : bounds_) bound_text_.push_back(Number(b));
+  bound_text_.push_back("+Inf");
+}
 
 void HistogramFamily::RenderSeries(const std::string& labels, size_t index, std::string* out) const {
   const auto& h = *series_[index];
   const auto counts = h.CumulativeCounts();
-  // The label set without braces, to append le="..." to.
-  const std::string inner = labels.empty() ? "" : labels.substr(1, labels.size() - 2);
+  // name_bucket{labels,le="bound"} count: the labels without their braces, then le.
+  std::string prefix = name_ + "_bucket{";
+  if (!labels.empty()) prefix.append(labels, 1, labels.size() - 2).append(",");
+  prefix += "le=\"";
   for (size_t i = 0; i < counts.size(); ++i) {
-    const std::string le = "le=\"" + (i < bounds_.size() ? Number(bounds_[i]) : std::string("+Inf")) + "\"";
-    *out += name_ + "_bucket{" + (inner.empty() ? le : inner + "," + le) + "} " + std::to_string(counts[i]) + "\n";
+    out->append(prefix).append(bound_text_[i]).append("\"} ").append(std::to_string(counts[i])).append("\n");
   }
-  *out += name_ + "_sum" + labels + " " + Number(h.sum()) + "\n";
-  *out += name_ + "_count" + labels + " " + std::to_string(h.count()) + "\n";
+  out->append(name_).append("_sum").append(labels).append(" ").append(Number(h.sum())).append("\n");
+  out->append(name_).append("_count").append(labels).append(" ").append(std::to_string(h.count())).append("\n");
 }
 
 size_t HistogramFamily::AddSeriesLocked() {
@@ -216,7 +225,9 @@ std::string Registry::Render() {
     for (const auto& [name, f] : families_) families.push_back(f.get());
   }
   std::string out;
+  out.reserve(last_size_.load(std::memory_order_relaxed) + 4096);
   for (const auto* f : families) f->Render(&out);  // families are never removed
+  last_size_.store(out.size(), std::memory_order_relaxed);
   return out;
 }
 

@@ -61,6 +61,9 @@ class Histogram {
 
 // Bucket bounds for latencies in seconds: 1 ms to about 10 minutes.
 std::vector<double> LatencyBuckets();
+// Coarse bounds for latencies in seconds, for families with a series per worker (thousands
+// of them): 50 ms to 2 minutes in six buckets.
+std::vector<double> CoarseLatencyBuckets();
 // Bucket bounds for sizes in bytes: 1 KiB to 4 GiB, by powers of four.
 std::vector<double> ByteBuckets();
 
@@ -130,6 +133,7 @@ class HistogramFamily : public Family<Histogram> {
   void RenderSeries(const std::string& labels, size_t index, std::string* out) const override;
   size_t AddSeriesLocked() override;
   const std::vector<double> bounds_;
+  std::vector<std::string> bound_text_;  // le="..." of each bucket, +Inf last
 };
 
 class Registry {
@@ -158,6 +162,7 @@ class Registry {
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>> families_;
   std::map<uint64_t, std::function<void()>> collectors_;
+  std::atomic<size_t> last_size_{0};  // the last page's size, to reserve the next
   uint64_t next_collector_ = 1;
 };
 

@@ -5,16 +5,16 @@
 # round time and the ratio of the scraped medians to the unscraped ones.
 #
 #   bench/metrics_cost.sh [BUILD_DIR]          (default: build)
-# Environment: ROW (model:N, default tiny:50), PAIRS (default 3), ROUNDS (default 12, the first
+# Environment: ROW (model:N, default tiny:100), PAIRS (default 3), ROUNDS (default 60, the first
 # WARMUP=2 left out), SCRAPE_S (default 1).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/round_overhead_common.sh
 . "$here/round_overhead_common.sh"
 overhead_binaries "${1:-build}"
-row=${ROW:-tiny:50}
+row=${ROW:-tiny:100}
 pairs=${PAIRS:-3}
-rounds=${ROUNDS:-12}
+rounds=${ROUNDS:-60}
 warmup=${WARMUP:-2}
 scrape_s=${SCRAPE_S:-1}
 model=${row%%:*}

@@ -28,13 +28,13 @@ struct Families {
       {"job"});
   metrics::HistogramFamily& compute = metrics::Global().Histogram(
       "tessera_worker_compute_seconds", "A worker's local training time in a round, as it reported it, in seconds.",
-      {"worker"}, metrics::LatencyBuckets());
+      {"worker"}, metrics::CoarseLatencyBuckets());
   metrics::HistogramFamily& download = metrics::Global().Histogram(
       "tessera_worker_download_seconds", "A worker's model download time in a round, as it reported it, in seconds.",
-      {"worker"}, metrics::LatencyBuckets());
+      {"worker"}, metrics::CoarseLatencyBuckets());
   metrics::HistogramFamily& upload = metrics::Global().Histogram(
       "tessera_worker_upload_seconds", "A worker's update upload time in a round, as the coordinator saw it, in seconds.",
-      {"worker"}, metrics::LatencyBuckets());
+      {"worker"}, metrics::CoarseLatencyBuckets());
   metrics::CounterFamily& download_bytes = metrics::Global().Counter(
       "tessera_worker_download_bytes_total", "Bytes of models sent to a worker.", {"worker"});
   metrics::CounterFamily& upload_bytes = metrics::Global().Counter(

@@ -42,8 +42,10 @@ struct StreamLimits {
   std::chrono::milliseconds channel_max_age{std::chrono::hours(24)};
   // Streams one caller (its certificate's role and name, or without a certificate its IP
   // address) may hold open at once, and all callers together. A worker needs a task
-  // channel, a download or an upload, and a few rendezvous waits.
-  uint32_t max_streams_per_caller = 256;
+  // channel, a download or an upload, and a few rendezvous waits; without certificates, the
+  // workers of a site behind one NAT address share one count (about three streams each:
+  // 4096 lets a thousand of them through).
+  uint32_t max_streams_per_caller = 4096;
   uint32_t max_streams = 16384;
 
   // Each value within its range; the error names the field, the range and the value.

@@ -15,8 +15,8 @@ TEST(MetricsTest, CountersGaugesAndHistogramsRenderInTheTextFormat) {
       .Inc(3);
   registry.Gauge("tessera_workers", "Workers alive.").With().Set(2);
   auto& h = registry.Histogram("tessera_round_seconds", "Round latency.", {"job"}, {0.5, 1, 5});
-  h.With({"job-1"}).Observe(0.2);
-  h.With({"job-1"}).Observe(0.7);
+  h.With({"job-1"}).Observe(0.25);
+  h.With({"job-1"}).Observe(0.75);
   h.With({"job-1"}).Observe(100);
   const std::string text = registry.Render();
   EXPECT_NE(text.find("# HELP tessera_updates_total Updates received.\n# TYPE tessera_updates_total counter\n"
@@ -28,13 +28,28 @@ TEST(MetricsTest, CountersGaugesAndHistogramsRenderInTheTextFormat) {
                       "tessera_round_seconds_bucket{job=\"job-1\",le=\"1\"} 2\n"
                       "tessera_round_seconds_bucket{job=\"job-1\",le=\"5\"} 2\n"
                       "tessera_round_seconds_bucket{job=\"job-1\",le=\"+Inf\"} 3\n"
-                      "tessera_round_seconds_sum{job=\"job-1\"} 100.90000000000001\n"
+                      "tessera_round_seconds_sum{job=\"job-1\"} 101\n"
                       "tessera_round_seconds_count{job=\"job-1\"} 3\n"),
             std::string::npos)
       << text;
   // Families come sorted by name.
   EXPECT_LT(text.find("tessera_round_seconds"), text.find("tessera_updates_total"));
   EXPECT_LT(text.find("tessera_updates_total"), text.find("tessera_workers"));
+}
+
+TEST(MetricsTest, NumbersAreWrittenShortestAndExact) {
+  Registry registry;
+  auto& g = registry.Gauge("g", "g", {"k"});
+  g.With({"a"}).Set(0.1);
+  g.With({"b"}).Set(1.0 / 3);
+  g.With({"c"}).Set(1e300);
+  auto& h = registry.Histogram("h_seconds", "h", {}, {0.0025, 0.005});
+  h.With().Observe(0.001);
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("g{k=\"a\"} 0.1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("g{k=\"b\"} 0.33333333333333331\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("g{k=\"c\"} 1e+300\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("h_seconds_bucket{le=\"0.0025\"} 1\n"), std::string::npos) << text;
 }
 
 TEST(MetricsTest, LabelValuesAreEscapedAndBounded) {
