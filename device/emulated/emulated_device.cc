@@ -11,6 +11,7 @@
 #include <immintrin.h>
 #endif
 
+#include "device/float16.h"
 #include "device/op_cost.h"
 
 namespace tessera {
@@ -24,7 +25,7 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 float RoundToHalf(float value) {
-  return static_cast<float>(static_cast<_Float16>(value));
+  return HalfToFloat(FloatToHalf(value));
 }
 
 float RoundToBFloat16(float value) {
