@@ -31,7 +31,8 @@ esac
 
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DTESSERA_FUZZ=ON \
-  -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF >/dev/null
+  -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF \
+  -DTESSERA_WITH_CUDA=OFF -DTESSERA_WITH_NCCL=OFF >/dev/null
 if [[ $mode == corpus ]]; then
   cmake --build "$build_dir" -j "$jobs" --target fuzz_corpus_generator
   rm -rf tests/fuzz/corpus

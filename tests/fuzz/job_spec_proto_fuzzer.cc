@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const std::string toml = JobSpecToToml(spec);
   try {
-    (void)toml::parse(toml, "shown.toml");
+    (void)toml::parse(std::string_view(toml), std::string_view("shown.toml"));
   } catch (const toml::parse_error& error) {
     FUZZ_CHECK(false, "JobSpecToToml wrote malformed TOML: " + std::string(error.description()) + "\n" + toml);
   }
