@@ -280,6 +280,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     std::string device = "cpu";
     RETURN_IF_ERROR(reader.String(root, "", key, &device));
     if (device.empty()) return reader.Error(key, "must not be empty (for example \"cpu\")");
+    // The classes the coordinator's ValidateJobSpec takes (proto/job_mapping.cc).
+    if (device != "cpu" && device != "cuda" && device != "xrt" && device.rfind("emu:", 0) != 0) {
+      return reader.Error(key, "expected a device class (\"cpu\", \"cuda\", \"xrt\" or \"emu:PROFILE\"), found \"" +
+                                   device + "\"");
+    }
     if (std::string_view(key) == "device") {
       spec.set_device(device);
     } else {

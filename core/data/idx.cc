@@ -73,11 +73,13 @@ Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
 // Inflates one or more concatenated gzip members.
 Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<uint8_t>& compressed) {
   std::vector<uint8_t> out;
-  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess.
+  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess, but only a
+  // claim. Deflate expands at most 1032 times, so a guess beyond that is a corrupt or hostile
+  // trailer and reserves nothing.
   if (compressed.size() >= 18) {
     const uint8_t* t = compressed.data() + compressed.size() - 4;
     uint32_t isize = uint32_t{t[0]} | (uint32_t{t[1]} << 8) | (uint32_t{t[2]} << 16) | (uint32_t{t[3]} << 24);
-    out.reserve(std::min<size_t>(isize, size_t{1} << 31));
+    if (isize <= compressed.size() * 1032) out.reserve(isize);
   }
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);

@@ -233,6 +233,18 @@ TEST(JobSpecTest, WrongTypesNameKeyExpectedAndFound) {
               {"job.toml:5:", "'model.hidden'", "expected an array of integers, found an integer"});
 }
 
+// The reader refuses what the coordinator's ValidateJobSpec would refuse later.
+TEST(JobSpecTest, DevicesMustBeADeviceClass) {
+  ExpectError(std::string("device = \"gpu\"\n") + kMinimal,
+              {"job.toml:1:", "'device'", "expected a device class", "found \"gpu\""});
+  ExpectError(std::string("fallback_device = \"cuda:0\"\n") + kMinimal, {"job.toml:1:", "'fallback_device'", "cuda:0"});
+  for (const char* device : {"cpu", "cuda", "xrt", "emu:t4"}) {
+    Result<v1::JobSpec> spec = ParseJobSpecString(std::string("device = \"") + device + "\"\n" + kMinimal, "job.toml");
+    ASSERT_TRUE(spec.ok()) << device << ": " << spec.status().ToString();
+    EXPECT_EQ(spec->device(), device);
+  }
+}
+
 TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
   auto with_train = [](const std::string& line) { return std::string(kMinimal) + "[train]\n" + line + "\n"; };
   ExpectError("name = \"t\"\nrounds = 0\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",

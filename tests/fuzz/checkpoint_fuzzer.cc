@@ -5,6 +5,7 @@
 #include <string>
 
 #include "fuzz_check.h"
+#include "quiet_protobuf_log.h"
 #include "server/state_store.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -11,6 +11,7 @@
 
 #include "cli/job_spec.h"
 #include "fuzz_check.h"
+#include "quiet_protobuf_log.h"
 #include "proto/job_mapping.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "fuzz_check.h"
+#include "quiet_protobuf_log.h"
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fuzz_check.h"
+#include "quiet_protobuf_log.h"
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
