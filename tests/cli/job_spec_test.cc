@@ -245,6 +245,15 @@ TEST(JobSpecTest, DevicesMustBeADeviceClass) {
   }
 }
 
+TEST(JobSpecTest, NamesAndPathsAreBoundedPlainText) {
+  const std::string rest = "rounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
+  ExpectError("name = \"" + std::string(129, 'n') + "\"\n" + rest, {"job.toml:1:", "'name'", "at most 128 bytes", "found 129 bytes"});
+  ExpectError("name = \"a\\u0007b\"\n" + rest, {"job.toml:1:", "'name'", "a control character"});
+  EXPECT_TRUE(ParseJobSpecString("name = \"" + std::string(128, 'n') + "\"\n" + rest, "job.toml").ok());
+  ExpectError(std::string(kMinimal) + "[data]\npath = \"/srv/\\tdata\"\n", {"job.toml:10:", "'data.path'", "control character"});
+  ExpectError(std::string(kMinimal) + "[data]\npath = \"" + std::string(4097, 'p') + "\"\n", {"'data.path'", "4097 bytes"});
+}
+
 TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
   auto with_train = [](const std::string& line) { return std::string(kMinimal) + "[train]\n" + line + "\n"; };
   ExpectError("name = \"t\"\nrounds = 0\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
