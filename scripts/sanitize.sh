@@ -33,7 +33,9 @@ configure() {  # DIR SANITIZERS [cmake args...]
 
 if [[ $which == asan || $which == all ]]; then
   dir="${ASAN_BUILD_DIR:-build-asan}"
-  configure "$dir" address,undefined
+  # XRT off as well: Debian's libxrt_coreutil calls aligned_alloc(4096, 512), a size that is not
+  # a multiple of the alignment, which ASan's allocator refuses and no suppression covers.
+  configure "$dir" address,undefined -DTESSERA_WITH_XRT=OFF
   cmake --build "$dir" -j "$jobs"
   echo "== ASan+UBSan: the whole suite ($dir)"
   ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1" \

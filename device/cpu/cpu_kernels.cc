@@ -8,7 +8,9 @@
 #include "device/float16.h"
 
 // Hot loops are built twice, for AVX2+FMA and for baseline x86-64, and picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the ifunc resolvers that pick them run during relocation, before
+// its runtime is up, and its instrumentation of them crashes the program at start.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TESSERA_VECTORIZED __attribute__((target_clones("avx2,fma", "default")))
 #else
 #define TESSERA_VECTORIZED
