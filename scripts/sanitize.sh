@@ -44,12 +44,21 @@ if [[ $which == asan || $which == all ]]; then
     ctest --test-dir "$dir" --output-on-failure -j "$ctest_jobs" ${CTEST_ARGS:-} || status=1
 fi
 
+# Left out of the TSan run: the suites that run a gRPC server and clients in the test process.
+# gRPC and absl (whose Mutex gRPC locks with) are Debian's uninstrumented builds, so TSan sees none
+# of the synchronisation between gRPC's threads and reports hundreds of races in gRPC's inline
+# header code (call ops, reactors, arenas); a suppression broad enough to silence them would also
+# hide races in the services' own code, which runs on gRPC's threads. These suites run under
+# ASan+UBSan above and in the normal suite.
+tsan_excluded='^(CoordinatorStartTest|StreamScaleTest)\.'
+
 if [[ $which == tsan || $which == all ]]; then
   dir="${TSAN_BUILD_DIR:-build-tsan}"
   configure "$dir" thread -DTESSERA_BUILD_BENCH=OFF
   cmake --build "$dir" -j "$jobs" --target server_tests worker_tests
   echo "== TSan: server_tests and worker_tests ($dir)"
   TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:print_suppressions=0" \
-    ctest --test-dir "$dir" --output-on-failure -j "$ctest_jobs" -L '^(server_tests|worker_tests)$' ${CTEST_ARGS:-} || status=1
+    ctest --test-dir "$dir" --output-on-failure -j "$ctest_jobs" -L '^(server_tests|worker_tests)$' \
+      -E "$tsan_excluded" ${CTEST_ARGS:-} || status=1
 fi
 exit "$status"
