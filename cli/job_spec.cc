@@ -230,6 +230,18 @@ Status CheckOneOf(const SpecReader& reader, const std::string& dotted, const std
   return reader.Error(dotted, "expected one of " + JoinQuoted(allowed) + ", found \"" + value + "\"");
 }
 
+// A string key of at most `max_bytes` bytes without control characters (docs/JOBS.md), as the
+// coordinator's ValidateJobSpec requires; the message shows no more than the first 64 bytes.
+Status CheckPlainText(const SpecReader& reader, const std::string& dotted, const std::string& value,
+                      size_t max_bytes) {
+  const bool control = std::any_of(value.begin(), value.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (value.size() <= max_bytes && !control) return Status::Ok();
+  return reader.Error(dotted, "expected at most " + std::to_string(max_bytes) + " bytes without control characters, found " +
+                                  (control ? "a control character" : std::to_string(value.size()) + " bytes"));
+}
+
 std::string Lowercase(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
@@ -245,6 +257,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.String(root, "", "name", &name));
   if (!reader.Present("name")) return reader.Error("name", "is required: a name for the job");
   if (name.empty()) return reader.Error("name", "must not be empty");
+  RETURN_IF_ERROR(CheckPlainText(reader, "name", name, 128));
   spec.set_name(name);
 
   std::string strategy = "fedavg";
@@ -288,6 +301,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     std::string device = "cpu";
     RETURN_IF_ERROR(reader.String(root, "", key, &device));
     if (device.empty()) return reader.Error(key, "must not be empty (for example \"cpu\")");
+    // The classes the coordinator's ValidateJobSpec takes (proto/job_mapping.cc).
+    if (device != "cpu" && device != "cuda" && device != "xrt" && device.rfind("emu:", 0) != 0) {
+      return reader.Error(key, "expected a device class (\"cpu\", \"cuda\", \"xrt\" or \"emu:PROFILE\"), found \"" +
+                                   device + "\"");
+    }
     if (std::string_view(key) == "device") {
       spec.set_device(device);
     } else {
@@ -335,6 +353,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   data_spec->set_dataset(dataset);
   std::string path;
   RETURN_IF_ERROR(reader.String(*data, "data", "path", &path));
+  RETURN_IF_ERROR(CheckPlainText(reader, "data.path", path, 4096));
   data_spec->set_path(path);
   u = 0;
   RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_train_samples", 0, wire::kMaxSamplesCut, &u));

@@ -9,6 +9,12 @@
 
 namespace tessera::collectives {
 namespace {
+
+// memcpy that allows empty ranges: a zero-count call may pass null buffers (an empty vector's
+// data(), a scratch buffer never grown), which memcpy itself does not allow.
+void CopyBytes(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+}
 // Tag of the framing messages the send/recv route exchanges through the backend.
 constexpr int kFramingTag = 0x7ffffff0;
 }  // namespace
@@ -155,12 +161,12 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
     const size_t block = (count + size() - 1) / size();
     std::byte* padded = Scratch((block * size() + block) * element);
     std::byte* mine = padded + block * size() * element;
-    std::memcpy(padded, send, count * element);
+    CopyBytes(padded, send, count * element);
     std::memset(padded + count * element, 0, (block * size() - count) * element);
     RETURN_IF_ERROR(
         CallReduceScatter(*base_, padded, mine, block, type, native_op, deadline));
     RETURN_IF_ERROR(CallAllgather(*base_, mine, padded, block, type, deadline));
-    std::memcpy(recv, padded, count * element);
+    CopyBytes(recv, padded, count * element);
     if (native_op != op) DivideElements(recv, count, type, size());
     return Status::Ok();
   }
@@ -186,7 +192,7 @@ Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_
     std::byte* all = Scratch(count * size() * element);
     RETURN_IF_ERROR(
         CallAllreduce(*base_, send, all, count * size(), type, native_op, deadline));
-    std::memcpy(recv, all + rank() * count * element, count * element);
+    CopyBytes(recv, all + rank() * count * element, count * element);
     if (native_op != op) DivideElements(recv, count, type, size());
     return Status::Ok();
   }
@@ -213,9 +219,9 @@ Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t co
     const size_t element = DataTypeSize(type);
     auto* output = static_cast<std::byte*>(recv);
     std::byte* mine = Scratch(count * element);
-    std::memcpy(mine, send, count * element);
+    CopyBytes(mine, send, count * element);
     std::memset(output, 0, count * size() * element);
-    std::memcpy(output + rank() * count * element, mine, count * element);
+    CopyBytes(output + rank() * count * element, mine, count * element);
     return CallAllreduce(*base_, output, output, count * size(), type, ReduceOp::kSum, deadline);
   }
   return NoRoute(CollectiveOp::kAllgather, ReduceOp::kSum);

@@ -66,13 +66,26 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
     }
     NamedTensor t;
     t.name = info.name();
-    int64_t elements = 1;
+    bool empty = false;
     for (int64_t d : info.shape()) {
       if (d < 0) return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + " has a negative dimension");
       t.shape.push_back(d);
+      empty |= d == 0;
+    }
+    // The element count is bounded while it is multiplied, so that hostile dimensions cannot
+    // wrap it around to a small number that matches byte_size.
+    const uint64_t max_elements = max_total_bytes_ / sizeof(float);
+    uint64_t elements = empty ? 0 : 1;
+    for (size_t i = 0; i < t.shape.size() && elements > 0; ++i) {
+      const uint64_t d = static_cast<uint64_t>(t.shape[i]);
+      if (elements > max_elements / d) {
+        return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": shape " +
+                                    EscapeUntrusted(ShapeToString(t.shape)) + " holds more than the expected " +
+                                    std::to_string(max_total_bytes_) + " bytes");
+      }
       elements *= d;
     }
-    if (info.byte_size() != static_cast<uint64_t>(elements) * sizeof(float)) {
+    if (info.byte_size() != elements * sizeof(float)) {
       return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": shape " + EscapeUntrusted(ShapeToString(t.shape)) +
                                   " needs " + std::to_string(elements * sizeof(float)) + " bytes, manifest says " +
                                   std::to_string(info.byte_size()));

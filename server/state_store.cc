@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -111,7 +112,10 @@ Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& 
   }
   uint64_t length = 0;
   std::memcpy(&length, bytes.data() + 8, sizeof(length));
-  if (16 + length > bytes.size()) return DataLossError(source + ": truncated manifest");
+  if (length > bytes.size() - 16 || length > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    return DataLossError(source + ": truncated manifest: its length field says " + std::to_string(length) +
+                         " bytes, the file holds " + std::to_string(bytes.size() - 16) + " after the header");
+  }
   v1::TensorManifest manifest;
   if (!manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length))) {
     return DataLossError(source + ": corrupt manifest");

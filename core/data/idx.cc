@@ -73,11 +73,13 @@ Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
 // Inflates one or more concatenated gzip members.
 Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<uint8_t>& compressed) {
   std::vector<uint8_t> out;
-  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess.
+  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess, but only a
+  // claim. Deflate expands at most 1032 times, so a guess beyond that is a corrupt or hostile
+  // trailer and reserves nothing.
   if (compressed.size() >= 18) {
     const uint8_t* t = compressed.data() + compressed.size() - 4;
     uint32_t isize = uint32_t{t[0]} | (uint32_t{t[1]} << 8) | (uint32_t{t[2]} << 16) | (uint32_t{t[3]} << 24);
-    out.reserve(std::min<size_t>(isize, size_t{1} << 31));
+    if (isize <= compressed.size() * 1032) out.reserve(isize);
   }
   z_stream zs{};
   if (inflateInit2(&zs, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
@@ -173,23 +175,37 @@ Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::
 
 std::string BaseName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
 
+Result<std::vector<uint8_t>> InflateIfGzip(const std::string& source, std::vector<uint8_t> bytes) {
+  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) return Gunzip(source, bytes);
+  return bytes;
+}
+
 }  // namespace
 
 Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
-  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) return Gunzip(path, bytes);
-  return bytes;
+  return InflateIfGzip(path, std::move(bytes));
 }
 
 Result<IdxImages> ReadIdxImages(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipFile(path));
-  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(path, bytes, kImageMagic, "idx3 unsigned-byte images"));
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
+  return ParseIdxImages(std::move(bytes), path);
+}
+
+Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
+  return ParseIdxLabels(std::move(bytes), path);
+}
+
+Result<IdxImages> ParseIdxImages(std::vector<uint8_t> bytes, const std::string& source) {
+  ASSIGN_OR_RETURN(bytes, InflateIfGzip(source, std::move(bytes)));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(source, bytes, kImageMagic, "idx3 unsigned-byte images"));
   if (dims[1] > 1u << 15 || dims[2] > 1u << 15) {
-    return InvalidArgumentError(path + ": image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
+    return InvalidArgumentError(source + ": image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
                                 " is implausible: expected at most 32768 per side");
   }
   IdxImages images;
-  images.source = path;
+  images.source = source;
   images.count = dims[0];
   images.rows = static_cast<int>(dims[1]);
   images.cols = static_cast<int>(dims[2]);
@@ -198,9 +214,9 @@ Result<IdxImages> ReadIdxImages(const std::string& path) {
   return images;
 }
 
-Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadMaybeGzipFile(path));
-  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(path, bytes, kLabelMagic, "idx1 unsigned-byte labels"));
+Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const std::string& source) {
+  ASSIGN_OR_RETURN(bytes, InflateIfGzip(source, std::move(bytes)));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(source, bytes, kLabelMagic, "idx1 unsigned-byte labels"));
   bytes.erase(bytes.begin(), bytes.begin() + 8);
   return bytes;
 }

@@ -52,6 +52,11 @@ Result<IdxImages> ReadIdxImages(const std::string& path);
 // Reads an idx1 unsigned-byte label file.
 Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
 
+// The same readers over a file's bytes already in memory, gzip-compressed or plain, with the
+// same checks and errors; `source` stands for the file in messages and in IdxImages::source.
+Result<IdxImages> ParseIdxImages(std::vector<uint8_t> bytes, const std::string& source);
+Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const std::string& source);
+
 // Loads an image file and its label file into a Dataset with one channel, pixels normalised
 // with the Fashion-MNIST statistics above. `source` is the image file's name without its
 // directory. Fails when the counts differ or a label is not in [0, num_classes).

@@ -5,8 +5,12 @@
 #include <cstring>
 #include <limits>
 
+#include "device/float16.h"
+
 // Hot loops are built twice, for AVX2+FMA and for baseline x86-64, and picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// Not under ThreadSanitizer: the ifunc resolvers that pick them run during relocation, before
+// its runtime is up, and its instrumentation of them crashes the program at start.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define TESSERA_VECTORIZED __attribute__((target_clones("avx2,fma", "default")))
 #else
 #define TESSERA_VECTORIZED
@@ -252,7 +256,7 @@ namespace {
 float LoadAsFloat(DType dtype, const void* x, int64_t i) {
   switch (dtype) {
     case DType::kFloat32: return static_cast<const float*>(x)[i];
-    case DType::kFloat16: return static_cast<float>(static_cast<const _Float16*>(x)[i]);
+    case DType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(x)[i]);
     case DType::kBFloat16: {
       const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(x)[i]) << 16;
       float value;
@@ -277,7 +281,7 @@ Int RoundAndSaturate(float value) {
 void StoreFromFloat(DType dtype, float value, void* y, int64_t i) {
   switch (dtype) {
     case DType::kFloat32: static_cast<float*>(y)[i] = value; return;
-    case DType::kFloat16: static_cast<_Float16*>(y)[i] = static_cast<_Float16>(value); return;
+    case DType::kFloat16: static_cast<uint16_t*>(y)[i] = FloatToHalf(value); return;
     case DType::kBFloat16: {
       uint32_t bits;
       std::memcpy(&bits, &value, sizeof(bits));

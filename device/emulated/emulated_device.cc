@@ -8,9 +8,11 @@
 #include <thread>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
+#include "device/float16.h"
 #include "device/op_cost.h"
 
 namespace tessera {
@@ -24,7 +26,7 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 float RoundToHalf(float value) {
-  return static_cast<float>(static_cast<_Float16>(value));
+  return HalfToFloat(FloatToHalf(value));
 }
 
 float RoundToBFloat16(float value) {
@@ -41,7 +43,12 @@ float RoundToBFloat16(float value) {
 #define TESSERA_X86_SIMD 1
 
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // F16C is CPUID leaf 1, ECX bit 29, read directly: clang before 15 has no "f16c" for
+  // __builtin_cpu_supports. "avx" there also checks that the OS saves the AVX registers.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0 && __builtin_cpu_supports("avx");
+  }();
   return has;
 }
 bool HasAvx2() {

@@ -234,6 +234,27 @@ TEST(JobSpecTest, WrongTypesNameKeyExpectedAndFound) {
               {"job.toml:5:", "'model.hidden'", "expected an array of integers, found an integer"});
 }
 
+// The reader refuses what the coordinator's ValidateJobSpec would refuse later.
+TEST(JobSpecTest, DevicesMustBeADeviceClass) {
+  ExpectError(std::string("device = \"gpu\"\n") + kMinimal,
+              {"job.toml:1:", "'device'", "expected a device class", "found \"gpu\""});
+  ExpectError(std::string("fallback_device = \"cuda:0\"\n") + kMinimal, {"job.toml:1:", "'fallback_device'", "cuda:0"});
+  for (const char* device : {"cpu", "cuda", "xrt", "emu:t4"}) {
+    Result<v1::JobSpec> spec = ParseJobSpecString(std::string("device = \"") + device + "\"\n" + kMinimal, "job.toml");
+    ASSERT_TRUE(spec.ok()) << device << ": " << spec.status().ToString();
+    EXPECT_EQ(spec->device(), device);
+  }
+}
+
+TEST(JobSpecTest, NamesAndPathsAreBoundedPlainText) {
+  const std::string rest = "rounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
+  ExpectError("name = \"" + std::string(129, 'n') + "\"\n" + rest, {"job.toml:1:", "'name'", "at most 128 bytes", "found 129 bytes"});
+  ExpectError("name = \"a\\u0007b\"\n" + rest, {"job.toml:1:", "'name'", "a control character"});
+  EXPECT_TRUE(ParseJobSpecString("name = \"" + std::string(128, 'n') + "\"\n" + rest, "job.toml").ok());
+  ExpectError(std::string(kMinimal) + "[data]\npath = \"/srv/\\tdata\"\n", {"job.toml:10:", "'data.path'", "control character"});
+  ExpectError(std::string(kMinimal) + "[data]\npath = \"" + std::string(4097, 'p') + "\"\n", {"'data.path'", "4097 bytes"});
+}
+
 TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
   auto with_train = [](const std::string& line) { return std::string(kMinimal) + "[train]\n" + line + "\n"; };
   ExpectError("name = \"t\"\nrounds = 0\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",

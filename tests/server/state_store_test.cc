@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -84,6 +85,17 @@ TEST_F(StateStoreTest, ACorruptCheckpointIsNamed) {
   EXPECT_NE(loaded.status().message().find("job-x-round-0.ckpt"), std::string::npos) << loaded.status().message();
   bytes.resize(bytes.size() / 2);
   EXPECT_EQ(DecodeCheckpoint(bytes, "half").status().code(), StatusCode::kDataLoss);
+}
+
+// A manifest length near 2^64 wrapped "16 + length" around and reached the protobuf parser.
+TEST_F(StateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) {
+  std::string bytes = EncodeCheckpoint(Model(1));
+  const uint64_t length = ~uint64_t{0} - 7;
+  std::memcpy(bytes.data() + 8, &length, sizeof(length));
+  auto decoded = DecodeCheckpoint(bytes, "wrapped.ckpt");
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("wrapped.ckpt: truncated manifest"), std::string::npos)
+      << decoded.status().message();
 }
 
 TEST_F(StateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {

@@ -127,5 +127,34 @@ TEST(TensorTransferTest, RefusesAShapeThatDisagreesWithTheByteSize) {
   EXPECT_NE(s.message().find("conv.weight"), std::string::npos) << s.message();
 }
 
+// Dimensions whose product wraps around 2^64 to a small number must not pass as a tensor of
+// that many bytes (here 2^62 x 4 elements, "0 bytes").
+TEST(TensorTransferTest, RefusesAShapeWhoseElementCountOverflows) {
+  v1::TensorManifest manifest;
+  auto* info = manifest.add_tensors();
+  info->set_name("huge");
+  info->add_shape(int64_t{1} << 62);
+  info->add_shape(4);
+  info->set_dtype(v1::DTYPE_FLOAT32);
+  info->set_byte_size(0);
+  info->set_sha256(NamedTensor{}.Sha256());
+  manifest.set_total_bytes(0);
+  TensorAssembler assembler("update", 1 << 20);
+  Status s = assembler.Start(manifest);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("huge"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("more than the expected 1048576 bytes"), std::string::npos) << s.message();
+}
+
+TEST(TensorTransferTest, AcceptsAnEmptyTensorWithLargeDimensions) {
+  TensorSet set;
+  set.push_back({"empty", {int64_t{1} << 40, 0, int64_t{1} << 40}, {}});
+  TensorAssembler assembler("update", 1 << 20);
+  ASSERT_TRUE(assembler.Start(BuildManifest(set)).ok());
+  auto tensors = assembler.Finish();
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  EXPECT_TRUE((*tensors)[0].values.empty());
+}
+
 }  // namespace
 }  // namespace tessera::wire

@@ -1,0 +1,259 @@
+// Writes the fuzzers' seed corpora: a handful of valid and nearly valid inputs per target,
+// made with the encoders the decoders are meant to read (BuildManifest, ForEachChunk,
+// EncodeCheckpoint, JobSpecToToml, WriteMaybeGzipFile), so that they follow the formats as
+// they change. The output is committed under tests/fuzz/corpus/<target>/.
+//
+//   fuzz_corpus_generator SOURCE_DIR OUT_DIR
+// SOURCE_DIR is the repository (its examples/*.toml seed the job spec targets).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/job_spec.h"
+#include "core/data/idx.h"
+#include "fuzz_records.h"
+#include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
+#include "server/state_store.h"
+
+namespace tessera::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+void WriteFile(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::cerr << "cannot write " << path << "\n";
+    std::exit(1);
+  }
+}
+
+std::string ReadFile(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A small model: a weight matrix, a bias and an empty tensor, values that are not all alike.
+TensorSet SmallModel() {
+  TensorSet tensors(3);
+  tensors[0].name = "fc1.weight";
+  tensors[0].shape = {4, 3};
+  tensors[1].name = "fc1.bias";
+  tensors[1].shape = {4};
+  tensors[2].name = "empty";
+  tensors[2].shape = {0, 5};
+  for (auto& t : tensors) {
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    t.values.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) t.values[static_cast<size_t>(i)] = 0.25f * static_cast<float>(i) - 1.0f;
+  }
+  return tensors;
+}
+
+std::vector<std::string> Chunks(const TensorSet& tensors, uint32_t chunk_bytes) {
+  std::vector<std::string> chunks;
+  (void)wire::ForEachChunk(tensors, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+    chunks.push_back(chunk.SerializeAsString());
+    return Status::Ok();
+  });
+  return chunks;
+}
+
+std::string Transfer(const std::string& header, const std::vector<std::string>& chunks) {
+  std::string out = Record(header);
+  for (const auto& chunk : chunks) out += Record(chunk);
+  return out;
+}
+
+void TensorTransferCorpus(const fs::path& dir) {
+  const TensorSet model = SmallModel();
+  const v1::TensorManifest manifest = wire::BuildManifest(model, 16);
+  const std::vector<std::string> chunks = Chunks(model, 16);
+  WriteFile(dir / "valid_three_tensors", Transfer(manifest.SerializeAsString(), chunks));
+  WriteFile(dir / "valid_one_chunk_each", Transfer(wire::BuildManifest(model).SerializeAsString(), Chunks(model, 1 << 20)));
+  WriteFile(dir / "valid_no_tensors", Transfer(wire::BuildManifest({}).SerializeAsString(), {}));
+
+  std::vector<std::string> cut(chunks.begin(), chunks.end() - 1);
+  WriteFile(dir / "ends_early", Transfer(manifest.SerializeAsString(), cut));
+  std::vector<std::string> swapped = chunks;
+  std::swap(swapped[0], swapped[1]);
+  WriteFile(dir / "chunks_out_of_order", Transfer(manifest.SerializeAsString(), swapped));
+  v1::TensorManifest bad_hash = manifest;
+  bad_hash.mutable_tensors(0)->mutable_sha256()->front() ^= 1;
+  WriteFile(dir / "wrong_hash", Transfer(bad_hash.SerializeAsString(), chunks));
+  v1::TensorManifest bad_size = manifest;
+  bad_size.mutable_tensors(1)->set_byte_size(20);
+  bad_size.set_total_bytes(manifest.total_bytes() + 4);
+  WriteFile(dir / "size_disagrees_with_shape", Transfer(bad_size.SerializeAsString(), chunks));
+  v1::TensorManifest negative = manifest;
+  negative.mutable_tensors(0)->set_shape(0, -4);
+  WriteFile(dir / "negative_dimension", Transfer(negative.SerializeAsString(), chunks));
+}
+
+void UpdateEnvelopeCorpus(const fs::path& dir) {
+  const TensorSet delta = SmallModel();
+  TensorSet momentum = SmallModel();
+  momentum.resize(2);
+  v1::UpdateHeader legacy;
+  legacy.set_worker_id("w-1");
+  legacy.set_job_id("j-1");
+  legacy.set_round(2);
+  *legacy.mutable_manifest() = wire::BuildManifest(delta, 32);
+  WriteFile(dir / "valid_manifest_only", Transfer(legacy.SerializeAsString(), Chunks(delta, 32)));
+
+  v1::UpdateHeader sets = legacy;
+  sets.clear_manifest();
+  auto* d = sets.add_sets();
+  d->set_name(wire::kDeltaSet);
+  d->set_encoding(v1::ENCODING_FLOAT32);
+  *d->mutable_manifest() = wire::BuildManifest(delta, 32);
+  auto* m = sets.add_sets();
+  m->set_name("momentum");
+  *m->mutable_manifest() = wire::BuildManifest(momentum, 32);
+  TensorSet both = delta;
+  both.insert(both.end(), momentum.begin(), momentum.end());
+  WriteFile(dir / "valid_two_sets", Transfer(sets.SerializeAsString(), Chunks(both, 32)));
+
+  v1::UpdateHeader no_delta = sets;
+  no_delta.mutable_sets(0)->set_name("other");
+  WriteFile(dir / "no_delta_set", Transfer(no_delta.SerializeAsString(), Chunks(both, 32)));
+  v1::UpdateHeader twice = sets;
+  twice.mutable_sets(1)->set_name(wire::kDeltaSet);
+  WriteFile(dir / "set_named_twice", Transfer(twice.SerializeAsString(), Chunks(both, 32)));
+  v1::UpdateHeader mixed = sets;
+  *mixed.mutable_manifest() = wire::BuildManifest(delta, 32);
+  WriteFile(dir / "manifest_and_sets", Transfer(mixed.SerializeAsString(), Chunks(both, 32)));
+}
+
+void CheckpointCorpus(const fs::path& dir) {
+  const std::string valid = server::EncodeCheckpoint(SmallModel());
+  WriteFile(dir / "valid_small_model", valid);
+  WriteFile(dir / "valid_empty", server::EncodeCheckpoint({}));
+  WriteFile(dir / "truncated", valid.substr(0, valid.size() - 3));
+  WriteFile(dir / "trailing_bytes", valid + "xyz");
+  std::string flipped = valid;
+  flipped[flipped.size() - 5] ^= 0x40;
+  WriteFile(dir / "flipped_value", flipped);
+  std::string long_manifest = valid;
+  long_manifest[8] = static_cast<char>(0xff);
+  WriteFile(dir / "manifest_length_too_long", long_manifest);
+  WriteFile(dir / "wrong_magic", "TSRCKPT0" + valid.substr(8));
+}
+
+std::vector<uint8_t> IdxFile(uint32_t magic, const std::vector<uint32_t>& dims, size_t elements) {
+  std::vector<uint8_t> out;
+  auto be32 = [&](uint32_t v) {
+    for (int shift : {24, 16, 8, 0}) out.push_back(static_cast<uint8_t>(v >> shift));
+  };
+  be32(magic);
+  for (uint32_t d : dims) be32(d);
+  for (size_t i = 0; i < elements; ++i) out.push_back(static_cast<uint8_t>(i * 37 % 256));
+  return out;
+}
+
+std::string AsString(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+
+std::string Gzipped(const fs::path& scratch, const std::vector<uint8_t>& bytes) {
+  const fs::path path = scratch / "idx.gz";
+  if (!WriteMaybeGzipFile(path.string(), bytes).ok()) {
+    std::cerr << "cannot write " << path << "\n";
+    std::exit(1);
+  }
+  std::string out = ReadFile(path);
+  fs::remove(path);
+  return out;
+}
+
+void IdxCorpus(const fs::path& dir, const fs::path& scratch) {
+  const auto images = IdxFile(0x00000803, {3, 4, 5}, 60);
+  const auto labels = IdxFile(0x00000801, {6}, 6);
+  WriteFile(dir / "valid_images", AsString(images));
+  WriteFile(dir / "valid_labels", AsString(labels));
+  WriteFile(dir / "valid_images.gz", Gzipped(scratch, images));
+  WriteFile(dir / "valid_labels.gz", Gzipped(scratch, labels));
+  WriteFile(dir / "no_images", AsString(IdxFile(0x00000803, {0, 28, 28}, 0)));
+  WriteFile(dir / "images_truncated", AsString(IdxFile(0x00000803, {3, 4, 5}, 59)));
+  WriteFile(dir / "labels_trailing_data", AsString(IdxFile(0x00000801, {6}, 7)));
+  WriteFile(dir / "zero_rows", AsString(IdxFile(0x00000803, {3, 0, 5}, 0)));
+  WriteFile(dir / "huge_dimensions", AsString(IdxFile(0x00000803, {0xffffffff, 0xffff, 0xffff}, 4)));
+  std::string gz = Gzipped(scratch, images);
+  WriteFile(dir / "gzip_truncated", gz.substr(0, gz.size() / 2));
+}
+
+void JobSpecCorpora(const fs::path& source_dir, const fs::path& toml_dir, const fs::path& proto_dir) {
+  std::vector<fs::path> examples;
+  for (const auto& entry : fs::directory_iterator(source_dir / "examples")) {
+    if (entry.path().extension() == ".toml") examples.push_back(entry.path());
+  }
+  std::sort(examples.begin(), examples.end());
+  for (const auto& path : examples) {
+    const std::string text = ReadFile(path);
+    const std::string name = path.stem().string();
+    WriteFile(toml_dir / (name + ".toml"), text);
+    Result<v1::JobSpec> spec = ParseJobSpecString(text, path.string());
+    if (!spec.ok()) {
+      std::cerr << spec.status().ToString() << "\n";
+      std::exit(1);
+    }
+    WriteFile(toml_dir / (name + ".written.toml"), JobSpecToToml(*spec));
+    WriteFile(proto_dir / (name + ".pb"), spec->SerializeAsString());
+  }
+  WriteFile(toml_dir / "unknown_key.toml", "name = \"x\"\nrounds = 2\nround = 3\n[data.partition]\nparties = 2\n");
+  WriteFile(toml_dir / "wrong_type.toml", "rounds = \"two\"\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n");
+  WriteFile(toml_dir / "out_of_range.toml",
+            "rounds = 5\nclients_per_round = 9\n[model]\nname = \"mlp\"\nhidden = [-1]\n[data.partition]\n"
+            "kind = \"dirichlet\"\nbeta = -0.5\nparties = 3\n[train]\nlearning_rate = inf\n");
+  WriteFile(toml_dir / "local_files.toml",
+            "name = \"sites\"\nrounds = 1\n[model]\nname = \"simplecnn\"\n[data]\npath = \"/srv/data\"\n"
+            "[data.partition]\nkind = \"local-files\"\nparties = 2\n[train]\nbatch_size = 8\n");
+
+  v1::JobSpec base;
+  if (!ParseJobSpecString(ReadFile(examples.front()), "base").ok()) std::exit(1);
+  base = *ParseJobSpecString(ReadFile(examples.front()), "base");
+  v1::JobSpec zero_rounds = base;
+  zero_rounds.set_rounds(0);
+  WriteFile(proto_dir / "zero_rounds.pb", zero_rounds.SerializeAsString());
+  v1::JobSpec quoted = base;
+  quoted.set_name("a \"quoted\" \\ name \xc3\xa9");
+  quoted.mutable_data()->set_path("/data/with \"quotes\"");
+  WriteFile(proto_dir / "quoted_strings.pb", quoted.SerializeAsString());
+  v1::JobSpec local = base;
+  local.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_LOCAL_FILES);
+  local.mutable_data()->mutable_partition()->set_parties(0);
+  WriteFile(proto_dir / "local_files.pb", local.SerializeAsString());
+  v1::JobSpec fedavgm = base;
+  fedavgm.set_strategy("fedavgm");
+  fedavgm.mutable_server()->set_learning_rate(1.0);
+  fedavgm.mutable_server()->set_momentum(0.9);
+  WriteFile(proto_dir / "fedavgm.pb", fedavgm.SerializeAsString());
+}
+
+}  // namespace
+}  // namespace tessera::fuzz
+
+int main(int argc, char** argv) {
+  using namespace tessera::fuzz;
+  if (argc != 3) {
+    std::cerr << "usage: " << argv[0] << " SOURCE_DIR OUT_DIR\n";
+    return 2;
+  }
+  const fs::path source_dir = argv[1];
+  const fs::path out = argv[2];
+  TensorTransferCorpus(out / "tensor_transfer_fuzzer");
+  UpdateEnvelopeCorpus(out / "update_envelope_fuzzer");
+  CheckpointCorpus(out / "checkpoint_fuzzer");
+  IdxCorpus(out / "idx_fuzzer", out);
+  JobSpecCorpora(source_dir, out / "job_spec_toml_fuzzer", out / "job_spec_proto_fuzzer");
+  std::cout << "wrote the seed corpora under " << out << "\n";
+  return 0;
+}
