@@ -1,4 +1,5 @@
 // tessera: the command line for federated jobs.
+#include <google/protobuf/struct.pb.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -100,7 +101,7 @@ const std::vector<Command>& Commands() {
        {"model", "a", "b", "samples", "data-dir", "threshold", "json"}, false},
       {"provision", "", "the certificates of a deployment: a CA, the coordinator's certificate,\n"
                         "one per worker and per operator, each in a directory for --tls-dir\n"
-                        "(see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "days"}, false},
+                        "(see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "days", "json"}, false},
       {"help", "[COMMAND]", "this text, or one command's", {}, false},
       {"version", "", "the version of this build (also --version)", {}, false},
   };
@@ -262,7 +263,26 @@ int main(int argc, char** argv) {
       std::cerr << "tessera provision: " << report.status().message() << "\n";
       return 1;
     }
-    std::cout << *report;
+    if (!json) {
+      std::cout << *report;
+      return 0;
+    }
+    // One object per identity: "ca            DIR (made; keep ca.key offline)".
+    std::istringstream lines(*report);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t gap = line.find(' ');
+      const size_t open = line.rfind(" (");
+      if (gap == std::string::npos || open == std::string::npos || open < gap) continue;
+      google::protobuf::Struct identity;
+      auto& f = *identity.mutable_fields();
+      f["identity"].set_string_value(line.substr(0, gap));
+      const size_t dir = line.find_first_not_of(' ', gap);
+      f["dir"].set_string_value(line.substr(dir, open - dir));
+      const std::string state = line.substr(open + 2, line.size() - open - 3);
+      f["made"].set_bool_value(state.rfind("made", 0) == 0);
+      f["note"].set_string_value(state);
+      std::cout << wire::ToJson(identity) << "\n";
+    }
     return 0;
   }
   if (command == "devices" || command == "align") {

@@ -29,6 +29,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/escape.h"
+#include "base/flags.h"
 #include "collectives/benchmark.h"
 #include "collectives/registry.h"
 #include "collectives/store/file_store.h"
@@ -46,6 +48,7 @@ struct BenchOptions {
   bool tcp_ceiling = false;
   bool verify_calls = true;
   int repeat = 1;
+  bool json = false;      // one JSON object per measured row, no tables
   std::string store_dir;  // under mpirun
   int result_fd = -1;     // forked runs: rank 0 writes one SizeResult per size here
 };
@@ -117,9 +120,16 @@ Status RunSweep(Communicator& c, const BenchOptions& options) {
     if (c.rank() == 0) {
       const double algbw = static_cast<double>(bytes) / mean / 1e9;
       const double busbw = algbw * 2.0 * (n - 1) / n;
-      std::printf("%-6s %5d %12zu %6d %12.1f %12.1f %9.3f %9.3f  %s\n",
-                  std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6,
-                  p95 * 1e6, algbw, busbw, wrong_total == 0 ? "ok" : "WRONG");
+      if (options.json) {
+        std::printf("{\"backend\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"iterations\":%d,\"mean_us\":%.1f,"
+                    "\"p95_us\":%.1f,\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f,\"correct\":%s}\n",
+                    std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6, p95 * 1e6, algbw,
+                    busbw, wrong_total == 0 ? "true" : "false");
+      } else {
+        std::printf("%-6s %5d %12zu %6d %12.1f %12.1f %9.3f %9.3f  %s\n",
+                    std::string(c.backend_name()).c_str(), n, bytes, iterations, mean * 1e6,
+                    p95 * 1e6, algbw, busbw, wrong_total == 0 ? "ok" : "WRONG");
+      }
       std::fflush(stdout);
       if (options.result_fd >= 0) {
         const SizeResult result{bytes, mean, busbw};
@@ -134,6 +144,7 @@ Status RunSweep(Communicator& c, const BenchOptions& options) {
 }
 
 void PrintHeader(const BenchOptions& options) {
+  if (options.json) return;
   std::printf("# call verification (gloo, mpi, nccl): %s\n",
               options.verify_calls ? "on (verify_calls, the default)" : "off (--no-verify)");
   std::printf("%-6s %5s %12s %6s %12s %12s %9s %9s  %s\n", "backend", "ranks", "bytes", "iters",
@@ -198,6 +209,7 @@ double Median(std::vector<double> values) {
 void PrintMedians(const BenchOptions& options,
                   const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& busbw,
                   const std::map<std::tuple<int, std::string, uint64_t>, std::vector<double>>& micros) {
+  if (options.json) return;  // the rows say it all
   std::printf("\n== median over %d interleaved repetitions: busbw GB/s (time us)\n", options.repeat);
   std::printf("%12s", "bytes");
   for (int ranks : options.ranks) {
@@ -228,7 +240,7 @@ void PrintMedians(const BenchOptions& options,
 }
 
 // One sender process, one receiver: the bandwidth one loopback TCP stream reaches.
-int MeasureTcpCeiling() {
+int MeasureTcpCeiling(bool json) {
   auto listening = ListenTcp("127.0.0.1", 0, 1);
   if (!listening.ok()) return 1;
   const int port = listening->second;
@@ -259,8 +271,13 @@ int MeasureTcpCeiling() {
   const double seconds = Seconds(Clock::now() - start);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  std::printf("loopback TCP, one stream, 4 MiB writes: %.3f GB/s (%zu bytes in %.3f s)\n",
-              static_cast<double>(total) / seconds / 1e9, total, seconds);
+  if (json) {
+    std::printf("{\"tcp_ceiling_gbps\":%.3f,\"bytes\":%zu,\"seconds\":%.3f}\n",
+                static_cast<double>(total) / seconds / 1e9, total, seconds);
+  } else {
+    std::printf("loopback TCP, one stream, 4 MiB writes: %.3f GB/s (%zu bytes in %.3f s)\n",
+                static_cast<double>(total) / seconds / 1e9, total, seconds);
+  }
   return 0;
 }
 
@@ -268,32 +285,71 @@ int MeasureTcpCeiling() {
 
 int CollectivesBenchmarkMain(int argc, char** argv) {
   BenchOptions options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (arg == "--ranks") {
-      options.ranks.clear();
-      for (const auto& r : Split(next())) options.ranks.push_back(std::atoi(r.c_str()));
-    } else if (arg == "--backends") {
-      options.backends = Split(next());
-    } else if (arg == "--min-bytes") {
-      options.min_bytes = std::strtoull(next().c_str(), nullptr, 10);
-    } else if (arg == "--max-bytes") {
-      options.max_bytes = std::strtoull(next().c_str(), nullptr, 10);
-    } else if (arg == "--repeat") {
-      options.repeat = std::max(1, std::atoi(next().c_str()));
-    } else if (arg == "--no-verify") {
-      options.verify_calls = false;
-    } else if (arg == "--tcp-ceiling") {
-      options.tcp_ceiling = true;
-    } else if (arg == "--store-dir") {
-      options.store_dir = next();
-    } else {
-      std::fprintf(stderr, "unknown argument %s\n", arg.c_str());
+  std::string ranks = "2,4";
+  std::string backends = "p2p,gloo";
+  int64_t min_bytes = static_cast<int64_t>(options.min_bytes);
+  int64_t max_bytes = static_cast<int64_t>(options.max_bytes);
+  int64_t repeat = options.repeat;
+  bool no_verify = false;
+  bool help = false;
+  FlagSet flags;
+  flags.String("ranks", &ranks, "rank counts to run, comma-separated (1 to 64 each)");
+  flags.String("backends", &backends, "backends to run, comma-separated (p2p, gloo, mpi, nccl)");
+  flags.Int("min-bytes", &min_bytes, "the smallest message, bytes (sizes grow by four)", IntRange{4, int64_t{1} << 30});
+  flags.Int("max-bytes", &max_bytes, "the largest message, bytes", IntRange{4, int64_t{1} << 30});
+  flags.Int("repeat", &repeat, "sweeps, backends interleaved within each; medians over them", IntRange{1, 100});
+  flags.Bool("no-verify", &no_verify, "gloo, mpi, nccl: skip the per-call agreement check, to measure its cost");
+  flags.Bool("tcp-ceiling", &options.tcp_ceiling, "measure one loopback TCP stream's bandwidth instead");
+  flags.Bool("json", &options.json, "one JSON object per measured row instead of the tables");
+  flags.String("store-dir", &options.store_dir, "under mpirun: a fresh directory every rank shares");
+  flags.Bool("help", &help, "show this help");
+  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+    std::fprintf(stderr, "tessera bench collectives: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (help) {
+    std::printf("Usage: tessera bench collectives [flags]\n\nAllreduce time, algbw and busbw over message sizes and "
+                "rank counts, ranks as processes on\nloopback, every result checked.\n\nFlags:\n%s",
+                flags.Usage().c_str());
+    return 0;
+  }
+  if (!flags.positional().empty()) {
+    std::fprintf(stderr, "tessera bench collectives: takes no arguments, only flags (see --help)\n");
+    return 2;
+  }
+  if (min_bytes > max_bytes) {
+    std::fprintf(stderr, "tessera bench collectives: flag --min-bytes: expected at most --max-bytes (%lld), got %lld\n",
+                 static_cast<long long>(max_bytes), static_cast<long long>(min_bytes));
+    return 2;
+  }
+  options.ranks.clear();
+  for (const auto& r : Split(ranks)) {
+    char* end = nullptr;
+    const long value = std::strtol(r.c_str(), &end, 10);
+    if (r.empty() || *end != '\0' || value < 1 || value > 64) {
+      std::fprintf(stderr, "tessera bench collectives: flag --ranks: expected rank counts from 1 to 64, got '%s'\n",
+                   EscapeUntrusted(r, 32).c_str());
+      return 2;
+    }
+    options.ranks.push_back(static_cast<int>(value));
+  }
+  options.backends = Split(backends);
+  for (const auto& b : options.backends) {
+    if (b != "p2p" && b != "gloo" && b != "mpi" && b != "nccl") {
+      std::fprintf(stderr, "tessera bench collectives: flag --backends: expected p2p, gloo, mpi or nccl, got '%s'\n",
+                   EscapeUntrusted(b, 32).c_str());
       return 2;
     }
   }
-  if (options.tcp_ceiling) return MeasureTcpCeiling();
+  if (options.ranks.empty() || options.backends.empty()) {
+    std::fprintf(stderr, "tessera bench collectives: --ranks and --backends need at least one value each\n");
+    return 2;
+  }
+  options.min_bytes = static_cast<size_t>(min_bytes);
+  options.max_bytes = static_cast<size_t>(max_bytes);
+  options.repeat = static_cast<int>(repeat);
+  options.verify_calls = !no_verify;
+  if (options.tcp_ceiling) return MeasureTcpCeiling(options.json);
 
   const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");
   const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");

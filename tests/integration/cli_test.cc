@@ -227,6 +227,27 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_EQ(stray_code, 2);
   EXPECT_NE(stray.find("--round does not apply"), std::string::npos) << stray;
 
+  auto [bench_help_code, bench_help] = RunCli(dir, {"bench", "collectives", "--help"});
+  EXPECT_EQ(bench_help_code, 0) << bench_help;
+  EXPECT_NE(bench_help.find("Usage: tessera bench collectives"), std::string::npos) << bench_help;
+  auto [bench_typo_code, bench_typo] = RunCli(dir, {"bench", "collectives", "--ranks", "2,x"});
+  EXPECT_EQ(bench_typo_code, 2) << bench_typo;
+  EXPECT_NE(bench_typo.find("flag --ranks: expected rank counts from 1 to 64, got 'x'"), std::string::npos)
+      << bench_typo;
+  auto [provision_code, provisioned] =
+      RunCli(dir, {"provision", "--out", (dir.path() / "made").string(), "--coordinator-host", "localhost",
+                   "--workers", "a", "--operators", "o", "--json"});
+  EXPECT_EQ(provision_code, 0) << provisioned;
+  size_t objects = 0;
+  std::istringstream lines(provisioned);
+  for (std::string line; std::getline(lines, line);) {
+    google::protobuf::Struct identity;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &identity).ok()) << line;
+    EXPECT_TRUE(identity.fields().at("made").bool_value()) << line;
+    ++objects;
+  }
+  EXPECT_EQ(objects, 4u) << "the CA, the coordinator, a worker and an operator:\n" << provisioned;
+
   // A port nothing listens on: bind one, note it, close it.
   int port = 0;
   {

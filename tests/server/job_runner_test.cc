@@ -287,6 +287,32 @@ TEST_F(JobRunnerTest, ARoundShortOfClientsIsRetriedAndTheStragglerIsCancelledFor
   for (const auto& task : workers_[0]->received()) EXPECT_FALSE(task.has_cancel()) << "w1 reported in time";
 }
 
+TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
+  // The model the job served while it ran, watched without being held.
+  std::mutex held_mu;
+  std::weak_ptr<const ModelVersion> held;
+  bool seen = false;
+  AddWorker("w1", [&](const v1::TrainTask& t) {
+    std::shared_ptr<JobRunner> runner;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      runner = runner_;
+    }
+    if (auto model = runner->Model(t.model_version()); model.ok()) {
+      std::lock_guard<std::mutex> lock(held_mu);
+      held = *model;
+      seen = true;
+    }
+    return Answer::kUpload;
+  });
+  v1::Job job = Run(SmallSpec(1, 1, 600000));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  std::lock_guard<std::mutex> lock(held_mu);
+  ASSERT_TRUE(seen) << "the worker never saw the job's model";
+  EXPECT_TRUE(held.expired()) << "the finished job still holds the model it served";
+  EXPECT_EQ(runner_->Model(1).status().code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_F(JobRunnerTest, WatchersAreToldWhoARoundIsWaitingFor) {
   AddWorker("w1", [](const v1::TrainTask&) { return Answer::kUpload; });
   AddWorker("w2", [](const v1::TrainTask&) { return Answer::kSilent; });
