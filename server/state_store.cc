@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <sstream>
@@ -218,12 +219,24 @@ Status StateStore::InsertJob(const v1::Job& job) {
 Status StateStore::UpdateJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(TakeInjectedFailure());
+  return UpdateJobRowLocked(job);
+}
+
+Status StateStore::UpdateJobRowLocked(const v1::Job& job) {
   Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
   if (!st.ok()) return SqliteError(db_, "prepare update job");
   st.BindBlob(1, job.SerializeAsString());
   st.BindText(2, job.id());
   if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update job " + job.id());
   return Status::Ok();
+}
+
+Status StateStore::InTransactionLocked(const std::function<Status()>& body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = body();
+  if (s.ok()) s = Exec("COMMIT");
+  if (!s.ok()) Exec("ROLLBACK").ok();
+  return s;
 }
 
 Result<v1::Job> StateStore::GetJob(const std::string& job_id) {
@@ -266,29 +279,16 @@ Status StateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record
   RETURN_IF_ERROR(WriteFileAtomically(path, EncodeCheckpoint(global_model)));
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(TakeInjectedFailure());
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto rollback = [&](Status s) {
-    Exec("ROLLBACK").ok();
-    return s;
-  };
-  {
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
-    if (!st.ok()) return rollback(SqliteError(db_, "prepare insert round"));
+    if (!st.ok()) return SqliteError(db_, "prepare insert round");
     st.BindText(1, job.id());
     st.BindInt(2, record.round());
     st.BindBlob(3, record.SerializeAsString());
     st.BindText(4, path);
-    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "insert round"));
-  }
-  {
-    Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
-    if (!st.ok()) return rollback(SqliteError(db_, "prepare update job"));
-    st.BindBlob(1, job.SerializeAsString());
-    st.BindText(2, job.id());
-    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "update job"));
-  }
-  Status commit = Exec("COMMIT");
-  if (!commit.ok()) return rollback(commit);
+    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert round");
+    return UpdateJobRowLocked(job);
+  }));
   // Keep the initial model and the newest kKeptCheckpoints; a file left behind by a crash
   // here is removed at the next start (RemoveLeftoverCheckpoints).
   if (record.round() > kKeptCheckpoints) {
@@ -316,28 +316,14 @@ Result<StateStore::Checkpoint> StateStore::LoadNewestCheckpoint(const std::strin
 Status StateStore::RewindJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(TakeInjectedFailure());
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto rollback = [&](Status s) {
-    Exec("ROLLBACK").ok();
-    return s;
-  };
-  {
+  return InTransactionLocked([&]() -> Status {
     Statement st(db_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
-    if (!st.ok()) return rollback(SqliteError(db_, "prepare delete rounds"));
+    if (!st.ok()) return SqliteError(db_, "prepare delete rounds");
     st.BindText(1, job.id());
     st.BindInt(2, job.rounds_committed());
-    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "delete rounds of " + job.id()));
-  }
-  {
-    Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
-    if (!st.ok()) return rollback(SqliteError(db_, "prepare update job"));
-    st.BindBlob(1, job.SerializeAsString());
-    st.BindText(2, job.id());
-    if (st.Step() != SQLITE_DONE) return rollback(SqliteError(db_, "update job " + job.id()));
-  }
-  Status commit = Exec("COMMIT");
-  if (!commit.ok()) return rollback(commit);
-  return Status::Ok();
+    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "delete rounds of " + job.id());
+    return UpdateJobRowLocked(job);
+  });
 }
 
 Result<std::vector<std::string>> StateStore::RemoveLeftoverCheckpoints() {

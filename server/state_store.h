@@ -13,6 +13,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -93,6 +94,11 @@ class StateStore {
  private:
   StateStore(std::string state_dir, sqlite3* db);
   Status Exec(const std::string& sql);
+  // Runs `body` in one IMMEDIATE transaction: committed when it returns Ok, rolled back
+  // otherwise (mu_ held).
+  Status InTransactionLocked(const std::function<Status()>& body);
+  // Writes `job` over its row (mu_ held).
+  Status UpdateJobRowLocked(const v1::Job& job);
   std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
 
   // The injected failure for the next job write, if any (mu_ held).

@@ -39,7 +39,7 @@ TEST(StreamLimitsTest, OptionsOutsideTheirRangesAreRefused) {
   EXPECT_EQ(limits.Validate().message(), "coordinator option stream idle_timeout: expected 100 to 3600000 ms, got 0");
   limits = StreamLimits();
   limits.max_streams = 10;
-  EXPECT_EQ(limits.Validate().message(), "coordinator option max_streams: expected 256 to 1000000, got 10");
+  EXPECT_EQ(limits.Validate().message(), "coordinator option max_streams: expected 4096 to 1000000, got 10");
 }
 
 TEST(CallerKeyTest, ACertificateNamesTheCallerElseItsAddressWithoutThePort) {
