@@ -520,8 +520,8 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
 
   // Wait for every participant, the deadline, or the loss of the ones still pending. Watchers
-  // are told who is awaited: when the count changes (at most every second) and every 10 s.
-  size_t last_pending = selected.size() + 1;
+  // are told who is awaited: when one reports (at most every second) and every 10 s.
+  size_t last_pending = selected.size();
   auto last_progress = Clock::now();
   while (Clock::now() < deadline && !stopping()) {
     const size_t pending = open->DropLost(
