@@ -192,7 +192,7 @@ void WorkerAgent::TrainerLoop() {
                      task.attempt());
         continue;
       }
-      state_ = "training";
+      state_ = "training " + task.job_id() + " round " + std::to_string(task.round());
     }
     v1::UpdateHeader header;
     TensorSet delta;
@@ -421,7 +421,7 @@ Status WorkerAgent::Upload(const v1::UpdateHeader& header, const TensorSet& delt
   const std::string what = "job " + header.job_id() + " round " + std::to_string(header.round());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    state_ = "uploading";
+    state_ = "uploading " + what;
   }
   ASSIGN_OR_RETURN(v1::UploadResult result, client_->UploadUpdate(header, delta, options_.chunk_bytes));
   RecordUpdate(result.accepted());

@@ -82,6 +82,16 @@ async function loadJobs() {
   }
 }
 
+// The worker's compute in the newest round of the chosen job that it took part in.
+function recentCompute(workerId) {
+  const rounds = (jobView && jobView.rounds) || [];
+  for (let i = rounds.length - 1; i >= 0; --i) {
+    const w = (rounds[i].workers || []).find((x) => x.worker_id === workerId);
+    if (w && w.compute_ms > 0) return fmt(w.compute_ms) + " (round " + rounds[i].round + ")";
+  }
+  return "-";
+}
+
 async function loadWorkers() {
   const workers = (await (await api("/api/workers")).json()).workers || [];
   const body = document.querySelector("#workers tbody");
@@ -91,7 +101,7 @@ async function loadWorkers() {
     row.append(el("td", w.worker_id), el("td", w.alive ? w.state : "gone (" + w.state + ")"),
                el("td", ago(w.last_heartbeat_unix_ms)),
                el("td", (w.device && w.device.name) || ""), el("td", w.cohort || ""),
-               el("td", w.rounds_completed), el("td", w.updates_rejected),
+               el("td", w.rounds_completed), el("td", w.updates_rejected), el("td", recentCompute(w.worker_id)),
                el("td", w.device ? Number(w.device.measured_gflops).toFixed(1) : ""));
     body.append(row);
   }

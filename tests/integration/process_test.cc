@@ -92,7 +92,7 @@ TEST(ProcessTest, AKilledWorkerDoesNotStallTheRoundAndRejoinsWhenRestarted) {
   const std::string job = submitted.job().id();
 
   // Kill w2 while it trains round 1, then bring it back under the same name.
-  ASSERT_TRUE(WaitUntil([&] { return WorkerState(*stub, "w2") == "training"; }, std::chrono::seconds(60)))
+  ASSERT_TRUE(WaitUntil([&] { return WorkerState(*stub, "w2").rfind("training job-", 0) == 0; }, std::chrono::seconds(60)))
       << coordinator->Log();
   workers["w2"]->Kill(SIGKILL);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));

@@ -3,7 +3,8 @@
 // headless chromium driven by puppeteer-core. Checks, in the page:
 //   - it loads and asks for the admin token; after signing in, no console error and no
 //     uncaught exception (before it, only the expected 401s);
-//   - the workers table lists the three workers;
+//   - the workers table lists the three workers, and at the end each one's compute in the
+//     last round;
 //   - the jobs table shows the job once submitted, and its committed rounds reach the latency
 //     chart and the percentiles while the job runs: the count is seen to grow at least twice
 //     before the job ends, then to equal the job's rounds;
@@ -272,6 +273,12 @@ momentum = 0.9
   }, critical);
   expect(criticalNote !== null && criticalNote.includes("critical path"),
          `timeline: the row of the critical worker ${critical} says "${criticalNote}"`);
+
+  // The workers table says what each did last: its compute in the job's newest round.
+  await waitFor(() => page.evaluate((rounds) => {
+    const rows = [...document.querySelectorAll("#workers tbody tr")];
+    return rows.length > 0 && rows.every((r) => r.cells[7].textContent.endsWith(`(round ${rounds})`));
+  }, ROUNDS), "the workers table showing each worker's compute in the last round", 15000);
 
   await sleep(300);  // let the last render settle
   await page.screenshot({ path: screenshotPath, fullPage: true });
