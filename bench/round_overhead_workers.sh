@@ -14,7 +14,7 @@
 #           (round 1 includes the workers' start)
 #   MAX_TEST_SAMPLES  test images the coordinator evaluates on after each round (default 100)
 #   COORDINATOR_FLAGS  added to every coordinator's command line (default none: its defaults,
-#           heartbeats every 1 s, a worker silent for 5 s dropped from its round)
+#           heartbeats every 5 s, a worker silent for 15 s dropped from its round)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
