@@ -138,7 +138,8 @@ std::string FlagSet::Usage(const std::vector<std::string>& only) const {
     auto found = flags_.find(name);
     if (found == flags_.end()) continue;
     const Flag& f = found->second;
-    std::string left = "  --" + name + (f.kind == Kind::kBool ? "" : " VALUE");
+    // A one-letter flag is shown as it is usually typed, with one dash ("-o VALUE").
+    std::string left = (name.size() == 1 ? "  -" : "  --") + name + (f.kind == Kind::kBool ? "" : " VALUE");
     out << left;
     for (size_t i = left.size(); i < 30; ++i) out << ' ';
     if (left.size() >= 30) out << "  ";  // a long name still gets a gap before its help
@@ -147,7 +148,13 @@ std::string FlagSet::Usage(const std::vector<std::string>& only) const {
     if (f.kind == Kind::kInt && (f.range.min != IntRange().min || f.range.max != IntRange().max)) {
       out << " (" << f.range.min << " to " << f.range.max << ")";
     }
-    if (!f.default_value.empty() && f.kind != Kind::kBool) out << " (default: " << f.default_value << ")";
+    // A default outside an integer's range means "not given" (a sentinel): not shown.
+    bool shown = !f.default_value.empty() && f.kind != Kind::kBool;
+    if (shown && f.kind == Kind::kInt) {
+      const long long value = std::strtoll(f.default_value.c_str(), nullptr, 10);
+      shown = value >= f.range.min && value <= f.range.max;
+    }
+    if (shown) out << " (default: " << f.default_value << ")";
     out << '\n';
   }
   return out.str();

@@ -91,6 +91,18 @@ TEST(FlagsTest, ASingleDashIsAMistypedFlagButDashHAsksForHelp) {
   EXPECT_EQ(numbers.positional(), (std::vector<std::string>{"-", "-1"}));
 }
 
+TEST(FlagsTest, UsageShowsOneLetterFlagsWithOneDashAndNoSentinelDefault) {
+  std::string out;
+  int64_t round = -1;
+  FlagSet flags;
+  flags.String("o", &out, "the output");
+  flags.Int("round", &round, "only this round", IntRange{0, 100});
+  const std::string usage = flags.Usage();
+  EXPECT_NE(usage.find("  -o VALUE"), std::string::npos) << usage;
+  EXPECT_EQ(usage.find("default: -1"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("(0 to 100)"), std::string::npos) << usage;
+}
+
 TEST(FlagsTest, UsageCanListSomeFlags) {
   std::string a, b;
   FlagSet flags;
