@@ -90,6 +90,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   for (auto& service : c->services_) builder.RegisterService(service.get());
   // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
   builder.SetMaxReceiveMessageSize(2 << 20);
+  if (c->options_.stream_window_kib > 0) {
+    // A fixed HTTP/2 receive window per stream instead of the one gRPC grows by probing the
+    // link's bandwidth-delay product: less memory per upload on a LAN, slower uploads over a
+    // long link (a window per round trip).
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                               static_cast<int>(c->options_.stream_window_kib * 1024));
+  }
   c->server_ = builder.BuildAndStart();
   if (!c->server_ || c->port_ == 0) {
     Status why = ProbeListen(listen);

@@ -43,6 +43,10 @@ struct CoordinatorOptions {
   // Bytes that uploads being received may hold at once; more wait their turn (one upload
   // is always let through, whatever its size). Keeps memory flat in the number of workers.
   uint64_t upload_buffer_bytes = uint64_t{256} << 20;
+  // HTTP/2 receive window per stream in KiB; 0: gRPC's, grown to the link's bandwidth-delay
+  // product. A small fixed window saves memory with many uploads on a LAN and slows uploads
+  // over long links (docs/BENCHMARKS.md).
+  uint32_t stream_window_kib = 0;
   // Timeouts and counts of open streams (server/stream_limits.h), the rendezvous store's
   // quotas (server/rendezvous_store.h); checked by Start().
   StreamLimits streams;

@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string log_format = "text";
   std::string metrics_listen;
+  int64_t stream_window_kib = 0;
   bool help = false;
   bool version = false;
   FlagSet flags;
@@ -83,6 +84,10 @@ int main(int argc, char** argv) {
             IntRange{1, 7 * 24 * 3600});
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
+  flags.Int("stream-window-kib", &stream_window_kib,
+            "a fixed HTTP/2 window per stream in KiB instead of gRPC's probed one (0): less memory with many "
+            "uploads on a LAN, slower uploads over long links",
+            IntRange{0, 65536});
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT for /metrics (Prometheus) and the dashboard, served like the gRPC port (TLS; "
                "operators only); unset: not served");
@@ -109,6 +114,12 @@ int main(int argc, char** argv) {
   if (!listen.ok()) {
     std::cerr << "tessera-coordinator: " << listen.status().message() << "\n";
     return 2;
+  }
+  if (!metrics_listen.empty()) {
+    if (auto parsed = ParseHostPort("--metrics-listen", metrics_listen, PortZero::kAllowed); !parsed.ok()) {
+      std::cerr << "tessera-coordinator: " << parsed.status().message() << "\n";
+      return 2;
+    }
   }
   auto tls = wire::LoadServerTls(tls_flags, *listen);
   if (!tls.ok()) {
@@ -139,6 +150,7 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_interval_ms = static_cast<uint32_t>(heartbeat_interval_ms);
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
+  options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.

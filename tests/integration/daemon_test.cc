@@ -96,6 +96,8 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--log-level", "verbose"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'verbose'"},
       {{"--heartbeat-timeout-ms", "-5"}, "flag --heartbeat-timeout-ms: expected 100 to 3600000, got '-5'"},
       {{"--log-format", "xml"}, "flag --log-format: expected text or json, got 'xml'"},
+      {{"--stream-window-kib", "-1"}, "flag --stream-window-kib: expected 0 to 65536, got '-1'"},
+      {{"--metrics-listen", "localhost"}, "--metrics-listen 'localhost': the port is missing; expected HOST:PORT"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
