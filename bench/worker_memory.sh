@@ -22,15 +22,19 @@ trap cleanup EXIT
 figure() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }  # kB
 cuda_mappings() { grep -c -E 'cublas|cudart|libcuda\.|nccl' "/proc/$1/maps" || true; }
 
-"$build/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$work/state" \
-  --join-token memory-bench >"$work/coordinator.log" 2>&1 &
+# Plaintext on loopback, with an admin token for the command line: the worker's memory is
+# the figure here, not TLS's.
+head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/admin-token"
+echo memory-bench-token >"$work/join-token"
+"$build/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$work/state" --insecure \
+  --join-token-file "$work/join-token" --admin-token-file "$work/admin-token" >"$work/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on port" "$work/coordinator.log" 2>/dev/null && break; sleep 0.1; done
-OPENBLAS_NUM_THREADS=1 "$build/worker/tessera-worker" --coordinator "127.0.0.1:$port" --join-token memory-bench \
-  --name memory-bench --device cpu >"$work/worker.log" 2>&1 &
+OPENBLAS_NUM_THREADS=1 "$build/worker/tessera-worker" --coordinator "127.0.0.1:$port" --insecure \
+  --join-token-file "$work/join-token" --name memory-bench --device cpu >"$work/worker.log" 2>&1 &
 worker=$!
 pids+=($worker)
-cli=("$build/cli/tessera" --coordinator "127.0.0.1:$port")
+cli=("$build/cli/tessera" --coordinator "127.0.0.1:$port" --insecure --admin-token-file "$work/admin-token")
 for _ in $(seq 300); do
   [ "$("${cli[@]}" workers 2>/dev/null | awk '$2 == "yes"' | wc -l)" -ge 1 ] && break
   sleep 0.1
