@@ -70,7 +70,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   w.sink.reset();
   w.session = RandomHex(16);
   w.generation = next_generation_++;
-  w.last_heard = std::chrono::steady_clock::now();
+  w.last_heard = options_.clock->Now();
   w.last_heard_unix_ms = UnixMillis();
   w.channel_open = false;
   w.channel_lost = false;
@@ -115,14 +115,14 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
   if (w.session.empty() || w.session != session) {
     return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
   }
-  w.last_heard = std::chrono::steady_clock::now();
+  w.last_heard = options_.clock->Now();
   w.last_heard_unix_ms = UnixMillis();
   if (!state.empty() && state != w.status.state()) w.status.set_state(state);  // escaped and capped by the service
   return Status::Ok();
 }
 
 bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
-  return !w.channel_lost && std::chrono::steady_clock::now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  return !w.channel_lost && options_.clock->Now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
 }
 
 uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {
@@ -176,7 +176,7 @@ Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t genera
     previous = std::exchange(w.sink, sink);
     w.channel_open = true;
     w.channel_lost = false;  // a channel reopened in the same session
-    w.last_heard = std::chrono::steady_clock::now();
+    w.last_heard = options_.clock->Now();
     w.status.set_state("idle");
     queued = !w.outbox.empty();
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "tessera/v1/job_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -32,6 +33,9 @@ struct WorkerRegistryOptions {
   // calls a second, not 1,000.
   uint32_t heartbeat_interval_ms = 5000;
   uint32_t heartbeat_timeout_ms = 15000;  // no heartbeat for this long: the worker is lost
+  // Where liveness reads the time (tests move a ManualClock instead of sleeping); must
+  // outlive the registry.
+  const Clock* clock = &SteadyClock();
 };
 
 // The server end of one open task channel, as the registry sees it. The registry calls these

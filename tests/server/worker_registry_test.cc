@@ -1,0 +1,100 @@
+// WorkerRegistry's liveness on a clock the test moves: a worker is lost after the heartbeat
+// timeout of silence, at once when its task channel closes, and back with a heartbeat or a
+// reopened channel; no test here sleeps.
+#include "server/worker_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace tessera::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+// A task channel that takes nothing (the registry only needs one attached).
+class NullSink final : public TaskChannelSink {
+ public:
+  void TasksQueued() override {}
+  void Superseded() override {}
+};
+
+class WorkerRegistryTest : public ::testing::Test {
+ protected:
+  WorkerRegistryTest() : registry_(Options(&clock_)) {}
+
+  static WorkerRegistryOptions Options(const Clock* clock) {
+    WorkerRegistryOptions options;
+    options.heartbeat_interval_ms = 5000;
+    options.heartbeat_timeout_ms = 15000;
+    options.clock = clock;
+    return options;
+  }
+
+  v1::JoinResponse Join(const std::string& name) {
+    v1::JoinRequest request;
+    request.set_name(name);
+    request.mutable_device()->set_kind("cpu");
+    auto joined = registry_.Join(request);
+    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+    return joined.ok() ? *joined : v1::JoinResponse();
+  }
+
+  ManualClock clock_;
+  WorkerRegistry registry_;
+};
+
+TEST_F(WorkerRegistryTest, SilenceLongerThanTheTimeoutLosesAWorkerAndAHeartbeatBringsItBack) {
+  const v1::JoinResponse w = Join("w1");
+  EXPECT_EQ(w.heartbeat_interval_ms(), 5000u);
+  EXPECT_EQ(w.heartbeat_timeout_ms(), 15000u);
+  ASSERT_TRUE(registry_.IsAlive(w.worker_id()));
+  clock_.Advance(milliseconds(15000));
+  EXPECT_TRUE(registry_.IsAlive(w.worker_id())) << "exactly the timeout is not yet too long";
+  clock_.Advance(milliseconds(1));
+  EXPECT_FALSE(registry_.IsAlive(w.worker_id()));
+  ASSERT_TRUE(registry_.Heartbeat(w.worker_id(), w.session(), "idle").ok());
+  EXPECT_TRUE(registry_.IsAlive(w.worker_id()));
+  // Heartbeats on time keep it alive however long it lives.
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(milliseconds(5000));
+    ASSERT_TRUE(registry_.Heartbeat(w.worker_id(), w.session(), "idle").ok());
+  }
+  EXPECT_TRUE(registry_.IsAlive(w.worker_id()));
+}
+
+TEST_F(WorkerRegistryTest, AClosedTaskChannelLosesAWorkerAtOnceWhateverItsHeartbeats) {
+  const v1::JoinResponse w = Join("w1");
+  const uint64_t generation = registry_.Generation(w.worker_id());
+  auto sink = std::make_shared<NullSink>();
+  ASSERT_TRUE(registry_.OpenChannel(w.worker_id(), generation, sink).ok());
+  EXPECT_EQ(registry_.ReadyWorkers(), std::vector<std::string>{w.worker_id()});
+  registry_.CloseChannel(w.worker_id(), generation, sink.get());
+  EXPECT_FALSE(registry_.IsAlive(w.worker_id())) << "no waiting for the heartbeat timeout";
+  EXPECT_TRUE(registry_.ReadyWorkers().empty());
+  // Reopening the channel in the same session brings it back.
+  ASSERT_TRUE(registry_.OpenChannel(w.worker_id(), generation, std::make_shared<NullSink>()).ok());
+  EXPECT_TRUE(registry_.IsAlive(w.worker_id()));
+}
+
+TEST_F(WorkerRegistryTest, ASilentWorkerLeavesTheReadyList) {
+  const v1::JoinResponse quiet = Join("quiet");
+  const v1::JoinResponse chatty = Join("chatty");
+  for (const auto* w : {&quiet, &chatty}) {
+    ASSERT_TRUE(registry_.OpenChannel(w->worker_id(), registry_.Generation(w->worker_id()),
+                                      std::make_shared<NullSink>()).ok());
+  }
+  EXPECT_EQ(registry_.ReadyWorkers().size(), 2u);
+  clock_.Advance(milliseconds(10000));
+  ASSERT_TRUE(registry_.Heartbeat(chatty.worker_id(), chatty.session(), "idle").ok());
+  clock_.Advance(milliseconds(10000));
+  EXPECT_EQ(registry_.ReadyWorkers(), std::vector<std::string>{chatty.worker_id()});
+  bool listed_gone = false;
+  for (const auto& w : registry_.List()) {
+    if (w.worker_id() == quiet.worker_id()) listed_gone = !w.alive();
+  }
+  EXPECT_TRUE(listed_gone);
+}
+
+}  // namespace
+}  // namespace tessera::server
