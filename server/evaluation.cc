@@ -2,15 +2,15 @@
 
 #include "core/data/idx.h"
 #include "core/train/trainer.h"
-#include "device/registry.h"
+#include "device/cpu/factory.h"
 #include "proto/job_mapping.h"
 
 namespace tessera::server {
 
 Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const std::string& data_dir,
-                                                     const std::string& what) {
+                                                     const std::string& what, int threads) {
   std::unique_ptr<Evaluator> e(new Evaluator());
-  ASSIGN_OR_RETURN(e->device_, CreateDevice("cpu"));
+  e->device_ = CreateCpuDevice(CpuDeviceOptions{.num_threads = threads});
   ASSIGN_OR_RETURN(e->model_, CreateModel(wire::ToModelConfig(spec), e->device_.get()));
   auto test = LoadFashionMnist(data_dir, /*train=*/false);
   if (!test.ok()) return test.status().WithContext(what + ": loading the evaluation set");

@@ -27,8 +27,9 @@ class Evaluator {
   // Builds the job's model on the CPU and loads the test split from `data_dir`, the
   // operator's dataset directory (never the spec's data.path, which is the workers'); `what`
   // names the job in errors.
+  // `threads`: OpenBLAS threads for the evaluation (0: OpenBLAS's default).
   static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const std::string& data_dir,
-                                                   const std::string& what);
+                                                   const std::string& what, int threads = 1);
 
   // The model's initial state (from the spec's seed).
   TensorSet InitialModel() const { return model_->GetState(); }

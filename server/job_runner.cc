@@ -189,7 +189,7 @@ void JobRunner::Note(const std::string& message) {
 Status JobRunner::Prepare() {
   v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
-  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.data_dir, "job " + job.id()));
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.data_dir, "job " + job.id(), options_.evaluation_threads));
   RETURN_IF_ERROR(LoadPartySizes(spec));
   TensorSet global;
   TensorSet strategy_state;

@@ -39,6 +39,10 @@ struct JobRunnerOptions {
   // The operator's dataset directory: the coordinator evaluates on its test split and reads
   // its training labels to know each party's size. A job's spec.data.path does not steer it.
   std::string data_dir = kDefaultFashionMnistDir;
+  // OpenBLAS threads for the coordinator's evaluation (process-wide). One by default: the
+  // evaluation is short, and idle OpenBLAS threads spin (sched_yield) for a while after each
+  // call, taking CPU from the gRPC threads that move the next round's bytes.
+  int evaluation_threads = 1;
   // Makes the job's strategy; empty: CreateStrategy. A seam for tests.
   std::function<Result<std::unique_ptr<Strategy>>(const v1::JobSpec&, const TensorSet&)> strategy_factory;
   // How long the first retry of a job's final state waits when it cannot be written; each

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   std::string log_format = "text";
   std::string metrics_listen;
   int64_t stream_window_kib = 0;
+  int64_t evaluation_threads = options.runner.evaluation_threads;
   bool help = false;
   bool version = false;
   FlagSet flags;
@@ -88,6 +89,10 @@ int main(int argc, char** argv) {
             "a fixed HTTP/2 window per stream in KiB instead of gRPC's probed one (0): less memory with many "
             "uploads on a LAN, slower uploads over long links",
             IntRange{0, 65536});
+  flags.Int("eval-threads", &evaluation_threads,
+            "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
+            "OpenBLAS threads spin between rounds and take CPU from the transfers",
+            IntRange{0, 256});
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT for /metrics (Prometheus) and the dashboard, served like the gRPC port (TLS; "
                "operators only); unset: not served");
@@ -151,6 +156,7 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
+  options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.
