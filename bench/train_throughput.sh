@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 # The PyTorch peer: Debian's python3-torch, installed when missing.
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  "$here/../scripts/setup.sh" --bench
+  "$here/../scripts/setup.sh"
 fi
 tessera=$(taskset -c 0 "$build/bench/bench_train_throughput" --threads 1)
 torch=$(taskset -c 0 /usr/bin/python3 "$here/torch_simplecnn.py" --threads 1)

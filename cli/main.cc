@@ -21,6 +21,7 @@
 #include "base/host_port.h"
 #include "cli/devices_command.h"
 #include "collectives/benchmark.h"
+#include "cli/export_command.h"
 #include "cli/job_client.h"
 #include "cli/job_spec.h"
 #include "cli/provision.h"
@@ -84,6 +85,10 @@ const std::vector<Command>& Commands() {
                                "a track for the coordinator and one per worker, spans per phase, on\n"
                                "the coordinator's clock (open it in ui.perfetto.dev or chrome://tracing)",
        {"round", "o"}, true},
+      {"export", "JOB -o FILE.npz", "the job's global model (--round R: that round's, if its checkpoint is kept;\n"
+                                    "0: the initial model) as a NumPy .npz keyed by parameter names, which\n"
+                                    "are PyTorch's state_dict keys for the built-in models",
+       {"round", "o", "json"}, true},
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
                        "by phase), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts", {"json"}, true},
@@ -171,9 +176,9 @@ int main(int argc, char** argv) {
   flags.String("admin-token-file", &admin_token_file, "the coordinator's admin token, for an operator without a certificate");
   flags.Bool("json", &json, "print the coordinator's replies as JSON (one object per line for watch)");
   flags.Bool("all", &all, "workers: also the workers that stopped sending heartbeats");
-  flags.Int("round", &round, "rounds, trace: only this round", IntRange{0, UINT32_MAX});
-  std::string trace_file;
-  flags.String("o", &trace_file, "trace: the file to write the trace to (- for standard output)");
+  flags.Int("round", &round, "rounds, trace: only this round; export: this round's model", IntRange{0, UINT32_MAX});
+  std::string trace_file;  // -o: trace and export
+  flags.String("o", &trace_file, "the file to write: trace (- for standard output), export (FILE.npz)");
   flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");
@@ -380,6 +385,18 @@ int main(int argc, char** argv) {
                   << " (open it in ui.perfetto.dev or chrome://tracing)\n";
       }
     }
+  } else if (command == "export") {
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (trace_file.empty() || trace_file == "-") {
+      std::cerr << "tessera export: give the file to write with -o FILE.npz\n";
+      return 2;
+    }
+    cli::ExportOptions export_options;
+    export_options.job_id = args[1];
+    if (round >= 0) export_options.round = static_cast<uint32_t>(round);
+    export_options.path = trace_file;
+    export_options.json = json;
+    result = cli::ExportCommand(*stub, export_options, std::cout);
   } else if (command == "watch") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     cli::WatchOptions watch;

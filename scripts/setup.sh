@@ -2,8 +2,9 @@
 # Installs every build and run dependency of Tessera from Debian 12's archive.
 # Idempotent: packages already present are left alone. Needs root (or sudo).
 #
-#   scripts/setup.sh            build, run and test dependencies
-#   scripts/setup.sh --bench    also PyTorch on the CPU, for the comparison benchmarks
+#   scripts/setup.sh            build, run and test dependencies (PyTorch and NumPy on the CPU
+#                               included: the export test loads exported models into PyTorch,
+#                               and the comparison benchmarks train with it)
 # Then installs the dashboard test's npm packages (tests/monitoring, from its package-lock.json)
 # so that nothing is fetched when the tests run.
 set -euo pipefail
@@ -19,14 +20,16 @@ packages=(
   dataset-fashion-mnist
   systemd
   chromium prometheus jq curl
+  python3-numpy python3-torch
 )
 # The dashboard test drives chromium with puppeteer-core under node. A node that already
 # brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.
 if ! command -v npm > /dev/null 2>&1; then
   packages+=(nodejs npm)
 fi
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-numpy)
+if (($# > 0)); then
+  echo "setup: unexpected argument '$1' (scripts/setup.sh takes none)" >&2
+  exit 2
 fi
 
 missing=()

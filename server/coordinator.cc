@@ -202,6 +202,28 @@ Result<v1::Job> Coordinator::GetJob(const std::string& job_id) {
   return store_->GetJob(job_id);
 }
 
+Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::string& job_id,
+                                                                       std::optional<uint32_t> round,
+                                                                       uint32_t chunk_bytes) {
+  ASSIGN_OR_RETURN(v1::Job job, GetJob(job_id));
+  const uint32_t committed = job.rounds_committed();
+  const uint32_t wanted = round.value_or(committed);
+  if (wanted > committed) {
+    return NotFoundError("job " + job_id + " has committed " + std::to_string(committed) + " round(s); round " +
+                         std::to_string(wanted) + " has no model yet");
+  }
+  auto tensors = store_->LoadCheckpoint(job_id, wanted);
+  if (!tensors.ok()) {
+    return NotFoundError("job " + job_id + ": the model of round " + std::to_string(wanted) +
+                         " is not kept (the coordinator keeps the initial model and the newest " +
+                         std::to_string(kKeptCheckpoints) + " rounds' checkpoints; the newest is round " +
+                         std::to_string(committed) + "): " + tensors.status().message());
+  }
+  TensorSet state;
+  auto model = std::make_shared<const TensorSet>(SplitModelAndState(std::move(tensors).value(), &state));
+  return ModelVersion::Encode(std::move(model), wanted, chunk_bytes);
+}
+
 Result<std::vector<v1::Job>> Coordinator::ListJobs() {
   ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
   for (auto& job : jobs) {

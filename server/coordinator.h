@@ -14,6 +14,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 
@@ -22,6 +23,7 @@
 #include "server/access_policy.h"
 #include "server/byte_budget.h"
 #include "server/job_runner.h"
+#include "server/model_version.h"
 #include "server/state_store.h"
 #include "server/stream_limits.h"
 #include "server/worker_registry.h"
@@ -78,6 +80,12 @@ class Coordinator {
   Result<std::vector<v1::Job>> ListJobs();
   Result<v1::Job> CancelJob(const std::string& job_id);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round);
+  // The global model of `round` of a job (its newest committed round when unset), from its
+  // checkpoint, without the strategy's state, encoded for the wire in chunks of
+  // `chunk_bytes`. NotFound when the round is not committed or its checkpoint is not kept.
+  // Reads the checkpoint file on the calling thread.
+  Result<std::shared_ptr<const ModelVersion>> ExportModel(const std::string& job_id, std::optional<uint32_t> round,
+                                                          uint32_t chunk_bytes);
   // The runner of a job that is running in this process, or nullptr.
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
 

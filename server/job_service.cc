@@ -317,6 +317,27 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return new WatchJobReactor(c_, ctx, *request, CheckOperator(ctx));
   }
 
+  // Synchronous: an operator's rare call; it holds one of the synchronous threads while the
+  // checkpoint is read and sent, and counts among the caller's streams.
+  grpc::Status ExportModel(grpc::ServerContext* ctx, const v1::ExportModelRequest* request,
+                           grpc::ServerWriter<v1::ModelChunkMessage>* writer) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("export model", request->job_id()); !s.ok()) return ToGrpc(s);
+    auto slot = c_->streams().Open(CallerOf(ctx), "export");
+    if (!slot.ok()) return ToGrpc(slot.status());
+    std::optional<uint32_t> round;
+    if (request->has_round()) round = request->round();
+    auto model = c_->ExportModel(request->job_id(), round, 1u << 20);
+    if (!model.ok()) return ToGrpc(model.status());
+    if (!writer->Write((*model)->manifest_message())) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+    for (const v1::ModelChunkMessage& chunk : (*model)->chunks()) {
+      if (ctx->IsCancelled() || !writer->Write(chunk)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);

@@ -1,0 +1,88 @@
+#include "cli/export_command.h"
+
+#include <google/protobuf/struct.pb.h>
+
+#include <ostream>
+
+#include "base/escape.h"
+#include "core/data/numpy_format.h"
+#include "proto/grpc_status.h"
+#include "proto/json.h"
+#include "proto/tensor_transfer.h"
+
+namespace tessera::cli {
+namespace {
+
+// The largest model an export accepts: the job-spec bound on models (proto/job_mapping.cc)
+// is far below it.
+constexpr uint64_t kMaxExportBytes = uint64_t{4} << 30;
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out) {
+  if (!EndsWith(options.path, ".npz")) {
+    return InvalidArgumentError("-o " + QuoteUntrusted(options.path, 256) +
+                                ": expected a file ending in .npz (a NumPy archive keyed by parameter names)");
+  }
+  v1::ExportModelRequest request;
+  request.set_job_id(options.job_id);
+  if (options.round) request.set_round(*options.round);
+  grpc::ClientContext ctx;
+  auto reader = stub.ExportModel(&ctx, request);
+  const std::string what = "model of job " + options.job_id +
+                           (options.round ? " round " + std::to_string(*options.round) : std::string(" (newest round)"));
+  wire::TensorAssembler assembler(what, kMaxExportBytes);
+  v1::ModelChunkMessage message;
+  bool started = false;
+  uint64_t version = 0;
+  std::string sha256;
+  Status failed;
+  while (reader->Read(&message)) {
+    if (!failed.ok()) continue;  // drain, then report the first error
+    if (!started) {
+      if (!message.has_manifest()) {
+        failed = DataLossError(what + ": the coordinator sent a chunk before the manifest");
+        continue;
+      }
+      version = message.model_version();
+      sha256 = message.model_sha256();
+      failed = assembler.Start(message.manifest());
+      started = true;
+    } else if (message.has_chunk()) {
+      failed = assembler.Add(message.chunk());
+    } else {
+      failed = DataLossError(what + ": a second manifest in one export");
+    }
+  }
+  const grpc::Status end = reader->Finish();
+  if (!end.ok()) return wire::FromGrpc(end);
+  RETURN_IF_ERROR(failed);
+  if (!started) return DataLossError(what + ": the coordinator sent nothing");
+  ASSIGN_OR_RETURN(TensorSet tensors, assembler.Finish());
+  if (!sha256.empty() && TensorSetSha256(tensors) != sha256) {
+    return DataLossError(what + ": the tensors do not hash to the model's SHA-256 " + sha256);
+  }
+  RETURN_IF_ERROR(WriteNpz(options.path, ToNumpy(tensors)));
+  const int64_t parameters = TotalElements(tensors);
+  if (options.json) {
+    google::protobuf::Struct summary;
+    auto& f = *summary.mutable_fields();
+    f["job_id"].set_string_value(options.job_id);
+    f["round"].set_number_value(static_cast<double>(version));
+    f["file"].set_string_value(options.path);
+    f["tensors"].set_number_value(static_cast<double>(tensors.size()));
+    f["parameters"].set_number_value(static_cast<double>(parameters));
+    f["model_sha256"].set_string_value(sha256);
+    out << wire::ToJson(summary) << "\n";
+  } else {
+    out << "wrote " << options.path << ": job " << options.job_id << " round " << version << ", " << tensors.size()
+        << " tensors, " << parameters << " parameters (model SHA-256 " << sha256.substr(0, 16) << "...)\n";
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::cli

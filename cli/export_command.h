@@ -1,0 +1,28 @@
+// `tessera export`: a job's global model, fetched from the coordinator, written as a NumPy
+// .npz archive keyed by the parameters' names, which are PyTorch's state_dict keys for the
+// built-in models (core/model/model.h), so `model.load_state_dict({k: torch.from_numpy(v)
+// for k, v in numpy.load(FILE).items()})` loads it.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "tessera/v1/job_service.grpc.pb.h"
+
+namespace tessera::cli {
+
+struct ExportOptions {
+  std::string job_id;
+  std::optional<uint32_t> round;  // unset: the newest committed round
+  std::string path;               // the .npz to write (replaced atomically)
+  bool json = false;              // the summary line as a JSON object
+};
+
+// Downloads the model (its manifest's SHA-256 checked), writes it, and prints what was
+// written. The file's extension must be .npz.
+Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out);
+
+}  // namespace tessera::cli

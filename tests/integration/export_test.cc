@@ -1,0 +1,108 @@
+// `tessera export`: a federated job's global model fetched from a real coordinator and
+// written as a NumPy .npz, checked against the round record's hash, against the coordinator's
+// refusals, and against PyTorch: the archive loaded into torch's SimpleCNN gives the logits
+// Tessera's own model gives on the same test images.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "cli/export_command.h"
+#include "core/data/idx.h"
+#include "core/data/numpy_format.h"
+#include "core/model/model.h"
+#include "device/cpu/factory.h"
+#include "proto/job_mapping.h"
+#include "tests/integration/harness.h"
+
+namespace tessera::testing {
+namespace {
+
+// Whether Debian's python3 (not the first on PATH) can import torch and numpy.
+bool TorchAvailable() { return std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0; }
+
+TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogits) {
+  TempDir dir("export");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "e" + std::to_string(i)));
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  v1::JobSpec spec = SmallJob(2, 2, 1000);
+  spec.mutable_model()->set_name("simplecnn");
+  spec.mutable_model()->clear_hidden();
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(120));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 2);
+
+  // The newest round's model, and round 1's, each hashing to its round record's model.
+  for (std::optional<uint32_t> round : {std::optional<uint32_t>(), std::optional<uint32_t>(1)}) {
+    const std::string path = dir.str() + "/model-" + (round ? std::to_string(*round) : "newest") + ".npz";
+    std::ostringstream out;
+    Status exported = cli::ExportCommand(*stub, {job->id(), round, path, false}, out);
+    ASSERT_TRUE(exported.ok()) << exported.ToString();
+    auto arrays = ReadNpz(path);
+    ASSERT_TRUE(arrays.ok()) << arrays.status().ToString();
+    TensorSet tensors;
+    for (const auto& a : *arrays) tensors.push_back(*ToTensor(a, path));
+    const auto& record = done.rounds(round ? static_cast<int>(*round) - 1 : 1);
+    EXPECT_EQ(TensorSetSha256(tensors), record.model_sha256()) << out.str();
+    EXPECT_EQ(tensors.front().name, "conv1.weight");
+    EXPECT_EQ(TotalElements(tensors), 44426);
+  }
+  // The initial model is kept too; a round not committed is refused by number.
+  std::ostringstream out;
+  EXPECT_TRUE(cli::ExportCommand(*stub, {job->id(), 0u, dir.str() + "/initial.npz", false}, out).ok());
+  Status missing = cli::ExportCommand(*stub, {job->id(), 7u, dir.str() + "/seven.npz", false}, out);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  EXPECT_NE(missing.message().find("has committed 2 round(s); round 7 has no model yet"), std::string::npos)
+      << missing.message();
+  Status wrong_suffix = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.onnx", false}, out);
+  EXPECT_EQ(wrong_suffix.code(), StatusCode::kInvalidArgument);
+
+  // Tessera's logits on 200 test images, beside the images, for PyTorch to reproduce.
+  auto test = LoadFashionMnist(kDefaultFashionMnistDir, /*train=*/false);
+  ASSERT_TRUE(test.ok()) << test.status().ToString();
+  auto device = CreateCpuDevice();
+  auto model = CreateModel(wire::ToModelConfig(spec), device.get());
+  ASSERT_TRUE(model.ok());
+  auto arrays = ReadNpz(dir.str() + "/model-newest.npz");
+  ASSERT_TRUE(arrays.ok());
+  TensorSet state;
+  for (const auto& a : *arrays) state.push_back(*ToTensor(a, "model"));
+  ASSERT_TRUE((*model)->SetState(state).ok());
+  constexpr int kImages = 200;
+  auto input = device->Allocate(kImages * test->SampleSize() * sizeof(float));
+  ASSERT_TRUE(input.ok());
+  ASSERT_TRUE(device->CopyHostToDevice(test->images.data(), *input, 0, kImages * test->SampleSize() * sizeof(float)).ok());
+  ASSERT_TRUE((*model)->Forward(input->f32(), kImages).ok());
+  NamedTensor logits{"logits", {kImages, 10}, std::vector<float>(kImages * 10)};
+  ASSERT_TRUE(device->CopyDeviceToHost((*model)->logits_buffer(), 0, logits.values.data(), logits.ByteSize()).ok());
+  ASSERT_TRUE(device->Synchronize().ok());
+  NamedTensor images{"images", {kImages, 1, 28, 28},
+                     std::vector<float>(test->images.begin(), test->images.begin() + kImages * test->SampleSize())};
+  const std::string expected = dir.str() + "/expected.npz";
+  ASSERT_TRUE(WriteNpz(expected, ToNumpy(TensorSet{images, logits})).ok());
+
+  if (!TorchAvailable()) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (/usr/bin/python3 cannot import torch): scripts/setup.sh "
+                    "installs it; the export itself was checked above";
+  }
+  const std::string command = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
+                              "/tests/integration/torch_logits_check.py " + dir.str() + "/model-newest.npz " +
+                              expected + " > " + dir.str() + "/torch.log 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ifstream log(dir.str() + "/torch.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("logits match"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace tessera::testing
