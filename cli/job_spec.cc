@@ -34,7 +34,7 @@ constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "bat
                                                                 "learning_rate", "momentum",     "weight_decay"};
 
 constexpr std::string_view kStrategies[] = {"fedavg", "fedavgm"};
-constexpr std::string_view kModels[] = {"simplecnn", "mlp"};
+constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kDatasets[] = {"fashion-mnist"};
 constexpr std::string_view kOptimizers[] = {"sgd"};

@@ -1,5 +1,7 @@
 #include "proto/job_mapping.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -164,7 +166,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   RETURN_IF_ERROR(real("max_update_norm", s.max_update_norm(), kMaxUpdateNormLimit, true,
                        " (0: the default, " + Number(kDefaultMaxUpdateNorm) + ")"));
   const auto& m = s.model();
-  if (m.name() != "simplecnn" && m.name() != "mlp") return bad("model.name", "\"simplecnn\" or \"mlp\"", Shown(m.name()));
+  if (const auto known = KnownModelNames(); std::find(known.begin(), known.end(), m.name()) == known.end()) {
+    std::string names;
+    for (const auto& name : known) names += (names.empty() ? "one of \"" : ", \"") + name + "\"";
+    return bad("model.name", names, Shown(m.name()));
+  }
   if (m.name() != "mlp" && m.hidden_size() > 0) return bad("model.hidden", "no widths for model \"" + m.name() + "\"", "a list");
   if (m.hidden_size() > kMaxHiddenLayers) {
     return bad("model.hidden", "at most " + std::to_string(kMaxHiddenLayers) + " hidden layers",

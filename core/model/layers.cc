@@ -6,11 +6,18 @@
 
 namespace tessera {
 
-Conv2dLayer::Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel)
-    : Layer(input), name_(std::move(name)), out_channels_(out_channels), kernel_(kernel) {}
+Conv2dLayer::Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride,
+                         int padding)
+    : Layer(input),
+      name_(std::move(name)),
+      out_channels_(out_channels),
+      kernel_(kernel),
+      stride_(stride),
+      padding_(padding) {}
 
 ActivationShape Conv2dLayer::output_shape() const {
-  return {out_channels_, input_shape().height - kernel_ + 1, input_shape().width - kernel_ + 1};
+  const Conv2dShape shape = ShapeFor(1);
+  return {out_channels_, shape.out_height(), shape.out_width()};
 }
 
 std::vector<ParameterSpec> Conv2dLayer::parameters() const {
@@ -36,6 +43,8 @@ Conv2dShape Conv2dLayer::ShapeFor(int batch) const {
   shape.out_channels = out_channels_;
   shape.kernel_height = kernel_;
   shape.kernel_width = kernel_;
+  shape.stride = stride_;
+  shape.padding = padding_;
   return shape;
 }
 

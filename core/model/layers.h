@@ -74,7 +74,8 @@ class Layer {
 // 2-D convolution with bias, stride 1, no padding: "<name>.weight", "<name>.bias".
 class Conv2dLayer final : public Layer {
  public:
-  Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel);
+  // A square `kernel`, moved by `stride`, over the input padded with `padding` zeros per side.
+  Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride = 1, int padding = 0);
   ActivationShape output_shape() const override;
   std::string_view kind() const override { return "conv2d"; }
   std::string name() const override { return name_; }
@@ -88,7 +89,7 @@ class Conv2dLayer final : public Layer {
   Conv2dShape ShapeFor(int batch) const;
 
   std::string name_;
-  int out_channels_, kernel_;
+  int out_channels_, kernel_, stride_, padding_;
   float* weight_ = nullptr;
   float* bias_ = nullptr;
   float* weight_grad_ = nullptr;

@@ -144,7 +144,7 @@ float UniformFrom(std::mt19937_64& engine, float bound) {
 
 }  // namespace
 
-std::vector<std::string> KnownModelNames() { return {"simplecnn", "mlp"}; }
+std::vector<std::string> KnownModelNames() { return {"simplecnn", "mlp", "mcmahan-cnn"}; }
 
 ActivationShape InputShape(const ModelConfig& config) { return {config.channels, config.rows, config.cols}; }
 
@@ -178,6 +178,23 @@ Result<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelConfig& confi
     shape = add(std::make_unique<LinearLayer>("fc2", shape, 84));
     shape = add(std::make_unique<ReluLayer>(shape));
     add(std::make_unique<LinearLayer>("fc3", shape, config.classes));
+  } else if (config.name == "mcmahan-cnn") {
+    // McMahan et al. 2017 ("Communication-Efficient Learning of Deep Networks from
+    // Decentralized Data"): two 5x5 convolutions of 32 and 64 channels, each padded to keep
+    // the size and followed by ReLU and a 2x2 max pool, then a 512-unit ReLU layer.
+    if (config.rows < 4 || config.cols < 4) {
+      return InvalidArgumentError("model 'mcmahan-cnn' needs images of at least 4x4, got " +
+                                  std::to_string(config.rows) + "x" + std::to_string(config.cols));
+    }
+    ActivationShape shape = add(std::make_unique<Conv2dLayer>("conv1", input, 32, 5, 1, 2));
+    shape = add(std::make_unique<ReluLayer>(shape));
+    shape = add(std::make_unique<MaxPoolLayer>(shape, 2, 2));
+    shape = add(std::make_unique<Conv2dLayer>("conv2", shape, 64, 5, 1, 2));
+    shape = add(std::make_unique<ReluLayer>(shape));
+    shape = add(std::make_unique<MaxPoolLayer>(shape, 2, 2));
+    shape = add(std::make_unique<LinearLayer>("fc1", shape, 512));
+    shape = add(std::make_unique<ReluLayer>(shape));
+    add(std::make_unique<LinearLayer>("fc2", shape, config.classes));
   } else if (config.name == "mlp") {
     ActivationShape shape = input;
     int index = 1;

@@ -23,7 +23,7 @@
 namespace tessera {
 
 struct ModelConfig {
-  std::string name = "simplecnn";     // "simplecnn" | "mlp"
+  std::string name = "simplecnn";     // "simplecnn" | "mlp" | "mcmahan-cnn"
   std::vector<int> hidden = {200, 200};  // mlp hidden layer widths
   int channels = 1, rows = 28, cols = 28, classes = 10;
   uint64_t seed = 0;                  // initialisation; the same seed gives the same weights
@@ -115,8 +115,10 @@ class Model {
 
 // Builds a model on `device` with PyTorch-default initialisation drawn from config.seed:
 // "simplecnn" (NIID-Bench's SimpleCNN: conv 6@5x5, ReLU, pool 2, conv 16@5x5, ReLU, pool 2,
-// fc 120, ReLU, fc 84, ReLU, fc classes; 44,426 parameters on 1x28x28) or "mlp"
-// (fc hidden[0], ReLU, ..., fc classes; names fc1, fc2, ...). InvalidArgument naming the
+// fc 120, ReLU, fc 84, ReLU, fc classes; 44,426 parameters on 1x28x28), "mlp"
+// (fc hidden[0], ReLU, ..., fc classes; names fc1, fc2, ...) or "mcmahan-cnn" (McMahan et
+// al. 2017: conv 32@5x5 pad 2, ReLU, pool 2, conv 64@5x5 pad 2, ReLU, pool 2, fc 512, ReLU,
+// fc classes; 1,663,370 parameters on 1x28x28). InvalidArgument naming the
 // unknown name and the known ones, or a bad dimension.
 Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device);
 
