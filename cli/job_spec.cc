@@ -25,7 +25,7 @@ constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
     "max_round_attempts", "max_update_norm", "device", "fallback_device", "collective_backend", "model", "data", "train", "server"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum"};
-constexpr std::string_view kModelKeys[] = {"name", "hidden"};
+constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
                                                                "max_test_samples", "partition"};
 constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "labels_per_party",
@@ -339,6 +339,9 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     return reader.Error("model.hidden", "applies to model \"mlp\" only, not \"" + model_name + "\"");
   }
   for (uint64_t width : hidden) spec.mutable_model()->add_hidden(static_cast<uint32_t>(width));
+  std::string trainer;
+  RETURN_IF_ERROR(reader.String(*model, "model", "trainer", &trainer));
+  spec.mutable_model()->set_trainer(trainer);  // checked with the rest by wire::ValidateJobSpec
 
   // [data] and [data.partition]
   ASSIGN_OR_RETURN(const toml::table* data, reader.Table(root, "", "data"));
@@ -574,6 +577,7 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
     for (int i = 0; i < spec.model().hidden_size(); ++i) out << (i ? ", " : "") << spec.model().hidden(i);
     out << "]\n";
   }
+  if (!spec.model().trainer().empty()) out << "trainer = " << TomlString(spec.model().trainer()) << "\n";
 
   const v1::DataSpec& data = spec.data();
   out << "\n[data]\n";

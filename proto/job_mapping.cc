@@ -11,6 +11,13 @@
 
 namespace tessera::wire {
 
+bool IsTrainerName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  });
+}
+
 ModelConfig ToModelConfig(const v1::JobSpec& spec) {
   ModelConfig config;
   if (!spec.model().name().empty()) config.name = spec.model().name();
@@ -170,6 +177,14 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     std::string names;
     for (const auto& name : known) names += (names.empty() ? "one of \"" : ", \"") + name + "\"";
     return bad("model.name", names, Shown(m.name()));
+  }
+  if (!m.trainer().empty() && !IsTrainerName(m.trainer())) {
+    return bad("model.trainer", "a trainer name of 1 to 64 characters from [a-z0-9._-] (the workers map it to a command)",
+               Shown(m.trainer()));
+  }
+  if (!m.trainer().empty() && !s.collective_backend().empty() && s.collective_backend() != "auto") {
+    return bad("collective_backend", "none with an external trainer (site cohorts train natively)",
+               Shown(s.collective_backend()));
   }
   if (m.name() != "mlp" && m.hidden_size() > 0) return bad("model.hidden", "no widths for model \"" + m.name() + "\"", "a list");
   if (m.hidden_size() > kMaxHiddenLayers) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -16,6 +17,9 @@
 namespace tessera::wire {
 
 ModelConfig ToModelConfig(const v1::JobSpec& spec);
+// An external trainer's name as a job spec and `tessera-worker --trainer` give it:
+// 1 to 64 characters from [a-z0-9._-].
+bool IsTrainerName(std::string_view name);
 Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec);
 // Local training options for `round` (the seed varies with the round and the party so that
 // shuffles differ between rounds but repeat exactly on a rerun).

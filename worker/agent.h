@@ -22,6 +22,7 @@
 #include "core/data/dataset.h"
 #include "device/device.h"
 #include "worker/coordinator_client.h"
+#include "worker/external_trainer.h"
 
 namespace tessera::worker {
 
@@ -36,6 +37,9 @@ struct WorkerOptions {
   uint32_t chunk_bytes = 1u << 20;  // upload chunk size, at most 1 MiB
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;
+  // External trainers this worker runs, by the name a job's model.trainer gives
+  // (worker/external_trainer.h); a job naming another trainer fails on this worker.
+  std::vector<TrainerCommand> trainers;
 };
 
 class WorkerAgent {
@@ -96,6 +100,13 @@ class WorkerAgent {
   std::shared_ptr<const Dataset> share_;                                     // the last share loaded
   std::string share_key_;                                                    // what it is the share of
   std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // the current job's, by job id
+  // External trainers started so far, by name, and the private directory they exchange
+  // archives through (made on first use, removed with the agent). Only the task thread.
+  std::map<std::string, std::unique_ptr<ExternalTrainer>> external_;
+  std::string external_dir_;
+  // Trains `task` with its job's external trainer on `share`; fills what Train fills.
+  Status TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
+                         v1::UpdateHeader* header, TensorSet* delta, double download_ms, double data_load_ms);
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   std::thread trainer_;

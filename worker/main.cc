@@ -73,6 +73,10 @@ int main(int argc, char** argv) {
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
   flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
+  std::string trainer;
+  flags.String("trainer", &trainer,
+               "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "
+               "model.trainer is NAME; it trains each round through python/tessera_client (see docs/JOBS.md)");
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
@@ -92,6 +96,14 @@ int main(int argc, char** argv) {
   if (version) {
     std::cout << "tessera-worker " << TESSERA_VERSION << "\n";
     return 0;
+  }
+  if (!trainer.empty()) {
+    auto command = worker::ParseTrainerFlag(trainer);
+    if (!command.ok()) {
+      std::cerr << "tessera-worker: " << command.status().message() << "\n";
+      return 2;
+    }
+    options.trainers.push_back(std::move(command).value());
   }
   HttpEndpointOptions metrics_options;
   if (!metrics_listen.empty()) {

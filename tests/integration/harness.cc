@@ -112,13 +112,19 @@ server::CoordinatorOptions TestCoordinatorOptions(const std::string& state_dir) 
 }
 
 WorkerThread::WorkerThread(const std::string& address, const std::string& name, const std::string& token,
-                           const std::string& data_dir, const std::string& cohort, const std::string& device) {
-  worker::WorkerOptions options;
+                           const std::string& data_dir, const std::string& cohort, const std::string& device)
+    : WorkerThread(address, name, [&] {
+        worker::WorkerOptions options;
+        options.join_token = token;
+        options.data_dir = data_dir;
+        options.cohort = cohort;
+        options.device = device;
+        return options;
+      }()) {}
+
+WorkerThread::WorkerThread(const std::string& address, const std::string& name, worker::WorkerOptions options) {
   options.name = name;
-  options.join_token = token;
-  options.data_dir = data_dir;
-  options.cohort = cohort;
-  options.device = device;
+  if (options.join_token.empty()) options.join_token = kToken;
   options.backoff_initial_ms = 100;
   options.backoff_max_ms = 500;
   auto client = worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls(name));

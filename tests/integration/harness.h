@@ -74,6 +74,8 @@ class WorkerThread {
  public:
   WorkerThread(const std::string& address, const std::string& name, const std::string& token = kToken,
                const std::string& data_dir = "", const std::string& cohort = "", const std::string& device = "cpu");
+  // A worker with these options (name, token and quick backoffs are set here).
+  WorkerThread(const std::string& address, const std::string& name, worker::WorkerOptions options);
   ~WorkerThread();
   // Waits for Run() to return (a fatal error) for up to `timeout`.
   bool WaitDone(std::chrono::milliseconds timeout);

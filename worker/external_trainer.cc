@@ -1,0 +1,349 @@
+#include "worker/external_trainer.h"
+
+#include <fcntl.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <cstring>
+#include <sstream>
+#include <thread>
+
+#include "base/escape.h"
+#include "core/data/numpy_format.h"
+
+extern char** environ;
+
+namespace tessera::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxReplyBytes = 64 * 1024;
+constexpr int kChildRequestFd = 3, kChildReplyFd = 4;
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::string JsonQuote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buffer[8];
+      std::snprintf(buffer, sizeof(buffer), "\\u%04x", c);
+      out += buffer;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << v;
+  return out.str();
+}
+
+// A pipe whose two ends are above the descriptors the child is given (3 and 4), close-on-exec.
+Status MakePipe(int ends[2]) {
+  int raw[2];
+  if (pipe2(raw, O_CLOEXEC) != 0) return FailedPreconditionError(std::string("pipe: ") + std::strerror(errno));
+  for (int i = 0; i < 2; ++i) {
+    ends[i] = fcntl(raw[i], F_DUPFD_CLOEXEC, 10);
+    close(raw[i]);
+    if (ends[i] < 0) return FailedPreconditionError(std::string("fcntl: ") + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TrainerCommand> ParseTrainerFlag(const std::string& value) {
+  const size_t eq = value.find('=');
+  if (eq == std::string::npos) {
+    return InvalidArgumentError("--trainer: expected NAME=COMMAND (e.g. pytorch=/usr/bin/python3 train.py), got " +
+                                QuoteUntrusted(value, 128));
+  }
+  TrainerCommand command;
+  command.name = value.substr(0, eq);
+  if (command.name.empty() || command.name.size() > 64 ||
+      command.name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos) {
+    return InvalidArgumentError("--trainer: the name must have 1 to 64 characters from [a-z0-9._-], got " +
+                                QuoteUntrusted(command.name, 64));
+  }
+  std::istringstream words(value.substr(eq + 1));
+  for (std::string word; words >> word;) command.argv.push_back(word);
+  if (command.argv.empty()) return InvalidArgumentError("--trainer " + command.name + ": the command is empty");
+  return command;
+}
+
+ExternalTrainer::ExternalTrainer(TrainerCommand command, std::string work_dir)
+    : command_(std::move(command)), work_dir_(std::move(work_dir)) {}
+
+ExternalTrainer::~ExternalTrainer() { StopProcess(std::chrono::seconds(5)); }
+
+Status ExternalTrainer::Start() {
+  // A write to a trainer that has just died must fail with EPIPE, not end the worker.
+  signal(SIGPIPE, SIG_IGN);
+  int request[2], reply[2];
+  RETURN_IF_ERROR(MakePipe(request));
+  if (Status s = MakePipe(reply); !s.ok()) {
+    close(request[0]);
+    close(request[1]);
+    return s;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, request[0], kChildRequestFd);
+  posix_spawn_file_actions_adddup2(&actions, reply[1], kChildReplyFd);
+  posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "TESSERA_TRAINER_FDS=", 20) != 0) env_strings.emplace_back(*e);
+  }
+  env_strings.push_back("TESSERA_TRAINER_FDS=3,4");
+  std::vector<char*> envp, argv;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (auto& a : command_.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(request[0]);
+  close(reply[1]);
+  if (rc != 0) {
+    close(request[1]);
+    close(reply[0]);
+    return FailedPreconditionError("external trainer '" + command_.name + "': cannot start " +
+                                   QuoteUntrusted(command_.argv[0], 256) + ": " + std::strerror(rc));
+  }
+  pid_ = pid;
+  request_fd_ = request[1];
+  reply_fd_ = reply[0];
+  pending_.clear();
+  spdlog::info("external trainer '{}' started (pid {})", command_.name, pid_);
+  return Status::Ok();
+}
+
+void ExternalTrainer::StopProcess(std::chrono::milliseconds grace) {
+  if (request_fd_ >= 0) close(request_fd_);
+  request_fd_ = -1;
+  if (pid_ > 0) {
+    const auto until = Clock::now() + grace;
+    bool reaped = false;
+    while (!reaped) {
+      int status = 0;
+      const pid_t r = waitpid(pid_, &status, WNOHANG);
+      if (r == pid_ || (r < 0 && errno == ECHILD)) {
+        reaped = true;
+      } else if (Clock::now() >= until) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        reaped = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    pid_ = 0;
+  }
+  if (reply_fd_ >= 0) close(reply_fd_);
+  reply_fd_ = -1;
+  pending_.clear();
+}
+
+std::string ExternalTrainer::ExitDescription() {
+  // It has closed its end of the channel; give it 2 s to exit before killing it.
+  int status = 0;
+  pid_t r = 0;
+  for (const auto until = Clock::now() + std::chrono::seconds(2); r == 0;) {
+    r = waitpid(pid_, &status, WNOHANG);
+    if (r == 0 && Clock::now() >= until) {
+      kill(pid_, SIGKILL);
+      r = waitpid(pid_, &status, 0);
+    } else if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  pid_ = 0;
+  if (r < 0) return "ended";
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "ended";
+}
+
+Result<std::string> ExternalTrainer::ReadLine(Clock::time_point deadline, const std::function<bool()>& should_stop,
+                                              const std::string& waiting) {
+  const std::string who = "external trainer '" + command_.name + "' (pid " + std::to_string(pid_) + ")";
+  while (true) {
+    const size_t newline = pending_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = pending_.substr(0, newline);
+      pending_.erase(0, newline + 1);
+      return line;
+    }
+    if (pending_.size() > kMaxReplyBytes) {
+      StopProcess(std::chrono::milliseconds(0));
+      return InvalidArgumentError(who + ": a reply line longer than " + std::to_string(kMaxReplyBytes) +
+                                  " bytes while " + waiting + "; stopped it");
+    }
+    if (should_stop && should_stop()) {
+      StopProcess(std::chrono::milliseconds(0));
+      return CancelledError(who + ": stopped while " + waiting + " (cancelled or past the round's deadline)");
+    }
+    if (Clock::now() >= deadline) {
+      StopProcess(std::chrono::milliseconds(0));
+      return DeadlineExceededError(who + ": no reply by the round's deadline while " + waiting + "; killed it");
+    }
+    pollfd p{reply_fd_, POLLIN, 0};
+    const int ready = poll(&p, 1, 100);
+    if (ready < 0 && errno != EINTR) return FailedPreconditionError(who + ": poll: " + std::strerror(errno));
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(reply_fd_, buffer, sizeof(buffer));
+    if (n > 0) {
+      pending_.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    // The process closed its reply channel: it has exited or is exiting.
+    const std::string how = ExitDescription();
+    StopProcess(std::chrono::milliseconds(0));
+    return FailedPreconditionError(who + " " + how + " while " + waiting + " (see its output in this worker's log)");
+  }
+}
+
+Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerRequest& request, const TensorSet& global,
+                                                     const Dataset& share, const std::string& share_key,
+                                                     Clock::time_point deadline,
+                                                     const std::function<bool()>& should_stop) {
+  const std::string what = "external trainer '" + command_.name + "', job " + request.job_id + " round " +
+                           std::to_string(request.round);
+  ExternalTrainerResult result;
+  const auto handover_start = Clock::now();
+  const std::string suffix = std::to_string(request.round) + "-" + std::to_string(request.attempt) + ".npz";
+  const std::string model_path = work_dir_ + "/model-" + suffix;
+  const std::string out_path = work_dir_ + "/update-" + suffix;
+  const std::string share_path = work_dir_ + "/share.npz";
+  RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global)).WithContext(what));
+  if (share_written_ != share_key) {
+    NumpyArray x, y;
+    x.name = "x";
+    x.dtype = "<f4";
+    x.shape = {share.count, share.channels, share.rows, share.cols};
+    x.data.assign(reinterpret_cast<const char*>(share.images.data()), share.images.size() * sizeof(float));
+    y.name = "y";
+    y.dtype = "<i8";
+    y.shape = {share.count};
+    std::vector<int64_t> labels(share.labels.begin(), share.labels.end());
+    y.data.assign(reinterpret_cast<const char*>(labels.data()), labels.size() * sizeof(int64_t));
+    RETURN_IF_ERROR(WriteNpz(share_path, {x, y}).WithContext(what));
+    share_written_ = share_key;
+  }
+  std::remove(out_path.c_str());
+  result.handover_ms = MillisSince(handover_start);
+
+  const auto train_start = Clock::now();
+  if (pid_ == 0) RETURN_IF_ERROR(Start());
+  const std::string line =
+      "{\"type\": \"train\", \"job\": " + JsonQuote(request.job_id) + ", \"round\": " + std::to_string(request.round) +
+      ", \"attempt\": " + std::to_string(request.attempt) + ", \"party\": " + std::to_string(request.party) +
+      ", \"model\": " + JsonQuote(model_path) + ", \"data\": " + JsonQuote(share_path) +
+      ", \"out\": " + JsonQuote(out_path) + ", \"epochs\": " + std::to_string(request.epochs) +
+      ", \"batch_size\": " + std::to_string(request.batch_size) + ", \"learning_rate\": " +
+      JsonNumber(request.learning_rate) + ", \"momentum\": " + JsonNumber(request.momentum) +
+      ", \"weight_decay\": " + JsonNumber(request.weight_decay) + ", \"seed\": " + std::to_string(request.seed) + "}\n";
+  for (size_t written = 0; written < line.size();) {
+    const ssize_t n = write(request_fd_, line.data() + written, line.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string how = ExitDescription();
+      StopProcess(std::chrono::milliseconds(0));
+      return FailedPreconditionError(what + ": the process " + how + " before it took the round's request");
+    }
+    written += static_cast<size_t>(n);
+  }
+  ASSIGN_OR_RETURN(std::string reply, ReadLine(deadline, should_stop, "training round " + std::to_string(request.round)));
+  result.train_ms = MillisSince(train_start);
+
+  google::protobuf::Struct message;
+  if (!google::protobuf::util::JsonStringToMessage(reply, &message).ok()) {
+    return InvalidArgumentError(what + ": the reply is not a JSON object: " + QuoteUntrusted(reply, 128));
+  }
+  const auto& fields = message.fields();
+  auto text = [&](const char* key) -> std::string {
+    auto it = fields.find(key);
+    return it != fields.end() && it->second.has_string_value() ? it->second.string_value() : "";
+  };
+  const std::string type = text("type");
+  if (type == "error") {
+    return FailedPreconditionError(what + ": the trainer could not train: " + QuoteUntrusted(text("message"), 512));
+  }
+  if (type != "update") {
+    return InvalidArgumentError(what + ": reply field 'type': expected \"update\" or \"error\", got " +
+                                QuoteUntrusted(type, 64));
+  }
+  auto number = [&](const char* key, double* out) -> Status {
+    auto it = fields.find(key);
+    if (it == fields.end() || !it->second.has_number_value() || !std::isfinite(it->second.number_value())) {
+      return InvalidArgumentError(what + ": reply field '" + key + "': expected a finite number");
+    }
+    *out = it->second.number_value();
+    return Status::Ok();
+  };
+  double samples = 0;
+  RETURN_IF_ERROR(number("samples", &samples));
+  if (samples < 1 || samples != std::floor(samples) || samples > static_cast<double>(share.count)) {
+    return InvalidArgumentError(what + ": reply field 'samples': expected a whole number in [1, " +
+                                std::to_string(share.count) + "] (this worker's share), got " + JsonNumber(samples));
+  }
+  result.samples = static_cast<uint64_t>(samples);
+  if (fields.count("loss") > 0) RETURN_IF_ERROR(number("loss", &result.loss));
+
+  const auto takeback_start = Clock::now();
+  // The trained model may not be larger than the global one by more than its headers.
+  uint64_t model_bytes = 0;
+  for (const auto& t : global) model_bytes += t.ByteSize() * 2;  // float64 arrays are read too
+  auto arrays = ReadNpz(out_path, model_bytes + (uint64_t{1} << 20));
+  if (!arrays.ok()) return arrays.status().WithContext(what + ": its trained model");
+  std::map<std::string, const NumpyArray*> by_name;
+  for (const auto& a : *arrays) by_name[a.name] = &a;
+  TensorSet trained;
+  for (const NamedTensor& g : global) {
+    auto it = by_name.find(g.name);
+    if (it == by_name.end()) {
+      return InvalidArgumentError(what + ": its trained model lacks tensor '" + g.name + "' (it has " +
+                                  std::to_string(arrays->size()) + " arrays)");
+    }
+    ASSIGN_OR_RETURN(NamedTensor t, ToTensor(*it->second, out_path));
+    trained.push_back(std::move(t));
+    by_name.erase(it);
+  }
+  if (!by_name.empty()) {
+    return InvalidArgumentError(what + ": its trained model has an array the model does not: " +
+                                QuoteUntrusted(by_name.begin()->first, 64));
+  }
+  RETURN_IF_ERROR(CheckSameLayout(global, trained, what + ": its trained model"));
+  std::remove(out_path.c_str());
+  std::remove(model_path.c_str());
+  result.model = std::move(trained);
+  result.takeback_ms = MillisSince(takeback_start);
+  return result;
+}
+
+}  // namespace tessera::worker
