@@ -5,7 +5,11 @@
 #include <ostream>
 
 #include "base/escape.h"
+#include "cli/onnx_export.h"
 #include "core/data/numpy_format.h"
+#include "core/model/model.h"
+#include "device/cpu/factory.h"
+#include "proto/job_mapping.h"
 #include "proto/grpc_status.h"
 #include "proto/json.h"
 #include "proto/tensor_transfer.h"
@@ -24,9 +28,10 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out) {
-  if (!EndsWith(options.path, ".npz")) {
+  const bool onnx = EndsWith(options.path, ".onnx");
+  if (!onnx && !EndsWith(options.path, ".npz")) {
     return InvalidArgumentError("-o " + QuoteUntrusted(options.path, 256) +
-                                ": expected a file ending in .npz (a NumPy archive keyed by parameter names)");
+                                ": expected a file ending in .npz (a NumPy archive keyed by parameter names) or .onnx");
   }
   v1::ExportModelRequest request;
   request.set_job_id(options.job_id);
@@ -66,7 +71,21 @@ Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& o
   if (!sha256.empty() && TensorSetSha256(tensors) != sha256) {
     return DataLossError(what + ": the tensors do not hash to the model's SHA-256 " + sha256);
   }
-  RETURN_IF_ERROR(WriteNpz(options.path, ToNumpy(tensors)));
+  if (onnx) {
+    // The graph comes from the job's model spec; the parameters from the export.
+    v1::GetJobRequest get;
+    get.set_job_id(options.job_id);
+    v1::GetJobResponse job;
+    grpc::ClientContext get_ctx;
+    if (grpc::Status s = stub.GetJob(&get_ctx, get, &job); !s.ok()) return wire::FromGrpc(s);
+    auto device = CreateCpuDevice(CpuDeviceOptions{.num_threads = 1});
+    ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(job.job().spec()), device.get()));
+    RETURN_IF_ERROR(model->SetState(tensors).WithContext(what));
+    RETURN_IF_ERROR(WriteOnnx(*model, job.job().spec().name().empty() ? options.job_id : job.job().spec().name(),
+                              options.path));
+  } else {
+    RETURN_IF_ERROR(WriteNpz(options.path, ToNumpy(tensors)));
+  }
   const int64_t parameters = TotalElements(tensors);
   if (options.json) {
     google::protobuf::Struct summary;

@@ -1,7 +1,8 @@
 // `tessera export`: a job's global model, fetched from the coordinator, written as a NumPy
 // .npz archive keyed by the parameters' names, which are PyTorch's state_dict keys for the
 // built-in models (core/model/model.h), so `model.load_state_dict({k: torch.from_numpy(v)
-// for k, v in numpy.load(FILE).items()})` loads it.
+// for k, v in numpy.load(FILE).items()})` loads it; or, for a FILE.onnx, as an ONNX graph of
+// the job's model (cli/onnx_export.h).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,7 @@ struct ExportOptions {
 };
 
 // Downloads the model (its manifest's SHA-256 checked), writes it, and prints what was
-// written. The file's extension must be .npz.
+// written. The file's extension must be .npz or .onnx.
 Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out);
 
 }  // namespace tessera::cli

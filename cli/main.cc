@@ -85,9 +85,10 @@ const std::vector<Command>& Commands() {
                                "a track for the coordinator and one per worker, spans per phase, on\n"
                                "the coordinator's clock (open it in ui.perfetto.dev or chrome://tracing)",
        {"round", "o"}, true},
-      {"export", "JOB -o FILE.npz", "the job's global model (--round R: that round's, if its checkpoint is kept;\n"
+      {"export", "JOB -o FILE.npz|FILE.onnx", "the job's global model (--round R: that round's, if its checkpoint is kept;\n"
                                     "0: the initial model) as a NumPy .npz keyed by parameter names, which\n"
-                                    "are PyTorch's state_dict keys for the built-in models",
+                                    "are PyTorch's state_dict keys for the built-in models, or as an ONNX\n"
+                                    "graph (opset 13) of the job's model",
        {"round", "o", "json"}, true},
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
                        "by phase), notes as they happen, then the final accuracy and a latency\n"
@@ -178,7 +179,7 @@ int main(int argc, char** argv) {
   flags.Bool("all", &all, "workers: also the workers that stopped sending heartbeats");
   flags.Int("round", &round, "rounds, trace: only this round; export: this round's model", IntRange{0, UINT32_MAX});
   std::string trace_file;  // -o: trace and export
-  flags.String("o", &trace_file, "the file to write: trace (- for standard output), export (FILE.npz)");
+  flags.String("o", &trace_file, "the file to write: trace (- for standard output), export (FILE.npz or FILE.onnx)");
   flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");
@@ -388,7 +389,7 @@ int main(int argc, char** argv) {
   } else if (command == "export") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     if (trace_file.empty() || trace_file == "-") {
-      std::cerr << "tessera export: give the file to write with -o FILE.npz\n";
+      std::cerr << "tessera export: give the file to write with -o FILE.npz or -o FILE.onnx\n";
       return 2;
     }
     cli::ExportOptions export_options;

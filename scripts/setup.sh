@@ -2,9 +2,9 @@
 # Installs every build and run dependency of Tessera from Debian 12's archive.
 # Idempotent: packages already present are left alone. Needs root (or sudo).
 #
-#   scripts/setup.sh            build, run and test dependencies (PyTorch and NumPy on the CPU
-#                               included: the export test loads exported models into PyTorch,
-#                               and the comparison benchmarks train with it)
+#   scripts/setup.sh            build, run and test dependencies (PyTorch, NumPy and ONNX on the
+#                               CPU included: the export tests load exported models into PyTorch
+#                               and check ONNX files, and the comparison benchmarks train with it)
 # Then installs the dashboard test's npm packages (tests/monitoring, from its package-lock.json)
 # so that nothing is fetched when the tests run.
 set -euo pipefail
@@ -20,7 +20,7 @@ packages=(
   dataset-fashion-mnist
   systemd
   chromium prometheus jq curl
-  python3-numpy python3-torch
+  python3-numpy python3-torch python3-onnx libonnx-dev
 )
 # The dashboard test drives chromium with puppeteer-core under node. A node that already
 # brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.

@@ -105,6 +105,11 @@ ActivationShape MaxPoolLayer::output_shape() const {
           (input_shape().width - window_) / stride_ + 1};
 }
 
+std::vector<std::pair<std::string, int>> MaxPoolLayer::attributes() const {
+  const MaxPoolShape shape = ShapeFor(1);
+  return {{"window", shape.window}, {"stride", shape.stride}};
+}
+
 MaxPoolShape MaxPoolLayer::ShapeFor(int batch) const {
   MaxPoolShape shape;
   shape.batch = batch;

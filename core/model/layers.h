@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -48,6 +49,9 @@ class Layer {
   virtual std::string_view kind() const = 0;
   // The parameter prefix ("conv1"); empty for layers without parameters.
   virtual std::string name() const { return ""; }
+  // The settings that define what it computes besides its shapes, by name: a convolution's
+  // "kernel", "stride", "padding"; a pool's "window", "stride". For exporters (ONNX).
+  virtual std::vector<std::pair<std::string, int>> attributes() const { return {}; }
   // The ops Forward and then Backward issue for `batch` samples, in issue order, with their
   // costs; `input_gradient` says whether Backward also computes dx (false for the first layer).
   virtual std::vector<LayerOp> StepOps(int batch, bool input_gradient) const = 0;
@@ -71,7 +75,8 @@ class Layer {
   ActivationShape input_;
 };
 
-// 2-D convolution with bias, stride 1, no padding: "<name>.weight", "<name>.bias".
+// 2-D convolution with bias, a square kernel, a stride and zero padding on every side:
+// "<name>.weight", "<name>.bias".
 class Conv2dLayer final : public Layer {
  public:
   // A square `kernel`, moved by `stride`, over the input padded with `padding` zeros per side.
@@ -79,6 +84,9 @@ class Conv2dLayer final : public Layer {
   ActivationShape output_shape() const override;
   std::string_view kind() const override { return "conv2d"; }
   std::string name() const override { return name_; }
+  std::vector<std::pair<std::string, int>> attributes() const override {
+    return {{"kernel", kernel_}, {"stride", stride_}, {"padding", padding_}};
+  }
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
   void Bind(float* parameters, float* gradients) override;
@@ -134,6 +142,7 @@ class MaxPoolLayer final : public Layer {
   MaxPoolLayer(ActivationShape input, int window, int stride);
   ActivationShape output_shape() const override;
   std::string_view kind() const override { return "max_pool"; }
+  std::vector<std::pair<std::string, int>> attributes() const override;
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   Status Reserve(Device& device, int batch) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;

@@ -107,6 +107,7 @@ std::vector<LayerInfo> Model::DescribeLayers(int batch) const {
       info.name = short_name + std::to_string(++seen[short_name]);
     }
     info.output = layer.output_shape();
+    info.attributes = layer.attributes();
     info.ops = layer.StepOps(batch, i > 0);  // the first layer's input needs no gradient
     infos.push_back(std::move(info));
   }

@@ -45,6 +45,7 @@ struct LayerInfo {
   std::string kind;             // "conv2d", "linear", "relu", "max_pool"
   ActivationShape output;       // per sample
   std::vector<LayerOp> ops;     // what one training step issues for it (see Layer::StepOps)
+  std::vector<std::pair<std::string, int>> attributes;  // Layer::attributes()
 };
 
 class Model {

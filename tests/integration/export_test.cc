@@ -63,7 +63,7 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
   EXPECT_NE(missing.message().find("has committed 2 round(s); round 7 has no model yet"), std::string::npos)
       << missing.message();
-  Status wrong_suffix = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.onnx", false}, out);
+  Status wrong_suffix = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.pt", false}, out);
   EXPECT_EQ(wrong_suffix.code(), StatusCode::kInvalidArgument);
 
   // Tessera's logits on 200 test images, beside the images, for PyTorch to reproduce.
@@ -89,6 +89,23 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
                      std::vector<float>(test->images.begin(), test->images.begin() + kImages * test->SampleSize())};
   const std::string expected = dir.str() + "/expected.npz";
   ASSERT_TRUE(WriteNpz(expected, ToNumpy(TensorSet{images, logits})).ok());
+
+  // The same model as ONNX, checked by python3-onnx against the archive.
+  std::ostringstream onnx_out;
+  Status onnx = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.onnx", false}, onnx_out);
+  ASSERT_TRUE(onnx.ok()) << onnx.ToString();
+  if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+    const std::string check = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/onnx_check.py " +
+                              dir.str() + "/model.onnx " + dir.str() + "/model-newest.npz 10 > " + dir.str() +
+                              "/onnx.log 2>&1";
+    const int onnx_rc = std::system(check.c_str());
+    std::ifstream onnx_log(dir.str() + "/onnx.log");
+    const std::string onnx_text((std::istreambuf_iterator<char>(onnx_log)), {});
+    EXPECT_EQ(onnx_rc, 0) << onnx_text;
+    EXPECT_NE(onnx_text.find("onnx ok"), std::string::npos) << onnx_text;
+  } else {
+    ADD_FAILURE() << "python3-onnx is not installed (/usr/bin/python3 cannot import onnx): scripts/setup.sh installs it";
+  }
 
   if (!TorchAvailable()) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (/usr/bin/python3 cannot import torch): scripts/setup.sh "

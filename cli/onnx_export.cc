@@ -1,0 +1,133 @@
+#include "cli/onnx_export.h"
+
+#include <onnx/onnx_pb.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+namespace tessera::cli {
+namespace {
+
+constexpr int64_t kOpset = 13;
+
+void AddAttribute(onnx::NodeProto* node, const std::string& name, const std::vector<int64_t>& values) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : values) a->add_ints(v);
+}
+
+void AddIntAttribute(onnx::NodeProto* node, const std::string& name, int64_t value) {
+  auto* a = node->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(value);
+}
+
+void SetTensorType(onnx::ValueInfoProto* value, const std::string& name, const std::vector<int64_t>& dims) {
+  value->set_name(name);
+  auto* tensor = value->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(onnx::TensorProto::FLOAT);
+  auto* shape = tensor->mutable_shape();
+  shape->add_dim()->set_dim_param("batch");
+  for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+}
+
+}  // namespace
+
+Status WriteOnnx(const Model& model, const std::string& graph_name, const std::string& path) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(onnx::IR_VERSION_2020_5_8);  // IR 7, what opset 13 needs
+  proto.set_producer_name("tessera");
+  proto.set_model_version(1);
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOpset);
+  auto* graph = proto.mutable_graph();
+  graph->set_name(graph_name);
+  const ActivationShape& in = model.input_shape();
+  SetTensorType(graph->add_input(), "input", {in.channels, in.height, in.width});
+
+  const TensorSet state = model.GetState();
+  for (const NamedTensor& t : state) {
+    auto* init = graph->add_initializer();
+    init->set_name(t.name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : t.shape) init->add_dims(d);
+    init->set_raw_data(std::string(reinterpret_cast<const char*>(t.values.data()), t.ByteSize()));
+  }
+
+  std::string current = "input";
+  bool flat = false;  // whether `current` is [batch, features]
+  int index = 0;
+  for (const LayerInfo& layer : model.DescribeLayers(1)) {
+    std::map<std::string, int> attributes(layer.attributes.begin(), layer.attributes.end());
+    const std::string output = "x" + std::to_string(++index);
+    auto* node = graph->add_node();
+    node->set_name(layer.name);
+    if (layer.kind == "conv2d") {
+      node->set_op_type("Conv");
+      node->add_input(current);
+      node->add_input(layer.name + ".weight");
+      node->add_input(layer.name + ".bias");
+      const int k = attributes["kernel"], s = attributes["stride"], p = attributes["padding"];
+      AddAttribute(node, "kernel_shape", {k, k});
+      AddAttribute(node, "strides", {s, s});
+      AddAttribute(node, "pads", {p, p, p, p});
+    } else if (layer.kind == "relu") {
+      node->set_op_type("Relu");
+      node->add_input(current);
+    } else if (layer.kind == "max_pool") {
+      node->set_op_type("MaxPool");
+      node->add_input(current);
+      AddAttribute(node, "kernel_shape", {attributes["window"], attributes["window"]});
+      AddAttribute(node, "strides", {attributes["stride"], attributes["stride"]});
+    } else if (layer.kind == "linear") {
+      if (!flat) {
+        // A fully connected layer reads its input flattened (NCHW order, as PyTorch's flatten).
+        node->set_op_type("Flatten");
+        node->set_name(layer.name + ".flatten");
+        node->add_input(current);
+        AddIntAttribute(node, "axis", 1);
+        const std::string flattened = output + ".flat";
+        node->add_output(flattened);
+        current = flattened;
+        flat = true;
+        node = graph->add_node();
+        node->set_name(layer.name);
+      }
+      node->set_op_type("Gemm");
+      node->add_input(current);
+      node->add_input(layer.name + ".weight");
+      node->add_input(layer.name + ".bias");
+      AddIntAttribute(node, "transB", 1);
+    } else {
+      return UnimplementedError("ONNX export: layer '" + layer.name + "' (" + layer.kind + ") has no ONNX form here");
+    }
+    node->add_output(output);
+    current = output;
+  }
+  // The last node's output is the graph's: rename it "logits".
+  auto* last = graph->mutable_node(graph->node_size() - 1);
+  last->set_output(0, "logits");
+  SetTensorType(graph->add_output(), "logits", {model.classes()});
+
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out || !proto.SerializeToOstream(&out)) {
+      std::remove(temporary.c_str());
+      return DataLossError("cannot write " + temporary + ": " + std::strerror(errno));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    std::remove(temporary.c_str());
+    return DataLossError("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::cli
