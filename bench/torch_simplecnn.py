@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""PyTorch reference for bench/train_throughput: SimpleCNN (NIID-Bench) local training on one
+"""PyTorch reference for bench/train_throughput: SimpleCNN (NIID-Bench) or the McMahan CNN
+(--model mcmahan-cnn) local training on one
 CPU thread, batch 64, SGD lr 0.01 momentum 0.9 weight decay 1e-5, on real Fashion-MNIST
-batches. Prints one line: `torch_simplecnn samples_per_s=<float> steps=<n> data=<source>`.
+batches. Prints one line: `torch_<model> samples_per_s=<float> steps=<n> data=<source>`.
 
 Run with Debian's /usr/bin/python3 (which has torch), not the python3 on PATH.
 """
@@ -35,6 +36,22 @@ class SimpleCNN(nn.Module):
         return self.fc3(x)
 
 
+class McMahanCNN(nn.Module):
+    """McMahan et al. 2017, as Tessera's mcmahan-cnn (examples/pytorch/train_mcmahan.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(7 * 7 * 64, 512)
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
+
+
 def load_images(directory, count):
     path = os.path.join(directory, "train-images-idx3-ubyte.gz")
     labels_path = os.path.join(directory, "train-labels-idx1-ubyte.gz")
@@ -58,6 +75,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", choices=["simplecnn", "mcmahan-cnn"], default="simplecnn")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -66,7 +84,7 @@ def main():
     images, labels, source = load_images(args.data, min(batches * args.batch, 60000))
     count = images.shape[0]
 
-    model = SimpleCNN()
+    model = SimpleCNN() if args.model == "simplecnn" else McMahanCNN()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-5)
     loss_fn = nn.CrossEntropyLoss()
 
@@ -85,7 +103,7 @@ def main():
     for i in range(args.steps):
         step(args.warmup + i)
     elapsed = time.perf_counter() - began
-    print(f"torch_simplecnn samples_per_s={args.steps * args.batch / elapsed:.1f} "
+    print(f"torch_{args.model} samples_per_s={args.steps * args.batch / elapsed:.1f} "
           f"steps={args.steps} data={source}")
 
 

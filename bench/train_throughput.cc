@@ -1,10 +1,10 @@
-// SimpleCNN local-training throughput on one CPU core (OpenBLAS with one thread): batch 64,
+// Local-training throughput of a model (SimpleCNN by default, or the McMahan CNN) on one CPU core (OpenBLAS with one thread): batch 64,
 // SGD lr 0.01 momentum 0.9 weight decay 1e-5, on real Fashion-MNIST batches when the dataset
 // is installed (random data of the same shape otherwise; the output says which).
 //
-//   bench_train_throughput [--steps N] [--warmup N] [--threads N] [--data DIR]
+//   bench_train_throughput [--model simplecnn|mcmahan-cnn] [--steps N] [--warmup N] [--threads N] [--data DIR]
 //
-// Prints: "tessera_simplecnn samples_per_s=<float> steps=<n> data=<fashion-mnist|random>".
+// Prints: "tessera_<model> samples_per_s=<float> steps=<n> data=<fashion-mnist|random>".
 // bench/train_throughput.sh runs this and the PyTorch reference and prints the ratio.
 #include <chrono>
 #include <cstdio>
@@ -39,12 +39,14 @@ tessera::Dataset RandomDataset(int64_t count) {
 int main(int argc, char** argv) {
   int steps = 300, warmup = 30, threads = 1;
   std::string directory = tessera::kDefaultFashionMnistDir;
+  std::string model_name = "simplecnn";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--steps") steps = std::atoi(argv[i + 1]);
     else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
     else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
     else if (flag == "--data") directory = argv[i + 1];
+    else if (flag == "--model") model_name = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -64,7 +66,7 @@ int main(int argc, char** argv) {
 
   auto device = tessera::CreateCpuDevice({.num_threads = threads});
   tessera::ModelConfig config;
-  config.name = "simplecnn";
+  config.name = model_name;
   auto model = tessera::CreateModel(config, device.get());
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double samples_per_second = timed->samples / (timed->compute_ms / 1000.0);
-  std::printf("tessera_simplecnn samples_per_s=%.1f steps=%llu data=%s device=\"%s\"\n", samples_per_second,
+  std::printf("tessera_%s samples_per_s=%.1f steps=%llu data=%s device=\"%s\"\n", model_name.c_str(), samples_per_second,
               static_cast<unsigned long long>(timed->steps), source.c_str(),
               (*device).capabilities().name.c_str());
   return 0;
