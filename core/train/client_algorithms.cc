@@ -14,8 +14,11 @@ double FedNovaNormalizer(uint64_t local_steps, double momentum) {
 
 Result<ScaffoldClientStep> ScaffoldClientVariates(const TensorSet& global, const TensorSet& trained,
                                                   const TensorSet& server_control, const TensorSet& client_control,
-                                                  uint64_t local_steps, double learning_rate) {
-  if (local_steps == 0) return InvalidArgumentError("SCAFFOLD client step: no local steps were taken");
+                                                  double effective_steps, double learning_rate) {
+  if (!(effective_steps > 0) || !std::isfinite(effective_steps)) {
+    return InvalidArgumentError("SCAFFOLD client step: no local steps were taken (" + std::to_string(effective_steps) +
+                                ")");
+  }
   if (!(learning_rate > 0) || !std::isfinite(learning_rate)) {
     return InvalidArgumentError("SCAFFOLD client step: the learning rate must be positive, got " +
                                 std::to_string(learning_rate));
@@ -23,7 +26,7 @@ Result<ScaffoldClientStep> ScaffoldClientVariates(const TensorSet& global, const
   RETURN_IF_ERROR(CheckSameLayout(global, trained, "SCAFFOLD client step: the trained model"));
   RETURN_IF_ERROR(CheckSameLayout(global, server_control, "SCAFFOLD client step: the server's control variate"));
   RETURN_IF_ERROR(CheckSameLayout(global, client_control, "SCAFFOLD client step: the client's control variate"));
-  const double scale = 1.0 / (static_cast<double>(local_steps) * learning_rate);
+  const double scale = 1.0 / (effective_steps * learning_rate);
   ScaffoldClientStep step;
   step.next_control = client_control;
   step.control_delta = client_control;

@@ -27,6 +27,7 @@ class EmulatedDevice final : public Device {
   const DeviceProfile& profile() const { return profile_; }
   void ResetClock();
   double modelled_ms() const { return modelled_ms_; }
+  bool paces_real_time() const { return options_.pace_real_time; }
 
   Result<DeviceBuffer> Allocate(size_t bytes) override;
   MemoryPoolStats pool_stats() const override { return pool_.stats(); }
