@@ -15,8 +15,13 @@ struct JobRun {
   std::string log;  // what went wrong, for messages
 };
 
-// Runs `spec` on one worker per entry of `devices` (named w1, w2, ...) until it ends.
-JobRun RunJob(const std::string& tag, const v1::JobSpec& spec, const std::vector<std::string>& devices) {
+struct WorkerSpec {
+  std::string device = "cpu";
+  std::string cohort;  // empty: a lone worker
+};
+
+// Runs `spec` on one worker per entry of `workers` (named w1, w2, ...) until it ends.
+JobRun RunJob(const std::string& tag, const v1::JobSpec& spec, const std::vector<WorkerSpec>& devices) {
   TempDir dir(tag);
   auto options = TestCoordinatorOptions(dir.str());
   options.chunk_bytes = 16384;  // the model and its sets travel in many chunks
@@ -26,7 +31,8 @@ JobRun RunJob(const std::string& tag, const v1::JobSpec& spec, const std::vector
   const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
   std::vector<std::unique_ptr<WorkerThread>> workers;
   for (size_t i = 0; i < devices.size(); ++i) {
-    workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i + 1), kToken, "", "", devices[i]));
+    workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i + 1), kToken, "", devices[i].cohort,
+                                                     devices[i].device));
   }
   auto stub = JobStub((*coordinator)->port());
   EXPECT_TRUE(WaitForWorkers(*stub, devices.size(), std::chrono::seconds(30)));
@@ -63,7 +69,7 @@ TEST(ClientAlgorithmJobTest, FedProxCommitsAndImprovesOnMixedDevices) {
   v1::JobSpec spec = SmallJob(3, 3);
   spec.set_strategy("fedprox");
   spec.set_proximal_mu(0.01);
-  const JobRun run = RunJob("fedprox", spec, {"cpu", "emu:a100", "emu:edge-npu"});
+  const JobRun run = RunJob("fedprox", spec, {{"cpu"}, {"emu:a100"}, {"emu:edge-npu"}});
   ExpectCommittedAndImproving(run, 3, 3);
 }
 
@@ -74,7 +80,7 @@ TEST(ClientAlgorithmJobTest, FedNovaCommitsAndImprovesWithUnequalLocalSteps) {
   spec.set_strategy("fednova");
   spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_QUANTITY);
   spec.mutable_data()->mutable_partition()->set_beta(5.0);
-  const JobRun run = RunJob("fednova", spec, {"cpu", "cpu", "cpu"});
+  const JobRun run = RunJob("fednova", spec, {{"cpu"}, {"cpu"}, {"cpu"}});
   ExpectCommittedAndImproving(run, 3, 3);
   // The parties' sizes differ, so their samples (and steps) do.
   std::set<uint64_t> samples;
@@ -89,9 +95,23 @@ TEST(ClientAlgorithmJobTest, ScaffoldCommitsAndImprovesWithSubSampling) {
   spec.set_strategy("scaffold");
   spec.set_clients_per_round(2);
   spec.set_min_clients(2);
-  const JobRun run = RunJob("scaffold", spec, {"cpu", "cpu", "emu:generic"});
+  const JobRun run = RunJob("scaffold", spec, {{"cpu"}, {"cpu"}, {"emu:generic"}});
   ExpectCommittedAndImproving(run, 4, 2);
   for (const auto& r : run.done.rounds()) EXPECT_EQ(r.clients_selected(), 2u);
+}
+
+// SCAFFOLD with a site cohort as one of its clients: both members download the seat's
+// variates and correct the gradient they average alike; the leader uploads.
+TEST(ClientAlgorithmJobTest, ScaffoldCommitsAndImprovesWithASiteCohort) {
+  v1::JobSpec spec = SmallJob(3, 2, 4000);
+  spec.set_strategy("scaffold");
+  const JobRun run = RunJob("scaffold-cohort", spec, {{"cpu", ""}, {"cpu", "site"}, {"cpu", "site"}});
+  ExpectCommittedAndImproving(run, 3, 2);
+  bool cohort_seen = false;
+  for (const auto& w : run.done.rounds(2).workers()) {
+    if (w.cohort() == "site") cohort_seen = w.members_size() == 2;
+  }
+  EXPECT_TRUE(cohort_seen) << run.log;
 }
 
 }  // namespace
