@@ -204,7 +204,6 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
       valid = CheckSameLayout(*global_, payload->at(name), what + ", set '" + name + "'");
     }
   }
-  uint32_t party = 0;
   // The delta's L2 norm, in double (finite values of float square and sum without overflow),
   // and whether the global model plus this delta alone already overflows float.
   double norm = 0;
@@ -225,6 +224,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
                                    " exceeds the job's max_update_norm " + FormatNumber(max_update_norm_));
     }
   }
+  uint32_t party = 0;  // the participant's seat, read under the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& p = participants_[h.worker_id()];
