@@ -291,6 +291,13 @@ OpCheck SgdCheck(size_t count) {
           }};
 }
 
+OpCheck AddScaledDifferenceCheck(size_t count) {
+  return {"add_scaled_difference " + std::to_string(count), Op::kAddScaledDifference, false, 1e-6, [=](OpRun& r) {
+            float* y = r.Out(Pattern(count, 43));
+            r.device().AddScaledDifference(int64_t(count), 0.01f, r.In(Pattern(count, 44)), r.In(Pattern(count, 45)), y);
+          }};
+}
+
 OpCheck CastCheck(DType through, size_t count) {
   return {"cast float32 -> " + std::string(DTypeName(through)) + " -> float32 " + std::to_string(count), Op::kCast,
           false, 0, [=](OpRun& r) {
@@ -338,6 +345,7 @@ std::vector<OpCheck> BenchChecks() {
   AddPoolChecks(MaxPoolShape{4, 6, 12, 12, 3, 2}, false, checks);
   checks.push_back(SoftmaxCheck(37, 10));
   checks.push_back(SgdCheck(ConvInputCount(conv)));
+  checks.push_back(AddScaledDifferenceCheck(ConvInputCount(conv)));
   checks.push_back(ReduceSumCheck(size_t(1) << 20));
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8}) checks.push_back(CastCheck(dtype, 1 << 20));
   checks.push_back(FillCheck(1000));
@@ -398,6 +406,7 @@ std::vector<OpCheck> OddShapeChecks() {
     checks.push_back(ReluBackwardCheck(count));
     checks.push_back(FillCheck(count));
     checks.push_back(SgdCheck(count));
+    checks.push_back(AddScaledDifferenceCheck(count));
     for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32}) {
       checks.push_back(CastCheck(dtype, count));
     }

@@ -23,7 +23,7 @@ constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
-    "max_round_attempts", "max_update_norm", "device", "fallback_device", "collective_backend", "model", "data", "train", "server"};
+    "max_round_attempts", "max_update_norm", "device", "fallback_device", "collective_backend", "proximal_mu", "model", "data", "train", "server"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
@@ -33,7 +33,7 @@ constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "label
 constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
                                                                 "learning_rate", "momentum",     "weight_decay"};
 
-constexpr std::string_view kStrategies[] = {"fedavg", "fedavgm"};
+constexpr std::string_view kStrategies[] = {"fedavg", "fedavgm", "fedprox", "fednova", "scaffold"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kDatasets[] = {"fashion-mnist"};
@@ -478,6 +478,22 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     spec.mutable_server()->set_learning_rate(server_lr);
     spec.mutable_server()->set_momentum(server_momentum);
   }
+  // proximal_mu: FedProx's, and only FedProx's.
+  double proximal_mu = 0.01;
+  RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));
+  if (spec.strategy() == "fedprox") {
+    if (!(proximal_mu > 0.0 && proximal_mu <= wire::kMaxProximalMu)) {
+      return reader.Error("proximal_mu", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxProximalMu) +
+                                             ", got " + SpecReader::ToText(proximal_mu));
+    }
+    spec.set_proximal_mu(proximal_mu);
+  } else if (reader.Present("proximal_mu")) {
+    return reader.Error("proximal_mu", "applies to strategy \"fedprox\" only; strategy is \"" + spec.strategy() + "\"");
+  }
+  if (spec.strategy() == "scaffold" && partition_spec->kind() == v1::PARTITION_LOCAL_FILES) {
+    return reader.Error("data.partition.kind", "strategy \"scaffold\" needs a shared partition (it keeps a control "
+                                               "variate per party); \"local-files\" seats any number of clients");
+  }
   // What the keys cannot say one by one (the model's estimated memory, ...), as the
   // coordinator will check it.
   if (Status valid = wire::ValidateJobSpec(spec); !valid.ok()) {
@@ -569,6 +585,7 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   if (!spec.collective_backend().empty()) {
     out << "collective_backend = " << TomlString(spec.collective_backend()) << "\n";
   }
+  if (spec.strategy() == "fedprox") out << "proximal_mu = " << TomlFloat(spec.proximal_mu()) << "\n";
 
   out << "\n[model]\n";
   out << "name = " << TomlString(spec.model().name()) << "\n";

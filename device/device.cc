@@ -18,6 +18,7 @@ std::string_view OpName(Op op) {
     case Op::kMaxPoolBackward: return "max_pool_backward";
     case Op::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
     case Op::kSgdMomentumUpdate: return "sgd_momentum_update";
+    case Op::kAddScaledDifference: return "add_scaled_difference";
     case Op::kReduceSum: return "reduce_sum";
     case Op::kCast: return "cast";
     case Op::kFill: return "fill";
@@ -30,7 +31,7 @@ const std::set<Op>& AllOps() {
       Op::kGemm,       Op::kConv2dForward,       Op::kConv2dBackwardData, Op::kConv2dBackwardFilter,
       Op::kBiasAdd,    Op::kBiasGrad,            Op::kRelu,               Op::kReluBackward,
       Op::kMaxPool,    Op::kMaxPoolBackward,     Op::kSoftmaxCrossEntropy, Op::kSgdMomentumUpdate,
-      Op::kReduceSum,  Op::kCast,                Op::kFill};
+      Op::kAddScaledDifference, Op::kReduceSum, Op::kCast, Op::kFill};
   return all;
 }
 

@@ -53,6 +53,7 @@ enum class Op {
   kMaxPoolBackward,
   kSoftmaxCrossEntropy,
   kSgdMomentumUpdate,
+  kAddScaledDifference,
   kReduceSum,
   kCast,
   kFill,
@@ -204,6 +205,12 @@ class Device {
   // Start with v = 0 to match PyTorch's first step (v = d).
   virtual void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
                                  const float* gradients, float* velocity, float* weights) = 0;
+
+  // y += alpha * (a - b), elementwise over `count` elements; y may equal a or b. The
+  // client-side terms of federated algorithms on a flat gradient: FedProx's proximal term
+  // (a = the weights, b = the round's global weights, alpha = mu) and SCAFFOLD's correction
+  // (a = the server's control variate, b = the client's, alpha = 1).
+  virtual void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) = 0;
 
   // *sum = sum of x[0..count) (one device float), accumulated in double where the backend can.
   virtual void ReduceSum(int64_t count, const float* x, float* sum) = 0;

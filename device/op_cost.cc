@@ -79,6 +79,10 @@ OpCost SgdMomentumUpdateCost(int64_t count) {
   return {5.0 * count, 3 * uint64_t(count) * kFloat, 2 * uint64_t(count) * kFloat};
 }
 
+OpCost AddScaledDifferenceCost(int64_t count) {
+  return {3.0 * count, 3 * uint64_t(count) * kFloat, uint64_t(count) * kFloat};
+}
+
 OpCost ReduceSumCost(int64_t count) { return {double(count), uint64_t(count) * kFloat, kFloat}; }
 
 OpCost CastCost(int64_t count, DType from, DType to) {

@@ -24,6 +24,7 @@ OpCost MaxPoolCost(const MaxPoolShape& shape);
 OpCost MaxPoolBackwardCost(const MaxPoolShape& shape);
 OpCost SoftmaxCrossEntropyCost(int batch, int classes, bool with_gradient);
 OpCost SgdMomentumUpdateCost(int64_t count);
+OpCost AddScaledDifferenceCost(int64_t count);
 OpCost ReduceSumCost(int64_t count);
 OpCost CastCost(int64_t count, DType from, DType to);
 OpCost FillCost(int64_t count);

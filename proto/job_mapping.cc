@@ -1,7 +1,6 @@
 #include "proto/job_mapping.h"
 
 #include <algorithm>
-
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -56,6 +55,7 @@ TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t pa
   options.momentum = static_cast<float>(spec.optimizer().momentum());
   options.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
   options.seed = spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
+  if (spec.strategy() == "fedprox") options.proximal_mu = static_cast<float>(spec.proximal_mu());
   return options;
 }
 
@@ -95,10 +95,16 @@ double MaxUpdateNorm(const v1::JobSpec& spec) {
   return spec.max_update_norm() > 0 ? spec.max_update_norm() : kDefaultMaxUpdateNorm;
 }
 
+int64_t CoordinatorModelCopies(const v1::JobSpec& spec) {
+  if (spec.strategy() != "scaffold") return kCoordinatorModelCopies;
+  const int64_t parties = std::min<int64_t>(spec.data().partition().parties(), kMaxParties);
+  return kCoordinatorModelCopies + 2 + kScaffoldModelCopiesPerParty * parties;
+}
+
 Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(int64_t parameters, CountParameters(ToModelConfig(spec)));
   int64_t bytes = 0;
-  if (__builtin_mul_overflow(parameters, static_cast<int64_t>(sizeof(float)) * kCoordinatorModelCopies, &bytes)) {
+  if (__builtin_mul_overflow(parameters, static_cast<int64_t>(sizeof(float)) * CoordinatorModelCopies(spec), &bytes)) {
     return InvalidArgumentError("model '" + spec.model().name() + "': " + std::to_string(parameters) +
                                 " parameters are too many to hold");
   }
@@ -158,8 +164,17 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   RETURN_IF_ERROR(real("optimizer.learning_rate", o.learning_rate(), kMaxLearningRate, false, ""));
   if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", Number(o.momentum()));
   RETURN_IF_ERROR(real("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay, true, ""));
-  if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm") {
-    return bad("strategy", "\"fedavg\" or \"fedavgm\"", Shown(s.strategy()));
+  if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm" && s.strategy() != "fedprox" &&
+      s.strategy() != "fednova" && s.strategy() != "scaffold") {
+    return bad("strategy", "\"fedavg\", \"fedavgm\", \"fedprox\", \"fednova\" or \"scaffold\"", Shown(s.strategy()));
+  }
+  // FedProx's mu: positive for fedprox, absent for everything else.
+  if (s.strategy() == "fedprox") {
+    RETURN_IF_ERROR(real("proximal_mu", s.proximal_mu(), kMaxProximalMu, false, " for strategy \"fedprox\""));
+  } else if (s.proximal_mu() != 0) {
+    return bad("proximal_mu", "0 for strategy \"" + (s.strategy().empty() ? std::string("fedavg") : s.strategy()) +
+                                  "\" (it applies to fedprox)",
+               Number(s.proximal_mu()));
   }
   const auto& server = s.server();
   RETURN_IF_ERROR(real("server.learning_rate", server.learning_rate(), 1e3, true, " (0: the default)"));
@@ -182,6 +197,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     return bad("model.trainer", "a trainer name of 1 to 64 characters from [a-z0-9._-] (the workers map it to a command)",
                Shown(m.trainer()));
   }
+  if (!m.trainer().empty() && (s.strategy() == "fedprox" || s.strategy() == "fednova" || s.strategy() == "scaffold")) {
+    return bad("model.trainer", "no external trainer with strategy \"" + s.strategy() +
+                                    "\" (its client side runs in Tessera's native training)",
+               Shown(m.trainer()));
+  }
   if (!m.trainer().empty() && !s.collective_backend().empty() && s.collective_backend() != "auto") {
     return bad("collective_backend", "none with an external trainer (site cohorts train natively)",
                Shown(s.collective_backend()));
@@ -200,7 +220,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   auto memory = EstimateModelMemoryBytes(s);
   if (!memory.ok() || *memory > kMaxModelMemoryBytes) {
     return bad("model", "a model the coordinator can hold: parameters x 4 bytes x " +
-                            std::to_string(kCoordinatorModelCopies) + " copies within " + Mebibytes(kMaxModelMemoryBytes),
+                            std::to_string(CoordinatorModelCopies(s)) + " copies" +
+                            (s.strategy() == "scaffold" ? " (scaffold: " + std::to_string(kScaffoldModelCopiesPerParty) +
+                                                              " per party)"
+                                                        : std::string()) +
+                            " within " + Mebibytes(kMaxModelMemoryBytes),
                std::to_string(*parameters) + " parameters (an estimated " +
                    (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
   }
@@ -211,6 +235,13 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
   RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));
   RETURN_IF_ERROR(range("data.partition.labels_per_party", p.labels_per_party(), 0, kMaxLabelsPerParty));
+  // SCAFFOLD keeps a control variate per party and scales the server's by |S|/N: it needs
+  // the parties to be the partition's, a known number; workers' own files seat any number.
+  if (s.strategy() == "scaffold" && p.kind() == v1::PARTITION_LOCAL_FILES) {
+    return bad("data.partition.kind", "a shared partition for strategy \"scaffold\" (it keeps a control variate per "
+                                      "party, N = data.partition.parties)",
+               "local-files");
+  }
   if (p.kind() != v1::PARTITION_LOCAL_FILES) {
     if (s.clients_per_round() > p.parties()) {
       return bad("clients_per_round", "at most data.partition.parties (" + std::to_string(p.parties()) + ")",

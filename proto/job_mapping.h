@@ -23,6 +23,8 @@ bool IsTrainerName(std::string_view name);
 Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec);
 // Local training options for `round` (the seed varies with the round and the party so that
 // shuffles differ between rounds but repeat exactly on a rerun).
+// FedProx's proximal_mu is set for strategy "fedprox"; SCAFFOLD's control variates are the
+// worker's to fill in (they come with the model download).
 TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t party);
 // The dataset directory the spec names, or the default one.
 std::string DatasetDirectory(const v1::JobSpec& spec);
@@ -60,6 +62,12 @@ inline constexpr uint64_t kMaxLocalFilesSamples = 1000000000;
 // sums (two floats' worth), the next model, its encoding, and a strategy's state and its next
 // value. A model's estimated memory is parameters x 4 bytes x this.
 inline constexpr int64_t kCoordinatorModelCopies = 10;
+// SCAFFOLD keeps a control variate per party besides the server's, and each round encodes a
+// download per participant (model, c and its c_i, with their chunks): per party its variate
+// and the next one, one round's change of it, and six for a download.
+inline constexpr int64_t kScaffoldModelCopiesPerParty = 9;
+// proximal_mu (FedProx): the largest value a spec may set.
+inline constexpr double kMaxProximalMu = 1000;
 inline constexpr int64_t kMaxModelMemoryBytes = int64_t{2} << 30;  // 2 GiB per job
 // max_update_norm: the default, and the largest value a spec may set. Measured L2 norms of
 // real Fashion-MNIST updates (a party of 6000 IID samples unless said): the demo
@@ -73,8 +81,12 @@ inline constexpr double kMaxUpdateNormLimit = 1e9;
 // The update norm bound a job uses: spec.max_update_norm, or the default when it is 0.
 double MaxUpdateNorm(const v1::JobSpec& spec);
 
-// The coordinator's estimated memory for the model `spec` names (see
-// kCoordinatorModelCopies), computed without building it. Errors as CountParameters.
+// The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
+// plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
+int64_t CoordinatorModelCopies(const v1::JobSpec& spec);
+
+// The coordinator's estimated memory for the model `spec` names (parameters x 4 bytes x
+// CoordinatorModelCopies), computed without building it. Errors as CountParameters.
 Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec);
 
 // Semantic checks of a spec however it arrived (the CLI checks the TOML; the coordinator

@@ -1,6 +1,9 @@
 #include "proto/update_envelope.h"
 
+#include <iterator>
 #include <set>
+
+#include "proto/tensor_transfer.h"
 
 namespace tessera::wire {
 
@@ -54,6 +57,15 @@ v1::TensorManifest CombinedManifest(const std::vector<v1::TensorSetInfo>& sets) 
   combined.set_total_bytes(total);
   combined.set_chunk_bytes(chunk_bytes);
   return combined;
+}
+
+void AppendUpdateSet(const std::string& name, TensorSet tensors, uint32_t chunk_bytes, v1::UpdateHeader* header,
+                     TensorSet* stream) {
+  v1::TensorSetInfo* set = header->add_sets();
+  set->set_name(name);
+  set->set_encoding(v1::ENCODING_FLOAT32);
+  *set->mutable_manifest() = BuildManifest(tensors, chunk_bytes);
+  stream->insert(stream->end(), std::make_move_iterator(tensors.begin()), std::make_move_iterator(tensors.end()));
 }
 
 std::map<std::string, TensorSet> SplitSets(TensorSet tensors, const std::vector<v1::TensorSetInfo>& sets) {

@@ -28,6 +28,12 @@ Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header
 // One manifest over every set's tensors, in order: what the chunk stream carries.
 v1::TensorManifest CombinedManifest(const std::vector<v1::TensorSetInfo>& sets);
 
+// Adds set `name` to an update's envelope: its entry in header->sets (float32, the manifest of
+// `tensors` for chunks of `chunk_bytes`) and its tensors at the end of *stream, the one
+// TensorSet the upload's chunks carry. Add "delta" first.
+void AppendUpdateSet(const std::string& name, TensorSet tensors, uint32_t chunk_bytes, v1::UpdateHeader* header,
+                     TensorSet* stream);
+
 // The assembled tensors of a combined manifest, cut back into their named sets.
 std::map<std::string, TensorSet> SplitSets(TensorSet tensors, const std::vector<v1::TensorSetInfo>& sets);
 

@@ -47,7 +47,7 @@ v1::Job JobRunner::Snapshot() const {
   return job_;
 }
 
-Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version) const {
+Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version, const std::string& worker_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return FailedPreconditionError("job " + job_.id() + " has ended; it serves no model");
   if (!current_) return UnavailableError("job " + job_.id() + ": the global model is not loaded yet");
@@ -55,6 +55,7 @@ Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version) c
     return FailedPreconditionError("job " + job_.id() + ": model version " + std::to_string(version) +
                                    " is not current; the current version is " + std::to_string(job_.rounds_committed()));
   }
+  if (auto it = participant_models_.find(worker_id); it != participant_models_.end()) return it->second;
   return current_;
 }
 
@@ -242,6 +243,7 @@ Status JobRunner::Prepare() {
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
   RETURN_IF_ERROR(seats_.Load());
+  update_sets_ = 1 + strategy_->PayloadSets().size();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t bytes = 0;
   for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
@@ -312,6 +314,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     job_.set_state(state);
     job_.set_error(error);
     round_.reset();
+    participant_models_.clear();
   }
   v1::Job job = Snapshot();
   const std::string state_name = wire::JobStateName(state);
@@ -473,11 +476,16 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
     open->AddParticipant(client.party, std::move(members), client.cohort, MaxSamples(client.party));
   }
+  // A strategy that sends each participant its own sets (SCAFFOLD) has them encoded now.
+  ParticipantModels downloads =
+      EncodeParticipantModels(*strategy_, *global, selected, job.rounds_committed(), options_.chunk_bytes);
+  const std::vector<std::string> model_sets = strategy_->DownloadSets();
   const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_ = open;
     round_deadline_ = deadline;
+    participant_models_ = std::move(downloads);
   }
   const int64_t deadline_unix_ms = UnixMillis() + spec.round_deadline_ms();
   open->MarkDispatched();
@@ -505,6 +513,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
       *train->mutable_spec() = spec;
       train->set_party_index(client.party);
       train->set_deadline_unix_ms(deadline_unix_ms);
+      for (const std::string& set : model_sets) train->add_model_sets(set);
       if (!client.cohort.empty()) {
         train->set_cohort(client.cohort);
         train->set_cohort_rank(static_cast<uint32_t>(rank));
@@ -541,6 +550,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_.reset();
+    participant_models_.clear();
   }
   for (const auto& worker : stragglers) {
     v1::Task cancel;

@@ -24,6 +24,7 @@
 #include "server/evaluation.h"
 #include "server/job_events.h"
 #include "server/model_version.h"
+#include "server/participant_models.h"
 #include "server/rendezvous_store.h"
 #include "server/round.h"
 #include "server/selection.h"
@@ -68,8 +69,9 @@ class JobRunner {
 
   // For the worker service.
   // The global model of `version`, encoded for download, or an error when that version is
-  // not current.
-  Result<std::shared_ptr<const ModelVersion>> Model(uint64_t version) const;
+  // not current. With `worker_id`, what that worker downloads: for a participant of a round
+  // whose strategy sends more than the model (SCAFFOLD), the model and its own sets.
+  Result<std::shared_ptr<const ModelVersion>> Model(uint64_t version, const std::string& worker_id = "") const;
   // The job has ended (succeeded, failed or cancelled) and released its memory.
   bool finished() const { return finished_.load(); }
   void RecordDownload(const std::string& worker_id, uint64_t version);
@@ -94,6 +96,9 @@ class JobRunner {
   // A selected worker could not train; it leaves the round now instead of at the deadline.
   Status ReportFailure(const v1::UpdateHeader& header);
   uint64_t model_bytes() const { return model_bytes_.load(); }
+  // The most bytes an update may hold: the model's size for its delta and for each set the
+  // strategy reads besides it.
+  uint64_t update_bytes() const { return model_bytes_.load() * update_sets_.load(); }
 
  private:
   void Run();
@@ -138,6 +143,7 @@ class JobRunner {
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
   std::chrono::steady_clock::time_point round_deadline_;  // of round_
+  ParticipantModels participant_models_;  // round_'s per-participant downloads, if its strategy has any
   SeatTable seats_;                              // only the job's thread uses these two
   std::unique_ptr<SelectionPolicy> selection_;
   std::vector<uint64_t> party_sizes_;     // only the job's thread uses these two; empty: local files
@@ -146,6 +152,7 @@ class JobRunner {
   std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it
   std::unique_ptr<Evaluator> evaluator_;  // likewise
   std::atomic<uint64_t> model_bytes_{0};
+  std::atomic<uint64_t> update_sets_{1};  // "delta" and the strategy's payload sets
   std::atomic<bool> stop_{false};
   std::atomic<bool> cancel_{false};
   std::atomic<bool> finished_{false};

@@ -118,42 +118,63 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
                                 " (the size of party " + std::to_string(it->second.party) + "), got " +
                                 std::to_string(h.samples()));
   }
+  if (h.failure().empty()) {
+    Status claims = aggregate_->CheckClaims(Claims(h, it->second.party));
+    if (!claims.ok()) return claims.WithContext(what);
+  }
   return Status::Ok();
+}
+
+ClientUpdate Round::Claims(const v1::UpdateHeader& h, uint32_t party) {
+  ClientUpdate update;
+  update.client = h.worker_id();
+  update.party = party;
+  update.samples = h.samples();
+  update.local_steps = h.local_steps();
+  update.step_normalizer = h.step_normalizer();
+  return update;
 }
 
 Status Round::CheckManifest(const v1::UpdateHeader& h) const {
   const std::string what = Describe(h.worker_id());
   ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
-  const v1::TensorSetInfo* delta = nullptr;
   for (const auto& set : sets) {
-    if (set.name() == wire::kDeltaSet) {
-      delta = &set;
-    } else if (std::find(extra_sets_.begin(), extra_sets_.end(), set.name()) == extra_sets_.end()) {
+    if (set.name() != wire::kDeltaSet &&
+        std::find(extra_sets_.begin(), extra_sets_.end(), set.name()) == extra_sets_.end()) {
       std::string expected = "'delta'";
       for (const auto& name : extra_sets_) expected += ", '" + name + "'";
       return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
                                   expected);
     }
   }
-  const auto& tensors = delta->manifest().tensors();
-  if (static_cast<size_t>(tensors.size()) != global_->size()) {
-    return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors, got " +
-                                std::to_string(tensors.size()));
+  for (const auto& name : extra_sets_) {
+    if (std::none_of(sets.begin(), sets.end(), [&](const v1::TensorSetInfo& set) { return set.name() == name; })) {
+      return InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    }
   }
-  for (int i = 0; i < tensors.size(); ++i) {
-    const NamedTensor& want = (*global_)[static_cast<size_t>(i)];
-    const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
-    if (tensors[i].name() != want.name) {
-      return InvalidArgumentError(what + ": tensor " + std::to_string(i) + ": expected name '" + want.name +
-                                  "', got " + QuoteUntrusted(tensors[i].name()));
+  // Every set has the model's layout: the delta and each of the strategy's sets.
+  for (const auto& set : sets) {
+    const std::string in_set = set.name() == wire::kDeltaSet ? "" : " of set '" + set.name() + "'";
+    const auto& tensors = set.manifest().tensors();
+    if (static_cast<size_t>(tensors.size()) != global_->size()) {
+      return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors" + in_set +
+                                  ", got " + std::to_string(tensors.size()));
     }
-    if (shape != want.shape) {
-      return InvalidArgumentError(what + ": tensor '" + want.name + "': expected shape " + ShapeToString(want.shape) +
-                                  ", got " + EscapeUntrusted(ShapeToString(shape)));
-    }
-    if (tensors[i].dtype() != v1::DTYPE_FLOAT32) {
-      return InvalidArgumentError(what + ": tensor '" + want.name + "': expected dtype FLOAT32, got " +
-                                  v1::DType_Name(tensors[i].dtype()));
+    for (int i = 0; i < tensors.size(); ++i) {
+      const NamedTensor& want = (*global_)[static_cast<size_t>(i)];
+      const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+      if (tensors[i].name() != want.name) {
+        return InvalidArgumentError(what + ": tensor " + std::to_string(i) + in_set + ": expected name '" + want.name +
+                                    "', got " + QuoteUntrusted(tensors[i].name()));
+      }
+      if (shape != want.shape) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
+                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
+      }
+      if (tensors[i].dtype() != v1::DTYPE_FLOAT32) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype FLOAT32, got " +
+                                    v1::DType_Name(tensors[i].dtype()));
+      }
     }
   }
   return Status::Ok();
@@ -175,6 +196,14 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   const std::string what = Describe(h.worker_id());
   Status valid = CheckSameLayout(*global_, delta, what);
   if (valid.ok()) valid = CheckFinite(delta, what);
+  for (size_t k = 0; valid.ok() && k < extra_sets_.size(); ++k) {
+    const std::string& name = extra_sets_[k];
+    if (payload == nullptr || payload->count(name) == 0) {
+      valid = InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    } else {
+      valid = CheckSameLayout(*global_, payload->at(name), what + ", set '" + name + "'");
+    }
+  }
   // The delta's L2 norm, in double (finite values of float square and sum without overflow),
   // and whether the global model plus this delta alone already overflows float.
   double norm = 0;
@@ -195,6 +224,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
                                    " exceeds the job's max_update_norm " + FormatNumber(max_update_norm_));
     }
   }
+  uint32_t party = 0;  // the participant's seat, read under the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto& p = participants_[h.worker_id()];
@@ -221,13 +251,12 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     }
     p.folding = true;
     ++folding_;
+    party = p.party;
   }
   // Folded outside the round's lock: other uploads fold concurrently, and the runner's
   // waits and liveness checks are not held up by an update's arithmetic.
   const auto start = std::chrono::steady_clock::now();
-  ClientUpdate update;
-  update.client = h.worker_id();
-  update.samples = h.samples();
+  ClientUpdate update = Claims(h, party);
   update.delta = &delta;
   update.payload = payload;
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay

@@ -64,9 +64,10 @@ class Round {
   // model version, a selected worker that has not reported yet, a positive sample count no
   // larger than its party.
   Status Admit(const v1::UpdateHeader& header) const;
-  // Checks the upload's envelope before any tensor bytes are read: its sets (a "delta" set,
-  // and only the payload sets the strategy reads, each in an encoding this build reads) and
-  // the delta's manifest against the global model's layout (names, shapes, dtypes).
+  // Checks the upload's envelope before any tensor bytes are read: its sets (a "delta" set
+  // and every payload set the strategy reads, no other, each in an encoding this build reads)
+  // and each set's manifest against the global model's layout (names, shapes, dtypes).
+  // Admit also asks the strategy's aggregate about the header's claims (CheckClaims).
   Status CheckManifest(const v1::UpdateHeader& header) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
@@ -109,6 +110,8 @@ class Round {
 
  private:
   std::string Describe(const std::string& worker_id) const;
+  // What the header claims, as the strategy's aggregate reads it (no tensors yet).
+  static ClientUpdate Claims(const v1::UpdateHeader& header, uint32_t party);
 
   const std::string job_id_;
   const uint32_t round_;

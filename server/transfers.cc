@@ -57,7 +57,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
                                           std::to_string(open->model_version))));
       return;
     }
-    auto model = runner_->Model(request.model_version());
+    auto model = runner_->Model(request.model_version(), worker_id_);
     if (!model.ok()) {
       Finish(ToGrpc(model.status()));
       return;
@@ -244,7 +244,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     }
     sets_ = std::move(sets).value();
     combined_ = wire::CombinedManifest(sets_);
-    budget_bytes_ = std::min<uint64_t>(combined_.total_bytes(), runner_->model_bytes());
+    budget_bytes_ = std::min<uint64_t>(combined_.total_bytes(), runner_->update_bytes());
     return true;
   }
 
@@ -260,7 +260,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       End(ToGrpc(*expired));
       return;
     }
-    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->model_bytes());
+    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->update_bytes());
     if (Status started = assembler_->Start(combined_); !started.ok()) {
       runner_->RejectUpload(header_, started);
       Refuse(started);

@@ -13,12 +13,14 @@
 #include "core/data/idx.h"
 #include "core/data/partition.h"
 #include "core/model/model.h"
+#include "core/train/client_algorithms.h"
 #include "core/train/trainer.h"
 #include "device/emulated/factory.h"
 #include "device/measure.h"
 #include "device/registry.h"
 #include "collectives/registry.h"
 #include "proto/job_mapping.h"
+#include "proto/update_envelope.h"
 #include "worker/cohort.h"
 #include "worker/worker_metrics.h"
 
@@ -29,6 +31,34 @@ using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// SCAFFOLD's sets: what a round's download carries besides the model, and what the update
+// carries besides the delta.
+constexpr char kServerControlSet[] = "server_control";
+constexpr char kClientControlSet[] = "client_control";
+constexpr char kControlDeltaSet[] = "control_delta";
+
+// Cuts a download into the model (returned in *model) and the sets the task names, whose
+// tensors are named "SET/NAME": each set comes back under the model's names, checked against
+// the model's layout.
+Result<std::map<std::string, TensorSet>> SplitDownload(TensorSet downloaded, const v1::TrainTask& task,
+                                                       const std::string& what, TensorSet* model) {
+  std::map<std::string, TensorSet> sets;
+  for (NamedTensor& t : downloaded) {
+    const auto set = std::find_if(task.model_sets().begin(), task.model_sets().end(),
+                                  [&](const std::string& name) { return t.name.rfind(name + "/", 0) == 0; });
+    if (set == task.model_sets().end()) {
+      model->push_back(std::move(t));
+    } else {
+      t.name.erase(0, set->size() + 1);
+      sets[*set].push_back(std::move(t));
+    }
+  }
+  for (const std::string& name : task.model_sets()) {
+    RETURN_IF_ERROR(CheckSameLayout(*model, sets[name], what + ": the download's set '" + name + "'"));
+  }
+  return sets;
 }
 
 }  // namespace
@@ -60,8 +90,15 @@ void WorkerAgent::SleepFor(uint32_t ms) {
   cv_.wait_for(lock, std::chrono::milliseconds(ms), [&] { return stop_.load(); });
 }
 
+Result<std::unique_ptr<Device>> WorkerAgent::CreateWorkerDevice(const std::string& name) const {
+  if (options_.pace_real_time && IsEmulatedDeviceName(name)) {
+    return CreateEmulatedDeviceByName(name, EmulatedDeviceOptions{.pace_real_time = true});
+  }
+  return CreateDevice(name);
+}
+
 Status WorkerAgent::OpenDevice() {
-  auto device = CreateDevice(options_.device);
+  auto device = CreateWorkerDevice(options_.device);
   if (!device.ok()) {
     // Only a device that is not usable here falls back; a name that is wrong stays an error.
     if (device.status().code() != StatusCode::kUnavailable || options_.fallback_device.empty() ||
@@ -70,7 +107,7 @@ Status WorkerAgent::OpenDevice() {
     }
     spdlog::warn("device '{}' is not usable here ({}); falling back to '{}'", options_.device,
                  device.status().message(), options_.fallback_device);
-    device = CreateDevice(options_.fallback_device);
+    device = CreateWorkerDevice(options_.fallback_device);
     if (!device.ok()) return device.status().WithContext("fallback device '" + options_.fallback_device + "'");
   }
   device_ = std::move(device).value();
@@ -95,6 +132,7 @@ Status WorkerAgent::OpenDevice() {
     properties["profile_peak_gflops"] = std::to_string(profile->PeakFlops(profile->precision) / 1e9);
     properties["profile_bandwidth_gbps"] = std::to_string(profile->memory_bandwidth_gbps);
     properties["profile_power_w"] = std::to_string(profile->power_watts);
+    properties["pace_real_time"] = EmulatedPacesRealTime(*device_) ? "true" : "false";
   }
   return Status::Ok();
 }
@@ -334,8 +372,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   request.set_session(session);
   request.set_job_id(task.job_id());
   request.set_model_version(task.model_version());
-  ASSIGN_OR_RETURN(TensorSet global, client_->DownloadModel(request));
+  ASSIGN_OR_RETURN(TensorSet downloaded, client_->DownloadModel(request));
   const double download_ms = MillisSince(download_start);
+  TensorSet global;
+  ASSIGN_OR_RETURN(auto sets, SplitDownload(std::move(downloaded), task, what, &global));
 
   // Train on this worker's share (the whole of the dataset it holds).
   const auto load_start = Clock::now();
@@ -349,6 +389,20 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
   TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
+  // SCAFFOLD: every local gradient is corrected by c - c_i, both from the download.
+  const bool scaffold = task.spec().strategy() == "scaffold";
+  std::vector<float> server_control, client_control;
+  if (scaffold) {
+    if (!sets.count(kServerControlSet) || !sets.count(kClientControlSet)) {
+      return FailedPreconditionError(what + ": a scaffold round's model download must carry the sets '" +
+                                     kServerControlSet + "' and '" + kClientControlSet + "'; this one has " +
+                                     std::to_string(sets.size()) + " sets");
+    }
+    server_control = FlattenTensors(sets[kServerControlSet]);
+    client_control = FlattenTensors(sets[kClientControlSet]);
+    options.server_control = &server_control;
+    options.client_control = &client_control;
+  }
   const std::string job = task.job_id();
   const uint32_t round = task.round();
   const uint32_t attempt = task.attempt();
@@ -405,11 +459,27 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
 
   // The update is the change to the global model.
-  TensorSet delta = model->GetState();
+  const TensorSet trained = model->GetState();
+  TensorSet delta = trained;
   for (size_t i = 0; i < delta.size(); ++i) {
     for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
   }
   v1::UpdateHeader& header = *out_header;
+  // FedNova's report: the steps taken and the normaliser they give at the job's momentum.
+  header.set_local_steps(report.steps);
+  header.set_step_normalizer(FedNovaNormalizer(report.steps, options.momentum));
+  if (scaffold) {
+    // The client's variate moves to c_i+ = c_i - c + (x - y) / (K lr), K counted in effective
+    // steps under momentum (client_algorithms.h); its change travels beside the delta, and
+    // the coordinator keeps c_i for this seat.
+    ASSIGN_OR_RETURN(ScaffoldClientStep step,
+                     ScaffoldClientVariates(global, trained, sets[kServerControlSet], sets[kClientControlSet],
+                                            header.step_normalizer(), options.learning_rate));
+    TensorSet stream;
+    wire::AppendUpdateSet(wire::kDeltaSet, std::move(delta), options_.chunk_bytes, &header, &stream);
+    wire::AppendUpdateSet(kControlDeltaSet, std::move(step.control_delta), options_.chunk_bytes, &header, &stream);
+    delta = std::move(stream);
+  }
   header.set_worker_id(worker_id);
   header.set_session(session);
   header.set_job_id(task.job_id());

@@ -37,6 +37,10 @@ struct WorkerOptions {
   uint32_t chunk_bytes = 1u << 20;  // upload chunk size, at most 1 MiB
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;
+  // An emulated device (emu:...) sleeps until each op's modelled time has passed, so a slow
+  // chip's rounds really take their modelled time (EmulatedDeviceOptions::pace_real_time).
+  // Advertised to the coordinator as the device property "pace_real_time".
+  bool pace_real_time = false;
   // External trainers this worker runs, by the name a job's model.trainer gives
   // (worker/external_trainer.h); a job naming another trainer fails on this worker.
   std::vector<TrainerCommand> trainers;
@@ -58,13 +62,18 @@ class WorkerAgent {
   std::string device_name() const;
 
  private:
+  // The named device, paced when options_.pace_real_time and it is emulated.
+  Result<std::unique_ptr<Device>> CreateWorkerDevice(const std::string& name) const;
   Status OpenDevice();
   // One connected session: join, heartbeat and task channel until something breaks.
   Status RunSession();
   void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
-  // Downloads the model and trains on `device`; fills the upload's header and the delta.
-  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* delta, Device* device);
+  // Downloads the model (with the sets the task names) and trains on `device`, with the
+  // client side of the job's strategy (FedProx's proximal term, SCAFFOLD's correction); fills
+  // the upload's header (local steps, FedNova's normaliser) and what it uploads: the delta,
+  // or for SCAFFOLD the header's sets "delta" and "control_delta" one after the other.
+  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* upload, Device* device);
   Status Upload(const v1::UpdateHeader& header, const TensorSet& delta);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Status& why);

@@ -135,7 +135,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     auto writer = stub_->UploadUpdate(&ctx, &result);
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
-    *message.mutable_header()->mutable_manifest() = wire::BuildManifest(delta, chunk_bytes);
+    if (header.sets_size() == 0) *message.mutable_header()->mutable_manifest() = wire::BuildManifest(delta, chunk_bytes);
     bool open = writer->Write(message);
     if (open) {
       Status sent = wire::ForEachChunk(delta, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {

@@ -16,6 +16,7 @@
 #include "base/logging.h"
 #include "base/metrics.h"
 #include "base/shutdown_signal.h"
+#include "device/emulated/factory.h"
 #include "device/registry.h"
 #include "proto/transport_security.h"
 #include "tessera/config.h"
@@ -73,6 +74,9 @@ int main(int argc, char** argv) {
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
   flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
+  flags.Bool("pace-real-time", &options.pace_real_time,
+             "with an emulated device (emu:...): sleep until each op's modelled time has passed, so a slow chip's "
+             "rounds really take as long as its profile says (default: as fast as this host computes)");
   std::string trainer;
   flags.String("trainer", &trainer,
                "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "
@@ -154,6 +158,11 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-worker: " << s.message() << "\n";
       return 2;
     }
+  }
+  if (options.pace_real_time && !IsEmulatedDeviceName(options.device)) {
+    std::cerr << "tessera-worker: --pace-real-time paces an emulated device; --device " << QuoteUntrusted(options.device)
+              << " is not one (expected emu:PROFILE or emu:FILE.toml)\n";
+    return 2;
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
   if (!token_file.empty()) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -82,10 +83,41 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   }
   Device& device = model.device();
   const int64_t parameter_count = model.NumParameters();
+  if (!(options.proximal_mu >= 0.0f) || !std::isfinite(options.proximal_mu)) {
+    return InvalidArgumentError("TrainLocal: proximal_mu must be a finite number >= 0, got " +
+                                std::to_string(options.proximal_mu));
+  }
+  const bool corrected = options.server_control != nullptr || options.client_control != nullptr;
+  if (corrected) {
+    for (const auto& [name, control] : {std::pair<const char*, const std::vector<float>*>{"server", options.server_control},
+                                        {"client", options.client_control}}) {
+      if (control == nullptr || static_cast<int64_t>(control->size()) != parameter_count) {
+        return InvalidArgumentError(std::string("TrainLocal: the ") + name + " control variate has " +
+                                    (control ? std::to_string(control->size()) : std::string("no")) +
+                                    " values; model '" + model.name() + "' has " + std::to_string(parameter_count) +
+                                    " parameters");
+      }
+    }
+  }
   BatchBuffers batch;
   RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), options.batch_size));
   ASSIGN_OR_RETURN(DeviceBuffer velocity, device.Allocate(sizeof(float) * parameter_count));
   device.Fill(parameter_count, 0.0f, velocity.f32());
+  const size_t parameter_bytes = sizeof(float) * static_cast<size_t>(parameter_count);
+  // FedProx's anchor: the parameters as the call starts, copied on the device.
+  DeviceBuffer anchor;
+  if (options.proximal_mu > 0.0f) {
+    ASSIGN_OR_RETURN(anchor, device.Allocate(parameter_bytes));
+    RETURN_IF_ERROR(device.CopyDeviceToDevice(model.flat_parameters(), 0, anchor, 0, parameter_bytes));
+  }
+  // SCAFFOLD's variates, on the device for the whole call.
+  DeviceBuffer server_control, client_control;
+  if (corrected) {
+    ASSIGN_OR_RETURN(server_control, device.Allocate(parameter_bytes));
+    ASSIGN_OR_RETURN(client_control, device.Allocate(parameter_bytes));
+    RETURN_IF_ERROR(device.CopyHostToDevice(options.server_control->data(), server_control, 0, parameter_bytes));
+    RETURN_IF_ERROR(device.CopyHostToDevice(options.client_control->data(), client_control, 0, parameter_bytes));
+  }
 
   TrainReport report;
   double loss_sum = 0.0;
@@ -126,6 +158,14 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
       if (options.gradient_hook != nullptr) {
         RETURN_IF_ERROR(options.gradient_hook->OnGradients(device, model.flat_gradients(), parameter_count,
                                                            static_cast<int64_t>(report.steps)));
+      }
+      float* gradients = model.flat_gradients().f32();
+      if (!anchor.empty()) {
+        device.AddScaledDifference(parameter_count, options.proximal_mu, model.flat_parameters().f32(), anchor.f32(),
+                                   gradients);
+      }
+      if (corrected) {
+        device.AddScaledDifference(parameter_count, 1.0f, server_control.f32(), client_control.f32(), gradients);
       }
       device.SgdMomentumUpdate(parameter_count, options.learning_rate, options.momentum, options.weight_decay,
                                model.flat_gradients().f32(), velocity.f32(), model.flat_parameters().f32());

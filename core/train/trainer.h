@@ -39,6 +39,18 @@ struct TrainOptions {
   // gradient of the whole batch. A member whose slice is empty contributes zeros.
   uint32_t shard_index = 0;
   uint32_t shard_count = 1;
+  // Client-side terms of federated algorithms, added on the device (Device::AddScaledDifference)
+  // to each step's gradient after the gradient hook, so that the members of a site cohort add
+  // them alike to the gradient they synchronised, and before the optimiser step:
+  //  - FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
+  //    proximal_mu * (w - w0), the gradient of mu/2 ||w - w0||^2, where w0 are the model's
+  //    parameters when TrainLocal starts (the round's global model). 0: off.
+  //  - SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
+  //    Learning", ICML 2020): server_control - client_control (c - c_i), each NumParameters()
+  //    floats in parameter order, borrowed for the call. Both null: off.
+  float proximal_mu = 0.0f;
+  const std::vector<float>* server_control = nullptr;
+  const std::vector<float>* client_control = nullptr;
 };
 
 struct TrainReport {
@@ -52,8 +64,9 @@ struct TrainReport {
 // the indices in an order shuffled deterministically from options.seed and the epoch number;
 // the last partial batch is included. Momentum buffers start at zero in every call (the
 // optimiser is re-created each round, as in NIID-Bench). InvalidArgument when the data's
-// sample shape does not match the model's input, an index is out of range, or the batch size
-// is zero; Cancelled when should_stop returned true.
+// sample shape does not match the model's input, an index is out of range, the batch size
+// is zero, proximal_mu is negative or not finite, or a control variate is given alone or
+// with another length than the model's parameters; Cancelled when should_stop returned true.
 Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vector<int64_t>& indices,
                                const TrainOptions& options);
 

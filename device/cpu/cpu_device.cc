@@ -179,6 +179,10 @@ void CpuDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float mome
   cpu::SgdMomentumUpdate(count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
 }
 
+void CpuDevice::AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  cpu::AddScaledDifference(count, alpha, a, b, y);
+}
+
 void CpuDevice::ReduceSum(int64_t count, const float* x, float* sum) {
   *sum = static_cast<float>(cpu::Sum(count, x));
 }

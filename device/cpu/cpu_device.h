@@ -45,6 +45,7 @@ class CpuDevice final : public Device {
                            float* dlogits) override;
   void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
                          const float* gradients, float* velocity, float* weights) override;
+  void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) override;
   void ReduceSum(int64_t count, const float* x, float* sum) override;
   void Cast(int64_t count, DType from, const void* x, DType to, void* y) override;
   void Fill(int64_t count, float value, float* x) override;

@@ -245,6 +245,11 @@ void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float
   }
 }
 
+TESSERA_VECTORIZED
+void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  for (int64_t i = 0; i < count; ++i) y[i] += alpha * (a[i] - b[i]);
+}
+
 double Sum(int64_t count, const float* x) {
   double total = 0.0;
   for (int64_t i = 0; i < count; ++i) total += x[i];

@@ -27,6 +27,8 @@ void MaxPoolBackward(const MaxPoolShape& shape, const float* dy, const int32_t* 
 float SoftmaxCrossEntropy(int batch, int classes, const float* logits, const int32_t* labels, float* dlogits);
 void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
                        const float* gradients, float* velocity, float* weights);
+// y += alpha * (a - b); y may alias a or b.
+void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y);
 double Sum(int64_t count, const float* x);
 void Cast(int64_t count, DType from, const void* x, DType to, void* y);
 

@@ -346,6 +346,12 @@ void CudaDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float mom
   CheckLaunch(Op::kSgdMomentumUpdate);
 }
 
+void CudaDevice::AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  if (!MakeCurrent(Op::kAddScaledDifference)) return;
+  cuda::AddScaledDifference(stream_, count, alpha, a, b, y);
+  CheckLaunch(Op::kAddScaledDifference);
+}
+
 void CudaDevice::ReduceSum(int64_t count, const float* x, float* sum) {
   if (!MakeCurrent(Op::kReduceSum)) return;
   auto* partials = static_cast<double*>(

@@ -205,6 +205,10 @@ __global__ void SgdMomentumKernel(int64_t count, float learning_rate, float mome
   }
 }
 
+__global__ void AddScaledDifferenceKernel(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  TESSERA_FOR_EACH(i, count) y[i] += alpha * (a[i] - b[i]);
+}
+
 __global__ void PartialSumsKernel(int64_t count, const float* x, double* partials) {
   double sum = 0.0;
   TESSERA_FOR_EACH(i, count) sum += x[i];
@@ -316,6 +320,10 @@ void SgdMomentumUpdate(cudaStream_t stream, int64_t count, float learning_rate, 
                        const float* gradients, float* velocity, float* weights) {
   SgdMomentumKernel<<<Blocks(count), kThreads, 0, stream>>>(count, learning_rate, momentum, weight_decay, gradients,
                                                             velocity, weights);
+}
+
+void AddScaledDifference(cudaStream_t stream, int64_t count, float alpha, const float* a, const float* b, float* y) {
+  AddScaledDifferenceKernel<<<Blocks(count), kThreads, 0, stream>>>(count, alpha, a, b, y);
 }
 
 int ReduceSumPartials() { return kReduceBlocks; }

@@ -34,6 +34,8 @@ void SoftmaxCrossEntropy(cudaStream_t stream, int batch, int classes, const floa
                          double* row_losses, float* loss, float* dlogits);
 void SgdMomentumUpdate(cudaStream_t stream, int64_t count, float learning_rate, float momentum, float weight_decay,
                        const float* gradients, float* velocity, float* weights);
+// y += alpha * (a - b); y may alias a or b.
+void AddScaledDifference(cudaStream_t stream, int64_t count, float alpha, const float* a, const float* b, float* y);
 // partials needs ReduceSumPartials() doubles of scratch.
 int ReduceSumPartials();
 void ReduceSum(cudaStream_t stream, int64_t count, const float* x, double* partials, float* sum);

@@ -328,6 +328,12 @@ void EmulatedDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float
   });
 }
 
+// Part of the optimiser step (fp32 master weights and gradient terms): not rounded.
+void EmulatedDevice::AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  Run(Op::kAddScaledDifference, AddScaledDifferenceCost(count), {},
+      [&] { host_->AddScaledDifference(count, alpha, a, b, y); });
+}
+
 void EmulatedDevice::ReduceSum(int64_t count, const float* x, float* sum) {
   Run(Op::kReduceSum, ReduceSumCost(count), {{sum, 1}}, [&] { host_->ReduceSum(count, x, sum); });
 }

@@ -27,6 +27,7 @@ class EmulatedDevice final : public Device {
   const DeviceProfile& profile() const { return profile_; }
   void ResetClock();
   double modelled_ms() const { return modelled_ms_; }
+  bool paces_real_time() const { return options_.pace_real_time; }
 
   Result<DeviceBuffer> Allocate(size_t bytes) override;
   MemoryPoolStats pool_stats() const override { return pool_.stats(); }
@@ -54,6 +55,7 @@ class EmulatedDevice final : public Device {
                            float* dlogits) override;
   void SgdMomentumUpdate(int64_t count, float learning_rate, float momentum, float weight_decay,
                          const float* gradients, float* velocity, float* weights) override;
+  void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) override;
   void ReduceSum(int64_t count, const float* x, float* sum) override;
   void Cast(int64_t count, DType from, const void* x, DType to, void* y) override;
   void Fill(int64_t count, float value, float* x) override;

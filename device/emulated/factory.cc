@@ -83,4 +83,9 @@ double EmulatedModelledMs(const Device& device) {
   return emulated == nullptr ? 0 : emulated->modelled_ms();
 }
 
+bool EmulatedPacesRealTime(const Device& device) {
+  const auto* emulated = dynamic_cast<const EmulatedDevice*>(&device);
+  return emulated != nullptr && emulated->paces_real_time();
+}
+
 }  // namespace tessera

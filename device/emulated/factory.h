@@ -65,5 +65,7 @@ const DeviceProfile* EmulatedProfile(const Device& device);
 void ResetEmulatedClock(Device& device);
 // Modelled milliseconds since creation or the last ResetEmulatedClock: ops and host copies.
 double EmulatedModelledMs(const Device& device);
+// Whether an emulated device was created with pace_real_time; false for any other device.
+bool EmulatedPacesRealTime(const Device& device);
 
 }  // namespace tessera

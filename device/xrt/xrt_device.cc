@@ -210,6 +210,10 @@ void XrtDevice::SgdMomentumUpdate(int64_t count, float learning_rate, float mome
     host_->SgdMomentumUpdate(count, learning_rate, momentum, weight_decay, gradients, velocity, weights);
   });
 }
+void XrtDevice::AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) {
+  Fallback(Op::kAddScaledDifference, AddScaledDifferenceCost(count),
+           [&] { host_->AddScaledDifference(count, alpha, a, b, y); });
+}
 void XrtDevice::ReduceSum(int64_t count, const float* x, float* sum) {
   Fallback(Op::kReduceSum, ReduceSumCost(count), [&] { host_->ReduceSum(count, x, sum); });
 }

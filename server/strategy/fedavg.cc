@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "server/strategy/factories.h"
 #include "server/strategy/strategy.h"
 
 namespace tessera::server {
@@ -78,13 +79,16 @@ Status CheckFinishable(const RoundAggregate& aggregate, std::string_view strateg
 }
 
 // FedAvg (McMahan et al., 2017): the next model is the global model plus the sample-weighted
-// mean of the deltas. Stateless.
+// mean of the deltas. Stateless. Also FedProx's server side (Li et al., MLSys 2020), whose
+// proximal term is all on the clients.
 class FedAvg final : public Strategy {
  public:
-  std::string_view name() const override { return "fedavg"; }
+  explicit FedAvg(std::string_view name = "fedavg") : name_(name) {}
+  std::string_view name() const override { return name_; }
   Status Restore(TensorSet state) override {
     if (!state.empty()) {
-      return InvalidArgumentError("fedavg keeps no state, but the checkpoint holds " + std::to_string(state.size()) +
+      return InvalidArgumentError(std::string(name_) + " keeps no state, but the checkpoint holds " +
+                                  std::to_string(state.size()) +
                                   " strategy tensors (was the job written by another strategy?)");
     }
     return Status::Ok();
@@ -107,6 +111,7 @@ class FedAvg final : public Strategy {
   void Adopt(TensorSet) override {}
 
  private:
+  const std::string_view name_;
   TensorSet empty_;
 };
 
@@ -173,7 +178,7 @@ class FedAvgM final : public Strategy {
 
 }  // namespace
 
-std::string_view KnownStrategies() { return "fedavg, fedavgm"; }
+std::string_view KnownStrategies() { return "fedavg, fedavgm, fedprox, fednova, scaffold"; }
 
 Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout) {
   const std::string& name = spec.strategy();
@@ -182,6 +187,9 @@ Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const 
     const double lr = spec.server().learning_rate() > 0 ? spec.server().learning_rate() : 1.0;
     return std::unique_ptr<Strategy>(new FedAvgM(layout, lr, spec.server().momentum()));
   }
+  if (name == "fedprox") return std::unique_ptr<Strategy>(new FedAvg("fedprox"));
+  if (name == "fednova") return CreateFedNova(spec, layout);
+  if (name == "scaffold") return CreateScaffold(spec, layout);
   return InvalidArgumentError("strategy '" + name.substr(0, 64) + "' is not known; expected one of: " +
                               std::string(KnownStrategies()));
 }

@@ -31,9 +31,13 @@ namespace tessera::server {
 // (names, shapes, finite values).
 struct ClientUpdate {
   std::string client;            // the worker's id (a cohort's leader)
+  uint32_t party = 0;            // the client's seat: its share of the partition
   uint64_t samples = 0;          // positive
+  uint64_t local_steps = 0;      // optimiser steps it reports (UpdateHeader.local_steps); 0: not told
+  double step_normalizer = 0;    // FedNova's a_i it reports (UpdateHeader.step_normalizer); 0: not told
   const TensorSet* delta = nullptr;  // the client's model minus the round's global model
-  // The update's other sets, by name: only those PayloadSets() names; may be null.
+  // The update's other sets, by name: those PayloadSets() names, each checked against the
+  // model's layout (names, shapes, finite values); null when the strategy reads none.
   const std::map<std::string, TensorSet>* payload = nullptr;
 };
 
@@ -45,6 +49,10 @@ class RoundAggregate {
   // An error leaves the aggregate as it was.
   virtual Status Fold(const ClientUpdate& update) = 0;
   virtual uint64_t updates() const = 0;
+  // Checks what an update claims besides its tensors (its steps, its normaliser) when its
+  // header arrives, before any tensor bytes are read; `delta` and `payload` are null here.
+  // InvalidArgument naming the field refuses the update. Thread-safe.
+  virtual Status CheckClaims(const ClientUpdate& /*update*/) const { return Status::Ok(); }
 };
 
 struct StrategyStep {
@@ -62,9 +70,18 @@ class Strategy {
   virtual Status Restore(TensorSet state) = 0;
   virtual const TensorSet& state() const = 0;
 
-  // The tensor sets a client's update may carry besides "delta" (a control variate's
-  // change, ...); an update with any other set is refused before its bytes are read.
+  // The tensor sets a client's update carries besides "delta" (a control variate's change,
+  // ...), each with the model's layout: an update without one of them, or with any other set,
+  // is refused before its bytes are read.
   virtual std::vector<std::string> PayloadSets() const { return {}; }
+  // The tensor sets each participant downloads after the model's tensors (the task's
+  // model_sets), in order, each with the model's layout. Empty (the default): every
+  // participant downloads the one shared encoding of the model.
+  virtual std::vector<std::string> DownloadSets() const { return {}; }
+  // Those sets for the participant seated at `party`, one after another in DownloadSets()
+  // order, each tensor named "SET/" + the model tensor's name. Called on the job's thread
+  // between rounds.
+  virtual TensorSet DownloadTensors(uint32_t /*party*/) const { return {}; }
   virtual std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const = 0;
   // The next model and state. Requires at least one folded update. Does not change `this`.
   virtual Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const = 0;

@@ -290,7 +290,7 @@ TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
 }
 
 TEST(JobSpecTest, UnknownNamesListTheKnownOnes) {
-  ExpectError(std::string("strategy = \"fedprox\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\""});
+  ExpectError(std::string("strategy = \"fedyogi\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\""});
   ExpectError(std::string(kMinimal) + "kind = \"pathological\"\n",
               {"job.toml:9:", "'data.partition.kind'", "\"dirichlet\"", "\"label-quantity\""});
   ExpectError(std::string(kMinimal) + "[train]\noptimizer = \"adam\"\n", {"job.toml:10:", "'train.optimizer'", "\"sgd\""});
@@ -330,6 +330,112 @@ TEST(JobSpecTest, ServerOptionsBelongToFedAvgM) {
   wire_spec.set_strategy("fedavg");
   refused = wire::ValidateJobSpec(wire_spec);
   EXPECT_NE(refused.message().find("apply to fedavgm"), std::string::npos) << refused.message();
+}
+
+TEST(JobSpecTest, ClientAlgorithmsAndTheirKeys) {
+  Result<v1::JobSpec> fedprox = ParseJobSpecString(std::string("strategy = \"FedProx\"\n") + kMinimal, "job.toml");
+  ASSERT_TRUE(fedprox.ok()) << fedprox.status().ToString();
+  EXPECT_EQ(fedprox->strategy(), "fedprox");
+  EXPECT_DOUBLE_EQ(fedprox->proximal_mu(), 0.01);  // the default
+  Result<v1::JobSpec> tuned =
+      ParseJobSpecString(std::string("strategy = \"fedprox\"\nproximal_mu = 0.1\n") + kMinimal, "job.toml");
+  ASSERT_TRUE(tuned.ok()) << tuned.status().ToString();
+  EXPECT_DOUBLE_EQ(tuned->proximal_mu(), 0.1);
+  EXPECT_FLOAT_EQ(wire::ToTrainOptions(*tuned, 1, 0).proximal_mu, 0.1f);
+  for (const char* strategy : {"fednova", "scaffold"}) {
+    Result<v1::JobSpec> spec =
+        ParseJobSpecString("strategy = \"" + std::string(strategy) + "\"\n" + kMinimal, "job.toml");
+    ASSERT_TRUE(spec.ok()) << strategy << ": " << spec.status().ToString();
+    EXPECT_EQ(spec->proximal_mu(), 0.0);
+    EXPECT_EQ(wire::ToTrainOptions(*spec, 1, 0).proximal_mu, 0.0f);
+  }
+
+  ExpectError(std::string("strategy = \"fedprox\"\nproximal_mu = 0\n") + kMinimal,
+              {"job.toml:2:", "'proximal_mu'", "must be > 0 and at most 1000, got 0"});
+  ExpectError(std::string("proximal_mu = 0.01\n") + kMinimal, {"job.toml:1:", "'proximal_mu'", "\"fedprox\" only"});
+  ExpectError(std::string("strategy = \"scaffold\"\n") + kMinimal + "kind = \"local-files\"\n",
+              {"'data.partition.kind'", "\"scaffold\" needs a shared partition"});
+  ExpectError(std::string("strategy = \"fedsgd\"\n") + kMinimal, {"'strategy'", "\"fednova\", \"scaffold\""});
+
+  // Over the wire the coordinator checks the same.
+  v1::JobSpec wire_spec = *fedprox;
+  wire_spec.set_proximal_mu(0);
+  EXPECT_NE(wire::ValidateJobSpec(wire_spec).message().find("spec.proximal_mu: expected a number in (0, 1000] for "
+                                                            "strategy \"fedprox\", got 0"),
+            std::string::npos)
+      << wire::ValidateJobSpec(wire_spec).message();
+  wire_spec = *fedprox;
+  wire_spec.set_strategy("fednova");
+  EXPECT_NE(wire::ValidateJobSpec(wire_spec).message().find("spec.proximal_mu: expected 0 for strategy \"fednova\""),
+            std::string::npos)
+      << wire::ValidateJobSpec(wire_spec).message();
+  wire_spec.set_strategy("scaffold");
+  wire_spec.set_proximal_mu(0);
+  wire_spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_LOCAL_FILES);
+  EXPECT_NE(wire::ValidateJobSpec(wire_spec).message().find("spec.data.partition.kind: expected a shared partition for "
+                                                            "strategy \"scaffold\""),
+            std::string::npos)
+      << wire::ValidateJobSpec(wire_spec).message();
+
+  // SCAFFOLD's variates count against the model's memory: a party's worth each.
+  v1::JobSpec big = *fedprox;
+  big.set_strategy("scaffold");
+  big.set_proximal_mu(0);
+  big.mutable_model()->set_name("mlp");
+  big.mutable_model()->add_hidden(4096);
+  big.mutable_model()->add_hidden(4096);  // 20 million parameters: fits fedavg's 10 copies
+  big.mutable_data()->mutable_partition()->set_parties(100);
+  big.set_clients_per_round(100);
+  big.set_min_clients(100);
+  EXPECT_EQ(wire::CoordinatorModelCopies(big), wire::kCoordinatorModelCopies + 2 + 100 * wire::kScaffoldModelCopiesPerParty);
+  Status too_big = wire::ValidateJobSpec(big);
+  EXPECT_NE(too_big.message().find("spec.model: expected a model the coordinator can hold"), std::string::npos)
+      << too_big.message();
+  EXPECT_NE(too_big.message().find("(scaffold: 9 per party)"), std::string::npos) << too_big.message();
+  big.set_strategy("fedavg");
+  EXPECT_TRUE(wire::ValidateJobSpec(big).ok()) << wire::ValidateJobSpec(big).message();
+}
+
+TEST(JobSpecTest, NiidBenchExamplesForEveryAlgorithmAndSkew) {
+  int seen = 0;
+  for (const char* skew : {"dirichlet", "label-quantity"}) {
+    for (const char* strategy : {"fedavg", "fedprox", "scaffold", "fednova"}) {
+      const std::string name = std::string(skew) + "-" + strategy;
+      SCOPED_TRACE(name);
+      Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath("niid-bench/" + name + ".toml"));
+      ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+      ++seen;
+      EXPECT_EQ(spec->name(), "niid-bench-" + name);
+      EXPECT_EQ(spec->strategy(), strategy);
+      EXPECT_EQ(spec->model().name(), "simplecnn");
+      EXPECT_EQ(spec->rounds(), 50u);
+      EXPECT_EQ(spec->data().partition().parties(), 10u);
+      EXPECT_EQ(spec->clients_per_round(), 10u);
+      EXPECT_EQ(spec->min_clients(), 10u);
+      EXPECT_EQ(spec->local_epochs(), 10u);
+      EXPECT_EQ(spec->batch_size(), 64u);
+      EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
+      EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+      EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 1e-5);
+      EXPECT_DOUBLE_EQ(spec->proximal_mu(), std::string(strategy) == "fedprox" ? 0.01 : 0.0);
+      if (std::string(skew) == "dirichlet") {
+        EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_DIRICHLET);
+        EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.5);
+      } else {
+        EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_LABEL_QUANTITY);
+        EXPECT_EQ(spec->data().partition().labels_per_party(), 2u);
+      }
+      // And what `tessera job show` writes reads back the same.
+      Result<v1::JobSpec> again = ParseJobSpecString(JobSpecToToml(*spec), "shown.toml");
+      ASSERT_TRUE(again.ok()) << again.status().ToString();
+      EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << JobSpecToToml(*spec);
+    }
+  }
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(ExamplePath("niid-bench"))) {
+    files += entry.path().extension() == ".toml";
+  }
+  EXPECT_EQ(files, static_cast<size_t>(seen)) << "a file in examples/niid-bench/ is not checked here";
 }
 
 TEST(JobSpecTest, RequiredKeys) {

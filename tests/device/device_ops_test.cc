@@ -374,6 +374,21 @@ TEST_P(DeviceOpsTest, SgdMomentumUpdateFollowsPyTorchSemantics) {
   EXPECT_NEAR(got[1], expected[1], 1e-6);
 }
 
+TEST_P(DeviceOpsTest, AddScaledDifferenceAddsAlphaTimesTheDifference) {
+  // FedProx's term on a gradient: g += mu (w - w0) with mu = 0.5:
+  // 1 + 0.5 (3 - 1) = 2; -1 + 0.5 (0.5 - 2.5) = -2; 0.25 + 0.5 (-4 - -4) = 0.25.
+  DeviceBuffer g = Upload({1.0f, -1.0f, 0.25f}), w = Upload({3.0f, 0.5f, -4.0f}), w0 = Upload({1.0f, 2.5f, -4.0f});
+  device_->AddScaledDifference(3, 0.5f, w.f32(), w0.f32(), g.f32());
+  EXPECT_EQ(Download(g, 3), (std::vector<float>{2.0f, -2.0f, 0.25f}));
+  // y may be one of the operands: y += 2 (y - b) = 3y - 2b.
+  DeviceBuffer y = Upload({1.0f, 2.0f}), b = Upload({0.5f, -1.0f});
+  device_->AddScaledDifference(2, 2.0f, y.f32(), b.f32(), y.f32());
+  EXPECT_EQ(Download(y, 2), (std::vector<float>{2.0f, 8.0f}));
+  // Nothing to do for zero elements.
+  device_->AddScaledDifference(0, 1.0f, w.f32(), w0.f32(), g.f32());
+  EXPECT_EQ(Download(g, 3), (std::vector<float>{2.0f, -2.0f, 0.25f}));
+}
+
 TEST_P(DeviceOpsTest, ReduceSumFillAndCast) {
   DeviceBuffer x = Zeros(1000), sum = Zeros(1);
   device_->Fill(1000, 0.25f, x.f32());

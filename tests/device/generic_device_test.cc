@@ -169,6 +169,10 @@ std::vector<std::pair<Op, std::function<void(OpRunner&)>>> OpCases() {
          float* weights = r.Out(Random(50, 18));
          r.device().SgdMomentumUpdate(50, 0.1f, 0.9f, 0.01f, r.In(Random(50, 19)), velocity, weights);
        }},
+      {Op::kAddScaledDifference, [](OpRunner& r) {
+         float* y = r.Out(Random(300, 23));
+         r.device().AddScaledDifference(300, 0.37f, r.In(Random(300, 24)), r.In(Random(300, 25)), y);
+       }},
       {Op::kReduceSum, [](OpRunner& r) { r.device().ReduceSum(1000, r.In(Random(1000, 20)), r.Out(1)); }},
       {Op::kCast, [](OpRunner& r) {
          float* back = r.Out(64);

@@ -120,6 +120,8 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--log-level", "loud"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'loud'"},
       {{"--coordinator", "localhost"}, "--coordinator 'localhost': the port is missing"},
       {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
+      {{"--pace-real-time", "--device", "cpu"},
+       "--pace-real-time paces an emulated device; --device 'cpu' is not one (expected emu:PROFILE or emu:FILE.toml)"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {

@@ -229,6 +229,68 @@ TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterrup
   }
 }
 
+TEST(ProcessTest, AScaffoldJobResumedAfterAKillIsBitIdenticalWithEverySeatsVariate) {
+  TempDir dir("kill-scaffold");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  auto workers = StartThreeWorkers(dir, port);
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
+
+  // SCAFFOLD carries the server's control variate and one per seat from round to round, and
+  // each round's model depends on them through the clients' corrected gradients: a resumed
+  // job that lost any, or took one from the wrong round or the wrong seat, ends elsewhere.
+  const uint32_t rounds = 5;
+  v1::JobSpec spec = SmallJob(rounds, 3, 3000);
+  spec.set_strategy("scaffold");
+
+  const std::string reference = Submit(*stub, spec);
+  auto uninterrupted = WaitForJob(*stub, reference, std::chrono::seconds(240));
+  ASSERT_EQ(uninterrupted.job().state(), v1::JOB_SUCCEEDED) << uninterrupted.job().error() << coordinator->Log();
+  ASSERT_EQ(uninterrupted.rounds_size(), static_cast<int>(rounds));
+
+  const std::string job = Submit(*stub, spec);
+  v1::GetJobResponse before;
+  ASSERT_TRUE(WaitForCommitted(*stub, job, 2, &before));
+  coordinator->Kill(SIGKILL);
+  auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
+  ASSERT_GT(port, 0) << restarted->Log();
+  stub = JobStub(port);
+  auto resumed = WaitForJob(*stub, job, std::chrono::seconds(240));
+  ASSERT_EQ(resumed.job().state(), v1::JOB_SUCCEEDED) << resumed.job().error() << "\n" << restarted->Log();
+  ASSERT_EQ(resumed.rounds_size(), static_cast<int>(rounds));
+  EXPECT_NE(restarted->Log().find("resuming"), std::string::npos) << restarted->Log();
+  for (uint32_t r = 0; r < rounds; ++r) {
+    EXPECT_EQ(resumed.rounds(static_cast<int>(r)).model_sha256(), uninterrupted.rounds(static_cast<int>(r)).model_sha256())
+        << "round " << r + 1 << " differs from the uninterrupted run";
+  }
+}
+
+// --pace-real-time reaches the device of a real worker process: it joins on a paced emulated
+// device, and says so in the device properties the coordinator lists.
+TEST(ProcessTest, AWorkerStartedWithPaceRealTimeJoinsOnAPacedEmulatedDevice) {
+  TempDir dir("paced-worker");
+  int port = 0;
+  auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
+  ASSERT_GT(port, 0) << coordinator->Log();
+  auto paced = StartWorker(dir, port, "paced", {"--device", "emu:edge-npu", "--pace-real-time"});
+  auto unpaced = StartWorker(dir, port, "unpaced", {"--device", "emu:edge-npu"});
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(30))) << paced->Log();
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &listed).ok());
+  std::map<std::string, std::string> pacing;
+  for (const auto& w : listed.workers()) {
+    EXPECT_EQ(w.device().kind(), "emu:edge-npu") << w.worker_id();
+    auto it = w.device().properties().find("pace_real_time");
+    pacing[w.worker_id()] = it == w.device().properties().end() ? "absent" : it->second;
+  }
+  EXPECT_EQ(pacing["paced"], "true");
+  EXPECT_EQ(pacing["unpaced"], "false");
+}
+
 // The lines of /proc/<pid>/maps naming a CUDA, cuBLAS or NCCL library (Tessera's modules
 // included).
 std::vector<std::string> CudaMappings(pid_t pid) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/model/model.h"
+#include "core/train/client_algorithms.h"
 #include "device/registry.h"
 #include "proto/job_mapping.h"
 #include "worker/agent.h"
@@ -69,17 +71,27 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<v1::UpdateHeader> uploads;
+    std::vector<TensorSet> uploaded;  // each upload's tensors, in the order of `uploads`
+    std::vector<v1::JoinRequest> joins;
     bool cancelled = false;
   };
 
-  ScriptedCoordinator(std::vector<v1::Task> script, std::shared_ptr<Shared> shared)
-      : script_(std::move(script)), shared_(std::move(shared)) {
+  // `download_sets`: tensors the model download carries after the model (a task's model_sets).
+  ScriptedCoordinator(std::vector<v1::Task> script, std::shared_ptr<Shared> shared, TensorSet download_sets = {})
+      : script_(std::move(script)), shared_(std::move(shared)), download_sets_(std::move(download_sets)) {
     auto device = CreateDevice("cpu");
     auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
     model_ = (*model)->GetState();
   }
 
+  const TensorSet& model() const { return model_; }
+
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->joins.push_back(request);
+      shared_->cv.notify_all();
+    }
     v1::JoinResponse response;
     response.set_worker_id(request.name());
     response.set_session("session-1");
@@ -102,10 +114,15 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->cancelled = true;
     shared_->cv.notify_all();
   }
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&) override { return model_; }
-  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet&, uint32_t) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&) override {
+    TensorSet download = model_;
+    download.insert(download.end(), download_sets_.begin(), download_sets_.end());
+    return download;
+  }
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& tensors, uint32_t) override {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->uploads.push_back(header);
+    shared_->uploaded.push_back(tensors);
     shared_->cv.notify_all();
     v1::UploadResult result;
     result.set_accepted(true);
@@ -118,16 +135,17 @@ class ScriptedCoordinator final : public CoordinatorClient {
  private:
   std::vector<v1::Task> script_;
   std::shared_ptr<Shared> shared_;
+  TensorSet download_sets_;
   TensorSet model_;
 };
 
 class AgentTest : public ::testing::Test {
  protected:
-  void Start(std::vector<v1::Task> script) {
-    WorkerOptions options;
+  void Start(std::vector<v1::Task> script, TensorSet download_sets = {}, WorkerOptions options = {}) {
     options.name = "w1";
     options.join_token = "token";
-    agent_ = std::make_unique<WorkerAgent>(options, std::make_unique<ScriptedCoordinator>(std::move(script), shared_));
+    agent_ = std::make_unique<WorkerAgent>(
+        options, std::make_unique<ScriptedCoordinator>(std::move(script), shared_, std::move(download_sets)));
     thread_ = std::thread([this] { run_status_ = agent_->Run(); });
   }
   void TearDown() override {
@@ -151,6 +169,22 @@ class AgentTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(shared_->mu);
     return shared_->uploads;
   }
+  // The tensors of the first upload for `round`.
+  TensorSet Uploaded(uint32_t round) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (size_t i = 0; i < shared_->uploads.size(); ++i) {
+      if (shared_->uploads[i].round() == round) return shared_->uploaded[i];
+    }
+    return {};
+  }
+  // Waits until the agent has joined; its join request.
+  v1::JoinRequest Joined() {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait_for(lock, kWait, [&] { return !shared_->joins.empty(); });
+    return shared_->joins.empty() ? v1::JoinRequest() : shared_->joins.front();
+  }
+
+  void ExpectScaffoldUpload(double momentum);
 
   std::shared_ptr<ScriptedCoordinator::Shared> shared_ = std::make_shared<ScriptedCoordinator::Shared>();
   std::unique_ptr<WorkerAgent> agent_;
@@ -177,6 +211,82 @@ TEST_F(AgentTest, ACancelWithoutAnAttemptStopsEveryAttemptOfItsRound) {
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
   for (const auto& h : Uploads()) EXPECT_NE(h.job_id(), "job-1") << "the cancelled round uploaded";
+}
+
+// SCAFFOLD's client: the download carries c and this seat's c_i after the model; the upload
+// carries the delta and the variate's change, delta c_i = -c + (x - y) / (K lr), and the
+// report gives the steps K and FedNova's normaliser a_i (K itself at momentum 0). Under
+// momentum, K counts effective steps: a_i.
+void AgentTest::ExpectScaffoldUpload(double momentum) {
+  v1::Task task = Train(1, 1);
+  task.mutable_train()->mutable_spec()->set_strategy("scaffold");
+  task.mutable_train()->mutable_spec()->mutable_optimizer()->set_momentum(momentum);
+  task.mutable_train()->add_model_sets("server_control");
+  task.mutable_train()->add_model_sets("client_control");
+  const TensorSet model = ScriptedCoordinator({}, shared_).model();
+  TensorSet sets;
+  for (const auto& [set, value] : {std::pair<std::string, float>{"server_control", 0.001f}, {"client_control", -0.002f}}) {
+    for (const NamedTensor& t : model) sets.push_back({set + "/" + t.name, t.shape, std::vector<float>(t.values.size(), value)});
+  }
+  Start({task}, sets);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  ASSERT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.local_steps(), 16u);  // 512 samples in batches of 32, one epoch
+  const double a = FedNovaNormalizer(16, static_cast<float>(momentum));  // the trainer's momentum is a float
+  EXPECT_DOUBLE_EQ(upload.step_normalizer(), a);
+  ASSERT_EQ(upload.sets_size(), 2);
+  EXPECT_EQ(upload.sets(0).name(), "delta");
+  EXPECT_EQ(upload.sets(1).name(), "control_delta");
+  const TensorSet tensors = Uploaded(1);
+  ASSERT_EQ(tensors.size(), 2 * model.size());
+  const double steps_lr = a * 0.01;
+  double largest_delta = 0;
+  for (size_t i = 0; i < model.size(); ++i) {
+    const NamedTensor& delta = tensors[i];
+    const NamedTensor& control = tensors[model.size() + i];
+    ASSERT_EQ(control.name, model[i].name);
+    for (size_t j = 0; j < delta.values.size(); ++j) {
+      largest_delta = std::max(largest_delta, std::fabs(double(delta.values[j])));
+      ASSERT_NEAR(control.values[j], -0.001 - delta.values[j] / steps_lr, 1e-5) << control.name << " " << j;
+    }
+  }
+  EXPECT_GT(largest_delta, 0.0) << "the worker did not train";
+}
+
+TEST_F(AgentTest, AScaffoldRoundDownloadsTheVariatesAndUploadsTheirChange) { ExpectScaffoldUpload(0.0); }
+
+TEST_F(AgentTest, AScaffoldRoundUnderMomentumCountsEffectiveSteps) {
+  ExpectScaffoldUpload(0.9);  // a_i = 86.68 for 16 steps
+}
+
+TEST_F(AgentTest, AScaffoldRoundWithoutTheVariatesIsReportedAsAFailure) {
+  v1::Task task = Train(1, 1);
+  task.mutable_train()->mutable_spec()->set_strategy("scaffold");
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_NE(upload.failure().find("must carry the sets 'server_control' and 'client_control'"), std::string::npos)
+      << upload.failure();
+}
+
+// --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
+TEST_F(AgentTest, PacingReachesTheEmulatedDevice) {
+  WorkerOptions options;
+  options.device = "emu:edge-npu";
+  options.pace_real_time = true;
+  Start({}, {}, options);
+  const v1::JoinRequest join = Joined();
+  EXPECT_EQ(join.device().kind(), "emu:edge-npu");
+  EXPECT_EQ(join.device().properties().at("pace_real_time"), "true");
+}
+
+TEST_F(AgentTest, AnEmulatedDeviceIsNotPacedByDefault) {
+  WorkerOptions options;
+  options.device = "emu:edge-npu";
+  Start({}, {}, options);
+  const v1::JoinRequest join = Joined();
+  EXPECT_EQ(join.device().properties().at("pace_real_time"), "false");
 }
 
 }  // namespace

@@ -1,0 +1,19 @@
+// The strategies that live in their own files, for CreateStrategy (fedavg.cc). The spec has
+// been validated (wire::ValidateJobSpec); `layout` is the model's.
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "server/strategy/strategy.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+// server/strategy/fednova.cc
+Result<std::unique_ptr<Strategy>> CreateFedNova(const v1::JobSpec& spec, const TensorSet& layout);
+// server/strategy/scaffold.cc
+Result<std::unique_ptr<Strategy>> CreateScaffold(const v1::JobSpec& spec, const TensorSet& layout);
+
+}  // namespace tessera::server

@@ -1,0 +1,277 @@
+// SCAFFOLD (Karimireddy, Kale, Mohri, Reddi, Stich, Suresh, "SCAFFOLD: Stochastic Controlled
+// Averaging for Federated Learning", ICML 2020), option II, server learning rate 1.
+//
+// The server keeps a control variate c and, per party (seat), the client's c_i; both have the
+// model's layout. A participant downloads the model with c and its own c_i (DownloadSets),
+// corrects each local gradient by c - c_i, and uploads its model delta and its variate's
+// change delta c_i = c_i+ - c_i (the payload set "control_delta"; the client's step is in
+// core/train/client_algorithms.h). With S the round's accepted clients and N the parties:
+//   x <- x + (1/|S|) sum delta y_i,   c <- c + (1/N) sum delta c_i,   c_i <- c_i + delta c_i.
+// The means are unweighted, as in the paper (NIID-Bench weights the model's by samples).
+// Clients that did not take part keep their c_i: sub-sampling is exact.
+//
+// Where the variates live: with the coordinator, in this strategy's state. They are then in
+// the same checkpoint file as the model of the same round, so a restart of the coordinator
+// resumes bit for bit, and a seat's c_i follows the seat, not the worker process: a worker
+// that restarts, loses its disk or is replaced by another under the seat's name downloads
+// the variate it needs. The cost is N + 1 model-sized tensors on the coordinator (bounded at
+// submission, proto/job_mapping.h) and one more model-sized download per participant.
+//
+// State layout (float32, under the checkpoint's "strategy/" prefix): "control/server/NAME" for
+// every model tensor, then "control/party/P/NAME" for each party P that has taken part, in
+// increasing P. A party that never took part has c_i = 0.
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "server/strategy/factories.h"
+
+namespace tessera::server {
+namespace {
+
+constexpr char kServerPrefix[] = "control/server/";
+constexpr char kPartyPrefix[] = "control/party/";
+constexpr char kControlDelta[] = "control_delta";
+constexpr char kServerControlSet[] = "server_control";
+constexpr char kClientControlSet[] = "client_control";
+
+std::string PartyPrefix(uint32_t party) { return kPartyPrefix + std::to_string(party) + "/"; }
+
+// Sums of the round's model deltas and control variate changes (unweighted, in double), and
+// each participant's change by party for its own c_i.
+class ScaffoldRound final : public RoundAggregate {
+ public:
+  ScaffoldRound(const TensorSet& layout, uint32_t parties) : locks_(layout.size()), parties_(parties) {
+    for (const auto& t : layout) {
+      model_sums_.emplace_back(t.values.size(), 0.0);
+      control_sums_.emplace_back(t.values.size(), 0.0);
+    }
+  }
+
+  Status Fold(const ClientUpdate& update) override {
+    if (update.samples == 0) return InvalidArgumentError("update with 0 samples: expected a positive sample count");
+    if (update.payload == nullptr || update.payload->count(kControlDelta) == 0) {
+      return InvalidArgumentError("scaffold needs the update's set 'control_delta' (its control variate's change)");
+    }
+    const TensorSet& delta = *update.delta;
+    const TensorSet& control = update.payload->at(kControlDelta);
+    for (const auto& [set, name] : {std::pair<const TensorSet*, const char*>{&delta, "delta"}, {&control, kControlDelta}}) {
+      if (set->size() != model_sums_.size()) {
+        return InvalidArgumentError(std::string("set '") + name + "' has " + std::to_string(set->size()) +
+                                    " tensors, expected " + std::to_string(model_sums_.size()));
+      }
+      for (size_t i = 0; i < set->size(); ++i) {
+        if ((*set)[i].values.size() != model_sums_[i].size()) {
+          return InvalidArgumentError(std::string("set '") + name + "': tensor '" + (*set)[i].name + "' has " +
+                                      std::to_string((*set)[i].values.size()) + " values, expected " +
+                                      std::to_string(model_sums_[i].size()));
+        }
+      }
+    }
+    if (update.party >= parties_) {
+      return InvalidArgumentError("update from party " + std::to_string(update.party) + ", but the job has " +
+                                  std::to_string(parties_) + " parties");
+    }
+    {
+      std::lock_guard<std::mutex> lock(totals_mu_);
+      if (!changes_.emplace(update.party, control).second) {
+        return InvalidArgumentError("party " + std::to_string(update.party) + " has already been folded into this round");
+      }
+      ++updates_;
+    }
+    for (size_t i = 0; i < delta.size(); ++i) {
+      std::lock_guard<std::mutex> lock(locks_[i]);
+      double* model_sum = model_sums_[i].data();
+      double* control_sum = control_sums_[i].data();
+      const float* dy = delta[i].values.data();
+      const float* dc = control[i].values.data();
+      for (size_t j = 0; j < model_sums_[i].size(); ++j) {
+        model_sum[j] += dy[j];
+        control_sum[j] += dc[j];
+      }
+    }
+    return Status::Ok();
+  }
+
+  uint64_t updates() const override {
+    std::lock_guard<std::mutex> lock(totals_mu_);
+    return updates_;
+  }
+
+  // Only after every fold has returned.
+  const std::vector<std::vector<double>>& model_sums() const { return model_sums_; }
+  const std::vector<std::vector<double>>& control_sums() const { return control_sums_; }
+  const std::map<uint32_t, TensorSet>& changes() const { return changes_; }
+
+ private:
+  std::vector<std::vector<double>> model_sums_, control_sums_;
+  std::vector<std::mutex> locks_;  // one per tensor, guarding both sums
+  const uint32_t parties_;
+  mutable std::mutex totals_mu_;
+  std::map<uint32_t, TensorSet> changes_;  // party -> delta c_i
+  uint64_t updates_ = 0;
+};
+
+class Scaffold final : public Strategy {
+ public:
+  Scaffold(const TensorSet& layout, uint32_t parties) : parties_(parties) {
+    for (const auto& t : layout) {
+      NamedTensor zero{t.name, t.shape, std::vector<float>(t.values.size(), 0.0f)};
+      layout_.push_back(zero);
+      zero.name = kServerPrefix + t.name;
+      state_.push_back(std::move(zero));
+    }
+  }
+
+  std::string_view name() const override { return "scaffold"; }
+
+  Status Restore(TensorSet state) override {
+    if (state.empty()) return Status::Ok();  // a fresh start: every variate zero
+    std::map<uint32_t, size_t> index;
+    RETURN_IF_ERROR(Parse(state, &index));
+    state_ = std::move(state);
+    party_first_ = std::move(index);
+    return Status::Ok();
+  }
+  const TensorSet& state() const override { return state_; }
+
+  std::vector<std::string> PayloadSets() const override { return {kControlDelta}; }
+  std::vector<std::string> DownloadSets() const override { return {kServerControlSet, kClientControlSet}; }
+
+  TensorSet DownloadTensors(uint32_t party) const override {
+    const size_t n = layout_.size();
+    TensorSet sets;
+    sets.reserve(2 * n);
+    for (size_t i = 0; i < n; ++i) {
+      sets.push_back({std::string(kServerControlSet) + "/" + layout_[i].name, layout_[i].shape, state_[i].values});
+    }
+    auto it = party_first_.find(party);
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<float>& values = it == party_first_.end() ? layout_[i].values : state_[it->second + i].values;
+      sets.push_back({std::string(kClientControlSet) + "/" + layout_[i].name, layout_[i].shape, values});
+    }
+    return sets;
+  }
+
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return std::make_unique<ScaffoldRound>(global, parties_);
+  }
+
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    const auto* round = dynamic_cast<const ScaffoldRound*>(&aggregate);
+    if (round == nullptr) return InternalError("scaffold: the round's aggregate was not opened by this strategy");
+    if (aggregate.updates() == 0) return FailedPreconditionError("no update to aggregate");
+    const size_t n = layout_.size();
+    if (global.size() != n) {
+      return InternalError("scaffold: the model has " + std::to_string(global.size()) + " tensors, its variates " +
+                           std::to_string(n));
+    }
+    const double clients = static_cast<double>(aggregate.updates());
+    StrategyStep step;
+    step.model = global;
+    for (size_t i = 0; i < n; ++i) {
+      float* x = step.model[i].values.data();
+      const double* sum = round->model_sums()[i].data();
+      for (size_t j = 0; j < step.model[i].values.size(); ++j) x[j] = static_cast<float>(x[j] + sum[j] / clients);
+    }
+    // c += (|S| / N) mean delta c_i = (1 / N) sum delta c_i.
+    step.state.reserve(state_.size() + n * round->changes().size());
+    for (size_t i = 0; i < n; ++i) {
+      NamedTensor c = state_[i];
+      const double* sum = round->control_sums()[i].data();
+      for (size_t j = 0; j < c.values.size(); ++j) c.values[j] = static_cast<float>(c.values[j] + sum[j] / parties_);
+      step.state.push_back(std::move(c));
+    }
+    // Every party's c_i, in increasing party order: the participants' moved by their change.
+    std::set<uint32_t> parties;
+    for (const auto& [party, first] : party_first_) parties.insert(party);
+    for (const auto& [party, change] : round->changes()) parties.insert(party);
+    for (uint32_t party : parties) {
+      auto kept = party_first_.find(party);
+      auto changed = round->changes().find(party);
+      for (size_t i = 0; i < n; ++i) {
+        NamedTensor ci{PartyPrefix(party) + layout_[i].name, layout_[i].shape,
+                       kept == party_first_.end() ? layout_[i].values : state_[kept->second + i].values};
+        if (changed != round->changes().end()) {
+          const float* dc = changed->second[i].values.data();
+          for (size_t j = 0; j < ci.values.size(); ++j) {
+            ci.values[j] = static_cast<float>(static_cast<double>(ci.values[j]) + dc[j]);
+          }
+        }
+        step.state.push_back(std::move(ci));
+      }
+    }
+    return step;
+  }
+
+  void Adopt(TensorSet state) override {
+    std::map<uint32_t, size_t> index;
+    if (!Parse(state, &index).ok()) return;  // only Finish's own states are adopted
+    state_ = std::move(state);
+    party_first_ = std::move(index);
+  }
+
+ private:
+  // Checks a state's layout (see the file's comment) and finds where each party's c_i starts.
+  Status Parse(const TensorSet& state, std::map<uint32_t, size_t>* index) const {
+    const std::string what = "scaffold state in the checkpoint";
+    const size_t n = layout_.size();
+    if (n == 0 || state.size() < n || state.size() % n != 0) {
+      return InvalidArgumentError(what + ": " + std::to_string(state.size()) + " tensors, expected the server's " +
+                                  std::to_string(n) + " and " + std::to_string(n) + " per party");
+    }
+    RETURN_IF_ERROR(CheckFinite(state, what));
+    auto check = [&](size_t at, const std::string& prefix) -> Status {
+      for (size_t i = 0; i < n; ++i) {
+        const NamedTensor& t = state[at + i];
+        if (t.name != prefix + layout_[i].name || t.shape != layout_[i].shape ||
+            t.values.size() != layout_[i].values.size()) {
+          return InvalidArgumentError(what + ": tensor " + std::to_string(at + i) + " is '" + t.name + "' " +
+                                      ShapeToString(t.shape) + ", expected '" + prefix + layout_[i].name + "' " +
+                                      ShapeToString(layout_[i].shape));
+        }
+      }
+      return Status::Ok();
+    };
+    RETURN_IF_ERROR(check(0, kServerPrefix));
+    index->clear();
+    int64_t previous = -1;
+    for (size_t at = n; at < state.size(); at += n) {
+      const std::string& name = state[at].name;
+      const size_t slash = name.find('/', sizeof(kPartyPrefix) - 1);
+      const std::string digits = name.rfind(kPartyPrefix, 0) == 0 && slash != std::string::npos
+                                     ? name.substr(sizeof(kPartyPrefix) - 1, slash - (sizeof(kPartyPrefix) - 1))
+                                     : std::string();
+      const bool numeric = !digits.empty() && digits.size() <= 9 &&
+                           digits.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t party = numeric ? std::stoll(digits) : -1;
+      if (!numeric || party <= previous || party >= parties_) {
+        return InvalidArgumentError(what + ": tensor " + std::to_string(at) + " is '" + name +
+                                    "', expected a party's variate 'control/party/P/...' with P in (" +
+                                    std::to_string(previous) + ", " + std::to_string(parties_) + ")");
+      }
+      RETURN_IF_ERROR(check(at, PartyPrefix(static_cast<uint32_t>(party))));
+      (*index)[static_cast<uint32_t>(party)] = at;
+      previous = party;
+    }
+    return Status::Ok();
+  }
+
+  const uint32_t parties_;
+  TensorSet layout_;  // the model's names and shapes, values zero
+  TensorSet state_;   // c, then each party's c_i
+  std::map<uint32_t, size_t> party_first_;  // party -> index of its c_i's first tensor in state_
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Strategy>> CreateScaffold(const v1::JobSpec& spec, const TensorSet& layout) {
+  const uint32_t parties = spec.data().partition().parties();
+  if (parties == 0) {
+    return InvalidArgumentError("scaffold: spec.data.partition.parties must be positive (N, the number of parties)");
+  }
+  return std::unique_ptr<Strategy>(new Scaffold(layout, parties));
+}
+
+}  // namespace tessera::server

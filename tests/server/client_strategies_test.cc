@@ -1,0 +1,321 @@
+// The server sides of FedProx, FedNova and SCAFFOLD against hand-computed values: FedNova's
+// normalised aggregation and its refusal of claims out of range; SCAFFOLD's model and
+// control variate updates with client sub-sampling, its per-party state through a
+// checkpoint, its downloads and the round's refusal of an update without its variate.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/train/client_algorithms.h"
+#include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
+#include "server/participant_models.h"
+#include "server/round.h"
+#include "server/strategy/strategy.h"
+
+namespace tessera::server {
+namespace {
+
+TensorSet Layout(float a, float b, float c) { return {{"w", {2}, {a, b}}, {"b", {1}, {c}}}; }
+
+std::vector<float> Values(const TensorSet& set) {
+  std::vector<float> all;
+  for (const auto& t : set) all.insert(all.end(), t.values.begin(), t.values.end());
+  return all;
+}
+
+void ExpectValues(const TensorSet& set, const std::vector<float>& expected, const std::string& what) {
+  const std::vector<float> got = Values(set);
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], expected[i], 1e-6) << what << " value " << i;
+}
+
+v1::JobSpec Spec(const std::string& strategy, uint32_t parties = 4) {
+  v1::JobSpec spec;
+  spec.set_strategy(strategy);
+  spec.set_local_epochs(10);
+  spec.set_batch_size(1);
+  spec.mutable_optimizer()->set_momentum(0.9);
+  spec.mutable_data()->mutable_partition()->set_parties(parties);
+  if (strategy == "fedprox") spec.set_proximal_mu(0.01);
+  return spec;
+}
+
+std::unique_ptr<Strategy> Make(const v1::JobSpec& spec, const TensorSet& layout) {
+  auto strategy = CreateStrategy(spec, layout);
+  EXPECT_TRUE(strategy.ok()) << strategy.status().ToString();
+  return std::move(strategy).value();
+}
+
+ClientUpdate Update(const TensorSet& delta, uint64_t samples, uint64_t steps, double normalizer, uint32_t party = 0,
+                    const std::map<std::string, TensorSet>* payload = nullptr) {
+  ClientUpdate update;
+  update.client = "w" + std::to_string(party);
+  update.party = party;
+  update.samples = samples;
+  update.local_steps = steps;
+  update.step_normalizer = normalizer;
+  update.delta = &delta;
+  update.payload = payload;
+  return update;
+}
+
+TEST(FedProxStrategyTest, TheServerSideIsFedAvg) {
+  const TensorSet global = Layout(1, 2, 3);
+  auto fedprox = Make(Spec("fedprox"), global);
+  EXPECT_EQ(fedprox->name(), "fedprox");
+  auto agg = fedprox->BeginRound(global);
+  const TensorSet a = Layout(1, 0, -2), b = Layout(-1, 4, 2);
+  ASSERT_TRUE(agg->Fold(Update(a, 1, 1, 1)).ok());
+  ASSERT_TRUE(agg->Fold(Update(b, 3, 1, 1)).ok());
+  auto next = fedprox->Finish(global, *agg);
+  ASSERT_TRUE(next.ok());
+  ExpectValues(next->model, {0.5f, 5.0f, 4.0f}, "fedprox model");  // as FedAvgTest's
+  EXPECT_TRUE(fedprox->Restore({{"x", {1}, {0}}}).message().find("fedprox keeps no state") != std::string::npos);
+}
+
+TEST(FedNovaStrategyTest, NormalisedAggregationByHand) {
+  // x = (1, 1, 1). Client A: 1 sample, a = 2, delta (2, 4, -2); client B: 3 samples, a = 4,
+  // delta (4, 0, 8). p = (1/4, 3/4); d_A = (1, 2, -1), d_B = (1, 0, 2);
+  // sum p d = (1, 0.5, 1.25); tau_eff = 1/4 * 2 + 3/4 * 4 = 3.5; x' = x + 3.5 (1, 0.5, 1.25).
+  const TensorSet global = Layout(1, 1, 1);
+  auto fednova = Make(Spec("fednova"), global);
+  auto agg = fednova->BeginRound(global);
+  const TensorSet a = Layout(2, 4, -2), b = Layout(4, 0, 8);
+  ASSERT_TRUE(agg->Fold(Update(a, 1, 2, 2.0)).ok());
+  ASSERT_TRUE(agg->Fold(Update(b, 3, 4, 4.0)).ok());
+  auto next = fednova->Finish(global, *agg);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ExpectValues(next->model, {4.5f, 2.75f, 5.375f}, "fednova model");
+  EXPECT_TRUE(next->state.empty());
+  // FedAvg would have given (4.5, 2, 6.5): the client with more steps weighs less here.
+
+  // Equal normalisers: exactly FedAvg's sample-weighted mean.
+  auto equal = fednova->BeginRound(global);
+  ASSERT_TRUE(equal->Fold(Update(a, 1, 3, 3.0)).ok());
+  ASSERT_TRUE(equal->Fold(Update(b, 3, 3, 3.0)).ok());
+  auto averaged = fednova->Finish(global, *equal);
+  ASSERT_TRUE(averaged.ok());
+  ExpectValues(averaged->model, {4.5f, 2.0f, 6.5f}, "fednova with equal a_i");
+}
+
+TEST(FedNovaStrategyTest, ClaimsOutOfRangeAreRefusedNamingTheField) {
+  const TensorSet global = Layout(0, 0, 0);
+  auto fednova = Make(Spec("fednova"), global);  // 10 epochs, batch 1, momentum 0.9
+  auto agg = fednova->BeginRound(global);
+  const TensorSet d = Layout(1, 1, 1);
+  struct Case {
+    uint64_t samples, steps;
+    double normalizer;
+    const char* expected;
+  };
+  for (const Case& c : {Case{5, 0, 1.0, "field 'local_steps': fednova needs the update's local steps; expected an "
+                                          "integer in [1, 50]"},
+                        Case{5, 51, 51.0, "field 'local_steps'"},
+                        Case{5, 4, 3.9, "field 'step_normalizer': expected FedNova's a_i for 4 local steps at momentum "
+                                        "0.9, a number in [4, 40], got 3.9"},
+                        Case{5, 4, 41.0, "field 'step_normalizer'"},
+                        Case{5, 4, std::numeric_limits<double>::quiet_NaN(), "field 'step_normalizer'"}}) {
+    Status s = agg->CheckClaims(Update(d, c.samples, c.steps, c.normalizer));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << c.expected;
+    EXPECT_NE(s.message().find(c.expected), std::string::npos) << s.message();
+    EXPECT_FALSE(agg->Fold(Update(d, c.samples, c.steps, c.normalizer)).ok()) << c.expected;
+  }
+  EXPECT_EQ(agg->updates(), 0u);
+  EXPECT_TRUE(agg->CheckClaims(Update(d, 5, 4, 5.61 + 1.0)).ok());
+}
+
+TEST(FedNovaStrategyTest, TheRoundRefusesABadClaimAtTheHeader) {
+  auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
+  auto fednova = Make(Spec("fednova"), *global);
+  Round round("job-1", 1, 1, 0, global, fednova->BeginRound(*global), 1, fednova->PayloadSets());
+  round.AddParticipant(0, {{"w1", 1}});
+  v1::UpdateHeader h;
+  h.set_worker_id("w1");
+  h.set_job_id("job-1");
+  h.set_round(1);
+  h.set_attempt(1);
+  h.set_samples(5);
+  h.set_local_steps(4);
+  h.set_step_normalizer(400);
+  Status s = round.Admit(h);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("update from worker 'w1' for job job-1 round 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("field 'step_normalizer'"), std::string::npos) << s.message();
+  h.set_step_normalizer(FedNovaNormalizer(4, 0.9));  // what a worker reports: 9.049
+  EXPECT_TRUE(round.Admit(h).ok());
+}
+
+// ---- SCAFFOLD ----
+
+std::map<std::string, TensorSet> ControlDelta(const TensorSet& change) { return {{"control_delta", change}}; }
+
+TEST(ScaffoldStrategyTest, ModelAndControlVariatesByHandWithSubSampling) {
+  // N = 4 parties. Round 1 takes parties 0 and 2 from x = (1, 1, 1), c = 0:
+  //   party 0: dy = (2, 0, -2), dc = (0.4, 0, 0.8);  party 2: dy = (0, 4, 2), dc = (-0.4, 0.8, 0.4).
+  //   x <- x + mean dy = (2, 3, 1);  c <- c + (1/4) sum dc = (0, 0.2, 0.3);  c_0, c_2 = their dc.
+  const TensorSet x0 = Layout(1, 1, 1);
+  auto scaffold = Make(Spec("scaffold"), x0);
+  EXPECT_EQ(scaffold->PayloadSets(), (std::vector<std::string>{"control_delta"}));
+  EXPECT_EQ(scaffold->DownloadSets(), (std::vector<std::string>{"server_control", "client_control"}));
+  ExpectValues(scaffold->state(), {0, 0, 0}, "fresh c");
+
+  auto round1 = scaffold->BeginRound(x0);
+  const TensorSet dy0 = Layout(2, 0, -2), dy2 = Layout(0, 4, 2);
+  const auto dc0 = ControlDelta(Layout(0.4f, 0, 0.8f)), dc2 = ControlDelta(Layout(-0.4f, 0.8f, 0.4f));
+  ASSERT_TRUE(round1->Fold(Update(dy0, 10, 1, 1, 0, &dc0)).ok());
+  ASSERT_TRUE(round1->Fold(Update(dy2, 30, 1, 1, 2, &dc2)).ok());  // samples do not weigh
+  auto step1 = scaffold->Finish(x0, *round1);
+  ASSERT_TRUE(step1.ok()) << step1.status().ToString();
+  ExpectValues(step1->model, {2, 3, 1}, "round 1 model");
+  ASSERT_EQ(step1->state.size(), 6u);
+  EXPECT_EQ(step1->state[0].name, "control/server/w");
+  EXPECT_EQ(step1->state[2].name, "control/party/0/w");
+  EXPECT_EQ(step1->state[5].name, "control/party/2/b");
+  ExpectValues(step1->state, {0, 0.2f, 0.3f, 0.4f, 0, 0.8f, -0.4f, 0.8f, 0.4f}, "round 1 state");
+  ExpectValues(scaffold->state(), {0, 0, 0}, "c before the step is adopted");
+  scaffold->Adopt(step1->state);
+
+  // What each participant downloads besides the model: c, and its own c_i (zero for a party
+  // that never took part).
+  const TensorSet for2 = scaffold->DownloadTensors(2);
+  ASSERT_EQ(for2.size(), 4u);
+  EXPECT_EQ(for2[0].name, "server_control/w");
+  EXPECT_EQ(for2[3].name, "client_control/b");
+  ExpectValues(for2, {0, 0.2f, 0.3f, -0.4f, 0.8f, 0.4f}, "party 2's download");
+  ExpectValues(scaffold->DownloadTensors(1), {0, 0.2f, 0.3f, 0, 0, 0}, "party 1's download");
+
+  // Round 2 takes party 1 alone, from x = (2, 3, 1): dy = (1, 1, 1), dc = (0.8, 0.4, -0.4).
+  //   x <- (3, 4, 2);  c <- (0, 0.2, 0.3) + (0.2, 0.1, -0.1) = (0.2, 0.3, 0.2);
+  //   c_1 = dc; c_0 and c_2, who sat out, keep theirs.
+  auto round2 = scaffold->BeginRound(step1->model);
+  const TensorSet dy1 = Layout(1, 1, 1);
+  const auto dc1 = ControlDelta(Layout(0.8f, 0.4f, -0.4f));
+  ASSERT_TRUE(round2->Fold(Update(dy1, 5, 1, 1, 1, &dc1)).ok());
+  auto step2 = scaffold->Finish(step1->model, *round2);
+  ASSERT_TRUE(step2.ok());
+  ExpectValues(step2->model, {3, 4, 2}, "round 2 model");
+  ASSERT_EQ(step2->state.size(), 8u);
+  EXPECT_EQ(step2->state[4].name, "control/party/1/w");
+  ExpectValues(step2->state, {0.2f, 0.3f, 0.2f, 0.4f, 0, 0.8f, 0.8f, 0.4f, -0.4f, -0.4f, 0.8f, 0.4f},
+               "round 2 state");
+}
+
+TEST(ScaffoldStrategyTest, RefusesAnUpdateWithoutItsVariateOrAPartyTwice) {
+  const TensorSet x0 = Layout(0, 0, 0);
+  auto scaffold = Make(Spec("scaffold"), x0);
+  auto round = scaffold->BeginRound(x0);
+  const TensorSet dy = Layout(1, 1, 1);
+  Status missing = round->Fold(Update(dy, 1, 1, 1, 0));
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("'control_delta'"), std::string::npos) << missing.message();
+  const auto dc = ControlDelta(Layout(1, 1, 1));
+  ASSERT_TRUE(round->Fold(Update(dy, 1, 1, 1, 3, &dc)).ok());
+  Status twice = round->Fold(Update(dy, 1, 1, 1, 3, &dc));
+  EXPECT_NE(twice.message().find("party 3 has already been folded"), std::string::npos) << twice.message();
+  Status outside = round->Fold(Update(dy, 1, 1, 1, 4, &dc));
+  EXPECT_NE(outside.message().find("the job has 4 parties"), std::string::npos) << outside.message();
+  const auto short_dc = ControlDelta({{"w", {2}, {1, 1}}});
+  EXPECT_FALSE(round->Fold(Update(dy, 1, 1, 1, 1, &short_dc)).ok());
+  EXPECT_EQ(round->updates(), 1u);
+}
+
+TEST(ScaffoldStrategyTest, PerPartyStateSurvivesTheCheckpointAndAWrongOneIsRefused) {
+  const TensorSet x0 = Layout(1, 1, 1);
+  auto a = Make(Spec("scaffold"), x0);
+  auto round = a->BeginRound(x0);
+  const TensorSet dy = Layout(1, 2, 3);
+  const auto dc = ControlDelta(Layout(0.5f, -0.5f, 0.25f));
+  ASSERT_TRUE(round->Fold(Update(dy, 1, 1, 1, 3, &dc)).ok());
+  auto step = a->Finish(x0, *round);
+  ASSERT_TRUE(step.ok());
+  a->Adopt(step->state);
+
+  TensorSet state;
+  const TensorSet model = SplitModelAndState(JoinModelAndState(step->model, a->state()), &state);
+  auto b = Make(Spec("scaffold"), model);
+  ASSERT_TRUE(b->Restore(state).ok());
+  EXPECT_EQ(TensorSetSha256(b->state()), TensorSetSha256(a->state()));
+  EXPECT_EQ(TensorSetSha256(b->DownloadTensors(3)), TensorSetSha256(a->DownloadTensors(3)));
+
+  auto refused = [&](TensorSet wrong, const std::string& expected) {
+    Status s = Make(Spec("scaffold"), model)->Restore(std::move(wrong));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << expected;
+    EXPECT_NE(s.message().find(expected), std::string::npos) << s.message();
+  };
+  // Party 3's variate in a job of 3 parties.
+  Status s = Make(Spec("scaffold", 3), model)->Restore(state);
+  EXPECT_NE(s.message().find("expected a party's variate 'control/party/P/...' with P in (-1, 3)"), std::string::npos)
+      << s.message();
+  TensorSet renamed = state;
+  renamed[2].name = "control/party/x/w";
+  refused(renamed, "expected a party's variate");
+  TensorSet cut = state;
+  cut.pop_back();
+  refused(cut, "scaffold state in the checkpoint: 3 tensors");
+  TensorSet reshaped = state;
+  reshaped[0].shape = {1, 2};
+  refused(reshaped, "expected 'control/server/w' [2]");
+  TensorSet infinite = state;
+  infinite[3].values[0] = std::numeric_limits<float>::infinity();
+  refused(infinite, "scaffold state in the checkpoint");
+}
+
+TEST(ScaffoldStrategyTest, TheRoundWantsTheVariatesSetWithTheModelsLayout) {
+  auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
+  auto scaffold = Make(Spec("scaffold"), *global);
+  Round round("job-1", 1, 1, 0, global, scaffold->BeginRound(*global), 1, scaffold->PayloadSets());
+  round.AddParticipant(2, {{"w1", 1}});
+  auto header = [&](const TensorSet& control) {
+    v1::UpdateHeader h;
+    h.set_worker_id("w1");
+    h.set_job_id("job-1");
+    h.set_round(1);
+    h.set_attempt(1);
+    h.set_samples(5);
+    TensorSet stream;
+    wire::AppendUpdateSet("delta", *global, 1 << 20, &h, &stream);
+    if (!control.empty()) wire::AppendUpdateSet("control_delta", control, 1 << 20, &h, &stream);
+    return h;
+  };
+  Status missing = round.CheckManifest(header({}));
+  EXPECT_NE(missing.message().find("no set 'control_delta'; this job's strategy needs one"), std::string::npos)
+      << missing.message();
+  Status shaped = round.CheckManifest(header({{"w", {3}, {0, 0, 0}}, {"b", {1}, {0}}}));
+  EXPECT_NE(shaped.message().find("tensor 'w' of set 'control_delta': expected shape [2], got [3]"), std::string::npos)
+      << shaped.message();
+  ASSERT_TRUE(round.CheckManifest(header(*global)).ok());
+
+  // The update folds in with its party: party 2's c_i moves.
+  const std::map<std::string, TensorSet> payload = ControlDelta(Layout(1, 2, 3));
+  ASSERT_TRUE(round.Submit(header(*global), Layout(0, 0, 0), 1, &payload).ok());
+  round.Close("done");
+  auto step = round.Finish(*scaffold);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  ASSERT_EQ(step->state.size(), 4u);
+  EXPECT_EQ(step->state[2].name, "control/party/2/w");
+  ExpectValues(step->state, {0.25f, 0.5f, 0.75f, 1, 2, 3}, "c and c_2 after one update");
+}
+
+TEST(ScaffoldStrategyTest, EachParticipantDownloadsTheModelWithItsOwnVariates) {
+  const TensorSet global = Layout(1, 2, 3);
+  auto scaffold = Make(Spec("scaffold"), global);
+  Client lone{"w1", "", 0, {"w1"}};
+  Client cohort{"cohort:site", "site", 1, {"m1", "m2"}};
+  ParticipantModels models = EncodeParticipantModels(*scaffold, global, {lone, cohort}, 7, 4096);
+  ASSERT_EQ(models.size(), 3u);
+  EXPECT_EQ(models["m1"], models["m2"]) << "a cohort's members share one encoding";
+  EXPECT_NE(models["w1"], models["m1"]);
+  const TensorSet& tensors = models["w1"]->tensors();
+  ASSERT_EQ(tensors.size(), 6u);
+  EXPECT_EQ(tensors[0].name, "w");
+  EXPECT_EQ(tensors[2].name, "server_control/w");
+  EXPECT_EQ(tensors[5].name, "client_control/b");
+  EXPECT_EQ(models["w1"]->version(), 7u);
+  // A strategy without download sets: nothing per participant.
+  EXPECT_TRUE(EncodeParticipantModels(*Make(Spec("fedavg"), global), global, {lone}, 7, 4096).empty());
+}
+
+}  // namespace
+}  // namespace tessera::server
