@@ -289,7 +289,7 @@ Status ReadServer(const toml::table& root, SpecReader& reader, v1::JobSpec* spec
   const toml::table empty;
   if (server == nullptr) server = &empty;
   v1::ServerOptimizerSpec* out = spec->mutable_server();
-  double learning_rate = adaptive ? wire::kDefaultAdaptiveLearningRate : wire::kDefaultFedAvgMLearningRate;
+  double learning_rate = wire::DefaultServerLearningRate(strategy);
   RETURN_IF_ERROR(reader.Number(*server, "server", "learning_rate", &learning_rate));
   if (!(learning_rate > 0.0 && learning_rate <= wire::kMaxServerLearningRate)) {
     return reader.Error("server.learning_rate", "must be in (0, " + SpecReader::ToText(wire::kMaxServerLearningRate) +

@@ -86,6 +86,13 @@ double MaxUpdateNorm(const v1::JobSpec& spec) {
   return spec.max_update_norm() > 0 ? spec.max_update_norm() : kDefaultMaxUpdateNorm;
 }
 
+double DefaultServerLearningRate(const std::string& strategy) {
+  if (strategy == "fedavgm") return kDefaultFedAvgMLearningRate;
+  if (strategy == "fedadam" || strategy == "fedyogi") return kDefaultAdamLearningRate;
+  if (strategy == "fedadagrad") return kDefaultAdagradLearningRate;
+  return 0;
+}
+
 bool ClipsToUpdateNorm(const v1::JobSpec& spec) { return spec.update_norm_policy() == "clip"; }
 
 Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec) {

@@ -133,7 +133,7 @@ Result<std::unique_ptr<ServerOptimizer>> CreateServerOptimizer(const v1::JobSpec
   const v1::ServerOptimizerSpec& server = spec.server();
   if (name.empty() || name == "fedavg") return std::unique_ptr<ServerOptimizer>(new PlainStep());
   if (name == "fedavgm") {
-    const double lr = server.learning_rate() > 0 ? server.learning_rate() : wire::kDefaultFedAvgMLearningRate;
+    const double lr = server.learning_rate() > 0 ? server.learning_rate() : wire::DefaultServerLearningRate(name);
     return std::unique_ptr<ServerOptimizer>(new ServerMomentum(lr, server.momentum()));
   }
   SecondMoment kind;
@@ -148,7 +148,7 @@ Result<std::unique_ptr<ServerOptimizer>> CreateServerOptimizer(const v1::JobSpec
                                 std::string(wire::kStrategyNames));
   }
   return std::unique_ptr<ServerOptimizer>(
-      new AdaptiveStep(kind, server.learning_rate() > 0 ? server.learning_rate() : wire::kDefaultAdaptiveLearningRate,
+      new AdaptiveStep(kind, server.learning_rate() > 0 ? server.learning_rate() : wire::DefaultServerLearningRate(name),
                        server.has_beta1() ? server.beta1() : wire::kDefaultBeta1,
                        server.has_beta2() ? server.beta2() : wire::kDefaultBeta2,
                        server.tau() > 0 ? server.tau() : wire::kDefaultTau));

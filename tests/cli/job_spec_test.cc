@@ -487,7 +487,7 @@ TEST(ServerOptimizerSpecTest, TheAdaptiveStrategiesGetTheirDefaults) {
     Result<v1::JobSpec> spec = Parse(TenParties(std::string("strategy = \"") + strategy + "\"\n"));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     const auto& server = spec->server();
-    EXPECT_DOUBLE_EQ(server.learning_rate(), wire::kDefaultAdaptiveLearningRate);
+    EXPECT_DOUBLE_EQ(server.learning_rate(), spec->strategy() == "fedadagrad" ? 0.3 : 0.03);
     EXPECT_TRUE(server.has_beta1());
     EXPECT_DOUBLE_EQ(server.beta1(), 0.9);
     EXPECT_EQ(server.has_beta2(), spec->strategy() != "fedadagrad");  // Adagrad has no beta2

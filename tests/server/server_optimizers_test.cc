@@ -141,10 +141,10 @@ TEST(AdaptiveOptimizerTest, FinishLeavesTheStrategyAsItWasUntilTheStepIsAdopted)
 }
 
 TEST(AdaptiveOptimizerTest, DefaultsFillWhatTheSpecLeavesUnset) {
-  // Unset options take the defaults (learning rate 0.01, beta1 0.9, beta2 0.99, tau 1e-3):
+  // Unset options take the defaults (learning rate 0.03, beta1 0.9, beta2 0.99, tau 1e-3):
   // v starts at tau^2 = 1e-6, and with one update d = (1, 1, 1), m1 = 0.1 and
-  // v1 = 0.99e-6 + 0.01 = 0.01000099, so w1 = 0.01 * 0.1 / (sqrt(0.01000099) + 0.001)
-  // = 0.001 / 0.10100495 = 0.0099005.
+  // v1 = 0.99e-6 + 0.01 = 0.01000099, so w1 = 0.03 * 0.1 / (sqrt(0.01000099) + 0.001)
+  // = 0.003 / 0.10100495 = 0.0297015.
   v1::JobSpec spec;
   spec.set_strategy("fedadam");
   const TensorSet w0 = Layout(0, 0, 0);
@@ -154,7 +154,7 @@ TEST(AdaptiveOptimizerTest, DefaultsFillWhatTheSpecLeavesUnset) {
   ASSERT_TRUE(Fold(*aggregate, Layout(1, 1, 1), 1).ok());
   auto step = adam->Finish(w0, *aggregate);
   ASSERT_TRUE(step.ok());
-  for (float w : Values(step->model)) EXPECT_NEAR(w, 0.0099005, 1e-7);
+  for (float w : Values(step->model)) EXPECT_NEAR(w, 0.0297015, 1e-7);
   // beta1 = 0 is a value, not "unset": m is then the delta itself.
   spec.mutable_server()->set_beta1(0);
   auto no_momentum = Make(spec, w0);
@@ -163,6 +163,16 @@ TEST(AdaptiveOptimizerTest, DefaultsFillWhatTheSpecLeavesUnset) {
   auto step2 = no_momentum->Finish(w0, *aggregate2);
   ASSERT_TRUE(step2.ok());
   for (float m : Values({step2->state[0], step2->state[1]})) EXPECT_FLOAT_EQ(m, 1.0f);
+  // FedAdagrad's default learning rate is 0.3: v1 = 1e-6 + 1, so
+  // w1 = 0.3 * 0.1 / (sqrt(1.000001) + 0.001) = 0.0299700.
+  spec.set_strategy("fedadagrad");
+  spec.mutable_server()->clear_beta1();
+  auto adagrad = Make(spec, w0);
+  auto aggregate3 = adagrad->BeginRound(w0);
+  ASSERT_TRUE(Fold(*aggregate3, Layout(1, 1, 1), 1).ok());
+  auto step3 = adagrad->Finish(w0, *aggregate3);
+  ASSERT_TRUE(step3.ok());
+  for (float w : Values(step3->model)) EXPECT_NEAR(w, 0.0299700, 1e-7);
 }
 
 TEST(AdaptiveOptimizerTest, MomentsSurviveACheckpointAndTheResumedRunIsBitIdentical) {
