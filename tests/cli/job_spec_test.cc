@@ -136,8 +136,8 @@ weight_decay = 1e-4
 }
 
 TEST(JobSpecTest, EveryExampleParses) {
-  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "niid-bench-iid.toml", "niid-bench-dirichlet.toml",
-                           "smoke.toml"}) {
+  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-robust.toml", "niid-bench-iid.toml",
+                           "niid-bench-dirichlet.toml", "smoke.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -171,6 +171,13 @@ TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {
   EXPECT_EQ(dirichlet->data().partition().kind(), v1::PARTITION_DIRICHLET);
   EXPECT_DOUBLE_EQ(dirichlet->data().partition().beta(), 0.5);
 
+  Result<v1::JobSpec> robust = ParseJobSpecFile(ExamplePath("fmnist-robust.toml"));
+  ASSERT_TRUE(robust.ok()) << robust.status().ToString();
+  EXPECT_EQ(robust->strategy(), "fedadam");
+  EXPECT_EQ(robust->aggregation().rule(), "trimmed-mean");
+  EXPECT_DOUBLE_EQ(robust->aggregation().trim_fraction(), 0.2);
+  EXPECT_EQ(robust->update_norm_policy(), "clip");
+
   Result<v1::JobSpec> smoke = ParseJobSpecFile(ExamplePath("smoke.toml"));
   ASSERT_TRUE(smoke.ok());
   EXPECT_EQ(smoke->model().name(), "mlp");
@@ -181,7 +188,8 @@ TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {
 }
 
 TEST(JobSpecTest, TomlRoundTrips) {
-  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-robust.toml",
+                           "niid-bench-dirichlet.toml", "smoke.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
