@@ -294,6 +294,9 @@ struct RobustCase {
   double trim_fraction = 0;
 };
 
+// How gtest (and so ctest) shows a case: its name, not its bytes.
+void PrintTo(const RobustCase& c, std::ostream* out) { *out << c.name; }
+
 class RobustRuleUnderAttackTest : public ByzantineJobTest, public ::testing::WithParamInterface<RobustCase> {};
 
 TEST_P(RobustRuleUnderAttackTest, KeepsTheAccuracyOfHonestTraining) {
