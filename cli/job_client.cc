@@ -458,7 +458,7 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
     double slowest_ms = -1;
     for (int i = 0; i < r->workers_size(); ++i) {
       const auto& w = r->workers(i);
-      if (w.outcome() != "accepted") continue;
+      if (w.outcome().rfind("accepted", 0) != 0) continue;  // "accepted: clipped, ..." too
       const double ms = w.download_ms() + w.data_load_ms() + w.compute_ms() + w.upload_ms();
       if (l.critical_worker().empty() ? ms > slowest_ms : w.worker_id() == l.critical_worker()) {
         slowest_ms = ms;

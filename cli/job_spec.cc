@@ -23,8 +23,10 @@ constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
-    "max_round_attempts", "max_update_norm", "device", "fallback_device", "collective_backend", "proximal_mu", "model", "data", "train", "server"};
-constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum"};
+    "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
+    "proximal_mu", "model", "data", "train", "server", "aggregation"};
+constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
+constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
 constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
                                                                "max_test_samples", "partition"};
@@ -33,7 +35,11 @@ constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "label
 constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
                                                                 "learning_rate", "momentum",     "weight_decay"};
 
-constexpr std::string_view kStrategies[] = {"fedavg", "fedavgm", "fedprox", "fednova", "scaffold"};
+constexpr std::string_view kStrategies[] = {"fedavg",     "fedavgm", "fedadam", "fedyogi",
+                                             "fedadagrad", "fedprox", "fednova", "scaffold"};
+constexpr std::string_view kAdaptiveStrategies[] = {"fedadam", "fedyogi", "fedadagrad"};
+constexpr std::string_view kAggregationRules[] = {"mean", "median", "trimmed-mean", "krum"};
+constexpr std::string_view kUpdateNormPolicies[] = {"refuse", "clip"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kDatasets[] = {"fashion-mnist"};
@@ -108,6 +114,10 @@ class SpecReader {
     return source_ + ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column);
   }
   bool Present(const std::string& dotted) const { return positions_.count(dotted) > 0; }
+  // Whether `table` has `key`, remembering where it is.
+  bool Has(const toml::table& table, std::string_view prefix, std::string_view key) {
+    return Locate(table, prefix, key) != nullptr;
+  }
 
   Status Error(const std::string& dotted, const std::string& message) const {
     return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': " + message);
@@ -247,6 +257,136 @@ std::string Lowercase(std::string s) {
   return s;
 }
 
+bool IsOneOf(const std::string& value, std::span<const std::string_view> names) {
+  return std::find(names.begin(), names.end(), value) != names.end();
+}
+
+// [server]: the strategy's server-side optimiser. Each key is refused for a strategy it does
+// not apply to; the defaults of those it does are filled in.
+Status ReadServer(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
+  ASSIGN_OR_RETURN(const toml::table* server, reader.Table(root, "", "server"));
+  const std::string& strategy = spec->strategy();
+  const bool adaptive = IsOneOf(strategy, kAdaptiveStrategies);
+  if (server != nullptr) {
+    RETURN_IF_ERROR(reader.CheckKeys(*server, "server", kServerKeys));
+    if (strategy == "fedavg" || strategy == "fedprox" || strategy == "fednova" || strategy == "scaffold") {
+      return reader.Error("server", "applies to strategies \"fedavgm\", \"fedadam\", \"fedyogi\" and \"fedadagrad\" "
+                                    "only; strategy is \"" + strategy + "\"");
+    }
+    auto only = [&](const char* key, const std::string& strategies) -> Status {
+      if (!reader.Has(*server, "server", key)) return Status::Ok();
+      return reader.Error(std::string("server.") + key,
+                          "applies to strategies " + strategies + " only; strategy is \"" + strategy + "\"");
+    };
+    if (strategy != "fedavgm") RETURN_IF_ERROR(only("momentum", "\"fedavgm\""));
+    if (!adaptive) {
+      for (const char* key : {"beta1", "beta2", "tau"}) {
+        RETURN_IF_ERROR(only(key, "\"fedadam\", \"fedyogi\" and \"fedadagrad\""));
+      }
+    }
+    if (strategy == "fedadagrad") RETURN_IF_ERROR(only("beta2", "\"fedadam\" and \"fedyogi\""));
+  }
+  if (strategy == "fedavg" || strategy == "fedprox" || strategy == "fednova" || strategy == "scaffold") {
+    return Status::Ok();
+  }
+  const toml::table empty;
+  if (server == nullptr) server = &empty;
+  v1::ServerOptimizerSpec* out = spec->mutable_server();
+  double learning_rate = wire::DefaultServerLearningRate(strategy);
+  RETURN_IF_ERROR(reader.Number(*server, "server", "learning_rate", &learning_rate));
+  if (!(learning_rate > 0.0 && learning_rate <= wire::kMaxServerLearningRate)) {
+    return reader.Error("server.learning_rate", "must be in (0, " + SpecReader::ToText(wire::kMaxServerLearningRate) +
+                                                    "], got " + SpecReader::ToText(learning_rate));
+  }
+  out->set_learning_rate(learning_rate);
+  if (strategy == "fedavgm") {
+    double momentum = 0.9;
+    RETURN_IF_ERROR(reader.Number(*server, "server", "momentum", &momentum));
+    if (!(momentum >= 0.0 && momentum < 1.0)) {
+      return reader.Error("server.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
+    }
+    out->set_momentum(momentum);
+    return Status::Ok();
+  }
+  double beta1 = wire::kDefaultBeta1, beta2 = wire::kDefaultBeta2, tau = wire::kDefaultTau;
+  RETURN_IF_ERROR(reader.Number(*server, "server", "beta1", &beta1));
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) return reader.Error("server.beta1", "must be in [0, 1), got " + SpecReader::ToText(beta1));
+  out->set_beta1(beta1);
+  if (strategy != "fedadagrad") {
+    RETURN_IF_ERROR(reader.Number(*server, "server", "beta2", &beta2));
+    if (!(beta2 >= 0.0 && beta2 < 1.0)) return reader.Error("server.beta2", "must be in [0, 1), got " + SpecReader::ToText(beta2));
+    out->set_beta2(beta2);
+  }
+  RETURN_IF_ERROR(reader.Number(*server, "server", "tau", &tau));
+  if (!(tau > 0.0 && tau <= wire::kMaxTau)) {
+    return reader.Error("server.tau", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxTau) + ", got " +
+                                          SpecReader::ToText(tau));
+  }
+  out->set_tau(tau);
+  return Status::Ok();
+}
+
+// `aggregation = "median"`, or an [aggregation] table with the rule and its options. What
+// depends on the participation (Krum's n > 2f + 2, a cut of at least one update) is checked
+// with the whole spec by ValidateJobSpec.
+Status ReadAggregation(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
+  v1::RobustAggregationSpec* out = spec->mutable_aggregation();
+  std::string rule = "mean";
+  const toml::node* node = root.get("aggregation");
+  const toml::table* table = nullptr;
+  std::string rule_key = "aggregation";
+  if (node != nullptr && !node->is_table()) {
+    if (!node->is_string()) {
+      reader.Has(root, "", "aggregation");
+      return reader.Error("aggregation", "expected a rule name (a string) or an [aggregation] table, found " +
+                                             std::string(TypeName(*node)));
+    }
+    RETURN_IF_ERROR(reader.String(root, "", "aggregation", &rule));
+  } else if (node != nullptr) {
+    ASSIGN_OR_RETURN(table, reader.Table(root, "", "aggregation"));
+    RETURN_IF_ERROR(reader.CheckKeys(*table, "aggregation", kAggregationKeys));
+    RETURN_IF_ERROR(reader.String(*table, "aggregation", "rule", &rule));
+    rule_key = "aggregation.rule";
+  }
+  rule = Lowercase(rule);
+  RETURN_IF_ERROR(CheckOneOf(reader, rule_key, rule, kAggregationRules));
+  out->set_rule(rule);
+  const toml::table empty;
+  if (table == nullptr) table = &empty;
+  auto only = [&](const char* key, const std::string& rules) -> Status {
+    if (!reader.Has(*table, "aggregation", key)) return Status::Ok();
+    return reader.Error(std::string("aggregation.") + key,
+                        "applies to rule " + rules + " only; rule is \"" + rule + "\"");
+  };
+  if (rule != "trimmed-mean") RETURN_IF_ERROR(only("trim_fraction", "\"trimmed-mean\""));
+  if (rule != "krum") {
+    RETURN_IF_ERROR(only("byzantine_clients", "\"krum\""));
+    RETURN_IF_ERROR(only("selected", "\"krum\""));
+  }
+  if (rule == "trimmed-mean") {
+    double fraction = wire::kDefaultTrimFraction;
+    RETURN_IF_ERROR(reader.Number(*table, "aggregation", "trim_fraction", &fraction));
+    if (!(fraction > 0.0 && fraction < 0.5)) {
+      return reader.Error("aggregation.trim_fraction",
+                          "must be > 0 and below 0.5 (the fraction cut from each side), got " + SpecReader::ToText(fraction));
+    }
+    out->set_trim_fraction(fraction);
+  }
+  if (rule == "krum") {
+    uint64_t f = 0, m = 1;
+    RETURN_IF_ERROR(reader.Unsigned(*table, "aggregation", "byzantine_clients", 0, wire::kMaxParties, &f));
+    if (!reader.Present("aggregation.byzantine_clients")) {
+      return reader.Error("aggregation.byzantine_clients",
+                          "is required for rule \"krum\": f, the number of Byzantine clients to tolerate "
+                          "(write aggregation as a table: [aggregation] rule = \"krum\", byzantine_clients = F)");
+    }
+    RETURN_IF_ERROR(reader.Unsigned(*table, "aggregation", "selected", 1, wire::kMaxParties, &m));
+    out->set_byzantine_clients(static_cast<uint32_t>(f));
+    out->set_selected(static_cast<uint32_t>(m));
+  }
+  return Status::Ok();
+}
+
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   v1::JobSpec spec;
   uint64_t u = 0;
@@ -296,6 +436,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                                                ", got " + SpecReader::ToText(max_update_norm));
   }
   spec.set_max_update_norm(max_update_norm);
+  std::string norm_policy = "refuse";
+  RETURN_IF_ERROR(reader.String(root, "", "update_norm_policy", &norm_policy));
+  norm_policy = Lowercase(norm_policy);
+  RETURN_IF_ERROR(CheckOneOf(reader, "update_norm_policy", norm_policy, kUpdateNormPolicies));
+  spec.set_update_norm_policy(norm_policy);
 
   for (const char* key : {"device", "fallback_device"}) {
     std::string device = "cpu";
@@ -456,28 +601,8 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   optimizer->set_momentum(momentum);
   optimizer->set_weight_decay(weight_decay);
 
-  // [server]: the strategy's server-side optimiser (fedavgm).
-  ASSIGN_OR_RETURN(const toml::table* server, reader.Table(root, "", "server"));
-  if (server != nullptr) {
-    RETURN_IF_ERROR(reader.CheckKeys(*server, "server", kServerKeys));
-    if (spec.strategy() != "fedavgm") {
-      return reader.Error("server", "applies to strategy \"fedavgm\" only; strategy is \"" + spec.strategy() + "\"");
-    }
-  }
-  if (spec.strategy() == "fedavgm") {
-    if (server == nullptr) server = &empty;
-    double server_lr = 1.0, server_momentum = 0.9;
-    RETURN_IF_ERROR(reader.Number(*server, "server", "learning_rate", &server_lr));
-    if (!(server_lr > 0.0 && server_lr <= 1000.0)) {
-      return reader.Error("server.learning_rate", "must be in (0, 1000], got " + SpecReader::ToText(server_lr));
-    }
-    RETURN_IF_ERROR(reader.Number(*server, "server", "momentum", &server_momentum));
-    if (!(server_momentum >= 0.0 && server_momentum < 1.0)) {
-      return reader.Error("server.momentum", "must be in [0, 1), got " + SpecReader::ToText(server_momentum));
-    }
-    spec.mutable_server()->set_learning_rate(server_lr);
-    spec.mutable_server()->set_momentum(server_momentum);
-  }
+  RETURN_IF_ERROR(ReadServer(root, reader, &spec));
+  RETURN_IF_ERROR(ReadAggregation(root, reader, &spec));
   // proximal_mu: FedProx's, and only FedProx's.
   double proximal_mu = 0.01;
   RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));
@@ -497,7 +622,14 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   // What the keys cannot say one by one (the model's estimated memory, ...), as the
   // coordinator will check it.
   if (Status valid = wire::ValidateJobSpec(spec); !valid.ok()) {
-    return InvalidArgumentError(reader.Where("") + ": " + valid.message());
+    // "spec.FIELD: ..." points at FIELD's line when the file has that key.
+    const std::string& message = valid.message();
+    std::string where = reader.Where("");
+    if (message.rfind("spec.", 0) == 0 && message.find(':') != std::string::npos) {
+      const std::string field = message.substr(5, message.find(':') - 5);
+      if (reader.Present(field)) where = reader.Where(field);
+    }
+    return InvalidArgumentError(where + ": " + message);
   }
   return spec;
 }
@@ -580,6 +712,7 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "seed = " << spec.seed() << "\n";
   out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
   if (spec.max_update_norm() > 0) out << "max_update_norm = " << TomlFloat(spec.max_update_norm()) << "\n";
+  if (!spec.update_norm_policy().empty()) out << "update_norm_policy = " << TomlString(spec.update_norm_policy()) << "\n";
   out << "device = " << TomlString(spec.device()) << "\n";
   out << "fallback_device = " << TomlString(spec.fallback_device()) << "\n";
   if (!spec.collective_backend().empty()) {
@@ -619,10 +752,27 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "learning_rate = " << TomlFloat(optimizer.learning_rate()) << "\n";
   out << "momentum = " << TomlFloat(optimizer.momentum()) << "\n";
   out << "weight_decay = " << TomlFloat(optimizer.weight_decay()) << "\n";
+  const v1::ServerOptimizerSpec& server = spec.server();
   if (spec.strategy() == "fedavgm") {
     out << "\n[server]\n";
-    out << "learning_rate = " << TomlFloat(spec.server().learning_rate()) << "\n";
-    out << "momentum = " << TomlFloat(spec.server().momentum()) << "\n";
+    out << "learning_rate = " << TomlFloat(server.learning_rate()) << "\n";
+    out << "momentum = " << TomlFloat(server.momentum()) << "\n";
+  } else if (IsOneOf(spec.strategy(), kAdaptiveStrategies)) {
+    out << "\n[server]\n";
+    out << "learning_rate = " << TomlFloat(server.learning_rate()) << "\n";
+    if (server.has_beta1()) out << "beta1 = " << TomlFloat(server.beta1()) << "\n";
+    if (server.has_beta2()) out << "beta2 = " << TomlFloat(server.beta2()) << "\n";
+    out << "tau = " << TomlFloat(server.tau()) << "\n";
+  }
+  if (spec.has_aggregation()) {
+    const v1::RobustAggregationSpec& aggregation = spec.aggregation();
+    out << "\n[aggregation]\n";
+    out << "rule = " << TomlString(aggregation.rule()) << "\n";
+    if (aggregation.trim_fraction() > 0) out << "trim_fraction = " << TomlFloat(aggregation.trim_fraction()) << "\n";
+    if (aggregation.rule() == "krum") {
+      out << "byzantine_clients = " << aggregation.byzantine_clients() << "\n";
+      out << "selected = " << aggregation.selected() << "\n";
+    }
   }
   return out.str();
 }

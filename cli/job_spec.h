@@ -10,8 +10,9 @@
 // Defaults are filled in, so the returned spec is complete: strategy "fedavg", clients_per_round
 // = data.partition.parties, min_clients = clients_per_round, round deadline 300 s, one local
 // epoch, batch 64, SGD with lr 0.01, momentum 0.9, no weight decay, devices "cpu", three round
-// attempts, dataset "fashion-mnist", an IID partition seeded with the job's seed, and for fedprox
-// proximal_mu 0.01.
+// attempts, dataset "fashion-mnist", an IID partition seeded with the job's seed, aggregation
+// rule "mean", update_norm_policy "refuse", the [server] options of the strategy named, and
+// for fedprox proximal_mu 0.01.
 //
 // Thread-safe: no shared state.
 #pragma once

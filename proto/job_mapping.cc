@@ -101,6 +101,15 @@ int64_t CoordinatorModelCopies(const v1::JobSpec& spec) {
   return kCoordinatorModelCopies + 2 + kScaffoldModelCopiesPerParty * parties;
 }
 
+double DefaultServerLearningRate(const std::string& strategy) {
+  if (strategy == "fedavgm") return kDefaultFedAvgMLearningRate;
+  if (strategy == "fedadam" || strategy == "fedyogi") return kDefaultAdamLearningRate;
+  if (strategy == "fedadagrad") return kDefaultAdagradLearningRate;
+  return 0;
+}
+
+bool ClipsToUpdateNorm(const v1::JobSpec& spec) { return spec.update_norm_policy() == "clip"; }
+
 Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(int64_t parameters, CountParameters(ToModelConfig(spec)));
   int64_t bytes = 0;
@@ -120,6 +129,77 @@ std::string Number(double value) {
 }
 
 std::string Mebibytes(int64_t bytes) { return Number(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
+
+Status Refused(const std::string& field, const std::string& expected, const std::string& got) {
+  return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+}
+
+// spec.aggregation, for a model of `parameters` parameters; the participation numbers are
+// already in range.
+Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
+  const v1::RobustAggregationSpec& a = s.aggregation();
+  const std::string rule = a.rule().empty() ? "mean" : a.rule();
+  if (rule != "mean" && rule != "median" && rule != "trimmed-mean" && rule != "krum") {
+    return Refused("aggregation.rule", kAggregationRuleNames, Shown(a.rule()));
+  }
+  auto not_for = [&rule](const std::string& field, const std::string& applies_to, const std::string& value) {
+    return Refused(field, "no value for rule \"" + rule + "\" (it applies to " + applies_to + ")", value);
+  };
+  if (rule != "trimmed-mean" && a.trim_fraction() != 0) {
+    return not_for("aggregation.trim_fraction", "trimmed-mean", Number(a.trim_fraction()));
+  }
+  if (rule != "krum" && a.byzantine_clients() != 0) {
+    return not_for("aggregation.byzantine_clients", "krum", std::to_string(a.byzantine_clients()));
+  }
+  if (rule != "krum" && a.selected() != 0) return not_for("aggregation.selected", "krum", std::to_string(a.selected()));
+  if (rule == "mean") return Status::Ok();
+
+  const uint32_t clients = s.clients_per_round();
+  const uint32_t least = s.min_clients();  // the fewest updates a round may close with
+  if (rule == "trimmed-mean") {
+    if (!(a.trim_fraction() >= 0 && a.trim_fraction() < 0.5)) {
+      return Refused("aggregation.trim_fraction",
+                     "a fraction in [0, 0.5) (0: the default, " + Number(kDefaultTrimFraction) + ")",
+                     Number(a.trim_fraction()));
+    }
+    const double fraction = a.trim_fraction() > 0 ? a.trim_fraction() : kDefaultTrimFraction;
+    if (std::floor(fraction * clients + 1e-9) < 1) {
+      return Refused("aggregation.trim_fraction",
+                     "a fraction that cuts at least one update from each side of a round of clients_per_round (" +
+                         std::to_string(clients) + ") updates, at least 1/" + std::to_string(clients),
+                     Number(fraction));
+    }
+  }
+  if (rule == "krum") {
+    const uint64_t f = a.byzantine_clients();
+    if (least < 3) {
+      return Refused("min_clients", "at least 3 for rule \"krum\" (it needs more than 2f + 2 updates)",
+                     std::to_string(least));
+    }
+    if (uint64_t{least} <= 2 * f + 2) {
+      return Refused("aggregation.byzantine_clients",
+                     "f with min_clients (" + std::to_string(least) +
+                         ") > 2f + 2, Krum's condition (Blanchard et al. 2017): at most " + std::to_string((least - 3) / 2),
+                     std::to_string(f));
+    }
+    const uint64_t m = a.selected() > 0 ? a.selected() : 1;
+    if (m > least - f) {
+      return Refused("aggregation.selected",
+                     "at most min_clients - byzantine_clients (" + std::to_string(least - f) + ")", std::to_string(m));
+    }
+  }
+  // Every accepted update is held until the round closes.
+  const double bytes = static_cast<double>(clients) * static_cast<double>(parameters) * sizeof(float);
+  if (bytes > static_cast<double>(kMaxRetainedUpdateBytes)) {
+    return Refused("aggregation.rule",
+                   "a round the coordinator can hold: rule \"" + rule +
+                       "\" keeps every update until the round closes, clients_per_round x parameters x 4 bytes within " +
+                       Mebibytes(kMaxRetainedUpdateBytes),
+                   std::to_string(clients) + " clients x " + std::to_string(parameters) + " parameters (" +
+                       Number(bytes / (1 << 20)) + " MiB)");
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -164,26 +244,56 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   RETURN_IF_ERROR(real("optimizer.learning_rate", o.learning_rate(), kMaxLearningRate, false, ""));
   if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", Number(o.momentum()));
   RETURN_IF_ERROR(real("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay, true, ""));
-  if (!s.strategy().empty() && s.strategy() != "fedavg" && s.strategy() != "fedavgm" && s.strategy() != "fedprox" &&
-      s.strategy() != "fednova" && s.strategy() != "scaffold") {
-    return bad("strategy", "\"fedavg\", \"fedavgm\", \"fedprox\", \"fednova\" or \"scaffold\"", Shown(s.strategy()));
+  const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
+  const bool momentum_strategy = strategy == "fedavgm";
+  const bool adaptive = strategy == "fedadam" || strategy == "fedyogi" || strategy == "fedadagrad";
+  const bool client_side = strategy == "fedprox" || strategy == "fednova" || strategy == "scaffold";
+  if (strategy != "fedavg" && !momentum_strategy && !adaptive && !client_side) {
+    return bad("strategy", "one of " + std::string(kStrategyNames), Shown(s.strategy()));
   }
   // FedProx's mu: positive for fedprox, absent for everything else.
-  if (s.strategy() == "fedprox") {
+  if (strategy == "fedprox") {
     RETURN_IF_ERROR(real("proximal_mu", s.proximal_mu(), kMaxProximalMu, false, " for strategy \"fedprox\""));
   } else if (s.proximal_mu() != 0) {
-    return bad("proximal_mu", "0 for strategy \"" + (s.strategy().empty() ? std::string("fedavg") : s.strategy()) +
-                                  "\" (it applies to fedprox)",
-               Number(s.proximal_mu()));
+    return bad("proximal_mu", "0 for strategy \"" + strategy + "\" (it applies to fedprox)", Number(s.proximal_mu()));
+  }
+  // FedNova and SCAFFOLD aggregate in their own way: the mean of normalised updates, the mean
+  // of the deltas and the control variates.
+  if ((strategy == "fednova" || strategy == "scaffold") && !s.aggregation().rule().empty() &&
+      s.aggregation().rule() != "mean") {
+    return bad("aggregation.rule", "\"mean\" for strategy \"" + strategy + "\" (it aggregates in its own way)",
+               Shown(s.aggregation().rule()));
+  }
   }
   const auto& server = s.server();
-  RETURN_IF_ERROR(real("server.learning_rate", server.learning_rate(), 1e3, true, " (0: the default)"));
+  // A server option set for a strategy it does not apply to.
+  auto not_for = [&bad, &strategy](const std::string& field, const std::string& applies_to, double value) {
+    return bad(field, "no value for strategy \"" + strategy + "\" (it applies to " + applies_to + ")", Number(value));
+  };
+  RETURN_IF_ERROR(real("server.learning_rate", server.learning_rate(), kMaxServerLearningRate, true, " (0: the default)"));
   if (!(server.momentum() >= 0 && server.momentum() < 1)) {
     return bad("server.momentum", "a value in [0, 1)", Number(server.momentum()));
   }
-  if (s.strategy() != "fedavgm" && (server.learning_rate() != 0 || server.momentum() != 0)) {
-    return bad("server", "no server options for strategy \"" + (s.strategy().empty() ? std::string("fedavg") : s.strategy()) +
-                             "\" (they apply to fedavgm)", "learning_rate or momentum set");
+  if ((strategy == "fedavg" || client_side) && (server.learning_rate() != 0 || server.momentum() != 0 ||
+                                                 server.has_beta1() || server.has_beta2() || server.tau() != 0)) {
+    return bad("server", "no server options for strategy \"" + strategy +
+                             "\" (they apply to fedavgm, fedadam, fedyogi and fedadagrad)",
+               "a server option set");
+  }
+  if (!momentum_strategy && server.momentum() != 0) return not_for("server.momentum", "fedavgm", server.momentum());
+  if (server.has_beta1()) {
+    if (!adaptive) return not_for("server.beta1", "fedadam, fedyogi and fedadagrad", server.beta1());
+    if (!(server.beta1() >= 0 && server.beta1() < 1)) return bad("server.beta1", "a value in [0, 1)", Number(server.beta1()));
+  }
+  if (server.has_beta2()) {
+    if (strategy != "fedadam" && strategy != "fedyogi") return not_for("server.beta2", "fedadam and fedyogi", server.beta2());
+    if (!(server.beta2() >= 0 && server.beta2() < 1)) return bad("server.beta2", "a value in [0, 1)", Number(server.beta2()));
+  }
+  if (server.tau() != 0 && !adaptive) return not_for("server.tau", "fedadam, fedyogi and fedadagrad", server.tau());
+  RETURN_IF_ERROR(real("server.tau", server.tau(), kMaxTau, true, " (0: the default, " + Number(kDefaultTau) + ")"));
+  const std::string& policy = s.update_norm_policy();
+  if (!policy.empty() && policy != "refuse" && policy != "clip") {
+    return bad("update_norm_policy", "\"refuse\" or \"clip\"", Shown(policy));
   }
   RETURN_IF_ERROR(real("max_update_norm", s.max_update_norm(), kMaxUpdateNormLimit, true,
                        " (0: the default, " + Number(kDefaultMaxUpdateNorm) + ")"));
@@ -228,6 +338,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                std::to_string(*parameters) + " parameters (an estimated " +
                    (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
   }
+  RETURN_IF_ERROR(ValidateAggregation(s, *parameters));
   if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {
     return bad("data.dataset", "\"fashion-mnist\"", Shown(s.data().dataset()));
   }

@@ -80,6 +80,32 @@ inline constexpr double kMaxUpdateNormLimit = 1e9;
 
 // The update norm bound a job uses: spec.max_update_norm, or the default when it is 0.
 double MaxUpdateNorm(const v1::JobSpec& spec);
+// Whether an update beyond that bound is scaled down to it (update_norm_policy "clip")
+// rather than refused.
+bool ClipsToUpdateNorm(const v1::JobSpec& spec);
+
+// The strategies a spec may name (each a server optimiser, server/strategy/), for messages.
+inline constexpr char kStrategyNames[] = "fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox, fednova, scaffold";
+// Their options' defaults (spec.server) and bounds. The adaptive optimisers' learning rates
+// and tau were measured on Fashion-MNIST with SimpleCNN (docs/JOBS.md gives the runs): Flower's
+// eta 0.1 with tau 1e-9 collapses the demo's job to chance; these train as well as FedAvg.
+inline constexpr double kDefaultFedAvgMLearningRate = 1.0;
+inline constexpr double kDefaultAdamLearningRate = 0.03;     // fedadam, fedyogi
+inline constexpr double kDefaultAdagradLearningRate = 0.3;   // fedadagrad: v only grows
+inline constexpr double kDefaultBeta1 = 0.9;
+inline constexpr double kDefaultBeta2 = 0.99;
+inline constexpr double kDefaultTau = 1e-3;
+inline constexpr double kMaxServerLearningRate = 1000;
+inline constexpr double kMaxTau = 1;
+// spec.server.learning_rate's default for `strategy`; 0 for one without a server optimiser.
+double DefaultServerLearningRate(const std::string& strategy);
+// The aggregation rules (spec.aggregation.rule) and trimmed-mean's default cut per side.
+inline constexpr char kAggregationRuleNames[] = "\"mean\", \"median\", \"trimmed-mean\" or \"krum\"";
+inline constexpr double kDefaultTrimFraction = 0.2;
+// The robust rules (median, trimmed-mean, krum) hold a copy of every accepted update until the
+// round closes: clients_per_round x parameters x 4 bytes must fit within this, per job.
+// SimpleCNN's 44,426 parameters (174 KiB) allow about 6000 clients a round.
+inline constexpr int64_t kMaxRetainedUpdateBytes = int64_t{1} << 30;
 
 // The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
 // plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
@@ -91,8 +117,10 @@ Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec);
 
 // Semantic checks of a spec however it arrived (the CLI checks the TOML; the coordinator
 // checks again, since any client may call it): every number within its range above, names
-// from their lists, strings bounded, and the model's estimated memory within
-// kMaxModelMemoryBytes. Errors name the field and say what was expected: "spec.rounds:
+// from their lists, strings bounded, the model's estimated memory within
+// kMaxModelMemoryBytes, options only where they apply (a server option of another strategy,
+// an aggregation option of another rule), Krum only where n > 2f + 2 holds for a round of
+// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes. Errors name the field and say what was expected: "spec.rounds:
 // expected ..., got ..."; strings from the spec appear escaped and cut.
 Status ValidateJobSpec(const v1::JobSpec& spec);
 

@@ -17,7 +17,7 @@ struct Families {
   metrics::CounterFamily& updates = metrics::Global().Counter(
       "tessera_updates_total",
       "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
-      "missed the deadline or left) and reason (none, norm, samples, layout, not_finite, failed, "
+      "missed the deadline or left) and reason (none, clipped, norm, samples, layout, not_finite, failed, "
       "deadline, lost, other).",
       {"job", "outcome", "reason"});
   metrics::CounterFamily& stragglers = metrics::Global().Counter(
@@ -47,7 +47,7 @@ Families& F() {
 }
 
 std::string Outcome(const std::string& outcome) {
-  if (outcome == "accepted") return "accepted";
+  if (outcome.rfind("accepted", 0) == 0) return "accepted";  // "accepted: clipped, ..." too
   if (outcome.rfind("dropped", 0) == 0) return "dropped";
   return "refused";
 }
@@ -56,6 +56,7 @@ std::string Outcome(const std::string& outcome) {
 std::string Reason(const std::string& outcome) {
   auto has = [&](const char* text) { return outcome.find(text) != std::string::npos; };
   if (outcome == "accepted") return "none";
+  if (outcome.rfind("accepted: clipped", 0) == 0) return "clipped";
   if (has("max_update_norm")) return "norm";
   if (has("'samples'")) return "samples";
   if (has("finite")) return "not_finite";

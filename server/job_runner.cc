@@ -470,7 +470,8 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   }
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
                                       strategy_->BeginRound(*global), spec.min_clients(), strategy_->PayloadSets(),
-                                      wire::MaxUpdateNorm(spec));
+                                      wire::MaxUpdateNorm(spec),
+                                      wire::ClipsToUpdateNorm(spec) ? Round::NormPolicy::kClip : Round::NormPolicy::kRefuse);
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));

@@ -32,7 +32,8 @@ double Median(std::vector<double> values) {
 
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
              std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
-             uint32_t min_clients, std::vector<std::string> extra_sets, double max_update_norm)
+             uint32_t min_clients, std::vector<std::string> extra_sets, double max_update_norm,
+             NormPolicy norm_policy)
     : job_id_(std::move(job_id)),
       round_(round),
       attempt_(attempt),
@@ -41,6 +42,7 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       min_clients_(min_clients),
       extra_sets_(std::move(extra_sets)),
       max_update_norm_(max_update_norm),
+      norm_policy_(norm_policy),
       aggregate_(std::move(aggregate)) {}
 
 void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
@@ -208,6 +210,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   // and whether the global model plus this delta alone already overflows float.
   double norm = 0;
   bool non_finite_alone = false;
+  std::optional<TensorSet> clipped;  // the delta scaled down to the bound (NormPolicy::kClip)
   if (valid.ok()) {
     double squares = 0;
     for (size_t i = 0; i < delta.size(); ++i) {
@@ -219,7 +222,19 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
       }
     }
     norm = std::sqrt(squares);
-    if (!(norm <= max_update_norm_)) {
+    if (!(norm <= max_update_norm_) && norm_policy_ == NormPolicy::kClip) {
+      const double scale = max_update_norm_ / norm;
+      clipped = delta;
+      non_finite_alone = false;
+      for (size_t i = 0; i < clipped->size(); ++i) {
+        const float* g = (*global_)[i].values.data();
+        float* d = (*clipped)[i].values.data();
+        for (size_t j = 0; j < (*clipped)[i].values.size(); ++j) {
+          d[j] = static_cast<float>(d[j] * scale);
+          non_finite_alone = non_finite_alone || !std::isfinite(g[j] + d[j]);
+        }
+      }
+    } else if (!(norm <= max_update_norm_)) {
       valid = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(norm) +
                                    " exceeds the job's max_update_norm " + FormatNumber(max_update_norm_));
     }
@@ -257,7 +272,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   // waits and liveness checks are not held up by an update's arithmetic.
   const auto start = std::chrono::steady_clock::now();
   ClientUpdate update = Claims(h, party);
-  update.delta = &delta;
+  update.delta = clipped ? &*clipped : &delta;
   update.payload = payload;
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
   // "folding" (Close() waits for it).
@@ -281,7 +296,9 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_outcome("rejected: " + folded.message());
   } else {
     p.outcome = Outcome::kAccepted;
-    p.report.set_outcome("accepted");
+    p.report.set_outcome(!clipped ? std::string("accepted")
+                                  : "accepted: clipped, its delta's L2 norm " + FormatNumber(norm) +
+                                        " scaled down to the job's max_update_norm " + FormatNumber(max_update_norm_));
     upload_ms_.push_back(upload_ms);
     ++accepted_;
     if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = std::chrono::steady_clock::now();

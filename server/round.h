@@ -43,11 +43,15 @@ class Round {
     bool non_finite_alone = false;  // the global model plus its delta alone overflows float
   };
 
-  // `max_update_norm`: an update whose delta has a larger L2 norm is refused.
+  // What an update whose delta's L2 norm exceeds the bound meets: refused, or scaled down to
+  // the bound and aggregated (its report's outcome then reads "accepted: clipped ...").
+  enum class NormPolicy { kRefuse, kClip };
+
+  // `max_update_norm`: the bound on an update's delta's L2 norm, applied by `norm_policy`.
   Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
         std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
         uint32_t min_clients, std::vector<std::string> extra_sets = {},
-        double max_update_norm = std::numeric_limits<double>::infinity());
+        double max_update_norm = std::numeric_limits<double>::infinity(), NormPolicy norm_policy = NormPolicy::kRefuse);
 
   const std::string& job_id() const { return job_id_; }
   uint32_t round() const { return round_; }
@@ -71,9 +75,9 @@ class Round {
   Status CheckManifest(const v1::UpdateHeader& header) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
-  // Validates the delta (layout, finite values, its L2 norm within the bound) and folds it
-  // into the aggregate. A refused update never touches the aggregate; its participant is
-  // marked rejected with the reason.
+  // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to
+  // it) and folds it into the aggregate. A refused update never touches the aggregate; its
+  // participant is marked rejected with the reason.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr);
   void RecordDownload(const std::string& worker_id);
@@ -121,6 +125,7 @@ class Round {
   const uint32_t min_clients_;
   const std::vector<std::string> extra_sets_;  // payload sets the strategy reads besides "delta"
   const double max_update_norm_;
+  const NormPolicy norm_policy_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

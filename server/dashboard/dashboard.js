@@ -191,7 +191,7 @@ function renderTimeline(rounds) {
   let slowestMs = -1;
   const busy = (w) => (w.download_ms || 0) + (w.data_load_ms || 0) + (w.compute_ms || 0) + (w.upload_ms || 0);
   for (const w of round.workers || []) {
-    if (w.outcome === "accepted" && busy(w) > slowestMs) { slowest = w; slowestMs = busy(w); }
+    if (w.outcome.startsWith("accepted") && busy(w) > slowestMs) { slowest = w; slowestMs = busy(w); }
   }
   const legend = el("div", null, "legend muted");
   for (const [cls, label] of [["download", "download"], ["load", "data loading"], ["compute", "compute"], ["upload", "upload"], ["dropped", "dropped"]]) {

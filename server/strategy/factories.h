@@ -1,4 +1,4 @@
-// The strategies that live in their own files, for CreateStrategy (fedavg.cc). The spec has
+// The strategies that live in their own files, for CreateStrategy (strategy.cc). The spec has
 // been validated (wire::ValidateJobSpec); `layout` is the model's.
 #pragma once
 

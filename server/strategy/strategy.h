@@ -3,7 +3,9 @@
 //
 // A Strategy lives as long as its job's runner. For each round attempt it opens a
 // RoundAggregate, which folds the accepted updates as they stream in (memory O(model),
-// whatever the number of clients). When the round closes, Finish() computes the next global
+// whatever the number of clients; the robust aggregation rules of aggregation.h are the
+// exception, holding every accepted update until the round closes, O(clients x model),
+// bounded when the job is submitted). When the round closes, Finish() computes the next global
 // model and the strategy's next state from the aggregate, without changing the strategy;
 // the runner writes both in one checkpoint, and only once that commit is durable does it
 // hand the state back with Adopt(). A restart restores the state from the checkpoint, so a
@@ -89,8 +91,9 @@ class Strategy {
   virtual void Adopt(TensorSet state) = 0;
 };
 
-// The strategy a job names (spec.strategy, with its [server] options), for a model of
-// `layout`. The spec has been validated (wire::ValidateJobSpec).
+// The strategy a job names: the server optimiser of spec.strategy with its [server] options
+// (server_optimizers.h) over the aggregation rule of spec.aggregation (aggregation.h), for a
+// model of `layout`. The spec has been validated (wire::ValidateJobSpec).
 Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout);
 
 // The strategies CreateStrategy knows, for messages and `tessera check`.

@@ -190,8 +190,14 @@ TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
   EXPECT_EQ(last.clients_reported(), 3u);
 }
 
-TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterruptedRun) {
-  TempDir dir("kill-fedavgm");
+// A strategy whose state carries from round to round (FedAvgM's server momentum, FedAdam's
+// moments m and v): a resumed job that lost the state, or restored it from the wrong round,
+// ends on another model.
+class StatefulStrategyKillTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterruptedRun) {
+  const std::string strategy = GetParam();
+  TempDir dir("kill-" + strategy);
   int port = 0;
   auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
   ASSERT_GT(port, 0) << coordinator->Log();
@@ -199,13 +205,18 @@ TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterrup
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
 
-  // FedAvgM carries server momentum from round to round: a resumed job that lost it, or
-  // restored it from the wrong round, ends on another model.
   const uint32_t rounds = 5;
   v1::JobSpec spec = SmallJob(rounds, 3, 3000);
-  spec.set_strategy("fedavgm");
-  spec.mutable_server()->set_learning_rate(1.0);
-  spec.mutable_server()->set_momentum(0.9);
+  spec.set_strategy(strategy);
+  if (strategy == "fedavgm") {
+    spec.mutable_server()->set_learning_rate(1.0);
+    spec.mutable_server()->set_momentum(0.9);
+  } else {
+    spec.mutable_server()->set_learning_rate(0.01);
+    spec.mutable_server()->set_beta1(0.9);
+    spec.mutable_server()->set_beta2(0.99);
+    spec.mutable_server()->set_tau(1e-3);
+  }
 
   const std::string reference = Submit(*stub, spec);
   auto uninterrupted = WaitForJob(*stub, reference, std::chrono::seconds(240));
@@ -228,6 +239,9 @@ TEST(ProcessTest, AStatefulStrategyResumedAfterAKillIsBitIdenticalToAnUninterrup
         << "round " << r + 1 << " differs from the uninterrupted run";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ProcessTest, StatefulStrategyKillTest, ::testing::Values("fedavgm", "fedadam"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 TEST(ProcessTest, AScaffoldJobResumedAfterAKillIsBitIdenticalWithEverySeatsVariate) {
   TempDir dir("kill-scaffold");

@@ -1,0 +1,117 @@
+// A strategy as an aggregation rule (aggregation.h) composed with a server optimiser
+// (server_optimizers.h): FedAvg is the weighted mean with the plain step, FedAdam with a
+// coordinate-wise median is the median with Adam's step, and so on.
+#include "proto/job_mapping.h"
+#include "server/strategy/aggregation.h"
+#include "server/strategy/factories.h"
+#include "server/strategy/server_optimizers.h"
+#include "server/strategy/strategy.h"
+
+namespace tessera::server {
+namespace {
+
+class ComposedStrategy final : public Strategy {
+ public:
+  ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer, const TensorSet& layout)
+      : aggregation_(aggregation), optimizer_(std::move(optimizer)), state_(optimizer_->InitialState(layout)) {}
+
+  std::string_view name() const override { return optimizer_->name(); }
+
+  Status Restore(TensorSet state) override {
+    if (state.empty()) return Status::Ok();  // a fresh start
+    const std::string what = std::string(name()) + " state in the checkpoint";
+    if (state_.empty()) {
+      return InvalidArgumentError(std::string(name()) + " keeps no state, but the checkpoint holds " +
+                                  std::to_string(state.size()) +
+                                  " strategy tensors (was the job written by another strategy?)");
+    }
+    RETURN_IF_ERROR(CheckSameLayout(state_, state, what));
+    RETURN_IF_ERROR(CheckFinite(state, what));
+    RETURN_IF_ERROR(optimizer_->CheckState(state).WithContext(what));
+    state_ = std::move(state);
+    return Status::Ok();
+  }
+  const TensorSet& state() const override { return state_; }
+
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return OpenAggregate(aggregation_, global);
+  }
+
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    const auto* combined = dynamic_cast<const DeltaAggregate*>(&aggregate);
+    if (combined == nullptr) {
+      return InternalError(std::string(name()) + ": the round's aggregate was not opened by this strategy");
+    }
+    if (aggregate.updates() == 0) return FailedPreconditionError("no update to aggregate");
+    StrategyStep step;
+    step.model = global;
+    step.state = state_;
+    const size_t tensors = step.model.size();
+    if (!step.state.empty() && step.state.size() % tensors != 0) {
+      return InternalError(std::string(name()) + ": the model has " + std::to_string(tensors) +
+                           " tensors, its state " + std::to_string(step.state.size()));
+    }
+    Status fits;
+    RETURN_IF_ERROR(combined->Combine([&](size_t i, const std::vector<double>& delta) {
+      if (i >= tensors || delta.size() != step.model[i].values.size()) {
+        if (fits.ok()) fits = InternalError(std::string(name()) + ": the round's aggregate does not fit the model");
+        return;
+      }
+      optimizer_->Step(i, tensors, delta, step.model[i], step.state);
+    }));
+    RETURN_IF_ERROR(fits);
+    return step;
+  }
+
+  void Adopt(TensorSet state) override { state_ = std::move(state); }
+
+ private:
+  const AggregationOptions aggregation_;
+  const std::unique_ptr<ServerOptimizer> optimizer_;
+  TensorSet state_;
+};
+
+}  // namespace
+
+std::string_view KnownStrategies() { return wire::kStrategyNames; }
+
+Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout) {
+  if (spec.strategy() == "fednova") return CreateFedNova(spec, layout);
+  if (spec.strategy() == "scaffold") return CreateScaffold(spec, layout);
+  if (spec.strategy() == "fedprox") {
+    // FedProx's server side is FedAvg's (Li et al., MLSys 2020): its proximal term is all on
+    // the clients. Any aggregation rule applies.
+    v1::JobSpec server_side = spec;
+    server_side.set_strategy("fedavg");
+    ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> plain, CreateServerOptimizer(server_side));
+    return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> optimizer, CreateServerOptimizer(spec));
+  return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer), layout));
+}
+
+TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state) {
+  TensorSet all = model;
+  for (const auto& t : state) {
+    NamedTensor copy = t;
+    copy.name = std::string(kStrategyStatePrefix) + t.name;
+    all.push_back(std::move(copy));
+  }
+  return all;
+}
+
+TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state) {
+  TensorSet model;
+  state->clear();
+  for (auto& t : tensors) {
+    if (t.name.rfind(kStrategyStatePrefix, 0) == 0) {
+      t.name.erase(0, kStrategyStatePrefix.size());
+      state->push_back(std::move(t));
+    } else {
+      model.push_back(std::move(t));
+    }
+  }
+  return model;
+}
+
+}  // namespace tessera::server
