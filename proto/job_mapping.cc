@@ -264,7 +264,6 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     return bad("aggregation.rule", "\"mean\" for strategy \"" + strategy + "\" (it aggregates in its own way)",
                Shown(s.aggregation().rule()));
   }
-  }
   const auto& server = s.server();
   // A server option set for a strategy it does not apply to.
   auto not_for = [&bad, &strategy](const std::string& field, const std::string& applies_to, double value) {

@@ -1,6 +1,8 @@
 // A strategy as an aggregation rule (aggregation.h) composed with a server optimiser
 // (server_optimizers.h): FedAvg is the weighted mean with the plain step, FedAdam with a
 // coordinate-wise median is the median with Adam's step, and so on.
+#include <string>
+
 #include "proto/job_mapping.h"
 #include "server/strategy/aggregation.h"
 #include "server/strategy/factories.h"
@@ -12,10 +14,16 @@ namespace {
 
 class ComposedStrategy final : public Strategy {
  public:
-  ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer, const TensorSet& layout)
-      : aggregation_(aggregation), optimizer_(std::move(optimizer)), state_(optimizer_->InitialState(layout)) {}
+  // `name`: the strategy's name when it is not the optimiser's (fedprox's server side is
+  // FedAvg's plain step).
+  ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer, const TensorSet& layout,
+                   std::string name = "")
+      : aggregation_(aggregation),
+        optimizer_(std::move(optimizer)),
+        state_(optimizer_->InitialState(layout)),
+        name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)) {}
 
-  std::string_view name() const override { return optimizer_->name(); }
+  std::string_view name() const override { return name_; }
 
   Status Restore(TensorSet state) override {
     if (state.empty()) return Status::Ok();  // a fresh start
@@ -69,6 +77,7 @@ class ComposedStrategy final : public Strategy {
   const AggregationOptions aggregation_;
   const std::unique_ptr<ServerOptimizer> optimizer_;
   TensorSet state_;
+  const std::string name_;
 };
 
 }  // namespace
@@ -84,7 +93,8 @@ Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const 
     v1::JobSpec server_side = spec;
     server_side.set_strategy("fedavg");
     ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> plain, CreateServerOptimizer(server_side));
-    return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout));
+    return std::unique_ptr<Strategy>(
+        new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout, "fedprox"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> optimizer, CreateServerOptimizer(spec));
   return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer), layout));

@@ -298,7 +298,7 @@ TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
 }
 
 TEST(JobSpecTest, UnknownNamesListTheKnownOnes) {
-  ExpectError(std::string("strategy = \"fedyogi\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\""});
+  ExpectError(std::string("strategy = \"fedsgd\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\"", "\"scaffold\""});
   ExpectError(std::string(kMinimal) + "kind = \"pathological\"\n",
               {"job.toml:9:", "'data.partition.kind'", "\"dirichlet\"", "\"label-quantity\""});
   ExpectError(std::string(kMinimal) + "[train]\noptimizer = \"adam\"\n", {"job.toml:10:", "'train.optimizer'", "\"sgd\""});
@@ -660,8 +660,12 @@ TEST(ServerOptimizerSpecTest, AWireSpecIsCheckedAlike) {
   s.set_strategy("fedavg");
   ExpectRefused(s, "server", "no server options for strategy \"fedavg\"");
   s = *adam;
+  s.set_strategy("fedsgd");
+  ExpectRefused(s, "strategy", "one of fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox, fednova, scaffold");
+  s = *adam;
   s.set_strategy("fedprox");
-  ExpectRefused(s, "strategy", "one of fedavg, fedavgm, fedadam, fedyogi, fedadagrad");
+  s.set_proximal_mu(0.01);
+  ExpectRefused(s, "server", "no server options for strategy \"fedprox\"");
   // Unset options are the defaults: a bare adaptive strategy over the wire is valid.
   s = WireSpec();
   s.set_strategy("fedyogi");
