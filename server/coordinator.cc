@@ -9,6 +9,7 @@
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
 #include "server/services.h"
+#include "server/sqlite_state_store.h"
 
 namespace tessera::server {
 
@@ -71,15 +72,16 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
     return Status(lock.status().code(), lock.status().message() + "; stop that coordinator first, or use another --state-dir");
   }
   c->state_lock_ = std::move(lock).value();
-  ASSIGN_OR_RETURN(c->store_, StateStore::Open(dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteStateStore> store, SqliteStateStore::Open(dir));
   // A coordinator killed between a commit and the removal of the checkpoint it superseded
   // (or mid-write) leaves files behind; nothing runs yet, so they go now.
-  auto removed = c->store_->RemoveLeftoverCheckpoints();
+  auto removed = store->RemoveLeftoverCheckpoints();
   if (!removed.ok()) {
     spdlog::warn("state directory: {}", removed.status().ToString());
   } else {
     for (const std::string& path : *removed) spdlog::info("removed leftover checkpoint file '{}'", path);
   }
+  c->store_ = std::move(store);
   c->services_.push_back(MakeWorkerService(c.get()));
   c->services_.push_back(MakeJobService(c.get()));
   grpc::ServerBuilder builder;

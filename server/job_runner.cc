@@ -11,15 +11,6 @@
 
 
 namespace tessera::server {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double MillisSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-}  // namespace
 
 JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
                      JobRunnerOptions options)
@@ -27,6 +18,7 @@ JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, R
       registry_(registry),
       rendezvous_(rendezvous),
       options_(options),
+      clock_(options_.clock),
       job_(std::move(job)),
       seats_(store, job_.id()),
       selection_(std::make_unique<RandomSelection>()) {}
@@ -37,10 +29,33 @@ void JobRunner::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void JobRunner::Stop() {
   stop_ = true;
+  WakeWaits();
   if (thread_.joinable()) thread_.join();
 }
 
-void JobRunner::Cancel() { cancel_ = true; }
+void JobRunner::Cancel() {
+  cancel_ = true;
+  WakeWaits();
+}
+
+void JobRunner::WakeWaits() {
+  // The flags are set before the waiters' mutexes are taken: a waiter sees them, or is
+  // asleep and is notified.
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+  }
+  wake_cv_.notify_all();
+  std::shared_ptr<Round> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  if (round) round->Interrupt();
+}
+
+double JobRunner::MillisSince(Clock::TimePoint start) const {
+  return std::chrono::duration<double, std::milli>(clock_->Now() - start).count();
+}
 
 v1::Job JobRunner::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -163,7 +178,7 @@ Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
   return Status::Ok();
 }
 
-void JobRunner::PublishProgress(const Round& open, size_t selected, std::chrono::steady_clock::time_point deadline) {
+void JobRunner::PublishProgress(const Round& open, size_t selected, Clock::TimePoint deadline) {
   constexpr size_t kShown = 8;
   v1::JobEvent event;
   *event.mutable_job() = Snapshot();
@@ -176,7 +191,7 @@ void JobRunner::PublishProgress(const Round& open, size_t selected, std::chrono:
   for (size_t i = 0; i < waiting.size() && i < kShown; ++i) progress->add_waiting_on(waiting[i]);
   progress->set_waiting_more(static_cast<uint32_t>(waiting.size() > kShown ? waiting.size() - kShown : 0));
   progress->set_deadline_in_ms(
-      std::max(0.0, std::chrono::duration<double, std::milli>(deadline - Clock::now()).count()));
+      std::max(0.0, std::chrono::duration<double, std::milli>(deadline - clock_->Now()).count()));
   events_.Publish(std::move(event));
 }
 
@@ -275,11 +290,13 @@ uint64_t JobRunner::MaxSamples(uint32_t party) const {
 }
 
 bool JobRunner::SleepUnlessStopped(std::chrono::milliseconds delay) {
-  const auto until = Clock::now() + delay;
-  while (!stop_.load() && Clock::now() < until) {
-    std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(20), until - Clock::now()));
-  }
-  return stop_.load();
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  return clock_->WaitUntil(lock, wake_cv_, clock_->Now() + delay, [this] { return stop_.load(); });
+}
+
+void JobRunner::WaitUnlessStopping(std::chrono::milliseconds delay) {
+  std::unique_lock<std::mutex> lock(wake_mu_);
+  clock_->WaitUntil(lock, wake_cv_, clock_->Now() + delay, [this] { return stopping(); });
 }
 
 void JobRunner::RecordEnd(const v1::Job& job, const std::string& state_name) {
@@ -416,7 +433,7 @@ Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t at
   // client gets a seat of its own.
   const bool own_files = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
   const uint32_t parties = own_files ? 0 : std::max<uint32_t>(1, spec.data().partition().parties());
-  const auto wait_start = Clock::now();
+  const auto wait_start = clock_->Now();
   auto last_note = wait_start;
   while (true) {
     if (stopping()) {
@@ -430,23 +447,23 @@ Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t at
                          [this](const std::string& worker) { return excluded_.count(worker) > 0; });
     });
     if (candidates.size() >= spec.min_clients()) return selection_->Choose(std::move(candidates), spec, round, attempt);
-    if (Clock::now() - wait_start > options_.worker_wait_timeout) {
+    if (clock_->Now() - wait_start > options_.worker_wait_timeout) {
       *shortfall = "round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
                    " clients ready, min_clients is " + std::to_string(spec.min_clients());
       return std::vector<Client>();
     }
-    if (Clock::now() - last_note > std::chrono::seconds(10)) {
-      last_note = Clock::now();
+    if (clock_->Now() - last_note > std::chrono::seconds(10)) {
+      last_note = clock_->Now();
       Note("waiting for workers: " + std::to_string(candidates.size()) + " clients ready, " +
            std::to_string(spec.min_clients()) + " needed");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    WaitUnlessStopping(options_.worker_poll_interval);
   }
 }
 
 JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   using Kind = AttemptOutcome::Kind;
-  const auto round_start = Clock::now();
+  const auto round_start = clock_->Now();
   const v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
   v1::RoundRecord record;
@@ -455,7 +472,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   record.set_attempt(attempt);
 
   // Selection.
-  const auto selection_start = Clock::now();
+  const auto selection_start = clock_->Now();
   std::string shortfall;
   ASSIGN_OR_RETURN(auto selected, SelectClients(round, attempt, &shortfall));
   if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
@@ -471,7 +488,8 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   auto open = std::make_shared<Round>(job.id(), round, attempt, job.rounds_committed(), global,
                                       strategy_->BeginRound(*global), spec.min_clients(), strategy_->PayloadSets(),
                                       wire::MaxUpdateNorm(spec),
-                                      wire::ClipsToUpdateNorm(spec) ? Round::NormPolicy::kClip : Round::NormPolicy::kRefuse);
+                                      wire::ClipsToUpdateNorm(spec) ? Round::NormPolicy::kClip : Round::NormPolicy::kRefuse,
+                                      clock_);
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));
@@ -481,7 +499,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   ParticipantModels downloads =
       EncodeParticipantModels(*strategy_, *global, selected, job.rounds_committed(), options_.chunk_bytes);
   const std::vector<std::string> model_sets = strategy_->DownloadSets();
-  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.round_deadline_ms());
+  const auto deadline = clock_->Now() + std::chrono::milliseconds(spec.round_deadline_ms());
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_ = open;
@@ -532,19 +550,19 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   // Wait for every participant, the deadline, or the loss of the ones still pending. Watchers
   // are told who is awaited: when one reports (at most every second) and every 10 s.
   size_t last_pending = selected.size();
-  auto last_progress = Clock::now();
-  while (Clock::now() < deadline && !stopping()) {
+  auto last_progress = clock_->Now();
+  while (clock_->Now() < deadline && !stopping()) {
     const size_t pending = open->DropLost(
         [this](const std::string& id, uint64_t generation) { return registry_->IsAlive(id, generation); });
     if (pending == 0) break;
-    const auto now = Clock::now();
+    const auto now = clock_->Now();
     if ((pending != last_pending && now - last_progress >= std::chrono::seconds(1)) ||
         now - last_progress >= std::chrono::seconds(10)) {
       PublishProgress(*open, selected.size(), deadline);
       last_pending = pending;
       last_progress = now;
     }
-    open->WaitAllReported(std::min(deadline, Clock::now() + std::chrono::milliseconds(200)));
+    open->WaitAllReported(std::min(deadline, now + options_.liveness_check_interval));
   }
   const auto stragglers = open->Close("deadline passed");
   rendezvous_->ClearPrefix(rendezvous_prefix);
@@ -590,7 +608,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   }
 
   // Evaluation.
-  const auto eval_start = Clock::now();
+  const auto eval_start = clock_->Now();
   ASSIGN_OR_RETURN(Evaluation evaluation, evaluator_->Evaluate(next));
   const double accuracy = evaluation.accuracy, loss = evaluation.loss;
   record.mutable_latency()->set_evaluation_ms(MillisSince(eval_start));
@@ -601,7 +619,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   record.set_model_sha256(encoded->sha256());
 
   // Commit: the checkpoint and the round record together.
-  const auto commit_start = Clock::now();
+  const auto commit_start = clock_->Now();
   v1::Job committed = job;
   committed.set_rounds_committed(round);
   record.set_committed_unix_ms(UnixMillis());

@@ -6,10 +6,16 @@
 // leaves the job's thread: one that reaches its top ends the job FAILED with its message.
 // The job's final state is written until it is durable (retried with backoff, each failure
 // logged and published to watchers) or the runner is stopped.
+//
+// Seams for tests: the state store is an interface (MemoryStateStore in tests), time comes
+// from JobRunnerOptions::clock (a ManualClock), and workers take part through the entry
+// points below and the registry's task channels, as the worker service does
+// (tests/server/fake_worker.h).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -20,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "core/data/idx.h"
 #include "server/evaluation.h"
 #include "server/job_events.h"
@@ -50,6 +57,16 @@ struct JobRunnerOptions {
   // further retry waits twice as long, up to max_record_retry_delay.
   std::chrono::milliseconds record_retry_delay{100};
   std::chrono::milliseconds max_record_retry_delay{10000};
+  // While too few workers are ready, how often selection looks at the registry again.
+  std::chrono::milliseconds worker_poll_interval{100};
+  // While a round is open, how often the runner looks for participants whose worker was lost
+  // (and tells watchers who is awaited); a report, the deadline or Stop() end the wait sooner.
+  std::chrono::milliseconds liveness_check_interval{200};
+  // Where the runner reads time and waits on it: round deadlines, the wait for workers, the
+  // retry delays and every latency it records (the rounds it opens read it too). Tests give
+  // a ManualClock. Must outlive the runner. Deadlines handed out (OpenRound::deadline) are
+  // points on this clock.
+  const Clock* clock = &SteadyClock();
 };
 
 class JobRunner {
@@ -59,9 +76,12 @@ class JobRunner {
   ~JobRunner();
 
   void Start();
-  // Stops the thread without changing the job's persisted state (coordinator shutdown).
+  // Stops the thread without changing the job's persisted state (coordinator shutdown), and
+  // blocks until it has ended: the open round is closed uncommitted once the updates being
+  // folded into it are folded, a commit under way completes, and the job resumes at its last
+  // committed round in the next runner. Idempotent.
   void Stop();
-  // Ends the job as CANCELLED.
+  // Ends the job as CANCELLED. Does not block.
   void Cancel();
 
   v1::Job Snapshot() const;
@@ -80,7 +100,7 @@ class JobRunner {
     uint32_t round = 0;
     uint32_t attempt = 0;
     uint64_t model_version = 0;
-    std::chrono::steady_clock::time_point deadline;
+    Clock::TimePoint deadline;  // on the runner's clock
   };
   // The open round, when `worker_id` takes part in it and has not reported yet (a cohort's
   // members included); else PERMISSION_DENIED naming the worker, the job and the round, for
@@ -125,24 +145,33 @@ class JobRunner {
   void Finish(v1::JobState state, const std::string& error);
   // Writes the job's final state, retrying until it is durable or the runner is stopped.
   void RecordEnd(const v1::Job& job, const std::string& state_name);
-  // Sleeps `delay`, or less when the runner is stopped; returns whether it was stopped.
+  // Waits `delay` on the clock, or less when the runner is stopped; returns whether it was
+  // stopped.
   bool SleepUnlessStopped(std::chrono::milliseconds delay);
+  // Waits `delay` on the clock, or less when the job is stopping or cancelled.
+  void WaitUnlessStopping(std::chrono::milliseconds delay);
+  // Ends the waits of the job's thread (Stop(), Cancel()).
+  void WakeWaits();
   void Note(const std::string& message);
   // Tells watchers where the open round stands: how many reported, who is awaited.
-  void PublishProgress(const Round& open, size_t selected, std::chrono::steady_clock::time_point deadline);
+  void PublishProgress(const Round& open, size_t selected, Clock::TimePoint deadline);
+  double MillisSince(Clock::TimePoint start) const;
   bool stopping() const { return stop_.load() || cancel_.load(); }
 
   StateStore* store_;
   WorkerRegistry* registry_;
   RendezvousStore* rendezvous_;
   JobRunnerOptions options_;
+  const Clock* const clock_;
   JobEvents events_;
+  std::mutex wake_mu_;  // with wake_cv_: the job's thread waits on the clock for these
+  std::condition_variable wake_cv_;
 
   mutable std::mutex mu_;
   v1::Job job_;
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
-  std::chrono::steady_clock::time_point round_deadline_;  // of round_
+  Clock::TimePoint round_deadline_;  // of round_
   ParticipantModels participant_models_;  // round_'s per-participant downloads, if its strategy has any
   SeatTable seats_;                              // only the job's thread uses these two
   std::unique_ptr<SelectionPolicy> selection_;

@@ -11,7 +11,7 @@
 namespace tessera::server {
 namespace {
 
-double MillisSince(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
+double MillisSince(Clock::TimePoint start, Clock::TimePoint end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
@@ -33,7 +33,7 @@ double Median(std::vector<double> values) {
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
              std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
              uint32_t min_clients, std::vector<std::string> extra_sets, double max_update_norm,
-             NormPolicy norm_policy)
+             NormPolicy norm_policy, const Clock* clock)
     : job_id_(std::move(job_id)),
       round_(round),
       attempt_(attempt),
@@ -43,6 +43,7 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       extra_sets_(std::move(extra_sets)),
       max_update_norm_(max_update_norm),
       norm_policy_(norm_policy),
+      clock_(clock),
       aggregate_(std::move(aggregate)) {}
 
 void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
@@ -75,7 +76,7 @@ std::vector<std::string> Round::PendingWorkers() const {
 
 void Round::MarkDispatched() {
   std::lock_guard<std::mutex> lock(mu_);
-  dispatched_ = std::chrono::steady_clock::now();
+  dispatched_ = clock_->Now();
 }
 
 std::string Round::Describe(const std::string& worker_id) const {
@@ -251,7 +252,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_download_ms(h.download_ms());
     p.report.set_data_load_ms(h.data_load_ms());
     p.report.set_upload_ms(upload_ms);
-    p.report.set_reported_ms(MillisSince(dispatched_, std::chrono::steady_clock::now()));
+    p.report.set_reported_ms(MillisSince(dispatched_, clock_->Now()));
     p.report.set_train_loss(h.train_loss());
     p.report.set_collective_backend(h.collective_backend());
     p.report.set_update_norm(norm);
@@ -270,7 +271,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   }
   // Folded outside the round's lock: other uploads fold concurrently, and the runner's
   // waits and liveness checks are not held up by an update's arithmetic.
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_->Now();
   ClientUpdate update = Claims(h, party);
   update.delta = clipped ? &*clipped : &delta;
   update.payload = payload;
@@ -284,7 +285,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   } catch (...) {
     folded = InternalError("folding it failed with an exception of unknown type");
   }
-  const double fold_ms = MillisSince(start, std::chrono::steady_clock::now());
+  const double fold_ms = MillisSince(start, clock_->Now());
   std::lock_guard<std::mutex> lock(mu_);
   auto& p = participants_[h.worker_id()];
   p.folding = false;
@@ -301,7 +302,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
                                         " scaled down to the job's max_update_norm " + FormatNumber(max_update_norm_));
     upload_ms_.push_back(upload_ms);
     ++accepted_;
-    if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = std::chrono::steady_clock::now();
+    if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = clock_->Now();
   }
   cv_.notify_all();
   return folded.ok() ? folded : folded.WithContext(what);
@@ -323,19 +324,26 @@ Status Round::Fail(const v1::UpdateHeader& h) {
 void Round::RecordDownload(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = participants_.find(worker_id);
-  if (it != participants_.end()) it->second.download_done = std::chrono::steady_clock::now();
+  if (it != participants_.end()) it->second.download_done = clock_->Now();
 }
 
-bool Round::WaitAllReported(std::chrono::steady_clock::time_point until) {
+bool Round::WaitAllReported(Clock::TimePoint until) {
   std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_until(lock, until, [&] { return pending_ == 0; });
+  clock_->WaitUntil(lock, cv_, until, [&] { return pending_ == 0 || interrupted_; });
+  return pending_ == 0;
+}
+
+void Round::Interrupt() {
+  std::lock_guard<std::mutex> lock(mu_);
+  interrupted_ = true;
+  cv_.notify_all();
 }
 
 std::vector<std::string> Round::Close(const std::string& reason) {
   std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;  // no new fold starts
   cv_.wait(lock, [&] { return folding_ == 0; });
-  closed_at_ = std::chrono::steady_clock::now();
+  closed_at_ = clock_->Now();
   std::vector<std::string> dropped;
   for (auto& [id, p] : participants_) {
     if (p.outcome == Outcome::kPending) {
@@ -356,9 +364,9 @@ size_t Round::accepted() const {
 Result<StrategyStep> Round::Finish(const Strategy& strategy) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_) return InternalError("round " + std::to_string(round_) + ": finished before it was closed");
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = clock_->Now();
   auto step = strategy.Finish(*global_, *aggregate_);
-  aggregation_ms_ += MillisSince(start, std::chrono::steady_clock::now());
+  aggregation_ms_ += MillisSince(start, clock_->Now());
   return step;
 }
 

@@ -5,6 +5,9 @@
 // Thread-safe: uploads arrive on gRPC threads while the runner waits. An accepted update is
 // folded into the strategy's aggregate outside the round's lock, so uploads of different
 // clients fold concurrently; Close() waits for the folds in flight.
+//
+// Time (dispatch, reports, quorum, close, the folds' duration, WaitAllReported's deadline)
+// is read from the Clock given at construction, which must outlive the round.
 #pragma once
 
 #include <chrono>
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "core/tensor.h"
 #include "server/strategy/strategy.h"
@@ -36,7 +40,7 @@ class Round {
     std::vector<std::pair<std::string, uint64_t>> members;
     Outcome outcome = Outcome::kPending;
     v1::WorkerRoundReport report;
-    std::chrono::steady_clock::time_point download_done{};
+    Clock::TimePoint download_done{};
     bool folding = false;  // its update is being folded, outside the lock
     uint64_t max_samples = 0;     // the size of its party: more samples than this are refused
     double update_norm = 0;       // its delta's L2 norm, once checked
@@ -51,7 +55,8 @@ class Round {
   Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
         std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
         uint32_t min_clients, std::vector<std::string> extra_sets = {},
-        double max_update_norm = std::numeric_limits<double>::infinity(), NormPolicy norm_policy = NormPolicy::kRefuse);
+        double max_update_norm = std::numeric_limits<double>::infinity(), NormPolicy norm_policy = NormPolicy::kRefuse,
+        const Clock* clock = &SteadyClock());
 
   const std::string& job_id() const { return job_id_; }
   uint32_t round() const { return round_; }
@@ -90,8 +95,11 @@ class Round {
   size_t DropLost(AliveFn&& alive);
   // Every worker of the participants that are still pending (to cancel their work).
   std::vector<std::string> PendingWorkers() const;
-  // Waits until no participant is pending, or `until`.
-  bool WaitAllReported(std::chrono::steady_clock::time_point until);
+  // Blocks until no participant is pending, Interrupt() was called, or the round's clock
+  // reaches `until`; returns whether none is pending.
+  bool WaitAllReported(Clock::TimePoint until);
+  // Ends every WaitAllReported, now and later, at once (the job is stopping). Does not block.
+  void Interrupt();
   // Stops accepting updates and drops the pending participants ("deadline"); returns their
   // workers, cohort members included.
   std::vector<std::string> Close(const std::string& reason);
@@ -126,6 +134,7 @@ class Round {
   const std::vector<std::string> extra_sets_;  // payload sets the strategy reads besides "delta"
   const double max_update_norm_;
   const NormPolicy norm_policy_;
+  const Clock* const clock_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -137,9 +146,10 @@ class Round {
   size_t accepted_ = 0;
   double aggregation_ms_ = 0;
   std::vector<double> upload_ms_;
-  std::chrono::steady_clock::time_point dispatched_{};
-  std::optional<std::chrono::steady_clock::time_point> quorum_at_;  // min_clients accepted
-  std::chrono::steady_clock::time_point closed_at_{};
+  bool interrupted_ = false;
+  Clock::TimePoint dispatched_{};
+  std::optional<Clock::TimePoint> quorum_at_;  // min_clients accepted
+  Clock::TimePoint closed_at_{};
 };
 
 template <typename AliveFn>

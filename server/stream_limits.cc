@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "base/escape.h"
@@ -62,8 +63,9 @@ size_t StreamCounter::open() const {
 }
 
 StreamDeadline::StreamDeadline(std::string what, std::chrono::milliseconds idle, std::chrono::milliseconds total,
-                               std::string total_name, std::function<void(Status)> expire)
-    : start_(Clock::now()),
+                               std::string total_name, std::function<void(Status)> expire, const Clock* clock)
+    : clock_(clock),
+      start_(clock->Now()),
       idle_(idle),
       total_(total),
       total_name_(std::move(total_name)),
@@ -73,12 +75,12 @@ StreamDeadline::StreamDeadline(std::string what, std::chrono::milliseconds idle,
 
 void StreamDeadline::Progress() {
   std::lock_guard<std::mutex> lock(mu_);
-  last_progress_ = Clock::now();
+  last_progress_ = clock_->Now();
 }
 
 void StreamDeadline::SetIdleCounted(bool counted) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (counted && !idle_counted_) last_progress_ = Clock::now();
+  if (counted && !idle_counted_) last_progress_ = clock_->Now();
   idle_counted_ = counted;
 }
 
@@ -92,7 +94,7 @@ bool StreamDeadline::Hold() {
 void StreamDeadline::Release() {
   std::lock_guard<std::mutex> lock(mu_);
   held_ = false;
-  last_progress_ = Clock::now();  // the wait was not the peer's doing
+  last_progress_ = clock_->Now();  // the wait was not the peer's doing
 }
 
 void StreamDeadline::SetAliveProbe(std::function<bool()> alive) {
@@ -100,7 +102,7 @@ void StreamDeadline::SetAliveProbe(std::function<bool()> alive) {
   alive_ = std::move(alive);
 }
 
-void StreamDeadline::Cap(Clock::time_point at, std::string why) {
+void StreamDeadline::Cap(TimePoint at, std::string why) {
   std::lock_guard<std::mutex> lock(mu_);
   cap_ = at;
   cap_why_ = std::move(why);
@@ -123,12 +125,12 @@ bool StreamDeadline::finish_claimed() const {
   return finish_claimed_;
 }
 
-std::optional<Status> StreamDeadline::Expired(Clock::time_point now) const {
+std::optional<Status> StreamDeadline::Expired(TimePoint now) const {
   std::lock_guard<std::mutex> lock(mu_);
   return ExpiredLocked(now);
 }
 
-std::optional<Status> StreamDeadline::ExpiredLocked(Clock::time_point now) const {
+std::optional<Status> StreamDeadline::ExpiredLocked(TimePoint now) const {
   if (cap_ && now >= *cap_) return DeadlineExceededError(what_ + ": " + cap_why_);
   if (now >= start_ + total_) {
     return DeadlineExceededError(what_ + ": open longer than its " + total_name_ + " of " + Millis(total_));
@@ -140,7 +142,7 @@ std::optional<Status> StreamDeadline::ExpiredLocked(Clock::time_point now) const
   return std::nullopt;
 }
 
-std::optional<StreamDeadline::Clock::time_point> StreamDeadline::Check(Clock::time_point now) {
+std::optional<StreamDeadline::TimePoint> StreamDeadline::Check(TimePoint now) {
   std::function<bool()> probe;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -151,7 +153,7 @@ std::optional<StreamDeadline::Clock::time_point> StreamDeadline::Check(Clock::ti
   }
   const bool alive = probe && probe();
   std::optional<Status> expired;
-  Clock::time_point next;
+  TimePoint next;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finish_claimed_) return std::nullopt;
@@ -179,15 +181,19 @@ std::optional<StreamDeadline::Clock::time_point> StreamDeadline::Check(Clock::ti
 StreamWatchdog::~StreamWatchdog() { Shutdown(); }
 
 void StreamWatchdog::Watch(const std::shared_ptr<StreamDeadline>& stream) {
+  if (stream->clock_ != clock_) {
+    throw std::invalid_argument("StreamWatchdog::Watch: the stream's deadline is on another clock than the watchdog's");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return;
   // First look at the earliest limit: Check() finds the next one from there.
-  auto first = StreamDeadline::Clock::now() + std::min(stream->idle_, stream->total_);
+  auto first = clock_->Now() + std::min(stream->idle_, stream->total_);
   {
     std::lock_guard<std::mutex> stream_lock(stream->mu_);
     if (stream->cap_) first = std::min(first, *stream->cap_);
   }
   due_.emplace(first, stream);
+  ++changes_;
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   cv_.notify_all();
 }
@@ -195,22 +201,20 @@ void StreamWatchdog::Watch(const std::shared_ptr<StreamDeadline>& stream) {
 void StreamWatchdog::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutdown_) {
-    const auto now = StreamDeadline::Clock::now();
+    const auto now = clock_->Now();
     std::vector<std::weak_ptr<StreamDeadline>> due;
     while (!due_.empty() && due_.begin()->first <= now) {
       due.push_back(std::move(due_.begin()->second));
       due_.erase(due_.begin());
     }
     if (due.empty()) {
-      if (due_.empty()) {
-        cv_.wait(lock);
-      } else {
-        cv_.wait_until(lock, due_.begin()->first);
-      }
+      const uint64_t seen = changes_;
+      const auto until = due_.empty() ? StreamDeadline::TimePoint::max() : due_.begin()->first;
+      clock_->WaitUntil(lock, cv_, until, [&] { return shutdown_ || changes_ != seen; });
       continue;
     }
     lock.unlock();
-    std::vector<std::pair<StreamDeadline::Clock::time_point, std::weak_ptr<StreamDeadline>>> again;
+    std::vector<std::pair<StreamDeadline::TimePoint, std::weak_ptr<StreamDeadline>>> again;
     for (auto& weak : due) {
       auto stream = weak.lock();
       if (!stream) continue;

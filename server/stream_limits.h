@@ -9,6 +9,10 @@
 //    upload's round), enforced by one timer thread for the whole coordinator; a stream that
 //    passes one is ended with DEADLINE_EXCEEDED naming the limit and its value.
 //
+// The deadlines and the watchdog read time from a Clock (base/clock.h), the steady clock
+// unless one is given; a watchdog and the streams it watches share one clock, which must
+// outlive them. Tests give a ManualClock and advance it instead of sleeping.
+//
 // All thread-safe.
 #pragma once
 
@@ -24,6 +28,7 @@
 #include <string>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/status.h"
 
 namespace tessera::server {
@@ -90,12 +95,13 @@ class StreamCounter {
 // whenever `expire` runs.
 class StreamDeadline {
  public:
-  using Clock = std::chrono::steady_clock;
+  using TimePoint = Clock::TimePoint;
   // `what` names the stream in messages ("upload from 10.0.0.7"); `expire` is called at most
   // once, on the watchdog's thread, with DEADLINE_EXCEEDED naming the limit passed, after
-  // the right to finish was claimed for it; it must not block.
+  // the right to finish was claimed for it; it must not block. The idle and total limits
+  // count from now on `clock`, the clock of the watchdog that will watch the stream.
   StreamDeadline(std::string what, std::chrono::milliseconds idle, std::chrono::milliseconds total,
-                 std::string total_name, std::function<void(Status)> expire);
+                 std::string total_name, std::function<void(Status)> expire, const Clock* clock = &SteadyClock());
 
   void Progress();  // the peer moved: the idle clock starts again
   // Idle time counts only while the stream waits on its peer (a read posted, a write in
@@ -109,35 +115,40 @@ class StreamDeadline {
   // For a stream with nothing in flight that is idle but might be alive (a task channel):
   // at the idle limit the watchdog asks `alive`; true starts the idle clock again.
   void SetAliveProbe(std::function<bool()> alive);
-  // An earlier end than the total timeout, with the reason ("round 3 of job-1-x closed").
-  void Cap(Clock::time_point at, std::string why);
+  // An earlier end than the total timeout, with the reason ("round 3 of job-1-x closed");
+  // `at` is on the stream's clock.
+  void Cap(TimePoint at, std::string why);
   void Rename(std::string what);
 
   // True once for the first caller; after it, only that caller may finish the stream.
   bool ClaimFinish();
   bool finish_claimed() const;
   // The limit passed at `now` (DEADLINE_EXCEEDED naming it), if any.
-  std::optional<Status> Expired(Clock::time_point now) const;
+  std::optional<Status> Expired(TimePoint now) const;
+  // The limit passed by now, on the stream's clock.
+  std::optional<Status> Expired() const { return Expired(clock_->Now()); }
+  const Clock& clock() const { return *clock_; }
 
  private:
   friend class StreamWatchdog;
   // The watchdog's turn at `now`: expire the stream, or the next time to look.
-  std::optional<Clock::time_point> Check(Clock::time_point now);
-  std::optional<Status> ExpiredLocked(Clock::time_point now) const;
+  std::optional<TimePoint> Check(TimePoint now);
+  std::optional<Status> ExpiredLocked(TimePoint now) const;
 
-  const Clock::time_point start_;
+  const Clock* const clock_;
+  const TimePoint start_;
   const std::chrono::milliseconds idle_;
   const std::chrono::milliseconds total_;
   const std::string total_name_;
   const std::function<void(Status)> expire_;
   mutable std::mutex mu_;  // guards the fields below; never held while calling expire_ or the probe
   std::string what_;
-  Clock::time_point last_progress_;
+  TimePoint last_progress_;
   bool idle_counted_ = true;
   bool held_ = false;
   bool finish_claimed_ = false;
   std::function<bool()> alive_;
-  std::optional<Clock::time_point> cap_;
+  std::optional<TimePoint> cap_;
   std::string cap_why_;
 };
 
@@ -146,20 +157,25 @@ class StreamDeadline {
 // stream again after moving its cap earlier.
 class StreamWatchdog {
  public:
-  StreamWatchdog() = default;
+  explicit StreamWatchdog(const Clock* clock = &SteadyClock()) : clock_(clock) {}
   ~StreamWatchdog();
+  // `stream` must be on this watchdog's clock (std::invalid_argument otherwise: a
+  // programming error).
   void Watch(const std::shared_ptr<StreamDeadline>& stream);
+  const Clock& clock() const { return *clock_; }
   // Stops the thread; streams are no longer expired (the server is finishing them).
   void Shutdown();
 
  private:
   void Loop();
 
+  const Clock* const clock_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::multimap<StreamDeadline::Clock::time_point, std::weak_ptr<StreamDeadline>> due_;
+  std::multimap<StreamDeadline::TimePoint, std::weak_ptr<StreamDeadline>> due_;
   std::thread thread_;  // started with the first stream
   bool shutdown_ = false;
+  uint64_t changes_ = 0;  // Watch() calls, so that the thread's wait ends at a new stream
 };
 
 // "the certificate's role/name" for a caller with a certificate, else its IP address, from

@@ -1,11 +1,16 @@
 // The coordinator's stream bounds without gRPC: counts per caller and overall, the options'
-// ranges, and the watchdog ending an idle stream (and leaving a held or alive one).
+// ranges, and the watchdog ending an idle stream (and leaving a held or alive one). The
+// watchdog runs on a ManualClock: time moves when a test says so, and nothing sleeps.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
+#include <stdexcept>
 #include <mutex>
 #include <optional>
 
+#include "base/clock.h"
 #include "server/stream_limits.h"
 
 namespace tessera::server {
@@ -48,56 +53,129 @@ TEST(CallerKeyTest, ACertificateNamesTheCallerElseItsAddressWithoutThePort) {
   EXPECT_EQ(CallerKey(false, "", "", "ipv6:[::1]:5000"), "caller [::1]");
 }
 
+using std::chrono::milliseconds;
+
+constexpr milliseconds kWaitLimit{60000};  // reached only when a test fails
+
 struct Ended {
   std::mutex mu;
   std::condition_variable cv;
   std::optional<Status> why;
+  int calls = 0;
+  std::function<void(Status)> Callback() {
+    return [this](const Status& status) {
+      std::lock_guard<std::mutex> lock(mu);
+      why = status;
+      ++calls;
+      cv.notify_all();
+    };
+  }
   bool Wait() {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return why.has_value(); });
+    return cv.wait_for(lock, kWaitLimit, [&] { return why.has_value(); });
+  }
+  bool happened() {
+    std::lock_guard<std::mutex> lock(mu);
+    return why.has_value();
   }
 };
 
 TEST(StreamWatchdogTest, EndsAStreamIdleForItsTimeoutOnceNamingTheLimit) {
-  StreamWatchdog watchdog;
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
   Ended ended;
-  auto stream = std::make_shared<StreamDeadline>("upload from caller 'worker/w1'", std::chrono::milliseconds(100),
+  const auto start = clock.Now();
+  auto stream = std::make_shared<StreamDeadline>("upload from caller 'worker/w1'", milliseconds(100),
                                                  std::chrono::hours(1), "transfer timeout (transfer_timeout)",
-                                                 [&](const Status& why) {
-                                                   std::lock_guard<std::mutex> lock(ended.mu);
-                                                   ended.why = why;
-                                                   ended.cv.notify_all();
-                                                 });
+                                                 ended.Callback(), &clock);
   watchdog.Watch(stream);
+  // The watchdog sleeps until exactly the idle limit, and not a moment less.
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  EXPECT_EQ(clock.NextDeadline(), start + milliseconds(100));
+  clock.Advance(milliseconds(99));
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  EXPECT_FALSE(ended.happened());
+  EXPECT_FALSE(stream->Expired().has_value());
+  clock.Advance(milliseconds(1));
   ASSERT_TRUE(ended.Wait());
   EXPECT_EQ(ended.why->code(), StatusCode::kDeadlineExceeded);
   EXPECT_EQ(ended.why->message(),
             "upload from caller 'worker/w1': nothing received or taken for 100 ms, its idle timeout (idle_timeout)");
   EXPECT_FALSE(stream->ClaimFinish());  // the watchdog claimed it
+  clock.Advance(std::chrono::hours(2));
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));  // the watchdog waits for a new stream
+  EXPECT_EQ(ended.calls, 1);
+}
+
+TEST(StreamWatchdogTest, ProgressStartsTheIdleClockAgain) {
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
+  Ended ended;
+  const auto start = clock.Now();
+  auto stream = std::make_shared<StreamDeadline>("download by worker 'w1'", milliseconds(100), std::chrono::hours(1),
+                                                 "transfer timeout (transfer_timeout)", ended.Callback(), &clock);
+  watchdog.Watch(stream);
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  clock.Advance(milliseconds(60));
+  stream->Progress();
+  clock.Advance(milliseconds(60));  // past the first look: the stream moved since
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  EXPECT_FALSE(ended.happened());
+  EXPECT_EQ(clock.NextDeadline(), start + milliseconds(160));
+  clock.Advance(milliseconds(40));
+  ASSERT_TRUE(ended.Wait());
+  EXPECT_NE(ended.why->message().find("nothing received or taken for 100 ms"), std::string::npos);
+}
+
+TEST(StreamWatchdogTest, AnIdleStreamThatIsAliveIsKeptAndEndsAtItsMaximumAge) {
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
+  Ended ended;
+  auto stream = std::make_shared<StreamDeadline>("task channel of worker 'w1'", milliseconds(100), milliseconds(1000),
+                                                 "maximum age (channel_max_age)", ended.Callback(), &clock);
+  std::atomic<int> probes{0};
+  stream->SetAliveProbe([&] {
+    ++probes;
+    return true;
+  });
+  watchdog.Watch(stream);
+  for (int i = 0; i < 9; ++i) {
+    ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+    clock.Advance(milliseconds(100));
+  }
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  EXPECT_FALSE(ended.happened());
+  EXPECT_EQ(probes.load(), 9);
+  clock.Advance(milliseconds(100));
+  ASSERT_TRUE(ended.Wait());
+  EXPECT_EQ(ended.why->message(), "task channel of worker 'w1': open longer than its maximum age (channel_max_age) of 1000 ms");
 }
 
 TEST(StreamWatchdogTest, AStreamEndsAtItsCapWithTheReason) {
-  StreamWatchdog watchdog;
-  Ended ended;
+  ManualClock clock;
   auto stream = std::make_shared<StreamDeadline>("upload from worker 'w1'", std::chrono::hours(1),
                                                  std::chrono::hours(2), "transfer timeout (transfer_timeout)",
-                                                 [&](const Status& why) {
-                                                   std::lock_guard<std::mutex> lock(ended.mu);
-                                                   ended.why = why;
-                                                   ended.cv.notify_all();
-                                                 });
-  stream->Cap(StreamDeadline::Clock::now(), "job job-1-abc round 1 attempt 1 reached its deadline");
-  EXPECT_EQ(stream->Expired(StreamDeadline::Clock::now())->message(),
-            "upload from worker 'w1': job job-1-abc round 1 attempt 1 reached its deadline");
-  EXPECT_FALSE(stream->Expired(StreamDeadline::Clock::now() - std::chrono::seconds(1)).has_value());
+                                                 [](const Status&) {}, &clock);
+  stream->Cap(clock.Now() + milliseconds(10), "job job-1-abc round 1 attempt 1 reached its deadline");
+  EXPECT_FALSE(stream->Expired().has_value());
+  clock.Advance(milliseconds(10));
+  EXPECT_EQ(stream->Expired()->message(), "upload from worker 'w1': job job-1-abc round 1 attempt 1 reached its deadline");
 }
 
 TEST(StreamWatchdogTest, AHeldStreamIsNotEndedByTheWatchdog) {
-  auto stream = std::make_shared<StreamDeadline>("upload", std::chrono::milliseconds(100), std::chrono::hours(1),
+  auto stream = std::make_shared<StreamDeadline>("upload", milliseconds(100), std::chrono::hours(1),
                                                  "transfer timeout", [](const Status&) { FAIL() << "expired"; });
   ASSERT_TRUE(stream->Hold());
   EXPECT_TRUE(stream->ClaimFinish());
   EXPECT_FALSE(stream->Hold());  // claimed: nothing to hold
+}
+
+TEST(StreamWatchdogTest, AStreamOnAnotherClockIsRefused) {
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
+  auto stream = std::make_shared<StreamDeadline>("upload", milliseconds(100), std::chrono::hours(1), "transfer timeout",
+                                                 [](const Status&) {});
+  EXPECT_THROW(watchdog.Watch(stream), std::invalid_argument);
 }
 
 }  // namespace

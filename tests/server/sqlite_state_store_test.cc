@@ -1,6 +1,7 @@
-// The coordinator's durable state: jobs, committed rounds and checkpoints survive a reopen;
-// corrupt checkpoints and unwritable paths are named.
-#include "server/state_store.h"
+// The SQLite store's own side: jobs, committed rounds and checkpoints survive a reopen;
+// corrupt checkpoint files and unwritable paths are named; files an interrupted coordinator
+// left are removed. What every store does is in state_store_conformance_test.cc.
+#include "server/sqlite_state_store.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +13,7 @@
 namespace tessera::server {
 namespace {
 
-class StateStoreTest : public ::testing::Test {
+class SqliteStateStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
@@ -26,13 +27,13 @@ class StateStoreTest : public ::testing::Test {
 
 TensorSet Model(float v) { return {{"w", {2, 2}, {v, v + 1, v + 2, v + 3}}, {"b", {2}, {v, -v}}}; }
 
-TEST_F(StateStoreTest, CommittedRoundsAndCheckpointsSurviveAReopen) {
+TEST_F(SqliteStateStoreTest, CommittedRoundsAndCheckpointsSurviveAReopen) {
   v1::Job job;
   job.set_id("job-1-abc");
   job.mutable_spec()->set_rounds(5);
   job.set_state(v1::JOB_RUNNING);
   {
-    auto store = StateStore::Open(dir_.string());
+    auto store = SqliteStateStore::Open(dir_.string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ASSERT_TRUE((*store)->InsertJob(job).ok());
     ASSERT_TRUE((*store)->SaveInitialModel(job.id(), Model(0)).ok());
@@ -45,7 +46,7 @@ TEST_F(StateStoreTest, CommittedRoundsAndCheckpointsSurviveAReopen) {
     }
     ASSERT_TRUE((*store)->SaveSeat(job.id(), "w1", 4).ok());
   }
-  auto store = StateStore::Open(dir_.string());
+  auto store = SqliteStateStore::Open(dir_.string());
   ASSERT_TRUE(store.ok());
   auto loaded = (*store)->GetJob(job.id());
   ASSERT_TRUE(loaded.ok());
@@ -65,8 +66,8 @@ TEST_F(StateStoreTest, CommittedRoundsAndCheckpointsSurviveAReopen) {
   EXPECT_EQ((*store)->NextJobNumber().value(), 2u);
 }
 
-TEST_F(StateStoreTest, ACorruptCheckpointIsNamed) {
-  auto store = StateStore::Open(dir_.string());
+TEST_F(SqliteStateStoreTest, ACorruptCheckpointIsNamed) {
+  auto store = SqliteStateStore::Open(dir_.string());
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->SaveInitialModel("job-x", Model(1)).ok());
   const auto path = dir_ / "checkpoints" / "job-x-round-0.ckpt";
@@ -88,7 +89,7 @@ TEST_F(StateStoreTest, ACorruptCheckpointIsNamed) {
 }
 
 // A manifest length near 2^64 wrapped "16 + length" around and reached the protobuf parser.
-TEST_F(StateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) {
+TEST_F(SqliteStateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) {
   std::string bytes = EncodeCheckpoint(Model(1));
   const uint64_t length = ~uint64_t{0} - 7;
   std::memcpy(bytes.data() + 8, &length, sizeof(length));
@@ -98,7 +99,7 @@ TEST_F(StateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) {
       << decoded.status().message();
 }
 
-TEST_F(StateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {
+TEST_F(SqliteStateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {
   std::filesystem::create_directories(dir_);
   const std::string path = (dir_ / "file").string();
   ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
@@ -111,7 +112,7 @@ TEST_F(StateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {
   EXPECT_EQ(content, "old");
 }
 
-TEST_F(StateStoreTest, AFullDiskIsResourceExhaustedAndTheOldFileStays) {
+TEST_F(SqliteStateStoreTest, AFullDiskIsResourceExhaustedAndTheOldFileStays) {
   std::filesystem::create_directories(dir_);
   const std::string path = (dir_ / "model.ckpt").string();
   ASSERT_TRUE(WriteFileAtomically(path, "committed").ok());
@@ -145,8 +146,8 @@ v1::Job RunningJob() {
   return job;
 }
 
-TEST_F(StateStoreTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingTheFile) {
-  auto store = StateStore::Open(dir_.string());
+TEST_F(SqliteStateStoreTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingTheFile) {
+  auto store = SqliteStateStore::Open(dir_.string());
   ASSERT_TRUE(store.ok());
   v1::Job job = RunningJob();
   ASSERT_TRUE((*store)->InsertJob(job).ok());
@@ -176,10 +177,10 @@ TEST_F(StateStoreTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingT
   EXPECT_EQ((*store)->ListRounds(job.id())->size(), 3u);
 }
 
-TEST_F(StateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
+TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   v1::Job job = RunningJob();
   {
-    auto store = StateStore::Open(dir_.string());
+    auto store = SqliteStateStore::Open(dir_.string());
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->InsertJob(job).ok());
     CommitRounds(**store, &job, 5);
@@ -192,7 +193,7 @@ TEST_F(StateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
                            "job-9-zzz-round-1.ckpt"}) {
     std::ofstream(checkpoints / name) << "leftover";
   }
-  auto store = StateStore::Open(dir_.string());
+  auto store = SqliteStateStore::Open(dir_.string());
   ASSERT_TRUE(store.ok());
   auto removed = (*store)->RemoveLeftoverCheckpoints();
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
@@ -202,20 +203,6 @@ TEST_F(StateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"job-1-abc-round-0.ckpt", "job-1-abc-round-3.ckpt", "job-1-abc-round-4.ckpt",
                                             "job-1-abc-round-5.ckpt", "job-9-zzz-round-1.ckpt"}));
-}
-
-TEST_F(StateStoreTest, InjectedWriteFailuresFailJobWritesThenStop) {
-  auto store = StateStore::Open(dir_.string());
-  ASSERT_TRUE(store.ok());
-  v1::Job job = RunningJob();
-  ASSERT_TRUE((*store)->InsertJob(job).ok());
-  (*store)->InjectJobWriteFailures(2, ResourceExhaustedError("SQLite: database or disk is full"));
-  job.set_state(v1::JOB_FAILED);
-  EXPECT_EQ((*store)->UpdateJob(job).code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ((*store)->UpdateJob(job).code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ((*store)->GetJob(job.id())->state(), v1::JOB_RUNNING);
-  EXPECT_TRUE((*store)->UpdateJob(job).ok());
-  EXPECT_EQ((*store)->GetJob(job.id())->state(), v1::JOB_FAILED);
 }
 
 }  // namespace

@@ -1,0 +1,201 @@
+// One suite for the StateStore interface (server/state_store.h), run on every store: SQLite
+// in a temporary directory, and in memory. What the runner and the services rely on: jobs
+// numbered and listed in order, rounds committed with their checkpoints, the newest kept and
+// a damaged one falling back naming where it was read, rewinding, seats, workers, names.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "server/memory_state_store.h"
+#include "server/sqlite_state_store.h"
+
+namespace tessera::server {
+namespace {
+
+// A store under test, and how to damage a checkpoint it holds (as a disk or a bug would).
+struct StoreBackend {
+  std::string name;
+  std::function<std::unique_ptr<StateStore>(const std::filesystem::path& dir)> open;
+  std::function<void(StateStore&, const std::filesystem::path& dir, const std::string& job, uint32_t round)> damage;
+};
+
+std::string CheckpointFile(const std::filesystem::path& dir, const std::string& job, uint32_t round) {
+  return (dir / "checkpoints" / (job + "-round-" + std::to_string(round) + ".ckpt")).string();
+}
+
+const StoreBackend kSqlite{
+    "Sqlite",
+    [](const std::filesystem::path& dir) -> std::unique_ptr<StateStore> {
+      auto store = SqliteStateStore::Open(dir.string());
+      EXPECT_TRUE(store.ok()) << store.status().ToString();
+      return store.ok() ? std::move(store).value() : nullptr;
+    },
+    [](StateStore&, const std::filesystem::path& dir, const std::string& job, uint32_t round) {
+      std::ofstream(CheckpointFile(dir, job, round), std::ios::trunc) << "TSRCKPT1 but nothing after";
+    }};
+
+const StoreBackend kMemory{
+    "Memory", [](const std::filesystem::path&) -> std::unique_ptr<StateStore> { return std::make_unique<MemoryStateStore>(); },
+    [](StateStore& store, const std::filesystem::path&, const std::string& job, uint32_t round) {
+      ASSERT_TRUE(static_cast<MemoryStateStore&>(store).DamageCheckpoint(job, round));
+    }};
+
+class StateStoreConformanceTest : public ::testing::TestWithParam<StoreBackend> {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tessera-store-" + std::to_string(::getpid()) + "-" + GetParam().name + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    store_ = GetParam().open(dir_);
+    ASSERT_NE(store_, nullptr);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  static TensorSet Model(float v) { return {{"w", {2, 2}, {v, v + 1, v + 2, v + 3}}, {"b", {2}, {v, -v}}}; }
+
+  static v1::Job RunningJob(const std::string& id) {
+    v1::Job job;
+    job.set_id(id);
+    job.set_state(v1::JOB_RUNNING);
+    job.mutable_spec()->set_rounds(9);
+    return job;
+  }
+
+  // Commits rounds 1..`rounds` of `job` (checkpoint r holds Model(r), record r accuracy r/10).
+  void CommitRounds(v1::Job* job, uint32_t rounds) {
+    ASSERT_TRUE(store_->SaveInitialModel(job->id(), Model(0)).ok());
+    for (uint32_t r = 1; r <= rounds; ++r) {
+      v1::RoundRecord record;
+      record.set_job_id(job->id());
+      record.set_round(r);
+      record.set_test_accuracy(0.1 * r);
+      job->set_rounds_committed(r);
+      *job->mutable_last_round() = record;
+      ASSERT_TRUE(store_->CommitRound(*job, record, Model(static_cast<float>(r))).ok());
+    }
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<StateStore> store_;
+};
+
+TEST_P(StateStoreConformanceTest, JobsAreNumberedListedInOrderAndUpdated) {
+  EXPECT_EQ(store_->NextJobNumber().value(), 1u);
+  for (const char* id : {"job-1-b", "job-2-a", "job-3-c"}) ASSERT_TRUE(store_->InsertJob(RunningJob(id)).ok());
+  EXPECT_EQ(store_->NextJobNumber().value(), 4u);
+  EXPECT_FALSE(store_->InsertJob(RunningJob("job-2-a")).ok()) << "a job is inserted once";
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ((*jobs)[0].id(), "job-1-b");
+  EXPECT_EQ((*jobs)[1].id(), "job-2-a");
+  EXPECT_EQ((*jobs)[2].id(), "job-3-c");
+  v1::Job failed = RunningJob("job-2-a");
+  failed.set_state(v1::JOB_FAILED);
+  failed.set_error("round 1 failed");
+  ASSERT_TRUE(store_->UpdateJob(failed).ok());
+  EXPECT_EQ(store_->GetJob("job-2-a")->state(), v1::JOB_FAILED);
+  EXPECT_EQ(store_->GetJob("job-2-a")->error(), "round 1 failed");
+  EXPECT_TRUE(store_->UpdateJob(RunningJob("job-9-never")).ok());
+  EXPECT_EQ(store_->GetJob("job-9-never").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store_->ListJobs()->size(), 3u) << "updating a job never inserted inserts nothing";
+}
+
+TEST_P(StateStoreConformanceTest, ACommittedRoundHasItsRecordCheckpointAndJobRow) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  CommitRounds(&job, 2);
+  auto stored = store_->GetJob(job.id());
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->rounds_committed(), 2u);
+  EXPECT_EQ(stored->last_round().round(), 2u);
+  auto rounds = store_->ListRounds(job.id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_DOUBLE_EQ((*rounds)[1].test_accuracy(), 0.2);
+  EXPECT_EQ(store_->ListRounds(job.id(), 2)->size(), 1u);
+  EXPECT_TRUE(store_->ListRounds("job-9-other")->empty());
+  auto checkpoint = store_->LoadCheckpoint(job.id(), 2);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  EXPECT_EQ((*checkpoint)[0].values, Model(2)[0].values);
+  EXPECT_EQ((*checkpoint)[1].values, Model(2)[1].values);
+  // The commit's latency is added to the record afterwards.
+  v1::RoundRecord record = (*rounds)[1];
+  record.mutable_latency()->set_commit_ms(12.5);
+  *job.mutable_last_round() = record;
+  ASSERT_TRUE(store_->UpdateRoundRecord(job, record).ok());
+  EXPECT_DOUBLE_EQ(store_->ListRounds(job.id(), 2)->front().latency().commit_ms(), 12.5);
+  EXPECT_DOUBLE_EQ(store_->GetJob(job.id())->last_round().latency().commit_ms(), 12.5);
+  EXPECT_EQ(store_->LoadCheckpoint(job.id(), 3).status().code(), StatusCode::kNotFound);
+}
+
+TEST_P(StateStoreConformanceTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingIt) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  CommitRounds(&job, 5);
+  for (uint32_t r : {0u, 3u, 4u, 5u}) EXPECT_TRUE(store_->LoadCheckpoint(job.id(), r).ok()) << r;
+  for (uint32_t r : {1u, 2u}) EXPECT_EQ(store_->LoadCheckpoint(job.id(), r).status().code(), StatusCode::kNotFound) << r;
+  GetParam().damage(*store_, dir_, job.id(), 5);
+  GetParam().damage(*store_, dir_, job.id(), 4);
+  auto damaged5 = store_->LoadCheckpoint(job.id(), 5);
+  EXPECT_EQ(damaged5.status().code(), StatusCode::kDataLoss);
+  std::vector<Status> damaged;
+  auto newest = store_->LoadNewestCheckpoint(job.id(), 5, &damaged);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->round, 3u);
+  EXPECT_EQ(newest->tensors[0].values, Model(3)[0].values);
+  ASSERT_EQ(damaged.size(), 2u);
+  for (const Status& why : damaged) EXPECT_EQ(why.code(), StatusCode::kDataLoss) << why.ToString();
+  EXPECT_NE(damaged[0].message().find(job.id()), std::string::npos) << damaged[0].message();
+  EXPECT_NE(damaged[0].message().find("5"), std::string::npos) << damaged[0].message();
+  // Rewinding to round 3 forgets the records of rounds 4 and 5.
+  job.set_rounds_committed(3);
+  ASSERT_TRUE(store_->RewindJob(job).ok());
+  EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 3u);
+  EXPECT_EQ(store_->ListRounds(job.id())->size(), 3u);
+}
+
+TEST_P(StateStoreConformanceTest, WithNothingLoadableTheNewestCheckpointIsDataLoss) {
+  std::vector<Status> damaged;
+  auto newest = store_->LoadNewestCheckpoint("job-1-none", 2, &damaged);
+  EXPECT_EQ(newest.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(damaged.size(), 3u);  // rounds 2, 1 and the initial model
+}
+
+TEST_P(StateStoreConformanceTest, SeatsWorkersAndNamesAreKept) {
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w2", 1).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w1", 0).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-2-b", "w1", 5).ok());
+  auto seats = store_->LoadSeats("job-1-a");
+  ASSERT_TRUE(seats.ok());
+  EXPECT_EQ(*seats, (std::vector<std::pair<std::string, uint32_t>>{{"w1", 0}, {"w2", 1}}));
+  EXPECT_TRUE(store_->LoadSeats("job-3-none")->empty());
+  v1::WorkerStatus b, a;
+  b.set_worker_id("b");
+  a.set_worker_id("a");
+  a.mutable_device()->set_kind("cuda");
+  ASSERT_TRUE(store_->SaveWorker(b).ok());
+  ASSERT_TRUE(store_->SaveWorker(a).ok());
+  auto workers = store_->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 2u);
+  EXPECT_EQ((*workers)[0].worker_id(), "a");
+  EXPECT_EQ((*workers)[0].device().kind(), "cuda");
+  EXPECT_EQ(store_->BindWorkerName("w1", "token:site-a").value(), "token:site-a");
+  EXPECT_EQ(store_->BindWorkerName("w1", "token:site-b").value(), "token:site-a") << "the first binding stays";
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, StateStoreConformanceTest, ::testing::Values(kSqlite, kMemory),
+                         [](const ::testing::TestParamInfo<StoreBackend>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace tessera::server
