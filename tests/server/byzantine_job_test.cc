@@ -24,6 +24,7 @@
 #include "proto/job_mapping.h"
 #include "proto/tensor_transfer.h"
 #include "server/job_runner.h"
+#include "server/sqlite_state_store.h"
 
 namespace tessera::server {
 namespace {
@@ -197,7 +198,7 @@ class ByzantineJobTest : public ::testing::Test {
            ("tessera-byzantine-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
-    auto store = StateStore::Open(dir_.string());
+    auto store = SqliteStateStore::Open(dir_.string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();
   }
