@@ -27,6 +27,25 @@
 namespace tessera::worker {
 namespace {
 
+// The change from the global model to a trained one (same layout).
+TensorSet DeltaFrom(TensorSet trained, const TensorSet& global) {
+  for (size_t i = 0; i < trained.size(); ++i) {
+    for (size_t j = 0; j < trained[i].values.size(); ++j) trained[i].values[j] -= global[i].values[j];
+  }
+  return trained;
+}
+
+// Who sends an update, for which task and on which model version.
+void IdentifyUpdate(const v1::TrainTask& task, const std::string& worker_id, const std::string& session,
+                    v1::UpdateHeader* header) {
+  header->set_worker_id(worker_id);
+  header->set_session(session);
+  header->set_job_id(task.job_id());
+  header->set_round(task.round());
+  header->set_attempt(task.attempt());
+  header->set_base_model_version(task.model_version());
+}
+
 using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
@@ -460,10 +479,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
 
   // The update is the change to the global model.
   const TensorSet trained = model->GetState();
-  TensorSet delta = trained;
-  for (size_t i = 0; i < delta.size(); ++i) {
-    for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
-  }
+  TensorSet delta = DeltaFrom(trained, global);
   v1::UpdateHeader& header = *out_header;
   // FedNova's report: the steps taken and the normaliser they give at the job's momentum.
   header.set_local_steps(report.steps);
@@ -480,12 +496,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     wire::AppendUpdateSet(kControlDeltaSet, std::move(step.control_delta), options_.chunk_bytes, &header, &stream);
     delta = std::move(stream);
   }
-  header.set_worker_id(worker_id);
-  header.set_session(session);
-  header.set_job_id(task.job_id());
-  header.set_round(task.round());
-  header.set_attempt(task.attempt());
-  header.set_base_model_version(task.model_version());
+  IdentifyUpdate(task, worker_id, session, &header);
   header.set_samples(indices.size());
   header.set_compute_ms(report.compute_ms);
   header.set_download_ms(download_ms);
@@ -565,10 +576,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& 
   ASSIGN_OR_RETURN(ExternalTrainerResult result,
                    found->second->Train(request, global, share, share_key, deadline, should_stop));
   RecordTraining(result.train_ms / 1000.0, download_ms / 1000.0);
-  TensorSet delta = std::move(result.model);
-  for (size_t i = 0; i < delta.size(); ++i) {
-    for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
-  }
+  TensorSet delta = DeltaFrom(std::move(result.model), global);
   std::string worker_id, session;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -576,12 +584,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& 
     session = session_;
   }
   v1::UpdateHeader& header = *out_header;
-  header.set_worker_id(worker_id);
-  header.set_session(session);
-  header.set_job_id(task.job_id());
-  header.set_round(task.round());
-  header.set_attempt(task.attempt());
-  header.set_base_model_version(task.model_version());
+  IdentifyUpdate(task, worker_id, session, &header);
   header.set_samples(result.samples);
   // The trainer's own time, plus handing the model over and taking it back.
   header.set_compute_ms(result.handover_ms + result.train_ms + result.takeback_ms);

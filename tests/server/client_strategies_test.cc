@@ -13,17 +13,13 @@
 #include "server/participant_models.h"
 #include "server/round.h"
 #include "server/strategy/strategy.h"
+#include "tests/server/small_tensors.h"
 
 namespace tessera::server {
 namespace {
 
-TensorSet Layout(float a, float b, float c) { return {{"w", {2}, {a, b}}, {"b", {1}, {c}}}; }
-
-std::vector<float> Values(const TensorSet& set) {
-  std::vector<float> all;
-  for (const auto& t : set) all.insert(all.end(), t.values.begin(), t.values.end());
-  return all;
-}
+using testing::Layout;
+using testing::Values;
 
 void ExpectValues(const TensorSet& set, const std::vector<float>& expected, const std::string& what) {
   const std::vector<float> got = Values(set);

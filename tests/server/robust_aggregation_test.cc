@@ -8,17 +8,13 @@
 
 #include "server/round.h"
 #include "server/strategy/strategy.h"
+#include "tests/server/small_tensors.h"
 
 namespace tessera::server {
 namespace {
 
-TensorSet Layout(float a, float b, float c) { return {{"w", {2}, {a, b}}, {"b", {1}, {c}}}; }
-
-std::vector<float> Values(const TensorSet& set) {
-  std::vector<float> all;
-  for (const auto& t : set) all.insert(all.end(), t.values.begin(), t.values.end());
-  return all;
-}
+using testing::Layout;
+using testing::Values;
 
 v1::JobSpec RuleSpec(const std::string& rule, const std::string& strategy = "fedavg") {
   v1::JobSpec spec;

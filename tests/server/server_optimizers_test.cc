@@ -6,17 +6,13 @@
 #include <limits>
 
 #include "server/strategy/strategy.h"
+#include "tests/server/small_tensors.h"
 
 namespace tessera::server {
 namespace {
 
-TensorSet Layout(float a, float b, float c) { return {{"w", {2}, {a, b}}, {"b", {1}, {c}}}; }
-
-std::vector<float> Values(const TensorSet& set) {
-  std::vector<float> all;
-  for (const auto& t : set) all.insert(all.end(), t.values.begin(), t.values.end());
-  return all;
-}
+using testing::Layout;
+using testing::Values;
 
 // eta 0.1, beta1 0.9, beta2 0.99, tau 0.01: v starts at tau^2 = 1e-4.
 v1::JobSpec AdaptiveSpec(const std::string& strategy) {
