@@ -39,9 +39,11 @@ TEST(ManualClockTest, AWaitEndsWhenAdvancePassesItsDeadlineAndNotBefore) {
   clock.Advance(milliseconds(99));
   ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit)) << "woken one millisecond early";
   clock.Advance(milliseconds(1));
+  // Whether or not the waiter has woken yet, it is no longer asleep until a deadline ahead.
+  EXPECT_EQ(clock.waiters(), 0u);
+  EXPECT_EQ(clock.NextDeadline(), std::nullopt);
   ASSERT_EQ(waited.wait_for(kWaitLimit), std::future_status::ready);
   EXPECT_FALSE(waited.get());
-  EXPECT_EQ(clock.waiters(), 0u);
 }
 
 TEST(ManualClockTest, AWaitEndsWhenItsConditionIsNotifiedWhateverTheTime) {

@@ -56,6 +56,19 @@ class Gate {
   bool open_ = false;
 };
 
+// Opens a gate when it goes out of scope: declared after whatever waits on the gate (a
+// std::async of Stop()), it lets that finish when a test ends early.
+class OpenAtExit {
+ public:
+  explicit OpenAtExit(std::shared_ptr<Gate> gate) : gate_(std::move(gate)) {}
+  ~OpenAtExit() { gate_->Open(); }
+  OpenAtExit(const OpenAtExit&) = delete;
+  OpenAtExit& operator=(const OpenAtExit&) = delete;
+
+ private:
+  std::shared_ptr<Gate> gate_;
+};
+
 // What a fake worker does with one train task.
 struct FakeAction {
   enum class Kind {

@@ -69,6 +69,13 @@ TEST(MemoryStateStoreTest, AWriteHookHoldsTheWriteUntilItReturns) {
   record.set_round(1);
   job.set_rounds_committed(1);
   auto commit = std::async(std::launch::async, [&] { return store.CommitRound(job, record, Model(1)); });
+  struct OpenAtExit {
+    std::promise<void>* open;
+    bool opened = false;
+    ~OpenAtExit() {
+      if (!opened) open->set_value();
+    }
+  } open_at_exit{&open};
   ASSERT_EQ(reached.get_future().wait_for(kWaitLimit), std::future_status::ready);
   EXPECT_EQ(store.GetJob(job.id())->rounds_committed(), 0u) << "held before anything is written";
   v1::Job other = job;
@@ -76,6 +83,7 @@ TEST(MemoryStateStoreTest, AWriteHookHoldsTheWriteUntilItReturns) {
   other.set_error("written while the commit is held");
   EXPECT_TRUE(store.UpdateJob(other).ok()) << "other writes are not held";
   open.set_value();
+  open_at_exit.opened = true;
   ASSERT_EQ(commit.wait_for(kWaitLimit), std::future_status::ready);
   EXPECT_TRUE(commit.get().ok());
   EXPECT_EQ(store.ListRounds(job.id())->size(), 1u);

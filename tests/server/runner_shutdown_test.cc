@@ -31,6 +31,7 @@ class RunnerShutdownTest : public JobRunnerFixture {
 
 TEST_F(RunnerShutdownTest, StopWhileAnUpdateIsMidFoldWaitsForTheFoldAndCommitsNothing) {
   auto fold = std::make_shared<Gate>();
+  OpenAtExit fold_ends(fold);
   options_.strategy_factory = WrapStrategy<FoldGatedStrategy>(fold);
   std::atomic<bool> resumed{false};
   FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload()));
@@ -39,6 +40,7 @@ TEST_F(RunnerShutdownTest, StopWhileAnUpdateIsMidFoldWaitsForTheFoldAndCommitsNo
   ASSERT_TRUE(fold->AwaitReached());  // w1's update is being folded, outside the round's lock
   ASSERT_TRUE(AwaitRunnerWaiting());  // the runner waits for w2
   auto stopped = std::async(std::launch::async, [this] { StopRunner(); });
+  OpenAtExit fold_goes_on(fold);
   ASSERT_TRUE(clock_.AwaitWaiters(0, kWaitLimit));  // the stop ended the runner's wait
   EXPECT_NE(stopped.wait_for(milliseconds(0)), std::future_status::ready)
       << "Stop() returned while an update was being folded into the round";
@@ -93,6 +95,7 @@ TEST_F(RunnerShutdownTest, StopWithAnUploadAdmittedButNotSubmittedCommitsNothing
 
 TEST_F(RunnerShutdownTest, StopDuringACommitLetsItCompleteAndTheJobResumesAtTheNextRound) {
   auto commit = std::make_shared<Gate>();
+  OpenAtExit commit_ends(commit);
   store_.SetWriteHook(StateWrite::kCommitRound, [commit] { commit->Pass(); });
   std::atomic<bool> resumed{false};
   // Round 2 cannot end by itself before the resume: whether the stop is seen before round 2
@@ -105,6 +108,7 @@ TEST_F(RunnerShutdownTest, StopDuringACommitLetsItCompleteAndTheJobResumesAtTheN
   Submit(spec);
   ASSERT_TRUE(commit->AwaitReached());  // round 1's commit is under way
   auto stopped = std::async(std::launch::async, [this] { StopRunner(); });
+  OpenAtExit commit_goes_on(commit);
   EXPECT_NE(stopped.wait_for(milliseconds(0)), std::future_status::ready)
       << "Stop() returned while a commit was under way";
   commit->Open();

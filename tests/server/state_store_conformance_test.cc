@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "server/memory_state_store.h"
@@ -23,6 +24,8 @@ struct StoreBackend {
   std::function<std::unique_ptr<StateStore>(const std::filesystem::path& dir)> open;
   std::function<void(StateStore&, const std::filesystem::path& dir, const std::string& job, uint32_t round)> damage;
 };
+
+void PrintTo(const StoreBackend& backend, std::ostream* os) { *os << backend.name; }
 
 std::string CheckpointFile(const std::filesystem::path& dir, const std::string& job, uint32_t round) {
   return (dir / "checkpoints" / (job + "-round-" + std::to_string(round) + ".ckpt")).string();
