@@ -8,18 +8,20 @@
 //
 // The contract every implementation keeps (tests/server/state_store_conformance_test.cc
 // runs the same suite on each):
-//  - A write that returns Ok is durable (for the memory store: as long as the object lives);
-//    a write that fails changes nothing the reads show. CommitRound is atomic: after it,
-//    either the round's record, its checkpoint and the job's new row are all there, or the
-//    round is not committed (at most a checkpoint no row names is left, which no read
-//    returns as committed and the next start removes).
+//  - A write that returns Ok is durable (for the memory store: as long as the object lives).
+//    A write that fails leaves the job, its rounds and its seats as they were. CommitRound is
+//    atomic: after it, either the round's record, its checkpoint and the job's new row are
+//    all there, or the round is not committed (the SQLite store may leave the new
+//    checkpoint's file behind; the job's rounds_committed does not name it, and the next
+//    start removes it).
 //  - Per job the initial model (round 0) and the newest kKeptCheckpoints rounds' checkpoints
 //    are kept, so that a damaged newest checkpoint falls back to the one before it.
 //  - Checkpoints hold the tensors in EncodeCheckpoint's format and are hash-checked when
 //    loaded: a damaged one is DataLoss naming where it was read from.
 //
-// Thread-safe: every method may be called from any thread; each one blocks for its I/O
-// (the SQLite store syncs to disk), so none is called with a lock of the caller held.
+// Thread-safe: every method may be called from any thread. Each one blocks for its I/O (the
+// SQLite store syncs to disk before a write returns): callers do not hold their own locks
+// across these calls.
 #pragma once
 
 #include <cstdint>
