@@ -638,6 +638,29 @@ TEST(ServerOptimizerSpecTest, AnOptionOfAnotherStrategyOrOutOfRangeIsRefusedWith
   ExpectError(TenParties("strategy = \"fedsgd\"\n"), {"job.toml:1:", "'strategy'", "\"fedadagrad\""});
 }
 
+TEST(ServerOptimizerSpecTest, StrategiesThatAggregateInTheirOwnWayTakeNoRuleNorServerOptions) {
+  v1::JobSpec s = WireSpec();
+  s.set_strategy("fednova");
+  s.mutable_aggregation()->set_rule("median");
+  ExpectRefused(s, "aggregation.rule", "\"mean\" for strategy \"fednova\"");
+  s = WireSpec();
+  s.set_strategy("scaffold");
+  s.mutable_server()->set_learning_rate(0.5);
+  ExpectRefused(s, "server", "no server options for strategy \"scaffold\"");
+  // FedProx's server side is FedAvg's, so a robust rule applies to it.
+  s = WireSpec();
+  s.set_strategy("fedprox");
+  s.set_proximal_mu(0.01);
+  s.mutable_aggregation()->set_rule("median");
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
+  // The client side of these algorithms runs in native training: no external trainer takes it.
+  s.mutable_model()->set_trainer("pytorch");
+  ExpectRefused(s, "model.trainer", "no external trainer with strategy \"fedprox\"");
+  s = WireSpec();
+  s.mutable_model()->set_trainer("Py Torch");
+  ExpectRefused(s, "model.trainer", "[a-z0-9._-]");
+}
+
 TEST(ServerOptimizerSpecTest, AWireSpecIsCheckedAlike) {
   Result<v1::JobSpec> adam = Parse(TenParties("strategy = \"fedadam\"\n"));
   ASSERT_TRUE(adam.ok());
