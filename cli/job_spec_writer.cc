@@ -1,0 +1,141 @@
+// JobSpecToToml (cli/job_spec.h): a spec written back as the job.toml the reader accepts.
+#include <charconv>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "cli/job_spec.h"
+#include "cli/job_spec_names.h"
+
+namespace tessera {
+namespace {
+
+using job_spec_names::KindName;
+using job_spec_names::kPartitionKinds;
+using job_spec_names::kAdaptiveStrategies;
+using job_spec_names::IsOneOf;
+
+// Shortest text that reads back as the same double, always with a '.' or an exponent.
+std::string TomlFloat(double value) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  std::string out(buf, end);
+  if (out.find_first_of(".eEn") == std::string::npos) out += ".0";  // 'n': nan and inf
+  return out;
+}
+
+std::string TomlString(const std::string& value) {
+  std::string out = "\"";
+  for (unsigned char c : value) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string_view PartitionKindText(v1::PartitionKind kind) {
+  for (const KindName& k : kPartitionKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  return "iid";
+}
+
+}  // namespace
+
+std::string JobSpecToToml(const v1::JobSpec& spec) {
+  std::ostringstream out;
+  out << "name = " << TomlString(spec.name()) << "\n";
+  out << "strategy = " << TomlString(spec.strategy()) << "\n";
+  out << "rounds = " << spec.rounds() << "\n";
+  out << "clients_per_round = " << spec.clients_per_round() << "\n";
+  out << "min_clients = " << spec.min_clients() << "\n";
+  out << "round_deadline_s = " << TomlFloat(spec.round_deadline_ms() / 1000.0) << "\n";
+  out << "seed = " << spec.seed() << "\n";
+  out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
+  if (spec.max_update_norm() > 0) out << "max_update_norm = " << TomlFloat(spec.max_update_norm()) << "\n";
+  if (!spec.update_norm_policy().empty()) out << "update_norm_policy = " << TomlString(spec.update_norm_policy()) << "\n";
+  out << "device = " << TomlString(spec.device()) << "\n";
+  out << "fallback_device = " << TomlString(spec.fallback_device()) << "\n";
+  if (!spec.collective_backend().empty()) {
+    out << "collective_backend = " << TomlString(spec.collective_backend()) << "\n";
+  }
+  if (spec.strategy() == "fedprox") out << "proximal_mu = " << TomlFloat(spec.proximal_mu()) << "\n";
+
+  out << "\n[model]\n";
+  out << "name = " << TomlString(spec.model().name()) << "\n";
+  if (spec.model().hidden_size() > 0) {
+    out << "hidden = [";
+    for (int i = 0; i < spec.model().hidden_size(); ++i) out << (i ? ", " : "") << spec.model().hidden(i);
+    out << "]\n";
+  }
+  if (!spec.model().trainer().empty()) out << "trainer = " << TomlString(spec.model().trainer()) << "\n";
+
+  const v1::DataSpec& data = spec.data();
+  out << "\n[data]\n";
+  out << "dataset = " << TomlString(data.dataset()) << "\n";
+  if (!data.path().empty()) out << "path = " << TomlString(data.path()) << "\n";
+  out << "max_train_samples = " << data.max_train_samples() << "\n";
+  out << "max_test_samples = " << data.max_test_samples() << "\n";
+
+  const v1::PartitionSpec& partition = data.partition();
+  out << "\n[data.partition]\n";
+  out << "kind = " << TomlString(std::string(PartitionKindText(partition.kind()))) << "\n";
+  out << "parties = " << partition.parties() << "\n";
+  out << "beta = " << TomlFloat(partition.beta()) << "\n";
+  out << "labels_per_party = " << partition.labels_per_party() << "\n";
+  out << "seed = " << partition.seed() << "\n";
+
+  const v1::OptimizerSpec& optimizer = spec.optimizer();
+  out << "\n[train]\n";
+  out << "optimizer = " << TomlString(optimizer.name()) << "\n";
+  out << "local_epochs = " << spec.local_epochs() << "\n";
+  out << "batch_size = " << spec.batch_size() << "\n";
+  out << "learning_rate = " << TomlFloat(optimizer.learning_rate()) << "\n";
+  out << "momentum = " << TomlFloat(optimizer.momentum()) << "\n";
+  out << "weight_decay = " << TomlFloat(optimizer.weight_decay()) << "\n";
+  const v1::ServerOptimizerSpec& server = spec.server();
+  if (spec.strategy() == "fedavgm") {
+    out << "\n[server]\n";
+    out << "learning_rate = " << TomlFloat(server.learning_rate()) << "\n";
+    out << "momentum = " << TomlFloat(server.momentum()) << "\n";
+  } else if (IsOneOf(spec.strategy(), kAdaptiveStrategies)) {
+    out << "\n[server]\n";
+    out << "learning_rate = " << TomlFloat(server.learning_rate()) << "\n";
+    if (server.has_beta1()) out << "beta1 = " << TomlFloat(server.beta1()) << "\n";
+    if (server.has_beta2()) out << "beta2 = " << TomlFloat(server.beta2()) << "\n";
+    out << "tau = " << TomlFloat(server.tau()) << "\n";
+  }
+  if (spec.has_aggregation()) {
+    const v1::RobustAggregationSpec& aggregation = spec.aggregation();
+    out << "\n[aggregation]\n";
+    out << "rule = " << TomlString(aggregation.rule()) << "\n";
+    if (aggregation.trim_fraction() > 0) out << "trim_fraction = " << TomlFloat(aggregation.trim_fraction()) << "\n";
+    if (aggregation.rule() == "krum") {
+      out << "byzantine_clients = " << aggregation.byzantine_clients() << "\n";
+      out << "selected = " << aggregation.selected() << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace tessera
