@@ -21,15 +21,11 @@ namespace {
 // is far below it.
 constexpr uint64_t kMaxExportBytes = uint64_t{4} << 30;
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out) {
-  const bool onnx = EndsWith(options.path, ".onnx");
-  if (!onnx && !EndsWith(options.path, ".npz")) {
+  const bool onnx = options.path.ends_with(".onnx");
+  if (!onnx && !options.path.ends_with(".npz")) {
     return InvalidArgumentError("-o " + QuoteUntrusted(options.path, 256) +
                                 ": expected a file ending in .npz (a NumPy archive keyed by parameter names) or .onnx");
   }

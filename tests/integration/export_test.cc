@@ -19,9 +19,6 @@
 namespace tessera::testing {
 namespace {
 
-// Whether Debian's python3 (not the first on PATH) can import torch and numpy.
-bool TorchAvailable() { return std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0; }
-
 TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogits) {
   TempDir dir("export");
   auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
@@ -94,7 +91,7 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   std::ostringstream onnx_out;
   Status onnx = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.onnx", false}, onnx_out);
   ASSERT_TRUE(onnx.ok()) << onnx.ToString();
-  if (std::system("/usr/bin/python3 -c 'import onnx' > /dev/null 2>&1") == 0) {
+  if (SystemPythonHas("onnx")) {
     const std::string check = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/onnx_check.py " +
                               dir.str() + "/model.onnx " + dir.str() + "/model-newest.npz 10 > " + dir.str() +
                               "/onnx.log 2>&1";
@@ -107,7 +104,7 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
     ADD_FAILURE() << "python3-onnx is not installed (/usr/bin/python3 cannot import onnx): scripts/setup.sh installs it";
   }
 
-  if (!TorchAvailable()) {
+  if (!SystemPythonHas("torch, numpy")) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (/usr/bin/python3 cannot import torch): scripts/setup.sh "
                     "installs it; the export itself was checked above";
   }

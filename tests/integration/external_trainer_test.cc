@@ -15,9 +15,6 @@ namespace {
 
 const std::string kSource = TESSERA_SOURCE_DIR;
 
-bool TorchAvailable() { return std::system("/usr/bin/python3 -c 'import torch, numpy' > /dev/null 2>&1") == 0; }
-bool NumpyAvailable() { return std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") == 0; }
-
 // The trainers import tessera_client from the source tree, as `pip install ./python` would.
 void UseSourcePythonPackage() { setenv("PYTHONPATH", (kSource + "/python").c_str(), 1); }
 
@@ -30,7 +27,7 @@ worker::WorkerOptions WithTrainer(const std::string& flag) {
 }
 
 TEST(ExternalTrainerTest, ThePyTorchMcMahanExampleTrainsFederatedOverTenWorkers) {
-  if (!TorchAvailable()) {
+  if (!SystemPythonHas("torch, numpy")) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (/usr/bin/python3 cannot import torch); scripts/setup.sh "
                     "installs it";
   }
@@ -72,7 +69,7 @@ TEST(ExternalTrainerTest, ThePyTorchMcMahanExampleTrainsFederatedOverTenWorkers)
 }
 
 TEST(ExternalTrainerTest, ATrainerThatCrashesHangsOrRepliesBadlyFailsOnlyItsWorkerAndSaysWhy) {
-  if (!NumpyAvailable()) {
+  if (!SystemPythonHas("numpy")) {
     GTEST_SKIP() << "Debian's python3-numpy is not installed (/usr/bin/python3 cannot import numpy); scripts/setup.sh "
                     "installs it";
   }

@@ -231,4 +231,8 @@ bool WaitForWorkers(v1::JobService::Stub& stub, size_t count, std::chrono::milli
       timeout);
 }
 
+bool SystemPythonHas(const std::string& modules) {
+  return std::system(("/usr/bin/python3 -c 'import " + modules + "' > /dev/null 2>&1").c_str()) == 0;
+}
+
 }  // namespace tessera::testing

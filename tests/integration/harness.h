@@ -104,6 +104,9 @@ v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job
                               std::chrono::seconds timeout);
 // Polls until `predicate(job)` holds or `timeout`; returns whether it held.
 bool WaitUntil(const std::function<bool()>& predicate, std::chrono::milliseconds timeout);
+// Whether Debian's /usr/bin/python3 (not the python3 first on PATH) can import `modules`
+// ("torch, numpy"): the export and external-trainer tests skip, saying so, when it cannot.
+bool SystemPythonHas(const std::string& modules);
 // Waits until `count` workers are ready at the coordinator.
 bool WaitForWorkers(v1::JobService::Stub& stub, size_t count, std::chrono::milliseconds timeout);
 
