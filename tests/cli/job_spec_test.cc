@@ -392,9 +392,15 @@ TEST(JobSpecTest, ClientAlgorithmsAndTheirKeys) {
 
 TEST(JobSpecTest, NiidBenchExamplesForEveryAlgorithmAndSkew) {
   int seen = 0;
+  std::vector<std::pair<std::string, std::string>> runs;  // skew, strategy
   for (const char* skew : {"dirichlet", "label-quantity"}) {
-    for (const char* strategy : {"fedavg", "fedprox", "scaffold", "fednova"}) {
-      const std::string name = std::string(skew) + "-" + strategy;
+    for (const char* strategy : {"fedavg", "fedprox", "scaffold", "fednova"}) runs.emplace_back(skew, strategy);
+  }
+  // The server optimisers' curves, on the Dirichlet split only.
+  for (const char* strategy : {"fedadam", "fedyogi", "fedavgm"}) runs.emplace_back("dirichlet", strategy);
+  for (const auto& [skew, strategy] : runs) {
+    {
+      const std::string name = skew + "-" + strategy;
       SCOPED_TRACE(name);
       Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath("niid-bench/" + name + ".toml"));
       ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -411,8 +417,16 @@ TEST(JobSpecTest, NiidBenchExamplesForEveryAlgorithmAndSkew) {
       EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
       EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
       EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 1e-5);
-      EXPECT_DOUBLE_EQ(spec->proximal_mu(), std::string(strategy) == "fedprox" ? 0.01 : 0.0);
-      if (std::string(skew) == "dirichlet") {
+      EXPECT_DOUBLE_EQ(spec->proximal_mu(), strategy == "fedprox" ? 0.01 : 0.0);
+      EXPECT_DOUBLE_EQ(spec->max_update_norm(), 10000.0);
+      if (strategy == "fedavgm") {
+        EXPECT_DOUBLE_EQ(spec->server().learning_rate(), 0.1);
+        EXPECT_DOUBLE_EQ(spec->server().momentum(), 0.9);
+      } else if (strategy == "fedadam" || strategy == "fedyogi") {  // their defaults, filled in
+        EXPECT_DOUBLE_EQ(spec->server().learning_rate(), 0.03);
+        EXPECT_DOUBLE_EQ(spec->server().tau(), 1e-3);
+      }
+      if (skew == "dirichlet") {
         EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_DIRICHLET);
         EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.5);
       } else {
