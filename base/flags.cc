@@ -15,6 +15,10 @@ void FlagSet::String(const std::string& name, std::string* target, const std::st
   flags_[name] = Flag{Kind::kString, target, help, *target};
   order_.push_back(name);
 }
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* target, const std::string& help) {
+  flags_[name] = Flag{Kind::kStringList, target, help + " (repeatable)", ""};
+  order_.push_back(name);
+}
 void FlagSet::Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
                      const std::string& help) {
   flags_[name] = Flag{Kind::kChoice, target, help, *target, std::move(choices)};
@@ -50,6 +54,9 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
   switch (flag.kind) {
     case Kind::kString:
       *static_cast<std::string*>(flag.target) = value;
+      return Status::Ok();
+    case Kind::kStringList:
+      static_cast<std::vector<std::string>*>(flag.target)->push_back(value);
       return Status::Ok();
     case Kind::kChoice:
       for (const auto& choice : flag.choices) {
@@ -119,7 +126,9 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
     }
     auto it = flags_.find(name);
     if (it == flags_.end()) return InvalidArgumentError("unknown flag --" + EscapeUntrusted(name) + " (see --help)");
-    if (it->second.seen) return InvalidArgumentError("flag --" + name + " is given twice");
+    if (it->second.seen && it->second.kind != Kind::kStringList) {
+      return InvalidArgumentError("flag --" + name + " is given twice");
+    }
     it->second.seen = true;
     if (!has_value && it->second.kind != Kind::kBool) {
       if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");

@@ -31,6 +31,8 @@ class FlagSet {
   void Int(const std::string& name, int64_t* target, const std::string& help, IntRange range = {});
   void Double(const std::string& name, double* target, const std::string& help);
   void Bool(const std::string& name, bool* target, const std::string& help);
+  // A flag that may be given more than once; each value is appended, in order.
+  void StringList(const std::string& name, std::vector<std::string>* target, const std::string& help);
 
   // Parses argv[first..]; positional arguments go to positional().
   Status Parse(int argc, char** argv, int first = 1);
@@ -40,7 +42,7 @@ class FlagSet {
   std::string Usage(const std::vector<std::string>& only) const;
 
  private:
-  enum class Kind { kString, kChoice, kInt, kDouble, kBool };
+  enum class Kind { kString, kChoice, kInt, kDouble, kBool, kStringList };
   struct Flag {
     Kind kind;
     void* target;

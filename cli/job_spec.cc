@@ -25,7 +25,6 @@ using job_spec_names::kAdaptiveStrategies;
 using job_spec_names::IsOneOf;
 
 constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-constexpr int kFashionMnistClasses = 10;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
@@ -34,8 +33,10 @@ constexpr std::string_view kTopKeys[] = {
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
-constexpr std::string_view kDataKeys[] = {"dataset", "path", "max_train_samples",
-                                                               "max_test_samples", "partition"};
+constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
+                                           "max_train_samples", "max_test_samples", "partition", "augment"};
+constexpr std::string_view kAugmentKeys[] = {"horizontal_flip", "crop_padding"};
+constexpr std::string_view kDataFormats[] = {"idx", "cifar10", "npz", "csv"};
 constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "labels_per_party",
                                                                     "seed"};
 constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
@@ -47,7 +48,6 @@ constexpr std::string_view kAggregationRules[] = {"mean", "median", "trimmed-mea
 constexpr std::string_view kUpdateNormPolicies[] = {"refuse", "clip"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
-constexpr std::string_view kDatasets[] = {"fashion-mnist"};
 constexpr std::string_view kOptimizers[] = {"sgd"};
 
 std::string JoinQuoted(std::span<const std::string_view> names) {
@@ -167,6 +167,45 @@ class SpecReader {
       return TypeError(prefix, key, *node, "a float");
     }
     if (!std::isfinite(*out)) return Error(Dotted(prefix, key), "expected a finite number, found " + ToText(*out));
+    return Status::Ok();
+  }
+
+  Status Bool(const toml::table& table, std::string_view prefix, std::string_view key, bool* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_boolean()) return TypeError(prefix, key, *node, "true or false");
+    *out = node->as_boolean()->get();
+    return Status::Ok();
+  }
+
+  // An array of at most `max_size` finite numbers (integers accepted).
+  Status NumberArray(const toml::table& table, std::string_view prefix, std::string_view key, size_t max_size,
+                     std::vector<double>* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_array()) return TypeError(prefix, key, *node, "an array of numbers");
+    const toml::array& array = *node->as_array();
+    if (array.size() > max_size) {
+      return Error(Dotted(prefix, key), "must have at most " + std::to_string(max_size) + " values, got " +
+                                            std::to_string(array.size()));
+    }
+    out->clear();
+    for (size_t i = 0; i < array.size(); ++i) {
+      const toml::node& element = array[i];
+      const std::string dotted = Dotted(prefix, key) + "[" + std::to_string(i) + "]";
+      positions_[dotted] = element.source().begin;
+      double value = 0;
+      if (element.is_floating_point()) {
+        value = element.as_floating_point()->get();
+      } else if (element.is_integer()) {
+        value = static_cast<double>(element.as_integer()->get());
+      } else {
+        return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': expected a number, found " +
+                                    std::string(TypeName(element)));
+      }
+      if (!std::isfinite(value)) return Error(dotted, "expected a finite number, found " + ToText(value));
+      out->push_back(value);
+    }
     return Status::Ok();
   }
 
@@ -486,12 +525,68 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   std::string dataset = "fashion-mnist";
   RETURN_IF_ERROR(reader.String(*data, "data", "dataset", &dataset));
   dataset = Lowercase(dataset);
-  RETURN_IF_ERROR(CheckOneOf(reader, "data.dataset", dataset, kDatasets));
+  const bool fashion = dataset == "fashion-mnist";
+  if (!wire::IsDatasetName(dataset)) {
+    return reader.Error("data.dataset", "expected \"fashion-mnist\" or the name of a dataset the coordinator has "
+                                        "(1 to 64 of [a-z0-9._-])");
+  }
   data_spec->set_dataset(dataset);
+  std::string format;
+  RETURN_IF_ERROR(reader.String(*data, "data", "format", &format));
+  format = Lowercase(format);
+  if (!format.empty()) RETURN_IF_ERROR(CheckOneOf(reader, "data.format", format, kDataFormats));
+  if (fashion && !format.empty() && format != "idx") {
+    return reader.Error("data.format", "fashion-mnist is \"idx\", found \"" + format + "\"");
+  }
+  if (!fashion && format.empty()) {
+    return reader.Error("data.format", "is required for dataset \"" + dataset + "\": one of " + JoinQuoted(kDataFormats));
+  }
+  data_spec->set_format(fashion ? std::string() : format);
   std::string path;
   RETURN_IF_ERROR(reader.String(*data, "data", "path", &path));
   RETURN_IF_ERROR(CheckPlainText(reader, "data.path", path, 4096));
   data_spec->set_path(path);
+  std::string label_column;
+  RETURN_IF_ERROR(reader.String(*data, "data", "label_column", &label_column));
+  if (reader.Present("data.label_column") && format != "csv") {
+    return reader.Error("data.label_column", "applies to data.format \"csv\" only");
+  }
+  RETURN_IF_ERROR(CheckPlainText(reader, "data.label_column", label_column, 64));
+  data_spec->set_label_column(label_column);
+  u = 0;
+  RETURN_IF_ERROR(reader.Unsigned(*data, "data", "classes", 2, wire::kMaxClasses, &u));
+  if (fashion && reader.Present("data.classes") && u != 10) {
+    return reader.Error("data.classes", "fashion-mnist has 10 classes, got " + std::to_string(u));
+  }
+  data_spec->set_classes(fashion ? 0 : static_cast<uint32_t>(u));
+  std::vector<double> mean, std_dev;
+  RETURN_IF_ERROR(reader.NumberArray(*data, "data", "mean", wire::kMaxNormalisationChannels, &mean));
+  RETURN_IF_ERROR(reader.NumberArray(*data, "data", "std", wire::kMaxNormalisationChannels, &std_dev));
+  if (mean.size() != std_dev.size()) {
+    return reader.Error(reader.Present("data.std") ? "data.std" : "data.mean",
+                        "data.mean and data.std need one value each per channel (or one for all): " +
+                            std::to_string(mean.size()) + " means, " + std::to_string(std_dev.size()) + " deviations");
+  }
+  if (fashion && !mean.empty()) {
+    return reader.Error("data.mean", "fashion-mnist is normalised with its own statistics; give no mean or std");
+  }
+  for (size_t i = 0; i < mean.size(); ++i) {
+    if (!(std_dev[i] > 0)) {
+      return reader.Error("data.std[" + std::to_string(i) + "]", "must be positive, got " + SpecReader::ToText(std_dev[i]));
+    }
+    data_spec->add_mean(static_cast<float>(mean[i]));
+    data_spec->add_std(static_cast<float>(std_dev[i]));
+  }
+  ASSIGN_OR_RETURN(const toml::table* augment, reader.Table(*data, "data", "augment"));
+  if (augment != nullptr) {
+    RETURN_IF_ERROR(reader.CheckKeys(*augment, "data.augment", kAugmentKeys));
+    bool flip = false;
+    RETURN_IF_ERROR(reader.Bool(*augment, "data.augment", "horizontal_flip", &flip));
+    u = 0;
+    RETURN_IF_ERROR(reader.Unsigned(*augment, "data.augment", "crop_padding", 0, wire::kMaxCropPadding, &u));
+    data_spec->mutable_augment()->set_horizontal_flip(flip);
+    data_spec->mutable_augment()->set_crop_padding(static_cast<uint32_t>(u));
+  }
   u = 0;
   RETURN_IF_ERROR(reader.Unsigned(*data, "data", "max_train_samples", 0, wire::kMaxSamplesCut, &u));
   data_spec->set_max_train_samples(static_cast<uint32_t>(u));
@@ -530,7 +625,9 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   }
   partition_spec->set_beta(beta);
   u = 2;
-  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, kFashionMnistClasses, &u));
+  // At most the classes: Fashion-MNIST's 10, data.classes, or (inferred at submit) 256 here.
+  const uint64_t classes = fashion ? 10 : (data_spec->classes() ? data_spec->classes() : wire::kMaxClasses);
+  RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, classes, &u));
   partition_spec->set_labels_per_party(static_cast<uint32_t>(u));
   u = spec.seed();
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "seed", 0, kMaxUint64, &u));

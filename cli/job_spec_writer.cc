@@ -96,6 +96,21 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   if (!data.path().empty()) out << "path = " << TomlString(data.path()) << "\n";
   out << "max_train_samples = " << data.max_train_samples() << "\n";
   out << "max_test_samples = " << data.max_test_samples() << "\n";
+  if (!data.format().empty()) out << "format = " << TomlString(data.format()) << "\n";
+  if (!data.label_column().empty()) out << "label_column = " << TomlString(data.label_column()) << "\n";
+  if (data.classes() != 0) out << "classes = " << data.classes() << "\n";
+  for (const auto& [key, values] : {std::pair<const char*, const google::protobuf::RepeatedField<float>*>{"mean", &data.mean()},
+                                    {"std", &data.std()}}) {
+    if (values->empty()) continue;
+    out << key << " = [";
+    for (int i = 0; i < values->size(); ++i) out << (i ? ", " : "") << TomlFloat(values->Get(i));
+    out << "]\n";
+  }
+  if (data.has_augment()) {
+    out << "\n[data.augment]\n";
+    out << "horizontal_flip = " << (data.augment().horizontal_flip() ? "true" : "false") << "\n";
+    out << "crop_padding = " << data.augment().crop_padding() << "\n";
+  }
 
   const v1::PartitionSpec& partition = data.partition();
   out << "\n[data.partition]\n";

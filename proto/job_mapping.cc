@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "base/escape.h"
 #include "core/data/idx.h"
@@ -24,6 +25,13 @@ ModelConfig ToModelConfig(const v1::JobSpec& spec) {
     config.hidden.assign(spec.model().hidden().begin(), spec.model().hidden().end());
   }
   config.seed = spec.seed();
+  const v1::InputShape& shape = spec.data().input_shape();
+  if (shape.channels() > 0 && shape.rows() > 0 && shape.cols() > 0 && shape.classes() > 0) {
+    config.channels = static_cast<int>(shape.channels());
+    config.rows = static_cast<int>(shape.rows());
+    config.cols = static_cast<int>(shape.cols());
+    config.classes = static_cast<int>(shape.classes());
+  }
   return config;
 }
 
@@ -56,7 +64,38 @@ TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t pa
   options.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
   options.seed = spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
   if (spec.strategy() == "fedprox") options.proximal_mu = static_cast<float>(spec.proximal_mu());
+  options.augment.horizontal_flip = spec.data().augment().horizontal_flip();
+  options.augment.crop_padding = static_cast<int>(spec.data().augment().crop_padding());
   return options;
+}
+
+bool IsFashionMnist(const v1::JobSpec& spec) {
+  return spec.data().dataset().empty() || spec.data().dataset() == "fashion-mnist";
+}
+
+int DatasetClasses(const v1::JobSpec& spec) {
+  const uint32_t classes = spec.data().input_shape().classes();
+  return classes > 0 && classes <= kMaxClasses ? static_cast<int>(classes) : 10;
+}
+
+Result<DataSource> ToDataSource(const v1::JobSpec& spec, std::string dir) {
+  DataSource source;
+  source.dir = std::move(dir);
+  if (!spec.data().format().empty()) {
+    ASSIGN_OR_RETURN(source.format, ParseDataFormat(spec.data().format()));
+  }
+  if (!spec.data().label_column().empty()) source.label_column = spec.data().label_column();
+  source.mean.assign(spec.data().mean().begin(), spec.data().mean().end());
+  source.std.assign(spec.data().std().begin(), spec.data().std().end());
+  return source;
+}
+
+bool IsDatasetName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) return false;
+  }
+  return name.front() != '.' && name.front() != '-';
 }
 
 std::string JobStateName(v1::JobState state) {
@@ -88,7 +127,7 @@ Result<std::vector<std::vector<int64_t>>> PartitionTrainingSet(const v1::JobSpec
   const uint32_t max = spec.data().max_train_samples();
   if (max > 0 && max < labels.size()) labels.resize(max);
   ASSIGN_OR_RETURN(PartitionConfig config, ToPartitionConfig(spec));
-  return PartitionIndices(labels, 10, config);
+  return PartitionIndices(labels, DatasetClasses(spec), config);
 }
 
 double MaxUpdateNorm(const v1::JobSpec& spec) {
@@ -202,6 +241,92 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
 }
 
 }  // namespace
+
+Status ValidateDataSpec(const v1::DataSpec& d) {
+  auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
+    return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+  };
+  const bool fashion = d.dataset().empty() || d.dataset() == "fashion-mnist";
+  if (!fashion && !IsDatasetName(d.dataset())) {
+    return bad("data.dataset", "\"fashion-mnist\" or a dataset's name (1 to 64 of [a-z0-9._-])", Shown(d.dataset()));
+  }
+  if (!d.format().empty() && !ParseDataFormat(d.format()).ok()) {
+    return bad("data.format", "\"idx\", \"cifar10\", \"npz\" or \"csv\"", Shown(d.format()));
+  }
+  if (fashion && !d.format().empty() && d.format() != "idx") {
+    return bad("data.format", "\"idx\" (or nothing) for fashion-mnist", Shown(d.format()));
+  }
+  if (!fashion && d.format().empty()) {
+    return bad("data.format", "the format of dataset " + Shown(d.dataset()) + " (\"idx\", \"cifar10\", \"npz\" or \"csv\")",
+               "nothing");
+  }
+  if (!d.label_column().empty()) {
+    if (d.format() != "csv") return bad("data.label_column", "nothing unless data.format is \"csv\"", Shown(d.label_column()));
+    if (d.label_column().size() > 64 || HasControlCharacters(d.label_column()) ||
+        d.label_column().find(',') != std::string::npos) {
+      return bad("data.label_column", "at most 64 bytes without commas or control characters", Shown(d.label_column()));
+    }
+  }
+  if (d.mean_size() != d.std_size()) {
+    return bad("data.std", "as many values as data.mean (" + std::to_string(d.mean_size()) + ")", std::to_string(d.std_size()));
+  }
+  if (d.mean_size() > kMaxNormalisationChannels) {
+    return bad("data.mean", "at most " + std::to_string(kMaxNormalisationChannels) + " values", std::to_string(d.mean_size()));
+  }
+  if (fashion && d.mean_size() > 0) {
+    return bad("data.mean", "nothing for fashion-mnist (it is normalised with its own statistics)",
+               std::to_string(d.mean_size()) + " values");
+  }
+  for (int i = 0; i < d.mean_size(); ++i) {
+    if (!std::isfinite(d.mean(i)) || std::abs(d.mean(i)) > 1e6) {
+      return bad("data.mean[" + std::to_string(i) + "]", "a finite number within 1e6", Number(d.mean(i)));
+    }
+    if (!(d.std(i) > 0) || !std::isfinite(d.std(i)) || d.std(i) > 1e6) {
+      return bad("data.std[" + std::to_string(i) + "]", "a positive number within 1e6", Number(d.std(i)));
+    }
+  }
+  if (d.augment().crop_padding() > kMaxCropPadding) {
+    return bad("data.augment.crop_padding", "at most " + std::to_string(kMaxCropPadding),
+               std::to_string(d.augment().crop_padding()));
+  }
+  if (d.classes() == 1 || d.classes() > kMaxClasses) {
+    return bad("data.classes", "2 to " + std::to_string(kMaxClasses) + " (0: inferred from the labels)",
+               std::to_string(d.classes()));
+  }
+  if (d.has_input_shape()) {
+    const v1::InputShape& shape = d.input_shape();
+    for (const auto& [field, value, max] : {std::tuple<const char*, uint32_t, uint32_t>{"channels", shape.channels(), kMaxInputDim},
+                                            {"rows", shape.rows(), kMaxInputDim},
+                                            {"cols", shape.cols(), kMaxInputDim},
+                                            {"classes", shape.classes(), kMaxClasses}}) {
+      if (value < 1 || value > max) {
+        return bad(std::string("data.input_shape.") + field, "1 to " + std::to_string(max) + " (the coordinator fills it)",
+                   std::to_string(value));
+      }
+    }
+    if (uint64_t{shape.channels()} * shape.rows() * shape.cols() > kMaxSampleValues) {
+      return bad("data.input_shape", "at most " + std::to_string(kMaxSampleValues) + " values a sample",
+                 std::to_string(shape.channels()) + "x" + std::to_string(shape.rows()) + "x" + std::to_string(shape.cols()));
+    }
+    if (d.classes() != 0 && d.classes() != shape.classes()) {
+      return bad("data.input_shape.classes", "data.classes (" + std::to_string(d.classes()) + ")",
+                 std::to_string(shape.classes()));
+    }
+    if (d.augment().crop_padding() > 0 && shape.rows() < 2) {
+      return bad("data.augment.crop_padding", "0 for samples that are not images (" + std::to_string(shape.rows()) + " row)",
+                 std::to_string(d.augment().crop_padding()));
+    }
+  }
+  const uint32_t classes = d.classes()            ? d.classes()
+                           : d.has_input_shape() ? d.input_shape().classes()
+                           : fashion             ? 10
+                                                 : kMaxClasses;
+  if (d.partition().labels_per_party() > classes) {
+    return bad("data.partition.labels_per_party", "[0, " + std::to_string(classes) + "] (the dataset's classes)",
+               std::to_string(d.partition().labels_per_party()));
+  }
+  return Status::Ok();
+}
 
 Status ValidateJobSpec(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
@@ -323,6 +448,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   for (int i = 0; i < m.hidden_size(); ++i) {
     RETURN_IF_ERROR(range("model.hidden[" + std::to_string(i) + "]", m.hidden(i), 1, kMaxHiddenWidth));
   }
+  RETURN_IF_ERROR(ValidateDataSpec(s.data()));  // first: the model is built for the data's shape
   // Counted from the layers' shapes: nothing is allocated before the size is known to fit.
   auto parameters = CountParameters(ToModelConfig(s));
   if (!parameters.ok()) return bad("model", "a model that can be built", parameters.status().message());
@@ -338,9 +464,6 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                    (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
   }
   RETURN_IF_ERROR(ValidateAggregation(s, *parameters));
-  if (!s.data().dataset().empty() && s.data().dataset() != "fashion-mnist") {
-    return bad("data.dataset", "\"fashion-mnist\"", Shown(s.data().dataset()));
-  }
   const auto& p = s.data().partition();
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
   RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/data/dataset_source.h"
 #include "core/data/partition.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
@@ -28,6 +29,18 @@ Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec);
 TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t party);
 // The dataset directory the spec names, or the default one.
 std::string DatasetDirectory(const v1::JobSpec& spec);
+// Whether the job trains on Fashion-MNIST (data.dataset "" or "fashion-mnist"), read by the
+// IDX loader with its own statistics; any other dataset goes through core/data/dataset_source.h.
+bool IsFashionMnist(const v1::JobSpec& spec);
+// The classes the job's model predicts: data.input_shape's, else Fashion-MNIST's 10.
+int DatasetClasses(const v1::JobSpec& spec);
+// How to read the job's dataset from `dir` (format, label column, normalisation).
+Result<DataSource> ToDataSource(const v1::JobSpec& spec, std::string dir);
+// A dataset's name as job specs and `tessera-coordinator --dataset` give it: 1 to 64 of
+// [a-z0-9._-], not starting with '.' or '-'.
+bool IsDatasetName(std::string_view name);
+// The [data] checks of ValidateJobSpec, on their own.
+Status ValidateDataSpec(const v1::DataSpec& data);
 
 // "pending", "running", "succeeded", "failed", "cancelled": a job's state as every message,
 // table and metric label shows it.
@@ -47,10 +60,15 @@ inline constexpr uint32_t kMaxLocalEpochs = 1000;
 inline constexpr uint32_t kMaxBatchSize = 8192;
 inline constexpr uint32_t kMaxRoundAttempts = 100;
 inline constexpr uint32_t kMaxSamplesCut = 100000000;     // data.max_train_samples, max_test_samples
+inline constexpr uint32_t kMaxClasses = 256;               // data.classes: labels are bytes
+inline constexpr int kMaxNormalisationChannels = 65536;   // data.mean, data.std
+inline constexpr uint32_t kMaxCropPadding = 16;            // data.augment.crop_padding
+inline constexpr uint32_t kMaxInputDim = 65536;            // data.input_shape's channels, rows, cols
+inline constexpr uint64_t kMaxSampleValues = 1u << 24;     // channels x rows x cols
 inline constexpr double kMaxLearningRate = 100;           // optimizer.learning_rate
 inline constexpr double kMaxWeightDecay = 1;
 inline constexpr double kMaxBeta = 1e4;                   // data.partition.beta
-inline constexpr uint32_t kMaxLabelsPerParty = 10;        // Fashion-MNIST's classes
+inline constexpr uint32_t kMaxLabelsPerParty = 256;       // at most the dataset's classes (checked with them)
 inline constexpr int kMaxHiddenLayers = 16;               // model.hidden's length
 inline constexpr uint32_t kMaxHiddenWidth = 65536;        // each of model.hidden
 // The most samples an update may claim when workers bring their own files (the coordinator

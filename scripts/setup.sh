@@ -21,6 +21,7 @@ packages=(
   systemd
   chromium prometheus jq curl
   python3-numpy python3-torch python3-onnx libonnx-dev
+  python3-sklearn
 )
 # The dashboard test drives chromium with puppeteer-core under node. A node that already
 # brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.

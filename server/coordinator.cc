@@ -171,8 +171,15 @@ void Coordinator::RememberWorker(const v1::WorkerStatus& worker) {
   }
 }
 
-Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& spec) {
-  RETURN_IF_ERROR(wire::ValidateJobSpec(spec));
+Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
+  if (submitted.data().has_input_shape()) {
+    return InvalidArgumentError("spec.data.input_shape: the coordinator fills it from its copy of the dataset; leave it "
+                                "unset");
+  }
+  RETURN_IF_ERROR(wire::ValidateJobSpec(submitted));
+  v1::JobSpec spec = submitted;
+  RETURN_IF_ERROR(InferInputShape(options_.runner.Datasets(), &spec));
+  RETURN_IF_ERROR(wire::ValidateJobSpec(spec));  // the model, the classes and the augmentation against the shape
   ASSIGN_OR_RETURN(uint64_t number, store_->NextJobNumber());
   v1::Job job;
   job.set_id("job-" + std::to_string(number) + "-" + RandomHex(3));

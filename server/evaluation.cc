@@ -7,12 +7,12 @@
 
 namespace tessera::server {
 
-Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const std::string& data_dir,
+Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const DatasetDirs& datasets,
                                                      const std::string& what, int threads) {
   std::unique_ptr<Evaluator> e(new Evaluator());
   e->device_ = CreateCpuDevice(CpuDeviceOptions{.num_threads = threads});
   ASSIGN_OR_RETURN(e->model_, CreateModel(wire::ToModelConfig(spec), e->device_.get()));
-  auto test = LoadFashionMnist(data_dir, /*train=*/false);
+  auto test = LoadTestSplit(datasets, spec);
   if (!test.ok()) return test.status().WithContext(what + ": loading the evaluation set");
   e->test_set_ = std::move(test).value();
   e->max_test_samples_ = spec.data().max_test_samples();

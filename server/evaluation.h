@@ -13,6 +13,7 @@
 #include "core/model/model.h"
 #include "core/tensor.h"
 #include "device/device.h"
+#include "server/datasets.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::server {
@@ -24,11 +25,11 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  // Builds the job's model on the CPU and loads the test split from `data_dir`, the
+  // Builds the job's model on the CPU and loads the test split from `datasets`, the
   // operator's dataset directory (never the spec's data.path, which is the workers'); `what`
   // names the job in errors.
   // `threads`: OpenBLAS threads for the evaluation (0: OpenBLAS's default).
-  static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const std::string& data_dir,
+  static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const DatasetDirs& datasets,
                                                    const std::string& what, int threads = 1);
 
   // The model's initial state (from the spec's seed).

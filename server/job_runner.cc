@@ -205,7 +205,7 @@ void JobRunner::Note(const std::string& message) {
 Status JobRunner::Prepare() {
   v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
-  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.data_dir, "job " + job.id(), options_.evaluation_threads));
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.Datasets(), "job " + job.id(), options_.evaluation_threads));
   RETURN_IF_ERROR(LoadPartySizes(spec));
   TensorSet global;
   TensorSet strategy_state;
@@ -272,11 +272,8 @@ Status JobRunner::LoadPartySizes(const v1::JobSpec& spec) {
   party_sizes_.clear();
   if (spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES) return Status::Ok();
   // The same split the workers compute, from the operator's copy of the training labels.
-  const std::string what = "job " + Snapshot().id() + ": the partition of the training set in '" +
-                           options_.data_dir + "'";
-  auto paths = FindFashionMnist(options_.data_dir, /*train=*/true);
-  if (!paths.ok()) return paths.status().WithContext(what);
-  auto labels = ReadIdxLabels(paths->labels);
+  const std::string what = "job " + Snapshot().id() + ": the partition of the operator's training set";
+  auto labels = LoadTrainingLabels(options_.Datasets(), spec);
   if (!labels.ok()) return labels.status().WithContext(what);
   auto parts = wire::PartitionTrainingSet(spec, std::move(labels).value());
   if (!parts.ok()) return parts.status().WithContext(what);

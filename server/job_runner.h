@@ -28,6 +28,7 @@
 
 #include "base/clock.h"
 #include "core/data/idx.h"
+#include "server/datasets.h"
 #include "server/evaluation.h"
 #include "server/job_events.h"
 #include "server/model_version.h"
@@ -47,6 +48,10 @@ struct JobRunnerOptions {
   // The operator's dataset directory: the coordinator evaluates on its test split and reads
   // its training labels to know each party's size. A job's spec.data.path does not steer it.
   std::string data_dir = kDefaultFashionMnistDir;
+  // The operator's copies of other datasets, by the name jobs give in data.dataset
+  // (tessera-coordinator --dataset NAME=DIR; server/datasets.h).
+  std::map<std::string, std::string> datasets;
+  DatasetDirs Datasets() const { return DatasetDirs{data_dir, datasets}; }
   // OpenBLAS threads for the coordinator's evaluation (process-wide). One by default: the
   // evaluation is short, and idle OpenBLAS threads spin (sched_yield) for a while after each
   // call, taking CPU from the gRPC threads that move the next round's bytes.

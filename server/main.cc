@@ -24,9 +24,11 @@ checkpoints beside it, and resumes every running job from its last committed rou
 starts again on the same directory, which it locks (one coordinator per directory). Workers
 dial in (they may sit behind NAT); the coordinator never dials a worker.
 
-It evaluates every job's model on the test split in --data-dir (default
-/usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist), the operator's copy of the
-data; a job spec's data.path only tells the workers where theirs is.
+It evaluates every job's model on the test split of the operator's copy of the job's dataset:
+--data-dir for Fashion-MNIST (default /usr/share/datasets/fashion-mnist, Debian's
+dataset-fashion-mnist), --dataset NAME=DIR for any other (idx, cifar10, npz or csv; a job's
+sample shape and classes are read from it at submit). A job spec's data.path only tells the
+workers where theirs is.
 
 It serves TLS (--tls-cert and --tls-key, or --tls-dir with the directory `tessera provision`
 made for it); with a client CA (--tls-client-ca, or --tls-dir) it is mutual TLS and every
@@ -74,6 +76,11 @@ int main(int argc, char** argv) {
                "the operator's Fashion-MNIST directory (IDX files): the coordinator evaluates every job on its test "
                "split and reads its training labels for the parties' sizes; a job's data.path only tells workers "
                "where their data is");
+  std::vector<std::string> dataset_flags;
+  flags.StringList("dataset", &dataset_flags,
+                   "NAME=DIR: the operator's copy of dataset NAME (both splits, in the format jobs give in "
+                   "data.format) for jobs whose data.dataset is NAME: their shapes are read from it at submit, "
+                   "their rounds evaluated on its test split");
   flags.String("join-token", &options.join_token, "a token workers must present to join (visible in ps: prefer the file)");
   flags.String("join-token-file", &token_file, "join tokens, one per line: TOKEN, or LABEL TOKEN per site (a worker's name is bound to the label it first joins with)");
   flags.String("admin-token-file", &admin_token_file, "the admin token operators without a certificate present (its first line)");
@@ -114,6 +121,16 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-coordinator: flag --heartbeat-timeout-ms: expected more than --heartbeat-interval-ms ("
               << heartbeat_interval_ms << "), got " << heartbeat_timeout_ms << "\n";
     return 2;
+  }
+  {
+    server::DatasetDirs dirs;
+    for (const std::string& flag : dataset_flags) {
+      if (Status s = server::AddDatasetFlag(flag, &dirs); !s.ok()) {
+        std::cerr << "tessera-coordinator: " << s.message() << "\n";
+        return 2;
+      }
+    }
+    options.runner.datasets = std::move(dirs.by_name);
   }
   auto listen = ParseHostPort("--listen", options.listen_address, PortZero::kAllowed);
   if (!listen.ok()) {

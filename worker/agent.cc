@@ -336,10 +336,49 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
     if (share_ && share_key_ == key) return share_;
   }
   std::shared_ptr<const Dataset> share;
-  if (local) {
+  const bool fashion = wire::IsFashionMnist(spec);
+  if (!fashion && !local && spec.data().path().empty()) {
+    return FailedPreconditionError("data.path: the job's dataset \"" + spec.data().dataset() +
+                                   "\" needs the workers' directory of it in data.path");
+  }
+  const int classes = wire::DatasetClasses(spec);
+  if (local && !fashion) {
+    // The worker's own files, in the job's format, are all its share.
+    ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
+    ASSIGN_OR_RETURN(DataShape shape, InspectSplit(source, /*train=*/true));
+    int64_t count = shape.count;
+    if (spec.data().max_train_samples() > 0) count = std::min<int64_t>(count, spec.data().max_train_samples());
+    std::vector<int64_t> rows(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = i;
+    ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else if (local) {
     // The worker's own files are all its share.
     ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
     if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else if (!fashion) {
+    // The partition needs every label; only this party's samples are converted and kept.
+    ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
+    std::vector<int64_t> rows;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto it = partitions_.find(task.job_id());
+      if (it == partitions_.end()) {
+        lock.unlock();
+        ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadSplitLabels(source, /*train=*/true));
+        ASSIGN_OR_RETURN(auto parts, wire::PartitionTrainingSet(spec, std::move(labels)));
+        lock.lock();
+        partitions_.clear();  // one job's partition at a time
+        it = partitions_.emplace(task.job_id(), std::move(parts)).first;
+      }
+      if (task.party_index() >= it->second.size()) {
+        return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
+                                    std::to_string(it->second.size()) + " parties");
+      }
+      rows = it->second[task.party_index()];
+    }
+    ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
     share = std::make_shared<const Dataset>(std::move(data));
   } else {
     // The partition needs every label but only this party's images: the worker keeps its

@@ -305,8 +305,8 @@ Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::strin
   return dataset;
 }
 
-Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train) {
-  const std::filesystem::path base = std::filesystem::path(dir.empty() ? std::string(kDefaultFashionMnistDir) : dir);
+Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::string_view dataset) {
+  const std::filesystem::path base(dir);
   const std::string prefix = train ? "train" : "t10k";
   const std::string images_name = prefix + "-images-idx3-ubyte";
   const std::string labels_name = prefix + "-labels-idx1-ubyte";
@@ -317,10 +317,14 @@ Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train) {
     if (std::filesystem::exists(paths.images, ec) && std::filesystem::exists(paths.labels, ec)) return paths;
     tried.push_back(paths.images + " + " + labels_name + suffix);
   }
-  std::string message = std::string("Fashion-MNIST ") + (train ? "training" : "test") + " split not found in " +
+  std::string message = std::string(dataset) + " " + (train ? "training" : "test") + " split not found in " +
                         base.string() + ": tried ";
   for (size_t i = 0; i < tried.size(); ++i) message += (i ? "; " : "") + tried[i];
   return NotFoundError(std::move(message));
+}
+
+Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train) {
+  return FindIdxSplit(dir.empty() ? std::string(kDefaultFashionMnistDir) : dir, train, "Fashion-MNIST");
 }
 
 Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {

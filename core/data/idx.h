@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -76,6 +77,8 @@ struct IdxPairPaths {
   std::string labels;
 };
 Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train);
+// The same for any MNIST-format dataset in `dir`; `dataset` names it in the kNotFound message.
+Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::string_view dataset);
 
 // Loads only the samples at `rows` (in that order; they may repeat) of an image/label file
 // pair, normalised as LoadIdxPair does, with the same checks. The whole file is read, but only

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -25,6 +26,14 @@ Status CheckDataMatchesModel(const Model& model, const Dataset& data) {
   return Status::Ok();
 }
 
+// SplitMix64: a sample's random bits from (seed, epoch, position), the same on every platform.
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 // Device-side staging for one batch of images and labels.
 struct BatchBuffers {
   DeviceBuffer images;
@@ -42,11 +51,18 @@ struct BatchBuffers {
     return Status::Ok();
   }
 
-  // Gathers samples `order[first, first + count)` and copies them to the device.
-  Status Load(Device& device, const Dataset& data, const int64_t* order, int count) {
+  // Gathers samples `order[first, first + count)` and copies them to the device. With an
+  // augmentation, `draw(i)` gives the random bits of the i-th sample gathered.
+  Status Load(Device& device, const Dataset& data, const int64_t* order, int count,
+              const Augmentation* augment = nullptr, const std::function<uint64_t(int)>& draw = nullptr) {
     const int64_t sample_size = data.SampleSize();
     for (int i = 0; i < count; ++i) {
-      std::memcpy(host_images.data() + i * sample_size, data.Image(order[i]), sizeof(float) * sample_size);
+      float* out = host_images.data() + i * sample_size;
+      if (augment != nullptr) {
+        AugmentImage(data, order[i], *augment, draw(i), out);
+      } else {
+        std::memcpy(out, data.Image(order[i]), sizeof(float) * sample_size);
+      }
       host_labels[i] = data.labels[order[i]];
     }
     RETURN_IF_ERROR(device.CopyHostToDevice(host_images.data(), images, 0, sizeof(float) * sample_size * count));
@@ -63,6 +79,30 @@ void Shuffle(std::vector<int64_t>& order, std::mt19937_64& engine) {
 }
 
 }  // namespace
+
+void AugmentImage(const Dataset& data, int64_t index, const Augmentation& augment, uint64_t bits, float* out) {
+  const int rows = data.rows, cols = data.cols;
+  const bool flip = augment.horizontal_flip && (bits & 1u);
+  int dy = 0, dx = 0;
+  if (augment.crop_padding > 0) {
+    const int span = 2 * augment.crop_padding + 1;
+    dy = static_cast<int>((bits >> 8) % static_cast<uint64_t>(span)) - augment.crop_padding;
+    dx = static_cast<int>((bits >> 24) % static_cast<uint64_t>(span)) - augment.crop_padding;
+  }
+  const float* in = data.Image(index);
+  for (int c = 0; c < data.channels; ++c) {
+    const float* plane = in + static_cast<int64_t>(c) * rows * cols;
+    float* dst = out + static_cast<int64_t>(c) * rows * cols;
+    for (int y = 0; y < rows; ++y) {
+      const int sy = y + dy;
+      for (int x = 0; x < cols; ++x) {
+        const int tx = flip ? cols - 1 - x : x;  // the output column this input column lands in
+        const int sx = x + dx;
+        dst[y * cols + tx] = (sy >= 0 && sy < rows && sx >= 0 && sx < cols) ? plane[sy * cols + sx] : 0.0f;
+      }
+    }
+  }
+}
 
 Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vector<int64_t>& indices,
                                const TrainOptions& options) {
@@ -119,6 +159,11 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
     RETURN_IF_ERROR(device.CopyHostToDevice(options.client_control->data(), client_control, 0, parameter_bytes));
   }
 
+  const bool augmenting = options.augment.horizontal_flip || options.augment.crop_padding > 0;
+  if (options.augment.crop_padding < 0 || options.augment.crop_padding > 64) {
+    return InvalidArgumentError("TrainLocal: crop_padding must be in [0, 64], got " +
+                                std::to_string(options.augment.crop_padding));
+  }
   TrainReport report;
   double loss_sum = 0.0;
   const auto began = std::chrono::steady_clock::now();
@@ -137,7 +182,14 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
       const int end = static_cast<int>(static_cast<int64_t>(whole) * (options.shard_index + 1) / options.shard_count);
       const int count = end - begin;
       if (count > 0) {
-        RETURN_IF_ERROR(batch.Load(device, data, order.data() + first + begin, count));
+        if (augmenting) {
+          const uint64_t epoch_key = Mix(options.seed ^ Mix(epoch));
+          const size_t base = first + static_cast<size_t>(begin);
+          RETURN_IF_ERROR(batch.Load(device, data, order.data() + base, count, &options.augment,
+                                     [&](int i) { return Mix(epoch_key + base + static_cast<size_t>(i)); }));
+        } else {
+          RETURN_IF_ERROR(batch.Load(device, data, order.data() + first + begin, count));
+        }
         ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
         (void)logits;
         model.Backward(batch.labels.i32(), batch.loss.f32());

@@ -25,6 +25,20 @@ class GradientHook {
   virtual Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) = 0;
 };
 
+// Image augmentation applied to each sample as its batch is gathered (Dataset is NCHW), drawn
+// from the call's seed, the epoch and the sample's position in the epoch, so that the members
+// of a site cohort, each gathering its slice, augment a sample alike.
+struct Augmentation {
+  bool horizontal_flip = false;  // mirror left-right with probability 1/2
+  int crop_padding = 0;          // shift by up to this many pixels each way; zeros come in
+};
+
+// Sample `index` of `data` augmented as `bits` say, written to `out` (SampleSize floats): bit 0
+// mirrors it left-right (with horizontal_flip); with crop_padding p, bits 8.. and 24.. pick the
+// vertical and horizontal shifts dy, dx in [-p, p] (each mod 2p + 1): out(y, x) = in(y + dy,
+// x + dx) before the mirror, 0 where that falls outside the image.
+void AugmentImage(const Dataset& data, int64_t index, const Augmentation& augment, uint64_t bits, float* out);
+
 struct TrainOptions {
   uint32_t epochs = 1;
   uint32_t batch_size = 64;
@@ -48,6 +62,7 @@ struct TrainOptions {
   //  - SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
   //    Learning", ICML 2020): server_control - client_control (c - c_i), each NumParameters()
   //    floats in parameter order, borrowed for the call. Both null: off.
+  Augmentation augment;
   float proximal_mu = 0.0f;
   const std::vector<float>* server_control = nullptr;
   const std::vector<float>* client_control = nullptr;

@@ -66,6 +66,20 @@ TEST(FlagsTest, UnknownAndRepeatedFlagsAreErrors) {
   EXPECT_EQ(ParseArgs(hostile, {"--a\nb"}).message(), "unknown flag --a\\nb (see --help)");
 }
 
+TEST(FlagsTest, AListFlagCollectsEveryValueInOrder) {
+  std::vector<std::string> datasets;
+  std::string listen;
+  FlagSet flags;
+  flags.StringList("dataset", &datasets, "NAME=DIR");
+  flags.String("listen", &listen, "");
+  ASSERT_TRUE(ParseArgs(flags, {"--dataset", "a=/x", "--listen", "h:1", "--dataset=b=/y"}).ok());
+  EXPECT_EQ(datasets, (std::vector<std::string>{"a=/x", "b=/y"}));
+  EXPECT_NE(flags.Usage().find("(repeatable)"), std::string::npos) << flags.Usage();
+  FlagSet missing;
+  missing.StringList("dataset", &datasets, "");
+  EXPECT_EQ(ParseArgs(missing, {"--dataset"}).message(), "flag --dataset needs a value");
+}
+
 TEST(FlagsTest, ASingleDashIsAMistypedFlagButDashHAsksForHelp) {
   bool help = false;
   bool json = false;

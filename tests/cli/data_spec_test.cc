@@ -1,0 +1,140 @@
+// The [data] table's dataset keys: other datasets by name and format, the csv label column,
+// normalisation, classes and augmentation, in job.toml and over the wire.
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/job_spec.h"
+#include "proto/job_mapping.h"
+#include "tests/cli/job_spec_expectations.h"
+
+namespace tessera {
+namespace {
+
+using testing::ExpectError;
+using testing::ExpectRefused;
+using testing::WireSpec;
+
+// A job on dataset `data_lines` (the [data] table's keys) with `tables` after it.
+std::string WithData(const std::string& data_lines, const std::string& tables = "") {
+  return "name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data]\n" + data_lines +
+         "[data.partition]\nparties = 4\n" + tables;
+}
+
+TEST(DataSpecTest, AnotherDatasetByNameWithItsFormatNormalisationAndAugmentation) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(
+      WithData("dataset = \"CIFAR10-local\"\nformat = \"CIFAR10\"\npath = \"/srv/cifar\"\n"
+               "mean = [0.4914, 0.4822, 0.4465]\nstd = [0.247, 0.243, 0.261]\nclasses = 10\n",
+               "[data.augment]\nhorizontal_flip = true\ncrop_padding = 4\n"),
+      "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const v1::DataSpec& d = spec->data();
+  EXPECT_EQ(d.dataset(), "cifar10-local");
+  EXPECT_EQ(d.format(), "cifar10");
+  EXPECT_EQ(d.path(), "/srv/cifar");
+  ASSERT_EQ(d.mean_size(), 3);
+  EXPECT_FLOAT_EQ(d.mean(1), 0.4822f);
+  EXPECT_FLOAT_EQ(d.std(2), 0.261f);
+  EXPECT_EQ(d.classes(), 10u);
+  EXPECT_TRUE(d.augment().horizontal_flip());
+  EXPECT_EQ(d.augment().crop_padding(), 4u);
+  EXPECT_FALSE(d.has_input_shape()) << "the coordinator fills the shape";
+  EXPECT_TRUE(wire::ValidateJobSpec(*spec).ok()) << wire::ValidateJobSpec(*spec).ToString();
+  // What `tessera check` writes reads back the same.
+  Result<v1::JobSpec> again = ParseJobSpecString(JobSpecToToml(*spec), "shown.toml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << JobSpecToToml(*spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << JobSpecToToml(*spec);
+}
+
+TEST(DataSpecTest, CsvTakesALabelColumn) {
+  Result<v1::JobSpec> spec =
+      ParseJobSpecString(WithData("dataset = \"tabular\"\nformat = \"csv\"\npath = \"/d\"\nlabel_column = \"y\"\n"),
+                         "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data().label_column(), "y");
+  ExpectError(WithData("dataset = \"tabular\"\nformat = \"npz\"\nlabel_column = \"y\"\n"),
+              {"job.toml:", "'data.label_column'", "\"csv\" only"});
+}
+
+TEST(DataSpecTest, RefusesWhatCannotBeRead) {
+  ExpectError(WithData("dataset = \"cifar\"\n"), {"'data.format'", "is required", "\"cifar10\""});
+  ExpectError(WithData("dataset = \"cifar\"\nformat = \"cifar-10\"\n"), {"'data.format'", "\"cifar-10\""});
+  ExpectError(WithData("format = \"csv\"\n"), {"'data.format'", "fashion-mnist is \"idx\""});
+  ExpectError(WithData("dataset = \"../etc\"\nformat = \"idx\"\n"), {"'data.dataset'", "[a-z0-9._-]"});
+  ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nmean = [0.5]\n"), {"'data.mean'", "1 means, 0 deviations"});
+  ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nmean = [0.5]\nstd = [0]\n"), {"'data.std[0]'", "positive"});
+  ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nmean = [\"a\"]\nstd = [1]\n"),
+              {"'data.mean[0]'", "expected a number"});
+  ExpectError(WithData("mean = [0.5]\nstd = [1]\n"), {"'data.mean'", "its own statistics"});
+  ExpectError(WithData("classes = 3\n"), {"'data.classes'", "10 classes"});
+  ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nclasses = 1\n"), {"'data.classes'", "at least 2"});
+  ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nclasses = 300\n"), {"'data.classes'", "at most 256"});
+  ExpectError(WithData("", "[data.augment]\nflip = true\n"), {"unknown key 'data.augment.flip'", "horizontal_flip"});
+  ExpectError(WithData("", "[data.augment]\nhorizontal_flip = 1\n"), {"'data.augment.horizontal_flip'", "true or false"});
+  ExpectError(WithData("", "[data.augment]\ncrop_padding = 17\n"), {"'data.augment.crop_padding'", "at most 16"});
+  ExpectError(WithData("colour = true\n"), {"unknown key 'data.colour'"});
+}
+
+TEST(DataSpecTest, LabelsPerPartyAreBoundedByTheClasses) {
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 4\nkind = "
+              "\"label-quantity\"\nlabels_per_party = 11\n",
+              {"'data.partition.labels_per_party'", "at most 10"});
+  ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data]\ndataset = \"x\"\nformat = \"csv\"\nclasses = "
+              "3\n[data.partition]\nparties = 4\nkind = \"label-quantity\"\nlabels_per_party = 4\n",
+              {"'data.partition.labels_per_party'", "at most 3"});
+}
+
+TEST(DataSpecTest, TheWireChecksTheSameAndTheShapeTheCoordinatorFills) {
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_data()->set_dataset("cifar");
+  ExpectRefused(spec, "data.format", "the format of dataset");
+  spec.mutable_data()->set_format("tar");
+  ExpectRefused(spec, "data.format", "\"cifar10\"");
+  spec.mutable_data()->set_format("cifar10");
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+  spec.mutable_data()->set_dataset(std::string(100, 'a'));
+  ExpectRefused(spec, "data.dataset", "1 to 64");
+  spec.mutable_data()->set_dataset("cifar");
+  spec.mutable_data()->add_mean(0.5f);
+  ExpectRefused(spec, "data.std", "as many values as data.mean");
+  spec.mutable_data()->add_std(-1.0f);
+  ExpectRefused(spec, "data.std[0]", "a positive number");
+  spec.mutable_data()->set_std(0, 0.25f);
+  spec.mutable_data()->mutable_augment()->set_crop_padding(100);
+  ExpectRefused(spec, "data.augment.crop_padding", "at most 16");
+  spec.mutable_data()->mutable_augment()->set_crop_padding(4);
+  v1::InputShape* shape = spec.mutable_data()->mutable_input_shape();
+  shape->set_channels(3);
+  shape->set_rows(32);
+  shape->set_cols(32);
+  shape->set_classes(0);
+  ExpectRefused(spec, "data.input_shape.classes", "1 to 256");
+  shape->set_classes(10);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+  // The model is built for the shape: an MLP over 3x32x32 inputs.
+  ModelConfig config = wire::ToModelConfig(spec);
+  EXPECT_EQ(config.channels, 3);
+  EXPECT_EQ(config.rows, 32);
+  EXPECT_EQ(config.classes, 10);
+  shape->set_rows(1);  // tabular: no crop
+  ExpectRefused(spec, "data.augment.crop_padding", "not images");
+  shape->set_rows(65536);
+  shape->set_cols(65536);
+  ExpectRefused(spec, "data.input_shape", "values a sample");
+}
+
+TEST(DataSpecTest, TheCsvExampleReads) {
+  Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->data().dataset(), "breast-cancer");
+  EXPECT_EQ(spec->data().format(), "csv");
+  EXPECT_EQ(spec->data().label_column(), "diagnosis");
+  EXPECT_EQ(spec->data().classes(), 2u);
+  EXPECT_EQ(spec->data().mean_size(), 30);
+  EXPECT_EQ(spec->data().std_size(), 30);
+  EXPECT_TRUE(wire::ValidateJobSpec(*spec).ok()) << wire::ValidateJobSpec(*spec).ToString();
+}
+
+}  // namespace
+}  // namespace tessera

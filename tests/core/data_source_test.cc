@@ -1,0 +1,287 @@
+// Datasets in every format a job may name (core/data/dataset_source.h): small files written
+// here in each format, read back with their shapes, labels, rows and normalisation, and
+// hostile files refused with a message naming the file and what was wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/data/dataset_source.h"
+#include "core/data/idx.h"
+#include "core/data/numpy_format.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+
+class DataSourceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / (std::string("tessera_source_") + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  DataSource Source(DataFormat format) const {
+    DataSource s;
+    s.format = format;
+    s.dir = dir_.string();
+    return s;
+  }
+  void WriteText(const std::string& name, const std::string& text) const {
+    std::ofstream out(Path(name), std::ios::binary);
+    out << text;
+  }
+
+  // CIFAR-10 records whose pixel p of record r is (r * 7 + p) % 256, labels r % 10.
+  void WriteCifar(const std::string& name, int records, int first_record) const {
+    std::vector<uint8_t> labels, pixels;
+    for (int r = first_record; r < first_record + records; ++r) {
+      labels.push_back(static_cast<uint8_t>(r % 10));
+      for (int p = 0; p < 3072; ++p) pixels.push_back(static_cast<uint8_t>((r * 7 + p) % 256));
+    }
+    ASSERT_TRUE(WriteCifar10Batch(Path(name), labels, pixels).ok());
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(DataSourceTest, FormatNamesRoundTripAndTyposAreRefused) {
+  for (DataFormat f : {DataFormat::kIdx, DataFormat::kCifar10, DataFormat::kNpz, DataFormat::kCsv}) {
+    auto parsed = ParseDataFormat(DataFormatName(f));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, f);
+  }
+  auto typo = ParseDataFormat("cifar-10");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("'cifar-10'"), std::string::npos) << typo.status().message();
+}
+
+TEST_F(DataSourceTest, IdxAnyMnistFormatSetWithItsOwnNormalisation) {
+  // 3 images of 2x3, pixel values chosen so that scaling and normalising are visible.
+  std::vector<uint8_t> pixels = {0, 51, 102, 153, 204, 255, 255, 255, 255, 0, 0, 0, 10, 20, 30, 40, 50, 60};
+  ASSERT_TRUE(WriteIdxPair(Path("train-images-idx3-ubyte.gz"), Path("train-labels-idx1-ubyte.gz"), 2, 3, pixels,
+                           {4, 0, 7})
+                  .ok());
+  ASSERT_TRUE(WriteIdxPair(Path("t10k-images-idx3-ubyte"), Path("t10k-labels-idx1-ubyte"), 2, 3,
+                           std::vector<uint8_t>(pixels.begin(), pixels.begin() + 6), {2})
+                  .ok());
+  DataSource source = Source(DataFormat::kIdx);
+  auto shape = InspectSplit(source, true);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->channels, 1);
+  EXPECT_EQ(shape->rows, 2);
+  EXPECT_EQ(shape->cols, 3);
+  EXPECT_EQ(shape->count, 3);
+  EXPECT_EQ(shape->max_label, 7);
+  auto test_shape = InspectSplit(source, false);
+  ASSERT_TRUE(test_shape.ok());
+  EXPECT_EQ(test_shape->count, 1);
+
+  source.mean = {0.5f};
+  source.std = {0.25f};
+  auto rows = LoadSplitRows(source, true, {2, 0}, 8);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->count, 2);
+  EXPECT_EQ(rows->labels, (std::vector<uint8_t>{7, 4}));
+  // Row 0's first pixels: 0 -> (0 - 0.5) / 0.25 = -2; 255 -> 2; 51 -> (0.2 - 0.5) * 4 = -1.2.
+  EXPECT_FLOAT_EQ(rows->Image(1)[0], -2.0f);
+  EXPECT_NEAR(rows->Image(1)[1], -1.2f, 1e-5);
+  EXPECT_FLOAT_EQ(rows->Image(1)[5], 2.0f);
+  // Row 2's first pixel: 10 / 255.
+  EXPECT_NEAR(rows->Image(0)[0], (10.0f / 255.0f - 0.5f) * 4.0f, 1e-5);
+
+  // A label past the classes the job declares is refused with the sample and the key.
+  auto few = LoadSplitRows(source, true, {2}, 5);
+  ASSERT_FALSE(few.ok());
+  EXPECT_NE(few.status().message().find("label 7"), std::string::npos) << few.status().message();
+  EXPECT_NE(few.status().message().find("data.classes"), std::string::npos) << few.status().message();
+  // And a row outside the split.
+  auto outside = LoadSplitRows(source, true, {0, 3}, 8);
+  ASSERT_FALSE(outside.ok());
+  EXPECT_EQ(outside.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(outside.status().message().find("row 3"), std::string::npos) << outside.status().message();
+}
+
+TEST_F(DataSourceTest, Cifar10ReadsRecordsAcrossBatchesAndOnlyTheRowsAsked) {
+  WriteCifar("data_batch_1.bin", 4, 0);
+  WriteCifar("data_batch_2.bin", 3, 4);
+  WriteCifar("test_batch.bin", 2, 100);
+  DataSource source = Source(DataFormat::kCifar10);
+  auto shape = InspectSplit(source, true);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->channels, 3);
+  EXPECT_EQ(shape->rows, 32);
+  EXPECT_EQ(shape->cols, 32);
+  EXPECT_EQ(shape->count, 7);
+  EXPECT_EQ(shape->max_label, 6);
+  auto labels = ReadSplitLabels(source, true);
+  ASSERT_TRUE(labels.ok());
+  EXPECT_EQ(*labels, (std::vector<uint8_t>{0, 1, 2, 3, 4, 5, 6}));
+
+  // Row 5 lies in the second batch (its record 1): global record 5.
+  auto rows = LoadSplitRows(source, true, {5, 1}, 10);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->labels, (std::vector<uint8_t>{5, 1}));
+  EXPECT_FLOAT_EQ(rows->Image(0)[0], static_cast<float>((5 * 7) % 256) / 255.0f);
+  // Channel 2 (blue) starts at 2,048: pixel value (35 + 2048) % 256.
+  EXPECT_FLOAT_EQ(rows->Image(0)[2048], static_cast<float>((35 + 2048) % 256) / 255.0f);
+  EXPECT_FLOAT_EQ(rows->Image(1)[3071], static_cast<float>((7 + 3071) % 256) / 255.0f);
+
+  // Per-channel normalisation: three means and deviations.
+  source.mean = {0.0f, 0.5f, 1.0f};
+  source.std = {1.0f, 0.5f, 2.0f};
+  auto normalised = LoadSplitRows(source, true, {0}, 10);
+  ASSERT_TRUE(normalised.ok()) << normalised.status().ToString();
+  EXPECT_FLOAT_EQ(normalised->Image(0)[0], 0.0f);
+  EXPECT_NEAR(normalised->Image(0)[1024], ((1024 % 256) / 255.0f - 0.5f) / 0.5f, 1e-6);
+  EXPECT_NEAR(normalised->Image(0)[2048], ((2048 % 256) / 255.0f - 1.0f) / 2.0f, 1e-6);
+  source.mean = {0.0f, 0.5f};
+  source.std = {1.0f, 0.5f};
+  auto wrong = LoadSplitRows(source, true, {0}, 10);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("data.mean"), std::string::npos) << wrong.status().message();
+}
+
+TEST_F(DataSourceTest, Cifar10RefusesACutRecordAndAMissingSplit) {
+  DataSource source = Source(DataFormat::kCifar10);
+  auto missing = InspectSplit(source, true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("data_batch_1.bin"), std::string::npos) << missing.status().message();
+  WriteCifar("data_batch_1.bin", 2, 0);
+  fs::resize_file(Path("data_batch_1.bin"), 3073 * 2 - 5);
+  auto cut = InspectSplit(source, true);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(cut.status().message().find("data_batch_1.bin"), std::string::npos) << cut.status().message();
+  EXPECT_NE(cut.status().message().find("3073"), std::string::npos) << cut.status().message();
+}
+
+TEST_F(DataSourceTest, NpzImagesFeaturesAndDtypes) {
+  // x: (2, 1, 2, 2) uint8 images; y: int64 labels.
+  NumpyArray x{"x", "|u1", {2, 1, 2, 2}, std::string("\x00\xff\x33\x66\x10\x20\x30\x40", 8)};
+  NumpyArray y{"y", "<i8", {2}, std::string("\x03\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0", 16)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {x, y}).ok());
+  DataSource source = Source(DataFormat::kNpz);
+  auto shape = InspectSplit(source, true);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->channels, 1);
+  EXPECT_EQ(shape->rows, 2);
+  EXPECT_EQ(shape->cols, 2);
+  EXPECT_EQ(shape->max_label, 3);
+  auto rows = LoadSplitRows(source, true, {1, 0}, 4);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  EXPECT_EQ(rows->labels, (std::vector<uint8_t>{1, 3}));
+  EXPECT_FLOAT_EQ(rows->Image(0)[0], 16.0f / 255.0f);
+  EXPECT_FLOAT_EQ(rows->Image(1)[1], 1.0f);
+
+  // (N, F) float32 features: F channels of 1x1, values as they are.
+  std::vector<float> features = {1.5f, -2.0f, 3.0f, 0.25f, 8.0f, -1.0f};
+  NumpyArray fx{"x", "<f4", {2, 3}, std::string(reinterpret_cast<const char*>(features.data()), 24)};
+  NumpyArray fy{"y", "|u1", {2}, std::string("\x00\x01", 2)};
+  ASSERT_TRUE(WriteNpz(Path("test.npz"), {fy, fx}).ok());
+  auto tabular = LoadSplit(source, false, 2);
+  ASSERT_TRUE(tabular.ok()) << tabular.status().ToString();
+  EXPECT_EQ(tabular->channels, 3);
+  EXPECT_EQ(tabular->rows, 1);
+  EXPECT_EQ(tabular->cols, 1);
+  EXPECT_FLOAT_EQ(tabular->Image(1)[0], 0.25f);
+  EXPECT_FLOAT_EQ(tabular->Image(0)[1], -2.0f);
+}
+
+TEST_F(DataSourceTest, NpzRefusesMissingArraysMismatchedLabelsAndBadValues) {
+  DataSource source = Source(DataFormat::kNpz);
+  NumpyArray x{"x", "|u1", {2, 2}, std::string("\x01\x02\x03\x04", 4)};
+  NumpyArray labels_typo{"Y", "|u1", {2}, std::string("\x00\x01", 2)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {x, labels_typo}).ok());
+  auto typo = InspectSplit(source, true);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(typo.status().message().find("'y'"), std::string::npos) << typo.status().message();
+  EXPECT_NE(typo.status().message().find("Y"), std::string::npos) << typo.status().message();
+
+  NumpyArray short_y{"y", "|u1", {1}, std::string("\x00", 1)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {x, short_y}).ok());
+  auto mismatch = InspectSplit(source, true);
+  ASSERT_FALSE(mismatch.ok());
+  EXPECT_NE(mismatch.status().message().find("one label per sample"), std::string::npos) << mismatch.status().message();
+
+  NumpyArray negative{"y", "<i4", {2}, std::string("\x00\0\0\0\xff\xff\xff\xff", 8)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {x, negative}).ok());
+  auto below = InspectSplit(source, true);
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find("y[1]"), std::string::npos) << below.status().message();
+
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> values = {1.0f, nan};
+  NumpyArray bad_x{"x", "<f4", {2, 1}, std::string(reinterpret_cast<const char*>(values.data()), 8)};
+  NumpyArray y{"y", "|u1", {2}, std::string("\x00\x01", 2)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {bad_x, y}).ok());
+  auto not_finite = LoadSplit(source, true, 2);
+  ASSERT_FALSE(not_finite.ok());
+  EXPECT_NE(not_finite.status().message().find("x[1]"), std::string::npos) << not_finite.status().message();
+}
+
+TEST_F(DataSourceTest, CsvTabularWithANamedLabelColumn) {
+  WriteText("train.csv", "f1, kind ,f2\r\n0.5,1,-3\n\n2e2,0,4.25\r\n");
+  DataSource source = Source(DataFormat::kCsv);
+  source.label_column = "kind";
+  auto shape = InspectSplit(source, true);
+  ASSERT_TRUE(shape.ok()) << shape.status().ToString();
+  EXPECT_EQ(shape->channels, 2);
+  EXPECT_EQ(shape->rows, 1);
+  EXPECT_EQ(shape->cols, 1);
+  EXPECT_EQ(shape->count, 2);
+  EXPECT_EQ(shape->max_label, 1);
+  source.mean = {0.0f, 1.0f};
+  source.std = {100.0f, 2.0f};
+  auto data = LoadSplitRows(source, true, {1, 0}, 2);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(data->labels, (std::vector<uint8_t>{0, 1}));
+  EXPECT_FLOAT_EQ(data->Image(0)[0], 2.0f);
+  EXPECT_FLOAT_EQ(data->Image(0)[1], 1.625f);
+  EXPECT_FLOAT_EQ(data->Image(1)[1], -2.0f);
+  // The written form reads back.
+  ASSERT_TRUE(WriteCsv(Path("test.csv"), {"label", "a"}, {{1, 0.125}, {0, -7}}).ok());
+  source.label_column = "label";
+  source.mean.clear();
+  source.std.clear();
+  auto test = LoadSplit(source, false, 2);
+  ASSERT_TRUE(test.ok()) << test.status().ToString();
+  EXPECT_EQ(test->labels, (std::vector<uint8_t>{1, 0}));
+  EXPECT_FLOAT_EQ(test->Image(0)[0], 0.125f);
+}
+
+TEST_F(DataSourceTest, CsvErrorsNameTheFileLineAndColumn) {
+  DataSource source = Source(DataFormat::kCsv);
+  const struct {
+    const char* text;
+    std::vector<std::string> expected;
+  } cases[] = {
+      {"a,b\n1,2\n", {"train.csv", "line 1", "'label'", "data.label_column"}},
+      {"label,a\n1,2\n3\n", {"line 3", "expected 2 fields"}},
+      {"label,a\n1,2\nx,2\n", {"line 3", "column 'label'", "integer label", "'x'"}},
+      {"label,a\n1,nan\n", {"line 2", "column 'a'", "finite number", "'nan'"}},
+      {"label,a\n1,1e39\n", {"line 2", "finite number"}},
+      {"label,a\n300,1\n", {"line 2", "label 300", "[0, 255]"}},
+      {"label,a\n", {"no samples"}},
+      {"label,label,a\n1,1,1\n", {"appears twice"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.text);
+    WriteText("train.csv", c.text);
+    auto got = InspectSplit(source, true);
+    ASSERT_FALSE(got.ok());
+    for (const std::string& piece : c.expected) {
+      EXPECT_NE(got.status().message().find(piece), std::string::npos) << got.status().message();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera
