@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   flags.String("join-token-file", &token_file, "read the join token from this file (its first line)");
   flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices); an unknown name is an error");
   flags.String("fallback-device", &options.fallback_device, "device to use when --device is known but not usable here (no GPU, no driver); empty for none");
-  flags.String("data-dir", &options.data_dir, "directory of this worker's own IDX files (local-files jobs)");
+  flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
   flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
