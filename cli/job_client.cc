@@ -85,12 +85,27 @@ std::string RoundHeader() {
                        "ms", "ms", "ms");
 }
 
+// The round's federated evaluation, when its workers made one: "  federated 81.23% (N on K)".
+std::string FederatedColumn(const v1::RoundRecord& r) {
+  uint64_t samples = 0;
+  int workers = 0;
+  for (const auto& w : r.workers()) {
+    if (w.local_test_samples() == 0 || w.outcome() != "accepted") continue;
+    samples += w.local_test_samples();
+    ++workers;
+  }
+  if (samples == 0) return "";
+  return Format("  federated %.2f%% (%llu samples on %d workers)", 100 * r.federated_accuracy(),
+                static_cast<unsigned long long>(samples), workers);
+}
+
 std::string RoundRow(const v1::RoundRecord& r) {
   const auto& l = r.latency();
   return Format("%5u %7.2f%% %7.4f %3u/%-3u %8.1f %9.1f %9.1f %8.1f %8.1f %8.1f %8.1f", r.round(),
                 100 * r.test_accuracy(), r.test_loss(), r.clients_reported(), r.clients_selected(), l.selection_ms(),
                 l.distribution_ms(), l.compute_ms_max(), l.upload_ms(), l.straggler_wait_ms(), l.evaluation_ms(),
-                l.total_ms());
+                l.total_ms()) +
+         FederatedColumn(r);
 }
 
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {

@@ -29,7 +29,8 @@ constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
     "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
-    "proximal_mu", "model", "data", "train", "server", "aggregation"};
+    "proximal_mu", "model", "data", "train", "server", "aggregation", "evaluation"};
+constexpr std::string_view kEvaluationKeys[] = {"federated"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
@@ -515,6 +516,15 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   std::string trainer;
   RETURN_IF_ERROR(reader.String(*model, "model", "trainer", &trainer));
   spec.mutable_model()->set_trainer(trainer);  // checked with the rest by wire::ValidateJobSpec
+
+  // [evaluation]
+  ASSIGN_OR_RETURN(const toml::table* evaluation, reader.Table(root, "", "evaluation"));
+  if (evaluation != nullptr) {
+    RETURN_IF_ERROR(reader.CheckKeys(*evaluation, "evaluation", kEvaluationKeys));
+    bool federated = false;
+    RETURN_IF_ERROR(reader.Bool(*evaluation, "evaluation", "federated", &federated));
+    spec.mutable_evaluation()->set_federated(federated);
+  }
 
   // [data] and [data.partition]
   ASSIGN_OR_RETURN(const toml::table* data, reader.Table(root, "", "data"));

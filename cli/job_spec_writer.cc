@@ -120,6 +120,11 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "labels_per_party = " << partition.labels_per_party() << "\n";
   out << "seed = " << partition.seed() << "\n";
 
+  if (spec.has_evaluation()) {
+    out << "\n[evaluation]\n";
+    out << "federated = " << (spec.evaluation().federated() ? "true" : "false") << "\n";
+  }
+
   const v1::OptimizerSpec& optimizer = spec.optimizer();
   out << "\n[train]\n";
   out << "optimizer = " << TomlString(optimizer.name()) << "\n";

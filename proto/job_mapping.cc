@@ -436,6 +436,9 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                                     "\" (its client side runs in Tessera's native training)",
                Shown(m.trainer()));
   }
+  if (!m.trainer().empty() && s.evaluation().federated()) {
+    return bad("evaluation.federated", "false with an external trainer (workers evaluate natively)", "true");
+  }
   if (!m.trainer().empty() && !s.collective_backend().empty() && s.collective_backend() != "auto") {
     return bad("collective_backend", "none with an external trainer (site cohorts train natively)",
                Shown(s.collective_backend()));

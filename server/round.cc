@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "base/escape.h"
+#include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 
 namespace tessera::server {
@@ -120,6 +121,17 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
     return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(it->second.max_samples) +
                                 " (the size of party " + std::to_string(it->second.party) + "), got " +
                                 std::to_string(h.samples()));
+  }
+  // Federated evaluation's figures: a share of the test split, an accuracy, a finite loss.
+  if (h.eval_samples() > wire::kMaxLocalFilesSamples) {
+    return InvalidArgumentError(what + ": field 'eval_samples': expected at most " +
+                                std::to_string(wire::kMaxLocalFilesSamples) + ", got " + std::to_string(h.eval_samples()));
+  }
+  if (h.eval_samples() > 0 && (!(h.eval_accuracy() >= 0 && h.eval_accuracy() <= 1) ||
+                               !(h.eval_loss() >= 0 && h.eval_loss() <= 1e9))) {
+    return InvalidArgumentError(what + ": fields 'eval_accuracy' and 'eval_loss': expected an accuracy in [0, 1] and a " +
+                                "loss in [0, 1e9], got " + FormatNumber(h.eval_accuracy()) + " and " +
+                                FormatNumber(h.eval_loss()));
   }
   if (h.failure().empty()) {
     Status claims = aggregate_->CheckClaims(Claims(h, it->second.party));
@@ -254,6 +266,11 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_upload_ms(upload_ms);
     p.report.set_reported_ms(MillisSince(dispatched_, clock_->Now()));
     p.report.set_train_loss(h.train_loss());
+    if (h.eval_samples() > 0) {
+      p.report.set_local_test_samples(h.eval_samples());
+      p.report.set_local_test_accuracy(h.eval_accuracy());
+      p.eval_loss = h.eval_loss();
+    }
     p.report.set_collective_backend(h.collective_backend());
     p.report.set_update_norm(norm);
     p.update_norm = norm;
@@ -404,6 +421,7 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   double distribution = 0;
   double loss_sum = 0;
   uint64_t samples = 0;
+  double eval_samples = 0, eval_accuracy_sum = 0, eval_loss_sum = 0;  // federated evaluation
   const Participant* critical = nullptr;  // the accepted report that arrived last
   double data_load_max = 0;
   for (const auto& [id, p] : participants_) {
@@ -417,6 +435,14 @@ void Round::FillRecord(v1::RoundRecord* record) const {
     if (p.download_done > dispatched_) distribution = std::max(distribution, MillisSince(dispatched_, p.download_done));
     loss_sum += p.report.train_loss() * static_cast<double>(p.report.samples());
     samples += p.report.samples();
+    const double n = static_cast<double>(p.report.local_test_samples());
+    eval_samples += n;
+    eval_accuracy_sum += p.report.local_test_accuracy() * n;
+    eval_loss_sum += p.eval_loss * n;
+  }
+  if (eval_samples > 0) {
+    record->set_federated_accuracy(eval_accuracy_sum / eval_samples);
+    record->set_federated_loss(eval_loss_sum / eval_samples);
   }
   record->set_clients_selected(static_cast<uint32_t>(participants_.size()));
   record->set_clients_reported(static_cast<uint32_t>(accepted_));

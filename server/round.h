@@ -44,6 +44,7 @@ class Round {
     bool folding = false;  // its update is being folded, outside the lock
     uint64_t max_samples = 0;     // the size of its party: more samples than this are refused
     double update_norm = 0;       // its delta's L2 norm, once checked
+    double eval_loss = 0;         // federated evaluation: its reported loss on its local test split
     bool non_finite_alone = false;  // the global model plus its delta alone overflows float
   };
 

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
+#include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/partition.h"
 #include "core/model/model.h"
@@ -414,6 +416,57 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
   return share;
 }
 
+Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::TrainTask& task) {
+  const v1::JobSpec& spec = task.spec();
+  const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
+  const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
+  const std::string key = dir + "#" + task.job_id() + "#" + std::to_string(task.party_index());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (test_share_ && test_share_key_ == key) return test_share_;
+  }
+  const bool fashion = wire::IsFashionMnist(spec);
+  const int classes = wire::DatasetClasses(spec);
+  DataSource source;
+  if (!fashion) {
+    ASSIGN_OR_RETURN(source, wire::ToDataSource(spec, dir));
+  }
+  std::vector<int64_t> rows;
+  std::vector<uint8_t> labels;
+  IdxPairPaths paths;
+  if (fashion) {
+    ASSIGN_OR_RETURN(paths, FindFashionMnist(dir, /*train=*/false));
+    ASSIGN_OR_RETURN(labels, ReadIdxLabels(paths.labels));
+  } else {
+    ASSIGN_OR_RETURN(labels, ReadSplitLabels(source, /*train=*/false));
+  }
+  const uint32_t max = spec.data().max_test_samples();
+  if (max > 0 && max < labels.size()) labels.resize(max);
+  if (local) {
+    rows.resize(labels.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  } else {
+    // The party's share of the test split, cut by the job's partition as the training split is.
+    ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(spec));
+    ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, classes, config));
+    if (task.party_index() >= parts.size()) {
+      return InvalidArgumentError("the test split's partition has no party " + std::to_string(task.party_index()));
+    }
+    rows = std::move(parts[task.party_index()]);
+  }
+  Dataset data;
+  if (fashion) {
+    ASSIGN_OR_RETURN(data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+  } else {
+    ASSIGN_OR_RETURN(data, LoadSplitRows(source, /*train=*/false, rows, classes));
+  }
+  auto share = std::make_shared<const Dataset>(std::move(data));
+  std::lock_guard<std::mutex> lock(mu_);
+  test_share_ = share;
+  test_share_key_ = key;
+  return share;
+}
+
 Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta,
                           Device* device) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
@@ -446,6 +499,17 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
+  // Federated evaluation: the global model as downloaded, on this worker's local test split.
+  std::optional<EvalReport> local_eval;
+  if (task.spec().evaluation().federated()) {
+    auto test = LocalTestShare(task);
+    if (!test.ok()) {
+      spdlog::warn("{}: no federated evaluation: {}", what, test.status().message());
+    } else if ((*test)->count > 0) {
+      ASSIGN_OR_RETURN(EvalReport eval, Evaluate(*model, **test));
+      local_eval = eval;
+    }
+  }
   TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
   // SCAFFOLD: every local gradient is corrected by c - c_i, both from the download.
   const bool scaffold = task.spec().strategy() == "scaffold";
@@ -536,6 +600,11 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     delta = std::move(stream);
   }
   IdentifyUpdate(task, worker_id, session, &header);
+  if (local_eval) {
+    header.set_eval_samples(static_cast<uint64_t>(local_eval->samples));
+    header.set_eval_accuracy(local_eval->accuracy);
+    header.set_eval_loss(local_eval->loss);
+  }
   header.set_samples(indices.size());
   header.set_compute_ms(report.compute_ms);
   header.set_download_ms(download_ms);

@@ -81,6 +81,10 @@ class WorkerAgent {
   // (only those images are loaded), or its own files. The last share is kept for the next
   // round; another job's or party's replaces it.
   Result<std::shared_ptr<const Dataset>> TrainingShare(const v1::TrainTask& task);
+  // Federated evaluation's data: the test split of the worker's own files (local-files jobs),
+  // or its party's share of the test split, cut as the job cuts the training split. NotFound
+  // when the worker has no test split.
+  Result<std::shared_ptr<const Dataset>> LocalTestShare(const v1::TrainTask& task);
   void SleepFor(uint32_t ms);
 
   WorkerOptions options_;
@@ -108,6 +112,8 @@ class WorkerAgent {
 
   std::shared_ptr<const Dataset> share_;                                     // the last share loaded
   std::string share_key_;                                                    // what it is the share of
+  std::shared_ptr<const Dataset> test_share_;                                // federated evaluation's last test share
+  std::string test_share_key_;
   std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // the current job's, by job id
   // External trainers started so far, by name, and the private directory they exchange
   // archives through (made on first use, removed with the agent). Only the task thread.

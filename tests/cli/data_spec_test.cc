@@ -124,6 +124,21 @@ TEST(DataSpecTest, TheWireChecksTheSameAndTheShapeTheCoordinatorFills) {
   ExpectRefused(spec, "data.input_shape", "values a sample");
 }
 
+TEST(DataSpecTest, FederatedEvaluationIsAKeyOfItsOwnTable) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(WithData("", "[evaluation]\nfederated = true\n"), "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(spec->evaluation().federated());
+  Result<v1::JobSpec> again = ParseJobSpecString(JobSpecToToml(*spec), "shown.toml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->evaluation().federated());
+  ExpectError(WithData("", "[evaluation]\nfederate = true\n"), {"unknown key 'evaluation.federate'", "federated"});
+  ExpectError(WithData("", "[evaluation]\nfederated = \"yes\"\n"), {"'evaluation.federated'", "true or false"});
+  v1::JobSpec external = WireSpec();
+  external.mutable_model()->set_trainer("pytorch");
+  external.mutable_evaluation()->set_federated(true);
+  ExpectRefused(external, "evaluation.federated", "false with an external trainer");
+}
+
 TEST(DataSpecTest, TheCsvExampleReads) {
   Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();

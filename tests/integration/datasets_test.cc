@@ -182,6 +182,40 @@ TEST(DatasetsTest, AWorkerWhoseFilesDoNotMatchFailsClearly) {
   EXPECT_TRUE(seen);
 }
 
+// Federated evaluation on Fashion-MNIST: three IID parties split the first 900 test images, so
+// that the workers' sample-weighted evaluation of round r's starting model is the coordinator's
+// own evaluation of round r - 1's model on those images.
+TEST(DatasetsTest, FederatedEvaluationOnThePartiesTestSharesMatchesTheCoordinators) {
+  TempDir dir("datasets-federated-eval");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions((dir.path() / "state").string()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread w1(address, "w1"), w2(address, "w2"), w3(address, "w3");
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(20)));
+  v1::JobSpec spec = SmallJob(3, 3, 3000);
+  spec.mutable_data()->set_max_test_samples(900);
+  spec.mutable_evaluation()->set_federated(true);
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 3);
+  for (int r = 0; r < 3; ++r) {
+    uint64_t samples = 0;
+    for (const auto& w : done.rounds(r).workers()) {
+      EXPECT_EQ(w.local_test_samples(), 300u) << w.worker_id() << ": a third of 900 test images";
+      samples += w.local_test_samples();
+    }
+    EXPECT_EQ(samples, 900u);
+    EXPECT_GT(done.rounds(r).federated_accuracy(), 0.0);
+  }
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_NEAR(done.rounds(r).federated_accuracy(), done.rounds(r - 1).test_accuracy(), 1e-9) << "round " << r + 1;
+    EXPECT_NEAR(done.rounds(r).federated_loss(), done.rounds(r - 1).test_loss(), 1e-4) << "round " << r + 1;
+  }
+}
+
 // The example job examples/breast-cancer-csv.toml on the data scripts/prepare-breast-cancer.sh
 // writes from python3-sklearn's copy, four workers, its first three rounds.
 TEST(DatasetsTest, TheBreastCancerCsvExampleTrains) {
