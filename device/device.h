@@ -207,9 +207,9 @@ class Device {
                                  const float* gradients, float* velocity, float* weights) = 0;
 
   // y += alpha * (a - b), elementwise over `count` elements; y may equal a or b. The
-  // client-side terms of federated algorithms on a flat gradient: FedProx's proximal term
-  // (a = the weights, b = the round's global weights, alpha = mu) and SCAFFOLD's correction
-  // (a = the server's control variate, b = the client's, alpha = 1).
+  // client-side terms of federated algorithms: FedProx's proximal term on a flat gradient
+  // (a = the weights, b = the round's global weights, alpha = mu) and SCAFFOLD's correction on
+  // the weights (a = the server's control variate, b = the client's, alpha = -lr).
   virtual void AddScaledDifference(int64_t count, float alpha, const float* a, const float* b, float* y) = 0;
 
   // *sum = sum of x[0..count) (one device float), accumulated in double where the backend can.

@@ -588,12 +588,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   header.set_local_steps(report.steps);
   header.set_step_normalizer(FedNovaNormalizer(report.steps, options.momentum));
   if (scaffold) {
-    // The client's variate moves to c_i+ = c_i - c + (x - y) / (K lr), K counted in effective
-    // steps under momentum (client_algorithms.h); its change travels beside the delta, and
-    // the coordinator keeps c_i for this seat.
+    // The client's variate moves to c_i+ = c_i - c + (x - y) / (K lr), K the steps taken
+    // (client_algorithms.h); its change travels beside the delta, and the coordinator keeps
+    // c_i for this seat.
     ASSIGN_OR_RETURN(ScaffoldClientStep step,
                      ScaffoldClientVariates(global, trained, sets[kServerControlSet], sets[kClientControlSet],
-                                            header.step_normalizer(), options.learning_rate));
+                                            static_cast<double>(report.steps), options.learning_rate));
     TensorSet stream;
     wire::AppendUpdateSet(wire::kDeltaSet, std::move(delta), options_.chunk_bytes, &header, &stream);
     wire::AppendUpdateSet(kControlDeltaSet, std::move(step.control_delta), options_.chunk_bytes, &header, &stream);

@@ -27,12 +27,9 @@ double FedNovaNormalizer(uint64_t local_steps, double momentum);
 // round's global model x, the client's model after training y, the server's control variate
 // c and the client's c_i, after K steps at `learning_rate`:
 //   c_i+ = c_i - c + (x - y) / (K lr),      control_delta = c_i+ - c_i.
-// `effective_steps` is K for plain SGD. With momentum rho, pass FedNovaNormalizer(K, rho):
-// the model then moves a_i lr times the mean corrected gradient, not K lr times, and dividing
-// by K would inflate c_i up to 1 / (1 - rho) times (ten at rho 0.9); since the correction
-// c - c_i goes through the momentum like the gradient it corrects, that inflation feeds on
-// itself and training diverges. With a_i, c_i estimates the client's gradient as the paper's
-// does, whatever the momentum.
+// `effective_steps` is K, the optimiser steps taken: the correction moves the weights outside
+// the optimiser's momentum (TrainOptions), K lr (c - c_i) in all, so that c_i+ estimates the
+// gradient as the momentum amplified it, as NIID-Bench's reference client computes it.
 // Computed in double, stored as float. All four sets must have the same layout (names,
 // shapes, order); InvalidArgument naming the set otherwise, or when the steps or lr are not
 // positive.

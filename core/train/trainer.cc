@@ -216,11 +216,14 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
         device.AddScaledDifference(parameter_count, options.proximal_mu, model.flat_parameters().f32(), anchor.f32(),
                                    gradients);
       }
-      if (corrected) {
-        device.AddScaledDifference(parameter_count, 1.0f, server_control.f32(), client_control.f32(), gradients);
-      }
       device.SgdMomentumUpdate(parameter_count, options.learning_rate, options.momentum, options.weight_decay,
                                model.flat_gradients().f32(), velocity.f32(), model.flat_parameters().f32());
+      if (corrected) {
+        // SCAFFOLD's correction moves the weights by -lr (c - c_i) after the optimiser's step,
+        // outside its momentum, as NIID-Bench's reference client does.
+        device.AddScaledDifference(parameter_count, -options.learning_rate, server_control.f32(), client_control.f32(),
+                                   model.flat_parameters().f32());
+      }
       float loss = 0.0f;
       RETURN_IF_ERROR(device.CopyDeviceToHost(batch.loss, 0, &loss, sizeof(float)));
       loss_sum += static_cast<double>(loss) * count;

@@ -53,15 +53,17 @@ struct TrainOptions {
   // gradient of the whole batch. A member whose slice is empty contributes zeros.
   uint32_t shard_index = 0;
   uint32_t shard_count = 1;
-  // Client-side terms of federated algorithms, added on the device (Device::AddScaledDifference)
-  // to each step's gradient after the gradient hook, so that the members of a site cohort add
-  // them alike to the gradient they synchronised, and before the optimiser step:
+  // Client-side terms of federated algorithms, on the device (Device::AddScaledDifference):
   //  - FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020):
-  //    proximal_mu * (w - w0), the gradient of mu/2 ||w - w0||^2, where w0 are the model's
+  //    proximal_mu * (w - w0), the gradient of mu/2 ||w - w0||^2, added to each step's
+  //    gradient after the gradient hook (so that the members of a site cohort add it alike to
+  //    the gradient they synchronised) and before the optimiser step; w0 are the model's
   //    parameters when TrainLocal starts (the round's global model). 0: off.
   //  - SCAFFOLD (Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
-  //    Learning", ICML 2020): server_control - client_control (c - c_i), each NumParameters()
-  //    floats in parameter order, borrowed for the call. Both null: off.
+  //    Learning", ICML 2020): after each optimiser step the weights move by
+  //    -learning_rate * (server_control - client_control), outside the momentum, as
+  //    NIID-Bench's client does; each NumParameters() floats in parameter order, borrowed for
+  //    the call. Both null: off.
   Augmentation augment;
   float proximal_mu = 0.0f;
   const std::vector<float>* server_control = nullptr;

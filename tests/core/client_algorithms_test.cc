@@ -60,12 +60,12 @@ struct TwoStepRun {
   std::vector<float> before, after;
   uint64_t steps = 0;
 };
-TwoStepRun TwoSteps(Device* device, TrainOptions options) {
+TwoStepRun TwoSteps(Device* device, TrainOptions options, float momentum = 0.0f) {
   auto model = TinyMlp(device);
   ConstantGradient gradient(1.0f);
   options.batch_size = 1;
   options.learning_rate = 0.5f;
-  options.momentum = 0.0f;
+  options.momentum = momentum;
   options.weight_decay = 0.0f;
   options.gradient_hook = &gradient;
   TwoStepRun run;
@@ -123,6 +123,13 @@ TEST_P(ClientTermsTest, TheControlVariatesCorrectEveryStep) {
   ASSERT_EQ(run.before.size(), n);
   EXPECT_NEAR(run.after[0], run.before[0] - 2.0f, 1e-6);
   for (size_t i = 1; i < n; ++i) ASSERT_NEAR(run.after[i], run.before[i] - 0.25f, 1e-6) << "parameter " << i;
+
+  // Under momentum the gradient's steps grow (v = 1, then 1.9) but the correction does not:
+  // w -= 0.5 (1 + 1.9) G + 2 x 0.5 (c - c_i), 2.45 for the first parameter (c - c_i = 1), 0.7
+  // for the others (c - c_i = -0.75).
+  const TwoStepRun momentum = TwoSteps(device_.get(), options, 0.9f);
+  EXPECT_NEAR(momentum.after[0], momentum.before[0] - 2.45f, 1e-5);
+  for (size_t i = 1; i < n; ++i) ASSERT_NEAR(momentum.after[i], momentum.before[i] - 0.7f, 1e-5) << "parameter " << i;
 
   // A variate of the wrong length, or one without the other, is refused before training.
   std::vector<float> short_control(n - 1, 0.0f);
