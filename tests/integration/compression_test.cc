@@ -107,6 +107,12 @@ TEST(CompressionJobTest, EachEncodingCommitsAndSendsFewerBytes) {
     accuracy[e.name] = last.test_accuracy();
     EXPECT_GT(last.test_accuracy(), first.test_accuracy()) << log;
   }
+  for (const Encoded& e : encodings) {
+    std::printf("%-8s %8llu update bytes a round (%.4f of float32), accuracy %.2f%% after %u rounds\n", e.name,
+                static_cast<unsigned long long>(round_upload[e.name]),
+                static_cast<double>(round_upload[e.name]) / static_cast<double>(round_upload["float32"]),
+                100 * accuracy[e.name], kRounds);
+  }
   // The ratios to float32, as docs/JOBS.md gives them: 1/2, 1/2, about 1/4, about 2%.
   const double float32 = static_cast<double>(round_upload["float32"]);
   EXPECT_DOUBLE_EQ(round_upload["float16"] / float32, 0.5);
