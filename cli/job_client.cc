@@ -78,11 +78,13 @@ std::string DescribeFailure(const Status& status, const std::string& address, co
   return message;
 }
 
+double Kibibytes(uint64_t bytes) { return static_cast<double>(bytes) / 1024.0; }
+
 std::string RoundHeader() {
-  return Format("%5s %8s %7s %7s %8s %9s %9s %8s %8s %8s %8s", "round", "accuracy", "loss", "clients", "select",
-                "distrib", "compute", "upload", "wait", "eval", "total") +
-         "\n" + Format("%5s %8s %7s %7s %8s %9s %9s %8s %8s %8s %8s", "", "", "", "", "ms", "ms", "ms max", "ms",
-                       "ms", "ms", "ms");
+  return Format("%5s %8s %7s %7s %8s %9s %9s %8s %8s %8s %8s %9s %9s", "round", "accuracy", "loss", "clients",
+                "select", "distrib", "compute", "upload", "wait", "eval", "total", "up", "down") +
+         "\n" + Format("%5s %8s %7s %7s %8s %9s %9s %8s %8s %8s %8s %9s %9s", "", "", "", "", "ms", "ms", "ms max",
+                       "ms", "ms", "ms", "ms", "KiB", "KiB");
 }
 
 // The round's federated evaluation, when its workers made one: "  federated 81.23% (N on K)".
@@ -101,10 +103,10 @@ std::string FederatedColumn(const v1::RoundRecord& r) {
 
 std::string RoundRow(const v1::RoundRecord& r) {
   const auto& l = r.latency();
-  return Format("%5u %7.2f%% %7.4f %3u/%-3u %8.1f %9.1f %9.1f %8.1f %8.1f %8.1f %8.1f", r.round(),
+  return Format("%5u %7.2f%% %7.4f %3u/%-3u %8.1f %9.1f %9.1f %8.1f %8.1f %8.1f %8.1f %9.1f %9.1f", r.round(),
                 100 * r.test_accuracy(), r.test_loss(), r.clients_reported(), r.clients_selected(), l.selection_ms(),
                 l.distribution_ms(), l.compute_ms_max(), l.upload_ms(), l.straggler_wait_ms(), l.evaluation_ms(),
-                l.total_ms()) +
+                l.total_ms(), Kibibytes(r.upload_bytes()), Kibibytes(r.download_bytes())) +
          FederatedColumn(r);
 }
 
@@ -185,7 +187,11 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
       << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n"
       << "rounds:    " << job.rounds_committed() << " of " << job.spec().rounds() << " committed\n"
       << "model:     " << job.spec().model().name() << ", " << job.spec().clients_per_round()
-      << " clients per round (min " << job.spec().min_clients() << ")\n";
+      << " clients per round (min " << job.spec().min_clients() << ")\n"
+      << "updates:   " << UpdateEncodingName(wire::JobUpdateEncoding(job.spec()))
+      << (wire::TopKFraction(job.spec()) > 0 ? Format(" (fraction %g, with error feedback)", wire::TopKFraction(job.spec()))
+                                             : std::string())
+      << "\n";
   if (response.rounds_size() > 0) {
     out << "\n" << RoundHeader() << "\n";
     for (const auto& r : response.rounds()) out << RoundRow(r) << "\n";
@@ -480,10 +486,12 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
         critical = i;
       }
     }
-    out << Format("round %u (attempt %u): %u/%u reported, %.2f%% accuracy, %.1f ms in all\n", r->round(),
-                  r->attempt(), r->clients_reported(), r->clients_selected(), 100 * r->test_accuracy(), l.total_ms());
-    out << Format("  %-22s %-18s %8s %10s %10s %10s %10s %10s\n", "WORKER", "OUTCOME", "SAMPLES", "DOWNLOAD", "LOAD",
-                  "COMPUTE", "UPLOAD", "REPORTED");
+    out << Format("round %u (attempt %u): %u/%u reported, %.2f%% accuracy, %.1f ms in all; %.1f KiB of updates "
+                  "accepted, %.1f KiB of models sent\n",
+                  r->round(), r->attempt(), r->clients_reported(), r->clients_selected(), 100 * r->test_accuracy(),
+                  l.total_ms(), Kibibytes(r->upload_bytes()), Kibibytes(r->download_bytes()));
+    out << Format("  %-22s %-18s %8s %10s %10s %10s %10s %10s %9s %9s\n", "WORKER", "OUTCOME", "SAMPLES", "DOWNLOAD",
+                  "LOAD", "COMPUTE", "UPLOAD", "REPORTED", "UP KiB", "DOWN KiB");
     for (int i = 0; i < r->workers_size(); ++i) {
       const auto& w = r->workers(i);
       std::string outcome = w.outcome().substr(0, 40);
@@ -491,9 +499,10 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
       if (w.outcome().rfind("dropped", 0) == 0) note = "  <- straggler, dropped";
       std::string name = w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)";
       const std::string reported = w.reported_ms() > 0 ? Format("%8.1fms", w.reported_ms()) : "-";
-      out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms %10s%s\n", name.c_str(), outcome.c_str(),
-                    static_cast<unsigned long long>(w.samples()), w.download_ms(), w.data_load_ms(), w.compute_ms(),
-                    w.upload_ms(), reported.c_str(), note.c_str());
+      out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms %10s %9.1f %9.1f%s\n", name.c_str(),
+                    outcome.c_str(), static_cast<unsigned long long>(w.samples()), w.download_ms(), w.data_load_ms(),
+                    w.compute_ms(), w.upload_ms(), reported.c_str(), Kibibytes(w.upload_bytes()),
+                    Kibibytes(w.download_bytes()), note.c_str());
     }
     if (critical >= 0) {
       const auto& w = r->workers(critical);

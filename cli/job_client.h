@@ -31,7 +31,7 @@ Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job
                      const PrintOptions& print = {});
 
 // Every worker of each committed round (or of round `round` alone): its outcome, samples,
-// download, compute and upload times, the slowest reporting worker marked as the round's
+// download, compute and upload times, its update's and model's bytes, the slowest reporting worker marked as the round's
 // critical path.
 Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                      std::ostream& out, const PrintOptions& print = {});

@@ -29,10 +29,11 @@ constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
     "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
-    "proximal_mu", "model", "data", "train", "server", "aggregation", "evaluation"};
+    "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "evaluation"};
 constexpr std::string_view kEvaluationKeys[] = {"federated"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
+constexpr std::string_view kCompressionKeys[] = {"encoding", "fraction"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
 constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
@@ -416,6 +417,42 @@ Status ReadAggregation(const toml::table& root, SpecReader& reader, v1::JobSpec*
   return Status::Ok();
 }
 
+// [compression]: how the workers' updates travel. `fraction` applies to "topk" alone; where
+// compression cannot apply (scaffold, top-k under a robust rule) ValidateJobSpec says so.
+Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
+  ASSIGN_OR_RETURN(const toml::table* table, reader.Table(root, "", "compression"));
+  if (table == nullptr) return Status::Ok();
+  RETURN_IF_ERROR(reader.CheckKeys(*table, "compression", kCompressionKeys));
+  std::string name = "float32";
+  RETURN_IF_ERROR(reader.String(*table, "compression", "encoding", &name));
+  name = Lowercase(name);
+  std::vector<std::string_view> names;
+  for (const auto& known : job_spec_names::kEncodings) names.push_back(known.name);
+  RETURN_IF_ERROR(CheckOneOf(reader, "compression.encoding", name, names));
+  const auto* known = std::find_if(std::begin(job_spec_names::kEncodings), std::end(job_spec_names::kEncodings),
+                                   [&](const auto& e) { return e.name == name; });
+  v1::UpdateCompressionSpec* out = spec->mutable_compression();
+  out->set_encoding(known->encoding);
+  if (known->encoding != v1::ENCODING_TOPK) {
+    if (reader.Has(*table, "compression", "fraction")) {
+      return reader.Error("compression.fraction", "applies to encoding \"topk\" only; encoding is \"" + name + "\"");
+    }
+    return Status::Ok();
+  }
+  double fraction = 0;
+  RETURN_IF_ERROR(reader.Number(*table, "compression", "fraction", &fraction));
+  if (!reader.Present("compression.fraction")) {
+    return reader.Error("compression.fraction",
+                        "is required for encoding \"topk\": the share of each tensor's entries sent, in (0, 1]");
+  }
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return reader.Error("compression.fraction", "must be in (0, 1] (the share of each tensor's entries sent), got " +
+                                                    SpecReader::ToText(fraction));
+  }
+  out->set_fraction(fraction);
+  return Status::Ok();
+}
+
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   v1::JobSpec spec;
   uint64_t u = 0;
@@ -699,6 +736,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
 
   RETURN_IF_ERROR(ReadServer(root, reader, &spec));
   RETURN_IF_ERROR(ReadAggregation(root, reader, &spec));
+  RETURN_IF_ERROR(ReadCompression(root, reader, &spec));
   // proximal_mu: FedProx's, and only FedProx's.
   double proximal_mu = 0.01;
   RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));

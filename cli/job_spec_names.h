@@ -23,6 +23,16 @@ inline constexpr KindName kPartitionKinds[] = {
     {"local-files", v1::PARTITION_LOCAL_FILES},
 };
 
+// [compression] encoding.
+struct EncodingName {
+  std::string_view name;
+  v1::Encoding encoding;
+};
+inline constexpr EncodingName kEncodings[] = {
+    {"float32", v1::ENCODING_FLOAT32}, {"float16", v1::ENCODING_FLOAT16}, {"bfloat16", v1::ENCODING_BFLOAT16},
+    {"int8", v1::ENCODING_INT8},       {"topk", v1::ENCODING_TOPK},
+};
+
 inline constexpr std::string_view kAdaptiveStrategies[] = {"fedadam", "fedyogi", "fedadagrad"};
 
 inline bool IsOneOf(const std::string& value, std::span<const std::string_view> names) {

@@ -60,6 +60,13 @@ std::string_view PartitionKindText(v1::PartitionKind kind) {
   return "iid";
 }
 
+std::string_view EncodingText(v1::Encoding encoding) {
+  for (const auto& e : job_spec_names::kEncodings) {
+    if (e.encoding == encoding) return e.name;
+  }
+  return "float32";
+}
+
 }  // namespace
 
 std::string JobSpecToToml(const v1::JobSpec& spec) {
@@ -154,6 +161,12 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
       out << "byzantine_clients = " << aggregation.byzantine_clients() << "\n";
       out << "selected = " << aggregation.selected() << "\n";
     }
+  }
+  if (spec.has_compression() && spec.compression().encoding() != v1::ENCODING_UNSPECIFIED) {
+    const v1::UpdateCompressionSpec& compression = spec.compression();
+    out << "\n[compression]\n";
+    out << "encoding = " << TomlString(std::string(EncodingText(compression.encoding()))) << "\n";
+    if (compression.encoding() == v1::ENCODING_TOPK) out << "fraction = " << TomlFloat(compression.fraction()) << "\n";
   }
   return out.str();
 }

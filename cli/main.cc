@@ -77,10 +77,11 @@ const std::vector<Command>& Commands() {
       {"submit", "JOB.toml", "check a job spec and submit it; prints the job's id", {"json"}, true},
       {"check", "JOB.toml", "check a job spec and print it as the coordinator will read it", {"json"}, false},
       {"jobs", "", "list jobs with their state, rounds and accuracy", {"json"}, true},
-      {"status", "JOB", "one job: state, every committed round, latency by phase", {"json"}, true},
+      {"status", "JOB", "one job: state, update encoding, every committed round (latency by\n"
+                        "phase, update and model KiB on the wire)", {"json"}, true},
       {"rounds", "JOB", "every worker of each committed round (--round R: one round): outcome,\n"
-                        "samples, download, compute and upload; the slowest worker named as the\n"
-                        "round's critical path, dropped stragglers marked", {"round", "json"}, true},
+                        "samples, download, compute and upload, update and model KiB; the slowest\n"
+                        "worker named as the round's critical path, dropped stragglers marked", {"round", "json"}, true},
       {"trace", "JOB -o FILE", "the committed rounds (--round R: one round) as a Chrome / Perfetto trace:\n"
                                "a track for the coordinator and one per worker, spans per phase, on\n"
                                "the coordinator's clock (open it in ui.perfetto.dev or chrome://tracing)",
@@ -91,7 +92,7 @@ const std::vector<Command>& Commands() {
                                     "graph (opset 13) of the job's model",
        {"round", "o", "json"}, true},
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
-                       "by phase), notes as they happen, then the final accuracy and a latency\n"
+                       "by phase, KiB on the wire), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts", {"json"}, true},
       {"cancel", "JOB", "cancel a running job", {"json"}, true},
       {"workers", "", "the workers sending heartbeats: state, when last seen, rounds, device\n"

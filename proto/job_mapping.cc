@@ -8,6 +8,7 @@
 
 #include "base/escape.h"
 #include "core/data/idx.h"
+#include "proto/update_envelope.h"
 
 namespace tessera::wire {
 
@@ -240,6 +241,40 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
   return Status::Ok();
 }
 
+// spec.compression: a known encoding, top-k's fraction where it applies, and no compression
+// where it cannot apply (docs/JOBS.md, "[compression]").
+Status ValidateCompression(const v1::JobSpec& s) {
+  const auto& c = s.compression();
+  auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
+    return InvalidArgumentError("spec.compression." + field + ": expected " + expected + ", got " + got);
+  };
+  auto encoding = ToUpdateEncoding(c.encoding());
+  if (!encoding.ok()) return bad("encoding", std::string("one of ") + kEncodingNames, std::to_string(c.encoding()));
+  if (*encoding == UpdateEncoding::kTopK) {
+    if (!(c.fraction() > 0 && c.fraction() <= 1)) {
+      return bad("fraction", "a number in (0, 1] for encoding \"topk\" (the share of each tensor sent)",
+                 Number(c.fraction()));
+    }
+  } else if (c.fraction() != 0) {
+    return bad("fraction", std::string("no value for encoding \"") + UpdateEncodingName(*encoding) +
+                               "\" (it applies to topk)",
+               Number(c.fraction()));
+  }
+  if (*encoding == UpdateEncoding::kFloat32) return Status::Ok();
+  const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
+  if (strategy == "scaffold") {
+    return bad("encoding", "\"float32\" for strategy \"scaffold\" (its control variates need the exact delta)",
+               std::string("\"") + UpdateEncodingName(*encoding) + "\"");
+  }
+  const std::string& rule = s.aggregation().rule();
+  if (*encoding == UpdateEncoding::kTopK && !rule.empty() && rule != "mean") {
+    return bad("encoding", "a dense encoding with aggregation rule " + Shown(rule) +
+                               " (a robust rule over sparse updates reads the entries a client did not send as 0)",
+               "\"topk\"");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateDataSpec(const v1::DataSpec& d) {
@@ -326,6 +361,15 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
                std::to_string(d.partition().labels_per_party()));
   }
   return Status::Ok();
+}
+
+UpdateEncoding JobUpdateEncoding(const v1::JobSpec& spec) {
+  auto encoding = ToUpdateEncoding(spec.compression().encoding());
+  return encoding.ok() ? *encoding : UpdateEncoding::kFloat32;
+}
+
+double TopKFraction(const v1::JobSpec& spec) {
+  return JobUpdateEncoding(spec) == UpdateEncoding::kTopK ? spec.compression().fraction() : 0;
 }
 
 Status ValidateJobSpec(const v1::JobSpec& s) {
@@ -467,6 +511,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                    (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
   }
   RETURN_IF_ERROR(ValidateAggregation(s, *parameters));
+  RETURN_IF_ERROR(ValidateCompression(s));
   const auto& p = s.data().partition();
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
   RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));

@@ -13,6 +13,7 @@
 #include "core/data/partition.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
+#include "core/update_codec.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::wire {
@@ -133,12 +134,23 @@ int64_t CoordinatorModelCopies(const v1::JobSpec& spec);
 // CoordinatorModelCopies), computed without building it. Errors as CountParameters.
 Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec);
 
+// How the job's workers encode their delta (spec.compression; unset: float32), and top-k's
+// fraction (0 for another encoding). Read on both sides: the worker encodes with them, the
+// coordinator refuses a "delta" set in any other encoding and sizes top-k's pairs by the
+// fraction. The spec must have passed ValidateJobSpec.
+UpdateEncoding JobUpdateEncoding(const v1::JobSpec& spec);
+double TopKFraction(const v1::JobSpec& spec);
+// The encodings a spec may name, for messages.
+inline constexpr char kEncodingNames[] = "\"float32\", \"float16\", \"bfloat16\", \"int8\" or \"topk\"";
+
 // Semantic checks of a spec however it arrived (the CLI checks the TOML; the coordinator
 // checks again, since any client may call it): every number within its range above, names
 // from their lists, strings bounded, the model's estimated memory within
 // kMaxModelMemoryBytes, options only where they apply (a server option of another strategy,
 // an aggregation option of another rule), Krum only where n > 2f + 2 holds for a round of
-// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes. Errors name the field and say what was expected: "spec.rounds:
+// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes, a compression that
+// applies (top-k's fraction in (0, 1] and set for top-k alone; no compression with scaffold;
+// no top-k with a robust rule). Errors name the field and say what was expected: "spec.rounds:
 // expected ..., got ..."; strings from the spec appear escaped and cut.
 Status ValidateJobSpec(const v1::JobSpec& spec);
 

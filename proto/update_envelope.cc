@@ -1,8 +1,9 @@
 #include "proto/update_envelope.h"
 
-#include <iterator>
+#include <algorithm>
 #include <set>
 
+#include "base/sha256.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::wire {
@@ -32,52 +33,90 @@ Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header
                                   std::to_string(set.name().size()));
     }
     if (!names.insert(set.name()).second) return InvalidArgumentError(what + ": set '" + name + "' appears twice");
-    const v1::Encoding encoding = set.encoding() == v1::ENCODING_UNSPECIFIED ? v1::ENCODING_FLOAT32 : set.encoding();
-    if (encoding != v1::ENCODING_FLOAT32) {
-      return InvalidArgumentError(what + ": set '" + name + "': encoding " + v1::Encoding_Name(encoding) +
-                                  " is not read by this coordinator; expected ENCODING_FLOAT32");
-    }
+    auto encoding = ToUpdateEncoding(set.encoding());
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + name + "'");
     v1::TensorSetInfo copy = set;
-    copy.set_encoding(encoding);
+    copy.set_encoding(ToWireEncoding(*encoding));
     sets.push_back(std::move(copy));
   }
   if (!names.count(kDeltaSet)) return InvalidArgumentError(what + ": no 'delta' set; an update must carry one");
   return sets;
 }
 
-v1::TensorManifest CombinedManifest(const std::vector<v1::TensorSetInfo>& sets) {
-  v1::TensorManifest combined;
-  uint64_t total = 0;
-  uint32_t chunk_bytes = 0;
-  for (const auto& set : sets) {
-    for (const auto& t : set.manifest().tensors()) *combined.add_tensors() = t;
-    total += set.manifest().total_bytes();
-    chunk_bytes = std::max(chunk_bytes, set.manifest().chunk_bytes());
+Result<UpdateEncoding> ToUpdateEncoding(v1::Encoding encoding) {
+  switch (encoding) {
+    case v1::ENCODING_UNSPECIFIED:
+    case v1::ENCODING_FLOAT32: return UpdateEncoding::kFloat32;
+    case v1::ENCODING_FLOAT16: return UpdateEncoding::kFloat16;
+    case v1::ENCODING_BFLOAT16: return UpdateEncoding::kBFloat16;
+    case v1::ENCODING_INT8: return UpdateEncoding::kInt8;
+    case v1::ENCODING_TOPK: return UpdateEncoding::kTopK;
+    default: break;
   }
-  combined.set_total_bytes(total);
-  combined.set_chunk_bytes(chunk_bytes);
-  return combined;
+  return InvalidArgumentError("encoding " + std::to_string(static_cast<int>(encoding)) +
+                              " is not one this build reads; expected ENCODING_FLOAT32, ENCODING_FLOAT16, "
+                              "ENCODING_BFLOAT16, ENCODING_INT8 or ENCODING_TOPK");
 }
 
-void AppendUpdateSet(const std::string& name, TensorSet tensors, uint32_t chunk_bytes, v1::UpdateHeader* header,
-                     TensorSet* stream) {
+v1::Encoding ToWireEncoding(UpdateEncoding encoding) {
+  switch (encoding) {
+    case UpdateEncoding::kFloat32: return v1::ENCODING_FLOAT32;
+    case UpdateEncoding::kFloat16: return v1::ENCODING_FLOAT16;
+    case UpdateEncoding::kBFloat16: return v1::ENCODING_BFLOAT16;
+    case UpdateEncoding::kInt8: return v1::ENCODING_INT8;
+    case UpdateEncoding::kTopK: return v1::ENCODING_TOPK;
+  }
+  return v1::ENCODING_FLOAT32;
+}
+
+v1::DType EncodedDType(UpdateEncoding encoding) {
+  switch (encoding) {
+    case UpdateEncoding::kFloat16: return v1::DTYPE_FLOAT16;
+    case UpdateEncoding::kBFloat16: return v1::DTYPE_BFLOAT16;
+    case UpdateEncoding::kInt8: return v1::DTYPE_INT8;
+    case UpdateEncoding::kFloat32:
+    case UpdateEncoding::kTopK: return v1::DTYPE_FLOAT32;
+  }
+  return v1::DTYPE_FLOAT32;
+}
+
+void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEncoding encoding, double fraction,
+                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream) {
   v1::TensorSetInfo* set = header->add_sets();
   set->set_name(name);
-  set->set_encoding(v1::ENCODING_FLOAT32);
-  *set->mutable_manifest() = BuildManifest(tensors, chunk_bytes);
-  stream->insert(stream->end(), std::make_move_iterator(tensors.begin()), std::make_move_iterator(tensors.end()));
+  set->set_encoding(ToWireEncoding(encoding));
+  v1::TensorManifest* manifest = set->mutable_manifest();
+  uint64_t total = 0;
+  for (const NamedTensor& t : tensors) {
+    std::string bytes = EncodeValues(encoding, t.values, fraction);
+    v1::TensorInfo* info = manifest->add_tensors();
+    info->set_name(t.name);
+    for (int64_t d : t.shape) info->add_shape(d);
+    info->set_dtype(EncodedDType(encoding));
+    info->set_byte_size(bytes.size());
+    info->set_sha256(Sha256Hex(bytes.data(), bytes.size()));
+    total += bytes.size();
+    stream->push_back(std::move(bytes));
+  }
+  manifest->set_total_bytes(total);
+  manifest->set_chunk_bytes(std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes));
 }
 
-std::map<std::string, TensorSet> SplitSets(TensorSet tensors, const std::vector<v1::TensorSetInfo>& sets) {
-  std::map<std::string, TensorSet> out;
-  size_t next = 0;
-  for (const auto& set : sets) {
-    TensorSet& part = out[set.name()];
-    for (int i = 0; i < set.manifest().tensors_size() && next < tensors.size(); ++i) {
-      part.push_back(std::move(tensors[next++]));
+Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
+                    const std::function<Status(const v1::TensorChunk&)>& emit) {
+  chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
+  v1::TensorChunk chunk;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& bytes = tensors[i];
+    for (size_t offset = 0; offset < bytes.size(); offset += chunk_bytes) {
+      const size_t n = std::min<size_t>(chunk_bytes, bytes.size() - offset);
+      chunk.set_tensor_index(static_cast<uint32_t>(i));
+      chunk.set_offset(offset);
+      chunk.set_data(bytes.data() + offset, n);
+      RETURN_IF_ERROR(emit(chunk));
     }
   }
-  return out;
+  return Status::Ok();
 }
 
 }  // namespace tessera::wire

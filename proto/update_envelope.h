@@ -4,15 +4,21 @@
 // chunks follow the header in set order, as one stream. A header without `sets` is an older
 // worker's: its `manifest` is the "delta" set in float32.
 //
+// Each set's tensors travel in the set's encoding (core/update_codec.h): its manifest keeps
+// the tensors' names and shapes, and gives the dtype, byte size and SHA-256 of the bytes as
+// sent. UpdateAssembler (proto/update_assembler.h) reads them back to float32.
+//
 // Shared by the coordinator and the worker, like the rest of proto/.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "core/tensor.h"
+#include "core/update_codec.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::wire {
@@ -20,21 +26,34 @@ namespace tessera::wire {
 inline constexpr char kDeltaSet[] = "delta";
 inline constexpr int kMaxUpdateSets = 8;
 
-// The sets `header` declares. Refuses a header with both `sets` and `manifest`, more than
-// kMaxUpdateSets sets, an empty, over-long or repeated name, no "delta" set, and an encoding
-// this build does not read (only float32 today), naming the set. `what` prefixes errors.
+// The bytes an upload's chunks carry: one string per tensor of the combined manifest, in order.
+using UpdateBytes = std::vector<std::string>;
+
+// The sets `header` declares, each with its encoding made explicit (UNSPECIFIED reads as
+// FLOAT32). Refuses a header with both `sets` and `manifest`, more than kMaxUpdateSets sets,
+// an empty, over-long or repeated name, no "delta" set, and an encoding this build does not
+// know, naming the set. `what` prefixes errors.
 Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header, const std::string& what);
 
-// One manifest over every set's tensors, in order: what the chunk stream carries.
-v1::TensorManifest CombinedManifest(const std::vector<v1::TensorSetInfo>& sets);
 
-// Adds set `name` to an update's envelope: its entry in header->sets (float32, the manifest of
-// `tensors` for chunks of `chunk_bytes`) and its tensors at the end of *stream, the one
-// TensorSet the upload's chunks carry. Add "delta" first.
-void AppendUpdateSet(const std::string& name, TensorSet tensors, uint32_t chunk_bytes, v1::UpdateHeader* header,
-                     TensorSet* stream);
+// The codec behind a wire encoding (UNSPECIFIED reads as FLOAT32); InvalidArgument for a
+// value this build does not know.
+Result<UpdateEncoding> ToUpdateEncoding(v1::Encoding encoding);
+v1::Encoding ToWireEncoding(UpdateEncoding encoding);
+// The dtype a tensor's manifest entry gives in `encoding` (top-k: FLOAT32, its values').
+v1::DType EncodedDType(UpdateEncoding encoding);
 
-// The assembled tensors of a combined manifest, cut back into their named sets.
-std::map<std::string, TensorSet> SplitSets(TensorSet tensors, const std::vector<v1::TensorSetInfo>& sets);
+// Adds set `name` to an update's envelope: its entry in header->sets (`encoding`, with
+// top-k's `fraction`; the manifest of the encoded bytes for chunks of `chunk_bytes`) and each
+// tensor's encoded bytes at the end of *stream, what the upload's chunks carry. Add "delta"
+// first.
+void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEncoding encoding, double fraction,
+                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream);
+
+// Calls `emit` once per chunk of `tensors` (each at most `chunk_bytes`, clamped to
+// kMaxChunkBytes), in order, tensor_index counting across the stream. Stops at the first
+// error `emit` returns and returns it.
+Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
+                    const std::function<Status(const v1::TensorChunk&)>& emit);
 
 }  // namespace tessera::wire

@@ -20,6 +20,11 @@ struct Families {
       "missed the deadline or left) and reason (none, clipped, norm, samples, layout, not_finite, failed, "
       "deadline, lost, other).",
       {"job", "outcome", "reason"});
+  metrics::CounterFamily& round_bytes = metrics::Global().Counter(
+      "tessera_round_bytes_total",
+      "Tensor bytes on the wire in committed rounds: direction=\"upload\", the accepted updates as encoded; "
+      "direction=\"download\", the models sent to the participants.",
+      {"job", "direction"});
   metrics::CounterFamily& stragglers = metrics::Global().Counter(
       "tessera_stragglers_total", "Selected workers dropped from a committed round at its deadline.", {"job"});
   metrics::GaugeFamily& communication = metrics::Global().Gauge(
@@ -82,6 +87,8 @@ void RecordRound(const v1::RoundRecord& r) {
       {"other", l.other_ms()},               {"total", l.total_ms()}};
   for (const auto& [phase, ms] : phases) f.phase.With({job, phase}).Observe(ms / 1000.0);
   f.committed.With({job}).Inc();
+  f.round_bytes.With({job, "upload"}).Inc(static_cast<double>(r.upload_bytes()));
+  f.round_bytes.With({job, "download"}).Inc(static_cast<double>(r.download_bytes()));
   if (l.total_ms() > 0) {
     f.communication.With({job}).Set((l.distribution_ms() + l.upload_ms()) / l.total_ms());
   }

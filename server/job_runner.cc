@@ -74,13 +74,19 @@ Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version, c
   return current_;
 }
 
-void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version) {
+void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version, uint64_t bytes) {
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
   }
-  if (round && round->model_version() == version) round->RecordDownload(worker_id);
+  if (round && round->model_version() == version) round->RecordDownload(worker_id, bytes);
+}
+
+std::pair<UpdateEncoding, double> JobRunner::DeltaEncoding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!round_) return {UpdateEncoding::kFloat32, 0.0};
+  return {round_->delta_encoding(), round_->topk_fraction()};
 }
 
 Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_id, const std::string& what) const {
@@ -138,7 +144,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
 }
 
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
-                               const std::map<std::string, TensorSet>& payload) {
+                               const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes) {
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -148,7 +154,7 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
   // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
   Status verdict;
   try {
-    verdict = round->Submit(header, delta, upload_ms, &payload);
+    verdict = round->Submit(header, delta, upload_ms, &payload, upload_bytes);
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
                             ": checking it failed: " + e.what());
@@ -487,6 +493,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
                                       wire::MaxUpdateNorm(spec),
                                       wire::ClipsToUpdateNorm(spec) ? Round::NormPolicy::kClip : Round::NormPolicy::kRefuse,
                                       clock_);
+  open->SetDeltaEncoding(wire::JobUpdateEncoding(spec), wire::TopKFraction(spec));
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;
     for (const auto& worker : client.members) members.emplace_back(worker, registry_->Generation(worker));

@@ -99,7 +99,8 @@ class JobRunner {
   Result<std::shared_ptr<const ModelVersion>> Model(uint64_t version, const std::string& worker_id = "") const;
   // The job has ended (succeeded, failed or cancelled) and released its memory.
   bool finished() const { return finished_.load(); }
-  void RecordDownload(const std::string& worker_id, uint64_t version);
+  // A download of model `version` finished, `bytes` of tensors sent (the round's record sums them).
+  void RecordDownload(const std::string& worker_id, uint64_t version, uint64_t bytes = 0);
   // The open round as a participant sees it.
   struct OpenRound {
     uint32_t round = 0;
@@ -115,9 +116,13 @@ class JobRunner {
   Status AdmitUpload(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
-  // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names).
+  // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
+  // `upload_bytes`: the update as it came on the wire (encoded).
   Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
-                      const std::map<std::string, TensorSet>& payload = {});
+                      const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0);
+  // How the open round expects "delta" sets encoded, and top-k's fraction (float32 and 0 when
+  // no round is open).
+  std::pair<UpdateEncoding, double> DeltaEncoding() const;
   // A selected worker could not train; it leaves the round now instead of at the deadline.
   Status ReportFailure(const v1::UpdateHeader& header);
   uint64_t model_bytes() const { return model_bytes_.load(); }

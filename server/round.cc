@@ -169,7 +169,17 @@ Status Round::CheckManifest(const v1::UpdateHeader& h) const {
   }
   // Every set has the model's layout: the delta and each of the strategy's sets.
   for (const auto& set : sets) {
-    const std::string in_set = set.name() == wire::kDeltaSet ? "" : " of set '" + set.name() + "'";
+    const bool delta = set.name() == wire::kDeltaSet;
+    const std::string in_set = delta ? "" : " of set '" + set.name() + "'";
+    // "delta" travels in the job's encoding, a strategy's own sets in float32.
+    const auto encoding = wire::ToUpdateEncoding(set.encoding());
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    const UpdateEncoding expected = delta ? delta_encoding_ : UpdateEncoding::kFloat32;
+    if (*encoding != expected) {
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is encoded " + UpdateEncodingName(*encoding) +
+                                  "; this job expects " + UpdateEncodingName(expected) +
+                                  (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
+    }
     const auto& tensors = set.manifest().tensors();
     if (static_cast<size_t>(tensors.size()) != global_->size()) {
       return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors" + in_set +
@@ -186,9 +196,10 @@ Status Round::CheckManifest(const v1::UpdateHeader& h) const {
         return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
                                     ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
       }
-      if (tensors[i].dtype() != v1::DTYPE_FLOAT32) {
-        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype FLOAT32, got " +
-                                    v1::DType_Name(tensors[i].dtype()));
+      if (tensors[i].dtype() != wire::EncodedDType(*encoding)) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype " +
+                                    v1::DType_Name(wire::EncodedDType(*encoding)) + " for " +
+                                    UpdateEncodingName(*encoding) + ", got " + v1::DType_Name(tensors[i].dtype()));
       }
     }
   }
@@ -205,8 +216,13 @@ void Round::Reject(const std::string& worker_id, const Status& why) {
   cv_.notify_all();
 }
 
+void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
+  delta_encoding_ = encoding;
+  topk_fraction_ = topk_fraction;
+}
+
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
-                     const std::map<std::string, TensorSet>* payload) {
+                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   Status valid = CheckSameLayout(*global_, delta, what);
@@ -264,6 +280,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     p.report.set_download_ms(h.download_ms());
     p.report.set_data_load_ms(h.data_load_ms());
     p.report.set_upload_ms(upload_ms);
+    p.report.set_upload_bytes(upload_bytes);
     p.report.set_reported_ms(MillisSince(dispatched_, clock_->Now()));
     p.report.set_train_loss(h.train_loss());
     if (h.eval_samples() > 0) {
@@ -338,10 +355,14 @@ Status Round::Fail(const v1::UpdateHeader& h) {
   return Status::Ok();
 }
 
-void Round::RecordDownload(const std::string& worker_id) {
+void Round::RecordDownload(const std::string& worker_id, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  download_bytes_ += bytes;
   auto it = participants_.find(worker_id);
-  if (it != participants_.end()) it->second.download_done = clock_->Now();
+  if (it != participants_.end()) {
+    it->second.download_done = clock_->Now();
+    it->second.report.set_download_bytes(it->second.report.download_bytes() + bytes);
+  }
 }
 
 bool Round::WaitAllReported(Clock::TimePoint until) {
@@ -424,11 +445,13 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   double eval_samples = 0, eval_accuracy_sum = 0, eval_loss_sum = 0;  // federated evaluation
   const Participant* critical = nullptr;  // the accepted report that arrived last
   double data_load_max = 0;
+  uint64_t upload_bytes = 0;
   for (const auto& [id, p] : participants_) {
     v1::WorkerRoundReport* report = record->add_workers();
     *report = p.report;
     if (p.download_done > dispatched_) report->set_download_done_ms(MillisSince(dispatched_, p.download_done));
     if (p.outcome != Outcome::kAccepted) continue;
+    upload_bytes += p.report.upload_bytes();
     if (critical == nullptr || p.report.reported_ms() > critical->report.reported_ms()) critical = &p;
     data_load_max = std::max(data_load_max, p.report.data_load_ms());
     compute.push_back(p.report.compute_ms());
@@ -446,6 +469,8 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   }
   record->set_clients_selected(static_cast<uint32_t>(participants_.size()));
   record->set_clients_reported(static_cast<uint32_t>(accepted_));
+  record->set_upload_bytes(upload_bytes);
+  record->set_download_bytes(download_bytes_);
   record->set_train_loss(samples ? loss_sum / static_cast<double>(samples) : 0);
   auto* latency = record->mutable_latency();
   latency->set_distribution_ms(distribution);

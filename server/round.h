@@ -24,6 +24,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "core/tensor.h"
+#include "core/update_codec.h"
 #include "server/strategy/strategy.h"
 #include "tessera/v1/job.pb.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -69,24 +70,33 @@ class Round {
   void AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
                       const std::string& cohort = "", uint64_t max_samples = UINT64_MAX);
   void MarkDispatched();
+  // How the job's "delta" sets must be encoded (spec.compression; float32 unless set), and
+  // top-k's fraction. Set before the round is dispatched; every other set stays float32.
+  void SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction);
+  UpdateEncoding delta_encoding() const { return delta_encoding_; }
+  double topk_fraction() const { return topk_fraction_; }
 
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
   // model version, a selected worker that has not reported yet, a positive sample count no
   // larger than its party.
   Status Admit(const v1::UpdateHeader& header) const;
   // Checks the upload's envelope before any tensor bytes are read: its sets (a "delta" set
-  // and every payload set the strategy reads, no other, each in an encoding this build reads)
-  // and each set's manifest against the global model's layout (names, shapes, dtypes).
+  // and every payload set the strategy reads, no other; "delta" in the job's encoding, every
+  // other set in float32) and each set's manifest against the global model's layout (names,
+  // shapes, and the dtype its encoding sends).
   // Admit also asks the strategy's aggregate about the header's claims (CheckClaims).
   Status CheckManifest(const v1::UpdateHeader& header) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to
   // it) and folds it into the aggregate. A refused update never touches the aggregate; its
-  // participant is marked rejected with the reason.
+  // participant is marked rejected with the reason. `upload_bytes`: the update's bytes as
+  // they came on the wire (encoded), for the round's record.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
-                const std::map<std::string, TensorSet>* payload = nullptr);
-  void RecordDownload(const std::string& worker_id);
+                const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0);
+  // A download of this round's model finished, `bytes` of tensors sent; any worker's (a
+  // cohort's members download too) counts in the round's download bytes.
+  void RecordDownload(const std::string& worker_id, uint64_t bytes = 0);
   // The worker reports that it cannot train this round; it is dropped with `reason`.
   Status Fail(const v1::UpdateHeader& header);
 
@@ -136,6 +146,8 @@ class Round {
   const double max_update_norm_;
   const NormPolicy norm_policy_;
   const Clock* const clock_;
+  UpdateEncoding delta_encoding_ = UpdateEncoding::kFloat32;  // set before dispatch
+  double topk_fraction_ = 0;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -147,6 +159,7 @@ class Round {
   size_t accepted_ = 0;
   double aggregation_ms_ = 0;
   std::vector<double> upload_ms_;
+  uint64_t download_bytes_ = 0;  // every download of this round's model, members' included
   bool interrupted_ = false;
   Clock::TimePoint dispatched_{};
   std::optional<Clock::TimePoint> quorum_at_;  // min_clients accepted

@@ -12,6 +12,7 @@
 #include "base/escape.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
+#include "proto/update_assembler.h"
 #include "proto/update_envelope.h"
 #include "server/coordinator.h"
 #include "server/coordinator_metrics.h"
@@ -29,7 +30,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
   // `admitted`: the caller's credential and the request's fields, checked by the service.
   DownloadReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest& request,
                   const Status& admitted, std::unique_ptr<StreamCounter::Slot> slot)
-      : ctx_(ctx), worker_id_(request.worker_id()), slot_(std::move(slot)) {
+      : ctx_(ctx), worker_id_(request.worker_id()), resume_offset_(request.resume_offset()), slot_(std::move(slot)) {
     if (!admitted.ok()) {
       Finish(ToGrpc(admitted));
       return;
@@ -98,8 +99,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
       StartWrite(&model_->chunks()[next_++]);
       return;
     }
-    runner_->RecordDownload(worker_id_, model_->version());
-    RecordDownloadBytes(worker_id_, model_->total_bytes());
+    const uint64_t sent = model_->total_bytes() - std::min<uint64_t>(resume_offset_, model_->total_bytes());
+    runner_->RecordDownload(worker_id_, model_->version(), sent);
+    RecordDownloadBytes(worker_id_, sent);
     End(grpc::Status::OK);
   }
 
@@ -119,6 +121,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
 
   grpc::CallbackServerContext* const ctx_;
   const std::string worker_id_;
+  const uint64_t resume_offset_;  // bytes the worker held already: not sent again
   const std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<JobRunner> runner_;
   std::shared_ptr<const ModelVersion> model_;  // kept alive until the download ends
@@ -242,9 +245,16 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       Refuse(sets.status());
       return false;
     }
-    sets_ = std::move(sets).value();
-    combined_ = wire::CombinedManifest(sets_);
-    budget_bytes_ = std::min<uint64_t>(combined_.total_bytes(), runner_->update_bytes());
+    // Each set is checked against its encoding's sizes now; its tensors take memory only as
+    // their chunks arrive, decoded to float32.
+    const double topk_fraction = runner_->DeltaEncoding().second;
+    assembler_ = std::make_unique<wire::UpdateAssembler>(what_, runner_->update_bytes(), topk_fraction);
+    if (Status started = assembler_->Start(*sets); !started.ok()) {
+      runner_->RejectUpload(header_, started);
+      Refuse(started);
+      return false;
+    }
+    budget_bytes_ = std::min<uint64_t>(assembler_->decoded_bytes(), runner_->update_bytes());
     return true;
   }
 
@@ -260,28 +270,23 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       End(ToGrpc(*expired));
       return;
     }
-    assembler_ = std::make_unique<wire::TensorAssembler>(what_, runner_->update_bytes());
-    if (Status started = assembler_->Start(combined_); !started.ok()) {
-      runner_->RejectUpload(header_, started);
-      Refuse(started);
-      return;
-    }
     StartRead(&message_);
   }
 
   void Complete() {
-    RecordUploadBytes(header_.worker_id(), assembler_->bytes_received());
-    Result<TensorSet> tensors = assembler_->Finish();
+    const uint64_t received = assembler_->bytes_received();
+    RecordUploadBytes(header_.worker_id(), received);
+    auto decoded = assembler_->Finish();
     const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    if (!tensors.ok()) {
-      runner_->RejectUpload(header_, tensors.status());
-      Refuse(tensors.status());
+    if (!decoded.ok()) {
+      runner_->RejectUpload(header_, decoded.status());
+      Refuse(decoded.status());
       return;
     }
-    std::map<std::string, TensorSet> sets = wire::SplitSets(std::move(tensors).value(), sets_);
+    std::map<std::string, TensorSet> sets = std::move(decoded).value();
     const TensorSet delta = std::move(sets[wire::kDeltaSet]);
     sets.erase(wire::kDeltaSet);
-    Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets);
+    Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received);
     if (!verdict.ok()) {
       Refuse(verdict);
       return;
@@ -325,12 +330,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   v1::UpdateHeader header_;
   std::shared_ptr<JobRunner> runner_;
   std::string what_;
-  std::vector<v1::TensorSetInfo> sets_;  // the envelope's sets, in chunk order
-  v1::TensorManifest combined_;          // every set's tensors, as the chunks carry them
   uint64_t budget_bytes_ = 0;            // taken from the upload budget once granted
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};
-  std::unique_ptr<wire::TensorAssembler> assembler_;
+  std::unique_ptr<wire::UpdateAssembler> assembler_;  // started once the header is admitted
   std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<StreamDeadline> deadline_;
 };

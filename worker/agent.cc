@@ -17,6 +17,7 @@
 #include "core/model/model.h"
 #include "core/train/client_algorithms.h"
 #include "core/train/trainer.h"
+#include "core/update_codec.h"
 #include "device/emulated/factory.h"
 #include "device/measure.h"
 #include "device/registry.h"
@@ -264,8 +265,8 @@ void WorkerAgent::TrainerLoop() {
       state_ = "training " + task.job_id() + " round " + std::to_string(task.round());
     }
     v1::UpdateHeader header;
-    TensorSet delta;
-    Status s = Train(task, &header, &delta, device_.get());
+    UpdateParts parts;
+    Status s = Train(task, &header, &parts, device_.get());
     if (!s.ok() && (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
       // fallback device class instead of giving up.
@@ -275,8 +276,8 @@ void WorkerAgent::TrainerLoop() {
                      task.round(), device_name(), s.message(), fallback);
         if (auto other = CreateDevice(fallback); other.ok()) {
           header.Clear();
-          delta.clear();
-          s = Train(task, &header, &delta, other->get());
+          parts.clear();
+          s = Train(task, &header, &parts, other->get());
         } else {
           s = other.status().WithContext("fallback device '" + fallback + "'");
         }
@@ -292,7 +293,7 @@ void WorkerAgent::TrainerLoop() {
       }
     } else if (task.cohort_rank() != 0) {
       spdlog::info("job {} round {}: trained my slice; the cohort's leader uploads", task.job_id(), task.round());
-    } else if (Status up = Upload(header, delta); !up.ok()) {
+    } else if (Status up = Upload(task, std::move(header), std::move(parts)); !up.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), up.ToString());
     }
     {
@@ -320,7 +321,7 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
   header.set_attempt(task.attempt());
   header.set_base_model_version(task.model_version());
   header.set_failure(why.ToString());
-  auto sent = client_->UploadUpdate(header, TensorSet(), options_.chunk_bytes);
+  auto sent = client_->UploadUpdate(header, wire::UpdateBytes(), options_.chunk_bytes);
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
@@ -467,7 +468,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::Tra
   return share;
 }
 
-Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, TensorSet* out_delta,
+Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, UpdateParts* out_parts,
                           Device* device) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   std::string worker_id, session;
@@ -493,7 +494,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   ASSIGN_OR_RETURN(auto data, TrainingShare(task));
   const double data_load_ms = MillisSince(load_start);
   if (!task.spec().model().trainer().empty()) {
-    return TrainExternally(task, global, *data, out_header, out_delta, download_ms, data_load_ms);
+    return TrainExternally(task, global, *data, out_header, out_parts, download_ms, data_load_ms);
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
@@ -594,10 +595,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     ASSIGN_OR_RETURN(ScaffoldClientStep step,
                      ScaffoldClientVariates(global, trained, sets[kServerControlSet], sets[kClientControlSet],
                                             static_cast<double>(report.steps), options.learning_rate));
-    TensorSet stream;
-    wire::AppendUpdateSet(wire::kDeltaSet, std::move(delta), options_.chunk_bytes, &header, &stream);
-    wire::AppendUpdateSet(kControlDeltaSet, std::move(step.control_delta), options_.chunk_bytes, &header, &stream);
-    delta = std::move(stream);
+    out_parts->emplace_back(wire::kDeltaSet, std::move(delta));
+    out_parts->emplace_back(kControlDeltaSet, std::move(step.control_delta));
+  } else {
+    out_parts->emplace_back(wire::kDeltaSet, std::move(delta));
   }
   IdentifyUpdate(task, worker_id, session, &header);
   if (local_eval) {
@@ -614,13 +615,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     header.set_cohort_size(task.cohort_size());
     header.set_collective_backend(std::string(communicator->backend_name()));
   }
-  *out_delta = std::move(delta);
   spdlog::info("{}: trained (loss {:.4f}, {:.0f} ms compute)", what, report.mean_loss, report.compute_ms);
   return Status::Ok();
 }
 
 Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
-                                    v1::UpdateHeader* out_header, TensorSet* out_delta, double download_ms,
+                                    v1::UpdateHeader* out_header, UpdateParts* out_parts, double download_ms,
                                     double data_load_ms) {
   const std::string& name = task.spec().model().trainer();
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
@@ -699,19 +699,53 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& 
   header.set_download_ms(download_ms);
   header.set_data_load_ms(data_load_ms);
   header.set_train_loss(result.loss);
-  *out_delta = std::move(delta);
+  out_parts->emplace_back(wire::kDeltaSet, std::move(delta));
   spdlog::info("{}: trained by '{}' (loss {:.4f}, {:.0f} ms; handing over {:.0f} ms, taking back {:.0f} ms)", what, name,
                result.loss, result.train_ms, result.handover_ms, result.takeback_ms);
   return Status::Ok();
 }
 
-Status WorkerAgent::Upload(const v1::UpdateHeader& header, const TensorSet& delta) {
+Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts) {
   const std::string what = "job " + header.job_id() + " round " + std::to_string(header.round());
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_ = "uploading " + what;
   }
-  ASSIGN_OR_RETURN(v1::UploadResult result, client_->UploadUpdate(header, delta, options_.chunk_bytes));
+  const UpdateEncoding encoding = wire::JobUpdateEncoding(task.spec());
+  const double fraction = wire::TopKFraction(task.spec());
+  const std::string seat = task.job_id() + "#" + std::to_string(task.party_index());
+  // Top-k's error feedback: the delta plus what this seat has not sent yet; `unsent` is what
+  // stays behind if the coordinator takes this update.
+  const bool feedback = encoding == UpdateEncoding::kTopK;
+  TensorSet unsent;
+  wire::UpdateBytes bytes;
+  for (auto& [name, tensors] : parts) {
+    const bool delta = name == wire::kDeltaSet;
+    if (delta && feedback) {
+      auto found = residuals_.find(seat);
+      if (found != residuals_.end() && CheckSameLayout(tensors, found->second, "residual").ok()) {
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          for (size_t j = 0; j < tensors[i].values.size(); ++j) tensors[i].values[j] += found->second[i].values[j];
+        }
+      }
+      unsent = tensors;
+      for (NamedTensor& t : unsent) t.values = EncodingResidual(encoding, t.values, fraction);
+    }
+    wire::AppendUpdateSet(name, tensors, delta ? encoding : UpdateEncoding::kFloat32, fraction, options_.chunk_bytes,
+                          &header, &bytes);
+  }
+  auto sent = client_->UploadUpdate(header, bytes, options_.chunk_bytes);
+  if (feedback) {
+    // Taken: what was not sent waits for the next round. Refused or not delivered: none of
+    // it reached the model, so the whole of it does.
+    const bool taken = sent.ok() && sent->accepted();
+    residuals_[seat] = taken ? std::move(unsent) : std::move(parts.front().second);
+    while (residuals_.size() > kMaxResiduals) {
+      residuals_.erase(residuals_.begin()->first == seat ? std::next(residuals_.begin()) : residuals_.begin());
+    }
+  }
+  if (!sent.ok()) return sent.status();
+  const v1::UploadResult& result = *sent;
   RecordUpdate(result.accepted());
   if (!result.accepted()) {
     ++updates_refused_;

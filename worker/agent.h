@@ -46,6 +46,9 @@ struct WorkerOptions {
   std::vector<TrainerCommand> trainers;
 };
 
+// An update before it is encoded: its named sets in upload order, "delta" first.
+using UpdateParts = std::vector<std::pair<std::string, TensorSet>>;
+
 class WorkerAgent {
  public:
   WorkerAgent(WorkerOptions options, std::unique_ptr<CoordinatorClient> client);
@@ -71,10 +74,15 @@ class WorkerAgent {
   void TrainerLoop();
   // Downloads the model (with the sets the task names) and trains on `device`, with the
   // client side of the job's strategy (FedProx's proximal term, SCAFFOLD's correction); fills
-  // the upload's header (local steps, FedNova's normaliser) and what it uploads: the delta,
-  // or for SCAFFOLD the header's sets "delta" and "control_delta" one after the other.
-  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, TensorSet* upload, Device* device);
-  Status Upload(const v1::UpdateHeader& header, const TensorSet& delta);
+  // the upload's header (local steps, FedNova's normaliser) and the sets it uploads, in
+  // float32: "delta", and for SCAFFOLD "control_delta" after it.
+  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, UpdateParts* upload, Device* device);
+  // Encodes `parts` into the header's envelope ("delta" in the job's [compression] encoding,
+  // every other set in float32) and uploads them. Top-k keeps error feedback: the residual of
+  // this job and seat is added to the delta before the entries are chosen, and what was not
+  // sent becomes the next residual once the coordinator accepts the update (refused or not
+  // delivered, none of it was applied: the whole of it is kept).
+  Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Status& why);
   // The samples this worker trains on for `task`: its party's share of the job's partition
@@ -119,9 +127,14 @@ class WorkerAgent {
   // archives through (made on first use, removed with the agent). Only the task thread.
   std::map<std::string, std::unique_ptr<ExternalTrainer>> external_;
   std::string external_dir_;
+  // Top-k's error feedback: what a job's seat ("JOB#PARTY") has not sent yet, in its delta's
+  // layout. In memory only (a restarted worker starts from zero); a seat not selected keeps
+  // its residual until its next round. Bounded to kMaxResiduals seats. Only the task thread.
+  static constexpr size_t kMaxResiduals = 8;
+  std::map<std::string, TensorSet> residuals_;
   // Trains `task` with its job's external trainer on `share`; fills what Train fills.
   Status TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
-                         v1::UpdateHeader* header, TensorSet* delta, double download_ms, double data_load_ms);
+                         v1::UpdateHeader* header, UpdateParts* upload, double download_ms, double data_load_ms);
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   std::thread trainer_;

@@ -127,18 +127,20 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return assembler.Finish();
   }
 
-  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& delta,
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
                                         uint32_t chunk_bytes) override {
+    if (header.sets_size() == 0 && !tensors.empty()) {
+      return InvalidArgumentError("upload: tensors without the header's sets that describe them");
+    }
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
     v1::UploadResult result;
     auto writer = stub_->UploadUpdate(&ctx, &result);
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
-    if (header.sets_size() == 0) *message.mutable_header()->mutable_manifest() = wire::BuildManifest(delta, chunk_bytes);
     bool open = writer->Write(message);
     if (open) {
-      Status sent = wire::ForEachChunk(delta, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+      Status sent = wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
         v1::UpdateChunkMessage m;
         *m.mutable_chunk() = chunk;
         if (!writer->Write(m)) return CancelledError("the coordinator closed the upload");

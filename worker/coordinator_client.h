@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "core/tensor.h"
 #include "proto/transport_security.h"
+#include "proto/update_envelope.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::worker {
@@ -27,10 +28,10 @@ class CoordinatorClient {
   virtual void CancelTaskChannel() = 0;
   // The model of request.model_version(), reassembled from its chunks and hash-checked.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) = 0;
-  // Streams the header then the chunks of `tensors`; returns the coordinator's verdict. A
-  // header without sets: `tensors` is the delta, and its manifest is filled in here. A header
-  // with sets (wire::AppendUpdateSet): `tensors` holds every set's, in set order.
-  virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& tensors,
+  // Streams the header then the chunks of `tensors`; returns the coordinator's verdict. The
+  // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
+  // in set order; a failure header comes with no tensors.
+  virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
                                                 uint32_t chunk_bytes) = 0;
   // The coordinator's rendezvous store, for site cohorts. Get waits up to request.wait_ms.
   virtual Status StoreSet(const v1::StoreRequest& request) = 0;

@@ -55,6 +55,8 @@ function el(tag, text, cls) {
 }
 
 function fmt(ms) { return ms >= 10000 ? (ms / 1000).toFixed(1) + " s" : ms.toFixed(1) + " ms"; }
+// Bytes as the JSON gives them (a uint64 is a string) in KiB.
+function kib(bytes) { return (Number(bytes || 0) / 1024).toFixed(1) + " KiB"; }
 
 function ago(unixMs) {
   if (!unixMs) return "-";
@@ -134,12 +136,17 @@ function renderStats(rounds) {
     box.append(s);
   }
   box.append(el("span", "over " + steady.length + " of " + rounds.length + " rounds (warm-up left out)", "muted"));
+  const last = rounds[rounds.length - 1];
+  const wire = el("span");
+  wire.append(el("span", "last round on the wire: updates "), el("b", kib(last.upload_bytes)), el("span", ", models "),
+              el("b", kib(last.download_bytes)));
+  box.append(wire);
   const comm = steady.map((r) => (r.latency.distribution_ms + r.latency.upload_ms) / Math.max(1e-9, r.latency.total_ms));
   const share = comm.sort((a, b) => a - b)[Math.floor(comm.length / 2)];
   if (share > COMMUNICATION_WARNING) {
     warning.hidden = false;
     warning.textContent = "Communication is " + (100 * share).toFixed(0) + "% of a median round (distribution and upload), over the " +
-      (100 * COMMUNICATION_WARNING) + "% past which compute waits on the network: fewer, larger rounds (more local epochs) or a smaller model update would help.";
+      (100 * COMMUNICATION_WARNING) + "% past which compute waits on the network: fewer, larger rounds (more local epochs) or a smaller model update ([compression] in the job) would help.";
   }
 }
 

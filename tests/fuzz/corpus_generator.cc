@@ -1,7 +1,7 @@
 // Writes the fuzzers' seed corpora: a handful of valid and nearly valid inputs per target,
 // made with the encoders the decoders are meant to read (BuildManifest, ForEachChunk,
-// EncodeCheckpoint, JobSpecToToml, WriteMaybeGzipFile), so that they follow the formats as
-// they change. The output is committed under tests/fuzz/corpus/<target>/.
+// AppendUpdateSet, EncodeCheckpoint, JobSpecToToml, WriteMaybeGzipFile), so that they follow
+// the formats as they change. The output is committed under tests/fuzz/corpus/<target>/.
 //
 //   fuzz_corpus_generator SOURCE_DIR OUT_DIR
 // SOURCE_DIR is the repository (its examples/*.toml seed the job spec targets).
@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "cli/job_spec.h"
 #include "core/data/idx.h"
 #include "fuzz_records.h"
@@ -63,6 +64,15 @@ TensorSet SmallModel() {
 std::vector<std::string> Chunks(const TensorSet& tensors, uint32_t chunk_bytes) {
   std::vector<std::string> chunks;
   (void)wire::ForEachChunk(tensors, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+    chunks.push_back(chunk.SerializeAsString());
+    return Status::Ok();
+  });
+  return chunks;
+}
+
+std::vector<std::string> EncodedChunks(const wire::UpdateBytes& tensors, uint32_t chunk_bytes) {
+  std::vector<std::string> chunks;
+  (void)wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
     chunks.push_back(chunk.SerializeAsString());
     return Status::Ok();
   });
@@ -133,6 +143,24 @@ void UpdateEnvelopeCorpus(const fs::path& dir) {
   v1::UpdateHeader mixed = sets;
   *mixed.mutable_manifest() = wire::BuildManifest(delta, 32);
   WriteFile(dir / "manifest_and_sets", Transfer(mixed.SerializeAsString(), Chunks(both, 32)));
+
+  // Each encoding (the fuzzer reads top-k at a fraction of 0.25), and top-k pairs that the
+  // decoder must refuse under a hash that matches them.
+  for (const auto& [name, encoding] : {std::pair<const char*, UpdateEncoding>{"float16", UpdateEncoding::kFloat16},
+                                       {"bfloat16", UpdateEncoding::kBFloat16},
+                                       {"int8", UpdateEncoding::kInt8},
+                                       {"topk", UpdateEncoding::kTopK}}) {
+    v1::UpdateHeader encoded = legacy;
+    encoded.clear_manifest();
+    wire::UpdateBytes bytes;
+    wire::AppendUpdateSet(wire::kDeltaSet, delta, encoding, 0.25, 8, &encoded, &bytes);
+    WriteFile(dir / (std::string("valid_") + name), Transfer(encoded.SerializeAsString(), EncodedChunks(bytes, 8)));
+    if (encoding != UpdateEncoding::kTopK) continue;
+    std::string& pairs = bytes[0];  // fc1.weight: 3 pairs
+    std::swap_ranges(pairs.begin(), pairs.begin() + 4, pairs.begin() + 8);  // indices out of order
+    encoded.mutable_sets(0)->mutable_manifest()->mutable_tensors(0)->set_sha256(Sha256Hex(pairs.data(), pairs.size()));
+    WriteFile(dir / "topk_indices_out_of_order", Transfer(encoded.SerializeAsString(), EncodedChunks(bytes, 8)));
+  }
 }
 
 void CheckpointCorpus(const fs::path& dir) {

@@ -13,6 +13,7 @@
 #include "proto/tensor_transfer.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
+#include "proto/update_envelope.h"
 #include "worker/coordinator_client.h"
 
 namespace tessera::testing {
@@ -101,7 +102,9 @@ class RogueWorker {
     header.set_attempt(task.attempt());
     header.set_base_model_version(task.model_version());
     header.set_samples(100);
-    auto result = client_->UploadUpdate(header, delta, 1 << 20);
+    wire::UpdateBytes bytes;
+    wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
+    auto result = client_->UploadUpdate(header, bytes, 1 << 20);
     EXPECT_TRUE(result.ok()) << result.status().ToString();
     std::lock_guard<std::mutex> lock(mu_);
     results_.push_back(*result);

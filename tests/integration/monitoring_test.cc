@@ -128,6 +128,15 @@ TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
   EXPECT_EQ(Value(text, "tessera_worker_compute_seconds_count{worker=\"m1\"}"), 2) << text;
   EXPECT_GT(Value(text, "tessera_worker_download_bytes_total{worker=\"m1\"}"), 0) << text;
   EXPECT_GT(Value(text, "tessera_worker_upload_bytes_total{worker=\"m2\"}"), 0) << text;
+  // The committed rounds' bytes on the wire, as their records give them.
+  double uploaded = 0, downloaded = 0;
+  for (const auto& r : done.rounds()) {
+    uploaded += static_cast<double>(r.upload_bytes());
+    downloaded += static_cast<double>(r.download_bytes());
+  }
+  EXPECT_GT(uploaded, 0);
+  EXPECT_EQ(Value(text, "tessera_round_bytes_total{" + job_label + ",direction=\"upload\"}"), uploaded) << text;
+  EXPECT_EQ(Value(text, "tessera_round_bytes_total{" + job_label + ",direction=\"download\"}"), downloaded) << text;
   EXPECT_EQ(Value(text, "tessera_workers{state=\"alive\"}"), 2) << text;
   EXPECT_GE(Value(text, "tessera_jobs{state=\"succeeded\"}"), 1) << text;
   const double share = Value(text, "tessera_round_communication_ratio{" + job_label + "}");

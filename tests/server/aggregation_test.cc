@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "proto/tensor_transfer.h"
+#include "proto/update_assembler.h"
 #include "proto/update_envelope.h"
 #include "server/round.h"
 #include "server/strategy/strategy.h"
@@ -280,7 +281,11 @@ TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
   EXPECT_NE(s.message().find("set 'control' is not one this job's strategy reads; expected 'delta'"), std::string::npos)
       << s.message();
   s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_INT8}}));
-  EXPECT_NE(s.message().find("set 'delta': encoding ENCODING_INT8 is not read"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("set 'delta' is encoded int8; this job expects float32"), std::string::npos)
+      << s.message();
+  s = round_->CheckManifest(with_sets({{"delta", static_cast<v1::Encoding>(9)}}));
+  EXPECT_NE(s.message().find("set 'delta': encoding 9 is not one this build reads"), std::string::npos)
+      << s.message();
   s = round_->CheckManifest(with_sets({{"control", v1::ENCODING_FLOAT32}}));
   EXPECT_NE(s.message().find("no 'delta' set"), std::string::npos) << s.message();
   s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_FLOAT32}, {"delta", v1::ENCODING_FLOAT32}}));
@@ -291,23 +296,79 @@ TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
   EXPECT_NE(s.message().find("both 'manifest' and 'sets'"), std::string::npos) << s.message();
 }
 
+// A job with [compression]: its delta must come in the job's encoding, and the record counts
+// the bytes of the accepted updates as they came and of every model download.
+TEST_F(RoundTest, TheDeltaMustComeInTheJobsEncodingAndItsBytesAreRecorded) {
+  round_->SetDeltaEncoding(UpdateEncoding::kInt8, 0);
+  auto encoded = [&](UpdateEncoding encoding) {
+    v1::UpdateHeader h = Header("w1");
+    wire::UpdateBytes bytes;
+    wire::AppendUpdateSet(wire::kDeltaSet, *global_, encoding, 0.5, 1 << 20, &h, &bytes);
+    return h;
+  };
+  EXPECT_TRUE(round_->CheckManifest(encoded(UpdateEncoding::kInt8)).ok());
+  for (UpdateEncoding other : {UpdateEncoding::kFloat32, UpdateEncoding::kFloat16, UpdateEncoding::kTopK}) {
+    Status s = round_->CheckManifest(encoded(other));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find(std::string("set 'delta' is encoded ") + UpdateEncodingName(other) +
+                               "; this job expects int8 (its [compression] encoding)"),
+              std::string::npos)
+        << s.message();
+  }
+  // An older worker's manifest alone is a float32 delta: refused too.
+  v1::UpdateHeader legacy = Header("w1");
+  *legacy.mutable_manifest() = wire::BuildManifest(*global_);
+  EXPECT_NE(round_->CheckManifest(legacy).message().find("is encoded float32; this job expects int8"), std::string::npos);
+  // A header whose dtype is not its encoding's.
+  v1::UpdateHeader dtype = encoded(UpdateEncoding::kInt8);
+  dtype.mutable_sets(0)->mutable_manifest()->mutable_tensors(0)->set_dtype(v1::DTYPE_FLOAT32);
+  EXPECT_NE(round_->CheckManifest(dtype).message().find("tensor 'w': expected dtype DTYPE_INT8 for int8, got DTYPE_FLOAT32"),
+            std::string::npos)
+      << round_->CheckManifest(dtype).message();
+
+  round_->RecordDownload("w1", 100);
+  round_->RecordDownload("w2", 100);
+  round_->RecordDownload("member-of-a-cohort", 100);  // not a participant's leader: counted in the round's total
+  ASSERT_TRUE(round_->Submit(Header("w1"), Layout(0, 0, 0), 1, nullptr, 19).ok());
+  ASSERT_TRUE(round_->Submit(Header("w2"), Layout(0, 0, 0), 1, nullptr, 23).ok());
+  ASSERT_FALSE(round_->Submit(Header("w3"), Layout(0, std::numeric_limits<float>::quiet_NaN(), 0), 1, nullptr, 29).ok());
+  round_->Close("done");
+  v1::RoundRecord record;
+  round_->FillRecord(&record);
+  EXPECT_EQ(record.upload_bytes(), 19u + 23u);  // the refused update's bytes are not counted
+  EXPECT_EQ(record.download_bytes(), 300u);
+  for (const auto& w : record.workers()) {
+    if (w.worker_id() == "w1") {
+      EXPECT_EQ(w.upload_bytes(), 19u);
+      EXPECT_EQ(w.download_bytes(), 100u);
+    }
+    if (w.worker_id() == "w3") {
+      EXPECT_EQ(w.upload_bytes(), 29u);  // received in full, then refused
+      EXPECT_EQ(w.download_bytes(), 0u);
+    }
+  }
+}
+
 TEST(UpdateEnvelopeTest, SetsTravelAsOneChunkStreamAndComeApartByName) {
   const TensorSet delta = Layout(1, 2, 3);
   const TensorSet control = {{"c", {3}, {7, 8, 9}}};
-  std::vector<v1::TensorSetInfo> sets(2);
-  sets[0].set_name("delta");
-  *sets[0].mutable_manifest() = wire::BuildManifest(delta);
-  sets[1].set_name("control");
-  *sets[1].mutable_manifest() = wire::BuildManifest(control);
-  const v1::TensorManifest combined = wire::CombinedManifest(sets);
-  ASSERT_EQ(combined.tensors_size(), 3);
-  EXPECT_EQ(combined.total_bytes(), 6u * sizeof(float));
-  TensorSet all = delta;
-  all.push_back(control[0]);
-  auto split = wire::SplitSets(all, sets);
-  ASSERT_EQ(split.size(), 2u);
-  EXPECT_EQ(TensorSetSha256(split["delta"]), TensorSetSha256(delta));
-  EXPECT_EQ(TensorSetSha256(split["control"]), TensorSetSha256(control));
+  v1::UpdateHeader header;
+  wire::UpdateBytes stream;
+  wire::AppendUpdateSet("delta", delta, UpdateEncoding::kFloat32, 0, 8, &header, &stream);
+  wire::AppendUpdateSet("control", control, UpdateEncoding::kFloat32, 0, 8, &header, &stream);
+  ASSERT_EQ(header.sets_size(), 2);
+  ASSERT_EQ(stream.size(), 3u);
+  EXPECT_EQ(header.sets(0).manifest().total_bytes(), 3u * sizeof(float));
+  auto sets = wire::UpdateSets(header, "update");
+  ASSERT_TRUE(sets.ok()) << sets.status().ToString();
+  wire::UpdateAssembler assembler("update", 1 << 20, 0);
+  ASSERT_TRUE(assembler.Start(*sets).ok());
+  ASSERT_TRUE(wire::ForEachChunk(stream, 8, [&](const v1::TensorChunk& chunk) { return assembler.Add(chunk); }).ok());
+  auto split = assembler.Finish();
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  ASSERT_EQ(split->size(), 2u);
+  EXPECT_EQ(TensorSetSha256((*split)["delta"]), TensorSetSha256(delta));
+  EXPECT_EQ(TensorSetSha256((*split)["control"]), TensorSetSha256(control));
 }
 
 TEST_F(RoundTest, LostWorkersAreDroppedAtOnce) {

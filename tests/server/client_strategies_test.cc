@@ -270,9 +270,11 @@ TEST(ScaffoldStrategyTest, TheRoundWantsTheVariatesSetWithTheModelsLayout) {
     h.set_round(1);
     h.set_attempt(1);
     h.set_samples(5);
-    TensorSet stream;
-    wire::AppendUpdateSet("delta", *global, 1 << 20, &h, &stream);
-    if (!control.empty()) wire::AppendUpdateSet("control_delta", control, 1 << 20, &h, &stream);
+    wire::UpdateBytes stream;
+    wire::AppendUpdateSet("delta", *global, UpdateEncoding::kFloat32, 0, 1 << 20, &h, &stream);
+    if (!control.empty()) {
+      wire::AppendUpdateSet("control_delta", control, UpdateEncoding::kFloat32, 0, 1 << 20, &h, &stream);
+    }
     return h;
   };
   Status missing = round.CheckManifest(header({}));

@@ -14,6 +14,7 @@
 #include "core/train/client_algorithms.h"
 #include "device/registry.h"
 #include "proto/job_mapping.h"
+#include "proto/update_assembler.h"
 #include "worker/agent.h"
 
 namespace tessera::worker {
@@ -71,7 +72,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<v1::UpdateHeader> uploads;
-    std::vector<TensorSet> uploaded;  // each upload's tensors, in the order of `uploads`
+    std::vector<TensorSet> uploaded;  // each upload's tensors decoded, every set's in order, as `uploads`
+    std::vector<uint64_t> uploaded_bytes;  // each upload's bytes as sent
+    double topk_fraction = 0;              // the job's, to read top-k sets
     std::vector<v1::JoinRequest> joins;
     bool cancelled = false;
   };
@@ -119,10 +122,26 @@ class ScriptedCoordinator final : public CoordinatorClient {
     download.insert(download.end(), download_sets_.begin(), download_sets_.end());
     return download;
   }
-  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const TensorSet& tensors, uint32_t) override {
+  // Read back as the coordinator reads it (proto/update_assembler.h).
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
+                                        uint32_t chunk_bytes) override {
     std::lock_guard<std::mutex> lock(shared_->mu);
+    TensorSet decoded;
+    uint64_t bytes = 0;
+    if (header.failure().empty()) {
+      ASSIGN_OR_RETURN(auto sets, wire::UpdateSets(header, "upload"));
+      wire::UpdateAssembler assembler("upload", 1 << 30, shared_->topk_fraction);
+      RETURN_IF_ERROR(assembler.Start(sets));
+      RETURN_IF_ERROR(wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& c) { return assembler.Add(c); }));
+      ASSIGN_OR_RETURN(auto by_name, assembler.Finish());
+      for (const auto& set : sets) {
+        for (NamedTensor& t : by_name[set.name()]) decoded.push_back(std::move(t));
+      }
+      bytes = assembler.bytes_received();
+    }
     shared_->uploads.push_back(header);
-    shared_->uploaded.push_back(tensors);
+    shared_->uploaded.push_back(std::move(decoded));
+    shared_->uploaded_bytes.push_back(bytes);
     shared_->cv.notify_all();
     v1::UploadResult result;
     result.set_accepted(true);
@@ -287,6 +306,49 @@ TEST_F(AgentTest, AnEmulatedDeviceIsNotPacedByDefault) {
   Start({}, {}, options);
   const v1::JoinRequest join = Joined();
   EXPECT_EQ(join.device().properties().at("pace_real_time"), "false");
+}
+
+// [compression]: the delta travels in the job's encoding. Top-k sends k = ceil(fraction x n)
+// entries of each tensor (every other one reads back as 0) and at most about 8/4 x fraction
+// of float32's bytes; int8 a quarter of them plus a scale per tensor.
+TEST_F(AgentTest, TheDeltaTravelsInTheJobsEncoding) {
+  shared_->topk_fraction = 0.1;
+  v1::Task topk = Train(1, 1);
+  topk.mutable_train()->mutable_spec()->mutable_compression()->set_encoding(v1::ENCODING_TOPK);
+  topk.mutable_train()->mutable_spec()->mutable_compression()->set_fraction(0.1);
+  v1::Task int8 = Train(1, 1, "job-2");
+  int8.mutable_train()->mutable_spec()->mutable_compression()->set_encoding(v1::ENCODING_INT8);
+  Start({topk, int8});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  const TensorSet model = ScriptedCoordinator({}, shared_).model();
+  uint64_t model_bytes = 0, elements = 0;
+  for (const NamedTensor& t : model) {
+    model_bytes += t.ByteSize();
+    elements += t.values.size();
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  ASSERT_EQ(shared_->uploads.size(), 2u);
+  ASSERT_EQ(shared_->uploads[0].sets_size(), 1);
+  EXPECT_EQ(shared_->uploads[0].sets(0).encoding(), v1::ENCODING_TOPK);
+  const TensorSet& sparse = shared_->uploaded[0];
+  ASSERT_EQ(sparse.size(), model.size());
+  uint64_t sent = 0;
+  for (const NamedTensor& t : sparse) {
+    const auto nonzero = std::count_if(t.values.begin(), t.values.end(), [](float v) { return v != 0; });
+    EXPECT_LE(static_cast<uint64_t>(nonzero), TopKCount(t.values.size(), 0.1)) << t.name;
+    EXPECT_GT(nonzero, 0) << t.name << ": the worker sent nothing of it";
+    sent += TopKCount(t.values.size(), 0.1);
+  }
+  EXPECT_EQ(shared_->uploaded_bytes[0], sent * 8);
+  EXPECT_LT(shared_->uploaded_bytes[0], model_bytes / 4);  // 10% of the entries at 8 bytes each, plus rounding up
+  EXPECT_EQ(shared_->uploads[1].sets(0).encoding(), v1::ENCODING_INT8);
+  EXPECT_EQ(shared_->uploaded_bytes[1], elements + 4 * model.size());
+  double largest = 0;
+  for (const NamedTensor& t : shared_->uploaded[1]) {
+    for (float v : t.values) largest = std::max(largest, std::fabs(double(v)));
+  }
+  EXPECT_GT(largest, 0.0) << "the int8 delta reads back as zero";
 }
 
 }  // namespace

@@ -1,0 +1,154 @@
+#include "proto/update_assembler.h"
+
+#include "base/escape.h"
+#include "base/sha256.h"
+#include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
+
+namespace tessera::wire {
+
+UpdateAssembler::UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction)
+    : what_(std::move(what)), max_decoded_bytes_(max_decoded_bytes), topk_fraction_(topk_fraction) {}
+
+std::string UpdateAssembler::Names(const Pending& pending) const {
+  return "set '" + set_names_[pending.set] + "', tensor " + QuoteUntrusted(pending.tensor.name);
+}
+
+Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
+  if (started_) return InvalidArgumentError(what_ + ": a second envelope arrived");
+  const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
+  for (const v1::TensorSetInfo& set : sets) {
+    const std::string set_name = "set '" + set.name().substr(0, 64) + "'";
+    auto known = ToUpdateEncoding(set.encoding());
+    if (!known.ok()) return known.status().WithContext(what_ + ": " + set_name);
+    const UpdateEncoding encoding = *known;
+    if (encoding == UpdateEncoding::kTopK && !(topk_fraction_ > 0 && topk_fraction_ <= 1)) {
+      return InvalidArgumentError(what_ + ": " + set_name + " is top-k encoded, but the job sends no top-k updates");
+    }
+    set_names_.push_back(set.name().substr(0, 64));
+    uint64_t set_total = 0;
+    for (const v1::TensorInfo& info : set.manifest().tensors()) {
+      Pending pending;
+      pending.set = set_names_.size() - 1;
+      pending.encoding = encoding;
+      pending.tensor.name = info.name();
+      const std::string where = what_ + ": " + Names(pending);
+      if (info.dtype() != EncodedDType(encoding)) {
+        return InvalidArgumentError(where + ": expected dtype " + v1::DType_Name(EncodedDType(encoding)) + " for " +
+                                    UpdateEncodingName(encoding) + ", got " + v1::DType_Name(info.dtype()));
+      }
+      bool empty = false;
+      for (int64_t d : info.shape()) {
+        if (d < 0) return InvalidArgumentError(where + " has a negative dimension");
+        pending.tensor.shape.push_back(d);
+        empty |= d == 0;
+      }
+      // Bounded while it is multiplied, so that hostile dimensions cannot wrap it around.
+      uint64_t elements = empty ? 0 : 1;
+      for (size_t i = 0; i < pending.tensor.shape.size() && elements > 0; ++i) {
+        const uint64_t d = static_cast<uint64_t>(pending.tensor.shape[i]);
+        if (elements > max_elements / d) {
+          return InvalidArgumentError(where + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
+                                      " holds more than the expected " + std::to_string(max_decoded_bytes_) +
+                                      " bytes of float32");
+        }
+        elements *= d;
+      }
+      if (elements > max_elements - decoded_bytes_ / sizeof(float)) {
+        return InvalidArgumentError(where + ": the update's tensors exceed the expected " +
+                                    std::to_string(max_decoded_bytes_) + " bytes of float32");
+      }
+      const std::optional<uint64_t> size = EncodedByteSize(encoding, elements, topk_fraction_);
+      if (!size || info.byte_size() != *size) {
+        return InvalidArgumentError(where + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
+                                    " in " + UpdateEncodingName(encoding) + " needs " +
+                                    (size ? std::to_string(*size) : std::string("too many")) + " bytes, manifest says " +
+                                    std::to_string(info.byte_size()));
+      }
+      pending.elements = elements;
+      pending.byte_size = *size;
+      pending.sha256 = info.sha256();
+      decoded_bytes_ += elements * sizeof(float);
+      set_total += *size;  // each at most 8/4 of its float32 bytes: no overflow
+      tensors_.push_back(std::move(pending));
+    }
+    if (set_total != set.manifest().total_bytes()) {
+      return InvalidArgumentError(what_ + ": " + set_name + ": manifest total_bytes " +
+                                  std::to_string(set.manifest().total_bytes()) + " does not match its tensors' " +
+                                  std::to_string(set_total));
+    }
+    total_bytes_ += set_total;
+  }
+  started_ = true;
+  current_ = 0;
+  offset_ = 0;
+  // Tensors of no bytes (an empty shape) are complete already.
+  while (current_ < tensors_.size() && tensors_[current_].byte_size == 0) {
+    RETURN_IF_ERROR(Complete(tensors_[current_]));
+    ++current_;
+  }
+  return Status::Ok();
+}
+
+Status UpdateAssembler::Add(const v1::TensorChunk& chunk) {
+  if (!started_) return InvalidArgumentError(what_ + ": a chunk arrived before the header");
+  if (chunk.data().size() > kMaxChunkBytes) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
+                                " bytes exceeds the 1 MiB limit");
+  }
+  if (current_ >= tensors_.size()) return InvalidArgumentError(what_ + ": a chunk arrived after every tensor was complete");
+  if (chunk.tensor_index() != current_ || chunk.offset() != offset_) {
+    return InvalidArgumentError(what_ + ": expected a chunk of tensor " + std::to_string(current_) + " at offset " +
+                                std::to_string(offset_) + ", got tensor " + std::to_string(chunk.tensor_index()) +
+                                " at offset " + std::to_string(chunk.offset()));
+  }
+  Pending& pending = tensors_[current_];
+  if (chunk.data().empty() || chunk.data().size() > pending.byte_size - offset_) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) + " bytes at offset " +
+                                std::to_string(offset_) + " does not fit " + Names(pending) + " of " +
+                                std::to_string(pending.byte_size) + " bytes");
+  }
+  if (offset_ == 0) buffer_.reserve(pending.byte_size);
+  buffer_.append(chunk.data());
+  offset_ += chunk.data().size();
+  received_ += chunk.data().size();
+  if (offset_ == pending.byte_size) {
+    RETURN_IF_ERROR(Complete(pending));
+    ++current_;
+    offset_ = 0;
+    while (current_ < tensors_.size() && tensors_[current_].byte_size == 0) {
+      RETURN_IF_ERROR(Complete(tensors_[current_]));
+      ++current_;
+    }
+  }
+  return Status::Ok();
+}
+
+Status UpdateAssembler::Complete(Pending& pending) {
+  const std::string got = Sha256Hex(buffer_.data(), buffer_.size());
+  if (got != pending.sha256) {
+    return DataLossError(what_ + ": " + Names(pending) + ": content hash " + got.substr(0, 12) +
+                         "... does not match the manifest's " + EscapeUntrusted(pending.sha256.substr(0, 12)) + "...");
+  }
+  pending.tensor.values.resize(static_cast<size_t>(pending.elements));
+  Status decoded = DecodeValues(pending.encoding, buffer_, topk_fraction_, pending.tensor.values);
+  std::string().swap(buffer_);
+  if (!decoded.ok()) return decoded.WithContext(what_ + ": " + Names(pending));
+  return Status::Ok();
+}
+
+Result<std::map<std::string, TensorSet>> UpdateAssembler::Finish() {
+  if (!started_) return DataLossError(what_ + ": no header arrived");
+  if (current_ < tensors_.size()) {
+    return DataLossError(what_ + ": transfer ended early: got " + std::to_string(received_) + " of " +
+                         std::to_string(total_bytes_) + " bytes");
+  }
+  std::map<std::string, TensorSet> sets;
+  for (const std::string& name : set_names_) sets[name];
+  for (Pending& pending : tensors_) sets[set_names_[pending.set]].push_back(std::move(pending.tensor));
+  tensors_.clear();
+  started_ = false;
+  return sets;
+}
+
+}  // namespace tessera::wire
