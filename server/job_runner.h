@@ -126,6 +126,11 @@ class JobRunner {
   Status Prepare();
   // Each party's size (samples), for bounding the sample counts updates claim.
   Status LoadPartySizes(const v1::JobSpec& spec);
+  // The committed rounds a resumed job's selection policy learns from (the newest of them),
+  // when it learns from rounds at all: what it knew before a restart is rebuilt from the
+  // records in the store, so it needs no state of its own.
+  static constexpr uint32_t kSelectionHistoryRounds = 100;
+  Status RestoreSelectionHistory(const v1::Job& job);
   uint64_t MaxSamples(uint32_t party) const;
   // How one attempt at a round ended. kTooFewClients and kNonFiniteModel are retried (the
   // latter without the clients blamed for it); kFailed ends the job.
