@@ -15,8 +15,10 @@
 #   bench/selection_deadline.sh [BUILD_DIR]          (default: build)
 #
 # Environment:
-#   WORKERS (default 10), SLOW (default 3), SLOW_DEVICE (default emu:edge-npu)
-#   CLIENTS_PER_ROUND (default 7), ROUNDS (default 12), TARGET (default 0.85)
+#   WORKERS (default 10), SLOW (default 3), SLOW_DEVICE (default emu:bench/slow-edge.toml, a
+#     1 GFLOP/s processor; the built-in profiles, emu:edge-npu included, train the demo's
+#     SimpleCNN about as fast as this machine's CPU)
+#   CLIENTS_PER_ROUND (default 7), ROUNDS (default 10), TARGET (default 0.85)
 #   DEADLINE_S (default 300): each round's deadline
 #   POLICIES (default random,deadline): "NAME" or "NAME:OVER_SELECTION", comma-separated
 #   KEEP=1 keeps the logs (their directory is printed)
@@ -31,9 +33,9 @@ done
 here=$(cd "$(dirname "$0")" && pwd)
 workers=${WORKERS:-10}
 slow=${SLOW:-3}
-slow_device=${SLOW_DEVICE:-emu:edge-npu}
+slow_device=${SLOW_DEVICE:-emu:$here/slow-edge.toml}
 clients_per_round=${CLIENTS_PER_ROUND:-7}
-rounds=${ROUNDS:-12}
+rounds=${ROUNDS:-10}
 target=${TARGET:-0.85}
 deadline_s=${DEADLINE_S:-300}
 policies=${POLICIES:-random,deadline}
@@ -84,9 +86,10 @@ for entry in ${policies//,/ }; do
   done
   [ -n "$port" ] || { echo "the coordinator did not start:" >&2; cat "$dir/coordinator.log" >&2; exit 1; }
   cli=("$cli_bin" --coordinator "127.0.0.1:$port" --insecure --admin-token-file "$dir/admin-token")
-  for i in $(seq -w 1 "$workers"); do
+  for n in $(seq 1 "$workers"); do
+    i=$(printf '%02d' "$n")
     device=(--device cpu)
-    [ "$((10#$i))" -le "$slow" ] && device=(--device "$slow_device" --pace-real-time)
+    [ "$n" -le "$slow" ] && device=(--device "$slow_device" --pace-real-time)
     "$worker_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/join-token" --insecure \
       --name "worker-$i" "${device[@]}" > "$dir/worker-$i.log" 2>&1 &
     worker_pids+=($!)
@@ -115,21 +118,21 @@ for line in open(d + "/jobs.json"):
     reply = json.loads(line)
     for j in reply.get("jobs", [reply]):
         if j.get("id") == job:
-            created = int(j.get("createdUnixMs", 0))
+            created = int(j.get("created_unix_ms", 0))
 rounds = [json.loads(line) for line in open(d + "/rounds.json") if line.strip()]
 slow_names = {"worker-%02d" % i for i in range(1, slow + 1)}
 reached, reached_round = None, "-"
 accepted = over = 0
 for r in rounds:
-    if reached is None and r.get("testAccuracy", 0) >= target:
-        reached = (int(r["committedUnixMs"]) - created) / 1000.0
+    if reached is None and r.get("test_accuracy", 0) >= target:
+        reached = (int(r["committed_unix_ms"]) - created) / 1000.0
         reached_round = r["round"]
     for w in r.get("workers", []):
-        if w["workerId"] in slow_names:
+        if w["worker_id"] in slow_names:
             accepted += w.get("outcome", "").startswith("accepted")
             over += w.get("outcome", "").startswith("dropped: over-selected")
-final = rounds[-1].get("testAccuracy", 0) if rounds else 0
-median = statistics.median(r["latency"]["totalMs"] for r in rounds) / 1000.0 if rounds else 0
+final = rounds[-1].get("test_accuracy", 0) if rounds else 0
+median = statistics.median(r["latency"]["total_ms"] for r in rounds) / 1000.0 if rounds else 0
 print("%-22s %12s %7s %9.4f %11.1fs %14d %16d" % (name, "%.1f" % reached if reached is not None else "not reached",
       reached_round, final, median, accepted, over))
 EOF
