@@ -18,9 +18,10 @@
 #   WORKERS (default 10), SLOW (default 3), SLOW_DEVICE (default emu:bench/slow-edge.toml, a
 #     1 GFLOP/s processor; the built-in profiles, emu:edge-npu included, train the demo's
 #     SimpleCNN about as fast as this machine's CPU)
-#   CLIENTS_PER_ROUND (default 7), ROUNDS (default 10), TARGET (default 0.85)
+#   CLIENTS_PER_ROUND (default 5), ROUNDS (default 10), TARGET (default 0.85)
 #   DEADLINE_S (default 300): each round's deadline
-#   POLICIES (default random,deadline): "NAME" or "NAME:OVER_SELECTION", comma-separated
+#   POLICIES (default random,deadline,deadline:0): "NAME" or "NAME:OVER_SELECTION",
+#     comma-separated (deadline:0 ranks by speed without over-selecting)
 #   KEEP=1 keeps the logs (their directory is printed)
 set -euo pipefail
 build_dir=${1:-build}
@@ -34,11 +35,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 workers=${WORKERS:-10}
 slow=${SLOW:-3}
 slow_device=${SLOW_DEVICE:-emu:$here/slow-edge.toml}
-clients_per_round=${CLIENTS_PER_ROUND:-7}
+clients_per_round=${CLIENTS_PER_ROUND:-5}
 rounds=${ROUNDS:-10}
 target=${TARGET:-0.85}
 deadline_s=${DEADLINE_S:-300}
-policies=${POLICIES:-random,deadline}
+policies=${POLICIES:-random,deadline,deadline:0}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-selection-deadline.XXXXXX")
 coordinator_pid=

@@ -474,7 +474,8 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
       std::string outcome = w.outcome().substr(0, 40);
       std::string note = i == critical ? "  <- critical path (last report)" : "";
       if (w.outcome().rfind("dropped: over-selected", 0) == 0) {
-        note = Format("  <- over-selected, cancelled at %.1fms (not a failure)", w.dropped_ms());
+        outcome = "over-selected";  // the note says the rest
+        note = Format("  <- cancelled at %.1fms: the round had its updates (not a failure)", w.dropped_ms());
       } else if (w.outcome().rfind("dropped", 0) == 0) {
         note = "  <- straggler, dropped";
       }

@@ -123,6 +123,12 @@ Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
   return Status::Ok();
 }
 
+bool JobRunner::CancelledAsOverSelected(const v1::UpdateHeader& header) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return header.job_id() == job_.id() && header.round() == over_selected_.round &&
+         header.attempt() == over_selected_.attempt && over_selected_.workers.count(header.worker_id()) > 0;
+}
+
 void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) {
   std::shared_ptr<Round> round;
   {
@@ -153,7 +159,8 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
                             ": checking it failed: " + e.what());
   }
-  registry_->RecordRound(header.worker_id(), verdict.ok());
+  // An update that crossed its worker's cancel as over-selected is not the worker's fault.
+  if (verdict.ok() || !CancelledAsOverSelected(header)) registry_->RecordRound(header.worker_id(), verdict.ok());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
     Note("refused " + verdict.message());
@@ -598,6 +605,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     std::lock_guard<std::mutex> lock(mu_);
     round_.reset();
     participant_models_.clear();
+    if (over_selected) over_selected_ = {round, attempt, {stragglers.begin(), stragglers.end()}};
   }
   for (const auto& worker : stragglers) {
     v1::Task cancel;

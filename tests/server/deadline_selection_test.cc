@@ -435,6 +435,19 @@ TEST_F(OverSelectionJobTest, TheRoundClosesWithItsTargetAndCancelsTheOverSelecte
   EXPECT_EQ(rounds[0].clients_reported(), 2u);
   EXPECT_EQ(ReportOf(rounds[0], "w3").outcome(), "dropped: over-selected, the round had its 2 updates");
   EXPECT_DOUBLE_EQ(rounds[0].latency().total_ms(), 0) << "closed at once, not at the 60 s deadline";
+  // The worker service does not count an update of w3's for that attempt against it.
+  auto header = [](const std::string& worker, uint32_t round, uint32_t attempt) {
+    v1::UpdateHeader h;
+    h.set_job_id(kJobId);
+    h.set_worker_id(worker);
+    h.set_round(round);
+    h.set_attempt(attempt);
+    return h;
+  };
+  EXPECT_TRUE(runner()->CancelledAsOverSelected(header("w3", 1, 1)));
+  EXPECT_FALSE(runner()->CancelledAsOverSelected(header("w1", 1, 1)));
+  EXPECT_FALSE(runner()->CancelledAsOverSelected(header("w3", 1, 2)));
+  EXPECT_FALSE(runner()->CancelledAsOverSelected(header("w3", 2, 1)));
   // Its update, when it comes, is refused before its tensors are read, and the model is the
   // mean of w1's and w2's.
   late->Open();
