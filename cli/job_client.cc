@@ -496,7 +496,12 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
       const auto& w = r->workers(i);
       std::string outcome = w.outcome().substr(0, 40);
       std::string note = i == critical ? "  <- critical path (last report)" : "";
-      if (w.outcome().rfind("dropped", 0) == 0) note = "  <- straggler, dropped";
+      if (w.outcome().rfind("dropped: over-selected", 0) == 0) {
+        outcome = "over-selected";  // the note says the rest
+        note = Format("  <- cancelled at %.1fms: the round had its updates (not a failure)", w.dropped_ms());
+      } else if (w.outcome().rfind("dropped", 0) == 0) {
+        note = "  <- straggler, dropped";
+      }
       std::string name = w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)";
       const std::string reported = w.reported_ms() > 0 ? Format("%8.1fms", w.reported_ms()) : "-";
       out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms %10s %9.1f %9.1f%s\n", name.c_str(),

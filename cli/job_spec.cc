@@ -29,8 +29,10 @@ constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
     "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
-    "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "evaluation"};
+    "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "selection", "evaluation"};
 constexpr std::string_view kEvaluationKeys[] = {"federated"};
+constexpr std::string_view kSelectionKeys[] = {"policy", "over_selection", "straggler_penalty"};
+constexpr std::string_view kSelectionPolicies[] = {"random", "deadline", "utility"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
 constexpr std::string_view kCompressionKeys[] = {"encoding", "fraction"};
@@ -453,6 +455,44 @@ Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec*
   return Status::Ok();
 }
 
+// [selection]: the selection policy and its over-selection. Without the table the spec says
+// nothing (random selection, exactly clients_per_round); with it, the policy's default
+// over-selection is written in.
+Status ReadSelection(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
+  ASSIGN_OR_RETURN(const toml::table* table, reader.Table(root, "", "selection"));
+  if (table == nullptr) return Status::Ok();
+  RETURN_IF_ERROR(reader.CheckKeys(*table, "selection", kSelectionKeys));
+  v1::SelectionSpec* out = spec->mutable_selection();
+  std::string policy = "random";
+  RETURN_IF_ERROR(reader.String(*table, "selection", "policy", &policy));
+  policy = Lowercase(policy);
+  RETURN_IF_ERROR(CheckOneOf(reader, "selection.policy", policy, kSelectionPolicies));
+  out->set_policy(policy);
+  double over_selection = wire::OverSelection(*spec);  // the policy's default
+  RETURN_IF_ERROR(reader.Number(*table, "selection", "over_selection", &over_selection));
+  if (!(over_selection >= 0.0 && over_selection <= wire::kMaxOverSelection)) {
+    return reader.Error("selection.over_selection", "must be a fraction in [0, " +
+                                                        SpecReader::ToText(wire::kMaxOverSelection) + "], got " +
+                                                        SpecReader::ToText(over_selection));
+  }
+  out->set_over_selection(over_selection);
+  if (policy != "utility") {
+    if (reader.Has(*table, "selection", "straggler_penalty")) {
+      return reader.Error("selection.straggler_penalty", "applies to policy \"utility\" only; policy is \"" + policy + "\"");
+    }
+    return Status::Ok();
+  }
+  double alpha = wire::kDefaultStragglerPenalty;
+  RETURN_IF_ERROR(reader.Number(*table, "selection", "straggler_penalty", &alpha));
+  if (!(alpha >= 0.0 && alpha <= wire::kMaxStragglerPenalty)) {
+    return reader.Error("selection.straggler_penalty", "must be in [0, " +
+                                                           SpecReader::ToText(wire::kMaxStragglerPenalty) + "], got " +
+                                                           SpecReader::ToText(alpha));
+  }
+  out->set_straggler_penalty(alpha);
+  return Status::Ok();
+}
+
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   v1::JobSpec spec;
   uint64_t u = 0;
@@ -737,6 +777,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(ReadServer(root, reader, &spec));
   RETURN_IF_ERROR(ReadAggregation(root, reader, &spec));
   RETURN_IF_ERROR(ReadCompression(root, reader, &spec));
+  RETURN_IF_ERROR(ReadSelection(root, reader, &spec));
   // proximal_mu: FedProx's, and only FedProx's.
   double proximal_mu = 0.01;
   RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));

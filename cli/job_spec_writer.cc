@@ -168,6 +168,16 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
     out << "encoding = " << TomlString(std::string(EncodingText(compression.encoding()))) << "\n";
     if (compression.encoding() == v1::ENCODING_TOPK) out << "fraction = " << TomlFloat(compression.fraction()) << "\n";
   }
+  if (spec.has_selection()) {
+    out << "\n[selection]\n";
+    out << "policy = " << TomlString(spec.selection().policy().empty() ? "random" : spec.selection().policy()) << "\n";
+    if (spec.selection().has_over_selection()) {
+      out << "over_selection = " << TomlFloat(spec.selection().over_selection()) << "\n";
+    }
+    if (spec.selection().has_straggler_penalty()) {
+      out << "straggler_penalty = " << TomlFloat(spec.selection().straggler_penalty()) << "\n";
+    }
+  }
   return out.str();
 }
 

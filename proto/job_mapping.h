@@ -126,6 +126,25 @@ inline constexpr double kDefaultTrimFraction = 0.2;
 // SimpleCNN's 44,426 parameters (174 KiB) allow about 6000 clients a round.
 inline constexpr int64_t kMaxRetainedUpdateBytes = int64_t{1} << 30;
 
+// Client selection (spec.selection): the policies, and the share of extra clients a round may
+// select beyond clients_per_round (Bonawitz et al. 2019 select 130% of the target).
+inline constexpr char kSelectionPolicyNames[] = "\"random\", \"deadline\" or \"utility\"";
+inline constexpr double kDefaultGuidedOverSelection = 0.3;  // "deadline" and "utility"
+inline constexpr double kMaxOverSelection = 1;
+// "utility": alpha of Oort's penalty on clients slower than the deadline (Lai et al. 2021 use 2).
+inline constexpr double kDefaultStragglerPenalty = 2;
+inline constexpr double kMaxStragglerPenalty = 10;
+// spec.selection.policy, "random" when empty.
+std::string SelectionPolicy(const v1::JobSpec& spec);
+// spec.selection.over_selection, or the policy's default when unset: 0 for "random",
+// kDefaultGuidedOverSelection for "deadline" and "utility".
+double OverSelection(const v1::JobSpec& spec);
+// spec.selection.straggler_penalty, or kDefaultStragglerPenalty when unset.
+double StragglerPenalty(const v1::JobSpec& spec);
+// How many of `candidates` ready clients a round selects: ceil(clients_per_round x (1 +
+// OverSelection(spec))), at most `candidates`.
+uint32_t SelectionCount(const v1::JobSpec& spec, size_t candidates);
+
 // The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
 // plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
 int64_t CoordinatorModelCopies(const v1::JobSpec& spec);
@@ -148,9 +167,11 @@ inline constexpr char kEncodingNames[] = "\"float32\", \"float16\", \"bfloat16\"
 // from their lists, strings bounded, the model's estimated memory within
 // kMaxModelMemoryBytes, options only where they apply (a server option of another strategy,
 // an aggregation option of another rule), Krum only where n > 2f + 2 holds for a round of
-// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes, a compression that
-// applies (top-k's fraction in (0, 1] and set for top-k alone; no compression with scaffold;
-// no top-k with a robust rule). Errors name the field and say what was expected: "spec.rounds:
+// min_clients updates, a robust rule's retained updates within kMaxRetainedUpdateBytes, a
+// compression that applies (top-k's fraction in (0, 1] and set for top-k alone; no compression
+// with scaffold; no top-k with a robust rule), and the selection policy one of
+// kSelectionPolicyNames with over_selection in [0, kMaxOverSelection] and straggler_penalty (for
+// "utility" only) in [0, kMaxStragglerPenalty]. Errors name the field and say what was expected: "spec.rounds:
 // expected ..., got ..."; strings from the spec appear escaped and cut.
 Status ValidateJobSpec(const v1::JobSpec& spec);
 

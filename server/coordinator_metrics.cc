@@ -17,8 +17,8 @@ struct Families {
   metrics::CounterFamily& updates = metrics::Global().Counter(
       "tessera_updates_total",
       "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
-      "missed the deadline or left) and reason (none, clipped, norm, samples, layout, not_finite, failed, "
-      "deadline, lost, other).",
+      "missed the deadline, left, or cancelled as over-selected once the round had its updates) and reason (none, "
+      "clipped, norm, samples, layout, not_finite, failed, deadline, over_selected, lost, other).",
       {"job", "outcome", "reason"});
   metrics::CounterFamily& round_bytes = metrics::Global().Counter(
       "tessera_round_bytes_total",
@@ -66,6 +66,7 @@ std::string Reason(const std::string& outcome) {
   if (has("'samples'")) return "samples";
   if (has("finite")) return "not_finite";
   if (has("expected shape") || has("expected name") || has("tensors") || has("dtype") || has("set '")) return "layout";
+  if (outcome.rfind("dropped: over-selected", 0) == 0) return "over_selected";
   if (has("deadline")) return "deadline";
   if (has("could not train") || has("failed:") || has("cannot train")) return "failed";
   if (outcome.rfind("dropped", 0) == 0) return "lost";

@@ -21,7 +21,7 @@ JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, R
       clock_(options_.clock),
       job_(std::move(job)),
       seats_(store, job_.id()),
-      selection_(std::make_unique<RandomSelection>()) {}
+      selection_(CreateSelectionPolicy(job_.spec())) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -129,6 +129,12 @@ Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
   return Status::Ok();
 }
 
+bool JobRunner::CancelledAsOverSelected(const v1::UpdateHeader& header) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return header.job_id() == job_.id() && header.round() == over_selected_.round &&
+         header.attempt() == over_selected_.attempt && over_selected_.workers.count(header.worker_id()) > 0;
+}
+
 void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) {
   std::shared_ptr<Round> round;
   {
@@ -159,7 +165,8 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
                             ": checking it failed: " + e.what());
   }
-  registry_->RecordRound(header.worker_id(), verdict.ok());
+  // An update that crossed its worker's cancel as over-selected is not the worker's fault.
+  if (verdict.ok() || !CancelledAsOverSelected(header)) registry_->RecordRound(header.worker_id(), verdict.ok());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
     Note("refused " + verdict.message());
@@ -264,6 +271,7 @@ Status JobRunner::Prepare() {
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
   RETURN_IF_ERROR(seats_.Load());
+  RETURN_IF_ERROR(RestoreSelectionHistory(job));
   update_sets_ = 1 + strategy_->PayloadSets().size();
   std::lock_guard<std::mutex> lock(mu_);
   int64_t bytes = 0;
@@ -271,6 +279,18 @@ Status JobRunner::Prepare() {
   model_bytes_ = static_cast<uint64_t>(bytes);
   current_ = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
                                   options_.chunk_bytes);
+  return Status::Ok();
+}
+
+Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
+  if (!selection_->LearnsFromRounds() || job.rounds_committed() == 0) return Status::Ok();
+  const uint32_t committed = job.rounds_committed();
+  const uint32_t from = committed > kSelectionHistoryRounds ? committed - kSelectionHistoryRounds + 1 : 0;
+  ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), from));
+  for (const v1::RoundRecord& record : rounds) {
+    if (record.round() <= committed) selection_->Observe(record, job.spec());
+  }
+  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), rounds.size());
   return Status::Ok();
 }
 
@@ -511,6 +531,8 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     participant_models_ = std::move(downloads);
   }
   const int64_t deadline_unix_ms = UnixMillis() + spec.round_deadline_ms();
+  // Over-selected: the round closes once clients_per_round updates are accepted.
+  open->CompleteAtAccepted(spec.clients_per_round());
   open->MarkDispatched();
   const std::string rendezvous_prefix =
       "rendezvous/" + job.id() + "/" + std::to_string(round) + "/" + std::to_string(attempt) + "/";
@@ -549,16 +571,23 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
       }
     }
   }
-  spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
+  if (selected.size() > spec.clients_per_round()) {
+    spdlog::info("job {}: round {} attempt {}: {} clients selected, {} over clients_per_round; it closes at {} updates",
+                 job.id(), round, attempt, selected.size(), selected.size() - spec.clients_per_round(),
+                 spec.clients_per_round());
+  } else {
+    spdlog::info("job {}: round {} attempt {}: {} clients selected", job.id(), round, attempt, selected.size());
+  }
 
-  // Wait for every participant, the deadline, or the loss of the ones still pending. Watchers
-  // are told who is awaited: when one reports (at most every second) and every 10 s.
+  // Wait for every participant (or, over-selected, for clients_per_round updates), the
+  // deadline, or the loss of the ones still pending. Watchers are told who is awaited: when
+  // one reports (at most every second) and every 10 s.
   size_t last_pending = selected.size();
   auto last_progress = clock_->Now();
   while (clock_->Now() < deadline && !stopping()) {
     const size_t pending = open->DropLost(
         [this](const std::string& id, uint64_t generation) { return registry_->IsAlive(id, generation); });
-    if (pending == 0) break;
+    if (pending == 0 || open->Complete()) break;
     const auto now = clock_->Now();
     if ((pending != last_pending && now - last_progress >= std::chrono::seconds(1)) ||
         now - last_progress >= std::chrono::seconds(10)) {
@@ -566,21 +595,31 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
       last_pending = pending;
       last_progress = now;
     }
-    open->WaitAllReported(std::min(deadline, now + options_.liveness_check_interval));
+    open->WaitComplete(std::min(deadline, now + options_.liveness_check_interval));
   }
-  const auto stragglers = open->Close("deadline passed");
+  // Complete with participants still pending: they were over-selected, and are cancelled
+  // without counting against them.
+  const bool over_selected = open->Complete() && !open->PendingWorkers().empty();
+  const std::string close_reason =
+      over_selected ? "over-selected, the round had its " + std::to_string(spec.clients_per_round()) + " updates"
+                    : "deadline passed";
+  const auto stragglers = open->Close(close_reason);
   rendezvous_->ClearPrefix(rendezvous_prefix);
   {
     std::lock_guard<std::mutex> lock(mu_);
     round_.reset();
     participant_models_.clear();
+    if (over_selected) over_selected_ = {round, attempt, {stragglers.begin(), stragglers.end()}};
   }
   for (const auto& worker : stragglers) {
     v1::Task cancel;
     cancel.mutable_cancel()->set_job_id(job.id());
     cancel.mutable_cancel()->set_round(round);
     cancel.mutable_cancel()->set_attempt(attempt);
-    cancel.mutable_cancel()->set_reason("the round's deadline passed");
+    cancel.mutable_cancel()->set_reason(over_selected ? "the round closed with its " +
+                                                            std::to_string(spec.clients_per_round()) +
+                                                            " updates (over-selected)"
+                                                      : "the round's deadline passed");
     registry_->Send(worker, std::move(cancel)).ok();
   }
   if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
@@ -646,6 +685,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
   }
+  selection_->Observe(record, spec);
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_rounds_committed(round);

@@ -114,6 +114,10 @@ class JobRunner {
   Result<OpenRound> SelectedRound(const std::string& worker_id, const std::string& what) const;
   // Checks the header and the manifest before the tensors arrive.
   Status AdmitUpload(const v1::UpdateHeader& header) const;
+  // Whether the update is for the last attempt that closed with participants cancelled as
+  // over-selected, from one of them (an update that crossed its cancel: refused, but not the
+  // worker's fault).
+  bool CancelledAsOverSelected(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
@@ -136,6 +140,11 @@ class JobRunner {
   Status Prepare();
   // Each party's size (samples), for bounding the sample counts updates claim.
   Status LoadPartySizes(const v1::JobSpec& spec);
+  // The committed rounds a resumed job's selection policy learns from (the newest of them),
+  // when it learns from rounds at all: what it knew before a restart is rebuilt from the
+  // records in the store, so it needs no state of its own.
+  static constexpr uint32_t kSelectionHistoryRounds = 100;
+  Status RestoreSelectionHistory(const v1::Job& job);
   uint64_t MaxSamples(uint32_t party) const;
   // How one attempt at a round ended. kTooFewClients and kNonFiniteModel are retried (the
   // latter without the clients blamed for it); kFailed ends the job.
@@ -182,6 +191,14 @@ class JobRunner {
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
   Clock::TimePoint round_deadline_;  // of round_
+  // The last attempt that closed with participants cancelled as over-selected, and their
+  // workers (at most one round's selection).
+  struct OverSelectedClose {
+    uint32_t round = 0;
+    uint32_t attempt = 0;
+    std::set<std::string> workers;
+  };
+  OverSelectedClose over_selected_;
   ParticipantModels participant_models_;  // round_'s per-participant downloads, if its strategy has any
   SeatTable seats_;                              // only the job's thread uses these two
   std::unique_ptr<SelectionPolicy> selection_;

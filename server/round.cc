@@ -75,6 +75,11 @@ std::vector<std::string> Round::PendingWorkers() const {
   return workers;
 }
 
+void Round::CompleteAtAccepted(size_t accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_at_accepted_ = accepted;
+}
+
 void Round::MarkDispatched() {
   std::lock_guard<std::mutex> lock(mu_);
   dispatched_ = clock_->Now();
@@ -99,7 +104,7 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   }
   if (h.samples() == 0 && h.failure().empty()) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return FailedPreconditionError(what + ": the round has closed (deadline passed)");
+  if (closed_) return FailedPreconditionError(what + ": the round has closed (" + close_reason_ + ")");
   auto it = participants_.find(h.worker_id());
   if (it == participants_.end()) {
     return FailedPreconditionError(what + ": the worker was not selected for this round (or is not its cohort's leader)");
@@ -365,10 +370,16 @@ void Round::RecordDownload(const std::string& worker_id, uint64_t bytes) {
   }
 }
 
-bool Round::WaitAllReported(Clock::TimePoint until) {
+bool Round::Complete() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
+}
+
+bool Round::WaitComplete(Clock::TimePoint until) {
   std::unique_lock<std::mutex> lock(mu_);
-  clock_->WaitUntil(lock, cv_, until, [&] { return pending_ == 0 || interrupted_; });
-  return pending_ == 0;
+  auto complete = [&] { return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_); };
+  clock_->WaitUntil(lock, cv_, until, [&] { return complete() || interrupted_; });
+  return complete();
 }
 
 void Round::Interrupt() {
@@ -380,6 +391,7 @@ void Round::Interrupt() {
 std::vector<std::string> Round::Close(const std::string& reason) {
   std::unique_lock<std::mutex> lock(mu_);
   closed_ = true;  // no new fold starts
+  close_reason_ = reason;
   cv_.wait(lock, [&] { return folding_ == 0; });
   closed_at_ = clock_->Now();
   std::vector<std::string> dropped;
@@ -387,6 +399,7 @@ std::vector<std::string> Round::Close(const std::string& reason) {
     if (p.outcome == Outcome::kPending) {
       p.outcome = Outcome::kDropped;
       p.report.set_outcome("dropped: " + reason);
+      p.report.set_dropped_ms(MillisSince(dispatched_, closed_at_));
       for (const auto& member : p.members) dropped.push_back(member.first);
     }
   }

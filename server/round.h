@@ -1,12 +1,15 @@
 // One attempt at one federated round: who was selected, what each reported, and the
 // running aggregate. The job runner opens it, the worker service feeds it updates, and the
-// runner closes it at its deadline or when every participant has reported.
+// runner closes it at its deadline, when every participant has reported, or (with
+// over-selection) once it has accepted the updates it wants: the participants still pending
+// are then dropped as over-selected, and an update of theirs that arrives later is refused
+// before its tensors are read.
 //
 // Thread-safe: uploads arrive on gRPC threads while the runner waits. An accepted update is
 // folded into the strategy's aggregate outside the round's lock, so uploads of different
 // clients fold concurrently; Close() waits for the folds in flight.
 //
-// Time (dispatch, reports, quorum, close, the folds' duration, WaitAllReported's deadline)
+// Time (dispatch, reports, quorum, close, the folds' duration, WaitComplete's deadline)
 // is read from the Clock given at construction, which must outlive the round.
 #pragma once
 
@@ -69,6 +72,10 @@ class Round {
   // `max_samples`: the most samples its update may claim (its party's size).
   void AddParticipant(uint32_t party, std::vector<std::pair<std::string, uint64_t>> members,
                       const std::string& cohort = "", uint64_t max_samples = UINT64_MAX);
+  // The round is complete once `accepted` updates are accepted, even with participants
+  // still pending (over-selection: clients_per_round of more selected). 0 (the default): only
+  // when none is pending. Set before MarkDispatched.
+  void CompleteAtAccepted(size_t accepted);
   void MarkDispatched();
   // How the job's "delta" sets must be encoded (spec.compression; float32 unless set), and
   // top-k's fraction. Set before the round is dispatched; every other set stays float32.
@@ -106,13 +113,18 @@ class Round {
   size_t DropLost(AliveFn&& alive);
   // Every worker of the participants that are still pending (to cancel their work).
   std::vector<std::string> PendingWorkers() const;
-  // Blocks until no participant is pending, Interrupt() was called, or the round's clock
-  // reaches `until`; returns whether none is pending.
-  bool WaitAllReported(Clock::TimePoint until);
-  // Ends every WaitAllReported, now and later, at once (the job is stopping). Does not block.
+  // Whether the round has what it waits for: no participant pending, or the accepted
+  // updates CompleteAtAccepted asks for.
+  bool Complete() const;
+  // Blocks until the round is complete, Interrupt() was called, or the round's clock reaches
+  // `until`; returns whether it is complete.
+  bool WaitComplete(Clock::TimePoint until);
+  // Ends every WaitComplete, now and later, at once (the job is stopping). Does not block.
   void Interrupt();
-  // Stops accepting updates and drops the pending participants ("deadline"); returns their
-  // workers, cohort members included.
+  // Stops accepting updates (waiting for the folds in flight, which count) and drops the
+  // pending participants with outcome "dropped: " + `reason`, noting when (dropped_ms);
+  // returns their workers, cohort members included. An upload that comes later is refused
+  // with `reason` in its message.
   std::vector<std::string> Close(const std::string& reason);
 
   size_t accepted() const;
@@ -155,6 +167,8 @@ class Round {
   size_t folding_ = 0;  // updates being folded now
   std::map<std::string, Participant> participants_;
   bool closed_ = false;
+  std::string close_reason_;
+  size_t complete_at_accepted_ = 0;  // 0: complete only when none is pending
   size_t pending_ = 0;
   size_t accepted_ = 0;
   double aggregation_ms_ = 0;

@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <random>
 
+#include "proto/job_mapping.h"
+#include "server/deadline_selection.h"
+#include "server/utility_selection.h"
+
 namespace tessera::server {
 
 std::map<std::string, Client> GroupClients(const WorkerRegistry& registry) {
@@ -50,13 +54,33 @@ Result<std::vector<Client>> SeatTable::Seat(std::map<std::string, Client> client
   return seated;
 }
 
-std::vector<Client> RandomSelection::Choose(std::vector<Client> candidates, const v1::JobSpec& spec, uint32_t round,
-                                            uint32_t attempt) {
+std::unique_ptr<SelectionPolicy> CreateSelectionPolicy(const v1::JobSpec& spec) {
+  const std::string policy = wire::SelectionPolicy(spec);
+  if (policy == "deadline") return std::make_unique<DeadlineSelection>();
+  if (policy == "utility") return std::make_unique<UtilitySelection>();
+  return std::make_unique<RandomSelection>();
+}
+
+std::string SeatOf(const v1::WorkerRoundReport& report) {
+  return report.cohort().empty() ? report.worker_id() : "cohort:" + report.cohort();
+}
+
+std::vector<Client> DrawnOrder(std::vector<Client> candidates, const v1::JobSpec& spec, uint32_t round,
+                               uint32_t attempt) {
   std::mt19937_64 rng(spec.seed() * 1000003ull + round * 131ull + attempt);
   std::shuffle(candidates.begin(), candidates.end(), rng);
-  if (candidates.size() > spec.clients_per_round()) candidates.resize(spec.clients_per_round());
-  std::sort(candidates.begin(), candidates.end(), [](const Client& a, const Client& b) { return a.seat < b.seat; });
   return candidates;
+}
+
+std::vector<Client> TakeFirst(std::vector<Client> ranked, const v1::JobSpec& spec) {
+  ranked.resize(wire::SelectionCount(spec, ranked.size()));
+  std::sort(ranked.begin(), ranked.end(), [](const Client& a, const Client& b) { return a.seat < b.seat; });
+  return ranked;
+}
+
+std::vector<Client> RandomSelection::Choose(std::vector<Client> candidates, const v1::JobSpec& spec, uint32_t round,
+                                            uint32_t attempt) {
+  return TakeFirst(DrawnOrder(std::move(candidates), spec, round, attempt), spec);
 }
 
 }  // namespace tessera::server

@@ -219,7 +219,9 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
         runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
       } else {
         checks_.refused(admitted.message());
-        c_->registry().RecordRound(header_.worker_id(), false);
+        // An update that crossed its worker's cancel as over-selected is late by design, not
+        // the worker's fault: it is refused without counting against the worker.
+        if (!runner_->CancelledAsOverSelected(header_)) c_->registry().RecordRound(header_.worker_id(), false);
       }
       Refuse(admitted);
       return false;

@@ -266,6 +266,10 @@ void WorkerAgent::TrainerLoop() {
     }
     v1::UpdateHeader header;
     UpdateParts parts;
+    // A paced emulated device sleeps until its modelled time since its clock was reset has
+    // passed: reset at each task, so that the time it sat idle between rounds is not banked
+    // as slack that lets its next round run at the host's speed.
+    ResetEmulatedClock(*device_);
     Status s = Train(task, &header, &parts, device_.get());
     if (!s.ok() && (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's

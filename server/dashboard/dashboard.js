@@ -245,7 +245,7 @@ function renderTimeline(rounds) {
     let note = w.outcome + ", busy " + fmt(busy(w));
     if (w === slowest) note = "slowest: " + w.worker_id + (w.worker_id === round.latency.critical_worker ? " (critical path)" : "") + ", " + note;
     else if (w.worker_id === round.latency.critical_worker) note = "critical path (last report), " + note;
-    if (dropped) note = "straggler: " + note;
+    if (dropped) note = (String(w.outcome).startsWith("dropped: over-selected") ? "over-selected, cancelled: " : "straggler: ") + note;
     row.append(el("div", name, "name"), bar, el("div", note, "note"));
     box.append(row);
   }

@@ -1,5 +1,5 @@
 // The `tessera` command line against a real coordinator and workers: the per-worker round
-// table, dead workers aging out of the list, JSON output, a watch that outlives a coordinator
+// table, an over-selected round's cancelled worker, dead workers aging out of the list, JSON output, a watch that outlives a coordinator
 // restart; and the binary itself: help per command, --version, the hint when no coordinator
 // answers.
 #include <gtest/gtest.h>
@@ -124,6 +124,62 @@ TEST(CliTest, RoundsShowsEveryWorkerAndNamesTheSlowest) {
   EXPECT_NE(json.str().find("\"id\":\"" + job->id() + "\""), std::string::npos) << json.str();
   EXPECT_NE(json.str().find("\"state\":\"JOB_SUCCEEDED\""), std::string::npos) << json.str();
   EXPECT_EQ(json.str().find('\n'), json.str().size() - 1) << "one object on one line";
+}
+
+// Deadline selection with over-selection on real workers: every round takes all three for
+// two wanted, closes once two updates are in, and a worker still training then is cancelled
+// (the real worker stops) and shown as over-selected, not as a straggler. Which worker is
+// last is the machine's business: each report is checked whatever its outcome.
+TEST(CliTest, AnOverSelectedRoundClosesWithItsTargetAndRoundsShowsTheCancelledWorker) {
+  TempDir dir("cli-over-selection");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 3; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "o" + std::to_string(i)));
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(20)));
+  v1::JobSpec spec = SmallJob(3, 3, 3000);
+  spec.set_clients_per_round(2);
+  spec.set_min_clients(2);
+  spec.mutable_selection()->set_policy("deadline");
+  spec.mutable_selection()->set_over_selection(0.5);
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(120));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 3);
+  int over_selected = 0;
+  for (const auto& r : done.rounds()) {
+    EXPECT_EQ(r.attempt(), 1u) << "round " << r.round();
+    EXPECT_EQ(r.clients_selected(), 3u) << "ceil(2 x 1.5) of the three";
+    EXPECT_GE(r.clients_reported(), 2u);
+    for (const auto& w : r.workers()) {
+      if (w.outcome() == "accepted") continue;
+      EXPECT_EQ(w.outcome(), "dropped: over-selected, the round had its 2 updates") << "round " << r.round();
+      EXPECT_GT(w.dropped_ms(), 0);
+      ++over_selected;
+    }
+  }
+  std::ostringstream table;
+  ASSERT_TRUE(cli::RoundsCommand(*stub, job->id(), std::nullopt, table).ok());
+  size_t shown = 0;
+  for (size_t at = table.str().find("the round had its updates (not a failure)"); at != std::string::npos;
+       at = table.str().find("the round had its updates (not a failure)", at + 1)) {
+    ++shown;
+  }
+  EXPECT_EQ(shown, static_cast<size_t>(over_selected)) << table.str();
+  EXPECT_EQ(table.str().find("straggler"), std::string::npos) << table.str();
+  // A cancelled worker's update that crossed the cancel is refused without counting against it.
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &listed).ok());
+  uint32_t completed = 0;
+  for (const auto& w : listed.workers()) {
+    EXPECT_EQ(w.updates_rejected(), 0u) << w.worker_id();
+    completed += w.rounds_completed();
+  }
+  EXPECT_EQ(completed, 9u - over_selected);
 }
 
 TEST(CliTest, WorkersThatStoppedAreListedOnlyWithAll) {
