@@ -68,7 +68,11 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "strategy = " << TomlString(spec.strategy()) << "\n";
   out << "rounds = " << spec.rounds() << "\n";
   out << "clients_per_round = " << spec.clients_per_round() << "\n";
-  out << "min_clients = " << spec.min_clients() << "\n";
+  if (spec.has_async()) {
+    out << "mode = \"async\"\n";
+  } else {
+    out << "min_clients = " << spec.min_clients() << "\n";
+  }
   out << "round_deadline_s = " << TomlFloat(spec.round_deadline_ms() / 1000.0) << "\n";
   out << "seed = " << spec.seed() << "\n";
   out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
@@ -134,6 +138,17 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
       out << "byzantine_clients = " << aggregation.byzantine_clients() << "\n";
       out << "selected = " << aggregation.selected() << "\n";
     }
+  }
+  if (spec.has_async()) {
+    const v1::AsyncSpec& async = spec.async();
+    out << "\n[async]\n";
+    out << "buffer_size = " << async.buffer_size() << "\n";
+    out << "max_staleness = " << async.max_staleness() << "\n";
+    out << "staleness_weighting = " << TomlString(async.staleness_weighting()) << "\n";
+    if (async.staleness_weighting() != "constant") {
+      out << "staleness_exponent = " << TomlFloat(async.staleness_exponent()) << "\n";
+    }
+    out << "concurrency = " << async.concurrency() << "\n";
   }
   return out.str();
 }

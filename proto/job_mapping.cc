@@ -201,7 +201,56 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
   return Status::Ok();
 }
 
+// spec.async: FedBuff's options, and what cannot apply with them.
+Status ValidateAsync(const v1::JobSpec& s) {
+  auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
+    return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+  };
+  auto range = [&bad](const std::string& field, uint64_t value, uint64_t min, uint64_t max) {
+    if (value >= min && value <= max) return Status::Ok();
+    return bad(field, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", std::to_string(value));
+  };
+  const v1::AsyncSpec& a = s.async();
+  RETURN_IF_ERROR(range("async.buffer_size", a.buffer_size(), 1, kMaxParties));
+  RETURN_IF_ERROR(range("async.max_staleness", a.max_staleness(), 0, kMaxRounds));
+  RETURN_IF_ERROR(range("async.concurrency", a.concurrency(), 1, kMaxParties));
+  const std::string& weighting = a.staleness_weighting();
+  if (weighting != "polynomial" && weighting != "constant") {
+    return bad("async.staleness_weighting", kStalenessWeightingNames, Shown(weighting));
+  }
+  const double exponent = a.staleness_exponent();
+  if (!(std::isfinite(exponent) && exponent >= 0 && exponent <= kMaxStalenessExponent)) {
+    return bad("async.staleness_exponent", "a number in [0, " + Number(kMaxStalenessExponent) + "]", Number(exponent));
+  }
+  if (weighting == "constant" && exponent != 0) {
+    return bad("async.staleness_exponent", "0 with staleness_weighting \"constant\" (it applies to \"polynomial\")",
+               Number(exponent));
+  }
+  const auto& p = s.data().partition();
+  if (p.kind() != v1::PARTITION_LOCAL_FILES && a.concurrency() > p.parties()) {
+    return bad("async.concurrency", "at most data.partition.parties (" + std::to_string(p.parties()) +
+                                        "): each client training holds a party",
+               std::to_string(a.concurrency()));
+  }
+  // A server step applies the staleness-weighted mean of the buffer; FedNova's normalised
+  // mean and SCAFFOLD's control variates are made for the clients of one synchronous round,
+  // and the robust rules compare the updates of one round.
+  if (s.strategy() == "fednova" || s.strategy() == "scaffold") {
+    return bad("strategy", "fedavg, fedavgm, fedadam, fedyogi, fedadagrad or fedprox with an asynchronous job "
+                           "(async: a server step applies a buffered mean)",
+               Shown(s.strategy()));
+  }
+  if (!s.aggregation().rule().empty() && s.aggregation().rule() != "mean") {
+    return bad("aggregation.rule", "\"mean\" with an asynchronous job (async: a server step applies a buffered "
+                                   "mean; the robust rules compare one round's updates)",
+               Shown(s.aggregation().rule()));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool IsAsync(const v1::JobSpec& spec) { return spec.has_async(); }
 
 Status ValidateJobSpec(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
@@ -380,6 +429,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
       backend != "p2p") {
     return bad("collective_backend", "auto, gloo, mpi, nccl or p2p", Shown(backend));
   }
+  if (s.has_async()) RETURN_IF_ERROR(ValidateAsync(s));
   return Status::Ok();
 }
 

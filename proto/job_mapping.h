@@ -107,6 +107,16 @@ inline constexpr double kDefaultTrimFraction = 0.2;
 // SimpleCNN's 44,426 parameters (174 KiB) allow about 6000 clients a round.
 inline constexpr int64_t kMaxRetainedUpdateBytes = int64_t{1} << 30;
 
+// Asynchronous jobs (spec.async set; job.toml mode = "async"): FedBuff's options, their
+// defaults and bounds (docs/JOBS.md). buffer_size defaults to min(10, concurrency),
+// concurrency to clients_per_round.
+inline constexpr uint32_t kDefaultAsyncBufferSize = 10;
+inline constexpr uint32_t kDefaultMaxStaleness = 10;
+inline constexpr double kDefaultStalenessExponent = 0.5;
+inline constexpr double kMaxStalenessExponent = 10;
+inline constexpr char kStalenessWeightingNames[] = "\"polynomial\" or \"constant\"";
+bool IsAsync(const v1::JobSpec& spec);
+
 // The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
 // plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
 int64_t CoordinatorModelCopies(const v1::JobSpec& spec);
@@ -120,7 +130,9 @@ Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec);
 // from their lists, strings bounded, the model's estimated memory within
 // kMaxModelMemoryBytes, options only where they apply (a server option of another strategy,
 // an aggregation option of another rule), Krum only where n > 2f + 2 holds for a round of
-// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes. Errors name the field and say what was expected: "spec.rounds:
+// min_clients updates, and a robust rule's retained updates within kMaxRetainedUpdateBytes.
+// An asynchronous spec's options are in range and its strategy and rule fold a buffered
+// mean (not fednova, scaffold or a robust rule). Errors name the field and say what was expected: "spec.rounds:
 // expected ..., got ..."; strings from the spec appear escaped and cut.
 Status ValidateJobSpec(const v1::JobSpec& spec);
 
