@@ -205,6 +205,7 @@ void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport
   report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
   AddReportLocked(*buffer_, std::move(report));
   tasks_.erase(it);
+  client_freed_ = true;
   cv_.notify_all();  // a client is free for a new task
 }
 
@@ -345,6 +346,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
     if (!done->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(done->second.rendezvous_prefix);
     tasks_.erase(done);
   }
+  client_freed_ = true;
   cv_.notify_all();  // a client is free, and perhaps a buffer is ready
   return Status::Ok();
 }
@@ -614,6 +616,7 @@ Status AsyncDriver::Run() {
     std::shared_ptr<Buffer> ready;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      client_freed_ = false;  // a client freed from here on ends this iteration's wait at once
       if (!sealed_.empty() && sealed_.front()->folding == 0) {
         ready = sealed_.front();
         sealed_.pop_front();
@@ -659,9 +662,8 @@ Status AsyncDriver::Run() {
     std::unique_lock<std::mutex> lock(mu_);
     auto until = now + (tasks_.size() < options_.concurrency() ? poll : runner_.options_.liveness_check_interval);
     for (const auto& [leader, task] : tasks_) until = std::min(until, task.deadline);
-    const size_t tasks_before = tasks_.size();
     clock_->WaitUntil(lock, cv_, until, [&] {
-      return interrupted_ || (!sealed_.empty() && sealed_.front()->folding == 0) || tasks_.size() < tasks_before;
+      return interrupted_ || (!sealed_.empty() && sealed_.front()->folding == 0) || client_freed_;
     });
   }
 }

@@ -15,8 +15,9 @@
 // that makes it so is committed.
 //
 // A task's identity: its round is its number in the job (the n-th task handed out; the count
-// is carried in each step's AsyncStepRecord so that a resumed job goes on numbering), its
-// attempt is 1, and its model_version is the version it trains from.
+// is carried in each step's AsyncStepRecord, and a resumed job numbers on from it plus
+// concurrency + K), its attempt is 1, and its model_version is the version it trains from. An
+// update answers only the task its worker holds, on the version that task names.
 //
 // Memory O(model): the buffer is the strategy's streaming aggregate, never K copies of
 // updates; a version other than the current one is held only while a task sent on it has not
@@ -171,6 +172,7 @@ class AsyncDriver {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // the job's thread waits on it for a sealed buffer, a freed client, Interrupt()
   bool interrupted_ = false;
+  bool client_freed_ = false;  // a task ended since the job's thread last looked for idle clients
   std::shared_ptr<const ModelVersion> current_;  // the newest committed version
   std::map<std::string, Task> tasks_;            // by leader
   std::map<std::string, std::string> leader_of_;  // every member of a task -> its leader
