@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <optional>
@@ -73,14 +74,18 @@ class GatedTasks {
         gates_.push_back(gate);
         if (open_) gate->Open();
       }
+      cv_.notify_all();
       return FakeAction::UploadLate(gate);
     };
   }
+  // Opens the gate of the worker's `task`-th task, once the worker has taken that task up (a
+  // task is received on the channel before the worker's thread asks the script).
   void Open(size_t task) {
     std::shared_ptr<Gate> gate;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      ASSERT_LT(task, gates_.size());
+      std::unique_lock<std::mutex> lock(mu_);
+      ASSERT_TRUE(cv_.wait_for(lock, kWaitLimit, [&] { return task < gates_.size(); }))
+          << "task " << task << " was never taken up";
       gate = gates_[task];
     }
     gate->Open();
@@ -94,6 +99,7 @@ class GatedTasks {
 
  private:
   std::mutex mu_;
+  std::condition_variable cv_;
   bool open_ = false;
   std::deque<std::shared_ptr<Gate>> gates_;
 };
