@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "cli/job_spec.h"
@@ -112,6 +113,21 @@ TEST(AsyncSpecTest, StrategiesAndRulesThatCannotApplyAreRefused) {
     Result<v1::JobSpec> spec = Parse(Job(std::string("mode = \"async\"\nstrategy = \"") + strategy + "\"\n"));
     EXPECT_TRUE(spec.ok()) << spec.status().ToString();
   }
+}
+
+// examples/fmnist-fedbuff.toml says what docs/JOBS.md says of it.
+TEST(AsyncSpecTest, TheFedBuffExampleIsTheDemoRunAsynchronously) {
+  Result<v1::JobSpec> spec =
+      ParseJobSpecFile((std::filesystem::path(TESSERA_SOURCE_DIR) / "examples" / "fmnist-fedbuff.toml").string());
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_TRUE(spec->has_async());
+  EXPECT_EQ(spec->async().concurrency(), 10u);
+  EXPECT_EQ(spec->async().buffer_size(), 5u);
+  EXPECT_EQ(spec->async().max_staleness(), 4u);
+  EXPECT_EQ(spec->rounds(), 24u);
+  EXPECT_EQ(spec->model().name(), "simplecnn");
+  EXPECT_EQ(spec->data().partition().parties(), 10u);
+  EXPECT_EQ(spec->local_epochs(), 2u);
 }
 
 // What the coordinator checks of a spec however it came.
