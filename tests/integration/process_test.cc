@@ -291,7 +291,6 @@ TEST(ProcessTest, AnAsyncJobCommitsStepsAndResumesAfterAKill) {
     EXPECT_EQ(after.committed_unix_ms(), r.committed_unix_ms()) << "step " << r.round();
   }
   uint32_t tasks_before_kill = before.rounds(before.rounds_size() - 1).async_step().tasks_sent();
-  std::set<std::string> folders;
   for (const auto& r : done.rounds()) {
     ASSERT_TRUE(r.has_async_step()) << "step " << r.round();
     EXPECT_EQ(r.async_step().updates_folded(), 2u) << "step " << r.round();
@@ -299,7 +298,6 @@ TEST(ProcessTest, AnAsyncJobCommitsStepsAndResumesAfterAKill) {
     EXPECT_LE(r.async_step().max_staleness(), 3u) << "step " << r.round();
     for (const auto& w : r.workers()) {
       if (w.outcome().rfind("accepted", 0) != 0) continue;
-      folders.insert(w.worker_id());
       EXPECT_GT(w.staleness_weight(), 0.0);
       EXPECT_LE(w.staleness_weight(), 1.0);
       EXPECT_DOUBLE_EQ(w.staleness_weight(), 1.0 / std::sqrt(1.0 + w.staleness())) << w.worker_id();
@@ -308,7 +306,8 @@ TEST(ProcessTest, AnAsyncJobCommitsStepsAndResumesAfterAKill) {
       EXPECT_GT(r.async_step().tasks_sent(), tasks_before_kill) << "step " << r.round();
     }
   }
-  EXPECT_EQ(folders.size(), 3u) << "every worker's updates were folded";
+  // Not every worker need have an update folded: one whose tasks a faster pair keeps making
+  // too stale is cancelled each time (FedBuff's point), so nothing is asserted of who folded.
   EXPECT_GT(done.rounds(static_cast<int>(steps) - 1).test_accuracy(), 0.3);  // chance is 0.1
 }
 
