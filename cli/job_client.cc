@@ -110,6 +110,22 @@ std::string RoundRow(const v1::RoundRecord& r) {
          FederatedColumn(r);
 }
 
+std::string AsyncStepHeader() {
+  return Format("%5s %8s %7s %7s %7s %9s %9s %8s %8s %8s", "step", "accuracy", "loss", "folded", "refused",
+                "staleness", "compute", "aggreg", "eval", "total") +
+         "\n" + Format("%5s %8s %7s %7s %7s %9s %9s %8s %8s %8s", "", "", "", "/ended", "", "mean/max", "ms max",
+                       "ms", "ms", "ms");
+}
+
+std::string AsyncStepRow(const v1::RoundRecord& r) {
+  const auto& l = r.latency();
+  const auto& a = r.async_step();
+  const std::string staleness = Format("%.1f/%u", a.mean_staleness(), a.max_staleness());
+  return Format("%5u %7.2f%% %7.4f %3u/%-3u %7u %9s %9.1f %8.1f %8.1f %8.1f", r.round(), 100 * r.test_accuracy(),
+                r.test_loss(), r.clients_reported(), r.clients_selected(), a.updates_refused(), staleness.c_str(),
+                l.compute_ms_max(), l.aggregation_ms(), l.evaluation_ms(), l.total_ms());
+}
+
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {
   std::string out = Format("%-26s %12s %12s\n", "phase", "median ms", "max ms");
   for (const Phase& phase : kPhases) {
@@ -183,18 +199,27 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
     return Status::Ok();
   }
   const v1::Job& job = response.job();
+  const bool async = job.spec().has_async();
   out << "job:       " << job.id() << " (" << job.spec().name() << ")\n"
-      << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n"
-      << "rounds:    " << job.rounds_committed() << " of " << job.spec().rounds() << " committed\n"
-      << "model:     " << job.spec().model().name() << ", " << job.spec().clients_per_round()
-      << " clients per round (min " << job.spec().min_clients() << ")\n"
-      << "updates:   " << UpdateEncodingName(wire::JobUpdateEncoding(job.spec()))
+      << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n";
+  if (async) {
+    const v1::AsyncSpec& a = job.spec().async();
+    out << "steps:     " << job.rounds_committed() << " of " << job.spec().rounds()
+        << " committed (asynchronous, FedBuff: a step every " << a.buffer_size() << " updates, max_staleness "
+        << a.max_staleness() << ", " << a.staleness_weighting() << " staleness weighting)\n"
+        << "model:     " << job.spec().model().name() << ", " << a.concurrency() << " clients training at once\n";
+  } else {
+    out << "rounds:    " << job.rounds_committed() << " of " << job.spec().rounds() << " committed\n"
+        << "model:     " << job.spec().model().name() << ", " << job.spec().clients_per_round()
+        << " clients per round (min " << job.spec().min_clients() << ")\n";
+  }
+  out << "updates:   " << UpdateEncodingName(wire::JobUpdateEncoding(job.spec()))
       << (wire::TopKFraction(job.spec()) > 0 ? Format(" (fraction %g, with error feedback)", wire::TopKFraction(job.spec()))
                                              : std::string())
       << "\n";
   if (response.rounds_size() > 0) {
-    out << "\n" << RoundHeader() << "\n";
-    for (const auto& r : response.rounds()) out << RoundRow(r) << "\n";
+    out << "\n" << (async ? AsyncStepHeader() : RoundHeader()) << "\n";
+    for (const auto& r : response.rounds()) out << (async ? AsyncStepRow(r) : RoundRow(r)) << "\n";
     out << "\n"
         << LatencySummary(std::vector<v1::RoundRecord>(response.rounds().begin(), response.rounds().end()));
   }
@@ -257,9 +282,14 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         std::string waiting;
         for (const auto& w : p.waiting_on()) waiting += (waiting.empty() ? "" : ", ") + w;
         if (p.waiting_more() > 0) waiting += Format(" and %u more", p.waiting_more());
-        const std::string line = Format("  round %u: %u/%u reported, waiting on %s (%.0f s to the deadline)",
-                                        p.round(), p.reported(), p.selected(), waiting.c_str(),
-                                        p.deadline_in_ms() / 1000);
+        // An asynchronous job's progress is its open buffer: updates folded of the step's K,
+        // and the clients training.
+        const std::string line =
+            event.job().spec().has_async()
+                ? Format("  step %u: %u/%u updates buffered, training: %s", p.round(), p.reported(), p.selected(),
+                         waiting.empty() ? "nobody" : waiting.c_str())
+                : Format("  round %u: %u/%u reported, waiting on %s (%.0f s to the deadline)", p.round(),
+                         p.reported(), p.selected(), waiting.c_str(), p.deadline_in_ms() / 1000);
         if (options.live) {
           out << "\r\033[K" << line << std::flush;
           progress_shown = true;
@@ -282,11 +312,12 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
       if (json) {
         out << wire::ToJson(event) << std::endl;
       } else if (event.has_round()) {
+        const bool async = event.round().has_async_step();
         if (!header_done) {
-          out << RoundHeader() << "\n";
+          out << (async ? AsyncStepHeader() : RoundHeader()) << "\n";
           header_done = true;
         }
-        out << RoundRow(event.round()) << std::endl;
+        out << (async ? AsyncStepRow(event.round()) : RoundRow(event.round())) << std::endl;
       } else if (!event.message().empty()) {
         out << "  " << event.message() << std::endl;
       }
@@ -318,9 +349,10 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   }
   if (progress_shown) out << "\r\033[K";
   if (!rounds.empty() && !json) {
+    const char* unit = rounds.back().has_async_step() ? "steps" : "rounds";
     out << "\nfinal test accuracy: " << Format("%.2f%%", 100 * rounds.back().test_accuracy()) << " after "
-        << rounds.back().round() << " rounds\n\nround latency by phase (" << rounds.size() << " rounds):\n"
-        << LatencySummary(rounds);
+        << rounds.back().round() << " " << unit << "\n\n" << (rounds.back().has_async_step() ? "step" : "round")
+        << " latency by phase (" << rounds.size() << " " << unit << "):\n" << LatencySummary(rounds);
   }
   if (last_job.state() == v1::JOB_FAILED || last_job.state() == v1::JOB_CANCELLED) {
     return FailedPreconditionError("job " + job_id + " " + StateName(last_job.state()) +

@@ -65,6 +65,10 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds);
 std::string RoundRow(const v1::RoundRecord& round);
 std::string RoundHeader();
+// An asynchronous job's server steps (RoundRecord.async_step set): updates folded of the
+// tasks that ended, refused ones, staleness mean and max, and the step's latency.
+std::string AsyncStepRow(const v1::RoundRecord& step);
+std::string AsyncStepHeader();
 // "succeeded", "failed", ...: a job state as every message shows it.
 std::string StateName(v1::JobState state);
 

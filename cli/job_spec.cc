@@ -29,13 +29,15 @@ constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
     "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
-    "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "selection", "evaluation"};
+    "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "selection", "evaluation", "mode", "async"};
 constexpr std::string_view kEvaluationKeys[] = {"federated"};
 constexpr std::string_view kSelectionKeys[] = {"policy", "over_selection", "straggler_penalty"};
 constexpr std::string_view kSelectionPolicies[] = {"random", "deadline", "utility"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
 constexpr std::string_view kCompressionKeys[] = {"encoding", "fraction"};
+constexpr std::string_view kAsyncKeys[] = {"buffer_size", "max_staleness", "staleness_weighting", "staleness_exponent",
+                                           "concurrency"};
 constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
 constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
@@ -53,6 +55,8 @@ constexpr std::string_view kUpdateNormPolicies[] = {"refuse", "clip"};
 constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kOptimizers[] = {"sgd"};
+constexpr std::string_view kModes[] = {"sync", "async"};
+constexpr std::string_view kStalenessWeightings[] = {"polynomial", "constant"};
 
 std::string JoinQuoted(std::span<const std::string_view> names) {
   std::string out;
@@ -493,6 +497,60 @@ Status ReadSelection(const toml::table& root, SpecReader& reader, v1::JobSpec* s
   return Status::Ok();
 }
 
+// `mode = "async"` and its [async] table: FedBuff's options, defaults filled in. The [async]
+// table is refused in mode "sync", and so is min_clients in mode "async" (there are no rounds
+// to fill). What depends on the strategy and the rule is checked by ValidateJobSpec.
+Status ReadAsync(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
+  std::string mode = "sync";
+  RETURN_IF_ERROR(reader.String(root, "", "mode", &mode));
+  mode = Lowercase(mode);
+  RETURN_IF_ERROR(CheckOneOf(reader, "mode", mode, kModes));
+  ASSIGN_OR_RETURN(const toml::table* table, reader.Table(root, "", "async"));
+  if (mode == "sync") {
+    if (table != nullptr) return reader.Error("async", "applies to mode = \"async\" only; mode is \"sync\"");
+    return Status::Ok();
+  }
+  if (reader.Present("min_clients")) {
+    return reader.Error("min_clients", "applies to mode \"sync\" only (an asynchronous job has no rounds to fill; "
+                                       "[async] concurrency says how many clients train at once)");
+  }
+  const toml::table empty;
+  if (table == nullptr) table = &empty;
+  RETURN_IF_ERROR(reader.CheckKeys(*table, "async", kAsyncKeys));
+  v1::AsyncSpec* out = spec->mutable_async();
+  uint64_t concurrency = spec->clients_per_round();
+  RETURN_IF_ERROR(reader.Unsigned(*table, "async", "concurrency", 1, wire::kMaxParties, &concurrency));
+  const v1::PartitionSpec& partition = spec->data().partition();
+  if (partition.kind() != v1::PARTITION_LOCAL_FILES && concurrency > partition.parties()) {
+    return reader.Error("async.concurrency", "must be at most data.partition.parties (" +
+                                                 std::to_string(partition.parties()) + "), got " +
+                                                 std::to_string(concurrency));
+  }
+  out->set_concurrency(static_cast<uint32_t>(concurrency));
+  uint64_t buffer_size = std::min<uint64_t>(wire::kDefaultAsyncBufferSize, concurrency);
+  RETURN_IF_ERROR(reader.Unsigned(*table, "async", "buffer_size", 1, wire::kMaxParties, &buffer_size));
+  out->set_buffer_size(static_cast<uint32_t>(buffer_size));
+  uint64_t max_staleness = wire::kDefaultMaxStaleness;
+  RETURN_IF_ERROR(reader.Unsigned(*table, "async", "max_staleness", 0, wire::kMaxRounds, &max_staleness));
+  out->set_max_staleness(static_cast<uint32_t>(max_staleness));
+  std::string weighting = "polynomial";
+  RETURN_IF_ERROR(reader.String(*table, "async", "staleness_weighting", &weighting));
+  weighting = Lowercase(weighting);
+  RETURN_IF_ERROR(CheckOneOf(reader, "async.staleness_weighting", weighting, kStalenessWeightings));
+  out->set_staleness_weighting(weighting);
+  double exponent = weighting == "polynomial" ? wire::kDefaultStalenessExponent : 0.0;
+  RETURN_IF_ERROR(reader.Number(*table, "async", "staleness_exponent", &exponent));
+  if (weighting == "constant" && reader.Present("async.staleness_exponent")) {
+    return reader.Error("async.staleness_exponent", "applies to staleness_weighting = \"polynomial\" only");
+  }
+  if (!(exponent >= 0.0 && exponent <= wire::kMaxStalenessExponent)) {
+    return reader.Error("async.staleness_exponent", "must be in [0, " + SpecReader::ToText(wire::kMaxStalenessExponent) +
+                                                        "], got " + SpecReader::ToText(exponent));
+  }
+  out->set_staleness_exponent(exponent);
+  return Status::Ok();
+}
+
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   v1::JobSpec spec;
   uint64_t u = 0;
@@ -778,6 +836,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(ReadAggregation(root, reader, &spec));
   RETURN_IF_ERROR(ReadCompression(root, reader, &spec));
   RETURN_IF_ERROR(ReadSelection(root, reader, &spec));
+  RETURN_IF_ERROR(ReadAsync(root, reader, &spec));
   // proximal_mu: FedProx's, and only FedProx's.
   double proximal_mu = 0.01;
   RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));

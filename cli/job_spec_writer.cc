@@ -75,7 +75,11 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "strategy = " << TomlString(spec.strategy()) << "\n";
   out << "rounds = " << spec.rounds() << "\n";
   out << "clients_per_round = " << spec.clients_per_round() << "\n";
-  out << "min_clients = " << spec.min_clients() << "\n";
+  if (spec.has_async()) {
+    out << "mode = \"async\"\n";
+  } else {
+    out << "min_clients = " << spec.min_clients() << "\n";
+  }
   out << "round_deadline_s = " << TomlFloat(spec.round_deadline_ms() / 1000.0) << "\n";
   out << "seed = " << spec.seed() << "\n";
   out << "max_round_attempts = " << spec.max_round_attempts() << "\n";
@@ -177,6 +181,17 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
     if (spec.selection().has_straggler_penalty()) {
       out << "straggler_penalty = " << TomlFloat(spec.selection().straggler_penalty()) << "\n";
     }
+  }
+  if (spec.has_async()) {
+    const v1::AsyncSpec& async = spec.async();
+    out << "\n[async]\n";
+    out << "buffer_size = " << async.buffer_size() << "\n";
+    out << "max_staleness = " << async.max_staleness() << "\n";
+    out << "staleness_weighting = " << TomlString(async.staleness_weighting()) << "\n";
+    if (async.staleness_weighting() != "constant") {
+      out << "staleness_exponent = " << TomlFloat(async.staleness_exponent()) << "\n";
+    }
+    out << "concurrency = " << async.concurrency() << "\n";
   }
   return out.str();
 }

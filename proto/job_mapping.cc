@@ -296,6 +296,69 @@ Status ValidateCompression(const v1::JobSpec& s) {
   return Status::Ok();
 }
 
+// spec.async: FedBuff's options, and what cannot apply with them.
+Status ValidateAsync(const v1::JobSpec& s) {
+  auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
+    return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
+  };
+  auto range = [&bad](const std::string& field, uint64_t value, uint64_t min, uint64_t max) {
+    if (value >= min && value <= max) return Status::Ok();
+    return bad(field, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]", std::to_string(value));
+  };
+  const v1::AsyncSpec& a = s.async();
+  RETURN_IF_ERROR(range("async.buffer_size", a.buffer_size(), 1, kMaxParties));
+  RETURN_IF_ERROR(range("async.max_staleness", a.max_staleness(), 0, kMaxRounds));
+  RETURN_IF_ERROR(range("async.concurrency", a.concurrency(), 1, kMaxParties));
+  const std::string& weighting = a.staleness_weighting();
+  if (weighting != "polynomial" && weighting != "constant") {
+    return bad("async.staleness_weighting", kStalenessWeightingNames, Shown(weighting));
+  }
+  const double exponent = a.staleness_exponent();
+  if (!(std::isfinite(exponent) && exponent >= 0 && exponent <= kMaxStalenessExponent)) {
+    return bad("async.staleness_exponent", "a number in [0, " + Number(kMaxStalenessExponent) + "]", Number(exponent));
+  }
+  if (weighting == "constant" && exponent != 0) {
+    return bad("async.staleness_exponent", "0 with staleness_weighting \"constant\" (it applies to \"polynomial\")",
+               Number(exponent));
+  }
+  const auto& p = s.data().partition();
+  if (p.kind() != v1::PARTITION_LOCAL_FILES && a.concurrency() > p.parties()) {
+    return bad("async.concurrency", "at most data.partition.parties (" + std::to_string(p.parties()) +
+                                        "): each client training holds a party",
+               std::to_string(a.concurrency()));
+  }
+  // A server step applies the staleness-weighted mean of the buffer; FedNova's normalised
+  // mean and SCAFFOLD's control variates are made for the clients of one synchronous round,
+  // and the robust rules compare the updates of one round.
+  if (s.strategy() == "fednova" || s.strategy() == "scaffold") {
+    return bad("strategy", "fedavg, fedavgm, fedadam, fedyogi, fedadagrad or fedprox with an asynchronous job "
+                           "(async: a server step applies a buffered mean)",
+               Shown(s.strategy()));
+  }
+  if (!s.aggregation().rule().empty() && s.aggregation().rule() != "mean") {
+    return bad("aggregation.rule", "\"mean\" with an asynchronous job (async: a server step applies a buffered "
+                                   "mean; the robust rules compare one round's updates)",
+               Shown(s.aggregation().rule()));
+  }
+  // What the asynchronous driver does not do (yet): pick clients by a policy, encode the
+  // updates, evaluate on the workers.
+  if (!SelectionPolicy(s).empty() && SelectionPolicy(s) != "random") {
+    return bad("selection.policy", "\"random\" with an asynchronous job (async keeps every idle client training)",
+               Shown(SelectionPolicy(s)));
+  }
+  if (s.compression().encoding() != v1::ENCODING_UNSPECIFIED && s.compression().encoding() != v1::ENCODING_FLOAT32) {
+    return bad("compression.encoding", "\"float32\" with an asynchronous job (compressed updates are for synchronous "
+                                       "rounds)",
+               std::to_string(s.compression().encoding()));
+  }
+  if (s.evaluation().federated()) {
+    return bad("evaluation.federated", "false with an asynchronous job (federated evaluation is for synchronous "
+                                       "rounds)",
+               "true");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateDataSpec(const v1::DataSpec& d) {
@@ -392,6 +455,7 @@ UpdateEncoding JobUpdateEncoding(const v1::JobSpec& spec) {
 double TopKFraction(const v1::JobSpec& spec) {
   return JobUpdateEncoding(spec) == UpdateEncoding::kTopK ? spec.compression().fraction() : 0;
 }
+bool IsAsync(const v1::JobSpec& spec) { return spec.has_async(); }
 
 Status ValidateJobSpec(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
@@ -593,6 +657,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
       return bad("selection.straggler_penalty", "a number in [0, " + Number(kMaxStragglerPenalty) + "]", Number(alpha));
     }
   }
+  if (s.has_async()) RETURN_IF_ERROR(ValidateAsync(s));
   return Status::Ok();
 }
 

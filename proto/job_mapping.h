@@ -144,6 +144,15 @@ double StragglerPenalty(const v1::JobSpec& spec);
 // How many of `candidates` ready clients a round selects: ceil(clients_per_round x (1 +
 // OverSelection(spec))), at most `candidates`.
 uint32_t SelectionCount(const v1::JobSpec& spec, size_t candidates);
+// Asynchronous jobs (spec.async set; job.toml mode = "async"): FedBuff's options, their
+// defaults and bounds (docs/JOBS.md). buffer_size defaults to min(10, concurrency),
+// concurrency to clients_per_round.
+inline constexpr uint32_t kDefaultAsyncBufferSize = 10;
+inline constexpr uint32_t kDefaultMaxStaleness = 10;
+inline constexpr double kDefaultStalenessExponent = 0.5;
+inline constexpr double kMaxStalenessExponent = 10;
+inline constexpr char kStalenessWeightingNames[] = "\"polynomial\" or \"constant\"";
+bool IsAsync(const v1::JobSpec& spec);
 
 // The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
 // plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
@@ -171,7 +180,9 @@ inline constexpr char kEncodingNames[] = "\"float32\", \"float16\", \"bfloat16\"
 // compression that applies (top-k's fraction in (0, 1] and set for top-k alone; no compression
 // with scaffold; no top-k with a robust rule), and the selection policy one of
 // kSelectionPolicyNames with over_selection in [0, kMaxOverSelection] and straggler_penalty (for
-// "utility" only) in [0, kMaxStragglerPenalty]. Errors name the field and say what was expected: "spec.rounds:
+// "utility" only) in [0, kMaxStragglerPenalty]. An asynchronous spec's options are in range and
+// its strategy and rule fold a buffered mean (not fednova, scaffold or a robust rule; random
+// selection, float32 updates, no federated evaluation). Errors name the field and say what was expected: "spec.rounds:
 // expected ..., got ..."; strings from the spec appear escaped and cut.
 Status ValidateJobSpec(const v1::JobSpec& spec);
 

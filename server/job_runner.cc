@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "proto/job_mapping.h"
+#include "server/async_driver.h"
 #include "server/coordinator_metrics.h"
 
 
@@ -21,7 +22,8 @@ JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, R
       clock_(options_.clock),
       job_(std::move(job)),
       seats_(store, job_.id()),
-      selection_(CreateSelectionPolicy(job_.spec())) {}
+      selection_(CreateSelectionPolicy(job_.spec())),
+      job_id_(job_.id()) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -51,6 +53,7 @@ void JobRunner::WakeWaits() {
     round = round_;
   }
   if (round) round->Interrupt();
+  if (auto driver = Driver()) driver->Interrupt();
 }
 
 double JobRunner::MillisSince(Clock::TimePoint start) const {
@@ -63,6 +66,7 @@ v1::Job JobRunner::Snapshot() const {
 }
 
 Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version, const std::string& worker_id) const {
+  if (auto driver = Driver(); driver && !finished_) return driver->Model(version, worker_id);
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_) return FailedPreconditionError("job " + job_.id() + " has ended; it serves no model");
   if (!current_) return UnavailableError("job " + job_.id() + ": the global model is not loaded yet");
@@ -75,6 +79,7 @@ Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version, c
 }
 
 void JobRunner::RecordDownload(const std::string& worker_id, uint64_t version, uint64_t bytes) {
+  if (auto driver = Driver()) return driver->RecordDownload(worker_id, version);
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,6 +95,10 @@ std::pair<UpdateEncoding, double> JobRunner::DeltaEncoding() const {
 }
 
 Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_id, const std::string& what) const {
+  if (auto driver = Driver()) {
+    ASSIGN_OR_RETURN(AsyncDriver::TaskView task, driver->TaskOf(worker_id, what));
+    return OpenRound{task.round, task.attempt, task.model_version, task.deadline};
+  }
   std::shared_ptr<Round> round;
   OpenRound open;
   {
@@ -114,6 +123,7 @@ Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_
 }
 
 Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
+  if (auto driver = Driver()) return driver->Admit(header);
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -144,6 +154,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
   registry_->RecordRound(header.worker_id(), false);
   spdlog::warn("job {}: refused {}", header.job_id(), why.message());
   Note("refused " + why.message());
+  if (auto driver = Driver()) driver->Reject(header, why);
   if (round && round->round() == header.round() && round->attempt() == header.attempt()) {
     round->Reject(header.worker_id(), why);
   }
@@ -156,11 +167,13 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
   }
-  if (!round) return AdmitUpload(header);
+  auto driver = Driver();
+  if (!round && !driver) return AdmitUpload(header);
   // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
   Status verdict;
   try {
-    verdict = round->Submit(header, delta, upload_ms, &payload, upload_bytes);
+    verdict = driver ? driver->Submit(header, delta, upload_ms, payload)
+                     : round->Submit(header, delta, upload_ms, &payload, upload_bytes);
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
                             ": checking it failed: " + e.what());
@@ -180,9 +193,10 @@ Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
   }
-  if (!round) return AdmitUpload(header);
+  auto driver = Driver();
+  if (!round && !driver) return AdmitUpload(header);
   RETURN_IF_ERROR(AdmitUpload(header));
-  RETURN_IF_ERROR(round->Fail(header));
+  RETURN_IF_ERROR(driver ? driver->Fail(header) : round->Fail(header));
   registry_->RecordRound(header.worker_id(), false);
   const std::string message = "worker '" + header.worker_id() + "' could not train round " +
                               std::to_string(header.round()) + ": " + header.failure();
@@ -354,6 +368,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     job_.set_state(state);
     job_.set_error(error);
     round_.reset();
+    async_.reset();
     participant_models_.clear();
   }
   v1::Job job = Snapshot();
@@ -416,6 +431,10 @@ void JobRunner::RunJob() {
   }
   if (Status s = store_->UpdateJob(Snapshot()); !s.ok()) spdlog::error("job {}: {}", job_.id(), s.ToString());
   const v1::JobSpec spec = Snapshot().spec();
+  if (wire::IsAsync(spec)) {
+    RunAsync();
+    return;
+  }
   const uint32_t max_attempts = std::max<uint32_t>(1, spec.max_round_attempts());
   while (!stopping()) {
     const uint32_t round = Snapshot().rounds_committed() + 1;
@@ -452,10 +471,7 @@ void JobRunner::RunJob() {
 
 Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall) {
   const v1::JobSpec spec = Snapshot().spec();
-  // With shared data each seat is a party of the partition; with workers' own files every
-  // client gets a seat of its own.
-  const bool own_files = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
-  const uint32_t parties = own_files ? 0 : std::max<uint32_t>(1, spec.data().partition().parties());
+  const uint32_t parties = SeatedParties(spec);
   const auto wait_start = clock_->Now();
   auto last_note = wait_start;
   while (true) {
@@ -463,12 +479,7 @@ Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t at
       *shortfall = "job stopping";
       return std::vector<Client>();
     }
-    ASSIGN_OR_RETURN(std::vector<Client> candidates, seats_.Seat(GroupClients(*registry_), parties));
-    // Clients blamed for a model that was not finite sit out the rest of this round.
-    std::erase_if(candidates, [this](const Client& client) {
-      return std::any_of(client.members.begin(), client.members.end(),
-                         [this](const std::string& worker) { return excluded_.count(worker) > 0; });
-    });
+    ASSIGN_OR_RETURN(std::vector<Client> candidates, ReadyClients(parties));
     if (candidates.size() >= spec.min_clients()) return selection_->Choose(std::move(candidates), spec, round, attempt);
     if (clock_->Now() - wait_start > options_.worker_wait_timeout) {
       *shortfall = "round " + std::to_string(round) + ": only " + std::to_string(candidates.size()) +
@@ -536,41 +547,15 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   open->MarkDispatched();
   const std::string rendezvous_prefix =
       "rendezvous/" + job.id() + "/" + std::to_string(round) + "/" + std::to_string(attempt) + "/";
-  for (const Client& client : selected) {
-    // A cohort's backend: the job's choice, else NCCL when every member trains on CUDA, else
-    // the first viable host backend (the same on every member).
-    std::string backend = spec.collective_backend().empty() ? "auto" : spec.collective_backend();
-    if (backend == "auto" && !client.cohort.empty()) {
-      bool all_cuda = true;
-      for (const auto& worker : client.members) {
-        auto status = registry_->Describe(worker);
-        all_cuda = all_cuda && status && status->device().kind() == "cuda";
-      }
-      if (all_cuda) backend = "nccl";
-    }
-    for (size_t rank = 0; rank < client.members.size(); ++rank) {
-      v1::Task task;
-      auto* train = task.mutable_train();
-      train->set_job_id(job.id());
-      train->set_round(round);
-      train->set_attempt(attempt);
-      train->set_model_version(job.rounds_committed());
-      *train->mutable_spec() = spec;
-      train->set_party_index(client.party);
-      train->set_deadline_unix_ms(deadline_unix_ms);
-      for (const std::string& set : model_sets) train->add_model_sets(set);
-      if (!client.cohort.empty()) {
-        train->set_cohort(client.cohort);
-        train->set_cohort_rank(static_cast<uint32_t>(rank));
-        train->set_cohort_size(static_cast<uint32_t>(client.members.size()));
-        train->set_collective_backend(backend);
-        train->set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
-      }
-      if (Status s = registry_->Send(client.members[rank], std::move(task)); !s.ok()) {
-        spdlog::warn("job {}: {}", job.id(), s.message());
-      }
-    }
-  }
+  v1::TrainTask task;
+  task.set_job_id(job.id());
+  task.set_round(round);
+  task.set_attempt(attempt);
+  task.set_model_version(job.rounds_committed());
+  *task.mutable_spec() = spec;
+  task.set_deadline_unix_ms(deadline_unix_ms);
+  for (const std::string& set : model_sets) task.add_model_sets(set);
+  for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix);
   if (selected.size() > spec.clients_per_round()) {
     spdlog::info("job {}: round {} attempt {}: {} clients selected, {} over clients_per_round; it closes at {} updates",
                  job.id(), round, attempt, selected.size(), selected.size() - spec.clients_per_round(),
@@ -612,15 +597,10 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
     if (over_selected) over_selected_ = {round, attempt, {stragglers.begin(), stragglers.end()}};
   }
   for (const auto& worker : stragglers) {
-    v1::Task cancel;
-    cancel.mutable_cancel()->set_job_id(job.id());
-    cancel.mutable_cancel()->set_round(round);
-    cancel.mutable_cancel()->set_attempt(attempt);
-    cancel.mutable_cancel()->set_reason(over_selected ? "the round closed with its " +
-                                                            std::to_string(spec.clients_per_round()) +
-                                                            " updates (over-selected)"
-                                                      : "the round's deadline passed");
-    registry_->Send(worker, std::move(cancel)).ok();
+    SendCancel(worker, round, attempt,
+               over_selected ? "the round closed with its " + std::to_string(spec.clients_per_round()) +
+                                   " updates (over-selected)"
+                             : "the round's deadline passed");
   }
   if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
   if (open->accepted() < spec.min_clients()) {
@@ -632,11 +612,10 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
 
   // Aggregation (the streaming part already happened as updates arrived).
   ASSIGN_OR_RETURN(StrategyStep step, open->Finish(*strategy_));
-  TensorSet next = std::move(step.model);
   open->FillRecord(&record);
   // A model that is not finite is never committed: the round is tried again without the
   // clients whose updates made it so.
-  Status finite = CheckFinite(next, "the aggregated model");
+  Status finite = CheckFinite(step.model, "the aggregated model");
   if (finite.ok()) finite = CheckFinite(step.state, "the strategy's next state");
   if (!finite.ok()) {
     std::string blamed;
@@ -650,55 +629,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
                           (blamed.empty() ? std::string("nobody") : blamed))};
   }
 
-  // Evaluation.
-  const auto eval_start = clock_->Now();
-  ASSIGN_OR_RETURN(Evaluation evaluation, evaluator_->Evaluate(next));
-  const double accuracy = evaluation.accuracy, loss = evaluation.loss;
-  record.mutable_latency()->set_evaluation_ms(MillisSince(eval_start));
-  record.set_test_accuracy(accuracy);
-  record.set_test_loss(loss);
-  // Encoded for download once, here, not by each download; its hash is the record's.
-  auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(next)), round, options_.chunk_bytes);
-  record.set_model_sha256(encoded->sha256());
-
-  // Commit: the checkpoint and the round record together.
-  const auto commit_start = clock_->Now();
-  v1::Job committed = job;
-  committed.set_rounds_committed(round);
-  record.set_committed_unix_ms(UnixMillis());
-  *committed.mutable_last_round() = record;
-  // The strategy's next state goes into the same checkpoint file as the model: both are
-  // of this round, or neither is.
-  RETURN_IF_ERROR(store_->CommitRound(committed, record, JoinModelAndState(encoded->tensors(), step.state)));
-  strategy_->Adopt(std::move(step.state));
-  record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
-  record.mutable_latency()->set_total_ms(MillisSince(round_start));
-  {
-    // What the named phases and the critical path leave of the round (docs/MONITORING.md).
-    auto& l = *record.mutable_latency();
-    const double named = l.selection_ms() + l.critical_download_ms() + l.critical_data_load_ms() +
-                         l.critical_compute_ms() + l.critical_upload_ms() + l.after_last_report_ms() +
-                         l.aggregation_ms() + l.evaluation_ms() + l.commit_ms();
-    l.set_other_ms(std::max(0.0, l.total_ms() - named));
-  }
-  *committed.mutable_last_round() = record;
-  if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
-    spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
-  }
-  selection_->Observe(record, spec);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_.set_rounds_committed(round);
-    *job_.mutable_last_round() = record;
-    current_ = std::move(encoded);
-  }
-  spdlog::info("job {}: round {} committed: accuracy {:.4f}, loss {:.4f}, {} of {} clients, {:.0f} ms", job.id(), round,
-               accuracy, loss, record.clients_reported(), record.clients_selected(), record.latency().total_ms());
-  v1::JobEvent event;
-  *event.mutable_job() = Snapshot();
-  *event.mutable_round() = record;
-  events_.Publish(std::move(event));
-  RecordRound(record);
+  RETURN_IF_ERROR(CommitStep(std::move(record), std::move(step), round_start));
   return {AttemptOutcome::Kind::kCommitted};
 }
 

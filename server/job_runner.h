@@ -1,6 +1,9 @@
 // Runs one federated job: synchronous rounds of selection, distribution, local training on
 // the workers, streaming aggregation, evaluation and commit, until the job's rounds are done,
 // it is cancelled, or it fails. Resumes from the last committed round after a restart.
+// An asynchronous job (spec.async) is driven by an AsyncDriver (server/async_driver.h)
+// instead of the rounds; the runner keeps its life (prepare, resume, commit, end) and hands
+// the worker service's entry points to the driver.
 //
 // Thread-safe. One thread per job, started by Start() and joined by Stop(). No exception
 // leaves the job's thread: one that reaches its top ends the job FAILED with its message.
@@ -74,6 +77,8 @@ struct JobRunnerOptions {
   const Clock* clock = &SteadyClock();
 };
 
+class AsyncDriver;
+
 class JobRunner {
  public:
   JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
@@ -135,6 +140,8 @@ class JobRunner {
   uint64_t update_bytes() const { return model_bytes_.load() * update_sets_.load(); }
 
  private:
+  friend class AsyncDriver;  // the asynchronous driver runs on the runner's parts below
+
   void Run();
   void RunJob();
   Status Prepare();
@@ -158,6 +165,25 @@ class JobRunner {
     AttemptOutcome(Status s) : kind(Kind::kFailed), status(std::move(s)) {}  // NOLINT: implicit on purpose
   };
   AttemptOutcome RunAttempt(uint32_t round, uint32_t attempt);
+
+  // The parts both drivers use.
+  // The ready clients, seated (a new client takes a free party, saved), without those left
+  // out of the current round (excluded_). `parties`: SeatedParties(spec).
+  Result<std::vector<Client>> ReadyClients(uint32_t parties);
+  // The parties seats are drawn from: the partition's, or 0 for workers' own files.
+  static uint32_t SeatedParties(const v1::JobSpec& spec);
+  // Sends `task` to each member of `client` with its party, and for a cohort its rank,
+  // backend and rendezvous prefix (`rendezvous_prefix` + cohort + "/").
+  void SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix);
+  void SendCancel(const std::string& worker, uint32_t round, uint32_t attempt, const std::string& reason);
+  // Evaluates `step`'s model, commits it with its state and `record` (checkpoint and record
+  // together), adopts the state, makes it the current version and tells watchers and
+  // metrics. `started`: when the round (or the step) began, for its total latency.
+  Status CommitStep(v1::RoundRecord record, StrategyStep step, Clock::TimePoint started);
+  std::shared_ptr<const ModelVersion> Current() const;
+  std::shared_ptr<AsyncDriver> Driver() const;
+  // Runs an asynchronous job to its end.
+  void RunAsync();
   // The round's clients; empty with *shortfall set when fewer than min_clients were ready
   // within the wait, or when the job is stopping.
   Result<std::vector<Client>> SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall);
@@ -205,7 +231,9 @@ class JobRunner {
   std::vector<uint64_t> party_sizes_;     // only the job's thread uses these two; empty: local files
   std::set<std::string> excluded_;        // workers left out of the current round's next attempts
 
-  std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it
+  std::shared_ptr<AsyncDriver> async_;   // an asynchronous job's driver, while it runs
+  const std::string job_id_;             // job_.id(), readable without mu_
+  std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it (and AsyncDriver's BeginRound)
   std::unique_ptr<Evaluator> evaluator_;  // likewise
   std::atomic<uint64_t> model_bytes_{0};
   std::atomic<uint64_t> update_sets_{1};  // "delta" and the strategy's payload sets

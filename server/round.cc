@@ -31,6 +31,123 @@ double Median(std::vector<double> values) {
 
 }  // namespace
 
+Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
+  // Times a worker reports are shown to operators and summed into metrics: finite, not
+  // negative, at most a week.
+  for (const auto& [field, ms] : {std::pair<const char*, double>{"compute_ms", h.compute_ms()},
+                                  {"download_ms", h.download_ms()},
+                                  {"data_load_ms", h.data_load_ms()}}) {
+    if (!(ms >= 0 && ms <= 7 * 24 * 3600e3)) {
+      return InvalidArgumentError(what + ": field '" + field + "': expected milliseconds in [0, 604800000], got " +
+                                  FormatNumber(ms));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, const std::vector<std::string>& extra_sets,
+                           const std::string& what, UpdateEncoding delta_encoding) {
+  ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
+  for (const auto& set : sets) {
+    if (set.name() != wire::kDeltaSet &&
+        std::find(extra_sets.begin(), extra_sets.end(), set.name()) == extra_sets.end()) {
+      std::string expected = "'delta'";
+      for (const auto& name : extra_sets) expected += ", '" + name + "'";
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
+                                  expected);
+    }
+  }
+  for (const auto& name : extra_sets) {
+    if (std::none_of(sets.begin(), sets.end(), [&](const v1::TensorSetInfo& set) { return set.name() == name; })) {
+      return InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    }
+  }
+  // Every set has the model's layout: the delta and each of the strategy's sets.
+  for (const auto& set : sets) {
+    const bool delta = set.name() == wire::kDeltaSet;
+    const std::string in_set = delta ? "" : " of set '" + set.name() + "'";
+    // "delta" travels in the job's encoding, a strategy's own sets in float32.
+    const auto encoding = wire::ToUpdateEncoding(set.encoding());
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    const UpdateEncoding expected = delta ? delta_encoding : UpdateEncoding::kFloat32;
+    if (*encoding != expected) {
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is encoded " + UpdateEncodingName(*encoding) +
+                                  "; this job expects " + UpdateEncodingName(expected) +
+                                  (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
+    }
+    const auto& tensors = set.manifest().tensors();
+    if (static_cast<size_t>(tensors.size()) != layout.size()) {
+      return InvalidArgumentError(what + ": expected " + std::to_string(layout.size()) + " tensors" + in_set +
+                                  ", got " + std::to_string(tensors.size()));
+    }
+    for (int i = 0; i < tensors.size(); ++i) {
+      const NamedTensor& want = layout[static_cast<size_t>(i)];
+      const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+      if (tensors[i].name() != want.name) {
+        return InvalidArgumentError(what + ": tensor " + std::to_string(i) + in_set + ": expected name '" + want.name +
+                                    "', got " + QuoteUntrusted(tensors[i].name()));
+      }
+      if (shape != want.shape) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
+                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
+      }
+      if (tensors[i].dtype() != wire::EncodedDType(*encoding)) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype " +
+                                    v1::DType_Name(wire::EncodedDType(*encoding)) + " for " +
+                                    UpdateEncodingName(*encoding) + ", got " + v1::DType_Name(tensors[i].dtype()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
+                        const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
+                        const std::string& what) {
+  CheckedDelta checked;
+  checked.verdict = CheckSameLayout(global, delta, what);
+  if (checked.verdict.ok()) checked.verdict = CheckFinite(delta, what);
+  for (size_t k = 0; checked.verdict.ok() && k < extra_sets.size(); ++k) {
+    const std::string& name = extra_sets[k];
+    if (payload == nullptr || payload->count(name) == 0) {
+      checked.verdict = InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    } else {
+      checked.verdict = CheckSameLayout(global, payload->at(name), what + ", set '" + name + "'");
+    }
+  }
+  if (!checked.verdict.ok()) return checked;
+  // The delta's L2 norm, in double (finite values of float square and sum without overflow),
+  // and whether the global model plus this delta alone already overflows float.
+  double squares = 0;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    const float* g = global[i].values.data();
+    const float* d = delta[i].values.data();
+    for (size_t j = 0; j < delta[i].values.size(); ++j) {
+      squares += static_cast<double>(d[j]) * d[j];
+      checked.non_finite_alone = checked.non_finite_alone || !std::isfinite(g[j] + d[j]);
+    }
+  }
+  checked.norm = std::sqrt(squares);
+  if (checked.norm <= max_update_norm) return checked;  // NaN norms cannot come: the values are finite
+  if (!clip) {
+    checked.verdict = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(checked.norm) +
+                                           " exceeds the job's max_update_norm " + FormatNumber(max_update_norm));
+    return checked;
+  }
+  const double scale = max_update_norm / checked.norm;
+  checked.clipped = delta;
+  checked.non_finite_alone = false;
+  for (size_t i = 0; i < checked.clipped->size(); ++i) {
+    const float* g = global[i].values.data();
+    float* d = (*checked.clipped)[i].values.data();
+    for (size_t j = 0; j < (*checked.clipped)[i].values.size(); ++j) {
+      d[j] = static_cast<float>(d[j] * scale);
+      checked.non_finite_alone = checked.non_finite_alone || !std::isfinite(g[j] + d[j]);
+    }
+  }
+  return checked;
+}
+
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
              std::shared_ptr<const TensorSet> global, std::unique_ptr<RoundAggregate> aggregate,
              uint32_t min_clients, std::vector<std::string> extra_sets, double max_update_norm,
@@ -112,16 +229,7 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
   }
-  // Times a worker reports are shown to operators and summed into metrics: finite, not
-  // negative, at most a week.
-  for (const auto& [field, ms] : {std::pair<const char*, double>{"compute_ms", h.compute_ms()},
-                                  {"download_ms", h.download_ms()},
-                                  {"data_load_ms", h.data_load_ms()}}) {
-    if (!(ms >= 0 && ms <= 7 * 24 * 3600e3)) {
-      return InvalidArgumentError(what + ": field '" + field + "': expected milliseconds in [0, 604800000], got " +
-                                  FormatNumber(ms));
-    }
-  }
+  RETURN_IF_ERROR(CheckReportedTimes(h, what));
   if (h.failure().empty() && h.samples() > it->second.max_samples) {
     return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(it->second.max_samples) +
                                 " (the size of party " + std::to_string(it->second.party) + "), got " +
@@ -156,59 +264,7 @@ ClientUpdate Round::Claims(const v1::UpdateHeader& h, uint32_t party) {
 }
 
 Status Round::CheckManifest(const v1::UpdateHeader& h) const {
-  const std::string what = Describe(h.worker_id());
-  ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
-  for (const auto& set : sets) {
-    if (set.name() != wire::kDeltaSet &&
-        std::find(extra_sets_.begin(), extra_sets_.end(), set.name()) == extra_sets_.end()) {
-      std::string expected = "'delta'";
-      for (const auto& name : extra_sets_) expected += ", '" + name + "'";
-      return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
-                                  expected);
-    }
-  }
-  for (const auto& name : extra_sets_) {
-    if (std::none_of(sets.begin(), sets.end(), [&](const v1::TensorSetInfo& set) { return set.name() == name; })) {
-      return InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
-    }
-  }
-  // Every set has the model's layout: the delta and each of the strategy's sets.
-  for (const auto& set : sets) {
-    const bool delta = set.name() == wire::kDeltaSet;
-    const std::string in_set = delta ? "" : " of set '" + set.name() + "'";
-    // "delta" travels in the job's encoding, a strategy's own sets in float32.
-    const auto encoding = wire::ToUpdateEncoding(set.encoding());
-    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
-    const UpdateEncoding expected = delta ? delta_encoding_ : UpdateEncoding::kFloat32;
-    if (*encoding != expected) {
-      return InvalidArgumentError(what + ": set '" + set.name() + "' is encoded " + UpdateEncodingName(*encoding) +
-                                  "; this job expects " + UpdateEncodingName(expected) +
-                                  (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
-    }
-    const auto& tensors = set.manifest().tensors();
-    if (static_cast<size_t>(tensors.size()) != global_->size()) {
-      return InvalidArgumentError(what + ": expected " + std::to_string(global_->size()) + " tensors" + in_set +
-                                  ", got " + std::to_string(tensors.size()));
-    }
-    for (int i = 0; i < tensors.size(); ++i) {
-      const NamedTensor& want = (*global_)[static_cast<size_t>(i)];
-      const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
-      if (tensors[i].name() != want.name) {
-        return InvalidArgumentError(what + ": tensor " + std::to_string(i) + in_set + ": expected name '" + want.name +
-                                    "', got " + QuoteUntrusted(tensors[i].name()));
-      }
-      if (shape != want.shape) {
-        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
-                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
-      }
-      if (tensors[i].dtype() != wire::EncodedDType(*encoding)) {
-        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype " +
-                                    v1::DType_Name(wire::EncodedDType(*encoding)) + " for " +
-                                    UpdateEncodingName(*encoding) + ", got " + v1::DType_Name(tensors[i].dtype()));
-      }
-    }
-  }
-  return Status::Ok();
+  return CheckUpdateEnvelope(h, *global_, extra_sets_, Describe(h.worker_id()), delta_encoding_);
 }
 
 void Round::Reject(const std::string& worker_id, const Status& why) {
@@ -230,49 +286,12 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
                      const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
-  Status valid = CheckSameLayout(*global_, delta, what);
-  if (valid.ok()) valid = CheckFinite(delta, what);
-  for (size_t k = 0; valid.ok() && k < extra_sets_.size(); ++k) {
-    const std::string& name = extra_sets_[k];
-    if (payload == nullptr || payload->count(name) == 0) {
-      valid = InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
-    } else {
-      valid = CheckSameLayout(*global_, payload->at(name), what + ", set '" + name + "'");
-    }
-  }
-  // The delta's L2 norm, in double (finite values of float square and sum without overflow),
-  // and whether the global model plus this delta alone already overflows float.
-  double norm = 0;
-  bool non_finite_alone = false;
-  std::optional<TensorSet> clipped;  // the delta scaled down to the bound (NormPolicy::kClip)
-  if (valid.ok()) {
-    double squares = 0;
-    for (size_t i = 0; i < delta.size(); ++i) {
-      const float* g = (*global_)[i].values.data();
-      const float* d = delta[i].values.data();
-      for (size_t j = 0; j < delta[i].values.size(); ++j) {
-        squares += static_cast<double>(d[j]) * d[j];
-        non_finite_alone = non_finite_alone || !std::isfinite(g[j] + d[j]);
-      }
-    }
-    norm = std::sqrt(squares);
-    if (!(norm <= max_update_norm_) && norm_policy_ == NormPolicy::kClip) {
-      const double scale = max_update_norm_ / norm;
-      clipped = delta;
-      non_finite_alone = false;
-      for (size_t i = 0; i < clipped->size(); ++i) {
-        const float* g = (*global_)[i].values.data();
-        float* d = (*clipped)[i].values.data();
-        for (size_t j = 0; j < (*clipped)[i].values.size(); ++j) {
-          d[j] = static_cast<float>(d[j] * scale);
-          non_finite_alone = non_finite_alone || !std::isfinite(g[j] + d[j]);
-        }
-      }
-    } else if (!(norm <= max_update_norm_)) {
-      valid = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(norm) +
-                                   " exceeds the job's max_update_norm " + FormatNumber(max_update_norm_));
-    }
-  }
+  CheckedDelta checked =
+      CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what);
+  const Status valid = checked.verdict;
+  const double norm = checked.norm;
+  const bool non_finite_alone = checked.non_finite_alone;
+  const std::optional<TensorSet>& clipped = checked.clipped;
   uint32_t party = 0;  // the participant's seat, read under the lock
   {
     std::lock_guard<std::mutex> lock(mu_);

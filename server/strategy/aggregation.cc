@@ -31,6 +31,10 @@ std::string_view AggregationRuleName(AggregationRule rule) {
 
 Status CheckUpdateFits(const ClientUpdate& update, const std::vector<size_t>& sizes) {
   if (update.samples == 0) return InvalidArgumentError("update with 0 samples: expected a positive sample count");
+  if (!(update.scale > 0 && update.scale <= 1)) {
+    return InvalidArgumentError("update from '" + update.client + "': its scale " + std::to_string(update.scale) +
+                                " is not in (0, 1]");
+  }
   const TensorSet& delta = *update.delta;
   if (delta.size() != sizes.size()) {
     return InvalidArgumentError("update has " + std::to_string(delta.size()) + " tensors, expected " +
@@ -73,7 +77,8 @@ class WeightedMean final : public DeltaAggregate {
       total_weight_ = total;
       ++updates_;
     }
-    const double w = static_cast<double>(update.samples);
+    // The update's share of the mean is its samples; its staleness weight scales its delta.
+    const double w = static_cast<double>(update.samples) * update.scale;
     for (size_t i = 0; i < delta.size(); ++i) {
       std::lock_guard<std::mutex> lock(locks_[i]);
       double* sum = sums_[i].data();

@@ -59,6 +59,7 @@ class NormalizedMean final : public RoundAggregate {
 
   Status Fold(const ClientUpdate& update) override {
     if (update.samples == 0) return InvalidArgumentError("update with 0 samples: expected a positive sample count");
+    if (update.scale != 1.0) return InvalidArgumentError("this aggregate weighs no update by staleness (scale must be 1)");
     RETURN_IF_ERROR(CheckClaims(update));
     const TensorSet& delta = *update.delta;
     if (delta.size() != sums_.size()) {

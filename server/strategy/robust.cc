@@ -33,6 +33,7 @@ class RetainingAggregate final : public DeltaAggregate {
 
   Status Fold(const ClientUpdate& update) override {
     RETURN_IF_ERROR(CheckUpdateFits(update, sizes_));
+    if (update.scale != 1.0) return InvalidArgumentError("this aggregate weighs no update by staleness (scale must be 1)");
     RetainedUpdate copy;
     copy.client = update.client;
     copy.tensors.reserve(update.delta->size());

@@ -51,6 +51,7 @@ class ScaffoldRound final : public RoundAggregate {
 
   Status Fold(const ClientUpdate& update) override {
     if (update.samples == 0) return InvalidArgumentError("update with 0 samples: expected a positive sample count");
+    if (update.scale != 1.0) return InvalidArgumentError("this aggregate weighs no update by staleness (scale must be 1)");
     if (update.payload == nullptr || update.payload->count(kControlDelta) == 0) {
       return InvalidArgumentError("scaffold needs the update's set 'control_delta' (its control variate's change)");
     }

@@ -38,6 +38,11 @@ struct ClientUpdate {
   uint64_t local_steps = 0;      // optimiser steps it reports (UpdateHeader.local_steps); 0: not told
   double step_normalizer = 0;    // FedNova's a_i it reports (UpdateHeader.step_normalizer); 0: not told
   const TensorSet* delta = nullptr;  // the client's model minus the round's global model
+  // A factor on the delta, its weight in the mean staying `samples`: an asynchronous job's
+  // staleness weight, in (0, 1]. Only the sample-weighted mean takes a factor other than 1
+  // (wire::ValidateJobSpec keeps the other rules and strategies out of asynchronous jobs);
+  // the others refuse it.
+  double scale = 1.0;
   // The update's other sets, by name: those PayloadSets() names, each checked against the
   // model's layout (names, shapes, finite values); null when the strategy reads none.
   const std::map<std::string, TensorSet>* payload = nullptr;
@@ -84,6 +89,10 @@ class Strategy {
   // order, each tensor named "SET/" + the model tensor's name. Called on the job's thread
   // between rounds.
   virtual TensorSet DownloadTensors(uint32_t /*party*/) const { return {}; }
+  // An empty aggregate for a model of `global`'s layout. Reads only the layout and the
+  // strategy's options, never its state: the asynchronous driver opens the next buffer on the
+  // upload thread that filled the previous one, while the job's thread may be in Finish() or
+  // Adopt().
   virtual std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const = 0;
   // The next model and state. Requires at least one folded update. Does not change `this`.
   virtual Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const = 0;

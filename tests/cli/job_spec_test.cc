@@ -121,8 +121,8 @@ weight_decay = 1e-4
 }
 
 TEST(JobSpecTest, EveryExampleParses) {
-  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-robust.toml", "niid-bench-iid.toml",
-                           "niid-bench-dirichlet.toml", "smoke.toml"}) {
+  for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-fedbuff.toml", "fmnist-robust.toml",
+                           "niid-bench-iid.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();

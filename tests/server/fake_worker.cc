@@ -317,7 +317,7 @@ void FakeWorker::Act(size_t turn, v1::TrainTask task) {
       "download of model version " + std::to_string(task.model_version()) + " of job " + task.job_id();
   auto open = runner->SelectedRound(name_, what);
   Result<std::shared_ptr<const ModelVersion>> model =
-      open.ok() ? runner->Model(task.model_version()) : Result<std::shared_ptr<const ModelVersion>>(open.status());
+      open.ok() ? runner->Model(task.model_version(), name_) : Result<std::shared_ptr<const ModelVersion>>(open.status());
   Record(turn, [&](FakeTurn& t) { t.downloaded = model.status(); });
   if (!model.ok()) {
     Record(turn, [](FakeTurn& t) { t.finished = true; });

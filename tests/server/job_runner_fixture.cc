@@ -86,6 +86,8 @@ void JobRunnerFixture::StartRunner(const v1::Job& job) {
         events_.push_back("progress: round " + std::to_string(p.round()) + " attempt " + std::to_string(p.attempt()) +
                           ": " + std::to_string(p.reported()) + "/" + std::to_string(p.selected()) +
                           " reported, waiting on" + waiting);
+      } else if (event.has_round()) {
+        events_.push_back("committed round " + std::to_string(event.round().round()) + ";");
       } else if (!event.message().empty()) {
         events_.push_back(event.message());
       }

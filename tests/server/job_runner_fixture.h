@@ -60,7 +60,8 @@ class JobRunnerFixture : public ::testing::Test {
   // Blocks until the runner's thread waits on clock_ (exactly one waiter): what it waits
   // for is fixed, so Advance() from now on is seen by that wait.
   bool AwaitRunnerWaiting();
-  // Blocks until a published note (or progress line) contains `text`.
+  // Blocks until a published note (or progress line, or "committed round N;" for a round's
+  // record) contains `text`.
   bool AwaitEvent(const std::string& text);
   // The notes and progress lines published, one per line.
   std::string Events();

@@ -1,0 +1,323 @@
+// The asynchronous driver (FedBuff): staleness weights, the buffered mean, and server steps
+// driven by fake workers of different speeds on a ManualClock. A worker's speed is a gate
+// per task that the test opens: nothing sleeps, and the order of events is the test's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "job_runner_fixture.h"
+#include "server/async_driver.h"
+#include "server/strategy/aggregation.h"
+
+namespace tessera::server {
+namespace {
+
+v1::AsyncSpec Polynomial(double exponent) {
+  v1::AsyncSpec spec;
+  spec.set_staleness_weighting("polynomial");
+  spec.set_staleness_exponent(exponent);
+  return spec;
+}
+
+TEST(StalenessWeightTest, PolynomialIsOneOverOnePlusStalenessToTheExponent) {
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(0.5), 0), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(0.5), 3), 0.5);        // 1 / sqrt(4)
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(0.5), 8), 1.0 / 3.0);  // 1 / sqrt(9)
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(1.0), 4), 0.2);        // 1 / 5
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(2.0), 1), 0.25);       // 1 / 2^2
+  EXPECT_DOUBLE_EQ(StalenessWeight(Polynomial(0.0), 1000), 1.0);     // a = 0 weighs all alike
+}
+
+TEST(StalenessWeightTest, ConstantIsOne) {
+  v1::AsyncSpec spec;
+  spec.set_staleness_weighting("constant");
+  EXPECT_DOUBLE_EQ(StalenessWeight(spec, 0), 1.0);
+  EXPECT_DOUBLE_EQ(StalenessWeight(spec, 50), 1.0);
+}
+
+// The sample-weighted mean with staleness factors: sum(n_i s_i d_i) / sum(n_i).
+TEST(StalenessWeightTest, TheMeanScalesEachDeltaAndKeepsTheSamplesAsWeights) {
+  const TensorSet layout = {{"w", {2}, {0.0f, 0.0f}}};
+  auto aggregate = OpenAggregate(AggregationOptions{}, layout);
+  const TensorSet fresh = {{"w", {2}, {1.0f, 2.0f}}};
+  const TensorSet stale = {{"w", {2}, {4.0f, -2.0f}}};
+  ClientUpdate a{.client = "a", .samples = 300, .delta = &fresh, .scale = 1.0};
+  ClientUpdate b{.client = "b", .samples = 100, .delta = &stale, .scale = 0.5};
+  ASSERT_TRUE(aggregate->Fold(a).ok());
+  ASSERT_TRUE(aggregate->Fold(b).ok());
+  std::vector<double> got;
+  ASSERT_TRUE(aggregate->Combine([&](size_t, const std::vector<double>& delta) { got = delta; }).ok());
+  // (300 * 1 * 1 + 100 * 0.5 * 4) / 400 = 1.25; (300 * 2 + 100 * 0.5 * -2) / 400 = 1.25.
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_DOUBLE_EQ(got[0], 1.25);
+  EXPECT_DOUBLE_EQ(got[1], 1.25);
+  ClientUpdate bad{.client = "c", .samples = 1, .delta = &fresh, .scale = 1.5};
+  EXPECT_FALSE(aggregate->Fold(bad).ok());
+  EXPECT_EQ(aggregate->updates(), 2u);
+}
+
+// One gate per task, per worker, in the order the tasks arrive: the test opens the n-th
+// task's gate to let that update go.
+class GatedTasks {
+ public:
+  FakeWorker::Script Script() {
+    return [this](const v1::TrainTask&) {
+      auto gate = std::make_shared<Gate>();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        gates_.push_back(gate);
+        if (open_) gate->Open();
+      }
+      cv_.notify_all();
+      return FakeAction::UploadLate(gate);
+    };
+  }
+  // Opens the gate of the worker's `task`-th task, once the worker has taken that task up (a
+  // task is received on the channel before the worker's thread asks the script).
+  void Open(size_t task) {
+    std::shared_ptr<Gate> gate;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ASSERT_TRUE(cv_.wait_for(lock, kWaitLimit, [&] { return task < gates_.size(); }))
+          << "task " << task << " was never taken up";
+      gate = gates_[task];
+    }
+    gate->Open();
+  }
+  // Opens every gate, and those of the tasks to come: the worker answers at once from now on.
+  void OpenAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    for (auto& gate : gates_) gate->Open();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  std::deque<std::shared_ptr<Gate>> gates_;
+};
+
+class AsyncDriverTest : public JobRunnerFixture {
+ protected:
+  static v1::JobSpec AsyncSpec(uint32_t clients, uint32_t steps, uint32_t buffer, uint32_t max_staleness) {
+    v1::JobSpec spec = SmallSpec(clients, clients);
+    spec.set_rounds(steps);
+    auto* async = spec.mutable_async();
+    async->set_buffer_size(buffer);
+    async->set_max_staleness(max_staleness);
+    async->set_staleness_weighting("polynomial");
+    async->set_staleness_exponent(0.5);
+    async->set_concurrency(clients);
+    return spec;
+  }
+
+  // The n-th train task `worker` received (0-based); blocks until it has.
+  static v1::TrainTask TrainTask(const FakeWorker& worker, size_t n) {
+    v1::TrainTask found;
+    EXPECT_TRUE(worker.Await([&](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+      size_t seen = 0;
+      for (const auto& task : received) {
+        if (!task.has_train()) continue;
+        if (seen++ == n) {
+          found = task.train();
+          return true;
+        }
+      }
+      return false;
+    })) << worker.name() << " never received train task " << n;
+    return found;
+  }
+
+  bool AwaitCommitted(uint32_t version) { return AwaitEvent("committed round " + std::to_string(version) + ";"); }
+
+  // Every accepted report in the job's records, by worker: (step, staleness, weight).
+  struct Folded {
+    uint32_t step;
+    uint32_t staleness;
+    double weight;
+  };
+  std::map<std::string, std::vector<Folded>> FoldedByWorker() {
+    std::map<std::string, std::vector<Folded>> folded;
+    for (const auto& record : Rounds()) {
+      for (const auto& report : record.workers()) {
+        if (report.outcome() == "accepted") {
+          folded[report.worker_id()].push_back({record.round(), report.staleness(), report.staleness_weight()});
+        }
+      }
+    }
+    return folded;
+  }
+};
+
+// Two fast clients, a slow one whose update is two versions stale (folded with 1/sqrt(3)), and
+// one slower still, whose task is cancelled as too stale and whose late upload is refused.
+TEST_F(AsyncDriverTest, FastClientsContributeMoreAndStaleUpdatesAreWeightedOrRefused) {
+  GatedTasks fast1, fast2, slow, slowest;
+  FakeWorker& f1 = AddWorker("fast-1", fast1.Script());
+  FakeWorker& f2 = AddWorker("fast-2", fast2.Script());
+  FakeWorker& s1 = AddWorker("slow", slow.Script());
+  FakeWorker& s2 = AddWorker("slowest", slowest.Script());
+  Submit(AsyncSpec(4, 4, /*buffer=*/2, /*max_staleness=*/2));
+  // Four tasks on version 0, numbered 1 to 4.
+  std::set<uint32_t> numbers;
+  for (FakeWorker* w : {&f1, &f2, &s1, &s2}) {
+    const v1::TrainTask task = TrainTask(*w, 0);
+    EXPECT_EQ(task.model_version(), 0u);
+    EXPECT_EQ(task.attempt(), 1u);
+    numbers.insert(task.round());
+  }
+  EXPECT_EQ(numbers, (std::set<uint32_t>{1, 2, 3, 4}));
+
+  // fast-1 reports: one update buffered; it trains again on version 0.
+  fast1.Open(0);
+  EXPECT_EQ(TrainTask(f1, 1).model_version(), 0u);
+  EXPECT_EQ(TrainTask(f1, 1).round(), 5u);
+  // fast-2 reports: the buffer is full, step 1 is made; fast-2 trains on version 1.
+  fast2.Open(0);
+  EXPECT_EQ(TrainTask(f2, 1).model_version(), 1u);
+  ASSERT_TRUE(AwaitCommitted(1));
+
+  // fast-1's second update was trained on version 0: one version stale.
+  fast1.Open(1);
+  EXPECT_EQ(TrainTask(f1, 2).model_version(), 1u);
+  fast2.Open(1);
+  EXPECT_EQ(TrainTask(f2, 2).model_version(), 2u);
+  ASSERT_TRUE(AwaitCommitted(2));
+
+  // slow's update of version 0 is two versions stale: still within max_staleness.
+  slow.Open(0);
+  EXPECT_EQ(TrainTask(s1, 1).model_version(), 2u);
+  fast1.Open(2);  // version 1: one stale; step 3
+  ASSERT_TRUE(AwaitCommitted(3));
+  // Version 3 makes slowest's task (version 0) three versions stale: cancelled.
+  ASSERT_TRUE(s2.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+  }));
+  EXPECT_NE(s2.cancels().front().reason().find("too stale"), std::string::npos) << s2.cancels().front().reason();
+  slowest.Open(0);  // its upload comes anyway, and is refused before its tensors are read
+  ASSERT_TRUE(s2.AwaitFinished(4, 1));
+  const FakeTurn late = s2.turns().front();
+  ASSERT_TRUE(late.admitted.has_value());
+  EXPECT_EQ(late.admitted->code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.admitted->message().find("too stale"), std::string::npos) << late.admitted->ToString();
+  EXPECT_NE(late.admitted->message().find("max_staleness is 2"), std::string::npos) << late.admitted->ToString();
+
+  fast2.Open(2);  // version 2, one stale
+  slow.Open(1);   // version 2, one stale: step 4, the last
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  EXPECT_EQ(end.rounds_committed(), 4u);
+
+  const auto folded = FoldedByWorker();
+  ASSERT_EQ(folded.count("fast-1"), 1u);
+  ASSERT_EQ(folded.count("slow"), 1u);
+  EXPECT_EQ(folded.at("fast-1").size(), 3u);
+  EXPECT_EQ(folded.at("fast-2").size(), 3u);
+  EXPECT_EQ(folded.at("slow").size(), 2u);
+  EXPECT_EQ(folded.count("slowest"), 0u);
+  // Each update's staleness and weight, as the record keeps them.
+  const auto& f1_folds = folded.at("fast-1");
+  EXPECT_EQ(f1_folds[0].step, 1u);
+  EXPECT_EQ(f1_folds[0].staleness, 0u);
+  EXPECT_DOUBLE_EQ(f1_folds[0].weight, 1.0);
+  EXPECT_EQ(f1_folds[1].step, 2u);
+  EXPECT_EQ(f1_folds[1].staleness, 1u);
+  EXPECT_DOUBLE_EQ(f1_folds[1].weight, 1.0 / std::sqrt(2.0));
+  const auto& slow_folds = folded.at("slow");
+  EXPECT_EQ(slow_folds[0].step, 3u);
+  EXPECT_EQ(slow_folds[0].staleness, 2u);
+  EXPECT_DOUBLE_EQ(slow_folds[0].weight, 1.0 / std::sqrt(3.0));
+
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 4u);
+  for (const auto& record : rounds) {
+    ASSERT_TRUE(record.has_async_step()) << record.round();
+    EXPECT_EQ(record.async_step().updates_folded(), 2u) << record.round();
+    EXPECT_EQ(record.clients_reported(), 2u);
+  }
+  EXPECT_DOUBLE_EQ(rounds[2].async_step().mean_staleness(), 1.5);  // slow's 2 and fast-1's 1
+  EXPECT_EQ(rounds[2].async_step().max_staleness(), 2u);
+  // The cancelled task is in the record of the step that followed its cancellation.
+  EXPECT_EQ(ReportOf(rounds[3], "slowest").outcome().rfind("dropped: too stale", 0), 0u)
+      << ReportOf(rounds[3], "slowest").outcome();
+
+  // Step 3's model is step 2's plus the staleness-weighted mean of its deltas (every delta is
+  // 0.001 everywhere, 100 samples each): slow's two versions stale, fast-1's one,
+  // 0.001 x (1/sqrt(3) + 1/sqrt(2)) / 2. (The store keeps the newest three checkpoints.)
+  auto v2 = store_.LoadCheckpoint(kJobId, 2);
+  auto v3 = store_.LoadCheckpoint(kJobId, 3);
+  ASSERT_TRUE(v2.ok()) << v2.status().ToString();
+  ASSERT_TRUE(v3.ok()) << v3.status().ToString();
+  const double expected = 0.001 * (1.0 / std::sqrt(3.0) + 1.0 / std::sqrt(2.0)) / 2.0;
+  EXPECT_NEAR((*v3)[0].values[0] - (*v2)[0].values[0], expected, 1e-6);
+  EXPECT_GT(std::abs((*v3)[0].values[0] - (*v2)[0].values[0] - 0.001), 1e-5);  // not the unweighted mean
+}
+
+// A coordinator stopped mid-job resumes at the last committed version: its buffered update is
+// lost, task numbers go on from the last step's count, and an update for a task of the
+// previous process is refused.
+TEST_F(AsyncDriverTest, ResumesFromTheLastCommittedVersionAndNumbersTasksOn) {
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  Submit(AsyncSpec(2, 3, /*buffer=*/2, /*max_staleness=*/5));
+  TrainTask(a, 0);
+  TrainTask(b, 0);
+  a_tasks.Open(0);
+  TrainTask(a, 1);
+  b_tasks.Open(0);
+  ASSERT_TRUE(AwaitCommitted(1));
+  const v1::TrainTask b_second = TrainTask(b, 1);
+  EXPECT_EQ(b_second.model_version(), 1u);
+  a_tasks.Open(1);  // buffered (version 0, one stale), never applied
+  TrainTask(a, 2);
+  StopRunner();
+  const v1::Job stored = Stored();
+  EXPECT_EQ(stored.rounds_committed(), 1u);
+  // Tasks 1, 2 and a's second, 3, were handed out when step 1 was made; b's 4 and a's 5 after.
+  EXPECT_EQ(stored.last_round().async_step().tasks_sent(), 3u);
+
+  StartRunner(stored);
+  // New tasks on version 1, numbered past the last step's count and a step's worth of work
+  // (concurrency 2 + K 2): 8 and 9, after every number the previous process handed out.
+  const v1::TrainTask a_resumed = TrainTask(a, 3);
+  EXPECT_EQ(a_resumed.model_version(), 1u);
+  EXPECT_EQ(a_resumed.round(), 8u);
+  EXPECT_EQ(TrainTask(b, 2).round(), 9u);
+  // b's update for its task of the previous process (task 4, version 1) is refused.
+  b_tasks.Open(1);
+  ASSERT_TRUE(b.AwaitFinished(b_second.round(), 1));
+  std::optional<Status> refused;
+  for (const auto& turn : b.turns()) {
+    if (turn.task.round() == b_second.round()) refused = turn.admitted;
+  }
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_FALSE(refused->ok());
+  a_tasks.OpenAll();
+  b_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 3u);
+  // No update of the previous process is in the steps after the restart: step 2 folds two
+  // updates trained on the resumed version 1 (a's version-0 update buffered before the stop
+  // was lost with the buffer).
+  for (size_t i = 1; i < rounds.size(); ++i) EXPECT_GE(rounds[i].async_step().tasks_sent(), 9u);
+  EXPECT_EQ(rounds[1].async_step().updates_folded(), 2u);
+  EXPECT_EQ(rounds[1].async_step().max_staleness(), 0u);
+  for (const auto& report : rounds[1].workers()) {
+    if (report.outcome() == "accepted") {
+      EXPECT_EQ(report.staleness(), 0u) << report.worker_id();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::server
