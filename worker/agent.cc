@@ -329,6 +329,25 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
+Result<std::vector<int64_t>> WorkerAgent::PartyRows(const v1::TrainTask& task,
+                                                    const std::function<Result<std::vector<uint8_t>>()>& read_labels) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = partitions_.find(task.job_id());
+  if (it == partitions_.end()) {
+    lock.unlock();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> labels, read_labels());
+    ASSIGN_OR_RETURN(auto parts, wire::PartitionTrainingSet(task.spec(), std::move(labels)));
+    lock.lock();
+    partitions_.clear();  // one job's partition at a time
+    it = partitions_.emplace(task.job_id(), std::move(parts)).first;
+  }
+  if (task.party_index() >= it->second.size()) {
+    return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
+                                std::to_string(it->second.size()) + " parties");
+  }
+  return it->second[task.party_index()];
+}
+
 Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::TrainTask& task) {
   const v1::JobSpec& spec = task.spec();
   const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
@@ -367,51 +386,15 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
   } else if (!fashion) {
     // The partition needs every label; only this party's samples are converted and kept.
     ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
-    std::vector<int64_t> rows;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto it = partitions_.find(task.job_id());
-      if (it == partitions_.end()) {
-        lock.unlock();
-        ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadSplitLabels(source, /*train=*/true));
-        ASSIGN_OR_RETURN(auto parts, wire::PartitionTrainingSet(spec, std::move(labels)));
-        lock.lock();
-        partitions_.clear();  // one job's partition at a time
-        it = partitions_.emplace(task.job_id(), std::move(parts)).first;
-      }
-      if (task.party_index() >= it->second.size()) {
-        return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
-                                    std::to_string(it->second.size()) + " parties");
-      }
-      rows = it->second[task.party_index()];
-    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                     PartyRows(task, [&] { return ReadSplitLabels(source, /*train=*/true); }));
     ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
     share = std::make_shared<const Dataset>(std::move(data));
   } else {
     // The partition needs every label but only this party's images: the worker keeps its
     // share of the training set, not the whole of it.
     ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, /*train=*/true));
-    std::vector<int64_t> rows;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      auto it = partitions_.find(task.job_id());
-      if (it == partitions_.end()) {
-        lock.unlock();
-        ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(paths.labels));
-        const uint32_t max = spec.data().max_train_samples();
-        if (max > 0 && max < labels.size()) labels.resize(max);
-        ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(spec));
-        ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, 10, config));
-        lock.lock();
-        partitions_.clear();  // one job's partition at a time
-        it = partitions_.emplace(task.job_id(), std::move(parts)).first;
-      }
-      if (task.party_index() >= it->second.size()) {
-        return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
-                                    std::to_string(it->second.size()) + " parties");
-      }
-      rows = it->second[task.party_index()];
-    }
+    ASSIGN_OR_RETURN(std::vector<int64_t> rows, PartyRows(task, [&] { return ReadIdxLabels(paths.labels); }));
     ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
     share = std::make_shared<const Dataset>(std::move(data));
   }

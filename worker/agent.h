@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,10 @@ class WorkerAgent {
   // (only those images are loaded), or its own files. The last share is kept for the next
   // round; another job's or party's replaces it.
   Result<std::shared_ptr<const Dataset>> TrainingShare(const v1::TrainTask& task);
+  // The rows of the training split this task's party holds: the job's partition of the labels
+  // `read_labels` gives, computed once per job and kept.
+  Result<std::vector<int64_t>> PartyRows(const v1::TrainTask& task,
+                                         const std::function<Result<std::vector<uint8_t>>()>& read_labels);
   // Federated evaluation's data: the test split of the worker's own files (local-files jobs),
   // or its party's share of the test split, cut as the job cuts the training split. NotFound
   // when the worker has no test split.

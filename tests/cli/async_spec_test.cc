@@ -115,6 +115,19 @@ TEST(AsyncSpecTest, StrategiesAndRulesThatCannotApplyAreRefused) {
   }
 }
 
+TEST(AsyncSpecTest, WhatOnlySynchronousRoundsDoIsRefused) {
+  ExpectError(Job("mode = \"async\"\n", "[selection]\npolicy = \"deadline\"\n"),
+              {"selection.policy", "\"random\" with an asynchronous job"});
+  ExpectError(Job("mode = \"async\"\n", "[compression]\nencoding = \"int8\"\n"),
+              {"compression.encoding", "\"float32\" with an asynchronous job"});
+  ExpectError(Job("mode = \"async\"\n", "[evaluation]\nfederated = true\n"),
+              {"evaluation.federated", "false with an asynchronous job"});
+  // Their defaults are fine.
+  Result<v1::JobSpec> plain = Parse(Job("mode = \"async\"\n", "[selection]\npolicy = \"random\"\n[compression]\nencoding = "
+                                                              "\"float32\"\n[evaluation]\nfederated = false\n"));
+  EXPECT_TRUE(plain.ok()) << plain.status().ToString();
+}
+
 // examples/fmnist-fedbuff.toml says what docs/JOBS.md says of it.
 TEST(AsyncSpecTest, TheFedBuffExampleIsTheDemoRunAsynchronously) {
   Result<v1::JobSpec> spec =

@@ -410,12 +410,17 @@ class OverSelectionJobTest : public JobRunnerFixture {
 
 TEST_F(OverSelectionJobTest, TheRoundClosesWithItsTargetAndCancelsTheOverSelectedClient) {
   auto late = std::make_shared<Gate>();
-  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload(0.5f)));
-  FakeWorker& w2 = AddWorker("w2", Always(FakeAction::Upload(0.5f)));
+  // w1 and w2 upload once w3 has its task in hand (else the round could close, and cancel w3,
+  // before w3's thread took the task up).
+  auto first = std::make_shared<Gate>(), second = std::make_shared<Gate>();
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::UploadLate(first, 0.5f)));
+  FakeWorker& w2 = AddWorker("w2", Always(FakeAction::UploadLate(second, 0.5f)));
   // w3 downloads, and uploads only when the test says: after its round has closed.
   FakeWorker& w3 = AddWorker("w3", Always(FakeAction::UploadLate(late, 100.0f)));
   Submit(Spec(3, 2, 0.5));  // ceil(2 x 1.5) = 3 selected, the round wants 2
   ASSERT_TRUE(late->AwaitReached());
+  first->Open();
+  second->Open();
   // No time passes: the round closes on w1's and w2's updates, not at its deadline.
   v1::Job job = AwaitEnd();
   ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
