@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <thread>
 
 namespace tessera::metrics {
@@ -87,6 +88,11 @@ TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
 TEST(MetricsTest, ProcessMetricsAreReadAtEachScrape) {
   Registry registry;
   RegisterProcessMetrics(registry);
+  // The kernel counts CPU time in clock ticks (10 ms): a test process started a moment ago
+  // may not have used one yet. Spend a little more than a tick first.
+  const std::clock_t start = std::clock();
+  volatile double sink = 0;
+  while (std::clock() - start < CLOCKS_PER_SEC / 50) sink = sink + 1;
   const std::string text = registry.Render();
   for (const char* name : {"process_resident_memory_bytes ", "process_cpu_seconds_total ", "process_open_fds ",
                            "process_threads ", "process_start_time_seconds "}) {
