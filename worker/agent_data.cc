@@ -1,0 +1,142 @@
+// The worker's data: its party's share of the training split and its local test split, loaded
+// once per job and party and kept while the job runs (WorkerAgent, worker/agent.h).
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "core/data/dataset_source.h"
+#include "core/data/idx.h"
+#include "core/data/partition.h"
+#include "proto/job_mapping.h"
+#include "worker/agent.h"
+
+namespace tessera::worker {
+
+Result<std::vector<int64_t>> WorkerAgent::PartyRows(const v1::TrainTask& task,
+                                                    const std::function<Result<std::vector<uint8_t>>()>& read_labels) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto it = partitions_.find(task.job_id());
+  if (it == partitions_.end()) {
+    lock.unlock();
+    ASSIGN_OR_RETURN(std::vector<uint8_t> labels, read_labels());
+    ASSIGN_OR_RETURN(auto parts, wire::PartitionTrainingSet(task.spec(), std::move(labels)));
+    lock.lock();
+    partitions_.clear();  // one job's partition at a time
+    it = partitions_.emplace(task.job_id(), std::move(parts)).first;
+  }
+  if (task.party_index() >= it->second.size()) {
+    return InvalidArgumentError("task for party " + std::to_string(task.party_index()) + ", but the partition has " +
+                                std::to_string(it->second.size()) + " parties");
+  }
+  return it->second[task.party_index()];
+}
+
+Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::TrainTask& task) {
+  const v1::JobSpec& spec = task.spec();
+  const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
+  if (local && options_.data_dir.empty()) {
+    return FailedPreconditionError("the job trains on each worker's own files, but this worker has no --data-dir");
+  }
+  const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
+  const std::string key = dir + "#" + std::to_string(spec.data().max_train_samples()) +
+                          (local ? std::string() : "#" + task.job_id() + "#" + std::to_string(task.party_index()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (share_ && share_key_ == key) return share_;
+  }
+  std::shared_ptr<const Dataset> share;
+  const bool fashion = wire::IsFashionMnist(spec);
+  if (!fashion && !local && spec.data().path().empty()) {
+    return FailedPreconditionError("data.path: the job's dataset \"" + spec.data().dataset() +
+                                   "\" needs the workers' directory of it in data.path");
+  }
+  const int classes = wire::DatasetClasses(spec);
+  if (local && !fashion) {
+    // The worker's own files, in the job's format, are all its share.
+    ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
+    ASSIGN_OR_RETURN(DataShape shape, InspectSplit(source, /*train=*/true));
+    int64_t count = shape.count;
+    if (spec.data().max_train_samples() > 0) count = std::min<int64_t>(count, spec.data().max_train_samples());
+    std::vector<int64_t> rows(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = i;
+    ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else if (local) {
+    // The worker's own files are all its share.
+    ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
+    if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else if (!fashion) {
+    // The partition needs every label; only this party's samples are converted and kept.
+    ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
+    ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                     PartyRows(task, [&] { return ReadSplitLabels(source, /*train=*/true); }));
+    ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
+    share = std::make_shared<const Dataset>(std::move(data));
+  } else {
+    // The partition needs every label but only this party's images: the worker keeps its
+    // share of the training set, not the whole of it.
+    ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, /*train=*/true));
+    ASSIGN_OR_RETURN(std::vector<int64_t> rows, PartyRows(task, [&] { return ReadIdxLabels(paths.labels); }));
+    ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+    share = std::make_shared<const Dataset>(std::move(data));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  share_ = share;  // the previous share (another job or party) is released
+  share_key_ = key;
+  return share;
+}
+
+Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::TrainTask& task) {
+  const v1::JobSpec& spec = task.spec();
+  const bool local = spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES;
+  const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
+  const std::string key = dir + "#" + task.job_id() + "#" + std::to_string(task.party_index());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (test_share_ && test_share_key_ == key) return test_share_;
+  }
+  const bool fashion = wire::IsFashionMnist(spec);
+  const int classes = wire::DatasetClasses(spec);
+  DataSource source;
+  if (!fashion) {
+    ASSIGN_OR_RETURN(source, wire::ToDataSource(spec, dir));
+  }
+  std::vector<int64_t> rows;
+  std::vector<uint8_t> labels;
+  IdxPairPaths paths;
+  if (fashion) {
+    ASSIGN_OR_RETURN(paths, FindFashionMnist(dir, /*train=*/false));
+    ASSIGN_OR_RETURN(labels, ReadIdxLabels(paths.labels));
+  } else {
+    ASSIGN_OR_RETURN(labels, ReadSplitLabels(source, /*train=*/false));
+  }
+  const uint32_t max = spec.data().max_test_samples();
+  if (max > 0 && max < labels.size()) labels.resize(max);
+  if (local) {
+    rows.resize(labels.size());
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  } else {
+    // The party's share of the test split, cut by the job's partition as the training split is.
+    ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(spec));
+    ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, classes, config));
+    if (task.party_index() >= parts.size()) {
+      return InvalidArgumentError("the test split's partition has no party " + std::to_string(task.party_index()));
+    }
+    rows = std::move(parts[task.party_index()]);
+  }
+  Dataset data;
+  if (fashion) {
+    ASSIGN_OR_RETURN(data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+  } else {
+    ASSIGN_OR_RETURN(data, LoadSplitRows(source, /*train=*/false, rows, classes));
+  }
+  auto share = std::make_shared<const Dataset>(std::move(data));
+  std::lock_guard<std::mutex> lock(mu_);
+  test_share_ = share;
+  test_share_key_ = key;
+  return share;
+}
+
+}  // namespace tessera::worker
