@@ -43,8 +43,8 @@ constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_co
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
 constexpr std::string_view kAugmentKeys[] = {"horizontal_flip", "crop_padding"};
 constexpr std::string_view kDataFormats[] = {"idx", "cifar10", "npz", "csv"};
-constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "labels_per_party",
-                                                                    "seed"};
+constexpr std::string_view kPartitionKeys[] = {"kind", "parties", "beta", "labels_per_party", "seed",
+                                                "party_labels"};
 constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "batch_size",
                                                                 "learning_rate", "momentum",     "weight_decay"};
 
@@ -236,6 +236,42 @@ class SpecReader {
       uint64_t value = 0;
       RETURN_IF_ERROR(CheckedUnsigned(dotted, element.as_integer()->get(), min, max, &value));
       out->push_back(value);
+    }
+    return Status::Ok();
+  }
+
+  // An array of at most `max_size` arrays of integers, each integer in [min, max].
+  Status UnsignedArrays(const toml::table& table, std::string_view prefix, std::string_view key, size_t max_size,
+                        uint64_t min, uint64_t max, std::vector<std::vector<uint64_t>>* out) {
+    const toml::node* node = Locate(table, prefix, key);
+    if (node == nullptr) return Status::Ok();
+    if (!node->is_array()) return TypeError(prefix, key, *node, "an array of arrays of integers");
+    const toml::array& array = *node->as_array();
+    if (array.size() > max_size) {
+      return Error(Dotted(prefix, key), "must have at most " + std::to_string(max_size) + " arrays, got " +
+                                            std::to_string(array.size()));
+    }
+    out->assign(array.size(), {});
+    for (size_t i = 0; i < array.size(); ++i) {
+      const std::string dotted = Dotted(prefix, key) + "[" + std::to_string(i) + "]";
+      positions_[dotted] = array[i].source().begin;
+      if (!array[i].is_array()) {
+        return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': expected an array of integers, found " +
+                                    std::string(TypeName(array[i])));
+      }
+      const toml::array& inner = *array[i].as_array();
+      if (inner.size() > max - min + 1) return Error(dotted, "must have at most " + std::to_string(max - min + 1) + " values");
+      for (size_t j = 0; j < inner.size(); ++j) {
+        const std::string element = dotted + "[" + std::to_string(j) + "]";
+        positions_[element] = inner[j].source().begin;
+        if (!inner[j].is_integer()) {
+          return InvalidArgumentError(Where(element) + ": key '" + element + "': expected an integer, found " +
+                                      std::string(TypeName(inner[j])));
+        }
+        uint64_t value = 0;
+        RETURN_IF_ERROR(CheckedUnsigned(element, inner[j].as_integer()->get(), min, max, &value));
+        (*out)[i].push_back(value);
+      }
     }
     return Status::Ok();
   }
@@ -774,6 +810,38 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   const uint64_t classes = fashion ? 10 : (data_spec->classes() ? data_spec->classes() : wire::kMaxClasses);
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, classes, &u));
   partition_spec->set_labels_per_party(static_cast<uint32_t>(u));
+  std::vector<std::vector<uint64_t>> party_labels;
+  RETURN_IF_ERROR(reader.UnsignedArrays(*partition, "data.partition", "party_labels", parties, 0, classes - 1,
+                                        &party_labels));
+  if (reader.Present("data.partition.party_labels")) {
+    if (found->kind != v1::PARTITION_LABEL_QUANTITY) {
+      return reader.Error("data.partition.party_labels", "is for kind \"label-quantity\" only, found kind \"" + kind + "\"");
+    }
+    if (party_labels.size() != parties) {
+      return reader.Error("data.partition.party_labels", "expected one array of labels per party (" +
+                                                             std::to_string(parties) + "), got " +
+                                                             std::to_string(party_labels.size()));
+    }
+    if (!reader.Present("data.partition.labels_per_party")) {
+      partition_spec->set_labels_per_party(static_cast<uint32_t>(party_labels[0].size()));
+    }
+    for (size_t p = 0; p < party_labels.size(); ++p) {
+      const std::string field = "data.partition.party_labels[" + std::to_string(p) + "]";
+      const std::vector<uint64_t>& set = party_labels[p];
+      if (set.size() != partition_spec->labels_per_party()) {
+        return reader.Error(field, "expected " + std::to_string(partition_spec->labels_per_party()) +
+                                       " labels (labels_per_party), got " + std::to_string(set.size()));
+      }
+      for (size_t a = 0; a < set.size(); ++a) {
+        if (std::find(set.begin(), set.begin() + static_cast<std::ptrdiff_t>(a), set[a]) !=
+            set.begin() + static_cast<std::ptrdiff_t>(a)) {
+          return reader.Error(field, "label " + std::to_string(set[a]) + " appears twice");
+        }
+      }
+      v1::LabelSet* labels = partition_spec->add_party_labels();
+      for (uint64_t label : set) labels->add_labels(static_cast<uint32_t>(label));
+    }
+  }
   u = spec.seed();
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "seed", 0, kMaxUint64, &u));
   partition_spec->set_seed(u);

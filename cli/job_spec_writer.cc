@@ -130,6 +130,17 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "beta = " << TomlFloat(partition.beta()) << "\n";
   out << "labels_per_party = " << partition.labels_per_party() << "\n";
   out << "seed = " << partition.seed() << "\n";
+  if (partition.party_labels_size() > 0) {
+    out << "party_labels = [";
+    for (int p = 0; p < partition.party_labels_size(); ++p) {
+      out << (p ? ", [" : "[");
+      for (int i = 0; i < partition.party_labels(p).labels_size(); ++i) {
+        out << (i ? ", " : "") << partition.party_labels(p).labels(i);
+      }
+      out << "]";
+    }
+    out << "]\n";
+  }
 
   if (spec.has_evaluation()) {
     out << "\n[evaluation]\n";

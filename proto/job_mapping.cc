@@ -53,6 +53,9 @@ Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec) {
   config.beta = p.beta() > 0 ? p.beta() : 0.5;
   config.labels_per_party = p.labels_per_party() > 0 ? p.labels_per_party() : 2;
   config.seed = p.seed();
+  for (const v1::LabelSet& set : p.party_labels()) {
+    config.party_labels.emplace_back(set.labels().begin(), set.labels().end());
+  }
   return config;
 }
 
@@ -359,6 +362,37 @@ Status ValidateAsync(const v1::JobSpec& s) {
   return Status::Ok();
 }
 
+// spec.data.partition.party_labels: only for label-quantity, one set per party, each of
+// labels_per_party distinct labels (the dataset's classes are checked with the data).
+Status ValidatePartyLabels(const v1::PartitionSpec& p) {
+  if (p.party_labels_size() == 0) return Status::Ok();
+  if (p.kind() != v1::PARTITION_LABEL_QUANTITY) {
+    return Refused("data.partition.party_labels", "no label sets unless data.partition.kind is \"label-quantity\"",
+                   std::to_string(p.party_labels_size()) + " sets");
+  }
+  if (static_cast<uint32_t>(p.party_labels_size()) != p.parties()) {
+    return Refused("data.partition.party_labels", "one set per party (" + std::to_string(p.parties()) + ")",
+                   std::to_string(p.party_labels_size()) + " sets");
+  }
+  const uint32_t k = p.labels_per_party() > 0 ? p.labels_per_party() : 2;
+  for (int i = 0; i < p.party_labels_size(); ++i) {
+    const auto& labels = p.party_labels(i).labels();
+    const std::string field = "data.partition.party_labels[" + std::to_string(i) + "]";
+    if (static_cast<uint32_t>(labels.size()) != k) {
+      return Refused(field, std::to_string(k) + " labels (labels_per_party)", std::to_string(labels.size()));
+    }
+    for (int a = 0; a < labels.size(); ++a) {
+      if (labels[a] >= kMaxClasses) {
+        return Refused(field, "labels below " + std::to_string(kMaxClasses), std::to_string(labels[a]));
+      }
+      for (int b = 0; b < a; ++b) {
+        if (labels[a] == labels[b]) return Refused(field, "distinct labels", std::to_string(labels[a]) + " twice");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ValidateDataSpec(const v1::DataSpec& d) {
@@ -443,6 +477,14 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
   if (d.partition().labels_per_party() > classes) {
     return bad("data.partition.labels_per_party", "[0, " + std::to_string(classes) + "] (the dataset's classes)",
                std::to_string(d.partition().labels_per_party()));
+  }
+  for (int p = 0; p < d.partition().party_labels_size(); ++p) {
+    for (uint32_t label : d.partition().party_labels(p).labels()) {
+      if (label >= classes) {
+        return bad("data.partition.party_labels[" + std::to_string(p) + "]",
+                   "labels in [0, " + std::to_string(classes) + ") (the dataset's classes)", std::to_string(label));
+      }
+    }
   }
   return Status::Ok();
 }
@@ -601,6 +643,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
   RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));
   RETURN_IF_ERROR(range("data.partition.labels_per_party", p.labels_per_party(), 0, kMaxLabelsPerParty));
+  RETURN_IF_ERROR(ValidatePartyLabels(p));
   // SCAFFOLD keeps a control variate per party and scales the server's by |S|/N: it needs
   // the parties to be the partition's, a known number; workers' own files seat any number.
   if (s.strategy() == "scaffold" && p.kind() == v1::PARTITION_LOCAL_FILES) {

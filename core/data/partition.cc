@@ -158,6 +158,28 @@ Status Validate(const std::vector<uint8_t>& labels, int num_classes, const Parti
       return InvalidArgumentError("partition.labels_per_party: must be in [1, " + std::to_string(num_classes) +
                                   "] (the number of classes), got " + std::to_string(config.labels_per_party));
     }
+    if (!config.party_labels.empty() && config.party_labels.size() != config.parties) {
+      return InvalidArgumentError("partition.party_labels: expected one set of labels per party (" +
+                                  std::to_string(config.parties) + "), got " +
+                                  std::to_string(config.party_labels.size()));
+    }
+    for (size_t p = 0; p < config.party_labels.size(); ++p) {
+      const std::vector<uint32_t>& set = config.party_labels[p];
+      const std::string field = "partition.party_labels[" + std::to_string(p) + "]";
+      if (set.size() != config.labels_per_party) {
+        return InvalidArgumentError(field + ": expected labels_per_party (" + std::to_string(config.labels_per_party) +
+                                    ") labels, got " + std::to_string(set.size()));
+      }
+      std::vector<bool> seen(static_cast<size_t>(num_classes), false);
+      for (uint32_t label : set) {
+        if (label >= static_cast<uint32_t>(num_classes)) {
+          return InvalidArgumentError(field + ": label " + std::to_string(label) + " is outside [0, " +
+                                      std::to_string(num_classes) + ")");
+        }
+        if (seen[label]) return InvalidArgumentError(field + ": label " + std::to_string(label) + " appears twice");
+        seen[label] = true;
+      }
+    }
   }
   return Status::Ok();
 }
@@ -204,7 +226,13 @@ std::vector<std::vector<int64_t>> SplitLabelQuantity(const std::vector<uint8_t>&
   const size_t classes = static_cast<size_t>(num_classes);
   std::vector<std::vector<bool>> holds(parties, std::vector<bool>(classes, false));
   std::vector<size_t> holders(classes, 0);
-  for (size_t i = 0; i < parties; ++i) {
+  for (size_t i = 0; i < config.party_labels.size(); ++i) {
+    for (uint32_t c : config.party_labels[i]) {
+      holds[i][c] = true;
+      ++holders[c];
+    }
+  }
+  for (size_t i = 0; i < parties && config.party_labels.empty(); ++i) {
     size_t first = i % classes;
     holds[i][first] = true;
     ++holders[first];

@@ -12,7 +12,8 @@
 //   kLabelQuantity  #C=k label skew. Party i takes label i mod K, then k-1 further distinct labels
 //                   drawn uniformly at random; each label's (shuffled) samples are cut evenly
 //                   among the parties that hold it. Samples of a label no party drew (possible
-//                   when P < K) are left out of every party.
+//                   when P < K) are left out of every party. `party_labels`, when given, names
+//                   each party's labels instead of drawing them (no draw is made for them).
 //   kQuantity       quantity skew. Party sizes are Dir(beta) proportions of N, redrawn until every
 //                   party would get at least 10 samples; samples are assigned IID.
 //
@@ -40,6 +41,9 @@ struct PartitionConfig {
   double beta = 0.5;              // Dirichlet concentration (kDirichlet, kQuantity); > 0
   uint32_t labels_per_party = 2;  // k of #C=k (kLabelQuantity); in [1, num_classes]
   uint64_t seed = 0;
+  // kLabelQuantity: each party's labels (parties sets of labels_per_party distinct labels in
+  // [0, num_classes)); empty: drawn as above.
+  std::vector<std::vector<uint32_t>> party_labels;
 };
 
 // "iid", "dirichlet", "label-quantity", "quantity": the names job specs use.
@@ -51,7 +55,8 @@ inline constexpr int64_t kMinPartySize = 10;
 // Returns, for each party, the indices into `labels` of the samples it holds, in a random
 // order; no index appears twice. kInvalidArgument, naming the field, for: parties == 0, more
 // parties than samples, beta <= 0 or not finite (kDirichlet, kQuantity), labels_per_party == 0
-// or > num_classes (kLabelQuantity), fewer than kMinPartySize * parties samples (kDirichlet,
+// or > num_classes (kLabelQuantity), party_labels that are not `parties` sets of
+// labels_per_party distinct labels in [0, num_classes) (kLabelQuantity), fewer than kMinPartySize * parties samples (kDirichlet,
 // kQuantity), num_classes < 1, or a label outside [0, num_classes). kFailedPrecondition when
 // 10000 draws in a row leave some party under kMinPartySize samples.
 Result<std::vector<std::vector<int64_t>>> PartitionIndices(const std::vector<uint8_t>& labels, int num_classes,

@@ -85,6 +85,50 @@ TEST(DataSpecTest, LabelsPerPartyAreBoundedByTheClasses) {
               {"'data.partition.labels_per_party'", "at most 3"});
 }
 
+TEST(DataSpecTest, PartyLabelsPinEachPartysLabels) {
+  const std::string head = "name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 3\n";
+  Result<v1::JobSpec> spec =
+      ParseJobSpecString(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], [1, 6], [2, 4]]\n", "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const v1::PartitionSpec& p = spec->data().partition();
+  EXPECT_EQ(p.labels_per_party(), 2u) << "taken from the sets";
+  ASSERT_EQ(p.party_labels_size(), 3);
+  EXPECT_EQ(p.party_labels(0).labels(1), 7u);
+  EXPECT_EQ(p.party_labels(2).labels(0), 2u);
+  EXPECT_TRUE(wire::ValidateJobSpec(*spec).ok()) << wire::ValidateJobSpec(*spec).ToString();
+  PartitionConfig config = wire::ToPartitionConfig(*spec).value();
+  ASSERT_EQ(config.party_labels.size(), 3u);
+  EXPECT_EQ(config.party_labels[1], (std::vector<uint32_t>{1, 6}));
+  Result<v1::JobSpec> again = ParseJobSpecString(JobSpecToToml(*spec), "shown.toml");
+  ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << JobSpecToToml(*spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << JobSpecToToml(*spec);
+
+  ExpectError(head + "party_labels = [[0, 7], [1, 6], [2, 4]]\n", {"'data.partition.party_labels'", "\"label-quantity\" only"});
+  ExpectError(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], [1, 6]]\n",
+              {"'data.partition.party_labels'", "one array of labels per party (3), got 2"});
+  ExpectError(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], [1, 6], [2]]\n",
+              {"'data.partition.party_labels[2]'", "expected 2 labels"});
+  ExpectError(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], [1, 1], [2, 4]]\n",
+              {"'data.partition.party_labels[1]'", "label 1 appears twice"});
+  ExpectError(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], [1, 10], [2, 4]]\n",
+              {"'data.partition.party_labels[1][1]'", "10"});
+  ExpectError(head + "kind = \"label-quantity\"\nparty_labels = [[0, 7], \"x\", [2, 4]]\n",
+              {"'data.partition.party_labels[1]'", "expected an array of integers"});
+
+  // The wire holds the same rules.
+  v1::JobSpec wire_spec = *spec;
+  wire_spec.mutable_data()->mutable_partition()->mutable_party_labels(1)->set_labels(1, 1);
+  ExpectRefused(wire_spec, "data.partition.party_labels[1]", "distinct labels");
+  wire_spec.mutable_data()->mutable_partition()->mutable_party_labels(1)->add_labels(3);
+  ExpectRefused(wire_spec, "data.partition.party_labels[1]", "2 labels");
+  wire_spec = *spec;
+  wire_spec.mutable_data()->mutable_partition()->add_party_labels()->add_labels(3);
+  ExpectRefused(wire_spec, "data.partition.party_labels", "one set per party (3)");
+  wire_spec = *spec;
+  wire_spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_IID);
+  ExpectRefused(wire_spec, "data.partition.party_labels", "\"label-quantity\"");
+}
+
 TEST(DataSpecTest, TheWireChecksTheSameAndTheShapeTheCoordinatorFills) {
   v1::JobSpec spec = WireSpec();
   spec.mutable_data()->set_dataset("cifar");

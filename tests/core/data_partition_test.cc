@@ -136,6 +136,37 @@ TEST(PartitionTest, LabelQuantityLeavesOutLabelsNobodyHolds) {
   EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), 200u);
 }
 
+TEST(PartitionTest, LabelQuantityTakesGivenLabelSets) {
+  const std::vector<uint8_t> labels = BalancedLabels(1000);
+  PartitionConfig config = Config(PartitionConfig::kLabelQuantity, 4, 5);
+  config.party_labels = {{0, 7}, {1, 7}, {2, 0}, {7, 3}};
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  // Labels 0, 1, 2, 3 and 7 (100 samples each) are held; the rest are left out.
+  EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), 500u);
+  auto counts = PartitionLabelCounts(*parts, labels, 10);
+  const std::vector<std::vector<int64_t>> expected = {
+      {50, 0, 0, 0, 0, 0, 0, 34, 0, 0},   // label 7 has three holders: 34, 33, 33
+      {0, 100, 0, 0, 0, 0, 0, 33, 0, 0},
+      {50, 0, 100, 0, 0, 0, 0, 0, 0, 0},
+      {0, 0, 0, 100, 0, 0, 0, 33, 0, 0}};
+  EXPECT_EQ(counts, expected);
+
+  // The sets are checked.
+  config.party_labels = {{0, 7}, {1, 7}, {2, 0}};
+  EXPECT_NE(PartitionIndices(labels, 10, config).status().message().find("one set of labels per party (4), got 3"),
+            std::string::npos);
+  config.party_labels = {{0, 7}, {1, 7}, {2, 2}, {7, 3}};
+  EXPECT_NE(PartitionIndices(labels, 10, config).status().message().find("party_labels[2]: label 2 appears twice"),
+            std::string::npos);
+  config.party_labels = {{0, 7}, {1, 7}, {2, 10}, {7, 3}};
+  EXPECT_NE(PartitionIndices(labels, 10, config).status().message().find("label 10 is outside [0, 10)"),
+            std::string::npos);
+  config.party_labels = {{0, 7}, {1, 7}, {2}, {7, 3}};
+  EXPECT_NE(PartitionIndices(labels, 10, config).status().message().find("party_labels[2]: expected labels_per_party (2)"),
+            std::string::npos);
+}
+
 TEST(PartitionTest, LabelQuantityRefusesBadK) {
   const std::vector<uint8_t> labels = BalancedLabels(1000);
   for (uint32_t k : {0u, 11u}) {
