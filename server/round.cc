@@ -22,14 +22,14 @@ std::string FormatNumber(double value) {
   return text;
 }
 
+}  // namespace
+
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
   const size_t n = values.size();
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
-
-}  // namespace
 
 Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
   // Times a worker reports are shown to operators and summed into metrics: finite, not

@@ -40,6 +40,9 @@ namespace tessera::server {
 // Times a worker reports (compute_ms, download_ms, data_load_ms) are shown to operators and
 // summed into metrics: finite, not negative, at most a week.
 Status CheckReportedTimes(const v1::UpdateHeader& header, const std::string& what);
+
+// The median of `values`, 0 when there are none: the round record's per-worker summaries.
+double Median(std::vector<double> values);
 // The upload's envelope before any tensor bytes are read: its sets (a "delta" set and every
 // set in `extra_sets`, no other, each in an encoding this build reads) and each set's
 // manifest against `layout` (names, shapes, dtypes).
