@@ -3,14 +3,8 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
-#include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <limits>
-#include <map>
-#include <span>
 #include <sstream>
 
 #include "cli/job_spec_names.h"
@@ -271,13 +265,13 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   const uint64_t classes = fashion ? 10 : (data_spec->classes() ? data_spec->classes() : wire::kMaxClasses);
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, classes, &u));
   partition_spec->set_labels_per_party(static_cast<uint32_t>(u));
+  if (partition->contains("party_labels") && found->kind != v1::PARTITION_LABEL_QUANTITY) {
+    return reader.Error("data.partition.party_labels", "is for kind \"label-quantity\" only, found kind \"" + kind + "\"");
+  }
   std::vector<std::vector<uint64_t>> party_labels;
   RETURN_IF_ERROR(reader.UnsignedArrays(*partition, "data.partition", "party_labels", parties, 0, classes - 1,
                                         &party_labels));
   if (reader.Present("data.partition.party_labels")) {
-    if (found->kind != v1::PARTITION_LABEL_QUANTITY) {
-      return reader.Error("data.partition.party_labels", "is for kind \"label-quantity\" only, found kind \"" + kind + "\"");
-    }
     if (party_labels.size() != parties) {
       return reader.Error("data.partition.party_labels", "expected one array of labels per party (" +
                                                              std::to_string(parties) + "), got " +
@@ -289,15 +283,15 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     for (size_t p = 0; p < party_labels.size(); ++p) {
       const std::string field = "data.partition.party_labels[" + std::to_string(p) + "]";
       const std::vector<uint64_t>& set = party_labels[p];
+      if (set.empty()) return reader.Error(field, "expected at least 1 label, got none");
       if (set.size() != partition_spec->labels_per_party()) {
         return reader.Error(field, "expected " + std::to_string(partition_spec->labels_per_party()) +
                                        " labels (labels_per_party), got " + std::to_string(set.size()));
       }
-      for (size_t a = 0; a < set.size(); ++a) {
-        if (std::find(set.begin(), set.begin() + static_cast<std::ptrdiff_t>(a), set[a]) !=
-            set.begin() + static_cast<std::ptrdiff_t>(a)) {
-          return reader.Error(field, "label " + std::to_string(set[a]) + " appears twice");
-        }
+      std::vector<bool> seen(classes, false);  // labels are below classes (read above)
+      for (uint64_t label : set) {
+        if (seen[label]) return reader.Error(field, "label " + std::to_string(label) + " appears twice");
+        seen[label] = true;
       }
       v1::LabelSet* labels = partition_spec->add_party_labels();
       for (uint64_t label : set) labels->add_labels(static_cast<uint32_t>(label));

@@ -1,5 +1,5 @@
-// Names in job.toml (partition kinds, the adaptive strategies), shared by the reader (cli/job_spec.cc) and the
-// writer (cli/job_spec_writer.cc).
+// Names in job.toml (partition kinds, the adaptive strategies), shared by the reader (cli/job_spec.cc,
+// cli/job_spec_tables.cc) and the writer (cli/job_spec_writer.cc).
 #pragma once
 
 #include <algorithm>

@@ -223,7 +223,11 @@ class SpecReader {
                                     std::string(TypeName(array[i])));
       }
       const toml::array& inner = *array[i].as_array();
-      if (inner.size() > max - min + 1) return Error(dotted, "must have at most " + std::to_string(max - min + 1) + " values");
+      const uint64_t max_count = min > max ? 0 : (max - min == UINT64_MAX ? UINT64_MAX : max - min + 1);
+      if (inner.size() > max_count) {
+        return Error(dotted, "must have at most " + std::to_string(max_count) + " values, got " +
+                                 std::to_string(inner.size()));
+      }
       for (size_t j = 0; j < inner.size(); ++j) {
         const std::string element = dotted + "[" + std::to_string(j) + "]";
         positions_[element] = inner[j].source().begin;
@@ -280,7 +284,7 @@ inline Status CheckOneOf(const SpecReader& reader, const std::string& dotted, co
 }
 
 // A string key of at most `max_bytes` bytes without control characters (docs/JOBS.md), as the
-// coordinator's ValidateJobSpec requires; the message shows no more than the first 64 bytes.
+// coordinator's ValidateJobSpec requires; the message gives the size, never the value.
 inline Status CheckPlainText(const SpecReader& reader, const std::string& dotted, const std::string& value,
                       size_t max_bytes) {
   const bool control = std::any_of(value.begin(), value.end(), [](char c) {

@@ -1,6 +1,7 @@
 #include "proto/job_mapping.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -375,19 +376,22 @@ Status ValidatePartyLabels(const v1::PartitionSpec& p) {
                    std::to_string(p.party_labels_size()) + " sets");
   }
   const uint32_t k = p.labels_per_party() > 0 ? p.labels_per_party() : 2;
+  if (uint64_t{p.parties()} * k > kMaxPartyLabels) {
+    return Refused("data.partition.party_labels", "at most " + std::to_string(kMaxPartyLabels) +
+                                                      " labels in all (parties x labels_per_party)",
+                   std::to_string(uint64_t{p.parties()} * k));
+  }
   for (int i = 0; i < p.party_labels_size(); ++i) {
     const auto& labels = p.party_labels(i).labels();
     const std::string field = "data.partition.party_labels[" + std::to_string(i) + "]";
     if (static_cast<uint32_t>(labels.size()) != k) {
       return Refused(field, std::to_string(k) + " labels (labels_per_party)", std::to_string(labels.size()));
     }
-    for (int a = 0; a < labels.size(); ++a) {
-      if (labels[a] >= kMaxClasses) {
-        return Refused(field, "labels below " + std::to_string(kMaxClasses), std::to_string(labels[a]));
-      }
-      for (int b = 0; b < a; ++b) {
-        if (labels[a] == labels[b]) return Refused(field, "distinct labels", std::to_string(labels[a]) + " twice");
-      }
+    std::bitset<kMaxClasses> seen;
+    for (uint32_t label : labels) {
+      if (label >= kMaxClasses) return Refused(field, "labels below " + std::to_string(kMaxClasses), std::to_string(label));
+      if (seen[label]) return Refused(field, "distinct labels", std::to_string(label) + " twice");
+      seen[label] = true;
     }
   }
   return Status::Ok();

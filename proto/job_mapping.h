@@ -69,6 +69,7 @@ inline constexpr uint64_t kMaxSampleValues = 1u << 24;     // channels x rows x 
 inline constexpr double kMaxLearningRate = 100;           // optimizer.learning_rate
 inline constexpr double kMaxWeightDecay = 1;
 inline constexpr double kMaxBeta = 1e4;                   // data.partition.beta
+inline constexpr uint64_t kMaxPartyLabels = 100000;       // data.partition.party_labels: labels in all
 inline constexpr uint32_t kMaxLabelsPerParty = 256;       // at most the dataset's classes (checked with them)
 inline constexpr int kMaxHiddenLayers = 16;               // model.hidden's length
 inline constexpr uint32_t kMaxHiddenWidth = 65536;        // each of model.hidden

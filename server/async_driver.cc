@@ -9,6 +9,7 @@
 
 #include "proto/job_mapping.h"
 #include "server/job_runner.h"
+#include "server/round.h"
 
 namespace tessera::server {
 namespace {

@@ -43,6 +43,7 @@ Status CheckReportedTimes(const v1::UpdateHeader& header, const std::string& wha
 
 // The median of `values`, 0 when there are none: the round record's per-worker summaries.
 double Median(std::vector<double> values);
+
 // The upload's envelope before any tensor bytes are read: its sets (a "delta" set and every
 // set in `extra_sets`, no other, each in an encoding this build reads) and each set's
 // manifest against `layout` (names, shapes, dtypes).

@@ -56,8 +56,8 @@ inline constexpr int64_t kMinPartySize = 10;
 // order; no index appears twice. kInvalidArgument, naming the field, for: parties == 0, more
 // parties than samples, beta <= 0 or not finite (kDirichlet, kQuantity), labels_per_party == 0
 // or > num_classes (kLabelQuantity), party_labels that are not `parties` sets of
-// labels_per_party distinct labels in [0, num_classes) (kLabelQuantity), fewer than kMinPartySize * parties samples (kDirichlet,
-// kQuantity), num_classes < 1, or a label outside [0, num_classes). kFailedPrecondition when
+// labels_per_party distinct labels in [0, num_classes) (kLabelQuantity), fewer than
+// kMinPartySize * parties samples (kDirichlet, kQuantity), num_classes < 1, or a label outside [0, num_classes). kFailedPrecondition when
 // 10000 draws in a row leave some party under kMinPartySize samples.
 Result<std::vector<std::vector<int64_t>>> PartitionIndices(const std::vector<uint8_t>& labels, int num_classes,
                                                            const PartitionConfig& config);

@@ -128,6 +128,16 @@ TEST(JobSpecTest, EveryExampleParses) {
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
     EXPECT_EQ(spec->name() + ".toml", name);
   }
+  // The NIID-Bench table's #C=2 jobs pin the reference run's label sets, all ten of them.
+  for (const char* algorithm : {"fedavg", "fedprox", "scaffold", "fednova"}) {
+    SCOPED_TRACE(algorithm);
+    Result<v1::JobSpec> spec =
+        ParseJobSpecFile(ExamplePath((std::string("niid-bench/label-quantity-") + algorithm + ".toml")));
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_TRUE(wire::ValidateJobSpec(*spec).ok()) << wire::ValidateJobSpec(*spec).ToString();
+    ASSERT_EQ(spec->data().partition().party_labels_size(), 10);
+    EXPECT_EQ(spec->data().partition().party_labels(9).labels(1), 7u);
+  }
 }
 
 TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {

@@ -428,8 +428,12 @@ TEST(RoundBoundsTest, AnUpdateWhoseNormExceedsTheBoundIsRefusedWithBothFigures) 
   v1::RoundRecord record;
   round.FillRecord(&record);
   for (const auto& w : record.workers()) {
-    if (w.worker_id() == "w2") EXPECT_DOUBLE_EQ(w.update_norm(), 5);
-    if (w.worker_id() == "w1") EXPECT_NE(w.outcome().find("max_update_norm"), std::string::npos) << w.outcome();
+    if (w.worker_id() == "w2") {
+      EXPECT_DOUBLE_EQ(w.update_norm(), 5);
+    }
+    if (w.worker_id() == "w1") {
+      EXPECT_NE(w.outcome().find("max_update_norm"), std::string::npos) << w.outcome();
+    }
   }
   auto next = round.Finish(*fedavg);
   ASSERT_TRUE(next.ok());
