@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <utility>
 
 #include "tests/integration/harness.h"
 
@@ -16,7 +18,9 @@ struct JobRun {
 };
 
 struct WorkerSpec {
-  std::string device = "cpu";
+  WorkerSpec(std::string device_name = "cpu", std::string cohort_name = "")  // implicit: {"emu:a100"} reads well
+      : device(std::move(device_name)), cohort(std::move(cohort_name)) {}
+  std::string device;
   std::string cohort;  // empty: a lone worker
 };
 

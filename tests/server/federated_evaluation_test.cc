@@ -33,7 +33,9 @@ TEST_F(FederatedEvaluationTest, TheRoundHoldsTheSampleWeightedMeans) {
       EXPECT_EQ(w.local_test_samples(), 300u);
       EXPECT_DOUBLE_EQ(w.local_test_accuracy(), 0.4);
     }
-    if (w.worker_id() == "w3") EXPECT_EQ(w.local_test_samples(), 0u);
+    if (w.worker_id() == "w3") {
+      EXPECT_EQ(w.local_test_samples(), 0u);
+    }
   }
 }
 

@@ -114,7 +114,7 @@ TEST_F(RoundDeadlineTest, AnUploadAfterTheDeadlineIsRefusedAndChangesNothing) {
 
 TEST_F(RoundDeadlineTest, AWorkerWhoseChannelClosesIsDroppedAsLostWithoutWaitingForTheDeadline) {
   auto held = std::make_shared<Gate>();
-  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::UploadLate(held)));  // keeps the round open
+  AddWorker("w1", Always(FakeAction::UploadLate(held)));  // keeps the round open
   FakeWorker& w2 = AddWorker("w2", Always(FakeAction::Vanish()));
   Submit(SmallSpec(2, 1, 60000));
   ASSERT_TRUE(held->AwaitReached());
@@ -160,7 +160,7 @@ TEST_F(RoundDeadlineTest, AChannelReopenedInTheSameSessionKeepsTheWorkerInItsRou
 TEST_F(RoundDeadlineTest, ARejoinInANewSessionLosesTheWorkersPlaceInItsRound) {
   auto held1 = std::make_shared<Gate>();
   auto held2 = std::make_shared<Gate>();
-  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::UploadLate(held1)));  // keeps the round open
+  AddWorker("w1", Always(FakeAction::UploadLate(held1)));  // keeps the round open
   FakeWorker& w2 = AddWorker("w2", Always(FakeAction::UploadLate(held2)));
   Submit(SmallSpec(2, 1, 60000));
   ASSERT_TRUE(held1->AwaitReached());
