@@ -34,6 +34,10 @@ std::string Shape(const MaxPoolShape& s) {
          std::to_string(s.stride);
 }
 
+std::string Shape(const BatchNormShape& s) {
+  return std::to_string(s.outer) + "x" + std::to_string(s.channels) + "x" + std::to_string(s.inner);
+}
+
 std::string Number(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.9g", value);
@@ -328,6 +332,162 @@ OpCheck FillCheck(size_t count) {
           }};
 }
 
+
+// ---- The ops of declared layer graphs ----
+
+// Activations over [low, high): [-4, 4) crosses every function's curved middle; a wide range
+// reaches saturation, where exp overflows in a naive sigmoid and erf rounds to +-1.
+OpCheck ActivationCheck(ActivationFunction function, size_t count, float low = -4, float high = 4) {
+  return {std::string("activation ") + std::string(ActivationName(function)) + " " + std::to_string(count) +
+              " over [" + Number(low) + ", " + Number(high) + ")",
+          Op::kActivation, false, 1e-5, [=](OpRun& r) {
+            float* y = r.Out(count);
+            r.device().Activation(function, int64_t(count), r.In(Pattern(count, 51, low, high)), y);
+          }};
+}
+
+// The backward from the device's own forward output, as a layer graph runs it; dx in place of
+// a copy of dy when `in_place`.
+OpCheck ActivationBackwardCheck(ActivationFunction function, size_t count, bool in_place = false) {
+  return {std::string("activation_backward ") + std::string(ActivationName(function)) + " " + std::to_string(count) +
+              (in_place ? " in place" : ""),
+          Op::kActivationBackward, false, 1e-5, [=](OpRun& r) {
+            const float* x = r.In(Pattern(count, 52, -4, 4));
+            float* y = r.Out(count);
+            r.device().Activation(function, int64_t(count), x, y);
+            if (in_place) {
+              float* gradient = r.Out(Pattern(count, 53));
+              r.device().ActivationBackward(function, int64_t(count), x, y, gradient, gradient);
+            } else {
+              float* dx = r.Out(count);
+              r.device().ActivationBackward(function, int64_t(count), x, y, r.In(Pattern(count, 53)), dx);
+            }
+          }};
+}
+
+// A mean of window^2 values: the order of the sum may move the last bit.
+void AddAvgPoolChecks(const MaxPoolShape& s, std::vector<OpCheck>& checks) {
+  const size_t x = PoolInputCount(s), y = PoolOutputCount(s);
+  checks.push_back({"avg_pool " + Shape(s), Op::kAvgPool, false, 1e-6, [=](OpRun& r) {
+                      float* out = r.Out(y);
+                      r.device().AvgPool(s, r.In(Pattern(x, 54)), out);
+                    }});
+  // dx starts as garbage (the pattern): the op overwrites it, uncovered positions included.
+  checks.push_back({"avg_pool_backward " + Shape(s), Op::kAvgPoolBackward, false, 1e-6, [=](OpRun& r) {
+                      float* dx = r.Out(Pattern(x, 55));
+                      r.device().AvgPoolBackward(s, r.In(Pattern(y, 56)), dx);
+                    }});
+}
+
+// x in [2, 4): a mean far from zero against the spread, so a one-pass variance would lose
+// digits. Training writes the running and saved statistics; not training, only y (the saved
+// pointers are null, which device.h allows).
+OpCheck BatchNormForwardCheck(const BatchNormShape& s, bool training) {
+  const size_t count = size_t(s.outer) * s.channels * size_t(s.inner), channels = size_t(s.channels);
+  return {"batch_norm_forward " + Shape(s) + (training ? " training" : " inference"), Op::kBatchNormForward, false,
+          1e-4, [=](OpRun& r) {
+            float* running_mean = r.Out(Pattern(channels, 57));
+            float* running_var = r.Out(Pattern(channels, 58, 0.5f, 1.5f));
+            float* saved_mean = training ? r.Out(channels) : nullptr;
+            float* saved_invstd = training ? r.Out(channels) : nullptr;
+            float* y = r.Out(count);
+            r.device().BatchNormForward(s, training, 0.1f, 1e-5f, r.In(Pattern(count, 59, 2, 4)),
+                                        r.In(Pattern(channels, 60, 0.5f, 1.5f)), r.In(Pattern(channels, 61)),
+                                        running_mean, running_var, saved_mean, saved_invstd, y);
+          }};
+}
+
+// The backward from the device's own training forward (its saved statistics); dgamma and
+// dbeta alone when not `with_dx`.
+OpCheck BatchNormBackwardCheck(const BatchNormShape& s, bool with_dx) {
+  const size_t count = size_t(s.outer) * s.channels * size_t(s.inner), channels = size_t(s.channels);
+  return {"batch_norm_backward " + Shape(s) + (with_dx ? "" : " without dx"), Op::kBatchNormBackward, false, 1e-4,
+          [=](OpRun& r) {
+            const float* x = r.In(Pattern(count, 62, -3, 1));
+            const float* gamma = r.In(Pattern(channels, 63, 0.5f, 1.5f));
+            float* running_mean = r.Out(channels);
+            float* running_var = r.Out(std::vector<float>(channels, 1.0f));
+            float* saved_mean = r.Out(channels);
+            float* saved_invstd = r.Out(channels);
+            float* y = r.Out(count);
+            float* dx = with_dx ? r.Out(count) : nullptr;
+            float* dgamma = r.Out(channels);
+            float* dbeta = r.Out(channels);
+            r.device().BatchNormForward(s, true, 0.1f, 1e-5f, x, gamma, r.In(Pattern(channels, 64)), running_mean,
+                                        running_var, saved_mean, saved_invstd, y);
+            r.device().BatchNormBackward(s, x, r.In(Pattern(count, 65)), gamma, saved_mean, saved_invstd, dx, dgamma,
+                                         dbeta);
+          }};
+}
+
+OpCheck LayerNormForwardCheck(int64_t rows, int columns) {
+  const size_t count = size_t(rows) * columns;
+  return {"layer_norm_forward " + std::to_string(rows) + "x" + std::to_string(columns), Op::kLayerNormForward, false,
+          1e-4, [=](OpRun& r) {
+            float* saved_mean = r.Out(size_t(rows));
+            float* saved_invstd = r.Out(size_t(rows));
+            float* y = r.Out(count);
+            r.device().LayerNormForward(rows, columns, 1e-5f, r.In(Pattern(count, 66, 2, 4)),
+                                        r.In(Pattern(columns, 67, 0.5f, 1.5f)), r.In(Pattern(columns, 68)),
+                                        saved_mean, saved_invstd, y);
+          }};
+}
+
+OpCheck LayerNormBackwardCheck(int64_t rows, int columns, bool with_dx) {
+  const size_t count = size_t(rows) * columns;
+  return {"layer_norm_backward " + std::to_string(rows) + "x" + std::to_string(columns) +
+              (with_dx ? "" : " without dx"),
+          Op::kLayerNormBackward, false, 1e-4, [=](OpRun& r) {
+            const float* x = r.In(Pattern(count, 69, -3, 1));
+            const float* gamma = r.In(Pattern(columns, 70, 0.5f, 1.5f));
+            float* saved_mean = r.Out(size_t(rows));
+            float* saved_invstd = r.Out(size_t(rows));
+            float* y = r.Out(count);
+            float* dx = with_dx ? r.Out(count) : nullptr;
+            float* dgamma = r.Out(size_t(columns));
+            float* dbeta = r.Out(size_t(columns));
+            r.device().LayerNormForward(rows, columns, 1e-5f, x, gamma, r.In(Pattern(columns, 71)), saved_mean,
+                                        saved_invstd, y);
+            r.device().LayerNormBackward(rows, columns, x, r.In(Pattern(count, 72)), gamma, saved_mean, saved_invstd,
+                                         dx, dgamma, dbeta);
+          }};
+}
+
+// The draw depends only on (seed, index) and the mask is 1.0f / (1.0f - p) in float, so every
+// backend must produce the same bits; a seed above 2^32 catches a draw truncated to 32 bits.
+OpCheck DropoutCheck(size_t count, float probability, uint64_t seed) {
+  return {"dropout " + std::to_string(count) + " p " + Number(probability) + " seed " + std::to_string(seed),
+          Op::kDropout, false, 0, [=](OpRun& r) {
+            float* y = r.Out(count);
+            float* mask = r.Out(count);
+            r.device().Dropout(int64_t(count), probability, seed, r.In(Pattern(count, 73)), y, mask);
+          }};
+}
+
+OpCheck DropoutBackwardCheck(size_t count, float probability) {
+  return {"dropout_backward " + std::to_string(count) + " p " + Number(probability), Op::kDropoutBackward, false, 0,
+          [=](OpRun& r) {
+            float* y = r.Out(count);
+            float* mask = r.Out(count);
+            float* dx = r.Out(count);
+            const uint64_t seed = 0x243F6A8885A308D3ull;
+            r.device().Dropout(int64_t(count), probability, seed, r.In(Pattern(count, 74)), y, mask);
+            r.device().DropoutBackward(int64_t(count), mask, r.In(Pattern(count, 75)), dx);
+          }};
+}
+
+// beta 0 over a NaN y: y must be overwritten, not multiplied. A device may fuse alpha x + beta y
+// into one rounding, so the last bit is allowed to differ.
+OpCheck AxpbyCheck(size_t count, float alpha, float beta, bool nan_y = false) {
+  return {"axpby " + std::to_string(count) + " alpha " + Number(alpha) + " beta " + Number(beta) +
+              (nan_y ? " over a NaN y" : ""),
+          Op::kAxpby, false, 1e-6, [=](OpRun& r) {
+            float* y = r.Out(nan_y ? std::vector<float>(count, std::numeric_limits<float>::quiet_NaN())
+                                   : Pattern(count, 76));
+            r.device().Axpby(int64_t(count), alpha, r.In(Pattern(count, 77)), beta, y);
+          }};
+}
+
 }  // namespace
 
 std::vector<OpCheck> BenchChecks() {
@@ -349,6 +509,24 @@ std::vector<OpCheck> BenchChecks() {
   checks.push_back(ReduceSumCheck(size_t(1) << 20));
   for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8}) checks.push_back(CastCheck(dtype, 1 << 20));
   checks.push_back(FillCheck(1000));
+  // The layer-graph ops at the same sizes: the conv output normalised and activated, a
+  // transformer-ish row width, the CNN's pool geometry.
+  const size_t activations = ConvOutputCount(conv);
+  for (ActivationFunction function :
+       {ActivationFunction::kGelu, ActivationFunction::kTanh, ActivationFunction::kSigmoid}) {
+    checks.push_back(ActivationCheck(function, activations));
+    checks.push_back(ActivationBackwardCheck(function, activations));
+  }
+  AddAvgPoolChecks(MaxPoolShape{4, 6, 12, 12, 2, 2}, checks);
+  const BatchNormShape norm{conv.batch, conv.out_channels, positions};
+  checks.push_back(BatchNormForwardCheck(norm, true));
+  checks.push_back(BatchNormForwardCheck(norm, false));
+  checks.push_back(BatchNormBackwardCheck(norm, true));
+  checks.push_back(LayerNormForwardCheck(37, 384));
+  checks.push_back(LayerNormBackwardCheck(37, 384, true));
+  checks.push_back(DropoutCheck(activations, 0.25f, 1234));
+  checks.push_back(DropoutBackwardCheck(activations, 0.25f));
+  checks.push_back(AxpbyCheck(activations, 1.0f, 1.0f));
   return checks;
 }
 
@@ -410,6 +588,64 @@ std::vector<OpCheck> OddShapeChecks() {
     for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32}) {
       checks.push_back(CastCheck(dtype, count));
     }
+  }
+  // The layer-graph ops. Element-wise ones at the same odd counts; activations also far into
+  // saturation; backwards also in place (dx = dy).
+  for (size_t count : {size_t{1}, size_t{257}, (size_t{1} << 20) + 7}) {
+    for (ActivationFunction function :
+         {ActivationFunction::kGelu, ActivationFunction::kTanh, ActivationFunction::kSigmoid}) {
+      checks.push_back(ActivationCheck(function, count));
+      checks.push_back(ActivationBackwardCheck(function, count));
+    }
+    checks.push_back(DropoutCheck(count, 0.5f, 7));
+    checks.push_back(DropoutBackwardCheck(count, 0.5f));
+    checks.push_back(AxpbyCheck(count, 1.0f, 1.0f));
+    checks.push_back(AxpbyCheck(count, -0.5f, 2.0f));
+    checks.push_back(AxpbyCheck(count, 0.75f, 0.0f, /*nan_y=*/true));
+  }
+  for (ActivationFunction function :
+       {ActivationFunction::kGelu, ActivationFunction::kTanh, ActivationFunction::kSigmoid}) {
+    checks.push_back(ActivationCheck(function, 4099, -100, 100));
+    checks.push_back(ActivationBackwardCheck(function, 4099, /*in_place=*/true));
+  }
+  // p = 0 keeps everything (mask 1); p = 0.9 keeps a tenth, with a mask just under 10 (0.9f is
+  // not 0.9); seeds above 2^32.
+  checks.push_back(DropoutCheck(4099, 0.0f, 1));
+  checks.push_back(DropoutCheck(4099, 0.9f, 0xDEADBEEFCAFEF00Dull));
+  checks.push_back(DropoutCheck((size_t{1} << 20) + 7, 0.1f, uint64_t{1} << 40));
+  for (const MaxPoolShape& shape : {
+           MaxPoolShape{1, 1, 5, 5, 3, 2},    // overlapping windows
+           MaxPoolShape{2, 3, 13, 11, 2, 2},  // a row and a column left over (their dx is 0)
+           MaxPoolShape{1, 2, 7, 9, 3, 1},    // every input in up to nine windows
+           MaxPoolShape{3, 2, 4, 4, 4, 4},    // one window per plane
+           MaxPoolShape{1, 1, 1, 1, 1, 1},
+           MaxPoolShape{2, 2, 10, 10, 3, 3},  // stride = window, the last column unread
+       }) {
+    AddAvgPoolChecks(shape, checks);
+  }
+  // Batch norm: one position per channel (variance 0, the biased running variance), a fully
+  // connected layer (inner 1), positions that end mid-block, and a channel of 2^18 + 5
+  // positions (a reduction over many blocks).
+  for (const BatchNormShape& shape : {
+           BatchNormShape{1, 1, 1},
+           BatchNormShape{257, 3, 1},
+           BatchNormShape{2, 5, 257},
+           BatchNormShape{3, 64, 49},
+           BatchNormShape{1, 7, 4097},
+           BatchNormShape{2, 3, (int64_t{1} << 18) + 5},
+       }) {
+    checks.push_back(BatchNormForwardCheck(shape, true));
+    checks.push_back(BatchNormForwardCheck(shape, false));
+    checks.push_back(BatchNormBackwardCheck(shape, true));
+    checks.push_back(BatchNormBackwardCheck(shape, false));
+  }
+  // Layer norm: one column (variance 0), one row, rows shorter and longer than a warp or block,
+  // and many short rows.
+  for (const auto& [rows, columns] :
+       std::vector<std::pair<int64_t, int>>{{1, 1}, {1, 257}, {257, 3}, {33, 1025}, {4099, 7}, {5, 8193}}) {
+    checks.push_back(LayerNormForwardCheck(rows, columns));
+    checks.push_back(LayerNormBackwardCheck(rows, columns, true));
+    checks.push_back(LayerNormBackwardCheck(rows, columns, false));
   }
   return checks;
 }

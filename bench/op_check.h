@@ -98,8 +98,11 @@ std::vector<OpCheck> BenchChecks();
 // c) and m or n = 0 (nothing); convolutions with batch 1, strides 2 and 3, padding 0 to 2,
 // non-square kernels, and a kernel as large as the padded input; max pools with overlapping
 // windows, leftover rows and ties; reductions over 1, 257 and 2^27 + 3 elements; casts through
-// every dtype; element-wise ops at 1, 257 and 2^20 + 7. Max pool backward and the exact ops
-// (fill, relu, casts) must match the reference bit for bit.
+// every dtype; element-wise ops at 1, 257 and 2^20 + 7. The layer-graph ops: activations into
+// saturation, backwards in place, average pools over the max pools' geometries, batch norm
+// with one position per channel and with 2^18 + 5, layer norm from 1 to 8193 columns, dropout
+// with p 0 and seeds above 2^32, axpby with beta 0 over NaN. Max pool backward, dropout and the
+// exact ops (fill, relu, casts) must match the reference bit for bit.
 std::vector<OpCheck> OddShapeChecks();
 
 }  // namespace tessera::op_check

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""PyTorch reference for bench/train_throughput: SimpleCNN (NIID-Bench) or the McMahan CNN
-(--model mcmahan-cnn) local training on one
+"""PyTorch reference for bench/train_throughput: SimpleCNN (NIID-Bench), the McMahan CNN
+(--model mcmahan-cnn) or the small ResNet (--model resnet8, on random 3x32x32 data) local
+training on one
 CPU thread, batch 64, SGD lr 0.01 momentum 0.9 weight decay 1e-5, on real Fashion-MNIST
 batches. Prints one line: `torch_<model> samples_per_s=<float> steps=<n> data=<source>`.
 
@@ -52,6 +53,42 @@ class McMahanCNN(nn.Module):
         return self.fc2(torch.relu(self.fc1(torch.flatten(x, 1))))
 
 
+class BasicBlock(nn.Module):
+    """One residual block of Tessera's resnet8: conv-bn-relu-conv-bn plus the shortcut."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + self.shortcut(x))
+
+
+class ResNet8(nn.Module):
+    """Tessera's resnet8 preset, same names and shapes (core/model/model.h)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.layer1 = BasicBlock(16, 16, 1)
+        self.layer2 = BasicBlock(16, 32, 2)
+        self.layer3 = BasicBlock(32, 64, 2)
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = self.layer3(self.layer2(self.layer1(x)))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
 def load_images(directory, count):
     path = os.path.join(directory, "train-images-idx3-ubyte.gz")
     labels_path = os.path.join(directory, "train-labels-idx1-ubyte.gz")
@@ -75,16 +112,22 @@ def main():
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--model", choices=["simplecnn", "mcmahan-cnn"], default="simplecnn")
+    parser.add_argument("--model", choices=["simplecnn", "mcmahan-cnn", "resnet8"], default="simplecnn")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     batches = args.warmup + args.steps
-    images, labels, source = load_images(args.data, min(batches * args.batch, 60000))
+    if args.model == "resnet8":
+        # CIFAR-10's shape; random values, as bench_train_throughput uses for this model.
+        count = min(batches * args.batch, 60000)
+        images, labels, source = torch.randn(count, 3, 32, 32), torch.randint(0, 10, (count,)), "random"
+    else:
+        images, labels, source = load_images(args.data, min(batches * args.batch, 60000))
     count = images.shape[0]
 
-    model = SimpleCNN() if args.model == "simplecnn" else McMahanCNN()
+    models = {"simplecnn": SimpleCNN, "mcmahan-cnn": McMahanCNN, "resnet8": ResNet8}
+    model = models[args.model]()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-5)
     loss_fn = nn.CrossEntropyLoss()
 

@@ -1,8 +1,9 @@
-// Local-training throughput of a model (SimpleCNN by default, or the McMahan CNN) on one CPU core (OpenBLAS with one thread): batch 64,
+// Local-training throughput of a model (SimpleCNN by default, the McMahan CNN, or resnet8 on random
+// 3x32x32 data) on one CPU core (OpenBLAS with one thread): batch 64,
 // SGD lr 0.01 momentum 0.9 weight decay 1e-5, on real Fashion-MNIST batches when the dataset
 // is installed (random data of the same shape otherwise; the output says which).
 //
-//   bench_train_throughput [--model simplecnn|mcmahan-cnn] [--steps N] [--warmup N] [--threads N] [--data DIR]
+//   bench_train_throughput [--model simplecnn|mcmahan-cnn|resnet8] [--steps N] [--warmup N] [--threads N] [--data DIR]
 //
 // Prints: "tessera_<model> samples_per_s=<float> steps=<n> data=<fashion-mnist|random>".
 // bench/train_throughput.sh runs this and the PyTorch reference and prints the ratio.
@@ -20,14 +21,15 @@
 
 namespace {
 
-tessera::Dataset RandomDataset(int64_t count) {
+tessera::Dataset RandomDataset(int64_t count, int channels = 1, int size = 28) {
   tessera::Dataset data;
   data.source = "random";
   data.count = count;
-  data.rows = data.cols = 28;
+  data.channels = channels;
+  data.rows = data.cols = size;
   std::mt19937 engine(7);
   std::normal_distribution<float> pixel;
-  data.images.resize(count * 784);
+  data.images.resize(count * channels * size * size);
   for (float& value : data.images) value = pixel(engine);
   data.labels.resize(count);
   for (auto& label : data.labels) label = static_cast<uint8_t>(engine() % 10);
@@ -55,8 +57,13 @@ int main(int argc, char** argv) {
   const uint32_t batch = 64;
   tessera::Dataset data;
   std::string source = "fashion-mnist";
-  auto loaded = tessera::LoadFashionMnist(directory, /*train=*/true);
-  if (loaded.ok()) {
+  const bool resnet = model_name == "resnet8";  // CIFAR-10's shape: random data, as the PyTorch peer
+  auto loaded = resnet ? tessera::Result<tessera::Dataset>(tessera::NotFoundError("resnet8 trains on random 3x32x32 data"))
+                       : tessera::LoadFashionMnist(directory, /*train=*/true);
+  if (resnet) {
+    data = RandomDataset(static_cast<int64_t>(batch) * (steps + warmup), 3, 32);
+    source = "random";
+  } else if (loaded.ok()) {
     data = std::move(loaded).value();
   } else {
     std::fprintf(stderr, "Fashion-MNIST not loaded (%s); using random data\n", loaded.status().ToString().c_str());
@@ -67,6 +74,10 @@ int main(int argc, char** argv) {
   auto device = tessera::CreateCpuDevice({.num_threads = threads});
   tessera::ModelConfig config;
   config.name = model_name;
+  if (resnet) {
+    config.channels = 3;
+    config.rows = config.cols = 32;
+  }
   auto model = tessera::CreateModel(config, device.get());
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());

@@ -2,7 +2,7 @@
 # SimpleCNN training throughput on one core: Tessera (bench_train_throughput) against PyTorch
 # (bench/torch_simplecnn.py under Debian's /usr/bin/python3), same model, batch and optimiser.
 #   bench/train_throughput.sh [BUILD_DIR]     (default: build)
-# Environment: MODEL (simplecnn, the default, or mcmahan-cnn), STEPS (Tessera's timed steps).
+# Environment: MODEL (simplecnn, the default, mcmahan-cnn or resnet8), STEPS (Tessera's timed steps).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}

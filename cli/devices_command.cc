@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "cli/job_spec.h"
 #include "core/data/idx.h"
 #include "device/measure.h"
 #include "core/model/model.h"
@@ -18,6 +19,7 @@
 #include "device/op_cost.h"
 #include "device/placement.h"
 #include "device/registry.h"
+#include "proto/job_mapping.h"
 #include "proto/json.h"
 
 namespace tessera {
@@ -36,6 +38,30 @@ bool IsKnownDeviceName(const std::string& name) {
     if (backend.name == name) return true;
   }
   return IsEmulatedDeviceName(name);
+}
+
+// --model: a built-in model's name, or a job file whose [model] (built-in or declared) is built
+// for its data's shape.
+Result<ModelConfig> ModelFor(const std::string& model) {
+  ModelConfig config;
+  if (model.size() > 5 && model.compare(model.size() - 5, 5, ".toml") == 0) {
+    ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecFile(model));
+    if (!spec.model().trainer().empty()) {
+      return InvalidArgumentError("--model " + model + ": the job trains with an external trainer, not a native model");
+    }
+    return wire::ToModelConfig(spec);
+  }
+  const auto known = KnownModelNames();
+  if (std::find(known.begin(), known.end(), model) == known.end() || model == "declared") {
+    return InvalidArgumentError("--model: expected a built-in model (simplecnn, mlp, mcmahan-cnn, resnet8) or a "
+                                "job file (.toml)");
+  }
+  config.name = model;
+  if (model == "resnet8") {
+    config.channels = 3;
+    config.rows = config.cols = 32;
+  }
+  return config;
 }
 
 Dataset RandomData(const Model& model, int count) {
@@ -154,8 +180,7 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
 
 Status RiskList(Device& device, const DevicesOptions& options, double host_gflops, std::ostream& out) {
   OpPlacement* placement = device.placement();
-  ModelConfig config;
-  config.name = options.model;
+  ASSIGN_OR_RETURN(ModelConfig config, ModelFor(options.model));
   ASSIGN_OR_RETURN(auto model, CreateModel(config, &device));
   LayerRiskList(device, *model, options.batch, host_gflops, out);
   Dataset data = RandomData(*model, options.batch);
@@ -309,18 +334,24 @@ Status AlignCommand(const AlignOptions& options, std::ostream& result_out) {
     }
     devices[side] = std::move(created).value();
   }
-  ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(options.data_dir, false));
-  const int count = static_cast<int>(std::min<int64_t>(options.samples, data.count));
+  ASSIGN_OR_RETURN(ModelConfig base_config, ModelFor(options.model));
+  base_config.seed = options.seed;
+  // Fashion-MNIST for a model of its shape; otherwise seeded random inputs of the model's shape.
+  const bool fashion = base_config.channels == 1 && base_config.rows == 28 && base_config.cols == 28;
+  Dataset data;
+  if (fashion) {
+    ASSIGN_OR_RETURN(data, LoadFashionMnist(options.data_dir, false));
+  }
+  const int count = static_cast<int>(fashion ? std::min<int64_t>(options.samples, data.count) : options.samples);
   std::vector<std::vector<float>> activations[2];  // per side, per layer: [count, layer output]
   std::vector<LayerInfo> layers;
   int classes = 0;
   TensorSet weights;
   for (int side = 0; side < 2; ++side) {
     Device& device = *devices[side];
-    ModelConfig config;
-    config.name = options.model;
-    config.seed = options.seed;
-    ASSIGN_OR_RETURN(auto model, CreateModel(config, &device));
+    ASSIGN_OR_RETURN(auto model, CreateModel(base_config, &device));
+    model->SetTraining(false);  // inference: running statistics, no dropout
+    if (side == 0 && !fashion) data = RandomData(*model, count);
     if (side == 0) weights = model->GetState();
     RETURN_IF_ERROR(model->SetState(weights));
     classes = model->classes();

@@ -28,7 +28,7 @@
 namespace tessera {
 
 struct DevicesOptions {
-  std::string model;                      // "" (no risk list), "simplecnn" or "mlp"
+  std::string model;                      // "" (no risk list), a built-in model or a job file (.toml)
   std::vector<std::string> extra_devices; // e.g. "emu:/etc/tessera/npu.toml"
   std::vector<std::string> devices;       // when not empty: only these, instead of every
                                           // registered backend (extra_devices still follow)
@@ -39,7 +39,8 @@ struct DevicesOptions {
 Status DevicesCommand(const DevicesOptions& options, std::ostream& out);
 
 struct AlignOptions {
-  std::string model = "simplecnn";
+  std::string model = "simplecnn";  // a built-in model or a job file (.toml); inputs are Fashion-MNIST
+                                    // for a 1x28x28 model, seeded random values of its shape otherwise
   std::string device_a = "cpu";
   std::string device_b = "emu:ascend-910b";
   int samples = 256;

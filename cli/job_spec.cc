@@ -25,7 +25,13 @@ constexpr std::string_view kTopKeys[] = {
     "max_round_attempts", "max_update_norm", "update_norm_policy", "device", "fallback_device", "collective_backend",
     "proximal_mu", "model", "data", "train", "server", "aggregation", "compression", "selection", "evaluation", "mode", "async"};
 constexpr std::string_view kEvaluationKeys[] = {"federated"};
-constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer"};
+constexpr std::string_view kModelKeys[] = {"name", "hidden", "trainer", "layers"};
+constexpr std::string_view kLayerKeys[] = {"type",        "name",    "out",      "kernel", "stride", "padding",
+                                           "groups",      "bias",    "window",   "probability", "epsilon",
+                                           "momentum",    "local",   "body",     "shortcut"};
+constexpr std::string_view kLayerTypes[] = {"conv2d",   "linear",          "relu",       "gelu",       "tanh",
+                                            "sigmoid",  "max_pool",        "avg_pool",   "global_avg_pool",
+                                            "batch_norm", "layer_norm",    "dropout",    "flatten",    "residual"};
 constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
 constexpr std::string_view kAugmentKeys[] = {"horizontal_flip", "crop_padding"};
@@ -38,9 +44,89 @@ constexpr std::string_view kTrainKeys[] = {"optimizer",     "local_epochs", "bat
 constexpr std::string_view kStrategies[] = {"fedavg",     "fedavgm", "fedadam", "fedyogi",
                                              "fedadagrad", "fedprox", "fednova", "scaffold"};
 constexpr std::string_view kUpdateNormPolicies[] = {"refuse", "clip"};
-constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn"};
+constexpr std::string_view kModels[] = {"simplecnn", "mlp", "mcmahan-cnn", "resnet8", "declared"};
 constexpr std::string_view kBackends[] = {"auto", "gloo", "mpi", "nccl", "p2p"};
 constexpr std::string_view kOptimizers[] = {"sgd"};
+
+// Reads the array of layer tables at `table`'s `key` ([[model.layers]], or a residual's
+// body = [{...}, ...]) into `out`; `depth` 0 is the model, 1 a residual's path. Values are
+// type-checked and bounded here; what depends on shapes is checked when the model is built.
+Status ReadLayers(SpecReader& reader, const toml::table& table, const std::string& prefix, std::string_view key,
+                  int depth, int* total, google::protobuf::RepeatedPtrField<v1::LayerSpec>* out) {
+  const std::string dotted = Dotted(prefix, key);
+  if (!reader.Has(table, prefix, key)) return Status::Ok();
+  const toml::node* node = table.get(key);
+  if (!node->is_array()) return reader.Error(dotted, "expected an array of layer tables ([[model.layers]])");
+  const toml::array& array = *node->as_array();
+  for (size_t i = 0; i < array.size(); ++i) {
+    const std::string at = dotted + "[" + std::to_string(i) + "]";
+    if (++*total > kMaxDeclaredLayers) {
+      return reader.Error(dotted, "a model may have at most " + std::to_string(kMaxDeclaredLayers) + " layers in all");
+    }
+    const toml::table* layer = array[i].as_table();
+    if (layer == nullptr) return reader.Error(dotted, "element " + std::to_string(i) + " must be a table of a layer's keys");
+    RETURN_IF_ERROR(reader.CheckKeys(*layer, at, kLayerKeys));
+    v1::LayerSpec* spec = out->Add();
+    std::string type;
+    RETURN_IF_ERROR(reader.String(*layer, at, "type", &type));
+    if (!reader.Present(at + ".type")) {
+      return reader.Error(at + ".type", "is required: one of " + JoinQuoted(kLayerTypes));
+    }
+    RETURN_IF_ERROR(CheckPlainText(reader, at + ".type", type, 32));
+    type = Lowercase(type);
+    RETURN_IF_ERROR(CheckOneOf(reader, at + ".type", type, kLayerTypes));
+    spec->set_type(type);
+    std::string name;
+    RETURN_IF_ERROR(reader.String(*layer, at, "name", &name));
+    RETURN_IF_ERROR(CheckPlainText(reader, at + ".name", name, 64));
+    spec->set_name(name);
+    uint64_t u = 0;
+    for (const auto& [field, setter] :
+         std::initializer_list<std::pair<std::string_view, void (v1::LayerSpec::*)(uint32_t)>>{
+             {"out", &v1::LayerSpec::set_out},         {"kernel", &v1::LayerSpec::set_kernel},
+             {"stride", &v1::LayerSpec::set_stride},   {"padding", &v1::LayerSpec::set_padding},
+             {"groups", &v1::LayerSpec::set_groups},   {"window", &v1::LayerSpec::set_window}}) {
+      if (!reader.Has(*layer, at, field)) continue;
+      RETURN_IF_ERROR(reader.Unsigned(*layer, at, field, field == "padding" ? 0 : 1, kMaxLayerWidth, &u));
+      (spec->*setter)(static_cast<uint32_t>(u));
+    }
+    double value = 0;
+    if (reader.Has(*layer, at, "probability")) {
+      RETURN_IF_ERROR(reader.Number(*layer, at, "probability", &value));
+      if (!(value >= 0 && value < 1)) return reader.Error(at + ".probability", "must be in [0, 1), got " + SpecReader::ToText(value));
+      spec->set_probability(value);
+    }
+    if (reader.Has(*layer, at, "epsilon")) {
+      RETURN_IF_ERROR(reader.Number(*layer, at, "epsilon", &value));
+      if (!(value > 0 && value <= 1)) return reader.Error(at + ".epsilon", "must be in (0, 1], got " + SpecReader::ToText(value));
+      spec->set_epsilon(value);
+    }
+    if (reader.Has(*layer, at, "momentum")) {
+      RETURN_IF_ERROR(reader.Number(*layer, at, "momentum", &value));
+      if (!(value >= 0 && value <= 1)) return reader.Error(at + ".momentum", "must be in [0, 1], got " + SpecReader::ToText(value));
+      spec->set_momentum(value);
+    }
+    bool flag = false;
+    if (reader.Has(*layer, at, "bias")) {
+      RETURN_IF_ERROR(reader.Bool(*layer, at, "bias", &flag));
+      spec->set_bias(flag);
+    }
+    RETURN_IF_ERROR(reader.Bool(*layer, at, "local", &flag));
+    spec->set_local(flag);
+    const bool residual = type == "residual";
+    for (std::string_view path : {std::string_view("body"), std::string_view("shortcut")}) {
+      if (!reader.Has(*layer, at, path)) continue;
+      if (!residual) return reader.Error(Dotted(at, path), "applies to type \"residual\" only");
+      if (depth > 0) return reader.Error(Dotted(at, path), "a residual block cannot hold another residual block");
+      RETURN_IF_ERROR(ReadLayers(reader, *layer, at, path, depth + 1, total,
+                                 path == "body" ? spec->mutable_body() : spec->mutable_shortcut()));
+    }
+    if (residual && spec->body_size() == 0) {
+      return reader.Error(at + ".body", "is required for a residual block: an array of layer tables");
+    }
+  }
+  return Status::Ok();
+}
 
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   v1::JobSpec spec;
@@ -125,8 +211,21 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.CheckKeys(*model, "model", kModelKeys));
   std::string model_name;
   RETURN_IF_ERROR(reader.String(*model, "model", "name", &model_name));
-  if (!reader.Present("model.name")) return reader.Error("model.name", "is required: one of " + JoinQuoted(kModels));
+  const bool declared = reader.Has(*model, "model", "layers");
+  if (declared && !reader.Present("model.name")) model_name = "declared";
+  if (!reader.Present("model.name") && !declared) {
+    return reader.Error("model.name", "is required: one of " + JoinQuoted(kModels) + ", or [[model.layers]]");
+  }
   model_name = Lowercase(model_name);
+  if (declared && model_name != "declared") {
+    return reader.Error("model.layers", "declares a model of its own: leave model.name out (or \"declared\"), not \"" +
+                                            model_name + "\"");
+  }
+  if (!declared && model_name == "declared") {
+    return reader.Error("model.name", "\"declared\" needs its layers: [[model.layers]] tables");
+  }
+  int layer_total = 0;
+  RETURN_IF_ERROR(ReadLayers(reader, *model, "model", "layers", 0, &layer_total, spec.mutable_model()->mutable_layers()));
   RETURN_IF_ERROR(CheckOneOf(reader, "model.name", model_name, kModels));
   spec.mutable_model()->set_name(model_name);
   std::vector<uint64_t> hidden;

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/job_spec.h"
 #include "cli/job_spec_names.h"
@@ -53,6 +55,37 @@ std::string TomlString(const std::string& value) {
   return out + "\"";
 }
 
+// One layer's keys as "key = value" pairs, in the reader's order; body and shortcut as inline
+// arrays of inline tables.
+std::vector<std::string> LayerKeys(const v1::LayerSpec& layer) {
+  std::vector<std::string> keys = {"type = " + TomlString(layer.type())};
+  if (!layer.name().empty()) keys.push_back("name = " + TomlString(layer.name()));
+  const std::pair<const char*, uint32_t> sizes[] = {{"out", layer.out()},         {"kernel", layer.kernel()},
+                                                    {"stride", layer.stride()},   {"padding", layer.padding()},
+                                                    {"groups", layer.groups()},   {"window", layer.window()}};
+  for (const auto& [key, value] : sizes) {
+    if (value != 0) keys.push_back(std::string(key) + " = " + std::to_string(value));
+  }
+  if (layer.has_bias()) keys.push_back(std::string("bias = ") + (layer.bias() ? "true" : "false"));
+  if (layer.has_probability()) keys.push_back("probability = " + TomlFloat(layer.probability()));
+  if (layer.has_epsilon()) keys.push_back("epsilon = " + TomlFloat(layer.epsilon()));
+  if (layer.has_momentum()) keys.push_back("momentum = " + TomlFloat(layer.momentum()));
+  if (layer.local()) keys.push_back("local = true");
+  for (const auto& [key, path] : {std::pair<const char*, const google::protobuf::RepeatedPtrField<v1::LayerSpec>*>{
+                                      "body", &layer.body()},
+                                  {"shortcut", &layer.shortcut()}}) {
+    if (path->empty()) continue;
+    std::string array = std::string(key) + " = [";
+    for (int i = 0; i < path->size(); ++i) {
+      std::string inline_table;
+      for (const std::string& pair : LayerKeys(path->Get(i))) inline_table += (inline_table.empty() ? "" : ", ") + pair;
+      array += std::string(i ? ", " : "") + "{ " + inline_table + " }";
+    }
+    keys.push_back(array + "]");
+  }
+  return keys;
+}
+
 std::string_view PartitionKindText(v1::PartitionKind kind) {
   for (const KindName& k : kPartitionKinds) {
     if (k.kind == kind) return k.name;
@@ -100,6 +133,10 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
     out << "]\n";
   }
   if (!spec.model().trainer().empty()) out << "trainer = " << TomlString(spec.model().trainer()) << "\n";
+  for (const v1::LayerSpec& layer : spec.model().layers()) {
+    out << "\n[[model.layers]]\n";
+    for (const std::string& pair : LayerKeys(layer)) out << pair << "\n";
+  }
 
   const v1::DataSpec& data = spec.data();
   out << "\n[data]\n";

@@ -53,6 +53,7 @@ Examples:
   tessera rounds job-1-3fa9c2 --round 3
   tessera workers --all
   tessera devices --model simplecnn
+  tessera devices --model examples/declared-cnn.toml
   tessera align --model simplecnn --a cpu --b emu:ascend-910b
   tessera bench collectives --backends p2p,gloo --ranks 2,4 --max-bytes 16777216
 
@@ -181,7 +182,9 @@ int main(int argc, char** argv) {
   flags.Int("round", &round, "rounds, trace: only this round; export: this round's model", IntRange{0, UINT32_MAX});
   std::string trace_file;  // -o: trace and export
   flags.String("o", &trace_file, "the file to write: trace (- for standard output), export (FILE.npz or FILE.onnx)");
-  flags.String("model", &devices.model, "devices, align: the model (simplecnn or mlp)");
+  flags.String("model", &devices.model,
+               "devices, align: a built-in model (simplecnn, mlp, mcmahan-cnn, resnet8) or a job file (.toml)\n"
+               "whose model, declared layers included, is built for its data's shape");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");
   flags.String("b", &align.device_b, "align: the device compared with it");

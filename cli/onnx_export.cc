@@ -36,35 +36,30 @@ void SetTensorType(onnx::ValueInfoProto* value, const std::string& name, const s
   for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
 }
 
-}  // namespace
-
-Status WriteOnnx(const Model& model, const std::string& graph_name, const std::string& path) {
-  onnx::ModelProto proto;
-  proto.set_ir_version(onnx::IR_VERSION_2020_5_8);  // IR 7, what opset 13 needs
-  proto.set_producer_name("tessera");
-  proto.set_model_version(1);
-  auto* opset = proto.add_opset_import();
-  opset->set_domain("");
-  opset->set_version(kOpset);
-  auto* graph = proto.mutable_graph();
-  graph->set_name(graph_name);
-  const ActivationShape& in = model.input_shape();
-  SetTensorType(graph->add_input(), "input", {in.channels, in.height, in.width});
-
-  const TensorSet state = model.GetState();
-  for (const NamedTensor& t : state) {
-    auto* init = graph->add_initializer();
-    init->set_name(t.name);
-    init->set_data_type(onnx::TensorProto::FLOAT);
-    for (int64_t d : t.shape) init->add_dims(d);
-    init->set_raw_data(std::string(reinterpret_cast<const char*>(t.values.data()), t.ByteSize()));
-  }
-
-  std::string current = "input";
-  bool flat = false;  // whether `current` is [batch, features]
-  int index = 0;
-  for (const LayerInfo& layer : model.DescribeLayers(1)) {
+// Appends the nodes of `layers` to `graph`, reading `current` and leaving it at the last
+// output; `flat` tracks whether it is [batch, features].
+Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers, std::string& current, bool& flat,
+                  int& index) {
+  for (const LayerInfo& layer : layers) {
     std::map<std::string, int> attributes(layer.attributes.begin(), layer.attributes.end());
+    if (layer.kind == "residual") {
+      // Both paths read the block's input; an Add joins them (the identity when the shortcut is empty).
+      std::string body = current, shortcut = current;
+      bool body_flat = flat, shortcut_flat = flat;
+      RETURN_IF_ERROR(EmitLayers(graph, layer.paths.at(0), body, body_flat, index));
+      if (layer.paths.size() > 1 && !layer.paths[1].empty()) {
+        RETURN_IF_ERROR(EmitLayers(graph, layer.paths[1], shortcut, shortcut_flat, index));
+      }
+      auto* add = graph->add_node();
+      add->set_name(layer.name);
+      add->set_op_type("Add");
+      add->add_input(body);
+      add->add_input(shortcut);
+      current = "x" + std::to_string(++index);
+      add->add_output(current);
+      flat = body_flat;
+      continue;
+    }
     const std::string output = "x" + std::to_string(++index);
     auto* node = graph->add_node();
     node->set_name(layer.name);
@@ -72,14 +67,38 @@ Status WriteOnnx(const Model& model, const std::string& graph_name, const std::s
       node->set_op_type("Conv");
       node->add_input(current);
       node->add_input(layer.name + ".weight");
-      node->add_input(layer.name + ".bias");
+      if (attributes["bias"] != 0) node->add_input(layer.name + ".bias");
       const int k = attributes["kernel"], s = attributes["stride"], p = attributes["padding"];
       AddAttribute(node, "kernel_shape", {k, k});
       AddAttribute(node, "strides", {s, s});
       AddAttribute(node, "pads", {p, p, p, p});
-    } else if (layer.kind == "relu") {
-      node->set_op_type("Relu");
+    } else if (layer.kind == "relu" || layer.kind == "tanh" || layer.kind == "sigmoid") {
+      node->set_op_type(layer.kind == "relu" ? "Relu" : layer.kind == "tanh" ? "Tanh" : "Sigmoid");
       node->add_input(current);
+    } else if (layer.kind == "dropout") {
+      node->set_op_type("Identity");  // the exported graph is the inference one
+      node->add_input(current);
+    } else if (layer.kind == "flatten") {
+      node->set_op_type("Flatten");
+      node->add_input(current);
+      AddIntAttribute(node, "axis", 1);
+      flat = true;
+    } else if (layer.kind == "avg_pool") {
+      node->set_op_type("AveragePool");
+      node->add_input(current);
+      AddAttribute(node, "kernel_shape", {attributes["window"], attributes["window"]});
+      AddAttribute(node, "strides", {attributes["stride"], attributes["stride"]});
+    } else if (layer.kind == "global_avg_pool") {
+      node->set_op_type("GlobalAveragePool");  // [N, C, 1, 1]: a following linear flattens it
+      node->add_input(current);
+    } else if (layer.kind == "batch_norm") {
+      node->set_op_type("BatchNormalization");  // inference: the running statistics
+      node->add_input(current);
+      for (const char* part : {".weight", ".bias", ".running_mean", ".running_var"}) node->add_input(layer.name + part);
+      auto* epsilon = node->add_attribute();
+      epsilon->set_name("epsilon");
+      epsilon->set_type(onnx::AttributeProto::FLOAT);
+      epsilon->set_f(static_cast<float>(attributes["epsilon_e9"]) * 1e-9f);
     } else if (layer.kind == "max_pool") {
       node->set_op_type("MaxPool");
       node->add_input(current);
@@ -110,6 +129,37 @@ Status WriteOnnx(const Model& model, const std::string& graph_name, const std::s
     node->add_output(output);
     current = output;
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteOnnx(const Model& model, const std::string& graph_name, const std::string& path) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(onnx::IR_VERSION_2020_5_8);  // IR 7, what opset 13 needs
+  proto.set_producer_name("tessera");
+  proto.set_model_version(1);
+  auto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOpset);
+  auto* graph = proto.mutable_graph();
+  graph->set_name(graph_name);
+  const ActivationShape& in = model.input_shape();
+  SetTensorType(graph->add_input(), "input", {in.channels, in.height, in.width});
+
+  const TensorSet state = model.GetState();
+  for (const NamedTensor& t : state) {
+    auto* init = graph->add_initializer();
+    init->set_name(t.name);
+    init->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : t.shape) init->add_dims(d);
+    init->set_raw_data(std::string(reinterpret_cast<const char*>(t.values.data()), t.ByteSize()));
+  }
+
+  std::string current = "input";
+  bool flat = false;
+  int index = 0;
+  RETURN_IF_ERROR(EmitLayers(graph, model.DescribeLayers(1), current, flat, index));
   // The last node's output is the graph's: rename it "logits".
   auto* last = graph->mutable_node(graph->node_size() - 1);
   last->set_output(0, "logits");

@@ -22,6 +22,17 @@ std::string_view OpName(Op op) {
     case Op::kReduceSum: return "reduce_sum";
     case Op::kCast: return "cast";
     case Op::kFill: return "fill";
+    case Op::kActivation: return "activation";
+    case Op::kActivationBackward: return "activation_backward";
+    case Op::kAvgPool: return "avg_pool";
+    case Op::kAvgPoolBackward: return "avg_pool_backward";
+    case Op::kBatchNormForward: return "batch_norm_forward";
+    case Op::kBatchNormBackward: return "batch_norm_backward";
+    case Op::kLayerNormForward: return "layer_norm_forward";
+    case Op::kLayerNormBackward: return "layer_norm_backward";
+    case Op::kDropout: return "dropout";
+    case Op::kDropoutBackward: return "dropout_backward";
+    case Op::kAxpby: return "axpby";
   }
   return "unknown";
 }
@@ -31,8 +42,20 @@ const std::set<Op>& AllOps() {
       Op::kGemm,       Op::kConv2dForward,       Op::kConv2dBackwardData, Op::kConv2dBackwardFilter,
       Op::kBiasAdd,    Op::kBiasGrad,            Op::kRelu,               Op::kReluBackward,
       Op::kMaxPool,    Op::kMaxPoolBackward,     Op::kSoftmaxCrossEntropy, Op::kSgdMomentumUpdate,
-      Op::kAddScaledDifference, Op::kReduceSum, Op::kCast, Op::kFill};
+      Op::kAddScaledDifference, Op::kReduceSum, Op::kCast, Op::kFill,
+      Op::kActivation, Op::kActivationBackward, Op::kAvgPool, Op::kAvgPoolBackward,
+      Op::kBatchNormForward, Op::kBatchNormBackward, Op::kLayerNormForward, Op::kLayerNormBackward,
+      Op::kDropout, Op::kDropoutBackward, Op::kAxpby};
   return all;
+}
+
+std::string_view ActivationName(ActivationFunction function) {
+  switch (function) {
+    case ActivationFunction::kGelu: return "gelu";
+    case ActivationFunction::kTanh: return "tanh";
+    case ActivationFunction::kSigmoid: return "sigmoid";
+  }
+  return "unknown";
 }
 
 DeviceBuffer::DeviceBuffer(Device* device, MemoryPool* pool, void* address, size_t bytes, size_t class_bytes)

@@ -57,6 +57,18 @@ enum class Op {
   kReduceSum,
   kCast,
   kFill,
+  // The ops of declared layer graphs (core/model/layers.h).
+  kActivation,
+  kActivationBackward,
+  kAvgPool,
+  kAvgPoolBackward,
+  kBatchNormForward,
+  kBatchNormBackward,
+  kLayerNormForward,
+  kLayerNormBackward,
+  kDropout,
+  kDropoutBackward,
+  kAxpby,
 };
 std::string_view OpName(Op op);
 // Every Op, in declaration order.
@@ -129,6 +141,22 @@ struct MaxPoolShape {
 
   int out_height() const { return (in_height - window) / stride + 1; }
   int out_width() const { return (in_width - window) / stride + 1; }
+};
+
+// The pointwise functions of Device::Activation (ReLU has its own op).
+enum class ActivationFunction {
+  kGelu,     // x * Phi(x), Phi the standard normal CDF (the exact form, PyTorch's default)
+  kTanh,
+  kSigmoid,  // 1 / (1 + exp(-x))
+};
+std::string_view ActivationName(ActivationFunction function);
+
+// Shape of a batch norm over NCHW tensors: statistics per channel over outer (the batch) and
+// inner (height * width) positions. A fully connected activation is inner = 1.
+struct BatchNormShape {
+  int64_t outer = 0;
+  int channels = 0;
+  int64_t inner = 1;
 };
 
 class Device {
@@ -221,7 +249,80 @@ class Device {
 
   // x[0..count) = value.
   virtual void Fill(int64_t count, float value, float* x) = 0;
+
+  // ---- The ops of declared layer graphs ----
+
+  // y = f(x) elementwise; y may equal x.
+  virtual void Activation(ActivationFunction function, int64_t count, const float* x, float* y) = 0;
+  // dx = dy * f'(x), from x (GELU) or the forward output y (tanh: 1 - y^2, sigmoid: y (1 - y));
+  // dx may equal dy.
+  virtual void ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y,
+                                  const float* dy, float* dx) = 0;
+
+  // y = the mean over each window (window x window, step stride, no padding; the MaxPoolShape
+  // geometry). y is [batch, channels, out_height, out_width].
+  virtual void AvgPool(const MaxPoolShape& shape, const float* x, float* y) = 0;
+  // dx = each dy spread evenly over its window, summed where windows overlap (overwrites dx;
+  // positions no window covers get 0). Deterministic: summed in output order.
+  virtual void AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) = 0;
+
+  // Batch normalisation over x [outer, channels, inner] (PyTorch's BatchNorm1d/2d):
+  // y = gamma[c] * (x - mean[c]) * invstd[c] + beta[c].
+  // training: mean and the biased variance are the batch's; saved_mean and saved_invstd
+  //   [channels] receive mean and 1 / sqrt(var + epsilon) for the backward pass, and the
+  //   running statistics move by `momentum`: running_mean = (1 - momentum) running_mean +
+  //   momentum mean, running_var likewise with the unbiased variance (n / (n - 1) var, n =
+  //   outer * inner; the biased one when n = 1).
+  // not training: mean and var are running_mean and running_var, nothing else is written and
+  //   saved_mean / saved_invstd may be null.
+  virtual void BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                                const float* x, const float* gamma, const float* beta, float* running_mean,
+                                float* running_var, float* saved_mean, float* saved_invstd, float* y) = 0;
+  // Given x, dy and what a training forward saved: dgamma[c] = sum dy * xhat, dbeta[c] = sum
+  // dy (overwritten) and, when dx is not null, dx = gamma invstd / n (n dy - sum dy - xhat
+  // sum dy xhat) with xhat = (x - mean) invstd, sums per channel over the n positions.
+  virtual void BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                                 const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                 float* dbeta) = 0;
+
+  // Layer normalisation of each of `rows` rows of `columns` values (PyTorch's LayerNorm over a
+  // sample's features): y = gamma[j] (x - mean) invstd + beta[j] with the row's mean and
+  // biased variance, invstd = 1 / sqrt(var + epsilon); saved_mean and saved_invstd [rows]
+  // receive them for the backward pass.
+  virtual void LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                                const float* beta, float* saved_mean, float* saved_invstd, float* y) = 0;
+  // dgamma[j] = sum over rows of dy xhat, dbeta[j] = sum of dy (overwritten); when dx is not
+  // null, dx = invstd / m (m g - sum g - xhat sum g xhat) per row, g = dy gamma, m = columns.
+  virtual void LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                                 const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                 float* dbeta) = 0;
+
+  // Inverted dropout: element i is kept when DropoutUniform(seed, i) >= probability; mask[i]
+  // = 1 / (1 - probability) where kept and 0 where dropped, y = x * mask. The draw depends
+  // only on (seed, i), so every backend drops the same elements. probability in [0, 1).
+  virtual void Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y,
+                       float* mask) = 0;
+  // dx = dy * mask; dx may equal dy.
+  virtual void DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) = 0;
+
+  // y = alpha * x + beta * y elementwise (y is not read when beta is 0, as in BLAS): a
+  // residual connection's sum and its gradient's fan-in.
+  virtual void Axpby(int64_t count, float alpha, const float* x, float beta, float* y) = 0;
 };
+
+// The uniform draw in [0, 1) behind Device::Dropout for element `index`: the top 24 bits of
+// SplitMix64 of seed + (index + 1) * 0x9E3779B97F4A7C15, times 2^-24. Exact in float on every
+// backend (host and device code).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline float DropoutUniform(uint64_t seed, uint64_t index) {
+  uint64_t z = seed + (index + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
 
 // OutOfRange unless [offset, offset + bytes) lies inside `buffer`; `what` names the call
 // ("CopyHostToDevice"). For backends' copy methods.

@@ -28,6 +28,17 @@ OpCost AddScaledDifferenceCost(int64_t count);
 OpCost ReduceSumCost(int64_t count);
 OpCost CastCost(int64_t count, DType from, DType to);
 OpCost FillCost(int64_t count);
+OpCost ActivationCost(ActivationFunction function, int64_t count);
+OpCost ActivationBackwardCost(ActivationFunction function, int64_t count);
+OpCost AvgPoolCost(const MaxPoolShape& shape);
+OpCost AvgPoolBackwardCost(const MaxPoolShape& shape);
+OpCost BatchNormForwardCost(const BatchNormShape& shape, bool training);
+OpCost BatchNormBackwardCost(const BatchNormShape& shape, bool with_input_gradient);
+OpCost LayerNormForwardCost(int64_t rows, int columns);
+OpCost LayerNormBackwardCost(int64_t rows, int columns, bool with_input_gradient);
+OpCost DropoutCost(int64_t count);
+OpCost DropoutBackwardCost(int64_t count);
+OpCost AxpbyCost(int64_t count, bool reads_y);
 
 // Element counts of the tensors an op touches.
 uint64_t ConvInputCount(const Conv2dShape& shape);

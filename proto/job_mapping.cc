@@ -1,6 +1,7 @@
 #include "proto/job_mapping.h"
 
 #include <algorithm>
+#include <climits>
 #include <bitset>
 #include <cctype>
 #include <cmath>
@@ -20,8 +21,36 @@ bool IsTrainerName(std::string_view name) {
   });
 }
 
+namespace {
+
+int Saturated(uint32_t value) { return static_cast<int>(std::min<uint32_t>(value, INT32_MAX)); }
+
+LayerConfig ToLayerConfig(const v1::LayerSpec& spec) {
+  LayerConfig layer;
+  layer.type = spec.type();
+  layer.name = spec.name();
+  layer.out = Saturated(spec.out());
+  layer.kernel = Saturated(spec.kernel());
+  layer.stride = Saturated(spec.stride());
+  layer.padding = Saturated(spec.padding());
+  layer.groups = spec.groups() == 0 ? 1 : Saturated(spec.groups());
+  layer.bias = spec.has_bias() ? spec.bias() : true;
+  layer.window = Saturated(spec.window());
+  if (spec.has_probability()) layer.probability = static_cast<float>(spec.probability());
+  if (spec.has_epsilon()) layer.epsilon = static_cast<float>(spec.epsilon());
+  if (spec.has_momentum()) layer.momentum = static_cast<float>(spec.momentum());
+  layer.local = spec.local();
+  for (const v1::LayerSpec& sub : spec.body()) layer.body.push_back(ToLayerConfig(sub));
+  for (const v1::LayerSpec& sub : spec.shortcut()) layer.shortcut.push_back(ToLayerConfig(sub));
+  return layer;
+}
+
+}  // namespace
+
 ModelConfig ToModelConfig(const v1::JobSpec& spec) {
   ModelConfig config;
+  // Bounded by the wire's nesting limit; CreateModel refuses more than kMaxDeclaredLayers.
+  for (const v1::LayerSpec& layer : spec.model().layers()) config.layers.push_back(ToLayerConfig(layer));
   if (!spec.model().name().empty()) config.name = spec.model().name();
   if (spec.model().hidden_size() > 0) {
     config.hidden.assign(spec.model().hidden().begin(), spec.model().hidden().end());

@@ -458,6 +458,29 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
                Shown(s.collective_backend()));
   }
   if (m.name() != "mlp" && m.hidden_size() > 0) return bad("model.hidden", "no widths for model \"" + m.name() + "\"", "a list");
+  if (m.name() == "declared" && m.layers_size() == 0) return bad("model.layers", "at least one layer for model \"declared\"", "none");
+  if (m.name() != "declared" && m.layers_size() > 0) {
+    return bad("model.layers", "no layers for model \"" + m.name() + "\" (declared layers need model \"declared\")",
+               std::to_string(m.layers_size()) + " layers");
+  }
+  // Counted before anything is converted: at most two levels (residual blocks hold plain
+  // layers), kMaxDeclaredLayers in all.
+  {
+    int64_t total = m.layers_size();
+    for (const v1::LayerSpec& layer : m.layers()) {
+      total += layer.body_size() + layer.shortcut_size();
+      for (const auto* path : {&layer.body(), &layer.shortcut()}) {
+        for (const v1::LayerSpec& sub : *path) {
+          if (sub.body_size() + sub.shortcut_size() > 0) {
+            return bad("model.layers", "residual blocks that hold plain layers only", "a nested residual block");
+          }
+        }
+      }
+    }
+    if (total > kMaxDeclaredLayers) {
+      return bad("model.layers", "at most " + std::to_string(kMaxDeclaredLayers) + " layers in all", std::to_string(total));
+    }
+  }
   if (m.hidden_size() > kMaxHiddenLayers) {
     return bad("model.hidden", "at most " + std::to_string(kMaxHiddenLayers) + " hidden layers",
                std::to_string(m.hidden_size()));

@@ -361,6 +361,21 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
+  // FedBN: tensors declared local keep this seat's own values from its last round.
+  const std::string local_seat = task.job_id() + "#" + std::to_string(task.party_index());
+  if (auto kept = local_tensors_.find(local_seat); kept != local_tensors_.end()) {
+    TensorSet state = model->GetState();
+    size_t restored = 0;
+    for (NamedTensor& tensor : state) {
+      for (const NamedTensor& own : kept->second) {
+        if (own.name == tensor.name && own.shape == tensor.shape) {
+          tensor.values = own.values;
+          ++restored;
+        }
+      }
+    }
+    if (restored == kept->second.size()) RETURN_IF_ERROR(model->SetState(state).WithContext(what + ": local tensors"));
+  }
   // Federated evaluation: the global model as downloaded, on this worker's local test split.
   std::optional<EvalReport> local_eval;
   if (task.spec().evaluation().federated()) {
@@ -444,6 +459,22 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
 
   // The update is the change to the global model.
   const TensorSet trained = model->GetState();
+  {
+    TensorSet own;
+    for (const ParameterView& view : model->parameter_views()) {
+      if (!view.local) continue;
+      for (const NamedTensor& tensor : trained) {
+        if (tensor.name == view.name) own.push_back(tensor);
+      }
+    }
+    if (!own.empty()) {
+      local_tensors_[local_seat] = std::move(own);
+      while (local_tensors_.size() > kMaxResiduals) {
+        local_tensors_.erase(local_tensors_.begin()->first == local_seat ? std::next(local_tensors_.begin())
+                                                                          : local_tensors_.begin());
+      }
+    }
+  }
   TensorSet delta = DeltaFrom(trained, global);
   v1::UpdateHeader& header = *out_header;
   // FedNova's report: the steps taken and the normaliser they give at the job's momentum.

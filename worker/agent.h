@@ -137,6 +137,10 @@ class WorkerAgent {
   // its residual until its next round. Bounded to kMaxResiduals seats. Only the task thread.
   static constexpr size_t kMaxResiduals = 8;
   std::map<std::string, TensorSet> residuals_;
+  // FedBN: a seat's own values of the model's local tensors (batch norms declared local),
+  // restored over each round's global model. In memory only, bounded like residuals_. Only
+  // the task thread.
+  std::map<std::string, TensorSet> local_tensors_;
   // Trains `task` with its job's external trainer on `share`; fills what Train fills.
   Status TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
                          v1::UpdateHeader* header, UpdateParts* upload, double download_ms, double data_load_ms);

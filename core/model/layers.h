@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,10 +23,20 @@ struct ActivationShape {
   int64_t size() const { return static_cast<int64_t>(channels) * height * width; }
 };
 
+// How a parameter starts (PyTorch's defaults for each layer).
+enum class ParameterInit {
+  kFanInUniform,  // uniform(+-1/sqrt(fan_in)): convolutions and linear layers
+  kOnes,          // a norm's weight, a batch norm's running variance
+  kZeros,         // a norm's bias, a batch norm's running mean
+};
+
 struct ParameterSpec {
   std::string name;             // full name: "conv1.weight"
   std::vector<int64_t> shape;   // PyTorch's layout: conv [out, in, kh, kw], linear [out, in]
   int64_t fan_in = 1;           // for PyTorch-default initialisation: uniform(+-1/sqrt(fan_in))
+  ParameterInit init = ParameterInit::kFanInUniform;
+  // Kept on each worker rather than averaged into the global model (FedBN's batch norms).
+  bool local = false;
 };
 
 // One op a layer issues in a training step, with the work it does at a given batch
@@ -60,6 +71,16 @@ class Layer {
   // Points the layer at its parameters and their gradients (device addresses, laid out as
   // parameters() says). Called once the model has allocated its flat buffers.
   virtual void Bind(float* parameters, float* gradients) {}
+  // State that is part of the model but not trained by the optimiser (a batch norm's running
+  // statistics, PyTorch's "buffers"), in the order BindBuffers lays it out.
+  virtual std::vector<ParameterSpec> buffers() const { return {}; }
+  virtual void BindBuffers(float* buffers) {}
+  // A residual block's paths: its body, then its shortcut (empty: the identity). Empty for
+  // every other layer.
+  virtual std::vector<std::vector<const Layer*>> paths() const { return {}; }
+  // Training (the default) or inference: a batch norm's statistics and dropout depend on it.
+  virtual void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
   // Makes room for batches of up to `batch` samples (layer-private device state, such as a
   // max pool's argmax). Allocates only when `batch` exceeds what was reserved before.
   virtual Status Reserve(Device& device, int batch) { return Status::Ok(); }
@@ -73,6 +94,7 @@ class Layer {
 
  private:
   ActivationShape input_;
+  bool training_ = true;
 };
 
 // 2-D convolution with bias, a square kernel, a stride and zero padding on every side:
@@ -80,12 +102,13 @@ class Layer {
 class Conv2dLayer final : public Layer {
  public:
   // A square `kernel`, moved by `stride`, over the input padded with `padding` zeros per side.
-  Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride = 1, int padding = 0);
+  Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride = 1, int padding = 0,
+              bool bias = true);
   ActivationShape output_shape() const override;
   std::string_view kind() const override { return "conv2d"; }
   std::string name() const override { return name_; }
   std::vector<std::pair<std::string, int>> attributes() const override {
-    return {{"kernel", kernel_}, {"stride", stride_}, {"padding", padding_}};
+    return {{"kernel", kernel_}, {"stride", stride_}, {"padding", padding_}, {"bias", has_bias_ ? 1 : 0}};
   }
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
@@ -98,6 +121,7 @@ class Conv2dLayer final : public Layer {
 
   std::string name_;
   int out_channels_, kernel_, stride_, padding_;
+  bool has_bias_;
   float* weight_ = nullptr;
   float* bias_ = nullptr;
   float* weight_grad_ = nullptr;
@@ -153,6 +177,181 @@ class MaxPoolLayer final : public Layer {
 
   int window_, stride_;
   DeviceBuffer argmax_;
+};
+
+// GELU, tanh or sigmoid, elementwise.
+class ActivationLayer final : public Layer {
+ public:
+  ActivationLayer(ActivationShape input, ActivationFunction function) : Layer(input), function_(function) {}
+  ActivationShape output_shape() const override { return input_shape(); }
+  std::string_view kind() const override { return ActivationName(function_); }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  ActivationFunction function_;
+};
+
+// Average pool with a square window, no padding.
+class AvgPoolLayer final : public Layer {
+ public:
+  AvgPoolLayer(ActivationShape input, int window, int stride);
+  ActivationShape output_shape() const override;
+  std::string_view kind() const override { return "avg_pool"; }
+  std::vector<std::pair<std::string, int>> attributes() const override;
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  MaxPoolShape ShapeFor(int batch) const;
+  int window_, stride_;
+};
+
+// The mean of each channel over its plane: [C, H, W] -> [C, 1, 1]. A GEMM against a vector
+// of 1 / (H W), so every backend that multiplies matrices runs it natively.
+class GlobalAvgPoolLayer final : public Layer {
+ public:
+  explicit GlobalAvgPoolLayer(ActivationShape input) : Layer(input) {}
+  ActivationShape output_shape() const override { return {input_shape().channels, 1, 1}; }
+  std::string_view kind() const override { return "global_avg_pool"; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  DeviceBuffer averaging_;  // H W values of 1 / (H W)
+};
+
+// Batch normalisation per channel (PyTorch's BatchNorm2d, or BatchNorm1d on a flat input):
+// "<name>.weight", "<name>.bias" trained; "<name>.running_mean", "<name>.running_var" kept as
+// buffers and used in inference. PyTorch's num_batches_tracked is not kept (momentum is fixed).
+class BatchNormLayer final : public Layer {
+ public:
+  BatchNormLayer(std::string name, ActivationShape input, float epsilon, float momentum, bool local);
+  ActivationShape output_shape() const override { return input_shape(); }
+  std::string_view kind() const override { return "batch_norm"; }
+  std::string name() const override { return name_; }
+  // epsilon_e9: epsilon x 1e9, rounded (attributes are integers).
+  std::vector<std::pair<std::string, int>> attributes() const override;
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  std::vector<ParameterSpec> parameters() const override;
+  std::vector<ParameterSpec> buffers() const override;
+  void Bind(float* parameters, float* gradients) override;
+  void BindBuffers(float* buffers) override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  BatchNormShape ShapeFor(int batch) const;
+  std::string name_;
+  float epsilon_, momentum_;
+  bool local_;
+  float* gamma_ = nullptr;
+  float* beta_ = nullptr;
+  float* gamma_grad_ = nullptr;
+  float* beta_grad_ = nullptr;
+  float* running_ = nullptr;  // mean, then variance
+  DeviceBuffer saved_;        // the last training forward's mean, then invstd
+};
+
+// Layer normalisation over each sample's features (PyTorch's LayerNorm(input.shape[1:])):
+// "<name>.weight", "<name>.bias" of the sample's shape.
+class LayerNormLayer final : public Layer {
+ public:
+  LayerNormLayer(std::string name, ActivationShape input, float epsilon);
+  ActivationShape output_shape() const override { return input_shape(); }
+  std::string_view kind() const override { return "layer_norm"; }
+  std::string name() const override { return name_; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  std::vector<ParameterSpec> parameters() const override;
+  void Bind(float* parameters, float* gradients) override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  std::string name_;
+  float epsilon_;
+  float* gamma_ = nullptr;
+  float* beta_ = nullptr;
+  float* gamma_grad_ = nullptr;
+  float* beta_grad_ = nullptr;
+  DeviceBuffer saved_;  // per sample: mean, then invstd
+};
+
+// Inverted dropout in training; the identity in inference. The mask of each training step is
+// drawn from (seed, step), so a run is reproducible and every backend drops the same units.
+class DropoutLayer final : public Layer {
+ public:
+  DropoutLayer(ActivationShape input, float probability, uint64_t seed);
+  ActivationShape output_shape() const override { return input_shape(); }
+  std::string_view kind() const override { return "dropout"; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  float probability_;
+  uint64_t seed_;
+  uint64_t step_ = 0;
+  bool masked_ = false;  // the last Forward drew a mask
+  DeviceBuffer mask_;
+};
+
+// [C, H, W] -> [C H W, 1, 1]: the values unchanged (a copy), for a linear layer's input.
+class FlattenLayer final : public Layer {
+ public:
+  explicit FlattenLayer(ActivationShape input) : Layer(input) {}
+  ActivationShape output_shape() const override { return {static_cast<int>(input_shape().size()), 1, 1}; }
+  std::string_view kind() const override { return "flatten"; }
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+};
+
+// y = body(x) + shortcut(x), the shortcut the identity when it has no layers (He et al. 2016).
+// The sub-layers carry their full parameter names ("layer2.conv1", "layer2.shortcut.0").
+class ResidualLayer final : public Layer {
+ public:
+  // body must not be empty; body's output shape must equal the shortcut's (the input's when
+  // the shortcut is the identity): BuildLayers checks both.
+  ResidualLayer(std::string name, ActivationShape input, std::vector<std::unique_ptr<Layer>> body,
+                std::vector<std::unique_ptr<Layer>> shortcut);
+  ActivationShape output_shape() const override { return body_.back()->output_shape(); }
+  std::string_view kind() const override { return "residual"; }
+  std::string name() const override { return name_; }
+  std::vector<std::vector<const Layer*>> paths() const override;
+  std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
+  std::vector<ParameterSpec> parameters() const override;
+  std::vector<ParameterSpec> buffers() const override;
+  void Bind(float* parameters, float* gradients) override;
+  void BindBuffers(float* buffers) override;
+  void set_training(bool training) override;
+  Status Reserve(Device& device, int batch) override;
+  void Forward(Device& device, int batch, const float* x, float* y) override;
+  void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+
+ private:
+  // Runs `path` from x; the last layer writes `last` (a path's own buffer when null).
+  struct Path {
+    std::vector<std::unique_ptr<Layer>> layers;
+    std::vector<DeviceBuffer> outputs, gradients;  // one per layer
+  };
+  Status ReservePath(Device& device, Path& path, int batch);
+  void ForwardPath(Device& device, Path& path, int batch, const float* x);
+  // Writes dx (overwritten) when not null.
+  void BackwardPath(Device& device, Path& path, int batch, const float* x, const float* dy, float* dx);
+
+  std::string name_;
+  Path body_path_, shortcut_path_;
+  std::vector<std::unique_ptr<Layer>>& body_ = body_path_.layers;
+  DeviceBuffer shortcut_dx_;  // the shortcut's input gradient, before the sum
+  int reserved_ = 0;
 };
 
 }  // namespace tessera

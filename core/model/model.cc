@@ -1,7 +1,10 @@
 #include "core/model/model.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
+#include <set>
 #include <random>
 #include <utility>
 
@@ -9,13 +12,18 @@ namespace tessera {
 
 Model::Model(std::string name, Device* device, ActivationShape input, std::vector<std::unique_ptr<Layer>> layers)
     : name_(std::move(name)), device_(device), input_(input), layers_(std::move(layers)) {
-  for (const auto& layer : layers_) {
-    for (const ParameterSpec& spec : layer->parameters()) {
-      int64_t count = 1;
-      for (int64_t dim : spec.shape) count *= dim;
-      views_.push_back({spec.name, spec.shape, num_parameters_, count, spec.fan_in});
-      num_parameters_ += count;
+  // Trained parameters first, in layer order, then the buffers, so the optimiser steps one
+  // prefix of the flat buffer.
+  for (bool trainable : {true, false}) {
+    for (const auto& layer : layers_) {
+      for (const ParameterSpec& spec : trainable ? layer->parameters() : layer->buffers()) {
+        int64_t count = 1;
+        for (int64_t dim : spec.shape) count *= dim;
+        views_.push_back({spec.name, spec.shape, num_parameters_, count, spec.fan_in, spec.init, trainable, spec.local});
+        num_parameters_ += count;
+      }
     }
+    if (trainable) num_trainable_ = num_parameters_;
   }
   outputs_.resize(layers_.size());
   output_gradients_.resize(layers_.size());
@@ -28,16 +36,27 @@ Result<std::unique_ptr<Model>> Model::Build(std::string name, Device* device, Ac
   ASSIGN_OR_RETURN(model->parameters_, device->Allocate(bytes));
   ASSIGN_OR_RETURN(model->gradients_, device->Allocate(bytes));
   device->Fill(model->num_parameters_, 0.0f, model->gradients_.f32());
-  int64_t offset = 0;
+  int64_t offset = 0, buffer_offset = model->num_trainable_;
   for (const auto& layer : model->layers_) {
     layer->Bind(model->parameters_.f32() + offset, model->gradients_.f32() + offset);
+    layer->BindBuffers(model->parameters_.f32() + buffer_offset);
     for (const ParameterSpec& spec : layer->parameters()) {
       int64_t count = 1;
       for (int64_t dim : spec.shape) count *= dim;
       offset += count;
     }
+    for (const ParameterSpec& spec : layer->buffers()) {
+      int64_t count = 1;
+      for (int64_t dim : spec.shape) count *= dim;
+      buffer_offset += count;
+    }
   }
   return model;
+}
+
+void Model::SetTraining(bool training) {
+  training_ = training;
+  for (auto& layer : layers_) layer->set_training(training);
 }
 
 TensorSet Model::GetState() const {
@@ -94,22 +113,34 @@ Result<const float*> Model::Forward(const float* input, int batch) {
   return x;
 }
 
+namespace {
+
+LayerInfo Describe(const Layer& layer, int batch, bool input_gradient, std::map<std::string, int>& seen) {
+  LayerInfo info;
+  info.kind = std::string(layer.kind());
+  info.name = layer.name();
+  if (info.name.empty()) {
+    const std::string short_name = info.kind == "max_pool" ? "pool" : info.kind;
+    info.name = short_name + std::to_string(++seen[short_name]);
+  }
+  info.output = layer.output_shape();
+  info.attributes = layer.attributes();
+  info.ops = layer.StepOps(batch, input_gradient);
+  for (const auto& path : layer.paths()) {
+    std::vector<LayerInfo> described;
+    for (const Layer* sub : path) described.push_back(Describe(*sub, batch, true, seen));
+    info.paths.push_back(std::move(described));
+  }
+  return info;
+}
+
+}  // namespace
+
 std::vector<LayerInfo> Model::DescribeLayers(int batch) const {
   std::vector<LayerInfo> infos;
   std::map<std::string, int> seen;  // per short name, for numbering layers without parameters
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& layer = *layers_[i];
-    LayerInfo info;
-    info.kind = std::string(layer.kind());
-    info.name = layer.name();
-    if (info.name.empty()) {
-      const std::string short_name = info.kind == "max_pool" ? "pool" : info.kind;
-      info.name = short_name + std::to_string(++seen[short_name]);
-    }
-    info.output = layer.output_shape();
-    info.attributes = layer.attributes();
-    info.ops = layer.StepOps(batch, i > 0);  // the first layer's input needs no gradient
-    infos.push_back(std::move(info));
+    infos.push_back(Describe(*layers_[i], batch, i > 0, seen));  // the first layer's input needs no gradient
   }
   return infos;
 }
@@ -145,11 +176,229 @@ float UniformFrom(std::mt19937_64& engine, float bound) {
 
 }  // namespace
 
-std::vector<std::string> KnownModelNames() { return {"simplecnn", "mlp", "mcmahan-cnn"}; }
+std::vector<std::string> KnownModelNames() { return {"simplecnn", "mlp", "mcmahan-cnn", "resnet8", "declared"}; }
 
 ActivationShape InputShape(const ModelConfig& config) { return {config.channels, config.rows, config.cols}; }
 
 namespace {
+
+bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.'; }
+
+// Turns declared layers into Layers, inferring each one's input from the one before.
+class DeclaredBuilder {
+ public:
+  DeclaredBuilder(const ModelConfig& config) : config_(config) {}
+
+  Result<std::vector<std::unique_ptr<Layer>>> Build(const std::vector<LayerConfig>& layers, ActivationShape input,
+                                                    const std::string& where, const std::string& named_prefix,
+                                                    const std::string& index_prefix, int depth,
+                                                    ActivationShape* output) {
+    if (layers.empty()) return InvalidArgumentError(where + ": has no layers");
+    std::vector<std::unique_ptr<Layer>> built;
+    ActivationShape shape = input;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const LayerConfig& layer = layers[i];
+      const std::string at = where + "[" + std::to_string(i) + "] (" + Printable(layer.type) + ")";
+      if (++total_ > kMaxDeclaredLayers) {
+        return InvalidArgumentError(at + ": a model may have at most " + std::to_string(kMaxDeclaredLayers) +
+                                    " layers in all");
+      }
+      ASSIGN_OR_RETURN(std::unique_ptr<Layer> made, Make(layer, shape, at, named_prefix, index_prefix, i, depth));
+      shape = made->output_shape();
+      if (shape.channels <= 0 || shape.height <= 0 || shape.width <= 0) {
+        return InvalidArgumentError(at + ": leaves no output (" + Describe(shape) + ")");
+      }
+      if (shape.size() > kMaxActivationValues) {
+        return InvalidArgumentError(at + ": its output of " + Describe(shape) + " exceeds " +
+                                    std::to_string(kMaxActivationValues) + " values per sample");
+      }
+      built.push_back(std::move(made));
+    }
+    *output = shape;
+    return built;
+  }
+
+ private:
+  static std::string Describe(const ActivationShape& s) {
+    return std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width);
+  }
+  static std::string Printable(const std::string& text) {
+    std::string out;
+    for (char c : text.substr(0, 32)) out += IsNameChar(c) ? c : '?';
+    return out;
+  }
+  static Status InRange(const std::string& at, const char* key, int value, int low, int high) {
+    if (value < low || value > high) {
+      return InvalidArgumentError(at + ": " + key + " must be in [" + std::to_string(low) + ", " +
+                                  std::to_string(high) + "], got " + std::to_string(value));
+    }
+    return Status::Ok();
+  }
+
+  // A named layer is "<named_prefix><name>", an unnamed one "<index_prefix><index>".
+  Result<std::string> NameFor(const LayerConfig& layer, const std::string& at, const std::string& named_prefix,
+                              const std::string& index_prefix, size_t index) {
+    std::string name = layer.name;
+    if (name.size() > 64 || !std::all_of(name.begin(), name.end(), IsNameChar) ||
+        (!name.empty() && (name.front() == '.' || name.back() == '.'))) {
+      return InvalidArgumentError(at + ": name must be at most 64 letters, digits, '_' or '.' (not first or last)");
+    }
+    const std::string full = name.empty() ? index_prefix + std::to_string(index) : named_prefix + name;
+    if (!names_.insert(full).second) return InvalidArgumentError(at + ": name '" + full + "' is used twice");
+    return full;
+  }
+
+  Result<std::unique_ptr<Layer>> Make(const LayerConfig& layer, ActivationShape in, const std::string& at,
+                                      const std::string& named_prefix, const std::string& index_prefix, size_t index,
+                                      int depth) {
+    const std::string& type = layer.type;
+    if (type == "conv2d") {
+      ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
+      RETURN_IF_ERROR(InRange(at, "out", layer.out, 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(InRange(at, "kernel", layer.kernel, 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(InRange(at, "stride", layer.stride == 0 ? 1 : layer.stride, 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(InRange(at, "padding", layer.padding, 0, layer.kernel - 1));
+      if (layer.groups != 1) {
+        return InvalidArgumentError(at + ": groups must be 1 (grouped convolutions are not supported), got " +
+                                    std::to_string(layer.groups));
+      }
+      if (layer.kernel > in.height + 2 * layer.padding || layer.kernel > in.width + 2 * layer.padding) {
+        return InvalidArgumentError(at + ": kernel " + std::to_string(layer.kernel) + " is larger than its padded " +
+                                    Describe(in) + " input");
+      }
+      return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(name, in, layer.out, layer.kernel,
+                                                                  layer.stride == 0 ? 1 : layer.stride,
+                                                                  layer.padding, layer.bias));
+    }
+    if (type == "linear") {
+      ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
+      const int out = layer.out == 0 ? config_.classes : layer.out;
+      RETURN_IF_ERROR(InRange(at, "out", out, 1, kMaxLayerWidth));
+      if (!layer.bias) return InvalidArgumentError(at + ": bias = false applies to conv2d only");
+      if (in.size() > INT_MAX / kMaxLayerWidth) {
+        return InvalidArgumentError(at + ": its input of " + Describe(in) + " is too large for a linear layer");
+      }
+      return std::unique_ptr<Layer>(std::make_unique<LinearLayer>(name, in, out));
+    }
+    if (type == "relu") return std::unique_ptr<Layer>(std::make_unique<ReluLayer>(in));
+    if (type == "gelu") return std::unique_ptr<Layer>(std::make_unique<ActivationLayer>(in, ActivationFunction::kGelu));
+    if (type == "tanh") return std::unique_ptr<Layer>(std::make_unique<ActivationLayer>(in, ActivationFunction::kTanh));
+    if (type == "sigmoid") {
+      return std::unique_ptr<Layer>(std::make_unique<ActivationLayer>(in, ActivationFunction::kSigmoid));
+    }
+    if (type == "max_pool" || type == "avg_pool") {
+      const int window = layer.window == 0 ? 2 : layer.window;
+      const int stride = layer.stride == 0 ? window : layer.stride;
+      RETURN_IF_ERROR(InRange(at, "window", window, 1, kMaxLayerWidth));
+      RETURN_IF_ERROR(InRange(at, "stride", stride, 1, kMaxLayerWidth));
+      if (window > in.height || window > in.width) {
+        return InvalidArgumentError(at + ": window " + std::to_string(window) + " is larger than its " +
+                                    Describe(in) + " input");
+      }
+      if (type == "max_pool") return std::unique_ptr<Layer>(std::make_unique<MaxPoolLayer>(in, window, stride));
+      return std::unique_ptr<Layer>(std::make_unique<AvgPoolLayer>(in, window, stride));
+    }
+    if (type == "global_avg_pool") return std::unique_ptr<Layer>(std::make_unique<GlobalAvgPoolLayer>(in));
+    if (type == "flatten") return std::unique_ptr<Layer>(std::make_unique<FlattenLayer>(in));
+    if (type == "batch_norm" || type == "layer_norm") {
+      ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
+      if (!(layer.epsilon > 0.0f && layer.epsilon <= 1.0f)) {
+        return InvalidArgumentError(at + ": epsilon must be in (0, 1], got " + std::to_string(layer.epsilon));
+      }
+      if (type == "layer_norm") {
+        if (layer.local) return InvalidArgumentError(at + ": local applies to batch_norm only");
+        return std::unique_ptr<Layer>(std::make_unique<LayerNormLayer>(name, in, layer.epsilon));
+      }
+      if (!(layer.momentum >= 0.0f && layer.momentum <= 1.0f)) {
+        return InvalidArgumentError(at + ": momentum must be in [0, 1], got " + std::to_string(layer.momentum));
+      }
+      return std::unique_ptr<Layer>(
+          std::make_unique<BatchNormLayer>(name, in, layer.epsilon, layer.momentum, layer.local));
+    }
+    if (type == "dropout") {
+      if (!(layer.probability >= 0.0f && layer.probability < 1.0f)) {
+        return InvalidArgumentError(at + ": probability must be in [0, 1), got " + std::to_string(layer.probability));
+      }
+      const uint64_t seed = config_.seed * 0x9E3779B97F4A7C15ull + 0x5851F42D4C957F2Dull * (++dropouts_);
+      return std::unique_ptr<Layer>(std::make_unique<DropoutLayer>(in, layer.probability, seed));
+    }
+    if (type == "residual") {
+      if (depth > 0) return InvalidArgumentError(at + ": a residual block cannot hold another residual block");
+      ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
+      ActivationShape body_out, shortcut_out = in;
+      ASSIGN_OR_RETURN(auto body, Build(layer.body, in, at + ".body", name + ".", name + ".body.", depth + 1, &body_out));
+      std::vector<std::unique_ptr<Layer>> shortcut;
+      if (!layer.shortcut.empty()) {
+        ASSIGN_OR_RETURN(shortcut, Build(layer.shortcut, in, at + ".shortcut", name + ".", name + ".shortcut.",
+                                         depth + 1, &shortcut_out));
+      }
+      if (body_out.channels != shortcut_out.channels || body_out.height != shortcut_out.height ||
+          body_out.width != shortcut_out.width) {
+        return InvalidArgumentError(at + ": its body ends at " + Describe(body_out) + " but its shortcut at " +
+                                    Describe(shortcut_out) +
+                                    (layer.shortcut.empty() ? " (the identity: give a shortcut that matches)" : ""));
+      }
+      return std::unique_ptr<Layer>(std::make_unique<ResidualLayer>(name, in, std::move(body), std::move(shortcut)));
+    }
+    if (type == "softmax_cross_entropy") {
+      return InvalidArgumentError(at + ": the loss is not a layer; every model ends in softmax cross-entropy "
+                                  "on its last layer's outputs (drop this entry)");
+    }
+    return InvalidArgumentError(at + ": unknown layer type; known: conv2d, linear, relu, gelu, tanh, sigmoid, "
+                                "max_pool, avg_pool, global_avg_pool, batch_norm, layer_norm, dropout, flatten, "
+                                "residual");
+  }
+
+  const ModelConfig& config_;
+  std::set<std::string> names_;
+  int total_ = 0;
+  uint64_t dropouts_ = 0;
+};
+
+// The declared layers of resnet8 (see CreateModel).
+std::vector<LayerConfig> ResNet8Layers() {
+  auto conv = [](std::string name, int out, int kernel, int stride) {
+    LayerConfig c;
+    c.type = "conv2d";
+    c.name = std::move(name);
+    c.out = out;
+    c.kernel = kernel;
+    c.stride = stride;
+    c.padding = kernel / 2;
+    c.bias = false;
+    return c;
+  };
+  auto norm = [](std::string name) {
+    LayerConfig c;
+    c.type = "batch_norm";
+    c.name = std::move(name);
+    return c;
+  };
+  LayerConfig relu;
+  relu.type = "relu";
+  std::vector<LayerConfig> layers = {conv("conv1", 16, 3, 1), norm("bn1"), relu};
+  int channels = 16;
+  for (int stage = 1; stage <= 3; ++stage) {
+    const int out = 16 << (stage - 1);
+    const int stride = stage == 1 ? 1 : 2;
+    LayerConfig block;
+    block.type = "residual";
+    block.name = "layer" + std::to_string(stage);
+    block.body = {conv("conv1", out, 3, stride), norm("bn1"), relu, conv("conv2", out, 3, 1), norm("bn2")};
+    if (stride != 1 || out != channels) block.shortcut = {conv("shortcut.0", out, 1, stride), norm("shortcut.1")};
+    layers.push_back(block);
+    layers.push_back(relu);
+    channels = out;
+  }
+  LayerConfig pool;
+  pool.type = "global_avg_pool";
+  LayerConfig fc;
+  fc.type = "linear";
+  fc.name = "fc";
+  layers.push_back(pool);
+  layers.push_back(fc);
+  return layers;
+}
 
 // The layers of `config`, in order. Layers only describe their parameters: nothing is
 // allocated here, whatever the widths.
@@ -205,6 +454,25 @@ Result<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelConfig& confi
       shape = add(std::make_unique<ReluLayer>(shape));
     }
     add(std::make_unique<LinearLayer>("fc" + std::to_string(index), shape, config.classes));
+  } else if (config.name == "resnet8" || config.name == "declared") {
+    const bool preset = config.name == "resnet8";
+    if (preset && (config.rows < 8 || config.cols < 8)) {
+      return InvalidArgumentError("model 'resnet8' needs images of at least 8x8, got " + std::to_string(config.rows) +
+                                  "x" + std::to_string(config.cols));
+    }
+    if (preset && !config.layers.empty()) {
+      return InvalidArgumentError("model 'resnet8' is a preset: declare layers with model 'declared'");
+    }
+    ActivationShape output;
+    DeclaredBuilder builder(config);
+    ASSIGN_OR_RETURN(layers, builder.Build(preset ? ResNet8Layers() : config.layers, input, "model.layers", "",
+                                           "layers.", 0, &output));
+    if (output.size() != config.classes) {
+      return InvalidArgumentError("model.layers: the last layer gives " + std::to_string(output.size()) +
+                                  " values per sample; the data has " + std::to_string(config.classes) +
+                                  " classes (end with a linear layer of out = " + std::to_string(config.classes) +
+                                  " or out unset)");
+    }
   } else {
     std::string known;
     for (const std::string& name : KnownModelNames()) known += (known.empty() ? "" : ", ") + name;
@@ -220,7 +488,9 @@ Result<int64_t> CountParameters(const ModelConfig& config) {
   ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
   int64_t total = 0;
   for (const auto& layer : layers) {
-    for (const ParameterSpec& spec : layer->parameters()) {
+    std::vector<ParameterSpec> specs = layer->parameters();
+    for (ParameterSpec& buffer : layer->buffers()) specs.push_back(std::move(buffer));
+    for (const ParameterSpec& spec : specs) {
       int64_t count = 1;
       for (int64_t dim : spec.shape) {
         if (__builtin_mul_overflow(count, dim, &count)) {
@@ -246,8 +516,16 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* de
   std::mt19937_64 engine(config.seed);
   std::vector<float> values(model->NumParameters());
   for (const ParameterView& view : model->parameter_views()) {
-    const float bound = 1.0f / std::sqrt(static_cast<float>(view.fan_in));
-    for (int64_t j = 0; j < view.count; ++j) values[view.offset + j] = UniformFrom(engine, bound);
+    float* first = values.data() + view.offset;
+    switch (view.init) {
+      case ParameterInit::kOnes: std::fill(first, first + view.count, 1.0f); break;
+      case ParameterInit::kZeros: std::fill(first, first + view.count, 0.0f); break;
+      case ParameterInit::kFanInUniform: {
+        const float bound = 1.0f / std::sqrt(static_cast<float>(view.fan_in));
+        for (int64_t j = 0; j < view.count; ++j) first[j] = UniformFrom(engine, bound);
+        break;
+      }
+    }
   }
   RETURN_IF_ERROR(device->CopyHostToDevice(values.data(), model->flat_parameters(), 0, values.size() * sizeof(float)));
   return model;

@@ -22,12 +22,42 @@
 
 namespace tessera {
 
+// One layer of a declared model (docs/JOBS.md, "Declared models"); what a type does not use
+// is ignored. Checked by CreateModel and CountParameters, with errors naming the layer.
+struct LayerConfig {
+  // "conv2d", "linear", "relu", "gelu", "tanh", "sigmoid", "max_pool", "avg_pool",
+  // "global_avg_pool", "batch_norm", "layer_norm", "dropout", "flatten", "residual"
+  std::string type;
+  // Parameter prefix. Unnamed: "layers.<index>", or "<residual>.body.<index>" and
+  // "<residual>.shortcut.<index>" inside a residual, whose named layers are "<residual>.<name>".
+  std::string name;
+  int out = 0;             // conv2d's out_channels, linear's out_features (linear: 0 is the classes)
+  int kernel = 0;          // conv2d: square kernel
+  int stride = 0;          // conv2d (0: 1), pools (0: the window)
+  int padding = 0;         // conv2d: zeros on every side
+  int groups = 1;          // conv2d: only 1 is supported
+  bool bias = true;        // conv2d
+  int window = 0;          // max_pool, avg_pool (0: 2)
+  float probability = 0.5f;  // dropout
+  float epsilon = 1e-5f;   // batch_norm, layer_norm
+  float momentum = 0.1f;   // batch_norm's running statistics
+  bool local = false;      // batch_norm: kept on each worker (FedBN, Li et al. 2021)
+  std::vector<LayerConfig> body, shortcut;  // residual (an empty shortcut is the identity)
+};
+
 struct ModelConfig {
-  std::string name = "simplecnn";     // "simplecnn" | "mlp" | "mcmahan-cnn"
+  // "simplecnn" | "mlp" | "mcmahan-cnn" | "resnet8" | "declared" (the layers below)
+  std::string name = "simplecnn";
   std::vector<int> hidden = {200, 200};  // mlp hidden layer widths
+  std::vector<LayerConfig> layers;       // "declared": the model, in order
   int channels = 1, rows = 28, cols = 28, classes = 10;
   uint64_t seed = 0;                  // initialisation; the same seed gives the same weights
 };
+
+// Bounds on declared models (enforced by CreateModel and CountParameters).
+inline constexpr int kMaxDeclaredLayers = 256;            // in all, residuals' sub-layers included
+inline constexpr int64_t kMaxActivationValues = 1 << 24;  // one sample's output of any layer
+inline constexpr int kMaxLayerWidth = 1 << 16;            // out, kernel, window, stride
 
 // Where one named parameter lies in the flat buffers (offset and count in floats).
 struct ParameterView {
@@ -36,6 +66,9 @@ struct ParameterView {
   int64_t offset = 0;
   int64_t count = 0;
   int64_t fan_in = 1;  // inputs feeding one output unit, as PyTorch's initialisation uses
+  ParameterInit init = ParameterInit::kFanInUniform;
+  bool trainable = true;  // false: a buffer (running statistics), not moved by the optimiser
+  bool local = false;     // kept on each worker (ParameterSpec::local)
 };
 
 // A read-only description of one layer of a model.
@@ -46,6 +79,8 @@ struct LayerInfo {
   ActivationShape output;       // per sample
   std::vector<LayerOp> ops;     // what one training step issues for it (see Layer::StepOps)
   std::vector<std::pair<std::string, int>> attributes;  // Layer::attributes()
+  // A residual block's body, then its shortcut (empty: the identity), described alike.
+  std::vector<std::vector<LayerInfo>> paths;
 };
 
 class Model {
@@ -63,9 +98,18 @@ class Model {
   const ActivationShape& input_shape() const { return input_; }
   int classes() const { return static_cast<int>(layers_.back()->output_shape().size()); }
 
+  // Every value of the model's state: trained parameters, then buffers (running statistics).
   int64_t NumParameters() const { return num_parameters_; }
+  // The trained parameters: the first NumTrainable() values of the flat buffers, which the
+  // optimiser steps; the buffers after them change only in training forwards.
+  int64_t NumTrainable() const { return num_trainable_; }
   const std::vector<ParameterView>& parameter_views() const { return views_; }
-  // The flat buffers, NumParameters() floats each. Gradients hold the last Backward's values.
+  // Training (the default: batch statistics, dropout) or inference (running statistics, no
+  // dropout), for every layer, as PyTorch's train() / eval().
+  void SetTraining(bool training);
+  bool training() const { return training_; }
+  // The flat buffers, NumParameters() floats each. Gradients hold the last Backward's values
+  // (always zero over the buffers).
   DeviceBuffer& flat_parameters() { return parameters_; }
   DeviceBuffer& flat_gradients() { return gradients_; }
 
@@ -104,6 +148,8 @@ class Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<ParameterView> views_;
   int64_t num_parameters_ = 0;
+  int64_t num_trainable_ = 0;
+  bool training_ = true;
   DeviceBuffer parameters_;
   DeviceBuffer gradients_;
   // outputs_[i] and output_gradients_[i] hold layer i's output and its gradient.
@@ -114,13 +160,18 @@ class Model {
   const float* input_data_ = nullptr;
 };
 
-// Builds a model on `device` with PyTorch-default initialisation drawn from config.seed:
+// Builds a model on `device` with PyTorch-default initialisation drawn from config.seed
+// (norms' weights 1 and biases 0, running means 0 and variances 1):
 // "simplecnn" (NIID-Bench's SimpleCNN: conv 6@5x5, ReLU, pool 2, conv 16@5x5, ReLU, pool 2,
 // fc 120, ReLU, fc 84, ReLU, fc classes; 44,426 parameters on 1x28x28), "mlp"
 // (fc hidden[0], ReLU, ..., fc classes; names fc1, fc2, ...) or "mcmahan-cnn" (McMahan et
 // al. 2017: conv 32@5x5 pad 2, ReLU, pool 2, conv 64@5x5 pad 2, ReLU, pool 2, fc 512, ReLU,
-// fc classes; 1,663,370 parameters on 1x28x28). InvalidArgument naming the
-// unknown name and the known ones, or a bad dimension.
+// fc classes; 1,663,370 parameters on 1x28x28), "resnet8" (a small ResNet for 32x32x3: conv
+// 16@3x3, three residual stages of one basic block each at 16, 32 and 64 channels, the last
+// two with stride 2 and a 1x1 projection shortcut, global average pool, fc classes; batch
+// norm after every convolution, convolutions without bias) or "declared" (config.layers).
+// InvalidArgument naming the unknown name and the known ones, a bad dimension, or the
+// declared layer at fault ("model.layers[3] (conv2d): ...").
 Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device);
 
 // The names CreateModel knows.

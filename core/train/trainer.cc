@@ -123,6 +123,8 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   }
   Device& device = model.device();
   const int64_t parameter_count = model.NumParameters();
+  const int64_t trainable_count = model.NumTrainable();
+  model.SetTraining(true);
   if (!(options.proximal_mu >= 0.0f) || !std::isfinite(options.proximal_mu)) {
     return InvalidArgumentError("TrainLocal: proximal_mu must be a finite number >= 0, got " +
                                 std::to_string(options.proximal_mu));
@@ -211,17 +213,19 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
         RETURN_IF_ERROR(options.gradient_hook->OnGradients(device, model.flat_gradients(), parameter_count,
                                                            static_cast<int64_t>(report.steps)));
       }
+      // The optimiser and the algorithms' terms move the trained parameters only: the buffers
+      // after them (running statistics) change in training forwards alone.
       float* gradients = model.flat_gradients().f32();
       if (!anchor.empty()) {
-        device.AddScaledDifference(parameter_count, options.proximal_mu, model.flat_parameters().f32(), anchor.f32(),
+        device.AddScaledDifference(trainable_count, options.proximal_mu, model.flat_parameters().f32(), anchor.f32(),
                                    gradients);
       }
-      device.SgdMomentumUpdate(parameter_count, options.learning_rate, options.momentum, options.weight_decay,
+      device.SgdMomentumUpdate(trainable_count, options.learning_rate, options.momentum, options.weight_decay,
                                model.flat_gradients().f32(), velocity.f32(), model.flat_parameters().f32());
       if (corrected) {
         // SCAFFOLD's correction moves the weights by -lr (c - c_i) after the optimiser's step,
         // outside its momentum, as NIID-Bench's reference client does.
-        device.AddScaledDifference(parameter_count, -options.learning_rate, server_control.f32(), client_control.f32(),
+        device.AddScaledDifference(trainable_count, -options.learning_rate, server_control.f32(), client_control.f32(),
                                    model.flat_parameters().f32());
       }
       float loss = 0.0f;
@@ -251,6 +255,13 @@ Result<EvalReport> Evaluate(Model& model, const Dataset& data, uint32_t batch_si
   EvalReport report;
   double loss_sum = 0.0;
   uint64_t correct = 0;
+  // Inference: running statistics, no dropout; the model's mode is restored on every return.
+  struct ModeGuard {
+    Model& model;
+    bool was;
+    ~ModeGuard() { model.SetTraining(was); }
+  } guard{model, model.training()};
+  model.SetTraining(false);
   for (int64_t first = 0; first < total; first += batch_size) {
     const int count = static_cast<int>(std::min<int64_t>(batch_size, total - first));
     for (int i = 0; i < count; ++i) order[i] = first + i;

@@ -195,4 +195,55 @@ void CpuDevice::Fill(int64_t count, float value, float* x) {
   for (int64_t i = 0; i < count; ++i) x[i] = value;
 }
 
+void CpuDevice::Activation(ActivationFunction function, int64_t count, const float* x, float* y) {
+  cpu::Activation(function, count, x, y);
+}
+
+void CpuDevice::ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y,
+                                   const float* dy, float* dx) {
+  cpu::ActivationBackward(function, count, x, y, dy, dx);
+}
+
+void CpuDevice::AvgPool(const MaxPoolShape& shape, const float* x, float* y) { cpu::AvgPool(shape, x, y); }
+
+void CpuDevice::AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) {
+  cpu::AvgPoolBackward(shape, dy, dx);
+}
+
+void CpuDevice::BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                                 const float* x, const float* gamma, const float* beta, float* running_mean,
+                                 float* running_var, float* saved_mean, float* saved_invstd, float* y) {
+  cpu::BatchNormForward(shape, training, momentum, epsilon, x, gamma, beta, running_mean, running_var, saved_mean,
+                        saved_invstd, y);
+}
+
+void CpuDevice::BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                                  const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                  float* dbeta) {
+  cpu::BatchNormBackward(shape, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+}
+
+void CpuDevice::LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                                 const float* beta, float* saved_mean, float* saved_invstd, float* y) {
+  cpu::LayerNormForward(rows, columns, epsilon, x, gamma, beta, saved_mean, saved_invstd, y);
+}
+
+void CpuDevice::LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                                  const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                  float* dbeta) {
+  cpu::LayerNormBackward(rows, columns, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+}
+
+void CpuDevice::Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y, float* mask) {
+  cpu::Dropout(count, probability, seed, x, y, mask);
+}
+
+void CpuDevice::DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) {
+  cpu::DropoutBackward(count, mask, dy, dx);
+}
+
+void CpuDevice::Axpby(int64_t count, float alpha, const float* x, float beta, float* y) {
+  cpu::Axpby(count, alpha, x, beta, y);
+}
+
 }  // namespace tessera

@@ -32,4 +32,26 @@ void AddScaledDifference(int64_t count, float alpha, const float* a, const float
 double Sum(int64_t count, const float* x);
 void Cast(int64_t count, DType from, const void* x, DType to, void* y);
 
+// The ops of declared layer graphs, as documented on Device. These are the reference every
+// other backend is checked against: transcendental functions and per-channel or per-row
+// statistics are evaluated in double and rounded once, and every sum runs in a fixed order.
+void Activation(ActivationFunction function, int64_t count, const float* x, float* y);
+void ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y, const float* dy,
+                        float* dx);
+void AvgPool(const MaxPoolShape& shape, const float* x, float* y);
+void AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx);
+void BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon, const float* x,
+                      const float* gamma, const float* beta, float* running_mean, float* running_var,
+                      float* saved_mean, float* saved_invstd, float* y);
+void BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                       const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma, float* dbeta);
+void LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma, const float* beta,
+                      float* saved_mean, float* saved_invstd, float* y);
+void LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                       const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma, float* dbeta);
+void Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y, float* mask);
+void DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx);
+// y = alpha x + beta y; y is not read when beta is 0.
+void Axpby(int64_t count, float alpha, const float* x, float beta, float* y);
+
 }  // namespace tessera::cpu

@@ -373,4 +373,79 @@ void CudaDevice::Fill(int64_t count, float value, float* x) {
   CheckLaunch(Op::kFill);
 }
 
+void CudaDevice::Activation(ActivationFunction function, int64_t count, const float* x, float* y) {
+  if (!MakeCurrent(Op::kActivation)) return;
+  cuda::Activation(stream_, function, count, x, y);
+  CheckLaunch(Op::kActivation);
+}
+
+void CudaDevice::ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y,
+                                    const float* dy, float* dx) {
+  if (!MakeCurrent(Op::kActivationBackward)) return;
+  cuda::ActivationBackward(stream_, function, count, x, y, dy, dx);
+  CheckLaunch(Op::kActivationBackward);
+}
+
+void CudaDevice::AvgPool(const MaxPoolShape& shape, const float* x, float* y) {
+  if (!MakeCurrent(Op::kAvgPool)) return;
+  cuda::AvgPool(stream_, shape, x, y);
+  CheckLaunch(Op::kAvgPool);
+}
+
+void CudaDevice::AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) {
+  if (!MakeCurrent(Op::kAvgPoolBackward)) return;
+  cuda::AvgPoolBackward(stream_, shape, dy, dx);
+  CheckLaunch(Op::kAvgPoolBackward);
+}
+
+void CudaDevice::BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                                  const float* x, const float* gamma, const float* beta, float* running_mean,
+                                  float* running_var, float* saved_mean, float* saved_invstd, float* y) {
+  if (!MakeCurrent(Op::kBatchNormForward)) return;
+  cuda::BatchNormForward(stream_, shape, training, momentum, epsilon, x, gamma, beta, running_mean, running_var,
+                         saved_mean, saved_invstd, y);
+  CheckLaunch(Op::kBatchNormForward);
+}
+
+void CudaDevice::BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                                   const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                   float* dbeta) {
+  if (!MakeCurrent(Op::kBatchNormBackward)) return;
+  cuda::BatchNormBackward(stream_, shape, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+  CheckLaunch(Op::kBatchNormBackward);
+}
+
+void CudaDevice::LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                                  const float* beta, float* saved_mean, float* saved_invstd, float* y) {
+  if (!MakeCurrent(Op::kLayerNormForward)) return;
+  cuda::LayerNormForward(stream_, rows, columns, epsilon, x, gamma, beta, saved_mean, saved_invstd, y);
+  CheckLaunch(Op::kLayerNormForward);
+}
+
+void CudaDevice::LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                                   const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                   float* dbeta) {
+  if (!MakeCurrent(Op::kLayerNormBackward)) return;
+  cuda::LayerNormBackward(stream_, rows, columns, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta);
+  CheckLaunch(Op::kLayerNormBackward);
+}
+
+void CudaDevice::Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y, float* mask) {
+  if (!MakeCurrent(Op::kDropout)) return;
+  cuda::Dropout(stream_, count, probability, seed, x, y, mask);
+  CheckLaunch(Op::kDropout);
+}
+
+void CudaDevice::DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) {
+  if (!MakeCurrent(Op::kDropoutBackward)) return;
+  cuda::DropoutBackward(stream_, count, mask, dy, dx);
+  CheckLaunch(Op::kDropoutBackward);
+}
+
+void CudaDevice::Axpby(int64_t count, float alpha, const float* x, float beta, float* y) {
+  if (!MakeCurrent(Op::kAxpby)) return;
+  cuda::Axpby(stream_, count, alpha, x, beta, y);
+  CheckLaunch(Op::kAxpby);
+}
+
 }  // namespace tessera

@@ -44,4 +44,29 @@ void Fill(cudaStream_t stream, int64_t count, float value, float* x);
 // x[i] *= factor; a factor of 0 writes zeros (NaN and infinity included), as BLAS's beta.
 void Scale(cudaStream_t stream, int64_t count, float factor, float* x);
 
+// The ops of declared layer graphs (device.h). Activation's backward reads x for GELU and y for
+// tanh and sigmoid; the pooling backward is a gather with no atomics, like MaxPoolBackward.
+void Activation(cudaStream_t stream, ActivationFunction function, int64_t count, const float* x, float* y);
+void ActivationBackward(cudaStream_t stream, ActivationFunction function, int64_t count, const float* x,
+                        const float* y, const float* dy, float* dx);
+void AvgPool(cudaStream_t stream, const MaxPoolShape& shape, const float* x, float* y);
+void AvgPoolBackward(cudaStream_t stream, const MaxPoolShape& shape, const float* dy, float* dx);
+// Statistics by one block per channel (or row) reducing in double in a fixed order: deterministic.
+void BatchNormForward(cudaStream_t stream, const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                      const float* x, const float* gamma, const float* beta, float* running_mean, float* running_var,
+                      float* saved_mean, float* saved_invstd, float* y);
+void BatchNormBackward(cudaStream_t stream, const BatchNormShape& shape, const float* x, const float* dy,
+                       const float* gamma, const float* saved_mean, const float* saved_invstd, float* dx,
+                       float* dgamma, float* dbeta);
+void LayerNormForward(cudaStream_t stream, int64_t rows, int columns, float epsilon, const float* x,
+                      const float* gamma, const float* beta, float* saved_mean, float* saved_invstd, float* y);
+void LayerNormBackward(cudaStream_t stream, int64_t rows, int columns, const float* x, const float* dy,
+                       const float* gamma, const float* saved_mean, const float* saved_invstd, float* dx,
+                       float* dgamma, float* dbeta);
+void Dropout(cudaStream_t stream, int64_t count, float probability, uint64_t seed, const float* x, float* y,
+             float* mask);
+void DropoutBackward(cudaStream_t stream, int64_t count, const float* mask, const float* dy, float* dx);
+// y = alpha * x + beta * y; y is not read when beta is 0.
+void Axpby(cudaStream_t stream, int64_t count, float alpha, const float* x, float beta, float* y);
+
 }  // namespace tessera::cuda

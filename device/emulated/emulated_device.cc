@@ -346,4 +346,80 @@ void EmulatedDevice::Fill(int64_t count, float value, float* x) {
   Run(Op::kFill, FillCost(count), {}, [&] { host_->Fill(count, value, x); });
 }
 
+// The ops of declared layer graphs follow the rule of the ops above: what a layer passes on
+// (activations, pooled and normalised outputs, a residual sum) and the gradients (dx, and
+// dgamma / dbeta like BiasGrad's dbias) are rounded to the compute precision. Not rounded:
+// batch norm's running statistics and the saved mean and 1/std, which mixed-precision
+// hardware keeps in float32 (a rounded 1/std would skew every gradient of the backward), and
+// dropout's mask, whose exact values every backend shares (device.h).
+
+void EmulatedDevice::Activation(ActivationFunction function, int64_t count, const float* x, float* y) {
+  Run(Op::kActivation, ActivationCost(function, count), {{y, count}},
+      [&] { host_->Activation(function, count, x, y); });
+}
+
+void EmulatedDevice::ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y,
+                                        const float* dy, float* dx) {
+  Run(Op::kActivationBackward, ActivationBackwardCost(function, count), {{dx, count}},
+      [&] { host_->ActivationBackward(function, count, x, y, dy, dx); });
+}
+
+void EmulatedDevice::AvgPool(const MaxPoolShape& shape, const float* x, float* y) {
+  Run(Op::kAvgPool, AvgPoolCost(shape), {{y, int64_t(PoolOutputCount(shape))}},
+      [&] { host_->AvgPool(shape, x, y); });
+}
+
+void EmulatedDevice::AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) {
+  Run(Op::kAvgPoolBackward, AvgPoolBackwardCost(shape), {{dx, int64_t(PoolInputCount(shape))}},
+      [&] { host_->AvgPoolBackward(shape, dy, dx); });
+}
+
+void EmulatedDevice::BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                                      const float* x, const float* gamma, const float* beta, float* running_mean,
+                                      float* running_var, float* saved_mean, float* saved_invstd, float* y) {
+  Run(Op::kBatchNormForward, BatchNormForwardCost(shape, training), {{y, shape.outer * shape.channels * shape.inner}},
+      [&] {
+        host_->BatchNormForward(shape, training, momentum, epsilon, x, gamma, beta, running_mean, running_var,
+                                saved_mean, saved_invstd, y);
+      });
+}
+
+void EmulatedDevice::BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy,
+                                       const float* gamma, const float* saved_mean, const float* saved_invstd,
+                                       float* dx, float* dgamma, float* dbeta) {
+  const int64_t dx_count = dx ? shape.outer * shape.channels * shape.inner : 0;
+  Run(Op::kBatchNormBackward, BatchNormBackwardCost(shape, dx != nullptr),
+      {{dx, dx_count}, {dgamma, shape.channels}, {dbeta, shape.channels}},
+      [&] { host_->BatchNormBackward(shape, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta); });
+}
+
+void EmulatedDevice::LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                                      const float* beta, float* saved_mean, float* saved_invstd, float* y) {
+  Run(Op::kLayerNormForward, LayerNormForwardCost(rows, columns), {{y, rows * columns}},
+      [&] { host_->LayerNormForward(rows, columns, epsilon, x, gamma, beta, saved_mean, saved_invstd, y); });
+}
+
+void EmulatedDevice::LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy,
+                                       const float* gamma, const float* saved_mean, const float* saved_invstd,
+                                       float* dx, float* dgamma, float* dbeta) {
+  const int64_t dx_count = dx ? rows * columns : 0;
+  Run(Op::kLayerNormBackward, LayerNormBackwardCost(rows, columns, dx != nullptr),
+      {{dx, dx_count}, {dgamma, columns}, {dbeta, columns}},
+      [&] { host_->LayerNormBackward(rows, columns, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta); });
+}
+
+void EmulatedDevice::Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y,
+                             float* mask) {
+  Run(Op::kDropout, DropoutCost(count), {{y, count}}, [&] { host_->Dropout(count, probability, seed, x, y, mask); });
+}
+
+void EmulatedDevice::DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) {
+  Run(Op::kDropoutBackward, DropoutBackwardCost(count), {{dx, count}},
+      [&] { host_->DropoutBackward(count, mask, dy, dx); });
+}
+
+void EmulatedDevice::Axpby(int64_t count, float alpha, const float* x, float beta, float* y) {
+  Run(Op::kAxpby, AxpbyCost(count, beta != 0), {{y, count}}, [&] { host_->Axpby(count, alpha, x, beta, y); });
+}
+
 }  // namespace tessera

@@ -66,6 +66,8 @@ std::vector<DeviceProfile> MakeBuiltins() {
   alveo.memory_bytes = 16 * kGiB;
   alveo.host_link_gbps = 12;  // PCIe 4.0 x8
   alveo.power_watts = 150;
+  // None of the layer-graph ops: the bitstream predates them, and each would be a kernel of its
+  // own in the card's limited fabric.
   alveo.native_ops = {Op::kGemm, Op::kBiasAdd, Op::kRelu, Op::kFill};
   alveo.dtypes = all_dtypes;
   alveo.precision = DType::kFloat32;
@@ -84,7 +86,12 @@ std::vector<DeviceProfile> MakeBuiltins() {
   edge.host_link_gbps = 8;
   edge.power_watts = 15;
   // An inference NPU: forward ops native, every backward op and the optimiser on the host.
-  edge.native_ops = {Op::kGemm, Op::kConv2dForward, Op::kBiasAdd, Op::kRelu, Op::kMaxPool, Op::kFill, Op::kCast};
+  // Of the layer-graph ops, the inference ones: activations, average pooling, both norms'
+  // forwards (batch norm as one kernel, training statistics included) and the residual sum;
+  // dropout, a training-only op (the identity at inference), falls back.
+  edge.native_ops = {Op::kGemm,       Op::kConv2dForward,    Op::kBiasAdd,          Op::kRelu,
+                     Op::kMaxPool,    Op::kFill,             Op::kCast,             Op::kActivation,
+                     Op::kAvgPool,    Op::kBatchNormForward, Op::kLayerNormForward, Op::kAxpby};
   edge.dtypes = {DType::kFloat32, DType::kFloat16, DType::kInt8, DType::kInt32};
   edge.precision = DType::kFloat16;
   edge.notes = "seed 002: 15 W; LPDDR bandwidth, peaks and op coverage are assumptions";

@@ -223,5 +223,53 @@ void XrtDevice::Cast(int64_t count, DType from, const void* x, DType to, void* y
 void XrtDevice::Fill(int64_t count, float value, float* x) {
   Fallback(Op::kFill, FillCost(count), [&] { host_->Fill(count, value, x); });
 }
+void XrtDevice::Activation(ActivationFunction function, int64_t count, const float* x, float* y) {
+  Fallback(Op::kActivation, ActivationCost(function, count), [&] { host_->Activation(function, count, x, y); });
+}
+void XrtDevice::ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y,
+                                   const float* dy, float* dx) {
+  Fallback(Op::kActivationBackward, ActivationBackwardCost(function, count),
+           [&] { host_->ActivationBackward(function, count, x, y, dy, dx); });
+}
+void XrtDevice::AvgPool(const MaxPoolShape& shape, const float* x, float* y) {
+  Fallback(Op::kAvgPool, AvgPoolCost(shape), [&] { host_->AvgPool(shape, x, y); });
+}
+void XrtDevice::AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) {
+  Fallback(Op::kAvgPoolBackward, AvgPoolBackwardCost(shape), [&] { host_->AvgPoolBackward(shape, dy, dx); });
+}
+void XrtDevice::BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon,
+                                 const float* x, const float* gamma, const float* beta, float* running_mean,
+                                 float* running_var, float* saved_mean, float* saved_invstd, float* y) {
+  Fallback(Op::kBatchNormForward, BatchNormForwardCost(shape, training), [&] {
+    host_->BatchNormForward(shape, training, momentum, epsilon, x, gamma, beta, running_mean, running_var, saved_mean,
+                            saved_invstd, y);
+  });
+}
+void XrtDevice::BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                                  const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                  float* dbeta) {
+  Fallback(Op::kBatchNormBackward, BatchNormBackwardCost(shape, dx != nullptr),
+           [&] { host_->BatchNormBackward(shape, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta); });
+}
+void XrtDevice::LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                                 const float* beta, float* saved_mean, float* saved_invstd, float* y) {
+  Fallback(Op::kLayerNormForward, LayerNormForwardCost(rows, columns),
+           [&] { host_->LayerNormForward(rows, columns, epsilon, x, gamma, beta, saved_mean, saved_invstd, y); });
+}
+void XrtDevice::LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                                  const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                                  float* dbeta) {
+  Fallback(Op::kLayerNormBackward, LayerNormBackwardCost(rows, columns, dx != nullptr),
+           [&] { host_->LayerNormBackward(rows, columns, x, dy, gamma, saved_mean, saved_invstd, dx, dgamma, dbeta); });
+}
+void XrtDevice::Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y, float* mask) {
+  Fallback(Op::kDropout, DropoutCost(count), [&] { host_->Dropout(count, probability, seed, x, y, mask); });
+}
+void XrtDevice::DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) {
+  Fallback(Op::kDropoutBackward, DropoutBackwardCost(count), [&] { host_->DropoutBackward(count, mask, dy, dx); });
+}
+void XrtDevice::Axpby(int64_t count, float alpha, const float* x, float beta, float* y) {
+  Fallback(Op::kAxpby, AxpbyCost(count, beta != 0), [&] { host_->Axpby(count, alpha, x, beta, y); });
+}
 
 }  // namespace tessera

@@ -59,6 +59,25 @@ class XrtDevice final : public Device {
   void ReduceSum(int64_t count, const float* x, float* sum) override;
   void Cast(int64_t count, DType from, const void* x, DType to, void* y) override;
   void Fill(int64_t count, float value, float* x) override;
+  void Activation(ActivationFunction function, int64_t count, const float* x, float* y) override;
+  void ActivationBackward(ActivationFunction function, int64_t count, const float* x, const float* y, const float* dy,
+                          float* dx) override;
+  void AvgPool(const MaxPoolShape& shape, const float* x, float* y) override;
+  void AvgPoolBackward(const MaxPoolShape& shape, const float* dy, float* dx) override;
+  void BatchNormForward(const BatchNormShape& shape, bool training, float momentum, float epsilon, const float* x,
+                        const float* gamma, const float* beta, float* running_mean, float* running_var,
+                        float* saved_mean, float* saved_invstd, float* y) override;
+  void BatchNormBackward(const BatchNormShape& shape, const float* x, const float* dy, const float* gamma,
+                         const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                         float* dbeta) override;
+  void LayerNormForward(int64_t rows, int columns, float epsilon, const float* x, const float* gamma,
+                        const float* beta, float* saved_mean, float* saved_invstd, float* y) override;
+  void LayerNormBackward(int64_t rows, int columns, const float* x, const float* dy, const float* gamma,
+                         const float* saved_mean, const float* saved_invstd, float* dx, float* dgamma,
+                         float* dbeta) override;
+  void Dropout(int64_t count, float probability, uint64_t seed, const float* x, float* y, float* mask) override;
+  void DropoutBackward(int64_t count, const float* mask, const float* dy, float* dx) override;
+  void Axpby(int64_t count, float alpha, const float* x, float beta, float* y) override;
 
  private:
   // The buffer object holding `address` and the address's byte offset in it.

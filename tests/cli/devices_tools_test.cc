@@ -93,6 +93,44 @@ TEST(DevicesToolsTest, UnknownDeviceNamesAreErrorsNamingThem) {
   EXPECT_NE(status.ToString().find("npu-x"), std::string::npos) << status.ToString();
 }
 
+TEST(DevicesToolsTest, RiskListAndAlignTakeADeclaredModelFromAJobFile) {
+  const std::string job = std::string(TESSERA_SOURCE_DIR) + "/examples/declared-cnn.toml";
+  DevicesOptions options;
+  options.devices = {"emu:generic"};
+  options.model = job;
+  options.batch = 8;
+  options.gemm_size = 64;
+  std::ostringstream report;
+  Status status = DevicesCommand(options, report);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  const std::string text = report.str();
+  for (const char* layer : {"stem", "stem_bn", "block", "avg_pool1", "flatten1", "dropout1", "fc1", "ln", "tanh1",
+                            "fc2"}) {
+    EXPECT_NE(RiskLine(text, layer, "="), "") << layer << " missing from\n" << text;
+  }
+  EXPECT_NE(RiskLine(text, "block", "batch_norm_backward").find("native"), std::string::npos) << text;
+  EXPECT_NE(RiskLine(text, "ln", "layer_norm_forward").find("native"), std::string::npos) << text;
+
+  AlignOptions align;
+  align.model = job;
+  align.device_a = "cpu";
+  align.device_b = "emu:generic";
+  align.samples = 32;
+  std::ostringstream aligned;
+  status = AlignCommand(align, aligned);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_NE(aligned.str().find("top-1 agreement 100.00%"), std::string::npos) << aligned.str();
+  // resnet8 on 3x32x32: random inputs of its shape; an unknown name is refused.
+  align.model = "resnet8";
+  align.samples = 8;
+  std::ostringstream resnet;
+  status = AlignCommand(align, resnet);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_NE(resnet.str().find("top-1 agreement 100.00%"), std::string::npos) << resnet.str();
+  align.model = "resnet9000";
+  EXPECT_EQ(AlignCommand(align, resnet).code(), StatusCode::kInvalidArgument);
+}
+
 std::string Align(const std::string& b, int samples, double threshold = 1e-3) {
   AlignOptions options;
   options.device_a = "cpu";

@@ -4,6 +4,8 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include "core/model/model.h"
+
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -122,7 +124,8 @@ weight_decay = 1e-4
 
 TEST(JobSpecTest, EveryExampleParses) {
   for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-fedbuff.toml", "fmnist-robust.toml",
-                           "niid-bench-iid.toml", "niid-bench-dirichlet.toml", "smoke.toml"}) {
+                           "niid-bench-iid.toml", "niid-bench-dirichlet.toml", "smoke.toml", "declared-cnn.toml",
+                           "resnet8-cifar10.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -184,7 +187,7 @@ TEST(JobSpecTest, ExamplesSayWhatTheDocumentationSays) {
 
 TEST(JobSpecTest, TomlRoundTrips) {
   for (const char* name : {"fmnist-fedavg.toml", "fmnist-fedavgm.toml", "fmnist-robust.toml",
-                           "niid-bench-dirichlet.toml", "smoke.toml"}) {
+                           "niid-bench-dirichlet.toml", "smoke.toml", "declared-cnn.toml"}) {
     SCOPED_TRACE(name);
     Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath(name));
     ASSERT_TRUE(spec.ok()) << spec.status().ToString();
@@ -193,6 +196,47 @@ TEST(JobSpecTest, TomlRoundTrips) {
     ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
     EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << text;
   }
+}
+
+TEST(JobSpecTest, DeclaredLayersAreReadWithTheirPlaces) {
+  Result<v1::JobSpec> spec = ParseJobSpecFile(ExamplePath("declared-cnn.toml"));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->model().name(), "declared");
+  ASSERT_EQ(spec->model().layers_size(), 13);
+  const v1::LayerSpec& stem = spec->model().layers(0);
+  EXPECT_EQ(stem.type(), "conv2d");
+  EXPECT_EQ(stem.name(), "stem");
+  EXPECT_EQ(stem.out(), 16u);
+  EXPECT_EQ(stem.padding(), 1u);
+  ASSERT_TRUE(stem.has_bias());
+  EXPECT_FALSE(stem.bias());
+  const v1::LayerSpec& block = spec->model().layers(4);
+  EXPECT_EQ(block.type(), "residual");
+  ASSERT_EQ(block.body_size(), 5);
+  EXPECT_EQ(block.body(2).type(), "gelu");
+  EXPECT_DOUBLE_EQ(spec->model().layers(8).probability(), 0.25);
+  EXPECT_TRUE(wire::ValidateJobSpec(*spec).ok()) << wire::ValidateJobSpec(*spec).ToString();
+  auto counted = CountParameters(wire::ToModelConfig(*spec));
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  // stem 144, its norm 32 (+32), the block 2 x (2,304 + 32 (+32)), fc1 784 x 128 + 128, ln 256,
+  // fc2 1,290.
+  EXPECT_EQ(*counted, 144 + 64 + 2 * (2304 + 64) + 784 * 128 + 128 + 256 + 1290);
+
+  const std::string layers = "name = \"t\"\nrounds = 5\n\n[data.partition]\nparties = 4\n\n[[model.layers]]\n";
+  ExpectError(std::string(kMinimal) + "[[model.layers]]\ntype = \"relu\"\n",
+              {"'model.layers'", "leave model.name out", "\"simplecnn\""});
+  ExpectError(layers + "type = \"conv3d\"\n", {"job.toml:", "'model.layers[0].type'", "\"conv2d\""});
+  ExpectError(layers + "type = \"conv2d\"\nkernal = 3\n", {"unknown key 'model.layers[0].kernal'", "kernel"});
+  ExpectError(layers + "name = \"x\"\n", {"'model.layers[0].type'", "is required"});
+  ExpectError(layers + "type = \"relu\"\nbody = [{ type = \"relu\" }]\n",
+              {"'model.layers[0].body'", "applies to type \"residual\" only"});
+  ExpectError(layers + "type = \"residual\"\nbody = [{ type = \"residual\", body = [{ type = \"relu\" }] }]\n",
+              {"'model.layers[0].body[0].body'", "cannot hold another residual block"});
+  ExpectError(layers + "type = \"dropout\"\nprobability = 1.5\n", {"'model.layers[0].probability'", "[0, 1)"});
+  ExpectError(layers + "type = \"conv2d\"\nout = 0\n", {"'model.layers[0].out'"});
+  ExpectError(layers + "type = \"residual\"\n", {"'model.layers[0].body'", "is required"});
+  // The model's own checks name the layer: the shapes are known once the data's are.
+  ExpectError(layers + "type = \"conv2d\"\nout = 4\nkernel = 40\n", {"model.layers[0] (conv2d): kernel 40"});
 }
 
 TEST(JobSpecTest, MissingFileIsNotFound) {

@@ -4,9 +4,9 @@
 // test executable and answers; its name; its pool sits over cudaMalloc and serves repeats
 // from the free lists; an op short of scratch memory reports ResourceExhausted instead of
 // ending the process; copies back to the host wait for queued work; the TF32 option really
-// engages tensor cores; max pool's backward is deterministic; and two epochs of SimpleCNN on
-// the GPU match the CPU. Everything that needs a GPU is skipped with the reason on a machine
-// without one.
+// engages tensor cores; max pool's backward is deterministic; dropout drops the elements the
+// host draw drops; and two epochs of SimpleCNN on the GPU match the CPU. Everything that needs
+// a GPU is skipped with the reason on a machine without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -219,6 +219,35 @@ TEST_F(CudaDeviceTest, MaxPoolBackwardIsDeterministicAndMatchesTheCpuBitForBit) 
     const std::vector<float> got = run(*device_);
     ASSERT_EQ(std::memcmp(got.data(), expected.data(), inputs * 4), 0) << "run " << repeat << " differs from the CPU";
   }
+}
+
+// The kernel calls device.h's DropoutUniform compiled for the GPU: it must drop exactly the
+// elements the host's copy of the function drops, with the same float scale, or the backends'
+// trainings would diverge from the first dropout layer on.
+TEST_F(CudaDeviceTest, DropoutDropsTheElementsTheHostDrawDrops) {
+  const int64_t count = 100003;
+  const float probability = 0.3f;
+  const uint64_t seed = 0xDEADBEEFCAFEF00Dull;
+  std::vector<float> x(count);
+  std::mt19937 engine(11);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (float& value : x) value = uniform(engine);
+  auto xb = device_->Allocate(count * 4), yb = device_->Allocate(count * 4), mask = device_->Allocate(count * 4);
+  ASSERT_TRUE(xb.ok() && yb.ok() && mask.ok());
+  ASSERT_TRUE(device_->CopyHostToDevice(x.data(), *xb, 0, count * 4).ok());
+  device_->Dropout(count, probability, seed, xb->f32(), yb->f32(), mask->f32());
+  std::vector<float> y(count), m(count);
+  ASSERT_TRUE(device_->CopyDeviceToHost(*yb, 0, y.data(), count * 4).ok());
+  ASSERT_TRUE(device_->CopyDeviceToHost(*mask, 0, m.data(), count * 4).ok());
+  const float scale = 1.0f / (1.0f - probability);
+  int64_t kept = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const float expected = DropoutUniform(seed, uint64_t(i)) >= probability ? scale : 0.0f;
+    ASSERT_EQ(m[i], expected) << "element " << i;
+    ASSERT_EQ(y[i], x[i] * expected) << "element " << i;
+    kept += expected != 0.0f;
+  }
+  EXPECT_NEAR(double(kept) / count, 1.0 - probability, 0.01);
 }
 
 // Every byte of the card is taken, then a convolution needs im2col scratch: the op does

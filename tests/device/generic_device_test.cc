@@ -183,6 +183,98 @@ std::vector<std::pair<Op, std::function<void(OpRunner&)>>> OpCases() {
          r.device().Cast(64, DType::kFloat16, half->data(), DType::kFloat32, back);
        }},
       {Op::kFill, [](OpRunner& r) { r.device().Fill(77, -2.5f, r.Out(77)); }},
+      // The layer-graph ops. Each backward runs after the device's own forward, as a layer
+      // graph issues them, and both outputs are compared.
+      {Op::kActivation, [](OpRunner& r) {
+         const float* x = r.In(Random(90, 50));
+         for (ActivationFunction function :
+              {ActivationFunction::kGelu, ActivationFunction::kTanh, ActivationFunction::kSigmoid}) {
+           r.device().Activation(function, 90, x, r.Out(90));
+         }
+       }},
+      {Op::kActivationBackward, [](OpRunner& r) {
+         const float* x = r.In(Random(90, 51));
+         const float* dy = r.In(Random(90, 52));
+         for (ActivationFunction function :
+              {ActivationFunction::kGelu, ActivationFunction::kTanh, ActivationFunction::kSigmoid}) {
+           float* y = r.Out(90);
+           r.device().Activation(function, 90, x, y);
+           r.device().ActivationBackward(function, 90, x, y, dy, r.Out(90));
+         }
+       }},
+      {Op::kAvgPool, [=](OpRunner& r) { r.device().AvgPool(pool, r.In(Random(pool_x, 53)), r.Out(pool_y)); }},
+      {Op::kAvgPoolBackward, [=](OpRunner& r) {
+         // Overlapping windows (3, stride 2) and a last row and column no window covers.
+         const MaxPoolShape overlapping{2, 3, 8, 6, 3, 2};
+         const int64_t x_count = 2 * 3 * 8 * 6;
+         const int64_t y_count = 2 * 3 * int64_t(overlapping.out_height()) * overlapping.out_width();
+         r.device().AvgPoolBackward(overlapping, r.In(Random(y_count, 54)), r.Out(Random(x_count, 55)));
+       }},
+      {Op::kBatchNormForward, [](OpRunner& r) {
+         // Training (running statistics and saved ones written), then inference from the
+         // running statistics it left, with the saved pointers null.
+         const BatchNormShape shape{3, 4, 5};
+         const float* x = r.In(Random(60, 56));
+         const float* gamma = r.In(Random(4, 57));
+         const float* beta = r.In(Random(4, 58));
+         float* running_mean = r.Out(Random(4, 59));
+         float* running_var = r.Out(std::vector<float>(4, 1.5f));
+         float* saved_mean = r.Out(4);
+         float* saved_invstd = r.Out(4);
+         r.device().BatchNormForward(shape, true, 0.1f, 1e-5f, x, gamma, beta, running_mean, running_var, saved_mean,
+                                     saved_invstd, r.Out(60));
+         r.device().BatchNormForward(shape, false, 0.1f, 1e-5f, x, gamma, beta, running_mean, running_var, nullptr,
+                                     nullptr, r.Out(60));
+       }},
+      {Op::kBatchNormBackward, [](OpRunner& r) {
+         const BatchNormShape shape{3, 4, 5};
+         const float* x = r.In(Random(60, 60));
+         const float* gamma = r.In(Random(4, 61));
+         float* saved_mean = r.Out(4);
+         float* saved_invstd = r.Out(4);
+         r.device().BatchNormForward(shape, true, 0.1f, 1e-5f, x, gamma, r.In(Random(4, 62)), r.Out(4), r.Out(4),
+                                     saved_mean, saved_invstd, r.Out(60));
+         float* dx = r.Out(60);
+         float* dgamma = r.Out(4);
+         r.device().BatchNormBackward(shape, x, r.In(Random(60, 63)), gamma, saved_mean, saved_invstd, dx, dgamma,
+                                      r.Out(4));
+       }},
+      {Op::kLayerNormForward, [](OpRunner& r) {
+         float* saved_mean = r.Out(6);
+         float* saved_invstd = r.Out(6);
+         r.device().LayerNormForward(6, 10, 1e-5f, r.In(Random(60, 64)), r.In(Random(10, 65)), r.In(Random(10, 66)),
+                                     saved_mean, saved_invstd, r.Out(60));
+       }},
+      {Op::kLayerNormBackward, [](OpRunner& r) {
+         const float* x = r.In(Random(60, 67));
+         const float* gamma = r.In(Random(10, 68));
+         float* saved_mean = r.Out(6);
+         float* saved_invstd = r.Out(6);
+         r.device().LayerNormForward(6, 10, 1e-5f, x, gamma, r.In(Random(10, 69)), saved_mean, saved_invstd,
+                                     r.Out(60));
+         float* dx = r.Out(60);
+         float* dgamma = r.Out(10);
+         r.device().LayerNormBackward(6, 10, x, r.In(Random(60, 70)), gamma, saved_mean, saved_invstd, dx, dgamma,
+                                      r.Out(10));
+       }},
+      {Op::kDropout, [](OpRunner& r) {
+         float* y = r.Out(200);
+         r.device().Dropout(200, 0.3f, 99, r.In(Random(200, 71)), y, r.Out(200));
+       }},
+      {Op::kDropoutBackward, [](OpRunner& r) {
+         float* y = r.Out(200);
+         float* mask = r.Out(200);
+         r.device().Dropout(200, 0.3f, 100, r.In(Random(200, 72)), y, mask);
+         r.device().DropoutBackward(200, mask, r.In(Random(200, 73)), r.Out(200));
+       }},
+      {Op::kAxpby, [](OpRunner& r) {
+         const float* x = r.In(Random(150, 74));
+         float* sum = r.Out(Random(150, 75));
+         r.device().Axpby(150, 1.0f, x, 1.0f, sum);
+         // beta 0 overwrites y without reading it: NaNs must not survive.
+         float* scaled = r.Out(std::vector<float>(150, std::numeric_limits<float>::quiet_NaN()));
+         r.device().Axpby(150, -0.5f, x, 0.0f, scaled);
+       }},
   };
 }
 

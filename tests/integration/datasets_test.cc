@@ -143,6 +143,92 @@ TEST(DatasetsTest, Cifar10FormatWithAugmentationAndAWorkersOwnFiles) {
   EXPECT_GT(done.rounds(1).test_accuracy(), 0.8) << "bright against dark";
 }
 
+// The small ResNet preset (batch norms, residual blocks, global average pooling) federated on
+// CIFAR-10-format data; then a declared model with a FedBN batch norm on the same data.
+TEST(DatasetsTest, ResNet8AndADeclaredModelTrainOnCifar10FormatData) {
+  TempDir dir("datasets-resnet");
+  const auto data = dir.path() / "cifar";
+  std::filesystem::create_directories(data);
+  WriteCifarLike((data / "data_batch_1.bin").string(), 96, 1);
+  WriteCifarLike((data / "test_batch.bin").string(), 40, 2);
+  auto options = TestCoordinatorOptions((dir.path() / "state").string());
+  options.runner.datasets["cifar-like"] = data.string();
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  WorkerThread w1(address, "w1"), w2(address, "w2");
+  auto stub = JobStub((*coordinator)->port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+
+  v1::JobSpec spec = JobOn("cifar-like", "cifar10", data.string());
+  spec.mutable_model()->set_name("resnet8");
+  spec.mutable_model()->clear_hidden();
+  spec.mutable_data()->add_mean(0.5f);
+  spec.mutable_data()->add_std(0.25f);
+  spec.set_rounds(2);
+  spec.set_local_epochs(2);
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(180));
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 2);
+  for (const auto& w : done.rounds(1).workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
+  EXPECT_GT(done.rounds(1).test_accuracy(), 0.8) << "bright against dark";
+
+  // Declared: a stem whose batch norm stays on each worker (FedBN), a residual block, pooling.
+  Result<v1::JobSpec> declared = ParseJobSpecString(R"(name = "declared"
+rounds = 2
+clients_per_round = 2
+min_clients = 2
+
+[train]
+local_epochs = 2
+batch_size = 16
+
+[[model.layers]]
+type = "conv2d"
+out = 8
+kernel = 3
+padding = 1
+bias = false
+
+[[model.layers]]
+type = "batch_norm"
+local = true
+
+[[model.layers]]
+type = "relu"
+
+[[model.layers]]
+type = "residual"
+body = [{ type = "conv2d", out = 8, kernel = 3, padding = 1 }, { type = "batch_norm" }, { type = "gelu" }]
+
+[[model.layers]]
+type = "global_avg_pool"
+
+[[model.layers]]
+type = "linear"
+
+[data]
+dataset = "cifar-like"
+format = "cifar10"
+mean = [0.5]
+std = [0.25]
+
+[data.partition]
+parties = 2
+)", "declared.toml");
+  ASSERT_TRUE(declared.ok()) << declared.status().ToString();
+  declared->mutable_data()->set_path(data.string());
+  auto second = (*coordinator)->SubmitJob(*declared);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  auto finished = WaitForJob(*stub, second->id(), std::chrono::seconds(180));
+  ASSERT_EQ(finished.job().state(), v1::JOB_SUCCEEDED) << finished.job().error();
+  ASSERT_EQ(finished.rounds_size(), 2);
+  for (const auto& w : finished.rounds(1).workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
+  EXPECT_GT(finished.rounds(1).test_accuracy(), 0.8) << "bright against dark";
+}
+
 TEST(DatasetsTest, AWorkerWhoseFilesDoNotMatchFailsClearly) {
   TempDir dir("datasets-mismatch");
   const auto data = dir.path() / "tabular";

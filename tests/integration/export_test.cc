@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "cli/export_command.h"
+#include "cli/job_spec.h"
+#include "cli/onnx_export.h"
 #include "core/data/idx.h"
 #include "core/data/numpy_format.h"
 #include "core/model/model.h"
@@ -116,6 +118,81 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   const std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("logits match"), std::string::npos) << text;
+}
+
+// A declared model with every layer ONNX's opset 13 has a node for (batch norms, a residual
+// block with a projection shortcut, average pools, dropout, tanh, sigmoid, flatten) exports to a
+// graph the ONNX checker accepts, with the same initializers as the archive.
+TEST(ExportTest, ADeclaredModelExportsToOnnx) {
+  if (!SystemPythonHas("onnx")) GTEST_SKIP() << "python3-onnx is not installed: scripts/setup.sh installs it";
+  TempDir dir("export-declared");
+  auto spec = ParseJobSpecString(R"(name = "onnx"
+rounds = 1
+
+[[model.layers]]
+type = "conv2d"
+out = 4
+kernel = 3
+padding = 1
+bias = false
+
+[[model.layers]]
+type = "batch_norm"
+
+[[model.layers]]
+type = "tanh"
+
+[[model.layers]]
+type = "residual"
+name = "block"
+body = [{ type = "conv2d", out = 8, kernel = 3, stride = 2, padding = 1 }, { type = "batch_norm" }, { type = "relu" }]
+shortcut = [{ type = "conv2d", out = 8, kernel = 1, stride = 2 }]
+
+[[model.layers]]
+type = "avg_pool"
+
+[[model.layers]]
+type = "sigmoid"
+
+[[model.layers]]
+type = "global_avg_pool"
+
+[[model.layers]]
+type = "dropout"
+
+[[model.layers]]
+type = "flatten"
+
+[[model.layers]]
+type = "linear"
+
+[data.partition]
+parties = 2
+)", "onnx.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto device = CreateCpuDevice();
+  auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string npz = dir.str() + "/declared.npz", onnx = dir.str() + "/declared.onnx";
+  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState())).ok());
+  Status written = cli::WriteOnnx(**model, "declared", onnx);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  const std::string check = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/onnx_check.py " +
+                            onnx + " " + npz + " 10 > " + dir.str() + "/onnx.log 2>&1";
+  const int rc = std::system(check.c_str());
+  std::ifstream log(dir.str() + "/onnx.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
+  // GELU has no opset-13 node: refused, naming the layer.
+  auto gelu = ParseJobSpecString("name = \"g\"\nrounds = 1\n[[model.layers]]\ntype = \"gelu\"\n[[model.layers]]\n"
+                                 "type = \"linear\"\n[data.partition]\nparties = 2\n", "gelu.toml");
+  ASSERT_TRUE(gelu.ok()) << gelu.status().ToString();
+  auto gelu_model = CreateModel(wire::ToModelConfig(*gelu), device.get());
+  ASSERT_TRUE(gelu_model.ok());
+  Status refused = cli::WriteOnnx(**gelu_model, "g", dir.str() + "/gelu.onnx");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("(gelu)"), std::string::npos) << refused.ToString();
 }
 
 }  // namespace

@@ -1,0 +1,342 @@
+// Declared layer graphs (core/model/model.h, LayerConfig): shapes and names, the resnet8
+// preset's size, errors that name the layer, training versus inference, and every layer's
+// gradient against central differences of the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/model/model.h"
+#include "core/train/trainer.h"
+#include "device/cpu/factory.h"
+
+namespace tessera {
+namespace {
+
+LayerConfig L(std::string type, std::string name = "", int out = 0) {
+  LayerConfig layer;
+  layer.type = std::move(type);
+  layer.name = std::move(name);
+  layer.out = out;
+  return layer;
+}
+
+LayerConfig Conv(std::string name, int out, int kernel, int stride = 1, int padding = 0, bool bias = true) {
+  LayerConfig layer = L("conv2d", std::move(name), out);
+  layer.kernel = kernel;
+  layer.stride = stride;
+  layer.padding = padding;
+  layer.bias = bias;
+  return layer;
+}
+
+ModelConfig Declared(std::vector<LayerConfig> layers, int channels = 1, int size = 8, int classes = 3) {
+  ModelConfig config;
+  config.name = "declared";
+  config.layers = std::move(layers);
+  config.channels = channels;
+  config.rows = config.cols = size;
+  config.classes = classes;
+  config.seed = 5;
+  return config;
+}
+
+std::vector<std::string> Names(const Model& model) {
+  std::vector<std::string> names;
+  for (const ParameterView& view : model.parameter_views()) names.push_back(view.name);
+  return names;
+}
+
+class DeclaredModelTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Model> Build(const ModelConfig& config) {
+    auto model = CreateModel(config, device_.get());
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+  std::string ErrorOf(const ModelConfig& config) {
+    auto model = CreateModel(config, device_.get());
+    EXPECT_FALSE(model.ok());
+    auto counted = CountParameters(config);
+    EXPECT_FALSE(counted.ok()) << "CountParameters refuses what CreateModel refuses";
+    return model.ok() ? "" : model.status().message();
+  }
+  std::unique_ptr<Device> device_ = CreateCpuDevice();
+};
+
+TEST_F(DeclaredModelTest, NamesFollowPyTorchAndBuffersComeAfterTheTrainedParameters) {
+  LayerConfig block = L("residual", "block");
+  block.body = {Conv("conv1", 4, 3, 1, 1, false), L("batch_norm", "bn1"), L("relu"), Conv("", 4, 3, 1, 1)};
+  auto model = Build(Declared({Conv("stem", 4, 3, 1, 1), L("batch_norm"), L("relu"), block, L("global_avg_pool"),
+                               L("linear")}));
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(Names(*model),
+            (std::vector<std::string>{"stem.weight", "stem.bias", "layers.1.weight", "layers.1.bias",
+                                      "block.conv1.weight", "block.bn1.weight", "block.bn1.bias",
+                                      "block.body.3.weight", "block.body.3.bias", "layers.5.weight", "layers.5.bias",
+                                      "layers.1.running_mean", "layers.1.running_var", "block.bn1.running_mean",
+                                      "block.bn1.running_var"}));
+  const int64_t trained = 4 * 9 + 4 + 8 + 4 * 4 * 9 + 8 + 4 * 4 * 9 + 4 + 3 * 4 + 3;
+  EXPECT_EQ(model->NumTrainable(), trained);
+  EXPECT_EQ(model->NumParameters(), trained + 16);
+  auto counted = CountParameters(Declared({Conv("stem", 4, 3, 1, 1), L("batch_norm"), L("relu"), block,
+                                           L("global_avg_pool"), L("linear")}));
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(*counted, model->NumParameters());
+  // PyTorch's initial values: norms' weights 1, shifts 0, running means 0, variances 1.
+  const TensorSet state = model->GetState();
+  for (const NamedTensor& t : state) {
+    const bool ones = t.name == "layers.1.weight" || t.name == "block.bn1.weight" || t.name.ends_with("running_var");
+    const bool zeros = t.name == "layers.1.bias" || t.name == "block.bn1.bias" || t.name.ends_with("running_mean");
+    for (float v : t.values) {
+      if (ones) {
+        EXPECT_EQ(v, 1.0f) << t.name;
+      }
+      if (zeros) {
+        EXPECT_EQ(v, 0.0f) << t.name;
+      }
+    }
+  }
+}
+
+TEST_F(DeclaredModelTest, ResNet8HasTheHandCountedSize) {
+  ModelConfig config;
+  config.name = "resnet8";
+  config.channels = 3;
+  config.rows = config.cols = 32;
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  // stem 432 + bn 32; stage 1: 2 x (2,304 + 32); stage 2: 4,608 + 64 + 9,216 + 64 + shortcut 512 + 64;
+  // stage 3: 18,432 + 128 + 36,864 + 128 + shortcut 2,048 + 128; fc 650.
+  EXPECT_EQ(model->NumTrainable(), 464 + 4672 + 14528 + 57728 + 650);
+  EXPECT_EQ(model->NumParameters(), 78042 + 2 * (16 + 16 + 16 + 32 + 32 + 32 + 64 + 64 + 64));
+  const auto names = Names(*model);
+  EXPECT_EQ(names.front(), "conv1.weight");
+  EXPECT_NE(std::find(names.begin(), names.end(), "layer2.shortcut.0.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "layer3.bn2.running_var"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "layer1.shortcut.0.weight"), names.end()) << "stage 1 is the identity";
+  EXPECT_EQ(model->classes(), 10);
+  auto counted = CountParameters(config);
+  ASSERT_TRUE(counted.ok());
+  EXPECT_EQ(*counted, model->NumParameters());
+}
+
+TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
+  EXPECT_NE(ErrorOf(Declared({L("convolution")})).find("model.layers[0] (convolution): unknown layer type"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({L("relu"), Conv("c", 4, 9), L("linear")})).find("model.layers[1] (conv2d): kernel 9"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({Conv("c", 0, 3), L("linear")})).find("model.layers[0] (conv2d): out must be in [1"),
+            std::string::npos);
+  LayerConfig grouped = Conv("g", 4, 3);
+  grouped.groups = 2;
+  EXPECT_NE(ErrorOf(Declared({grouped, L("linear")})).find("groups must be 1"), std::string::npos);
+  LayerConfig mismatched = L("residual", "r");
+  mismatched.body = {Conv("c", 8, 3, 1, 1)};
+  EXPECT_NE(ErrorOf(Declared({mismatched, L("linear")})).find("model.layers[0] (residual): its body ends at 8x8x8"),
+            std::string::npos);
+  LayerConfig nested = L("residual", "outer");
+  LayerConfig inner = L("residual", "inner");
+  inner.body = {L("relu")};
+  nested.body = {inner};
+  EXPECT_NE(ErrorOf(Declared({nested, L("linear")})).find("model.layers[0] (residual).body[0] (residual)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({L("flatten"), L("linear", "", 5)})).find("the data has 3 classes"), std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({L("linear", "fc", 4), L("linear", "fc")})).find("name 'fc' is used twice"),
+            std::string::npos);
+  LayerConfig dropout = L("dropout");
+  dropout.probability = 1.0f;
+  EXPECT_NE(ErrorOf(Declared({dropout, L("linear")})).find("probability must be in [0, 1)"), std::string::npos);
+  LayerConfig pool = L("max_pool");
+  pool.window = 9;
+  EXPECT_NE(ErrorOf(Declared({pool, L("linear")})).find("window 9 is larger than its 1x8x8 input"), std::string::npos);
+  std::vector<LayerConfig> many(kMaxDeclaredLayers + 1, L("relu"));
+  EXPECT_NE(ErrorOf(Declared(many)).find("at most 256 layers"), std::string::npos);
+  LayerConfig bad_name = L("linear", "fc\n1");
+  EXPECT_NE(ErrorOf(Declared({bad_name})).find("name must be at most 64 letters"), std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({L("softmax_cross_entropy")})).find("the loss is not a layer"), std::string::npos);
+}
+
+// Inputs and labels for `batch` samples of the config's shape.
+struct Batch {
+  DeviceBuffer images, labels, loss;
+};
+
+Batch MakeBatch(Device& device, const ModelConfig& config, int batch, uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> images(static_cast<size_t>(batch) * config.channels * config.rows * config.cols);
+  for (float& v : images) v = normal(engine);
+  std::vector<int32_t> labels(batch);
+  for (int i = 0; i < batch; ++i) labels[i] = static_cast<int32_t>(engine() % config.classes);
+  Batch b;
+  b.images = device.Allocate(images.size() * sizeof(float)).value();
+  b.labels = device.Allocate(labels.size() * sizeof(int32_t)).value();
+  b.loss = device.Allocate(sizeof(float)).value();
+  EXPECT_TRUE(device.CopyHostToDevice(images.data(), b.images, 0, images.size() * sizeof(float)).ok());
+  EXPECT_TRUE(device.CopyHostToDevice(labels.data(), b.labels, 0, labels.size() * sizeof(int32_t)).ok());
+  return b;
+}
+
+float Loss(Model& model, Batch& b, int batch) {
+  EXPECT_TRUE(model.Forward(b.images.f32(), batch).ok());
+  model.Backward(b.labels.i32(), b.loss.f32());
+  float loss = 0;
+  EXPECT_TRUE(model.device().CopyDeviceToHost(b.loss, 0, &loss, sizeof(float)).ok());
+  return loss;
+}
+
+// Every declared layer type but dropout (whose mask changes each step; its own test is below),
+// in one model: the analytic gradient of each trained parameter tensor, at a few positions,
+// against central differences of the loss.
+TEST_F(DeclaredModelTest, EveryLayersGradientMatchesCentralDifferences) {
+  LayerConfig block = L("residual", "block");
+  block.body = {Conv("conv1", 4, 3, 1, 1, false), L("batch_norm", "bn1"), L("gelu"), Conv("conv2", 4, 3, 2, 1)};
+  LayerConfig avg = L("avg_pool");
+  avg.window = 2;
+  block.shortcut = {Conv("down", 4, 1, 2), L("batch_norm", "down_bn")};
+  const ModelConfig config =
+      Declared({Conv("stem", 3, 3, 1, 1), L("batch_norm", "bn"), L("tanh"), block, L("sigmoid"), avg,
+                L("flatten"), L("linear", "fc1", 6), L("layer_norm", "ln"), L("relu"), L("linear", "fc2")},
+               2, 8, 3);
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  const int batch = 5;
+  Batch b = MakeBatch(*device_, config, batch, 11);
+  Loss(*model, b, batch);
+  std::vector<float> gradients(model->NumParameters()), parameters(model->NumParameters());
+  ASSERT_TRUE(device_->CopyDeviceToHost(model->flat_gradients(), 0, gradients.data(), gradients.size() * 4).ok());
+  ASSERT_TRUE(device_->CopyDeviceToHost(model->flat_parameters(), 0, parameters.data(), parameters.size() * 4).ok());
+  int checked = 0;
+  for (const ParameterView& view : model->parameter_views()) {
+    if (!view.trainable) {
+      for (int64_t j = 0; j < view.count; ++j) EXPECT_EQ(gradients[view.offset + j], 0.0f) << view.name;
+      continue;
+    }
+    for (int64_t j : {int64_t(0), view.count / 2, view.count - 1}) {
+      const int64_t at = view.offset + j;
+      // Small enough that no ReLU kink is crossed at these seeded inputs, large enough for
+      // float32's loss to resolve.
+      const float h = 2e-4f, original = parameters[at];
+      auto loss_at = [&](float value) {
+        ASSERT_TRUE(device_->CopyHostToDevice(&value, model->flat_parameters(), at * sizeof(float), sizeof(float)).ok());
+      };
+      loss_at(original + h);
+      const double plus = Loss(*model, b, batch);
+      loss_at(original - h);
+      const double minus = Loss(*model, b, batch);
+      loss_at(original);
+      const double numeric = (plus - minus) / (2.0 * h);
+      EXPECT_NEAR(gradients[at], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << view.name << "[" << j << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3 * 14);
+}
+
+TEST_F(DeclaredModelTest, InferenceUsesRunningStatisticsAndSkipsDropout) {
+  LayerConfig dropout = L("dropout");
+  dropout.probability = 0.5f;
+  const ModelConfig config = Declared({Conv("c", 3, 3), L("batch_norm", "bn"), L("flatten"), dropout, L("linear")});
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  const int batch = 6;
+  Batch b = MakeBatch(*device_, config, batch, 3);
+  const int classes = config.classes;
+  auto logits = [&] {
+    EXPECT_TRUE(model->Forward(b.images.f32(), batch).ok());
+    std::vector<float> host(batch * classes);
+    EXPECT_TRUE(device_->CopyDeviceToHost(model->logits_buffer(), 0, host.data(), host.size() * 4).ok());
+    return host;
+  };
+  // Training: each step draws a new dropout mask, so two forwards differ; the running
+  // statistics move away from (0, 1).
+  const auto first = logits(), second = logits();
+  EXPECT_NE(first, second);
+  const TensorSet state = model->GetState();
+  const NamedTensor& running_var = state.back();
+  ASSERT_EQ(running_var.name, "bn.running_var");
+  EXPECT_NE(running_var.values[0], 1.0f);
+  // Inference: no dropout and fixed statistics, so the same input gives the same logits, and
+  // the running statistics stay put.
+  model->SetTraining(false);
+  const auto a = logits(), again = logits();
+  EXPECT_EQ(a, again);
+  EXPECT_EQ(model->GetState().back().values, running_var.values);
+  EXPECT_NE(a, first);
+}
+
+TEST_F(DeclaredModelTest, TrainingLowersTheLossAndLeavesBuffersToTheForwardPass) {
+  LayerConfig block = L("residual", "block");
+  block.body = {Conv("conv1", 4, 3, 1, 1, false), L("batch_norm", "bn1"), L("relu")};
+  block.shortcut = {Conv("proj", 4, 1)};
+  const ModelConfig config = Declared({block, L("global_avg_pool"), L("linear")}, 1, 6, 2);
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  // Two classes by the image's sign.
+  Dataset data;
+  data.count = 64;
+  data.channels = 1;
+  data.rows = data.cols = 6;
+  data.num_classes = 2;
+  std::mt19937 engine(2);
+  std::normal_distribution<float> noise(0.0f, 0.5f);
+  for (int i = 0; i < data.count; ++i) {
+    data.labels.push_back(static_cast<uint8_t>(i % 2));
+    for (int p = 0; p < 36; ++p) data.images.push_back((i % 2 ? 1.0f : -1.0f) + noise(engine));
+  }
+  std::vector<int64_t> indices(data.count);
+  for (int i = 0; i < data.count; ++i) indices[i] = i;
+  TrainOptions options;
+  options.batch_size = 8;
+  options.learning_rate = 0.05f;
+  options.momentum = 0.9f;
+  options.weight_decay = 0.5f;  // large: it would pull buffers toward 0 if it reached them
+  options.epochs = 1;
+  auto first = TrainLocal(*model, data, indices, options);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  options.epochs = 5;
+  auto later = TrainLocal(*model, data, indices, options);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_LT(later->mean_loss, first->mean_loss);
+  auto evaluated = Evaluate(*model, data, 16, 0);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status().ToString();
+  EXPECT_GT(evaluated->accuracy, 0.9);
+  EXPECT_TRUE(model->training()) << "Evaluate restores the mode";
+  // The running variance follows the batches' variance (about 0.25 + the class offset's
+  // spread after the convolution), not weight decay's pull to 0.
+  const TensorSet state = model->GetState();
+  ASSERT_EQ(state.back().name, "block.bn1.running_var");
+  for (float v : state.back().values) EXPECT_GT(v, 1e-3f);
+}
+
+TEST_F(DeclaredModelTest, DropoutDrawsDependOnTheSeedAndStep) {
+  LayerConfig dropout = L("dropout");
+  dropout.probability = 0.3f;
+  ModelConfig config = Declared({L("flatten"), dropout, L("linear")});
+  auto a = Build(config), b = Build(config);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Batch input = MakeBatch(*device_, config, 4, 9);
+  auto run = [&](Model& model) {
+    EXPECT_TRUE(model.Forward(input.images.f32(), 4).ok());
+    std::vector<float> host(4 * 3);
+    EXPECT_TRUE(device_->CopyDeviceToHost(model.logits_buffer(), 0, host.data(), host.size() * 4).ok());
+    return host;
+  };
+  // Same seed, same step: the same units dropped.
+  EXPECT_EQ(run(*a), run(*b));
+  // The next step draws another mask; so does another seed at the same step.
+  b = Build(config);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(run(*a), run(*b));
+  config.seed = 6;
+  auto c = Build(config), d = Build(Declared({L("flatten"), dropout, L("linear")}));
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(c->SetState(d->GetState()).ok());
+  EXPECT_NE(run(*c), run(*d)) << "another seed draws another mask";
+}
+
+}  // namespace
+}  // namespace tessera
