@@ -96,53 +96,64 @@ void CpuDevice::Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, fl
 }
 
 // Convolutions run one GEMM per sample over that sample's im2col matrix, so inputs and outputs
-// stay NCHW with no transposes; the filter gradient accumulates over samples (beta = 1).
+// stay NCHW with no transposes; the filter gradient accumulates over samples (beta = 1). Each
+// sample's matrix is built just before its GEMM and reused for the next, so it stays in cache
+// (a whole batch's matrices are tens of megabytes, written and read back through memory).
+namespace {
+
+Conv2dShape OneSample(const Conv2dShape& shape) {
+  Conv2dShape one = shape;
+  one.batch = 1;
+  return one;
+}
+
+}  // namespace
+
 void CpuDevice::Conv2dForward(const Conv2dShape& shape, const float* x, const float* w, const float* bias,
                               float* y) {
   const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_inputs = static_cast<int64_t>(shape.in_channels) * shape.in_height * shape.in_width;
   const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
-  float* col = Scratch(columns_, sample_columns * shape.batch);
-  cpu::Im2Col(shape, x, col);
-  float beta = 0.0f;
-  if (bias != nullptr) {
-    beta = 1.0f;
-    for (int n = 0; n < shape.batch; ++n) {
-      float* out = y + n * sample_outputs;
+  const Conv2dShape one = OneSample(shape);
+  float* col = Scratch(columns_, static_cast<int64_t>(kernel) * positions);
+  const float beta = bias != nullptr ? 1.0f : 0.0f;
+  for (int n = 0; n < shape.batch; ++n) {
+    float* out = y + n * sample_outputs;
+    if (bias != nullptr) {
       for (int c = 0; c < shape.out_channels; ++c) std::fill(out + c * positions, out + (c + 1) * positions, bias[c]);
     }
-  }
-  for (int n = 0; n < shape.batch; ++n) {
-    Gemm(false, false, shape.out_channels, positions, kernel, 1.0f, w, col + n * sample_columns, beta,
-         y + n * sample_outputs);
+    cpu::Im2Col(one, x + n * sample_inputs, col);
+    Gemm(false, false, shape.out_channels, positions, kernel, 1.0f, w, col, beta, out);
   }
 }
 
 void CpuDevice::Conv2dBackwardData(const Conv2dShape& shape, const float* dy, const float* w, float* dx) {
   const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_inputs = static_cast<int64_t>(shape.in_channels) * shape.in_height * shape.in_width;
   const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
-  float* col = Scratch(columns_, sample_columns * shape.batch);
+  const Conv2dShape one = OneSample(shape);
+  float* col = Scratch(columns_, static_cast<int64_t>(kernel) * positions);
   for (int n = 0; n < shape.batch; ++n) {
-    Gemm(true, false, kernel, positions, shape.out_channels, 1.0f, w, dy + n * sample_outputs, 0.0f,
-         col + n * sample_columns);
+    Gemm(true, false, kernel, positions, shape.out_channels, 1.0f, w, dy + n * sample_outputs, 0.0f, col);
+    cpu::Col2Im(one, col, dx + n * sample_inputs);
   }
-  cpu::Col2Im(shape, col, dx);
 }
 
 void CpuDevice::Conv2dBackwardFilter(const Conv2dShape& shape, const float* x, const float* dy, float* dw,
                                      float* dbias) {
   const int positions = shape.out_height() * shape.out_width();
   const int kernel = shape.in_channels * shape.kernel_height * shape.kernel_width;
-  const int64_t sample_columns = static_cast<int64_t>(kernel) * positions;
+  const int64_t sample_inputs = static_cast<int64_t>(shape.in_channels) * shape.in_height * shape.in_width;
   const int64_t sample_outputs = static_cast<int64_t>(shape.out_channels) * positions;
-  float* col = Scratch(columns_, sample_columns * shape.batch);
-  cpu::Im2Col(shape, x, col);
+  const Conv2dShape one = OneSample(shape);
+  float* col = Scratch(columns_, static_cast<int64_t>(kernel) * positions);
+  if (shape.batch == 0) std::fill(dw, dw + static_cast<int64_t>(shape.out_channels) * kernel, 0.0f);
   for (int n = 0; n < shape.batch; ++n) {
-    Gemm(false, true, shape.out_channels, kernel, positions, 1.0f, dy + n * sample_outputs, col + n * sample_columns,
-         n == 0 ? 0.0f : 1.0f, dw);
+    cpu::Im2Col(one, x + n * sample_inputs, col);
+    Gemm(false, true, shape.out_channels, kernel, positions, 1.0f, dy + n * sample_outputs, col, n == 0 ? 0.0f : 1.0f,
+         dw);
   }
   if (dbias != nullptr) cpu::BiasGrad(shape.batch, shape.out_channels, positions, dy, dbias);
 }

@@ -15,7 +15,9 @@
 
 #include "base/sha256.h"
 #include "cli/job_spec.h"
+#include "core/data/dataset_source.h"
 #include "core/data/idx.h"
+#include "core/data/numpy_format.h"
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
@@ -269,6 +271,49 @@ void JobSpecCorpora(const fs::path& source_dir, const fs::path& toml_dir, const 
 }  // namespace
 }  // namespace tessera::fuzz
 
+namespace tessera::fuzz {
+
+// dataset_fuzzer's inputs: a format byte (0 cifar10, 1 npz, 2 csv), then the test split's file.
+void DatasetCorpus(const fs::path& dir, const fs::path& scratch) {
+  auto seed = [&](const std::string& name, char format, const fs::path& written) {
+    WriteFile(dir / name, std::string(1, format) + ReadFile(written));
+    fs::remove(written);
+  };
+  std::vector<uint8_t> labels = {3, 7}, pixels(2 * 3072);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 13 % 256);
+  const fs::path cifar = scratch / "test_batch.bin";
+  if (!WriteCifar10Batch(cifar.string(), labels, pixels).ok()) std::exit(1);
+  seed("cifar10_two_records", 0, cifar);
+  WriteFile(dir / "cifar10_cut_record", std::string(1, 0) + std::string(3000, '\x01'));
+
+  auto array = [](std::string name, std::string dtype, std::vector<int64_t> shape, std::string bytes) {
+    NumpyArray a;
+    a.name = std::move(name);
+    a.dtype = std::move(dtype);
+    a.shape = std::move(shape);
+    a.data = std::move(bytes);
+    return a;
+  };
+  const fs::path npz = scratch / "test.npz";
+  std::string x(2 * 1 * 2 * 2, '\0');
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<char>(i * 30);
+  std::string y = {'\1', '\0', '\0', '\0', '\0', '\0', '\0', '\0', '\2', '\0', '\0', '\0', '\0', '\0', '\0', '\0'};
+  if (!WriteNpz(npz.string(), {array("x", "|u1", {2, 1, 2, 2}, x), array("y", "<i8", {2}, y)}).ok()) std::exit(1);
+  seed("npz_uint8_images", 1, npz);
+  const float features[] = {0.5f, -1.25f, 3.0f, 2.0f, 0.0f, 1.0f};
+  std::string f(reinterpret_cast<const char*>(features), sizeof(features));
+  if (!WriteNpz(npz.string(), {array("x", "<f4", {2, 3}, f), array("y", "<i8", {2}, y)}).ok()) std::exit(1);
+  seed("npz_float_features", 1, npz);
+
+  const fs::path csv = scratch / "test.csv";
+  if (!WriteCsv(csv.string(), {"label", "a", "b"}, {{0, 1.5, -2}, {1, 0.25, 4}, {2, 3, 3}}).ok()) std::exit(1);
+  seed("csv_three_rows", 2, csv);
+  WriteFile(dir / "csv_ragged", std::string(1, 2) + "label,a,b\n0,1\n1,2,3,4\n");
+  WriteFile(dir / "csv_not_a_number", std::string(1, 2) + "label,a\n0,nan\n1,1e999\n");
+}
+
+}  // namespace tessera::fuzz
+
 int main(int argc, char** argv) {
   using namespace tessera::fuzz;
   if (argc != 3) {
@@ -281,6 +326,7 @@ int main(int argc, char** argv) {
   UpdateEnvelopeCorpus(out / "update_envelope_fuzzer");
   CheckpointCorpus(out / "checkpoint_fuzzer");
   IdxCorpus(out / "idx_fuzzer", out);
+  DatasetCorpus(out / "dataset_fuzzer", out);
   JobSpecCorpora(source_dir, out / "job_spec_toml_fuzzer", out / "job_spec_proto_fuzzer");
   std::cout << "wrote the seed corpora under " << out << "\n";
   return 0;
