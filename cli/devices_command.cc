@@ -112,9 +112,9 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
   std::vector<LayerInfo> layers = model.DescribeLayers(batch);
   LayerInfo loss{"loss", "softmax_cross_entropy", {model.classes(), 1, 1},
                  {{Op::kSoftmaxCrossEntropy, SoftmaxCrossEntropyCost(batch, model.classes(), true), false}},
-                 {}};
+                 {}, {}};
   LayerInfo optimiser{"optimiser", "sgd_momentum", {},
-                      {{Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(model.NumParameters()), false}}, {}};
+                      {{Op::kSgdMomentumUpdate, SgdMomentumUpdateCost(model.NumTrainable()), false}}, {}, {}};
   layers.push_back(loss);
   layers.push_back(optimiser);
 

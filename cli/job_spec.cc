@@ -31,7 +31,8 @@ constexpr std::string_view kLayerKeys[] = {"type",        "name",    "out",     
                                            "momentum",    "local",   "body",     "shortcut"};
 constexpr std::string_view kLayerTypes[] = {"conv2d",   "linear",          "relu",       "gelu",       "tanh",
                                             "sigmoid",  "max_pool",        "avg_pool",   "global_avg_pool",
-                                            "batch_norm", "layer_norm",    "dropout",    "flatten",    "residual"};
+                                            "batch_norm", "layer_norm",    "dropout",    "flatten",    "residual",
+                                            "softmax_cross_entropy"};
 constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
 constexpr std::string_view kAugmentKeys[] = {"horizontal_flip", "crop_padding"};

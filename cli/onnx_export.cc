@@ -36,6 +36,34 @@ void SetTensorType(onnx::ValueInfoProto* value, const std::string& name, const s
   for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
 }
 
+// A node computing op(inputs) into a fresh name "<prefix>.<op>"; returns that name.
+std::string Node(onnx::GraphProto* graph, const std::string& prefix, const std::string& op,
+                 std::initializer_list<std::string> inputs) {
+  auto* node = graph->add_node();
+  const std::string output = prefix + "." + op + std::to_string(graph->node_size());
+  node->set_name(output);
+  node->set_op_type(op);
+  for (const std::string& input : inputs) node->add_input(input);
+  node->add_output(output);
+  return output;
+}
+
+// A scalar float32 constant (a Constant node, not an initializer: initializers are the model's parameters).
+std::string Scalar(onnx::GraphProto* graph, const std::string& prefix, float value) {
+  auto* node = graph->add_node();
+  const std::string output = prefix + ".const" + std::to_string(graph->node_size());
+  node->set_name(output);
+  node->set_op_type("Constant");
+  node->add_output(output);
+  auto* attribute = node->add_attribute();
+  attribute->set_name("value");
+  attribute->set_type(onnx::AttributeProto::TENSOR);
+  auto* tensor = attribute->mutable_t();
+  tensor->set_data_type(onnx::TensorProto::FLOAT);
+  tensor->add_float_data(value);
+  return output;
+}
+
 // Appends the nodes of `layers` to `graph`, reading `current` and leaving it at the last
 // output; `flat` tracks whether it is [batch, features].
 Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers, std::string& current, bool& flat,
@@ -60,6 +88,37 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       flat = body_flat;
       continue;
     }
+    if (layer.kind == "gelu") {
+      // Opset 13 has no Gelu: 0.5 x (1 + erf(x / sqrt(2))), the exact form the layer computes.
+      const std::string& x = current;
+      const std::string scaled = Node(graph, layer.name, "Div", {x, Scalar(graph, layer.name, 1.41421356f)});
+      const std::string erf = Node(graph, layer.name, "Erf", {scaled});
+      const std::string shifted = Node(graph, layer.name, "Add", {erf, Scalar(graph, layer.name, 1.0f)});
+      const std::string product = Node(graph, layer.name, "Mul", {x, shifted});
+      current = Node(graph, layer.name, "Mul", {product, Scalar(graph, layer.name, 0.5f)});
+      continue;
+    }
+    if (layer.kind == "layer_norm") {
+      // Opset 13 has no LayerNormalization: (x - mean) / sqrt(var + epsilon) * weight + bias over
+      // every axis but the batch's, with the biased variance.
+      std::vector<int64_t> axes = flat ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 3};
+      auto reduce_mean = [&](const std::string& input) {
+        const std::string output = Node(graph, layer.name, "ReduceMean", {input});
+        auto* reduce = graph->mutable_node(graph->node_size() - 1);
+        AddAttribute(reduce, "axes", axes);
+        AddIntAttribute(reduce, "keepdims", 1);
+        return output;
+      };
+      const std::string centred = Node(graph, layer.name, "Sub", {current, reduce_mean(current)});
+      const std::string variance = reduce_mean(Node(graph, layer.name, "Mul", {centred, centred}));
+      const float epsilon = static_cast<float>(attributes["epsilon_e9"]) * 1e-9f;
+      const std::string deviation =
+          Node(graph, layer.name, "Sqrt", {Node(graph, layer.name, "Add", {variance, Scalar(graph, layer.name, epsilon)})});
+      const std::string normalised = Node(graph, layer.name, "Div", {centred, deviation});
+      current = Node(graph, layer.name, "Add",
+                     {Node(graph, layer.name, "Mul", {normalised, layer.name + ".weight"}), layer.name + ".bias"});
+      continue;
+    }
     const std::string output = "x" + std::to_string(++index);
     auto* node = graph->add_node();
     node->set_name(layer.name);
@@ -72,6 +131,7 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       AddAttribute(node, "kernel_shape", {k, k});
       AddAttribute(node, "strides", {s, s});
       AddAttribute(node, "pads", {p, p, p, p});
+      if (attributes["groups"] > 1) AddIntAttribute(node, "group", attributes["groups"]);
     } else if (layer.kind == "relu" || layer.kind == "tanh" || layer.kind == "sigmoid") {
       node->set_op_type(layer.kind == "relu" ? "Relu" : layer.kind == "tanh" ? "Tanh" : "Sigmoid");
       node->add_input(current);

@@ -8,14 +8,15 @@
 namespace tessera {
 
 Conv2dLayer::Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride,
-                         int padding, bool bias)
+                         int padding, bool bias, int groups)
     : Layer(input),
       name_(std::move(name)),
       out_channels_(out_channels),
       kernel_(kernel),
       stride_(stride),
       padding_(padding),
-      has_bias_(bias) {}
+      has_bias_(bias),
+      groups_(groups) {}
 
 ActivationShape Conv2dLayer::output_shape() const {
   const Conv2dShape shape = ShapeFor(1);
@@ -23,14 +24,15 @@ ActivationShape Conv2dLayer::output_shape() const {
 }
 
 std::vector<ParameterSpec> Conv2dLayer::parameters() const {
-  const int64_t fan_in = static_cast<int64_t>(input_shape().channels) * kernel_ * kernel_;
-  std::vector<ParameterSpec> specs = {{name_ + ".weight", {out_channels_, input_shape().channels, kernel_, kernel_}, fan_in}};
+  const int group_in = input_shape().channels / groups_;
+  const int64_t fan_in = static_cast<int64_t>(group_in) * kernel_ * kernel_;
+  std::vector<ParameterSpec> specs = {{name_ + ".weight", {out_channels_, group_in, kernel_, kernel_}, fan_in}};
   if (has_bias_) specs.push_back({name_ + ".bias", {out_channels_}, fan_in});
   return specs;
 }
 
 void Conv2dLayer::Bind(float* parameters, float* gradients) {
-  const int64_t weights = static_cast<int64_t>(out_channels_) * input_shape().channels * kernel_ * kernel_;
+  const int64_t weights = static_cast<int64_t>(out_channels_) * (input_shape().channels / groups_) * kernel_ * kernel_;
   weight_ = parameters;
   weight_grad_ = gradients;
   if (has_bias_) {
@@ -42,10 +44,10 @@ void Conv2dLayer::Bind(float* parameters, float* gradients) {
 Conv2dShape Conv2dLayer::ShapeFor(int batch) const {
   Conv2dShape shape;
   shape.batch = batch;
-  shape.in_channels = input_shape().channels;
+  shape.in_channels = input_shape().channels / groups_;
   shape.in_height = input_shape().height;
   shape.in_width = input_shape().width;
-  shape.out_channels = out_channels_;
+  shape.out_channels = out_channels_ / groups_;
   shape.kernel_height = kernel_;
   shape.kernel_width = kernel_;
   shape.stride = stride_;
@@ -53,15 +55,79 @@ Conv2dShape Conv2dLayer::ShapeFor(int batch) const {
   return shape;
 }
 
+Status Conv2dLayer::Reserve(Device& device, int batch) {
+  if (groups_ == 1) return Status::Ok();
+  const Conv2dShape shape = ShapeFor(batch);
+  const size_t in = static_cast<size_t>(batch) * shape.in_channels * shape.in_height * shape.in_width * sizeof(float);
+  const size_t out = static_cast<size_t>(batch) * shape.out_channels * shape.out_height() * shape.out_width() *
+                     sizeof(float);
+  for (auto [buffer, bytes] : {std::pair<DeviceBuffer*, size_t>{&group_in_, in}, {&group_in_grad_, in},
+                               {&group_out_, out}, {&group_out_grad_, out}}) {
+    if (buffer->bytes() >= bytes) continue;
+    buffer->Reset();
+    ASSIGN_OR_RETURN(*buffer, device.Allocate(bytes));
+  }
+  return Status::Ok();
+}
+
+void Conv2dLayer::Gather(Device& device, int batch, int g, int channels, int64_t plane, const float* full,
+                         float* group) const {
+  const int per_group = channels / groups_;
+  const int64_t chunk = per_group * plane;
+  for (int n = 0; n < batch; ++n) {
+    device.Axpby(chunk, 1.0f, full + (static_cast<int64_t>(n) * channels + g * per_group) * plane, 0.0f,
+                 group + n * chunk);
+  }
+}
+
+void Conv2dLayer::Scatter(Device& device, int batch, int g, int channels, int64_t plane, const float* group,
+                          float* full) const {
+  const int per_group = channels / groups_;
+  const int64_t chunk = per_group * plane;
+  for (int n = 0; n < batch; ++n) {
+    device.Axpby(chunk, 1.0f, group + n * chunk, 0.0f,
+                 full + (static_cast<int64_t>(n) * channels + g * per_group) * plane);
+  }
+}
+
 void Conv2dLayer::Forward(Device& device, int batch, const float* x, float* y) {
-  device.Conv2dForward(ShapeFor(batch), x, weight_, bias_, y);
+  const Conv2dShape shape = ShapeFor(batch);
+  if (groups_ == 1) {
+    device.Conv2dForward(shape, x, weight_, bias_, y);
+    return;
+  }
+  const int64_t in_plane = static_cast<int64_t>(shape.in_height) * shape.in_width;
+  const int64_t out_plane = static_cast<int64_t>(shape.out_height()) * shape.out_width();
+  const int64_t group_weights = static_cast<int64_t>(shape.out_channels) * shape.in_channels * kernel_ * kernel_;
+  for (int g = 0; g < groups_; ++g) {
+    Gather(device, batch, g, input_shape().channels, in_plane, x, group_in_.f32());
+    device.Conv2dForward(shape, group_in_.f32(), weight_ + g * group_weights,
+                         has_bias_ ? bias_ + g * shape.out_channels : nullptr, group_out_.f32());
+    Scatter(device, batch, g, out_channels_, out_plane, group_out_.f32(), y);
+  }
 }
 
 void Conv2dLayer::Backward(Device& device, int batch, const float* x, const float* y, const float* dy,
                            float* dx) {
   const Conv2dShape shape = ShapeFor(batch);
-  device.Conv2dBackwardFilter(shape, x, dy, weight_grad_, bias_grad_);
-  if (dx != nullptr) device.Conv2dBackwardData(shape, dy, weight_, dx);
+  if (groups_ == 1) {
+    device.Conv2dBackwardFilter(shape, x, dy, weight_grad_, bias_grad_);
+    if (dx != nullptr) device.Conv2dBackwardData(shape, dy, weight_, dx);
+    return;
+  }
+  const int64_t in_plane = static_cast<int64_t>(shape.in_height) * shape.in_width;
+  const int64_t out_plane = static_cast<int64_t>(shape.out_height()) * shape.out_width();
+  const int64_t group_weights = static_cast<int64_t>(shape.out_channels) * shape.in_channels * kernel_ * kernel_;
+  for (int g = 0; g < groups_; ++g) {
+    Gather(device, batch, g, input_shape().channels, in_plane, x, group_in_.f32());
+    Gather(device, batch, g, out_channels_, out_plane, dy, group_out_grad_.f32());
+    device.Conv2dBackwardFilter(shape, group_in_.f32(), group_out_grad_.f32(), weight_grad_ + g * group_weights,
+                                has_bias_ ? bias_grad_ + g * shape.out_channels : nullptr);
+    if (dx != nullptr) {
+      device.Conv2dBackwardData(shape, group_out_grad_.f32(), weight_ + g * group_weights, group_in_grad_.f32());
+      Scatter(device, batch, g, input_shape().channels, in_plane, group_in_grad_.f32(), dx);
+    }
+  }
 }
 
 LinearLayer::LinearLayer(std::string name, ActivationShape input, int out_features)
@@ -148,9 +214,28 @@ void MaxPoolLayer::Backward(Device& device, int batch, const float* x, const flo
 
 std::vector<LayerOp> Conv2dLayer::StepOps(int batch, bool input_gradient) const {
   const Conv2dShape shape = ShapeFor(batch);
-  std::vector<LayerOp> ops = {{Op::kConv2dForward, Conv2dForwardCost(shape, has_bias_), false},
-                              {Op::kConv2dBackwardFilter, Conv2dBackwardFilterCost(shape, has_bias_), true}};
-  if (input_gradient) ops.push_back({Op::kConv2dBackwardData, Conv2dBackwardDataCost(shape), true});
+  std::vector<LayerOp> ops;
+  // Per group: the convolution and, for groups > 1, one copy per sample in and out.
+  const int64_t in_chunk = static_cast<int64_t>(shape.in_channels) * shape.in_height * shape.in_width;
+  const int64_t out_chunk = static_cast<int64_t>(shape.out_channels) * shape.out_height() * shape.out_width();
+  auto copies = [&](int64_t chunk, bool backward) {
+    if (groups_ == 1) return;
+    for (int n = 0; n < batch; ++n) ops.push_back({Op::kAxpby, AxpbyCost(chunk, false), backward});
+  };
+  for (int g = 0; g < groups_; ++g) {
+    copies(in_chunk, false);
+    ops.push_back({Op::kConv2dForward, Conv2dForwardCost(shape, has_bias_), false});
+    copies(out_chunk, false);
+  }
+  for (int g = 0; g < groups_; ++g) {
+    copies(in_chunk, true);
+    copies(out_chunk, true);
+    ops.push_back({Op::kConv2dBackwardFilter, Conv2dBackwardFilterCost(shape, has_bias_), true});
+    if (input_gradient) {
+      ops.push_back({Op::kConv2dBackwardData, Conv2dBackwardDataCost(shape), true});
+      copies(in_chunk, true);
+    }
+  }
   return ops;
 }
 
@@ -341,6 +426,10 @@ std::vector<LayerOp> BatchNormLayer::StepOps(int batch, bool input_gradient) con
 
 LayerNormLayer::LayerNormLayer(std::string name, ActivationShape input, float epsilon)
     : Layer(input), name_(std::move(name)), epsilon_(epsilon) {}
+
+std::vector<std::pair<std::string, int>> LayerNormLayer::attributes() const {
+  return {{"epsilon_e9", static_cast<int>(std::lround(static_cast<double>(epsilon_) * 1e9))}};
+}
 
 std::vector<ParameterSpec> LayerNormLayer::parameters() const {
   const ActivationShape& in = input_shape();

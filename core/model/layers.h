@@ -98,30 +98,42 @@ class Layer {
 };
 
 // 2-D convolution with bias, a square kernel, a stride and zero padding on every side:
-// "<name>.weight", "<name>.bias".
+// "<name>.weight" [out, in / groups, k, k], "<name>.bias". With groups > 1 (both channel counts
+// divisible by it) group g's outputs see only group g's inputs, as PyTorch's Conv2d(groups=):
+// each group runs as its own convolution over the group's channels, gathered into a
+// contiguous buffer (Axpby copies per sample) and scattered back.
 class Conv2dLayer final : public Layer {
  public:
   // A square `kernel`, moved by `stride`, over the input padded with `padding` zeros per side.
   Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride = 1, int padding = 0,
-              bool bias = true);
+              bool bias = true, int groups = 1);
   ActivationShape output_shape() const override;
   std::string_view kind() const override { return "conv2d"; }
   std::string name() const override { return name_; }
   std::vector<std::pair<std::string, int>> attributes() const override {
-    return {{"kernel", kernel_}, {"stride", stride_}, {"padding", padding_}, {"bias", has_bias_ ? 1 : 0}};
+    return {{"kernel", kernel_}, {"stride", stride_}, {"padding", padding_}, {"bias", has_bias_ ? 1 : 0},
+            {"groups", groups_}};
   }
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
   void Bind(float* parameters, float* gradients) override;
+  Status Reserve(Device& device, int batch) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
 
  private:
+  // One group's convolution (all of it when groups_ is 1).
   Conv2dShape ShapeFor(int batch) const;
+  // Copies group g's channels of `batch` samples between the full layout (`channels` per
+  // sample, `plane` values per channel) and a contiguous group buffer, either way.
+  void Gather(Device& device, int batch, int g, int channels, int64_t plane, const float* full, float* group) const;
+  void Scatter(Device& device, int batch, int g, int channels, int64_t plane, const float* group, float* full) const;
 
   std::string name_;
   int out_channels_, kernel_, stride_, padding_;
   bool has_bias_;
+  int groups_;
+  DeviceBuffer group_in_, group_out_, group_in_grad_, group_out_grad_;  // groups > 1 only
   float* weight_ = nullptr;
   float* bias_ = nullptr;
   float* weight_grad_ = nullptr;
@@ -266,6 +278,8 @@ class LayerNormLayer final : public Layer {
   ActivationShape output_shape() const override { return input_shape(); }
   std::string_view kind() const override { return "layer_norm"; }
   std::string name() const override { return name_; }
+  // epsilon_e9: epsilon x 1e9, rounded (attributes are integers).
+  std::vector<std::pair<std::string, int>> attributes() const override;
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
   void Bind(float* parameters, float* gradients) override;

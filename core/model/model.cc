@@ -203,6 +203,12 @@ class DeclaredBuilder {
         return InvalidArgumentError(at + ": a model may have at most " + std::to_string(kMaxDeclaredLayers) +
                                     " layers in all");
       }
+      if (layer.type == "softmax_cross_entropy") {
+        // The loss every model ends in; declaring it is allowed as the model's last entry only.
+        if (depth == 0 && i + 1 == layers.size() && i > 0) continue;
+        return InvalidArgumentError(at + ": the loss may only be the model's last entry (every model ends in "
+                                    "softmax cross-entropy on its last layer's outputs, declared or not)");
+      }
       ASSIGN_OR_RETURN(std::unique_ptr<Layer> made, Make(layer, shape, at, named_prefix, index_prefix, i, depth));
       shape = made->output_shape();
       if (shape.channels <= 0 || shape.height <= 0 || shape.width <= 0) {
@@ -258,9 +264,11 @@ class DeclaredBuilder {
       RETURN_IF_ERROR(InRange(at, "kernel", layer.kernel, 1, kMaxLayerWidth));
       RETURN_IF_ERROR(InRange(at, "stride", layer.stride == 0 ? 1 : layer.stride, 1, kMaxLayerWidth));
       RETURN_IF_ERROR(InRange(at, "padding", layer.padding, 0, layer.kernel - 1));
-      if (layer.groups != 1) {
-        return InvalidArgumentError(at + ": groups must be 1 (grouped convolutions are not supported), got " +
-                                    std::to_string(layer.groups));
+      RETURN_IF_ERROR(InRange(at, "groups", layer.groups, 1, kMaxLayerWidth));
+      if (in.channels % layer.groups != 0 || layer.out % layer.groups != 0) {
+        return InvalidArgumentError(at + ": groups " + std::to_string(layer.groups) + " must divide its " +
+                                    std::to_string(in.channels) + " input channels and its " +
+                                    std::to_string(layer.out) + " outputs");
       }
       if (layer.kernel > in.height + 2 * layer.padding || layer.kernel > in.width + 2 * layer.padding) {
         return InvalidArgumentError(at + ": kernel " + std::to_string(layer.kernel) + " is larger than its padded " +
@@ -268,7 +276,7 @@ class DeclaredBuilder {
       }
       return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(name, in, layer.out, layer.kernel,
                                                                   layer.stride == 0 ? 1 : layer.stride,
-                                                                  layer.padding, layer.bias));
+                                                                  layer.padding, layer.bias, layer.groups));
     }
     if (type == "linear") {
       ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
@@ -340,13 +348,9 @@ class DeclaredBuilder {
       }
       return std::unique_ptr<Layer>(std::make_unique<ResidualLayer>(name, in, std::move(body), std::move(shortcut)));
     }
-    if (type == "softmax_cross_entropy") {
-      return InvalidArgumentError(at + ": the loss is not a layer; every model ends in softmax cross-entropy "
-                                  "on its last layer's outputs (drop this entry)");
-    }
     return InvalidArgumentError(at + ": unknown layer type; known: conv2d, linear, relu, gelu, tanh, sigmoid, "
                                 "max_pool, avg_pool, global_avg_pool, batch_norm, layer_norm, dropout, flatten, "
-                                "residual");
+                                "residual, softmax_cross_entropy (last)");
   }
 
   const ModelConfig& config_;

@@ -26,7 +26,8 @@ namespace tessera {
 // is ignored. Checked by CreateModel and CountParameters, with errors naming the layer.
 struct LayerConfig {
   // "conv2d", "linear", "relu", "gelu", "tanh", "sigmoid", "max_pool", "avg_pool",
-  // "global_avg_pool", "batch_norm", "layer_norm", "dropout", "flatten", "residual"
+  // "global_avg_pool", "batch_norm", "layer_norm", "dropout", "flatten", "residual"; or
+  // "softmax_cross_entropy" as the last entry, naming the loss every model ends in (no layer)
   std::string type;
   // Parameter prefix. Unnamed: "layers.<index>", or "<residual>.body.<index>" and
   // "<residual>.shortcut.<index>" inside a residual, whose named layers are "<residual>.<name>".
@@ -35,7 +36,7 @@ struct LayerConfig {
   int kernel = 0;          // conv2d: square kernel
   int stride = 0;          // conv2d (0: 1), pools (0: the window)
   int padding = 0;         // conv2d: zeros on every side
-  int groups = 1;          // conv2d: only 1 is supported
+  int groups = 1;          // conv2d: grouped convolution; divides the input channels and out
   bool bias = true;        // conv2d
   int window = 0;          // max_pool, avg_pool (0: 2)
   float probability = 0.5f;  // dropout

@@ -130,7 +130,8 @@ TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
             std::string::npos);
   LayerConfig grouped = Conv("g", 4, 3);
   grouped.groups = 2;
-  EXPECT_NE(ErrorOf(Declared({grouped, L("linear")})).find("groups must be 1"), std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({grouped, L("linear")})).find("model.layers[0] (conv2d): groups 2 must divide its 1 input"),
+            std::string::npos);
   LayerConfig mismatched = L("residual", "r");
   mismatched.body = {Conv("c", 8, 3, 1, 1)};
   EXPECT_NE(ErrorOf(Declared({mismatched, L("linear")})).find("model.layers[0] (residual): its body ends at 8x8x8"),
@@ -154,7 +155,12 @@ TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
   EXPECT_NE(ErrorOf(Declared(many)).find("at most 256 layers"), std::string::npos);
   LayerConfig bad_name = L("linear", "fc\n1");
   EXPECT_NE(ErrorOf(Declared({bad_name})).find("name must be at most 64 letters"), std::string::npos);
-  EXPECT_NE(ErrorOf(Declared({L("softmax_cross_entropy")})).find("the loss is not a layer"), std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({L("softmax_cross_entropy"), L("linear")})).find("the loss may only be the model's last"),
+            std::string::npos);
+  // As the last entry it names the loss the model ends in, and adds nothing.
+  auto with_loss = Build(Declared({L("flatten"), L("linear"), L("softmax_cross_entropy")}));
+  ASSERT_NE(with_loss, nullptr);
+  EXPECT_EQ(with_loss->DescribeLayers(1).size(), 2u);
 }
 
 // Inputs and labels for `batch` samples of the config's shape.
@@ -195,8 +201,10 @@ TEST_F(DeclaredModelTest, EveryLayersGradientMatchesCentralDifferences) {
   LayerConfig avg = L("avg_pool");
   avg.window = 2;
   block.shortcut = {Conv("down", 4, 1, 2), L("batch_norm", "down_bn")};
+  LayerConfig grouped = Conv("grouped", 4, 3, 1, 1);
+  grouped.groups = 2;
   const ModelConfig config =
-      Declared({Conv("stem", 3, 3, 1, 1), L("batch_norm", "bn"), L("tanh"), block, L("sigmoid"), avg,
+      Declared({Conv("stem", 4, 3, 1, 1), L("batch_norm", "bn"), L("tanh"), grouped, block, L("sigmoid"), avg,
                 L("flatten"), L("linear", "fc1", 6), L("layer_norm", "ln"), L("relu"), L("linear", "fc2")},
                2, 8, 3);
   auto model = Build(config);
@@ -231,7 +239,45 @@ TEST_F(DeclaredModelTest, EveryLayersGradientMatchesCentralDifferences) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 3 * 14);
+  EXPECT_GE(checked, 3 * 16);
+}
+
+// A grouped convolution's output, against the definition computed here: group g's outputs sum
+// over group g's inputs only.
+TEST_F(DeclaredModelTest, AGroupedConvolutionSeesOnlyItsGroupsChannels) {
+  LayerConfig grouped = Conv("g", 6, 3, 1, 1);
+  grouped.groups = 3;
+  const ModelConfig config = Declared({grouped, L("flatten"), L("linear")}, 3, 5, 3);
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(model->parameter_views()[0].shape, (std::vector<int64_t>{6, 1, 3, 3}));
+  const int batch = 2;
+  Batch b = MakeBatch(*device_, config, batch, 21);
+  std::vector<std::vector<float>> outputs;
+  ASSERT_TRUE(model->ForwardCapture(b.images.f32(), batch, &outputs).ok());
+  std::vector<float> x(batch * 3 * 25), parameters(model->NumParameters());
+  ASSERT_TRUE(device_->CopyDeviceToHost(b.images, 0, x.data(), x.size() * 4).ok());
+  ASSERT_TRUE(device_->CopyDeviceToHost(model->flat_parameters(), 0, parameters.data(), parameters.size() * 4).ok());
+  const float* w = parameters.data();
+  const float* bias = w + 6 * 9;
+  for (int n = 0; n < batch; ++n) {
+    for (int o = 0; o < 6; ++o) {
+      const int c = o / 2;  // 3 groups of 1 input and 2 outputs
+      for (int i = 0; i < 5; ++i) {
+        for (int j = 0; j < 5; ++j) {
+          double sum = bias[o];
+          for (int di = 0; di < 3; ++di) {
+            for (int dj = 0; dj < 3; ++dj) {
+              const int r = i + di - 1, q = j + dj - 1;
+              if (r < 0 || r >= 5 || q < 0 || q >= 5) continue;
+              sum += double(w[o * 9 + di * 3 + dj]) * x[((n * 3 + c) * 5 + r) * 5 + q];
+            }
+          }
+          EXPECT_NEAR(outputs[0][((n * 6 + o) * 5 + i) * 5 + j], sum, 1e-5) << n << " " << o << " " << i << " " << j;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(DeclaredModelTest, InferenceUsesRunningStatisticsAndSkipsDropout) {

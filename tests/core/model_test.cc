@@ -45,7 +45,7 @@ TEST_F(ModelTest, MlpDefaultsToTwoHiddenLayersOf200) {
 }
 
 TEST_F(ModelTest, ParametersAreCountedWithoutBuildingTheModel) {
-  for (const std::string& name : {"simplecnn", "mlp"}) {
+  for (const char* name : {"simplecnn", "mlp"}) {
     ModelConfig config;
     config.name = name;
     auto counted = CountParameters(config);

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
-"""Loads a model exported by `tessera export` into PyTorch's SimpleCNN with load_state_dict
-(strict: every key and shape must match) and checks that its logits on the images of
-EXPECTED.npz equal Tessera's logits stored beside them.
+"""Loads a model exported by `tessera export` into PyTorch's SimpleCNN (or the ResNet-8 of
+bench/torch_simplecnn.py) with load_state_dict (every key and shape must match; for ResNet-8
+only the batch norms' num_batches_tracked, which Tessera does not keep, may be missing) and
+checks that its logits on the images of EXPECTED.npz, in eval mode, equal Tessera's logits
+stored beside them.
 
-Usage: /usr/bin/python3 torch_logits_check.py MODEL.npz EXPECTED.npz
+Usage: /usr/bin/python3 torch_logits_check.py MODEL.npz EXPECTED.npz [simplecnn|resnet8]
 Exit status 0 and "logits match" when the largest difference is within 1e-4 of the logits'
 scale; 1 otherwise, with the figures."""
+import os
 import sys
 
 import numpy as np
@@ -33,10 +36,21 @@ class SimpleCNN(nn.Module):
 
 def main():
     model_path, expected_path = sys.argv[1], sys.argv[2]
-    model = SimpleCNN()
+    which = sys.argv[3] if len(sys.argv) > 3 else "simplecnn"
+    if which == "resnet8":
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+        from torch_simplecnn import ResNet8
+        model = ResNet8()
+    else:
+        model = SimpleCNN()
     with np.load(model_path) as archive:
         state = {name: torch.from_numpy(archive[name]) for name in archive.files}
-    model.load_state_dict(state, strict=True)
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.endswith("num_batches_tracked")]
+    if missing or result.unexpected_keys:
+        print(f"keys differ: missing {missing}, unexpected {result.unexpected_keys}")
+        return 1
+    model.eval()
     with np.load(expected_path) as expected:
         images = torch.from_numpy(expected["images"])
         tessera_logits = expected["logits"]
