@@ -533,24 +533,28 @@ std::vector<std::vector<const Layer*>> ResidualLayer::paths() const {
   return paths;
 }
 
-std::vector<ParameterSpec> ResidualLayer::parameters() const {
+namespace {
+
+// The specs of every layer of both paths, in order: their parameters or their buffers.
+std::vector<ParameterSpec> PathSpecs(const std::vector<std::unique_ptr<Layer>>& body,
+                                     const std::vector<std::unique_ptr<Layer>>& shortcut, bool buffers) {
   std::vector<ParameterSpec> specs;
-  for (const Path* path : {&body_path_, &shortcut_path_}) {
-    for (const auto& layer : path->layers) {
-      for (ParameterSpec& spec : layer->parameters()) specs.push_back(std::move(spec));
+  for (const auto* path : {&body, &shortcut}) {
+    for (const auto& layer : *path) {
+      for (ParameterSpec& spec : buffers ? layer->buffers() : layer->parameters()) specs.push_back(std::move(spec));
     }
   }
   return specs;
 }
 
+}  // namespace
+
+std::vector<ParameterSpec> ResidualLayer::parameters() const {
+  return PathSpecs(body_path_.layers, shortcut_path_.layers, false);
+}
+
 std::vector<ParameterSpec> ResidualLayer::buffers() const {
-  std::vector<ParameterSpec> specs;
-  for (const Path* path : {&body_path_, &shortcut_path_}) {
-    for (const auto& layer : path->layers) {
-      for (ParameterSpec& spec : layer->buffers()) specs.push_back(std::move(spec));
-    }
-  }
-  return specs;
+  return PathSpecs(body_path_.layers, shortcut_path_.layers, true);
 }
 
 void ResidualLayer::Bind(float* parameters, float* gradients) {

@@ -23,6 +23,17 @@
 namespace tessera::testing {
 namespace {
 
+// Runs one of the Python checks beside this file under Debian's /usr/bin/python3 with `args`,
+// its output to `log` in `dir`; returns the exit status and the output.
+std::pair<int, std::string> RunPythonCheck(const TempDir& dir, const std::string& script, const std::string& args,
+                                           const std::string& log) {
+  const std::string command = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/" + script +
+                              " " + args + " > " + dir.str() + "/" + log + " 2>&1";
+  const int rc = std::system(command.c_str());
+  std::ifstream in(dir.str() + "/" + log);
+  return {rc, std::string((std::istreambuf_iterator<char>(in)), {})};
+}
+
 TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogits) {
   TempDir dir("export");
   auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
@@ -96,12 +107,8 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   Status onnx = cli::ExportCommand(*stub, {job->id(), std::nullopt, dir.str() + "/model.onnx", false}, onnx_out);
   ASSERT_TRUE(onnx.ok()) << onnx.ToString();
   if (SystemPythonHas("onnx")) {
-    const std::string check = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/onnx_check.py " +
-                              dir.str() + "/model.onnx " + dir.str() + "/model-newest.npz 10 > " + dir.str() +
-                              "/onnx.log 2>&1";
-    const int onnx_rc = std::system(check.c_str());
-    std::ifstream onnx_log(dir.str() + "/onnx.log");
-    const std::string onnx_text((std::istreambuf_iterator<char>(onnx_log)), {});
+    const auto [onnx_rc, onnx_text] =
+        RunPythonCheck(dir, "onnx_check.py", dir.str() + "/model.onnx " + dir.str() + "/model-newest.npz 10", "onnx.log");
     EXPECT_EQ(onnx_rc, 0) << onnx_text;
     EXPECT_NE(onnx_text.find("onnx ok"), std::string::npos) << onnx_text;
   } else {
@@ -112,12 +119,8 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
     GTEST_SKIP() << "Debian's python3-torch is not installed (/usr/bin/python3 cannot import torch): scripts/setup.sh "
                     "installs it; the export itself was checked above";
   }
-  const std::string command = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
-                              "/tests/integration/torch_logits_check.py " + dir.str() + "/model-newest.npz " +
-                              expected + " > " + dir.str() + "/torch.log 2>&1";
-  const int rc = std::system(command.c_str());
-  std::ifstream log(dir.str() + "/torch.log");
-  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  const auto [rc, text] =
+      RunPythonCheck(dir, "torch_logits_check.py", dir.str() + "/model-newest.npz " + expected, "torch.log");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("logits match"), std::string::npos) << text;
 }
@@ -200,11 +203,7 @@ parties = 2
   ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState())).ok());
   Status written = cli::WriteOnnx(**model, "declared", onnx);
   ASSERT_TRUE(written.ok()) << written.ToString();
-  const std::string check = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) + "/tests/integration/onnx_check.py " +
-                            onnx + " " + npz + " 10 > " + dir.str() + "/onnx.log 2>&1";
-  const int rc = std::system(check.c_str());
-  std::ifstream log(dir.str() + "/onnx.log");
-  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  const auto [rc, text] = RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
 }
@@ -254,12 +253,8 @@ TEST(ExportTest, AResNet8ArchiveGivesPyTorchsLogits) {
   const std::string archive = dir.str() + "/resnet8.npz", expected = dir.str() + "/expected.npz";
   ASSERT_TRUE(WriteNpz(archive, ToNumpy((*model)->GetState())).ok());
   ASSERT_TRUE(WriteNpz(expected, ToNumpy(TensorSet{images, logits})).ok());
-  const std::string command = "/usr/bin/python3 " + std::string(TESSERA_SOURCE_DIR) +
-                              "/tests/integration/torch_logits_check.py " + archive + " " + expected + " resnet8 > " +
-                              dir.str() + "/torch.log 2>&1";
-  const int rc = std::system(command.c_str());
-  std::ifstream log(dir.str() + "/torch.log");
-  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  const auto [rc, text] =
+      RunPythonCheck(dir, "torch_logits_check.py", archive + " " + expected + " resnet8", "torch.log");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("logits match"), std::string::npos) << text;
 }
