@@ -303,8 +303,9 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                         "data.mean and data.std need one value each per channel (or one for all): " +
                             std::to_string(mean.size()) + " means, " + std::to_string(std_dev.size()) + " deviations");
   }
-  if (fashion && !mean.empty()) {
-    return reader.Error("data.mean", "fashion-mnist is normalised with its own statistics; give no mean or std");
+  if (fashion && mean.size() > 1) {
+    return reader.Error("data.mean", "fashion-mnist has one channel: give one mean and one std (or none, for its own "
+                                     "statistics), got " + std::to_string(mean.size()));
   }
   for (size_t i = 0; i < mean.size(); ++i) {
     if (!(std_dev[i] > 0)) {

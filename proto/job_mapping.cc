@@ -47,6 +47,15 @@ LayerConfig ToLayerConfig(const v1::LayerSpec& spec) {
 
 }  // namespace
 
+PixelNormalisation FashionNormalisation(const v1::JobSpec& spec) {
+  PixelNormalisation normalisation;
+  if (spec.data().mean_size() == 1 && spec.data().std_size() == 1) {
+    normalisation.mean = spec.data().mean(0);
+    normalisation.std = spec.data().std(0);
+  }
+  return normalisation;
+}
+
 ModelConfig ToModelConfig(const v1::JobSpec& spec) {
   ModelConfig config;
   // Bounded by the wire's nesting limit; CreateModel refuses more than kMaxDeclaredLayers.

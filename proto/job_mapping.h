@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "core/data/dataset_source.h"
 #include "core/data/partition.h"
+#include "core/data/idx.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "core/update_codec.h"
@@ -33,6 +34,9 @@ std::string DatasetDirectory(const v1::JobSpec& spec);
 // Whether the job trains on Fashion-MNIST (data.dataset "" or "fashion-mnist"), read by the
 // IDX loader with its own statistics; any other dataset goes through core/data/dataset_source.h.
 bool IsFashionMnist(const v1::JobSpec& spec);
+// Fashion-MNIST's pixel normalisation for `spec`: its own statistics, or the job's data.mean /
+// data.std (one value each) when it gives them.
+PixelNormalisation FashionNormalisation(const v1::JobSpec& spec);
 // The classes the job's model predicts: data.input_shape's, else Fashion-MNIST's 10.
 int DatasetClasses(const v1::JobSpec& spec);
 // How to read the job's dataset from `dir` (format, label column, normalisation).

@@ -269,8 +269,8 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
   if (d.mean_size() > kMaxNormalisationChannels) {
     return bad("data.mean", "at most " + std::to_string(kMaxNormalisationChannels) + " values", std::to_string(d.mean_size()));
   }
-  if (fashion && d.mean_size() > 0) {
-    return bad("data.mean", "nothing for fashion-mnist (it is normalised with its own statistics)",
+  if (fashion && d.mean_size() > 1) {
+    return bad("data.mean", "at most one value for fashion-mnist (one channel; unset: its own statistics)",
                std::to_string(d.mean_size()) + " values");
   }
   for (int i = 0; i < d.mean_size(); ++i) {

@@ -74,7 +74,7 @@ Status InferInputShape(const DatasetDirs& dirs, v1::JobSpec* spec) {
 Result<Dataset> LoadTestSplit(const DatasetDirs& dirs, const v1::JobSpec& spec) {
   const uint32_t max = spec.data().max_test_samples();
   if (wire::IsFashionMnist(spec)) {
-    ASSIGN_OR_RETURN(Dataset test, LoadFashionMnist(dirs.fashion_mnist, /*train=*/false));
+    ASSIGN_OR_RETURN(Dataset test, LoadFashionMnist(dirs.fashion_mnist, /*train=*/false, wire::FashionNormalisation(spec)));
     return test;
   }
   ASSIGN_OR_RETURN(DataSource source, SourceOf(dirs, spec));

@@ -64,7 +64,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
     share = std::make_shared<const Dataset>(std::move(data));
   } else if (local) {
     // The worker's own files are all its share.
-    ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true));
+    ASSIGN_OR_RETURN(Dataset data, LoadFashionMnist(dir, /*train=*/true, wire::FashionNormalisation(spec)));
     if (spec.data().max_train_samples() > 0) data = TakeFirst(data, spec.data().max_train_samples());
     share = std::make_shared<const Dataset>(std::move(data));
   } else if (!fashion) {
@@ -79,7 +79,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
     // share of the training set, not the whole of it.
     ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, /*train=*/true));
     ASSIGN_OR_RETURN(std::vector<int64_t> rows, PartyRows(task, [&] { return ReadIdxLabels(paths.labels); }));
-    ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+    ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10, wire::FashionNormalisation(spec)));
     share = std::make_shared<const Dataset>(std::move(data));
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -128,7 +128,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::Tra
   }
   Dataset data;
   if (fashion) {
-    ASSIGN_OR_RETURN(data, LoadIdxPairRows(paths.images, paths.labels, rows, 10));
+    ASSIGN_OR_RETURN(data, LoadIdxPairRows(paths.images, paths.labels, rows, 10, wire::FashionNormalisation(spec)));
   } else {
     ASSIGN_OR_RETURN(data, LoadSplitRows(source, /*train=*/false, rows, classes));
   }

@@ -245,10 +245,10 @@ Status ReadCheckedPair(const std::string& images_path, const std::string& labels
   return Status::Ok();
 }
 
-std::array<float, 256> PixelLookup() {
+std::array<float, 256> PixelLookup(PixelNormalisation normalisation) {
   std::array<float, 256> lookup;
   for (int x = 0; x < 256; ++x) {
-    lookup[x] = (static_cast<float>(x) / 255.0f - kFashionMnistMean) / kFashionMnistStd;
+    lookup[x] = (static_cast<float>(x) / 255.0f - normalisation.mean) / normalisation.std;
   }
   return lookup;
 }
@@ -265,11 +265,12 @@ Dataset EmptyLike(const std::string& images_path, const IdxImages& images, int n
 
 }  // namespace
 
-Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes) {
+Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path, int num_classes,
+                            PixelNormalisation normalisation) {
   IdxImages images;
   std::vector<uint8_t> labels;
   RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
-  const auto lookup = PixelLookup();
+  const auto lookup = PixelLookup(normalisation);
   Dataset dataset = EmptyLike(images_path, images, num_classes);
   dataset.count = images.count;
   dataset.images.resize(images.pixels.size());
@@ -281,11 +282,12 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
 }
 
 Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
-                                const std::vector<int64_t>& rows, int num_classes) {
+                                const std::vector<int64_t>& rows, int num_classes,
+                                PixelNormalisation normalisation) {
   IdxImages images;
   std::vector<uint8_t> labels;
   RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
-  const auto lookup = PixelLookup();
+  const auto lookup = PixelLookup(normalisation);
   Dataset dataset = EmptyLike(images_path, images, num_classes);
   const size_t sample = static_cast<size_t>(images.rows) * static_cast<size_t>(images.cols);
   dataset.count = static_cast<int64_t>(rows.size());
@@ -327,9 +329,9 @@ Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train) {
   return FindIdxSplit(dir.empty() ? std::string(kDefaultFashionMnistDir) : dir, train, "Fashion-MNIST");
 }
 
-Result<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+Result<Dataset> LoadFashionMnist(const std::string& dir, bool train, PixelNormalisation normalisation) {
   ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, train));
-  return LoadIdxPair(paths.images, paths.labels, 10);
+  return LoadIdxPair(paths.images, paths.labels, 10, normalisation);
 }
 
 Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices) {

@@ -35,6 +35,13 @@ inline constexpr char kDefaultFashionMnistDir[] = "/usr/share/datasets/fashion-m
 inline constexpr float kFashionMnistMean = 0.2860f;
 inline constexpr float kFashionMnistStd = 0.3530f;
 
+// How pixel bytes become floats: (x / 255 - mean) / std. The default is Fashion-MNIST's own
+// statistics; {0, 1} keeps x / 255 (torchvision's ToTensor alone, as NIID-Bench's code reads it).
+struct PixelNormalisation {
+  float mean = kFashionMnistMean;
+  float std = kFashionMnistStd;
+};
+
 // The raw contents of an idx3 unsigned-byte image file.
 struct IdxImages {
   std::string source;           // the path it was read from
@@ -62,13 +69,13 @@ Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const st
 // with the Fashion-MNIST statistics above. `source` is the image file's name without its
 // directory. Fails when the counts differ or a label is not in [0, num_classes).
 Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path,
-                            int num_classes = 10);
+                            int num_classes = 10, PixelNormalisation normalisation = {});
 
 // Loads Fashion-MNIST's training (60000) or test (10000) split from `dir` (empty: the default
 // directory). Looks for "train-images-idx3-ubyte.gz" / "train-labels-idx1-ubyte.gz" (or
 // "t10k-..." for the test split), then for the same names without ".gz". Loading the training
 // split takes well under a second.
-Result<Dataset> LoadFashionMnist(const std::string& dir, bool train);
+Result<Dataset> LoadFashionMnist(const std::string& dir, bool train, PixelNormalisation normalisation = {});
 
 // The image and label files of Fashion-MNIST's training or test split in `dir` (empty: the
 // default directory), by the names LoadFashionMnist looks for; kNotFound lists what it tried.
@@ -85,7 +92,8 @@ Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::strin
 // the chosen rows are kept as floats: a worker holds its share, not the whole training set.
 // kOutOfRange names the first row outside the files.
 Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
-                                const std::vector<int64_t>& rows, int num_classes = 10);
+                                const std::vector<int64_t>& rows, int num_classes = 10,
+                                PixelNormalisation normalisation = {});
 
 // The samples at `indices`, in that order (indices may repeat). kOutOfRange names the first
 // index outside [0, dataset.count).

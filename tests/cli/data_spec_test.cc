@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/job_spec.h"
+#include "core/data/idx.h"
 #include "proto/job_mapping.h"
 #include "tests/cli/job_spec_expectations.h"
 
@@ -57,6 +58,30 @@ TEST(DataSpecTest, CsvTakesALabelColumn) {
               {"job.toml:", "'data.label_column'", "\"csv\" only"});
 }
 
+// Fashion-MNIST takes one mean and one std in place of its own statistics: {0, 1} keeps x / 255,
+// as NIID-Bench's code reads the images.
+TEST(DataSpecTest, FashionMnistMayReplaceItsOwnStatistics) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(WithData("mean = [0.0]\nstd = [1.0]\n"), "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const PixelNormalisation normalisation = wire::FashionNormalisation(*spec);
+  EXPECT_EQ(normalisation.mean, 0.0f);
+  EXPECT_EQ(normalisation.std, 1.0f);
+  Result<v1::JobSpec> plain = ParseJobSpecString(WithData(""), "job.toml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(wire::FashionNormalisation(*plain).mean, kFashionMnistMean);
+  EXPECT_EQ(wire::FashionNormalisation(*plain).std, kFashionMnistStd);
+  v1::JobSpec two = *spec;
+  two.mutable_data()->add_mean(0.5f);
+  two.mutable_data()->add_std(0.5f);
+  ExpectRefused(two, "data.mean", "at most one value for fashion-mnist");
+  // The loader applies it: a pixel byte x becomes x / 255 exactly.
+  auto raw = LoadFashionMnist(kDefaultFashionMnistDir, /*train=*/false, normalisation);
+  if (!raw.ok()) GTEST_SKIP() << "Fashion-MNIST is not installed here: " << raw.status().ToString();
+  auto bytes = ReadIdxImages(FindFashionMnist(kDefaultFashionMnistDir, false)->images);
+  ASSERT_TRUE(bytes.ok());
+  for (size_t i = 0; i < 5000; ++i) EXPECT_EQ(raw->images[i], static_cast<float>(bytes->pixels[i]) / 255.0f) << i;
+}
+
 TEST(DataSpecTest, RefusesWhatCannotBeRead) {
   ExpectError(WithData("dataset = \"cifar\"\n"), {"'data.format'", "is required", "\"cifar10\""});
   ExpectError(WithData("dataset = \"cifar\"\nformat = \"cifar-10\"\n"), {"'data.format'", "\"cifar-10\""});
@@ -66,7 +91,7 @@ TEST(DataSpecTest, RefusesWhatCannotBeRead) {
   ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nmean = [0.5]\nstd = [0]\n"), {"'data.std[0]'", "positive"});
   ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nmean = [\"a\"]\nstd = [1]\n"),
               {"'data.mean[0]'", "expected a number"});
-  ExpectError(WithData("mean = [0.5]\nstd = [1]\n"), {"'data.mean'", "its own statistics"});
+  ExpectError(WithData("mean = [0.5, 0.5]\nstd = [1, 1]\n"), {"'data.mean'", "one channel", "got 2"});
   ExpectError(WithData("classes = 3\n"), {"'data.classes'", "10 classes"});
   ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nclasses = 1\n"), {"'data.classes'", "at least 2"});
   ExpectError(WithData("dataset = \"x\"\nformat = \"idx\"\nclasses = 300\n"), {"'data.classes'", "at most 256"});
