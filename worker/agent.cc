@@ -198,6 +198,7 @@ Status WorkerAgent::RunSession() {
     session_ = joined.session();
   }
   spdlog::info("joined as {}", joined.worker_id());
+  if (stop_) return Status::Ok();  // stopped while joining: no channel to open
   std::atomic<bool> session_over{false};
   std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
                          interval = std::max<uint32_t>(100, joined.heartbeat_interval_ms())] {

@@ -60,6 +60,12 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     {
       std::lock_guard<std::mutex> lock(mu_);
       channel_ctx_ = ctx;
+      // A cancel that came before the channel was open (a stop between join and this call)
+      // still ends it: the call starts cancelled and returns at once.
+      if (cancel_pending_) {
+        cancel_pending_ = false;
+        ctx->TryCancel();
+      }
     }
     auto reader = stub_->OpenTaskChannel(ctx.get(), request);
     v1::Task task;
@@ -100,7 +106,11 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
   void CancelTaskChannel() override {
     std::lock_guard<std::mutex> lock(mu_);
-    if (channel_ctx_) channel_ctx_->TryCancel();
+    if (channel_ctx_) {
+      channel_ctx_->TryCancel();
+    } else {
+      cancel_pending_ = true;  // for the channel about to open
+    }
   }
 
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) override {
@@ -160,6 +170,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
+  bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
 };
 
 }  // namespace

@@ -3,7 +3,8 @@
 // injector in its place.
 //
 // Every call has a deadline except RunTaskChannel, which runs until the coordinator closes
-// the channel, the connection breaks, or CancelTaskChannel() is called from another thread.
+// the channel, the connection breaks, or CancelTaskChannel() is called from another thread (a
+// cancel while no channel is open ends the next one as soon as it opens).
 #pragma once
 
 #include <functional>
