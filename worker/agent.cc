@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -29,6 +30,17 @@
 
 namespace tessera::worker {
 namespace {
+
+// A job's seat on this worker, the key of what the worker keeps for it between rounds.
+std::string SeatOf(const v1::TrainTask& task) { return task.job_id() + "#" + std::to_string(task.party_index()); }
+
+// Stores `value` for `seat` and keeps at most `limit` seats, dropping the first others in key
+// order (never `seat` itself).
+template <typename Value>
+void KeepForSeat(std::map<std::string, Value>& kept, const std::string& seat, Value value, size_t limit) {
+  kept[seat] = std::move(value);
+  while (kept.size() > limit) kept.erase(kept.begin()->first == seat ? std::next(kept.begin()) : kept.begin());
+}
 
 // The change from the global model to a trained one (same layout).
 TensorSet DeltaFrom(TensorSet trained, const TensorSet& global) {
@@ -363,7 +375,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
   RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
   // FedBN: tensors declared local keep this seat's own values from its last round.
-  const std::string local_seat = task.job_id() + "#" + std::to_string(task.party_index());
+  const std::string local_seat = SeatOf(task);
   if (auto kept = local_tensors_.find(local_seat); kept != local_tensors_.end()) {
     TensorSet state = model->GetState();
     size_t restored = 0;
@@ -468,13 +480,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
         if (tensor.name == view.name) own.push_back(tensor);
       }
     }
-    if (!own.empty()) {
-      local_tensors_[local_seat] = std::move(own);
-      while (local_tensors_.size() > kMaxResiduals) {
-        local_tensors_.erase(local_tensors_.begin()->first == local_seat ? std::next(local_tensors_.begin())
-                                                                          : local_tensors_.begin());
-      }
-    }
+    if (!own.empty()) KeepForSeat(local_tensors_, local_seat, std::move(own), kMaxResiduals);
   }
   TensorSet delta = DeltaFrom(trained, global);
   v1::UpdateHeader& header = *out_header;
@@ -606,7 +612,7 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   }
   const UpdateEncoding encoding = wire::JobUpdateEncoding(task.spec());
   const double fraction = wire::TopKFraction(task.spec());
-  const std::string seat = task.job_id() + "#" + std::to_string(task.party_index());
+  const std::string seat = SeatOf(task);
   // Top-k's error feedback: the delta plus what this seat has not sent yet; `unsent` is what
   // stays behind if the coordinator takes this update.
   const bool feedback = encoding == UpdateEncoding::kTopK;
@@ -632,10 +638,7 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
     // Taken: what was not sent waits for the next round. Refused or not delivered: none of
     // it reached the model, so the whole of it does.
     const bool taken = sent.ok() && sent->accepted();
-    residuals_[seat] = taken ? std::move(unsent) : std::move(parts.front().second);
-    while (residuals_.size() > kMaxResiduals) {
-      residuals_.erase(residuals_.begin()->first == seat ? std::next(residuals_.begin()) : residuals_.begin());
-    }
+    KeepForSeat(residuals_, seat, taken ? std::move(unsent) : std::move(parts.front().second), kMaxResiduals);
   }
   if (!sent.ok()) return sent.status();
   const v1::UploadResult& result = *sent;

@@ -6,6 +6,18 @@
 #include "device/op_cost.h"
 
 namespace tessera {
+namespace {
+
+// Makes `buffer` hold at least `bytes`, reallocating only when it is smaller: a layer's
+// device state grows with the largest batch seen, never shrinks.
+Status Grow(Device& device, DeviceBuffer& buffer, size_t bytes) {
+  if (buffer.bytes() >= bytes) return Status::Ok();
+  buffer.Reset();
+  ASSIGN_OR_RETURN(buffer, device.Allocate(bytes));
+  return Status::Ok();
+}
+
+}  // namespace
 
 Conv2dLayer::Conv2dLayer(std::string name, ActivationShape input, int out_channels, int kernel, int stride,
                          int padding, bool bias, int groups)
@@ -63,9 +75,7 @@ Status Conv2dLayer::Reserve(Device& device, int batch) {
                      sizeof(float);
   for (auto [buffer, bytes] : {std::pair<DeviceBuffer*, size_t>{&group_in_, in}, {&group_in_grad_, in},
                                {&group_out_, out}, {&group_out_grad_, out}}) {
-    if (buffer->bytes() >= bytes) continue;
-    buffer->Reset();
-    ASSIGN_OR_RETURN(*buffer, device.Allocate(bytes));
+    RETURN_IF_ERROR(Grow(device, *buffer, bytes));
   }
   return Status::Ok();
 }
@@ -193,11 +203,7 @@ MaxPoolShape MaxPoolLayer::ShapeFor(int batch) const {
 }
 
 Status MaxPoolLayer::Reserve(Device& device, int batch) {
-  const size_t bytes = static_cast<size_t>(batch) * output_shape().size() * sizeof(int32_t);
-  if (argmax_.bytes() >= bytes) return Status::Ok();
-  argmax_.Reset();
-  ASSIGN_OR_RETURN(argmax_, device.Allocate(bytes));
-  return Status::Ok();
+  return Grow(device, argmax_, static_cast<size_t>(batch) * output_shape().size() * sizeof(int32_t));
 }
 
 void MaxPoolLayer::Forward(Device& device, int batch, const float* x, float* y) {
@@ -272,13 +278,6 @@ int64_t Count(const ParameterSpec& spec) {
   int64_t count = 1;
   for (int64_t dim : spec.shape) count *= dim;
   return count;
-}
-
-Status Grow(Device& device, DeviceBuffer& buffer, size_t bytes) {
-  if (buffer.bytes() >= bytes) return Status::Ok();
-  buffer.Reset();
-  ASSIGN_OR_RETURN(buffer, device.Allocate(bytes));
-  return Status::Ok();
 }
 
 }  // namespace
