@@ -5,7 +5,8 @@
 # Once the worker has joined and sits idle: its VmRSS and how many of its mappings name a
 # CUDA, cuBLAS or NCCL library. Then one round of the demo job as this worker's share
 # (examples/fmnist-fedavg.toml with one client per round: a tenth of Fashion-MNIST, SimpleCNN,
-# two local epochs) and its VmRSS and VmHWM after it. Environment: PORT (default 7391).
+# two local epochs) and its VmRSS and VmHWM after it. Environment: PORT (default 7391), MODEL
+# (simplecnn, the default, or mlp10: the round overhead benchmark's 10 MiB MLP, 784-3297-10).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"
@@ -43,10 +44,17 @@ sleep 2  # idle: joined, heartbeating, no task
 echo "idle worker (joined): VmRSS $(figure $worker VmRSS) kB, VmHWM $(figure $worker VmHWM) kB," \
      "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
 
+model="${MODEL:-simplecnn}"
+case "$model" in
+  simplecnn) model_line='name = "simplecnn"' ;;
+  mlp10) model_line='name = "mlp"\nhidden = [3297]' ;;
+  *) echo "worker_memory.sh: MODEL must be simplecnn or mlp10, got '$model'" >&2; exit 2 ;;
+esac
 sed -e 's/^rounds = .*/rounds = 1/' -e 's/^clients_per_round = .*/clients_per_round = 1/' \
-    -e 's/^min_clients = .*/min_clients = 1/' examples/fmnist-fedavg.toml >"$work/job.toml"
+    -e 's/^min_clients = .*/min_clients = 1/' -e "s/^name = \"simplecnn\"/$model_line/" \
+    examples/fmnist-fedavg.toml >"$work/job.toml"
 job="$("${cli[@]}" submit "$work/job.toml")"
 "${cli[@]}" watch "$job" >"$work/watch.log" 2>&1 || { cat "$work/watch.log"; exit 1; }
-echo "after one round (a tenth of Fashion-MNIST, SimpleCNN, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
+echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
      "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
 sed -n "1,3p" "$work/watch.log"

@@ -172,6 +172,9 @@ class Device {
   // A buffer of `bytes` bytes, contents undefined. Served from the pool when possible.
   virtual Result<DeviceBuffer> Allocate(size_t bytes) = 0;
   virtual MemoryPoolStats pool_stats() const = 0;
+  // Returns the pool's cached (free) blocks to the driver: after a task, so that an idle
+  // process holds what it uses and no more. Blocks in use are untouched.
+  virtual void ReleaseCachedMemory() = 0;
   // Copies `bytes` bytes; offsets are in bytes. OutOfRange when a range leaves a buffer.
   virtual Status CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                                   size_t bytes) = 0;

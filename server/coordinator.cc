@@ -92,6 +92,17 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   for (auto& service : c->services_) builder.RegisterService(service.get());
   // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
   builder.SetMaxReceiveMessageSize(2 << 20);
+  // Liveness at the transport, which costs no RPC: every connection is pinged after 20 s
+  // without a ping and closed when the answer takes over 10 s, which ends its worker's task
+  // channel and drops the worker from its round at once. Heartbeats (every 15 s by default)
+  // then only report the worker's state and catch a worker process that hangs with its
+  // connection alive. Workers ping every 10 s themselves (worker/coordinator_client.cc):
+  // accepted without data in between, as are any number of pings this side sends.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (c->options_.stream_window_kib > 0) {
     // A fixed HTTP/2 receive window per stream instead of the one gRPC grows by probing the
     // link's bandwidth-delay product: less memory per upload on a LAN, slower uploads over a

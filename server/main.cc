@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
+#ifdef __GLIBC__
+#include <malloc.h>  // mallopt
+#endif
 #include <iostream>
 #include <thread>
 
@@ -55,6 +59,12 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks every gRPC-internal mutex acquisition for lock-order cycles, a
   // debugging aid that costs a tenth of the CPU of an idle federation's heartbeats.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#ifdef __GLIBC__
+  // Two malloc arenas, not eight per core: gRPC's threads allocate transfer buffers on one
+  // thread and free them on another, and many arenas hold hundreds of MB of freed pages at 100
+  // workers' uploads (docs/BENCHMARKS.md, "Round overhead"). MALLOC_ARENA_MAX still decides.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
+#endif
   server::CoordinatorOptions options;
   std::string token_file;
   std::string admin_token_file;
@@ -66,6 +76,7 @@ int main(int argc, char** argv) {
   std::string log_format = "text";
   std::string metrics_listen;
   int64_t stream_window_kib = 0;
+  int64_t upload_buffer_mib = static_cast<int64_t>(options.upload_buffer_bytes >> 20);
   int64_t evaluation_threads = options.runner.evaluation_threads;
   bool help = false;
   bool version = false;
@@ -96,6 +107,10 @@ int main(int argc, char** argv) {
             "a fixed HTTP/2 window per stream in KiB instead of gRPC's probed one (0): less memory with many "
             "uploads on a LAN, slower uploads over long links",
             IntRange{0, 65536});
+  flags.Int("upload-buffer-mib", &upload_buffer_mib,
+            "memory for updates being received at once, in MiB; more wait their turn in the workers (one update "
+            "is always let through, whatever its size)",
+            IntRange{16, 65536});
   flags.Int("eval-threads", &evaluation_threads,
             "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
             "OpenBLAS threads spin between rounds and take CPU from the transfers",
@@ -173,6 +188,7 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
+  options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,

@@ -167,7 +167,9 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       header_ = std::move(*message_.mutable_header());
       if (!Admit()) return;
       // Nothing more is read until the upload's bytes fit the coordinator's budget; the
-      // watchdog leaves it alone meanwhile (the wait is not the worker's doing).
+      // watchdog leaves it alone meanwhile (the wait is not the worker's doing). Workers
+      // wait for the initial metadata sent at the grant before sending their tensors
+      // (JoinResponse.upload_admission), so a waiting update holds no receive buffers here.
       if (!deadline_->Hold()) return;  // the watchdog has just ended it
       c_->upload_budget().Acquire(budget_bytes_, [this] { Granted(); });
       return;
@@ -272,6 +274,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       End(ToGrpc(*expired));
       return;
     }
+    // The admission: a worker told of it at join sends no chunk before this metadata.
+    StartSendInitialMetadata();
     StartRead(&message_);
   }
 

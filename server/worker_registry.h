@@ -31,8 +31,10 @@ struct WorkerRegistryOptions {
   // heartbeats catch what a connection does not say (a host that vanished, a half-open NAT
   // mapping). Every 5 s, 15 s of silence: 1,000 idle workers cost the coordinator 200
   // calls a second, not 1,000.
-  uint32_t heartbeat_interval_ms = 5000;
-  uint32_t heartbeat_timeout_ms = 15000;  // no heartbeat for this long: the worker is lost
+  // Dead connections are found by the coordinator's keepalive pings (within 30 s) and a closed
+  // task channel drops its worker at once; heartbeats catch a hung worker process.
+  uint32_t heartbeat_interval_ms = 15000;
+  uint32_t heartbeat_timeout_ms = 45000;  // no heartbeat for this long: the worker is lost
   // Where liveness reads the time (tests move a ManualClock instead of sleeping); must
   // outlive the registry.
   const Clock* clock = &SteadyClock();

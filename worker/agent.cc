@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#ifdef __GLIBC__
+#include <malloc.h>  // malloc_trim
+#endif
 #include <stdlib.h>
 
 #include <algorithm>
@@ -317,6 +320,11 @@ void WorkerAgent::TrainerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       state_ = "idle";
     }
+#ifdef __GLIBC__
+    // The round's buffers (model copies, the update's bytes) are freed; hand the pages back so
+    // that an idle worker holds its data share and little else.
+    malloc_trim(0);
+#endif
   }
 }
 
@@ -464,14 +472,17 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
   ASSIGN_OR_RETURN(TrainReport report, TrainLocal(*model, *data, indices, options));
+  device->ReleaseCachedMemory();  // the optimiser's state, freed by now, is not cached for later
   RecordTraining(report.compute_ms / 1000.0, download_ms / 1000.0);
   if (sync) {
     const double collective = sync->collective_seconds();
     RecordCohortRound(collective, std::max(0.0, report.compute_ms / 1000.0 - collective));
   }
 
-  // The update is the change to the global model.
-  const TensorSet trained = model->GetState();
+  // The update is the change to the global model, computed in the trained copy's place. The
+  // model (parameters, gradients, device buffers) goes first: a worker holds at most the
+  // global model, one trained copy and the training state at once.
+  TensorSet trained = model->GetState();
   {
     TensorSet own;
     for (const ParameterView& view : model->parameter_views()) {
@@ -482,7 +493,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     }
     if (!own.empty()) KeepForSeat(local_tensors_, local_seat, std::move(own), kMaxResiduals);
   }
-  TensorSet delta = DeltaFrom(trained, global);
+  model.reset();
+  device->ReleaseCachedMemory();  // the training state's blocks, cached by the device's pool
   v1::UpdateHeader& header = *out_header;
   // FedNova's report: the steps taken and the normaliser they give at the job's momentum.
   header.set_local_steps(report.steps);
@@ -494,10 +506,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     ASSIGN_OR_RETURN(ScaffoldClientStep step,
                      ScaffoldClientVariates(global, trained, sets[kServerControlSet], sets[kClientControlSet],
                                             static_cast<double>(report.steps), options.learning_rate));
-    out_parts->emplace_back(wire::kDeltaSet, std::move(delta));
+    out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
     out_parts->emplace_back(kControlDeltaSet, std::move(step.control_delta));
   } else {
-    out_parts->emplace_back(wire::kDeltaSet, std::move(delta));
+    out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
   }
   IdentifyUpdate(task, worker_id, session, &header);
   if (local_eval) {

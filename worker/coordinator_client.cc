@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <mutex>
 
@@ -32,8 +33,11 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     // Reconnect quickly after the coordinator comes back.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 200);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+    // A ping every 10 s; the connection is given up when the answer (or the acknowledgement of
+    // data sent) takes over 20 s: gRPC also makes this the socket's TCP_USER_TIMEOUT, and a
+    // coordinator busy with a hundred 10 MiB uploads can leave a socket unread for seconds.
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     return args;
   }
@@ -44,6 +48,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     v1::JoinResponse response;
     grpc::Status s = stub_->Join(&ctx, request, &response);
     if (!s.ok()) return FromGrpc(s, "join " + address_);
+    upload_admission_ = response.upload_admission();
     return response;
   }
 
@@ -149,6 +154,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
     bool open = writer->Write(message);
+    // Admission: no tensor leaves before the coordinator has room for them; it says so with
+    // the stream's initial metadata (or ends the call, which ends the wait too).
+    if (open && !tensors.empty() && upload_admission_) writer->WaitForInitialMetadata();
     if (open) {
       Status sent = wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
         v1::UpdateChunkMessage m;
@@ -171,6 +179,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
+  std::atomic<bool> upload_admission_{false};  // from the last JoinResponse
 };
 
 }  // namespace

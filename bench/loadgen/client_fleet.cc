@@ -92,6 +92,7 @@ class SimulatedClient {
   std::string worker_id_;
   std::string session_;
   uint32_t heartbeat_interval_ms_ = 1000;
+  bool upload_admission_ = false;  // from the JoinResponse: wait for the upload's metadata
   uint32_t backoff_ms_ = kBackoffInitialMs;
   bool channel_ready_ = false;
   std::string state_ = "idle";
@@ -192,12 +193,15 @@ class SimulatedClient::DownloadCall final : public grpc::ClientReadReactor<v1::M
 };
 
 // One upload: the header, then the shared payload's chunks, one write in flight at a time.
-// Without a payload, the header goes alone (a failure report).
+// Without a payload, the header goes alone (a failure report). With admission (as the worker,
+// worker/coordinator_client.cc), the first chunk waits for the coordinator's initial metadata
+// as well as for the header's write.
 class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::UpdateChunkMessage> {
  public:
   UploadCall(SimulatedClient* client, uint64_t work, v1::UpdateChunkMessage header,
-             std::shared_ptr<const UpdatePayload> payload)
-      : client_(client), work_(work), header_(std::move(header)), payload_(std::move(payload)) {}
+             std::shared_ptr<const UpdatePayload> payload, bool admission)
+      : client_(client), work_(work), header_(std::move(header)), payload_(std::move(payload)),
+        admitted_(!admission) {}
 
   void Begin(std::shared_ptr<UploadCall> self) {
     self_ = std::move(self);
@@ -212,16 +216,31 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
   }
   void Cancel() { context_.TryCancel(); }
 
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (!ok || !payload_) return;
+    bool start = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      admitted_ = true;
+      start = header_written_;
+    }
+    if (start) WriteNext();
+  }
+
   void OnWriteDone(bool ok) override {
     if (!ok || !payload_) return;  // the coordinator ended the call (a refusal); OnDone follows
-    if (next_ > 0) client_->fleet()->Add(Counter::kBytesUploaded, payload_->chunks[next_ - 1].chunk().data().size());
-    if (next_ >= payload_->chunks.size()) return;
-    const v1::UpdateChunkMessage* chunk = &payload_->chunks[next_++];
-    if (next_ == payload_->chunks.size()) {
-      StartWriteLast(chunk, grpc::WriteOptions());
-    } else {
-      StartWrite(chunk);
+    if (next_ == 0) {
+      bool start = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        header_written_ = true;
+        start = admitted_;
+      }
+      if (start) WriteNext();
+      return;
     }
+    client_->fleet()->Add(Counter::kBytesUploaded, payload_->chunks[next_ - 1].chunk().data().size());
+    WriteNext();
   }
   void OnDone(const grpc::Status& status) override {
     ClientFleet* fleet = client_->fleet();
@@ -231,6 +250,18 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
   }
 
  private:
+  // The next chunk; called by one reaction at a time (the header's write and the metadata
+  // decide together which one starts the first).
+  void WriteNext() {
+    if (next_ >= payload_->chunks.size()) return;
+    const v1::UpdateChunkMessage* chunk = &payload_->chunks[next_++];
+    if (next_ == payload_->chunks.size()) {
+      StartWriteLast(chunk, grpc::WriteOptions());
+    } else {
+      StartWrite(chunk);
+    }
+  }
+
   SimulatedClient* const client_;
   const uint64_t work_;
   const Clock::time_point started_ = Clock::now();
@@ -238,6 +269,9 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
   const v1::UpdateChunkMessage header_;
   const std::shared_ptr<const UpdatePayload> payload_;
   size_t next_ = 0;
+  std::mutex mu_;  // guards the two below
+  bool admitted_;
+  bool header_written_ = false;
   v1::UploadResult result_;
   std::shared_ptr<UploadCall> self_;
 };
@@ -286,6 +320,7 @@ void SimulatedClient::OnJoined(bool first, const grpc::Status& status, const v1:
     worker_id_ = response.worker_id();
     session_ = response.session();
     heartbeat_interval_ms_ = std::max<uint32_t>(100, response.heartbeat_interval_ms());  // as the worker
+    upload_admission_ = response.upload_admission();
     backoff_ms_ = kBackoffInitialMs;
     v1::TaskChannelRequest open;
     open.set_worker_id(worker_id_);
@@ -517,7 +552,7 @@ void SimulatedClient::Upload(uint64_t work) {
       header.set_train_loss(0);
       *header.mutable_manifest() = payload_->manifest;
       state_ = "uploading";
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_);
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
       upload_ = upload;
     }
   }
@@ -536,7 +571,7 @@ void SimulatedClient::ReportFailure(const v1::TrainTask& task, uint64_t work, co
     if (!cancelled_) {
       v1::UpdateChunkMessage message = HeaderFor(task);
       message.mutable_header()->set_failure(why);
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), nullptr);
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), nullptr, false);
       upload_ = upload;
     }
   }
@@ -626,8 +661,8 @@ ClientFleet::ClientFleet(FleetOptions options)
   for (uint32_t i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(2 << 20);  // as the worker: chunks are at most 1 MiB
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // as the worker
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     // Channels with the same arguments would share one connection; each gets its own.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

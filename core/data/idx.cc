@@ -129,9 +129,18 @@ Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<u
   return out;
 }
 
-// Checks the magic, reads the dimensions it announces and checks the size against them.
+std::string SizeMismatch(const std::string& path, const std::vector<uint32_t>& dims, uint64_t expected_size,
+                         uint64_t found) {
+  std::string shape;
+  for (size_t i = 0; i < dims.size(); ++i) shape += (i ? "x" : "") + std::to_string(dims[i]);
+  return path + ": " + (found < expected_size ? "truncated" : "trailing data") + ": header [" + shape +
+         "] expects " + std::to_string(expected_size) + " bytes, found " + std::to_string(found);
+}
+
+// Checks the magic and reads the dimensions it announces; with `whole_file`, `bytes` is the
+// whole file and its size is checked against them.
 Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::vector<uint8_t>& bytes,
-                                            uint32_t expected_magic, const char* kind) {
+                                            uint32_t expected_magic, const char* kind, bool whole_file = true) {
   const size_t ndims = expected_magic & 0xff;
   const size_t header_size = 4 + 4 * ndims;
   if (bytes.size() < 4) {
@@ -162,13 +171,9 @@ Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::
       return InvalidArgumentError(path + ": header dimensions are implausibly large");
     }
   }
-  uint64_t expected_size = header_size + elements;
-  if (bytes.size() != expected_size) {
-    std::string shape;
-    for (size_t i = 0; i < ndims; ++i) shape += (i ? "x" : "") + std::to_string(dims[i]);
-    return DataLossError(path + ": " + (bytes.size() < expected_size ? "truncated" : "trailing data") +
-                         ": header [" + shape + "] expects " + std::to_string(expected_size) + " bytes, found " +
-                         std::to_string(bytes.size()));
+  const uint64_t expected_size = header_size + elements;
+  if (whole_file && bytes.size() != expected_size) {
+    return DataLossError(SizeMismatch(path, dims, expected_size, bytes.size()));
   }
   return dims;
 }
@@ -179,6 +184,124 @@ Result<std::vector<uint8_t>> InflateIfGzip(const std::string& source, std::vecto
   if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) return Gunzip(source, bytes);
   return bytes;
 }
+
+// A file's bytes in order, inflated as they are read when the file is gzip-compressed (one or
+// more members; zeros after the last are tolerated, as Gunzip does), so that a reader keeps only
+// what it needs of a large file: 64 KiB of input at a time, whatever the file's size.
+class ByteStream {
+ public:
+  static Result<std::unique_ptr<ByteStream>> Open(const std::string& path) {
+    FilePtr file(std::fopen(path.c_str(), "rb"));
+    if (!file) {
+      const int err = errno;
+      std::string message = "cannot open " + path + ": " + std::strerror(err);
+      if (err == ENOENT) return NotFoundError(std::move(message));
+      if (err == EACCES) return PermissionDeniedError(std::move(message));
+      return InvalidArgumentError(std::move(message));
+    }
+    std::unique_ptr<ByteStream> stream(new ByteStream(path, std::move(file)));
+    RETURN_IF_ERROR(stream->Fill());
+    stream->gzip_ = stream->in_.size() - stream->in_pos_ >= 2 && stream->in_[0] == 0x1f && stream->in_[1] == 0x8b;
+    if (stream->gzip_) {
+      if (inflateInit2(&stream->zs_, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
+      stream->inflating_ = true;
+    }
+    return stream;
+  }
+  ~ByteStream() {
+    if (inflating_) inflateEnd(&zs_);
+  }
+  ByteStream(const ByteStream&) = delete;
+  ByteStream& operator=(const ByteStream&) = delete;
+
+  // Up to n bytes into `out`; fewer only at the end of the (inflated) stream.
+  Result<size_t> Read(uint8_t* out, size_t n) {
+    size_t produced = 0;
+    while (produced < n && !finished_) {
+      if (in_pos_ == in_.size()) {
+        if (file_done_) {
+          if (gzip_ && member_open_) {
+            return DataLossError(path_ + ": gzip stream is truncated: expected the end of the stream, found end of "
+                                 "file after " + std::to_string(consumed_) + " compressed bytes (" +
+                                 std::to_string(inflated_) + " bytes inflated)");
+          }
+          finished_ = true;
+          break;
+        }
+        RETURN_IF_ERROR(Fill());
+        continue;
+      }
+      if (!gzip_) {
+        const size_t take = std::min(n - produced, in_.size() - in_pos_);
+        std::memcpy(out + produced, in_.data() + in_pos_, take);
+        in_pos_ += take;
+        produced += take;
+        continue;
+      }
+      if (!member_open_) {
+        // Between members: zeros are padding; anything else starts another member.
+        if (in_[in_pos_] == 0) {
+          ++in_pos_;
+          ++consumed_;
+          continue;
+        }
+        inflateReset(&zs_);
+        member_open_ = true;
+      }
+      const size_t avail = in_.size() - in_pos_;
+      zs_.next_in = in_.data() + in_pos_;
+      zs_.avail_in = static_cast<uInt>(avail);
+      const size_t room = std::min<size_t>(n - produced, std::numeric_limits<uInt>::max());
+      zs_.next_out = out + produced;
+      zs_.avail_out = static_cast<uInt>(room);
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      const size_t used = avail - zs_.avail_in;
+      in_pos_ += used;
+      consumed_ += used;
+      produced += room - zs_.avail_out;
+      inflated_ += room - zs_.avail_out;
+      if (rc == Z_STREAM_END) {
+        member_open_ = false;
+        continue;
+      }
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
+        return DataLossError(path_ + ": corrupt gzip stream at compressed byte " + std::to_string(consumed_) + ": " +
+                             (zs_.msg ? zs_.msg : "data error"));
+      }
+      if (rc == Z_MEM_ERROR) return ResourceExhaustedError(path_ + ": out of memory while inflating");
+      if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        return DataLossError(path_ + ": inflate failed with zlib code " + std::to_string(rc));
+      }
+    }
+    return produced;
+  }
+
+ private:
+  ByteStream(std::string path, FilePtr file) : path_(std::move(path)), file_(std::move(file)) {}
+
+  Status Fill() {
+    in_.resize(1 << 16);
+    const size_t n = std::fread(in_.data(), 1, in_.size(), file_.get());
+    if (std::ferror(file_.get())) return DataLossError("error reading " + path_ + ": " + std::strerror(errno));
+    in_.resize(n);
+    in_pos_ = 0;
+    if (n == 0) file_done_ = true;
+    return Status::Ok();
+  }
+
+  const std::string path_;
+  FilePtr file_;
+  std::vector<uint8_t> in_;
+  size_t in_pos_ = 0;
+  bool file_done_ = false;
+  bool gzip_ = false;
+  bool inflating_ = false;
+  bool member_open_ = true;
+  bool finished_ = false;
+  z_stream zs_{};
+  uint64_t consumed_ = 0;
+  uint64_t inflated_ = 0;
+};
 
 }  // namespace
 
@@ -284,26 +407,80 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
 Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
                                 const std::vector<int64_t>& rows, int num_classes,
                                 PixelNormalisation normalisation) {
-  IdxImages images;
-  std::vector<uint8_t> labels;
-  RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
+  if (num_classes < 1 || num_classes > 256) {
+    return InvalidArgumentError("num_classes must be in [1, 256], got " + std::to_string(num_classes));
+  }
+  ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
+  // The image file is read as a stream: only the chosen rows are kept, as floats.
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(images_path));
+  std::vector<uint8_t> header(16);
+  ASSIGN_OR_RETURN(const size_t header_read, stream->Read(header.data(), header.size()));
+  header.resize(header_read);
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims,
+                   ReadIdxHeader(images_path, header, kImageMagic, "idx3 unsigned-byte images", /*whole_file=*/false));
+  if (dims[1] > 1u << 15 || dims[2] > 1u << 15) {
+    return InvalidArgumentError(images_path + ": image size " + std::to_string(dims[1]) + "x" +
+                                std::to_string(dims[2]) + " is implausible: expected at most 32768 per side");
+  }
+  IdxImages shape;
+  shape.count = dims[0];
+  shape.rows = static_cast<int>(dims[1]);
+  shape.cols = static_cast<int>(dims[2]);
+  if (static_cast<int64_t>(labels.size()) != shape.count) {
+    return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " +
+                                std::to_string(shape.count) + " images but " + labels_path + " holds " +
+                                std::to_string(labels.size()) + " labels");
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes) {
+      return InvalidArgumentError(labels_path + ": label " + std::to_string(labels[i]) + " at index " +
+                                  std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
+    }
+  }
+  // (row, position in the result), in file order.
+  std::vector<std::pair<int64_t, size_t>> wanted(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t row = rows[i];
+    if (row < 0 || row >= shape.count) {
+      return OutOfRangeError(images_path + ": row " + std::to_string(row) + " at position " + std::to_string(i) +
+                             " is outside [0, " + std::to_string(shape.count) + ")");
+    }
+    wanted[i] = {row, i};
+  }
+  std::sort(wanted.begin(), wanted.end());
+
   const auto lookup = PixelLookup(normalisation);
-  Dataset dataset = EmptyLike(images_path, images, num_classes);
-  const size_t sample = static_cast<size_t>(images.rows) * static_cast<size_t>(images.cols);
+  Dataset dataset = EmptyLike(images_path, shape, num_classes);
+  const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
   dataset.count = static_cast<int64_t>(rows.size());
   dataset.images.resize(rows.size() * sample);
   dataset.labels.resize(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const int64_t row = rows[i];
-    if (row < 0 || row >= images.count) {
-      return OutOfRangeError(images_path + ": row " + std::to_string(row) + " at position " + std::to_string(i) +
-                             " is outside [0, " + std::to_string(images.count) + ")");
+  const uint64_t expected_size = 16 + static_cast<uint64_t>(shape.count) * sample;
+  // Whole images at a time, about 256 KiB of them.
+  const size_t per_block = std::max<size_t>(1, (size_t{1} << 18) / sample);
+  std::vector<uint8_t> block(per_block * sample);
+  uint64_t found = header_read;
+  size_t next = 0;  // the next entry of `wanted`
+  for (int64_t first = 0; first < shape.count; first += static_cast<int64_t>(per_block)) {
+    const size_t count = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(per_block), shape.count - first));
+    ASSIGN_OR_RETURN(const size_t got, stream->Read(block.data(), count * sample));
+    found += got;
+    if (got < count * sample) return DataLossError(SizeMismatch(images_path, dims, expected_size, found));
+    for (; next < wanted.size() && wanted[next].first < first + static_cast<int64_t>(count); ++next) {
+      const auto [row, position] = wanted[next];
+      const uint8_t* in = block.data() + static_cast<size_t>(row - first) * sample;
+      float* out = dataset.images.data() + position * sample;
+      for (size_t j = 0; j < sample; ++j) out[j] = lookup[in[j]];
+      dataset.labels[position] = labels[static_cast<size_t>(row)];
     }
-    const uint8_t* in = images.pixels.data() + static_cast<size_t>(row) * sample;
-    float* out = dataset.images.data() + i * sample;
-    for (size_t j = 0; j < sample; ++j) out[j] = lookup[in[j]];
-    dataset.labels[i] = labels[static_cast<size_t>(row)];
   }
+  // Anything after the last image is an error, as for a file read whole.
+  while (true) {
+    ASSIGN_OR_RETURN(const size_t got, stream->Read(block.data(), block.size()));
+    if (got == 0) break;
+    found += got;
+  }
+  if (found != expected_size) return DataLossError(SizeMismatch(images_path, dims, expected_size, found));
   return dataset;
 }
 

@@ -88,8 +88,9 @@ Result<IdxPairPaths> FindFashionMnist(const std::string& dir, bool train);
 Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::string_view dataset);
 
 // Loads only the samples at `rows` (in that order; they may repeat) of an image/label file
-// pair, normalised as LoadIdxPair does, with the same checks. The whole file is read, but only
-// the chosen rows are kept as floats: a worker holds its share, not the whole training set.
+// pair, normalised as LoadIdxPair does, with the same checks. The image file is read as a
+// stream (inflated as it goes when gzip-compressed) and only the chosen rows are kept, as
+// floats: a worker holds its share, never the whole training set, even while loading it.
 // kOutOfRange names the first row outside the files.
 Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
                                 const std::vector<int64_t>& rows, int num_classes = 10,

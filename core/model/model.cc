@@ -60,14 +60,15 @@ void Model::SetTraining(bool training) {
 }
 
 TensorSet Model::GetState() const {
-  std::vector<float> flat(num_parameters_);
-  Status copied = device_->CopyDeviceToHost(parameters_, 0, flat.data(), flat.size() * sizeof(float));
-  (void)copied;  // the range is the buffer itself
+  // Tensor by tensor straight into the result: no flat copy of the whole model on the way.
   TensorSet state;
   state.reserve(views_.size());
   for (const ParameterView& view : views_) {
-    state.push_back({view.name, view.shape,
-                     std::vector<float>(flat.begin() + view.offset, flat.begin() + view.offset + view.count)});
+    NamedTensor tensor{view.name, view.shape, std::vector<float>(static_cast<size_t>(view.count))};
+    Status copied = device_->CopyDeviceToHost(parameters_, static_cast<size_t>(view.offset) * sizeof(float),
+                                              tensor.values.data(), tensor.ByteSize());
+    (void)copied;  // every view lies inside the parameter buffer
+    state.push_back(std::move(tensor));
   }
   return state;
 }

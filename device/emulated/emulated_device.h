@@ -31,6 +31,7 @@ class EmulatedDevice final : public Device {
 
   Result<DeviceBuffer> Allocate(size_t bytes) override;
   MemoryPoolStats pool_stats() const override { return pool_.stats(); }
+  void ReleaseCachedMemory() override { pool_.Trim(); }
   Status CopyHostToDevice(const void* host, DeviceBuffer& destination, size_t destination_offset,
                           size_t bytes) override;
   Status CopyDeviceToHost(const DeviceBuffer& source, size_t source_offset, void* host, size_t bytes) override;

@@ -211,6 +211,60 @@ TEST_F(IdxFilesTest, CorruptGzipIsDataLoss) {
   EXPECT_NE(data.status().message().find(Path("lbl.gz")), std::string::npos) << data.status().message();
 }
 
+// The row loader streams the image file: rows across its read blocks (about 256 KiB of whole
+// images each, 64 images of 64x64 here), in any order and repeated, match the whole-file
+// loader's, and every damage the whole-file reader refuses it refuses with the same code.
+TEST_F(IdxFilesTest, RowLoaderStreamsAcrossBlocksWithTheWholeFileChecks) {
+  const int count = 150, side = 64;
+  std::vector<uint8_t> pixels(static_cast<size_t>(count) * side * side);
+  for (size_t j = 0; j < pixels.size(); ++j) pixels[j] = static_cast<uint8_t>((j * 31 + j / 4096) % 251);
+  std::vector<uint8_t> labels(count);
+  for (int i = 0; i < count; ++i) labels[static_cast<size_t>(i)] = static_cast<uint8_t>(i % 10);
+  const std::vector<int64_t> rows = {149, 0, 63, 64, 64, 127, 128, 5};
+  for (const char* suffix : {".gz", ""}) {
+    SCOPED_TRACE(suffix);
+    const std::string images = Path(std::string("img") + suffix), label_file = Path(std::string("lbl") + suffix);
+    ASSERT_TRUE(WriteIdxPair(images, label_file, side, side, pixels, labels).ok());
+    Result<Dataset> all = LoadIdxPair(images, label_file, 10);
+    ASSERT_TRUE(all.ok()) << all.status().ToString();
+    Result<Dataset> some = LoadIdxPairRows(images, label_file, rows, 10);
+    ASSERT_TRUE(some.ok()) << some.status().ToString();
+    ASSERT_EQ(some->count, static_cast<int64_t>(rows.size()));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_EQ(some->labels[i], all->labels[static_cast<size_t>(rows[i])]) << i;
+      EXPECT_EQ(0, std::memcmp(some->Image(static_cast<int64_t>(i)), all->Image(rows[i]),
+                               sizeof(float) * side * side)) << i;
+    }
+    const std::vector<uint8_t> good = ReadRaw(images);
+    auto damaged = [&](std::vector<uint8_t> bytes) {
+      WriteRaw(images, bytes);
+      Result<Dataset> whole = LoadIdxPair(images, label_file, 10);
+      Result<Dataset> streamed = LoadIdxPairRows(images, label_file, {0, 1}, 10);
+      EXPECT_FALSE(whole.ok());
+      EXPECT_FALSE(streamed.ok());
+      EXPECT_EQ(streamed.status().code(), whole.status().code()) << streamed.status().message();
+      EXPECT_NE(streamed.status().message().find(images), std::string::npos) << streamed.status().message();
+      return streamed.status().message();
+    };
+    std::vector<uint8_t> bytes = good;
+    bytes.resize(bytes.size() / 2);
+    EXPECT_NE(damaged(bytes).find("truncated"), std::string::npos);
+    if (std::string(suffix).empty()) {
+      bytes = good;
+      bytes.push_back(7);
+      EXPECT_NE(damaged(bytes).find("trailing data"), std::string::npos);
+      bytes = good;
+      bytes.resize(10);
+      EXPECT_NE(damaged(bytes).find("header"), std::string::npos);
+    } else {
+      bytes = good;
+      for (size_t i = 12; i < bytes.size() - 8; ++i) bytes[i] ^= 0x5a;
+      damaged(bytes);
+    }
+    WriteRaw(images, good);
+  }
+}
+
 TEST_F(IdxFilesTest, WrongMagicIsInvalidArgument) {
   WriteSmall("img", "lbl", 10);
   // The label file where the image file belongs.

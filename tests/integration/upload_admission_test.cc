@@ -1,0 +1,177 @@
+// Upload admission: the coordinator tells workers at join that it admits uploads, and answers
+// an upload's header with the stream's initial metadata only once the update fits its upload
+// memory. With room for one update at a time, the second upload is admitted only after the
+// first has been received, and both are accepted.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "proto/update_envelope.h"
+#include "tests/integration/harness.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::testing {
+namespace {
+
+// A worker that joins, heartbeats and keeps its task channel open through the real client,
+// and uploads by hand over a raw stub with the same identity.
+class ManualWorker {
+ public:
+  ManualWorker(int port, const std::string& name)
+      : client_(std::move(worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(port),
+                                                             TestPki::Get().WorkerTls(name)))
+                    .value()),
+        stub_(WorkerStub(port, name)) {
+    v1::JoinRequest join;
+    join.set_join_token(kToken);
+    join.set_name(name);
+    auto joined = client_->Join(join);
+    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+    joined_ = *joined;
+    heartbeat_ = std::thread([this] {
+      while (!stop_) {
+        v1::HeartbeatRequest beat;
+        beat.set_worker_id(joined_.worker_id());
+        beat.set_session(joined_.session());
+        client_->Heartbeat(beat).ok();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    channel_ = std::thread([this] {
+      v1::TaskChannelRequest open;
+      open.set_worker_id(joined_.worker_id());
+      open.set_session(joined_.session());
+      client_->RunTaskChannel(open, [this](const v1::Task& task) {
+        if (!task.has_train()) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        task_ = task.train();
+      }).ok();
+    });
+  }
+  ~ManualWorker() {
+    stop_ = true;
+    client_->CancelTaskChannel();
+    channel_.join();
+    heartbeat_.join();
+  }
+
+  const v1::JoinResponse& joined() const { return joined_; }
+  std::optional<v1::TrainTask> task() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return task_;
+  }
+
+  // The header of an unchanged model's update for `task`, and its bytes.
+  void BuildUpdate(const v1::TrainTask& task, v1::UpdateChunkMessage* header, wire::UpdateBytes* bytes) {
+    v1::DownloadModelRequest request;
+    request.set_worker_id(joined_.worker_id());
+    request.set_session(joined_.session());
+    request.set_job_id(task.job_id());
+    request.set_model_version(task.model_version());
+    auto model = client_->DownloadModel(request);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    TensorSet delta = *model;
+    for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
+    v1::UpdateHeader& h = *header->mutable_header();
+    h.set_worker_id(joined_.worker_id());
+    h.set_session(joined_.session());
+    h.set_job_id(task.job_id());
+    h.set_round(task.round());
+    h.set_attempt(task.attempt());
+    h.set_base_model_version(task.model_version());
+    h.set_samples(100);
+    wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &h, bytes);
+  }
+
+  v1::WorkerService::Stub* stub() { return stub_.get(); }
+
+ private:
+  std::unique_ptr<worker::CoordinatorClient> client_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  v1::JoinResponse joined_;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_, channel_;
+  std::mutex mu_;
+  std::optional<v1::TrainTask> task_;
+};
+
+// One upload by hand: the header now, the chunks when the test says.
+struct HandUpload {
+  explicit HandUpload(v1::WorkerService::Stub* stub) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    writer = stub->UploadUpdate(&ctx, &result);
+  }
+  grpc::ClientContext ctx;
+  v1::UploadResult result;
+  std::unique_ptr<grpc::ClientWriter<v1::UpdateChunkMessage>> writer;
+};
+
+TEST(UploadAdmissionTest, AnUpdateIsAdmittedBeforeItsTensorsAndOneWaitsWhileTheMemoryIsTaken) {
+  TempDir dir("admission");
+  auto options = TestCoordinatorOptions(dir.str());
+  options.upload_buffer_bytes = 1;  // one update at a time
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  ManualWorker w1(port, "w1"), w2(port, "w2");
+  EXPECT_TRUE(w1.joined().upload_admission());
+  auto job = (*coordinator)->SubmitJob(SmallJob(1, 2));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return w1.task() && w2.task(); }, std::chrono::seconds(60)));
+
+  v1::UpdateChunkMessage header1, header2;
+  wire::UpdateBytes bytes1, bytes2;
+  w1.BuildUpdate(*w1.task(), &header1, &bytes1);
+  w2.BuildUpdate(*w2.task(), &header2, &bytes2);
+
+  // The first header is answered with the admission before any tensor is sent.
+  HandUpload up1(w1.stub());
+  ASSERT_TRUE(up1.writer->Write(header1));
+  auto admitted1 = std::async(std::launch::async, [&] { up1.writer->WaitForInitialMetadata(); });
+  ASSERT_EQ(admitted1.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "no admission for an upload that fits the coordinator's memory";
+
+  // The second waits while the first holds the memory...
+  HandUpload up2(w2.stub());
+  ASSERT_TRUE(up2.writer->Write(header2));
+  std::atomic<bool> admitted2{false};
+  auto waiting2 = std::async(std::launch::async, [&] {
+    up2.writer->WaitForInitialMetadata();
+    admitted2 = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(admitted2) << "admitted while the only update the memory holds was still being received";
+
+  // ...and is admitted once the first is received.
+  Status sent1 = wire::ForEachChunk(bytes1, 1 << 20, [&](const v1::TensorChunk& chunk) {
+    v1::UpdateChunkMessage m;
+    *m.mutable_chunk() = chunk;
+    return up1.writer->Write(m) ? Status::Ok() : CancelledError("closed");
+  });
+  ASSERT_TRUE(sent1.ok()) << sent1.ToString();
+  up1.writer->WritesDone();
+  ASSERT_TRUE(up1.writer->Finish().ok());
+  EXPECT_TRUE(up1.result.accepted()) << up1.result.reason();
+
+  ASSERT_EQ(waiting2.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  EXPECT_TRUE(admitted2);
+  Status sent2 = wire::ForEachChunk(bytes2, 1 << 20, [&](const v1::TensorChunk& chunk) {
+    v1::UpdateChunkMessage m;
+    *m.mutable_chunk() = chunk;
+    return up2.writer->Write(m) ? Status::Ok() : CancelledError("closed");
+  });
+  ASSERT_TRUE(sent2.ok()) << sent2.ToString();
+  up2.writer->WritesDone();
+  ASSERT_TRUE(up2.writer->Finish().ok());
+  EXPECT_TRUE(up2.result.accepted()) << up2.result.reason();
+
+  auto stub = JobStub(port);
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  EXPECT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+}
+
+}  // namespace
+}  // namespace tessera::testing
