@@ -42,13 +42,15 @@ struct CoordinatorOptions {
   std::string admin_token;
   wire::ServerTls tls;                       // TLS unless tls.insecure (loopback only)
   uint32_t chunk_bytes = 1u << 20;           // model download chunk size (at most 1 MiB)
-  // Bytes that uploads being received may hold at once; more wait their turn (one upload
-  // is always let through, whatever its size). Keeps memory flat in the number of workers.
-  uint64_t upload_buffer_bytes = uint64_t{256} << 20;
-  // HTTP/2 receive window per stream in KiB; 0: gRPC's, grown to the link's bandwidth-delay
-  // product. A small fixed window saves memory with many uploads on a LAN and slows uploads
-  // over long links (docs/BENCHMARKS.md).
-  uint32_t stream_window_kib = 0;
+  // Bytes that uploads being received may hold at once; more wait their turn in their workers
+  // (upload admission; one upload is always let through, whatever its size). Keeps memory
+  // flat in the number of workers.
+  uint64_t upload_buffer_bytes = uint64_t{64} << 20;
+  // HTTP/2 receive window per stream in KiB; 0: gRPC's, grown by probing the link's
+  // bandwidth-delay product. gRPC's probing lets a hundred 10 MiB uploads hold about a GB of
+  // receive buffers; a fixed 1 MiB window holds the coordinator near 300 MB, and caps each
+  // upload at a window per round trip (10 MB/s at 100 ms; docs/BENCHMARKS.md).
+  uint32_t stream_window_kib = 1024;
   // Timeouts and counts of open streams (server/stream_limits.h), the rendezvous store's
   // quotas (server/rendezvous_store.h); checked by Start().
   StreamLimits streams;
