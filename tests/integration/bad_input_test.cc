@@ -54,38 +54,7 @@ TEST(BadInputTest, AnInvalidJobSpecIsRefusedNamingTheField) {
 class RogueWorker {
  public:
   RogueWorker(const std::string& address)
-      : client_(std::move(worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls("rogue"))).value()) {
-    v1::JoinRequest join;
-    join.set_join_token(kToken);
-    join.set_name("rogue");
-    auto joined = client_->Join(join);
-    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
-    joined_ = *joined;
-    heartbeat_ = std::thread([this] {
-      while (!stop_) {
-        v1::HeartbeatRequest beat;
-        beat.set_worker_id(joined_.worker_id());
-        beat.set_session(joined_.session());
-        client_->Heartbeat(beat).ok();
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-    channel_ = std::thread([this] {
-      v1::TaskChannelRequest open;
-      open.set_worker_id(joined_.worker_id());
-      open.set_session(joined_.session());
-      // The channel ends when the test stops the rogue; how it ends does not matter here.
-      client_->RunTaskChannel(open, [this](const v1::Task& task) {
-        if (task.has_train()) OnTask(task.train());
-      }).ok();
-    });
-  }
-  ~RogueWorker() {
-    stop_ = true;
-    client_->CancelTaskChannel();
-    channel_.join();
-    heartbeat_.join();
-  }
+      : hand_(std::make_unique<HandWorker>(address, "rogue", [this](const v1::TrainTask& task) { OnTask(task); })) {}
 
   std::vector<v1::UploadResult> results() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -95,8 +64,8 @@ class RogueWorker {
  private:
   void Upload(const v1::TrainTask& task, uint32_t round, const TensorSet& delta) {
     v1::UpdateHeader header;
-    header.set_worker_id(joined_.worker_id());
-    header.set_session(joined_.session());
+    header.set_worker_id(hand_->joined().worker_id());
+    header.set_session(hand_->joined().session());
     header.set_job_id(task.job_id());
     header.set_round(round);
     header.set_attempt(task.attempt());
@@ -104,7 +73,7 @@ class RogueWorker {
     header.set_samples(100);
     wire::UpdateBytes bytes;
     wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
-    auto result = client_->UploadUpdate(header, bytes, 1 << 20);
+    auto result = hand_->client().UploadUpdate(header, bytes, 1 << 20);
     EXPECT_TRUE(result.ok()) << result.status().ToString();
     std::lock_guard<std::mutex> lock(mu_);
     results_.push_back(*result);
@@ -112,11 +81,11 @@ class RogueWorker {
 
   void OnTask(const v1::TrainTask& task) {
     v1::DownloadModelRequest request;
-    request.set_worker_id(joined_.worker_id());
-    request.set_session(joined_.session());
+    request.set_worker_id(hand_->joined().worker_id());
+    request.set_session(hand_->joined().session());
     request.set_job_id(task.job_id());
     request.set_model_version(task.model_version());
-    auto model = client_->DownloadModel(request);
+    auto model = hand_->client().DownloadModel(request);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     TensorSet delta = *model;
     for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
@@ -133,12 +102,9 @@ class RogueWorker {
     }
   }
 
-  std::unique_ptr<worker::CoordinatorClient> client_;
-  v1::JoinResponse joined_;
-  std::atomic<bool> stop_{false};
-  std::thread heartbeat_, channel_;
   std::mutex mu_;
   std::vector<v1::UploadResult> results_;
+  std::unique_ptr<HandWorker> hand_;  // last: its threads end before the members above go
 };
 
 TEST(BadInputTest, BadUpdatesAreRefusedAndTheJobIsUnharmed) {

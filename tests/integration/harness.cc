@@ -1,5 +1,6 @@
 #include "tests/integration/harness.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -152,6 +153,42 @@ bool WorkerThread::WaitDone(std::chrono::milliseconds timeout) {
 Status WorkerThread::result() {
   std::lock_guard<std::mutex> lock(mu_);
   return result_;
+}
+
+HandWorker::HandWorker(const std::string& address, const std::string& name,
+                       std::function<void(const v1::TrainTask&)> on_task)
+    : client_(std::move(worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls(name))).value()) {
+  v1::JoinRequest join;
+  join.set_join_token(kToken);
+  join.set_name(name);
+  auto joined = client_->Join(join);
+  EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+  if (joined.ok()) joined_ = *joined;
+  heartbeat_ = std::thread([this] {
+    while (!stop_) {
+      v1::HeartbeatRequest beat;
+      beat.set_worker_id(joined_.worker_id());
+      beat.set_session(joined_.session());
+      client_->Heartbeat(beat).ok();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  channel_ = std::thread([this, on_task = std::move(on_task)] {
+    v1::TaskChannelRequest open;
+    open.set_worker_id(joined_.worker_id());
+    open.set_session(joined_.session());
+    // The channel ends when the test stops the worker; how it ends does not matter here.
+    client_->RunTaskChannel(open, [&](const v1::Task& task) {
+      if (task.has_train()) on_task(task.train());
+    }).ok();
+  });
+}
+
+HandWorker::~HandWorker() {
+  stop_ = true;
+  client_->CancelTaskChannel();
+  channel_.join();
+  heartbeat_.join();
 }
 
 v1::JobSpec SmallJob(uint32_t rounds, uint32_t parties, uint32_t train_samples) {

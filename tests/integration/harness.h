@@ -6,7 +6,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -21,6 +23,7 @@
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/agent.h"
+#include "worker/coordinator_client.h"
 
 namespace tessera::testing {
 
@@ -89,6 +92,24 @@ class WorkerThread {
   std::condition_variable cv_;
   bool done_ = false;
   Status result_;
+};
+
+// A worker that speaks the protocol by hand through the real client (worker/coordinator_client.h)
+// as worker `name`: joins, heartbeats every 100 ms and keeps its task channel open until
+// destroyed, handing each train task to `on_task` on the channel's thread.
+class HandWorker {
+ public:
+  HandWorker(const std::string& address, const std::string& name,
+             std::function<void(const v1::TrainTask&)> on_task);
+  ~HandWorker();
+  worker::CoordinatorClient& client() { return *client_; }
+  const v1::JoinResponse& joined() const { return joined_; }
+
+ private:
+  std::unique_ptr<worker::CoordinatorClient> client_;
+  v1::JoinResponse joined_;
+  std::atomic<bool> stop_{false};
+  std::thread heartbeat_, channel_;
 };
 
 // A small, fast job: an MLP on the first `train_samples` training images, IID over

@@ -11,54 +11,22 @@
 #include "proto/update_envelope.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
-#include "worker/coordinator_client.h"
 
 namespace tessera::testing {
 namespace {
 
-// A worker that joins, heartbeats and keeps its task channel open through the real client,
-// and uploads by hand over a raw stub with the same identity.
+// A worker whose protocol runs by hand (HandWorker); it keeps its last train task, and uploads
+// over a raw stub with the same identity.
 class ManualWorker {
  public:
   ManualWorker(int port, const std::string& name)
-      : client_(std::move(worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(port),
-                                                             TestPki::Get().WorkerTls(name)))
-                    .value()),
-        stub_(WorkerStub(port, name)) {
-    v1::JoinRequest join;
-    join.set_join_token(kToken);
-    join.set_name(name);
-    auto joined = client_->Join(join);
-    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
-    joined_ = *joined;
-    heartbeat_ = std::thread([this] {
-      while (!stop_) {
-        v1::HeartbeatRequest beat;
-        beat.set_worker_id(joined_.worker_id());
-        beat.set_session(joined_.session());
-        client_->Heartbeat(beat).ok();
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-    channel_ = std::thread([this] {
-      v1::TaskChannelRequest open;
-      open.set_worker_id(joined_.worker_id());
-      open.set_session(joined_.session());
-      client_->RunTaskChannel(open, [this](const v1::Task& task) {
-        if (!task.has_train()) return;
-        std::lock_guard<std::mutex> lock(mu_);
-        task_ = task.train();
-      }).ok();
-    });
-  }
-  ~ManualWorker() {
-    stop_ = true;
-    client_->CancelTaskChannel();
-    channel_.join();
-    heartbeat_.join();
-  }
+      : stub_(WorkerStub(port, name)),
+        hand_(std::make_unique<HandWorker>("127.0.0.1:" + std::to_string(port), name, [this](const v1::TrainTask& t) {
+          std::lock_guard<std::mutex> lock(mu_);
+          task_ = t;
+        })) {}
 
-  const v1::JoinResponse& joined() const { return joined_; }
+  const v1::JoinResponse& joined() const { return hand_->joined(); }
   std::optional<v1::TrainTask> task() {
     std::lock_guard<std::mutex> lock(mu_);
     return task_;
@@ -67,17 +35,17 @@ class ManualWorker {
   // The header of an unchanged model's update for `task`, and its bytes.
   void BuildUpdate(const v1::TrainTask& task, v1::UpdateChunkMessage* header, wire::UpdateBytes* bytes) {
     v1::DownloadModelRequest request;
-    request.set_worker_id(joined_.worker_id());
-    request.set_session(joined_.session());
+    request.set_worker_id(joined().worker_id());
+    request.set_session(joined().session());
     request.set_job_id(task.job_id());
     request.set_model_version(task.model_version());
-    auto model = client_->DownloadModel(request);
+    auto model = hand_->client().DownloadModel(request);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     TensorSet delta = *model;
     for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
     v1::UpdateHeader& h = *header->mutable_header();
-    h.set_worker_id(joined_.worker_id());
-    h.set_session(joined_.session());
+    h.set_worker_id(joined().worker_id());
+    h.set_session(joined().session());
     h.set_job_id(task.job_id());
     h.set_round(task.round());
     h.set_attempt(task.attempt());
@@ -89,13 +57,10 @@ class ManualWorker {
   v1::WorkerService::Stub* stub() { return stub_.get(); }
 
  private:
-  std::unique_ptr<worker::CoordinatorClient> client_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
-  v1::JoinResponse joined_;
-  std::atomic<bool> stop_{false};
-  std::thread heartbeat_, channel_;
   std::mutex mu_;
   std::optional<v1::TrainTask> task_;
+  std::unique_ptr<HandWorker> hand_;  // last: its threads end before the members above go
 };
 
 // One upload by hand: the header now, the chunks when the test says.
@@ -103,6 +68,18 @@ struct HandUpload {
   explicit HandUpload(v1::WorkerService::Stub* stub) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
     writer = stub->UploadUpdate(&ctx, &result);
+  }
+  // Sends every chunk of `bytes` and ends the stream; the verdict is in `result`.
+  void SendAndFinish(const wire::UpdateBytes& bytes) {
+    Status sent = wire::ForEachChunk(bytes, 1 << 20, [&](const v1::TensorChunk& chunk) {
+      v1::UpdateChunkMessage m;
+      *m.mutable_chunk() = chunk;
+      return writer->Write(m) ? Status::Ok() : CancelledError("the coordinator closed the upload");
+    });
+    EXPECT_TRUE(sent.ok()) << sent.ToString();
+    writer->WritesDone();
+    grpc::Status finished = writer->Finish();
+    EXPECT_TRUE(finished.ok()) << finished.error_message();
   }
   grpc::ClientContext ctx;
   v1::UploadResult result;
@@ -146,26 +123,12 @@ TEST(UploadAdmissionTest, AnUpdateIsAdmittedBeforeItsTensorsAndOneWaitsWhileTheM
   EXPECT_FALSE(admitted2) << "admitted while the only update the memory holds was still being received";
 
   // ...and is admitted once the first is received.
-  Status sent1 = wire::ForEachChunk(bytes1, 1 << 20, [&](const v1::TensorChunk& chunk) {
-    v1::UpdateChunkMessage m;
-    *m.mutable_chunk() = chunk;
-    return up1.writer->Write(m) ? Status::Ok() : CancelledError("closed");
-  });
-  ASSERT_TRUE(sent1.ok()) << sent1.ToString();
-  up1.writer->WritesDone();
-  ASSERT_TRUE(up1.writer->Finish().ok());
+  up1.SendAndFinish(bytes1);
   EXPECT_TRUE(up1.result.accepted()) << up1.result.reason();
 
   ASSERT_EQ(waiting2.wait_for(std::chrono::seconds(30)), std::future_status::ready);
   EXPECT_TRUE(admitted2);
-  Status sent2 = wire::ForEachChunk(bytes2, 1 << 20, [&](const v1::TensorChunk& chunk) {
-    v1::UpdateChunkMessage m;
-    *m.mutable_chunk() = chunk;
-    return up2.writer->Write(m) ? Status::Ok() : CancelledError("closed");
-  });
-  ASSERT_TRUE(sent2.ok()) << sent2.ToString();
-  up2.writer->WritesDone();
-  ASSERT_TRUE(up2.writer->Finish().ok());
+  up2.SendAndFinish(bytes2);
   EXPECT_TRUE(up2.result.accepted()) << up2.result.reason();
 
   auto stub = JobStub(port);
