@@ -80,12 +80,7 @@ class RogueWorker {
   }
 
   void OnTask(const v1::TrainTask& task) {
-    v1::DownloadModelRequest request;
-    request.set_worker_id(hand_->joined().worker_id());
-    request.set_session(hand_->joined().session());
-    request.set_job_id(task.job_id());
-    request.set_model_version(task.model_version());
-    auto model = hand_->client().DownloadModel(request);
+    auto model = hand_->Download(task);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     TensorSet delta = *model;
     for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);

@@ -184,6 +184,15 @@ HandWorker::HandWorker(const std::string& address, const std::string& name,
   });
 }
 
+Result<TensorSet> HandWorker::Download(const v1::TrainTask& task) {
+  v1::DownloadModelRequest request;
+  request.set_worker_id(joined_.worker_id());
+  request.set_session(joined_.session());
+  request.set_job_id(task.job_id());
+  request.set_model_version(task.model_version());
+  return client_->DownloadModel(request);
+}
+
 HandWorker::~HandWorker() {
   stop_ = true;
   client_->CancelTaskChannel();

@@ -104,6 +104,8 @@ class HandWorker {
   ~HandWorker();
   worker::CoordinatorClient& client() { return *client_; }
   const v1::JoinResponse& joined() const { return joined_; }
+  // The model `task` trains, as this worker downloads it.
+  Result<TensorSet> Download(const v1::TrainTask& task);
 
  private:
   std::unique_ptr<worker::CoordinatorClient> client_;

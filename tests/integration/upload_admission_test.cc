@@ -34,12 +34,7 @@ class ManualWorker {
 
   // The header of an unchanged model's update for `task`, and its bytes.
   void BuildUpdate(const v1::TrainTask& task, v1::UpdateChunkMessage* header, wire::UpdateBytes* bytes) {
-    v1::DownloadModelRequest request;
-    request.set_worker_id(joined().worker_id());
-    request.set_session(joined().session());
-    request.set_job_id(task.job_id());
-    request.set_model_version(task.model_version());
-    auto model = hand_->client().DownloadModel(request);
+    auto model = hand_->Download(task);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     TensorSet delta = *model;
     for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
