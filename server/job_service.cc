@@ -15,6 +15,7 @@
 #include "proto/grpc_status.h"
 #include "proto/job_mapping.h"
 #include "proto/list_reply.h"
+#include "proto/tensor_transfer.h"
 #include "server/coordinator.h"
 #include "server/service_doors.h"
 
@@ -330,11 +331,13 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     auto model = c_->ExportModel(request->job_id(), round, 1u << 20);
     if (!model.ok()) return ToGrpc(model.status());
     if (!writer->Write((*model)->manifest_message())) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
-    for (const v1::ModelChunkMessage& chunk : (*model)->chunks()) {
-      if (ctx->IsCancelled() || !writer->Write(chunk)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
-      }
-    }
+    Status sent = wire::ForEachChunk((*model)->tensors(), (*model)->chunk_bytes(), 0, [&](const v1::TensorChunk& chunk) {
+      v1::ModelChunkMessage message;
+      *message.mutable_chunk() = chunk;
+      if (ctx->IsCancelled() || !writer->Write(message)) return CancelledError("the caller went away");
+      return Status::Ok();
+    });
+    if (!sent.ok()) return grpc::Status(grpc::StatusCode::CANCELLED, "the caller went away");
     return grpc::Status::OK;
   }
 

@@ -1,10 +1,23 @@
 #include "server/model_version.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <algorithm>
 
 #include "proto/tensor_transfer.h"
 
 namespace tessera::server {
+namespace {
+
+grpc::ByteBuffer Serialized(const v1::ModelChunkMessage& message) {
+  grpc::ByteBuffer buffer;
+  bool own = false;
+  grpc::Status s = grpc::SerializationTraits<v1::ModelChunkMessage>::Serialize(message, &buffer, &own);
+  (void)s;  // a message of at most 1 MiB and a manifest always serialize
+  return buffer;
+}
+
+}  // namespace
 
 std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
                                                          uint32_t chunk_bytes) {
@@ -19,13 +32,15 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
   m->sha256_ = TensorSetSha256(set, hashes);  // from the manifest's hashes: the tensors are hashed once
   m->manifest_.set_model_version(version);
   m->manifest_.set_model_sha256(m->sha256_);
+  m->wire_manifest_ = Serialized(m->manifest_);
+  m->chunk_bytes_ = m->manifest_.manifest().chunk_bytes();
   uint64_t position = 0;
   wire::ForEachChunk(set, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
     v1::ModelChunkMessage message;
     *message.mutable_chunk() = chunk;
     m->chunk_start_.push_back(position);
     position += chunk.data().size();
-    m->chunks_.push_back(std::move(message));
+    m->wire_chunks_.push_back(Serialized(message));
     return Status::Ok();
   }).ok();
   return m;
@@ -43,16 +58,20 @@ Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) co
   if (it == chunk_start_.begin()) return plan;
   const size_t index = static_cast<size_t>(it - chunk_start_.begin()) - 1;
   const uint64_t skip = resume_offset - chunk_start_[index];
-  const v1::TensorChunk& chunk = chunks_[index].chunk();
+  const uint64_t end = index + 1 < chunk_start_.size() ? chunk_start_[index + 1] : total_bytes_;
   plan.first_chunk = index + 1;
   if (skip == 0) {
     plan.first_chunk = index;
-  } else if (skip < chunk.data().size()) {
-    plan.first_partial = std::make_unique<v1::ModelChunkMessage>();
-    auto* part = plan.first_partial->mutable_chunk();
-    part->set_tensor_index(chunk.tensor_index());
-    part->set_offset(chunk.offset() + skip);
-    part->set_data(chunk.data().substr(skip));
+  } else if (skip < end - chunk_start_[index]) {
+    // The rest of that chunk: the first chunk from the offset, cut at the chunk's end.
+    v1::ModelChunkMessage part;
+    wire::ForEachChunk(*tensors_, chunk_bytes_, resume_offset, [&](const v1::TensorChunk& chunk) {
+      *part.mutable_chunk() = chunk;
+      return CancelledError("the first chunk is enough");
+    }).ok();
+    std::string* data = part.mutable_chunk()->mutable_data();
+    data->resize(std::min<size_t>(data->size(), static_cast<size_t>(end - resume_offset)));
+    plan.first_partial = std::make_unique<grpc::ByteBuffer>(Serialized(part));
   }
   return plan;
 }

@@ -1,6 +1,9 @@
 // A global model version encoded for the wire once, and served from memory to every worker
 // that downloads it: the manifest (with its per-tensor SHA-256), the whole-set hash and every
-// chunk message are built when the version is committed (or loaded), never per download.
+// chunk message are built when the version is committed (or loaded), never per download. The
+// messages are kept serialized (grpc::ByteBuffer): every download writes the same
+// reference-counted slices, so a hundred downloads in flight hold one copy of the model, not
+// a message copy each.
 // Immutable once built; shared between the job runner and the downloads in flight, which
 // keep a version alive while they send it even after a newer one is committed.
 #pragma once
@@ -9,6 +12,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
 
 #include "base/status.h"
 #include "core/tensor.h"
@@ -30,14 +35,17 @@ class ModelVersion {
 
   // The messages of a download that resumes after `resume_offset` bytes: the manifest
   // message, then chunk messages. `first_partial` is set (and must be sent first after the
-  // manifest) when the offset falls inside a chunk; the rest are chunks()[first_chunk...].
+  // manifest) when the offset falls inside a chunk; the rest are wire_chunks()[first_chunk...].
   struct Plan {
-    std::unique_ptr<v1::ModelChunkMessage> first_partial;
+    std::unique_ptr<grpc::ByteBuffer> first_partial;
     size_t first_chunk = 0;
   };
   Result<Plan> PlanDownload(uint64_t resume_offset) const;
   const v1::ModelChunkMessage& manifest_message() const { return manifest_; }
-  const std::vector<v1::ModelChunkMessage>& chunks() const { return chunks_; }
+  // The manifest and chunk messages, serialized.
+  const grpc::ByteBuffer& wire_manifest() const { return wire_manifest_; }
+  const std::vector<grpc::ByteBuffer>& wire_chunks() const { return wire_chunks_; }
+  uint32_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
   ModelVersion() = default;
@@ -46,8 +54,10 @@ class ModelVersion {
   std::shared_ptr<const TensorSet> tensors_;
   std::string sha256_;
   uint64_t total_bytes_ = 0;
+  uint32_t chunk_bytes_ = 0;
   v1::ModelChunkMessage manifest_;
-  std::vector<v1::ModelChunkMessage> chunks_;
+  grpc::ByteBuffer wire_manifest_;
+  std::vector<grpc::ByteBuffer> wire_chunks_;
   std::vector<uint64_t> chunk_start_;  // byte offset of each chunk in the concatenated tensors
 };
 

@@ -241,10 +241,11 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
 };
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
-// (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one.
+// (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one. DownloadModel
+// is raw: it writes each model version's messages serialized once (server/model_version.h).
 class WorkerServiceImpl final
     : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_OpenTaskChannel<
-          v1::WorkerService::WithCallbackMethod_DownloadModel<v1::WorkerService::WithCallbackMethod_UploadUpdate<
+          v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithCallbackMethod_UploadUpdate<
               v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
@@ -292,8 +293,8 @@ class WorkerServiceImpl final
     return new TaskChannelReactor(c_, ctx, *request, CheckCaller(ctx, "task channel", request->worker_id()));
   }
 
-  grpc::ServerWriteReactor<v1::ModelChunkMessage>* DownloadModel(grpc::CallbackServerContext*,
-                                                                const v1::DownloadModelRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(grpc::CallbackServerContext*,
+                                                          const grpc::ByteBuffer* raw_request) override;
 
   // Rendezvous keys are confined to the caller's own cohort, in the round it takes part in:
   // "rendezvous/JOB/ROUND/ATTEMPT/COHORT/..." (the TrainTask's rendezvous_prefix).
@@ -399,9 +400,15 @@ class WorkerServiceImpl final
   RefusalLog refused_uploads_;
 };
 
-grpc::ServerWriteReactor<v1::ModelChunkMessage>* WorkerServiceImpl::DownloadModel(
-    grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest* request) {
-  Status admitted = CheckCaller(ctx, "download", request->worker_id());
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::DownloadModel(grpc::CallbackServerContext* ctx,
+                                                                           const grpc::ByteBuffer* raw_request) {
+  v1::DownloadModelRequest parsed;
+  grpc::ByteBuffer copy(*raw_request);  // shares the slices; Deserialize consumes its argument
+  const bool readable =
+      grpc::SerializationTraits<v1::DownloadModelRequest>::Deserialize(&copy, &parsed).ok();
+  const v1::DownloadModelRequest* request = &parsed;
+  Status admitted = readable ? CheckCaller(ctx, "download", request->worker_id())
+                             : InvalidArgumentError("download: the request is not a DownloadModelRequest");
   if (admitted.ok()) admitted = CheckJobId("download", request->job_id());
   std::unique_ptr<StreamCounter::Slot> slot;
   if (admitted.ok()) {

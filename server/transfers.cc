@@ -25,7 +25,7 @@ using wire::ToGrpc;
 // One model download, written from the version's pre-built messages: the manifest, then
 // every chunk, each write started when the previous one completes. No thread waits on a
 // slow worker, and no download hashes or copies the model again.
-class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMessage> {
+class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `admitted`: the caller's credential and the request's fields, checked by the service.
   DownloadReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::DownloadModelRequest& request,
@@ -80,7 +80,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
     deadline_->Cap(open->deadline, "job " + request.job_id() + " round " + std::to_string(open->round) + " attempt " +
                                        std::to_string(open->attempt) + " reached its deadline");
     c->watchdog().Watch(deadline_);
-    StartWrite(&model_->manifest_message());
+    StartWrite(&model_->wire_manifest());
   }
 
   void OnWriteDone(bool ok) override {
@@ -95,8 +95,8 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
       StartWrite(partial_.get());
       return;
     }
-    if (next_ < model_->chunks().size()) {
-      StartWrite(&model_->chunks()[next_++]);
+    if (next_ < model_->wire_chunks().size()) {
+      StartWrite(&model_->wire_chunks()[next_++]);
       return;
     }
     const uint64_t sent = model_->total_bytes() - std::min<uint64_t>(resume_offset_, model_->total_bytes());
@@ -126,7 +126,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunkMess
   std::shared_ptr<JobRunner> runner_;
   std::shared_ptr<const ModelVersion> model_;  // kept alive until the download ends
   ModelVersion::Plan plan_;
-  std::unique_ptr<v1::ModelChunkMessage> partial_;  // the resumed first chunk, while it is written
+  std::unique_ptr<grpc::ByteBuffer> partial_;  // the resumed first chunk, while it is written
   size_t next_ = 0;
   std::shared_ptr<StreamDeadline> deadline_;  // set once the download starts writing
 };
@@ -346,7 +346,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
                                                                const v1::DownloadModelRequest& request,
                                                                const Status& admitted,
                                                                std::unique_ptr<StreamCounter::Slot> slot) {

@@ -29,10 +29,12 @@ namespace tessera::server {
 class Coordinator;
 
 // `admitted`: the service's verdict on the caller and the request; an error ends the call.
-grpc::ServerWriteReactor<v1::ModelChunkMessage>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
-                                                               const v1::DownloadModelRequest& request,
-                                                               const Status& admitted,
-                                                               std::unique_ptr<StreamCounter::Slot> slot);
+// The download writes the version's serialized messages (ModelVersion::wire_chunks), so the
+// service registers DownloadModel as a raw method (ByteBuffers out; the request parsed by it).
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
+                                                          const v1::DownloadModelRequest& request,
+                                                          const Status& admitted,
+                                                          std::unique_ptr<StreamCounter::Slot> slot);
 
 // What the service checks of an upload's header (the caller's credential, the fields' form),
 // and where a refusal not tied to a selected worker is logged (rate-limited).
