@@ -347,9 +347,9 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
 }  // namespace
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::CallbackServerContext* ctx,
-                                                               const v1::DownloadModelRequest& request,
-                                                               const Status& admitted,
-                                                               std::unique_ptr<StreamCounter::Slot> slot) {
+                                                          const v1::DownloadModelRequest& request,
+                                                          const Status& admitted,
+                                                          std::unique_ptr<StreamCounter::Slot> slot) {
   return new DownloadReactor(c, ctx, request, admitted, std::move(slot));
 }
 

@@ -63,18 +63,20 @@ TEST(StalenessWeightTest, TheMeanScalesEachDeltaAndKeepsTheSamplesAsWeights) {
 }
 
 // One gate per task, per worker, in the order the tasks arrive: the test opens the n-th
-// task's gate to let that update go.
+// task's gate to let that update go. The gates live in a state the script shares, so a worker
+// that asks the script while the fixture tears down (after the test's locals are gone) still
+// finds them.
 class GatedTasks {
  public:
   FakeWorker::Script Script() {
-    return [this](const v1::TrainTask&) {
+    return [state = state_](const v1::TrainTask&) {
       auto gate = std::make_shared<Gate>();
       {
-        std::lock_guard<std::mutex> lock(mu_);
-        gates_.push_back(gate);
-        if (open_) gate->Open();
+        std::lock_guard<std::mutex> lock(state->mu);
+        state->gates.push_back(gate);
+        if (state->open) gate->Open();
       }
-      cv_.notify_all();
+      state->cv.notify_all();
       return FakeAction::UploadLate(gate);
     };
   }
@@ -83,25 +85,28 @@ class GatedTasks {
   void Open(size_t task) {
     std::shared_ptr<Gate> gate;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      ASSERT_TRUE(cv_.wait_for(lock, kWaitLimit, [&] { return task < gates_.size(); }))
+      std::unique_lock<std::mutex> lock(state_->mu);
+      ASSERT_TRUE(state_->cv.wait_for(lock, kWaitLimit, [&] { return task < state_->gates.size(); }))
           << "task " << task << " was never taken up";
-      gate = gates_[task];
+      gate = state_->gates[task];
     }
     gate->Open();
   }
   // Opens every gate, and those of the tasks to come: the worker answers at once from now on.
   void OpenAll() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    for (auto& gate : gates_) gate->Open();
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->open = true;
+    for (auto& gate : state_->gates) gate->Open();
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  std::deque<std::shared_ptr<Gate>> gates_;
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool open = false;
+    std::deque<std::shared_ptr<Gate>> gates;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
 class AsyncDriverTest : public JobRunnerFixture {
