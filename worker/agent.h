@@ -136,6 +136,9 @@ class WorkerAgent {
   // layout. In memory only (a restarted worker starts from zero); a seat not selected keeps
   // its residual until its next round. Bounded to kMaxResiduals seats. Only the task thread.
   static constexpr size_t kMaxResiduals = 8;
+  // Models at least this large give their memory back after each round (WorkerAgent::Train).
+  static constexpr uint64_t kReleaseAboveBytes = uint64_t{4} << 20;
+  bool large_model_ = false;  // the last task's model is that large; only the task thread
   std::map<std::string, TensorSet> residuals_;
   // FedBN: a seat's own values of the model's local tensors (batch norms declared local),
   // restored over each round's global model. In memory only, bounded like residuals_. Only
