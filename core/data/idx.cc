@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -346,6 +347,22 @@ Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const st
 
 namespace {
 
+// The labels of an image file holding `count` images: as many, each in [0, num_classes).
+Status CheckLabels(const std::string& images_path, int64_t count, const std::string& labels_path,
+                   const std::vector<uint8_t>& labels, int num_classes) {
+  if (static_cast<int64_t>(labels.size()) != count) {
+    return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " + std::to_string(count) +
+                                " images but " + labels_path + " holds " + std::to_string(labels.size()) + " labels");
+  }
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] >= num_classes) {
+      return InvalidArgumentError(labels_path + ": label " + std::to_string(labels[i]) + " at index " +
+                                  std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 // Reads and cross-checks an image/label file pair; the labels must be in [0, num_classes).
 Status ReadCheckedPair(const std::string& images_path, const std::string& labels_path, int num_classes,
                        IdxImages* images, std::vector<uint8_t>* labels) {
@@ -354,18 +371,7 @@ Status ReadCheckedPair(const std::string& images_path, const std::string& labels
   }
   ASSIGN_OR_RETURN(*images, ReadIdxImages(images_path));
   ASSIGN_OR_RETURN(*labels, ReadIdxLabels(labels_path));
-  if (static_cast<int64_t>(labels->size()) != images->count) {
-    return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " +
-                                std::to_string(images->count) + " images but " + labels_path + " holds " +
-                                std::to_string(labels->size()) + " labels");
-  }
-  for (size_t i = 0; i < labels->size(); ++i) {
-    if ((*labels)[i] >= num_classes) {
-      return InvalidArgumentError(labels_path + ": label " + std::to_string((*labels)[i]) + " at index " +
-                                  std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
-    }
-  }
-  return Status::Ok();
+  return CheckLabels(images_path, images->count, labels_path, *labels, num_classes);
 }
 
 std::array<float, 256> PixelLookup(PixelNormalisation normalisation) {
@@ -404,13 +410,17 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   return dataset;
 }
 
-Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
-                                const std::vector<int64_t>& rows, int num_classes,
-                                PixelNormalisation normalisation) {
+namespace {
+
+// LoadIdxPairRows on labels already read, with the rows `rows_of` picks from their count.
+Result<Dataset> LoadRows(const std::string& images_path, const std::string& labels_path,
+                         const std::function<std::vector<int64_t>(int64_t count)>& rows_of, int num_classes,
+                         PixelNormalisation normalisation) {
   if (num_classes < 1 || num_classes > 256) {
     return InvalidArgumentError("num_classes must be in [1, 256], got " + std::to_string(num_classes));
   }
   ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
+  const std::vector<int64_t> rows = rows_of(static_cast<int64_t>(labels.size()));
   // The image file is read as a stream: only the chosen rows are kept, as floats.
   ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(images_path));
   std::vector<uint8_t> header(16);
@@ -426,17 +436,7 @@ Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::strin
   shape.count = dims[0];
   shape.rows = static_cast<int>(dims[1]);
   shape.cols = static_cast<int>(dims[2]);
-  if (static_cast<int64_t>(labels.size()) != shape.count) {
-    return InvalidArgumentError("image/label count mismatch: " + images_path + " holds " +
-                                std::to_string(shape.count) + " images but " + labels_path + " holds " +
-                                std::to_string(labels.size()) + " labels");
-  }
-  for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= num_classes) {
-      return InvalidArgumentError(labels_path + ": label " + std::to_string(labels[i]) + " at index " +
-                                  std::to_string(i) + " is outside [0, " + std::to_string(num_classes) + ")");
-    }
-  }
+  RETURN_IF_ERROR(CheckLabels(images_path, shape.count, labels_path, labels, num_classes));
   // (row, position in the result), in file order.
   std::vector<std::pair<int64_t, size_t>> wanted(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -482,6 +482,26 @@ Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::strin
   }
   if (found != expected_size) return DataLossError(SizeMismatch(images_path, dims, expected_size, found));
   return dataset;
+}
+
+}  // namespace
+
+Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
+                                const std::vector<int64_t>& rows, int num_classes,
+                                PixelNormalisation normalisation) {
+  return LoadRows(images_path, labels_path, [&](int64_t) { return rows; }, num_classes, normalisation);
+}
+
+Result<Dataset> LoadIdxPairFirst(const std::string& images_path, const std::string& labels_path, int64_t n,
+                                 int num_classes, PixelNormalisation normalisation) {
+  return LoadRows(
+      images_path, labels_path,
+      [&](int64_t count) {
+        std::vector<int64_t> rows(static_cast<size_t>(n > 0 ? std::min(n, count) : count));
+        for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+        return rows;
+      },
+      num_classes, normalisation);
 }
 
 Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::string_view dataset) {

@@ -96,6 +96,11 @@ Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::strin
                                 const std::vector<int64_t>& rows, int num_classes = 10,
                                 PixelNormalisation normalisation = {});
 
+// The first min(n, count) samples of an image/label file pair (n <= 0: all of them), loaded
+// as LoadIdxPairRows loads rows: for a split of which only the first n are used.
+Result<Dataset> LoadIdxPairFirst(const std::string& images_path, const std::string& labels_path, int64_t n,
+                                 int num_classes = 10, PixelNormalisation normalisation = {});
+
 // The samples at `indices`, in that order (indices may repeat). kOutOfRange names the first
 // index outside [0, dataset.count).
 Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indices);

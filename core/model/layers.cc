@@ -100,20 +100,25 @@ void Conv2dLayer::Scatter(Device& device, int batch, int g, int channels, int64_
   }
 }
 
+// One group's strides: an input and an output plane, and its share of the weights.
+Conv2dLayer::GroupStrides Conv2dLayer::StridesFor(const Conv2dShape& shape) const {
+  return {static_cast<int64_t>(shape.in_height) * shape.in_width,
+          static_cast<int64_t>(shape.out_height()) * shape.out_width(),
+          static_cast<int64_t>(shape.out_channels) * shape.in_channels * kernel_ * kernel_};
+}
+
 void Conv2dLayer::Forward(Device& device, int batch, const float* x, float* y) {
   const Conv2dShape shape = ShapeFor(batch);
   if (groups_ == 1) {
     device.Conv2dForward(shape, x, weight_, bias_, y);
     return;
   }
-  const int64_t in_plane = static_cast<int64_t>(shape.in_height) * shape.in_width;
-  const int64_t out_plane = static_cast<int64_t>(shape.out_height()) * shape.out_width();
-  const int64_t group_weights = static_cast<int64_t>(shape.out_channels) * shape.in_channels * kernel_ * kernel_;
+  const GroupStrides strides = StridesFor(shape);
   for (int g = 0; g < groups_; ++g) {
-    Gather(device, batch, g, input_shape().channels, in_plane, x, group_in_.f32());
-    device.Conv2dForward(shape, group_in_.f32(), weight_ + g * group_weights,
+    Gather(device, batch, g, input_shape().channels, strides.in_plane, x, group_in_.f32());
+    device.Conv2dForward(shape, group_in_.f32(), weight_ + g * strides.weights,
                          has_bias_ ? bias_ + g * shape.out_channels : nullptr, group_out_.f32());
-    Scatter(device, batch, g, out_channels_, out_plane, group_out_.f32(), y);
+    Scatter(device, batch, g, out_channels_, strides.out_plane, group_out_.f32(), y);
   }
 }
 
@@ -125,17 +130,15 @@ void Conv2dLayer::Backward(Device& device, int batch, const float* x, const floa
     if (dx != nullptr) device.Conv2dBackwardData(shape, dy, weight_, dx);
     return;
   }
-  const int64_t in_plane = static_cast<int64_t>(shape.in_height) * shape.in_width;
-  const int64_t out_plane = static_cast<int64_t>(shape.out_height()) * shape.out_width();
-  const int64_t group_weights = static_cast<int64_t>(shape.out_channels) * shape.in_channels * kernel_ * kernel_;
+  const GroupStrides strides = StridesFor(shape);
   for (int g = 0; g < groups_; ++g) {
-    Gather(device, batch, g, input_shape().channels, in_plane, x, group_in_.f32());
-    Gather(device, batch, g, out_channels_, out_plane, dy, group_out_grad_.f32());
-    device.Conv2dBackwardFilter(shape, group_in_.f32(), group_out_grad_.f32(), weight_grad_ + g * group_weights,
+    Gather(device, batch, g, input_shape().channels, strides.in_plane, x, group_in_.f32());
+    Gather(device, batch, g, out_channels_, strides.out_plane, dy, group_out_grad_.f32());
+    device.Conv2dBackwardFilter(shape, group_in_.f32(), group_out_grad_.f32(), weight_grad_ + g * strides.weights,
                                 has_bias_ ? bias_grad_ + g * shape.out_channels : nullptr);
     if (dx != nullptr) {
-      device.Conv2dBackwardData(shape, group_out_grad_.f32(), weight_ + g * group_weights, group_in_grad_.f32());
-      Scatter(device, batch, g, input_shape().channels, in_plane, group_in_grad_.f32(), dx);
+      device.Conv2dBackwardData(shape, group_out_grad_.f32(), weight_ + g * strides.weights, group_in_grad_.f32());
+      Scatter(device, batch, g, input_shape().channels, strides.in_plane, group_in_grad_.f32(), dx);
     }
   }
 }

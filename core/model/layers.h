@@ -124,6 +124,12 @@ class Conv2dLayer final : public Layer {
  private:
   // One group's convolution (all of it when groups_ is 1).
   Conv2dShape ShapeFor(int batch) const;
+  struct GroupStrides {
+    int64_t in_plane;   // values in one input channel's plane
+    int64_t out_plane;  // and in one output channel's
+    int64_t weights;    // one group's weights
+  };
+  GroupStrides StridesFor(const Conv2dShape& shape) const;
   // Copies group g's channels of `batch` samples between the full layout (`channels` per
   // sample, `plane` values per channel) and a contiguous group buffer, either way.
   void Gather(Device& device, int batch, int g, int channels, int64_t plane, const float* full, float* group) const;

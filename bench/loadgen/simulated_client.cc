@@ -1,0 +1,572 @@
+#include "bench/loadgen/simulated_client.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tessera::loadgen {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kCallDeadline = std::chrono::seconds(10);      // as tessera-worker's
+constexpr auto kTransferDeadline = std::chrono::minutes(5);   // as tessera-worker's
+
+double MillisSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void SetDeadline(grpc::ClientContext* context, Clock::duration after) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(after));
+}
+
+std::string Describe(const grpc::Status& status) {
+  static const char* const kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+                                       "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  const int code = static_cast<int>(status.error_code());
+  const std::string name = code >= 0 && code <= 16 ? kNames[code] : std::to_string(code);
+  return name + ": " + status.error_message();
+}
+
+template <typename Request, typename Response>
+struct UnaryCall {
+  grpc::ClientContext context;
+  Request request;
+  Response response;
+  Clock::time_point started = Clock::now();
+};
+
+}  // namespace
+
+
+// The task channel: read until the stream ends. Owned by itself until OnDone and by its
+// client while open.
+class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1::Task> {
+ public:
+  TaskChannelCall(SimulatedClient* client, uint64_t epoch, v1::TaskChannelRequest request)
+      : client_(client), epoch_(epoch), request_(std::move(request)) {}
+
+  void Begin(std::shared_ptr<TaskChannelCall> self) {
+    self_ = std::move(self);
+    client_->stub()->async()->OpenTaskChannel(&context_, &request_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (ok) client_->OnChannelOpen(epoch_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    client_->OnTask(epoch_, incoming_);
+    StartRead(&incoming_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    ClientFleet* fleet = client_->fleet();
+    client_->OnChannelEnded(epoch_, status);
+    self_.reset();  // may delete this
+    fleet->CallEnded();
+  }
+
+ private:
+  SimulatedClient* const client_;
+  const uint64_t epoch_;
+  grpc::ClientContext context_;
+  v1::TaskChannelRequest request_;
+  v1::Task incoming_;
+  std::shared_ptr<TaskChannelCall> self_;
+};
+
+// One model download, checked as it streams.
+class SimulatedClient::DownloadCall final : public grpc::ClientReadReactor<v1::ModelChunkMessage> {
+ public:
+  DownloadCall(SimulatedClient* client, uint64_t work, v1::DownloadModelRequest request, std::string what,
+               bool verify_hashes)
+      : client_(client),
+        work_(work),
+        request_(std::move(request)),
+        check_(std::move(what), request_.model_version(), verify_hashes) {}
+
+  void Begin(std::shared_ptr<DownloadCall> self) {
+    self_ = std::move(self);
+    SetDeadline(&context_, kTransferDeadline);
+    client_->stub()->async()->DownloadModel(&context_, &request_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    if (checked_.ok()) checked_ = check_.Add(incoming_);  // after a failure, drain as the worker does
+    StartRead(&incoming_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    ClientFleet* fleet = client_->fleet();
+    client_->OnDownloaded(work_, status, checked_, check_, MillisSince(started_));
+    self_.reset();  // may delete this
+    fleet->CallEnded();
+  }
+
+ private:
+  SimulatedClient* const client_;
+  const uint64_t work_;
+  const Clock::time_point started_ = Clock::now();
+  grpc::ClientContext context_;
+  v1::DownloadModelRequest request_;
+  v1::ModelChunkMessage incoming_;
+  DownloadCheck check_;
+  Status checked_;
+  std::shared_ptr<DownloadCall> self_;
+};
+
+// One upload: the header, then the shared payload's chunks, one write in flight at a time.
+// Without a payload, the header goes alone (a failure report). With admission (as the worker,
+// worker/coordinator_client.cc), the first chunk waits for the coordinator's initial metadata
+// as well as for the header's write.
+class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::UpdateChunkMessage> {
+ public:
+  UploadCall(SimulatedClient* client, uint64_t work, v1::UpdateChunkMessage header,
+             std::shared_ptr<const UpdatePayload> payload, bool admission)
+      : client_(client), work_(work), header_(std::move(header)), payload_(std::move(payload)),
+        admitted_(!admission) {}
+
+  void Begin(std::shared_ptr<UploadCall> self) {
+    self_ = std::move(self);
+    SetDeadline(&context_, kTransferDeadline);
+    client_->stub()->async()->UploadUpdate(&context_, &result_, this);
+    if (!payload_ || payload_->chunks.empty()) {
+      StartWriteLast(&header_, grpc::WriteOptions());
+    } else {
+      StartWrite(&header_);
+    }
+    StartCall();
+  }
+  void Cancel() { context_.TryCancel(); }
+
+  void OnReadInitialMetadataDone(bool ok) override {
+    if (!ok || !payload_) return;
+    bool start = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      admitted_ = true;
+      start = header_written_;
+    }
+    if (start) WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok || !payload_) return;  // the coordinator ended the call (a refusal); OnDone follows
+    if (next_ == 0) {
+      bool start = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        header_written_ = true;
+        start = admitted_;
+      }
+      if (start) WriteNext();
+      return;
+    }
+    client_->fleet()->Add(Counter::kBytesUploaded, payload_->chunks[next_ - 1].chunk().data().size());
+    WriteNext();
+  }
+  void OnDone(const grpc::Status& status) override {
+    ClientFleet* fleet = client_->fleet();
+    client_->OnUploaded(work_, status, result_, MillisSince(started_), !payload_);
+    self_.reset();  // may delete this
+    fleet->CallEnded();
+  }
+
+ private:
+  // The next chunk; called by one reaction at a time (the header's write and the metadata
+  // decide together which one starts the first).
+  void WriteNext() {
+    if (next_ >= payload_->chunks.size()) return;
+    const v1::UpdateChunkMessage* chunk = &payload_->chunks[next_++];
+    if (next_ == payload_->chunks.size()) {
+      StartWriteLast(chunk, grpc::WriteOptions());
+    } else {
+      StartWrite(chunk);
+    }
+  }
+
+  SimulatedClient* const client_;
+  const uint64_t work_;
+  const Clock::time_point started_ = Clock::now();
+  grpc::ClientContext context_;
+  const v1::UpdateChunkMessage header_;
+  const std::shared_ptr<const UpdatePayload> payload_;
+  size_t next_ = 0;
+  std::mutex mu_;  // guards the two below
+  bool admitted_;
+  bool header_written_ = false;
+  v1::UploadResult result_;
+  std::shared_ptr<UploadCall> self_;
+};
+
+void SimulatedClient::Join(bool first) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) {
+      if (first) fleet_->FirstJoinAnswered(false);
+      return;
+    }
+  }
+  auto call = std::make_shared<UnaryCall<v1::JoinRequest, v1::JoinResponse>>();
+  call->request.set_join_token(fleet_->options().join_token);
+  call->request.set_name(name_);
+  v1::DeviceInfo& device = *call->request.mutable_device();
+  device.set_kind("simulated");
+  device.set_name("tessera-loadgen client (no device, no training)");
+  SetDeadline(&call->context, kCallDeadline);
+  fleet_->CallStarted();
+  stub_->async()->Join(&call->context, &call->request, &call->response, [this, first, call](grpc::Status status) {
+    ClientFleet* fleet = fleet_;
+    OnJoined(first, status, call->response);
+    fleet->CallEnded();
+  });
+}
+
+void SimulatedClient::OnJoined(bool first, const grpc::Status& status, const v1::JoinResponse& response) {
+  if (!status.ok()) {
+    const bool for_good = status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+                          status.error_code() == grpc::StatusCode::INVALID_ARGUMENT;
+    fleet_->Add(for_good ? Counter::kJoinRefusals : Counter::kJoinFailures);
+    fleet_->RecordError("join: " + Describe(status));
+    if (first) fleet_->FirstJoinAnswered(for_good);
+    if (!for_good) RejoinLater();
+    return;
+  }
+  fleet_->Add(Counter::kJoins);
+  if (first) fleet_->FirstJoinAnswered(false);
+  std::shared_ptr<TaskChannelCall> channel;
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    epoch = ++epoch_;
+    worker_id_ = response.worker_id();
+    session_ = response.session();
+    heartbeat_interval_ms_ = std::max<uint32_t>(100, response.heartbeat_interval_ms());  // as the worker
+    upload_admission_ = response.upload_admission();
+    backoff_ms_ = kBackoffInitialMs;
+    v1::TaskChannelRequest open;
+    open.set_worker_id(worker_id_);
+    open.set_session(session_);
+    channel = std::make_shared<TaskChannelCall>(this, epoch, std::move(open));
+    channel_ = channel;
+  }
+  fleet_->CallStarted();
+  channel->Begin(channel);
+  Heartbeat(epoch);  // the first beat at once, as the worker sends it
+}
+
+void SimulatedClient::Heartbeat(uint64_t epoch) {
+  auto call = std::make_shared<UnaryCall<v1::HeartbeatRequest, v1::HeartbeatResponse>>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_ || epoch != epoch_) return;
+    call->request.set_worker_id(worker_id_);
+    call->request.set_session(session_);
+    call->request.set_state(state_);
+  }
+  SetDeadline(&call->context, kCallDeadline);
+  fleet_->CallStarted();
+  stub_->async()->Heartbeat(&call->context, &call->request, &call->response, [this, epoch, call](grpc::Status status) {
+    ClientFleet* fleet = fleet_;
+    if (status.ok()) {
+      fleet->Add(Counter::kHeartbeats);
+      fleet->Record(Latency::kHeartbeat, MillisSince(call->started));
+    } else {
+      fleet->Add(Counter::kHeartbeatFailures);
+      fleet->RecordError("heartbeat: " + Describe(status));
+    }
+    std::shared_ptr<TaskChannelCall> channel;
+    uint32_t interval = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!cancelled_ && epoch == epoch_) {
+        interval = heartbeat_interval_ms_;
+        // A refused session ends the session; the channel's end brings a new join.
+        if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) channel = channel_;
+      }
+    }
+    if (channel) {
+      channel->Cancel();
+    } else if (interval > 0) {
+      fleet->timers().After(std::chrono::milliseconds(interval), [this, epoch] { Heartbeat(epoch); });
+    }
+    fleet->CallEnded();
+  });
+}
+
+void SimulatedClient::RejoinLater() {
+  uint32_t backoff = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) return;
+    backoff = backoff_ms_;
+    backoff_ms_ = std::min(backoff_ms_ * 2, kBackoffMaxMs);
+  }
+  fleet_->timers().After(std::chrono::milliseconds(backoff), [this] { Join(false); });
+}
+
+void SimulatedClient::OnChannelOpen(uint64_t epoch) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch != epoch_ || channel_ready_) return;
+    channel_ready_ = true;
+  }
+  fleet_->ChannelReadyChanged(+1);
+}
+
+void SimulatedClient::OnChannelEnded(uint64_t epoch, const grpc::Status& status) {
+  bool was_ready = false;
+  bool cancelled = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (epoch != epoch_) return;
+    ++epoch_;  // the session is over: its heartbeats stop
+    was_ready = channel_ready_;
+    channel_ready_ = false;
+    channel_.reset();
+    cancelled = cancelled_;
+  }
+  if (was_ready) fleet_->ChannelReadyChanged(-1);
+  if (cancelled || fleet_->stopping()) return;
+  fleet_->Add(Counter::kChannelDrops);
+  fleet_->RecordError("task channel ended: " + (status.ok() ? std::string("closed by the coordinator") : Describe(status)));
+  RejoinLater();
+}
+
+void SimulatedClient::OnTask(uint64_t epoch, const v1::Task& task) {
+  if (task.has_train()) {
+    fleet_->Add(Counter::kTrainTasks);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (cancelled_) return;
+      if (busy_) {  // taken when the work in hand ends; a newer task replaces an older one
+        if (next_task_) fleet_->Add(Counter::kSupersededTasks);
+        next_task_ = task.train();
+        return;
+      }
+      busy_ = true;
+    }
+    StartWork(task.train());
+  } else if (task.has_cancel()) {
+    fleet_->Add(Counter::kCancels);
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto& cancel = task.cancel();
+    // A cancel names its attempt; attempt 0 (an older coordinator) means every attempt.
+    auto cancels = [&cancel](const v1::TrainTask& t) {
+      return t.job_id() == cancel.job_id() && t.round() == cancel.round() &&
+             (cancel.attempt() == 0 || cancel.attempt() == t.attempt());
+    };
+    if (next_task_ && cancels(*next_task_)) next_task_.reset();
+    if (busy_ && cancels(task_)) task_cancelled_ = true;
+  } else if (task.has_verdict()) {
+    fleet_->Add(task.verdict().accepted() ? Counter::kVerdictsAccepted : Counter::kVerdictsRefused);
+    if (!task.verdict().accepted()) fleet_->RecordError("update refused (verdict): " + task.verdict().reason());
+  }
+}
+
+void SimulatedClient::StartWork(v1::TrainTask task) {
+  std::shared_ptr<DownloadCall> download;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (cancelled_) {
+      busy_ = false;
+      return;
+    }
+    const uint64_t work = ++work_;
+    task_ = std::move(task);
+    task_cancelled_ = false;
+    payload_.reset();
+    state_ = "training";
+    v1::DownloadModelRequest request;
+    request.set_worker_id(worker_id_);
+    request.set_session(session_);
+    request.set_job_id(task_.job_id());
+    request.set_model_version(task_.model_version());
+    std::string what = "model version " + std::to_string(task_.model_version()) + " of job " + task_.job_id() +
+                       " for " + name_;
+    download = std::make_shared<DownloadCall>(this, work, std::move(request), std::move(what),
+                                              fleet_->options().verify_downloads);
+    download_ = download;
+  }
+  fleet_->CallStarted();
+  download->Begin(download);
+}
+
+void SimulatedClient::OnDownloaded(uint64_t work, const grpc::Status& status, const Status& checked,
+                                   const DownloadCheck& check, double ms) {
+  Status outcome = checked;
+  if (outcome.ok() && status.ok()) outcome = check.Finish();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    download_.reset();
+  }
+  if (!status.ok()) {
+    // A broken connection or a refused session: the worker logs it and reports nothing.
+    fleet_->Add(Counter::kDownloadFailures);
+    fleet_->RecordError("download: " + Describe(status));
+    FinishWork(work);
+    return;
+  }
+  if (!outcome.ok()) {
+    fleet_->Add(Counter::kDownloadFailures);
+    fleet_->RecordError("download: " + outcome.ToString());
+    v1::TrainTask task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task = task_;
+    }
+    ReportFailure(task, work, outcome.ToString());
+    return;
+  }
+  fleet_->Add(Counter::kDownloads);
+  fleet_->Add(Counter::kBytesDownloaded, check.bytes_received());
+  fleet_->Record(Latency::kDownload, ms);
+  auto payload = fleet_->payloads().For(check.manifest(), work + std::hash<std::string>()(name_));
+  if (!payload.ok()) {
+    fleet_->RecordError("building the update: " + payload.status().ToString());
+    v1::TrainTask task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      task = task_;
+    }
+    ReportFailure(task, work, payload.status().ToString());
+    return;
+  }
+  const uint32_t compute_ms = fleet_->options().compute_ms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    download_ms_ = ms;
+    payload_ = *payload;
+    compute_start_ = Clock::now();
+  }
+  if (compute_ms == 0) {
+    Upload(work);
+  } else {
+    fleet_->timers().After(std::chrono::milliseconds(compute_ms), [this, work] { Upload(work); });
+  }
+}
+
+v1::UpdateChunkMessage SimulatedClient::HeaderFor(const v1::TrainTask& task) {
+  v1::UpdateChunkMessage message;
+  v1::UpdateHeader& header = *message.mutable_header();
+  header.set_worker_id(worker_id_);
+  header.set_session(session_);
+  header.set_job_id(task.job_id());
+  header.set_round(task.round());
+  header.set_attempt(task.attempt());
+  header.set_base_model_version(task.model_version());
+  return message;
+}
+
+void SimulatedClient::Upload(uint64_t work) {
+  std::shared_ptr<UploadCall> upload;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (work != work_) return;
+    if (cancelled_ || task_cancelled_) {
+      if (!cancelled_) fleet_->Add(Counter::kUploadsSkipped);
+    } else {
+      v1::UpdateChunkMessage message = HeaderFor(task_);
+      v1::UpdateHeader& header = *message.mutable_header();
+      header.set_samples(fleet_->options().samples);
+      header.set_compute_ms(MillisSince(compute_start_));
+      header.set_download_ms(download_ms_);
+      header.set_train_loss(0);
+      *header.mutable_manifest() = payload_->manifest;
+      state_ = "uploading";
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
+      upload_ = upload;
+    }
+  }
+  if (!upload) {
+    FinishWork(work);
+    return;
+  }
+  fleet_->CallStarted();
+  upload->Begin(upload);
+}
+
+void SimulatedClient::ReportFailure(const v1::TrainTask& task, uint64_t work, const std::string& why) {
+  std::shared_ptr<UploadCall> upload;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!cancelled_) {
+      v1::UpdateChunkMessage message = HeaderFor(task);
+      message.mutable_header()->set_failure(why);
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), nullptr, false);
+      upload_ = upload;
+    }
+  }
+  if (!upload) {
+    FinishWork(work);
+    return;
+  }
+  fleet_->Add(Counter::kFailuresReported);
+  fleet_->CallStarted();
+  upload->Begin(upload);
+}
+
+void SimulatedClient::OnUploaded(uint64_t work, const grpc::Status& status, const v1::UploadResult& result, double ms,
+                                 bool failure_report) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    upload_.reset();
+  }
+  if (!failure_report) {
+    if (!status.ok()) {
+      fleet_->Add(Counter::kUploadFailures);
+      fleet_->RecordError("upload: " + Describe(status));
+    } else if (!result.accepted()) {
+      fleet_->Add(Counter::kUploadsRefused);
+      fleet_->RecordError("upload refused: " + result.reason());
+    } else {
+      fleet_->Add(Counter::kUploadsAccepted);
+      fleet_->Record(Latency::kUpload, ms);
+    }
+  } else if (!status.ok()) {
+    fleet_->RecordError("failure report: " + Describe(status));
+  }
+  FinishWork(work);
+}
+
+void SimulatedClient::FinishWork(uint64_t work) {
+  std::optional<v1::TrainTask> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (work != work_) return;
+    state_ = "idle";
+    payload_.reset();
+    next = std::move(next_task_);
+    next_task_.reset();
+    busy_ = next.has_value() && !cancelled_;
+    if (!busy_) return;
+  }
+  StartWork(std::move(*next));
+}
+
+void SimulatedClient::Cancel() {
+  std::shared_ptr<TaskChannelCall> channel;
+  std::shared_ptr<DownloadCall> download;
+  std::shared_ptr<UploadCall> upload;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    channel = channel_;
+    download = download_;
+    upload = upload_;
+  }
+  if (channel) channel->Cancel();
+  if (download) download->Cancel();
+  if (upload) upload->Cancel();
+}
+
+}  // namespace tessera::loadgen

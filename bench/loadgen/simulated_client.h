@@ -1,0 +1,91 @@
+// One simulated worker of the load generator (ClientFleet, client_fleet.h): joins, heartbeats,
+// holds its task channel open, downloads each task's model and uploads an update of its
+// layout, all on gRPC's callback API, as tessera-worker does over the protocol.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "bench/loadgen/client_fleet.h"
+#include "bench/loadgen/download_check.h"
+#include "bench/loadgen/update_payload.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::loadgen {
+
+// One simulated worker. Its state is guarded by its own lock, which is never held while a
+// gRPC call is started or cancelled (gRPC may run a completion on the calling thread).
+class SimulatedClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr uint32_t kBackoffInitialMs = 200;  // rejoin backoff, doubled up to the max
+  static constexpr uint32_t kBackoffMaxMs = 5000;
+
+  SimulatedClient(ClientFleet* fleet, size_t index, v1::WorkerService::Stub* stub)
+      : fleet_(fleet), stub_(stub), name_(fleet->options().name_prefix + "-" + std::to_string(index)) {}
+
+  void Join(bool first);
+  // Cancels the open calls; none starts afterwards.
+  void Cancel();
+
+  // Completions of this client's calls.
+  void OnChannelOpen(uint64_t epoch);
+  void OnTask(uint64_t epoch, const v1::Task& task);
+  void OnChannelEnded(uint64_t epoch, const grpc::Status& status);
+  void OnDownloaded(uint64_t work, const grpc::Status& status, const Status& checked, const DownloadCheck& check,
+                    double ms);
+  void OnUploaded(uint64_t work, const grpc::Status& status, const v1::UploadResult& result, double ms,
+                  bool failure_report);
+
+  v1::WorkerService::Stub* stub() { return stub_; }
+  ClientFleet* fleet() { return fleet_; }
+
+ private:
+  class TaskChannelCall;
+  class DownloadCall;
+  class UploadCall;
+
+  void OnJoined(bool first, const grpc::Status& status, const v1::JoinResponse& response);
+  void Heartbeat(uint64_t epoch);
+  void RejoinLater();
+  void StartWork(v1::TrainTask task);
+  void Upload(uint64_t work);
+  void ReportFailure(const v1::TrainTask& task, uint64_t work, const std::string& why);
+  void FinishWork(uint64_t work);
+  v1::UpdateChunkMessage HeaderFor(const v1::TrainTask& task);
+
+  ClientFleet* const fleet_;
+  v1::WorkerService::Stub* const stub_;
+  const std::string name_;
+
+  std::mutex mu_;  // guards the fields below
+  bool cancelled_ = false;
+  uint64_t epoch_ = 0;  // one per joined session; completions of an older session do nothing
+  std::string worker_id_;
+  std::string session_;
+  uint32_t heartbeat_interval_ms_ = 1000;
+  bool upload_admission_ = false;  // from the JoinResponse: wait for the upload's metadata
+  uint32_t backoff_ms_ = kBackoffInitialMs;
+  bool channel_ready_ = false;
+  std::string state_ = "idle";
+  std::shared_ptr<TaskChannelCall> channel_;
+  // The work in hand: one task at a time, the newest waiting task next.
+  bool busy_ = false;
+  uint64_t work_ = 0;
+  v1::TrainTask task_;
+  bool task_cancelled_ = false;
+  double download_ms_ = 0;
+  Clock::time_point compute_start_{};
+  std::shared_ptr<const UpdatePayload> payload_;
+  std::optional<v1::TrainTask> next_task_;
+  std::shared_ptr<DownloadCall> download_;
+  std::shared_ptr<UploadCall> upload_;
+};
+
+}  // namespace tessera::loadgen
