@@ -25,13 +25,15 @@ model_flags() {
   case "$1" in
     tiny) echo "--model simplecnn" ;;
     mlp10) echo "--model mlp --hidden 3297" ;;
-    *) echo "unknown model '$1' (expected tiny or mlp10)" >&2; return 1 ;;
+    micro) echo "--model mlp --hidden 1" ;;
+    *) echo "unknown model '$1' (expected tiny, mlp10 or micro)" >&2; return 1 ;;
   esac
 }
 model_parameters() {
   case "$1" in
     tiny) echo 44426 ;;
     mlp10) echo 2621125 ;;
+    micro) echo 805 ;;
   esac
 }
 

@@ -1,5 +1,8 @@
 #include "proto/update_assembler.h"
 
+#include <bit>
+#include <cstring>
+
 #include "base/escape.h"
 #include "base/sha256.h"
 #include "proto/tensor_transfer.h"
@@ -7,8 +10,18 @@
 
 namespace tessera::wire {
 
-UpdateAssembler::UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction)
-    : what_(std::move(what)), max_decoded_bytes_(max_decoded_bytes), topk_fraction_(topk_fraction) {}
+// float32 tensors are assembled in place: the wire's little-endian bytes are their values.
+static_assert(std::endian::native == std::endian::little, "float32 chunks are copied as the host's floats");
+
+UpdateAssembler::UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction,
+                                 FloatBufferPool* pool)
+    : what_(std::move(what)), max_decoded_bytes_(max_decoded_bytes), topk_fraction_(topk_fraction), pool_(pool) {}
+
+void UpdateAssembler::SizeValues(Pending& pending) {
+  const size_t n = static_cast<size_t>(pending.elements);
+  if (pending.tensor.values.size() == n) return;
+  pending.tensor.values = pool_ != nullptr ? pool_->Take(n) : std::vector<float>(n);
+}
 
 std::string UpdateAssembler::Names(const Pending& pending) const {
   return "set '" + set_names_[pending.set] + "', tensor " + QuoteUntrusted(pending.tensor.name);
@@ -91,27 +104,55 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
 }
 
 Status UpdateAssembler::Add(const v1::TensorChunk& chunk) {
+  auto at = BeginChunk(chunk.tensor_index(), chunk.offset(), chunk.data().size());
+  if (!at.ok()) return at.status();
+  std::memcpy(*at, chunk.data().data(), chunk.data().size());
+  return EndChunk();
+}
+
+Result<uint8_t*> UpdateAssembler::BeginChunk(uint32_t tensor_index, uint64_t offset, uint64_t size) {
   if (!started_) return InvalidArgumentError(what_ + ": a chunk arrived before the header");
-  if (chunk.data().size() > kMaxChunkBytes) {
-    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
-                                " bytes exceeds the 1 MiB limit");
+  if (chunk_at_ != nullptr) return InvalidArgumentError(what_ + ": a chunk began before the last one ended");
+  if (size > kMaxChunkBytes) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes exceeds the 1 MiB limit");
   }
   if (current_ >= tensors_.size()) return InvalidArgumentError(what_ + ": a chunk arrived after every tensor was complete");
-  if (chunk.tensor_index() != current_ || chunk.offset() != offset_) {
+  if (tensor_index != current_ || offset != offset_) {
     return InvalidArgumentError(what_ + ": expected a chunk of tensor " + std::to_string(current_) + " at offset " +
-                                std::to_string(offset_) + ", got tensor " + std::to_string(chunk.tensor_index()) +
-                                " at offset " + std::to_string(chunk.offset()));
+                                std::to_string(offset_) + ", got tensor " + std::to_string(tensor_index) +
+                                " at offset " + std::to_string(offset));
   }
   Pending& pending = tensors_[current_];
-  if (chunk.data().empty() || chunk.data().size() > pending.byte_size - offset_) {
-    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) + " bytes at offset " +
+  if (size == 0 || size > pending.byte_size - offset_) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes at offset " +
                                 std::to_string(offset_) + " does not fit " + Names(pending) + " of " +
                                 std::to_string(pending.byte_size) + " bytes");
   }
-  if (offset_ == 0) buffer_.reserve(pending.byte_size);
-  buffer_.append(chunk.data());
-  offset_ += chunk.data().size();
-  received_ += chunk.data().size();
+  chunk_at_ = Destination(pending) + offset_;
+  chunk_size_ = size;
+  return chunk_at_;
+}
+
+uint8_t* UpdateAssembler::Destination(Pending& pending) {
+  if (offset_ == 0) {
+    hasher_ = std::make_unique<Sha256>();
+    if (pending.encoding == UpdateEncoding::kFloat32) {
+      SizeValues(pending);  // byte_size is 4 x elements
+    } else {
+      buffer_.resize(pending.byte_size);
+    }
+  }
+  return pending.encoding == UpdateEncoding::kFloat32 ? reinterpret_cast<uint8_t*>(pending.tensor.values.data())
+                                                      : reinterpret_cast<uint8_t*>(buffer_.data());
+}
+
+Status UpdateAssembler::EndChunk() {
+  if (chunk_at_ == nullptr) return InvalidArgumentError(what_ + ": a chunk ended that had not begun");
+  hasher_->Update(chunk_at_, chunk_size_);
+  chunk_at_ = nullptr;
+  offset_ += chunk_size_;
+  received_ += chunk_size_;
+  Pending& pending = tensors_[current_];
   if (offset_ == pending.byte_size) {
     RETURN_IF_ERROR(Complete(pending));
     ++current_;
@@ -125,12 +166,15 @@ Status UpdateAssembler::Add(const v1::TensorChunk& chunk) {
 }
 
 Status UpdateAssembler::Complete(Pending& pending) {
-  const std::string got = Sha256Hex(buffer_.data(), buffer_.size());
+  // A tensor of no bytes had no chunk, and no hasher.
+  const std::string got = pending.byte_size == 0 ? Sha256Hex("", 0) : hasher_->FinishHex();
+  hasher_.reset();
   if (got != pending.sha256) {
     return DataLossError(what_ + ": " + Names(pending) + ": content hash " + got.substr(0, 12) +
                          "... does not match the manifest's " + EscapeUntrusted(pending.sha256.substr(0, 12)) + "...");
   }
-  pending.tensor.values.resize(static_cast<size_t>(pending.elements));
+  SizeValues(pending);  // float32: sized at its first chunk already, unless it had no bytes
+  if (pending.encoding == UpdateEncoding::kFloat32) return Status::Ok();  // its chunks were written into its values
   Status decoded = DecodeValues(pending.encoding, buffer_, topk_fraction_, pending.tensor.values);
   std::string().swap(buffer_);
   if (!decoded.ok()) return decoded.WithContext(what_ + ": " + Names(pending));

@@ -6,10 +6,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "base/status.h"
+#include "core/buffer_pool.h"
 #include "core/tensor.h"
 #include "core/update_codec.h"
 #include "tessera/v1/tensor.pb.h"
@@ -23,7 +26,9 @@ class UpdateAssembler {
   // `what` names the transfer in errors ("update from worker 'w-2' for job j-1 round 3");
   // `max_decoded_bytes` bounds the float32 bytes the sets decode to; `topk_fraction` is the
   // job's top-k fraction, which fixes each top-k tensor's pair count.
-  UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction);
+  // `pool`, when given, lends the tensors' buffers (give them back once the update is used).
+  UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction,
+                  FloatBufferPool* pool = nullptr);
 
   // Checks the sets' manifests (as UpdateSets returned them, encodings explicit): each
   // tensor's dtype is its set's encoding's, its shape holds at most max_decoded_bytes of
@@ -35,6 +40,13 @@ class UpdateAssembler {
   // One chunk: tensor_index counts across the sets in order, chunks of a tensor in offset
   // order, each at most kMaxChunkBytes and within the tensor's declared bytes.
   Status Add(const v1::TensorChunk& chunk);
+  // The same in two steps, for a reader that copies a chunk's bytes from the transport
+  // itself: BeginChunk checks the chunk as Add does and returns where its `size` bytes go
+  // (the tensor's own memory for float32, whose bytes are its values); EndChunk, once they
+  // are written there, hashes them and completes the tensor at its last chunk. A chunk
+  // begun must be ended before the next.
+  Result<uint8_t*> BeginChunk(uint32_t tensor_index, uint64_t offset, uint64_t size);
+  Status EndChunk();
   // Every tensor complete: the decoded sets, by name.
   Result<std::map<std::string, TensorSet>> Finish();
 
@@ -50,11 +62,14 @@ class UpdateAssembler {
     uint64_t elements = 0;
   };
   Status Complete(Pending& pending);  // hash-check, decode, release the bytes
+  uint8_t* Destination(Pending& pending);  // where the current tensor's bytes go
+  void SizeValues(Pending& pending);        // its values, from the pool when there is one
   std::string Names(const Pending& pending) const;
 
   const std::string what_;
   const uint64_t max_decoded_bytes_;
   const double topk_fraction_;
+  FloatBufferPool* const pool_;
   bool started_ = false;
   std::vector<std::string> set_names_;
   std::vector<Pending> tensors_;      // every set's tensors, in chunk order
@@ -62,7 +77,10 @@ class UpdateAssembler {
   uint64_t total_bytes_ = 0;
   size_t current_ = 0;
   uint64_t offset_ = 0;
-  std::string buffer_;                // the current tensor's bytes so far
+  std::string buffer_;                // the current tensor's bytes, when not float32
+  std::unique_ptr<Sha256> hasher_;    // the current tensor's bytes so far
+  uint8_t* chunk_at_ = nullptr;       // the chunk begun, not yet ended
+  uint64_t chunk_size_ = 0;
   uint64_t received_ = 0;
 };
 

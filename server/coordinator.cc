@@ -49,6 +49,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
     options.join_tokens["default"] = options.join_token;
   }
   options.runner.chunk_bytes = options.chunk_bytes;
+  options.runner.idle_update_buffer_bytes = options.upload_buffer_bytes;
   auto access = std::make_unique<AccessPolicy>(options.join_tokens, options.admin_token, options.tls.mutual());
   RETURN_IF_ERROR(access->Validate());
   // Refused certificates: a few log lines a minute, as the services' other refusals.

@@ -23,7 +23,8 @@ JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, R
       job_(std::move(job)),
       seats_(store, job_.id()),
       selection_(CreateSelectionPolicy(job_.spec())),
-      job_id_(job_.id()) {}
+      job_id_(job_.id()),
+      update_buffers_(options_.idle_update_buffer_bytes) {}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -113,8 +114,7 @@ Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_
   open.round = round->round();
   open.attempt = round->attempt();
   open.model_version = round->model_version();
-  const auto pending = round->PendingWorkers();
-  if (std::find(pending.begin(), pending.end(), worker_id) == pending.end()) {
+  if (!round->IsPending(worker_id)) {
     return PermissionDeniedError(what + " refused for worker '" + worker_id + "': it is not a participant of job " +
                                  round->job_id() + " round " + std::to_string(open.round) + " attempt " +
                                  std::to_string(open.attempt) + " still to report");
@@ -388,6 +388,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   }
   evaluator_.reset();
   strategy_.reset();
+  update_buffers_.Clear();
   finished_ = true;
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "core/buffer_pool.h"
 #include "core/data/idx.h"
 #include "server/datasets.h"
 #include "server/evaluation.h"
@@ -48,6 +49,9 @@ namespace tessera::server {
 struct JobRunnerOptions {
   std::chrono::milliseconds worker_wait_timeout{600000};  // fail a round attempt with too few workers after this
   uint32_t chunk_bytes = 1u << 20;                         // model download chunk size
+  // Idle tensor buffers the job keeps to assemble the next updates in (core/buffer_pool.h);
+  // the coordinator sets its upload memory (--upload-buffer-mib).
+  uint64_t idle_update_buffer_bytes = uint64_t{64} << 20;
   // The operator's dataset directory: the coordinator evaluates on its test split and reads
   // its training labels to know each party's size. A job's spec.data.path does not steer it.
   std::string data_dir = kDefaultFashionMnistDir;
@@ -138,6 +142,8 @@ class JobRunner {
   // The most bytes an update may hold: the model's size for its delta and for each set the
   // strategy reads besides it.
   uint64_t update_bytes() const { return model_bytes_.load() * update_sets_.load(); }
+  // Where uploads take the tensors they assemble into, and give them back once folded.
+  FloatBufferPool& update_buffers() { return update_buffers_; }
 
  private:
   friend class AsyncDriver;  // the asynchronous driver runs on the runner's parts below
@@ -235,6 +241,7 @@ class JobRunner {
   const std::string job_id_;             // job_.id(), readable without mu_
   std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it (and AsyncDriver's BeginRound)
   std::unique_ptr<Evaluator> evaluator_;  // likewise
+  FloatBufferPool update_buffers_;  // freed with the runner, at the job's end
   std::atomic<uint64_t> model_bytes_{0};
   std::atomic<uint64_t> update_sets_{1};  // "delta" and the strategy's payload sets
   std::atomic<bool> stop_{false};

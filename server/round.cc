@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "base/escape.h"
@@ -101,12 +102,66 @@ Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, c
   return Status::Ok();
 }
 
+namespace {
+
+// True for an infinite or NaN float: its exponent bits all set. Written on the bits so that
+// the scan below vectorizes.
+inline uint32_t NonFiniteBit(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+}
+
+// One pass over a delta of `global`'s layout: the sum of its squares (in double, four
+// partial sums), whether all its values are finite, and whether global + delta is.
+struct DeltaScan {
+  double squares = 0;
+  bool delta_finite = true;
+  bool sum_finite = true;
+};
+DeltaScan ScanDelta(const TensorSet& global, const TensorSet& delta) {
+  DeltaScan scan;
+  uint32_t bad_delta = 0;
+  uint32_t bad_sum = 0;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    const float* g = global[i].values.data();
+    const float* d = delta[i].values.data();
+    const size_t n = delta[i].values.size();
+    double acc[4] = {0, 0, 0, 0};
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      for (size_t k = 0; k < 4; ++k) {
+        const float x = d[j + k];
+        acc[k] += static_cast<double>(x) * x;
+        bad_delta |= NonFiniteBit(x);
+        bad_sum |= NonFiniteBit(g[j + k] + x);
+      }
+    }
+    for (; j < n; ++j) {
+      acc[0] += static_cast<double>(d[j]) * d[j];
+      bad_delta |= NonFiniteBit(d[j]);
+      bad_sum |= NonFiniteBit(g[j] + d[j]);
+    }
+    scan.squares += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  }
+  scan.delta_finite = bad_delta == 0;
+  scan.sum_finite = bad_sum == 0;
+  return scan;
+}
+
+}  // namespace
+
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
                         const std::string& what) {
   CheckedDelta checked;
   checked.verdict = CheckSameLayout(global, delta, what);
-  if (checked.verdict.ok()) checked.verdict = CheckFinite(delta, what);
+  DeltaScan scan;
+  if (checked.verdict.ok()) {
+    scan = ScanDelta(global, delta);
+    // CheckFinite names the first bad element; it runs only when there is one.
+    if (!scan.delta_finite) checked.verdict = CheckFinite(delta, what);
+  }
   for (size_t k = 0; checked.verdict.ok() && k < extra_sets.size(); ++k) {
     const std::string& name = extra_sets[k];
     if (payload == nullptr || payload->count(name) == 0) {
@@ -118,16 +173,8 @@ CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const s
   if (!checked.verdict.ok()) return checked;
   // The delta's L2 norm, in double (finite values of float square and sum without overflow),
   // and whether the global model plus this delta alone already overflows float.
-  double squares = 0;
-  for (size_t i = 0; i < delta.size(); ++i) {
-    const float* g = global[i].values.data();
-    const float* d = delta[i].values.data();
-    for (size_t j = 0; j < delta[i].values.size(); ++j) {
-      squares += static_cast<double>(d[j]) * d[j];
-      checked.non_finite_alone = checked.non_finite_alone || !std::isfinite(g[j] + d[j]);
-    }
-  }
-  checked.norm = std::sqrt(squares);
+  checked.non_finite_alone = !scan.sum_finite;
+  checked.norm = std::sqrt(scan.squares);
   if (checked.norm <= max_update_norm) return checked;  // NaN norms cannot come: the values are finite
   if (!clip) {
     checked.verdict = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(checked.norm) +
@@ -178,8 +225,17 @@ void Round::AddParticipant(uint32_t party, std::vector<std::pair<std::string, ui
     p.report.set_cohort(cohort);
     for (const auto& [worker, generation] : p.members) p.report.add_members(worker);
   }
+  for (const auto& [worker, generation] : p.members) participant_of_[worker] = leader;
   participants_[leader] = std::move(p);
   ++pending_;
+}
+
+bool Round::IsPending(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto of = participant_of_.find(worker_id);
+  if (of == participant_of_.end()) return false;
+  auto it = participants_.find(of->second);
+  return it != participants_.end() && it->second.outcome == Outcome::kPending;
 }
 
 std::vector<std::string> Round::PendingWorkers() const {
@@ -195,6 +251,7 @@ std::vector<std::string> Round::PendingWorkers() const {
 void Round::CompleteAtAccepted(size_t accepted) {
   std::lock_guard<std::mutex> lock(mu_);
   complete_at_accepted_ = accepted;
+  NotifyWaitersLocked();
 }
 
 void Round::MarkDispatched() {
@@ -274,7 +331,7 @@ void Round::Reject(const std::string& worker_id, const Status& why) {
   it->second.outcome = Outcome::kRejected;
   it->second.report.set_outcome("rejected: " + why.message());
   --pending_;
-  cv_.notify_all();
+  NotifyWaitersLocked();
 }
 
 void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
@@ -320,7 +377,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
       p.outcome = Outcome::kRejected;  // never folded in
       p.report.set_outcome("rejected: " + valid.message());
       --pending_;
-      cv_.notify_all();
+      NotifyWaitersLocked();
       return valid;
     }
     p.folding = true;
@@ -362,7 +419,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     ++accepted_;
     if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = clock_->Now();
   }
-  cv_.notify_all();
+  NotifyWaitersLocked();
   return folded.ok() ? folded : folded.WithContext(what);
 }
 
@@ -375,7 +432,7 @@ Status Round::Fail(const v1::UpdateHeader& h) {
   it->second.outcome = Outcome::kDropped;
   it->second.report.set_outcome("failed: " + h.failure());
   --pending_;
-  cv_.notify_all();
+  NotifyWaitersLocked();
   return Status::Ok();
 }
 
@@ -392,6 +449,13 @@ void Round::RecordDownload(const std::string& worker_id, uint64_t bytes) {
 bool Round::Complete() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
+}
+
+void Round::NotifyWaitersLocked() {
+  // Only when a wait can end: the runner waking at every update cost the coordinator a
+  // context switch per client and round.
+  const bool complete = pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
+  if (complete || (closed_ && folding_ == 0)) cv_.notify_all();
 }
 
 bool Round::WaitComplete(Clock::TimePoint until) {

@@ -142,6 +142,9 @@ class Round {
   size_t DropLost(AliveFn&& alive);
   // Every worker of the participants that are still pending (to cancel their work).
   std::vector<std::string> PendingWorkers() const;
+  // Whether `worker_id` is a worker of a participant still pending; no copy of the list (it
+  // is asked at every download and upload).
+  bool IsPending(const std::string& worker_id) const;
   // Whether the round has what it waits for: no participant pending, or the accepted
   // updates CompleteAtAccepted asks for.
   bool Complete() const;
@@ -190,11 +193,15 @@ class Round {
   UpdateEncoding delta_encoding_ = UpdateEncoding::kFloat32;  // set before dispatch
   double topk_fraction_ = 0;
 
+  // Wakes WaitComplete() and Close() when what they wait for holds; mu_ held.
+  void NotifyWaitersLocked();
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unique_ptr<RoundAggregate> aggregate_;
   size_t folding_ = 0;  // updates being folded now
   std::map<std::string, Participant> participants_;
+  std::map<std::string, std::string> participant_of_;  // every member's participant (its leader)
   bool closed_ = false;
   std::string close_reason_;
   size_t complete_at_accepted_ = 0;  // 0: complete only when none is pending

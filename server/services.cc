@@ -242,10 +242,11 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
 // (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one. DownloadModel
-// is raw: it writes each model version's messages serialized once (server/model_version.h).
+// is raw: it writes each model version's messages serialized once (server/model_version.h);
+// so is UploadUpdate, which reads chunks from the transport straight into the update's tensors.
 class WorkerServiceImpl final
     : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_OpenTaskChannel<
-          v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithCallbackMethod_UploadUpdate<
+          v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithRawCallbackMethod_UploadUpdate<
               v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
@@ -381,8 +382,8 @@ class WorkerServiceImpl final
     return grpc::Status::OK;
   }
 
-  grpc::ServerReadReactor<v1::UpdateChunkMessage>* UploadUpdate(grpc::CallbackServerContext*,
-                                                               v1::UploadResult* result) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadUpdate(grpc::CallbackServerContext*,
+                                                          grpc::ByteBuffer* response) override;
 
  private:
   // A call after Join: a well-formed worker id and, under mutual TLS, that worker's own
@@ -422,8 +423,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::DownloadModel(grp
   return StartDownload(c_, ctx, *request, admitted, std::move(slot));
 }
 
-grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
-                                                                                 v1::UploadResult* result) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
+                                                                           grpc::ByteBuffer* response) {
   UploadChecks checks;
   checks.header = [this, ctx](const v1::UpdateHeader& header) {
     RETURN_IF_ERROR(CheckCaller(ctx, "upload", header.worker_id()));
@@ -431,7 +432,7 @@ grpc::ServerReadReactor<v1::UpdateChunkMessage>* WorkerServiceImpl::UploadUpdate
   };
   checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
   const std::string caller = CallerOf(ctx);
-  return StartUpload(c_, result, std::move(checks), caller, c_->streams().Open(caller, "upload"));
+  return StartUpload(c_, response, std::move(checks), caller, c_->streams().Open(caller, "upload"));
 }
 
 }  // namespace

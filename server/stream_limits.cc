@@ -193,9 +193,11 @@ void StreamWatchdog::Watch(const std::shared_ptr<StreamDeadline>& stream) {
     if (stream->cap_) first = std::min(first, *stream->cap_);
   }
   due_.emplace(first, stream);
-  ++changes_;
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
-  cv_.notify_all();
+  if (first < wakes_at_) {
+    ++changes_;
+    cv_.notify_all();
+  }
 }
 
 void StreamWatchdog::Loop() {
@@ -210,7 +212,9 @@ void StreamWatchdog::Loop() {
     if (due.empty()) {
       const uint64_t seen = changes_;
       const auto until = due_.empty() ? StreamDeadline::TimePoint::max() : due_.begin()->first;
+      wakes_at_ = until;
       clock_->WaitUntil(lock, cv_, until, [&] { return shutdown_ || changes_ != seen; });
+      wakes_at_ = StreamDeadline::TimePoint::min();
       continue;
     }
     lock.unlock();

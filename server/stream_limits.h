@@ -175,7 +175,12 @@ class StreamWatchdog {
   std::multimap<StreamDeadline::TimePoint, std::weak_ptr<StreamDeadline>> due_;
   std::thread thread_;  // started with the first stream
   bool shutdown_ = false;
-  uint64_t changes_ = 0;  // Watch() calls, so that the thread's wait ends at a new stream
+  // When the thread's wait ends by itself; min() while it is not waiting (it looks at due_
+  // before it waits again). Watch() wakes it only for a stream due earlier than this: a
+  // thread woken for every new stream cost the coordinator two context switches per
+  // transfer.
+  StreamDeadline::TimePoint wakes_at_ = StreamDeadline::TimePoint::min();
+  uint64_t changes_ = 0;  // wake-ups asked for by Watch()
 };
 
 // "the certificate's role/name" for a caller with a certificate, else its IP address, from

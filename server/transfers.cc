@@ -1,5 +1,6 @@
 #include "server/transfers.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_assembler.h"
+#include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
 #include "server/coordinator.h"
 #include "server/coordinator_metrics.h"
@@ -80,6 +82,8 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     deadline_->Cap(open->deadline, "job " + request.job_id() + " round " + std::to_string(open->round) + " attempt " +
                                        std::to_string(open->attempt) + " reached its deadline");
     c->watchdog().Watch(deadline_);
+    // (Not with WriteOptions::set_buffer_hint(), to send the manifest with the first chunk:
+    // gRPC then completes the write only when something else flushes it, seconds later.)
     StartWrite(&model_->wire_manifest());
   }
 
@@ -90,15 +94,19 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       End(ToGrpc(CancelledError("the worker went away mid-download")));
       return;
     }
+    const grpc::ByteBuffer* message = nullptr;
     if (plan_.first_partial) {
       partial_ = std::move(plan_.first_partial);
-      StartWrite(partial_.get());
+      message = partial_.get();
+    } else if (next_ < model_->wire_chunks().size()) {
+      message = &model_->wire_chunks()[next_++];
+    }
+    if (message != nullptr) {
+      StartWrite(message);
       return;
     }
-    if (next_ < model_->wire_chunks().size()) {
-      StartWrite(&model_->wire_chunks()[next_++]);
-      return;
-    }
+    // Every byte taken by the transport. (Not StartWriteAndFinish with the last chunk: the
+    // watchdog could then no longer end a download whose worker stopped reading.)
     const uint64_t sent = model_->total_bytes() - std::min<uint64_t>(resume_offset_, model_->total_bytes());
     runner_->RecordDownload(worker_id_, model_->version(), sent);
     RecordDownloadBytes(worker_id_, sent);
@@ -111,6 +119,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   void End(const grpc::Status& status) {
     if (deadline_->ClaimFinish()) Finish(status);
   }
+
 
   // On the watchdog's thread, which has claimed the finish; a write is in flight.
   void Expire(const Status& why) {
@@ -135,12 +144,12 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 // whichever thread completed the read; no thread waits for a slow worker's next chunk. The
 // header is checked before any tensor bytes are taken; the verdict goes back in the reply
 // and down the worker's task channel.
-class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessage> {
+class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   // `slot`: this upload's place among the coordinator's open streams, or why it has none.
-  UploadReactor(Coordinator* c, v1::UploadResult* result, UploadChecks checks, const std::string& caller,
+  UploadReactor(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks, const std::string& caller,
                 Result<std::unique_ptr<StreamCounter::Slot>> slot)
-      : c_(c), result_(result), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
+      : c_(c), response_(response), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
     const StreamLimits& limits = c->options().streams;
     deadline_ = std::make_shared<StreamDeadline>("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
                                                  "transfer timeout (transfer_timeout)",
@@ -152,19 +161,21 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     }
     slot_ = std::move(slot).value();
     c->watchdog().Watch(deadline_);
-    StartRead(&message_);
+    StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
     if (deadline_->finish_claimed()) return;  // the watchdog ended it
     deadline_->Progress();
     if (!have_header_) {
-      if (!ok || !message_.has_header()) {
+      v1::UpdateChunkMessage first;
+      if (!ok || !grpc::SerializationTraits<v1::UpdateChunkMessage>::Deserialize(&raw_, &first).ok() ||
+          !first.has_header()) {
         End(ToGrpc(InvalidArgumentError("an upload must start with its header")));
         return;
       }
       have_header_ = true;
-      header_ = std::move(*message_.mutable_header());
+      header_ = std::move(*first.mutable_header());
       if (!Admit()) return;
       // Nothing more is read until the upload's bytes fit the coordinator's budget; the
       // watchdog leaves it alone meanwhile (the wait is not the worker's doing). Workers
@@ -178,15 +189,15 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       Complete();
       return;
     }
-    Status added = message_.has_chunk()
-                       ? assembler_->Add(message_.chunk())
-                       : InvalidArgumentError(what_ + ": expected tensor chunks after the header");
+    // Read from the transport's slices into the update's tensors.
+    Status added = wire::AddChunkMessage(raw_, *assembler_, what_);
+    raw_.Clear();
     if (!added.ok()) {
       runner_->RejectUpload(header_, added);
       Refuse(added);
       return;
     }
-    StartRead(&message_);
+    StartRead(&raw_);
   }
 
   // A cancel while waiting for the budget is handled when the budget is granted (the grant
@@ -230,8 +241,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     }
     if (!header_.failure().empty()) {
       Status noted = runner_->ReportFailure(header_);
-      result_->set_accepted(noted.ok());
-      result_->set_reason(noted.ok() ? "failure noted" : noted.message());
+      result_.set_accepted(noted.ok());
+      result_.set_reason(noted.ok() ? "failure noted" : noted.message());
       End(grpc::Status::OK);
       return false;
     }
@@ -252,7 +263,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     // Each set is checked against its encoding's sizes now; its tensors take memory only as
     // their chunks arrive, decoded to float32.
     const double topk_fraction = runner_->DeltaEncoding().second;
-    assembler_ = std::make_unique<wire::UpdateAssembler>(what_, runner_->update_bytes(), topk_fraction);
+    assembler_ = std::make_unique<wire::UpdateAssembler>(what_, runner_->update_bytes(), topk_fraction,
+                                                         &runner_->update_buffers());
     if (Status started = assembler_->Start(*sets); !started.ok()) {
       runner_->RejectUpload(header_, started);
       Refuse(started);
@@ -276,7 +288,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
     }
     // The admission: a worker told of it at join sends no chunk before this metadata.
     StartSendInitialMetadata();
-    StartRead(&message_);
+    StartRead(&raw_);
   }
 
   void Complete() {
@@ -290,20 +302,34 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
       return;
     }
     std::map<std::string, TensorSet> sets = std::move(decoded).value();
-    const TensorSet delta = std::move(sets[wire::kDeltaSet]);
+    TensorSet delta = std::move(sets[wire::kDeltaSet]);
     sets.erase(wire::kDeltaSet);
     Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received);
+    // Folded (or refused): the tensors' buffers serve the next uploads of the job.
+    runner_->update_buffers().Give(std::move(delta));
+    for (auto& [name, set] : sets) runner_->update_buffers().Give(std::move(set));
     if (!verdict.ok()) {
       Refuse(verdict);
       return;
     }
-    result_->set_accepted(true);
+    result_.set_accepted(true);
     End(grpc::Status::OK);
   }
 
-  // Every end but the watchdog's goes through here: the stream is finished once.
+  // Every end but the watchdog's goes through here: the stream is finished once, its
+  // result written to the reply when it ends OK.
   void End(const grpc::Status& status) {
-    if (deadline_->ClaimFinish()) Finish(status);
+    if (!deadline_->ClaimFinish()) return;
+    if (status.ok()) {
+      grpc::ByteBuffer reply;
+      bool own = false;
+      if (!grpc::SerializationTraits<v1::UploadResult>::Serialize(result_, &reply, &own).ok()) {
+        Finish(grpc::Status(grpc::StatusCode::INTERNAL, "the upload's result could not be serialized"));
+        return;
+      }
+      response_->Swap(&reply);
+    }
+    Finish(status);
   }
 
   // On the watchdog's thread, which has claimed the finish; a read is in flight, and fails
@@ -315,8 +341,8 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
 
   // The update is refused: the reply says why, and so does the worker's task channel.
   void Refuse(const Status& why) {
-    result_->set_accepted(false);
-    result_->set_reason(why.message());
+    result_.set_accepted(false);
+    result_.set_reason(why.message());
     v1::Task verdict;
     verdict.mutable_verdict()->set_job_id(header_.job_id());
     verdict.mutable_verdict()->set_round(header_.round());
@@ -328,10 +354,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UpdateChunkMessag
   }
 
   Coordinator* const c_;
-  v1::UploadResult* const result_;
+  grpc::ByteBuffer* const response_;  // the serialized UploadResult, once it ends OK
+  v1::UploadResult result_;
   const UploadChecks checks_;
   const std::chrono::steady_clock::time_point start_;
-  v1::UpdateChunkMessage message_;
+  grpc::ByteBuffer raw_;  // the message being read
   bool have_header_ = false;
   v1::UpdateHeader header_;
   std::shared_ptr<JobRunner> runner_;
@@ -353,10 +380,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::
   return new DownloadReactor(c, ctx, request, admitted, std::move(slot));
 }
 
-grpc::ServerReadReactor<v1::UpdateChunkMessage>* StartUpload(Coordinator* c, v1::UploadResult* result,
-                                                             UploadChecks checks, const std::string& caller,
-                                                             Result<std::unique_ptr<StreamCounter::Slot>> slot) {
-  return new UploadReactor(c, result, std::move(checks), caller, std::move(slot));
+grpc::ServerReadReactor<grpc::ByteBuffer>* StartUpload(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks,
+                                                      const std::string& caller,
+                                                      Result<std::unique_ptr<StreamCounter::Slot>> slot) {
+  return new UploadReactor(c, response, std::move(checks), caller, std::move(slot));
 }
 
 }  // namespace tessera::server

@@ -42,9 +42,12 @@ struct UploadChecks {
   std::function<Status(const v1::UpdateHeader&)> header;
   std::function<void(const std::string&)> refused;
 };
-// `caller` names the caller in messages until its header names the worker.
-grpc::ServerReadReactor<v1::UpdateChunkMessage>* StartUpload(Coordinator* c, v1::UploadResult* result,
-                                                             UploadChecks checks, const std::string& caller,
-                                                             Result<std::unique_ptr<StreamCounter::Slot>> slot);
+// `caller` names the caller in messages until its header names the worker. UploadUpdate is
+// a raw method too (ByteBuffers in, the UploadResult serialized into `response`): the
+// chunks are read from the transport's slices into the update's tensors
+// (proto/update_chunk_reader.h).
+grpc::ServerReadReactor<grpc::ByteBuffer>* StartUpload(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks,
+                                                      const std::string& caller,
+                                                      Result<std::unique_ptr<StreamCounter::Slot>> slot);
 
 }  // namespace tessera::server

@@ -37,10 +37,12 @@ ClientFleet::ClientFleet(FleetOptions options)
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     auto channel = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
     stubs_.push_back(v1::WorkerService::NewStub(channel));
+    generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     channels_.push_back(std::move(channel));
   }
   for (uint32_t i = 0; i < options_.clients; ++i) {
-    clients_.push_back(std::make_unique<SimulatedClient>(this, i, stubs_[i % stubs_.size()].get()));
+    clients_.push_back(std::make_unique<SimulatedClient>(this, i, stubs_[i % stubs_.size()].get(),
+                                                        generic_stubs_[i % generic_stubs_.size()].get()));
   }
 }
 

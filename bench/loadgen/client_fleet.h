@@ -26,6 +26,7 @@
 // Thread-safe. Start(), WaitReady() and Stop() are for one controlling thread.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -144,6 +145,7 @@ class ClientFleet {
   std::atomic<bool> stopping_{false};
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic_stubs_;  // one per stub, on its channel
   UpdatePayloads payloads_;
   TimerQueue timers_;  // after what its callbacks use, so that it stops first
   std::vector<std::unique_ptr<SimulatedClient>> clients_;

@@ -1,6 +1,12 @@
 #include "bench/loadgen/download_check.h"
 
+#include <optional>
 #include <utility>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "proto/tensor_transfer.h"
 
@@ -13,9 +19,73 @@ Status DownloadCheck::Add(const v1::ModelChunkMessage& message) {
   if (message.has_manifest()) return StartManifest(message);
   if (message.has_chunk()) {
     if (!has_manifest_) return DataLossError(what_ + ": a chunk arrived before the manifest");
-    return AddChunk(message.chunk());
+    const v1::TensorChunk& chunk = message.chunk();
+    return AddChunk(chunk.tensor_index(), chunk.offset(), chunk.data().size(), chunk.data().data());
   }
   return DataLossError(what_ + ": expected a manifest or a chunk, got an empty message");
+}
+
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// A chunk message's fields without its bytes; nullopt for any message that is not a
+// ModelChunkMessage with a chunk and no manifest (the caller parses it instead).
+struct ChunkFields {
+  uint32_t tensor_index = 0;
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+std::optional<ChunkFields> ReadChunkFields(const grpc::ByteBuffer& message) {
+  grpc::ByteBuffer view(message);  // shares the slices
+  grpc::ProtoBufferReader reader(&view);
+  google::protobuf::io::CodedInputStream in(&reader);
+  std::optional<ChunkFields> fields;
+  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    if (tag == ((2u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {  // chunk
+      uint32_t length = 0;
+      if (!in.ReadVarint32(&length)) return std::nullopt;
+      const auto limit = in.PushLimit(static_cast<int>(length));
+      ChunkFields chunk;  // a repeated message field merges; a second chunk is left to the parser
+      if (fields) return std::nullopt;
+      for (uint32_t inner = in.ReadTag(); inner != 0; inner = in.ReadTag()) {
+        uint32_t size = 0;
+        if (inner == ((1u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
+          if (!in.ReadVarint32(&chunk.tensor_index)) return std::nullopt;
+        } else if (inner == ((2u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
+          if (!in.ReadVarint64(&chunk.offset)) return std::nullopt;
+        } else if (inner == ((3u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+          if (!in.ReadVarint32(&size) || !in.Skip(static_cast<int>(size))) return std::nullopt;
+          chunk.size = size;
+        } else if (!WireFormatLite::SkipField(&in, inner)) {
+          return std::nullopt;
+        }
+      }
+      if (!in.ConsumedEntireMessage()) return std::nullopt;
+      in.PopLimit(limit);
+      fields = chunk;
+    } else if (tag == ((1u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      return std::nullopt;  // a manifest
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      return std::nullopt;
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return fields;
+}
+
+}  // namespace
+
+Status DownloadCheck::AddWire(const grpc::ByteBuffer& message) {
+  if (has_manifest_ && !verify_hashes_) {
+    if (auto chunk = ReadChunkFields(message)) return AddChunk(chunk->tensor_index, chunk->offset, chunk->size, nullptr);
+  }
+  grpc::ByteBuffer copy(message);  // Deserialize consumes its argument
+  v1::ModelChunkMessage parsed;
+  if (!grpc::SerializationTraits<v1::ModelChunkMessage>::Deserialize(&copy, &parsed).ok()) {
+    return DataLossError(what_ + ": a message that is not a ModelChunkMessage");
+  }
+  return Add(parsed);
 }
 
 Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
@@ -60,24 +130,23 @@ Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
   return Status::Ok();
 }
 
-Status DownloadCheck::AddChunk(const v1::TensorChunk& chunk) {
+Status DownloadCheck::AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t size, const char* data) {
   if (current_tensor_ >= manifest_.tensors_size()) {
     return DataLossError(what_ + ": a chunk arrived after every tensor was complete");
   }
-  if (chunk.tensor_index() != static_cast<uint32_t>(current_tensor_) || chunk.offset() != current_offset_) {
+  if (tensor_index != static_cast<uint32_t>(current_tensor_) || offset != current_offset_) {
     return DataLossError(what_ + ": expected a chunk of tensor " + std::to_string(current_tensor_) + " at offset " +
-                         std::to_string(current_offset_) + ", got tensor " + std::to_string(chunk.tensor_index()) +
-                         " at offset " + std::to_string(chunk.offset()));
+                         std::to_string(current_offset_) + ", got tensor " + std::to_string(tensor_index) +
+                         " at offset " + std::to_string(offset));
   }
   const auto& info = manifest_.tensors(current_tensor_);
-  const uint64_t size = chunk.data().size();
   if (size == 0 || size > manifest_.chunk_bytes() || current_offset_ + size > info.byte_size()) {
     return DataLossError(what_ + ": chunk of " + std::to_string(size) + " bytes at offset " +
                          std::to_string(current_offset_) + " of tensor '" + info.name() + "' (" +
                          std::to_string(info.byte_size()) + " bytes, chunks of at most " +
                          std::to_string(manifest_.chunk_bytes()) + ") does not fit");
   }
-  if (hasher_) hasher_->Update(chunk.data().data(), size);
+  if (hasher_ && data != nullptr) hasher_->Update(data, size);
   current_offset_ += size;
   received_ += size;
   if (current_offset_ == info.byte_size()) return EndTensor();

@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include "base/sha256.h"
 #include "base/status.h"
 #include "tessera/v1/worker_service.pb.h"
@@ -27,6 +29,10 @@ class DownloadCheck {
   DownloadCheck(std::string what, uint64_t model_version, bool verify_hashes);
 
   Status Add(const v1::ModelChunkMessage& message);
+  // The same message as gRPC received it. Without hash checks a chunk is read in place: its
+  // index, offset and size, its bytes skipped, not copied into a parsed message. The
+  // manifest, and every message with hash checks, are parsed.
+  Status AddWire(const grpc::ByteBuffer& message);
   // Every tensor complete (and its hash right, when checked).
   Status Finish() const;
 
@@ -36,7 +42,8 @@ class DownloadCheck {
 
  private:
   Status StartManifest(const v1::ModelChunkMessage& message);
-  Status AddChunk(const v1::TensorChunk& chunk);
+  // `data` is null when hashes are not checked.
+  Status AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t size, const char* data);
   Status EndTensor();
   void SkipEmptyTensors();
 

@@ -1,6 +1,9 @@
 #include "bench/loadgen/simulated_client.h"
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 namespace tessera::loadgen {
@@ -81,19 +84,25 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1
 };
 
 // One model download, checked as it streams.
-class SimulatedClient::DownloadCall final : public grpc::ClientReadReactor<v1::ModelChunkMessage> {
+// One download, on the generic stub: the request goes out serialized, the chunks come in as
+// gRPC's buffers and are checked in place (DownloadCheck::AddWire), as the bytes of a model
+// the client does not keep need no copy.
+class SimulatedClient::DownloadCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  DownloadCall(SimulatedClient* client, uint64_t work, v1::DownloadModelRequest request, std::string what,
+  DownloadCall(SimulatedClient* client, uint64_t work, const v1::DownloadModelRequest& request, std::string what,
                bool verify_hashes)
-      : client_(client),
-        work_(work),
-        request_(std::move(request)),
-        check_(std::move(what), request_.model_version(), verify_hashes) {}
+      : client_(client), work_(work), check_(std::move(what), request.model_version(), verify_hashes) {
+    bool own = false;
+    serialized_ = grpc::SerializationTraits<v1::DownloadModelRequest>::Serialize(request, &request_, &own).ok();
+  }
 
   void Begin(std::shared_ptr<DownloadCall> self) {
     self_ = std::move(self);
     SetDeadline(&context_, kTransferDeadline);
-    client_->stub()->async()->DownloadModel(&context_, &request_, this);
+    client_->generic()->PrepareBidiStreamingCall(&context_, "/tessera.v1.WorkerService/DownloadModel",
+                                                 grpc::StubOptions(), this);
+    if (!serialized_) checked_ = InternalError("the download request could not be serialized");
+    StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&incoming_);
     StartCall();
   }
@@ -101,7 +110,8 @@ class SimulatedClient::DownloadCall final : public grpc::ClientReadReactor<v1::M
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    if (checked_.ok()) checked_ = check_.Add(incoming_);  // after a failure, drain as the worker does
+    if (checked_.ok()) checked_ = check_.AddWire(incoming_);  // after a failure, drain as the worker does
+    incoming_.Clear();
     StartRead(&incoming_);
   }
   void OnDone(const grpc::Status& status) override {
@@ -116,33 +126,38 @@ class SimulatedClient::DownloadCall final : public grpc::ClientReadReactor<v1::M
   const uint64_t work_;
   const Clock::time_point started_ = Clock::now();
   grpc::ClientContext context_;
-  v1::DownloadModelRequest request_;
-  v1::ModelChunkMessage incoming_;
+  grpc::ByteBuffer request_;
+  bool serialized_ = false;
+  grpc::ByteBuffer incoming_;
   DownloadCheck check_;
   Status checked_;
   std::shared_ptr<DownloadCall> self_;
 };
 
-// One upload: the header, then the shared payload's chunks, one write in flight at a time.
-// Without a payload, the header goes alone (a failure report). With admission (as the worker,
-// worker/coordinator_client.cc), the first chunk waits for the coordinator's initial metadata
-// as well as for the header's write.
-class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::UpdateChunkMessage> {
+// One upload, on the generic stub: the header, then the shared payload's serialized chunks,
+// one write in flight at a time. Without a payload, the header goes alone (a failure
+// report). With admission (as the worker, worker/coordinator_client.cc), the first chunk waits
+// for the coordinator's initial metadata as well as for the header's write.
+class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  UploadCall(SimulatedClient* client, uint64_t work, v1::UpdateChunkMessage header,
+  UploadCall(SimulatedClient* client, uint64_t work, const v1::UpdateChunkMessage& header,
              std::shared_ptr<const UpdatePayload> payload, bool admission)
-      : client_(client), work_(work), header_(std::move(header)), payload_(std::move(payload)),
-        admitted_(!admission) {}
+      : client_(client), work_(work), payload_(std::move(payload)), admitted_(!admission) {
+    bool own = false;
+    serialized_ = grpc::SerializationTraits<v1::UpdateChunkMessage>::Serialize(header, &header_, &own).ok();
+  }
 
   void Begin(std::shared_ptr<UploadCall> self) {
     self_ = std::move(self);
     SetDeadline(&context_, kTransferDeadline);
-    client_->stub()->async()->UploadUpdate(&context_, &result_, this);
-    if (!payload_ || payload_->chunks.empty()) {
+    client_->generic()->PrepareBidiStreamingCall(&context_, "/tessera.v1.WorkerService/UploadUpdate",
+                                                 grpc::StubOptions(), this);
+    if (!payload_ || payload_->wire_chunks.empty()) {
       StartWriteLast(&header_, grpc::WriteOptions());
     } else {
       StartWrite(&header_);
     }
+    StartRead(&reply_);
     StartCall();
   }
   void Cancel() { context_.TryCancel(); }
@@ -170,12 +185,23 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
       if (start) WriteNext();
       return;
     }
-    client_->fleet()->Add(Counter::kBytesUploaded, payload_->chunks[next_ - 1].chunk().data().size());
+    client_->fleet()->Add(Counter::kBytesUploaded, payload_->chunk_bytes[next_ - 1]);
     WriteNext();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    grpc::ByteBuffer reply(reply_);
+    got_result_ = grpc::SerializationTraits<v1::UploadResult>::Deserialize(&reply, &result_).ok();
   }
   void OnDone(const grpc::Status& status) override {
     ClientFleet* fleet = client_->fleet();
-    client_->OnUploaded(work_, status, result_, MillisSince(started_), !payload_);
+    grpc::Status outcome = status;
+    if (!serialized_) {
+      outcome = grpc::Status(grpc::StatusCode::INTERNAL, "the upload's header could not be serialized");
+    } else if (status.ok() && !got_result_) {
+      outcome = grpc::Status(grpc::StatusCode::INTERNAL, "the upload ended without a readable UploadResult");
+    }
+    client_->OnUploaded(work_, outcome, result_, MillisSince(started_), !payload_);
     self_.reset();  // may delete this
     fleet->CallEnded();
   }
@@ -184,9 +210,9 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
   // The next chunk; called by one reaction at a time (the header's write and the metadata
   // decide together which one starts the first).
   void WriteNext() {
-    if (next_ >= payload_->chunks.size()) return;
-    const v1::UpdateChunkMessage* chunk = &payload_->chunks[next_++];
-    if (next_ == payload_->chunks.size()) {
+    if (next_ >= payload_->wire_chunks.size()) return;
+    const grpc::ByteBuffer* chunk = &payload_->wire_chunks[next_++];
+    if (next_ == payload_->wire_chunks.size()) {
       StartWriteLast(chunk, grpc::WriteOptions());
     } else {
       StartWrite(chunk);
@@ -197,12 +223,15 @@ class SimulatedClient::UploadCall final : public grpc::ClientWriteReactor<v1::Up
   const uint64_t work_;
   const Clock::time_point started_ = Clock::now();
   grpc::ClientContext context_;
-  const v1::UpdateChunkMessage header_;
+  grpc::ByteBuffer header_;
+  bool serialized_ = false;
   const std::shared_ptr<const UpdatePayload> payload_;
   size_t next_ = 0;
   std::mutex mu_;  // guards the two below
   bool admitted_;
   bool header_written_ = false;
+  grpc::ByteBuffer reply_;
+  bool got_result_ = false;
   v1::UploadResult result_;
   std::shared_ptr<UploadCall> self_;
 };
@@ -393,7 +422,7 @@ void SimulatedClient::StartWork(v1::TrainTask task) {
     request.set_model_version(task_.model_version());
     std::string what = "model version " + std::to_string(task_.model_version()) + " of job " + task_.job_id() +
                        " for " + name_;
-    download = std::make_shared<DownloadCall>(this, work, std::move(request), std::move(what),
+    download = std::make_shared<DownloadCall>(this, work, request, std::move(what),
                                               fleet_->options().verify_downloads);
     download_ = download;
   }

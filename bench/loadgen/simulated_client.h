@@ -3,6 +3,7 @@
 // layout, all on gRPC's callback API, as tessera-worker does over the protocol.
 #pragma once
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -27,8 +28,11 @@ class SimulatedClient {
   static constexpr uint32_t kBackoffInitialMs = 200;  // rejoin backoff, doubled up to the max
   static constexpr uint32_t kBackoffMaxMs = 5000;
 
-  SimulatedClient(ClientFleet* fleet, size_t index, v1::WorkerService::Stub* stub)
-      : fleet_(fleet), stub_(stub), name_(fleet->options().name_prefix + "-" + std::to_string(index)) {}
+  // `generic`, on the same channel as `stub`, carries the downloads and uploads as gRPC's
+  // buffers (the payload serialized once, chunks checked without a copy).
+  SimulatedClient(ClientFleet* fleet, size_t index, v1::WorkerService::Stub* stub, grpc::GenericStub* generic)
+      : fleet_(fleet), stub_(stub), generic_(generic),
+        name_(fleet->options().name_prefix + "-" + std::to_string(index)) {}
 
   void Join(bool first);
   // Cancels the open calls; none starts afterwards.
@@ -44,6 +48,7 @@ class SimulatedClient {
                   bool failure_report);
 
   v1::WorkerService::Stub* stub() { return stub_; }
+  grpc::GenericStub* generic() { return generic_; }
   ClientFleet* fleet() { return fleet_; }
 
  private:
@@ -62,6 +67,7 @@ class SimulatedClient {
 
   ClientFleet* const fleet_;
   v1::WorkerService::Stub* const stub_;
+  grpc::GenericStub* const generic_;
   const std::string name_;
 
   std::mutex mu_;  // guards the fields below

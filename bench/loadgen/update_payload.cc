@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <random>
 
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "core/tensor.h"
 #include "proto/tensor_transfer.h"
 
@@ -64,7 +66,13 @@ Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::Build(const v1::Ten
   RETURN_IF_ERROR(wire::ForEachChunk(delta, chunk_bytes_, 0, [&](const v1::TensorChunk& chunk) {
     v1::UpdateChunkMessage message;
     *message.mutable_chunk() = chunk;
-    payload->chunks.push_back(std::move(message));
+    grpc::ByteBuffer wire;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::UpdateChunkMessage>::Serialize(message, &wire, &own).ok()) {
+      return InternalError("a chunk message of the update could not be serialized");
+    }
+    payload->wire_chunks.push_back(std::move(wire));
+    payload->chunk_bytes.push_back(chunk.data().size());
     return Status::Ok();
   }));
   return std::shared_ptr<const UpdatePayload>(std::move(payload));

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include "base/status.h"
 #include "tessera/v1/worker_service.pb.h"
 
@@ -27,7 +29,10 @@ enum class UpdateKind { kZero, kRandom };
 
 struct UpdatePayload {
   v1::TensorManifest manifest;
-  std::vector<v1::UpdateChunkMessage> chunks;  // in sending order
+  // The chunk messages in sending order, serialized once: every upload writes the same
+  // buffers (gRPC shares their slices), so a client copies nothing to send them.
+  std::vector<grpc::ByteBuffer> wire_chunks;
+  std::vector<uint64_t> chunk_bytes;  // each chunk's tensor bytes
   uint64_t bytes = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "base/clock.h"
 #include "server/stream_limits.h"
@@ -160,6 +161,43 @@ TEST(StreamWatchdogTest, AStreamEndsAtItsCapWithTheReason) {
   EXPECT_FALSE(stream->Expired().has_value());
   clock.Advance(milliseconds(10));
   EXPECT_EQ(stream->Expired()->message(), "upload from worker 'w1': job job-1-abc round 1 attempt 1 reached its deadline");
+}
+
+TEST(StreamWatchdogTest, AStreamDueBeforeTheWatchdogWakesWakesItAndOneDueLaterWaits) {
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
+  const auto start = clock.Now();
+  auto stream = [&](milliseconds idle, Ended* ended) {
+    return std::make_shared<StreamDeadline>("download", idle, std::chrono::hours(1), "transfer timeout",
+                                            ended->Callback(), &clock);
+  };
+  // The thread's next wake-up, once it has gone back to sleep for `want`.
+  auto sleeps_until = [&](Clock::TimePoint want) {
+    const auto limit = std::chrono::steady_clock::now() + kWaitLimit;
+    while (std::chrono::steady_clock::now() < limit) {
+      if (clock.AwaitWaiters(1, kWaitLimit) && clock.NextDeadline() == want) return true;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return false;
+  };
+  Ended first, later, sooner;
+  auto a = stream(milliseconds(1000), &first);
+  watchdog.Watch(a);
+  ASSERT_TRUE(sleeps_until(start + milliseconds(1000)));
+  auto b = stream(milliseconds(5000), &later);  // due after the wake-up: it waits for it
+  watchdog.Watch(b);
+  ASSERT_TRUE(sleeps_until(start + milliseconds(1000)));
+  auto c = stream(milliseconds(100), &sooner);  // due before it: the thread wakes to sleep less
+  watchdog.Watch(c);
+  ASSERT_TRUE(sleeps_until(start + milliseconds(100)));
+  clock.Advance(milliseconds(100));
+  ASSERT_TRUE(sooner.Wait());
+  EXPECT_FALSE(first.happened());
+  clock.Advance(milliseconds(900));
+  ASSERT_TRUE(first.Wait());
+  EXPECT_FALSE(later.happened());
+  clock.Advance(milliseconds(4000));
+  ASSERT_TRUE(later.Wait());
 }
 
 TEST(StreamWatchdogTest, AHeldStreamIsNotEndedByTheWatchdog) {

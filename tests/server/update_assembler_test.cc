@@ -1,14 +1,19 @@
 // Reading an encoded update back (proto/update_assembler.h) as the coordinator does: each
 // encoding decodes to float32, and a manifest or chunks that do not fit its encoding are
 // refused naming the set and the tensor.
+#include <grpcpp/impl/codegen/proto_utils.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "base/sha256.h"
 #include "proto/update_assembler.h"
+#include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
 
 namespace tessera::wire {
@@ -149,6 +154,114 @@ TEST(UpdateAssemblerTest, BytesThatDoNotDecodeAreRefusedNamingTheTensor) {
   Status s = assembler.Add(chunk);
   EXPECT_NE(s.message().find("does not fit set 'delta', tensor 'layer.w' of 200 bytes"), std::string::npos)
       << s.message();
+}
+
+
+// A message's serialized bytes as gRPC would hand them over, cut into `pieces` slices.
+grpc::ByteBuffer AsReceived(const std::string& bytes, size_t pieces) {
+  std::vector<grpc::Slice> slices;
+  const size_t step = std::max<size_t>(1, bytes.size() / pieces);
+  for (size_t at = 0; at < bytes.size(); at += step) slices.emplace_back(bytes.substr(at, step));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// The chunks of `upload` as their messages' bytes: as every writer lays them out, or with the
+// data first (valid protobuf a reader must take all the same).
+std::vector<std::string> ChunkMessages(const Upload& upload, bool data_first) {
+  std::vector<std::string> messages;
+  ForEachChunk(upload.bytes, 16, [&](const v1::TensorChunk& c) {
+    if (!data_first) {
+      v1::UpdateChunkMessage message;
+      *message.mutable_chunk() = c;
+      messages.push_back(message.SerializeAsString());
+      return Status::Ok();
+    }
+    v1::TensorChunk data_only;
+    data_only.set_data(c.data());
+    v1::TensorChunk position;
+    position.set_tensor_index(c.tensor_index());
+    position.set_offset(c.offset());
+    const std::string inner = data_only.SerializeAsString() + position.SerializeAsString();  // fields merge
+    std::string outer;
+    outer.push_back(static_cast<char>((2 << 3) | 2));  // UpdateChunkMessage.chunk
+    google::protobuf::io::StringOutputStream stream(&outer);
+    {
+      google::protobuf::io::CodedOutputStream out(&stream);
+      out.WriteVarint32(static_cast<uint32_t>(inner.size()));
+      out.WriteRaw(inner.data(), static_cast<int>(inner.size()));
+    }
+    messages.push_back(outer);
+    return Status::Ok();
+  }).ok();
+  return messages;
+}
+
+Result<TensorSet> ReadMessages(const Upload& upload, const std::vector<std::string>& messages, size_t pieces,
+                               FloatBufferPool* pool = nullptr) {
+  ASSIGN_OR_RETURN(auto sets, UpdateSets(upload.header, "update from worker 'w1'"));
+  UpdateAssembler assembler("update from worker 'w1'", 1 << 20, 0, pool);
+  RETURN_IF_ERROR(assembler.Start(sets));
+  for (const std::string& message : messages) {
+    RETURN_IF_ERROR(AddChunkMessage(AsReceived(message, pieces), assembler, "update from worker 'w1'"));
+  }
+  ASSIGN_OR_RETURN(auto decoded, assembler.Finish());
+  return std::move(decoded[kDeltaSet]);
+}
+
+TEST(UpdateChunkReaderTest, ChunksReadFromTheTransportsSlicesMatchTheParsedOnesInEitherFieldOrder) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  const Result<TensorSet> parsed = Read(upload, 0);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  for (bool data_first : {false, true}) {
+    for (size_t pieces : {1, 3, 40}) {
+      SCOPED_TRACE(std::string(data_first ? "data first" : "as written") + ", " + std::to_string(pieces) + " slices");
+      const Result<TensorSet> read = ReadMessages(upload, ChunkMessages(upload, data_first), pieces);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      ASSERT_EQ(read->size(), parsed->size());
+      for (size_t i = 0; i < parsed->size(); ++i) EXPECT_EQ((*read)[i].values, (*parsed)[i].values);
+    }
+  }
+  // An encoding other than float32 goes through its staging buffer the same way.
+  const Upload half = Encode(UpdateEncoding::kFloat16, 0);
+  const Result<TensorSet> half_read = ReadMessages(half, ChunkMessages(half, false), 3);
+  ASSERT_TRUE(half_read.ok()) << half_read.status().ToString();
+  EXPECT_EQ((*half_read)[1].values, (std::vector<float>{0.5f, -0.25f, 0.125f, 0}));
+}
+
+TEST(UpdateChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefusedAsByTheParser) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  std::vector<std::string> messages = ChunkMessages(upload, false);
+  ASSERT_GE(messages.size(), 3u);
+
+  v1::UpdateChunkMessage header;
+  *header.mutable_header() = upload.header;
+  ExpectRefused(ReadMessages(upload, {header.SerializeAsString()}, 1), {"expected tensor chunks after the header"});
+  ExpectRefused(ReadMessages(upload, {std::string("\xff\xff\xff")}, 1), {"not an UpdateChunkMessage"});
+  std::swap(messages[1], messages[2]);
+  ExpectRefused(ReadMessages(upload, messages, 2), {"expected a chunk of tensor 0 at offset 16", "at offset 32"});
+  // A message cut inside its data.
+  std::vector<std::string> cut = ChunkMessages(upload, false);
+  cut[0].resize(cut[0].size() - 3);
+  ExpectRefused(ReadMessages(upload, cut, 1), {"update from worker 'w1'"});
+  // A chunk whose bytes were altered fails the tensor's hash, read in place or not.
+  for (bool data_first : {false, true}) {
+    std::vector<std::string> altered = ChunkMessages(upload, data_first);
+    altered[0][data_first ? 4 : altered[0].size() - 1] ^= 1;
+    ExpectRefused(ReadMessages(upload, altered, 1), {"tensor 'layer.w'", "content hash"});
+  }
+}
+
+TEST(UpdateChunkReaderTest, ABufferPoolLendsTheTensorsAndTakesThemBack) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  FloatBufferPool pool(1 << 20);
+  Result<TensorSet> first = ReadMessages(upload, ChunkMessages(upload, false), 1, &pool);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  const float* storage = (*first)[0].values.data();
+  pool.Give(std::move(*first));
+  Result<TensorSet> second = ReadMessages(upload, ChunkMessages(upload, false), 1, &pool);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ((*second)[0].values.data(), storage);  // the same memory, every value rewritten
+  EXPECT_EQ((*second)[0].values, Model()[0].values);
 }
 
 }  // namespace
