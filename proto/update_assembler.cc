@@ -80,7 +80,8 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
       }
       pending.elements = elements;
       pending.byte_size = *size;
-      pending.sha256 = info.sha256();
+      pending.xxh3 = !info.xxh3_128().empty();
+      pending.digest = pending.xxh3 ? info.xxh3_128() : info.sha256();
       decoded_bytes_ += elements * sizeof(float);
       set_total += *size;  // each at most 8/4 of its float32 bytes: no overflow
       tensors_.push_back(std::move(pending));
@@ -135,7 +136,11 @@ Result<uint8_t*> UpdateAssembler::BeginChunk(uint32_t tensor_index, uint64_t off
 
 uint8_t* UpdateAssembler::Destination(Pending& pending) {
   if (offset_ == 0) {
-    hasher_ = std::make_unique<Sha256>();
+    if (pending.xxh3) {
+      xxh3_ = std::make_unique<Xxh3>();
+    } else {
+      sha256_ = std::make_unique<Sha256>();
+    }
     if (pending.encoding == UpdateEncoding::kFloat32) {
       SizeValues(pending);  // byte_size is 4 x elements
     } else {
@@ -148,7 +153,11 @@ uint8_t* UpdateAssembler::Destination(Pending& pending) {
 
 Status UpdateAssembler::EndChunk() {
   if (chunk_at_ == nullptr) return InvalidArgumentError(what_ + ": a chunk ended that had not begun");
-  hasher_->Update(chunk_at_, chunk_size_);
+  if (xxh3_) {
+    xxh3_->Update(chunk_at_, chunk_size_);
+  } else {
+    sha256_->Update(chunk_at_, chunk_size_);
+  }
   chunk_at_ = nullptr;
   offset_ += chunk_size_;
   received_ += chunk_size_;
@@ -167,11 +176,18 @@ Status UpdateAssembler::EndChunk() {
 
 Status UpdateAssembler::Complete(Pending& pending) {
   // A tensor of no bytes had no chunk, and no hasher.
-  const std::string got = pending.byte_size == 0 ? Sha256Hex("", 0) : hasher_->FinishHex();
-  hasher_.reset();
-  if (got != pending.sha256) {
-    return DataLossError(what_ + ": " + Names(pending) + ": content hash " + got.substr(0, 12) +
-                         "... does not match the manifest's " + EscapeUntrusted(pending.sha256.substr(0, 12)) + "...");
+  std::string got;
+  if (pending.byte_size == 0) {
+    got = pending.xxh3 ? Xxh3Hex("", 0) : Sha256Hex("", 0);
+  } else {
+    got = pending.xxh3 ? xxh3_->FinishHex() : sha256_->FinishHex();
+  }
+  xxh3_.reset();
+  sha256_.reset();
+  if (got != pending.digest) {
+    return DataLossError(what_ + ": " + Names(pending) + ": content " + (pending.xxh3 ? "checksum (xxh3_128) " : "hash ") +
+                         got.substr(0, 12) + "... does not match the manifest's " +
+                         EscapeUntrusted(pending.digest.substr(0, 12)) + "...");
   }
   SizeValues(pending);  // float32: sized at its first chunk already, unless it had no bytes
   if (pending.encoding == UpdateEncoding::kFloat32) return Status::Ok();  // its chunks were written into its values

@@ -1,6 +1,6 @@
 // Reading an update's envelope back: the chunks of every set, checked as they arrive, each
-// tensor hash-checked against its manifest entry (the bytes as sent) and decoded to float32
-// as soon as its last chunk lands. The coordinator's half of proto/update_envelope.h; the
+// tensor checked against its manifest entry's digest of the bytes as sent (xxh3_128 when it
+// gives one, else sha256) and decoded to float32 as soon as its last chunk lands. The coordinator's half of proto/update_envelope.h; the
 // worker-side tests read uploads with it too.
 #pragma once
 
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/sha256.h"
+#include "base/xxh3.h"
 #include "base/status.h"
 #include "core/buffer_pool.h"
 #include "core/tensor.h"
@@ -57,7 +58,8 @@ class UpdateAssembler {
     size_t set = 0;                  // index into sets_
     UpdateEncoding encoding{};
     uint64_t byte_size = 0;
-    std::string sha256;
+    bool xxh3 = false;               // checked against xxh3_128, else against sha256
+    std::string digest;              // the manifest's, lower-case hex
     NamedTensor tensor;              // name and shape; values sized when decoded
     uint64_t elements = 0;
   };
@@ -78,7 +80,9 @@ class UpdateAssembler {
   size_t current_ = 0;
   uint64_t offset_ = 0;
   std::string buffer_;                // the current tensor's bytes, when not float32
-  std::unique_ptr<Sha256> hasher_;    // the current tensor's bytes so far
+  // The current tensor's bytes so far, by the digest its manifest entry gives.
+  std::unique_ptr<Sha256> sha256_;
+  std::unique_ptr<Xxh3> xxh3_;
   uint8_t* chunk_at_ = nullptr;       // the chunk begun, not yet ended
   uint64_t chunk_size_ = 0;
   uint64_t received_ = 0;

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "base/sha256.h"
+#include "base/xxh3.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::wire {
@@ -80,8 +81,16 @@ v1::DType EncodedDType(UpdateEncoding encoding) {
   return v1::DTYPE_FLOAT32;
 }
 
+void SetDigest(UpdateDigest digest, std::string_view bytes, v1::TensorInfo* info) {
+  if (digest == UpdateDigest::kXxh3) {
+    info->set_xxh3_128(Xxh3Hex(bytes.data(), bytes.size()));
+  } else {
+    info->set_sha256(Sha256Hex(bytes.data(), bytes.size()));
+  }
+}
+
 void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEncoding encoding, double fraction,
-                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream) {
+                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream, UpdateDigest digest) {
   v1::TensorSetInfo* set = header->add_sets();
   set->set_name(name);
   set->set_encoding(ToWireEncoding(encoding));
@@ -94,7 +103,7 @@ void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEn
     for (int64_t d : t.shape) info->add_shape(d);
     info->set_dtype(EncodedDType(encoding));
     info->set_byte_size(bytes.size());
-    info->set_sha256(Sha256Hex(bytes.data(), bytes.size()));
+    SetDigest(digest, bytes, info);
     total += bytes.size();
     stream->push_back(std::move(bytes));
   }

@@ -43,12 +43,19 @@ v1::Encoding ToWireEncoding(UpdateEncoding encoding);
 // The dtype a tensor's manifest entry gives in `encoding` (top-k: FLOAT32, its values').
 v1::DType EncodedDType(UpdateEncoding encoding);
 
+// How an update's tensors are checked on arrival: SHA-256 (TensorInfo.sha256), or XXH3-128
+// (TensorInfo.xxh3_128) for a coordinator that says it checks it (JoinResponse.upload_xxh3).
+enum class UpdateDigest { kSha256, kXxh3 };
+// Sets `info`'s digest of `bytes` of that kind.
+void SetDigest(UpdateDigest digest, std::string_view bytes, v1::TensorInfo* info);
+
 // Adds set `name` to an update's envelope: its entry in header->sets (`encoding`, with
-// top-k's `fraction`; the manifest of the encoded bytes for chunks of `chunk_bytes`) and each
-// tensor's encoded bytes at the end of *stream, what the upload's chunks carry. Add "delta"
-// first.
+// top-k's `fraction`; the manifest of the encoded bytes for chunks of `chunk_bytes`, each
+// tensor with its `digest`) and each tensor's encoded bytes at the end of *stream, what the
+// upload's chunks carry. Add "delta" first.
 void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEncoding encoding, double fraction,
-                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream);
+                     uint32_t chunk_bytes, v1::UpdateHeader* header, UpdateBytes* stream,
+                     UpdateDigest digest = UpdateDigest::kSha256);
 
 // Calls `emit` once per chunk of `tensors` (each at most `chunk_bytes`, clamped to
 // kMaxChunkBytes), in order, tensor_index counting across the stream. Stops at the first

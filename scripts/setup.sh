@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libsqlite3-dev libopenblas-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
+  libsqlite3-dev libopenblas-dev libtomlplusplus-dev libspdlog-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev zlib1g-dev libssl-dev libcpp-httplib-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   libxrt-dev

@@ -88,6 +88,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   response.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   response.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
   response.set_upload_admission(true);  // the upload service admits every update (server/transfers.cc)
+  response.set_upload_xxh3(true);       // and checks xxh3_128 digests (proto/update_assembler.h)
   lock.unlock();
   if (previous) previous->Superseded();  // the previous generation's channel finishes
   return response;

@@ -212,6 +212,7 @@ Status WorkerAgent::RunSession() {
     worker_id_ = joined.worker_id();
     session_ = joined.session();
   }
+  upload_xxh3_ = joined.upload_xxh3();
   spdlog::info("joined as {}", joined.worker_id());
   if (stop_) return Status::Ok();  // stopped while joining: no channel to open
   std::atomic<bool> session_over{false};
@@ -647,7 +648,7 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
       for (NamedTensor& t : unsent) t.values = EncodingResidual(encoding, t.values, fraction);
     }
     wire::AppendUpdateSet(name, tensors, delta ? encoding : UpdateEncoding::kFloat32, fraction, options_.chunk_bytes,
-                          &header, &bytes);
+                          &header, &bytes, upload_xxh3_ ? wire::UpdateDigest::kXxh3 : wire::UpdateDigest::kSha256);
   }
   auto sent = client_->UploadUpdate(header, bytes, options_.chunk_bytes);
   if (feedback) {

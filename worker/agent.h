@@ -106,6 +106,9 @@ class WorkerAgent {
   v1::DeviceInfo device_info_;  // what Join advertises
 
   std::atomic<bool> stop_{false};
+  // The coordinator checks XXH3-128 digests of an update's tensors (JoinResponse.upload_xxh3):
+  // the update's manifest gives them instead of SHA-256.
+  std::atomic<bool> upload_xxh3_{false};
   uint64_t metrics_collector_ = 0;  // scrape-time device metrics (worker/worker_metrics.h)
   std::mutex mu_;
   std::condition_variable cv_;

@@ -281,6 +281,7 @@ void SimulatedClient::OnJoined(bool first, const grpc::Status& status, const v1:
     session_ = response.session();
     heartbeat_interval_ms_ = std::max<uint32_t>(100, response.heartbeat_interval_ms());  // as the worker
     upload_admission_ = response.upload_admission();
+    upload_xxh3_ = response.upload_xxh3();
     backoff_ms_ = kBackoffInitialMs;
     v1::TaskChannelRequest open;
     open.set_worker_id(worker_id_);
@@ -459,7 +460,13 @@ void SimulatedClient::OnDownloaded(uint64_t work, const grpc::Status& status, co
   fleet_->Add(Counter::kDownloads);
   fleet_->Add(Counter::kBytesDownloaded, check.bytes_received());
   fleet_->Record(Latency::kDownload, ms);
-  auto payload = fleet_->payloads().For(check.manifest(), work + std::hash<std::string>()(name_));
+  bool xxh3 = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    xxh3 = upload_xxh3_;
+  }
+  auto payload = fleet_->payloads().For(check.manifest(), work + std::hash<std::string>()(name_),
+                                        xxh3 ? wire::UpdateDigest::kXxh3 : wire::UpdateDigest::kSha256);
   if (!payload.ok()) {
     fleet_->RecordError("building the update: " + payload.status().ToString());
     v1::TrainTask task;

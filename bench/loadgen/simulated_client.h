@@ -77,6 +77,7 @@ class SimulatedClient {
   std::string session_;
   uint32_t heartbeat_interval_ms_ = 1000;
   bool upload_admission_ = false;  // from the JoinResponse: wait for the upload's metadata
+  bool upload_xxh3_ = false;       // from the JoinResponse: the update's digests are XXH3-128
   uint32_t backoff_ms_ = kBackoffInitialMs;
   bool channel_ready_ = false;
   std::string state_ = "idle";

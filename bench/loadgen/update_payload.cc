@@ -30,18 +30,19 @@ UpdatePayloads::UpdatePayloads(UpdateKind kind, uint32_t chunk_bytes, uint32_t r
       variants_(kind == UpdateKind::kZero ? 1 : std::max<uint32_t>(1, random_variants)),
       seed_(seed) {}
 
-Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::For(const v1::TensorManifest& model, uint64_t variant) {
+Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::For(const v1::TensorManifest& model, uint64_t variant,
+                                                                 wire::UpdateDigest digest) {
   const uint32_t v = static_cast<uint32_t>(variant % variants_);
-  auto key = std::make_pair(LayoutKey(model), v);
+  auto key = std::make_tuple(LayoutKey(model), v, digest);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = payloads_.find(key); it != payloads_.end()) return it->second;
-  ASSIGN_OR_RETURN(auto payload, Build(model, v));
+  ASSIGN_OR_RETURN(auto payload, Build(model, v, digest));
   payloads_.emplace(std::move(key), payload);
   return payload;
 }
 
 Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::Build(const v1::TensorManifest& model,
-                                                                   uint32_t variant) const {
+                                                                   uint32_t variant, wire::UpdateDigest digest) const {
   std::mt19937_64 engine(seed_ * 0x9E3779B97F4A7C15ull + variant);
   std::uniform_real_distribution<float> small(-1e-3f, 1e-3f);
   TensorSet delta;
@@ -61,7 +62,16 @@ Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::Build(const v1::Ten
     delta.push_back(std::move(t));
   }
   auto payload = std::make_shared<UpdatePayload>();
-  payload->manifest = wire::BuildManifest(delta, chunk_bytes_);
+  payload->manifest = wire::BuildManifest(delta, chunk_bytes_);  // with SHA-256 digests
+  if (digest == wire::UpdateDigest::kXxh3) {
+    for (int i = 0; i < payload->manifest.tensors_size(); ++i) {
+      v1::TensorInfo* info = payload->manifest.mutable_tensors(i);
+      info->clear_sha256();
+      const std::vector<float>& values = delta[static_cast<size_t>(i)].values;
+      wire::SetDigest(digest, std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)),
+                      info);
+    }
+  }
   payload->bytes = payload->manifest.total_bytes();
   RETURN_IF_ERROR(wire::ForEachChunk(delta, chunk_bytes_, 0, [&](const v1::TensorChunk& chunk) {
     v1::UpdateChunkMessage message;

@@ -16,11 +16,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <grpcpp/support/byte_buffer.h>
 
 #include "base/status.h"
+#include "proto/update_envelope.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::loadgen {
@@ -42,20 +44,23 @@ class UpdatePayloads {
   UpdatePayloads(UpdateKind kind, uint32_t chunk_bytes, uint32_t random_variants, uint64_t seed);
 
   // The payload for a model whose download manifest is `model`, variant `variant` (taken
-  // modulo the number of variants; zero deltas have one). Built on first use, under a lock:
-  // the first caller for a layout pays the build (a hash pass over the delta per variant).
-  Result<std::shared_ptr<const UpdatePayload>> For(const v1::TensorManifest& model, uint64_t variant);
+  // modulo the number of variants; zero deltas have one), its tensors with `digest` as the
+  // worker gives them (JoinResponse.upload_xxh3). Built on first use, under a lock: the first
+  // caller for a layout pays the build (a hash pass over the delta per variant).
+  Result<std::shared_ptr<const UpdatePayload>> For(const v1::TensorManifest& model, uint64_t variant,
+                                                   wire::UpdateDigest digest);
 
  private:
-  Result<std::shared_ptr<const UpdatePayload>> Build(const v1::TensorManifest& model, uint32_t variant) const;
+  Result<std::shared_ptr<const UpdatePayload>> Build(const v1::TensorManifest& model, uint32_t variant,
+                                                     wire::UpdateDigest digest) const;
 
   const UpdateKind kind_;
   const uint32_t chunk_bytes_;
   const uint32_t variants_;
   const uint64_t seed_;
   std::mutex mu_;  // guards payloads_
-  // By layout (names and shapes) and variant.
-  std::map<std::pair<std::string, uint32_t>, std::shared_ptr<const UpdatePayload>> payloads_;
+  // By layout (names and shapes), variant and digest.
+  std::map<std::tuple<std::string, uint32_t, wire::UpdateDigest>, std::shared_ptr<const UpdatePayload>> payloads_;
 };
 
 }  // namespace tessera::loadgen

@@ -90,6 +90,7 @@ TEST(UploadAdmissionTest, AnUpdateIsAdmittedBeforeItsTensorsAndOneWaitsWhileTheM
   const int port = (*coordinator)->port();
   ManualWorker w1(port, "w1"), w2(port, "w2");
   EXPECT_TRUE(w1.joined().upload_admission());
+  EXPECT_TRUE(w1.joined().upload_xxh3());  // its tensors travel with XXH3-128 checksums
   auto job = (*coordinator)->SubmitJob(SmallJob(1, 2));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   ASSERT_TRUE(WaitUntil([&] { return w1.task() && w2.task(); }, std::chrono::seconds(60)));

@@ -157,6 +157,27 @@ TEST(UpdateAssemblerTest, BytesThatDoNotDecodeAreRefusedNamingTheTensor) {
 }
 
 
+TEST(UpdateAssemblerTest, TensorsWithXxh3DigestsAreCheckedAgainstThemNotSha256) {
+  Upload upload;
+  AppendUpdateSet(kDeltaSet, Model(), UpdateEncoding::kFloat32, 0, 16, &upload.header, &upload.bytes,
+                  UpdateDigest::kXxh3);
+  const v1::TensorInfo& w = upload.header.sets(0).manifest().tensors(0);
+  EXPECT_TRUE(w.sha256().empty());
+  EXPECT_EQ(w.xxh3_128().size(), 32u);
+  const Result<TensorSet> read = Read(upload, 0);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ((*read)[0].values, Model()[0].values);
+  // One byte changed on the way: refused, naming the checksum.
+  Upload altered = upload;
+  altered.bytes[0][5] ^= 1;
+  ExpectRefused(Read(altered, 0), {"tensor 'layer.w'", "content checksum (xxh3_128)", "does not match"});
+  // A wrong checksum in the manifest, with the right SHA-256 beside it: xxh3_128 decides.
+  Upload lying = upload;
+  SetDigest(UpdateDigest::kSha256, lying.bytes[0], lying.header.mutable_sets(0)->mutable_manifest()->mutable_tensors(0));
+  lying.header.mutable_sets(0)->mutable_manifest()->mutable_tensors(0)->set_xxh3_128(std::string(32, '0'));
+  ExpectRefused(Read(lying, 0), {"content checksum (xxh3_128)"});
+}
+
 // A message's serialized bytes as gRPC would hand them over, cut into `pieces` slices.
 grpc::ByteBuffer AsReceived(const std::string& bytes, size_t pieces) {
   std::vector<grpc::Slice> slices;
