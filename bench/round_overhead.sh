@@ -13,7 +13,9 @@
 #   ROWS    model:N pairs, models tiny (SimpleCNN, 44,426 parameters) and mlp10 (MLP 784-3297-10,
 #           2,621,125 parameters, 10 MiB)
 #           (default: tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100)
-#   ROUNDS  rounds per row (default 7); the first WARMUP (default 2) are left out of the medians
+#   ROUNDS  rounds per row (default 14); the first WARMUP (default 6) are left out of the medians:
+#           with 100 clients of the small model, rounds 1-6 are 1.5-4x slower than the later ones
+#           while the connections' TCP buffers grow (docs/BENCHMARKS.md)
 #   UPDATE  zero or random: what every client uploads (default random)
 #   CHANNELS  gRPC channels (TCP connections) the simulated clients share (default 0: one per
 #           client, as real workers; shared connections make heartbeats wait behind transfers)
@@ -29,8 +31,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 overhead_binaries "${1:-build}"
 
 rows=${ROWS:-tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100}
-rounds=${ROUNDS:-7}
-warmup=${WARMUP:-2}
+rounds=${ROUNDS:-14}
+warmup=${WARMUP:-6}
 update=${UPDATE:-random}
 channels=${CHANNELS:-0}
 max_test=${MAX_TEST_SAMPLES:-100}

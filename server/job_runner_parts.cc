@@ -121,7 +121,10 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   *committed.mutable_last_round() = record;
   // The strategy's next state goes into the same checkpoint file as the model: both are
   // of this round, or neither is.
-  RETURN_IF_ERROR(store_->CommitRound(committed, record, JoinModelAndState(encoded->tensors(), step.state)));
+  // (A stateless strategy's checkpoint is the model itself: no copy of it to join.)
+  RETURN_IF_ERROR(step.state.empty()
+                      ? store_->CommitRound(committed, record, encoded->tensors())
+                      : store_->CommitRound(committed, record, JoinModelAndState(encoded->tensors(), step.state)));
   strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));

@@ -14,7 +14,11 @@ constexpr char kCheckpointMagic[] = "TSRCKPT1";
 
 std::string EncodeCheckpoint(const TensorSet& tensors) {
   const std::string manifest = wire::BuildManifest(tensors).SerializeAsString();
-  std::string out(kCheckpointMagic, 8);
+  uint64_t values = 0;
+  for (const auto& t : tensors) values += t.ByteSize();
+  std::string out;
+  out.reserve(8 + sizeof(uint64_t) + manifest.size() + values);  // one allocation, not a doubling series
+  out.append(kCheckpointMagic, 8);
   const uint64_t length = manifest.size();
   out.append(reinterpret_cast<const char*>(&length), sizeof(length));
   out.append(manifest);
