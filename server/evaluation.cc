@@ -24,6 +24,9 @@ Status Evaluator::CheckFits(const TensorSet& state) { return model_->SetState(st
 Result<Evaluation> Evaluator::Evaluate(const TensorSet& state) {
   RETURN_IF_ERROR(model_->SetState(state));
   ASSIGN_OR_RETURN(EvalReport report, tessera::Evaluate(*model_, test_set_, 500, max_test_samples_));
+  // The batches' activations go back between rounds: the round's uploads need the memory more
+  // than the next evaluation needs them cached.
+  device_->ReleaseCachedMemory();
   return Evaluation{report.accuracy, report.loss};
 }
 

@@ -172,6 +172,10 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   RETURN_IF_ERROR(CheckRange("batch-size", s.batch_size, 1, 60000));
   RETURN_IF_ERROR(CheckSeconds("round-deadline-s", s.round_deadline_s, 0.001, 86400));
   RETURN_IF_ERROR(CheckRange("warmup", s.warmup, 0, 1000));
+  if (s.idle_s == 0 && s.job.empty() && s.warmup >= s.rounds) {
+    return InvalidArgumentError("--warmup " + std::to_string(s.warmup) + " leaves none of the " +
+                                std::to_string(s.rounds) + " rounds (--rounds) to measure: expected fewer");
+  }
   RETURN_IF_ERROR(CheckSeconds("idle-s", s.idle_s, 0, 86400));
   if (s.idle_s > 0 && s.clients == 0) return InvalidArgumentError("--idle-s: needs --clients of at least 1");
   if (s.idle_s > 0 && !s.job.empty()) return InvalidArgumentError("--idle-s and --job: an idle run follows no job");

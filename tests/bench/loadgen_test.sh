@@ -46,6 +46,9 @@ done
 if "$loadgen_bin" --no-such-flag > "$dir/usage.log" 2>&1; then fail "an unknown flag was accepted"; fi
 if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --update sometimes \
   > "$dir/usage.log" 2>&1; then fail "--update sometimes was accepted"; fi
+if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" \
+  --rounds 5 --warmup 5 > "$dir/usage.log" 2>&1; then fail "--warmup 5 of --rounds 5 was accepted"; fi
+grep -q "leaves none of the 5 rounds" "$dir/usage.log" || fail "the refusal of --warmup 5 does not say why"
 
 export OPENBLAS_NUM_THREADS=1
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 --channels 2 \
