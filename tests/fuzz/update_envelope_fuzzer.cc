@@ -3,21 +3,47 @@
 // fraction of 0.25), the chunks, Finish. Input: records (fuzz_records.h), the first a
 // serialized v1::UpdateHeader, each further one a serialized v1::TensorChunk.
 //
+// Each chunk goes in twice, into two assemblers: parsed and added (UpdateAssembler::Add), and
+// as the coordinator reads it off the wire, wrapped in an UpdateChunkMessage and cut into two
+// gRPC slices where the record's first byte says (wire::AddChunkMessage, which reads the
+// writers' layout in place and parses any other). The two must agree on every verdict and on
+// every decoded value.
+//
 // Checks that an accepted header has a "delta" set and at most kMaxUpdateSets sets, and that an
 // accepted upload decodes into sets of the tensors, names and element counts their manifests
 // declare.
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "fuzz_check.h"
 #include "quiet_protobuf_log.h"
 #include "fuzz_records.h"
 #include "proto/update_assembler.h"
+#include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
 
 namespace {
 
 constexpr uint64_t kMaxModelBytes = 1 << 20;
 constexpr double kTopKFraction = 0.25;
+
+// `chunk` as an UpdateChunkMessage's bytes (field 2), in two slices cut at `cut`.
+grpc::ByteBuffer AsMessage(std::string_view chunk, size_t cut) {
+  std::string message(1, static_cast<char>((2 << 3) | 2));
+  for (uint64_t n = chunk.size(); ; n >>= 7) {  // the length, a varint
+    message.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+    if (n <= 0x7f) break;
+  }
+  message.append(chunk);
+  cut = message.empty() ? 0 : cut % message.size();
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(message.substr(0, cut));
+  slices.emplace_back(message.substr(cut));
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
 
 }  // namespace
 
@@ -40,14 +66,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(has_delta, "accepted sets have no 'delta' set");
 
   wire::UpdateAssembler assembler("fuzzed update", kMaxModelBytes, kTopKFraction);
+  wire::UpdateAssembler from_wire("fuzzed update", kMaxModelBytes, kTopKFraction);
   if (!assembler.Start(*sets).ok()) return 0;
+  FUZZ_CHECK(from_wire.Start(*sets).ok(), "the same sets start one assembler and not the other");
   while (records.Next(&bytes)) {
     v1::TensorChunk chunk;
     if (!chunk.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
-    if (!assembler.Add(chunk).ok()) return 0;
+    const bool added = assembler.Add(chunk).ok();
+    const size_t cut = bytes.empty() ? 0 : static_cast<uint8_t>(bytes[0]);
+    const bool read = wire::AddChunkMessage(AsMessage(bytes, cut), from_wire, "fuzzed update").ok();
+    FUZZ_CHECK(added == read, std::string("a chunk was ") + (added ? "added" : "refused") + " parsed but " +
+                                  (read ? "added" : "refused") + " read off the wire");
+    if (!added) return 0;
   }
   auto split = assembler.Finish();
+  auto split_from_wire = from_wire.Finish();
+  FUZZ_CHECK(split.ok() == split_from_wire.ok(), "the two assemblers disagree on the whole upload");
   if (!split.ok()) return 0;
+  for (const auto& [name, set] : *split) {
+    const TensorSet& other = (*split_from_wire)[name];
+    FUZZ_CHECK(other.size() == set.size(), "set '" + name + "' has another tensor count read off the wire");
+    for (size_t i = 0; i < set.size(); ++i) {
+      FUZZ_CHECK(other[i].values.size() == set[i].values.size() &&
+                     (set[i].values.empty() ||
+                      std::memcmp(other[i].values.data(), set[i].values.data(), set[i].ByteSize()) == 0),
+                 "set '" + name + "': tensor " + std::to_string(i) + " decodes to other values read off the wire");
+    }
+  }
   FUZZ_CHECK(split->size() == sets->size(), "the upload decodes into a different number of sets");
   for (const auto& set : *sets) {
     const TensorSet& part = (*split)[set.name()];
