@@ -2,6 +2,8 @@
 # tessera-loadgen against a real tessera-coordinator on loopback: 20 simulated clients run a
 # 2-round SimpleCNN job (random updates, hash-checked downloads); every round must commit on
 # its first attempt with all 20 clients accepted, and no client may be refused or dropped.
+# Then 10 clients run another job with downloads checked in place (no hashes), as the
+# benchmark runs them.
 # Then the same clients idle for a second: every heartbeat answered. No timing is asserted.
 #   loadgen_test.sh COORDINATOR_BIN LOADGEN_BIN
 set -euo pipefail
@@ -63,6 +65,17 @@ for r in 1 2; do
 done
 grep -q ' uploads_accepted=40 ' "$dir/rounds.log" || fail "expected 40 accepted uploads"
 grep -q ' downloads=40 ' "$dir/rounds.log" || fail "expected 40 checked downloads"
+
+# Without --verify-downloads (the benchmark's way), chunks are checked in place, without a
+# parse: the same job must pass the same way.
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 10 \
+    --name-prefix unverified --rounds 2 --warmup 0 --update zero --max-test-samples 100 --timeout-s 240 \
+    > "$dir/unverified.log" 2>&1; then
+  fail "the load generator without --verify-downloads reported a failure"
+fi
+grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/unverified.log" ||
+  fail "without --verify-downloads: expected 2 committed rounds with all 10 clients accepted"
+grep -q ' downloads=20 ' "$dir/unverified.log" || fail "without --verify-downloads: expected 20 checked downloads"
 
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 \
     --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then
