@@ -217,7 +217,7 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     watch_->Backlog(*job, std::move(rounds).value());
     std::weak_ptr<JobWatch> weak = watch_;
     const StreamLimits& limits = c->options().streams;
-    deadline_ = std::make_shared<StreamDeadline>("watch of job " + request.job_id(), limits.idle_timeout,
+    deadline_ = StreamDeadline::Create("watch of job " + request.job_id(), limits.idle_timeout,
                                                  limits.channel_max_age, "maximum age (channel_max_age)",
                                                  [weak](const Status& why) {
                                                    if (auto w = weak.lock()) w->Expire(why);

@@ -209,7 +209,7 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
     // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
     // has stopped heartbeating by then, or at the channel's maximum age.
     std::weak_ptr<TaskChannel> weak = channel_;
-    deadline_ = std::make_shared<StreamDeadline>(
+    deadline_ = StreamDeadline::Create(
         "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
         c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
           if (auto channel = weak.lock()) channel->Expire(why);

@@ -193,6 +193,7 @@ void StreamWatchdog::Watch(const std::shared_ptr<StreamDeadline>& stream) {
     if (stream->cap_) first = std::min(first, *stream->cap_);
   }
   due_.emplace(first, stream);
+  if (due_.size() >= sweep_at_) SweepLocked();
   if (!thread_.joinable()) thread_ = std::thread([this] { Loop(); });
   if (first < wakes_at_) {
     ++changes_;
@@ -232,6 +233,18 @@ void StreamWatchdog::Loop() {
     lock.lock();
     for (auto& [at, weak] : again) due_.emplace(at, std::move(weak));
   }
+}
+
+void StreamWatchdog::SweepLocked() {
+  for (auto it = due_.begin(); it != due_.end();) {
+    it = it->second.expired() ? due_.erase(it) : std::next(it);
+  }
+  sweep_at_ = std::max(kMinSweep, 2 * due_.size());
+}
+
+size_t StreamWatchdog::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return due_.size();
 }
 
 void StreamWatchdog::Shutdown() {

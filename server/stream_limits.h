@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -89,7 +90,9 @@ class StreamCounter {
   uint32_t open_ = 0;
 };
 
-// One stream's clocks, shared by its reactor and the watchdog (which holds a weak_ptr).
+// One stream's clocks, shared by its reactor and the watchdog (which holds a weak_ptr). Made
+// with Create (not make_shared), so that a finished stream's memory goes with its reactor, not
+// with the watchdog's entry for it.
 // Every path that ends the stream first claims the right to with ClaimFinish(), so the
 // stream is finished once, and the reactor, which lives until it is finished, is alive
 // whenever `expire` runs.
@@ -102,6 +105,10 @@ class StreamDeadline {
   // count from now on `clock`, the clock of the watchdog that will watch the stream.
   StreamDeadline(std::string what, std::chrono::milliseconds idle, std::chrono::milliseconds total,
                  std::string total_name, std::function<void(Status)> expire, const Clock* clock = &SteadyClock());
+  template <typename... Args>
+  static std::shared_ptr<StreamDeadline> Create(Args&&... args) {
+    return std::shared_ptr<StreamDeadline>(new StreamDeadline(std::forward<Args>(args)...));
+  }
 
   void Progress();  // the peer moved: the idle clock starts again
   // Idle time counts only while the stream waits on its peer (a read posted, a write in
@@ -165,14 +172,23 @@ class StreamWatchdog {
   const Clock& clock() const { return *clock_; }
   // Stops the thread; streams are no longer expired (the server is finishing them).
   void Shutdown();
+  // Streams it still has an entry for, gone or not (entries of gone streams are dropped when
+  // they come due, or in a sweep once the entries have doubled).
+  size_t entries() const;
 
  private:
   void Loop();
 
+  void SweepLocked();  // drops the entries of streams that are gone
+
   const Clock* const clock_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::multimap<StreamDeadline::TimePoint, std::weak_ptr<StreamDeadline>> due_;
+  // A stream's first look is at its idle limit (a minute by default): a thousand clients'
+  // transfers would leave hundreds of thousands of entries of finished streams by then.
+  size_t sweep_at_ = kMinSweep;
+  static constexpr size_t kMinSweep = 1024;
   std::thread thread_;  // started with the first stream
   bool shutdown_ = false;
   // When the thread's wait ends by itself; min() while it is not waiting (it looks at due_

@@ -76,7 +76,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     const StreamLimits& limits = c->options().streams;
     // A write the worker does not take for the idle timeout ends the download: the worker is
     // not reading, so the call is cancelled as well as finished.
-    deadline_ = std::make_shared<StreamDeadline>("download by worker '" + worker_id_ + "'", limits.idle_timeout,
+    deadline_ = StreamDeadline::Create("download by worker '" + worker_id_ + "'", limits.idle_timeout,
                                                  limits.transfer_timeout, "transfer timeout (transfer_timeout)",
                                                  [this](const Status& why) { Expire(why); });
     deadline_->Cap(open->deadline, "job " + request.job_id() + " round " + std::to_string(open->round) + " attempt " +
@@ -151,7 +151,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                 Result<std::unique_ptr<StreamCounter::Slot>> slot)
       : c_(c), response_(response), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
     const StreamLimits& limits = c->options().streams;
-    deadline_ = std::make_shared<StreamDeadline>("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
+    deadline_ = StreamDeadline::Create("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
                                                  "transfer timeout (transfer_timeout)",
                                                  [this](const Status& why) { Expire(why); });
     if (!slot.ok()) {

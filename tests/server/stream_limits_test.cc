@@ -200,6 +200,33 @@ TEST(StreamWatchdogTest, AStreamDueBeforeTheWatchdogWakesWakesItAndOneDueLaterWa
   ASSERT_TRUE(later.Wait());
 }
 
+TEST(StreamWatchdogTest, EntriesOfStreamsThatAreGoneAreSweptLongBeforeTheyComeDue) {
+  ManualClock clock;
+  StreamWatchdog watchdog(&clock);
+  auto kept = StreamDeadline::Create("download kept", std::chrono::hours(1), std::chrono::hours(2), "transfer timeout",
+                                     [](const Status&) {}, &clock);
+  watchdog.Watch(kept);
+  // Five thousand transfers that end (their reactors drop their deadlines) within the idle limit.
+  std::weak_ptr<StreamDeadline> last;
+  for (int i = 0; i < 5000; ++i) {
+    auto stream = StreamDeadline::Create("upload " + std::to_string(i), std::chrono::hours(1), std::chrono::hours(2),
+                                         "transfer timeout", [](const Status&) {}, &clock);
+    watchdog.Watch(stream);
+    last = stream;
+  }
+  EXPECT_TRUE(last.expired());  // the watchdog holds no stream alive
+  EXPECT_LE(watchdog.entries(), 1024u);  // not 5,001: the gone ones were swept as entries doubled
+  EXPECT_GE(watchdog.entries(), 1u);     // the live one is kept
+  Ended ended;
+  auto soon = StreamDeadline::Create("download soon", milliseconds(10), std::chrono::hours(2), "transfer timeout",
+                                     ended.Callback(), &clock);
+  watchdog.Watch(soon);
+  ASSERT_TRUE(clock.AwaitWaiters(1, kWaitLimit));
+  clock.Advance(milliseconds(10));
+  ASSERT_TRUE(ended.Wait());  // the watchdog still ends what is due
+  EXPECT_FALSE(kept->Expired().has_value());
+}
+
 TEST(StreamWatchdogTest, AHeldStreamIsNotEndedByTheWatchdog) {
   auto stream = std::make_shared<StreamDeadline>("upload", milliseconds(100), std::chrono::hours(1),
                                                  "transfer timeout", [](const Status&) { FAIL() << "expired"; });
