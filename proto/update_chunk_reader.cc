@@ -3,10 +3,10 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 
 #include <optional>
 
+#include "proto/byte_buffers.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::wire {
@@ -61,9 +61,8 @@ std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, UpdateAssembl
 
 Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what) {
   if (auto read = ReadInPlace(message, assembler, what)) return *read;
-  grpc::ByteBuffer copy(message);  // Deserialize consumes its argument
   v1::UpdateChunkMessage parsed;
-  if (!grpc::SerializationTraits<v1::UpdateChunkMessage>::Deserialize(&copy, &parsed).ok()) {
+  if (!FromByteBuffer(message, &parsed)) {
     return InvalidArgumentError(what + ": a message that is not an UpdateChunkMessage");
   }
   if (!parsed.has_chunk()) return InvalidArgumentError(what + ": expected tensor chunks after the header");

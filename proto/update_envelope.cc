@@ -81,6 +81,16 @@ v1::DType EncodedDType(UpdateEncoding encoding) {
   return v1::DTYPE_FLOAT32;
 }
 
+void IdentifyUpdate(const v1::TrainTask& task, const std::string& worker_id, const std::string& session,
+                    v1::UpdateHeader* header) {
+  header->set_worker_id(worker_id);
+  header->set_session(session);
+  header->set_job_id(task.job_id());
+  header->set_round(task.round());
+  header->set_attempt(task.attempt());
+  header->set_base_model_version(task.model_version());
+}
+
 void SetDigest(UpdateDigest digest, std::string_view bytes, v1::TensorInfo* info) {
   if (digest == UpdateDigest::kXxh3) {
     info->set_xxh3_128(Xxh3Hex(bytes.data(), bytes.size()));

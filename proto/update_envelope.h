@@ -49,6 +49,11 @@ enum class UpdateDigest { kSha256, kXxh3 };
 // Sets `info`'s digest of `bytes` of that kind.
 void SetDigest(UpdateDigest digest, std::string_view bytes, v1::TensorInfo* info);
 
+// Who sends an update, for which task (job, round, attempt) and on which model version: the
+// header's identity, as the worker and the load generator fill it.
+void IdentifyUpdate(const v1::TrainTask& task, const std::string& worker_id, const std::string& session,
+                    v1::UpdateHeader* header);
+
 // Adds set `name` to an update's envelope: its entry in header->sets (`encoding`, with
 // top-k's `fraction`; the manifest of the encoded bytes for chunks of `chunk_bytes`, each
 // tensor with its `digest`) and each tensor's encoded bytes at the end of *stream, what the

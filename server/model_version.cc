@@ -1,9 +1,8 @@
 #include "server/model_version.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-
 #include <algorithm>
 
+#include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::server {
@@ -11,9 +10,7 @@ namespace {
 
 grpc::ByteBuffer Serialized(const v1::ModelChunkMessage& message) {
   grpc::ByteBuffer buffer;
-  bool own = false;
-  grpc::Status s = grpc::SerializationTraits<v1::ModelChunkMessage>::Serialize(message, &buffer, &own);
-  (void)s;  // a message of at most 1 MiB and a manifest always serialize
+  wire::ToByteBuffer(message, &buffer);  // a message of at most 1 MiB and a manifest always serialize
   return buffer;
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/escape.h"
+#include "proto/byte_buffers.h"
 #include "proto/grpc_status.h"
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
@@ -404,9 +405,7 @@ class WorkerServiceImpl final
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::DownloadModel(grpc::CallbackServerContext* ctx,
                                                                            const grpc::ByteBuffer* raw_request) {
   v1::DownloadModelRequest parsed;
-  grpc::ByteBuffer copy(*raw_request);  // shares the slices; Deserialize consumes its argument
-  const bool readable =
-      grpc::SerializationTraits<v1::DownloadModelRequest>::Deserialize(&copy, &parsed).ok();
+  const bool readable = wire::FromByteBuffer(*raw_request, &parsed);
   const v1::DownloadModelRequest* request = &parsed;
   Status admitted = readable ? CheckCaller(ctx, "download", request->worker_id())
                              : InvalidArgumentError("download: the request is not a DownloadModelRequest");

@@ -1,6 +1,5 @@
 #include "server/transfers.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "base/escape.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
+#include "proto/byte_buffers.h"
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
@@ -169,8 +169,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     deadline_->Progress();
     if (!have_header_) {
       v1::UpdateChunkMessage first;
-      if (!ok || !grpc::SerializationTraits<v1::UpdateChunkMessage>::Deserialize(&raw_, &first).ok() ||
-          !first.has_header()) {
+      if (!ok || !wire::FromByteBuffer(raw_, &first) || !first.has_header()) {
         End(ToGrpc(InvalidArgumentError("an upload must start with its header")));
         return;
       }
@@ -322,8 +321,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!deadline_->ClaimFinish()) return;
     if (status.ok()) {
       grpc::ByteBuffer reply;
-      bool own = false;
-      if (!grpc::SerializationTraits<v1::UploadResult>::Serialize(result_, &reply, &own).ok()) {
+      if (!wire::ToByteBuffer(result_, &reply)) {
         Finish(grpc::Status(grpc::StatusCode::INTERNAL, "the upload's result could not be serialized"));
         return;
       }

@@ -53,17 +53,6 @@ TensorSet DeltaFrom(TensorSet trained, const TensorSet& global) {
   return trained;
 }
 
-// Who sends an update, for which task and on which model version.
-void IdentifyUpdate(const v1::TrainTask& task, const std::string& worker_id, const std::string& session,
-                    v1::UpdateHeader* header) {
-  header->set_worker_id(worker_id);
-  header->set_session(session);
-  header->set_job_id(task.job_id());
-  header->set_round(task.round());
-  header->set_attempt(task.attempt());
-  header->set_base_model_version(task.model_version());
-}
-
 using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
@@ -339,13 +328,8 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
   v1::UpdateHeader header;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    header.set_worker_id(worker_id_);
-    header.set_session(session_);
+    wire::IdentifyUpdate(task, worker_id_, session_, &header);
   }
-  header.set_job_id(task.job_id());
-  header.set_round(task.round());
-  header.set_attempt(task.attempt());
-  header.set_base_model_version(task.model_version());
   header.set_failure(why.ToString());
   auto sent = client_->UploadUpdate(header, wire::UpdateBytes(), options_.chunk_bytes);
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
@@ -516,7 +500,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   } else {
     out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
   }
-  IdentifyUpdate(task, worker_id, session, &header);
+  wire::IdentifyUpdate(task, worker_id, session, &header);
   if (local_eval) {
     header.set_eval_samples(static_cast<uint64_t>(local_eval->samples));
     header.set_eval_accuracy(local_eval->accuracy);
@@ -608,7 +592,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& 
     session = session_;
   }
   v1::UpdateHeader& header = *out_header;
-  IdentifyUpdate(task, worker_id, session, &header);
+  wire::IdentifyUpdate(task, worker_id, session, &header);
   header.set_samples(result.samples);
   // The trainer's own time, plus handing the model over and taking it back.
   header.set_compute_ms(result.handover_ms + result.train_ms + result.takeback_ms);

@@ -5,9 +5,9 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
-#include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::loadgen {
@@ -80,9 +80,8 @@ Status DownloadCheck::AddWire(const grpc::ByteBuffer& message) {
   if (has_manifest_ && !verify_hashes_) {
     if (auto chunk = ReadChunkFields(message)) return AddChunk(chunk->tensor_index, chunk->offset, chunk->size, nullptr);
   }
-  grpc::ByteBuffer copy(message);  // Deserialize consumes its argument
   v1::ModelChunkMessage parsed;
-  if (!grpc::SerializationTraits<v1::ModelChunkMessage>::Deserialize(&copy, &parsed).ok()) {
+  if (!wire::FromByteBuffer(message, &parsed)) {
     return DataLossError(what_ + ": a message that is not a ModelChunkMessage");
   }
   return Add(parsed);

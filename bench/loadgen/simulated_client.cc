@@ -1,10 +1,11 @@
 #include "bench/loadgen/simulated_client.h"
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-
 #include <algorithm>
 #include <mutex>
 #include <utility>
+
+#include "proto/byte_buffers.h"
+#include "proto/update_envelope.h"
 
 namespace tessera::loadgen {
 namespace {
@@ -83,7 +84,6 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1
   std::shared_ptr<TaskChannelCall> self_;
 };
 
-// One model download, checked as it streams.
 // One download, on the generic stub: the request goes out serialized, the chunks come in as
 // gRPC's buffers and are checked in place (DownloadCheck::AddWire), as the bytes of a model
 // the client does not keep need no copy.
@@ -92,8 +92,7 @@ class SimulatedClient::DownloadCall final : public grpc::ClientBidiReactor<grpc:
   DownloadCall(SimulatedClient* client, uint64_t work, const v1::DownloadModelRequest& request, std::string what,
                bool verify_hashes)
       : client_(client), work_(work), check_(std::move(what), request.model_version(), verify_hashes) {
-    bool own = false;
-    serialized_ = grpc::SerializationTraits<v1::DownloadModelRequest>::Serialize(request, &request_, &own).ok();
+    serialized_ = wire::ToByteBuffer(request, &request_);
   }
 
   void Begin(std::shared_ptr<DownloadCall> self) {
@@ -143,8 +142,7 @@ class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::B
   UploadCall(SimulatedClient* client, uint64_t work, const v1::UpdateChunkMessage& header,
              std::shared_ptr<const UpdatePayload> payload, bool admission)
       : client_(client), work_(work), payload_(std::move(payload)), admitted_(!admission) {
-    bool own = false;
-    serialized_ = grpc::SerializationTraits<v1::UpdateChunkMessage>::Serialize(header, &header_, &own).ok();
+    serialized_ = wire::ToByteBuffer(header, &header_);
   }
 
   void Begin(std::shared_ptr<UploadCall> self) {
@@ -190,8 +188,7 @@ class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::B
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;
-    grpc::ByteBuffer reply(reply_);
-    got_result_ = grpc::SerializationTraits<v1::UploadResult>::Deserialize(&reply, &result_).ok();
+    got_result_ = wire::FromByteBuffer(reply_, &result_);
   }
   void OnDone(const grpc::Status& status) override {
     ClientFleet* fleet = client_->fleet();
@@ -493,13 +490,7 @@ void SimulatedClient::OnDownloaded(uint64_t work, const grpc::Status& status, co
 
 v1::UpdateChunkMessage SimulatedClient::HeaderFor(const v1::TrainTask& task) {
   v1::UpdateChunkMessage message;
-  v1::UpdateHeader& header = *message.mutable_header();
-  header.set_worker_id(worker_id_);
-  header.set_session(session_);
-  header.set_job_id(task.job_id());
-  header.set_round(task.round());
-  header.set_attempt(task.attempt());
-  header.set_base_model_version(task.model_version());
+  wire::IdentifyUpdate(task, worker_id_, session_, message.mutable_header());
   return message;
 }
 

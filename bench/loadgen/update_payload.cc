@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <random>
 
-#include <grpcpp/impl/codegen/proto_utils.h>
-
 #include "core/tensor.h"
+#include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::loadgen {
@@ -77,8 +76,7 @@ Result<std::shared_ptr<const UpdatePayload>> UpdatePayloads::Build(const v1::Ten
     v1::UpdateChunkMessage message;
     *message.mutable_chunk() = chunk;
     grpc::ByteBuffer wire;
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::UpdateChunkMessage>::Serialize(message, &wire, &own).ok()) {
+    if (!wire::ToByteBuffer(message, &wire)) {
       return InternalError("a chunk message of the update could not be serialized");
     }
     payload->wire_chunks.push_back(std::move(wire));

@@ -1,0 +1,25 @@
+// Protobuf messages to and from gRPC's ByteBuffers, for the raw methods and the generic stub
+// (server/model_version.cc, server/transfers.cc, the load generator).
+#pragma once
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/support/byte_buffer.h>
+
+namespace tessera::wire {
+
+// `message` serialized into `out`; false if it cannot be (larger than protobuf's 2 GiB).
+template <typename Message>
+bool ToByteBuffer(const Message& message, grpc::ByteBuffer* out) {
+  bool own = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, out, &own).ok();
+}
+
+// `in` parsed into `message`; false for bytes that are not one. `in` is left as it was (the
+// parse reads a copy that shares its slices).
+template <typename Message>
+bool FromByteBuffer(const grpc::ByteBuffer& in, Message* message) {
+  grpc::ByteBuffer copy(in);
+  return grpc::SerializationTraits<Message>::Deserialize(&copy, message).ok();
+}
+
+}  // namespace tessera::wire
