@@ -446,23 +446,25 @@ void Round::RecordDownload(const std::string& worker_id, uint64_t bytes) {
   }
 }
 
+bool Round::CompleteLocked() const {
+  return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
+}
+
 bool Round::Complete() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
+  return CompleteLocked();
 }
 
 void Round::NotifyWaitersLocked() {
   // Only when a wait can end: the runner waking at every update cost the coordinator a
   // context switch per client and round.
-  const bool complete = pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_);
-  if (complete || (closed_ && folding_ == 0)) cv_.notify_all();
+  if (CompleteLocked() || (closed_ && folding_ == 0)) cv_.notify_all();
 }
 
 bool Round::WaitComplete(Clock::TimePoint until) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto complete = [&] { return pending_ == 0 || (complete_at_accepted_ > 0 && accepted_ >= complete_at_accepted_); };
-  clock_->WaitUntil(lock, cv_, until, [&] { return complete() || interrupted_; });
-  return complete();
+  clock_->WaitUntil(lock, cv_, until, [&] { return CompleteLocked() || interrupted_; });
+  return CompleteLocked();
 }
 
 void Round::Interrupt() {

@@ -195,6 +195,7 @@ class Round {
 
   // Wakes WaitComplete() and Close() when what they wait for holds; mu_ held.
   void NotifyWaitersLocked();
+  bool CompleteLocked() const;  // Complete(), mu_ held
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -229,7 +230,7 @@ size_t Round::DropLost(AliveFn&& alive) {
       break;
     }
   }
-  if (pending_ == 0) cv_.notify_all();
+  NotifyWaitersLocked();
   return pending_;
 }
 
