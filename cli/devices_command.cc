@@ -358,7 +358,9 @@ Status AlignCommand(const AlignOptions& options, std::ostream& result_out) {
     layers = model->DescribeLayers(count);
     const size_t sample = size_t(data.SampleSize());
     ASSIGN_OR_RETURN(DeviceBuffer input, device.Allocate(size_t(count) * sample * sizeof(float)));
-    RETURN_IF_ERROR(device.CopyHostToDevice(data.images.data(), input, 0, size_t(count) * sample * sizeof(float)));
+    std::vector<float> host(size_t(count) * sample);
+    for (int i = 0; i < count; ++i) data.CopyImage(i, host.data() + size_t(i) * sample);
+    RETURN_IF_ERROR(device.CopyHostToDevice(host.data(), input, 0, host.size() * sizeof(float)));
     RETURN_IF_ERROR(model->ForwardCapture(input.f32(), count, &activations[side]));
   }
   const std::vector<float>& logits_a = activations[0].back();

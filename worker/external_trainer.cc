@@ -246,7 +246,8 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
     x.name = "x";
     x.dtype = "<f4";
     x.shape = {share.count, share.channels, share.rows, share.cols};
-    x.data.assign(reinterpret_cast<const char*>(share.images.data()), share.images.size() * sizeof(float));
+    const std::vector<float> values = share.Values();
+    x.data.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
     y.name = "y";
     y.dtype = "<i8";
     y.shape = {share.count};

@@ -402,10 +402,8 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
   const auto lookup = PixelLookup(normalisation);
   Dataset dataset = EmptyLike(images_path, images, num_classes);
   dataset.count = images.count;
-  dataset.images.resize(images.pixels.size());
-  const uint8_t* in = images.pixels.data();
-  float* out = dataset.images.data();
-  for (size_t i = 0, n = images.pixels.size(); i < n; ++i) out[i] = lookup[in[i]];
+  dataset.pixels = std::move(images.pixels);  // kept as bytes; pixel_values turns them into floats
+  dataset.pixel_values = lookup;
   dataset.labels = std::move(labels);
   return dataset;
 }
@@ -453,7 +451,8 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   Dataset dataset = EmptyLike(images_path, shape, num_classes);
   const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
   dataset.count = static_cast<int64_t>(rows.size());
-  dataset.images.resize(rows.size() * sample);
+  dataset.pixels.resize(rows.size() * sample);
+  dataset.pixel_values = lookup;
   dataset.labels.resize(rows.size());
   const uint64_t expected_size = 16 + static_cast<uint64_t>(shape.count) * sample;
   // Whole images at a time, about 256 KiB of them.
@@ -469,8 +468,7 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
     for (; next < wanted.size() && wanted[next].first < first + static_cast<int64_t>(count); ++next) {
       const auto [row, position] = wanted[next];
       const uint8_t* in = block.data() + static_cast<size_t>(row - first) * sample;
-      float* out = dataset.images.data() + position * sample;
-      for (size_t j = 0; j < sample; ++j) out[j] = lookup[in[j]];
+      std::memcpy(dataset.pixels.data() + position * sample, in, sample);
       dataset.labels[position] = labels[static_cast<size_t>(row)];
     }
   }
@@ -540,7 +538,13 @@ Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indic
   out.cols = dataset.cols;
   out.num_classes = dataset.num_classes;
   const int64_t sample = dataset.SampleSize();
-  out.images.resize(static_cast<size_t>(out.count * sample));
+  const bool eight_bit = dataset.EightBit();
+  if (eight_bit) {
+    out.pixels.resize(static_cast<size_t>(out.count * sample));
+    out.pixel_values = dataset.pixel_values;
+  } else {
+    out.images.resize(static_cast<size_t>(out.count * sample));
+  }
   out.labels.resize(indices.size());
   for (size_t i = 0; i < indices.size(); ++i) {
     int64_t index = indices[i];
@@ -548,7 +552,12 @@ Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indic
       return OutOfRangeError("subset of " + dataset.source + ": index " + std::to_string(index) + " at position " +
                              std::to_string(i) + " is outside [0, " + std::to_string(dataset.count) + ")");
     }
-    std::memcpy(out.images.data() + i * sample, dataset.Image(index), static_cast<size_t>(sample) * sizeof(float));
+    if (eight_bit) {
+      std::memcpy(out.pixels.data() + i * sample, dataset.pixels.data() + index * sample, static_cast<size_t>(sample));
+    } else {
+      std::memcpy(out.images.data() + i * sample, dataset.images.data() + index * sample,
+                  static_cast<size_t>(sample) * sizeof(float));
+    }
     out.labels[i] = dataset.labels[static_cast<size_t>(index)];
   }
   return out;
@@ -563,7 +572,12 @@ Dataset TakeFirst(const Dataset& dataset, int64_t n) {
   out.rows = dataset.rows;
   out.cols = dataset.cols;
   out.num_classes = dataset.num_classes;
-  out.images.assign(dataset.images.begin(), dataset.images.begin() + n * dataset.SampleSize());
+  if (dataset.EightBit()) {
+    out.pixels.assign(dataset.pixels.begin(), dataset.pixels.begin() + n * dataset.SampleSize());
+    out.pixel_values = dataset.pixel_values;
+  } else {
+    out.images.assign(dataset.images.begin(), dataset.images.begin() + n * dataset.SampleSize());
+  }
   out.labels.assign(dataset.labels.begin(), dataset.labels.begin() + n);
   return out;
 }

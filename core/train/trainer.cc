@@ -61,7 +61,7 @@ struct BatchBuffers {
       if (augment != nullptr) {
         AugmentImage(data, order[i], *augment, draw(i), out);
       } else {
-        std::memcpy(out, data.Image(order[i]), sizeof(float) * sample_size);
+        data.CopyImage(order[i], out);
       }
       host_labels[i] = data.labels[order[i]];
     }
@@ -89,7 +89,10 @@ void AugmentImage(const Dataset& data, int64_t index, const Augmentation& augmen
     dy = static_cast<int>((bits >> 8) % static_cast<uint64_t>(span)) - augment.crop_padding;
     dx = static_cast<int>((bits >> 24) % static_cast<uint64_t>(span)) - augment.crop_padding;
   }
-  const float* in = data.Image(index);
+  thread_local std::vector<float> sample;  // the image's values, for either kind of dataset
+  sample.resize(static_cast<size_t>(data.SampleSize()));
+  data.CopyImage(index, sample.data());
+  const float* in = sample.data();
   for (int c = 0; c < data.channels; ++c) {
     const float* plane = in + static_cast<int64_t>(c) * rows * cols;
     float* dst = out + static_cast<int64_t>(c) * rows * cols;

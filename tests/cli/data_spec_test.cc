@@ -79,7 +79,8 @@ TEST(DataSpecTest, FashionMnistMayReplaceItsOwnStatistics) {
   if (!raw.ok()) GTEST_SKIP() << "Fashion-MNIST is not installed here: " << raw.status().ToString();
   auto bytes = ReadIdxImages(FindFashionMnist(kDefaultFashionMnistDir, false)->images);
   ASSERT_TRUE(bytes.ok());
-  for (size_t i = 0; i < 5000; ++i) EXPECT_EQ(raw->images[i], static_cast<float>(bytes->pixels[i]) / 255.0f) << i;
+  const std::vector<float> values = raw->Values();
+  for (size_t i = 0; i < 5000; ++i) EXPECT_EQ(values[i], static_cast<float>(bytes->pixels[i]) / 255.0f) << i;
 }
 
 TEST(DataSpecTest, RefusesWhatCannotBeRead) {

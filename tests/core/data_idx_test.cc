@@ -66,7 +66,12 @@ TEST(FashionMnistTest, LoadsTrainingSplit) {
   EXPECT_EQ(train->channels, 1);
   EXPECT_EQ(train->num_classes, 10);
   EXPECT_EQ(train->source, "train-images-idx3-ubyte.gz");
-  ASSERT_EQ(train->images.size(), size_t{60000} * 784);
+  // Held as bytes: a quarter of the memory of floats.
+  ASSERT_TRUE(train->EightBit());
+  ASSERT_EQ(train->pixels.size(), size_t{60000} * 784);
+  EXPECT_TRUE(train->images.empty());
+  const std::vector<float> values = train->Values();
+  ASSERT_EQ(values.size(), size_t{60000} * 784);
   ASSERT_EQ(train->labels.size(), size_t{60000});
   std::vector<int64_t> per_class(10, 0);
   for (uint8_t label : train->labels) {
@@ -76,12 +81,12 @@ TEST(FashionMnistTest, LoadsTrainingSplit) {
   for (int64_t n : per_class) EXPECT_EQ(n, 6000);
   // Normalised with the training set's own statistics: mean ~0, standard deviation ~1.
   double sum = 0, sum_sq = 0;
-  for (float x : train->images) {
+  for (float x : values) {
     sum += x;
     sum_sq += double{x} * x;
   }
-  const double mean = sum / train->images.size();
-  const double stddev = std::sqrt(sum_sq / train->images.size() - mean * mean);
+  const double mean = sum / values.size();
+  const double stddev = std::sqrt(sum_sq / values.size() - mean * mean);
   EXPECT_NEAR(mean, 0.0, 0.01);
   EXPECT_NEAR(stddev, 1.0, 0.01);
   // Printed, not asserted: the machine's load decides it (bench/ measures speed).
@@ -98,10 +103,10 @@ TEST(FashionMnistTest, LoadsOnlyTheRowsAskedFor) {
   Result<Dataset> some = LoadIdxPairRows(paths->images, paths->labels, rows, 10);
   ASSERT_TRUE(some.ok()) << some.status().ToString();
   ASSERT_EQ(some->count, 5);
-  ASSERT_EQ(some->images.size(), size_t{5} * 784);
+  ASSERT_EQ(some->pixels.size(), size_t{5} * 784);
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_EQ(some->labels[i], all->labels[static_cast<size_t>(rows[i])]);
-    EXPECT_EQ(0, std::memcmp(some->Image(static_cast<int64_t>(i)), all->Image(rows[i]), 784 * sizeof(float))) << i;
+    EXPECT_EQ(some->ImageValues(static_cast<int64_t>(i)), all->ImageValues(rows[i])) << i;
   }
   Result<Dataset> outside = LoadIdxPairRows(paths->images, paths->labels, {3, 10000}, 10);
   EXPECT_EQ(outside.status().code(), StatusCode::kOutOfRange);
@@ -117,7 +122,8 @@ TEST(FashionMnistTest, LoadsTestSplit) {
   EXPECT_EQ(test->cols, 28);
   EXPECT_EQ(test->source, "t10k-images-idx3-ubyte.gz");
   for (uint8_t label : test->labels) ASSERT_LT(label, 10);
-  EXPECT_FLOAT_EQ(*std::min_element(test->images.begin(), test->images.end()), -0.2860f / 0.3530f);
+  const std::vector<float> values = test->Values();
+  EXPECT_FLOAT_EQ(*std::min_element(values.begin(), values.end()), -0.2860f / 0.3530f);
 }
 
 TEST_F(IdxFilesTest, RoundTripsGzipAndPlain) {
@@ -133,7 +139,7 @@ TEST_F(IdxFilesTest, RoundTripsGzipAndPlain) {
     EXPECT_EQ(data->source, images);
     EXPECT_EQ(data->labels[13], 3);
     // Pixel 5 of image 2 is byte 29, value 29 * 7 % 256 = 203.
-    EXPECT_FLOAT_EQ(data->Image(2)[5], (203.0f / 255.0f - kFashionMnistMean) / kFashionMnistStd);
+    EXPECT_FLOAT_EQ(data->ImageValues(2)[5], (203.0f / 255.0f - kFashionMnistMean) / kFashionMnistStd);
   }
 }
 
@@ -232,8 +238,7 @@ TEST_F(IdxFilesTest, RowLoaderStreamsAcrossBlocksWithTheWholeFileChecks) {
     ASSERT_EQ(some->count, static_cast<int64_t>(rows.size()));
     for (size_t i = 0; i < rows.size(); ++i) {
       EXPECT_EQ(some->labels[i], all->labels[static_cast<size_t>(rows[i])]) << i;
-      EXPECT_EQ(0, std::memcmp(some->Image(static_cast<int64_t>(i)), all->Image(rows[i]),
-                               sizeof(float) * side * side)) << i;
+      EXPECT_EQ(some->ImageValues(static_cast<int64_t>(i)), all->ImageValues(rows[i])) << i;
     }
     const std::vector<uint8_t> good = ReadRaw(images);
     auto damaged = [&](std::vector<uint8_t> bytes) {
@@ -334,8 +339,12 @@ TEST_F(IdxFilesTest, SubsetAndTakeFirst) {
   ASSERT_TRUE(subset.ok()) << subset.status().ToString();
   EXPECT_EQ(subset->count, 3);
   EXPECT_EQ(subset->labels, (std::vector<uint8_t>{7, 3, 7}));
-  EXPECT_EQ(std::vector<float>(subset->Image(1), subset->Image(1) + 12),
-            std::vector<float>(data->Image(3), data->Image(3) + 12));
+  EXPECT_EQ(subset->ImageValues(1), data->ImageValues(3));
+  // Bytes stay bytes: the subset holds 3 x 12 pixels, not floats.
+  EXPECT_TRUE(subset->EightBit());
+  EXPECT_EQ(subset->pixels.size(), size_t{3 * 12});
+  EXPECT_TRUE(subset->images.empty());
+  EXPECT_EQ(subset->SampleBytes(), size_t{3 * 12});
   Result<Dataset> bad = Subset(*data, {1, 20});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kOutOfRange);
@@ -343,7 +352,18 @@ TEST_F(IdxFilesTest, SubsetAndTakeFirst) {
 
   Dataset head = TakeFirst(*data, 6);
   EXPECT_EQ(head.count, 6);
-  EXPECT_EQ(head.images.size(), size_t{6 * 12});
+  EXPECT_EQ(head.Values().size(), size_t{6 * 12});
+  EXPECT_EQ(head.ImageValues(5), data->ImageValues(5));
+  EXPECT_TRUE(head.EightBit());
+  // A dataset of floats is cut as floats.
+  Dataset floats = *data;
+  floats.images = data->Values();
+  floats.pixels.clear();
+  Result<Dataset> float_subset = Subset(floats, {7, 3, 7});
+  ASSERT_TRUE(float_subset.ok());
+  EXPECT_FALSE(float_subset->EightBit());
+  EXPECT_EQ(float_subset->Values(), subset->Values());
+  EXPECT_EQ(TakeFirst(floats, 6).Values(), head.Values());
   EXPECT_EQ(head.labels.size(), size_t{6});
   EXPECT_EQ(TakeFirst(*data, 0).count, 20);
   EXPECT_EQ(TakeFirst(*data, 1000).count, 20);

@@ -90,11 +90,11 @@ TEST_F(DataSourceTest, IdxAnyMnistFormatSetWithItsOwnNormalisation) {
   ASSERT_EQ(rows->count, 2);
   EXPECT_EQ(rows->labels, (std::vector<uint8_t>{7, 4}));
   // Row 0's first pixels: 0 -> (0 - 0.5) / 0.25 = -2; 255 -> 2; 51 -> (0.2 - 0.5) * 4 = -1.2.
-  EXPECT_FLOAT_EQ(rows->Image(1)[0], -2.0f);
-  EXPECT_NEAR(rows->Image(1)[1], -1.2f, 1e-5);
-  EXPECT_FLOAT_EQ(rows->Image(1)[5], 2.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(1)[0], -2.0f);
+  EXPECT_NEAR(rows->ImageValues(1)[1], -1.2f, 1e-5);
+  EXPECT_FLOAT_EQ(rows->ImageValues(1)[5], 2.0f);
   // Row 2's first pixel: 10 / 255.
-  EXPECT_NEAR(rows->Image(0)[0], (10.0f / 255.0f - 0.5f) * 4.0f, 1e-5);
+  EXPECT_NEAR(rows->ImageValues(0)[0], (10.0f / 255.0f - 0.5f) * 4.0f, 1e-5);
 
   // A label past the classes the job declares is refused with the sample and the key.
   auto few = LoadSplitRows(source, true, {2}, 5);
@@ -128,19 +128,19 @@ TEST_F(DataSourceTest, Cifar10ReadsRecordsAcrossBatchesAndOnlyTheRowsAsked) {
   auto rows = LoadSplitRows(source, true, {5, 1}, 10);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   EXPECT_EQ(rows->labels, (std::vector<uint8_t>{5, 1}));
-  EXPECT_FLOAT_EQ(rows->Image(0)[0], static_cast<float>((5 * 7) % 256) / 255.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(0)[0], static_cast<float>((5 * 7) % 256) / 255.0f);
   // Channel 2 (blue) starts at 2,048: pixel value (35 + 2048) % 256.
-  EXPECT_FLOAT_EQ(rows->Image(0)[2048], static_cast<float>((35 + 2048) % 256) / 255.0f);
-  EXPECT_FLOAT_EQ(rows->Image(1)[3071], static_cast<float>((7 + 3071) % 256) / 255.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(0)[2048], static_cast<float>((35 + 2048) % 256) / 255.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(1)[3071], static_cast<float>((7 + 3071) % 256) / 255.0f);
 
   // Per-channel normalisation: three means and deviations.
   source.mean = {0.0f, 0.5f, 1.0f};
   source.std = {1.0f, 0.5f, 2.0f};
   auto normalised = LoadSplitRows(source, true, {0}, 10);
   ASSERT_TRUE(normalised.ok()) << normalised.status().ToString();
-  EXPECT_FLOAT_EQ(normalised->Image(0)[0], 0.0f);
-  EXPECT_NEAR(normalised->Image(0)[1024], ((1024 % 256) / 255.0f - 0.5f) / 0.5f, 1e-6);
-  EXPECT_NEAR(normalised->Image(0)[2048], ((2048 % 256) / 255.0f - 1.0f) / 2.0f, 1e-6);
+  EXPECT_FLOAT_EQ(normalised->ImageValues(0)[0], 0.0f);
+  EXPECT_NEAR(normalised->ImageValues(0)[1024], ((1024 % 256) / 255.0f - 0.5f) / 0.5f, 1e-6);
+  EXPECT_NEAR(normalised->ImageValues(0)[2048], ((2048 % 256) / 255.0f - 1.0f) / 2.0f, 1e-6);
   source.mean = {0.0f, 0.5f};
   source.std = {1.0f, 0.5f};
   auto wrong = LoadSplitRows(source, true, {0}, 10);
@@ -178,8 +178,8 @@ TEST_F(DataSourceTest, NpzImagesFeaturesAndDtypes) {
   auto rows = LoadSplitRows(source, true, {1, 0}, 4);
   ASSERT_TRUE(rows.ok()) << rows.status().ToString();
   EXPECT_EQ(rows->labels, (std::vector<uint8_t>{1, 3}));
-  EXPECT_FLOAT_EQ(rows->Image(0)[0], 16.0f / 255.0f);
-  EXPECT_FLOAT_EQ(rows->Image(1)[1], 1.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(0)[0], 16.0f / 255.0f);
+  EXPECT_FLOAT_EQ(rows->ImageValues(1)[1], 1.0f);
 
   // (N, F) float32 features: F channels of 1x1, values as they are.
   std::vector<float> features = {1.5f, -2.0f, 3.0f, 0.25f, 8.0f, -1.0f};
@@ -191,8 +191,8 @@ TEST_F(DataSourceTest, NpzImagesFeaturesAndDtypes) {
   EXPECT_EQ(tabular->channels, 3);
   EXPECT_EQ(tabular->rows, 1);
   EXPECT_EQ(tabular->cols, 1);
-  EXPECT_FLOAT_EQ(tabular->Image(1)[0], 0.25f);
-  EXPECT_FLOAT_EQ(tabular->Image(0)[1], -2.0f);
+  EXPECT_FLOAT_EQ(tabular->ImageValues(1)[0], 0.25f);
+  EXPECT_FLOAT_EQ(tabular->ImageValues(0)[1], -2.0f);
 }
 
 TEST_F(DataSourceTest, NpzRefusesMissingArraysMismatchedLabelsAndBadValues) {
@@ -243,9 +243,9 @@ TEST_F(DataSourceTest, CsvTabularWithANamedLabelColumn) {
   auto data = LoadSplitRows(source, true, {1, 0}, 2);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   EXPECT_EQ(data->labels, (std::vector<uint8_t>{0, 1}));
-  EXPECT_FLOAT_EQ(data->Image(0)[0], 2.0f);
-  EXPECT_FLOAT_EQ(data->Image(0)[1], 1.625f);
-  EXPECT_FLOAT_EQ(data->Image(1)[1], -2.0f);
+  EXPECT_FLOAT_EQ(data->ImageValues(0)[0], 2.0f);
+  EXPECT_FLOAT_EQ(data->ImageValues(0)[1], 1.625f);
+  EXPECT_FLOAT_EQ(data->ImageValues(1)[1], -2.0f);
   // The written form reads back.
   ASSERT_TRUE(WriteCsv(Path("test.csv"), {"label", "a"}, {{1, 0.125}, {0, -7}}).ok());
   source.label_column = "label";
@@ -254,7 +254,7 @@ TEST_F(DataSourceTest, CsvTabularWithANamedLabelColumn) {
   auto test = LoadSplit(source, false, 2);
   ASSERT_TRUE(test.ok()) << test.status().ToString();
   EXPECT_EQ(test->labels, (std::vector<uint8_t>{1, 0}));
-  EXPECT_FLOAT_EQ(test->Image(0)[0], 0.125f);
+  EXPECT_FLOAT_EQ(test->ImageValues(0)[0], 0.125f);
 }
 
 TEST_F(DataSourceTest, CsvErrorsNameTheFileLineAndColumn) {

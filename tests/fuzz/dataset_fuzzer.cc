@@ -52,10 +52,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (loaded.ok()) {
     const Dataset& d = *loaded;
     FUZZ_CHECK(d.count >= 0 && d.channels >= 1 && d.rows >= 1 && d.cols >= 1, "accepted a split without a shape");
-    FUZZ_CHECK(d.images.size() == static_cast<size_t>(d.count) * static_cast<size_t>(d.SampleSize()),
+    const std::vector<float> values = d.Values();
+    FUZZ_CHECK(values.size() == static_cast<size_t>(d.count) * static_cast<size_t>(d.SampleSize()),
                "image values differ from count x sample size");
     FUZZ_CHECK(d.labels.size() == static_cast<size_t>(d.count), "labels differ from the count");
-    for (float v : d.images) FUZZ_CHECK(std::isfinite(v), "a non-finite value was accepted");
+    for (float v : values) FUZZ_CHECK(std::isfinite(v), "a non-finite value was accepted");
     if (shape.ok()) {
       FUZZ_CHECK(shape->count == d.count && shape->channels == d.channels && shape->rows == d.rows &&
                      shape->cols == d.cols,

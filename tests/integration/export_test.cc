@@ -92,13 +92,14 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   constexpr int kImages = 200;
   auto input = device->Allocate(kImages * test->SampleSize() * sizeof(float));
   ASSERT_TRUE(input.ok());
-  ASSERT_TRUE(device->CopyHostToDevice(test->images.data(), *input, 0, kImages * test->SampleSize() * sizeof(float)).ok());
+  const std::vector<float> test_values = test->Values();
+  ASSERT_TRUE(device->CopyHostToDevice(test_values.data(), *input, 0, kImages * test->SampleSize() * sizeof(float)).ok());
   ASSERT_TRUE((*model)->Forward(input->f32(), kImages).ok());
   NamedTensor logits{"logits", {kImages, 10}, std::vector<float>(kImages * 10)};
   ASSERT_TRUE(device->CopyDeviceToHost((*model)->logits_buffer(), 0, logits.values.data(), logits.ByteSize()).ok());
   ASSERT_TRUE(device->Synchronize().ok());
   NamedTensor images{"images", {kImages, 1, 28, 28},
-                     std::vector<float>(test->images.begin(), test->images.begin() + kImages * test->SampleSize())};
+                     std::vector<float>(test_values.begin(), test_values.begin() + kImages * test->SampleSize())};
   const std::string expected = dir.str() + "/expected.npz";
   ASSERT_TRUE(WriteNpz(expected, ToNumpy(TensorSet{images, logits})).ok());
 
