@@ -22,6 +22,7 @@
 
 #include "core/data/dataset.h"
 #include "device/device.h"
+#include "proto/tensor_transfer.h"
 #include "worker/coordinator_client.h"
 #include "worker/external_trainer.h"
 
@@ -35,7 +36,7 @@ struct WorkerOptions {
   std::string data_dir;             // the worker's own IDX files (local-files partitions)
   std::string cohort;
   std::string cohort_address = "127.0.0.1";  // where this worker listens for its cohort's peers
-  uint32_t chunk_bytes = 1u << 20;  // upload chunk size, at most 1 MiB
+  uint32_t chunk_bytes = wire::kDefaultUploadChunkBytes;  // upload chunk size, at most 1 MiB
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;
   // An emulated device (emu:...) sleeps until each op's modelled time has passed, so a slow

@@ -85,7 +85,9 @@ int main(int argc, char** argv) {
   flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
-  flags.Int("chunk-kib", &chunk_kib, "upload chunk size in KiB", IntRange{1, 1024});
+  flags.Int("chunk-kib", &chunk_kib,
+            "upload chunk size in KiB; the coordinator holds about one chunk per uploading worker in gRPC's read buffers",
+            IntRange{1, 1024});
   flags.Bool("pace-real-time", &options.pace_real_time,
              "with an emulated device (emu:...): sleep until each op's modelled time has passed, so a slow chip's "
              "rounds really take as long as its profile says (default: as fast as this host computes)");

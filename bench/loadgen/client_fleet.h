@@ -40,6 +40,7 @@
 
 #include "bench/loadgen/timer_queue.h"
 #include "bench/loadgen/update_payload.h"
+#include "proto/tensor_transfer.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
 namespace tessera::loadgen {
@@ -52,7 +53,7 @@ struct FleetOptions {
   uint32_t channels = 1;            // gRPC channels (TCP connections), at most one per client
   uint32_t join_window = 64;        // first joins in flight at once
   UpdateKind update = UpdateKind::kZero;
-  uint32_t chunk_bytes = 1u << 20;  // upload chunk size, as tessera-worker --chunk-kib
+  uint32_t chunk_bytes = wire::kDefaultUploadChunkBytes;  // upload chunk size, as tessera-worker --chunk-kib
   uint32_t random_variants = 4;
   uint64_t seed = 1;
   bool verify_downloads = false;    // SHA-256 of every downloaded tensor, as the worker does

@@ -65,7 +65,7 @@ struct Settings {
   std::string name_prefix = "loadgen";
   std::string update = "zero";
   int64_t random_variants = 4;
-  int64_t chunk_kib = 1024;
+  int64_t chunk_kib = wire::kDefaultUploadChunkBytes / 1024;
   bool verify_downloads = false;
   int64_t compute_ms = 0;
   int64_t samples = 1;
