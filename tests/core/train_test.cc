@@ -125,6 +125,48 @@ TEST(TrainLocalTest, SameSeedSameResult) {
   EXPECT_NE(TensorSetSha256(a->GetState()), TensorSetSha256(c->GetState()));
 }
 
+// A dataset of 8-bit pixels (as IDX files are held) trains to the same bits as the same values
+// held as floats, with and without augmentation: the bytes are read through the table as each
+// batch is gathered.
+TEST(TrainLocalTest, EightBitPixelsTrainAsTheirFloats) {
+  auto device = CreateCpuDevice();
+  Dataset bytes;
+  bytes.source = "synthetic-bytes";
+  bytes.count = 60;
+  bytes.rows = bytes.cols = 8;
+  bytes.num_classes = 2;
+  for (int v = 0; v < 256; ++v) bytes.pixel_values[v] = (static_cast<float>(v) / 255.0f - 0.3f) / 0.4f;
+  std::mt19937 engine(7);
+  for (int64_t i = 0; i < bytes.count; ++i) {
+    const uint8_t label = static_cast<uint8_t>(engine() % 2);
+    bytes.labels.push_back(label);
+    for (int p = 0; p < 64; ++p) {
+      const bool bright = (p < 32) == (label == 0);
+      bytes.pixels.push_back(static_cast<uint8_t>((bright ? 180 : 20) + engine() % 60));
+    }
+  }
+  ASSERT_TRUE(bytes.EightBit());
+  Dataset floats = bytes;
+  floats.images = bytes.Values();
+  floats.pixels.clear();
+  ASSERT_FALSE(floats.EightBit());
+  EXPECT_EQ(floats.SampleBytes(), 4 * bytes.SampleBytes());
+  for (bool augment : {false, true}) {
+    SCOPED_TRACE(augment ? "augmented" : "plain");
+    TrainOptions options;
+    options.batch_size = 8;
+    options.seed = 5;
+    options.epochs = 2;
+    options.augment.horizontal_flip = augment;
+    options.augment.crop_padding = augment ? 1 : 0;
+    auto a = SmallMlp(device.get()), b = SmallMlp(device.get());
+    ASSERT_TRUE(TrainLocal(*a, bytes, FirstIndices(60), options).ok());
+    ASSERT_TRUE(TrainLocal(*b, floats, FirstIndices(60), options).ok());
+    EXPECT_EQ(TensorSetSha256(a->GetState()), TensorSetSha256(b->GetState()));
+    EXPECT_NE(TensorSetSha256(a->GetState()), TensorSetSha256(SmallMlp(device.get())->GetState()));
+  }
+}
+
 TEST(TrainLocalTest, StopsWhenAskedAndPropagatesHookErrors) {
   auto device = CreateCpuDevice();
   auto model = SmallMlp(device.get());
