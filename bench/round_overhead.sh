@@ -24,6 +24,9 @@
 #   IDLE_CLIENTS, IDLE_S  the heartbeat row (default 1000 clients for 20 s; IDLE_CLIENTS=0 skips it)
 #   COORDINATOR_FLAGS  added to every coordinator's command line (default none: its defaults,
 #           heartbeats every 5 s, a worker silent for 15 s dropped from its round)
+#   LOADGEN_FLAGS  added to every load generator's command line of the round rows (default
+#           none; --always-download makes the clients download models small enough to ride
+#           in their tasks, --chunk-kib N cuts their uploads into N KiB chunks)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +72,7 @@ for row in ${rows//,/ }; do
   # shellcheck disable=SC2086
   if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --admin-token-file "$admin_file" \
       --clients "$n" --channels "$channels" $flags --rounds "$rounds" --warmup "$warmup" --update "$update" \
-      --max-test-samples "$max_test" --coordinator-pid "$coordinator_pid" --timeout-s 300 > "$log" 2>&1; then
+      --max-test-samples "$max_test" ${LOADGEN_FLAGS:-} --coordinator-pid "$coordinator_pid" --timeout-s 300 > "$log" 2>&1; then
     status=1
   fi
   stop_coordinator

@@ -58,4 +58,8 @@ class TensorAssembler {
   uint64_t received_ = 0;
 };
 
+// A model sent inside its task (TrainTask.inline_model), checked as a download is: the
+// manifest, then every chunk in order, then each tensor's SHA-256.
+Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what);
+
 }  // namespace tessera::wire

@@ -49,6 +49,10 @@ namespace tessera::server {
 struct JobRunnerOptions {
   std::chrono::milliseconds worker_wait_timeout{600000};  // fail a round attempt with too few workers after this
   uint32_t chunk_bytes = 1u << 20;                         // model download chunk size
+  // A model of at most this many bytes travels inside the task to workers that take it
+  // (TrainTask.inline_model): no DownloadModel call. 0: always downloaded. At most
+  // ModelVersion::kMaxInlineBytes.
+  uint64_t inline_model_bytes = uint64_t{256} << 10;
   // Idle tensor buffers the job keeps to assemble the next updates in (core/buffer_pool.h);
   // the coordinator sets its upload memory (--upload-buffer-mib).
   uint64_t idle_update_buffer_bytes = uint64_t{64} << 20;
@@ -83,7 +87,7 @@ struct JobRunnerOptions {
 
 class AsyncDriver;
 
-class JobRunner {
+class JobRunner : public std::enable_shared_from_this<JobRunner> {
  public:
   JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
             JobRunnerOptions options);

@@ -83,7 +83,23 @@ void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, c
       train->set_collective_backend(backend);
       train->set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
     }
-    if (Status s = registry_->Send(client.members[rank], std::move(message)); !s.ok()) {
+    const std::string& worker = client.members[rank];
+    OutgoingTask outgoing;
+    outgoing.task = std::move(message);
+    if (options_.inline_model_bytes > 0 && registry_->AcceptsInlineModel(worker)) {
+      // A small model rides inside the task: the worker makes no download call. Its bytes
+      // count as downloaded once the transport has taken the task.
+      auto model = Model(task.model_version(), worker);
+      if (model.ok() && (*model)->inline_model() && (*model)->total_bytes() <= options_.inline_model_bytes) {
+        outgoing.inline_model = (*model)->inline_model();
+        outgoing.on_written = [runner = weak_from_this(), worker, version = task.model_version(),
+                               bytes = (*model)->total_bytes()] {
+          if (auto self = runner.lock()) self->RecordDownload(worker, version, bytes);
+          RecordDownloadBytes(worker, bytes);
+        };
+      }
+    }
+    if (Status s = registry_->Send(worker, std::move(outgoing)); !s.ok()) {
       spdlog::warn("job {}: {}", task.job_id(), s.message());
     }
   }

@@ -78,6 +78,7 @@ int main(int argc, char** argv) {
   int64_t stream_window_kib = options.stream_window_kib;
   int64_t upload_buffer_mib = static_cast<int64_t>(options.upload_buffer_bytes >> 20);
   int64_t evaluation_threads = options.runner.evaluation_threads;
+  int64_t inline_model_kib = static_cast<int64_t>(options.runner.inline_model_bytes >> 10);
   bool help = false;
   bool version = false;
   FlagSet flags;
@@ -112,6 +113,10 @@ int main(int argc, char** argv) {
             "memory for updates being received at once, in MiB; more wait their turn in the workers (one update "
             "is always let through, whatever its size). Raise it for many workers on slow links",
             IntRange{16, 65536});
+  flags.Int("inline-model-kib", &inline_model_kib,
+            "a model of at most this many KiB travels inside each worker's task instead of by a download call "
+            "(workers that take it; a round then costs each worker one call less). 0: always downloaded",
+            IntRange{0, static_cast<int64_t>(server::ModelVersion::kMaxInlineBytes >> 10)});
   flags.Int("eval-threads", &evaluation_threads,
             "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
             "OpenBLAS threads spin between rounds and take CPU from the transfers",
@@ -191,6 +196,7 @@ int main(int argc, char** argv) {
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
+  options.runner.inline_model_bytes = static_cast<uint64_t>(inline_model_kib) << 10;
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.

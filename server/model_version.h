@@ -46,6 +46,11 @@ class ModelVersion {
   const grpc::ByteBuffer& wire_manifest() const { return wire_manifest_; }
   const std::vector<grpc::ByteBuffer>& wire_chunks() const { return wire_chunks_; }
   uint32_t chunk_bytes() const { return chunk_bytes_; }
+  // The version as a serialized v1::InlineModel (its manifest and chunks), for tasks that
+  // carry the model themselves (TrainTask.inline_model); null for a model larger than
+  // kMaxInlineBytes.
+  static constexpr uint64_t kMaxInlineBytes = uint64_t{1} << 20;
+  const std::shared_ptr<const std::string>& inline_model() const { return inline_model_; }
 
  private:
   ModelVersion() = default;
@@ -59,6 +64,7 @@ class ModelVersion {
   grpc::ByteBuffer wire_manifest_;
   std::vector<grpc::ByteBuffer> wire_chunks_;
   std::vector<uint64_t> chunk_start_;  // byte offset of each chunk in the concatenated tensors
+  std::shared_ptr<const std::string> inline_model_;
 };
 
 }  // namespace tessera::server

@@ -17,6 +17,7 @@
 #include "base/escape.h"
 #include "proto/byte_buffers.h"
 #include "proto/grpc_status.h"
+#include "proto/task_wire.h"
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/service_doors.h"
@@ -72,7 +73,7 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
 class TaskChannel final : public TaskChannelSink {
  public:
   TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation,
-              grpc::ServerWriteReactor<v1::Task>* reactor, grpc::CallbackServerContext* ctx)
+              grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor, grpc::CallbackServerContext* ctx)
       : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor), ctx_(ctx) {}
 
   void TasksQueued() override { Pump(); }
@@ -80,22 +81,26 @@ class TaskChannel final : public TaskChannelSink {
 
   // Writes the next queued task, or finishes once closing, unless a write is in flight.
   void Pump() {
-    grpc::ServerWriteReactor<v1::Task>* reactor = nullptr;
+    grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (reactor_ == nullptr || writing_ || finish_called_) return;
-      if (!closing_) {
+      while (!closing_) {
         bool closed = false;
-        std::optional<v1::Task> task = registry_->TakeTask(worker_id_, generation_, &closed);
+        std::optional<OutgoingTask> task = registry_->TakeOutgoing(worker_id_, generation_, &closed);
         if (closed) {
           closing_ = true;
         } else if (!task) {
           return;
+        } else if (!Serialize(*task)) {
+          spdlog::error("task channel of worker '{}': a task could not be serialized; dropped", worker_id_);
+          continue;
         } else {
-          in_flight_ = std::move(*task);
+          on_written_ = std::move(task->on_written);
           writing_ = true;
           write_started_ = std::chrono::steady_clock::now();
+          break;
         }
       }
       finish = closing_;
@@ -141,11 +146,15 @@ class TaskChannel final : public TaskChannelSink {
   }
 
   void WriteDone(bool ok) {
+    std::function<void()> written;
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
       if (!ok) closing_ = true;  // the stream broke
+      written = std::exchange(on_written_, nullptr);
+      in_flight_.Clear();  // an inline model's slice goes back to its version
     }
+    if (ok && written) written();
     Pump();
   }
 
@@ -165,21 +174,28 @@ class TaskChannel final : public TaskChannelSink {
   }
 
  private:
+  // The task as the channel's next message; a small model rides inside it, shared.
+  bool Serialize(const OutgoingTask& task) {
+    if (task.inline_model) return wire::TaskWithInlineModel(task.task, task.inline_model, &in_flight_);
+    return wire::ToByteBuffer(task.task, &in_flight_);
+  }
+
   WorkerRegistry* const registry_;
   const std::string worker_id_;
   const uint64_t generation_;
   std::mutex mu_;  // guards the fields below; held while taking a task from the registry
-  grpc::ServerWriteReactor<v1::Task>* reactor_;  // null once done
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_;  // null once done
   grpc::CallbackServerContext* const ctx_;       // valid while reactor_ is set
   grpc::Status finish_status_ = grpc::Status::OK;
   bool writing_ = false;        // a write is in flight; in_flight_ belongs to it
   std::chrono::steady_clock::time_point write_started_;
   bool closing_ = false;        // finish as soon as no write is in flight
   bool finish_called_ = false;
-  v1::Task in_flight_;
+  grpc::ByteBuffer in_flight_;          // the message being written
+  std::function<void()> on_written_;    // its OutgoingTask::on_written
 };
 
-class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
+class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `admitted`: the caller's checks (worker id, certificate), done by the service.
   TaskChannelReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::TaskChannelRequest& request,
@@ -244,9 +260,10 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<v1::Task> {
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
 // (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one. DownloadModel
 // is raw: it writes each model version's messages serialized once (server/model_version.h);
-// so is UploadUpdate, which reads chunks from the transport straight into the update's tensors.
+// so is UploadUpdate, which reads chunks from the transport straight into the update's tensors,
+// and OpenTaskChannel, whose tasks may carry a small model's serialized bytes, shared.
 class WorkerServiceImpl final
-    : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithCallbackMethod_OpenTaskChannel<
+    : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithRawCallbackMethod_OpenTaskChannel<
           v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithRawCallbackMethod_UploadUpdate<
               v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
  public:
@@ -290,9 +307,13 @@ class WorkerServiceImpl final
     return reactor;
   }
 
-  grpc::ServerWriteReactor<v1::Task>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
-                                                      const v1::TaskChannelRequest* request) override {
-    return new TaskChannelReactor(c_, ctx, *request, CheckCaller(ctx, "task channel", request->worker_id()));
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* raw_request) override {
+    v1::TaskChannelRequest request;
+    Status admitted = wire::FromByteBuffer(*raw_request, &request)
+                          ? CheckCaller(ctx, "task channel", request.worker_id())
+                          : InvalidArgumentError("task channel: the request is not a TaskChannelRequest");
+    return new TaskChannelReactor(c_, ctx, request, admitted);
   }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(grpc::CallbackServerContext*,

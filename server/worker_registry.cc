@@ -75,6 +75,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   w.channel_open = false;
   w.channel_lost = false;
   w.outbox.clear();
+  w.accepts_inline_model = request.accepts_inline_model();
   w.status.set_worker_id(name);
   w.status.set_name(name);
   *w.status.mutable_device() = request.device();
@@ -151,6 +152,18 @@ std::vector<std::string> WorkerRegistry::ReadyWorkers() const {
 }
 
 Status WorkerRegistry::Send(const std::string& worker_id, v1::Task task) {
+  OutgoingTask outgoing;
+  outgoing.task = std::move(task);
+  return Send(worker_id, std::move(outgoing));
+}
+
+bool WorkerRegistry::AcceptsInlineModel(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.accepts_inline_model;
+}
+
+Status WorkerRegistry::Send(const std::string& worker_id, OutgoingTask task) {
   std::shared_ptr<TaskChannelSink> sink;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,14 +215,25 @@ void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generat
   }
 }
 
-std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, uint64_t generation, bool* closed) {
+std::optional<OutgoingTask> WorkerRegistry::TakeOutgoing(const std::string& worker_id, uint64_t generation,
+                                                         bool* closed) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
   *closed = shutdown_ || it == workers_.end() || it->second.generation != generation;
   if (*closed || it->second.outbox.empty()) return std::nullopt;
-  v1::Task task = std::move(it->second.outbox.front());
+  OutgoingTask task = std::move(it->second.outbox.front());
   it->second.outbox.pop_front();
   return task;
+}
+
+std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, uint64_t generation, bool* closed) {
+  std::optional<OutgoingTask> outgoing = TakeOutgoing(worker_id, generation, closed);
+  if (!outgoing) return std::nullopt;
+  if (outgoing->inline_model && outgoing->task.has_train()) {
+    outgoing->task.mutable_train()->mutable_inline_model()->ParseFromString(*outgoing->inline_model);
+  }
+  if (outgoing->on_written) outgoing->on_written();
+  return std::move(outgoing->task);
 }
 
 void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -55,6 +56,16 @@ class TaskChannelSink {
   virtual void Superseded() = 0;
 };
 
+// A message for a worker's task channel and what rides with it.
+struct OutgoingTask {
+  v1::Task task;
+  // A serialized v1::InlineModel the channel writes as the TrainTask's inline_model, shared
+  // with every other task of the same model version (no copy per worker); null for none.
+  std::shared_ptr<const std::string> inline_model;
+  // Called once the transport has taken the message (not when it is dropped).
+  std::function<void()> on_written;
+};
+
 class WorkerRegistry {
  public:
   explicit WorkerRegistry(WorkerRegistryOptions options);
@@ -80,6 +91,10 @@ class WorkerRegistry {
   // Queues a task for the worker's channel and tells its sink, if one is attached. Fails
   // when the worker is unknown.
   Status Send(const std::string& worker_id, v1::Task task);
+  Status Send(const std::string& worker_id, OutgoingTask task);
+  // The worker joined saying it takes small models inside its tasks
+  // (JoinRequest.accepts_inline_model).
+  bool AcceptsInlineModel(const std::string& worker_id) const;
   // Marks the worker's task channel open for `generation` and attaches `sink` to it (the
   // registry shares its ownership until the channel closes or is superseded). A sink already
   // attached for the worker is told Superseded(). UNAUTHENTICATED when `generation` is
@@ -92,6 +107,8 @@ class WorkerRegistry {
   void CloseChannel(const std::string& worker_id, uint64_t generation, const TaskChannelSink* sink = nullptr);
   // The next queued task for the channel of `generation`, or nullopt. *closed is set (and
   // nullopt returned) once that generation is superseded or the registry has shut down.
+  std::optional<OutgoingTask> TakeOutgoing(const std::string& worker_id, uint64_t generation, bool* closed);
+  // TakeOutgoing as one message: an inline model is parsed into the task.
   std::optional<v1::Task> TakeTask(const std::string& worker_id, uint64_t generation, bool* closed);
 
   void RecordRound(const std::string& worker_id, bool accepted);
@@ -111,7 +128,8 @@ class WorkerRegistry {
     int64_t last_heard_unix_ms = 0;
     bool channel_open = false;
     bool channel_lost = false;  // its task channel closed: the worker died or must rejoin
-    std::deque<v1::Task> outbox;
+    bool accepts_inline_model = false;
+    std::deque<OutgoingTask> outbox;
     std::shared_ptr<TaskChannelSink> sink;  // the open channel of `generation`, if any
     v1::WorkerStatus status;
   };

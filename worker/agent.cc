@@ -194,6 +194,7 @@ Status WorkerAgent::RunSession() {
   join.set_name(options_.name);
   join.set_cohort(options_.cohort);
   join.set_local_data_path(options_.data_dir);
+  join.set_accepts_inline_model(true);
   *join.mutable_device() = device_info_;
   ASSIGN_OR_RETURN(v1::JoinResponse joined, client_->Join(join));
   {
@@ -344,14 +345,21 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     worker_id = worker_id_;
     session = session_;
   }
-  // Download the global model.
+  // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
-  v1::DownloadModelRequest request;
-  request.set_worker_id(worker_id);
-  request.set_session(session);
-  request.set_job_id(task.job_id());
-  request.set_model_version(task.model_version());
-  ASSIGN_OR_RETURN(TensorSet downloaded, client_->DownloadModel(request));
+  TensorSet downloaded;
+  if (task.has_inline_model()) {
+    ASSIGN_OR_RETURN(downloaded, wire::ReadInlineModel(task.inline_model(), "model version " +
+                                                                             std::to_string(task.model_version()) +
+                                                                             " of job " + task.job_id() + " (in its task)"));
+  } else {
+    v1::DownloadModelRequest request;
+    request.set_worker_id(worker_id);
+    request.set_session(session);
+    request.set_job_id(task.job_id());
+    request.set_model_version(task.model_version());
+    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request));
+  }
   const double download_ms = MillisSince(download_start);
   TensorSet global;
   ASSIGN_OR_RETURN(auto sets, SplitDownload(std::move(downloaded), task, what, &global));

@@ -57,6 +57,7 @@ struct FleetOptions {
   uint32_t random_variants = 4;
   uint64_t seed = 1;
   bool verify_downloads = false;    // SHA-256 of every downloaded tensor, as the worker does
+  bool always_download = false;     // never take a model inside the task (JoinRequest.accepts_inline_model)
   uint32_t compute_ms = 0;          // simulated local compute between download and upload
   uint64_t samples = 1;             // the sample count each update reports
 };

@@ -87,6 +87,17 @@ Status DownloadCheck::AddWire(const grpc::ByteBuffer& message) {
   return Add(parsed);
 }
 
+Status DownloadCheck::AddInline(const v1::InlineModel& model) {
+  v1::ModelChunkMessage manifest;  // as a download's first message
+  *manifest.mutable_manifest() = model.manifest();
+  manifest.set_model_version(model_version_);
+  RETURN_IF_ERROR(StartManifest(manifest));
+  for (const v1::TensorChunk& chunk : model.chunks()) {
+    RETURN_IF_ERROR(AddChunk(chunk.tensor_index(), chunk.offset(), chunk.data().size(), chunk.data().data()));
+  }
+  return Status::Ok();
+}
+
 Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
   if (has_manifest_) return DataLossError(what_ + ": a second manifest arrived");
   if (message.model_version() != model_version_) {

@@ -33,6 +33,8 @@ class DownloadCheck {
   // index, offset and size, its bytes skipped, not copied into a parsed message. The
   // manifest, and every message with hash checks, are parsed.
   Status AddWire(const grpc::ByteBuffer& message);
+  // A model sent inside its task (TrainTask.inline_model): its manifest and every chunk.
+  Status AddInline(const v1::InlineModel& model);
   // Every tensor complete (and its hash right, when checked).
   Status Finish() const;
 

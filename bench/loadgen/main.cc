@@ -67,6 +67,7 @@ struct Settings {
   int64_t random_variants = 4;
   int64_t chunk_kib = wire::kDefaultUploadChunkBytes / 1024;
   bool verify_downloads = false;
+  bool always_download = false;
   int64_t compute_ms = 0;
   int64_t samples = 1;
   int64_t seed = 1;
@@ -272,6 +273,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     options.random_variants = static_cast<uint32_t>(s.random_variants);
     options.seed = static_cast<uint64_t>(s.seed);
     options.verify_downloads = s.verify_downloads;
+    options.always_download = s.always_download;
     options.compute_ms = static_cast<uint32_t>(s.compute_ms);
     options.samples = static_cast<uint64_t>(s.samples);
     fleet = std::make_unique<ClientFleet>(options);
@@ -458,6 +460,8 @@ int main(int argc, char** argv) {
   flags.Int("random-variants", &s.random_variants, "different random updates, shared among the clients");
   flags.Int("chunk-kib", &s.chunk_kib, "upload chunk size in KiB, as tessera-worker --chunk-kib (at most 1024)");
   flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's SHA-256, as the worker does");
+  flags.Bool("always-download", &s.always_download,
+             "download every model, as workers did before small models travelled inside their tasks");
   flags.Int("compute-ms", &s.compute_ms, "simulated local compute between download and upload");
   flags.Int("samples", &s.samples, "the sample count each update reports");
   flags.Int("seed", &s.seed, "seeds the job and the random updates");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "proto/byte_buffers.h"
@@ -247,6 +248,7 @@ void SimulatedClient::Join(bool first) {
   v1::DeviceInfo& device = *call->request.mutable_device();
   device.set_kind("simulated");
   device.set_name("tessera-loadgen client (no device, no training)");
+  call->request.set_accepts_inline_model(!fleet_->options().always_download);
   SetDeadline(&call->context, kCallDeadline);
   fleet_->CallStarted();
   stub_->async()->Join(&call->context, &call->request, &call->response, [this, first, call](grpc::Status status) {
@@ -402,27 +404,39 @@ void SimulatedClient::OnTask(uint64_t epoch, const v1::Task& task) {
 
 void SimulatedClient::StartWork(v1::TrainTask task) {
   std::shared_ptr<DownloadCall> download;
+  std::optional<v1::InlineModel> inline_model;  // a small model came inside the task
+  uint64_t work = 0;
+  std::string what;
+  uint64_t version = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) {
       busy_ = false;
       return;
     }
-    const uint64_t work = ++work_;
+    work = ++work_;
+    if (task.has_inline_model()) inline_model.emplace().Swap(task.mutable_inline_model());
     task_ = std::move(task);
     task_cancelled_ = false;
     payload_.reset();
     state_ = "training";
-    v1::DownloadModelRequest request;
-    request.set_worker_id(worker_id_);
-    request.set_session(session_);
-    request.set_job_id(task_.job_id());
-    request.set_model_version(task_.model_version());
-    std::string what = "model version " + std::to_string(task_.model_version()) + " of job " + task_.job_id() +
-                       " for " + name_;
-    download = std::make_shared<DownloadCall>(this, work, request, std::move(what),
-                                              fleet_->options().verify_downloads);
-    download_ = download;
+    version = task_.model_version();
+    what = "model version " + std::to_string(version) + " of job " + task_.job_id() + " for " + name_;
+    if (!inline_model) {
+      v1::DownloadModelRequest request;
+      request.set_worker_id(worker_id_);
+      request.set_session(session_);
+      request.set_job_id(task_.job_id());
+      request.set_model_version(version);
+      download = std::make_shared<DownloadCall>(this, work, request, what, fleet_->options().verify_downloads);
+      download_ = download;
+    }
+  }
+  if (inline_model) {
+    DownloadCheck check(what + " (in its task)", version, fleet_->options().verify_downloads);
+    const Status checked = check.AddInline(*inline_model);
+    OnDownloaded(work, grpc::Status::OK, checked, check, 0.0);
+    return;
   }
   fleet_->CallStarted();
   download->Begin(download);

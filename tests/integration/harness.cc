@@ -156,11 +156,12 @@ Status WorkerThread::result() {
 }
 
 HandWorker::HandWorker(const std::string& address, const std::string& name,
-                       std::function<void(const v1::TrainTask&)> on_task)
+                       std::function<void(const v1::TrainTask&)> on_task, bool accepts_inline_model)
     : client_(std::move(worker::MakeGrpcCoordinatorClient(address, TestPki::Get().WorkerTls(name))).value()) {
   v1::JoinRequest join;
   join.set_join_token(kToken);
   join.set_name(name);
+  join.set_accepts_inline_model(accepts_inline_model);
   auto joined = client_->Join(join);
   EXPECT_TRUE(joined.ok()) << joined.status().ToString();
   if (joined.ok()) joined_ = *joined;

@@ -99,8 +99,9 @@ class WorkerThread {
 // destroyed, handing each train task to `on_task` on the channel's thread.
 class HandWorker {
  public:
+  // `accepts_inline_model`: the join says it takes small models inside its tasks.
   HandWorker(const std::string& address, const std::string& name,
-             std::function<void(const v1::TrainTask&)> on_task);
+             std::function<void(const v1::TrainTask&)> on_task, bool accepts_inline_model = false);
   ~HandWorker();
   worker::CoordinatorClient& client() { return *client_; }
   const v1::JoinResponse& joined() const { return joined_; }

@@ -96,5 +96,35 @@ TEST_F(WorkerRegistryTest, ASilentWorkerLeavesTheReadyList) {
   EXPECT_TRUE(listed_gone);
 }
 
+// Whether a worker takes models inside its tasks is what its join said; a task queued with
+// one comes out of TakeTask as one message, with the model parsed in, and counts as written.
+TEST_F(WorkerRegistryTest, AnInlineModelIsForWorkersThatTakeItAndReadsAsOneMessage) {
+  Join("old");
+  v1::JoinRequest request;
+  request.set_name("new");
+  request.set_accepts_inline_model(true);
+  ASSERT_TRUE(registry_.Join(request).ok());
+  EXPECT_FALSE(registry_.AcceptsInlineModel("old"));
+  EXPECT_TRUE(registry_.AcceptsInlineModel("new"));
+  EXPECT_FALSE(registry_.AcceptsInlineModel("nobody"));
+
+  v1::InlineModel model;
+  model.mutable_manifest()->set_total_bytes(4);
+  model.add_chunks()->set_data("abcd");
+  OutgoingTask outgoing;
+  outgoing.task.mutable_train()->set_job_id("job-1");
+  outgoing.inline_model = std::make_shared<const std::string>(model.SerializeAsString());
+  int written = 0;
+  outgoing.on_written = [&] { ++written; };
+  ASSERT_TRUE(registry_.Send("new", std::move(outgoing)).ok());
+  bool closed = false;
+  auto task = registry_.TakeTask("new", registry_.Generation("new"), &closed);
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->train().job_id(), "job-1");
+  EXPECT_EQ(task->train().inline_model().chunks(0).data(), "abcd");
+  EXPECT_EQ(task->train().inline_model().manifest().total_bytes(), 4u);
+  EXPECT_EQ(written, 1);
+}
+
 }  // namespace
 }  // namespace tessera::server

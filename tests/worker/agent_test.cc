@@ -14,6 +14,7 @@
 #include "core/train/client_algorithms.h"
 #include "device/registry.h"
 #include "proto/job_mapping.h"
+#include "proto/tensor_transfer.h"
 #include "proto/update_assembler.h"
 #include "worker/agent.h"
 
@@ -77,6 +78,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     double topk_fraction = 0;              // the job's, to read top-k sets
     std::vector<v1::JoinRequest> joins;
     bool cancelled = false;
+    int downloads = 0;
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -118,6 +120,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->cv.notify_all();
   }
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      ++shared_->downloads;
+    }
     TensorSet download = model_;
     download.insert(download.end(), download_sets_.begin(), download_sets_.end());
     return download;
@@ -221,6 +227,37 @@ TEST_F(AgentTest, ACancelledAttemptDoesNotStopTheRetryOfTheSameRound) {
   EXPECT_EQ(upload.samples(), 512u);
   EXPECT_EQ(upload.job_id(), "job-1");
   for (const auto& h : Uploads()) EXPECT_NE(h.attempt(), 1u) << "the cancelled attempt uploaded";
+}
+
+// A small model sent inside its task (TrainTask.inline_model) is trained from without a
+// download call, checked as a download is: a damaged one is reported, never trained on.
+TEST_F(AgentTest, AModelInsideItsTaskIsTrainedWithoutADownload) {
+  auto device = CreateDevice("cpu");
+  auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
+  ASSERT_TRUE(model.ok());
+  const TensorSet state = (*model)->GetState();
+  v1::InlineModel inline_model;
+  *inline_model.mutable_manifest() = wire::BuildManifest(state, 4096);
+  ASSERT_TRUE(wire::ForEachChunk(state, 4096, 0, [&](const v1::TensorChunk& chunk) {
+                *inline_model.add_chunks() = chunk;
+                return Status::Ok();
+              }).ok());
+  ASSERT_GT(inline_model.chunks_size(), 1);
+  v1::Task good = Train(1, 1);
+  *good.mutable_train()->mutable_inline_model() = inline_model;
+  v1::Task damaged = Train(1, 1, "job-2");  // another job's: not superseded by the first
+  *damaged.mutable_train()->mutable_inline_model() = inline_model;
+  damaged.mutable_train()->mutable_inline_model()->mutable_chunks(1)->mutable_data()->at(3) ^= 1;
+  Start({good, damaged});
+  EXPECT_TRUE(Joined().accepts_inline_model());
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  EXPECT_NE(upload.failure().find("(in its task)"), std::string::npos) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 0);
 }
 
 TEST_F(AgentTest, ACancelWithoutAnAttemptStopsEveryAttemptOfItsRound) {

@@ -1,0 +1,23 @@
+// A task channel message written with the model inside it (TrainTask.inline_model) without
+// copying the model per worker: protobuf's encoding of a message is the concatenation of its
+// fields' encodings, so the task is the worker's own fields followed by one model-sized
+// slice that every task of the same model version shares.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::wire {
+
+// `task` (a TrainTask without inline_model) with `inline_model`, a serialized v1::InlineModel,
+// as its TrainTask.inline_model: the bytes of the v1::Task that would carry it, in two
+// slices, the second sharing `inline_model` (kept alive until gRPC releases the slice).
+// False when the task is not a TrainTask, already carries a model, or does not serialize.
+bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string> inline_model,
+                         grpc::ByteBuffer* out);
+
+}  // namespace tessera::wire

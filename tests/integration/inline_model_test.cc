@@ -1,0 +1,106 @@
+// Small models inside their tasks: a worker that says at join that it takes them gets the
+// model in its TrainTask (the same tensors a download gives), a worker that does not gets
+// none and downloads; a coordinator with --inline-model-kib 0 sends none. Real workers train
+// to the same figures either way.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <optional>
+
+#include "proto/tensor_transfer.h"
+#include "tests/integration/harness.h"
+
+namespace tessera::testing {
+namespace {
+
+// A hand-driven worker that keeps its last train task.
+class TaskKeeper {
+ public:
+  TaskKeeper(int port, const std::string& name, bool accepts_inline_model)
+      : hand_(std::make_unique<HandWorker>(
+            "127.0.0.1:" + std::to_string(port), name,
+            [this](const v1::TrainTask& t) {
+              std::lock_guard<std::mutex> lock(mu_);
+              task_ = t;
+            },
+            accepts_inline_model)) {}
+  std::optional<v1::TrainTask> task() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return task_;
+  }
+  HandWorker& hand() { return *hand_; }
+
+ private:
+  std::mutex mu_;
+  std::optional<v1::TrainTask> task_;
+  std::unique_ptr<HandWorker> hand_;  // last: its threads end before the members above go
+};
+
+TEST(InlineModelTest, OnlyAWorkerThatTakesItGetsTheModelInItsTask) {
+  for (uint64_t limit : {uint64_t{256} << 10, uint64_t{0}}) {
+    SCOPED_TRACE(limit);
+    TempDir dir("inline-model");
+    auto options = TestCoordinatorOptions(dir.str());
+    options.chunk_bytes = 4096;  // the model travels in many chunks, inside the task too
+    options.runner.inline_model_bytes = limit;
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const int port = (*coordinator)->port();
+    TaskKeeper taker(port, "taker", true), old(port, "old", false);
+    auto stub = JobStub(port);
+    ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+    auto job = (*coordinator)->SubmitJob(SmallJob(1, 2, 1000));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    ASSERT_TRUE(WaitUntil([&] { return taker.task() && old.task(); }, std::chrono::milliseconds(20000)));
+    const v1::TrainTask inline_task = *taker.task();
+    EXPECT_FALSE(old.task()->has_inline_model()) << "a worker that did not ask for it got a model in its task";
+    auto downloaded = old.hand().Download(*old.task());
+    ASSERT_TRUE(downloaded.ok()) << downloaded.status().ToString();
+    if (limit == 0) {
+      EXPECT_FALSE(inline_task.has_inline_model()) << "--inline-model-kib 0 sent one";
+      continue;
+    }
+    ASSERT_TRUE(inline_task.has_inline_model());
+    EXPECT_GT(inline_task.inline_model().chunks_size(), 1);
+    auto carried = wire::ReadInlineModel(inline_task.inline_model(), "the taker's model");
+    ASSERT_TRUE(carried.ok()) << carried.status().ToString();
+    EXPECT_EQ(TensorSetSha256(*carried), TensorSetSha256(*downloaded));
+    // The task's own fields are there beside the model.
+    EXPECT_EQ(inline_task.job_id(), job->id());
+    EXPECT_EQ(inline_task.round(), 1u);
+  }
+}
+
+// Real workers: a job whose model travels in the tasks ends with the same figures as the
+// same job downloading it.
+TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
+  std::vector<v1::RoundRecord> runs[2];
+  for (int run = 0; run < 2; ++run) {
+    TempDir dir("inline-model-real");
+    auto options = TestCoordinatorOptions(dir.str());
+    options.runner.inline_model_bytes = run == 0 ? (uint64_t{256} << 10) : 0;
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+    std::vector<std::unique_ptr<WorkerThread>> workers;
+    for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
+    auto stub = JobStub((*coordinator)->port());
+    ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+    auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 1000));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+    ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+    for (const auto& r : done.rounds()) runs[run].push_back(r);
+  }
+  ASSERT_EQ(runs[0].size(), 2u);
+  ASSERT_EQ(runs[1].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].download_bytes(), runs[1][i].download_bytes()) << "round " << i + 1;
+    EXPECT_GT(runs[0][i].download_bytes(), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
