@@ -66,7 +66,8 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1
   }
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    client_->OnTask(epoch_, incoming_);
+    client_->OnTask(epoch_, std::move(incoming_));  // a model inside the task is not copied again
+    incoming_.Clear();
     StartRead(&incoming_);
   }
   void OnDone(const grpc::Status& status) override {
@@ -371,7 +372,7 @@ void SimulatedClient::OnChannelEnded(uint64_t epoch, const grpc::Status& status)
   RejoinLater();
 }
 
-void SimulatedClient::OnTask(uint64_t epoch, const v1::Task& task) {
+void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
   if (task.has_train()) {
     fleet_->Add(Counter::kTrainTasks);
     {
@@ -379,12 +380,12 @@ void SimulatedClient::OnTask(uint64_t epoch, const v1::Task& task) {
       if (cancelled_) return;
       if (busy_) {  // taken when the work in hand ends; a newer task replaces an older one
         if (next_task_) fleet_->Add(Counter::kSupersededTasks);
-        next_task_ = task.train();
+        next_task_ = std::move(*task.mutable_train());
         return;
       }
       busy_ = true;
     }
-    StartWork(task.train());
+    StartWork(std::move(*task.mutable_train()));
   } else if (task.has_cancel()) {
     fleet_->Add(Counter::kCancels);
     std::lock_guard<std::mutex> lock(mu_);

@@ -40,7 +40,7 @@ class SimulatedClient {
 
   // Completions of this client's calls.
   void OnChannelOpen(uint64_t epoch);
-  void OnTask(uint64_t epoch, const v1::Task& task);
+  void OnTask(uint64_t epoch, v1::Task task);
   void OnChannelEnded(uint64_t epoch, const grpc::Status& status);
   void OnDownloaded(uint64_t work, const grpc::Status& status, const Status& checked, const DownloadCheck& check,
                     double ms);
