@@ -4,8 +4,9 @@
 //  - Join with the join token, then Heartbeat at the interval the coordinator returned
 //    (each beat sent when the previous one has been answered and the interval has passed,
 //    carrying the client's state: idle, training, uploading);
-//  - hold OpenTaskChannel open; on a TrainTask, DownloadModel (checked against its manifest,
-//    DownloadCheck), optionally wait `compute_ms`, then UploadUpdate: the header (job, round,
+//  - hold OpenTaskChannel open; on a TrainTask, take the model inside it (a small model, when
+//    the join said so) or DownloadModel (either checked against its manifest, DownloadCheck),
+//    optionally wait `compute_ms`, then UploadUpdate: the header (job, round,
 //    attempt, base model version, samples, compute and download times, the delta's manifest)
 //    and the delta's chunks (UpdatePayloads); a newer task queued during work is taken next;
 //  - on a CancelTask for the work in hand (its job, round and attempt; attempt 0 meaning

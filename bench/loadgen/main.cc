@@ -26,7 +26,8 @@ const char kUsage[] = R"(tessera-loadgen: many simulated workers in one process 
 
 Each simulated client does on the wire what tessera-worker does: it joins with the join token,
 heartbeats at the interval the coordinator returns, holds its task channel open, and for each
-task downloads the model (checked against its manifest) and uploads an update of the model's
+task takes the model inside the task (a small one) or downloads it (checked against its
+manifest either way) and uploads an update of the model's
 exact layout (all zeros, or small random values), without training. CancelTask and verdicts
 are handled as the worker handles them. Each client has its own gRPC channel (TCP connection)
 as a real worker has, or they share --channels of them; all of them share gRPC's callback
