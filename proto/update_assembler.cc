@@ -203,9 +203,15 @@ Result<std::map<std::string, TensorSet>> UpdateAssembler::Finish() {
     return DataLossError(what_ + ": transfer ended early: got " + std::to_string(received_) + " of " +
                          std::to_string(total_bytes_) + " bytes");
   }
+  std::vector<size_t> counts(set_names_.size(), 0);
+  for (const Pending& pending : tensors_) ++counts[pending.set];
+  std::vector<TensorSet*> by_index(set_names_.size());
   std::map<std::string, TensorSet> sets;
-  for (const std::string& name : set_names_) sets[name];
-  for (Pending& pending : tensors_) sets[set_names_[pending.set]].push_back(std::move(pending.tensor));
+  for (size_t k = 0; k < set_names_.size(); ++k) {
+    by_index[k] = &sets[set_names_[k]];
+    by_index[k]->reserve(counts[k]);  // one allocation per set, not one per doubling
+  }
+  for (Pending& pending : tensors_) by_index[pending.set]->push_back(std::move(pending.tensor));
   tensors_.clear();
   started_ = false;
   return sets;
