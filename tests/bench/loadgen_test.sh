@@ -3,7 +3,8 @@
 # 2-round SimpleCNN job (random updates, hash-checked downloads); every round must commit on
 # its first attempt with all 20 clients accepted, and no client may be refused or dropped.
 # Then 10 clients run another job with downloads checked in place (no hashes), as the
-# benchmark runs them.
+# benchmark runs them, and two more that download the model instead of taking it inside
+# their tasks (--always-download), with and without hashes.
 # Then the same clients idle for a second: every heartbeat answered. No timing is asserted.
 #   loadgen_test.sh COORDINATOR_BIN LOADGEN_BIN
 set -euo pipefail
@@ -76,6 +77,19 @@ fi
 grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/unverified.log" ||
   fail "without --verify-downloads: expected 2 committed rounds with all 10 clients accepted"
 grep -q ' downloads=20 ' "$dir/unverified.log" || fail "without --verify-downloads: expected 20 checked downloads"
+
+# The jobs above send the model inside each task (it is small); with --always-download the
+# clients refuse that at join and download it, as workers did before.
+for verify in "" --verify-downloads; do
+  if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 10 \
+      --name-prefix "downloading$verify" --rounds 2 --warmup 0 --update zero --max-test-samples 100 --timeout-s 240 \
+      --always-download $verify > "$dir/downloading.log" 2>&1; then
+    fail "the load generator with --always-download $verify reported a failure"
+  fi
+  grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/downloading.log" ||
+    fail "with --always-download $verify: expected 2 committed rounds with all 10 clients accepted"
+  grep -q ' downloads=20 ' "$dir/downloading.log" || fail "with --always-download $verify: expected 20 checked downloads"
+done
 
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 \
     --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then
