@@ -1,7 +1,8 @@
 // Reading an update's envelope back: the chunks of every set, checked as they arrive, each
 // tensor checked against its manifest entry's digest of the bytes as sent (xxh3_128 when it
-// gives one, else sha256) and decoded to float32 as soon as its last chunk lands. The coordinator's half of proto/update_envelope.h; the
-// worker-side tests read uploads with it too.
+// gives one, else sha256) and decoded to float32 as soon as its last chunk lands. The
+// coordinator's half of proto/update_envelope.h; the worker-side tests read uploads with it
+// too.
 #pragma once
 
 #include <cstdint>

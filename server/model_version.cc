@@ -32,20 +32,29 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
   m->wire_manifest_ = Serialized(m->manifest_);
   m->chunk_bytes_ = m->manifest_.manifest().chunk_bytes();
   uint64_t position = 0;
-  const bool inline_too = m->total_bytes_ <= kMaxInlineBytes;
-  v1::InlineModel inline_model;
-  if (inline_too) *inline_model.mutable_manifest() = m->manifest_.manifest();
   wire::ForEachChunk(set, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
     v1::ModelChunkMessage message;
     *message.mutable_chunk() = chunk;
     m->chunk_start_.push_back(position);
     position += chunk.data().size();
     m->wire_chunks_.push_back(Serialized(message));
-    if (inline_too) *inline_model.add_chunks() = chunk;
     return Status::Ok();
   }).ok();
-  if (inline_too) m->inline_model_ = std::make_shared<const std::string>(inline_model.SerializeAsString());
   return m;
+}
+
+const std::shared_ptr<const std::string>& ModelVersion::inline_model() const {
+  std::call_once(inline_once_, [this] {
+    if (total_bytes_ > kMaxInlineBytes) return;
+    v1::InlineModel model;
+    *model.mutable_manifest() = manifest_.manifest();
+    wire::ForEachChunk(*tensors_, chunk_bytes_, 0, [&](const v1::TensorChunk& chunk) {
+      *model.add_chunks() = chunk;
+      return Status::Ok();
+    }).ok();
+    inline_model_ = std::make_shared<const std::string>(model.SerializeAsString());
+  });
+  return inline_model_;
 }
 
 Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) const {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,9 +49,9 @@ class ModelVersion {
   uint32_t chunk_bytes() const { return chunk_bytes_; }
   // The version as a serialized v1::InlineModel (its manifest and chunks), for tasks that
   // carry the model themselves (TrainTask.inline_model); null for a model larger than
-  // kMaxInlineBytes.
+  // kMaxInlineBytes. Built at the first call, so a version no task carries costs nothing.
   static constexpr uint64_t kMaxInlineBytes = uint64_t{1} << 20;
-  const std::shared_ptr<const std::string>& inline_model() const { return inline_model_; }
+  const std::shared_ptr<const std::string>& inline_model() const;
 
  private:
   ModelVersion() = default;
@@ -64,7 +65,8 @@ class ModelVersion {
   grpc::ByteBuffer wire_manifest_;
   std::vector<grpc::ByteBuffer> wire_chunks_;
   std::vector<uint64_t> chunk_start_;  // byte offset of each chunk in the concatenated tensors
-  std::shared_ptr<const std::string> inline_model_;
+  mutable std::once_flag inline_once_;
+  mutable std::shared_ptr<const std::string> inline_model_;
 };
 
 }  // namespace tessera::server

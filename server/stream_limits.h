@@ -23,11 +23,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <utility>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "base/clock.h"
 #include "base/status.h"

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "base/escape.h"
+#include "proto/byte_buffers.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
-#include "proto/byte_buffers.h"
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <numeric>
 
 namespace tessera {
 namespace {
@@ -565,21 +566,9 @@ Result<Dataset> Subset(const Dataset& dataset, const std::vector<int64_t>& indic
 
 Dataset TakeFirst(const Dataset& dataset, int64_t n) {
   if (n <= 0 || n >= dataset.count) return dataset;
-  Dataset out;
-  out.source = dataset.source;
-  out.count = n;
-  out.channels = dataset.channels;
-  out.rows = dataset.rows;
-  out.cols = dataset.cols;
-  out.num_classes = dataset.num_classes;
-  if (dataset.EightBit()) {
-    out.pixels.assign(dataset.pixels.begin(), dataset.pixels.begin() + n * dataset.SampleSize());
-    out.pixel_values = dataset.pixel_values;
-  } else {
-    out.images.assign(dataset.images.begin(), dataset.images.begin() + n * dataset.SampleSize());
-  }
-  out.labels.assign(dataset.labels.begin(), dataset.labels.begin() + n);
-  return out;
+  std::vector<int64_t> first(static_cast<size_t>(n));
+  std::iota(first.begin(), first.end(), int64_t{0});
+  return std::move(Subset(dataset, first)).value();  // every index is in range
 }
 
 Status WriteMaybeGzipFile(const std::string& path, const std::vector<uint8_t>& bytes) {
