@@ -57,4 +57,4 @@ job="$("${cli[@]}" submit "$work/job.toml")"
 "${cli[@]}" watch "$job" >"$work/watch.log" 2>&1 || { cat "$work/watch.log"; exit 1; }
 echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
      "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
-sed -n "1,3p" "$work/watch.log"
+grep -v "reported, waiting" "$work/watch.log" | sed -n "1,3p"

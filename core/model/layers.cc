@@ -1,5 +1,6 @@
 #include "core/model/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -171,6 +172,45 @@ void LinearLayer::Backward(Device& device, int batch, const float* x, const floa
   device.Gemm(true, false, out_features_, in, batch, 1.0f, dy, x, 0.0f, weight_grad_);
   device.BiasGrad(batch, out_features_, 1, dy, bias_grad_);
   if (dx != nullptr) device.Gemm(false, false, batch, in, out_features_, 1.0f, dy, weight_, 0.0f, dx);
+}
+
+int64_t LinearLayer::PieceRows() const {
+  const int64_t in = std::max<int64_t>(input_shape().size(), 1);
+  return std::max(kPieceRowAlign, kPieceValues / in / kPieceRowAlign * kPieceRowAlign);
+}
+
+bool LinearLayer::CutsPieces() const {
+  return static_cast<int64_t>(out_features_) * input_shape().size() >= kPieceAboveValues &&
+         out_features_ > PieceRows();
+}
+
+int64_t LinearLayer::PieceScratch(int batch) const {
+  if (!CutsPieces()) return 0;
+  const int64_t rows = PieceRows();
+  return std::max<int64_t>(out_features_, rows * input_shape().size() + static_cast<int64_t>(batch) * rows);
+}
+
+bool LinearLayer::BackwardInPieces(Device& device, int batch, const float* x, const float* y, const float* dy,
+                                   float* dx, float* scratch, const GradientPiece& piece) {
+  if (!CutsPieces()) return false;
+  const int in = static_cast<int>(input_shape().size());
+  const int64_t weights = static_cast<int64_t>(out_features_) * in;
+  // dx reads the weights: it comes before any piece may change them.
+  if (dx != nullptr) device.Gemm(false, false, batch, in, out_features_, 1.0f, dy, weight_, 0.0f, dx);
+  device.BiasGrad(batch, out_features_, 1, dy, scratch);
+  piece(weights, out_features_, scratch);
+  const int rows_per_piece = static_cast<int>(PieceRows());
+  float* rows_dy = scratch + static_cast<int64_t>(rows_per_piece) * in;  // [batch x rows]
+  for (int first = 0; first < out_features_; first += rows_per_piece) {
+    const int rows = std::min(rows_per_piece, out_features_ - first);
+    for (int n = 0; n < batch; ++n) {
+      device.Axpby(rows, 1.0f, dy + static_cast<int64_t>(n) * out_features_ + first, 0.0f,
+                   rows_dy + static_cast<int64_t>(n) * rows);
+    }
+    device.Gemm(true, false, rows, in, batch, 1.0f, rows_dy, x, 0.0f, scratch);
+    piece(static_cast<int64_t>(first) * in, static_cast<int64_t>(rows) * in, scratch);
+  }
+  return true;
 }
 
 void ReluLayer::Forward(Device& device, int batch, const float* x, float* y) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -92,6 +93,20 @@ class Layer {
   virtual void Backward(Device& device, int batch, const float* x, const float* y, const float* dy,
                         float* dx) = 0;
 
+  // Backward for Model::BackwardInPieces, for a layer that cuts its own parameters' gradients
+  // into pieces: writes dx (when not null) first, then hands each piece to `piece` (offset
+  // within the layer's parameters, count, values in `scratch`), which may change the
+  // parameters it covers. Returns false, doing nothing, for a layer that does not (the
+  // default): the model then runs Backward with every gradient in scratch at once.
+  using GradientPiece = std::function<void(int64_t offset, int64_t count, float* gradients)>;
+  virtual bool BackwardInPieces(Device& device, int batch, const float* x, const float* y, const float* dy,
+                                float* dx, float* scratch, const GradientPiece& piece) {
+    return false;
+  }
+  // The scratch (floats) BackwardInPieces needs for `batch` samples: 0 for a layer that does
+  // not cut pieces.
+  virtual int64_t PieceScratch(int batch) const { return 0; }
+
  private:
   ActivationShape input_;
   bool training_ = true;
@@ -158,8 +173,25 @@ class LinearLayer final : public Layer {
   void Bind(float* parameters, float* gradients) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
+  // Weights of kPieceAboveValues or more, in more than one piece, come in pieces of whole
+  // rows (the bias first, at once): about kPieceValues each, in multiples of kPieceRowAlign
+  // rows. Each piece's columns of dy are gathered (batch x rows) and multiplied alone: a row's
+  // gradient is the same dot products over the batch as in Backward, and with the rows aligned
+  // so, BLAS kernels that work in blocks of 4, 8, 16, 24, 32 or 48 rows compute them alike
+  // (bit for bit with OpenBLAS on one thread, tests/core/train_pieces_test.cc; more BLAS
+  // threads split the whole product differently, which changes the last bits of a Backward
+  // too). Smaller layers: false.
+  bool BackwardInPieces(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx,
+                        float* scratch, const GradientPiece& piece) override;
+  int64_t PieceScratch(int batch) const override;
+  static constexpr int64_t kPieceAboveValues = int64_t{1} << 20;  // 4 MiB of weights
+  static constexpr int64_t kPieceValues = int64_t{1} << 18;       // 1 MiB
+  static constexpr int64_t kPieceRowAlign = 96;
 
  private:
+  int64_t PieceRows() const;  // rows of weights per piece
+  bool CutsPieces() const;     // large enough for more than one piece
+
   std::string name_;
   int out_features_;
   float* weight_ = nullptr;

@@ -40,11 +40,13 @@ Result<std::unique_ptr<Model>> Model::Build(std::string name, Device* device, Ac
   for (const auto& layer : model->layers_) {
     layer->Bind(model->parameters_.f32() + offset, model->gradients_.f32() + offset);
     layer->BindBuffers(model->parameters_.f32() + buffer_offset);
+    model->layer_offsets_.push_back(offset);
     for (const ParameterSpec& spec : layer->parameters()) {
       int64_t count = 1;
       for (int64_t dim : spec.shape) count *= dim;
       offset += count;
     }
+    model->layer_counts_.push_back(offset - model->layer_offsets_.back());
     for (const ParameterSpec& spec : layer->buffers()) {
       int64_t count = 1;
       for (int64_t dim : spec.shape) count *= dim;
@@ -157,7 +159,26 @@ Status Model::ForwardCapture(const float* input, int batch, std::vector<std::vec
   return Status::Ok();
 }
 
-void Model::Backward(const int32_t* labels, float* loss) {
+void Model::ReleaseGradients() {
+  gradients_.Reset();
+  gradients_bound_ = false;
+}
+
+Status Model::EnsureGradients() {
+  if (gradients_bound_) return Status::Ok();
+  if (gradients_.empty()) {
+    ASSIGN_OR_RETURN(gradients_, device_->Allocate(static_cast<size_t>(num_parameters_) * sizeof(float)));
+    device_->Fill(num_parameters_, 0.0f, gradients_.f32());
+  }
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->Bind(parameters_.f32() + layer_offsets_[i], gradients_.f32() + layer_offsets_[i]);
+  }
+  gradients_bound_ = true;
+  return Status::Ok();
+}
+
+Status Model::Backward(const int32_t* labels, float* loss) {
+  RETURN_IF_ERROR(EnsureGradients());
   const size_t last = layers_.size() - 1;
   device_->SoftmaxCrossEntropy(batch_, classes(), outputs_[last].f32(), labels, loss, output_gradients_[last].f32());
   for (size_t i = layers_.size(); i-- > 0;) {
@@ -165,6 +186,47 @@ void Model::Backward(const int32_t* labels, float* loss) {
     float* dx = i == 0 ? nullptr : output_gradients_[i - 1].f32();
     layers_[i]->Backward(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx);
   }
+  return Status::Ok();
+}
+
+Status Model::BackwardInPieces(const int32_t* labels, float* loss, const GradientPiece& piece) {
+  int64_t needed = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const int64_t own = layers_[i]->PieceScratch(batch_);
+    needed = std::max(needed, own > 0 ? own : layer_counts_[i]);
+  }
+  if (needed > scratch_values_) {
+    scratch_.Reset();
+    ASSIGN_OR_RETURN(scratch_, device_->Allocate(static_cast<size_t>(needed) * sizeof(float)));
+    scratch_values_ = needed;
+  }
+  float* scratch = scratch_.f32();
+  const size_t last = layers_.size() - 1;
+  device_->SoftmaxCrossEntropy(batch_, classes(), outputs_[last].f32(), labels, loss, output_gradients_[last].f32());
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const float* x = i == 0 ? input_data_ : outputs_[i - 1].f32();
+    float* dx = i == 0 ? nullptr : output_gradients_[i - 1].f32();
+    Layer& layer = *layers_[i];
+    if (layer_counts_[i] == 0) {
+      layer.Backward(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx);
+      continue;
+    }
+    const int64_t base = layer_offsets_[i];
+    const Layer::GradientPiece own_piece = [&](int64_t offset, int64_t count, float* values) {
+      piece(base + offset, count, values);
+    };
+    if (layer.BackwardInPieces(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx, scratch,
+                               own_piece)) {
+      continue;
+    }
+    // The whole layer's gradients in scratch, handed over after its Backward has read the
+    // parameters for dx.
+    layer.Bind(parameters_.f32() + base, scratch);
+    gradients_bound_ = false;
+    layer.Backward(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx);
+    piece(base, layer_counts_[i], scratch);
+  }
+  return Status::Ok();
 }
 
 namespace {
@@ -517,22 +579,28 @@ Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* de
   ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(config.name, device, input, std::move(layers)));
 
   // PyTorch defaults: kaiming_uniform(a=sqrt(5)) for weights and uniform(+-1/sqrt(fan_in)) for
-  // biases; both reduce to a bound of 1/sqrt(fan_in). Drawn in parameter order.
+  // biases; both reduce to a bound of 1/sqrt(fan_in). Drawn in parameter order, through a
+  // host buffer of at most kChunk values (not a second copy of a large model).
+  constexpr int64_t kChunk = int64_t{1} << 16;
   std::mt19937_64 engine(config.seed);
-  std::vector<float> values(model->NumParameters());
+  std::vector<float> values(static_cast<size_t>(std::min<int64_t>(kChunk, model->NumParameters())));
   for (const ParameterView& view : model->parameter_views()) {
-    float* first = values.data() + view.offset;
-    switch (view.init) {
-      case ParameterInit::kOnes: std::fill(first, first + view.count, 1.0f); break;
-      case ParameterInit::kZeros: std::fill(first, first + view.count, 0.0f); break;
-      case ParameterInit::kFanInUniform: {
-        const float bound = 1.0f / std::sqrt(static_cast<float>(view.fan_in));
-        for (int64_t j = 0; j < view.count; ++j) first[j] = UniformFrom(engine, bound);
-        break;
+    const float bound = 1.0f / std::sqrt(static_cast<float>(view.fan_in));
+    for (int64_t done = 0; done < view.count; done += kChunk) {
+      const int64_t count = std::min(kChunk, view.count - done);
+      float* first = values.data();
+      switch (view.init) {
+        case ParameterInit::kOnes: std::fill(first, first + count, 1.0f); break;
+        case ParameterInit::kZeros: std::fill(first, first + count, 0.0f); break;
+        case ParameterInit::kFanInUniform:
+          for (int64_t j = 0; j < count; ++j) first[j] = UniformFrom(engine, bound);
+          break;
       }
+      RETURN_IF_ERROR(device->CopyHostToDevice(first, model->flat_parameters(),
+                                               static_cast<size_t>(view.offset + done) * sizeof(float),
+                                               static_cast<size_t>(count) * sizeof(float)));
     }
   }
-  RETURN_IF_ERROR(device->CopyHostToDevice(values.data(), model->flat_parameters(), 0, values.size() * sizeof(float)));
   return model;
 }
 

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,9 +111,14 @@ class Model {
   void SetTraining(bool training);
   bool training() const { return training_; }
   // The flat buffers, NumParameters() floats each. Gradients hold the last Backward's values
-  // (always zero over the buffers).
+  // (always zero over the buffers); empty after ReleaseGradients.
   DeviceBuffer& flat_parameters() { return parameters_; }
   DeviceBuffer& flat_gradients() { return gradients_; }
+  // Frees the flat gradients (BackwardInPieces needs none), giving their memory back to the
+  // device for the optimiser's state. EnsureGradients (which Backward calls) allocates them
+  // again, zero, and points the layers back at them.
+  void ReleaseGradients();
+  Status EnsureGradients();
 
   // Host copies of every parameter, in parameter order.
   TensorSet GetState() const;
@@ -126,7 +132,20 @@ class Model {
   Result<const float*> Forward(const float* input, int batch);
   // After Forward: writes the mean cross-entropy against `labels` (device int32 [batch]) to
   // *loss (one device float) and the gradients of every parameter to flat_gradients().
-  void Backward(const int32_t* labels, float* loss);
+  // Errors: the device's, allocating the gradients after ReleaseGradients.
+  Status Backward(const int32_t* labels, float* loss);
+
+  // A piece of the trained parameters' gradients: `count` values (device address, valid for
+  // the call; the callee may change them) for the parameters at flat offset `offset`.
+  using GradientPiece = std::function<void(int64_t offset, int64_t count, float* gradients)>;
+  // After Forward: Backward without the flat gradients. Each layer's gradients go to `piece`
+  // once the pass no longer reads the parameters they belong to (layers run last to first,
+  // each computing its input gradient before handing over its own), so `piece` may step
+  // those parameters in place: an optimiser that needs one model-sized buffer fewer. The
+  // values are those Backward writes (the same arithmetic, in scratch of the largest piece's
+  // size): a large fully connected layer's weights come in pieces of rows
+  // (LinearLayer::BackwardInPieces), every other layer's gradients at once.
+  Status BackwardInPieces(const int32_t* labels, float* loss, const GradientPiece& piece);
   // The buffer holding the last Forward's logits ([batch, classes] at offset 0), for copying
   // them to the host.
   const DeviceBuffer& logits_buffer() const { return outputs_.back(); }
@@ -153,6 +172,12 @@ class Model {
   bool training_ = true;
   DeviceBuffer parameters_;
   DeviceBuffer gradients_;
+  bool gradients_bound_ = true;  // every layer points at gradients_ (false: at scratch_)
+  // layer_offsets_[i], layer_counts_[i]: where layer i's trained parameters lie (floats).
+  std::vector<int64_t> layer_offsets_;
+  std::vector<int64_t> layer_counts_;
+  DeviceBuffer scratch_;  // BackwardInPieces' pieces
+  int64_t scratch_values_ = 0;
   // outputs_[i] and output_gradients_[i] hold layer i's output and its gradient.
   std::vector<DeviceBuffer> outputs_;
   std::vector<DeviceBuffer> output_gradients_;

@@ -144,6 +144,15 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
       }
     }
   }
+  // Without a gradient hook each layer's gradients step its parameters as the backward pass
+  // hands them over (Model::BackwardInPieces): no model-sized gradient buffer beside the
+  // velocity, which takes its memory. A hook needs the whole flat gradient.
+  const bool in_pieces = options.gradient_hook == nullptr && options.shard_count == 1;
+  if (in_pieces) {
+    model.ReleaseGradients();
+  } else {
+    RETURN_IF_ERROR(model.EnsureGradients());
+  }
   BatchBuffers batch;
   RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), options.batch_size));
   ASSIGN_OR_RETURN(DeviceBuffer velocity, device.Allocate(sizeof(float) * parameter_count));
@@ -169,6 +178,22 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
     return InvalidArgumentError("TrainLocal: crop_padding must be in [0, 64], got " +
                                 std::to_string(options.augment.crop_padding));
   }
+  // The optimiser's step and the algorithms' terms on one piece of the trained parameters
+  // (all of them at once without pieces): elementwise, so pieces step exactly as a whole.
+  float* parameters = model.flat_parameters().f32();
+  const auto step = [&](int64_t offset, int64_t count, float* gradients) {
+    if (!anchor.empty()) {
+      device.AddScaledDifference(count, options.proximal_mu, parameters + offset, anchor.f32() + offset, gradients);
+    }
+    device.SgdMomentumUpdate(count, options.learning_rate, options.momentum, options.weight_decay, gradients,
+                             velocity.f32() + offset, parameters + offset);
+    if (corrected) {
+      // SCAFFOLD's correction moves the weights by -lr (c - c_i) after the optimiser's step,
+      // outside its momentum, as NIID-Bench's reference client does.
+      device.AddScaledDifference(count, -options.learning_rate, server_control.f32() + offset,
+                                 client_control.f32() + offset, parameters + offset);
+    }
+  };
   TrainReport report;
   double loss_sum = 0.0;
   const auto began = std::chrono::steady_clock::now();
@@ -197,7 +222,11 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
         }
         ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
         (void)logits;
-        model.Backward(batch.labels.i32(), batch.loss.f32());
+        if (in_pieces) {
+          RETURN_IF_ERROR(model.BackwardInPieces(batch.labels.i32(), batch.loss.f32(), step));
+        } else {
+          RETURN_IF_ERROR(model.Backward(batch.labels.i32(), batch.loss.f32()));
+        }
       } else {
         device.Fill(parameter_count, 0.0f, model.flat_gradients().f32());
         device.Fill(1, 0.0f, batch.loss.f32());
@@ -218,19 +247,7 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
       }
       // The optimiser and the algorithms' terms move the trained parameters only: the buffers
       // after them (running statistics) change in training forwards alone.
-      float* gradients = model.flat_gradients().f32();
-      if (!anchor.empty()) {
-        device.AddScaledDifference(trainable_count, options.proximal_mu, model.flat_parameters().f32(), anchor.f32(),
-                                   gradients);
-      }
-      device.SgdMomentumUpdate(trainable_count, options.learning_rate, options.momentum, options.weight_decay,
-                               model.flat_gradients().f32(), velocity.f32(), model.flat_parameters().f32());
-      if (corrected) {
-        // SCAFFOLD's correction moves the weights by -lr (c - c_i) after the optimiser's step,
-        // outside its momentum, as NIID-Bench's reference client does.
-        device.AddScaledDifference(trainable_count, -options.learning_rate, server_control.f32(), client_control.f32(),
-                                   model.flat_parameters().f32());
-      }
+      if (!in_pieces) step(0, trainable_count, model.flat_gradients().f32());
       float loss = 0.0f;
       RETURN_IF_ERROR(device.CopyDeviceToHost(batch.loss, 0, &loss, sizeof(float)));
       loss_sum += static_cast<double>(loss) * count;

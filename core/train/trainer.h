@@ -19,6 +19,9 @@ namespace tessera {
 // of all parameters (model.flat_gradients(): `count` floats, parameter order). It may change
 // the gradient in place (a site cohort allreduces and averages here); an error stops
 // training and is returned by TrainLocal. `step` counts from 0 within one TrainLocal call.
+// Without a hook (and unsharded) TrainLocal needs no flat gradient: it releases the model's
+// (Model::ReleaseGradients) and steps each layer's parameters as the backward pass hands
+// their gradients over (Model::BackwardInPieces), to the same values.
 class GradientHook {
  public:
   virtual ~GradientHook() = default;

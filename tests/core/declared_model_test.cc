@@ -186,7 +186,7 @@ Batch MakeBatch(Device& device, const ModelConfig& config, int batch, uint32_t s
 
 float Loss(Model& model, Batch& b, int batch) {
   EXPECT_TRUE(model.Forward(b.images.f32(), batch).ok());
-  model.Backward(b.labels.i32(), b.loss.f32());
+  EXPECT_TRUE(model.Backward(b.labels.i32(), b.loss.f32()).ok());
   float loss = 0;
   EXPECT_TRUE(model.device().CopyDeviceToHost(b.loss, 0, &loss, sizeof(float)).ok());
   return loss;

@@ -143,7 +143,7 @@ void ExpectModelGradientMatches(Device& device, Model& model, int batch) {
     return static_cast<double>(value);
   };
   ASSERT_TRUE(model.Forward(input->f32(), batch).ok());
-  model.Backward(targets->i32(), loss->f32());
+  ASSERT_TRUE(model.Backward(targets->i32(), loss->f32()).ok());
   std::vector<float> gradients(model.NumParameters());
   ASSERT_TRUE(device.CopyDeviceToHost(model.flat_gradients(), 0, gradients.data(), gradients.size() * 4).ok());
   std::vector<float> parameters(model.NumParameters());
