@@ -13,6 +13,16 @@
 
 namespace tessera::server {
 
+namespace {
+
+// An asynchronous round's tasks never offer TrainTask.takes_trained_weights.
+Status AsyncTakesDeltas(const v1::UpdateHeader& header) {
+  return InvalidArgumentError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
+                              ": field 'trained_weights': asynchronous rounds take deltas only");
+}
+
+}  // namespace
+
 JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
                      JobRunnerOptions options)
     : store_(store),
@@ -123,7 +133,10 @@ Result<JobRunner::OpenRound> JobRunner::SelectedRound(const std::string& worker_
 }
 
 Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
-  if (auto driver = Driver()) return driver->Admit(header);
+  if (auto driver = Driver()) {
+    if (header.trained_weights()) return AsyncTakesDeltas(header);
+    return driver->Admit(header);
+  }
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -160,7 +173,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
   }
 }
 
-Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta, double upload_ms,
                                const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes) {
   std::shared_ptr<Round> round;
   {
@@ -172,8 +185,13 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& 
   // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
   Status verdict;
   try {
-    verdict = driver ? driver->Submit(header, delta, upload_ms, payload)
-                     : round->Submit(header, delta, upload_ms, &payload, upload_bytes);
+    if (driver) {
+      verdict = header.trained_weights() ? AsyncTakesDeltas(header) : driver->Submit(header, delta, upload_ms, payload);
+    } else {
+      // A trained model becomes its delta before the round checks and folds it.
+      verdict = header.trained_weights() ? round->SubtractGlobal(header, &delta) : Status::Ok();
+      if (verdict.ok()) verdict = round->Submit(header, delta, upload_ms, &payload, upload_bytes);
+    }
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
                             ": checking it failed: " + e.what());
@@ -556,6 +574,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   *task.mutable_spec() = spec;
   task.set_deadline_unix_ms(deadline_unix_ms);
   for (const std::string& set : model_sets) task.add_model_sets(set);
+  task.set_takes_trained_weights(options_.take_trained_weights);
   for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix);
   if (selected.size() > spec.clients_per_round()) {
     spdlog::info("job {}: round {} attempt {}: {} clients selected, {} over clients_per_round; it closes at {} updates",

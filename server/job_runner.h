@@ -53,6 +53,10 @@ struct JobRunnerOptions {
   // (TrainTask.inline_model): no DownloadModel call. 0: always downloaded. At most
   // ModelVersion::kMaxInlineBytes.
   uint64_t inline_model_bytes = uint64_t{256} << 10;
+  // Synchronous rounds' tasks say the coordinator takes a float32 update as the trained model
+  // (TrainTask.takes_trained_weights) and subtracts the global model itself: workers then
+  // keep no copy of it while they train. False: every update a delta.
+  bool take_trained_weights = true;
   // Idle tensor buffers the job keeps to assemble the next updates in (core/buffer_pool.h);
   // the coordinator sets its upload memory (--upload-buffer-mib).
   uint64_t idle_update_buffer_bytes = uint64_t{64} << 20;
@@ -133,9 +137,11 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   bool CancelledAsOverSelected(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
+  // `update`: the delta, or with header.trained_weights the trained model, made the delta from
+  // the round's model version in place (Round::SubtractGlobal; synchronous rounds only).
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
   // `upload_bytes`: the update as it came on the wire (encoded).
-  Status SubmitUpdate(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+  Status SubmitUpdate(const v1::UpdateHeader& header, TensorSet& update, double upload_ms,
                       const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0);
   // How the open round expects "delta" sets encoded, and top-k's fraction (float32 and 0 when
   // no round is open).

@@ -117,6 +117,10 @@ int main(int argc, char** argv) {
             "a model of at most this many KiB travels inside each worker's task instead of by a download call "
             "(workers that take it; a round then costs each worker one call less). 0: always downloaded",
             IntRange{0, static_cast<int64_t>(server::ModelVersion::kMaxInlineBytes >> 10)});
+  flags.Bool("trained-weights", &options.runner.take_trained_weights,
+             "let workers send a float32 update as their trained model and subtract the round's model here "
+             "(the same delta; a worker then keeps no copy of the global model while it trains). "
+             "--trained-weights=false: every update is a delta");
   flags.Int("eval-threads", &evaluation_threads,
             "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
             "OpenBLAS threads spin between rounds and take CPU from the transfers",

@@ -49,6 +49,10 @@ Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
 Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, const std::vector<std::string>& extra_sets,
                            const std::string& what, UpdateEncoding delta_encoding) {
   ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
+  if (h.trained_weights() && delta_encoding != UpdateEncoding::kFloat32) {
+    return InvalidArgumentError(what + ": field 'trained_weights': a trained model travels in float32 only; this "
+                                "job's updates are deltas in " + UpdateEncodingName(delta_encoding));
+  }
   for (const auto& set : sets) {
     if (set.name() != wire::kDeltaSet &&
         std::find(extra_sets.begin(), extra_sets.end(), set.name()) == extra_sets.end()) {
@@ -322,6 +326,22 @@ ClientUpdate Round::Claims(const v1::UpdateHeader& h, uint32_t party) {
 
 Status Round::CheckManifest(const v1::UpdateHeader& h) const {
   return CheckUpdateEnvelope(h, *global_, extra_sets_, Describe(h.worker_id()), delta_encoding_);
+}
+
+Status Round::SubtractGlobal(const v1::UpdateHeader& h, TensorSet* trained) const {
+  const std::string what = Describe(h.worker_id());
+  if (h.base_model_version() != model_version_) {
+    return FailedPreconditionError(what + ": trained from model version " + std::to_string(h.base_model_version()) +
+                                   ", expected version " + std::to_string(model_version_));
+  }
+  RETURN_IF_ERROR(CheckSameLayout(*global_, *trained, what));
+  for (size_t i = 0; i < trained->size(); ++i) {
+    float* w = (*trained)[i].values.data();
+    const float* g = (*global_)[i].values.data();
+    const size_t n = (*trained)[i].values.size();
+    for (size_t j = 0; j < n; ++j) w[j] -= g[j];
+  }
+  return Status::Ok();
 }
 
 void Round::Reject(const std::string& worker_id, const Status& why) {

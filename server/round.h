@@ -122,6 +122,11 @@ class Round {
   // shapes, and the dtype its encoding sends).
   // Admit also asks the strategy's aggregate about the header's claims (CheckClaims).
   Status CheckManifest(const v1::UpdateHeader& header) const;
+  // An update whose "delta" set holds the trained model (header.trained_weights): subtracts
+  // the round's global model from it in place, leaving the delta the worker would have sent
+  // (the same float subtraction). FailedPrecondition for another base model version,
+  // InvalidArgument for another layout.
+  Status SubtractGlobal(const v1::UpdateHeader& header, TensorSet* trained) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to

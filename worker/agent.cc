@@ -361,6 +361,11 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request));
   }
   const double download_ms = MillisSince(download_start);
+#ifdef __GLIBC__
+  // The transport's buffers of a large download are freed in pieces that glibc keeps (5-20 MB
+  // for a 10 MiB model): handed back before training allocates its own.
+  if (static_cast<uint64_t>(TotalElements(downloaded)) * sizeof(float) >= kReleaseAboveBytes) malloc_trim(0);
+#endif
   TensorSet global;
   ASSIGN_OR_RETURN(auto sets, SplitDownload(std::move(downloaded), task, what, &global));
 
@@ -394,6 +399,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     }
     if (restored == kept->second.size()) RETURN_IF_ERROR(model->SetState(state).WithContext(what + ": local tensors"));
   }
+  // A coordinator that takes the trained model subtracts the global one itself: for float32
+  // updates (not SCAFFOLD's, whose variates need the global model here) no copy of it is kept
+  // while training.
+  const bool send_trained = task.takes_trained_weights() && task.spec().strategy() != "scaffold" &&
+                            wire::JobUpdateEncoding(task.spec()) == UpdateEncoding::kFloat32;
+  if (send_trained) TensorSet().swap(global);
   // Federated evaluation: the global model as downloaded, on this worker's local test split.
   std::optional<EvalReport> local_eval;
   if (task.spec().evaluation().federated()) {
@@ -476,9 +487,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     RecordCohortRound(collective, std::max(0.0, report.compute_ms / 1000.0 - collective));
   }
 
-  // The update is the change to the global model, computed in the trained copy's place. The
-  // model (parameters, gradients, device buffers) goes first: a worker holds at most the
-  // global model, one trained copy and the training state at once.
+  // The update is the change to the global model, computed in the trained copy's place (or
+  // the trained copy itself, for a coordinator that subtracts). The model (parameters, device
+  // buffers) goes first: a worker holds at most the global model, one trained copy and the
+  // training state at once.
   TensorSet trained = model->GetState();
   {
     TensorSet own;
@@ -506,8 +518,9 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
     out_parts->emplace_back(kControlDeltaSet, std::move(step.control_delta));
   } else {
-    out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
+    out_parts->emplace_back(wire::kDeltaSet, send_trained ? std::move(trained) : DeltaFrom(std::move(trained), global));
   }
+  header.set_trained_weights(send_trained);
   wire::IdentifyUpdate(task, worker_id, session, &header);
   if (local_eval) {
     header.set_eval_samples(static_cast<uint64_t>(local_eval->samples));

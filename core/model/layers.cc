@@ -7,7 +7,12 @@
 #include "device/op_cost.h"
 
 namespace tessera {
+
 namespace {
+
+// `base + offset`, or null for no gradients bound (Model::Build binds none until the first
+// Backward needs them).
+float* At(float* base, int64_t offset) { return base == nullptr ? nullptr : base + offset; }
 
 // Makes `buffer` hold at least `bytes`, reallocating only when it is smaller: a layer's
 // device state grows with the largest batch seen, never shrinks.
@@ -50,7 +55,7 @@ void Conv2dLayer::Bind(float* parameters, float* gradients) {
   weight_grad_ = gradients;
   if (has_bias_) {
     bias_ = parameters + weights;
-    bias_grad_ = gradients + weights;
+    bias_grad_ = At(gradients, weights);
   }
 }
 
@@ -157,7 +162,7 @@ void LinearLayer::Bind(float* parameters, float* gradients) {
   weight_ = parameters;
   bias_ = parameters + weights;
   weight_grad_ = gradients;
-  bias_grad_ = gradients + weights;
+  bias_grad_ = At(gradients, weights);
 }
 
 void LinearLayer::Forward(Device& device, int batch, const float* x, float* y) {
@@ -438,7 +443,7 @@ void BatchNormLayer::Bind(float* parameters, float* gradients) {
   gamma_ = parameters;
   beta_ = parameters + c;
   gamma_grad_ = gradients;
-  beta_grad_ = gradients + c;
+  beta_grad_ = At(gradients, c);
 }
 
 void BatchNormLayer::BindBuffers(float* buffers) { running_ = buffers; }
@@ -485,7 +490,7 @@ void LayerNormLayer::Bind(float* parameters, float* gradients) {
   gamma_ = parameters;
   beta_ = parameters + size;
   gamma_grad_ = gradients;
-  beta_grad_ = gradients + size;
+  beta_grad_ = At(gradients, size);
 }
 
 Status LayerNormLayer::Reserve(Device& device, int batch) {
@@ -603,7 +608,7 @@ void ResidualLayer::Bind(float* parameters, float* gradients) {
   int64_t offset = 0;
   for (Path* path : {&body_path_, &shortcut_path_}) {
     for (auto& layer : path->layers) {
-      layer->Bind(parameters + offset, gradients + offset);
+      layer->Bind(parameters + offset, At(gradients, offset));
       for (const ParameterSpec& spec : layer->parameters()) offset += Count(spec);
     }
   }

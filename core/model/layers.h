@@ -70,7 +70,8 @@ class Layer {
   // The parameters, in the order they lie in the flat buffers.
   virtual std::vector<ParameterSpec> parameters() const { return {}; }
   // Points the layer at its parameters and their gradients (device addresses, laid out as
-  // parameters() says). Called once the model has allocated its flat buffers.
+  // parameters() says; gradients null until the model allocates them for a Backward). Called
+  // once the model has allocated its flat buffers.
   virtual void Bind(float* parameters, float* gradients) {}
   // State that is part of the model but not trained by the optimiser (a batch norm's running
   // statistics, PyTorch's "buffers"), in the order BindBuffers lays it out.
@@ -185,7 +186,7 @@ class LinearLayer final : public Layer {
                         float* scratch, const GradientPiece& piece) override;
   int64_t PieceScratch(int batch) const override;
   static constexpr int64_t kPieceAboveValues = int64_t{1} << 20;  // 4 MiB of weights
-  static constexpr int64_t kPieceValues = int64_t{1} << 18;       // 1 MiB
+  static constexpr int64_t kPieceValues = int64_t{1} << 16;       // 256 KiB
   static constexpr int64_t kPieceRowAlign = 96;
 
  private:

@@ -34,11 +34,12 @@ Result<std::unique_ptr<Model>> Model::Build(std::string name, Device* device, Ac
   std::unique_ptr<Model> model(new Model(std::move(name), device, input, std::move(layers)));
   const size_t bytes = static_cast<size_t>(model->num_parameters_) * sizeof(float);
   ASSIGN_OR_RETURN(model->parameters_, device->Allocate(bytes));
-  ASSIGN_OR_RETURN(model->gradients_, device->Allocate(bytes));
-  device->Fill(model->num_parameters_, 0.0f, model->gradients_.f32());
+  // The gradients come with the first Backward (EnsureGradients): a model that only infers,
+  // or trains in pieces, never holds them.
+  model->gradients_bound_ = false;
   int64_t offset = 0, buffer_offset = model->num_trainable_;
   for (const auto& layer : model->layers_) {
-    layer->Bind(model->parameters_.f32() + offset, model->gradients_.f32() + offset);
+    layer->Bind(model->parameters_.f32() + offset, nullptr);
     layer->BindBuffers(model->parameters_.f32() + buffer_offset);
     model->layer_offsets_.push_back(offset);
     for (const ParameterSpec& spec : layer->parameters()) {

@@ -88,8 +88,8 @@ struct LayerInfo {
 class Model {
  public:
   // Use CreateModel. Lays out the parameters of `layers` (run in order) in layer order,
-  // allocates the flat buffers on `device` and binds the layers to them; the parameter values
-  // are left undefined, the gradients zero.
+  // allocates the flat parameters on `device` and binds the layers to them; the parameter
+  // values are left undefined. The gradients come with the first Backward (EnsureGradients).
   static Result<std::unique_ptr<Model>> Build(std::string name, Device* device, ActivationShape input,
                                               std::vector<std::unique_ptr<Layer>> layers);
   Model(const Model&) = delete;
@@ -111,7 +111,8 @@ class Model {
   void SetTraining(bool training);
   bool training() const { return training_; }
   // The flat buffers, NumParameters() floats each. Gradients hold the last Backward's values
-  // (always zero over the buffers); empty after ReleaseGradients.
+  // (always zero over the buffers); empty before the first Backward and after
+  // ReleaseGradients.
   DeviceBuffer& flat_parameters() { return parameters_; }
   DeviceBuffer& flat_gradients() { return gradients_; }
   // Frees the flat gradients (BackwardInPieces needs none), giving their memory back to the

@@ -143,9 +143,9 @@ TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
 TEST(TrainInPiecesTest, OnlyLargeFullyConnectedLayersCutTheirOwnPieces) {
   LinearLayer large("fc1", {1, 28, 28}, 1400);
   EXPECT_GT(large.PieceScratch(64), 0);
-  // Whole rows of 784 weights, about kPieceValues a piece in multiples of 96 rows (288), and
+  // Whole rows of 784 weights, about kPieceValues a piece in multiples of 96 rows (96), and
   // the piece's columns of dy.
-  EXPECT_EQ(large.PieceScratch(64), 288 * 784 + 64 * 288);
+  EXPECT_EQ(large.PieceScratch(64), 96 * 784 + 64 * 96);
   EXPECT_LT(large.PieceScratch(64), 1400 * 784 / 4);
   LinearLayer small("fc2", {1400, 1, 1}, 10);
   EXPECT_EQ(small.PieceScratch(64), 0);

@@ -102,5 +102,39 @@ TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
   }
 }
 
+// Real workers: with a coordinator that takes the trained models and subtracts the global one
+// (the default) a job ends on the same figures as with deltas sent (--trained-weights=false),
+// and its updates carry as many bytes.
+TEST(TrainedWeightsTest, RealWorkersTrainTheSameEitherWay) {
+  std::vector<v1::RoundRecord> runs[2];
+  for (int run = 0; run < 2; ++run) {
+    TempDir dir("trained-weights-real");
+    auto options = TestCoordinatorOptions(dir.str());
+    options.runner.take_trained_weights = run == 0;
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+    std::vector<std::unique_ptr<WorkerThread>> workers;
+    for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
+    auto stub = JobStub((*coordinator)->port());
+    ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+    auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 1000));
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+    ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+    for (const auto& r : done.rounds()) runs[run].push_back(r);
+  }
+  ASSERT_EQ(runs[0].size(), 2u);
+  ASSERT_EQ(runs[1].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
+    EXPECT_GT(runs[0][i].upload_bytes(), 0u);
+    EXPECT_EQ(runs[0][i].workers_size(), 2);
+    for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
+  }
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -161,6 +161,22 @@ class AsyncDriverTest : public JobRunnerFixture {
   }
 };
 
+// Asynchronous tasks do not offer to take trained models, and refuse one, naming the field.
+TEST_F(AsyncDriverTest, TakesDeltasOnly) {
+  FakeWorker& w = AddWorker("w1", [](const v1::TrainTask&) {
+    return FakeAction::Upload().WithTamper([](v1::UpdateHeader* h, TensorSet*) { h->set_trained_weights(true); });
+  });
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  EXPECT_FALSE(TrainTask(w, 0).takes_trained_weights());
+  ASSERT_TRUE(w.Await([](const std::vector<v1::Task>&, const std::vector<FakeTurn>& turns) {
+    return !turns.empty() && turns[0].admitted.has_value();
+  }));
+  const Status admitted = *w.turns()[0].admitted;
+  EXPECT_EQ(admitted.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(admitted.message().find("field 'trained_weights': asynchronous rounds take deltas only"), std::string::npos)
+      << admitted.message();
+}
+
 // Two fast clients, a slow one whose update is two versions stale (folded with 1/sqrt(3)), and
 // one slower still, whose task is cancelled as too stale and whose late upload is refused.
 TEST_F(AsyncDriverTest, FastClientsContributeMoreAndStaleUpdatesAreWeightedOrRefused) {

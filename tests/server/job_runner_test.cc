@@ -40,6 +40,37 @@ TEST_F(JobRunnerTest, TheCommittedModelIsTheSampleWeightedMeanOfTheAcceptedUpdat
   EXPECT_EQ(ReportOf(rounds[0], "w2").samples(), 300u);
 }
 
+// A synchronous round's tasks offer to take trained models (TrainTask.takes_trained_weights);
+// one sent so is folded as its delta from the round's model.
+TEST_F(JobRunnerTest, ATrainedModelIsFoldedAsItsDelta) {
+  AddWorker("w1", Always(FakeAction::Upload(0.1f).WithSamples(100)));
+  FakeAction trained;
+  trained.delta = [](const TensorSet& global) {
+    TensorSet model = global;
+    for (NamedTensor& t : model) {
+      for (float& v : t.values) v += 0.3f;
+    }
+    return model;
+  };
+  trained.samples = 300;
+  trained.WithTamper([](v1::UpdateHeader* h, TensorSet*) { h->set_trained_weights(true); });
+  FakeWorker& w2 = AddWorker("w2", Always(trained));
+  v1::Job job = Run(SmallSpec(2, 2));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  ASSERT_FALSE(w2.received().empty());
+  EXPECT_TRUE(w2.received().front().train().takes_trained_weights());
+  auto initial = store_.LoadCheckpoint(kJobId, 0);
+  auto model = store_.LoadCheckpoint(kJobId, 1);
+  ASSERT_TRUE(initial.ok() && model.ok());
+  for (size_t i = 0; i < model->size(); ++i) {
+    for (size_t j = 0; j < (*model)[i].values.size(); ++j) {
+      // (0.1 * 100 + ((x + 0.3) - x) * 300) / 400
+      ASSERT_NEAR((*model)[i].values[j], (*initial)[i].values[j] + 0.25f, 1e-6) << (*model)[i].name;
+    }
+  }
+  EXPECT_EQ(ReportOf(Rounds()[0], "w2").outcome(), "accepted");
+}
+
 TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
   // The model the job served while it ran, watched without being held.
   std::mutex held_mu;

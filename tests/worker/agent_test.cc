@@ -260,6 +260,46 @@ TEST_F(AgentTest, AModelInsideItsTaskIsTrainedWithoutADownload) {
   EXPECT_EQ(shared_->downloads, 0);
 }
 
+// A task whose coordinator takes the trained model (TrainTask.takes_trained_weights) gets it in
+// the "delta" set, marked so: the global model plus the delta the same training sends
+// otherwise, bit for bit. A compressed job's update stays a delta.
+TEST_F(AgentTest, ACoordinatorThatSubtractsGetsTheTrainedModel) {
+  v1::Task delta = Train(1, 1);
+  v1::Task trained = Train(1, 1, "job-2");  // the same training, another job's task
+  trained.mutable_train()->set_takes_trained_weights(true);
+  v1::Task int8 = Train(1, 1, "job-3");
+  int8.mutable_train()->set_takes_trained_weights(true);
+  int8.mutable_train()->mutable_spec()->mutable_compression()->set_encoding(v1::ENCODING_INT8);
+  Start({delta, trained, int8});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-3"));
+  EXPECT_FALSE(upload.trained_weights());
+  const TensorSet global = ScriptedCoordinator({}, shared_).model();
+  std::map<std::string, std::pair<v1::UpdateHeader, TensorSet>> by_job;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (size_t i = 0; i < shared_->uploads.size(); ++i) {
+      by_job[shared_->uploads[i].job_id()] = {shared_->uploads[i], shared_->uploaded[i]};
+    }
+  }
+  ASSERT_EQ(by_job.count("job-1"), 1u);
+  ASSERT_EQ(by_job.count("job-2"), 1u);
+  EXPECT_FALSE(by_job["job-1"].first.trained_weights());
+  EXPECT_TRUE(by_job["job-2"].first.trained_weights());
+  const TensorSet& sent_delta = by_job["job-1"].second;
+  const TensorSet& sent_model = by_job["job-2"].second;
+  ASSERT_EQ(sent_delta.size(), global.size());
+  ASSERT_EQ(sent_model.size(), global.size());
+  size_t moved = 0;
+  for (size_t i = 0; i < global.size(); ++i) {
+    for (size_t j = 0; j < global[i].values.size(); ++j) {
+      ASSERT_EQ(sent_model[i].values[j] - global[i].values[j], sent_delta[i].values[j]) << global[i].name << " " << j;
+      moved += sent_delta[i].values[j] != 0.0f;
+    }
+  }
+  EXPECT_GT(moved, 0u) << "the worker did not train";
+}
+
 TEST_F(AgentTest, ACancelWithoutAnAttemptStopsEveryAttemptOfItsRound) {
   // From a coordinator that does not send the attempt (0): the round is cancelled whole.
   // The trainer takes tasks in order, so once job-2's update is in, job-1's task is done.
