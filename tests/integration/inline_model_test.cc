@@ -1,11 +1,14 @@
 // Small models inside their tasks: a worker that says at join that it takes them gets the
 // model in its TrainTask (the same tensors a download gives), a worker that does not gets
 // none and downloads; a coordinator with --inline-model-kib 0 sends none. Real workers train
-// to the same figures either way.
+// to the same figures either way, as they do whether the coordinator takes their trained
+// models (--trained-weights) or their deltas.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "proto/tensor_transfer.h"
 #include "tests/integration/harness.h"
@@ -71,26 +74,36 @@ TEST(InlineModelTest, OnlyAWorkerThatTakesItGetsTheModelInItsTask) {
   }
 }
 
+// Two real workers through a two-round job on a coordinator set up by `configure`; the
+// job's round records, empty (with a failure recorded) if it did not succeed.
+std::vector<v1::RoundRecord> RunSmallJob(const char* name, const std::function<void(server::CoordinatorOptions&)>& configure) {
+  TempDir dir(name);
+  auto options = TestCoordinatorOptions(dir.str());
+  configure(options);
+  auto coordinator = server::Coordinator::Start(options);
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  if (!coordinator.ok()) return {};
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  std::vector<std::unique_ptr<WorkerThread>> workers;
+  for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
+  auto stub = JobStub((*coordinator)->port());
+  EXPECT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
+  auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 1000));
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  if (!job.ok()) return {};
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  EXPECT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  return {done.rounds().begin(), done.rounds().end()};
+}
+
 // Real workers: a job whose model travels in the tasks ends with the same figures as the
 // same job downloading it.
 TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
   std::vector<v1::RoundRecord> runs[2];
   for (int run = 0; run < 2; ++run) {
-    TempDir dir("inline-model-real");
-    auto options = TestCoordinatorOptions(dir.str());
-    options.runner.inline_model_bytes = run == 0 ? (uint64_t{256} << 10) : 0;
-    auto coordinator = server::Coordinator::Start(options);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-    const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
-    std::vector<std::unique_ptr<WorkerThread>> workers;
-    for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
-    auto stub = JobStub((*coordinator)->port());
-    ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
-    auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 1000));
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
-    ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
-    for (const auto& r : done.rounds()) runs[run].push_back(r);
+    runs[run] = RunSmallJob("inline-model-real", [&](server::CoordinatorOptions& options) {
+      options.runner.inline_model_bytes = run == 0 ? (uint64_t{256} << 10) : 0;
+    });
   }
   ASSERT_EQ(runs[0].size(), 2u);
   ASSERT_EQ(runs[1].size(), 2u);
@@ -108,21 +121,9 @@ TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
 TEST(TrainedWeightsTest, RealWorkersTrainTheSameEitherWay) {
   std::vector<v1::RoundRecord> runs[2];
   for (int run = 0; run < 2; ++run) {
-    TempDir dir("trained-weights-real");
-    auto options = TestCoordinatorOptions(dir.str());
-    options.runner.take_trained_weights = run == 0;
-    auto coordinator = server::Coordinator::Start(options);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
-    const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
-    std::vector<std::unique_ptr<WorkerThread>> workers;
-    for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
-    auto stub = JobStub((*coordinator)->port());
-    ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
-    auto job = (*coordinator)->SubmitJob(SmallJob(2, 2, 1000));
-    ASSERT_TRUE(job.ok()) << job.status().ToString();
-    auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
-    ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
-    for (const auto& r : done.rounds()) runs[run].push_back(r);
+    runs[run] = RunSmallJob("trained-weights-real", [&](server::CoordinatorOptions& options) {
+      options.runner.take_trained_weights = run == 0;
+    });
   }
   ASSERT_EQ(runs[0].size(), 2u);
   ASSERT_EQ(runs[1].size(), 2u);
