@@ -12,6 +12,7 @@
 #include <numeric>
 #include <vector>
 
+#include "base/flags.h"
 #include "cli/devices_command.h"
 #include "core/data/idx.h"
 #include "core/model/model.h"
@@ -89,7 +90,19 @@ void StepComparison() {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, help = false;
+  tessera::FlagSet flags;
+  flags.Bool("quick", &quick, "the GEMM and the training step only, not every device's layer placement");
+  flags.Bool("help", &help, "show this help");
+  if (tessera::Status parsed = flags.Parse(argc, argv); !parsed.ok() || !flags.positional().empty()) {
+    std::cerr << "bench_device: " << (parsed.ok() ? "unexpected argument '" + flags.positional().front() + "'"
+                                                  : parsed.message()) << "\n";
+    return 2;
+  }
+  if (help) {
+    std::cout << "bench_device: the CPU backend against raw OpenBLAS, and the emulated devices' steps\n" << flags.Usage();
+    return 0;
+  }
   tessera::GemmComparison();
   tessera::StepComparison();
   if (!quick) {

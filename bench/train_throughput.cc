@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "base/flags.h"
 #include "core/data/idx.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
@@ -39,20 +40,24 @@ tessera::Dataset RandomDataset(int64_t count, int channels = 1, int size = 28) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 300, warmup = 30, threads = 1;
+  int64_t steps = 300, warmup = 30, threads = 1;
   std::string directory = tessera::kDefaultFashionMnistDir;
   std::string model_name = "simplecnn";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (flag == "--warmup") warmup = std::atoi(argv[i + 1]);
-    else if (flag == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (flag == "--data") directory = argv[i + 1];
-    else if (flag == "--model") model_name = argv[i + 1];
-    else {
-      std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
-      return 2;
-    }
+  bool help = false;
+  tessera::FlagSet flags;
+  flags.Choice("model", &model_name, {"simplecnn", "mcmahan-cnn", "resnet8"}, "the model trained");
+  flags.Int("steps", &steps, "timed training steps (batch 64)", tessera::IntRange{1, 1000000});
+  flags.Int("warmup", &warmup, "untimed steps first", tessera::IntRange{0, 1000000});
+  flags.Int("threads", &threads, "OpenBLAS threads", tessera::IntRange{1, 256});
+  flags.String("data", &directory, "the Fashion-MNIST directory (random data when it is not there)");
+  flags.Bool("help", &help, "show this help");
+  if (tessera::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
+    std::fprintf(stderr, "bench_train_throughput: %s\n", parsed.message().c_str());
+    return 2;
+  }
+  if (help) {
+    std::printf("bench_train_throughput: Tessera's local training throughput on this machine\n%s", flags.Usage().c_str());
+    return 0;
   }
   const uint32_t batch = 64;
   tessera::Dataset data;
@@ -71,7 +76,7 @@ int main(int argc, char** argv) {
     source = "random";
   }
 
-  auto device = tessera::CreateCpuDevice({.num_threads = threads});
+  auto device = tessera::CreateCpuDevice({.num_threads = static_cast<int>(threads)});
   tessera::ModelConfig config;
   config.name = model_name;
   if (resnet) {
