@@ -26,7 +26,8 @@
 #           heartbeats every 5 s, a worker silent for 15 s dropped from its round)
 #   LOADGEN_FLAGS  added to every load generator's command line of the round rows (default
 #           none; --always-download makes the clients download models small enough to ride
-#           in their tasks, --chunk-kib N cuts their uploads into N KiB chunks)
+#           in their tasks, --chunk-kib N cuts their uploads into N KiB chunks, --trained-weights
+#           sends each update as the trained model, which the coordinator subtracts its model from)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

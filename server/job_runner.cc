@@ -188,9 +188,9 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
     if (driver) {
       verdict = header.trained_weights() ? AsyncTakesDeltas(header) : driver->Submit(header, delta, upload_ms, payload);
     } else {
-      // A trained model becomes its delta before the round checks and folds it.
-      verdict = header.trained_weights() ? round->SubtractGlobal(header, &delta) : Status::Ok();
-      if (verdict.ok()) verdict = round->Submit(header, delta, upload_ms, &payload, upload_bytes);
+      // A trained model becomes its delta as the round checks it.
+      verdict = header.trained_weights() ? round->SubmitTrained(header, delta, upload_ms, &payload, upload_bytes)
+                                         : round->Submit(header, delta, upload_ms, &payload, upload_bytes);
     }
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +

@@ -138,7 +138,8 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
   // `update`: the delta, or with header.trained_weights the trained model, made the delta from
-  // the round's model version in place (Round::SubtractGlobal; synchronous rounds only).
+  // the round's model version in place as it is checked (Round::SubmitTrained; synchronous
+  // rounds only).
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
   // `upload_bytes`: the update as it came on the wire (encoded).
   Status SubmitUpdate(const v1::UpdateHeader& header, TensorSet& update, double upload_ms,

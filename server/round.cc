@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -123,28 +124,38 @@ struct DeltaScan {
   bool delta_finite = true;
   bool sum_finite = true;
 };
-DeltaScan ScanDelta(const TensorSet& global, const TensorSet& delta) {
+// With kSubtract, `delta` holds the trained model on entry and its difference from `global`
+// on return, computed in the same pass (the worker's float subtraction, value for value).
+template <bool kSubtract>
+DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta) {
   DeltaScan scan;
   uint32_t bad_delta = 0;
   uint32_t bad_sum = 0;
   for (size_t i = 0; i < delta.size(); ++i) {
     const float* g = global[i].values.data();
-    const float* d = delta[i].values.data();
+    auto* d = delta[i].values.data();
     const size_t n = delta[i].values.size();
+    const auto value = [&](size_t j) {
+      if constexpr (kSubtract) {
+        d[j] -= g[j];
+      }
+      return d[j];
+    };
     double acc[4] = {0, 0, 0, 0};
     size_t j = 0;
     for (; j + 4 <= n; j += 4) {
       for (size_t k = 0; k < 4; ++k) {
-        const float x = d[j + k];
+        const float x = value(j + k);
         acc[k] += static_cast<double>(x) * x;
         bad_delta |= NonFiniteBit(x);
         bad_sum |= NonFiniteBit(g[j + k] + x);
       }
     }
     for (; j < n; ++j) {
-      acc[0] += static_cast<double>(d[j]) * d[j];
-      bad_delta |= NonFiniteBit(d[j]);
-      bad_sum |= NonFiniteBit(g[j] + d[j]);
+      const float x = value(j);
+      acc[0] += static_cast<double>(x) * x;
+      bad_delta |= NonFiniteBit(x);
+      bad_sum |= NonFiniteBit(g[j] + x);
     }
     scan.squares += (acc[0] + acc[1]) + (acc[2] + acc[3]);
   }
@@ -153,16 +164,17 @@ DeltaScan ScanDelta(const TensorSet& global, const TensorSet& delta) {
   return scan;
 }
 
-}  // namespace
-
-CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
-                        const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what) {
+// CheckDelta and CheckTrainedDelta: with kSubtract, `delta` is the trained model, made the
+// delta by the scan.
+template <bool kSubtract>
+CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
+                            const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
+                            double max_update_norm, bool clip, const std::string& what) {
   CheckedDelta checked;
   checked.verdict = CheckSameLayout(global, delta, what);
   DeltaScan scan;
   if (checked.verdict.ok()) {
-    scan = ScanDelta(global, delta);
+    scan = ScanDelta<kSubtract>(global, delta);
     // CheckFinite names the first bad element; it runs only when there is one.
     if (!scan.delta_finite) checked.verdict = CheckFinite(delta, what);
   }
@@ -197,6 +209,20 @@ CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const s
     }
   }
   return checked;
+}
+
+}  // namespace
+
+CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
+                        const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
+                        const std::string& what) {
+  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what);
+}
+
+CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
+                               const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
+                               double max_update_norm, bool clip, const std::string& what) {
+  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what);
 }
 
 Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t model_version,
@@ -328,22 +354,6 @@ Status Round::CheckManifest(const v1::UpdateHeader& h) const {
   return CheckUpdateEnvelope(h, *global_, extra_sets_, Describe(h.worker_id()), delta_encoding_);
 }
 
-Status Round::SubtractGlobal(const v1::UpdateHeader& h, TensorSet* trained) const {
-  const std::string what = Describe(h.worker_id());
-  if (h.base_model_version() != model_version_) {
-    return FailedPreconditionError(what + ": trained from model version " + std::to_string(h.base_model_version()) +
-                                   ", expected version " + std::to_string(model_version_));
-  }
-  RETURN_IF_ERROR(CheckSameLayout(*global_, *trained, what));
-  for (size_t i = 0; i < trained->size(); ++i) {
-    float* w = (*trained)[i].values.data();
-    const float* g = (*global_)[i].values.data();
-    const size_t n = (*trained)[i].values.size();
-    for (size_t j = 0; j < n; ++j) w[j] -= g[j];
-  }
-  return Status::Ok();
-}
-
 void Round::Reject(const std::string& worker_id, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = participants_.find(worker_id);
@@ -365,6 +375,21 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked =
       CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what);
+  return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes);
+}
+
+Status Round::SubmitTrained(const v1::UpdateHeader& h, TensorSet& trained, double upload_ms,
+                            const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
+  RETURN_IF_ERROR(Admit(h));
+  const std::string what = Describe(h.worker_id());
+  CheckedDelta checked = CheckTrainedDelta(*global_, trained, payload, extra_sets_, max_update_norm_,
+                                           norm_policy_ == NormPolicy::kClip, what);
+  return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes);
+}
+
+Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, CheckedDelta checked, double upload_ms,
+                          const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
+  const std::string what = Describe(h.worker_id());
   const Status valid = checked.verdict;
   const double norm = checked.norm;
   const bool non_finite_alone = checked.non_finite_alone;

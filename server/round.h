@@ -62,6 +62,13 @@ struct CheckedDelta {
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
                         const std::string& what);
+// The same for an update sent as the trained model (UpdateHeader.trained_weights): `trained`
+// becomes its delta from `global` in the same pass (the worker's float subtraction, value for
+// value), then is checked as CheckDelta checks a delta. Left unchanged when the layout is not
+// the model's.
+CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
+                               const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
+                               double max_update_norm, bool clip, const std::string& what);
 
 class Round {
  public:
@@ -96,6 +103,8 @@ class Round {
   uint32_t round() const { return round_; }
   uint32_t attempt() const { return attempt_; }
   uint64_t model_version() const { return model_version_; }
+  // The model this round's clients train from.
+  const std::shared_ptr<const TensorSet>& global() const { return global_; }
 
   // A client keyed by its leader (members[0]); `cohort` is empty for a lone worker.
   // `max_samples`: the most samples its update may claim (its party's size).
@@ -122,11 +131,6 @@ class Round {
   // shapes, and the dtype its encoding sends).
   // Admit also asks the strategy's aggregate about the header's claims (CheckClaims).
   Status CheckManifest(const v1::UpdateHeader& header) const;
-  // An update whose "delta" set holds the trained model (header.trained_weights): subtracts
-  // the round's global model from it in place, leaving the delta the worker would have sent
-  // (the same float subtraction). FailedPrecondition for another base model version,
-  // InvalidArgument for another layout.
-  Status SubtractGlobal(const v1::UpdateHeader& header, TensorSet* trained) const;
   // Marks a selected worker's update as refused for `why` (a broken or mismatched transfer).
   void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to
@@ -135,6 +139,10 @@ class Round {
   // they came on the wire (encoded), for the round's record.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0);
+  // Submit for an update sent as the trained model (header.trained_weights): `trained`
+  // becomes its delta from this round's model as it is checked (CheckTrainedDelta).
+  Status SubmitTrained(const v1::UpdateHeader& header, TensorSet& trained, double upload_ms,
+                       const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0);
   // A download of this round's model finished, `bytes` of tensors sent; any worker's (a
   // cohort's members download too) counts in the round's download bytes.
   void RecordDownload(const std::string& worker_id, uint64_t bytes = 0);
@@ -181,6 +189,9 @@ class Round {
   std::vector<Suspect> NonFiniteSuspects() const;
 
  private:
+  // Submit's second half: records the checked update and folds it when it is valid.
+  Status FoldChecked(const v1::UpdateHeader& header, const TensorSet& delta, CheckedDelta checked, double upload_ms,
+                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes);
   std::string Describe(const std::string& worker_id) const;
   // What the header claims, as the strategy's aggregate reads it (no tensors yet).
   static ClientUpdate Claims(const v1::UpdateHeader& header, uint32_t party);

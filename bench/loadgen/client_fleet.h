@@ -59,6 +59,11 @@ struct FleetOptions {
   uint64_t seed = 1;
   bool verify_downloads = false;    // SHA-256 of every downloaded tensor, as the worker does
   bool always_download = false;     // never take a model inside the task (JoinRequest.accepts_inline_model)
+  // Mark each update as the trained model where the task offers it (TrainTask.
+  // takes_trained_weights), as tessera-worker does: the coordinator then subtracts its model
+  // as it checks each update. The bytes are the same zero or random values (the coordinator's
+  // work does not depend on them).
+  bool trained_weights = false;
   uint32_t compute_ms = 0;          // simulated local compute between download and upload
   uint64_t samples = 1;             // the sample count each update reports
 };

@@ -506,6 +506,7 @@ void SimulatedClient::OnDownloaded(uint64_t work, const grpc::Status& status, co
 v1::UpdateChunkMessage SimulatedClient::HeaderFor(const v1::TrainTask& task) {
   v1::UpdateChunkMessage message;
   wire::IdentifyUpdate(task, worker_id_, session_, message.mutable_header());
+  message.mutable_header()->set_trained_weights(fleet_->options().trained_weights && task.takes_trained_weights());
   return message;
 }
 

@@ -4,7 +4,8 @@
 # its first attempt with all 20 clients accepted, and no client may be refused or dropped.
 # Then 10 clients run another job with downloads checked in place (no hashes), as the
 # benchmark runs them, and two more that download the model instead of taking it inside
-# their tasks (--always-download), with and without hashes.
+# their tasks (--always-download), with and without hashes, and one whose updates are sent as
+# the trained model (--trained-weights).
 # Then the same clients idle for a second: every heartbeat answered. No timing is asserted.
 #   loadgen_test.sh COORDINATOR_BIN LOADGEN_BIN
 set -euo pipefail
@@ -90,6 +91,16 @@ for verify in "" --verify-downloads; do
     fail "with --always-download $verify: expected 2 committed rounds with all 10 clients accepted"
   grep -q ' downloads=20 ' "$dir/downloading.log" || fail "with --always-download $verify: expected 20 checked downloads"
 done
+
+# Updates sent as the trained model (--trained-weights), which the coordinator subtracts its
+# model from as they land.
+if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 10 \
+    --name-prefix trained --rounds 2 --warmup 0 --update random --max-test-samples 100 --timeout-s 240 \
+    --trained-weights > "$dir/trained.log" 2>&1; then
+  fail "the load generator with --trained-weights reported a failure"
+fi
+grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/trained.log" ||
+  fail "with --trained-weights: expected 2 committed rounds with all 10 clients accepted"
 
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 \
     --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then

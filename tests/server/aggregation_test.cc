@@ -350,34 +350,37 @@ TEST_F(RoundTest, TheDeltaMustComeInTheJobsEncodingAndItsBytesAreRecorded) {
 }
 
 // An update sent as the trained model (UpdateHeader.trained_weights) becomes the delta from
-// the round's model version by the same float subtraction the worker would do; only in
-// float32, only from the round's version, only in the model's layout.
+// the round's model by the float subtraction the worker would do, in the pass that checks it;
+// a compressed job's updates are deltas only.
 TEST_F(RoundTest, ATrainedModelBecomesItsDeltaFromTheRoundsVersion) {
   const TensorSet global = Layout(0.1f, -2.5f, 3.0f);
+  TensorSet trained = Layout(0.35f, -2.0f, 1e-8f);
+  const TensorSet sent = trained;
+  CheckedDelta checked = CheckTrainedDelta(global, trained, nullptr, {}, 1000, false, "w1");
+  ASSERT_TRUE(checked.verdict.ok()) << checked.verdict.ToString();
+  double squares = 0;
+  for (size_t i = 0; i < trained.size(); ++i) {
+    for (size_t j = 0; j < trained[i].values.size(); ++j) {
+      EXPECT_EQ(trained[i].values[j], sent[i].values[j] - global[i].values[j]) << trained[i].name;
+      squares += double(trained[i].values[j]) * trained[i].values[j];
+    }
+  }
+  EXPECT_EQ(trained[1].values[0], 1e-8f - 3.0f);
+  EXPECT_DOUBLE_EQ(checked.norm, std::sqrt(squares));  // the norm is the delta's, not the model's
+  // The same through the round: folded as the delta (FedAvg of one update: the model moves by it).
   auto shared = std::make_shared<const TensorSet>(global);
   Round round("job-1", 4, 1, 3, shared, fedavg_->BeginRound(global), 1);
   round.AddParticipant(0, {{"w1", 1}});
   v1::UpdateHeader h = Header("w1");
   h.set_trained_weights(true);
-  TensorSet trained = Layout(0.35f, -2.0f, 1e-8f);
-  const TensorSet sent = trained;
-  ASSERT_TRUE(round.SubtractGlobal(h, &trained).ok());
-  for (size_t i = 0; i < trained.size(); ++i) {
-    for (size_t j = 0; j < trained[i].values.size(); ++j) {
-      EXPECT_EQ(trained[i].values[j], sent[i].values[j] - global[i].values[j]) << trained[i].name;
-    }
-  }
-  EXPECT_EQ(trained[0].values[0], 0.35f - 0.1f);
-  EXPECT_EQ(trained[1].values[0], 1e-8f - 3.0f);
-
-  v1::UpdateHeader stale = h;
-  stale.set_base_model_version(2);
-  TensorSet other = sent;
-  Status s = round.SubtractGlobal(stale, &other);
-  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(s.message().find("trained from model version 2, expected version 3"), std::string::npos) << s.message();
+  TensorSet upload = sent;
+  ASSERT_TRUE(round.SubmitTrained(h, upload, 1).ok());
+  EXPECT_EQ(upload[0].values[0], 0.35f - 0.1f);
+  // Another layout is refused and left as it came.
   TensorSet wrong = {{"w", {3}, {1, 1, 1}}, {"b", {1}, {1}}};
-  EXPECT_EQ(round.SubtractGlobal(h, &wrong).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckTrainedDelta(global, wrong, nullptr, {}, 1000, false, "w1").verdict.code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(wrong[0].values[0], 1.0f);
 
   // A compressed job's updates are deltas: a trained model in int8 is refused at its envelope.
   round_->SetDeltaEncoding(UpdateEncoding::kInt8, 0);
@@ -385,7 +388,7 @@ TEST_F(RoundTest, ATrainedModelBecomesItsDeltaFromTheRoundsVersion) {
   int8.set_trained_weights(true);
   wire::UpdateBytes bytes;
   wire::AppendUpdateSet(wire::kDeltaSet, *global_, UpdateEncoding::kInt8, 0, 1 << 20, &int8, &bytes);
-  s = round_->CheckManifest(int8);
+  Status s = round_->CheckManifest(int8);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("field 'trained_weights': a trained model travels in float32 only"), std::string::npos)
       << s.message();
