@@ -402,7 +402,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   // A coordinator that takes the trained model subtracts the global one itself: for float32
   // updates (not SCAFFOLD's, whose variates need the global model here) no copy of it is kept
   // while training.
-  const bool send_trained = task.takes_trained_weights() && task.spec().strategy() != "scaffold" &&
+  const bool scaffold = task.spec().strategy() == "scaffold";
+  const bool send_trained = task.takes_trained_weights() && !scaffold &&
                             wire::JobUpdateEncoding(task.spec()) == UpdateEncoding::kFloat32;
   if (send_trained) TensorSet().swap(global);
   // Federated evaluation: the global model as downloaded, on this worker's local test split.
@@ -418,7 +419,6 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
   TrainOptions options = wire::ToTrainOptions(task.spec(), task.round(), task.party_index());
   // SCAFFOLD: every local gradient is corrected by c - c_i, both from the download.
-  const bool scaffold = task.spec().strategy() == "scaffold";
   std::vector<float> server_control, client_control;
   if (scaffold) {
     if (!sets.count(kServerControlSet) || !sets.count(kClientControlSet)) {

@@ -198,6 +198,7 @@ Status Model::BackwardInPieces(const int32_t* labels, float* loss, const Gradien
   }
   if (needed > scratch_values_) {
     scratch_.Reset();
+    scratch_values_ = 0;
     ASSIGN_OR_RETURN(scratch_, device_->Allocate(static_cast<size_t>(needed) * sizeof(float)));
     scratch_values_ = needed;
   }
