@@ -140,6 +140,38 @@ TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
   }
 }
 
+// A model that trained in pieces (its gradients released, its layers pointed at scratch) and
+// then trains with a hook gets its flat gradients back, zeroed and bound: the same bits as a
+// model that always stepped the whole gradient.
+TEST(TrainInPiecesTest, AModelGoesBackToWholeGradientsWhenAHookNeedsThem) {
+  CpuDeviceOptions one_thread;
+  one_thread.num_threads = 1;
+  auto device = CreateCpuDevice(one_thread);
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(c.label);
+    const ActivationShape input = InputShape(c.config);
+    const Dataset data = RandomImages(24, input.channels, input.height, c.config.classes, 17);
+    std::vector<int64_t> indices(24);
+    for (int64_t i = 0; i < 24; ++i) indices[static_cast<size_t>(i)] = i;
+    TrainOptions options;
+    options.batch_size = 8;
+    options.learning_rate = 0.05f;
+    options.seed = 3;
+    PassThroughHook hook;
+    TrainOptions hooked = options;
+    hooked.gradient_hook = &hook;
+    auto mixed = std::move(CreateModel(c.config, device.get())).value();
+    auto whole = std::move(CreateModel(c.config, device.get())).value();
+    ASSERT_TRUE(TrainLocal(*mixed, data, indices, options).ok());
+    EXPECT_TRUE(mixed->flat_gradients().empty());
+    ASSERT_TRUE(TrainLocal(*mixed, data, indices, hooked).ok());
+    EXPECT_FALSE(mixed->flat_gradients().empty());
+    ASSERT_TRUE(TrainLocal(*whole, data, indices, hooked).ok());
+    ASSERT_TRUE(TrainLocal(*whole, data, indices, hooked).ok());
+    EXPECT_EQ(TensorSetSha256(mixed->GetState()), TensorSetSha256(whole->GetState()));
+  }
+}
+
 TEST(TrainInPiecesTest, OnlyLargeFullyConnectedLayersCutTheirOwnPieces) {
   LinearLayer large("fc1", {1, 28, 28}, 1400);
   EXPECT_GT(large.PieceScratch(64), 0);
