@@ -191,9 +191,12 @@ Status Model::Backward(const int32_t* labels, float* loss) {
 }
 
 Status Model::BackwardInPieces(const int32_t* labels, float* loss, const GradientPiece& piece) {
+  // Rows in pieces only on host memory: on an accelerator each piece's gather is a kernel
+  // launch per sample, and its memory is not what this saves.
+  const bool rows = device_->capabilities().device_index < 0;
   int64_t needed = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const int64_t own = layers_[i]->PieceScratch(batch_);
+    const int64_t own = rows ? layers_[i]->PieceScratch(batch_) : 0;
     needed = std::max(needed, own > 0 ? own : layer_counts_[i]);
   }
   if (needed > scratch_values_) {
@@ -217,8 +220,8 @@ Status Model::BackwardInPieces(const int32_t* labels, float* loss, const Gradien
     const Layer::GradientPiece own_piece = [&](int64_t offset, int64_t count, float* values) {
       piece(base + offset, count, values);
     };
-    if (layer.BackwardInPieces(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx, scratch,
-                               own_piece)) {
+    if (rows && layer.BackwardInPieces(*device_, batch_, x, outputs_[i].f32(), output_gradients_[i].f32(), dx,
+                                       scratch, own_piece)) {
       continue;
     }
     // The whole layer's gradients in scratch, handed over after its Backward has read the

@@ -144,8 +144,9 @@ class Model {
   // each computing its input gradient before handing over its own), so `piece` may step
   // those parameters in place: an optimiser that needs one model-sized buffer fewer. The
   // values are those Backward writes (the same arithmetic, in scratch of the largest piece's
-  // size): a large fully connected layer's weights come in pieces of rows
-  // (LinearLayer::BackwardInPieces), every other layer's gradients at once.
+  // size): on host memory a large fully connected layer's weights come in pieces of rows
+  // (LinearLayer::BackwardInPieces), every other layer's gradients at once; on an accelerator
+  // (capabilities().device_index >= 0) every layer's at once.
   Status BackwardInPieces(const int32_t* labels, float* loss, const GradientPiece& piece);
   // The buffer holding the last Forward's logits ([batch, classes] at offset 0), for copying
   // them to the host.
