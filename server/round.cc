@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <type_traits>
 
 #include "base/escape.h"
 #include "proto/job_mapping.h"

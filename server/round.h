@@ -103,8 +103,6 @@ class Round {
   uint32_t round() const { return round_; }
   uint32_t attempt() const { return attempt_; }
   uint64_t model_version() const { return model_version_; }
-  // The model this round's clients train from.
-  const std::shared_ptr<const TensorSet>& global() const { return global_; }
 
   // A client keyed by its leader (members[0]); `cohort` is empty for a lone worker.
   // `max_samples`: the most samples its update may claim (its party's size).

@@ -7,7 +7,6 @@
 #include "device/op_cost.h"
 
 namespace tessera {
-
 namespace {
 
 // `base + offset`, or null for no gradients bound (Model::Build binds none until the first
@@ -320,15 +319,6 @@ std::vector<LayerOp> MaxPoolLayer::StepOps(int batch, bool input_gradient) const
 
 // ---- The layers of declared models ----
 
-namespace {
-
-int64_t Count(const ParameterSpec& spec) {
-  int64_t count = 1;
-  for (int64_t dim : spec.shape) count *= dim;
-  return count;
-}
-
-}  // namespace
 
 void ActivationLayer::Forward(Device& device, int batch, const float* x, float* y) {
   device.Activation(function_, batch * input_shape().size(), x, y);
@@ -609,7 +599,7 @@ void ResidualLayer::Bind(float* parameters, float* gradients) {
   for (Path* path : {&body_path_, &shortcut_path_}) {
     for (auto& layer : path->layers) {
       layer->Bind(parameters + offset, At(gradients, offset));
-      for (const ParameterSpec& spec : layer->parameters()) offset += Count(spec);
+      for (const ParameterSpec& spec : layer->parameters()) offset += spec.Count();
     }
   }
 }
@@ -619,7 +609,7 @@ void ResidualLayer::BindBuffers(float* buffers) {
   for (Path* path : {&body_path_, &shortcut_path_}) {
     for (auto& layer : path->layers) {
       layer->BindBuffers(buffers + offset);
-      for (const ParameterSpec& spec : layer->buffers()) offset += Count(spec);
+      for (const ParameterSpec& spec : layer->buffers()) offset += spec.Count();
     }
   }
 }

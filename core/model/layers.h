@@ -38,6 +38,12 @@ struct ParameterSpec {
   ParameterInit init = ParameterInit::kFanInUniform;
   // Kept on each worker rather than averaged into the global model (FedBN's batch norms).
   bool local = false;
+
+  int64_t Count() const {  // values: the product of the shape
+    int64_t count = 1;
+    for (int64_t dim : shape) count *= dim;
+    return count;
+  }
 };
 
 // One op a layer issues in a training step, with the work it does at a given batch

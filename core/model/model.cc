@@ -17,8 +17,7 @@ Model::Model(std::string name, Device* device, ActivationShape input, std::vecto
   for (bool trainable : {true, false}) {
     for (const auto& layer : layers_) {
       for (const ParameterSpec& spec : trainable ? layer->parameters() : layer->buffers()) {
-        int64_t count = 1;
-        for (int64_t dim : spec.shape) count *= dim;
+        const int64_t count = spec.Count();
         views_.push_back({spec.name, spec.shape, num_parameters_, count, spec.fan_in, spec.init, trainable, spec.local});
         num_parameters_ += count;
       }
@@ -34,25 +33,16 @@ Result<std::unique_ptr<Model>> Model::Build(std::string name, Device* device, Ac
   std::unique_ptr<Model> model(new Model(std::move(name), device, input, std::move(layers)));
   const size_t bytes = static_cast<size_t>(model->num_parameters_) * sizeof(float);
   ASSIGN_OR_RETURN(model->parameters_, device->Allocate(bytes));
-  // The gradients come with the first Backward (EnsureGradients): a model that only infers,
-  // or trains in pieces, never holds them.
-  model->gradients_bound_ = false;
+  // No gradients: they come with the first Backward (EnsureGradients); a model that only
+  // infers, or trains in pieces, never holds them.
   int64_t offset = 0, buffer_offset = model->num_trainable_;
   for (const auto& layer : model->layers_) {
     layer->Bind(model->parameters_.f32() + offset, nullptr);
     layer->BindBuffers(model->parameters_.f32() + buffer_offset);
     model->layer_offsets_.push_back(offset);
-    for (const ParameterSpec& spec : layer->parameters()) {
-      int64_t count = 1;
-      for (int64_t dim : spec.shape) count *= dim;
-      offset += count;
-    }
+    for (const ParameterSpec& spec : layer->parameters()) offset += spec.Count();
     model->layer_counts_.push_back(offset - model->layer_offsets_.back());
-    for (const ParameterSpec& spec : layer->buffers()) {
-      int64_t count = 1;
-      for (int64_t dim : spec.shape) count *= dim;
-      buffer_offset += count;
-    }
+    for (const ParameterSpec& spec : layer->buffers()) buffer_offset += spec.Count();
   }
   return model;
 }

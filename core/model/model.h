@@ -174,7 +174,7 @@ class Model {
   bool training_ = true;
   DeviceBuffer parameters_;
   DeviceBuffer gradients_;
-  bool gradients_bound_ = true;  // every layer points at gradients_ (false: at scratch_)
+  bool gradients_bound_ = false;  // every layer points at gradients_ (not at none or scratch_)
   // layer_offsets_[i], layer_counts_[i]: where layer i's trained parameters lie (floats).
   std::vector<int64_t> layer_offsets_;
   std::vector<int64_t> layer_counts_;

@@ -83,6 +83,26 @@ std::vector<Case> Cases() {
   return cases;
 }
 
+// One BLAS thread: more split a large layer's whole product across threads, which changes the
+// last bits of its gradient by itself (LinearLayer::BackwardInPieces).
+std::unique_ptr<Device> OneThreadDevice() {
+  CpuDeviceOptions one_thread;
+  one_thread.num_threads = 1;
+  return CreateCpuDevice(one_thread);
+}
+
+// `count` random samples in the shape `config`'s model takes.
+Dataset DataFor(const ModelConfig& config, int64_t count, uint32_t seed) {
+  const ActivationShape input = InputShape(config);
+  return RandomImages(count, input.channels, input.height, config.classes, seed);
+}
+
+std::vector<int64_t> AllIndices(const Dataset& data) {
+  std::vector<int64_t> indices(static_cast<size_t>(data.count));
+  for (int64_t i = 0; i < data.count; ++i) indices[static_cast<size_t>(i)] = i;
+  return indices;
+}
+
 TensorSet Train(const ModelConfig& config, Device* device, const Dataset& data, TrainOptions options,
                 bool whole, const std::vector<float>* server = nullptr, const std::vector<float>* client = nullptr) {
   auto model = CreateModel(config, device);
@@ -92,9 +112,7 @@ TensorSet Train(const ModelConfig& config, Device* device, const Dataset& data, 
   if (whole) options.gradient_hook = &hook;
   options.server_control = server;
   options.client_control = client;
-  std::vector<int64_t> indices(static_cast<size_t>(data.count));
-  for (int64_t i = 0; i < data.count; ++i) indices[static_cast<size_t>(i)] = i;
-  auto report = TrainLocal(**model, data, indices, options);
+  auto report = TrainLocal(**model, data, AllIndices(data), options);
   EXPECT_TRUE(report.ok()) << report.status().ToString();
   // Without a hook the flat gradients were given up for the velocity.
   EXPECT_EQ((*model)->flat_gradients().empty(), !whole);
@@ -102,15 +120,10 @@ TensorSet Train(const ModelConfig& config, Device* device, const Dataset& data, 
 }
 
 TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
-  // One BLAS thread: more split the whole product across threads, which changes the last bits
-  // of a large layer's gradient by itself (LinearLayer::BackwardInPieces).
-  CpuDeviceOptions one_thread;
-  one_thread.num_threads = 1;
-  auto device = CreateCpuDevice(one_thread);
+  auto device = OneThreadDevice();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.label);
-    const ActivationShape input = InputShape(c.config);
-    const Dataset data = RandomImages(40, input.channels, input.height, c.config.classes, 7);
+    const Dataset data = DataFor(c.config, 40, 7);
     TrainOptions options;
     options.epochs = 2;
     options.batch_size = 16;  // two full batches and one of 8 per epoch
@@ -144,15 +157,11 @@ TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
 // then trains with a hook gets its flat gradients back, zeroed and bound: the same bits as a
 // model that always stepped the whole gradient.
 TEST(TrainInPiecesTest, AModelGoesBackToWholeGradientsWhenAHookNeedsThem) {
-  CpuDeviceOptions one_thread;
-  one_thread.num_threads = 1;
-  auto device = CreateCpuDevice(one_thread);
+  auto device = OneThreadDevice();
   for (const Case& c : Cases()) {
     SCOPED_TRACE(c.label);
-    const ActivationShape input = InputShape(c.config);
-    const Dataset data = RandomImages(24, input.channels, input.height, c.config.classes, 17);
-    std::vector<int64_t> indices(24);
-    for (int64_t i = 0; i < 24; ++i) indices[static_cast<size_t>(i)] = i;
+    const Dataset data = DataFor(c.config, 24, 17);
+    const std::vector<int64_t> indices = AllIndices(data);
     TrainOptions options;
     options.batch_size = 8;
     options.learning_rate = 0.05f;
