@@ -1,5 +1,5 @@
 // Protobuf messages to and from gRPC's ByteBuffers, for the raw methods and the generic stub
-// (server/model_version.cc, server/transfers.cc, the load generator).
+// (server/jobs/model_version.cc, server/rpc/transfers.cc, the load generator).
 #pragma once
 
 #include <grpcpp/impl/codegen/proto_utils.h>

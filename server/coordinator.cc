@@ -8,8 +8,8 @@
 #include "base/host_port.h"
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
-#include "server/services.h"
-#include "server/sqlite_state_store.h"
+#include "server/rpc/services.h"
+#include "server/state/sqlite_state_store.h"
 
 namespace tessera::server {
 

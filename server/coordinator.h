@@ -20,20 +20,20 @@
 
 #include "base/lock_file.h"
 #include "proto/transport_security.h"
-#include "server/access_policy.h"
-#include "server/byte_budget.h"
-#include "server/job_runner.h"
-#include "server/model_version.h"
-#include "server/state_store.h"
-#include "server/stream_limits.h"
-#include "server/worker_registry.h"
+#include "server/jobs/job_runner.h"
+#include "server/jobs/model_version.h"
+#include "server/rpc/access_policy.h"
+#include "server/rpc/byte_budget.h"
+#include "server/rpc/stream_limits.h"
+#include "server/state/state_store.h"
+#include "server/workers/worker_registry.h"
 
 namespace tessera::server {
 
 struct CoordinatorOptions {
   std::string listen_address = "127.0.0.1:7070";  // HOST:PORT; port 0 picks a free one
   std::string state_dir = "./var";
-  // Credentials (server/access_policy.h): workers join with a join token (label -> token; a
+  // Credentials (server/rpc/access_policy.h): workers join with a join token (label -> token; a
   // name is bound to the label it first joined with) and/or, under mutual TLS, a worker
   // certificate; operators call the job service with the admin token or an operator
   // certificate. `join_token` is a single token labelled "default".
@@ -51,8 +51,8 @@ struct CoordinatorOptions {
   // receive buffers; a fixed 1 MiB window holds the coordinator near 300 MB, and caps each
   // upload at a window per round trip (10 MB/s at 100 ms; docs/BENCHMARKS.md).
   uint32_t stream_window_kib = 1024;
-  // Timeouts and counts of open streams (server/stream_limits.h), the rendezvous store's
-  // quotas (server/rendezvous_store.h); checked by Start().
+  // Timeouts and counts of open streams (server/rpc/stream_limits.h), the rendezvous store's
+  // quotas (server/workers/rendezvous_store.h); checked by Start().
   StreamLimits streams;
   RendezvousLimits rendezvous;
   WorkerRegistryOptions registry;

@@ -13,10 +13,10 @@
 #include "base/flags.h"
 #include "base/host_port.h"
 #include "base/logging.h"
-#include "base/shutdown_signal.h"
 #include "base/metrics.h"
+#include "base/shutdown_signal.h"
 #include "server/coordinator.h"
-#include "server/monitoring.h"
+#include "server/monitoring/monitoring.h"
 #include "tessera/config.h"
 
 namespace {

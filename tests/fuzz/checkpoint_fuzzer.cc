@@ -1,4 +1,4 @@
-// Fuzzes DecodeCheckpoint (server/state_store.h), which reads a checkpoint file of the state
+// Fuzzes DecodeCheckpoint (server/state/state_store.h), which reads a checkpoint file of the state
 // directory back into a TensorSet. Input: the file's bytes.
 //
 // Checks that what it accepts survives a round trip through EncodeCheckpoint unchanged.
@@ -6,7 +6,7 @@
 
 #include "fuzz_check.h"
 #include "quiet_protobuf_log.h"
-#include "server/state_store.h"
+#include "server/state/state_store.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

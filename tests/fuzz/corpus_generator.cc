@@ -21,7 +21,7 @@
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
-#include "server/state_store.h"
+#include "server/state/state_store.h"
 
 namespace tessera::fuzz {
 namespace {

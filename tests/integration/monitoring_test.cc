@@ -7,7 +7,7 @@
 #include <regex>
 
 #include "base/metrics.h"
-#include "server/monitoring.h"
+#include "server/monitoring/monitoring.h"
 #include "tests/integration/harness.h"
 
 namespace tessera::testing {

@@ -1,5 +1,5 @@
 // AccessPolicy without a server: which credentials admit which call, and what a refusal says.
-#include "server/access_policy.h"
+#include "server/rpc/access_policy.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -9,7 +9,7 @@
 #include "proto/tensor_transfer.h"
 #include "proto/update_assembler.h"
 #include "proto/update_envelope.h"
-#include "server/round.h"
+#include "server/jobs/round.h"
 #include "server/strategy/strategy.h"
 
 namespace tessera::server {

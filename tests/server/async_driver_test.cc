@@ -12,7 +12,7 @@
 #include <set>
 
 #include "job_runner_fixture.h"
-#include "server/async_driver.h"
+#include "server/jobs/async_driver.h"
 #include "server/strategy/aggregation.h"
 
 namespace tessera::server {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "server/byte_budget.h"
+#include "server/rpc/byte_budget.h"
 
 namespace tessera::server {
 namespace {

@@ -23,8 +23,8 @@
 #include "device/registry.h"
 #include "proto/job_mapping.h"
 #include "proto/tensor_transfer.h"
-#include "server/job_runner.h"
-#include "server/sqlite_state_store.h"
+#include "server/jobs/job_runner.h"
+#include "server/state/sqlite_state_store.h"
 
 namespace tessera::server {
 namespace {

@@ -10,8 +10,8 @@
 #include "core/train/client_algorithms.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
-#include "server/participant_models.h"
-#include "server/round.h"
+#include "server/jobs/participant_models.h"
+#include "server/jobs/round.h"
 #include "server/strategy/strategy.h"
 #include "tests/server/small_tensors.h"
 

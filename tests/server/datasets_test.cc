@@ -1,6 +1,6 @@
-// The coordinator's dataset catalogue (server/datasets.h): the --dataset flag's form, and the
+// The coordinator's dataset catalogue (server/jobs/datasets.h): the --dataset flag's form, and the
 // shape inferred at submit from the operator's copy.
-#include "server/datasets.h"
+#include "server/jobs/datasets.h"
 
 #include <gtest/gtest.h>
 

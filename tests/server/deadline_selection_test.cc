@@ -23,10 +23,10 @@
 
 #include "job_runner_fixture.h"
 #include "proto/job_mapping.h"
-#include "server/deadline_selection.h"
-#include "server/round.h"
-#include "server/selection.h"
-#include "server/utility_selection.h"
+#include "server/jobs/round.h"
+#include "server/selection/deadline_selection.h"
+#include "server/selection/selection.h"
+#include "server/selection/utility_selection.h"
 #include "small_tensors.h"
 
 namespace tessera::server {

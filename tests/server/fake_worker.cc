@@ -336,7 +336,7 @@ void FakeWorker::Act(size_t turn, v1::TrainTask task) {
   if (action.before_admit) action.before_admit->Pass();
 
   // The upload: its header is checked before its tensors are read; a malformed one from a
-  // selected worker is recorded as refused (server/transfers.cc does the same).
+  // selected worker is recorded as refused (server/rpc/transfers.cc does the same).
   Status admitted = runner->AdmitUpload(header);
   Record(turn, [&](FakeTurn& t) { t.admitted = admitted; });
   if (!admitted.ok()) {

@@ -2,7 +2,7 @@
 //
 // A FakeWorker joins a WorkerRegistry, holds a task channel (a TaskChannelSink of its own),
 // and answers each TrainTask through the same entry points the worker service uses, in the
-// same order (server/transfers.cc): JobRunner::SelectedRound, Model and RecordDownload for
+// same order (server/rpc/transfers.cc): JobRunner::SelectedRound, Model and RecordDownload for
 // the download; AdmitUpload, with RejectUpload when the header or manifest is malformed; then
 // SubmitUpdate, or ReportFailure for a failure header. What it does with a task is its
 // script's choice, per round and attempt (a FakeAction): upload a delta (unchanged, a fill
@@ -30,8 +30,8 @@
 
 #include "base/status.h"
 #include "core/tensor.h"
-#include "server/job_runner.h"
-#include "server/worker_registry.h"
+#include "server/jobs/job_runner.h"
+#include "server/workers/worker_registry.h"
 
 namespace tessera::server {
 

@@ -2,7 +2,7 @@
 // were published, so a watcher that fell behind skips forward and is told how many it missed.
 #include <gtest/gtest.h>
 
-#include "server/job_events.h"
+#include "server/jobs/job_events.h"
 
 namespace tessera::server {
 namespace {

@@ -21,10 +21,10 @@
 
 #include "base/clock.h"
 #include "fake_worker.h"
-#include "server/job_runner.h"
-#include "server/memory_state_store.h"
-#include "server/rendezvous_store.h"
-#include "server/worker_registry.h"
+#include "server/jobs/job_runner.h"
+#include "server/state/memory_state_store.h"
+#include "server/workers/rendezvous_store.h"
+#include "server/workers/worker_registry.h"
 
 namespace tessera::server {
 

@@ -1,7 +1,7 @@
 // MemoryStateStore's failure injection: the next writes of one kind fail with the status
 // given and change nothing, other kinds go through, a hook holds a write mid-way, and every
 // attempt is counted.
-#include "server/memory_state_store.h"
+#include "server/state/memory_state_store.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // A model version's serialized messages: a whole download reassembles to the tensors, and a
 // download resumed at any byte offset sends exactly the bytes after it, once.
-#include "server/model_version.h"
+#include "server/jobs/model_version.h"
 
 #include <gtest/gtest.h>
 

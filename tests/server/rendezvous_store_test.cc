@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "server/rendezvous_store.h"
+#include "server/workers/rendezvous_store.h"
 
 namespace tessera::server {
 namespace {

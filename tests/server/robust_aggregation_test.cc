@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <random>
 
-#include "server/round.h"
+#include "server/jobs/round.h"
 #include "server/strategy/strategy.h"
 #include "tests/server/small_tensors.h"
 

@@ -12,7 +12,7 @@
 
 #include "job_runner_fixture.h"
 #include "server/coordinator.h"
-#include "server/sqlite_state_store.h"
+#include "server/state/sqlite_state_store.h"
 #include "test_strategies.h"
 
 namespace tessera::server {

@@ -10,7 +10,7 @@
 #include <set>
 
 #include "job_runner_fixture.h"
-#include "server/selection.h"
+#include "server/selection/selection.h"
 
 namespace tessera::server {
 namespace {

@@ -1,7 +1,7 @@
 // The SQLite store's own side: jobs, committed rounds and checkpoints survive a reopen;
 // corrupt checkpoint files and unwritable paths are named; files an interrupted coordinator
 // left are removed. What every store does is in state_store_conformance_test.cc.
-#include "server/sqlite_state_store.h"
+#include "server/state/sqlite_state_store.h"
 
 #include <gtest/gtest.h>
 

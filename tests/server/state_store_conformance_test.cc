@@ -1,4 +1,4 @@
-// One suite for the StateStore interface (server/state_store.h), run on every store: SQLite
+// One suite for the StateStore interface (server/state/state_store.h), run on every store: SQLite
 // in a temporary directory, and in memory. What the runner and the services rely on: jobs
 // numbered and listed in order, rounds committed with their checkpoints, the newest kept and
 // a damaged one falling back naming where it was read, rewinding, seats, workers, names.
@@ -12,8 +12,8 @@
 #include <ostream>
 #include <string>
 
-#include "server/memory_state_store.h"
-#include "server/sqlite_state_store.h"
+#include "server/state/memory_state_store.h"
+#include "server/state/sqlite_state_store.h"
 
 namespace tessera::server {
 namespace {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "server/stream_limits.h"
+#include "server/rpc/stream_limits.h"
 
 namespace tessera::server {
 namespace {

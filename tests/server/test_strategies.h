@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "fake_worker.h"
-#include "server/job_runner.h"
+#include "server/jobs/job_runner.h"
 #include "server/strategy/strategy.h"
 
 namespace tessera::server {

@@ -1,7 +1,7 @@
 // WorkerRegistry's liveness on a clock the test moves: a worker is lost after the heartbeat
 // timeout of silence, at once when its task channel closes, and back with a heartbeat or a
 // reopened channel; no test here sleeps.
-#include "server/worker_registry.h"
+#include "server/workers/worker_registry.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,665 @@
+#include "server/jobs/async_driver.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+
+#include "proto/job_mapping.h"
+#include "server/jobs/job_runner.h"
+#include "server/jobs/round.h"
+
+namespace tessera::server {
+namespace {
+
+// Reports a step's record keeps besides its folded updates' (refused, failed, dropped tasks):
+// the rest are counted, not listed.
+constexpr size_t kMaxReportsPerStep = 256;
+// A client whose task failed, was refused or dropped gets no new task before this passes, so
+// that one that cannot train does not spin through tasks.
+constexpr std::chrono::milliseconds kRestAfterFailure{1000};
+
+std::string FormatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.6g", value);
+  return text;
+}
+
+double MillisBetween(Clock::TimePoint start, Clock::TimePoint end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+}  // namespace
+
+double StalenessWeight(const v1::AsyncSpec& spec, uint64_t staleness) {
+  if (spec.staleness_weighting() == "constant") return 1.0;
+  return 1.0 / std::pow(1.0 + static_cast<double>(staleness), spec.staleness_exponent());
+}
+
+AsyncDriver::AsyncDriver(JobRunner& runner)
+    : runner_(runner),
+      spec_(runner.Snapshot().spec()),
+      options_(spec_.async()),
+      clock_(runner.clock_),
+      max_update_norm_(wire::MaxUpdateNorm(spec_)),
+      clip_(wire::ClipsToUpdateNorm(spec_)) {}
+
+std::shared_ptr<AsyncDriver::Buffer> AsyncDriver::NewBuffer() const {
+  auto buffer = std::make_shared<Buffer>();
+  // BeginRound reads only the layout and the strategy's options (strategy.h).
+  buffer->aggregate = runner_.strategy_->BeginRound(*current_->shared_tensors());
+  return buffer;
+}
+
+void AsyncDriver::Interrupt() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    interrupted_ = true;
+  }
+  cv_.notify_all();
+}
+
+size_t AsyncDriver::tasks_in_flight() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.size();
+}
+
+size_t AsyncDriver::buffered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return buffer_ ? buffer_->folded : 0;
+}
+
+std::string AsyncDriver::Describe(const v1::UpdateHeader& h) const {
+  return "update from worker '" + h.worker_id() + "' for job " + runner_.job_id_ + " task " + std::to_string(h.round());
+}
+
+uint64_t AsyncDriver::StalenessLocked(uint64_t version) const {
+  const uint64_t target = current_->version() + sealed_.size();
+  return version >= target ? 0 : target - version;
+}
+
+Result<const AsyncDriver::Task*> AsyncDriver::FindTaskLocked(const v1::UpdateHeader& h) const {
+  const std::string what = Describe(h);
+  if (h.job_id() != runner_.job_id_) return InvalidArgumentError(what + ": job '" + h.job_id() + "' is not this job");
+  if (!current_) return UnavailableError(what + ": the job's model is not loaded yet");
+  const uint64_t base = h.base_model_version();
+  if (base > current_->version()) {
+    return FailedPreconditionError(what + ": trained from model version " + std::to_string(base) +
+                                   ", newer than the current version " + std::to_string(current_->version()));
+  }
+  const uint64_t staleness = StalenessLocked(base);
+  if (staleness > options_.max_staleness()) {
+    return FailedPreconditionError(what + ": too stale: trained from model version " + std::to_string(base) +
+                                   ", " + std::to_string(staleness) + " versions behind the model it would be " +
+                                   "folded into; max_staleness is " + std::to_string(options_.max_staleness()));
+  }
+  auto it = tasks_.find(h.worker_id());
+  if (it == tasks_.end()) {
+    return FailedPreconditionError(what + ": the worker holds no task of this job (one from before a restart, a "
+                                          "task already ended, or a cohort member that is not its leader)");
+  }
+  const Task& task = it->second;
+  if (h.round() != task.number || h.attempt() != 1 || base != task.version) {
+    return FailedPreconditionError(what + ": it answers task " + std::to_string(h.round()) + " attempt " +
+                                   std::to_string(h.attempt()) + " on version " + std::to_string(base) +
+                                   "; the worker's task is " + std::to_string(task.number) + " attempt 1 on version " +
+                                   std::to_string(task.version));
+  }
+  if (task.folding) return FailedPreconditionError(what + ": the worker's update for this task arrived twice");
+  return &task;
+}
+
+Result<AsyncDriver::TaskView> AsyncDriver::TaskOf(const std::string& worker_id, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto leader = leader_of_.find(worker_id);
+  const auto task = leader == leader_of_.end() ? tasks_.end() : tasks_.find(leader->second);
+  if (task == tasks_.end() || task->second.folding) {
+    return PermissionDeniedError(what + " refused for worker '" + worker_id + "': it holds no task of job " +
+                                 runner_.job_id_ + " still to report");
+  }
+  TaskView view;
+  view.round = task->second.number;
+  view.model_version = task->second.version;
+  view.deadline = task->second.deadline;
+  return view;
+}
+
+Result<std::shared_ptr<const ModelVersion>> AsyncDriver::Model(uint64_t version, const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!current_) return UnavailableError("job " + runner_.job_id_ + ": the global model is not loaded yet");
+  if (auto leader = leader_of_.find(worker_id); leader != leader_of_.end()) {
+    const Task& task = tasks_.at(leader->second);
+    if (task.version == version && task.model) return task.model;
+  }
+  if (version == current_->version()) return current_;
+  return FailedPreconditionError("job " + runner_.job_id_ + ": model version " + std::to_string(version) +
+                                 " is not held for worker '" + worker_id + "'; the current version is " +
+                                 std::to_string(current_->version()));
+}
+
+void AsyncDriver::RecordDownload(const std::string& worker_id, uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto leader = leader_of_.find(worker_id);
+  if (leader == leader_of_.end()) return;
+  Task& task = tasks_.at(leader->second);
+  if (task.version != version) return;
+  if (task.downloaded.empty()) task.download_done = clock_->Now();
+  task.downloaded.insert(worker_id);
+  // Every member has the model: an older version need not stay in memory for this task.
+  if (task.downloaded.size() == task.members.size()) task.model.reset();
+}
+
+Status AsyncDriver::Admit(const v1::UpdateHeader& h) const {
+  const std::string what = Describe(h);
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(const Task* task, FindTaskLocked(h));
+  if (!h.failure().empty()) return Status::Ok();
+  if (h.samples() == 0) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
+  RETURN_IF_ERROR(CheckReportedTimes(h, what));
+  if (h.samples() > task->max_samples) {
+    return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(task->max_samples) +
+                                " (the size of party " + std::to_string(task->party) + "), got " +
+                                std::to_string(h.samples()));
+  }
+  return CheckUpdateEnvelope(h, *current_->shared_tensors(), extra_sets_, what);
+}
+
+v1::WorkerRoundReport AsyncDriver::BaseReport(const Task& task, const std::string& leader) const {
+  v1::WorkerRoundReport report;
+  report.set_worker_id(leader);
+  if (!task.cohort.empty()) {
+    report.set_cohort(task.cohort);
+    for (const auto& [worker, generation] : task.members) report.add_members(worker);
+  }
+  if (task.download_done != Clock::TimePoint{}) report.set_download_done_ms(MillisBetween(task.sent, task.download_done));
+  return report;
+}
+
+void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report) {
+  if (buffer.reports.size() >= kMaxReportsPerStep) {
+    ++buffer.reports_left_out;
+    return;
+  }
+  buffer.reports.push_back(std::move(report));
+}
+
+void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused) {
+  auto it = tasks_.find(leader);
+  if (it == tasks_.end()) return;
+  const Task& task = it->second;
+  const auto rest_until = clock_->Now() + kRestAfterFailure;
+  for (const auto& [worker, generation] : task.members) {
+    leader_of_.erase(worker);
+    resting_[worker] = rest_until;
+  }
+  if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
+  (refused ? buffer_->refused : buffer_->dropped) += 1;
+  report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
+  AddReportLocked(*buffer_, std::move(report));
+  tasks_.erase(it);
+  client_freed_ = true;
+  cv_.notify_all();  // a client is free for a new task
+}
+
+void AsyncDriver::CancelAll(const std::string& reason) {
+  std::vector<std::pair<std::string, uint32_t>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [leader, task] : tasks_) {
+      for (const auto& [worker, generation] : task.members) cancels.emplace_back(worker, task.number);
+      if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
+    }
+    tasks_.clear();
+    leader_of_.clear();
+  }
+  for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, reason);
+}
+
+void AsyncDriver::Reject(const v1::UpdateHeader& h, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = tasks_.find(h.worker_id());
+  if (it == tasks_.end() || it->second.folding || it->second.number != h.round()) return;
+  v1::WorkerRoundReport report = BaseReport(it->second, h.worker_id());
+  report.set_outcome("rejected: " + why.message());
+  EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
+}
+
+Status AsyncDriver::Fail(const v1::UpdateHeader& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(const Task* task, FindTaskLocked(h));
+  v1::WorkerRoundReport report = BaseReport(*task, h.worker_id());
+  report.set_outcome("failed: " + h.failure());
+  EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/false);
+  return Status::Ok();
+}
+
+Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
+                           const std::map<std::string, TensorSet>& payload) {
+  RETURN_IF_ERROR(Admit(h));
+  const std::string what = Describe(h);
+  std::shared_ptr<const ModelVersion> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(FindTaskLocked(h).status());  // still its task: no step or other upload ended it
+    tasks_.at(h.worker_id()).folding = true;
+    current = current_;
+  }
+  // Checked outside the lock: other uploads are checked and folded meanwhile.
+  CheckedDelta checked =
+      CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what);
+  std::shared_ptr<Buffer> buffer;
+  ClientUpdate update;
+  uint64_t staleness = 0;
+  double weight = 1;
+  v1::WorkerRoundReport report;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto found = tasks_.find(h.worker_id());
+    if (found == tasks_.end()) {  // CancelAll: the job ended while the delta was checked
+      return FailedPreconditionError(what + ": the job ended while the update was checked");
+    }
+    Task& task = found->second;
+    report = BaseReport(task, h.worker_id());
+    report.set_samples(h.samples());
+    report.set_compute_ms(h.compute_ms());
+    report.set_download_ms(h.download_ms());
+    report.set_data_load_ms(h.data_load_ms());
+    report.set_upload_ms(upload_ms);
+    report.set_reported_ms(MillisBetween(task.sent, clock_->Now()));
+    report.set_train_loss(h.train_loss());
+    report.set_collective_backend(h.collective_backend());
+    report.set_update_norm(checked.norm);
+    // Staleness as of now: a step may have been committed while the delta was checked.
+    staleness = StalenessLocked(task.version);
+    Status verdict = checked.verdict;
+    if (verdict.ok() && staleness > options_.max_staleness()) {
+      verdict = FailedPreconditionError(what + ": too stale: trained from model version " +
+                                        std::to_string(task.version) + ", " + std::to_string(staleness) +
+                                        " versions behind the model it would be folded into; max_staleness is " +
+                                        std::to_string(options_.max_staleness()));
+    }
+    if (!verdict.ok()) {
+      report.set_outcome("rejected: " + verdict.message());
+      EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
+      return verdict;
+    }
+    weight = StalenessWeight(options_, staleness);
+    buffer = buffer_;
+    ++buffer->reserved;
+    ++buffer->folding;
+    if (buffer->reserved >= options_.buffer_size()) {
+      // Full: the next updates go to a new buffer while the job's thread applies this one.
+      sealed_.push_back(buffer_);
+      buffer_ = NewBuffer();
+    }
+    update.client = h.worker_id();
+    update.party = task.party;
+  }
+  update.samples = h.samples();
+  update.local_steps = h.local_steps();
+  update.step_normalizer = h.step_normalizer();
+  update.delta = checked.clipped ? &*checked.clipped : &delta;
+  update.payload = &payload;
+  update.scale = weight;
+  const auto start = clock_->Now();
+  // On a gRPC thread: nothing thrown may leave it, and the buffer must learn the fold ended.
+  Status folded;
+  try {
+    folded = buffer->aggregate->Fold(update);
+  } catch (const std::exception& e) {
+    folded = InternalError(std::string("folding it failed: ") + e.what());
+  } catch (...) {
+    folded = InternalError("folding it failed with an exception of unknown type");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  --buffer->folding;
+  buffer->fold_ms += MillisBetween(start, clock_->Now());
+  report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(staleness, UINT32_MAX)));
+  report.set_staleness_weight(weight);
+  if (!folded.ok()) {
+    // The buffer is applied with one update fewer.
+    report.set_outcome("rejected: " + folded.message());
+    EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
+    return folded.WithContext(what);
+  }
+  ++buffer->folded;
+  buffer->staleness_sum += static_cast<double>(staleness);
+  buffer->max_staleness = std::max<uint32_t>(buffer->max_staleness, report.staleness());
+  buffer->weighted_loss += static_cast<double>(h.samples()) * h.train_loss();
+  buffer->samples += h.samples();
+  report.set_outcome(!checked.clipped ? std::string("accepted")
+                                      : "accepted: clipped, its delta's L2 norm " + FormatNumber(checked.norm) +
+                                            " scaled down to the job's max_update_norm " +
+                                            FormatNumber(max_update_norm_));
+  // The folded update's report belongs to the step that applies it.
+  AddReportLocked(*buffer, std::move(report));
+  if (auto done = tasks_.find(h.worker_id()); done != tasks_.end()) {
+    for (const auto& [worker, generation] : done->second.members) leader_of_.erase(worker);
+    if (!done->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(done->second.rendezvous_prefix);
+    tasks_.erase(done);
+  }
+  client_freed_ = true;
+  cv_.notify_all();  // a client is free, and perhaps a buffer is ready
+  return Status::Ok();
+}
+
+void AsyncDriver::EndLostAndLateTasks() {
+  struct Look {
+    std::string leader;
+    uint32_t number;
+    std::vector<std::pair<std::string, uint64_t>> members;
+    bool late;
+  };
+  std::vector<Look> looks;
+  const auto now = clock_->Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [leader, task] : tasks_) {
+      if (task.folding) continue;  // its update has arrived
+      looks.push_back({leader, task.number, task.members, now >= task.deadline});
+    }
+  }
+  // The registry is asked without the driver's lock.
+  std::vector<std::pair<std::string, std::string>> ended;  // leader, outcome
+  std::vector<std::string> cancel;
+  std::map<std::string, uint32_t> numbers;
+  for (const Look& look : looks) {
+    std::string outcome;
+    for (const auto& [worker, generation] : look.members) {
+      if (!runner_.registry_->IsAlive(worker, generation)) {
+        outcome = "dropped: worker '" + worker + "' lost (no heartbeat, disconnected or restarted)";
+        break;
+      }
+    }
+    if (outcome.empty() && look.late) outcome = "dropped: deadline";
+    if (outcome.empty()) continue;
+    ended.emplace_back(look.leader, outcome);
+    numbers[look.leader] = look.number;
+  }
+  std::vector<std::pair<std::string, uint32_t>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [leader, outcome] : ended) {
+      auto it = tasks_.find(leader);
+      if (it == tasks_.end() || it->second.folding || it->second.number != numbers[leader]) continue;
+      if (outcome == "dropped: deadline") {
+        for (const auto& [worker, generation] : it->second.members) cancels.emplace_back(worker, it->second.number);
+      }
+      v1::WorkerRoundReport report = BaseReport(it->second, leader);
+      report.set_outcome(outcome);
+      EndTaskLocked(leader, std::move(report), /*refused=*/false);
+    }
+  }
+  for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, "the task's deadline passed");
+}
+
+Result<size_t> AsyncDriver::FillTasks() {
+  const auto now = clock_->Now();
+  size_t want = 0;
+  std::set<std::string> busy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tasks_.size() >= options_.concurrency()) return size_t{0};
+    want = options_.concurrency() - tasks_.size();
+    for (const auto& [worker, leader] : leader_of_) busy.insert(worker);
+    std::erase_if(resting_, [&](const auto& entry) { return entry.second <= now; });
+    for (const auto& [worker, until] : resting_) busy.insert(worker);
+  }
+  ASSIGN_OR_RETURN(std::vector<Client> candidates, runner_.ReadyClients(JobRunner::SeatedParties(spec_)));
+  std::erase_if(candidates, [&](const Client& client) {
+    return std::any_of(client.members.begin(), client.members.end(),
+                       [&](const std::string& worker) { return busy.count(worker) > 0; });
+  });
+  const size_t idle = candidates.size();
+  if (candidates.size() > want) {
+    // Which of the idle clients train next: drawn from the job's seed and the next task's
+    // number, as a synchronous round draws from its round and attempt.
+    v1::JobSpec draw = spec_;
+    draw.set_clients_per_round(static_cast<uint32_t>(want));
+    uint32_t next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      next = tasks_sent_ + 1;
+    }
+    candidates = runner_.selection_->Choose(std::move(candidates), draw, next, 1);
+  }
+  for (const Client& client : candidates) {
+    v1::TrainTask train;
+    std::string prefix;
+    std::vector<std::pair<std::string, uint64_t>> members;
+    for (const auto& worker : client.members) members.emplace_back(worker, runner_.registry_->Generation(worker));
+    const uint64_t max_samples = runner_.MaxSamples(client.party);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (tasks_sent_ == UINT32_MAX) return ResourceExhaustedError("job " + runner_.job_id_ + ": task numbers exhausted");
+      Task task;
+      task.number = ++tasks_sent_;
+      task.version = current_->version();
+      task.party = client.party;
+      task.cohort = client.cohort;
+      task.members = std::move(members);
+      for (const auto& worker : client.members) leader_of_[worker] = client.members.front();
+      task.model = current_;
+      task.sent = clock_->Now();
+      task.deadline = task.sent + std::chrono::milliseconds(spec_.round_deadline_ms());
+      task.max_samples = max_samples;
+      if (!client.cohort.empty()) {
+        prefix = "rendezvous/" + runner_.job_id_ + "/" + std::to_string(task.number) + "/1/";
+        task.rendezvous_prefix = prefix + client.cohort + "/";
+      }
+      train.set_job_id(runner_.job_id_);
+      train.set_round(task.number);
+      train.set_attempt(1);
+      train.set_model_version(task.version);
+      *train.mutable_spec() = spec_;
+      train.set_deadline_unix_ms(UnixMillis() + spec_.round_deadline_ms());
+      tasks_[client.members.front()] = std::move(task);
+    }
+    runner_.SendTrainTask(client, train, prefix);
+  }
+  return idle;
+}
+
+Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
+  const v1::Job job = runner_.Snapshot();
+  const uint32_t step = job.rounds_committed() + 1;
+  std::shared_ptr<const ModelVersion> current;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current = current_;
+  }
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(step);
+  record.set_attempt(1);
+  record.set_clients_selected(buffer->folded + buffer->refused + buffer->dropped);
+  record.set_clients_reported(buffer->folded);
+  if (buffer->samples > 0) record.set_train_loss(buffer->weighted_loss / static_cast<double>(buffer->samples));
+  std::vector<double> compute, upload;
+  for (const auto& report : buffer->reports) {
+    if (report.outcome().rfind("accepted", 0) != 0) continue;
+    compute.push_back(report.compute_ms());
+    upload.push_back(report.upload_ms());
+  }
+  for (auto& report : buffer->reports) *record.add_workers() = std::move(report);
+  auto& latency = *record.mutable_latency();
+  latency.set_compute_ms_median(Median(compute));
+  latency.set_compute_ms_max(compute.empty() ? 0 : *std::max_element(compute.begin(), compute.end()));
+  latency.set_upload_ms(Median(upload));
+  auto& async = *record.mutable_async_step();
+  async.set_updates_folded(buffer->folded);
+  async.set_updates_refused(buffer->refused);
+  async.set_tasks_dropped(buffer->dropped);
+  async.set_mean_staleness(buffer->folded ? buffer->staleness_sum / buffer->folded : 0);
+  async.set_max_staleness(buffer->max_staleness);
+
+  const auto finish_start = clock_->Now();
+  Result<StrategyStep> next = buffer->folded > 0
+                                  ? runner_.strategy_->Finish(*current->shared_tensors(), *buffer->aggregate)
+                                  : Result<StrategyStep>(FailedPreconditionError("no update of the buffer was folded"));
+  latency.set_aggregation_ms(buffer->fold_ms + MillisBetween(finish_start, clock_->Now()));
+  Status usable = next.ok() ? CheckFinite(next->model, "the aggregated model") : next.status();
+  if (usable.ok()) usable = CheckFinite(next->state, "the strategy's next state");
+  if (!usable.ok()) {
+    // Not committed: the buffer is discarded and the clients go on training.
+    std::string workers;
+    for (const auto& report : record.workers()) {
+      if (report.outcome().rfind("accepted", 0) == 0) workers += (workers.empty() ? "'" : ", '") + report.worker_id() + "'";
+    }
+    const std::string message = "step " + std::to_string(step) + ": " + usable.message() + "; not committed, its " +
+                                std::to_string(buffer->folded) + " buffered updates (" + workers + ") discarded";
+    spdlog::warn("job {}: {}", job.id(), message);
+    runner_.Note(message);
+    if (++consecutive_discards_ >= std::max<uint32_t>(1, spec_.max_round_attempts())) {
+      return DataLossError(message + "; " + std::to_string(consecutive_discards_) + " steps in a row discarded");
+    }
+    return Status::Ok();
+  }
+  consecutive_discards_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    async.set_tasks_in_flight(static_cast<uint32_t>(tasks_.size()));
+    async.set_tasks_sent(tasks_sent_);
+  }
+  const auto step_start = last_step_;
+  last_step_ = clock_->Now();
+  RETURN_IF_ERROR(runner_.CommitStep(std::move(record), std::move(next).value(), step_start));
+
+  // The new version is current: tasks that can no longer be folded end now.
+  std::vector<std::pair<std::string, uint32_t>> cancels;
+  auto committed = runner_.Current();  // the runner's lock, never taken under mu_
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(committed);
+    std::vector<std::string> stale;
+    for (const auto& [leader, task] : tasks_) {
+      if (!task.folding && StalenessLocked(task.version) > options_.max_staleness()) stale.push_back(leader);
+    }
+    for (const std::string& leader : stale) {
+      Task& task = tasks_.at(leader);
+      for (const auto& [worker, generation] : task.members) cancels.emplace_back(worker, task.number);
+      v1::WorkerRoundReport report = BaseReport(task, leader);
+      report.set_outcome("dropped: too stale to be folded (trained from version " + std::to_string(task.version) +
+                         ", max_staleness " + std::to_string(options_.max_staleness()) + ")");
+      EndTaskLocked(leader, std::move(report), /*refused=*/false);
+    }
+    // A client dropped for staleness has done nothing wrong: it may train again at once.
+    for (const auto& [worker, number] : cancels) resting_.erase(worker);
+  }
+  for (const auto& [worker, number] : cancels) {
+    runner_.SendCancel(worker, number, 1, "its model version is too stale to be folded");
+  }
+  return Status::Ok();
+}
+
+void AsyncDriver::PublishProgress() {
+  constexpr size_t kShown = 8;
+  v1::JobEvent event;
+  *event.mutable_job() = runner_.Snapshot();
+  auto* progress = event.mutable_progress();
+  progress->set_round(event.job().rounds_committed() + 1);
+  progress->set_attempt(1);
+  std::vector<std::string> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress->set_selected(options_.buffer_size());
+    progress->set_reported(buffer_->folded);
+    for (const auto& [leader, task] : tasks_) {
+      if (!task.folding) waiting.push_back(leader);
+    }
+  }
+  for (size_t i = 0; i < waiting.size() && i < kShown; ++i) progress->add_waiting_on(waiting[i]);
+  progress->set_waiting_more(static_cast<uint32_t>(waiting.size() > kShown ? waiting.size() - kShown : 0));
+  runner_.events_.Publish(std::move(event));
+}
+
+Status AsyncDriver::Run() {
+  const v1::Job job = runner_.Snapshot();
+  auto current = runner_.Current();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = std::move(current);
+    extra_sets_ = runner_.strategy_->PayloadSets();
+    // Numbers go on past those the previous process handed out after its last step, as far
+    // as a step's worth of work tells (concurrency + K), so that a worker rarely sees a number
+    // twice; where it does, an update still answers only the task of its worker and version.
+    const uint64_t resumed = job.rounds_committed() == 0
+                                 ? 0
+                                 : uint64_t{job.last_round().async_step().tasks_sent()} + options_.concurrency() +
+                                       options_.buffer_size();
+    tasks_sent_ = static_cast<uint32_t>(std::min<uint64_t>(resumed, UINT32_MAX - 1));
+    buffer_ = NewBuffer();
+  }
+  last_step_ = clock_->Now();
+  spdlog::info("job {}: asynchronous from version {}: {} clients at once, a step every {} updates, max_staleness {}",
+               job.id(), job.rounds_committed(), options_.concurrency(), options_.buffer_size(),
+               options_.max_staleness());
+  auto idle_since = clock_->Now();
+  auto last_note = idle_since;
+  auto last_progress = idle_since;
+  std::pair<size_t, size_t> shown{SIZE_MAX, SIZE_MAX};  // tasks and buffered at the last progress event
+  const auto poll = std::min(runner_.options_.worker_poll_interval, runner_.options_.liveness_check_interval);
+  while (true) {
+    if (runner_.stopping()) return CancelledError("job stopping");
+    if (runner_.Snapshot().rounds_committed() >= spec_.rounds()) {
+      CancelAll("the job has made all its steps");
+      return Status::Ok();
+    }
+    std::shared_ptr<Buffer> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      client_freed_ = false;  // a client freed from here on ends this iteration's wait at once
+      if (!sealed_.empty() && sealed_.front()->folding == 0) {
+        ready = sealed_.front();
+        sealed_.pop_front();
+      }
+    }
+    if (ready) {
+      if (Status applied = ApplyStep(std::move(ready)); !applied.ok()) {
+        CancelAll("the job failed");
+        return applied;
+      }
+      continue;
+    }
+    EndLostAndLateTasks();
+    auto filled = FillTasks();
+    if (!filled.ok()) {
+      CancelAll("the job failed");
+      return filled.status();
+    }
+    const size_t idle = *filled;
+    const auto now = clock_->Now();
+    const size_t in_flight = tasks_in_flight(), buffered_now = buffered();
+    if (in_flight == 0 && idle == 0) {
+      // Nobody trains and nobody can: wait for workers as a synchronous round does.
+      if (now - idle_since > runner_.options_.worker_wait_timeout) {
+        CancelAll("the job failed");
+        return FailedPreconditionError("step " + std::to_string(runner_.Snapshot().rounds_committed() + 1) +
+                                       ": no client ready to train for " +
+                                       std::to_string(runner_.options_.worker_wait_timeout.count()) + " ms");
+      }
+      if (now - last_note > std::chrono::seconds(10)) {
+        last_note = now;
+        runner_.Note("waiting for workers: no client ready to train");
+      }
+    } else {
+      idle_since = now;
+    }
+    if ((std::pair{in_flight, buffered_now} != shown && now - last_progress >= std::chrono::seconds(1)) ||
+        now - last_progress >= std::chrono::seconds(10)) {
+      PublishProgress();
+      shown = {in_flight, buffered_now};
+      last_progress = now;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    auto until = now + (tasks_.size() < options_.concurrency() ? poll : runner_.options_.liveness_check_interval);
+    for (const auto& [leader, task] : tasks_) until = std::min(until, task.deadline);
+    clock_->WaitUntil(lock, cv_, until, [&] {
+      return interrupted_ || (!sealed_.empty() && sealed_.front()->folding == 0) || client_freed_;
+    });
+  }
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,187 @@
+// The asynchronous round driver: FedBuff (Nguyen et al., AISTATS 2022, "Federated Learning
+// with Buffered Asynchronous Aggregation"), beside JobRunner's synchronous rounds.
+//
+// `concurrency` clients train at once, each on the model version that was current when its
+// task was sent. As their updates arrive they are checked as a synchronous round checks them
+// (server/jobs/round.h: CheckReportedTimes, CheckUpdateEnvelope, CheckDelta) and folded into a
+// buffer, each with its staleness weight: s versions behind the model the buffer will be
+// applied to, the update's delta counts StalenessWeight(s) times, its weight in the mean
+// staying its sample count. Every `buffer_size` (K) folded updates the buffer's mean goes
+// through the job's strategy (FedAvg's plain step, FedAvgM, FedAdam, ...) into a new model
+// version, which is evaluated and committed like a synchronous round (one RoundRecord per
+// server step, with the folded clients and each one's staleness), and the freed clients get
+// new tasks on the newest version. An update whose base is more than `max_staleness` versions
+// behind is refused, and a task that can no longer be folded is cancelled when the version
+// that makes it so is committed.
+//
+// A task's identity: its round is its number in the job (the n-th task handed out; the count
+// is carried in each step's AsyncStepRecord, and a resumed job numbers on from it plus
+// concurrency + K), its attempt is 1, and its model_version is the version it trains from. An
+// update answers only the task its worker holds, on the version that task names.
+//
+// Memory O(model): the buffer is the strategy's streaming aggregate, never K copies of
+// updates; a version other than the current one is held only while a task sent on it has not
+// finished downloading it.
+//
+// Restarts: the driver keeps no durable state of its own. A job resumed after a crash starts
+// from the last committed version with the strategy's state restored (JobRunner::Prepare);
+// the updates buffered but not yet applied are lost, and every client gets a new task. An
+// update computed for a task of the previous process is refused: as too stale when its
+// version says so, else as not the task the worker holds.
+//
+// Thread-safety: Run() is the job's thread; the entry points are called from gRPC threads.
+// mu_ guards the tasks and the buffers; a delta's checks and its fold run outside it, so
+// uploads fold concurrently. Under mu_ nothing waits: the state store, the registry's
+// liveness and its sends are reached with mu_ released, and the runner's lock is taken only
+// where noted (Run() and ApplyStep, on the job's thread, read the runner's current version).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "core/tensor.h"
+#include "server/jobs/model_version.h"
+#include "server/selection/selection.h"
+#include "server/strategy/strategy.h"
+#include "tessera/v1/job.pb.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::server {
+
+class JobRunner;
+
+// FedBuff's staleness weight for an update `staleness` model versions behind: 1 / (1 + s)^a
+// for "polynomial" (a = staleness_exponent), 1 for "constant". In (0, 1].
+double StalenessWeight(const v1::AsyncSpec& spec, uint64_t staleness);
+
+class AsyncDriver {
+ public:
+  // `runner` is the job's, and outlives the driver; its model, strategy, evaluator and seats
+  // are prepared (JobRunner::Prepare).
+  explicit AsyncDriver(JobRunner& runner);
+  AsyncDriver(const AsyncDriver&) = delete;
+  AsyncDriver& operator=(const AsyncDriver&) = delete;
+
+  // Runs server steps until the job's `rounds` versions are committed (Ok), the job stops or
+  // is cancelled (CANCELLED), or a step cannot be made (the error, which ends the job).
+  // On the job's thread.
+  Status Run();
+  // Ends Run()'s waits at once (the job is stopping). Does not block.
+  void Interrupt();
+
+  // The entry points of JobRunner's, for an asynchronous job.
+  struct TaskView {
+    uint32_t round = 0;  // the task's number
+    uint32_t attempt = 1;
+    uint64_t model_version = 0;
+    Clock::TimePoint deadline;
+  };
+  Result<TaskView> TaskOf(const std::string& worker_id, const std::string& what) const;
+  Result<std::shared_ptr<const ModelVersion>> Model(uint64_t version, const std::string& worker_id) const;
+  void RecordDownload(const std::string& worker_id, uint64_t version);
+  Status Admit(const v1::UpdateHeader& header) const;
+  void Reject(const v1::UpdateHeader& header, const Status& why);
+  Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
+                const std::map<std::string, TensorSet>& payload);
+  Status Fail(const v1::UpdateHeader& header);
+
+  // For watchers and tests: tasks in flight, and updates in the buffer being filled.
+  size_t tasks_in_flight() const;
+  size_t buffered() const;
+
+ private:
+  struct Task {
+    uint32_t number = 0;       // the TrainTask's round
+    uint64_t version = 0;      // the model version it trains from
+    uint32_t party = 0;
+    std::string cohort;
+    std::vector<std::pair<std::string, uint64_t>> members;  // leader first, with session generations
+    std::shared_ptr<const ModelVersion> model;  // held until every member downloaded it
+    std::set<std::string> downloaded;
+    Clock::TimePoint sent{};
+    Clock::TimePoint deadline{};
+    Clock::TimePoint download_done{};
+    uint64_t max_samples = 0;
+    bool folding = false;  // its update is being checked or folded, outside the lock
+    std::string rendezvous_prefix;
+  };
+  // The updates of one server step. Reports of tasks that ended without being folded
+  // (refused, failed, dropped) go to the buffer being filled when they ended.
+  struct Buffer {
+    std::unique_ptr<RoundAggregate> aggregate;
+    uint32_t reserved = 0;  // folded, or being folded
+    uint32_t folding = 0;
+    uint32_t folded = 0;
+    uint32_t refused = 0;
+    uint32_t dropped = 0;
+    double staleness_sum = 0;
+    uint32_t max_staleness = 0;
+    double weighted_loss = 0;  // sum of samples x train loss of the folded updates
+    uint64_t samples = 0;
+    double fold_ms = 0;
+    std::vector<v1::WorkerRoundReport> reports;  // bounded: kMaxReports
+    uint32_t reports_left_out = 0;
+  };
+
+  std::string Describe(const v1::UpdateHeader& header) const;
+  // The task `header` answers, or why it answers none. Under mu_.
+  Result<const Task*> FindTaskLocked(const v1::UpdateHeader& header) const;
+  // How many versions an update from `version` lags the model the open buffer will be
+  // applied to. Under mu_.
+  uint64_t StalenessLocked(uint64_t version) const;
+  // Ends the task of `leader` with `report` (its outcome set) added to the open buffer,
+  // counted as refused or dropped; its members rest for a while before a new task. Under mu_.
+  void EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused);
+  void AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report);
+  v1::WorkerRoundReport BaseReport(const Task& task, const std::string& leader) const;
+  // Ends every task in flight, cancelling its members' work (the job has ended).
+  void CancelAll(const std::string& reason);
+  std::shared_ptr<Buffer> NewBuffer() const;
+
+  // Parts of Run().
+  // Drops tasks whose workers were lost and ends those past their deadline.
+  void EndLostAndLateTasks();
+  // Hands a task on the current version to idle ready clients until `concurrency` train.
+  // Returns how many clients were ready and idle (0: none to give work to).
+  Result<size_t> FillTasks();
+  // Applies a sealed buffer: the next version, evaluated and committed. A model that is not
+  // finite is not committed (the buffer is discarded); that happening max_round_attempts
+  // times in a row ends the job.
+  Status ApplyStep(std::shared_ptr<Buffer> buffer);
+  void PublishProgress();
+
+  JobRunner& runner_;
+  const v1::JobSpec spec_;
+  const v1::AsyncSpec options_;
+  const Clock* const clock_;
+  std::vector<std::string> extra_sets_;
+  const double max_update_norm_;
+  const bool clip_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // the job's thread waits on it for a sealed buffer, a freed client, Interrupt()
+  bool interrupted_ = false;
+  bool client_freed_ = false;  // a task ended since the job's thread last looked for idle clients
+  std::shared_ptr<const ModelVersion> current_;  // the newest committed version
+  std::map<std::string, Task> tasks_;            // by leader
+  std::map<std::string, std::string> leader_of_;  // every member of a task -> its leader
+  std::map<std::string, Clock::TimePoint> resting_;  // workers whose task failed: no new task before then
+  std::shared_ptr<Buffer> buffer_;               // being filled
+  std::deque<std::shared_ptr<Buffer>> sealed_;   // full, waiting to be applied, oldest first
+  uint32_t tasks_sent_ = 0;                      // the last task's number
+  uint32_t consecutive_discards_ = 0;
+  Clock::TimePoint last_step_{};
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,74 @@
+#include "server/jobs/job_events.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace tessera::server {
+
+void JobEvents::Publish(v1::JobEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+    while (events_.size() > capacity_) {
+      events_.pop_front();
+      ++first_;
+    }
+  }
+  NotifyWatchers();
+}
+
+void JobEvents::End() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+  }
+  NotifyWatchers();
+}
+
+std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* missed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::JobEvent> out;
+  const size_t from = std::max(seen, first_);
+  if (missed != nullptr) *missed = from - seen;
+  for (size_t i = from; i < first_ + events_.size(); ++i) out.push_back(events_[i - first_]);
+  *ended = ended_;
+  return out;
+}
+
+size_t JobEvents::published() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_ + events_.size();
+}
+
+size_t JobEvents::kept() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size();
+}
+
+uint64_t JobEvents::Subscribe(std::function<void()> changed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = next_watcher_++;
+  watchers_.emplace(id, std::move(changed));
+  return id;
+}
+
+void JobEvents::Unsubscribe(uint64_t id) {
+  std::function<void()> dropped;  // destroyed outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = watchers_.find(id);
+  if (it == watchers_.end()) return;
+  dropped = std::move(it->second);
+  watchers_.erase(it);
+}
+
+void JobEvents::NotifyWatchers() {
+  std::vector<std::function<void()>> watchers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchers.reserve(watchers_.size());
+    for (const auto& [id, changed] : watchers_) watchers.push_back(changed);
+  }
+  for (const auto& changed : watchers) changed();
+}
+
+}  // namespace tessera::server

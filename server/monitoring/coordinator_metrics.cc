@@ -1,0 +1,120 @@
+#include "server/monitoring/coordinator_metrics.h"
+
+#include "base/metrics.h"
+
+namespace tessera::server {
+namespace {
+
+struct Families {
+  metrics::HistogramFamily& phase = metrics::Global().Histogram(
+      "tessera_round_phase_seconds",
+      "Time of each phase of a committed round, and of the whole round (phase=\"total\"), in seconds.",
+      {"job", "phase"}, metrics::LatencyBuckets());
+  metrics::CounterFamily& committed =
+      metrics::Global().Counter("tessera_rounds_committed_total", "Rounds committed.", {"job"});
+  metrics::CounterFamily& retried = metrics::Global().Counter(
+      "tessera_rounds_retried_total", "Attempts of a round that did not commit and were tried again.", {"job"});
+  metrics::CounterFamily& updates = metrics::Global().Counter(
+      "tessera_updates_total",
+      "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
+      "missed the deadline, left, or cancelled as over-selected once the round had its updates) and reason (none, "
+      "clipped, norm, samples, layout, not_finite, failed, deadline, over_selected, lost, other).",
+      {"job", "outcome", "reason"});
+  metrics::CounterFamily& round_bytes = metrics::Global().Counter(
+      "tessera_round_bytes_total",
+      "Tensor bytes on the wire in committed rounds: direction=\"upload\", the accepted updates as encoded; "
+      "direction=\"download\", the models sent to the participants.",
+      {"job", "direction"});
+  metrics::CounterFamily& stragglers = metrics::Global().Counter(
+      "tessera_stragglers_total", "Selected workers dropped from a committed round at its deadline.", {"job"});
+  metrics::GaugeFamily& communication = metrics::Global().Gauge(
+      "tessera_round_communication_ratio",
+      "Share of the last committed round's time spent distributing the model and uploading updates (0 to 1).",
+      {"job"});
+  metrics::HistogramFamily& compute = metrics::Global().Histogram(
+      "tessera_worker_compute_seconds", "A worker's local training time in a round, as it reported it, in seconds.",
+      {"worker"}, metrics::CoarseLatencyBuckets());
+  metrics::HistogramFamily& download = metrics::Global().Histogram(
+      "tessera_worker_download_seconds", "A worker's model download time in a round, as it reported it, in seconds.",
+      {"worker"}, metrics::CoarseLatencyBuckets());
+  metrics::HistogramFamily& upload = metrics::Global().Histogram(
+      "tessera_worker_upload_seconds", "A worker's update upload time in a round, as the coordinator saw it, in seconds.",
+      {"worker"}, metrics::CoarseLatencyBuckets());
+  metrics::CounterFamily& download_bytes = metrics::Global().Counter(
+      "tessera_worker_download_bytes_total", "Bytes of models sent to a worker.", {"worker"});
+  metrics::CounterFamily& upload_bytes = metrics::Global().Counter(
+      "tessera_worker_upload_bytes_total", "Bytes of updates received from a worker.", {"worker"});
+};
+
+Families& F() {
+  static Families* families = new Families();
+  return *families;
+}
+
+std::string Outcome(const std::string& outcome) {
+  if (outcome.rfind("accepted", 0) == 0) return "accepted";  // "accepted: clipped, ..." too
+  if (outcome.rfind("dropped", 0) == 0) return "dropped";
+  return "refused";
+}
+
+// A bounded class of the outcome's reason (the text is free and from the wire in part).
+std::string Reason(const std::string& outcome) {
+  auto has = [&](const char* text) { return outcome.find(text) != std::string::npos; };
+  if (outcome == "accepted") return "none";
+  if (outcome.rfind("accepted: clipped", 0) == 0) return "clipped";
+  if (has("max_update_norm")) return "norm";
+  if (has("'samples'")) return "samples";
+  if (has("finite")) return "not_finite";
+  if (has("expected shape") || has("expected name") || has("tensors") || has("dtype") || has("set '")) return "layout";
+  if (outcome.rfind("dropped: over-selected", 0) == 0) return "over_selected";
+  if (has("deadline")) return "deadline";
+  if (has("could not train") || has("failed:") || has("cannot train")) return "failed";
+  if (outcome.rfind("dropped", 0) == 0) return "lost";
+  return "other";
+}
+
+}  // namespace
+
+void RecordRound(const v1::RoundRecord& r) {
+  Families& f = F();
+  const std::string& job = r.job_id();
+  const auto& l = r.latency();
+  const std::pair<const char*, double> phases[] = {
+      {"selection", l.selection_ms()},       {"distribution", l.distribution_ms()},
+      {"compute", l.compute_ms_max()},       {"upload", l.upload_ms()},
+      {"straggler_wait", l.straggler_wait_ms()}, {"aggregation", l.aggregation_ms()},
+      {"evaluation", l.evaluation_ms()},     {"commit", l.commit_ms()},
+      {"data_load", l.data_load_ms_max()},   {"after_last_report", l.after_last_report_ms()},
+      {"other", l.other_ms()},               {"total", l.total_ms()}};
+  for (const auto& [phase, ms] : phases) f.phase.With({job, phase}).Observe(ms / 1000.0);
+  f.committed.With({job}).Inc();
+  f.round_bytes.With({job, "upload"}).Inc(static_cast<double>(r.upload_bytes()));
+  f.round_bytes.With({job, "download"}).Inc(static_cast<double>(r.download_bytes()));
+  if (l.total_ms() > 0) {
+    f.communication.With({job}).Set((l.distribution_ms() + l.upload_ms()) / l.total_ms());
+  }
+  for (const auto& w : r.workers()) {
+    const std::string outcome = Outcome(w.outcome());
+    f.updates.With({job, outcome, Reason(w.outcome())}).Inc();
+    if (outcome == "dropped" && w.outcome().find("deadline") != std::string::npos) f.stragglers.With({job}).Inc();
+    if (outcome != "accepted") continue;
+    f.compute.With({w.worker_id()}).Observe(w.compute_ms() / 1000.0);
+    f.download.With({w.worker_id()}).Observe(w.download_ms() / 1000.0);
+    f.upload.With({w.worker_id()}).Observe(w.upload_ms() / 1000.0);
+  }
+  // Series that exist before their first event read 0 rather than being absent.
+  f.retried.With({job});
+  f.stragglers.With({job});
+}
+
+void RecordRetry(const std::string& job_id) { F().retried.With({job_id}).Inc(); }
+
+void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes) {
+  F().download_bytes.With({worker_id}).Inc(static_cast<double>(bytes));
+}
+
+void RecordUploadBytes(const std::string& worker_id, uint64_t bytes) {
+  F().upload_bytes.With({worker_id}).Inc(static_cast<double>(bytes));
+}
+
+}  // namespace tessera::server

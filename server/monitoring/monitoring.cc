@@ -1,0 +1,199 @@
+#include "server/monitoring/monitoring.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "base/escape.h"
+#include "base/host_port.h"
+#include "base/metrics.h"
+#include "proto/job_mapping.h"
+#include "proto/json.h"
+#include "server/coordinator.h"
+#include "server/dashboard/assets.h"
+
+namespace tessera::server {
+namespace {
+
+
+HttpResponse JsonResponse(const google::protobuf::Message& message) {
+  return HttpResponse{200, "application/json", wire::ToJson(message), {{"Cache-Control", "no-store"}}};
+}
+
+HttpResponse ErrorResponse(const Status& status) {
+  int code = 500;
+  switch (status.code()) {
+    case StatusCode::kNotFound: code = 404; break;
+    case StatusCode::kInvalidArgument: code = 400; break;
+    default: break;
+  }
+  return HttpResponse{code, "text/plain; charset=utf-8", status.message() + "\n", {}};
+}
+
+// The job id a query names, checked as the job service checks ids.
+Result<std::string> JobParam(const HttpRequest& request, const char* name) {
+  auto it = request.params.find(name);
+  if (it == request.params.end() || it->second.empty()) {
+    return InvalidArgumentError(std::string("expected ?") + name + "=JOB_ID");
+  }
+  const std::string& id = it->second;
+  bool ok = id.size() <= 64;
+  for (char c : id) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_');
+  if (!ok) return InvalidArgumentError("job id " + QuoteUntrusted(id, 64) + ": expected letters, digits, '-' or '_'");
+  return id;
+}
+
+bool IsPublic(const std::string& path) {
+  for (const auto& asset : DashboardAssets()) {
+    if (path == asset.path) return true;
+  }
+  return path == "/favicon.ico";
+}
+
+}  // namespace
+
+Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c, MonitoringOptions options) {
+  ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--metrics-listen", options.listen, PortZero::kAllowed));
+  if (options.tls.insecure && !options.tls.insecure_remote && !IsLoopbackHost(listen.host)) {
+    return InvalidArgumentError("--metrics-listen " + listen.ToString() +
+                                ": the coordinator runs --insecure, so its monitoring port is plaintext too: "
+                                "give a loopback address (or --insecure-force on a network you trust)");
+  }
+  HttpEndpointOptions http;
+  http.host = listen.host;
+  http.port = listen.port;
+  http.max_streams = options.max_event_streams;
+  if (!options.tls.insecure) {
+    http.cert_pem = options.tls.cert_pem;
+    http.key_pem = options.tls.key_pem;
+    http.client_ca_pem = options.tls.client_ca_pem;
+  }
+  http.authorize = [c](const HttpRequest& request) -> Status {
+    if (IsPublic(request.path)) return Status::Ok();
+    wire::PeerIdentity peer;
+    peer.has_certificate = request.client_certificate;
+    peer.common_name = request.client_cn;
+    peer.role = request.client_ou;
+    std::string authorization = request.authorization.substr(0, 2048);
+    return c->access().CheckOperator(peer, request.authorization.empty() ? nullptr : &authorization);
+  };
+  for (const auto& asset : DashboardAssets()) {
+    const DashboardAsset a = asset;
+    http.routes.push_back({a.path, [a](const HttpRequest&) {
+                             return HttpResponse{200, a.content_type, std::string(a.data, a.size),
+                                                 {{"Cache-Control", "no-cache"},
+                                                  {"Content-Security-Policy",
+                                                   "default-src 'self'; style-src 'self' 'unsafe-inline'"},
+                                                  {"X-Content-Type-Options", "nosniff"}}};
+                           },
+                           nullptr});
+  }
+  // Browsers ask for an icon on their own; the page has none: "no content" rather than a 404.
+  http.routes.push_back({"/favicon.ico", [](const HttpRequest&) {
+                           return HttpResponse{204, "image/x-icon", "", {{"Cache-Control", "max-age=86400"}}};
+                         },
+                         nullptr});
+  http.routes.push_back({"/metrics", [](const HttpRequest&) {
+                           return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                               metrics::Global().Render(), {}};
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/jobs", [c](const HttpRequest&) {
+                           auto jobs = c->ListJobs();
+                           if (!jobs.ok()) return ErrorResponse(jobs.status());
+                           v1::ListJobsResponse response;
+                           for (auto& job : *jobs) *response.add_jobs() = std::move(job);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/job", [c](const HttpRequest& request) {
+                           auto id = JobParam(request, "id");
+                           if (!id.ok()) return ErrorResponse(id.status());
+                           auto job = c->GetJob(*id);
+                           if (!job.ok()) return ErrorResponse(job.status());
+                           auto rounds = c->ListRounds(*id, 0);
+                           if (!rounds.ok()) return ErrorResponse(rounds.status());
+                           v1::GetJobResponse response;
+                           *response.mutable_job() = std::move(*job);
+                           for (auto& r : *rounds) *response.add_rounds() = std::move(r);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  http.routes.push_back({"/api/workers", [c](const HttpRequest&) {
+                           v1::ListWorkersResponse response;
+                           for (auto& w : c->registry().List()) *response.add_workers() = std::move(w);
+                           return JsonResponse(response);
+                         },
+                         nullptr});
+  // The job each time its state or committed rounds change; a comment line every 15 s
+  // otherwise. The page then fetches /api/job for the rounds.
+  http.routes.push_back({"/api/events", nullptr, [c](const HttpRequest& request, const EventSender& send) {
+                           auto id = JobParam(request, "job");
+                           if (!id.ok()) {
+                             send("error", id.status().message());
+                             return;
+                           }
+                           std::string last;
+                           for (;;) {
+                             auto job = c->GetJob(*id);
+                             if (!job.ok()) {
+                               send("error", job.status().message());
+                               return;
+                             }
+                             std::string now = wire::ToJson(*job);
+                             if (now != last) {
+                               if (!send("job", now)) return;
+                               last = std::move(now);
+                             } else if (!send("", "")) {
+                               return;
+                             }
+                             std::this_thread::sleep_for(std::chrono::milliseconds(250));
+                           }
+                         }});
+  auto endpoint = HttpEndpoint::Start(std::move(http));
+  if (!endpoint.ok()) return Status(endpoint.status().code(), "--metrics-listen: " + endpoint.status().message());
+  std::unique_ptr<MonitoringServer> server(new MonitoringServer());
+  server->endpoint_ = std::move(endpoint).value();
+  // Gauges read when scraped: workers and jobs by state, open streams.
+  auto& registry = metrics::Global();
+  auto& workers = registry.Gauge("tessera_workers", "Workers known to the coordinator by state: alive or gone.", {"state"});
+  auto& jobs = registry.Gauge("tessera_jobs", "Jobs by state.", {"state"});
+  auto& streams = registry.Gauge("tessera_open_streams",
+                                 "Streams open at the coordinator: task channels, downloads, uploads, watches, waits.");
+  auto& queue = registry.Gauge("tessera_upload_queue",
+                               "Uploads waiting for the upload memory budget before their bytes are read.");
+  auto& buffered = registry.Gauge("tessera_upload_buffer_bytes", "Bytes of the upload memory budget held now.");
+  server->collector_ = registry.AddCollector([c, &workers, &jobs, &streams, &queue, &buffered] {
+    queue.With().Set(static_cast<double>(c->upload_budget().waiting()));
+    buffered.With().Set(static_cast<double>(c->upload_budget().in_use()));
+    double alive = 0, gone = 0;
+    for (const auto& w : c->registry().List()) (w.alive() ? alive : gone) += 1;
+    workers.With({"alive"}).Set(alive);
+    workers.With({"gone"}).Set(gone);
+    std::map<std::string, double> by_state;
+    for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
+      if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[wire::JobStateName(static_cast<v1::JobState>(s))] = 0;
+    }
+    if (auto listed = c->ListJobs(); listed.ok()) {
+      for (const auto& job : *listed) by_state[wire::JobStateName(job.state())] += 1;
+    }
+    for (const auto& [state, count] : by_state) jobs.With({state}).Set(count);
+    streams.With().Set(static_cast<double>(c->streams().open()));
+  });
+  return server;
+}
+
+MonitoringServer::~MonitoringServer() { Stop(); }
+
+void MonitoringServer::Stop() {
+  if (collector_ != 0) {
+    metrics::Global().RemoveCollector(collector_);
+    collector_ = 0;
+  }
+  if (endpoint_) endpoint_->Stop();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,147 @@
+#include "server/rpc/access_policy.h"
+
+#include <openssl/crypto.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "base/escape.h"
+
+namespace tessera::server {
+namespace {
+
+bool SecretEquals(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Status CheckSecret(const std::string& what, const std::string& secret) {
+  bool ok = secret.size() >= 8 && secret.size() <= 1024;
+  for (char c : secret) ok = ok && !std::isspace(static_cast<unsigned char>(c)) && c != '\0';
+  if (!ok) {
+    return InvalidArgumentError(what + ": expected 8 to 1024 bytes without whitespace, got " +
+                                std::to_string(secret.size()) + " bytes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+AccessPolicy::AccessPolicy(std::map<std::string, std::string> join_tokens, std::string admin_token, bool mutual_tls)
+    : join_tokens_(std::move(join_tokens)), admin_token_(std::move(admin_token)), mutual_tls_(mutual_tls) {}
+
+Status AccessPolicy::Validate() const {
+  for (const auto& [label, token] : join_tokens_) {
+    bool ok = !label.empty() && label.size() <= 64;
+    for (char c : label) {
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+    }
+    if (!ok) {
+      return InvalidArgumentError("join token label " + QuoteUntrusted(label) +
+                                  ": expected 1 to 64 letters, digits, '-', '_' or '.'");
+    }
+    RETURN_IF_ERROR(CheckSecret("join token '" + label + "'", token));
+  }
+  if (!admin_token_.empty()) RETURN_IF_ERROR(CheckSecret("the admin token", admin_token_));
+  if (join_tokens_.empty() && !mutual_tls_) {
+    return InvalidArgumentError(
+        "workers need a credential to join: a join token (--join-token-file) or mutual TLS with worker "
+        "certificates (--tls-client-ca, or --tls-dir)");
+  }
+  if (admin_token_.empty() && !mutual_tls_) {
+    return InvalidArgumentError(
+        "operators need a credential for the job service: an admin token (--admin-token-file) or mutual TLS "
+        "with operator certificates (--tls-client-ca, or --tls-dir)");
+  }
+  return Status::Ok();
+}
+
+Result<std::string> AccessPolicy::CheckJoin(const wire::PeerIdentity& peer, const std::string& name,
+                                            const std::string& token) const {
+  const std::string who = "join refused for worker " + QuoteUntrusted(name);
+  std::string label;
+  if (!join_tokens_.empty()) {
+    for (const auto& [l, t] : join_tokens_) {
+      if (SecretEquals(token, t)) label = l;  // every token is compared: no early exit
+    }
+    if (label.empty()) return PermissionDeniedError(who + ": the join token does not match the coordinator's");
+  }
+  if (!mutual_tls_) return "token:" + label;
+  if (!peer.has_certificate || peer.role != wire::kWorkerRole) {
+    return PermissionDeniedError(who + ": a worker joins with a " + std::string(wire::kWorkerRole) +
+                                 " certificate; this caller's is " +
+                                 (peer.has_certificate ? "OU=" + QuoteUntrusted(peer.role) : std::string("none")));
+  }
+  if (peer.common_name != name) {
+    return PermissionDeniedError(who + ": its certificate belongs to worker " + QuoteUntrusted(peer.common_name) +
+                                 " (CN); a worker joins under the name its certificate carries");
+  }
+  return std::string();
+}
+
+Status AccessPolicy::CheckWorkerCall(const wire::PeerIdentity& peer, const std::string& worker_id) const {
+  if (!mutual_tls_) return Status::Ok();
+  if (!peer.has_certificate || peer.role != wire::kWorkerRole || peer.common_name != worker_id) {
+    return PermissionDeniedError("worker " + QuoteUntrusted(worker_id) +
+                                 ": the call must come from that worker's own certificate; this one is " +
+                                 (peer.has_certificate ? QuoteUntrusted(peer.common_name) + " (OU=" +
+                                                             EscapeUntrusted(peer.role) + ")"
+                                                       : std::string("none")));
+  }
+  return Status::Ok();
+}
+
+Status AccessPolicy::CheckOperator(const wire::PeerIdentity& peer, const std::string* authorization) const {
+  if (peer.has_certificate && peer.role == wire::kOperatorRole) return Status::Ok();
+  if (authorization != nullptr) {
+    const std::string prefix = "Bearer ";
+    if (!admin_token_.empty() && authorization->rfind(prefix, 0) == 0 &&
+        SecretEquals(authorization->substr(prefix.size()), admin_token_)) {
+      return Status::Ok();
+    }
+    return PermissionDeniedError("the job service refused the call: its admin token does not match the "
+                                 "coordinator's");
+  }
+  if (peer.has_certificate) {
+    return PermissionDeniedError("the job service needs an operator: a " + std::string(wire::kOperatorRole) +
+                                 " certificate or the admin token; this caller's certificate is " +
+                                 QuoteUntrusted(peer.common_name) + " (OU=" + EscapeUntrusted(peer.role) + ")");
+  }
+  return UnauthenticatedError("the job service needs an operator credential: a " + std::string(wire::kOperatorRole) +
+                              " certificate (mutual TLS) or the admin token (tessera --admin-token-file)");
+}
+
+Result<std::map<std::string, std::string>> ReadJoinTokenFile(const std::string& path) {
+  constexpr size_t kMaxBytes = 256 * 1024;
+  constexpr size_t kMaxTokens = 1000;
+  const std::string named = "--join-token-file " + QuoteUntrusted(path, 256);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError(named + ": cannot read it");
+  std::string text(kMaxBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxBytes) return InvalidArgumentError(named + ": expected at most 256 KiB, got more");
+  std::map<std::string, std::string> tokens;
+  std::istringstream lines(text);
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const std::string where = named + ":" + std::to_string(number);
+    std::istringstream fields(line);
+    std::string first, second, third;
+    fields >> first >> second >> third;
+    if (first.empty() || first[0] == '#') continue;
+    if (!third.empty()) return InvalidArgumentError(where + ": expected TOKEN or LABEL TOKEN, got more fields");
+    const std::string label = second.empty() ? "default" : first;
+    const std::string token = second.empty() ? first : second;
+    if (tokens.count(label)) return InvalidArgumentError(where + ": label " + QuoteUntrusted(label) + " is given twice");
+    if (tokens.size() == kMaxTokens) return InvalidArgumentError(where + ": expected at most 1000 tokens");
+    AccessPolicy single({{label, token}}, "", true);
+    if (Status s = single.Validate(); !s.ok()) return InvalidArgumentError(where + ": " + s.message());
+    tokens[label] = token;
+  }
+  if (tokens.empty()) return InvalidArgumentError(named + ": holds no token");
+  return tokens;
+}
+
+}  // namespace tessera::server

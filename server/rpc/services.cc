@@ -1,0 +1,464 @@
+#include "server/rpc/services.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/escape.h"
+#include "proto/byte_buffers.h"
+#include "proto/grpc_status.h"
+#include "proto/task_wire.h"
+#include "proto/transport_security.h"
+#include "server/coordinator.h"
+#include "server/rpc/service_doors.h"
+#include "server/rpc/transfers.h"
+
+namespace tessera::server {
+namespace {
+
+using wire::ToGrpc;
+
+// Free text from the wire (device names and properties, a worker's state, a failure report)
+// is escaped and cut (base/escape.h); names and ids are checked (server/rpc/service_doors.h).
+constexpr size_t kMaxDeviceProperties = 64;
+constexpr size_t kMaxDevicePropertyBytes = 8 << 10;  // all of a device's properties, escaped
+
+// What a worker says about its device is shown to operators: escaped and bounded.
+Status SanitizeDevice(v1::DeviceInfo* device) {
+  if (static_cast<size_t>(device->properties_size()) > kMaxDeviceProperties) {
+    return InvalidArgumentError("join: field 'device.properties': expected at most " +
+                                std::to_string(kMaxDeviceProperties) + " entries, got " +
+                                std::to_string(device->properties_size()));
+  }
+  device->set_kind(EscapeUntrusted(device->kind()));
+  device->set_name(EscapeUntrusted(device->name(), 128));
+  google::protobuf::Map<std::string, std::string> properties;
+  size_t bytes = 0;
+  for (const auto& [key, value] : device->properties()) {
+    std::string k = EscapeUntrusted(key), v = EscapeUntrusted(value, 128);
+    bytes += k.size() + v.size();
+    properties[std::move(k)] = std::move(v);
+  }
+  if (bytes > kMaxDevicePropertyBytes) {
+    return InvalidArgumentError("join: field 'device.properties': expected at most " +
+                                std::to_string(kMaxDevicePropertyBytes) + " bytes in all, escaped, got " +
+                                std::to_string(bytes));
+  }
+  *device->mutable_properties() = std::move(properties);
+  return Status::Ok();
+}
+
+// A long-lived server stream is written by whichever thread has something for it (the one
+// that queued a task or published an event, or gRPC's own after a write completes), never by
+// a thread parked on it. Both streams below share one discipline:
+//  - their state lives in an object shared by the reactor and by whoever notifies it, so a
+//    late notification finds the state, sees the reactor gone, and does nothing;
+//  - under the state's lock a thread claims the right to start the single write, or to call
+//    Finish() once; it calls them after releasing the lock, because gRPC may run
+//    OnWriteDone() and even OnDone() inline, on the calling thread;
+//  - the reactor is alive while Finish() has not been called (OnDone() comes only after it),
+//    so whoever holds that right may use the reactor; after Finish() no one touches it.
+
+// One worker's task channel: what its reactor and the registry share.
+class TaskChannel final : public TaskChannelSink {
+ public:
+  TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation,
+              grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor, grpc::CallbackServerContext* ctx)
+      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor), ctx_(ctx) {}
+
+  void TasksQueued() override { Pump(); }
+  void Superseded() override { Close(); }
+
+  // Writes the next queued task, or finishes once closing, unless a write is in flight.
+  void Pump() {
+    grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || writing_ || finish_called_) return;
+      while (!closing_) {
+        bool closed = false;
+        std::optional<OutgoingTask> task = registry_->TakeOutgoing(worker_id_, generation_, &closed);
+        if (closed) {
+          closing_ = true;
+        } else if (!task) {
+          return;
+        } else if (!Serialize(*task)) {
+          spdlog::error("task channel of worker '{}': a task could not be serialized; dropped", worker_id_);
+          continue;
+        } else {
+          on_written_ = std::move(task->on_written);
+          writing_ = true;
+          write_started_ = std::chrono::steady_clock::now();
+          break;
+        }
+      }
+      finish = closing_;
+      finish_called_ = finish;
+      reactor = reactor_;
+    }
+    if (finish) {
+      reactor->Finish(finish_status_);  // the worker sees its channel closed and rejoins
+    } else {
+      reactor->StartWrite(&in_flight_);
+    }
+  }
+
+  // A limit passed (server/rpc/stream_limits.h): the channel ends with `why`; a write the worker
+  // does not take is cancelled.
+  void Expire(const Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || finish_called_) return;
+      finish_status_ = ToGrpc(why);
+      closing_ = true;
+      if (writing_) ctx_->TryCancel();
+    }
+    spdlog::info("ended {}", why.message());
+    Pump();
+  }
+
+  // Idle but well: no write has waited on the worker for `idle`, and it heartbeats.
+  bool Alive(std::chrono::milliseconds idle) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_ && std::chrono::steady_clock::now() - write_started_ >= idle) return false;
+    }
+    return registry_->IsAlive(worker_id_, generation_);
+  }
+
+  void Close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    Pump();
+  }
+
+  void WriteDone(bool ok) {
+    std::function<void()> written;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = false;
+      if (!ok) closing_ = true;  // the stream broke
+      written = std::exchange(on_written_, nullptr);
+      in_flight_.Clear();  // an inline model's slice goes back to its version
+    }
+    if (ok && written) written();
+    Pump();
+  }
+
+  // The worker went away: it leaves its round at once, as when its heartbeat stops.
+  void Cancelled() {
+    registry_->CloseChannel(worker_id_, generation_, this);
+    Close();
+  }
+
+  // The reactor is being deleted.
+  void Done() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reactor_ = nullptr;
+    }
+    registry_->CloseChannel(worker_id_, generation_, this);
+  }
+
+ private:
+  // The task as the channel's next message; a small model rides inside it, shared.
+  bool Serialize(const OutgoingTask& task) {
+    if (task.inline_model) return wire::TaskWithInlineModel(task.task, task.inline_model, &in_flight_);
+    return wire::ToByteBuffer(task.task, &in_flight_);
+  }
+
+  WorkerRegistry* const registry_;
+  const std::string worker_id_;
+  const uint64_t generation_;
+  std::mutex mu_;  // guards the fields below; held while taking a task from the registry
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_;  // null once done
+  grpc::CallbackServerContext* const ctx_;       // valid while reactor_ is set
+  grpc::Status finish_status_ = grpc::Status::OK;
+  bool writing_ = false;        // a write is in flight; in_flight_ belongs to it
+  std::chrono::steady_clock::time_point write_started_;
+  bool closing_ = false;        // finish as soon as no write is in flight
+  bool finish_called_ = false;
+  grpc::ByteBuffer in_flight_;          // the message being written
+  std::function<void()> on_written_;    // its OutgoingTask::on_written
+};
+
+class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  // `admitted`: the caller's checks (worker id, certificate), done by the service.
+  TaskChannelReactor(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::TaskChannelRequest& request,
+                     const Status& admitted) {
+    if (!admitted.ok()) {
+      Finish(ToGrpc(admitted));
+      return;
+    }
+    WorkerRegistry& registry = c->registry();
+    if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    auto slot = c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'");
+    if (!slot.ok()) {
+      Finish(ToGrpc(slot.status()));
+      return;
+    }
+    const uint64_t generation = registry.Generation(request.worker_id());
+    auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, this, ctx);
+    StartSendInitialMetadata();
+    if (Status opened = registry.OpenChannel(request.worker_id(), generation, channel); !opened.ok()) {
+      Finish(ToGrpc(opened));
+      return;
+    }
+    slot_ = std::move(slot).value();
+    channel_ = std::move(channel);
+    // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
+    // has stopped heartbeating by then, or at the channel's maximum age.
+    std::weak_ptr<TaskChannel> weak = channel_;
+    deadline_ = StreamDeadline::Create(
+        "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
+        c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
+          if (auto channel = weak.lock()) channel->Expire(why);
+        });
+    deadline_->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
+      auto channel = weak.lock();
+      return channel && channel->Alive(idle);
+    });
+    c->watchdog().Watch(deadline_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    deadline_->Progress();
+    channel_->WriteDone(ok);
+  }
+  void OnCancel() override {
+    if (channel_) channel_->Cancelled();
+  }
+  void OnDone() override {
+    if (deadline_) deadline_->ClaimFinish();  // the watchdog forgets it
+    if (channel_) channel_->Done();
+    delete this;
+  }
+
+ private:
+  std::unique_ptr<StreamCounter::Slot> slot_;
+  std::shared_ptr<TaskChannel> channel_;  // null when the channel was refused
+  std::shared_ptr<StreamDeadline> deadline_;
+};
+
+// OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
+// (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one. DownloadModel
+// is raw: it writes each model version's messages serialized once (server/jobs/model_version.h);
+// so is UploadUpdate, which reads chunks from the transport straight into the update's tensors,
+// and OpenTaskChannel, whose tasks may carry a small model's serialized bytes, shared.
+class WorkerServiceImpl final
+    : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithRawCallbackMethod_OpenTaskChannel<
+          v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithRawCallbackMethod_UploadUpdate<
+              v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
+ public:
+  explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
+
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest* given, v1::JoinResponse* response) override {
+    auto refused = [&](const Status& why) {
+      refused_joins_.Warn("{} (from {})", why.message(), EscapeUntrusted(ctx->peer()));
+      return ToGrpc(why);
+    };
+    if (Status s = CheckName("join", "name", given->name()); !s.ok()) return ToGrpc(s);
+    auto credential = c_->access().CheckJoin(Peer(ctx), given->name(), given->join_token());
+    if (!credential.ok()) return refused(credential.status());
+    v1::JoinRequest sanitized = *given;
+    const v1::JoinRequest* request = &sanitized;
+    // A name joined with a token alone is bound to that token's label at its first join.
+    if (!credential->empty()) {
+      if (Status s = c_->BindWorkerName(request->name(), *credential); !s.ok()) return refused(s);
+    }
+    if (Status s = CheckName("join", "cohort", request->cohort(), false); !s.ok()) return ToGrpc(s);
+    if (Status s = SanitizeDevice(sanitized.mutable_device()); !s.ok()) return ToGrpc(s);
+    sanitized.set_local_data_path(EscapeUntrusted(request->local_data_path(), 256));
+    sanitized.clear_join_token();
+    auto joined = c_->registry().Join(*request);
+    if (!joined.ok()) return ToGrpc(joined.status());
+    if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
+    *response = std::move(joined).value();
+    return grpc::Status::OK;
+  }
+
+  // Answered inline on gRPC's own thread (callback API): a heartbeat is a few hundred
+  // nanoseconds of work under the registry's lock, not worth a hand-off to a server thread.
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    Status s = CheckCaller(ctx, "heartbeat", request->worker_id());
+    if (s.ok()) {
+      s = c_->registry().Heartbeat(request->worker_id(), request->session(), EscapeUntrusted(request->state(), 32));
+    }
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* OpenTaskChannel(grpc::CallbackServerContext* ctx,
+                                                              const grpc::ByteBuffer* raw_request) override {
+    v1::TaskChannelRequest request;
+    Status admitted = wire::FromByteBuffer(*raw_request, &request)
+                          ? CheckCaller(ctx, "task channel", request.worker_id())
+                          : InvalidArgumentError("task channel: the request is not a TaskChannelRequest");
+    return new TaskChannelReactor(c_, ctx, request, admitted);
+  }
+
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(grpc::CallbackServerContext*,
+                                                          const grpc::ByteBuffer* raw_request) override;
+
+  // Rendezvous keys are confined to the caller's own cohort, in the round it takes part in:
+  // "rendezvous/JOB/ROUND/ATTEMPT/COHORT/..." (the TrainTask's rendezvous_prefix).
+  Status CheckStoreAccess(const grpc::ServerContextBase* ctx, const v1::StoreRequest& request) {
+    RETURN_IF_ERROR(CheckCaller(ctx, "store", request.worker_id()));
+    RETURN_IF_ERROR(c_->registry().Authenticate(request.worker_id(), request.session()));
+    const RendezvousLimits& limits = c_->rendezvous().limits();
+    if (request.key().size() > limits.max_key_bytes || request.value().size() > limits.max_value_bytes) {
+      return InvalidArgumentError("worker '" + request.worker_id() + "': store key of " +
+                                  std::to_string(request.key().size()) + " bytes and value of " +
+                                  std::to_string(request.value().size()) + " bytes: expected at most " +
+                                  std::to_string(limits.max_key_bytes) + " (max_key_bytes) and " +
+                                  std::to_string(limits.max_value_bytes) + " (max_value_bytes)");
+    }
+    const std::string cohort = c_->registry().Cohort(request.worker_id());
+    if (cohort.empty()) {
+      return PermissionDeniedError("worker '" + request.worker_id() + "' is in no cohort; the store serves cohorts");
+    }
+    const std::string& key = request.key();
+    std::vector<std::string> parts;  // rendezvous, JOB, ROUND, ATTEMPT, COHORT
+    size_t at = 0;
+    while (parts.size() < 5) {
+      const size_t slash = key.find('/', at);
+      if (slash == std::string::npos) break;
+      parts.push_back(key.substr(at, slash - at));
+      at = slash + 1;
+    }
+    auto outside = [&](const std::string& why) {
+      return PermissionDeniedError("worker '" + request.worker_id() + "': key " + QuoteUntrusted(key, 128) +
+                                   " is outside its cohort's rendezvous (expected rendezvous/JOB/ROUND/ATTEMPT/" +
+                                   cohort + "/... of the round it takes part in" + why + ")");
+    };
+    if (parts.size() < 5 || parts[0] != "rendezvous" || parts[4] != cohort || !CheckJobId("store", parts[1]).ok()) {
+      return outside("");
+    }
+    auto runner = c_->Runner(parts[1]);
+    if (!runner) return outside("; job " + QuoteUntrusted(parts[1]) + " is not running");
+    auto open = runner->SelectedRound(request.worker_id(), "rendezvous key");
+    if (!open.ok()) return open.status();
+    if (parts[2] != std::to_string(open->round) || parts[3] != std::to_string(open->attempt)) {
+      return outside("; its round is " + std::to_string(open->round) + " attempt " + std::to_string(open->attempt));
+    }
+    return Status::Ok();
+  }
+
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse*) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
+    return ToGrpc(c_->rendezvous().Set(request->key(), request->value()));
+  }
+
+  // Waits for the key without holding a thread: the reply is sent by whoever sets the key,
+  // or by the store's timer at the deadline.
+  grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreRequest* request,
+                                     v1::StoreResponse* response) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
+    // A waiting get counts among the caller's open streams until it is answered.
+    auto slot = c_->streams().Open(CallerOf(ctx), "rendezvous wait of worker '" + request->worker_id() + "'");
+    if (!slot.ok()) {
+      reactor->Finish(ToGrpc(slot.status()));
+      return reactor;
+    }
+    const auto wait = std::min(std::chrono::milliseconds(request->wait_ms()), c_->rendezvous().limits().max_wait);
+    std::shared_ptr<StreamCounter::Slot> held = std::move(slot).value();
+    c_->rendezvous().GetAsync(request->key(), wait, [reactor, response, held](Result<std::string> value) {
+      if (!value.ok()) {
+        reactor->Finish(ToGrpc(value.status()));
+        return;
+      }
+      response->set_value(std::move(value).value());
+      reactor->Finish(grpc::Status::OK);
+    });
+    return reactor;
+  }
+
+  grpc::Status StoreAdd(grpc::ServerContext* ctx, const v1::StoreRequest* request, v1::StoreResponse* response) override {
+    if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) return ToGrpc(s);
+    auto counter = c_->rendezvous().Add(request->key(), request->delta());
+    if (!counter.ok()) return ToGrpc(counter.status());
+    response->set_counter(*counter);
+    return grpc::Status::OK;
+  }
+
+  grpc::ServerReadReactor<grpc::ByteBuffer>* UploadUpdate(grpc::CallbackServerContext*,
+                                                          grpc::ByteBuffer* response) override;
+
+ private:
+  // A call after Join: a well-formed worker id and, under mutual TLS, that worker's own
+  // certificate. The session is checked by the registry.
+  Status CheckCaller(const grpc::ServerContextBase* ctx, const std::string& call, const std::string& worker_id) {
+    RETURN_IF_ERROR(CheckName(call, "worker_id", worker_id));
+    Status s = c_->access().CheckWorkerCall(Peer(ctx), worker_id);
+    if (!s.ok()) refused_calls_.Warn("{} (from {})", s.message(), EscapeUntrusted(ctx->peer()));
+    return s;
+  }
+
+  Coordinator* c_;
+  RefusalLog refused_joins_;
+  RefusalLog refused_calls_;
+  RefusalLog refused_uploads_;
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::DownloadModel(grpc::CallbackServerContext* ctx,
+                                                                           const grpc::ByteBuffer* raw_request) {
+  v1::DownloadModelRequest parsed;
+  const bool readable = wire::FromByteBuffer(*raw_request, &parsed);
+  const v1::DownloadModelRequest* request = &parsed;
+  Status admitted = readable ? CheckCaller(ctx, "download", request->worker_id())
+                             : InvalidArgumentError("download: the request is not a DownloadModelRequest");
+  if (admitted.ok()) admitted = CheckJobId("download", request->job_id());
+  std::unique_ptr<StreamCounter::Slot> slot;
+  if (admitted.ok()) {
+    auto opened = c_->streams().Open(CallerOf(ctx), "download by worker '" + request->worker_id() + "'");
+    if (opened.ok()) {
+      slot = std::move(opened).value();
+    } else {
+      admitted = opened.status();
+    }
+  }
+  return StartDownload(c_, ctx, *request, admitted, std::move(slot));
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
+                                                                           grpc::ByteBuffer* response) {
+  UploadChecks checks;
+  checks.header = [this, ctx](const v1::UpdateHeader& header) {
+    RETURN_IF_ERROR(CheckCaller(ctx, "upload", header.worker_id()));
+    return CheckJobId("upload", header.job_id());
+  };
+  checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
+  const std::string caller = CallerOf(ctx);
+  return StartUpload(c_, response, std::move(checks), caller, c_->streams().Open(caller, "upload"));
+}
+
+}  // namespace
+
+std::unique_ptr<v1::WorkerService::Service> MakeWorkerService(Coordinator* coordinator) {
+  return std::make_unique<WorkerServiceImpl>(coordinator);
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,213 @@
+#include "server/state/memory_state_store.h"
+
+#include <algorithm>
+
+namespace tessera::server {
+
+std::string_view StateWriteName(StateWrite kind) {
+  switch (kind) {
+    case StateWrite::kInsertJob: return "InsertJob";
+    case StateWrite::kUpdateJob: return "UpdateJob";
+    case StateWrite::kCommitRound: return "CommitRound";
+    case StateWrite::kSaveInitialModel: return "SaveInitialModel";
+    case StateWrite::kUpdateRoundRecord: return "UpdateRoundRecord";
+    case StateWrite::kRewindJob: return "RewindJob";
+    case StateWrite::kSaveWorker: return "SaveWorker";
+    case StateWrite::kBindWorkerName: return "BindWorkerName";
+    case StateWrite::kSaveSeat: return "SaveSeat";
+  }
+  return "unknown write";
+}
+
+void MemoryStateStore::FailNextWrites(StateWrite kind, int count, Status why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Injected& injected = injected_[static_cast<size_t>(kind)];
+  injected.count = count;
+  injected.why = std::move(why);
+}
+
+void MemoryStateStore::SetWriteHook(StateWrite kind, std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(mu_);
+  injected_[static_cast<size_t>(kind)].hook = std::move(hook);
+}
+
+int MemoryStateStore::writes(StateWrite kind) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return injected_[static_cast<size_t>(kind)].writes;
+}
+
+Status MemoryStateStore::BeginWrite(StateWrite kind) {
+  std::function<void()> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Injected& injected = injected_[static_cast<size_t>(kind)];
+    ++injected.writes;
+    hook = injected.hook;
+  }
+  if (hook) hook();
+  std::lock_guard<std::mutex> lock(mu_);
+  Injected& injected = injected_[static_cast<size_t>(kind)];
+  if (injected.count <= 0) return Status::Ok();
+  --injected.count;
+  return injected.why;
+}
+
+std::string MemoryStateStore::CheckpointName(const std::string& job_id, uint32_t round) {
+  return "memory checkpoint of job " + job_id + " round " + std::to_string(round);
+}
+
+Status MemoryStateStore::InsertJob(const v1::Job& job) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kInsertJob));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (jobs_.count(job.id())) return AlreadyExistsError("insert job " + job.id() + ": the job exists already");
+  jobs_[job.id()] = {++last_job_number_, job};
+  return Status::Ok();
+}
+
+Status MemoryStateStore::UpdateJob(const v1::Job& job) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kUpdateJob));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job.id());
+  if (it != jobs_.end()) it->second.second = job;
+  return Status::Ok();
+}
+
+Result<v1::Job> MemoryStateStore::GetJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return NotFoundError("no job '" + job_id + "'");
+  return it->second.second;
+}
+
+Result<std::vector<v1::Job>> MemoryStateStore::ListJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, const v1::Job*>> numbered;
+  for (const auto& [id, entry] : jobs_) numbered.emplace_back(entry.first, &entry.second);
+  std::sort(numbered.begin(), numbered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<v1::Job> jobs;
+  for (const auto& [number, job] : numbered) jobs.push_back(*job);
+  return jobs;
+}
+
+Result<uint64_t> MemoryStateStore::NextJobNumber() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_job_number_ + 1;
+}
+
+Status MemoryStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kCommitRound));
+  std::string checkpoint = EncodeCheckpoint(global_model);
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpoints_[{job.id(), record.round()}] = std::move(checkpoint);
+  rounds_[{job.id(), record.round()}] = record;
+  auto it = jobs_.find(job.id());
+  if (it != jobs_.end()) it->second.second = job;
+  if (record.round() > kKeptCheckpoints) checkpoints_.erase({job.id(), record.round() - kKeptCheckpoints});
+  return Status::Ok();
+}
+
+Status MemoryStateStore::SaveInitialModel(const std::string& job_id, const TensorSet& model) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kSaveInitialModel));
+  std::string checkpoint = EncodeCheckpoint(model);
+  std::lock_guard<std::mutex> lock(mu_);
+  checkpoints_[{job_id, 0}] = std::move(checkpoint);
+  return Status::Ok();
+}
+
+Status MemoryStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kUpdateRoundRecord));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto round = rounds_.find({job.id(), record.round()});
+  if (round != rounds_.end()) round->second = record;
+  auto it = jobs_.find(job.id());
+  if (it != jobs_.end()) it->second.second = job;
+  return Status::Ok();
+}
+
+Result<TensorSet> MemoryStateStore::LoadCheckpoint(const std::string& job_id, uint32_t round) {
+  std::string bytes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = checkpoints_.find({job_id, round});
+    if (it == checkpoints_.end()) return NotFoundError(CheckpointName(job_id, round) + " is missing");
+    bytes = it->second;
+  }
+  return DecodeCheckpoint(bytes, CheckpointName(job_id, round));
+}
+
+Status MemoryStateStore::RewindJob(const v1::Job& job) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kRewindJob));
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(rounds_, [&](const auto& entry) {
+    return entry.first.first == job.id() && entry.first.second > job.rounds_committed();
+  });
+  auto it = jobs_.find(job.id());
+  if (it != jobs_.end()) it->second.second = job;
+  return Status::Ok();
+}
+
+Result<std::vector<v1::RoundRecord>> MemoryStateStore::ListRounds(const std::string& job_id, uint32_t from_round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::RoundRecord> rounds;
+  for (auto it = rounds_.lower_bound({job_id, from_round}); it != rounds_.end() && it->first.first == job_id; ++it) {
+    rounds.push_back(it->second);
+  }
+  return rounds;
+}
+
+Status MemoryStateStore::SaveWorker(const v1::WorkerStatus& worker) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kSaveWorker));
+  std::lock_guard<std::mutex> lock(mu_);
+  workers_[worker.worker_id()] = worker;
+  return Status::Ok();
+}
+
+Result<std::vector<v1::WorkerStatus>> MemoryStateStore::LoadWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerStatus> workers;
+  for (const auto& [id, worker] : workers_) workers.push_back(worker);
+  return workers;
+}
+
+Result<std::string> MemoryStateStore::BindWorkerName(const std::string& name, const std::string& credential) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kBindWorkerName));
+  std::lock_guard<std::mutex> lock(mu_);
+  return worker_names_.emplace(name, credential).first->second;
+}
+
+Status MemoryStateStore::SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kSaveSeat));
+  std::lock_guard<std::mutex> lock(mu_);
+  seats_[job_id][worker_id] = party;
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, uint32_t>>> MemoryStateStore::LoadSeats(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, uint32_t>> seats;
+  auto it = seats_.find(job_id);
+  if (it != seats_.end()) seats.assign(it->second.begin(), it->second.end());
+  std::stable_sort(seats.begin(), seats.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return seats;
+}
+
+bool MemoryStateStore::HasCheckpoint(const std::string& job_id, uint32_t round) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return checkpoints_.count({job_id, round}) > 0;
+}
+
+bool MemoryStateStore::DamageCheckpoint(const std::string& job_id, uint32_t round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = checkpoints_.find({job_id, round});
+  if (it == checkpoints_.end()) return false;
+  // The tensors' bytes are the checkpoint's tail (its format: magic, manifest, tensors).
+  auto decoded = DecodeCheckpoint(it->second, CheckpointName(job_id, round));
+  if (!decoded.ok()) return true;  // damaged already
+  size_t bytes = 0;
+  for (const auto& t : *decoded) bytes += t.ByteSize();
+  if (bytes == 0) return false;
+  it->second.back() = static_cast<char>(it->second.back() ^ 0x5a);
+  return true;
+}
+
+}  // namespace tessera::server

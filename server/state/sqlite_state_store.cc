@@ -1,0 +1,373 @@
+#include "server/state/sqlite_state_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace tessera::server {
+namespace {
+
+Status SqliteError(sqlite3* db, const std::string& what) {
+  return InternalError("SQLite: " + what + ": " + sqlite3_errmsg(db));
+}
+
+// A prepared statement that finalises itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  bool ok() const { return stmt_ != nullptr; }
+  void BindText(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void BindBlob(int i, const std::string& s) { sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
+  void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  int Step() { return sqlite3_step(stmt_); }
+  std::string ColumnBlob(int i) {
+    const void* p = sqlite3_column_blob(stmt_, i);
+    return std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(stmt_, i)));
+  }
+  std::string ColumnText(int i) {
+    const unsigned char* p = sqlite3_column_text(stmt_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
+  }
+  int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
+  std::string message = what + " '" + path + "': " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(message + " (the disk is full)");
+  return InternalError(message);
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
+  size_t written = 0;
+  while (written < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ErrnoStatus("cannot write", tmp, err);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot sync", tmp, err);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot rename into", path, err);
+  }
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+SqliteStateStore::SqliteStateStore(std::string state_dir, sqlite3* db) : state_dir_(std::move(state_dir)), db_(db) {}
+
+SqliteStateStore::~SqliteStateStore() { sqlite3_close(db_); }
+
+Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir + "/checkpoints", ec);
+  if (ec) return InvalidArgumentError("state directory '" + state_dir + "': " + ec.message());
+  const std::string db_path = state_dir + "/coordinator.db";
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string message = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return InternalError("cannot open '" + db_path + "': " + message);
+  }
+  std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(state_dir, db));
+  sqlite3_busy_timeout(db, 5000);
+  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
+  RETURN_IF_ERROR(store->Exec(
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL, round INTEGER NOT NULL, record BLOB NOT NULL,"
+      "  checkpoint TEXT NOT NULL, PRIMARY KEY (job_id, round));"
+      "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, worker BLOB NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS seats (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, party INTEGER NOT NULL,"
+      "  PRIMARY KEY (job_id, worker_id));"
+      "CREATE TABLE IF NOT EXISTS worker_names (name TEXT PRIMARY KEY, credential TEXT NOT NULL,"
+      "  bound_unix_ms INTEGER NOT NULL);"));
+  return store;
+}
+
+Status SqliteStateStore::Exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    if (message.find("full") != std::string::npos) return ResourceExhaustedError("SQLite: " + message);
+    return InternalError("SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
+  }
+  return Status::Ok();
+}
+
+std::string SqliteStateStore::CheckpointPath(const std::string& job_id, uint32_t round) const {
+  return state_dir_ + "/checkpoints/" + job_id + "-round-" + std::to_string(round) + ".ckpt";
+}
+
+Status SqliteStateStore::InsertJob(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
+  if (!st.ok()) return SqliteError(db_, "prepare insert job");
+  st.BindText(1, job.id());
+  st.BindBlob(2, job.SerializeAsString());
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert job " + job.id());
+  return Status::Ok();
+}
+
+Status SqliteStateStore::UpdateJob(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return UpdateJobRowLocked(job);
+}
+
+Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
+  Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
+  if (!st.ok()) return SqliteError(db_, "prepare update job");
+  st.BindBlob(1, job.SerializeAsString());
+  st.BindText(2, job.id());
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update job " + job.id());
+  return Status::Ok();
+}
+
+Status SqliteStateStore::InTransactionLocked(const std::function<Status()>& body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Status s = body();
+  if (s.ok()) s = Exec("COMMIT");
+  if (!s.ok()) Exec("ROLLBACK").ok();
+  return s;
+}
+
+Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT job FROM jobs WHERE id = ?");
+  if (!st.ok()) return SqliteError(db_, "prepare get job");
+  st.BindText(1, job_id);
+  if (st.Step() != SQLITE_ROW) return NotFoundError("no job '" + job_id + "'");
+  v1::Job job;
+  if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("job '" + job_id + "': corrupt row");
+  return job;
+}
+
+Result<std::vector<v1::Job>> SqliteStateStore::ListJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT job FROM jobs ORDER BY number");
+  if (!st.ok()) return SqliteError(db_, "prepare list jobs");
+  std::vector<v1::Job> jobs;
+  while (st.Step() == SQLITE_ROW) {
+    v1::Job job;
+    if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("jobs table: corrupt row");
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+Result<uint64_t> SqliteStateStore::NextJobNumber() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT COALESCE(MAX(number), 0) + 1 FROM jobs");
+  if (!st.ok() || st.Step() != SQLITE_ROW) return SqliteError(db_, "next job number");
+  return static_cast<uint64_t>(st.ColumnInt(0));
+}
+
+Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const TensorSet& model) {
+  return WriteFileAtomically(CheckpointPath(job_id, 0), EncodeCheckpoint(model));
+}
+
+Status SqliteStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
+  const std::string path = CheckpointPath(job.id(), record.round());
+  RETURN_IF_ERROR(WriteFileAtomically(path, EncodeCheckpoint(global_model)));
+  std::lock_guard<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+    Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
+    if (!st.ok()) return SqliteError(db_, "prepare insert round");
+    st.BindText(1, job.id());
+    st.BindInt(2, record.round());
+    st.BindBlob(3, record.SerializeAsString());
+    st.BindText(4, path);
+    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert round");
+    return UpdateJobRowLocked(job);
+  }));
+  // Keep the initial model and the newest kKeptCheckpoints; a file left behind by a crash
+  // here is removed at the next start (RemoveLeftoverCheckpoints).
+  if (record.round() > kKeptCheckpoints) {
+    std::error_code ec;
+    std::filesystem::remove(CheckpointPath(job.id(), record.round() - kKeptCheckpoints), ec);
+  }
+  return Status::Ok();
+}
+
+Status SqliteStateStore::RewindJob(const v1::Job& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return InTransactionLocked([&]() -> Status {
+    Statement st(db_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
+    if (!st.ok()) return SqliteError(db_, "prepare delete rounds");
+    st.BindText(1, job.id());
+    st.BindInt(2, job.rounds_committed());
+    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "delete rounds of " + job.id());
+    return UpdateJobRowLocked(job);
+  });
+}
+
+Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, ListJobs());
+  std::map<std::string, uint32_t> committed;
+  for (const auto& job : jobs) committed[job.id()] = job.rounds_committed();
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/checkpoints", ec)) {
+    const std::string name = entry.path().filename().string();
+    bool leftover = false;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      leftover = true;  // an atomic write that never reached its rename
+    } else {
+      const size_t at = name.rfind("-round-");
+      const size_t dot = name.rfind(".ckpt");
+      if (at == std::string::npos || dot == std::string::npos || dot + 5 != name.size() || dot <= at + 7) continue;
+      auto job = committed.find(name.substr(0, at));
+      if (job == committed.end()) continue;
+      uint64_t round = 0;
+      const std::string digits = name.substr(at + 7, dot - at - 7);
+      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+      round = std::stoull(digits);
+      const uint64_t newest = job->second;
+      leftover = round > newest || (round > 0 && round + kKeptCheckpoints <= newest);
+    }
+    if (!leftover) continue;
+    std::error_code remove_error;
+    if (std::filesystem::remove(entry.path(), remove_error)) removed.push_back(entry.path().string());
+  }
+  if (ec) return InternalError("cannot list '" + state_dir_ + "/checkpoints': " + ec.message());
+  return removed;
+}
+
+Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Statement st(db_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
+    if (!st.ok()) return SqliteError(db_, "prepare update round");
+    st.BindBlob(1, record.SerializeAsString());
+    st.BindText(2, job.id());
+    st.BindInt(3, record.round());
+    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update round");
+  }
+  return UpdateJob(job);
+}
+
+Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, uint32_t round) {
+  const std::string path = CheckpointPath(job_id, round);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("checkpoint '" + path + "' is missing");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return DecodeCheckpoint(buffer.str(), path);
+}
+
+Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::string& job_id, uint32_t from_round) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT record FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
+  if (!st.ok()) return SqliteError(db_, "prepare list rounds");
+  st.BindText(1, job_id);
+  st.BindInt(2, from_round);
+  std::vector<v1::RoundRecord> rounds;
+  while (st.Step() == SQLITE_ROW) {
+    v1::RoundRecord record;
+    if (!record.ParseFromString(st.ColumnBlob(0))) return DataLossError("rounds of '" + job_id + "': corrupt row");
+    rounds.push_back(std::move(record));
+  }
+  return rounds;
+}
+
+Status SqliteStateStore::SaveWorker(const v1::WorkerStatus& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "INSERT OR REPLACE INTO workers (id, worker) VALUES (?, ?)");
+  if (!st.ok()) return SqliteError(db_, "prepare save worker");
+  st.BindText(1, worker.worker_id());
+  st.BindBlob(2, worker.SerializeAsString());
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save worker " + worker.worker_id());
+  return Status::Ok();
+}
+
+Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, const std::string& credential) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement insert(db_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
+  if (!insert.ok()) return SqliteError(db_, "prepare bind worker name");
+  insert.BindText(1, name);
+  insert.BindText(2, credential);
+  insert.BindInt(3, std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch()).count());
+  if (insert.Step() != SQLITE_DONE) return SqliteError(db_, "bind worker name " + name);
+  Statement select(db_, "SELECT credential FROM worker_names WHERE name = ?");
+  if (!select.ok()) return SqliteError(db_, "prepare read worker name");
+  select.BindText(1, name);
+  if (select.Step() != SQLITE_ROW) return SqliteError(db_, "read worker name " + name);
+  return select.ColumnText(0);
+}
+
+Result<std::vector<v1::WorkerStatus>> SqliteStateStore::LoadWorkers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT worker FROM workers ORDER BY id");
+  if (!st.ok()) return SqliteError(db_, "prepare load workers");
+  std::vector<v1::WorkerStatus> workers;
+  while (st.Step() == SQLITE_ROW) {
+    v1::WorkerStatus worker;
+    if (!worker.ParseFromString(st.ColumnBlob(0))) return DataLossError("workers table: corrupt row");
+    workers.push_back(std::move(worker));
+  }
+  return workers;
+}
+
+Status SqliteStateStore::SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "INSERT OR REPLACE INTO seats (job_id, worker_id, party) VALUES (?, ?, ?)");
+  if (!st.ok()) return SqliteError(db_, "prepare save seat");
+  st.BindText(1, job_id);
+  st.BindText(2, worker_id);
+  st.BindInt(3, party);
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save seat");
+  return Status::Ok();
+}
+
+Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeats(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party");
+  if (!st.ok()) return SqliteError(db_, "prepare load seats");
+  st.BindText(1, job_id);
+  std::vector<std::pair<std::string, uint32_t>> seats;
+  while (st.Step() == SQLITE_ROW) seats.emplace_back(st.ColumnText(0), static_cast<uint32_t>(st.ColumnInt(1)));
+  return seats;
+}
+
+}  // namespace tessera::server

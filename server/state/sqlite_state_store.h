@@ -1,0 +1,79 @@
+// The coordinator's durable state (server/state/state_store.h) in SQLite (WAL mode, synchronous
+// FULL) under the state directory, and global-model checkpoints as files beside it, each
+// written atomically (temporary file, fsync, rename) before the database row that names it.
+// A round counts as committed when its row is in the database; a checkpoint file without a
+// row is ignored on restart, and removed by RemoveLeftoverCheckpoints.
+//
+// Thread-safe: every method takes an internal mutex (one SQLite connection); a checkpoint
+// file is written before it, so a commit's fsync does not hold up other calls.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "server/state/state_store.h"
+
+namespace tessera::server {
+
+class SqliteStateStore final : public StateStore {
+ public:
+  // Opens (creating if needed) `state_dir`/coordinator.db and `state_dir`/checkpoints/.
+  static Result<std::unique_ptr<SqliteStateStore>> Open(const std::string& state_dir);
+  ~SqliteStateStore() override;
+  SqliteStateStore(const SqliteStateStore&) = delete;
+  SqliteStateStore& operator=(const SqliteStateStore&) = delete;
+
+  const std::string& state_dir() const { return state_dir_; }
+
+  Status InsertJob(const v1::Job& job) override;
+  Status UpdateJob(const v1::Job& job) override;
+  Result<v1::Job> GetJob(const std::string& job_id) override;
+  Result<std::vector<v1::Job>> ListJobs() override;
+  Result<uint64_t> NextJobNumber() override;
+  // The checkpoint file first (atomically), then the record and the job's row in one
+  // transaction.
+  Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) override;
+  Status SaveInitialModel(const std::string& job_id, const TensorSet& model) override;
+  Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) override;
+  Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round) override;
+  Status RewindJob(const v1::Job& job) override;
+  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0) override;
+  Status SaveWorker(const v1::WorkerStatus& worker) override;
+  Result<std::vector<v1::WorkerStatus>> LoadWorkers() override;
+  Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) override;
+  Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) override;
+  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id) override;
+
+  // Removes what an interrupted coordinator may have left in the checkpoint directory:
+  // temporary files, checkpoints of rounds never committed and checkpoints older than the
+  // kept ones. Files of jobs the database does not know are left alone. Returns the paths
+  // removed. Call it before any job runs.
+  Result<std::vector<std::string>> RemoveLeftoverCheckpoints();
+
+  // Where the checkpoint of `round` of `job_id` is kept.
+  std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
+
+ private:
+  SqliteStateStore(std::string state_dir, sqlite3* db);
+  Status Exec(const std::string& sql);
+  // Runs `body` in one IMMEDIATE transaction: committed when it returns Ok, rolled back
+  // otherwise (mu_ held).
+  Status InTransactionLocked(const std::function<Status()>& body);
+  // Writes `job` over its row (mu_ held).
+  Status UpdateJobRowLocked(const v1::Job& job);
+
+  const std::string state_dir_;
+  std::mutex mu_;
+  sqlite3* db_;  // guarded by mu_
+};
+
+// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
+// the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
+Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+
+}  // namespace tessera::server

@@ -1,0 +1,83 @@
+#include "server/state/state_store.h"
+
+#include <cstring>
+#include <limits>
+
+#include "proto/tensor_transfer.h"
+
+namespace tessera::server {
+namespace {
+
+constexpr char kCheckpointMagic[] = "TSRCKPT1";
+
+}  // namespace
+
+std::string EncodeCheckpoint(const TensorSet& tensors) {
+  const std::string manifest = wire::BuildManifest(tensors).SerializeAsString();
+  uint64_t values = 0;
+  for (const auto& t : tensors) values += t.ByteSize();
+  std::string out;
+  out.reserve(8 + sizeof(uint64_t) + manifest.size() + values);  // one allocation, not a doubling series
+  out.append(kCheckpointMagic, 8);
+  const uint64_t length = manifest.size();
+  out.append(reinterpret_cast<const char*>(&length), sizeof(length));
+  out.append(manifest);
+  for (const auto& t : tensors) out.append(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  return out;
+}
+
+Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source) {
+  if (bytes.size() < 16 || bytes.compare(0, 8, kCheckpointMagic) != 0) {
+    return DataLossError(source + ": not a Tessera checkpoint (expected magic " + kCheckpointMagic + ")");
+  }
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, sizeof(length));
+  if (length > bytes.size() - 16 || length > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+    return DataLossError(source + ": truncated manifest: its length field says " + std::to_string(length) +
+                         " bytes, the file holds " + std::to_string(bytes.size() - 16) + " after the header");
+  }
+  v1::TensorManifest manifest;
+  if (!manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length))) {
+    return DataLossError(source + ": corrupt manifest");
+  }
+  wire::TensorAssembler assembler(source, bytes.size());
+  RETURN_IF_ERROR(assembler.Start(manifest));
+  uint64_t offset = 16 + length;
+  if (bytes.size() - offset != manifest.total_bytes()) {
+    return DataLossError(source + ": expected " + std::to_string(manifest.total_bytes()) + " bytes of tensors, found " +
+                         std::to_string(bytes.size() - offset));
+  }
+  for (int i = 0; i < manifest.tensors_size(); ++i) {
+    const uint64_t size = manifest.tensors(i).byte_size();
+    if (size == 0) continue;
+    v1::TensorChunk chunk;
+    chunk.set_tensor_index(i);
+    uint64_t done = 0;
+    while (done < size) {
+      const uint64_t n = std::min<uint64_t>(wire::kMaxChunkBytes, size - done);
+      chunk.set_offset(done);
+      chunk.set_data(bytes.data() + offset + done, n);
+      RETURN_IF_ERROR(assembler.Add(chunk));
+      done += n;
+    }
+    offset += size;
+  }
+  return assembler.Finish();
+}
+
+Result<StateStore::Checkpoint> StateStore::LoadNewestCheckpoint(const std::string& job_id, uint32_t round,
+                                                                std::vector<Status>* damaged) {
+  std::vector<uint32_t> candidates;
+  for (uint32_t r = round; r > 0 && round - r < kKeptCheckpoints; --r) candidates.push_back(r);
+  candidates.push_back(0);
+  for (uint32_t r : candidates) {
+    auto loaded = LoadCheckpoint(job_id, r);
+    if (loaded.ok()) return Checkpoint{r, std::move(loaded).value()};
+    damaged->push_back(loaded.status());
+  }
+  return DataLossError("job " + job_id + ": no checkpoint of round " + std::to_string(round) +
+                       ", the rounds kept before it or the initial model loads; the first error: " +
+                       damaged->front().message());
+}
+
+}  // namespace tessera::server

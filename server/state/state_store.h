@@ -1,0 +1,105 @@
+// What the coordinator must not forget, behind one interface: jobs, round records, global
+// model checkpoints, the workers it admitted, the names they are bound to, and job seats.
+//
+//  - SqliteStateStore (server/state/sqlite_state_store.h): the daemon's; SQLite plus checkpoint
+//    files, durable before a write returns.
+//  - MemoryStateStore (server/state/memory_state_store.h): in memory, for tests, with failure
+//    injection per kind of write and a way to damage a checkpoint.
+//
+// The contract every implementation keeps (tests/server/state_store_conformance_test.cc
+// runs the same suite on each):
+//  - A write that returns Ok is durable (for the memory store: as long as the object lives).
+//    A write that fails leaves the job, its rounds and its seats as they were. CommitRound is
+//    atomic: after it, either the round's record, its checkpoint and the job's new row are
+//    all there, or the round is not committed (the SQLite store may leave the new
+//    checkpoint's file behind; the job's rounds_committed does not name it, and the next
+//    start removes it).
+//  - Per job the initial model (round 0) and the newest kKeptCheckpoints rounds' checkpoints
+//    are kept, so that a damaged newest checkpoint falls back to the one before it.
+//  - Checkpoints hold the tensors in EncodeCheckpoint's format and are hash-checked when
+//    loaded: a damaged one is DataLoss naming where it was read from.
+//
+// Thread-safe: every method may be called from any thread. Each one blocks for its I/O (the
+// SQLite store syncs to disk before a write returns): callers do not hold their own locks
+// across these calls.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "core/tensor.h"
+#include "tessera/v1/job.pb.h"
+#include "tessera/v1/job_service.pb.h"
+
+namespace tessera::server {
+
+// Checkpoints kept per job besides the initial model's.
+inline constexpr uint32_t kKeptCheckpoints = 3;
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+
+  // Jobs. InsertJob numbers the job (1, 2, ...); UpdateJob writes over the job's row (its
+  // state, rounds_committed, error, last_round) and changes nothing for a job never
+  // inserted. GetJob of an unknown job is NotFound; ListJobs is in the order inserted.
+  virtual Status InsertJob(const v1::Job& job) = 0;
+  virtual Status UpdateJob(const v1::Job& job) = 0;
+  virtual Result<v1::Job> GetJob(const std::string& job_id) = 0;
+  virtual Result<std::vector<v1::Job>> ListJobs() = 0;
+  virtual Result<uint64_t> NextJobNumber() = 0;
+
+  // Commits round record.round() of job.id(): its checkpoint `global_model`, the record and
+  // the job's new row together (see the contract above), then drops the checkpoint that
+  // falls out of the kept ones.
+  virtual Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) = 0;
+  // The checkpoint of round 0: the model a job starts from.
+  virtual Status SaveInitialModel(const std::string& job_id, const TensorSet& model) = 0;
+  // Rewrites a committed round's record (to add the commit's own latency) and the job's row.
+  virtual Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) = 0;
+  // The checkpoint of `round` (round 0: the initial model); NotFound when there is none,
+  // DataLoss when it is damaged, each naming where it was read from.
+  virtual Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round) = 0;
+  // Moves a job back to job.rounds_committed() (its newer checkpoints were damaged): the
+  // job's row, and the records of the later rounds deleted, together.
+  virtual Status RewindJob(const v1::Job& job) = 0;
+  // The job's round records from `from_round` on, in round order.
+  virtual Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0) = 0;
+
+  // Workers the coordinator has admitted, so that `tessera workers` knows them after a
+  // restart (as not alive until they rejoin); LoadWorkers is sorted by worker id.
+  virtual Status SaveWorker(const v1::WorkerStatus& worker) = 0;
+  virtual Result<std::vector<v1::WorkerStatus>> LoadWorkers() = 0;
+
+  // The credential a worker's name is bound to: the first call for `name` records
+  // `credential`; every call returns the credential the name is bound to (compare it with
+  // yours). Atomic: two first joins under one name bind one credential.
+  virtual Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) = 0;
+
+  // Job seats: which party of the partition each client trains for a job, stable across
+  // restarts. LoadSeats is sorted by party.
+  virtual Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) = 0;
+  virtual Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id) = 0;
+
+  // The newest checkpoint of `job_id` that loads, trying `round`, the kept rounds before it,
+  // then the initial model. Each one that does not load (missing, damaged) is appended to
+  // *damaged, its message naming where it was read from. DataLoss when none loads. Built on
+  // LoadCheckpoint, the same for every store.
+  struct Checkpoint {
+    uint32_t round = 0;
+    TensorSet tensors;
+  };
+  Result<Checkpoint> LoadNewestCheckpoint(const std::string& job_id, uint32_t round, std::vector<Status>* damaged);
+};
+
+// Checkpoint format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
+// float32 bytes of each tensor in manifest order. Hashes are verified on load; `source`
+// names where the bytes came from in errors.
+std::string EncodeCheckpoint(const TensorSet& tensors);
+Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source);
+
+}  // namespace tessera::server

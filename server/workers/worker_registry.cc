@@ -1,0 +1,281 @@
+#include "server/workers/worker_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <random>
+#include <utility>
+
+namespace tessera::server {
+
+std::string RandomHex(size_t bytes) {
+  static thread_local std::random_device device;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes * 2);
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned v = device() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 15]);
+  }
+  return out;
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options) {}
+
+void WorkerRegistry::Restore(const std::vector<v1::WorkerStatus>& workers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& status : workers) {
+    Worker& w = workers_[status.worker_id()];
+    if (w.generation != 0) continue;  // already joined in this process
+    w.status = status;
+    w.status.set_state("not joined since restart");
+    w.last_heard = std::chrono::steady_clock::time_point{};
+  }
+}
+
+std::optional<v1::WorkerStatus> WorkerRegistry::Describe(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return std::nullopt;
+  return it->second.status;
+}
+
+Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
+  const std::string& name = request.name();
+  for (char c : request.cohort()) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgumentError("join: field 'cohort' '" + request.cohort() +
+                                  "': expected letters, digits, '-', '_' or '.'");
+    }
+  }
+  if (name.empty() || name.size() > 128) {
+    return InvalidArgumentError("join: field 'name': expected 1 to 128 characters, got " +
+                                std::to_string(name.size()));
+  }
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
+      return InvalidArgumentError("join: field 'name' '" + name + "': expected letters, digits, '-', '_' or '.'");
+    }
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  Worker& w = workers_[name];
+  const bool rejoin = w.generation != 0;
+  std::shared_ptr<TaskChannelSink> previous = std::move(w.sink);
+  w.sink.reset();
+  w.session = RandomHex(16);
+  w.generation = next_generation_++;
+  w.last_heard = options_.clock->Now();
+  w.last_heard_unix_ms = UnixMillis();
+  w.channel_open = false;
+  w.channel_lost = false;
+  w.outbox.clear();
+  w.accepts_inline_model = request.accepts_inline_model();
+  w.status.set_worker_id(name);
+  w.status.set_name(name);
+  *w.status.mutable_device() = request.device();
+  w.status.set_cohort(request.cohort());
+  w.status.set_state("joined");
+  spdlog::info("worker {} {} ({}{})", name, rejoin ? "rejoined" : "joined", request.device().name(),
+               request.device().emulated() ? ", emulated" : "");
+  v1::JoinResponse response;
+  response.set_worker_id(name);
+  response.set_session(w.session);
+  response.set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  response.set_heartbeat_timeout_ms(options_.heartbeat_timeout_ms);
+  response.set_upload_admission(true);  // the upload service admits every update (server/rpc/transfers.cc)
+  response.set_upload_xxh3(true);       // and checks xxh3_128 digests (proto/update_assembler.h)
+  lock.unlock();
+  if (previous) previous->Superseded();  // the previous generation's channel finishes
+  return response;
+}
+
+Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::string& session) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.generation == 0) {
+    return UnauthenticatedError("worker '" + worker_id + "' is not joined (the coordinator may have restarted); join again");
+  }
+  if (it->second.session.empty() || it->second.session != session) {
+    return UnauthenticatedError("worker '" + worker_id + "': session credential is not current; join again");
+  }
+  return Status::Ok();
+}
+
+Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string& session, const std::string& state) {
+  std::lock_guard<std::mutex> lock(mu_);  // once: authenticate and record under one lock
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || it->second.generation == 0) {
+    return UnauthenticatedError("worker '" + worker_id.substr(0, 128) +
+                                "' is not joined (the coordinator may have restarted); join again");
+  }
+  Worker& w = it->second;
+  if (w.session.empty() || w.session != session) {
+    return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
+  }
+  w.last_heard = options_.clock->Now();
+  w.last_heard_unix_ms = UnixMillis();
+  if (!state.empty() && state != w.status.state()) w.status.set_state(state);  // escaped and capped by the service
+  return Status::Ok();
+}
+
+bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
+  return !w.channel_lost && options_.clock->Now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+}
+
+uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? 0 : it->second.generation;
+}
+
+bool WorkerRegistry::IsAlive(const std::string& worker_id, uint64_t generation) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return false;
+  if (generation != 0 && it->second.generation != generation) return false;
+  return IsAliveLocked(it->second);
+}
+
+std::vector<std::string> WorkerRegistry::ReadyWorkers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ready;
+  for (const auto& [id, w] : workers_) {
+    if (w.channel_open && IsAliveLocked(w)) ready.push_back(id);
+  }
+  return ready;
+}
+
+Status WorkerRegistry::Send(const std::string& worker_id, v1::Task task) {
+  OutgoingTask outgoing;
+  outgoing.task = std::move(task);
+  return Send(worker_id, std::move(outgoing));
+}
+
+bool WorkerRegistry::AcceptsInlineModel(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.accepts_inline_model;
+}
+
+Status WorkerRegistry::Send(const std::string& worker_id, OutgoingTask task) {
+  std::shared_ptr<TaskChannelSink> sink;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end()) return NotFoundError("no worker '" + worker_id + "'");
+    it->second.outbox.push_back(std::move(task));
+    sink = it->second.sink;
+  }
+  if (sink) sink->TasksQueued();
+  return Status::Ok();
+}
+
+Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t generation,
+                                   std::shared_ptr<TaskChannelSink> sink) {
+  std::shared_ptr<TaskChannelSink> previous;
+  bool queued = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return UnavailableError("worker '" + worker_id + "': the coordinator is shutting down");
+    auto it = workers_.find(worker_id);
+    if (it == workers_.end() || it->second.generation != generation) {
+      return UnauthenticatedError("worker '" + worker_id + "': session superseded; join again");
+    }
+    Worker& w = it->second;
+    previous = std::exchange(w.sink, sink);
+    w.channel_open = true;
+    w.channel_lost = false;  // a channel reopened in the same session
+    w.last_heard = options_.clock->Now();
+    w.status.set_state("idle");
+    queued = !w.outbox.empty();
+  }
+  if (previous) previous->Superseded();
+  if (queued) sink->TasksQueued();
+  return Status::Ok();
+}
+
+void WorkerRegistry::CloseChannel(const std::string& worker_id, uint64_t generation, const TaskChannelSink* sink) {
+  std::shared_ptr<TaskChannelSink> detached;  // released outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.generation == generation) {
+    // A channel of this session that another one already replaced: its late close must not
+    // mark the worker lost.
+    if (sink != nullptr && it->second.sink.get() != sink) return;
+    it->second.channel_open = false;
+    it->second.channel_lost = true;
+    it->second.status.set_state("disconnected");
+    if (sink != nullptr && it->second.sink.get() == sink) detached = std::move(it->second.sink);
+  }
+}
+
+std::optional<OutgoingTask> WorkerRegistry::TakeOutgoing(const std::string& worker_id, uint64_t generation,
+                                                         bool* closed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  *closed = shutdown_ || it == workers_.end() || it->second.generation != generation;
+  if (*closed || it->second.outbox.empty()) return std::nullopt;
+  OutgoingTask task = std::move(it->second.outbox.front());
+  it->second.outbox.pop_front();
+  return task;
+}
+
+std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, uint64_t generation, bool* closed) {
+  std::optional<OutgoingTask> outgoing = TakeOutgoing(worker_id, generation, closed);
+  if (!outgoing) return std::nullopt;
+  if (outgoing->inline_model && outgoing->task.has_train()) {
+    outgoing->task.mutable_train()->mutable_inline_model()->ParseFromString(*outgoing->inline_model);
+  }
+  if (outgoing->on_written) outgoing->on_written();
+  return std::move(outgoing->task);
+}
+
+void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return;
+  if (accepted) {
+    it->second.status.set_rounds_completed(it->second.status.rounds_completed() + 1);
+  } else {
+    it->second.status.set_updates_rejected(it->second.status.updates_rejected() + 1);
+  }
+}
+
+std::string WorkerRegistry::Cohort(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(worker_id);
+  return it == workers_.end() ? std::string() : it->second.status.cohort();
+}
+
+std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<v1::WorkerStatus> out;
+  for (const auto& [id, w] : workers_) {
+    v1::WorkerStatus s = w.status;
+    s.set_alive(IsAliveLocked(w));
+    s.set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void WorkerRegistry::Shutdown() {
+  std::vector<std::shared_ptr<TaskChannelSink>> sinks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+    for (auto& [id, w] : workers_) {
+      if (w.sink) sinks.push_back(std::move(w.sink));
+      w.sink.reset();
+    }
+  }
+  for (auto& sink : sinks) sink->Superseded();
+}
+
+}  // namespace tessera::server
