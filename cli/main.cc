@@ -48,6 +48,7 @@ certificate (mutual TLS) or the admin token (--admin-token-file). Plaintext only
 
 Examples:
   tessera provision --out ./pki --coordinator-host coordinator.example.org --workers a,b,c --operators ops
+  tessera provision --out ./pki --revoke b
   tessera --tls-dir ./pki/operators/ops submit examples/fmnist-fedavg.toml
   tessera watch job-1-3fa9c2
   tessera rounds job-1-3fa9c2 --round 3
@@ -108,8 +109,8 @@ const std::vector<Command>& Commands() {
                     "per-sample MAE, top-1 agreement, the worst 5%",
        {"model", "a", "b", "samples", "data-dir", "threshold", "json"}, false},
       {"provision", "", "the certificates of a deployment: a CA, the coordinator's certificate,\n"
-                        "one per worker and per operator, each in a directory for --tls-dir\n"
-                        "(see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "days", "json"}, false},
+                        "one per worker and per operator, each in a directory for --tls-dir;\n"
+                        "--revoke NAME revokes one (see docs/SECURITY.md)", {"out", "coordinator-host", "workers", "operators", "revoke", "days", "json"}, false},
       {"help", "[COMMAND]", "this text, or one command's", {}, false},
       {"version", "", "the version of this build (also --version)", {}, false},
   };
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
   wire::TlsFlags tls_flags;
   std::string admin_token_file;
   cli::ProvisionOptions provision;
-  std::string provision_hosts, provision_workers, provision_operators;
+  std::string provision_hosts, provision_workers, provision_operators, provision_revoke;
   FlagSet flags;
   flags.String("coordinator", &coordinator, "the coordinator's address (HOST:PORT)");
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
@@ -195,6 +196,9 @@ int main(int argc, char** argv) {
   flags.String("coordinator-host", &provision_hosts, "provision: the coordinator's DNS names or IP addresses, comma-separated (localhost, 127.0.0.1 and ::1 are added)");
   flags.String("workers", &provision_workers, "provision: the workers' names, comma-separated (each certificate's CN)");
   flags.String("operators", &provision_operators, "provision: the operators' names, comma-separated");
+  flags.String("revoke", &provision_revoke,
+               "provision: workers or operators whose certificates to revoke, comma-separated (written to "
+               "OUT/coordinator/crl.pem, which the coordinator rereads)");
   flags.Int("days", &provision.days, "provision: how long the certificates issued now are valid", IntRange{1, 3650});
   flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help (with a command: that command's)");
@@ -260,7 +264,8 @@ int main(int argc, char** argv) {
     for (const auto& [flag, text, list] :
          {std::tuple{"--coordinator-host", &provision_hosts, &provision.coordinator_hosts},
           std::tuple{"--workers", &provision_workers, &provision.workers},
-          std::tuple{"--operators", &provision_operators, &provision.operators}}) {
+          std::tuple{"--operators", &provision_operators, &provision.operators},
+          std::tuple{"--revoke", &provision_revoke, &provision.revoke}}) {
       auto split = cli::SplitList(flag, *text);
       if (!split.ok()) {
         std::cerr << "tessera provision: " << split.status().message() << "\n";

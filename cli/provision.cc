@@ -20,9 +20,11 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <set>
 
 #include "base/escape.h"
 #include "proto/openssl_handles.h"
+#include "proto/revocation.h"
 #include "proto/transport_security.h"
 
 namespace tessera::cli {
@@ -152,13 +154,26 @@ Status WriteFile(const std::string& path, const std::string& content, mode_t mod
   return Status::Ok();
 }
 
-Result<std::string> ReadSmallFile(const std::string& path) {
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 64 * 1024) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return FailedPreconditionError("cannot read " + QuoteUntrusted(path, 256));
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (text.size() > 64 * 1024) return FailedPreconditionError(QuoteUntrusted(path, 256) + " is larger than 64 KiB");
+  std::string text(max_bytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > max_bytes) {
+    return FailedPreconditionError(QuoteUntrusted(path, 256) + " is larger than " + std::to_string(max_bytes >> 10) +
+                                   " KiB");
+  }
   return text;
 }
+
+struct CrlFree {
+  void operator()(X509_CRL* c) const { X509_CRL_free(c); }
+};
+using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
+struct TimeFree {
+  void operator()(ASN1_TIME* t) const { ASN1_TIME_free(t); }
+};
 
 Status MakePrivateDirectory(const std::string& dir) {
   std::error_code ec;
@@ -208,6 +223,57 @@ Result<IssuedCertificate> IssueCertificate(const CertificateAuthority& ca, const
   return IssuedCertificate{CertToPem(cert.get()), KeyToPem(key.get())};
 }
 
+Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std::string& existing_crl_pem,
+                                       const std::vector<std::string>& cert_pems, int64_t now_unix) {
+  X509Ptr ca_cert = PemToCert(ca.cert_pem);
+  KeyPtr ca_key = PemToKey(ca.key_pem);
+  if (!ca_cert || !ca_key) return InvalidArgumentError("the CA's certificate or key does not parse");
+  CrlPtr crl(X509_CRL_new());
+  if (!crl || X509_CRL_set_version(crl.get(), 1) != 1 ||
+      X509_CRL_set_issuer_name(crl.get(), X509_get_subject_name(ca_cert.get())) != 1) {
+    return OpenSslError("X509_CRL_new");
+  }
+  std::unique_ptr<ASN1_TIME, TimeFree> now(ASN1_TIME_set(nullptr, static_cast<time_t>(now_unix)));
+  if (!now || X509_CRL_set1_lastUpdate(crl.get(), now.get()) != 1 ||
+      X509_CRL_set1_nextUpdate(crl.get(), X509_get0_notAfter(ca_cert.get())) != 1) {
+    return OpenSslError("the revocation list's dates");
+  }
+  std::set<std::string> listed;
+  if (!existing_crl_pem.empty()) {
+    RETURN_IF_ERROR(wire::ParseRevocationList(existing_crl_pem, ca.cert_pem, "the existing revocation list").status());
+    BioPtr bio(BIO_new_mem_buf(existing_crl_pem.data(), static_cast<int>(existing_crl_pem.size())));
+    CrlPtr old(bio ? PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+    if (!old) return OpenSslError("reading the existing revocation list");
+    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(old.get());
+    for (int i = 0; entries != nullptr && i < sk_X509_REVOKED_num(entries); ++i) {
+      X509_REVOKED* entry = sk_X509_REVOKED_value(entries, i);
+      if (!listed.insert(wire::SerialHex(X509_REVOKED_get0_serialNumber(entry))).second) continue;
+      X509_REVOKED* copy = X509_REVOKED_dup(entry);
+      if (copy == nullptr || X509_CRL_add0_revoked(crl.get(), copy) != 1) return OpenSslError("copying an entry");
+    }
+  }
+  for (const auto& pem : cert_pems) {
+    X509Ptr cert = PemToCert(pem);
+    if (!cert) return InvalidArgumentError("a certificate to revoke does not parse");
+    ASN1_INTEGER* serial = X509_get_serialNumber(cert.get());
+    if (!listed.insert(wire::SerialHex(serial)).second) continue;
+    X509_REVOKED* entry = X509_REVOKED_new();
+    if (entry == nullptr || X509_REVOKED_set_serialNumber(entry, serial) != 1 ||
+        X509_REVOKED_set_revocationDate(entry, now.get()) != 1 || X509_CRL_add0_revoked(crl.get(), entry) != 1) {
+      X509_REVOKED_free(entry);
+      return OpenSslError("adding an entry");
+    }
+  }
+  if (X509_CRL_sort(crl.get()) != 1 || X509_CRL_sign(crl.get(), ca_key.get(), EVP_sha256()) == 0) {
+    return OpenSslError("signing the revocation list");
+  }
+  BioPtr out(BIO_new(BIO_s_mem()));
+  if (!out || PEM_write_bio_X509_CRL(out.get(), crl.get()) != 1) return OpenSslError("writing the revocation list");
+  char* data = nullptr;
+  const long length = BIO_get_mem_data(out.get(), &data);
+  return std::string(data, static_cast<size_t>(length));
+}
+
 Status WriteIdentity(const std::string& dir, const std::string& ca_pem, const IssuedCertificate& issued) {
   RETURN_IF_ERROR(MakePrivateDirectory(dir));
   RETURN_IF_ERROR(WriteFile(dir + "/tls.key", issued.key_pem, 0600));
@@ -232,7 +298,7 @@ Result<std::vector<std::string>> SplitList(const std::string& flag, const std::s
 
 Result<std::string> Provision(const ProvisionOptions& options) {
   if (options.out_dir.empty()) return InvalidArgumentError("--out is required: the directory to write into");
-  if (options.coordinator_hosts.empty()) {
+  if (options.coordinator_hosts.empty() && !std::filesystem::exists(options.out_dir + "/coordinator/tls.crt")) {
     return InvalidArgumentError("--coordinator-host is required: the name (or names) workers dial the coordinator by");
   }
   if (options.days < 1 || options.days > 3650) {
@@ -241,7 +307,8 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   for (const auto& host : options.coordinator_hosts) RETURN_IF_ERROR(CheckHost(host));
   std::vector<std::string> seen;
   for (const auto& [list, what] : {std::pair{&options.workers, std::string("--workers")},
-                                   std::pair{&options.operators, std::string("--operators")}}) {
+                                   std::pair{&options.operators, std::string("--operators")},
+                                   std::pair{&options.revoke, std::string("--revoke")}}) {
     for (const auto& name : *list) {
       RETURN_IF_ERROR(CheckName(what + ": name", name));
       for (const auto& other : seen) {
@@ -286,7 +353,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     return Status::Ok();
   };
   CertificateRequest coordinator;
-  coordinator.common_name = options.coordinator_hosts.front();
+  if (!options.coordinator_hosts.empty()) coordinator.common_name = options.coordinator_hosts.front();
   coordinator.role = wire::kCoordinatorRole;
   coordinator.server = true;
   coordinator.hosts = options.coordinator_hosts;
@@ -295,13 +362,44 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     for (const auto& h : coordinator.hosts) have = have || h == local;
     if (!have) coordinator.hosts.push_back(local);
   }
-  RETURN_IF_ERROR(issue("coordinator   ", out + "/coordinator", coordinator));
+  if (options.coordinator_hosts.empty()) {
+    report += "coordinator   " + out + "/coordinator (kept)\n";
+  } else {
+    RETURN_IF_ERROR(issue("coordinator   ", out + "/coordinator", coordinator));
+  }
   for (const auto& name : options.workers) {
     RETURN_IF_ERROR(issue("worker        ", out + "/workers/" + name, {name, wire::kWorkerRole, {}, false, 0, 0}));
   }
   for (const auto& name : options.operators) {
     RETURN_IF_ERROR(issue("operator      ", out + "/operators/" + name, {name, wire::kOperatorRole, {}, false, 0, 0}));
   }
+  if (options.revoke.empty()) return report;
+  std::vector<std::string> revoked;
+  for (const auto& name : options.revoke) {
+    bool found = false;
+    for (const std::string& dir : {out + "/workers/" + name, out + "/operators/" + name}) {
+      if (!std::filesystem::exists(dir + "/tls.crt")) continue;
+      found = true;
+      ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(dir + "/tls.crt"));
+      ASSIGN_OR_RETURN(wire::CertificateInfo info, wire::ReadCertificate(pem, QuoteUntrusted(dir + "/tls.crt", 256)));
+      X509Ptr cert = PemToCert(pem);
+      report += "revoked       " + dir + " (CN " + info.common_name + ", serial " +
+                wire::SerialHex(X509_get0_serialNumber(cert.get())) + ")\n";
+      revoked.push_back(std::move(pem));
+    }
+    if (!found) {
+      return InvalidArgumentError("--revoke: there is no worker or operator " + QuoteUntrusted(name) + " in " +
+                                  QuoteUntrusted(out, 256) + " (expected workers/NAME/tls.crt or operators/NAME/tls.crt)");
+    }
+  }
+  std::string existing;
+  if (std::filesystem::exists(ca_dir + "/crl.pem")) {
+    ASSIGN_OR_RETURN(existing, ReadSmallFile(ca_dir + "/crl.pem", wire::kMaxRevocationListBytes));
+  }
+  ASSIGN_OR_RETURN(std::string crl, RevokeCertificates(ca, existing, revoked, now));
+  RETURN_IF_ERROR(WriteFile(ca_dir + "/crl.pem", crl, 0644));
+  RETURN_IF_ERROR(WriteFile(out + "/coordinator/crl.pem", crl, 0644));
+  report += "crl           " + out + "/coordinator/crl.pem (the coordinator rereads it; copy it there)\n";
   return report;
 }
 

@@ -13,8 +13,13 @@
 //   OUT/coordinator/ca.crt, tls.crt, tls.key
 //   OUT/workers/NAME/ca.crt, tls.crt, tls.key
 //   OUT/operators/NAME/ca.crt, tls.crt, tls.key
+//   OUT/ca/crl.pem, OUT/coordinator/crl.pem  the certificate revocation list, once --revoke
+//                                          has revoked a certificate
 // Keys are written with mode 600, directories 700. Running it again on the same OUT reuses the
 // CA and keeps every identity that exists, so adding a worker later is the same command.
+// --revoke NAME adds the certificates of the worker or operator NAME to the revocation list,
+// signed by the CA, which the coordinator reads with --tls-dir (or --tls-crl) and rereads when
+// it changes; to give NAME a new certificate, delete its directory and provision it again.
 //
 // Thread-compatible.
 #pragma once
@@ -52,6 +57,12 @@ Result<CertificateAuthority> CreateCertificateAuthority(const std::string& name,
 // A certificate and a fresh key for `request`, signed by `ca`.
 Result<IssuedCertificate> IssueCertificate(const CertificateAuthority& ca, const CertificateRequest& request);
 
+// A certificate revocation list signed by `ca`: the entries of `existing_crl_pem` (when not
+// empty; it must be this CA's) and the certificates in `cert_pems`, revoked at `now_unix`; valid
+// until the CA expires. A certificate listed already keeps its first revocation date.
+Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std::string& existing_crl_pem,
+                                       const std::vector<std::string>& cert_pems, int64_t now_unix);
+
 // Writes `dir`/ca.crt, tls.crt and tls.key (mode 600), creating `dir` (mode 700).
 Status WriteIdentity(const std::string& dir, const std::string& ca_pem, const IssuedCertificate& issued);
 
@@ -60,12 +71,15 @@ struct ProvisionOptions {
   std::vector<std::string> coordinator_hosts;  // at least one
   std::vector<std::string> workers;
   std::vector<std::string> operators;
+  std::vector<std::string> revoke;  // workers or operators whose certificates are revoked now
   int64_t days = 365;  // validity of the certificates issued now (1 to 3650)
 };
 
 // Checks the options (names: 1 to 64 letters, digits, '-', '_' or '.'; hosts: DNS names or IP
-// addresses), then creates or reuses the CA and issues what is missing. Returns one line per
-// identity, saying where it is and whether it was made now or kept.
+// addresses; --coordinator-host may be left out once the coordinator's certificate exists),
+// then creates or reuses the CA, issues what is missing and revokes what --revoke names.
+// Returns one line per identity, saying where it is and whether it was made now, kept or
+// revoked.
 Result<std::string> Provision(const ProvisionOptions& options);
 
 // Splits "a,b,c" (empty parts are an error naming `flag`).

@@ -17,6 +17,7 @@
 
 #include "base/escape.h"
 #include "proto/openssl_handles.h"
+#include "proto/revocation.h"
 
 namespace tessera::wire {
 namespace {
@@ -106,6 +107,7 @@ Status CheckKey(const std::string& flag, const std::string& path, const std::str
 // The auth context properties a verified client certificate adds (ClientCertificateCheck).
 constexpr char kVerifiedCommonName[] = "tessera.cn";
 constexpr char kVerifiedRole[] = "tessera.role";
+constexpr char kVerifiedSerial[] = "tessera.serial";
 
 // Mutual TLS, checked by the coordinator itself: the handshake asks for a client certificate
 // but leaves the chain to this processor (the client still proves it holds the key), which
@@ -113,11 +115,13 @@ constexpr char kVerifiedRole[] = "tessera.role";
 // from another CA, an expired one. A refusal at the handshake would reach the client as a
 // bare "Socket closed" (TLS 1.3 checks client certificates after the client's handshake is
 // done). A connection's first verified call records the subject in the auth context; later
-// calls on it are not verified again.
+// calls on it are not verified again, but each is checked against the revocation list, when
+// there is one, so that revoking a certificate also ends the connections it opened before.
 class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
  public:
-  ClientCertificateCheck(const std::string& ca_pem, std::function<void(const std::string&)> on_refusal)
-      : store_(X509_STORE_new()), on_refusal_(std::move(on_refusal)) {
+  ClientCertificateCheck(const std::string& ca_pem, std::shared_ptr<RevocationFile> revocation,
+                         std::function<void(const std::string&)> on_refusal)
+      : store_(X509_STORE_new()), revocation_(std::move(revocation)), on_refusal_(std::move(on_refusal)) {
     BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
     while (X509* ca = bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr) {
       X509_STORE_add_cert(store_, ca);
@@ -130,7 +134,11 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
 
   grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
                        OutputMetadata*) override {
-    if (!context->FindPropertyValues(kVerifiedRole).empty()) return grpc::Status::OK;
+    if (!context->FindPropertyValues(kVerifiedRole).empty()) {
+      if (!revocation_) return grpc::Status::OK;
+      return CheckRevocation(First(context, kVerifiedCommonName), First(context, kVerifiedRole),
+                             First(context, kVerifiedSerial));
+    }
     const auto pem = context->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
     if (pem.empty()) {
       return Refuse("this coordinator uses mutual TLS and the caller presented no certificate: workers and "
@@ -141,12 +149,39 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
     Status verified = Verify(cert.get());
     if (!verified.ok()) return Refuse(verified.message());
     X509_NAME* subject = X509_get_subject_name(cert.get());
-    context->AddProperty(kVerifiedCommonName, NameEntry(subject, NID_commonName));
-    context->AddProperty(kVerifiedRole, NameEntry(subject, NID_organizationalUnitName));
+    const std::string common_name = NameEntry(subject, NID_commonName);
+    const std::string role = NameEntry(subject, NID_organizationalUnitName);
+    const std::string serial = SerialHex(X509_get0_serialNumber(cert.get()));
+    if (revocation_) {
+      grpc::Status current = CheckRevocation(common_name, role, serial);
+      if (!current.ok()) return current;
+    }
+    context->AddProperty(kVerifiedCommonName, common_name);
+    context->AddProperty(kVerifiedRole, role);
+    context->AddProperty(kVerifiedSerial, serial);
     return grpc::Status::OK;
   }
 
  private:
+  static std::string First(grpc::AuthContext* context, const char* property) {
+    const auto values = context->FindPropertyValues(property);
+    return values.empty() ? std::string() : std::string(values.front().data(), values.front().size());
+  }
+
+  static std::string Who(const std::string& common_name, const std::string& role) {
+    return "this coordinator uses mutual TLS and refuses the caller's certificate (CN " + QuoteUntrusted(common_name) +
+           ", OU " + QuoteUntrusted(role) + "): ";
+  }
+
+  grpc::Status CheckRevocation(const std::string& common_name, const std::string& role, const std::string& serial) {
+    std::string problem;
+    const bool revoked = revocation_->Revoked(serial, &problem);
+    if (!problem.empty() && on_refusal_) on_refusal_(problem);
+    if (!revoked) return grpc::Status::OK;
+    return Refuse(Who(common_name, role) + "it is revoked (serial " + serial +
+                  ", in the certificate revocation list " + QuoteUntrusted(revocation_->path(), 256) + ")");
+  }
+
   grpc::Status Refuse(const std::string& why) {
     if (on_refusal_) on_refusal_(why);
     return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, why);
@@ -154,9 +189,7 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
 
   Status Verify(X509* cert) {
     X509_NAME* subject = X509_get_subject_name(cert);
-    const std::string who = "this coordinator uses mutual TLS and refuses the caller's certificate (CN " +
-                            QuoteUntrusted(NameEntry(subject, NID_commonName)) + ", OU " +
-                            QuoteUntrusted(NameEntry(subject, NID_organizationalUnitName)) + "): ";
+    const std::string who = Who(NameEntry(subject, NID_commonName), NameEntry(subject, NID_organizationalUnitName));
     std::unique_ptr<X509_STORE_CTX, void (*)(X509_STORE_CTX*)> ctx(X509_STORE_CTX_new(), X509_STORE_CTX_free);
     if (!ctx || X509_STORE_CTX_init(ctx.get(), store_, cert, nullptr) != 1) {
       return InternalError(who + "cannot verify it (OpenSSL)");
@@ -185,6 +218,7 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
   }
 
   X509_STORE* store_;
+  const std::shared_ptr<RevocationFile> revocation_;  // null: no revocation list
   std::function<void(const std::string&)> on_refusal_;
 };
 
@@ -260,10 +294,18 @@ Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
                                                                       : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
   options.pem_root_certs = tls.client_ca_pem;
   options.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+  std::shared_ptr<RevocationFile> revocation;
+  if (!tls.crl_path.empty()) {
+    if (tls.client_ca_pem.empty()) {
+      return InvalidArgumentError("--tls-crl revokes client certificates: it needs mutual TLS (--tls-client-ca, or "
+                                  "--tls-dir)");
+    }
+    ASSIGN_OR_RETURN(revocation, RevocationFile::Open("--tls-crl", tls.crl_path, tls.client_ca_pem, tls.crl_recheck));
+  }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
   if (!tls.client_ca_pem.empty()) {
     credentials->SetAuthMetadataProcessor(
-        std::make_shared<ClientCertificateCheck>(tls.client_ca_pem, std::move(on_refusal)));
+        std::make_shared<ClientCertificateCheck>(tls.client_ca_pem, std::move(revocation), std::move(on_refusal)));
   }
   return credentials;
 }
@@ -305,6 +347,9 @@ void DeclareTlsFlags(FlagSet& flags, TlsFlags* tls, TlsSide side) {
     flags.String("tls-key", &tls->key, "the coordinator's private key (PEM, mode 600)");
     flags.String("tls-client-ca", &tls->ca,
                  "CA whose certificates clients must present (mutual TLS; roles from the certificates' OU)");
+    flags.String("tls-crl", &tls->crl,
+                 "certificate revocation list signed by the client CA (PEM; `tessera provision --revoke` writes it): "
+                 "revoked certificates are refused at every call, and the file is reread when it changes");
     flags.Bool("insecure", &tls->insecure, "serve plaintext, on a loopback --listen address only");
     flags.Bool("insecure-force", &tls->insecure_force,
                "with --insecure, serve plaintext on any address (a network you trust entirely)");
@@ -341,6 +386,14 @@ Result<TlsFlags> ResolveTlsDir(const TlsFlags& flags, TlsSide side) {
   resolved.ca = flags.dir + "/ca.crt";
   resolved.cert = flags.dir + "/tls.crt";
   resolved.key = flags.dir + "/tls.key";
+  struct stat st {};
+  if (side == TlsSide::kServer && ::stat((flags.dir + "/crl.pem").c_str(), &st) == 0) {
+    if (!flags.crl.empty()) {
+      return InvalidArgumentError("give --tls-dir (which reads " + QuoteUntrusted(flags.dir + "/crl.pem", 256) +
+                                  ") or --tls-crl, not both");
+    }
+    resolved.crl = flags.dir + "/crl.pem";
+  }
   return resolved;
 }
 
@@ -365,6 +418,9 @@ Result<ServerTls> LoadServerTls(const TlsFlags& given, const HostPort& listen) {
       ASSIGN_OR_RETURN(tls.client_ca_pem, ReadPemFile("--tls-client-ca", flags.ca));
       RETURN_IF_ERROR(ReadCertificate(tls.client_ca_pem, "--tls-client-ca " + QuoteUntrusted(flags.ca, 256)).status());
     }
+    tls.crl_path = flags.crl;
+  } else if (!flags.crl.empty()) {
+    return InvalidArgumentError("--insecure is plaintext: it cannot be given with --tls-crl");
   }
   RETURN_IF_ERROR(MakeServerCredentials(tls, listen).status());
   return tls;

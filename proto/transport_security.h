@@ -17,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,6 +54,10 @@ struct ServerTls {
   std::string cert_pem;          // the coordinator's certificate chain
   std::string key_pem;
   std::string client_ca_pem;     // set: mutual TLS, every client shows a certificate from it
+  std::string crl_path;          // set (mutual TLS only): the certificate revocation list
+                                 // applied at every call (proto/revocation.h), reread when the
+                                 // file changes, looked at no more often than:
+  std::chrono::milliseconds crl_recheck{5000};
   bool mutual() const { return !insecure && !client_ca_pem.empty(); }
 };
 // InvalidArgument when the combination is not allowed (no certificate and not insecure,
@@ -80,13 +85,15 @@ Result<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& address, c
 
 // The TLS flags, alike on the three binaries. --tls-dir DIR stands for DIR/ca.crt,
 // DIR/tls.crt and DIR/tls.key (the layout `tessera provision` writes); on the coordinator
-// DIR/ca.crt is also the client CA (mutual TLS).
+// DIR/ca.crt is also the client CA (mutual TLS), and DIR/crl.pem, when there is one, the
+// certificate revocation list (--tls-crl).
 struct TlsFlags {
   std::string dir;
   std::string ca;         // clients: --tls-ca; the coordinator: --tls-client-ca
   std::string cert;
   std::string key;
   std::string server_name;  // clients only
+  std::string crl;          // the coordinator only: --tls-crl
   bool insecure = false;
   bool insecure_force = false;
 };

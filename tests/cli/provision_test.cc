@@ -1,15 +1,19 @@
 // `tessera provision`: the files a deployment gets, their modes, that running it again keeps
-// what exists, and that the binaries' TLS flags accept what it wrote.
+// what exists, that the binaries' TLS flags accept what it wrote, and revocation lists.
 #include "cli/provision.h"
 
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <unordered_set>
 
+#include "proto/openssl_handles.h"
+#include "proto/revocation.h"
 #include "proto/transport_security.h"
 
 namespace tessera::cli {
@@ -93,6 +97,66 @@ TEST_F(ProvisionTest, RunningItAgainKeepsTheCaAndEveryIdentityAndAddsTheNewOnes)
   EXPECT_EQ(Read("ca/ca.crt"), ca);
   EXPECT_EQ(Read("workers/site-a-01/tls.crt"), worker);
   EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
+}
+
+std::string SerialOf(const std::string& pem) {
+  wire::BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  wire::X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  return wire::SerialHex(X509_get0_serialNumber(cert.get()));
+}
+
+TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  ProvisionOptions revoke;
+  revoke.out_dir = dir_.string();  // no --coordinator-host: its certificate exists
+  revoke.revoke = {"site-b-01"};
+  auto report = Provision(revoke);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  const std::string b = SerialOf(Read("workers/site-b-01/tls.crt"));
+  EXPECT_NE(report->find("revoked       " + dir_.string() + "/workers/site-b-01 (CN site-b-01, serial " + b + ")"),
+            std::string::npos)
+      << *report;
+  EXPECT_NE(report->find("coordinator   " + dir_.string() + "/coordinator (kept)"), std::string::npos) << *report;
+  EXPECT_EQ(Read("ca/crl.pem"), Read("coordinator/crl.pem"));
+  auto list = wire::ParseRevocationList(Read("coordinator/crl.pem"), Read("ca/ca.crt"), "crl");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(list->serials, (std::unordered_set<std::string>{b}));
+
+  // Revoking another keeps the first; revoking one again lists it once.
+  revoke.revoke = {"ops", "site-b-01"};
+  ASSERT_TRUE(Provision(revoke).ok());
+  list = wire::ParseRevocationList(Read("coordinator/crl.pem"), Read("ca/ca.crt"), "crl");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->serials, (std::unordered_set<std::string>{b, SerialOf(Read("operators/ops/tls.crt"))}));
+
+  // The coordinator's --tls-dir picks the list up; --tls-crl beside it is ambiguous.
+  wire::TlsFlags server;
+  server.dir = (dir_ / "coordinator").string();
+  auto server_tls = wire::LoadServerTls(server, {"0.0.0.0", 7070});
+  ASSERT_TRUE(server_tls.ok()) << server_tls.status().ToString();
+  EXPECT_EQ(server_tls->crl_path, server.dir + "/crl.pem");
+  server.crl = server.dir + "/crl.pem";
+  EXPECT_EQ(wire::LoadServerTls(server, {"0.0.0.0", 7070}).status().message(),
+            "give --tls-dir (which reads '" + server.dir + "/crl.pem') or --tls-crl, not both");
+
+  // A name that is not there, and a list another CA signed.
+  revoke.revoke = {"site-z-09"};
+  EXPECT_EQ(Provision(revoke).status().message(),
+            "--revoke: there is no worker or operator 'site-z-09' in '" + dir_.string() +
+                "' (expected workers/NAME/tls.crt or operators/NAME/tls.crt)");
+  auto other = CreateCertificateAuthority("Another CA", 0, 4102444800);
+  ASSERT_TRUE(other.ok());
+  auto foreign = RevokeCertificates(*other, "", {}, 1700000000);
+  ASSERT_TRUE(foreign.ok()) << foreign.status().ToString();
+  EXPECT_EQ(wire::ParseRevocationList(*foreign, Read("ca/ca.crt"), "--tls-crl 'x'").status().message(),
+            "--tls-crl 'x': the certificate revocation list is not signed by this coordinator's client CA");
+  EXPECT_EQ(wire::ParseRevocationList("not a list", Read("ca/ca.crt"), "--tls-crl 'x'").status().message(),
+            "--tls-crl 'x': expected a PEM certificate revocation list (BEGIN X509 CRL), found none that parses");
+  std::ofstream(dir_ / "coordinator/crl.pem") << *foreign;
+  server.crl.clear();
+  EXPECT_EQ(wire::LoadServerTls(server, {"0.0.0.0", 7070}).status().message(),
+            "--tls-crl '" + server.dir + "/crl.pem': the certificate revocation list is not signed by this "
+            "coordinator's client CA");
 }
 
 TEST_F(ProvisionTest, BadNamesAndHostsAreRefused) {

@@ -2,13 +2,17 @@
 // certificate comes from another CA, has expired, or is missing is refused with a message that
 // says which; a certificate is one worker's name and no other's; the job service is for
 // operators; a name joined with one site's token cannot be taken with another's, even after a
-// restart; plaintext is refused off loopback.
+// restart; a revoked certificate is refused, also on a connection admitted before; plaintext
+// is refused off loopback.
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
 
 #include <ctime>
 #include <fstream>
 #include <sys/stat.h>
 
+#include "proto/openssl_handles.h"
+#include "proto/revocation.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -175,6 +179,59 @@ TEST_F(SecurityTest, TheJobServiceIsForOperatorsAndJoiningForWorkers) {
   EXPECT_EQ(j.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(j.error_message(), "join refused for worker 'test-operator': a worker joins with a tessera-worker "
                                "certificate; this caller's is OU='tessera-operator'");
+}
+
+// Revocation: a list signed by the client CA refuses a revoked worker at its join, and a worker
+// revoked while joined at its next call on the connection it already had.
+TEST(RevocationTest, ARevokedCertificateIsRefusedAtJoinAndOnAConnectionAdmittedBefore) {
+  TempDir dir("revocation");
+  const std::string crl_path = dir.str() + "/crl.pem";
+  const std::string gone = TestPki::Get().WorkerTls("gone").cert_pem;
+  const std::string kept = TestPki::Get().WorkerTls("kept").cert_pem;
+  auto write_list = [&](const std::vector<std::string>& revoked) {
+    auto crl = cli::RevokeCertificates(TestPki::Get().ca(), "", revoked, Now());
+    ASSERT_TRUE(crl.ok()) << crl.status().ToString();
+    std::ofstream(crl_path) << *crl;
+  };
+  write_list({gone});
+  server::CoordinatorOptions options = TestCoordinatorOptions(dir.str() + "/state");
+  options.tls.crl_path = crl_path;
+  options.tls.crl_recheck = std::chrono::milliseconds(0);
+  auto started = server::Coordinator::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  auto coordinator = std::move(started).value();
+  const std::string address = "127.0.0.1:" + std::to_string(coordinator->port());
+  const auto refusal = [&](const std::string& cn, const std::string& pem) {
+    wire::BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+    wire::X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+    return "this coordinator uses mutual TLS and refuses the caller's certificate (CN '" + cn +
+           "', OU 'tessera-worker'): it is revoked (serial " + wire::SerialHex(X509_get0_serialNumber(cert.get())) +
+           ", in the certificate revocation list '" + crl_path + "')";
+  };
+
+  AgentRun run(address, "gone", TestPki::Get().WorkerTls("gone"));
+  Status s = run.Finish();
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  EXPECT_EQ(s.message(), "join " + address + ": " + refusal("gone", gone));
+
+  auto as_kept = WorkerStub(coordinator->port(), "kept");
+  v1::JoinRequest join;
+  join.set_join_token(kToken);
+  join.set_name("kept");
+  v1::JoinResponse joined;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(as_kept->Join(&ctx, join, &joined).ok());
+  }
+  write_list({gone, kept});
+  grpc::ClientContext ctx;
+  v1::HeartbeatRequest beat;
+  beat.set_worker_id("kept");
+  beat.set_session(joined.session());
+  v1::HeartbeatResponse ignored;
+  grpc::Status call = as_kept->Heartbeat(&ctx, beat, &ignored);
+  EXPECT_EQ(call.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(call.error_message(), refusal("kept", kept));
 }
 
 // TLS without client certificates: join tokens per site, and the admin token for operators.
