@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -87,6 +88,13 @@ HttpRequest ToRequest(const httplib::Request& req) {
         out.client_certificate = true;
         out.client_cn = SubjectField(peer, NID_commonName);
         out.client_ou = SubjectField(peer, NID_organizationalUnitName);
+        if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr)) {
+          if (char* hex = BN_bn2hex(serial)) {
+            out.client_serial = hex;
+            OPENSSL_free(hex);
+          }
+          BN_free(serial);
+        }
       }
       X509_free(peer);
     }

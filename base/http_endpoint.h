@@ -34,6 +34,7 @@ struct HttpRequest {
   bool client_certificate = false;
   std::string client_cn;
   std::string client_ou;
+  std::string client_serial;  // upper-case hex in whole bytes, as BN_bn2hex prints it
 };
 
 struct HttpResponse {

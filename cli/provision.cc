@@ -249,7 +249,10 @@ Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std
       X509_REVOKED* entry = sk_X509_REVOKED_value(entries, i);
       if (!listed.insert(wire::SerialHex(X509_REVOKED_get0_serialNumber(entry))).second) continue;
       X509_REVOKED* copy = X509_REVOKED_dup(entry);
-      if (copy == nullptr || X509_CRL_add0_revoked(crl.get(), copy) != 1) return OpenSslError("copying an entry");
+      if (copy == nullptr || X509_CRL_add0_revoked(crl.get(), copy) != 1) {
+        X509_REVOKED_free(copy);  // add0 takes it only when it succeeds
+        return OpenSslError("copying an entry");
+      }
     }
   }
   for (const auto& pem : cert_pems) {
@@ -264,7 +267,7 @@ Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std
       return OpenSslError("adding an entry");
     }
   }
-  if (X509_CRL_sort(crl.get()) != 1 || X509_CRL_sign(crl.get(), ca_key.get(), EVP_sha256()) == 0) {
+  if (X509_CRL_sort(crl.get()) != 1 || X509_CRL_sign(crl.get(), ca_key.get(), EVP_sha256()) <= 0) {
     return OpenSslError("signing the revocation list");
   }
   BioPtr out(BIO_new(BIO_s_mem()));
@@ -397,8 +400,13 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     ASSIGN_OR_RETURN(existing, ReadSmallFile(ca_dir + "/crl.pem", wire::kMaxRevocationListBytes));
   }
   ASSIGN_OR_RETURN(std::string crl, RevokeCertificates(ca, existing, revoked, now));
-  RETURN_IF_ERROR(WriteFile(ca_dir + "/crl.pem", crl, 0644));
-  RETURN_IF_ERROR(WriteFile(out + "/coordinator/crl.pem", crl, 0644));
+  // Whole files replace the old ones (a coordinator may be reading out/coordinator/crl.pem).
+  for (const std::string& path : {ca_dir + "/crl.pem", out + "/coordinator/crl.pem"}) {
+    RETURN_IF_ERROR(WriteFile(path + ".new", crl, 0644));
+    std::error_code ec;
+    std::filesystem::rename(path + ".new", path, ec);
+    if (ec) return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + ec.message());
+  }
   report += "crl           " + out + "/coordinator/crl.pem (the coordinator rereads it; copy it there)\n";
   return report;
 }

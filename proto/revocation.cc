@@ -2,15 +2,19 @@
 
 #include <openssl/bn.h>
 #include <openssl/crypto.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
 #include "base/escape.h"
 #include "proto/openssl_handles.h"
+#include "proto/transport_security.h"
 
 namespace tessera::wire {
 namespace {
@@ -58,11 +62,15 @@ Result<RevocationList> ParseRevocationList(const std::string& pem, const std::st
   }
   BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   CrlPtr crl(bio ? PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr) : nullptr);
+  // This runs on gRPC's threads too: leave no error behind for a TLS connection's next call.
+  ERR_clear_error();
   if (!crl) {
     return InvalidArgumentError(what + ": expected a PEM certificate revocation list (BEGIN X509 CRL), found none "
                                        "that parses");
   }
-  if (!SignedByCa(crl.get(), ca_pem)) {
+  const bool signed_by_ca = SignedByCa(crl.get(), ca_pem);
+  ERR_clear_error();
+  if (!signed_by_ca) {
     return InvalidArgumentError(what + ": the certificate revocation list is not signed by this coordinator's client CA");
   }
   RevocationList list;
@@ -77,10 +85,14 @@ Result<RevocationList> ParseRevocationList(const std::string& pem, const std::st
 
 Result<std::shared_ptr<RevocationFile>> RevocationFile::Open(const std::string& flag, const std::string& path,
                                                              const std::string& ca_pem,
-                                                             std::chrono::milliseconds recheck) {
-  std::shared_ptr<RevocationFile> file(new RevocationFile(flag, path, ca_pem, recheck));
+                                                             std::chrono::milliseconds recheck, bool optional) {
+  std::shared_ptr<RevocationFile> file(new RevocationFile(flag, path, ca_pem, recheck, optional));
+  const std::string stamp = file->Stamp();
+  ASSIGN_OR_RETURN(RevocationList list, file->Load());
   std::lock_guard<std::mutex> lock(file->mu_);
-  RETURN_IF_ERROR(file->Load());
+  file->stamp_ = stamp;
+  file->checked_ = std::chrono::steady_clock::now();
+  file->list_ = std::make_shared<const RevocationList>(std::move(list));
   return file;
 }
 
@@ -91,36 +103,63 @@ std::string RevocationFile::Stamp() const {
          std::to_string(st.st_mtim.tv_nsec) + "/" + std::to_string(st.st_ino);
 }
 
-Status RevocationFile::Load() {
-  checked_ = std::chrono::steady_clock::now();
-  stamp_ = Stamp();
+Result<RevocationList> RevocationFile::Load() const {
   const std::string named = flag_ + " " + QuoteUntrusted(path_, 256);
+  struct stat st {};
+  if (optional_ && ::lstat(path_.c_str(), &st) != 0 && errno == ENOENT) return RevocationList{};
   std::ifstream in(path_, std::ios::binary);
-  if (!in) return InvalidArgumentError(named + ": cannot read it");
+  if (!in) return InvalidArgumentError(named + ": cannot read it (" + std::strerror(errno) + ")");
   std::string text(kMaxRevocationListBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
-  ASSIGN_OR_RETURN(RevocationList list, ParseRevocationList(text, ca_pem_, named));
-  list_ = std::make_shared<const RevocationList>(std::move(list));
-  return Status::Ok();
+  return ParseRevocationList(text, ca_pem_, named);
+}
+
+std::string RevocationFile::RevokedReason(const std::string& serial_hex) const {
+  return "it is revoked (serial " + serial_hex.substr(0, 80) + ", in the certificate revocation list " +
+         QuoteUntrusted(path_, 256) + ")";
 }
 
 bool RevocationFile::Revoked(const std::string& serial_hex, std::string* problem) {
   std::shared_ptr<const RevocationList> list;
+  bool look = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = std::chrono::steady_clock::now();
-    if (now - checked_ >= recheck_) {
+    if (!loading_ && now - checked_ >= recheck_) {
       checked_ = now;
-      const std::string stamp = Stamp();
-      if (stamp != stamp_) {
-        Status loaded = Load();
-        if (!loaded.ok() && problem != nullptr) {
-          *problem = loaded.message() + "; the list read before stays in force";
-        }
-      }
+      loading_ = look = true;
     }
     list = list_;
+  }
+  if (look) {
+    // One caller at a time gets here; the file is read without the lock.
+    const std::string stamp = Stamp();
+    std::string previous;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      previous = stamp_;
+    }
+    std::shared_ptr<const RevocationList> fresh;
+    std::string why;
+    if (stamp != previous) {
+      Result<RevocationList> loaded = Load();
+      if (!loaded.ok()) {
+        why = loaded.status().message();
+      } else if (list != nullptr && loaded->this_update_unix < list->this_update_unix) {
+        why = flag_ + " " + QuoteUntrusted(path_, 256) + ": the new certificate revocation list is older (thisUpdate " +
+              FormatUnixTime(loaded->this_update_unix) + ") than the one in force (" +
+              FormatUnixTime(list->this_update_unix) + ")";
+      } else {
+        fresh = std::make_shared<const RevocationList>(std::move(loaded).value());
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stamp_ = stamp;
+    if (fresh) list_ = fresh;
+    list = list_;
+    loading_ = false;
+    if (!why.empty() && problem != nullptr) *problem = why + "; the list read before stays in force";
   }
   return list != nullptr && list->serials.count(serial_hex) > 0;
 }

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "base/escape.h"
 #include "proto/openssl_handles.h"
@@ -120,8 +121,12 @@ constexpr char kVerifiedSerial[] = "tessera.serial";
 class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
  public:
   ClientCertificateCheck(const std::string& ca_pem, std::shared_ptr<RevocationFile> revocation,
-                         std::function<void(const std::string&)> on_refusal)
-      : store_(X509_STORE_new()), revocation_(std::move(revocation)), on_refusal_(std::move(on_refusal)) {
+                         std::function<void(const std::string&)> on_refusal,
+                         std::function<void(const std::string&)> on_problem)
+      : store_(X509_STORE_new()),
+        revocation_(std::move(revocation)),
+        on_refusal_(std::move(on_refusal)),
+        on_problem_(std::move(on_problem)) {
     BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
     while (X509* ca = bio ? PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr) : nullptr) {
       X509_STORE_add_cert(store_, ca);
@@ -130,14 +135,23 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
   }
   ~ClientCertificateCheck() override { X509_STORE_free(store_); }
 
-  bool IsBlocking() const override { return false; }  // CPU only, and quick
+  // CPU only, and quick: a changed revocation list is reread by one call at a time, outside
+  // the list's lock, while the others answer from the list in force.
+  bool IsBlocking() const override { return false; }
 
   grpc::Status Process(const InputMetadata&, grpc::AuthContext* context, OutputMetadata*,
                        OutputMetadata*) override {
-    if (!context->FindPropertyValues(kVerifiedRole).empty()) {
-      if (!revocation_) return grpc::Status::OK;
-      return CheckRevocation(First(context, kVerifiedCommonName), First(context, kVerifiedRole),
-                             First(context, kVerifiedSerial));
+    {
+      // The connection's auth context is shared by its calls, which gRPC may process at once.
+      std::unique_lock<std::mutex> lock(properties_mu_);
+      if (!context->FindPropertyValues(kVerifiedRole).empty()) {
+        if (!revocation_) return grpc::Status::OK;
+        const std::string common_name = First(context, kVerifiedCommonName);
+        const std::string role = First(context, kVerifiedRole);
+        const std::string serial = First(context, kVerifiedSerial);
+        lock.unlock();
+        return CheckRevocation(common_name, role, serial);
+      }
     }
     const auto pem = context->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
     if (pem.empty()) {
@@ -156,9 +170,12 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
       grpc::Status current = CheckRevocation(common_name, role, serial);
       if (!current.ok()) return current;
     }
-    context->AddProperty(kVerifiedCommonName, common_name);
-    context->AddProperty(kVerifiedRole, role);
-    context->AddProperty(kVerifiedSerial, serial);
+    std::lock_guard<std::mutex> lock(properties_mu_);
+    if (context->FindPropertyValues(kVerifiedRole).empty()) {  // another call may have been first
+      context->AddProperty(kVerifiedCommonName, common_name);
+      context->AddProperty(kVerifiedRole, role);
+      context->AddProperty(kVerifiedSerial, serial);
+    }
     return grpc::Status::OK;
   }
 
@@ -176,10 +193,15 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
   grpc::Status CheckRevocation(const std::string& common_name, const std::string& role, const std::string& serial) {
     std::string problem;
     const bool revoked = revocation_->Revoked(serial, &problem);
-    if (!problem.empty() && on_refusal_) on_refusal_(problem);
+    if (!problem.empty()) {
+      if (on_problem_) {
+        on_problem_(problem);
+      } else if (on_refusal_) {
+        on_refusal_(problem);
+      }
+    }
     if (!revoked) return grpc::Status::OK;
-    return Refuse(Who(common_name, role) + "it is revoked (serial " + serial +
-                  ", in the certificate revocation list " + QuoteUntrusted(revocation_->path(), 256) + ")");
+    return Refuse(Who(common_name, role) + revocation_->RevokedReason(serial));
   }
 
   grpc::Status Refuse(const std::string& why) {
@@ -220,6 +242,8 @@ class ClientCertificateCheck final : public grpc::AuthMetadataProcessor {
   X509_STORE* store_;
   const std::shared_ptr<RevocationFile> revocation_;  // null: no revocation list
   std::function<void(const std::string&)> on_refusal_;
+  std::function<void(const std::string&)> on_problem_;
+  std::mutex properties_mu_;
 };
 
 // Attaches the admin token to every call.
@@ -271,8 +295,18 @@ Result<CertificateInfo> ReadCertificate(const std::string& pem, const std::strin
   return info;
 }
 
+Result<std::shared_ptr<RevocationFile>> OpenRevocationList(const ServerTls& tls) {
+  if (tls.crl_path.empty() || tls.insecure) return std::shared_ptr<RevocationFile>();
+  if (tls.client_ca_pem.empty()) {
+    return InvalidArgumentError("--tls-crl revokes client certificates: it needs mutual TLS (--tls-client-ca, or "
+                                "--tls-dir)");
+  }
+  return RevocationFile::Open("--tls-crl", tls.crl_path, tls.client_ca_pem, tls.crl_recheck, tls.crl_optional);
+}
+
 Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal) {
+    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal,
+    std::shared_ptr<RevocationFile> revocation, std::function<void(const std::string& problem)> on_problem) {
   if (tls.insecure) {
     if (!IsLoopbackHost(listen.host) && !tls.insecure_remote) {
       return InvalidArgumentError("--insecure on " + QuoteUntrusted(listen.ToString()) +
@@ -294,18 +328,14 @@ Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
                                                                       : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
   options.pem_root_certs = tls.client_ca_pem;
   options.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
-  std::shared_ptr<RevocationFile> revocation;
-  if (!tls.crl_path.empty()) {
-    if (tls.client_ca_pem.empty()) {
-      return InvalidArgumentError("--tls-crl revokes client certificates: it needs mutual TLS (--tls-client-ca, or "
-                                  "--tls-dir)");
-    }
-    ASSIGN_OR_RETURN(revocation, RevocationFile::Open("--tls-crl", tls.crl_path, tls.client_ca_pem, tls.crl_recheck));
+  if (!revocation) {
+    ASSIGN_OR_RETURN(revocation, OpenRevocationList(tls));
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::SslServerCredentials(options);
   if (!tls.client_ca_pem.empty()) {
     credentials->SetAuthMetadataProcessor(
-        std::make_shared<ClientCertificateCheck>(tls.client_ca_pem, std::move(revocation), std::move(on_refusal)));
+        std::make_shared<ClientCertificateCheck>(tls.client_ca_pem, std::move(revocation), std::move(on_refusal),
+                                                 std::move(on_problem)));
   }
   return credentials;
 }
@@ -386,13 +416,16 @@ Result<TlsFlags> ResolveTlsDir(const TlsFlags& flags, TlsSide side) {
   resolved.ca = flags.dir + "/ca.crt";
   resolved.cert = flags.dir + "/tls.crt";
   resolved.key = flags.dir + "/tls.key";
+  // The coordinator's DIR/crl.pem, which `tessera provision --revoke` writes, may come later.
   struct stat st {};
-  if (side == TlsSide::kServer && ::stat((flags.dir + "/crl.pem").c_str(), &st) == 0) {
-    if (!flags.crl.empty()) {
-      return InvalidArgumentError("give --tls-dir (which reads " + QuoteUntrusted(flags.dir + "/crl.pem", 256) +
-                                  ") or --tls-crl, not both");
+  if (side == TlsSide::kServer) {
+    const std::string in_dir = flags.dir + "/crl.pem";
+    if (flags.crl.empty()) {
+      resolved.crl = in_dir;
+      resolved.crl_optional = true;
+    } else if (::lstat(in_dir.c_str(), &st) == 0) {
+      return InvalidArgumentError("give --tls-dir (which reads " + QuoteUntrusted(in_dir, 256) + ") or --tls-crl, not both");
     }
-    resolved.crl = flags.dir + "/crl.pem";
   }
   return resolved;
 }
@@ -419,6 +452,7 @@ Result<ServerTls> LoadServerTls(const TlsFlags& given, const HostPort& listen) {
       RETURN_IF_ERROR(ReadCertificate(tls.client_ca_pem, "--tls-client-ca " + QuoteUntrusted(flags.ca, 256)).status());
     }
     tls.crl_path = flags.crl;
+    tls.crl_optional = flags.crl_optional;
   } else if (!flags.crl.empty()) {
     return InvalidArgumentError("--insecure is plaintext: it cannot be given with --tls-crl");
   }

@@ -29,6 +29,8 @@
 
 namespace tessera::wire {
 
+class RevocationFile;  // proto/revocation.h
+
 inline constexpr char kWorkerRole[] = "tessera-worker";
 inline constexpr char kOperatorRole[] = "tessera-operator";
 inline constexpr char kCoordinatorRole[] = "tessera-coordinator";
@@ -58,14 +60,22 @@ struct ServerTls {
                                  // applied at every call (proto/revocation.h), reread when the
                                  // file changes, looked at no more often than:
   std::chrono::milliseconds crl_recheck{5000};
+  bool crl_optional = false;     // from --tls-dir: a crl.pem that is not there (yet) revokes nothing
   bool mutual() const { return !insecure && !client_ca_pem.empty(); }
 };
+// The revocation list `tls` names (null when none), loaded now; InvalidArgument naming the file
+// when it cannot be used, or when there is no mutual TLS to apply it to.
+Result<std::shared_ptr<RevocationFile>> OpenRevocationList(const ServerTls& tls);
 // InvalidArgument when the combination is not allowed (no certificate and not insecure,
 // plaintext on a non-loopback address without insecure_remote). Under mutual TLS,
 // `on_refusal` (when set) is told why each call with a missing or refused certificate was
-// refused; it runs on gRPC's thread and must not block.
+// refused; it runs on gRPC's thread and must not block. `revocation`: the list to apply
+// (OpenRevocationList; opened here when null and `tls` names one); `on_problem` is told when a
+// changed list does not load (once per change).
 Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal = {});
+    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal = {},
+    std::shared_ptr<RevocationFile> revocation = nullptr,
+    std::function<void(const std::string& problem)> on_problem = {});
 
 // A client's end (a worker, the command line).
 struct ClientTls {
@@ -93,7 +103,8 @@ struct TlsFlags {
   std::string cert;
   std::string key;
   std::string server_name;  // clients only
-  std::string crl;          // the coordinator only: --tls-crl
+  std::string crl;          // the coordinator only: --tls-crl, or DIR/crl.pem from --tls-dir:
+  bool crl_optional = false;  //   then set, and the file may appear later
   bool insecure = false;
   bool insecure_force = false;
 };

@@ -8,6 +8,7 @@
 #include "base/host_port.h"
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
+#include "proto/revocation.h"
 #include "server/rpc/services.h"
 #include "server/state/sqlite_state_store.h"
 
@@ -60,10 +61,14 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
     spdlog::warn("refused a call: {}{}", why,
                  suppressed > 0 ? " (" + std::to_string(suppressed) + " more like it were not logged)" : "");
   };
+  // A revocation list that changed but does not load: said every time, never rate-limited.
+  auto on_problem = [](const std::string& problem) { spdlog::error("{}", problem); };
+  ASSIGN_OR_RETURN(std::shared_ptr<wire::RevocationFile> revocation, wire::OpenRevocationList(options.tls));
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   wire::MakeServerCredentials(options.tls, listen, on_refusal));
+                   wire::MakeServerCredentials(options.tls, listen, on_refusal, revocation, on_problem));
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(options)));
   c->access_ = std::move(access);
+  c->revocation_ = std::move(revocation);
   const std::string& dir = c->options_.state_dir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -92,6 +92,8 @@ class Coordinator {
   std::shared_ptr<JobRunner> Runner(const std::string& job_id);
 
   const AccessPolicy& access() const { return *access_; }
+  // The certificate revocation list in force under mutual TLS (--tls-crl), or null.
+  wire::RevocationFile* revocation() const { return revocation_.get(); }
   // Binds a worker's name to `credential` at its first join; PermissionDenied when the name
   // is bound to another credential.
   Status BindWorkerName(const std::string& name, const std::string& credential);
@@ -106,6 +108,7 @@ class Coordinator {
   std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<AccessPolicy> access_;
+  std::shared_ptr<wire::RevocationFile> revocation_;  // null: no revocation list
   WorkerRegistry registry_;
   RendezvousStore rendezvous_;
   ByteBudget upload_budget_;

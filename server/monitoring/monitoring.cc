@@ -12,6 +12,7 @@
 #include "base/metrics.h"
 #include "proto/job_mapping.h"
 #include "proto/json.h"
+#include "proto/revocation.h"
 #include "server/coordinator.h"
 #include "server/dashboard/assets.h"
 
@@ -73,6 +74,12 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   }
   http.authorize = [c](const HttpRequest& request) -> Status {
     if (IsPublic(request.path)) return Status::Ok();
+    if (request.client_certificate && c->revocation() != nullptr &&
+        c->revocation()->Revoked(request.client_serial, nullptr)) {
+      return PermissionDeniedError("the monitoring port refuses the caller's certificate (CN " +
+                                   QuoteUntrusted(request.client_cn) + ", OU " + QuoteUntrusted(request.client_ou) +
+                                   "): " + c->revocation()->RevokedReason(request.client_serial));
+    }
     wire::PeerIdentity peer;
     peer.has_certificate = request.client_certificate;
     peer.common_name = request.client_cn;

@@ -1,6 +1,7 @@
 // The coordinator's revocation list file (proto/revocation.h) over lists `tessera provision`
-// signs: what it revokes, a replacement that does not load (the list before stays in force,
-// and the problem is told once), a valid replacement, and how often the file is looked at.
+// signs: what it revokes, a replacement that does not load or is older (the list before stays
+// in force, and the problem is told once), a valid replacement, a list that appears after the
+// start, and how often the file is looked at.
 #include "proto/revocation.h"
 
 #include <gtest/gtest.h>
@@ -84,6 +85,30 @@ TEST_F(RevocationFileTest, ABrokenReplacementLeavesTheListInForceAndAValidOneRep
   EXPECT_EQ(problem, "");
 }
 
+TEST_F(RevocationFileTest, AnOlderListDoesNotReplaceANewerOne) {
+  auto newer = cli::RevokeCertificates(ca_, "", {certs_[0]}, 1700000100);
+  ASSERT_TRUE(newer.ok());
+  Write(*newer);
+  auto file = RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 0ms);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  WriteList({});  // thisUpdate 1700000000, a hundred seconds earlier
+  std::string problem;
+  EXPECT_TRUE((*file)->Revoked(serials_[0], &problem));
+  EXPECT_EQ(problem, "--tls-crl '" + path_ +
+                         "': the new certificate revocation list is older (thisUpdate 2023-11-14 22:13:20 UTC) than the "
+                         "one in force (2023-11-14 22:15:00 UTC); the list read before stays in force");
+}
+
+TEST_F(RevocationFileTest, AnOptionalFileRevokesNothingUntilItAppears) {
+  auto file = RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 0ms, /*optional=*/true);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  std::string problem;
+  EXPECT_FALSE((*file)->Revoked(serials_[0], &problem));
+  WriteList({certs_[0]});
+  EXPECT_TRUE((*file)->Revoked(serials_[0], &problem));
+  EXPECT_EQ(problem, "");
+}
+
 TEST_F(RevocationFileTest, TheFileIsLookedAtNoMoreOftenThanAsked) {
   WriteList({});
   auto file = RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 1h);
@@ -94,7 +119,7 @@ TEST_F(RevocationFileTest, TheFileIsLookedAtNoMoreOftenThanAsked) {
 
 TEST_F(RevocationFileTest, AListThatCannotBeUsedIsRefusedAtOpen) {
   EXPECT_EQ(RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 0ms).status().message(),
-            "--tls-crl '" + path_ + "': cannot read it");
+            "--tls-crl '" + path_ + "': cannot read it (No such file or directory)");
   auto other = cli::CreateCertificateAuthority("Another CA", 0, 4102444800);
   ASSERT_TRUE(other.ok());
   auto foreign = cli::RevokeCertificates(*other, "", {certs_[0]}, 1700000000);

@@ -1,9 +1,11 @@
 // The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
-// the JSON for operators only (certificate or admin token), and metrics that count what a
-// real job did.
+// the JSON for operators only (certificate or admin token; a revoked certificate is refused),
+// and metrics that count what a real job did.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <ctime>
+#include <fstream>
 #include <regex>
 
 #include "base/metrics.h"
@@ -27,6 +29,11 @@ class MonitoringTest : public ::testing::Test {
   void SetUp() override {
     auto options = TestCoordinatorOptions(dir_.str());
     options.admin_token = kAdminToken;
+    // A revocation list that is not there yet, as beside a fresh --tls-dir.
+    crl_path_ = dir_.str() + "/crl.pem";
+    options.tls.crl_path = crl_path_;
+    options.tls.crl_optional = true;
+    options.tls.crl_recheck = std::chrono::milliseconds(0);
     auto coordinator = server::Coordinator::Start(options);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
     coordinator_ = std::move(coordinator).value();
@@ -59,6 +66,7 @@ class MonitoringTest : public ::testing::Test {
   std::unique_ptr<server::MonitoringServer> monitoring_;
   std::string operator_dir_;
   std::string worker_dir_;
+  std::string crl_path_;
 };
 
 TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
@@ -99,6 +107,34 @@ TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(bad->body, "job id 'a\\nb': expected letters, digits, '-' or '_'\n");
+}
+
+TEST_F(MonitoringTest, ARevokedOperatorIsRefusedHereAsOnTheGrpcPort) {
+  auto before = Client(operator_dir_)->Get("/metrics");
+  ASSERT_TRUE(before);
+  EXPECT_EQ(before->status, 200);
+  // The list appears after the start, as `tessera provision --revoke` writes it.
+  const std::string revoked = TestPki::Get().OperatorTls().cert_pem;
+  auto crl = cli::RevokeCertificates(TestPki::Get().ca(), "", {revoked}, static_cast<int64_t>(std::time(nullptr)));
+  ASSERT_TRUE(crl.ok()) << crl.status().ToString();
+  std::ofstream(crl_path_) << *crl;
+  auto after = Client(operator_dir_)->Get("/metrics");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 403);
+  EXPECT_NE(after->body.find("the monitoring port refuses the caller's certificate (CN 'test-operator', OU "
+                             "'tessera-operator'): it is revoked (serial "),
+            std::string::npos)
+      << after->body;
+  auto jobs = v1::JobService::NewStub(
+      *wire::MakeChannel("127.0.0.1:" + std::to_string(coordinator_->port()), TestPki::Get().OperatorTls()));
+  grpc::ClientContext ctx;
+  v1::ListJobsResponse listed;
+  grpc::Status call = jobs->ListJobs(&ctx, v1::ListJobsRequest(), &listed);
+  EXPECT_EQ(call.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(call.error_message().find("it is revoked (serial "), std::string::npos) << call.error_message();
+  auto token = Client()->Get("/metrics", {{"Authorization", std::string("Bearer ") + kAdminToken}});
+  ASSERT_TRUE(token);
+  EXPECT_EQ(token->status, 200) << "the admin token is not a certificate";
 }
 
 TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
