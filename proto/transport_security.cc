@@ -369,7 +369,8 @@ void DeclareTlsFlags(FlagSet& flags, TlsFlags* tls, TlsSide side) {
   const bool server = side == TlsSide::kServer;
   flags.String("tls-dir", &tls->dir,
                server ? "directory of ca.crt, tls.crt and tls.key as `tessera provision` writes them: the "
-                        "coordinator's certificate and key, and ca.crt as the client CA (mutual TLS)"
+                        "coordinator's certificate and key, ca.crt as the client CA (mutual TLS), and crl.pem, "
+                        "once there is one, as the certificate revocation list"
                       : "directory of ca.crt, tls.crt and tls.key as `tessera provision` writes them: the CA "
                         "to verify the coordinator with, and this client's certificate and key");
   if (server) {

@@ -37,9 +37,11 @@ workers where theirs is.
 It serves TLS (--tls-cert and --tls-key, or --tls-dir with the directory `tessera provision`
 made for it); with a client CA (--tls-client-ca, or --tls-dir) it is mutual TLS and every
 caller shows a certificate whose role is its OU: workers join under their certificate's name,
-operators call the job service. Workers may also (or instead, without mutual TLS) need a join
-token (--join-token-file: one per line, LABEL TOKEN per site); operators without certificates
-need the admin token (--admin-token-file). Plaintext is only with --insecure, on loopback.
+operators call the job service. A revoked certificate (`tessera provision --revoke`; the list in
+--tls-crl, or crl.pem in --tls-dir, reread when it changes) is refused at every call. Workers
+may also (or instead, without mutual TLS) need a join token (--join-token-file: one per line,
+LABEL TOKEN per site); operators without certificates need the admin token
+(--admin-token-file). Plaintext is only with --insecure, on loopback.
 
 Usage: tessera-coordinator --state-dir DIR (--tls-dir DIR | --tls-cert FILE --tls-key FILE ...) [flags]
 
