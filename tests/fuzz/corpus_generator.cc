@@ -1,6 +1,6 @@
 // Writes the fuzzers' seed corpora: a handful of valid and nearly valid inputs per target,
 // made with the encoders the decoders are meant to read (BuildManifest, ForEachChunk,
-// AppendUpdateSet, EncodeCheckpoint, JobSpecToToml, WriteMaybeGzipFile), so that they follow
+// AppendUpdateSet, EncodeCheckpoint, JobSpecToToml, WriteMaybeGzipFile, RevokeCertificates), so that they follow
 // the formats as they change. The output is committed under tests/fuzz/corpus/<target>/.
 //
 //   fuzz_corpus_generator SOURCE_DIR OUT_DIR
@@ -15,11 +15,13 @@
 
 #include "base/sha256.h"
 #include "cli/job_spec.h"
+#include "cli/provision.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/numpy_format.h"
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
+#include "proto/transport_security.h"
 #include "proto/update_envelope.h"
 #include "server/state/state_store.h"
 
@@ -312,6 +314,28 @@ void DatasetCorpus(const fs::path& dir, const fs::path& scratch) {
   WriteFile(dir / "csv_not_a_number", std::string(1, 2) + "label,a\n0,nan\n1,1e999\n");
 }
 
+// Two records: a CA's certificate and a revocation list; the CA is made anew each time.
+void RevocationCorpus(const fs::path& dir) {
+  auto ca = cli::CreateCertificateAuthority("Fuzz CA", 0, 4102444800);
+  auto other = cli::CreateCertificateAuthority("Another CA", 0, 4102444800);
+  auto a = ca.ok() ? cli::IssueCertificate(*ca, {"a", wire::kWorkerRole, {}, false, 0, 4102444800})
+                   : Result<cli::IssuedCertificate>(ca.status());
+  auto b = ca.ok() ? cli::IssueCertificate(*ca, {"b", wire::kOperatorRole, {}, false, 0, 4102444800})
+                   : Result<cli::IssuedCertificate>(ca.status());
+  if (!ca.ok() || !other.ok() || !a.ok() || !b.ok()) std::exit(1);
+  auto one = cli::RevokeCertificates(*ca, "", {a->cert_pem}, 1700000000);
+  auto two = one.ok() ? cli::RevokeCertificates(*ca, *one, {b->cert_pem}, 1700000100) : one;
+  auto none = cli::RevokeCertificates(*ca, "", {}, 1700000000);
+  auto foreign = cli::RevokeCertificates(*other, "", {a->cert_pem}, 1700000000);
+  if (!one.ok() || !two.ok() || !none.ok() || !foreign.ok()) std::exit(1);
+  WriteFile(dir / "one_revoked", Record(ca->cert_pem) + Record(*one));
+  WriteFile(dir / "two_revoked", Record(ca->cert_pem) + Record(*two));
+  WriteFile(dir / "empty_list", Record(ca->cert_pem) + Record(*none));
+  WriteFile(dir / "another_cas_list", Record(ca->cert_pem) + Record(*foreign));
+  WriteFile(dir / "list_truncated", Record(ca->cert_pem) + Record(two->substr(0, two->size() / 2)));
+  WriteFile(dir / "certificate_as_list", Record(ca->cert_pem) + Record(a->cert_pem));
+}
+
 }  // namespace tessera::fuzz
 
 int main(int argc, char** argv) {
@@ -326,6 +350,7 @@ int main(int argc, char** argv) {
   UpdateEnvelopeCorpus(out / "update_envelope_fuzzer");
   CheckpointCorpus(out / "checkpoint_fuzzer");
   IdxCorpus(out / "idx_fuzzer", out);
+  RevocationCorpus(out / "revocation_list_fuzzer");
   DatasetCorpus(out / "dataset_fuzzer", out);
   JobSpecCorpora(source_dir, out / "job_spec_toml_fuzzer", out / "job_spec_proto_fuzzer");
   std::cout << "wrote the seed corpora under " << out << "\n";
