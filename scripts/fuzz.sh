@@ -5,6 +5,7 @@
 #   scripts/fuzz.sh [SECONDS]        build, then fuzz every target (or those in FUZZERS)
 #   scripts/fuzz.sh --build          build only
 #   scripts/fuzz.sh --write-corpus   rewrite the seed corpora with tests/fuzz/corpus_generator.cc
+#                                    (keeping the found_* inputs)
 # Environment: BUILD_DIR (default build-fuzz), JOBS (default 2), FUZZERS (targets to run, space
 # separated; default all), PARALLEL (targets fuzzed at once, default 1), RUN_DIR (where the
 # working corpora, logs and crash inputs go; default $BUILD_DIR/runs/<UTC time>).
@@ -35,7 +36,8 @@ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTESSERA_WITH_CUDA=OFF -DTESSERA_WITH_NCCL=OFF >/dev/null
 if [[ $mode == corpus ]]; then
   cmake --build "$build_dir" -j "$jobs" --target fuzz_corpus_generator
-  rm -rf tests/fuzz/corpus
+  # The generated seeds are rewritten; the inputs that once found a bug (found_*) stay.
+  if [[ -d tests/fuzz/corpus ]]; then find tests/fuzz/corpus -type f ! -name 'found_*' -delete; fi
   "$build_dir/tests/fuzz/fuzz_corpus_generator" "$root" tests/fuzz/corpus
   exit 0
 fi
