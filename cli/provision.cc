@@ -385,9 +385,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
       found = true;
       ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(dir + "/tls.crt"));
       ASSIGN_OR_RETURN(wire::CertificateInfo info, wire::ReadCertificate(pem, QuoteUntrusted(dir + "/tls.crt", 256)));
-      X509Ptr cert = PemToCert(pem);
-      report += "revoked       " + dir + " (CN " + info.common_name + ", serial " +
-                wire::SerialHex(X509_get0_serialNumber(cert.get())) + ")\n";
+      report += "revoked       " + dir + " (CN " + info.common_name + ", serial " + info.serial + ")\n";
       revoked.push_back(std::move(pem));
     }
     if (!found) {

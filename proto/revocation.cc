@@ -24,12 +24,6 @@ struct CrlFree {
 };
 using CrlPtr = std::unique_ptr<X509_CRL, CrlFree>;
 
-int64_t ToUnixTime(const ASN1_TIME* time) {
-  std::tm tm{};
-  if (time == nullptr || ASN1_TIME_to_tm(time, &tm) != 1) return 0;
-  return static_cast<int64_t>(timegm(&tm));
-}
-
 // Whether a certificate in `ca_pem` has the CRL's issuer as its subject and signed it.
 bool SignedByCa(X509_CRL* crl, const std::string& ca_pem) {
   BioPtr bio(BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size())));
@@ -43,6 +37,12 @@ bool SignedByCa(X509_CRL* crl, const std::string& ca_pem) {
 }
 
 }  // namespace
+
+int64_t ToUnix(const ASN1_TIME* time) {
+  std::tm tm{};
+  if (time == nullptr || ASN1_TIME_to_tm(time, &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
 
 std::string SerialHex(const ASN1_INTEGER* serial) {
   if (serial == nullptr) return "";
@@ -74,7 +74,7 @@ Result<RevocationList> ParseRevocationList(const std::string& pem, const std::st
     return InvalidArgumentError(what + ": the certificate revocation list is not signed by this coordinator's client CA");
   }
   RevocationList list;
-  list.this_update_unix = ToUnixTime(X509_CRL_get0_lastUpdate(crl.get()));
+  list.this_update_unix = ToUnix(X509_CRL_get0_lastUpdate(crl.get()));
   STACK_OF(X509_REVOKED)* revoked = X509_CRL_get_REVOKED(crl.get());
   const int count = revoked != nullptr ? sk_X509_REVOKED_num(revoked) : 0;
   for (int i = 0; i < count; ++i) {
@@ -123,23 +123,20 @@ std::string RevocationFile::RevokedReason(const std::string& serial_hex) const {
 bool RevocationFile::Revoked(const std::string& serial_hex, std::string* problem) {
   std::shared_ptr<const RevocationList> list;
   bool look = false;
+  std::string previous;  // the stamp of the file looked at last
   {
     std::lock_guard<std::mutex> lock(mu_);
     const auto now = std::chrono::steady_clock::now();
     if (!loading_ && now - checked_ >= recheck_) {
       checked_ = now;
       loading_ = look = true;
+      previous = stamp_;
     }
     list = list_;
   }
   if (look) {
     // One caller at a time gets here; the file is read without the lock.
     const std::string stamp = Stamp();
-    std::string previous;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      previous = stamp_;
-    }
     std::shared_ptr<const RevocationList> fresh;
     std::string why;
     if (stamp != previous) {

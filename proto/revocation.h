@@ -37,6 +37,9 @@ struct RevocationList {
 // as OpenSSL's BN_bn2hex prints it. Certificates and CRL entries go through the same function.
 std::string SerialHex(const ASN1_INTEGER* serial);
 
+// An ASN.1 time as seconds since the epoch (0 for none or one that does not convert).
+int64_t ToUnix(const ASN1_TIME* time);
+
 // Parses `pem` (a PEM X509 CRL) and checks that a certificate in `ca_pem` issued and signed it.
 // InvalidArgument naming `what` otherwise.
 Result<RevocationList> ParseRevocationList(const std::string& pem, const std::string& ca_pem, const std::string& what);

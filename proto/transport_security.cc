@@ -48,12 +48,6 @@ std::string NameEntry(X509_NAME* name, int nid) {
   return value;
 }
 
-int64_t ToUnix(const ASN1_TIME* time) {
-  std::tm tm{};
-  if (time == nullptr || ASN1_TIME_to_tm(time, &tm) != 1) return 0;
-  return static_cast<int64_t>(timegm(&tm));
-}
-
 // The file a flag names: at most 64 KiB. `flag` is "--tls-cert" and the like.
 Result<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
   const std::string named = flag + " " + QuoteUntrusted(path, 256);
@@ -292,6 +286,7 @@ Result<CertificateInfo> ReadCertificate(const std::string& pem, const std::strin
   info.role = NameEntry(subject, NID_organizationalUnitName);
   info.not_before_unix = ToUnix(X509_get0_notBefore(cert.get()));
   info.not_after_unix = ToUnix(X509_get0_notAfter(cert.get()));
+  info.serial = SerialHex(X509_get0_serialNumber(cert.get()));
   return info;
 }
 

@@ -43,6 +43,7 @@ struct CertificateInfo {
   std::string role;         // OU: one of the roles above, or whatever an outside CA put there
   int64_t not_before_unix = 0;
   int64_t not_after_unix = 0;
+  std::string serial;       // SerialHex (proto/revocation.h), as revocation lists name it
 };
 // The first certificate in `pem`; InvalidArgument naming `what` when it does not parse.
 Result<CertificateInfo> ReadCertificate(const std::string& pem, const std::string& what);

@@ -33,24 +33,14 @@ std::vector<LayerOp> ActivationLayer::StepOps(int batch, bool input_gradient) co
 AvgPoolLayer::AvgPoolLayer(ActivationShape input, int window, int stride)
     : Layer(input), window_(window), stride_(stride) {}
 
-ActivationShape AvgPoolLayer::output_shape() const {
-  return {input_shape().channels, (input_shape().height - window_) / stride_ + 1,
-          (input_shape().width - window_) / stride_ + 1};
-}
+ActivationShape AvgPoolLayer::output_shape() const { return PooledShape(input_shape(), window_, stride_); }
 
 std::vector<std::pair<std::string, int>> AvgPoolLayer::attributes() const {
   return {{"window", window_}, {"stride", stride_}};
 }
 
 MaxPoolShape AvgPoolLayer::ShapeFor(int batch) const {
-  MaxPoolShape shape;
-  shape.batch = batch;
-  shape.channels = input_shape().channels;
-  shape.in_height = input_shape().height;
-  shape.in_width = input_shape().width;
-  shape.window = window_;
-  shape.stride = stride_;
-  return shape;
+  return PoolShapeFor(input_shape(), batch, window_, stride_);
 }
 
 void AvgPoolLayer::Forward(Device& device, int batch, const float* x, float* y) {

@@ -213,13 +213,25 @@ void ReluLayer::Backward(Device& device, int batch, const float* x, const float*
   if (dx != nullptr) device.ReluBackward(batch * input_shape().size(), y, dy, dx);
 }
 
+ActivationShape PooledShape(const ActivationShape& input, int window, int stride) {
+  return {input.channels, (input.height - window) / stride + 1, (input.width - window) / stride + 1};
+}
+
+MaxPoolShape PoolShapeFor(const ActivationShape& input, int batch, int window, int stride) {
+  MaxPoolShape shape;
+  shape.batch = batch;
+  shape.channels = input.channels;
+  shape.in_height = input.height;
+  shape.in_width = input.width;
+  shape.window = window;
+  shape.stride = stride;
+  return shape;
+}
+
 MaxPoolLayer::MaxPoolLayer(ActivationShape input, int window, int stride)
     : Layer(input), window_(window), stride_(stride) {}
 
-ActivationShape MaxPoolLayer::output_shape() const {
-  return {input_shape().channels, (input_shape().height - window_) / stride_ + 1,
-          (input_shape().width - window_) / stride_ + 1};
-}
+ActivationShape MaxPoolLayer::output_shape() const { return PooledShape(input_shape(), window_, stride_); }
 
 std::vector<std::pair<std::string, int>> MaxPoolLayer::attributes() const {
   const MaxPoolShape shape = ShapeFor(1);
@@ -227,14 +239,7 @@ std::vector<std::pair<std::string, int>> MaxPoolLayer::attributes() const {
 }
 
 MaxPoolShape MaxPoolLayer::ShapeFor(int batch) const {
-  MaxPoolShape shape;
-  shape.batch = batch;
-  shape.channels = input_shape().channels;
-  shape.in_height = input_shape().height;
-  shape.in_width = input_shape().width;
-  shape.window = window_;
-  shape.stride = stride_;
-  return shape;
+  return PoolShapeFor(input_shape(), batch, window_, stride_);
 }
 
 Status MaxPoolLayer::Reserve(Device& device, int batch) {

@@ -217,6 +217,11 @@ class ReluLayer final : public Layer {
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
 };
 
+// A square pooling window without padding over `input`, as the max and average pools use it:
+// the output's shape, and the device's shape for a batch.
+ActivationShape PooledShape(const ActivationShape& input, int window, int stride);
+MaxPoolShape PoolShapeFor(const ActivationShape& input, int batch, int window, int stride);
+
 // Max pool with a square window, no padding; records the argmax on the device.
 class MaxPoolLayer final : public Layer {
  public:

@@ -3,7 +3,6 @@
 #include "cli/provision.h"
 
 #include <gtest/gtest.h>
-#include <openssl/pem.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +11,6 @@
 #include <iterator>
 #include <unordered_set>
 
-#include "proto/openssl_handles.h"
 #include "proto/revocation.h"
 #include "proto/transport_security.h"
 
@@ -99,11 +97,7 @@ TEST_F(ProvisionTest, RunningItAgainKeepsTheCaAndEveryIdentityAndAddsTheNewOnes)
   EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
 }
 
-std::string SerialOf(const std::string& pem) {
-  wire::BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  wire::X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  return wire::SerialHex(X509_get0_serialNumber(cert.get()));
-}
+std::string SerialOf(const std::string& pem) { return wire::ReadCertificate(pem, "certificate")->serial; }
 
 TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
   ASSERT_TRUE(Provision(Options()).ok());

@@ -5,26 +5,18 @@
 #include "proto/revocation.h"
 
 #include <gtest/gtest.h>
-#include <openssl/pem.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "cli/provision.h"
-#include "proto/openssl_handles.h"
 #include "proto/transport_security.h"
 
 namespace tessera::wire {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string SerialOf(const std::string& pem) {
-  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  X509Ptr cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  return SerialHex(X509_get0_serialNumber(cert.get()));
-}
 
 class RevocationFileTest : public ::testing::Test {
  protected:
@@ -39,7 +31,7 @@ class RevocationFileTest : public ::testing::Test {
       auto issued = cli::IssueCertificate(ca_, {name, kWorkerRole, {}, false, 0, 4102444800});
       ASSERT_TRUE(issued.ok());
       certs_.push_back(issued->cert_pem);
-      serials_.push_back(SerialOf(issued->cert_pem));
+      serials_.push_back(ReadCertificate(issued->cert_pem, name)->serial);
     }
   }
   void TearDown() override { std::filesystem::remove(path_); }
