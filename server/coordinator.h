@@ -51,6 +51,12 @@ struct CoordinatorOptions {
   // receive buffers; a fixed 1 MiB window holds the coordinator near 300 MB, and caps each
   // upload at a window per round trip (10 MB/s at 100 ms; docs/BENCHMARKS.md).
   uint32_t stream_window_kib = 1024;
+  // Workers send an update of at least this many bytes on a connection of their own, closed
+  // when the upload ends (JoinResponse.upload_connection_min_bytes): gRPC keeps each
+  // connection's read buffers at the size of the largest transfer it carried, so large
+  // uploads on the workers' own connections would hold about 0.6 MiB here per worker
+  // (docs/BENCHMARKS.md). 0: every upload on the worker's connection.
+  uint64_t upload_connection_min_bytes = uint64_t{1} << 20;
   // Timeouts and counts of open streams (server/rpc/stream_limits.h), the rendezvous store's
   // quotas (server/workers/rendezvous_store.h); checked by Start().
   StreamLimits streams;

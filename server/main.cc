@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   int64_t upload_buffer_mib = static_cast<int64_t>(options.upload_buffer_bytes >> 20);
   int64_t evaluation_threads = options.runner.evaluation_threads;
   int64_t inline_model_kib = static_cast<int64_t>(options.runner.inline_model_bytes >> 10);
+  int64_t upload_connection_kib = static_cast<int64_t>(options.upload_connection_min_bytes >> 10);
   bool help = false;
   bool version = false;
   FlagSet flags;
@@ -119,6 +120,12 @@ int main(int argc, char** argv) {
             "a model of at most this many KiB travels inside each worker's task instead of by a download call "
             "(workers that take it; a round then costs each worker one call less). 0: always downloaded",
             IntRange{0, static_cast<int64_t>(server::ModelVersion::kMaxInlineBytes >> 10)});
+  flags.Int("upload-connection-kib", &upload_connection_kib,
+            "workers send an update of at least this many KiB on a connection of its own, closed after the "
+            "upload: gRPC keeps a connection's read buffers as large as its largest transfer, so large updates "
+            "on the workers' long-lived connections would hold memory here for every worker. 0: every upload "
+            "on the worker's connection",
+            IntRange{0, int64_t{1} << 30});
   flags.Bool("trained-weights", &options.runner.take_trained_weights,
              "let workers send a float32 update as their trained model and subtract the round's model here "
              "(the same delta; a worker then keeps no copy of the global model while it trains; costs the "
@@ -203,6 +210,7 @@ int main(int argc, char** argv) {
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
   options.runner.inline_model_bytes = static_cast<uint64_t>(inline_model_kib) << 10;
+  options.upload_connection_min_bytes = static_cast<uint64_t>(upload_connection_kib) << 10;
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.

@@ -24,8 +24,8 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  GrpcCoordinatorClient(const std::string& address, std::shared_ptr<grpc::Channel> channel)
-      : address_(address), channel_(std::move(channel)), stub_(v1::WorkerService::NewStub(channel_)) {}
+  GrpcCoordinatorClient(const std::string& address, const wire::ClientTls& tls, std::shared_ptr<grpc::Channel> channel)
+      : address_(address), tls_(tls), channel_(std::move(channel)), stub_(v1::WorkerService::NewStub(channel_)) {}
 
   static grpc::ChannelArguments Arguments() {
     grpc::ChannelArguments args;
@@ -49,6 +49,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::Status s = stub_->Join(&ctx, request, &response);
     if (!s.ok()) return FromGrpc(s, "join " + address_);
     upload_admission_ = response.upload_admission();
+    upload_connection_min_bytes_ = response.upload_connection_min_bytes();
     return response;
   }
 
@@ -147,10 +148,23 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (header.sets_size() == 0 && !tensors.empty()) {
       return InvalidArgumentError("upload: tensors without the header's sets that describe them");
     }
+    // A large update on a connection of its own (JoinResponse.upload_connection_min_bytes),
+    // closed when this call returns: the coordinator's read buffers for it go with it.
+    uint64_t bytes = 0;
+    for (const std::string& set : tensors) bytes += set.size();
+    const uint64_t own_from = upload_connection_min_bytes_;
+    std::unique_ptr<v1::WorkerService::Stub> own_stub;
+    if (own_from > 0 && bytes >= own_from) {
+      grpc::ChannelArguments args = Arguments();
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a new connection, not the shared one
+      ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> own, wire::MakeChannel(address_, tls_, std::move(args)));
+      own_stub = v1::WorkerService::NewStub(std::move(own));
+    }
+    v1::WorkerService::Stub* stub = own_stub ? own_stub.get() : stub_.get();
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
     v1::UploadResult result;
-    auto writer = stub_->UploadUpdate(&ctx, &result);
+    auto writer = stub->UploadUpdate(&ctx, &result);
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
     bool open = writer->Write(message);
@@ -174,12 +188,14 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
  private:
   std::string address_;
+  wire::ClientTls tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
   std::atomic<bool> upload_admission_{false};  // from the last JoinResponse
+  std::atomic<uint64_t> upload_connection_min_bytes_{0};  // from the last JoinResponse; 0: never
 };
 
 }  // namespace
@@ -188,7 +204,7 @@ Result<std::unique_ptr<CoordinatorClient>> MakeGrpcCoordinatorClient(const std::
                                                                      const wire::ClientTls& tls) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    wire::MakeChannel(address, tls, GrpcCoordinatorClient::Arguments()));
-  return std::unique_ptr<CoordinatorClient>(std::make_unique<GrpcCoordinatorClient>(address, std::move(channel)));
+  return std::unique_ptr<CoordinatorClient>(std::make_unique<GrpcCoordinatorClient>(address, tls, std::move(channel)));
 }
 
 }  // namespace tessera::worker

@@ -28,14 +28,7 @@ ClientFleet::ClientFleet(FleetOptions options)
       payloads_(options_.update, options_.chunk_bytes, options_.random_variants, options_.seed) {
   const uint32_t channels = std::max<uint32_t>(1, std::min(options_.channels, std::max<uint32_t>(1, options_.clients)));
   for (uint32_t i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(2 << 20);  // as the worker: chunks are at most 1 MiB
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // as the worker
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    // Channels with the same arguments would share one connection; each gets its own.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto channel = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+    auto channel = NewChannel();
     stubs_.push_back(v1::WorkerService::NewStub(channel));
     generic_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     channels_.push_back(std::move(channel));
@@ -47,6 +40,17 @@ ClientFleet::ClientFleet(FleetOptions options)
 }
 
 ClientFleet::~ClientFleet() { Stop(std::chrono::seconds(10)); }
+
+std::shared_ptr<grpc::Channel> ClientFleet::NewChannel() const {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(2 << 20);  // as the worker: chunks are at most 1 MiB
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);  // as the worker
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Channels with the same arguments would share one connection; each gets its own.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+}
 
 void ClientFleet::Start() {
   for (auto& client : clients_) {

@@ -137,6 +137,8 @@ class ClientFleet {
 
   // For the clients and their calls.
   bool stopping() const { return stopping_.load(); }
+  // A channel on a connection of its own (the fleet's options, no shared subchannel).
+  std::shared_ptr<grpc::Channel> NewChannel() const;
   TimerQueue& timers() { return timers_; }
   UpdatePayloads& payloads() { return payloads_; }
   void Add(Counter counter, uint64_t n = 1) { counters_[static_cast<size_t>(counter)].fetch_add(n); }

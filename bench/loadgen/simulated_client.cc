@@ -135,22 +135,25 @@ class SimulatedClient::DownloadCall final : public grpc::ClientBidiReactor<grpc:
   std::shared_ptr<DownloadCall> self_;
 };
 
-// One upload, on the generic stub: the header, then the shared payload's serialized chunks,
-// one write in flight at a time. Without a payload, the header goes alone (a failure
+// One upload, on the generic stub (or on a connection of its own, made for it and closed with
+// it, as the worker sends a large update): the header, then the shared payload's serialized
+// chunks, one write in flight at a time. Without a payload, the header goes alone (a failure
 // report). With admission (as the worker, worker/coordinator_client.cc), the first chunk waits
 // for the coordinator's initial metadata as well as for the header's write.
 class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   UploadCall(SimulatedClient* client, uint64_t work, const v1::UpdateChunkMessage& header,
-             std::shared_ptr<const UpdatePayload> payload, bool admission)
+             std::shared_ptr<const UpdatePayload> payload, bool admission, std::shared_ptr<grpc::Channel> own = nullptr)
       : client_(client), work_(work), payload_(std::move(payload)), admitted_(!admission) {
     serialized_ = wire::ToByteBuffer(header, &header_);
+    if (own) own_stub_ = std::make_unique<grpc::GenericStub>(std::move(own));
   }
 
   void Begin(std::shared_ptr<UploadCall> self) {
     self_ = std::move(self);
     SetDeadline(&context_, kTransferDeadline);
-    client_->generic()->PrepareBidiStreamingCall(&context_, "/tessera.v1.WorkerService/UploadUpdate",
+    grpc::GenericStub* stub = own_stub_ ? own_stub_.get() : client_->generic();
+    stub->PrepareBidiStreamingCall(&context_, "/tessera.v1.WorkerService/UploadUpdate",
                                                  grpc::StubOptions(), this);
     if (!payload_ || payload_->wire_chunks.empty()) {
       StartWriteLast(&header_, grpc::WriteOptions());
@@ -233,6 +236,7 @@ class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::B
   bool got_result_ = false;
   v1::UploadResult result_;
   std::shared_ptr<UploadCall> self_;
+  std::unique_ptr<grpc::GenericStub> own_stub_;  // the call's own connection, if it has one
 };
 
 void SimulatedClient::Join(bool first) {
@@ -281,6 +285,7 @@ void SimulatedClient::OnJoined(bool first, const grpc::Status& status, const v1:
     session_ = response.session();
     heartbeat_interval_ms_ = std::max<uint32_t>(100, response.heartbeat_interval_ms());  // as the worker
     upload_admission_ = response.upload_admission();
+    upload_connection_min_bytes_ = response.upload_connection_min_bytes();
     upload_xxh3_ = response.upload_xxh3();
     backoff_ms_ = kBackoffInitialMs;
     v1::TaskChannelRequest open;
@@ -526,7 +531,9 @@ void SimulatedClient::Upload(uint64_t work) {
       header.set_train_loss(0);
       *header.mutable_manifest() = payload_->manifest;
       state_ = "uploading";
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
+      const bool own = upload_connection_min_bytes_ > 0 && payload_->bytes >= upload_connection_min_bytes_;
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_,
+                                            own ? fleet_->NewChannel() : nullptr);
       upload_ = upload;
     }
   }

@@ -78,6 +78,7 @@ class SimulatedClient {
   uint32_t heartbeat_interval_ms_ = 1000;
   bool upload_admission_ = false;  // from the JoinResponse: wait for the upload's metadata
   bool upload_xxh3_ = false;       // from the JoinResponse: the update's digests are XXH3-128
+  uint64_t upload_connection_min_bytes_ = 0;  // from the JoinResponse: larger updates on a connection of their own
   uint32_t backoff_ms_ = kBackoffInitialMs;
   bool channel_ready_ = false;
   std::string state_ = "idle";

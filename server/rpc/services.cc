@@ -291,6 +291,7 @@ class WorkerServiceImpl final
     if (!joined.ok()) return ToGrpc(joined.status());
     if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
     *response = std::move(joined).value();
+    response->set_upload_connection_min_bytes(c_->options().upload_connection_min_bytes);
     return grpc::Status::OK;
   }
 

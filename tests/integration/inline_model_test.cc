@@ -2,7 +2,8 @@
 // model in its TrainTask (the same tensors a download gives), a worker that does not gets
 // none and downloads; a coordinator with --inline-model-kib 0 sends none. Real workers train
 // to the same figures either way, as they do whether the coordinator takes their trained
-// models (--trained-weights) or their deltas.
+// models (--trained-weights) or their deltas, and whether they send their updates on
+// connections of their own (--upload-connection-kib) or on their long-lived one.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -132,6 +133,27 @@ TEST(TrainedWeightsTest, RealWorkersTrainTheSameEitherWay) {
     EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
     EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
     EXPECT_GT(runs[0][i].upload_bytes(), 0u);
+    EXPECT_EQ(runs[0][i].workers_size(), 2);
+    for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
+  }
+}
+
+// Real workers under mutual TLS: with every update sent on a connection of its own (a
+// threshold of one byte) a job ends on the same figures as with every update on the workers'
+// own connections (0), each update accepted.
+TEST(UploadConnectionTest, RealWorkersTrainTheSameOnTheirOwnConnectionOrOnAFreshOne) {
+  std::vector<v1::RoundRecord> runs[2];
+  for (int run = 0; run < 2; ++run) {
+    runs[run] = RunSmallJob("upload-connection-real", [&](server::CoordinatorOptions& options) {
+      options.upload_connection_min_bytes = run == 0 ? 1 : 0;
+    });
+  }
+  ASSERT_EQ(runs[0].size(), 2u);
+  ASSERT_EQ(runs[1].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
     EXPECT_EQ(runs[0][i].workers_size(), 2);
     for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
   }
