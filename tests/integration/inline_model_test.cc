@@ -6,6 +6,8 @@
 // connections of their own (--upload-connection-kib) or on their long-lived one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -97,20 +99,42 @@ std::vector<v1::RoundRecord> RunSmallJob(const char* name, const std::function<v
   return {done.rounds().begin(), done.rounds().end()};
 }
 
+// The small job run twice, `configure` told which run it sets up (0 or 1); expects both
+// runs to succeed with two rounds ending on the same accuracy and loss.
+using TwoRuns = std::array<std::vector<v1::RoundRecord>, 2>;
+TwoRuns RunTwiceAlike(const char* name, const std::function<void(server::CoordinatorOptions&, int run)>& configure) {
+  TwoRuns runs;
+  for (int run = 0; run < 2; ++run) {
+    runs[run] = RunSmallJob(name, [&](server::CoordinatorOptions& options) { configure(options, run); });
+  }
+  EXPECT_EQ(runs[0].size(), 2u);
+  EXPECT_EQ(runs[1].size(), 2u);
+  for (size_t i = 0; i < std::min(runs[0].size(), runs[1].size()); ++i) {
+    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
+    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
+  }
+  return runs;
+}
+
+// Every update of run 0 accepted, and as many bytes uploaded in each round as in run 1.
+void ExpectSameUploads(const TwoRuns& runs) {
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
+    EXPECT_GT(runs[0][i].upload_bytes(), 0u);
+    EXPECT_EQ(runs[0][i].workers_size(), 2);
+    for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
+  }
+}
+
 // Real workers: a job whose model travels in the tasks ends with the same figures as the
 // same job downloading it.
 TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
-  std::vector<v1::RoundRecord> runs[2];
-  for (int run = 0; run < 2; ++run) {
-    runs[run] = RunSmallJob("inline-model-real", [&](server::CoordinatorOptions& options) {
-      options.runner.inline_model_bytes = run == 0 ? (uint64_t{256} << 10) : 0;
-    });
-  }
-  ASSERT_EQ(runs[0].size(), 2u);
-  ASSERT_EQ(runs[1].size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
+  const TwoRuns runs = RunTwiceAlike("inline-model-real", [](server::CoordinatorOptions& options, int run) {
+    options.runner.inline_model_bytes = run == 0 ? (uint64_t{256} << 10) : 0;
+  });
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(runs[0][i].download_bytes(), runs[1][i].download_bytes()) << "round " << i + 1;
     EXPECT_GT(runs[0][i].download_bytes(), 0u);
   }
@@ -120,43 +144,18 @@ TEST(InlineModelTest, RealWorkersTrainTheSameEitherWay) {
 // (the default) a job ends on the same figures as with deltas sent (--trained-weights=false),
 // and its updates carry as many bytes.
 TEST(TrainedWeightsTest, RealWorkersTrainTheSameEitherWay) {
-  std::vector<v1::RoundRecord> runs[2];
-  for (int run = 0; run < 2; ++run) {
-    runs[run] = RunSmallJob("trained-weights-real", [&](server::CoordinatorOptions& options) {
-      options.runner.take_trained_weights = run == 0;
-    });
-  }
-  ASSERT_EQ(runs[0].size(), 2u);
-  ASSERT_EQ(runs[1].size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
-    EXPECT_GT(runs[0][i].upload_bytes(), 0u);
-    EXPECT_EQ(runs[0][i].workers_size(), 2);
-    for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
-  }
+  ExpectSameUploads(RunTwiceAlike("trained-weights-real", [](server::CoordinatorOptions& options, int run) {
+    options.runner.take_trained_weights = run == 0;
+  }));
 }
 
 // Real workers under mutual TLS: with every update sent on a connection of its own (a
 // threshold of one byte) a job ends on the same figures as with every update on the workers'
 // own connections (0), each update accepted.
 TEST(UploadConnectionTest, RealWorkersTrainTheSameOnTheirOwnConnectionOrOnAFreshOne) {
-  std::vector<v1::RoundRecord> runs[2];
-  for (int run = 0; run < 2; ++run) {
-    runs[run] = RunSmallJob("upload-connection-real", [&](server::CoordinatorOptions& options) {
-      options.upload_connection_min_bytes = run == 0 ? 1 : 0;
-    });
-  }
-  ASSERT_EQ(runs[0].size(), 2u);
-  ASSERT_EQ(runs[1].size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(runs[0][i].test_accuracy(), runs[1][i].test_accuracy()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].test_loss(), runs[1][i].test_loss()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].upload_bytes(), runs[1][i].upload_bytes()) << "round " << i + 1;
-    EXPECT_EQ(runs[0][i].workers_size(), 2);
-    for (const auto& w : runs[0][i].workers()) EXPECT_EQ(w.outcome(), "accepted") << w.worker_id();
-  }
+  ExpectSameUploads(RunTwiceAlike("upload-connection-real", [](server::CoordinatorOptions& options, int run) {
+    options.upload_connection_min_bytes = run == 0 ? 1 : 0;
+  }));
 }
 
 }  // namespace
