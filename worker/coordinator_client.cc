@@ -6,6 +6,8 @@
 #include <chrono>
 #include <mutex>
 
+#include <spdlog/spdlog.h>
+
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
@@ -153,18 +155,39 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     uint64_t bytes = 0;
     for (const std::string& set : tensors) bytes += set.size();
     const uint64_t own_from = upload_connection_min_bytes_;
-    std::unique_ptr<v1::WorkerService::Stub> own_stub;
+    v1::UploadResult result;
     if (own_from > 0 && bytes >= own_from) {
       grpc::ChannelArguments args = Arguments();
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a new connection, not the shared one
       ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> own, wire::MakeChannel(address_, tls_, std::move(args)));
-      own_stub = v1::WorkerService::NewStub(std::move(own));
+      auto own_stub = v1::WorkerService::NewStub(std::move(own));
+      grpc::Status s = UploadOn(*own_stub, header, tensors, chunk_bytes, &result);
+      if (s.ok()) return result;
+      // A new connection can fail where the worker's own still stands (a connect or a handshake
+      // refused, a certificate that expired since the worker's connection was verified): the
+      // update goes on the worker's connection then, as it would without the threshold. The
+      // coordinator keeps no part of an upload that did not finish.
+      const grpc::StatusCode code = s.error_code();
+      if (code != grpc::StatusCode::UNAVAILABLE && code != grpc::StatusCode::UNAUTHENTICATED &&
+          code != grpc::StatusCode::PERMISSION_DENIED) {
+        return FromGrpc(s, "upload");
+      }
+      spdlog::warn("upload on a connection of its own failed ({}); sending it on the worker's connection",
+                   FromGrpc(s, "upload").ToString());
+      result.Clear();
     }
-    v1::WorkerService::Stub* stub = own_stub ? own_stub.get() : stub_.get();
+    grpc::Status s = UploadOn(*stub_, header, tensors, chunk_bytes, &result);
+    if (!s.ok()) return FromGrpc(s, "upload");
+    return result;
+  }
+
+ private:
+  // Streams the header then the chunks of `tensors` on `stub`'s connection.
+  grpc::Status UploadOn(v1::WorkerService::Stub& stub, const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
+                        uint32_t chunk_bytes, v1::UploadResult* result) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
-    v1::UploadResult result;
-    auto writer = stub->UploadUpdate(&ctx, &result);
+    auto writer = stub.UploadUpdate(&ctx, result);
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
     bool open = writer->Write(message);
@@ -172,21 +195,17 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     // the stream's initial metadata (or ends the call, which ends the wait too).
     if (open && !tensors.empty() && upload_admission_) writer->WaitForInitialMetadata();
     if (open) {
-      Status sent = wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
+      wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
         v1::UpdateChunkMessage m;
         *m.mutable_chunk() = chunk;
         if (!writer->Write(m)) return CancelledError("the coordinator closed the upload");
         return Status::Ok();
-      });
-      open = sent.ok();
+      }).ok();  // a write that fails ends the call: Finish() says why
     }
     writer->WritesDone();
-    grpc::Status s = writer->Finish();
-    if (!s.ok()) return FromGrpc(s, "upload");
-    return result;
+    return writer->Finish();
   }
 
- private:
   std::string address_;
   wire::ClientTls tls_;
   std::shared_ptr<grpc::Channel> channel_;

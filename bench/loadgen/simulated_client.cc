@@ -143,10 +143,14 @@ class SimulatedClient::DownloadCall final : public grpc::ClientBidiReactor<grpc:
 class SimulatedClient::UploadCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   UploadCall(SimulatedClient* client, uint64_t work, const v1::UpdateChunkMessage& header,
-             std::shared_ptr<const UpdatePayload> payload, bool admission, std::shared_ptr<grpc::Channel> own = nullptr)
+             std::shared_ptr<const UpdatePayload> payload, bool admission)
       : client_(client), work_(work), payload_(std::move(payload)), admitted_(!admission) {
     serialized_ = wire::ToByteBuffer(header, &header_);
-    if (own) own_stub_ = std::make_unique<grpc::GenericStub>(std::move(own));
+  }
+
+  // Before Begin: the call goes on `own`'s connection instead of the client's.
+  void OnItsOwnConnection(std::shared_ptr<grpc::Channel> own) {
+    own_stub_ = std::make_unique<grpc::GenericStub>(std::move(own));
   }
 
   void Begin(std::shared_ptr<UploadCall> self) {
@@ -517,6 +521,7 @@ v1::UpdateChunkMessage SimulatedClient::HeaderFor(const v1::TrainTask& task) {
 
 void SimulatedClient::Upload(uint64_t work) {
   std::shared_ptr<UploadCall> upload;
+  bool own_connection = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (work != work_) return;
@@ -531,9 +536,8 @@ void SimulatedClient::Upload(uint64_t work) {
       header.set_train_loss(0);
       *header.mutable_manifest() = payload_->manifest;
       state_ = "uploading";
-      const bool own = upload_connection_min_bytes_ > 0 && payload_->bytes >= upload_connection_min_bytes_;
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_,
-                                            own ? fleet_->NewChannel() : nullptr);
+      own_connection = upload_connection_min_bytes_ > 0 && payload_->bytes >= upload_connection_min_bytes_;
+      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
       upload_ = upload;
     }
   }
@@ -541,6 +545,7 @@ void SimulatedClient::Upload(uint64_t work) {
     FinishWork(work);
     return;
   }
+  if (own_connection) upload->OnItsOwnConnection(fleet_->NewChannel());
   fleet_->CallStarted();
   upload->Begin(upload);
 }

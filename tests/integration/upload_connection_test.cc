@@ -1,0 +1,198 @@
+// The worker's gRPC client against a stand-in WorkerService on loopback, under mutual TLS
+// with the test PKI (real gRPC, real connections): an update at least as large as the
+// coordinator's JoinResponse.upload_connection_min_bytes goes on a connection of its own, a
+// new one per upload, closed when the upload ends; a smaller one (or any, with 0) goes on
+// the worker's connection; and an update refused on its own connection for want of a
+// connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
+// is in inline_model_test.cc.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "proto/transport_security.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+#include "tests/integration/harness.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::testing {
+namespace {
+
+// Answers Join with the given threshold and takes every upload whole, noting the peer
+// (address and port: one per connection) of each call. With `refuse_new_connections`, an
+// upload that does not come on the Join's connection is answered UNAVAILABLE.
+class StandInService final : public v1::WorkerService::Service {
+ public:
+  StandInService(uint64_t own_from, bool refuse_new_connections)
+      : own_from_(own_from), refuse_new_connections_(refuse_new_connections) {}
+
+  grpc::Status Join(grpc::ServerContext* ctx, const v1::JoinRequest*, v1::JoinResponse* response) override {
+    response->set_worker_id("w1");
+    response->set_session("s1");
+    response->set_upload_connection_min_bytes(own_from_);
+    std::lock_guard<std::mutex> lock(mu_);
+    join_peer_ = ctx->peer();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status UploadUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
+                            v1::UploadResult* result) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      upload_peers_.push_back(ctx->peer());
+      if (refuse_new_connections_ && ctx->peer() != join_peer_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "stand-in: no upload on a new connection");
+      }
+    }
+    v1::UpdateChunkMessage message;
+    uint64_t bytes = 0;
+    while (reader->Read(&message)) {
+      if (message.has_chunk()) bytes += message.chunk().data().size();
+    }
+    result->set_accepted(true);
+    std::lock_guard<std::mutex> lock(mu_);
+    upload_bytes_.push_back(bytes);
+    return grpc::Status::OK;
+  }
+
+  std::string join_peer() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return join_peer_;
+  }
+  std::vector<std::string> upload_peers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return upload_peers_;
+  }
+  std::vector<uint64_t> upload_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return upload_bytes_;
+  }
+
+ private:
+  const uint64_t own_from_;
+  const bool refuse_new_connections_;
+  std::mutex mu_;
+  std::string join_peer_;
+  std::vector<std::string> upload_peers_;  // every upload's, refused ones too
+  std::vector<uint64_t> upload_bytes_;     // the taken ones'
+};
+
+struct StandIn {
+  explicit StandIn(uint64_t own_from, bool refuse_new_connections = false)
+      : service(own_from, refuse_new_connections) {
+    auto credentials = wire::MakeServerCredentials(TestPki::Get().CoordinatorTls(), HostPort{"127.0.0.1", 0});
+    EXPECT_TRUE(credentials.ok()) << credentials.status().ToString();
+    if (!credentials.ok()) return;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
+    builder.RegisterService(&service);
+    server = builder.BuildAndStart();
+  }
+  ~StandIn() {
+    if (server) server->Shutdown();
+  }
+  StandInService service;
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+// Established TCP connections whose local end is 127.0.0.1:`port` (the server's ends of its
+// connections), from /proc/net/tcp and /proc/net/tcp6 (where gRPC's dual-stack sockets list
+// 127.0.0.1 as the IPv4-mapped ::ffff:127.0.0.1).
+int ServerConnections(int port) {
+  char suffix[16];
+  std::snprintf(suffix, sizeof(suffix), "0100007F:%04X", port);
+  int count = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const bool ours = local.size() >= std::strlen(suffix) &&
+                        local.compare(local.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+      if (ours && state == "01") ++count;  // 01: ESTABLISHED
+    }
+  }
+  return count;
+}
+
+// Joins, then uploads an update of `bytes` bytes twice; the client stays alive until the
+// checks in `then` are done.
+void JoinAndUploadTwice(StandIn& stand_in, size_t bytes, const std::function<void()>& then = {}) {
+  auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(stand_in.port),
+                                                  TestPki::Get().WorkerTls("w1"));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  v1::JoinRequest join;
+  join.set_name("w1");
+  auto joined = (*client)->Join(join);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  v1::UpdateHeader header;
+  header.add_sets()->set_name("delta");
+  const wire::UpdateBytes tensors = {std::string(bytes, '\x01')};
+  for (int i = 0; i < 2; ++i) {
+    auto result = (*client)->UploadUpdate(header, tensors, 4096);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_TRUE(result->accepted());
+  }
+  if (then) then();
+}
+
+TEST(UploadConnectionTest, AnUpdateAtTheThresholdGoesOnANewConnectionEachTimeClosedAfterIt) {
+  StandIn stand_in(/*own_from=*/8192);
+  ASSERT_NE(stand_in.server, nullptr);
+  JoinAndUploadTwice(stand_in, 8192, [&] {
+    // The uploads' connections are gone; the worker's own stays.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ServerConnections(stand_in.port) > 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(ServerConnections(stand_in.port), 1);
+  });
+  const auto peers = stand_in.service.upload_peers();
+  ASSERT_EQ(peers.size(), 2u);
+  EXPECT_EQ(stand_in.service.upload_bytes(), (std::vector<uint64_t>{8192, 8192}));
+  EXPECT_NE(peers[0], stand_in.service.join_peer()) << "the upload came on the worker's connection";
+  EXPECT_NE(peers[1], stand_in.service.join_peer()) << "the upload came on the worker's connection";
+  EXPECT_NE(peers[0], peers[1]) << "the second upload reused the first one's connection";
+}
+
+TEST(UploadConnectionTest, ASmallerUpdateOrAZeroThresholdStaysOnTheWorkersConnection) {
+  for (uint64_t own_from : {uint64_t{8193}, uint64_t{0}}) {
+    SCOPED_TRACE(own_from);
+    StandIn stand_in(own_from);
+    ASSERT_NE(stand_in.server, nullptr);
+    JoinAndUploadTwice(stand_in, 8192);
+    const auto peers = stand_in.service.upload_peers();
+    ASSERT_EQ(peers.size(), 2u);
+    EXPECT_EQ(peers[0], stand_in.service.join_peer());
+    EXPECT_EQ(peers[1], stand_in.service.join_peer());
+  }
+}
+
+TEST(UploadConnectionTest, AnUpdateThatFindsNoConnectionOfItsOwnGoesOnTheWorkersConnection) {
+  StandIn stand_in(/*own_from=*/8192, /*refuse_new_connections=*/true);
+  ASSERT_NE(stand_in.server, nullptr);
+  JoinAndUploadTwice(stand_in, 8192);
+  const auto peers = stand_in.service.upload_peers();
+  ASSERT_EQ(peers.size(), 4u);  // each upload tried on its own connection, then on the worker's
+  EXPECT_NE(peers[0], stand_in.service.join_peer());
+  EXPECT_EQ(peers[1], stand_in.service.join_peer());
+  EXPECT_NE(peers[2], stand_in.service.join_peer());
+  EXPECT_EQ(peers[3], stand_in.service.join_peer());
+  EXPECT_EQ(stand_in.service.upload_bytes(), (std::vector<uint64_t>{8192, 8192}));
+}
+
+}  // namespace
+}  // namespace tessera::testing
