@@ -11,8 +11,9 @@
 #
 # Environment:
 #   ROWS    model:N pairs, models tiny (SimpleCNN, 44,426 parameters), mlp10 (MLP 784-3297-10,
-#           2,621,125 parameters, 10 MiB) and micro (MLP 784-1-10, 805 parameters: the per-client
-#           cost of a round without its bytes)
+#           2,621,125 parameters, 10 MiB), mlp4 (784-1320-10, 4.2 MB), mlp1 (784-330-10, 1.05 MB)
+#           and micro (MLP 784-1-10, 805 parameters: the per-client cost of a round without its
+#           bytes)
 #           (default: tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100)
 #   ROUNDS  rounds per row (default 14); the first WARMUP (default 6) are left out of the medians:
 #           with 100 clients of the small model, rounds 1-6 are 1.5-4x slower than the later ones

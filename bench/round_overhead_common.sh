@@ -26,7 +26,9 @@ model_flags() {
     tiny) echo "--model simplecnn" ;;
     mlp10) echo "--model mlp --hidden 3297" ;;
     micro) echo "--model mlp --hidden 1" ;;
-    *) echo "unknown model '$1' (expected tiny, mlp10 or micro)" >&2; return 1 ;;
+    mlp1) echo "--model mlp --hidden 330" ;;
+    mlp4) echo "--model mlp --hidden 1320" ;;
+    *) echo "unknown model '$1' (expected tiny, mlp10, mlp4, mlp1 or micro)" >&2; return 1 ;;
   esac
 }
 model_parameters() {
@@ -34,6 +36,8 @@ model_parameters() {
     tiny) echo 44426 ;;
     mlp10) echo 2621125 ;;
     micro) echo 805 ;;
+    mlp1) echo 262690 ;;
+    mlp4) echo 1049470 ;;
   esac
 }
 

@@ -54,9 +54,11 @@ struct CoordinatorOptions {
   // Workers send an update of at least this many bytes on a connection of their own, closed
   // when the upload ends (JoinResponse.upload_connection_min_bytes): gRPC keeps each
   // connection's read buffers at the size of the largest transfer it carried, so large
-  // uploads on the workers' own connections would hold about 0.6 MiB here per worker
-  // (docs/BENCHMARKS.md). 0: every upload on the worker's connection.
-  uint64_t upload_connection_min_bytes = uint64_t{1} << 20;
+  // uploads on the workers' own connections would hold 0.5-0.7 MiB here per worker. A new
+  // connection costs a TLS handshake (about 3 ms of the coordinator's CPU here), which a
+  // 4 MiB update's transfer outweighs (docs/BENCHMARKS.md). 0: every upload on the worker's
+  // connection.
+  uint64_t upload_connection_min_bytes = uint64_t{4} << 20;
   // Timeouts and counts of open streams (server/rpc/stream_limits.h), the rendezvous store's
   // quotas (server/workers/rendezvous_store.h); checked by Start().
   StreamLimits streams;
