@@ -1,6 +1,7 @@
 #include "bench/loadgen/client_fleet.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "bench/loadgen/simulated_client.h"
@@ -39,7 +40,15 @@ ClientFleet::ClientFleet(FleetOptions options)
   }
 }
 
-ClientFleet::~ClientFleet() { Stop(std::chrono::seconds(10)); }
+ClientFleet::~ClientFleet() {
+  // Every call's completion uses the fleet (its counters, its clients, their channels): the
+  // last one must end before any of it is freed. Each call is cancelled by Stop() and has a
+  // deadline besides, so the wait ends.
+  if (Stop(std::chrono::seconds(10))) return;
+  std::fprintf(stderr, "tessera-loadgen: waiting for calls still open 10 s after the clients were stopped\n");
+  while (!Stop(std::chrono::seconds(60))) {
+  }
+}
 
 std::shared_ptr<grpc::Channel> ClientFleet::NewChannel() const {
   grpc::ChannelArguments args;

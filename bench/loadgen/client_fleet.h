@@ -110,7 +110,7 @@ class SimulatedClient;
 class ClientFleet {
  public:
   explicit ClientFleet(FleetOptions options);
-  ~ClientFleet();  // Stop(10 s)
+  ~ClientFleet();  // Stop(), then waits for every call in flight to end
   ClientFleet(const ClientFleet&) = delete;
   ClientFleet& operator=(const ClientFleet&) = delete;
 
