@@ -123,8 +123,9 @@ int main(int argc, char** argv) {
   flags.Int("upload-connection-kib", &upload_connection_kib,
             "workers send an update of at least this many KiB on a connection of its own, closed after the "
             "upload: gRPC keeps a connection's read buffers as large as its largest transfer, so large updates "
-            "on the workers' long-lived connections would hold memory here for every worker. 0: every upload "
-            "on the worker's connection",
+            "on the workers' long-lived connections would hold memory here for every worker; each such upload "
+            "costs a new connection (under TLS a handshake, about as much CPU here as receiving 1 MB). 0: every "
+            "upload on the worker's connection",
             IntRange{0, int64_t{1} << 30});
   flags.Bool("trained-weights", &options.runner.take_trained_weights,
              "let workers send a float32 update as their trained model and subtract the round's model here "
