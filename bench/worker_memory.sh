@@ -22,6 +22,7 @@ trap cleanup EXIT
 
 figure() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }  # kB
 cuda_mappings() { grep -c -E 'cublas|cudart|libcuda\.|nccl' "/proc/$1/maps" || true; }
+gloo_mappings() { grep -c -E 'libgloo|libibverbs' "/proc/$1/maps" || true; }
 
 # Plaintext on loopback, with an admin token for the command line: the worker's memory is
 # the figure here, not TLS's.
@@ -42,7 +43,7 @@ for _ in $(seq 300); do
 done
 sleep 2  # idle: joined, heartbeating, no task
 echo "idle worker (joined): VmRSS $(figure $worker VmRSS) kB, VmHWM $(figure $worker VmHWM) kB," \
-     "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
+     "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings, $(gloo_mappings $worker) Gloo/ibverbs mappings"
 
 model="${MODEL:-simplecnn}"
 case "$model" in
@@ -56,5 +57,6 @@ sed -e 's/^rounds = .*/rounds = 1/' -e 's/^clients_per_round = .*/clients_per_ro
 job="$("${cli[@]}" submit "$work/job.toml")"
 "${cli[@]}" watch "$job" >"$work/watch.log" 2>&1 || { cat "$work/watch.log"; exit 1; }
 echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
-     "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings"
+     "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings," \
+     "$(gloo_mappings $worker) Gloo/ibverbs mappings"
 grep -v "reported, waiting" "$work/watch.log" | sed -n "1,3p"

@@ -1,6 +1,7 @@
 # Backends built as shared modules that their always-built factories load on first use
-# (base/backend_module.h): libtessera_cuda.so (the CUDA device, the CUDA runtime, cuBLAS) and
-# libtessera_nccl.so (NCCL). A process that never asks for them never maps those libraries.
+# (base/backend_module.h): libtessera_cuda.so (the CUDA device, the CUDA runtime, cuBLAS),
+# libtessera_nccl.so (NCCL) and libtessera_gloo.so (Gloo). A process that never asks for them
+# never maps those libraries.
 #
 # A module leaves Tessera's own symbols undefined; the executable that loads it provides them.
 # tessera_loads_modules() makes every executable that links a loading library export its

@@ -3,11 +3,37 @@
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_GLOO
-#include "collectives/gloo/communicator.h"
+#include <string>
+
+#include "base/backend_module.h"
+#include "collectives/gloo/module.h"
 #endif
 
 namespace tessera::collectives {
 namespace {
+
+#if TESSERA_HAVE_GLOO
+
+// libtessera_gloo.so, loaded once, by the first communicator of this process that uses Gloo;
+// the reason when it cannot be.
+const Result<const GlooModule*>& LoadedGlooModule() {
+  static const Result<const GlooModule*> loaded = []() -> Result<const GlooModule*> {
+    auto entry = LoadBackendModule(kGlooModuleFile, kGlooModuleEntry);
+    if (!entry.ok()) return FailedPreconditionError("cannot load the gloo backend: " + entry.status().message());
+    const GlooModule* module = reinterpret_cast<const GlooModule* (*)()>(*entry)();
+    if (module == nullptr || module->abi_version != kGlooModuleAbiVersion ||
+        module->table_bytes != sizeof(GlooModule)) {
+      return FailedPreconditionError(
+          std::string("cannot use the gloo backend: ") + kGlooModuleFile + " has ABI version " +
+          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
+          std::to_string(kGlooModuleAbiVersion) + " (a module from another build of Tessera)");
+    }
+    return module;
+  }();
+  return loaded;
+}
+
+#endif
 
 class GlooBackend final : public CommunicatorBackend {
  public:
@@ -18,7 +44,7 @@ class GlooBackend final : public CommunicatorBackend {
     if (options.location != BufferLocation::kHost) {
       return FailedPreconditionError("this build's gloo backend moves host buffers only");
     }
-    return Status::Ok();
+    return LoadedGlooModule().status();
 #else
     return UnimplementedError("built without Gloo (TESSERA_WITH_GLOO; Debian: libgloo-dev)");
 #endif
@@ -26,8 +52,9 @@ class GlooBackend final : public CommunicatorBackend {
   Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options,
                                                std::shared_ptr<Store> store) const override {
 #if TESSERA_HAVE_GLOO
-    ASSIGN_OR_RETURN(auto communicator, GlooCommunicator::Create(options, *store));
-    return std::unique_ptr<Communicator>(std::move(communicator));
+    const Result<const GlooModule*>& module = LoadedGlooModule();
+    if (!module.ok()) return module.status();
+    return (*module)->create(options, *store);
 #else
     return Viable(options);
 #endif
