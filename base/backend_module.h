@@ -1,10 +1,10 @@
 // Loading a backend that lives in a shared module of its own.
 //
-// Backends whose libraries are large (CUDA with cuBLAS, NCCL, Gloo with ibverbs) are built as
-// shared modules (libtessera_cuda.so, libtessera_nccl.so, libtessera_gloo.so) that their
-// always-built factory loads on first use, so a process that never asks for them never maps
-// those libraries: a CPU worker maps neither cuBLAS (about 150 MB resident once loaded) nor
-// NCCL nor, outside a cohort, Gloo.
+// Backends whose libraries are large (CUDA with cuBLAS, NCCL, Gloo with ibverbs, XRT) are
+// built as shared modules (libtessera_cuda.so, libtessera_nccl.so, libtessera_gloo.so,
+// libtessera_xrt.so) that their always-built factory loads on first use, so a process that
+// never asks for them never maps those libraries: a CPU worker maps neither cuBLAS (about
+// 150 MB resident once loaded) nor NCCL nor XRT nor, outside a cohort, Gloo.
 //
 // What a module is. A shared object built from the same tree as the executable that loads it.
 // It leaves Tessera's own symbols (Device, MemoryPool, Status, Communicator, ...) undefined

@@ -1,13 +1,14 @@
 #include "device/xrt/factory.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_XRT
-#include <xrt/experimental/xrt_xclbin.h>
-#include "device/xrt/xrt_device.h"
+#include "base/backend_module.h"
+#include "device/xrt/module.h"
 #endif
 
 namespace tessera {
@@ -19,6 +20,33 @@ std::string XclbinPath(const XrtDeviceOptions& options) {
   return from_environment == nullptr ? "" : from_environment;
 }
 
+#if TESSERA_HAVE_XRT
+
+// The module once LoadedXrtModule() has loaded it; null before.
+std::atomic<const XrtModule*> loaded_module{nullptr};
+
+// libtessera_xrt.so, loaded once, when an XRT device is first asked about with an xclbin in
+// hand; the reason when it cannot be.
+const Result<const XrtModule*>& LoadedXrtModule() {
+  static const Result<const XrtModule*> loaded = []() -> Result<const XrtModule*> {
+    auto entry = LoadBackendModule(kXrtModuleFile, kXrtModuleEntry);
+    if (!entry.ok()) return FailedPreconditionError("cannot load the xrt backend: " + entry.status().message());
+    const XrtModule* module = reinterpret_cast<const XrtModule* (*)()>(*entry)();
+    if (module == nullptr || module->abi_version != kXrtModuleAbiVersion ||
+        module->table_bytes != sizeof(XrtModule)) {
+      return FailedPreconditionError(
+          std::string("cannot use the xrt backend: ") + kXrtModuleFile + " has ABI version " +
+          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
+          std::to_string(kXrtModuleAbiVersion) + " (a module from another build of Tessera)");
+    }
+    loaded_module = module;
+    return module;
+  }();
+  return loaded;
+}
+
+#endif
+
 }  // namespace
 
 bool XrtUsesNoopShim() {
@@ -28,64 +56,31 @@ bool XrtUsesNoopShim() {
 
 #if TESSERA_HAVE_XRT
 
+// Without an xclbin nothing is loaded: a process that never names one never maps XRT.
 Viability XrtViability(const XrtDeviceOptions& options) {
   const std::string path = XclbinPath(options);
   if (path.empty()) return {false, "no xclbin: set TESSERA_XRT_XCLBIN or XrtDeviceOptions::xclbin_path"};
   if (!std::filesystem::exists(path)) return {false, "xclbin '" + path + "' does not exist"};
-  try {
-    xrt::device device(options.device_index);
-    (void)device;
-  } catch (const std::exception& error) {
-    return {false, "XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what()};
-  }
-  return {true, ""};
+  const Result<const XrtModule*>& module = LoadedXrtModule();
+  if (!module.ok()) return {false, module.status().message()};
+  return (*module)->viability(options);
 }
 
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options) {
   const std::string path = XclbinPath(options);
   if (path.empty()) return NotFoundError("XRT device: no xclbin given (set TESSERA_XRT_XCLBIN)");
   if (!std::filesystem::exists(path)) return NotFoundError("XRT device: xclbin '" + path + "' does not exist");
-  xrt::device device;
-  xrt::uuid uuid;
-  try {
-    device = xrt::device(options.device_index);
-  } catch (const std::exception& error) {
-    return UnavailableError("XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what());
-  }
-  try {
-    xrt::xclbin xclbin(path);
-    bool has_kernel = false;
-    std::string kernels;
-    for (const auto& kernel : xclbin.get_kernels()) {
-      kernels += (kernels.empty() ? "" : ", ") + kernel.get_name();
-      has_kernel = has_kernel || kernel.get_name() == options.kernel_name;
-    }
-    if (!has_kernel) {
-      return NotFoundError("xclbin '" + path + "' has no kernel '" + options.kernel_name + "' (it has: " +
-                           (kernels.empty() ? "none" : kernels) + ")");
-    }
-    uuid = device.load_xclbin(xclbin);
-  } catch (const std::exception& error) {
-    return InvalidArgumentError("xclbin '" + path + "' cannot be loaded: " + error.what());
-  }
-  xrt::kernel kernel;
-  try {
-    kernel = xrt::kernel(device, uuid, options.kernel_name);
-  } catch (const std::exception& error) {
-    return NotFoundError("xclbin '" + path + "': kernel '" + options.kernel_name + "': " + error.what());
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<Device> host, CreateDevice("cpu"));
-  std::string description = "xrt #" + std::to_string(options.device_index) + " (" + options.kernel_name + " from " +
-                            std::filesystem::path(path).filename().string() + ")";
-  if (XrtUsesNoopShim()) description += " (no-op shim)";
-  return std::unique_ptr<Device>(std::make_unique<XrtDevice>(std::move(device), std::move(uuid), std::move(kernel),
-                                                             std::move(description), std::move(host)));
+  const Result<const XrtModule*>& module = LoadedXrtModule();
+  if (!module.ok()) return module.status();
+  return (*module)->create(options, path);
 }
 
+// An XRT device exists only once the module is loaded; before, no device is one (and asking
+// loads nothing).
 std::optional<XrtGemmLaunch> LastXrtGemmLaunch(Device& device) {
-  auto* xrt_device = dynamic_cast<XrtDevice*>(&device);
-  if (xrt_device == nullptr) return std::nullopt;
-  return xrt_device->last_gemm_launch();
+  const XrtModule* module = loaded_module.load();
+  if (module == nullptr) return std::nullopt;
+  return module->last_gemm_launch(device);
 }
 
 #else

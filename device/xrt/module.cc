@@ -1,0 +1,76 @@
+// libtessera_xrt.so's entry point (module.h). Built into the module with xrt_device.cc, never
+// into tessera_device.
+#include "device/xrt/module.h"
+
+#include <xrt/experimental/xrt_xclbin.h>
+
+#include <filesystem>
+
+#include "device/xrt/xrt_device.h"
+
+namespace tessera {
+namespace {
+
+Viability ModuleViability(const XrtDeviceOptions& options) {
+  try {
+    xrt::device device(options.device_index);
+    (void)device;
+  } catch (const std::exception& error) {
+    return {false, "XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what()};
+  }
+  return {true, ""};
+}
+
+Result<std::unique_ptr<Device>> ModuleCreate(const XrtDeviceOptions& options, const std::string& path) {
+  xrt::device device;
+  xrt::uuid uuid;
+  try {
+    device = xrt::device(options.device_index);
+  } catch (const std::exception& error) {
+    return UnavailableError("XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what());
+  }
+  try {
+    xrt::xclbin xclbin(path);
+    bool has_kernel = false;
+    std::string kernels;
+    for (const auto& kernel : xclbin.get_kernels()) {
+      kernels += (kernels.empty() ? "" : ", ") + kernel.get_name();
+      has_kernel = has_kernel || kernel.get_name() == options.kernel_name;
+    }
+    if (!has_kernel) {
+      return NotFoundError("xclbin '" + path + "' has no kernel '" + options.kernel_name + "' (it has: " +
+                           (kernels.empty() ? "none" : kernels) + ")");
+    }
+    uuid = device.load_xclbin(xclbin);
+  } catch (const std::exception& error) {
+    return InvalidArgumentError("xclbin '" + path + "' cannot be loaded: " + error.what());
+  }
+  xrt::kernel kernel;
+  try {
+    kernel = xrt::kernel(device, uuid, options.kernel_name);
+  } catch (const std::exception& error) {
+    return NotFoundError("xclbin '" + path + "': kernel '" + options.kernel_name + "': " + error.what());
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Device> host, CreateDevice("cpu"));
+  std::string description = "xrt #" + std::to_string(options.device_index) + " (" + options.kernel_name + " from " +
+                            std::filesystem::path(path).filename().string() + ")";
+  if (XrtUsesNoopShim()) description += " (no-op shim)";
+  return std::unique_ptr<Device>(std::make_unique<XrtDevice>(std::move(device), std::move(uuid), std::move(kernel),
+                                                             std::move(description), std::move(host)));
+}
+
+std::optional<XrtGemmLaunch> ModuleLastGemmLaunch(Device& device) {
+  auto* xrt_device = dynamic_cast<XrtDevice*>(&device);
+  if (xrt_device == nullptr) return std::nullopt;
+  return xrt_device->last_gemm_launch();
+}
+
+constexpr XrtModule kModule{kXrtModuleAbiVersion, sizeof(XrtModule), &ModuleViability, &ModuleCreate,
+                            &ModuleLastGemmLaunch};
+
+}  // namespace
+}  // namespace tessera
+
+extern "C" __attribute__((visibility("default"))) const tessera::XrtModule* tessera_xrt_module_v1() {
+  return &tessera::kModule;
+}
