@@ -26,6 +26,7 @@
 // Thread safety: every function may be called from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,5 +52,29 @@ Result<void*> LoadBackendModule(std::string_view file_name, const char* entry);
 // and keeps it loaded. Unavailable with the dynamic linker's message (bounded as above) when
 // it cannot.
 Status LoadSystemLibrary(const char* soname);
+
+// Loads module `file_name` (LoadBackendModule), calls its entry point and checks the table it
+// returns: a Table (the backend's module.h) that begins with uint32_t abi_version and
+// table_bytes, which must be `abi_version` and sizeof(Table). FailedPrecondition naming
+// `backend` ("cannot load the gloo backend: ...", "cannot use the gloo backend: ... has ABI
+// version 2, expected 1 ...") otherwise.
+template <typename Table>
+Result<const Table*> LoadModuleTable(std::string_view backend, const char* file_name, const char* entry,
+                                     uint32_t abi_version) {
+  auto address = LoadBackendModule(file_name, entry);
+  if (!address.ok()) {
+    return FailedPreconditionError("cannot load the " + std::string(backend) + " backend: " +
+                                   address.status().message());
+  }
+  const Table* table = reinterpret_cast<const Table* (*)()>(*address)();
+  if (table == nullptr || table->abi_version != abi_version || table->table_bytes != sizeof(Table)) {
+    return FailedPreconditionError("cannot use the " + std::string(backend) + " backend: " + file_name +
+                                   " has ABI version " +
+                                   (table == nullptr ? "none" : std::to_string(table->abi_version)) +
+                                   ", expected " + std::to_string(abi_version) +
+                                   " (a module from another build of Tessera)");
+  }
+  return table;
+}
 
 }  // namespace tessera

@@ -3,8 +3,6 @@
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_GLOO
-#include <string>
-
 #include "base/backend_module.h"
 #include "collectives/gloo/module.h"
 #endif
@@ -17,19 +15,8 @@ namespace {
 // libtessera_gloo.so, loaded once, by the first communicator of this process that uses Gloo;
 // the reason when it cannot be.
 const Result<const GlooModule*>& LoadedGlooModule() {
-  static const Result<const GlooModule*> loaded = []() -> Result<const GlooModule*> {
-    auto entry = LoadBackendModule(kGlooModuleFile, kGlooModuleEntry);
-    if (!entry.ok()) return FailedPreconditionError("cannot load the gloo backend: " + entry.status().message());
-    const GlooModule* module = reinterpret_cast<const GlooModule* (*)()>(*entry)();
-    if (module == nullptr || module->abi_version != kGlooModuleAbiVersion ||
-        module->table_bytes != sizeof(GlooModule)) {
-      return FailedPreconditionError(
-          std::string("cannot use the gloo backend: ") + kGlooModuleFile + " has ABI version " +
-          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
-          std::to_string(kGlooModuleAbiVersion) + " (a module from another build of Tessera)");
-    }
-    return module;
-  }();
+  static const Result<const GlooModule*> loaded =
+      LoadModuleTable<GlooModule>("gloo", kGlooModuleFile, kGlooModuleEntry, kGlooModuleAbiVersion);
   return loaded;
 }
 

@@ -21,17 +21,7 @@ const Result<const NcclModule*>& LoadedNcclModule() {
     if (Status driver = LoadSystemLibrary("libcuda.so.1"); !driver.ok()) {
       return FailedPreconditionError("no CUDA driver: " + driver.message());
     }
-    auto entry = LoadBackendModule(kNcclModuleFile, kNcclModuleEntry);
-    if (!entry.ok()) return FailedPreconditionError("cannot load the nccl backend: " + entry.status().message());
-    const NcclModule* module = reinterpret_cast<const NcclModule* (*)()>(*entry)();
-    if (module == nullptr || module->abi_version != kNcclModuleAbiVersion ||
-        module->table_bytes != sizeof(NcclModule)) {
-      return FailedPreconditionError(
-          std::string("cannot use the nccl backend: ") + kNcclModuleFile + " has ABI version " +
-          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
-          std::to_string(kNcclModuleAbiVersion) + " (a module from another build of Tessera)");
-    }
-    return module;
+    return LoadModuleTable<NcclModule>("nccl", kNcclModuleFile, kNcclModuleEntry, kNcclModuleAbiVersion);
   }();
   return loaded;
 }

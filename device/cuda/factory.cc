@@ -22,17 +22,7 @@ const Result<const CudaModule*>& LoadedCudaModule() {
     if (Status driver = LoadSystemLibrary("libcuda.so.1"); !driver.ok()) {
       return FailedPreconditionError("no CUDA driver: " + driver.message());
     }
-    auto entry = LoadBackendModule(kCudaModuleFile, kCudaModuleEntry);
-    if (!entry.ok()) return FailedPreconditionError("cannot load the CUDA backend: " + entry.status().message());
-    const CudaModule* module = reinterpret_cast<const CudaModule* (*)()>(*entry)();
-    if (module == nullptr || module->abi_version != kCudaModuleAbiVersion ||
-        module->table_bytes != sizeof(CudaModule)) {
-      return FailedPreconditionError(
-          std::string("cannot use the CUDA backend: ") + kCudaModuleFile + " has ABI version " +
-          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
-          std::to_string(kCudaModuleAbiVersion) + " (a module from another build of Tessera)");
-    }
-    return module;
+    return LoadModuleTable<CudaModule>("CUDA", kCudaModuleFile, kCudaModuleEntry, kCudaModuleAbiVersion);
   }();
   return loaded;
 }

@@ -28,18 +28,9 @@ std::atomic<const XrtModule*> loaded_module{nullptr};
 // libtessera_xrt.so, loaded once, when an XRT device is first asked about with an xclbin in
 // hand; the reason when it cannot be.
 const Result<const XrtModule*>& LoadedXrtModule() {
-  static const Result<const XrtModule*> loaded = []() -> Result<const XrtModule*> {
-    auto entry = LoadBackendModule(kXrtModuleFile, kXrtModuleEntry);
-    if (!entry.ok()) return FailedPreconditionError("cannot load the xrt backend: " + entry.status().message());
-    const XrtModule* module = reinterpret_cast<const XrtModule* (*)()>(*entry)();
-    if (module == nullptr || module->abi_version != kXrtModuleAbiVersion ||
-        module->table_bytes != sizeof(XrtModule)) {
-      return FailedPreconditionError(
-          std::string("cannot use the xrt backend: ") + kXrtModuleFile + " has ABI version " +
-          (module == nullptr ? "none" : std::to_string(module->abi_version)) + ", expected " +
-          std::to_string(kXrtModuleAbiVersion) + " (a module from another build of Tessera)");
-    }
-    loaded_module = module;
+  static const Result<const XrtModule*> loaded = [] {
+    auto module = LoadModuleTable<XrtModule>("xrt", kXrtModuleFile, kXrtModuleEntry, kXrtModuleAbiVersion);
+    if (module.ok()) loaded_module = *module;
     return module;
   }();
   return loaded;
