@@ -5,7 +5,7 @@
 #   scripts/gpu-check.sh pack [BUILD_DIR]  here: configure BUILD_DIR (default build-gpu) with
 #        CUDA and NCCL required for sm_${CUDA_ARCH:-90}, build the GPU binaries, and pack them
 #        into gpu-pack/ (gitignored): payload.tar.gz (the binaries and the backend modules
-#        they load, libtessera_cuda.so, libtessera_nccl.so, libtessera_gloo.so and libtessera_xrt.so, without debug sections, and the
+#        they load, libtessera_cuda.so and libtessera_nccl.so, without debug sections, and the
 #        shared libraries ldd says they need beyond a base system and the CUDA libraries a GPU
 #        machine has), Fashion-MNIST, and a MANIFEST. Fails when the pack exceeds
 #        PACK_LIMIT_MIB (60).
@@ -56,9 +56,6 @@ BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight)
 # The backends the binaries load on first use (base/backend_module.h): packed into lib/tessera,
 # beside bin/ as an installed Tessera has them, and found there through TESSERA_MODULE_DIR.
 MODULES=(tessera_cuda tessera_nccl)
-# Packed when the build has them (the collectives tests run the gloo backend through one, the
-# device tests XRT's no-op shim through the other).
-OPTIONAL_MODULES=(tessera_gloo tessera_xrt)
 # Libraries every machine that can run these binaries has (glibc, the compiler's runtime),
 # and the CUDA libraries a GPU machine brings (cuBLAS alone is over 500 MiB): not packed.
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libgcc_s|libstdc\+\+)\.so'
@@ -106,11 +103,6 @@ pack() {
   for module in "${MODULES[@]}"; do
     path="$build_dir/lib/tessera/lib$module.so"
     [ -f "$path" ] || { echo "missing $path"; return 1; }
-    strip --strip-debug -o "$stage/lib/tessera/lib$module.so" "$path" || return 1
-  done
-  for module in "${OPTIONAL_MODULES[@]}"; do
-    path="$build_dir/lib/tessera/lib$module.so"
-    [ -f "$path" ] || continue
     strip --strip-debug -o "$stage/lib/tessera/lib$module.so" "$path" || return 1
   done
   # Every library ldd resolves that is neither the base system nor CUDA's.

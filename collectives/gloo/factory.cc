@@ -12,8 +12,8 @@ namespace {
 
 #if TESSERA_HAVE_GLOO
 
-// libtessera_gloo.so, loaded once, by the first communicator of this process that uses Gloo;
-// the reason when it cannot be.
+// libtessera_gloo.so, loaded once, by the first gloo communicator this process creates; the
+// reason when it cannot be.
 const Result<const GlooModule*>& LoadedGlooModule() {
   static const Result<const GlooModule*> loaded =
       LoadModuleTable<GlooModule>("gloo", kGlooModuleFile, kGlooModuleEntry, kGlooModuleAbiVersion);
@@ -31,7 +31,9 @@ class GlooBackend final : public CommunicatorBackend {
     if (options.location != BufferLocation::kHost) {
       return FailedPreconditionError("this build's gloo backend moves host buffers only");
     }
-    return LoadedGlooModule().status();
+    // Decided by the build alone, so that every member of a cohort choosing "auto" chooses
+    // alike; the module is loaded by Create, which says so when it cannot be.
+    return Status::Ok();
 #else
     return UnimplementedError("built without Gloo (TESSERA_WITH_GLOO; Debian: libgloo-dev)");
 #endif

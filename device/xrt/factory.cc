@@ -62,7 +62,7 @@ Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options)
   if (path.empty()) return NotFoundError("XRT device: no xclbin given (set TESSERA_XRT_XCLBIN)");
   if (!std::filesystem::exists(path)) return NotFoundError("XRT device: xclbin '" + path + "' does not exist");
   const Result<const XrtModule*>& module = LoadedXrtModule();
-  if (!module.ok()) return module.status();
+  if (!module.ok()) return UnavailableError("XRT device: " + module.status().message());
   return (*module)->create(options, path);
 }
 

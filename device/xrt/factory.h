@@ -38,7 +38,8 @@ struct XrtDeviceOptions {
 // Why an XRT device cannot be created here (viable=false with the reason), without creating it.
 Viability XrtViability(const XrtDeviceOptions& options = {});
 // NotFound naming a missing xclbin; NotFound naming the kernel when the xclbin lacks it;
-// Unavailable when no device can be opened; Unimplemented in a build without XRT.
+// Unavailable when no device can be opened or the backend's module cannot be loaded;
+// Unimplemented in a build without XRT.
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options = {});
 // True when XRT runs on its no-op shim in this process.
 bool XrtUsesNoopShim();

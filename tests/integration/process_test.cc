@@ -335,16 +335,26 @@ TEST(ProcessTest, AWorkerStartedWithPaceRealTimeJoinsOnAPacedEmulatedDevice) {
   EXPECT_EQ(pacing["unpaced"], "false");
 }
 
-// The lines of /proc/<pid>/maps naming a CUDA, cuBLAS or NCCL library (Tessera's modules
-// included).
-std::vector<std::string> CudaMappings(pid_t pid) {
-  static const std::regex cuda("cublas|cudart|libcuda\\.|nccl|libtessera_cuda");
+// The lines of /proc/<pid>/maps that `pattern` finds.
+std::vector<std::string> MappingsMatching(pid_t pid, const std::regex& pattern) {
   std::vector<std::string> found;
   std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
   for (std::string line; std::getline(maps, line);) {
-    if (std::regex_search(line, cuda)) found.push_back(line);
+    if (std::regex_search(line, pattern)) found.push_back(line);
   }
   return found;
+}
+
+// The lines naming a CUDA, cuBLAS or NCCL library (Tessera's modules included).
+std::vector<std::string> CudaMappings(pid_t pid) {
+  static const std::regex cuda("cublas|cudart|libcuda\\.|nccl|libtessera_cuda");
+  return MappingsMatching(pid, cuda);
+}
+
+// The lines naming Gloo, ibverbs or XRT, or Tessera's modules for them.
+std::vector<std::string> GlooOrXrtMappings(pid_t pid) {
+  static const std::regex gloo_or_xrt("libgloo|libibverbs|libxrt|libtessera_gloo|libtessera_xrt");
+  return MappingsMatching(pid, gloo_or_xrt);
 }
 
 // A "Vm...:" figure of /proc/<pid>/status in kB; -1 when absent.
@@ -356,7 +366,7 @@ int64_t MemoryFigureKb(pid_t pid, const std::string& field) {
   return -1;
 }
 
-TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaLibrary) {
+TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaGlooOrXrtLibrary) {
   TempDir dir("idle-cpu-worker");
   int port = 0;
   auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
@@ -367,6 +377,9 @@ TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaLibrary) {
   const std::vector<std::string> mapped = CudaMappings(worker->pid());
   EXPECT_TRUE(mapped.empty()) << mapped.size() << " CUDA mappings in an idle CPU worker, the first: "
                               << mapped.front();
+  const std::vector<std::string> modules = GlooOrXrtMappings(worker->pid());
+  EXPECT_TRUE(modules.empty()) << modules.size() << " Gloo or XRT mappings in an idle CPU worker, the first: "
+                               << modules.front();
   std::cout << "idle cpu worker, joined: VmRSS " << MemoryFigureKb(worker->pid(), "VmRSS") << " kB, VmHWM "
             << MemoryFigureKb(worker->pid(), "VmHWM") << " kB\n";
 }
