@@ -56,7 +56,7 @@ std::vector<std::string> BackendModuleDirectories() {
   return directories;
 }
 
-Result<void*> LoadBackendModule(std::string_view file_name, const char* entry) {
+Result<void*> LoadBackendModule(std::string_view file_name, const char* entry, ModuleSymbols symbols) {
   const std::vector<std::string> directories = BackendModuleDirectories();
   std::string looked_in;
   for (const std::string& directory : directories) {
@@ -66,7 +66,8 @@ Result<void*> LoadBackendModule(std::string_view file_name, const char* entry) {
       looked_in += (looked_in.empty() ? "" : ", ") + directory;
       continue;
     }
-    void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    void* module =
+        dlopen(path.c_str(), RTLD_NOW | (symbols == ModuleSymbols::kGlobal ? RTLD_GLOBAL : RTLD_LOCAL));
     if (module == nullptr) return UnavailableError(LinkerMessage());
     dlerror();
     void* function = dlsym(module, entry);

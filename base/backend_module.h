@@ -1,10 +1,11 @@
 // Loading a backend that lives in a shared module of its own.
 //
-// Backends whose libraries are large (CUDA with cuBLAS, NCCL, Gloo with ibverbs, XRT) are
-// built as shared modules (libtessera_cuda.so, libtessera_nccl.so, libtessera_gloo.so,
-// libtessera_xrt.so) that their always-built factory loads on first use, so a process that
-// never asks for them never maps those libraries: a CPU worker maps neither cuBLAS (about
-// 150 MB resident once loaded) nor NCCL nor XRT nor, outside a cohort, Gloo.
+// Backends whose libraries are large (CUDA with cuBLAS, NCCL, Gloo with ibverbs, XRT, Open
+// MPI) are built as shared modules (libtessera_cuda.so, libtessera_nccl.so,
+// libtessera_gloo.so, libtessera_xrt.so, libtessera_mpi.so) that their always-built factory
+// loads on first use, so a process that never asks for them never maps those libraries: a CPU
+// worker maps neither cuBLAS (about 150 MB resident once loaded) nor NCCL nor XRT nor,
+// outside a cohort, Gloo or MPI.
 //
 // What a module is. A shared object built from the same tree as the executable that loads it.
 // It leaves Tessera's own symbols (Device, MemoryPool, Status, Communicator, ...) undefined
@@ -46,7 +47,11 @@ std::vector<std::string> BackendModuleDirectories();
 // Errors: NotFound naming every directory looked in; Unavailable with the dynamic linker's
 // message (at most 512 bytes: a missing library, an undefined symbol) when the file exists
 // but cannot be loaded, or when it lacks `entry`.
-Result<void*> LoadBackendModule(std::string_view file_name, const char* entry);
+// kGlobal loads the module and the libraries it needs with RTLD_GLOBAL, for a library whose
+// own plugins resolve its symbols at run time (Open MPI's components need libmpi's).
+enum class ModuleSymbols { kLocal, kGlobal };
+Result<void*> LoadBackendModule(std::string_view file_name, const char* entry,
+                                ModuleSymbols symbols = ModuleSymbols::kLocal);
 
 // Loads a system library by its soname ("libcuda.so.1") where the dynamic linker finds it,
 // and keeps it loaded. Unavailable with the dynamic linker's message (bounded as above) when
@@ -60,8 +65,8 @@ Status LoadSystemLibrary(const char* soname);
 // version 2, expected 1 ...") otherwise.
 template <typename Table>
 Result<const Table*> LoadModuleTable(std::string_view backend, const char* file_name, const char* entry,
-                                     uint32_t abi_version) {
-  auto address = LoadBackendModule(file_name, entry);
+                                     uint32_t abi_version, ModuleSymbols symbols = ModuleSymbols::kLocal) {
+  auto address = LoadBackendModule(file_name, entry, symbols);
   if (!address.ok()) {
     return FailedPreconditionError("cannot load the " + std::string(backend) + " backend: " +
                                    address.status().message());

@@ -22,7 +22,7 @@ trap cleanup EXIT
 
 figure() { awk -v f="$2:" '$1 == f { print $2 }' "/proc/$1/status"; }  # kB
 cuda_mappings() { grep -c -E 'cublas|cudart|libcuda\.|nccl' "/proc/$1/maps" || true; }
-module_mappings() { grep -c -E 'libgloo|libibverbs|libxrt' "/proc/$1/maps" || true; }
+module_mappings() { grep -c -E 'libgloo|libibverbs|libxrt|libmpi|libopen-pal' "/proc/$1/maps" || true; }
 
 # Plaintext on loopback, with an admin token for the command line: the worker's memory is
 # the figure here, not TLS's.
@@ -43,7 +43,7 @@ for _ in $(seq 300); do
 done
 sleep 2  # idle: joined, heartbeating, no task
 echo "idle worker (joined): VmRSS $(figure $worker VmRSS) kB, VmHWM $(figure $worker VmHWM) kB," \
-     "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings, $(module_mappings $worker) Gloo/ibverbs/XRT mappings"
+     "$(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings, $(module_mappings $worker) Gloo/ibverbs/XRT/MPI mappings"
 
 model="${MODEL:-simplecnn}"
 case "$model" in
@@ -58,5 +58,5 @@ job="$("${cli[@]}" submit "$work/job.toml")"
 "${cli[@]}" watch "$job" >"$work/watch.log" 2>&1 || { cat "$work/watch.log"; exit 1; }
 echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figure $worker VmRSS) kB," \
      "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings," \
-     "$(module_mappings $worker) Gloo/ibverbs/XRT mappings"
+     "$(module_mappings $worker) Gloo/ibverbs/XRT/MPI mappings"
 grep -v "reported, waiting" "$work/watch.log" | sed -n "1,3p"

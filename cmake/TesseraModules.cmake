@@ -1,7 +1,8 @@
 # Backends built as shared modules that their always-built factories load on first use
 # (base/backend_module.h): libtessera_cuda.so (the CUDA device, the CUDA runtime, cuBLAS),
-# libtessera_nccl.so (NCCL), libtessera_gloo.so (Gloo) and libtessera_xrt.so (the XRT device,
-# libxrt_coreutil). A process that never asks for them never maps those libraries.
+# libtessera_nccl.so (NCCL), libtessera_gloo.so (Gloo), libtessera_mpi.so (Open MPI) and
+# libtessera_xrt.so (the XRT device, libxrt_coreutil). A process that never asks for them
+# never maps those libraries.
 #
 # A module leaves Tessera's own symbols undefined; the executable that loads it provides them.
 # tessera_loads_modules() makes every executable that links a loading library export its

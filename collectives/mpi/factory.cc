@@ -6,11 +6,24 @@
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_MPI
-#include "collectives/mpi/communicator.h"
+#include "base/backend_module.h"
+#include "collectives/mpi/module.h"
 #endif
 
 namespace tessera::collectives {
 namespace {
+
+#if TESSERA_HAVE_MPI
+
+// libtessera_mpi.so, loaded once, by the first mpi communicator this process creates; the
+// reason when it cannot be.
+const Result<const MpiModule*>& LoadedMpiModule() {
+  static const Result<const MpiModule*> loaded = LoadModuleTable<MpiModule>(
+      "mpi", kMpiModuleFile, kMpiModuleEntry, kMpiModuleAbiVersion, ModuleSymbols::kGlobal);
+  return loaded;
+}
+
+#endif
 
 class MpiBackend final : public CommunicatorBackend {
  public:
@@ -40,8 +53,9 @@ class MpiBackend final : public CommunicatorBackend {
   Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options,
                                                std::shared_ptr<Store>) const override {
 #if TESSERA_HAVE_MPI
-    ASSIGN_OR_RETURN(auto communicator, MpiCommunicator::Create(options));
-    return std::unique_ptr<Communicator>(std::move(communicator));
+    const Result<const MpiModule*>& module = LoadedMpiModule();
+    if (!module.ok()) return module.status();
+    return (*module)->create(options);
 #else
     return Viable(options);
 #endif

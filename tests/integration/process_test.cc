@@ -351,9 +351,9 @@ std::vector<std::string> CudaMappings(pid_t pid) {
   return MappingsMatching(pid, cuda);
 }
 
-// The lines naming Gloo, ibverbs or XRT, or Tessera's modules for them.
-std::vector<std::string> GlooOrXrtMappings(pid_t pid) {
-  static const std::regex gloo_or_xrt("libgloo|libibverbs|libxrt|libtessera_gloo|libtessera_xrt");
+// The lines naming Gloo, ibverbs, XRT or Open MPI, or Tessera's modules for them.
+std::vector<std::string> ModuleLibraryMappings(pid_t pid) {
+  static const std::regex gloo_or_xrt("libgloo|libibverbs|libxrt|libmpi|libopen-pal|libtessera_(gloo|xrt|mpi)");
   return MappingsMatching(pid, gloo_or_xrt);
 }
 
@@ -366,7 +366,7 @@ int64_t MemoryFigureKb(pid_t pid, const std::string& field) {
   return -1;
 }
 
-TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaGlooOrXrtLibrary) {
+TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaGlooXrtOrMpiLibrary) {
   TempDir dir("idle-cpu-worker");
   int port = 0;
   auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
@@ -377,8 +377,8 @@ TEST(ProcessTest, AnIdleCpuWorkerMapsNoCudaGlooOrXrtLibrary) {
   const std::vector<std::string> mapped = CudaMappings(worker->pid());
   EXPECT_TRUE(mapped.empty()) << mapped.size() << " CUDA mappings in an idle CPU worker, the first: "
                               << mapped.front();
-  const std::vector<std::string> modules = GlooOrXrtMappings(worker->pid());
-  EXPECT_TRUE(modules.empty()) << modules.size() << " Gloo or XRT mappings in an idle CPU worker, the first: "
+  const std::vector<std::string> modules = ModuleLibraryMappings(worker->pid());
+  EXPECT_TRUE(modules.empty()) << modules.size() << " Gloo, XRT or MPI mappings in an idle CPU worker, the first: "
                                << modules.front();
   std::cout << "idle cpu worker, joined: VmRSS " << MemoryFigureKb(worker->pid(), "VmRSS") << " kB, VmHWM "
             << MemoryFigureKb(worker->pid(), "VmHWM") << " kB\n";
