@@ -291,6 +291,7 @@ Result<CertificateInfo> ReadCertificate(const std::string& pem, const std::strin
 }
 
 Result<std::shared_ptr<RevocationFile>> OpenRevocationList(const ServerTls& tls) {
+  if (tls.revocation) return tls.revocation;
   if (tls.crl_path.empty() || tls.insecure) return std::shared_ptr<RevocationFile>();
   if (tls.client_ca_pem.empty()) {
     return InvalidArgumentError("--tls-crl revokes client certificates: it needs mutual TLS (--tls-client-ca, or "
@@ -299,9 +300,10 @@ Result<std::shared_ptr<RevocationFile>> OpenRevocationList(const ServerTls& tls)
   return RevocationFile::Open("--tls-crl", tls.crl_path, tls.client_ca_pem, tls.crl_recheck, tls.crl_optional);
 }
 
-Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal,
-    std::shared_ptr<RevocationFile> revocation, std::function<void(const std::string& problem)> on_problem) {
+namespace {
+
+// The combinations MakeServerCredentials refuses, before it reads anything.
+Status CheckServerTls(const ServerTls& tls, const HostPort& listen) {
   if (tls.insecure) {
     if (!IsLoopbackHost(listen.host) && !tls.insecure_remote) {
       return InvalidArgumentError("--insecure on " + QuoteUntrusted(listen.ToString()) +
@@ -310,13 +312,23 @@ Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
                                   "models; serve TLS (--tls-cert, --tls-key), or add --insecure-force on a network "
                                   "you trust entirely");
     }
-    return grpc::InsecureServerCredentials();
+    return Status::Ok();
   }
   if (tls.cert_pem.empty() || tls.key_pem.empty()) {
     return InvalidArgumentError(
         "the coordinator serves TLS: give --tls-cert and --tls-key (or --tls-dir; `tessera provision` makes them), "
         "or --insecure for plaintext on a loopback address");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerTls& tls, const HostPort& listen, std::function<void(const std::string& why)> on_refusal,
+    std::shared_ptr<RevocationFile> revocation, std::function<void(const std::string& problem)> on_problem) {
+  RETURN_IF_ERROR(CheckServerTls(tls, listen));
+  if (tls.insecure) return grpc::InsecureServerCredentials();
   // Mutual TLS: the client's certificate is asked for at the handshake and verified before
   // every call by ClientCertificateCheck, which says why it refuses one.
   grpc::SslServerCredentialsOptions options(tls.client_ca_pem.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
@@ -452,7 +464,9 @@ Result<ServerTls> LoadServerTls(const TlsFlags& given, const HostPort& listen) {
   } else if (!flags.crl.empty()) {
     return InvalidArgumentError("--insecure is plaintext: it cannot be given with --tls-crl");
   }
-  RETURN_IF_ERROR(MakeServerCredentials(tls, listen).status());
+  RETURN_IF_ERROR(CheckServerTls(tls, listen));
+  // Read once, here: the coordinator applies this list (OpenRevocationList returns it).
+  ASSIGN_OR_RETURN(tls.revocation, OpenRevocationList(tls));
   return tls;
 }
 

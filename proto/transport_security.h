@@ -62,10 +62,12 @@ struct ServerTls {
                                  // file changes, looked at no more often than:
   std::chrono::milliseconds crl_recheck{5000};
   bool crl_optional = false;     // from --tls-dir: a crl.pem that is not there (yet) revokes nothing
+  std::shared_ptr<RevocationFile> revocation;  // crl_path's list once LoadServerTls has read it
   bool mutual() const { return !insecure && !client_ca_pem.empty(); }
 };
-// The revocation list `tls` names (null when none), loaded now; InvalidArgument naming the file
-// when it cannot be used, or when there is no mutual TLS to apply it to.
+// The revocation list `tls` names (null when none): tls.revocation when LoadServerTls has read
+// it, loaded now otherwise; InvalidArgument naming the file when it cannot be used, or when
+// there is no mutual TLS to apply it to.
 Result<std::shared_ptr<RevocationFile>> OpenRevocationList(const ServerTls& tls);
 // InvalidArgument when the combination is not allowed (no certificate and not insecure,
 // plaintext on a non-loopback address without insecure_remote). Under mutual TLS,
