@@ -4,6 +4,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <limits>
 #include <optional>
 
 #include "proto/byte_buffers.h"
@@ -22,17 +23,11 @@ constexpr uint32_t kIndexTag = Tag(1, WireFormatLite::WIRETYPE_VARINT);         
 constexpr uint32_t kOffsetTag = Tag(2, WireFormatLite::WIRETYPE_VARINT);                 // TensorChunk.offset
 constexpr uint32_t kDataTag = Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);         // TensorChunk.data
 
-// The in-place read: nullopt when the layout is not the writers' (the caller parses the
-// message instead); otherwise what adding the chunk gave.
-std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what) {
-  grpc::ByteBuffer view(message);  // shares the slices
-  grpc::ProtoBufferReader reader(&view);
-  google::protobuf::io::CodedInputStream in(&reader);
-  const uint64_t total = message.Length();
-  uint32_t length = 0;
-  if (in.ReadTag() != kChunkTag || !in.ReadVarint32(&length)) return std::nullopt;
-  const uint64_t chunk_end = static_cast<uint64_t>(in.CurrentPosition()) + length;
-  if (chunk_end != total) return std::nullopt;  // other fields after the chunk
+// A TensorChunk's fields read in place, the stream at the chunk's first field and
+// `chunk_end` where it ends: nullopt when the layout is not the writers' (tensor_index,
+// offset, then data last); otherwise what adding the chunk gave.
+std::optional<Status> ReadChunkFields(google::protobuf::io::CodedInputStream& in, uint64_t chunk_end,
+                                      UpdateAssembler& assembler, const std::string& what) {
   uint32_t index = 0;
   uint64_t offset = 0;
   for (;;) {
@@ -57,6 +52,20 @@ std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, UpdateAssembl
   }
 }
 
+// The in-place read: nullopt when the layout is not the writers' (the caller parses the
+// message instead); otherwise what adding the chunk gave.
+std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what) {
+  grpc::ByteBuffer view(message);  // shares the slices
+  grpc::ProtoBufferReader reader(&view);
+  google::protobuf::io::CodedInputStream in(&reader);
+  const uint64_t total = message.Length();
+  uint32_t length = 0;
+  if (in.ReadTag() != kChunkTag || !in.ReadVarint32(&length)) return std::nullopt;
+  const uint64_t chunk_end = static_cast<uint64_t>(in.CurrentPosition()) + length;
+  if (chunk_end != total) return std::nullopt;  // other fields after the chunk
+  return ReadChunkFields(in, chunk_end, assembler, what);
+}
+
 }  // namespace
 
 Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what) {
@@ -67,6 +76,78 @@ Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembl
   }
   if (!parsed.has_chunk()) return InvalidArgumentError(what + ": expected tensor chunks after the header");
   return assembler.Add(parsed.chunk());
+}
+
+}  // namespace tessera::wire
+
+namespace tessera::wire {
+namespace {
+
+constexpr uint32_t kSessionUpdateTag = Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);  // TaskSessionMessage.update
+constexpr uint32_t kInlineHeaderTag = Tag(1, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);   // InlineUpdate.header
+constexpr uint32_t kInlineChunkTag = Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);    // InlineUpdate.chunks
+
+}  // namespace
+
+Status InlineUpdateReader::Start(const grpc::ByteBuffer& message, v1::UpdateHeader* header) {
+  message_ = message;  // shares the slices
+  parsed_.reset();
+  chunks_at_ = 0;
+  {
+    grpc::ByteBuffer view(message_);
+    grpc::ProtoBufferReader reader(&view);
+    google::protobuf::io::CodedInputStream in(&reader);
+    in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+    uint32_t length = 0, header_length = 0;
+    if (in.ReadTag() == kSessionUpdateTag && in.ReadVarint32(&length) &&
+        static_cast<uint64_t>(in.CurrentPosition()) + length == message_.Length() && in.ReadTag() == kInlineHeaderTag &&
+        in.ReadVarint32(&header_length)) {
+      const auto limit = in.PushLimit(static_cast<int>(header_length));
+      if (header->ParseFromCodedStream(&in) && in.ConsumedEntireMessage()) {
+        in.PopLimit(limit);
+        chunks_at_ = static_cast<uint64_t>(in.CurrentPosition());
+        return Status::Ok();
+      }
+    }
+  }
+  // Not laid out as Tessera's writers lay it out (the header first): parsed as a message.
+  parsed_.emplace();
+  if (!FromByteBuffer(message_, &*parsed_) || !parsed_->has_update()) {
+    return InvalidArgumentError(what_ + ": a message that is not a TaskSessionMessage carrying an update");
+  }
+  if (!parsed_->update().has_header()) return InvalidArgumentError(what_ + ": an inline update without its header");
+  *header = parsed_->update().header();
+  return Status::Ok();
+}
+
+Status InlineUpdateReader::AddChunks(UpdateAssembler& assembler) {
+  int added = 0;  // chunks placed in place before a layout that is not the writers'
+  if (!parsed_) {
+    grpc::ByteBuffer view(message_);
+    grpc::ProtoBufferReader reader(&view);
+    google::protobuf::io::CodedInputStream in(&reader);
+    in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+    if (!in.Skip(static_cast<int>(chunks_at_))) return InvalidArgumentError(what_ + ": the message ended early");
+    const uint64_t total = message_.Length();
+    for (;;) {
+      if (static_cast<uint64_t>(in.CurrentPosition()) == total) return Status::Ok();
+      uint32_t length = 0;
+      if (in.ReadTag() != kInlineChunkTag || !in.ReadVarint32(&length)) break;
+      const uint64_t chunk_end = static_cast<uint64_t>(in.CurrentPosition()) + length;
+      if (chunk_end > total) return InvalidArgumentError(what_ + ": a chunk runs past the end of its message");
+      auto read = ReadChunkFields(in, chunk_end, assembler, what_);
+      if (!read) break;
+      RETURN_IF_ERROR(*read);
+      ++added;
+    }
+    parsed_.emplace();
+    if (!FromByteBuffer(message_, &*parsed_) || !parsed_->has_update()) {
+      return InvalidArgumentError(what_ + ": a message that is not a TaskSessionMessage carrying an update");
+    }
+  }
+  const auto& chunks = parsed_->update().chunks();
+  for (int i = added; i < chunks.size(); ++i) RETURN_IF_ERROR(assembler.Add(chunks.Get(i)));
+  return Status::Ok();
 }
 
 }  // namespace tessera::wire

@@ -6,10 +6,12 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <optional>
 #include <string>
 
 #include "base/status.h"
 #include "proto/update_assembler.h"
+#include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::wire {
 
@@ -19,5 +21,25 @@ namespace tessera::wire {
 // UpdateAssembler::Add does, with the same checks. A message that is not a chunk, or not a
 // message, is INVALID_ARGUMENT naming `what`.
 Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what);
+
+// An inline update (TaskSessionMessage.update, on the task session) read from gRPC's buffer:
+// Start() parses its header; once the update is admitted, AddChunks() places its chunks in the
+// update's tensors, in place when they are laid out as Tessera's writers lay them out (the
+// header first, then each chunk with its data last), else from the parsed message with the
+// same checks. The reader keeps a reference to the message's slices until the next Start().
+class InlineUpdateReader {
+ public:
+  explicit InlineUpdateReader(std::string what) : what_(std::move(what)) {}
+
+  // INVALID_ARGUMENT naming `what` when `message` is not a TaskSessionMessage with an update.
+  Status Start(const grpc::ByteBuffer& message, v1::UpdateHeader* header);
+  Status AddChunks(UpdateAssembler& assembler);
+
+ private:
+  const std::string what_;
+  grpc::ByteBuffer message_;
+  uint64_t chunks_at_ = 0;                        // where the chunks begin, read in place
+  std::optional<v1::TaskSessionMessage> parsed_;  // the message parsed whole, when not
+};
 
 }  // namespace tessera::wire

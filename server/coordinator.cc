@@ -43,6 +43,11 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   ASSIGN_OR_RETURN(HostPort listen, ParseHostPort("--listen", options.listen_address, PortZero::kAllowed));
   RETURN_IF_ERROR(options.streams.Validate());
   RETURN_IF_ERROR(options.rendezvous.Validate());
+  if (options.inline_update_max_bytes > CoordinatorOptions::kMaxInlineUpdateBytes) {
+    return InvalidArgumentError("inline_update_max_bytes: expected at most " +
+                                std::to_string(CoordinatorOptions::kMaxInlineUpdateBytes) + ", got " +
+                                std::to_string(options.inline_update_max_bytes));
+  }
   if (!options.join_token.empty()) {
     if (options.join_tokens.count("default")) {
       return InvalidArgumentError("two join tokens are labelled 'default' (--join-token and the token file)");

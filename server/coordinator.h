@@ -59,6 +59,12 @@ struct CoordinatorOptions {
   // 4 MiB update's transfer outweighs (docs/BENCHMARKS.md). 0: every upload on the worker's
   // connection.
   uint64_t upload_connection_min_bytes = uint64_t{4} << 20;
+  // Workers open a task session (WorkerService.TaskSession) and send an update of at most
+  // this many bytes inside it, with no upload call (JoinResponse.inline_update_max_bytes):
+  // a small model's round then costs each worker no call beyond its session. 0: task
+  // channels and upload calls, as older workers use. At most kMaxInlineUpdateBytes.
+  uint64_t inline_update_max_bytes = uint64_t{256} << 10;
+  static constexpr uint64_t kMaxInlineUpdateBytes = uint64_t{1} << 20;
   // Timeouts and counts of open streams (server/rpc/stream_limits.h), the rendezvous store's
   // quotas (server/workers/rendezvous_store.h); checked by Start().
   StreamLimits streams;

@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   int64_t evaluation_threads = options.runner.evaluation_threads;
   int64_t inline_model_kib = static_cast<int64_t>(options.runner.inline_model_bytes >> 10);
   int64_t upload_connection_kib = static_cast<int64_t>(options.upload_connection_min_bytes >> 10);
+  int64_t inline_update_kib = static_cast<int64_t>(options.inline_update_max_bytes >> 10);
   bool help = false;
   bool version = false;
   FlagSet flags;
@@ -127,6 +128,11 @@ int main(int argc, char** argv) {
             "costs a new connection (under TLS a handshake, about as much CPU here as receiving 1 MB). 0: every "
             "upload on the worker's connection",
             IntRange{0, int64_t{1} << 30});
+  flags.Int("inline-update-kib", &inline_update_kib,
+            "workers hold their task channel as a two-way session and send an update of at most this many KiB "
+            "inside it, with no upload call (a small model's round then costs each worker no call beyond the "
+            "session); larger updates go by an upload call. 0: no sessions, every update by an upload call",
+            IntRange{0, static_cast<int64_t>(server::CoordinatorOptions::kMaxInlineUpdateBytes >> 10)});
   flags.Bool("trained-weights", &options.runner.take_trained_weights,
              "let workers send a float32 update as their trained model and subtract the round's model here "
              "(the same delta; a worker then keeps no copy of the global model while it trains; costs the "
@@ -212,6 +218,7 @@ int main(int argc, char** argv) {
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
   options.runner.inline_model_bytes = static_cast<uint64_t>(inline_model_kib) << 10;
   options.upload_connection_min_bytes = static_cast<uint64_t>(upload_connection_kib) << 10;
+  options.inline_update_max_bytes = static_cast<uint64_t>(inline_update_kib) << 10;
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.

@@ -4,7 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -52,6 +55,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (!s.ok()) return FromGrpc(s, "join " + address_);
     upload_admission_ = response.upload_admission();
     upload_connection_min_bytes_ = response.upload_connection_min_bytes();
+    inline_update_max_bytes_ = response.inline_update_max_bytes();
     return response;
   }
 
@@ -62,6 +66,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return FromGrpc(stub_->Heartbeat(&ctx, request, &response), "heartbeat");
   }
 
+  // A task session when the coordinator takes inline updates (JoinResponse.
+  // inline_update_max_bytes), else a task channel. A session's verdicts for the update in
+  // flight (UploadUpdate) are that call's answer, not tasks.
   Status RunTaskChannel(const v1::TaskChannelRequest& request,
                         const std::function<void(const v1::Task&)>& on_task) override {
     auto ctx = std::make_shared<grpc::ClientContext>();
@@ -75,10 +82,38 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         ctx->TryCancel();
       }
     }
-    auto reader = stub_->OpenTaskChannel(ctx.get(), request);
-    v1::Task task;
-    while (reader->Read(&task)) on_task(task);
-    grpc::Status s = reader->Finish();
+    grpc::Status s;
+    if (inline_update_max_bytes_.load() > 0) {
+      std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> stream =
+          stub_->TaskSession(ctx.get());
+      v1::TaskSessionMessage open;
+      *open.mutable_open() = request;
+      if (stream->Write(open)) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          session_ = stream;
+          session_reader_ = std::this_thread::get_id();
+        }
+        v1::Task task;
+        while (stream->Read(&task)) {
+          if (task.has_verdict() && AnswersInlineUpdate(task.verdict())) continue;
+          on_task(task);
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        session_.reset();
+        if (inline_wait_) inline_wait_->ended = true;  // the update in flight has no verdict coming
+        inline_cv_.notify_all();
+      }
+      std::lock_guard<std::mutex> writing(session_write_mu_);  // no write is in flight
+      s = stream->Finish();
+    } else {
+      auto reader = stub_->OpenTaskChannel(ctx.get(), request);
+      v1::Task task;
+      while (reader->Read(&task)) on_task(task);
+      s = reader->Finish();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       channel_ctx_.reset();
@@ -150,10 +185,12 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (header.sets_size() == 0 && !tensors.empty()) {
       return InvalidArgumentError("upload: tensors without the header's sets that describe them");
     }
-    // A large update on a connection of its own (JoinResponse.upload_connection_min_bytes),
-    // closed when this call returns: the coordinator's read buffers for it go with it.
     uint64_t bytes = 0;
     for (const std::string& set : tensors) bytes += set.size();
+    // A small update inside the task session (JoinResponse.inline_update_max_bytes).
+    if (auto sent = UploadInline(header, tensors, bytes, chunk_bytes)) return *sent;
+    // A large update on a connection of its own (JoinResponse.upload_connection_min_bytes),
+    // closed when this call returns: the coordinator's read buffers for it go with it.
     const uint64_t own_from = upload_connection_min_bytes_;
     v1::UploadResult result;
     if (own_from > 0 && bytes >= own_from) {
@@ -182,6 +219,81 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
  private:
+  // An update sent inside the task session, waiting for its verdict.
+  struct InlineWait {
+    std::string job_id;
+    uint32_t round = 0;
+    uint32_t attempt = 0;
+    std::optional<v1::UpdateVerdict> verdict;
+    bool ended = false;  // the session ended first
+  };
+
+  // The update inside the open task session, with its answer; nullopt when it does not go
+  // that way (no session, or larger than the coordinator takes): an upload call carries it.
+  std::optional<Result<v1::UploadResult>> UploadInline(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
+                                                       uint64_t bytes, uint32_t chunk_bytes) {
+    const uint64_t limit = inline_update_max_bytes_.load();
+    if (limit == 0 || bytes > limit) return std::nullopt;
+    std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> session;
+    std::thread::id reader;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      session = session_;
+      reader = session_reader_;
+    }
+    // From the thread that reads the session (inside on_task), the verdict could never be read.
+    if (!session || std::this_thread::get_id() == reader) return std::nullopt;
+    v1::TaskSessionMessage message;
+    v1::InlineUpdate& update = *message.mutable_update();
+    *update.mutable_header() = header;
+    Status built = wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
+      *update.add_chunks() = chunk;
+      return Status::Ok();
+    });
+    if (!built.ok()) return Result<v1::UploadResult>(built);
+    if (message.ByteSizeLong() > limit) return std::nullopt;
+    auto wait = std::make_shared<InlineWait>();
+    wait->job_id = header.job_id();
+    wait->round = header.round();
+    wait->attempt = header.attempt();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (session_ != session) return std::nullopt;  // the session ended meanwhile
+      inline_wait_ = wait;
+    }
+    bool written = false;
+    {
+      std::lock_guard<std::mutex> writing(session_write_mu_);
+      written = session->Write(message);
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (written) {
+      inline_cv_.wait_for(lock, kTransferDeadline, [&] { return wait->verdict.has_value() || wait->ended; });
+    }
+    if (inline_wait_ == wait) inline_wait_.reset();
+    if (!wait->verdict) {
+      return Result<v1::UploadResult>(UnavailableError(
+          "upload inside the task session: " + std::string(written ? "the session ended before the coordinator's verdict"
+                                                                    : "the session broke while sending")));
+    }
+    v1::UploadResult result;
+    result.set_accepted(wait->verdict->accepted());
+    result.set_reason(wait->verdict->reason());
+    return Result<v1::UploadResult>(std::move(result));
+  }
+
+  // On the session's reader: true when `verdict` answers the update in flight.
+  bool AnswersInlineUpdate(const v1::UpdateVerdict& verdict) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!inline_wait_ || inline_wait_->verdict || inline_wait_->job_id != verdict.job_id() ||
+        inline_wait_->round != verdict.round() || inline_wait_->attempt != verdict.attempt()) {
+      return false;
+    }
+    inline_wait_->verdict = verdict;
+    inline_cv_.notify_all();
+    return true;
+  }
+
   // Streams the header then the chunks of `tensors` on `stub`'s connection.
   grpc::Status UploadOn(v1::WorkerService::Stub& stub, const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
                         uint32_t chunk_bytes, v1::UploadResult* result) {
@@ -215,6 +327,14 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
   std::atomic<bool> upload_admission_{false};  // from the last JoinResponse
   std::atomic<uint64_t> upload_connection_min_bytes_{0};  // from the last JoinResponse; 0: never
+  std::atomic<uint64_t> inline_update_max_bytes_{0};      // from the last JoinResponse; 0: no session
+  // The open task session (guarded by mu_), its writes (one at a time, under
+  // session_write_mu_), and the inline update waiting for its verdict (guarded by mu_).
+  std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> session_;
+  std::thread::id session_reader_;  // the thread in RunTaskChannel reading it
+  std::mutex session_write_mu_;
+  std::shared_ptr<InlineWait> inline_wait_;
+  std::condition_variable inline_cv_;
 };
 
 }  // namespace

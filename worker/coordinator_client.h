@@ -29,9 +29,12 @@ class CoordinatorClient {
   virtual void CancelTaskChannel() = 0;
   // The model of request.model_version(), reassembled from its chunks and hash-checked.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) = 0;
-  // Streams the header then the chunks of `tensors`; returns the coordinator's verdict. The
+  // Sends the header then the chunks of `tensors`; returns the coordinator's verdict. The
   // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
-  // in set order; a failure header comes with no tensors.
+  // in set order; a failure header comes with no tensors. The gRPC client sends an update that
+  // fits the coordinator's JoinResponse.inline_update_max_bytes inside the open task session
+  // and waits for its verdict there, unless it is called from the thread that runs
+  // RunTaskChannel (inside on_task); any other update goes by an UploadUpdate call.
   virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
                                                 uint32_t chunk_bytes) = 0;
   // The coordinator's rendezvous store, for site cohorts. Get waits up to request.wait_ms.

@@ -59,6 +59,9 @@ struct FleetOptions {
   uint64_t seed = 1;
   bool verify_downloads = false;    // SHA-256 of every downloaded tensor, as the worker does
   bool always_download = false;     // never take a model inside the task (JoinRequest.accepts_inline_model)
+  // Never send an update inside the task session (JoinResponse.inline_update_max_bytes):
+  // hold a task channel and upload every update by its own call, as older workers do.
+  bool always_upload_call = false;
   // Mark each update as the trained model where the task offers it (TrainTask.
   // takes_trained_weights), as tessera-worker does: the coordinator then subtracts its model
   // as it checks each update. The bytes are the same zero or random values (the coordinator's

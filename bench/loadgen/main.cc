@@ -69,6 +69,7 @@ struct Settings {
   int64_t chunk_kib = wire::kDefaultUploadChunkBytes / 1024;
   bool verify_downloads = false;
   bool always_download = false;
+  bool always_upload_call = false;
   bool trained_weights = false;
   int64_t compute_ms = 0;
   int64_t samples = 1;
@@ -276,6 +277,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     options.seed = static_cast<uint64_t>(s.seed);
     options.verify_downloads = s.verify_downloads;
     options.always_download = s.always_download;
+    options.always_upload_call = s.always_upload_call;
     options.trained_weights = s.trained_weights;
     options.compute_ms = static_cast<uint32_t>(s.compute_ms);
     options.samples = static_cast<uint64_t>(s.samples);
@@ -465,6 +467,9 @@ int main(int argc, char** argv) {
   flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's SHA-256, as the worker does");
   flags.Bool("always-download", &s.always_download,
              "download every model, as workers did before small models travelled inside their tasks");
+  flags.Bool("always-upload-call", &s.always_upload_call,
+             "hold a task channel and send every update by an upload call, never inside a task session "
+             "(as workers did before sessions)");
   flags.Bool("trained-weights", &s.trained_weights,
              "send each update as the trained model where the task offers it, as tessera-worker does (the "
              "coordinator subtracts its model on arrival); the bytes stay the --update values");

@@ -46,28 +46,82 @@ struct UnaryCall {
 }  // namespace
 
 
-// The task channel: read until the stream ends. Owned by itself until OnDone and by its
-// client while open.
-class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1::Task> {
+// The task channel, on the generic stub: OpenTaskChannel (the request written, then tasks
+// read until the stream ends) or, when the coordinator takes inline updates, a TaskSession
+// (the `open` message first, then small updates written into it as the client has them).
+// Owned by itself until OnDone and by its client while open.
+class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  TaskChannelCall(SimulatedClient* client, uint64_t epoch, v1::TaskChannelRequest request)
-      : client_(client), epoch_(epoch), request_(std::move(request)) {}
+  TaskChannelCall(SimulatedClient* client, uint64_t epoch, const v1::TaskChannelRequest& request, bool session)
+      : client_(client), epoch_(epoch), session_(session) {
+    if (session) {
+      v1::TaskSessionMessage open;
+      *open.mutable_open() = request;
+      serialized_ = wire::ToByteBuffer(open, &first_);
+    } else {
+      serialized_ = wire::ToByteBuffer(request, &first_);
+    }
+  }
+
+  bool session() const { return session_; }
 
   void Begin(std::shared_ptr<TaskChannelCall> self) {
     self_ = std::move(self);
-    client_->stub()->async()->OpenTaskChannel(&context_, &request_, this);
+    client_->generic()->PrepareBidiStreamingCall(
+        &context_, session_ ? "/tessera.v1.WorkerService/TaskSession" : "/tessera.v1.WorkerService/OpenTaskChannel",
+        grpc::StubOptions(), this);
+    if (!serialized_) context_.TryCancel();
+    if (session_) {
+      writing_ = true;
+      StartWrite(&first_);
+    } else {
+      StartWriteLast(&first_, grpc::WriteOptions());
+    }
     StartRead(&incoming_);
     StartCall();
   }
   void Cancel() { context_.TryCancel(); }
 
+  // A session's inline update: written after the writes before it.
+  void Send(grpc::ByteBuffer message) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (writing_) {
+        queued_.push_back(std::move(message));
+        return;
+      }
+      writing_ = true;
+      out_ = std::move(message);
+    }
+    StartWrite(&out_);
+  }
+
   void OnReadInitialMetadataDone(bool ok) override {
     if (ok) client_->OnChannelOpen(epoch_);
   }
+  void OnWriteDone(bool ok) override {
+    if (!ok || !session_) return;  // a broken stream: OnDone follows
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queued_.empty()) {
+        writing_ = false;
+        return;
+      }
+      out_ = std::move(queued_.front());
+      queued_.erase(queued_.begin());
+    }
+    StartWrite(&out_);
+  }
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    client_->OnTask(epoch_, std::move(incoming_));  // a model inside the task is not copied again
+    v1::Task task;
+    const bool parsed = wire::FromByteBuffer(incoming_, &task);
     incoming_.Clear();
+    if (parsed) {
+      client_->OnTask(epoch_, std::move(task));
+    } else {
+      client_->fleet()->RecordError("task channel: a message that is not a Task");
+    }
     StartRead(&incoming_);
   }
   void OnDone(const grpc::Status& status) override {
@@ -80,9 +134,15 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientReadReactor<v1
  private:
   SimulatedClient* const client_;
   const uint64_t epoch_;
+  const bool session_;
   grpc::ClientContext context_;
-  v1::TaskChannelRequest request_;
-  v1::Task incoming_;
+  grpc::ByteBuffer first_;  // the channel's request, or the session's `open`
+  bool serialized_ = false;
+  grpc::ByteBuffer incoming_;
+  std::mutex mu_;  // guards the three below
+  bool writing_ = false;
+  grpc::ByteBuffer out_;                  // the write in flight after the first
+  std::vector<grpc::ByteBuffer> queued_;  // writes waiting for it
   std::shared_ptr<TaskChannelCall> self_;
 };
 
@@ -291,11 +351,12 @@ void SimulatedClient::OnJoined(bool first, const grpc::Status& status, const v1:
     upload_admission_ = response.upload_admission();
     upload_connection_min_bytes_ = response.upload_connection_min_bytes();
     upload_xxh3_ = response.upload_xxh3();
+    inline_update_max_bytes_ = fleet_->options().always_upload_call ? 0 : response.inline_update_max_bytes();
     backoff_ms_ = kBackoffInitialMs;
     v1::TaskChannelRequest open;
     open.set_worker_id(worker_id_);
     open.set_session(session_);
-    channel = std::make_shared<TaskChannelCall>(this, epoch, std::move(open));
+    channel = std::make_shared<TaskChannelCall>(this, epoch, open, inline_update_max_bytes_ > 0);
     channel_ = channel;
   }
   fleet_->CallStarted();
@@ -365,6 +426,7 @@ void SimulatedClient::OnChannelOpen(uint64_t epoch) {
 void SimulatedClient::OnChannelEnded(uint64_t epoch, const grpc::Status& status) {
   bool was_ready = false;
   bool cancelled = false;
+  std::optional<InlineUpload> lost;  // an inline update the session ended under
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (epoch != epoch_) return;
@@ -373,6 +435,11 @@ void SimulatedClient::OnChannelEnded(uint64_t epoch, const grpc::Status& status)
     channel_ready_ = false;
     channel_.reset();
     cancelled = cancelled_;
+    lost = std::exchange(inline_upload_, std::nullopt);
+  }
+  if (lost) {
+    OnUploaded(lost->work, grpc::Status(grpc::StatusCode::UNAVAILABLE, "the task session ended before the verdict"), {},
+               MillisSince(lost->started), lost->failure_report);
   }
   if (was_ready) fleet_->ChannelReadyChanged(-1);
   if (cancelled || fleet_->stopping()) return;
@@ -407,6 +474,22 @@ void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
     if (next_task_ && cancels(*next_task_)) next_task_.reset();
     if (busy_ && cancels(task_)) task_cancelled_ = true;
   } else if (task.has_verdict()) {
+    const v1::UpdateVerdict& verdict = task.verdict();
+    std::optional<InlineUpload> answered;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (inline_upload_ && inline_upload_->job_id == verdict.job_id() && inline_upload_->round == verdict.round() &&
+          inline_upload_->attempt == verdict.attempt()) {
+        answered = std::exchange(inline_upload_, std::nullopt);
+      }
+    }
+    if (answered) {  // the answer to the update sent inside the session: its upload's result
+      v1::UploadResult result;
+      result.set_accepted(verdict.accepted());
+      result.set_reason(verdict.reason());
+      OnUploaded(answered->work, grpc::Status::OK, result, MillisSince(answered->started), answered->failure_report);
+      return;
+    }
     fleet_->Add(task.verdict().accepted() ? Counter::kVerdictsAccepted : Counter::kVerdictsRefused);
     if (!task.verdict().accepted()) fleet_->RecordError("update refused (verdict): " + task.verdict().reason());
   }
@@ -522,6 +605,8 @@ v1::UpdateChunkMessage SimulatedClient::HeaderFor(const v1::TrainTask& task) {
 void SimulatedClient::Upload(uint64_t work) {
   std::shared_ptr<UploadCall> upload;
   bool own_connection = false;
+  std::shared_ptr<TaskChannelCall> session;
+  std::optional<grpc::ByteBuffer> inline_message;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (work != work_) return;
@@ -536,10 +621,18 @@ void SimulatedClient::Upload(uint64_t work) {
       header.set_train_loss(0);
       *header.mutable_manifest() = payload_->manifest;
       state_ = "uploading";
+      inline_message = InlineUpdateLocked(work, message, payload_.get());
+      if (inline_message) session = channel_;
       own_connection = upload_connection_min_bytes_ > 0 && payload_->bytes >= upload_connection_min_bytes_;
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
-      upload_ = upload;
+      if (!inline_message) {
+        upload = std::make_shared<UploadCall>(this, work, std::move(message), payload_, upload_admission_);
+        upload_ = upload;
+      }
     }
+  }
+  if (session) {  // started outside the lock: gRPC may complete the write on this thread
+    session->Send(std::move(*inline_message));
+    return;
   }
   if (!upload) {
     FinishWork(work);
@@ -550,16 +643,65 @@ void SimulatedClient::Upload(uint64_t work) {
   upload->Begin(upload);
 }
 
+std::optional<grpc::ByteBuffer> SimulatedClient::InlineUpdateLocked(uint64_t work, const v1::UpdateChunkMessage& header,
+                                                                     const UpdatePayload* payload) {
+  if (!channel_ || !channel_->session()) return std::nullopt;
+  // UpdateChunkMessage's fields are InlineUpdate's (header 1, chunk 2): the header message and
+  // the payload's chunk messages, one after another, are the InlineUpdate; a tag and a length
+  // make it the session's message. The chunks' slices are shared, not copied.
+  grpc::ByteBuffer head;
+  if (!wire::ToByteBuffer(header, &head)) return std::nullopt;
+  uint64_t length = head.Length();
+  if (payload) {
+    for (const grpc::ByteBuffer& chunk : payload->wire_chunks) length += chunk.Length();
+  }
+  std::string prefix(1, static_cast<char>((2 << 3) | 2));  // TaskSessionMessage.update, length-delimited
+  for (uint64_t v = length; ; v >>= 7) {
+    if (v < 0x80) {
+      prefix.push_back(static_cast<char>(v));
+      break;
+    }
+    prefix.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  }
+  if (prefix.size() + length > inline_update_max_bytes_) return std::nullopt;
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(prefix);
+  auto append = [&slices](const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> parts;
+    if (buffer.Dump(&parts).ok()) slices.insert(slices.end(), parts.begin(), parts.end());
+  };
+  append(head);
+  if (payload) {
+    for (const grpc::ByteBuffer& chunk : payload->wire_chunks) append(chunk);
+  }
+  const v1::UpdateHeader& h = header.header();
+  inline_upload_ = InlineUpload{work, h.job_id(), h.round(), h.attempt(), Clock::now(), payload == nullptr};
+  if (payload) fleet_->Add(Counter::kBytesUploaded, payload->bytes);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 void SimulatedClient::ReportFailure(const v1::TrainTask& task, uint64_t work, const std::string& why) {
   std::shared_ptr<UploadCall> upload;
+  std::shared_ptr<TaskChannelCall> session;
+  std::optional<grpc::ByteBuffer> inline_message;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!cancelled_) {
       v1::UpdateChunkMessage message = HeaderFor(task);
       message.mutable_header()->set_failure(why);
-      upload = std::make_shared<UploadCall>(this, work, std::move(message), nullptr, false);
-      upload_ = upload;
+      inline_message = InlineUpdateLocked(work, message, nullptr);
+      if (inline_message) {
+        session = channel_;
+      } else {
+        upload = std::make_shared<UploadCall>(this, work, std::move(message), nullptr, false);
+        upload_ = upload;
+      }
     }
+  }
+  if (session) {
+    fleet_->Add(Counter::kFailuresReported);
+    session->Send(std::move(*inline_message));
+    return;
   }
   if (!upload) {
     FinishWork(work);

@@ -64,7 +64,21 @@ class SimulatedClient {
   void ReportFailure(const v1::TrainTask& task, uint64_t work, const std::string& why);
   void FinishWork(uint64_t work);
   v1::UpdateChunkMessage HeaderFor(const v1::TrainTask& task);
+  // Under mu_: the session message carrying the update (a failure report without `payload`)
+  // when there is a task session and it fits the coordinator's limit, the update then waiting
+  // for its verdict; nullopt: it goes by an upload call. The caller sends it unlocked.
+  std::optional<grpc::ByteBuffer> InlineUpdateLocked(uint64_t work, const v1::UpdateChunkMessage& header,
+                                                     const UpdatePayload* payload);
 
+  // An update sent inside the session, waiting for its verdict down the same stream.
+  struct InlineUpload {
+    uint64_t work;
+    std::string job_id;
+    uint32_t round;
+    uint32_t attempt;
+    Clock::time_point started;
+    bool failure_report;
+  };
   ClientFleet* const fleet_;
   v1::WorkerService::Stub* const stub_;
   grpc::GenericStub* const generic_;
@@ -79,6 +93,8 @@ class SimulatedClient {
   bool upload_admission_ = false;  // from the JoinResponse: wait for the upload's metadata
   bool upload_xxh3_ = false;       // from the JoinResponse: the update's digests are XXH3-128
   uint64_t upload_connection_min_bytes_ = 0;  // from the JoinResponse: larger updates on a connection of their own
+  uint64_t inline_update_max_bytes_ = 0;      // from the JoinResponse: smaller updates inside the task session
+  std::optional<InlineUpload> inline_upload_;
   uint32_t backoff_ms_ = kBackoffInitialMs;
   bool channel_ready_ = false;
   std::string state_ = "idle";

@@ -44,6 +44,11 @@ struct Families {
       "tessera_worker_download_bytes_total", "Bytes of models sent to a worker.", {"worker"});
   metrics::CounterFamily& upload_bytes = metrics::Global().Counter(
       "tessera_worker_upload_bytes_total", "Bytes of updates received from a worker.", {"worker"});
+  metrics::CounterFamily& received = metrics::Global().Counter(
+      "tessera_updates_received_total",
+      "Updates received whole, by the way they came: way=\"session\", inside a worker's task session; "
+      "way=\"call\", by an upload call.",
+      {"way"});
 };
 
 Families& F() {
@@ -116,5 +121,9 @@ void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes) {
 void RecordUploadBytes(const std::string& worker_id, uint64_t bytes) {
   F().upload_bytes.With({worker_id}).Inc(static_cast<double>(bytes));
 }
+
+void RecordUpdateReceived(const std::string& way) { F().received.With({way}).Inc(); }
+
+double UpdatesReceived(const std::string& way) { return F().received.With({way}).value(); }
 
 }  // namespace tessera::server

@@ -20,5 +20,9 @@ void RecordRetry(const std::string& job_id);
 // Bytes of a finished model download or update upload of `worker_id`.
 void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes);
 void RecordUploadBytes(const std::string& worker_id, uint64_t bytes);
+// An update received whole, by `way`: "session" (inside a task session) or "call" (an upload
+// call); and how many have come that way (for tests and the dashboard).
+void RecordUpdateReceived(const std::string& way);
+double UpdatesReceived(const std::string& way);
 
 }  // namespace tessera::server

@@ -16,6 +16,11 @@ void ByteBudget::Acquire(uint64_t bytes, std::function<void()> granted) {
   granted();
 }
 
+void ByteBudget::Take(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  held_ += bytes;
+}
+
 void ByteBudget::Release(uint64_t bytes) {
   std::vector<std::function<void()>> ready;
   {

@@ -21,6 +21,9 @@ class ByteBudget {
 
   // Calls `granted` once `bytes` are taken: at once when they fit, else later.
   void Acquire(uint64_t bytes, std::function<void()> granted);
+  // Takes `bytes` at once, whether they fit or not: for bytes already received whole (an
+  // inline update), held only while they are folded. Released as any others.
+  void Take(uint64_t bytes);
   void Release(uint64_t bytes);
 
   uint64_t capacity() const { return capacity_; }

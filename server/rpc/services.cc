@@ -19,9 +19,11 @@
 #include "proto/grpc_status.h"
 #include "proto/task_wire.h"
 #include "proto/transport_security.h"
+#include "proto/update_chunk_reader.h"
 #include "server/coordinator.h"
 #include "server/rpc/service_doors.h"
 #include "server/rpc/transfers.h"
+#include "server/rpc/update_intake.h"
 
 namespace tessera::server {
 namespace {
@@ -69,23 +71,36 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
 //  - the reactor is alive while Finish() has not been called (OnDone() comes only after it),
 //    so whoever holds that right may use the reactor; after Finish() no one touches it.
 
+// How a task channel writes to its stream: a server stream (OpenTaskChannel) or the write
+// side of a task session (TaskSession). Valid until the stream is done.
+struct TaskStream {
+  std::function<void(const grpc::ByteBuffer*)> write;
+  std::function<void(const grpc::Status&)> finish;
+};
+
+template <typename Reactor>
+TaskStream StreamOf(Reactor* reactor) {
+  return {[reactor](const grpc::ByteBuffer* message) { reactor->StartWrite(message); },
+          [reactor](const grpc::Status& status) { reactor->Finish(status); }};
+}
+
 // One worker's task channel: what its reactor and the registry share.
 class TaskChannel final : public TaskChannelSink {
  public:
-  TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation,
-              grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor, grpc::CallbackServerContext* ctx)
-      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), reactor_(reactor), ctx_(ctx) {}
+  TaskChannel(WorkerRegistry* registry, std::string worker_id, uint64_t generation, TaskStream stream,
+              grpc::CallbackServerContext* ctx)
+      : registry_(registry), worker_id_(std::move(worker_id)), generation_(generation), stream_(std::move(stream)),
+        ctx_(ctx) {}
 
   void TasksQueued() override { Pump(); }
   void Superseded() override { Close(); }
 
   // Writes the next queued task, or finishes once closing, unless a write is in flight.
   void Pump() {
-    grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (reactor_ == nullptr || writing_ || finish_called_) return;
+      if (done_ || writing_ || finish_called_) return;
       while (!closing_) {
         bool closed = false;
         std::optional<OutgoingTask> task = registry_->TakeOutgoing(worker_id_, generation_, &closed);
@@ -105,12 +120,12 @@ class TaskChannel final : public TaskChannelSink {
       }
       finish = closing_;
       finish_called_ = finish;
-      reactor = reactor_;
     }
+    // (The stream is not done: Finish() has not been called, and only this thread may.)
     if (finish) {
-      reactor->Finish(finish_status_);  // the worker sees its channel closed and rejoins
+      stream_.finish(finish_status_);  // the worker sees its channel closed and rejoins
     } else {
-      reactor->StartWrite(&in_flight_);
+      stream_.write(&in_flight_);
     }
   }
 
@@ -119,7 +134,7 @@ class TaskChannel final : public TaskChannelSink {
   void Expire(const Status& why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (reactor_ == nullptr || finish_called_) return;
+      if (done_ || finish_called_) return;
       finish_status_ = ToGrpc(why);
       closing_ = true;
       if (writing_) ctx_->TryCancel();
@@ -145,6 +160,18 @@ class TaskChannel final : public TaskChannelSink {
     Pump();
   }
 
+  // Ends the channel with `why` (a task session whose worker broke its rules).
+  void CloseWith(const grpc::Status& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!finish_called_) finish_status_ = why;
+      closing_ = true;
+    }
+    Pump();
+  }
+
+  const std::string& worker_id() const { return worker_id_; }
+
   void WriteDone(bool ok) {
     std::function<void()> written;
     {
@@ -168,7 +195,7 @@ class TaskChannel final : public TaskChannelSink {
   void Done() {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      reactor_ = nullptr;
+      done_ = true;
     }
     registry_->CloseChannel(worker_id_, generation_, this);
   }
@@ -183,9 +210,10 @@ class TaskChannel final : public TaskChannelSink {
   WorkerRegistry* const registry_;
   const std::string worker_id_;
   const uint64_t generation_;
+  const TaskStream stream_;
   std::mutex mu_;  // guards the fields below; held while taking a task from the registry
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor_;  // null once done
-  grpc::CallbackServerContext* const ctx_;       // valid while reactor_ is set
+  bool done_ = false;                             // the stream is done: nothing may touch it
+  grpc::CallbackServerContext* const ctx_;       // valid until done
   grpc::Status finish_status_ = grpc::Status::OK;
   bool writing_ = false;        // a write is in flight; in_flight_ belongs to it
   std::chrono::steady_clock::time_point write_started_;
@@ -194,6 +222,47 @@ class TaskChannel final : public TaskChannelSink {
   grpc::ByteBuffer in_flight_;          // the message being written
   std::function<void()> on_written_;    // its OutgoingTask::on_written
 };
+
+// What an open task channel holds: its place among the caller's streams, the channel, and
+// the limits the watchdog keeps for it.
+struct OpenedChannel {
+  std::unique_ptr<StreamCounter::Slot> slot;
+  std::shared_ptr<TaskChannel> channel;
+  std::shared_ptr<StreamDeadline> deadline;
+};
+
+// Opens worker request.worker_id()'s task channel on `stream` (the caller's credential
+// checked by the service already): its session authenticated, a stream slot taken, the
+// channel registered with the registry and watched. `send_metadata` starts the stream's
+// initial metadata (the worker's sign that the channel is open) before any task is written.
+// An error: the caller finishes its stream with it.
+Result<OpenedChannel> OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx,
+                                        const v1::TaskChannelRequest& request, TaskStream stream,
+                                        const std::function<void()>& send_metadata) {
+  WorkerRegistry& registry = c->registry();
+  RETURN_IF_ERROR(registry.Authenticate(request.worker_id(), request.session()));
+  OpenedChannel opened;
+  ASSIGN_OR_RETURN(opened.slot, c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'"));
+  const uint64_t generation = registry.Generation(request.worker_id());
+  auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, std::move(stream), ctx);
+  send_metadata();
+  RETURN_IF_ERROR(registry.OpenChannel(request.worker_id(), generation, channel));
+  opened.channel = std::move(channel);
+  // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
+  // has stopped heartbeating by then, or at the channel's maximum age.
+  std::weak_ptr<TaskChannel> weak = opened.channel;
+  opened.deadline = StreamDeadline::Create(
+      "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
+      c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
+        if (auto channel = weak.lock()) channel->Expire(why);
+      });
+  opened.deadline->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
+    auto channel = weak.lock();
+    return channel && channel->Alive(idle);
+  });
+  c->watchdog().Watch(opened.deadline);
+  return opened;
+}
 
 class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -204,57 +273,150 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       Finish(ToGrpc(admitted));
       return;
     }
-    WorkerRegistry& registry = c->registry();
-    if (Status s = registry.Authenticate(request.worker_id(), request.session()); !s.ok()) {
-      Finish(ToGrpc(s));
+    auto opened = OpenTaskChannelOn(c, ctx, request, StreamOf(this), [this] { StartSendInitialMetadata(); });
+    if (!opened.ok()) {
+      Finish(ToGrpc(opened.status()));
       return;
     }
-    auto slot = c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'");
-    if (!slot.ok()) {
-      Finish(ToGrpc(slot.status()));
-      return;
-    }
-    const uint64_t generation = registry.Generation(request.worker_id());
-    auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, this, ctx);
-    StartSendInitialMetadata();
-    if (Status opened = registry.OpenChannel(request.worker_id(), generation, channel); !opened.ok()) {
-      Finish(ToGrpc(opened));
-      return;
-    }
-    slot_ = std::move(slot).value();
-    channel_ = std::move(channel);
-    // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
-    // has stopped heartbeating by then, or at the channel's maximum age.
-    std::weak_ptr<TaskChannel> weak = channel_;
-    deadline_ = StreamDeadline::Create(
-        "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
-        c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
-          if (auto channel = weak.lock()) channel->Expire(why);
-        });
-    deadline_->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
-      auto channel = weak.lock();
-      return channel && channel->Alive(idle);
-    });
-    c->watchdog().Watch(deadline_);
+    opened_ = std::move(opened).value();
   }
 
   void OnWriteDone(bool ok) override {
-    deadline_->Progress();
-    channel_->WriteDone(ok);
+    opened_.deadline->Progress();
+    opened_.channel->WriteDone(ok);
   }
   void OnCancel() override {
-    if (channel_) channel_->Cancelled();
+    if (opened_.channel) opened_.channel->Cancelled();
   }
   void OnDone() override {
-    if (deadline_) deadline_->ClaimFinish();  // the watchdog forgets it
-    if (channel_) channel_->Done();
+    if (opened_.deadline) opened_.deadline->ClaimFinish();  // the watchdog forgets it
+    if (opened_.channel) opened_.channel->Done();
     delete this;
   }
 
  private:
-  std::unique_ptr<StreamCounter::Slot> slot_;
-  std::shared_ptr<TaskChannel> channel_;  // null when the channel was refused
-  std::shared_ptr<StreamDeadline> deadline_;
+  OpenedChannel opened_;  // no channel when it was refused
+};
+
+// A task session (TaskSession): the task channel as a two-way stream. Its first message opens
+// the channel; tasks go down as on OpenTaskChannel, and each later message is a small update
+// (InlineUpdate), taken whole through the same intake as an upload's (update_intake.h) and
+// answered by an UpdateVerdict down the channel. One update is taken at a time: the next
+// message is read once the last one is judged. Every update's bytes are already here when it
+// is read, so it does not wait for the upload budget; it counts in it while it is folded.
+class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  TaskSessionReactor(Coordinator* c, grpc::CallbackServerContext* ctx,
+                     std::function<Status(const std::string&)> check_caller, UploadChecks checks)
+      : c_(c), ctx_(ctx), check_caller_(std::move(check_caller)), checks_(std::move(checks)) {
+    StartRead(&raw_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!opened_.channel) {
+      Open(ok);
+      return;
+    }
+    if (!ok) return;  // the worker sends nothing more (or went away: OnCancel says so)
+    TakeUpdate();
+    raw_.Clear();
+    StartRead(&raw_);
+  }
+  void OnWriteDone(bool ok) override {
+    opened_.deadline->Progress();
+    opened_.channel->WriteDone(ok);
+  }
+  void OnCancel() override {
+    if (opened_.channel) opened_.channel->Cancelled();
+  }
+  void OnDone() override {
+    if (opened_.deadline) opened_.deadline->ClaimFinish();  // the watchdog forgets it
+    if (opened_.channel) opened_.channel->Done();
+    delete this;
+  }
+
+ private:
+  // The first message: the channel's request. Until the channel opens, only this reactor
+  // may finish the stream.
+  void Open(bool ok) {
+    v1::TaskSessionMessage first;
+    if (!ok || !wire::FromByteBuffer(raw_, &first) || !first.has_open()) {
+      Finish(ToGrpc(InvalidArgumentError("task session: the first message must be 'open' (a TaskChannelRequest)")));
+      return;
+    }
+    const v1::TaskChannelRequest& request = first.open();
+    if (Status s = check_caller_(request.worker_id()); !s.ok()) {
+      Finish(ToGrpc(s));
+      return;
+    }
+    auto opened = OpenTaskChannelOn(c_, ctx_, request, StreamOf(this), [this] { StartSendInitialMetadata(); });
+    if (!opened.ok()) {
+      Finish(ToGrpc(opened.status()));
+      return;
+    }
+    opened_ = std::move(opened).value();
+    session_ = request.session();
+    raw_.Clear();
+    StartRead(&raw_);
+  }
+
+  // An inline update, judged whole; the verdict goes down the channel.
+  void TakeUpdate() {
+    const std::string& worker = opened_.channel->worker_id();
+    const auto start = std::chrono::steady_clock::now();
+    wire::InlineUpdateReader reader("inline update from worker '" + worker + "'");
+    v1::UpdateHeader header;
+    if (Status read = reader.Start(raw_, &header); !read.ok()) {
+      opened_.channel->CloseWith(ToGrpc(read));  // not this protocol: the session ends
+      return;
+    }
+    if (header.worker_id() != worker || header.session() != session_) {
+      opened_.channel->CloseWith(ToGrpc(PermissionDeniedError(
+          "task session of worker '" + worker + "': an inline update names worker " +
+          QuoteUntrusted(header.worker_id(), 64) + " or another session; a session carries its own worker's updates")));
+      return;
+    }
+    UpdateIntake intake(c_, checks_, "session");
+    const uint64_t limit = c_->options().inline_update_max_bytes;
+    std::optional<UpdateIntake::Answer> answer;
+    if (raw_.Length() > limit) {
+      // Checked after the header, so that the refusal names its round.
+      answer = UpdateIntake::Answer{ToGrpc(InvalidArgumentError(
+          "inline update from worker '" + worker + "' for job " + QuoteUntrusted(header.job_id(), 64) + " round " +
+          std::to_string(header.round()) + ": " + std::to_string(raw_.Length()) + " bytes, expected at most " +
+          std::to_string(limit) + " (JoinResponse.inline_update_max_bytes); larger updates go by UploadUpdate")), {}, false};
+      intake_header_ = std::move(header);
+    } else {
+      answer = intake.Admit(std::move(header));
+      intake_header_ = intake.header();
+    }
+    if (!answer) {
+      c_->upload_budget().Take(intake.budget_bytes());
+      Status added = reader.AddChunks(intake.assembler());
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      answer = added.ok() ? intake.Complete(ms) : intake.Reject(added);
+      c_->upload_budget().Release(intake.budget_bytes());
+    }
+    if (answer->verdict_sent) return;  // a refusal went down the channel already
+    v1::Task verdict;
+    v1::UpdateVerdict& v = *verdict.mutable_verdict();
+    v.set_job_id(intake_header_.job_id());
+    v.set_round(intake_header_.round());
+    v.set_attempt(intake_header_.attempt());
+    v.set_accepted(answer->status.ok() && answer->result.accepted());
+    v.set_reason(answer->status.ok() ? answer->result.reason() : answer->status.error_message());
+    if (!answer->status.ok()) checks_.refused(answer->status.error_message());
+    c_->registry().Send(worker, std::move(verdict)).ok();
+  }
+
+  Coordinator* const c_;
+  grpc::CallbackServerContext* const ctx_;
+  const std::function<Status(const std::string&)> check_caller_;
+  const UploadChecks checks_;
+  grpc::ByteBuffer raw_;   // the message being read
+  std::string session_;    // the session the channel was opened with
+  v1::UpdateHeader intake_header_;
+  OpenedChannel opened_;   // no channel until the first message opens it, or when refused
 };
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
@@ -264,8 +426,9 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
 // and OpenTaskChannel, whose tasks may carry a small model's serialized bytes, shared.
 class WorkerServiceImpl final
     : public v1::WorkerService::WithCallbackMethod_Heartbeat<v1::WorkerService::WithRawCallbackMethod_OpenTaskChannel<
-          v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithRawCallbackMethod_UploadUpdate<
-              v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>> {
+          v1::WorkerService::WithRawCallbackMethod_TaskSession<
+              v1::WorkerService::WithRawCallbackMethod_DownloadModel<v1::WorkerService::WithRawCallbackMethod_UploadUpdate<
+                  v1::WorkerService::WithCallbackMethod_StoreGet<v1::WorkerService::Service>>>>>> {
  public:
   explicit WorkerServiceImpl(Coordinator* c) : c_(c) {}
 
@@ -292,6 +455,7 @@ class WorkerServiceImpl final
     if (auto status = c_->registry().Describe(joined->worker_id())) c_->RememberWorker(*status);
     *response = std::move(joined).value();
     response->set_upload_connection_min_bytes(c_->options().upload_connection_min_bytes);
+    response->set_inline_update_max_bytes(c_->options().inline_update_max_bytes);
     return grpc::Status::OK;
   }
 
@@ -315,6 +479,25 @@ class WorkerServiceImpl final
                           ? CheckCaller(ctx, "task channel", request.worker_id())
                           : InvalidArgumentError("task channel: the request is not a TaskChannelRequest");
     return new TaskChannelReactor(c_, ctx, request, admitted);
+  }
+
+  // Served while the coordinator takes inline updates (JoinResponse.inline_update_max_bytes).
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TaskSession(grpc::CallbackServerContext* ctx) override {
+    if (c_->options().inline_update_max_bytes == 0) {
+      // An unusual reactor: nothing is read, the call ends at once.
+      class Refused final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+       public:
+        Refused() {
+          Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                              "task sessions are off on this coordinator (--inline-update-kib 0): use OpenTaskChannel"));
+        }
+        void OnDone() override { delete this; }
+      };
+      return new Refused();
+    }
+    return new TaskSessionReactor(
+        c_, ctx, [this, ctx](const std::string& worker_id) { return CheckCaller(ctx, "task session", worker_id); },
+        UploadChecksFor(ctx));
   }
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(grpc::CallbackServerContext*,
@@ -409,6 +592,9 @@ class WorkerServiceImpl final
                                                           grpc::ByteBuffer* response) override;
 
  private:
+  // What an update's header must pass, on an UploadUpdate call or a task session.
+  UploadChecks UploadChecksFor(const grpc::ServerContextBase* ctx);
+
   // A call after Join: a well-formed worker id and, under mutual TLS, that worker's own
   // certificate. The session is checked by the registry.
   Status CheckCaller(const grpc::ServerContextBase* ctx, const std::string& call, const std::string& worker_id) {
@@ -444,16 +630,20 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::DownloadModel(grp
   return StartDownload(c_, ctx, *request, admitted, std::move(slot));
 }
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
-                                                                           grpc::ByteBuffer* response) {
+UploadChecks WorkerServiceImpl::UploadChecksFor(const grpc::ServerContextBase* ctx) {
   UploadChecks checks;
   checks.header = [this, ctx](const v1::UpdateHeader& header) {
     RETURN_IF_ERROR(CheckCaller(ctx, "upload", header.worker_id()));
     return CheckJobId("upload", header.job_id());
   };
   checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
+  return checks;
+}
+
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
+                                                                           grpc::ByteBuffer* response) {
   const std::string caller = CallerOf(ctx);
-  return StartUpload(c_, response, std::move(checks), caller, c_->streams().Open(caller, "upload"));
+  return StartUpload(c_, response, UploadChecksFor(ctx), caller, c_->streams().Open(caller, "upload"));
 }
 
 }  // namespace

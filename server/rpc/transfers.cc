@@ -13,9 +13,7 @@
 #include "proto/byte_buffers.h"
 #include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
-#include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
-#include "proto/update_envelope.h"
 #include "server/coordinator.h"
 #include "server/monitoring/coordinator_metrics.h"
 
@@ -142,20 +140,21 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 
 // One upload, read with the callback API: each chunk is checked and placed as it arrives, on
 // whichever thread completed the read; no thread waits for a slow worker's next chunk. The
-// header is checked before any tensor bytes are taken; the verdict goes back in the reply
-// and down the worker's task channel.
+// header is checked before any tensor bytes are taken (UpdateIntake, update_intake.h); the
+// verdict goes back in the reply and, for a refusal, down the worker's task channel.
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   // `slot`: this upload's place among the coordinator's open streams, or why it has none.
   UploadReactor(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks, const std::string& caller,
                 Result<std::unique_ptr<StreamCounter::Slot>> slot)
-      : c_(c), response_(response), checks_(std::move(checks)), start_(std::chrono::steady_clock::now()) {
+      : c_(c), response_(response), refused_(checks.refused), intake_(c, std::move(checks), "call"),
+        start_(std::chrono::steady_clock::now()) {
     const StreamLimits& limits = c->options().streams;
     deadline_ = StreamDeadline::Create("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
                                                  "transfer timeout (transfer_timeout)",
                                                  [this](const Status& why) { Expire(why); });
     if (!slot.ok()) {
-      checks_.refused(slot.status().message());
+      refused_(slot.status().message());
       End(ToGrpc(slot.status()));
       return;
     }
@@ -174,26 +173,37 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         return;
       }
       have_header_ = true;
-      header_ = std::move(*first.mutable_header());
-      if (!Admit()) return;
+      if (auto answer = intake_.Admit(std::move(*first.mutable_header()))) {
+        Reply(*answer);
+        return;
+      }
+      const v1::UpdateHeader& header = intake_.header();
+      deadline_->Rename("upload from worker '" + header.worker_id() + "'");
+      // A selected worker's upload ends at its round's deadline, buffers and all.
+      if (auto open = intake_.runner()->SelectedRound(header.worker_id(), "upload"); open.ok()) {
+        deadline_->Cap(open->deadline, "job " + header.job_id() + " round " + std::to_string(open->round) +
+                                           " attempt " + std::to_string(open->attempt) + " reached its deadline");
+        c_->watchdog().Watch(deadline_);  // looked at again by then
+      }
       // Nothing more is read until the upload's bytes fit the coordinator's budget; the
       // watchdog leaves it alone meanwhile (the wait is not the worker's doing). Workers
       // wait for the initial metadata sent at the grant before sending their tensors
       // (JoinResponse.upload_admission), so a waiting update holds no receive buffers here.
       if (!deadline_->Hold()) return;  // the watchdog has just ended it
-      c_->upload_budget().Acquire(budget_bytes_, [this] { Granted(); });
+      c_->upload_budget().Acquire(intake_.budget_bytes(), [this] { Granted(); });
       return;
     }
     if (!ok) {  // the worker has sent everything
-      Complete();
+      const double upload_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+      Reply(intake_.Complete(upload_ms));
       return;
     }
     // Read from the transport's slices into the update's tensors.
-    Status added = wire::AddChunkMessage(raw_, *assembler_, what_);
+    Status added = wire::AddChunkMessage(raw_, intake_.assembler(), intake_.what());
     raw_.Clear();
     if (!added.ok()) {
-      runner_->RejectUpload(header_, added);
-      Refuse(added);
+      Reply(intake_.Reject(added));
       return;
     }
     StartRead(&raw_);
@@ -204,75 +214,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void OnCancel() override { cancelled_ = true; }
 
   void OnDone() override {
-    assembler_.reset();
-    if (holding_budget_) c_->upload_budget().Release(budget_bytes_);
+    intake_.Abandon();
+    if (holding_budget_) c_->upload_budget().Release(intake_.budget_bytes());
     delete this;
   }
 
  private:
-  // Checks the header; false when the upload has been answered already.
-  bool Admit() {
-    Status checked = checks_.header(header_);
-    if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
-    if (!checked.ok()) {
-      End(ToGrpc(checked));
-      return false;
-    }
-    deadline_->Rename("upload from worker '" + header_.worker_id() + "'");
-    header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
-    runner_ = c_->Runner(header_.job_id());
-    if (!runner_) {
-      Refuse(NotFoundError("job '" + header_.job_id() + "' is not running on this coordinator"));
-      return false;
-    }
-    // Refuse early, before reading the tensors, when the header alone disqualifies it.
-    if (Status admitted = runner_->AdmitUpload(header_); !admitted.ok()) {
-      if (admitted.code() == StatusCode::kInvalidArgument) {
-        runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
-      } else {
-        checks_.refused(admitted.message());
-        // An update that crossed its worker's cancel as over-selected is late by design, not
-        // the worker's fault: it is refused without counting against the worker.
-        if (!runner_->CancelledAsOverSelected(header_)) c_->registry().RecordRound(header_.worker_id(), false);
-      }
-      Refuse(admitted);
-      return false;
-    }
-    if (!header_.failure().empty()) {
-      Status noted = runner_->ReportFailure(header_);
-      result_.set_accepted(noted.ok());
-      result_.set_reason(noted.ok() ? "failure noted" : noted.message());
-      End(grpc::Status::OK);
-      return false;
-    }
-    // A selected worker's upload ends at its round's deadline, buffers and all.
-    if (auto open = runner_->SelectedRound(header_.worker_id(), "upload"); open.ok()) {
-      deadline_->Cap(open->deadline, "job " + header_.job_id() + " round " + std::to_string(open->round) +
-                                         " attempt " + std::to_string(open->attempt) + " reached its deadline");
-      c_->watchdog().Watch(deadline_);  // looked at again by then
-    }
-    what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
-            std::to_string(header_.round());
-    auto sets = wire::UpdateSets(header_, what_);  // checked by AdmitUpload already
-    if (!sets.ok()) {
-      runner_->RejectUpload(header_, sets.status());
-      Refuse(sets.status());
-      return false;
-    }
-    // Each set is checked against its encoding's sizes now; its tensors take memory only as
-    // their chunks arrive, decoded to float32.
-    const double topk_fraction = runner_->DeltaEncoding().second;
-    assembler_ = std::make_unique<wire::UpdateAssembler>(what_, runner_->update_bytes(), topk_fraction,
-                                                         &runner_->update_buffers());
-    if (Status started = assembler_->Start(*sets); !started.ok()) {
-      runner_->RejectUpload(header_, started);
-      Refuse(started);
-      return false;
-    }
-    budget_bytes_ = std::min<uint64_t>(assembler_->decoded_bytes(), runner_->update_bytes());
-    return true;
-  }
-
   // The upload's bytes are reserved: its buffers may be allocated and its chunks read.
   void Granted() {
     holding_budget_ = true;
@@ -290,29 +237,10 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     StartRead(&raw_);
   }
 
-  void Complete() {
-    const uint64_t received = assembler_->bytes_received();
-    RecordUploadBytes(header_.worker_id(), received);
-    auto decoded = assembler_->Finish();
-    const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    if (!decoded.ok()) {
-      runner_->RejectUpload(header_, decoded.status());
-      Refuse(decoded.status());
-      return;
-    }
-    std::map<std::string, TensorSet> sets = std::move(decoded).value();
-    TensorSet delta = std::move(sets[wire::kDeltaSet]);
-    sets.erase(wire::kDeltaSet);
-    Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received);
-    // Folded (or refused): the tensors' buffers serve the next uploads of the job.
-    runner_->update_buffers().Give(std::move(delta));
-    for (auto& [name, set] : sets) runner_->update_buffers().Give(std::move(set));
-    if (!verdict.ok()) {
-      Refuse(verdict);
-      return;
-    }
-    result_.set_accepted(true);
-    End(grpc::Status::OK);
+  // The intake's answer ends the call: its status, or its result in the reply.
+  void Reply(const UpdateIntake::Answer& answer) {
+    result_ = answer.result;
+    End(answer.status);
   }
 
   // Every end but the watchdog's goes through here: the stream is finished once, its
@@ -333,38 +261,20 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // On the watchdog's thread, which has claimed the finish; a read is in flight, and fails
   // once the status is sent.
   void Expire(const Status& why) {
-    checks_.refused(why.message());
+    refused_(why.message());
     Finish(ToGrpc(why));
-  }
-
-  // The update is refused: the reply says why, and so does the worker's task channel.
-  void Refuse(const Status& why) {
-    result_.set_accepted(false);
-    result_.set_reason(why.message());
-    v1::Task verdict;
-    verdict.mutable_verdict()->set_job_id(header_.job_id());
-    verdict.mutable_verdict()->set_round(header_.round());
-    verdict.mutable_verdict()->set_attempt(header_.attempt());
-    verdict.mutable_verdict()->set_accepted(false);
-    verdict.mutable_verdict()->set_reason(why.message());
-    c_->registry().Send(header_.worker_id(), std::move(verdict)).ok();
-    End(grpc::Status::OK);
   }
 
   Coordinator* const c_;
   grpc::ByteBuffer* const response_;  // the serialized UploadResult, once it ends OK
   v1::UploadResult result_;
-  const UploadChecks checks_;
+  const std::function<void(const std::string&)> refused_;
+  UpdateIntake intake_;
   const std::chrono::steady_clock::time_point start_;
   grpc::ByteBuffer raw_;  // the message being read
   bool have_header_ = false;
-  v1::UpdateHeader header_;
-  std::shared_ptr<JobRunner> runner_;
-  std::string what_;
-  uint64_t budget_bytes_ = 0;            // taken from the upload budget once granted
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};
-  std::unique_ptr<wire::UpdateAssembler> assembler_;  // started once the header is admitted
   std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<StreamDeadline> deadline_;
 };

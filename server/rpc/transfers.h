@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "server/rpc/stream_limits.h"
+#include "server/rpc/update_intake.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::server {
@@ -36,12 +37,6 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::
                                                           const Status& admitted,
                                                           std::unique_ptr<StreamCounter::Slot> slot);
 
-// What the service checks of an upload's header (the caller's credential, the fields' form),
-// and where a refusal not tied to a selected worker is logged (rate-limited).
-struct UploadChecks {
-  std::function<Status(const v1::UpdateHeader&)> header;
-  std::function<void(const std::string&)> refused;
-};
 // `caller` names the caller in messages until its header names the worker. UploadUpdate is
 // a raw method too (ByteBuffers in, the UploadResult serialized into `response`): the
 // chunks are read from the transport's slices into the update's tensors

@@ -9,11 +9,16 @@
 // writers' layout in place and parses any other). The two must agree on every verdict and on
 // every decoded value.
 //
+// The records also go in whole as one inline update (a TaskSessionMessage carrying the header
+// and every chunk, cut into two slices), read by wire::InlineUpdateReader into a third
+// assembler: it must accept exactly the uploads the parsed chunks make whole.
+//
 // Checks that an accepted header has a "delta" set and at most kMaxUpdateSets sets, and that an
 // accepted upload decodes into sets of the tensors, names and element counts their manifests
 // declare.
 #include <grpcpp/support/byte_buffer.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -45,6 +50,52 @@ grpc::ByteBuffer AsMessage(std::string_view chunk, size_t cut) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
+// `field` (length-delimited) holding `bytes`, appended to `out`.
+void AppendField(int field, std::string_view bytes, std::string* out) {
+  out->push_back(static_cast<char>((field << 3) | 2));
+  for (uint64_t n = bytes.size(); ; n >>= 7) {
+    out->push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
+    if (n <= 0x7f) break;
+  }
+  out->append(bytes);
+}
+
+// The whole upload as one inline update: whether it is accepted, read as a session reads it;
+// and whether it is, parsed chunk by chunk.
+void CheckInline(const uint8_t* data, size_t size, const std::vector<tessera::v1::TensorSetInfo>& sets) {
+  using namespace tessera;
+  fuzz::RecordReader records(data, size);
+  std::string_view bytes;
+  records.Next(&bytes);
+  std::string inner;
+  AppendField(1, bytes, &inner);
+  wire::UpdateAssembler parsed("fuzzed update", kMaxModelBytes, kTopKFraction);
+  bool parsed_ok = parsed.Start(sets).ok();
+  while (records.Next(&bytes)) {
+    v1::TensorChunk chunk;
+    if (!chunk.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return;  // not a chunk: not compared
+    parsed_ok = parsed_ok && parsed.Add(chunk).ok();
+    AppendField(2, bytes, &inner);
+  }
+  parsed_ok = parsed_ok && parsed.Finish().ok();
+  std::string message;
+  AppendField(2, inner, &message);
+  const size_t cut = message.size() / 2 + (size % 7);
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(message.substr(0, std::min(cut, message.size())));
+  slices.emplace_back(message.substr(std::min(cut, message.size())));
+  wire::InlineUpdateReader reader("fuzzed inline update");
+  v1::UpdateHeader header;
+  FUZZ_CHECK(reader.Start(grpc::ByteBuffer(slices.data(), slices.size()), &header).ok(),
+             "an inline update of a readable header is refused at its header");
+  wire::UpdateAssembler read("fuzzed inline update", kMaxModelBytes, kTopKFraction);
+  bool read_ok = read.Start(sets).ok();
+  read_ok = read_ok && reader.AddChunks(read).ok();
+  read_ok = read_ok && read.Finish().ok();
+  FUZZ_CHECK(read_ok == parsed_ok, std::string("the whole upload was ") + (parsed_ok ? "accepted" : "refused") +
+                                       " parsed but " + (read_ok ? "accepted" : "refused") + " as an inline update");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -64,6 +115,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(wire::ToUpdateEncoding(set.encoding()).ok(), "accepted set '" + set.name() + "' has no known encoding");
   }
   FUZZ_CHECK(has_delta, "accepted sets have no 'delta' set");
+
+  CheckInline(data, size, *sets);
 
   wire::UpdateAssembler assembler("fuzzed update", kMaxModelBytes, kTopKFraction);
   wire::UpdateAssembler from_wire("fuzzed update", kMaxModelBytes, kTopKFraction);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "proto/tensor_transfer.h"
+#include "server/monitoring/coordinator_metrics.h"
 #include "tests/integration/harness.h"
 
 namespace tessera::testing {
@@ -155,7 +156,27 @@ TEST(TrainedWeightsTest, RealWorkersTrainTheSameEitherWay) {
 TEST(UploadConnectionTest, RealWorkersTrainTheSameOnTheirOwnConnectionOrOnAFreshOne) {
   ExpectSameUploads(RunTwiceAlike("upload-connection-real", [](server::CoordinatorOptions& options, int run) {
     options.upload_connection_min_bytes = run == 0 ? 1 : 0;
+    options.inline_update_max_bytes = 0;  // no update inside a task session: every one by a call
   }));
+}
+
+// Real workers: with their updates inside their task sessions (the default) a job ends on the
+// same figures as with every update by an upload call (--inline-update-kib 0), each update
+// accepted, and each came the way the coordinator said.
+TEST(TaskSessionTest, RealWorkersTrainTheSameWithUpdatesInsideTheirSessionsOrByCalls) {
+  std::array<double, 2> sessions{}, calls{};
+  ExpectSameUploads(RunTwiceAlike("task-session-real", [&](server::CoordinatorOptions& options, int run) {
+    options.inline_update_max_bytes = run == 0 ? (uint64_t{1} << 20) : 0;
+    // (Called before each run starts: the counts so far.)
+    sessions[run] = server::UpdatesReceived("session");
+    calls[run] = server::UpdatesReceived("call");
+  }));
+  const double sessions_after = server::UpdatesReceived("session"), calls_after = server::UpdatesReceived("call");
+  // Two rounds of two workers in each run.
+  EXPECT_EQ(sessions[1] - sessions[0], 4);
+  EXPECT_EQ(calls[1] - calls[0], 0);
+  EXPECT_EQ(sessions_after - sessions[1], 0);
+  EXPECT_EQ(calls_after - calls[1], 4);
 }
 
 }  // namespace

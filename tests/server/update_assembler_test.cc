@@ -285,5 +285,100 @@ TEST(UpdateChunkReaderTest, ABufferPoolLendsTheTensorsAndTakesThemBack) {
   EXPECT_EQ((*second)[0].values, Model()[0].values);
 }
 
+// An inline update (TaskSessionMessage.update) as `header` then `chunks`, each the bytes of an
+// UpdateChunkMessage (whose fields are InlineUpdate's), behind the session's tag and length.
+std::string InlineMessage(const std::string& header, const std::vector<std::string>& chunks) {
+  std::string inner = header;
+  for (const std::string& chunk : chunks) inner += chunk;
+  std::string outer;
+  outer.push_back(static_cast<char>((2 << 3) | 2));  // TaskSessionMessage.update
+  google::protobuf::io::StringOutputStream stream(&outer);
+  {
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteVarint32(static_cast<uint32_t>(inner.size()));
+    out.WriteRaw(inner.data(), static_cast<int>(inner.size()));
+  }
+  return outer;
+}
+
+// The header an inline message carries, and its delta, or the first error.
+Result<TensorSet> ReadInline(const std::string& message, size_t pieces, v1::UpdateHeader* header) {
+  InlineUpdateReader reader("inline update from worker 'w1'");
+  RETURN_IF_ERROR(reader.Start(AsReceived(message, pieces), header));
+  ASSIGN_OR_RETURN(auto sets, UpdateSets(*header, "inline update from worker 'w1'"));
+  UpdateAssembler assembler("inline update from worker 'w1'", 1 << 20, 0);
+  RETURN_IF_ERROR(assembler.Start(sets));
+  RETURN_IF_ERROR(reader.AddChunks(assembler));
+  ASSIGN_OR_RETURN(auto decoded, assembler.Finish());
+  return std::move(decoded[kDeltaSet]);
+}
+
+TEST(InlineUpdateReaderTest, AnInlineUpdateReadsAsItsUploadWhateverItsLayoutAndSlices) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  const Result<TensorSet> parsed = Read(upload, 0);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  v1::UpdateChunkMessage header;
+  *header.mutable_header() = upload.header;
+  header.mutable_header()->set_job_id("job-1-abc");
+  const std::string head = header.SerializeAsString();
+  // As Tessera's writers lay it out (read in place), with the data first in each chunk, and
+  // with the header after the chunks (both parsed as a message).
+  const std::vector<std::string> chunks = ChunkMessages(upload, false);
+  std::string header_last;
+  for (const std::string& chunk : chunks) header_last += chunk;
+  header_last = InlineMessage(header_last + head, {});
+  const std::pair<const char*, std::string> layouts[] = {
+      {"as written", InlineMessage(head, chunks)},
+      {"data first", InlineMessage(head, ChunkMessages(upload, true))},
+      {"header last", header_last}};
+  for (const auto& [layout, message] : layouts) {
+    for (size_t pieces : {1, 3, 40}) {
+      SCOPED_TRACE(std::string(layout) + ", " + std::to_string(pieces) + " slices");
+      v1::UpdateHeader read_header;
+      const Result<TensorSet> read = ReadInline(message, pieces, &read_header);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      EXPECT_EQ(read_header.job_id(), "job-1-abc");
+      ASSERT_EQ(read->size(), parsed->size());
+      for (size_t i = 0; i < parsed->size(); ++i) EXPECT_EQ((*read)[i].values, (*parsed)[i].values);
+    }
+  }
+  // The same message built by protobuf itself.
+  v1::TaskSessionMessage built;
+  *built.mutable_update()->mutable_header() = header.header();
+  ForEachChunk(upload.bytes, 16, [&](const v1::TensorChunk& c) {
+    *built.mutable_update()->add_chunks() = c;
+    return Status::Ok();
+  }).ok();
+  EXPECT_EQ(built.SerializeAsString(), InlineMessage(head, chunks));
+}
+
+TEST(InlineUpdateReaderTest, WhatIsNotAnInlineUpdateOrDoesNotAddUpIsRefused) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  v1::UpdateChunkMessage header;
+  *header.mutable_header() = upload.header;
+  const std::string head = header.SerializeAsString();
+  std::vector<std::string> chunks = ChunkMessages(upload, false);
+  v1::UpdateHeader got;
+  // A session's `open`, garbage, and an update without its header.
+  v1::TaskSessionMessage open;
+  open.mutable_open()->set_worker_id("w1");
+  ExpectRefused(ReadInline(open.SerializeAsString(), 1, &got), {"not a TaskSessionMessage carrying an update"});
+  ExpectRefused(ReadInline(std::string("\x12\xff\xff\xff"), 1, &got), {"not a TaskSessionMessage"});
+  ExpectRefused(ReadInline(InlineMessage("", chunks), 2, &got), {"without its header"});
+  // Chunks out of order, a chunk missing, an altered byte: as an upload's.
+  std::swap(chunks[1], chunks[2]);
+  ExpectRefused(ReadInline(InlineMessage(head, chunks), 3, &got), {"expected a chunk of tensor 0 at offset 16"});
+  chunks = ChunkMessages(upload, false);
+  chunks.pop_back();
+  ExpectRefused(ReadInline(InlineMessage(head, chunks), 3, &got), {"inline update from worker 'w1'"});
+  chunks = ChunkMessages(upload, false);
+  chunks[0][chunks[0].size() - 1] ^= 1;
+  ExpectRefused(ReadInline(InlineMessage(head, chunks), 1, &got), {"tensor 'layer.w'", "content hash"});
+  // A message whose length runs past its end.
+  std::string cut = InlineMessage(head, ChunkMessages(upload, false));
+  cut.resize(cut.size() - 5);
+  ExpectRefused(ReadInline(cut, 1, &got), {"inline update from worker 'w1'"});
+}
+
 }  // namespace
 }  // namespace tessera::wire

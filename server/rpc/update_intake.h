@@ -1,0 +1,77 @@
+// One update's way in, whichever call carried it: its header checked and admitted, its chunks
+// placed in the update's tensors as they come, the whole update submitted to its job. The
+// UploadUpdate stream (transfers.h) and the task session's inline updates (services.cc) both
+// take updates through it, so an update is judged alike however it travelled.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "proto/update_assembler.h"
+#include "tessera/v1/worker_service.pb.h"
+
+namespace tessera::server {
+
+class Coordinator;
+class JobRunner;
+
+// What the service checks of an upload's header (the caller's credential, the fields' form),
+// and where a refusal not tied to a selected worker is logged (rate-limited).
+struct UploadChecks {
+  std::function<Status(const v1::UpdateHeader&)> header;
+  std::function<void(const std::string&)> refused;
+};
+
+class UpdateIntake {
+ public:
+  // How the intake ended an update.
+  struct Answer {
+    // Not OK: the update was not taken up at all (a caller or session refused, a malformed
+    // header); an upload call ends with this status and nothing goes down the task channel.
+    grpc::Status status;
+    v1::UploadResult result;     // when status is OK
+    bool verdict_sent = false;   // a refusal already went down the worker's task channel
+  };
+
+  // `way`: how the update travels, "call" or "session" (the metric of updates received).
+  UpdateIntake(Coordinator* c, UploadChecks checks, std::string way)
+      : c_(c), checks_(std::move(checks)), way_(std::move(way)) {}
+
+  // Checks `header`; nullopt when the update is admitted: its sets are known, its assembler
+  // started (no tensor memory yet), budget_bytes() what it may take. Otherwise the answer.
+  std::optional<Answer> Admit(v1::UpdateHeader header);
+
+  // After an admitted header.
+  const v1::UpdateHeader& header() const { return header_; }
+  const std::shared_ptr<JobRunner>& runner() const { return runner_; }
+  const std::string& what() const { return what_; }
+  uint64_t budget_bytes() const { return budget_bytes_; }
+  wire::UpdateAssembler& assembler() { return *assembler_; }
+
+  // A chunk was refused (`why`): the job is told, and so is the worker.
+  Answer Reject(const Status& why);
+  // Every chunk is in: the update decoded and submitted; its buffers serve the job's next ones.
+  Answer Complete(double upload_ms);
+  // Frees the assembler's buffers (an update that never completed).
+  void Abandon() { assembler_.reset(); }
+
+ private:
+  // The update is refused: the reply says why, and so does the worker's task channel.
+  Answer Refuse(const Status& why);
+
+  Coordinator* const c_;
+  const UploadChecks checks_;
+  const std::string way_;
+  v1::UpdateHeader header_;
+  std::shared_ptr<JobRunner> runner_;
+  std::string what_;
+  uint64_t budget_bytes_ = 0;
+  std::unique_ptr<wire::UpdateAssembler> assembler_;  // started once the header is admitted
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,260 @@
+// Task sessions (WorkerService.TaskSession): the task channel as a two-way stream, with small
+// updates sent inside it and answered by an UpdateVerdict down the same stream. The worker's
+// own client sends an update that fits inside its session and gets the coordinator's verdict
+// as an upload call would; a session refuses what is not its worker's, names what it expected,
+// and a coordinator with --inline-update-kib 0 serves no sessions.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <optional>
+
+#include "proto/update_envelope.h"
+#include "server/monitoring/coordinator_metrics.h"
+#include "tests/integration/harness.h"
+#include "tessera/v1/worker_service.grpc.pb.h"
+
+namespace tessera::testing {
+namespace {
+
+// A coordinator taking inline updates of at most `inline_limit` bytes, with one small job of
+// one round for one party.
+struct OneRound {
+  explicit OneRound(uint64_t inline_limit) : dir("task-session") {
+    auto options = TestCoordinatorOptions(dir.str());
+    options.inline_update_max_bytes = inline_limit;
+    auto started = server::Coordinator::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status().ToString();
+    if (started.ok()) coordinator = std::move(started).value();
+  }
+  int port() const { return coordinator->port(); }
+
+  TempDir dir;
+  std::unique_ptr<server::Coordinator> coordinator;
+};
+
+// A hand-driven worker (the real client) that keeps its last train task.
+class Keeper {
+ public:
+  Keeper(int port, const std::string& name)
+      : hand_(std::make_unique<HandWorker>("127.0.0.1:" + std::to_string(port), name, [this](const v1::TrainTask& t) {
+          std::lock_guard<std::mutex> lock(mu_);
+          task_ = t;
+        })) {}
+  std::optional<v1::TrainTask> task() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return task_;
+  }
+  HandWorker& hand() { return *hand_; }
+
+  // An unchanged model's update for `task`: its header and bytes.
+  void BuildUpdate(const v1::TrainTask& task, v1::UpdateHeader* header, wire::UpdateBytes* bytes) {
+    auto model = hand_->Download(task);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    TensorSet delta = *model;
+    for (auto& t : delta) std::fill(t.values.begin(), t.values.end(), 0.0f);
+    header->set_worker_id(hand_->joined().worker_id());
+    header->set_session(hand_->joined().session());
+    header->set_job_id(task.job_id());
+    header->set_round(task.round());
+    header->set_attempt(task.attempt());
+    header->set_base_model_version(task.model_version());
+    header->set_samples(100);
+    wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, header, bytes);
+  }
+
+ private:
+  std::mutex mu_;
+  std::optional<v1::TrainTask> task_;
+  std::unique_ptr<HandWorker> hand_;  // last: its threads end before the members above go
+};
+
+// The worker's client sends an update that fits inside its session: accepted, counted as
+// received in a session and not by a call, and the job commits its round with it.
+TEST(TaskSessionTest, AnUpdateThatFitsGoesInsideTheSessionAndIsAnsweredThere) {
+  OneRound c(uint64_t{1} << 20);
+  ASSERT_TRUE(c.coordinator);
+  Keeper worker(c.port(), "session-worker");
+  EXPECT_EQ(worker.hand().joined().inline_update_max_bytes(), uint64_t{1} << 20);
+  auto stub = JobStub(c.port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  auto job = c.coordinator->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return worker.task().has_value(); }, std::chrono::milliseconds(20000)));
+  v1::UpdateHeader header;
+  wire::UpdateBytes bytes;
+  worker.BuildUpdate(*worker.task(), &header, &bytes);
+  const double sessions = server::UpdatesReceived("session"), calls = server::UpdatesReceived("call");
+  auto result = worker.hand().client().UploadUpdate(header, bytes, 1 << 20);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->accepted()) << result->reason();
+  EXPECT_EQ(server::UpdatesReceived("session"), sessions + 1);
+  EXPECT_EQ(server::UpdatesReceived("call"), calls);
+  auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  EXPECT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 1);
+  EXPECT_EQ(done.rounds(0).workers(0).outcome(), "accepted");
+}
+
+// Larger than the coordinator takes inside a session: the same client sends it by a call.
+TEST(TaskSessionTest, AnUpdateLargerThanTheLimitGoesByAnUploadCall) {
+  OneRound c(4 << 10);
+  ASSERT_TRUE(c.coordinator);
+  Keeper worker(c.port(), "session-worker");
+  auto stub = JobStub(c.port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  auto job = c.coordinator->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return worker.task().has_value(); }, std::chrono::milliseconds(20000)));
+  v1::UpdateHeader header;
+  wire::UpdateBytes bytes;
+  worker.BuildUpdate(*worker.task(), &header, &bytes);
+  const double sessions = server::UpdatesReceived("session"), calls = server::UpdatesReceived("call");
+  auto result = worker.hand().client().UploadUpdate(header, bytes, 1 << 20);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->accepted()) << result->reason();
+  EXPECT_EQ(server::UpdatesReceived("session"), sessions);
+  EXPECT_EQ(server::UpdatesReceived("call"), calls + 1);
+}
+
+// A session spoken by hand, over the worker's own certificate.
+class HandSession {
+ public:
+  HandSession(int port, const std::string& name) : stub_(WorkerStub(port, name)) {
+    v1::JoinRequest join;
+    join.set_join_token(kToken);
+    join.set_name(name);
+    grpc::ClientContext ctx;
+    grpc::Status s = stub_->Join(&ctx, join, &joined_);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    ctx_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    stream_ = stub_->TaskSession(&ctx_);
+  }
+  ~HandSession() {
+    if (finished_) return;
+    ctx_.TryCancel();
+    stream_->Finish();
+  }
+  const v1::JoinResponse& joined() const { return joined_; }
+  bool Open() {
+    v1::TaskSessionMessage open;
+    open.mutable_open()->set_worker_id(joined_.worker_id());
+    open.mutable_open()->set_session(joined_.session());
+    return stream_->Write(open);
+  }
+  bool Send(const v1::TaskSessionMessage& message) { return stream_->Write(message); }
+  // The next verdict down the stream, or nullopt when the stream ends first.
+  std::optional<v1::UpdateVerdict> NextVerdict() {
+    v1::Task task;
+    while (stream_->Read(&task)) {
+      if (task.has_verdict()) return task.verdict();
+    }
+    return std::nullopt;
+  }
+  // Reads until the stream ends; its status.
+  grpc::Status End() {
+    v1::Task task;
+    while (stream_->Read(&task)) {
+    }
+    stream_->WritesDone();
+    grpc::Status s = stream_->Finish();
+    finished_ = true;
+    return s;
+  }
+
+ private:
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  v1::JoinResponse joined_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> stream_;
+  bool finished_ = false;
+};
+
+// An update for `job`, round 1, of `values` float32 zeros in one tensor, from `joined`.
+v1::TaskSessionMessage UpdateOf(const v1::JoinResponse& joined, const std::string& job, size_t values) {
+  v1::TaskSessionMessage message;
+  v1::InlineUpdate& update = *message.mutable_update();
+  v1::UpdateHeader& header = *update.mutable_header();
+  header.set_worker_id(joined.worker_id());
+  header.set_session(joined.session());
+  header.set_job_id(job);
+  header.set_round(1);
+  header.set_attempt(1);
+  header.set_samples(10);
+  TensorSet delta{NamedTensor{"w", {static_cast<int64_t>(values)}, std::vector<float>(values, 0.0f)}};
+  wire::UpdateBytes bytes;
+  wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
+  wire::ForEachChunk(bytes, 1 << 20, [&](const v1::TensorChunk& chunk) {
+    *update.add_chunks() = chunk;
+    return Status::Ok();
+  }).ok();
+  return message;
+}
+
+TEST(TaskSessionTest, ASessionMustOpenFirst) {
+  OneRound c(uint64_t{256} << 10);
+  ASSERT_TRUE(c.coordinator);
+  HandSession session(c.port(), "hand-1");
+  ASSERT_TRUE(session.Send(UpdateOf(session.joined(), "job-1-abc", 4)));
+  grpc::Status s = session.End();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_NE(s.error_message().find("first message must be 'open'"), std::string::npos) << s.error_message();
+}
+
+TEST(TaskSessionTest, AnUpdateNamingAnotherWorkerEndsTheSession) {
+  OneRound c(uint64_t{256} << 10);
+  ASSERT_TRUE(c.coordinator);
+  HandSession session(c.port(), "hand-1");
+  ASSERT_TRUE(session.Open());
+  v1::JoinResponse other = session.joined();
+  other.set_worker_id("someone-else");
+  session.Send(UpdateOf(other, "job-1-abc", 4));
+  grpc::Status s = session.End();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("names worker 'someone-else'"), std::string::npos) << s.error_message();
+}
+
+// Refusals come back as verdicts, each naming its round, and the session goes on.
+TEST(TaskSessionTest, RefusedUpdatesAreAnsweredByVerdictsAndTheSessionGoesOn) {
+  OneRound c(8 << 10);
+  ASSERT_TRUE(c.coordinator);
+  HandSession session(c.port(), "hand-1");
+  ASSERT_TRUE(session.Open());
+  // No such job.
+  ASSERT_TRUE(session.Send(UpdateOf(session.joined(), "job-1-abc", 4)));
+  auto verdict = session.NextVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_FALSE(verdict->accepted());
+  EXPECT_EQ(verdict->job_id(), "job-1-abc");
+  EXPECT_EQ(verdict->round(), 1u);
+  EXPECT_NE(verdict->reason().find("not running"), std::string::npos) << verdict->reason();
+  // Over the limit: 4,096 floats are 16 KiB against 8 KiB.
+  ASSERT_TRUE(session.Send(UpdateOf(session.joined(), "job-1-abc", 4096)));
+  verdict = session.NextVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_FALSE(verdict->accepted());
+  EXPECT_NE(verdict->reason().find("expected at most 8192"), std::string::npos) << verdict->reason();
+  EXPECT_NE(verdict->reason().find("round 1"), std::string::npos) << verdict->reason();
+  // Not an update at all.
+  v1::TaskSessionMessage again;
+  again.mutable_open()->set_worker_id(session.joined().worker_id());
+  ASSERT_TRUE(session.Send(again));
+  grpc::Status s = session.End();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+}
+
+TEST(TaskSessionTest, ACoordinatorWithoutInlineUpdatesServesNoSessions) {
+  OneRound c(0);
+  ASSERT_TRUE(c.coordinator);
+  HandSession session(c.port(), "hand-1");
+  EXPECT_EQ(session.joined().inline_update_max_bytes(), 0u);
+  session.Open();
+  grpc::Status s = session.End();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNIMPLEMENTED) << s.error_message();
+  // The worker's client then holds a task channel and uploads by calls.
+  Keeper worker(c.port(), "channel-worker");
+  auto stub = JobStub(c.port());
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+}
+
+}  // namespace
+}  // namespace tessera::testing
