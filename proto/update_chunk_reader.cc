@@ -101,7 +101,8 @@ Status InlineUpdateReader::Start(const grpc::ByteBuffer& message, v1::UpdateHead
     uint32_t length = 0, header_length = 0;
     if (in.ReadTag() == kSessionUpdateTag && in.ReadVarint32(&length) &&
         static_cast<uint64_t>(in.CurrentPosition()) + length == message_.Length() && in.ReadTag() == kInlineHeaderTag &&
-        in.ReadVarint32(&header_length)) {
+        in.ReadVarint32(&header_length) &&
+        static_cast<uint64_t>(in.CurrentPosition()) + header_length <= message_.Length()) {
       const auto limit = in.PushLimit(static_cast<int>(header_length));
       if (header->ParseFromCodedStream(&in) && in.ConsumedEntireMessage()) {
         in.PopLimit(limit);

@@ -49,11 +49,13 @@ struct UnaryCall {
 // The task channel, on the generic stub: OpenTaskChannel (the request written, then tasks
 // read until the stream ends) or, when the coordinator takes inline updates, a TaskSession
 // (the `open` message first, then small updates written into it as the client has them).
-// Owned by itself until OnDone and by its client while open.
+// Owned by itself until OnDone and by its client while open. A hold keeps the call from
+// ending while a write may still start: it is let go once the reads have ended and no write
+// is in flight, so a Send() never meets a finished call (it is dropped once the reads end).
 class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   TaskChannelCall(SimulatedClient* client, uint64_t epoch, const v1::TaskChannelRequest& request, bool session)
-      : client_(client), epoch_(epoch), session_(session) {
+      : client_(client), epoch_(epoch), session_(session), writing_(session) {  // Sends before Begin queue
     if (session) {
       v1::TaskSessionMessage open;
       *open.mutable_open() = request;
@@ -71,9 +73,9 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<gr
         &context_, session_ ? "/tessera.v1.WorkerService/TaskSession" : "/tessera.v1.WorkerService/OpenTaskChannel",
         grpc::StubOptions(), this);
     if (!serialized_) context_.TryCancel();
+    AddHold();
     if (session_) {
-      writing_ = true;
-      StartWrite(&first_);
+      StartWrite(&first_);  // writing_ is already set: Sends wait for it
     } else {
       StartWriteLast(&first_, grpc::WriteOptions());
     }
@@ -82,10 +84,12 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<gr
   }
   void Cancel() { context_.TryCancel(); }
 
-  // A session's inline update: written after the writes before it.
+  // A session's inline update: written after the writes before it; dropped once the call's
+  // reads have ended (the client then counts the update as lost, OnChannelEnded).
   void Send(grpc::ByteBuffer message) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (reads_ended_) return;
       if (writing_) {
         queued_.push_back(std::move(message));
         return;
@@ -100,20 +104,36 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<gr
     if (ok) client_->OnChannelOpen(epoch_);
   }
   void OnWriteDone(bool ok) override {
-    if (!ok || !session_) return;  // a broken stream: OnDone follows
+    if (!session_) return;
+    bool release = false, next = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queued_.empty()) {
+      if (!ok || reads_ended_ || queued_.empty()) {  // a broken stream drops what waits
+        queued_.clear();
         writing_ = false;
-        return;
+        release = reads_ended_ && !released_;
+        released_ = released_ || release;
+      } else {
+        out_ = std::move(queued_.front());
+        queued_.erase(queued_.begin());
+        next = true;
       }
-      out_ = std::move(queued_.front());
-      queued_.erase(queued_.begin());
     }
-    StartWrite(&out_);
+    if (release) RemoveHold();
+    if (next) StartWrite(&out_);
   }
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows
+    if (!ok) {  // the call is ending: OnDone follows once no write is in flight
+      bool release = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        reads_ended_ = true;
+        release = !writing_ && !released_;
+        released_ = released_ || release;
+      }
+      if (release) RemoveHold();
+      return;
+    }
     v1::Task task;
     const bool parsed = wire::FromByteBuffer(incoming_, &task);
     incoming_.Clear();
@@ -139,8 +159,10 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<gr
   grpc::ByteBuffer first_;  // the channel's request, or the session's `open`
   bool serialized_ = false;
   grpc::ByteBuffer incoming_;
-  std::mutex mu_;  // guards the three below
-  bool writing_ = false;
+  std::mutex mu_;  // guards the five below
+  bool writing_;                          // a write is in flight (or Begin's is to come)
+  bool reads_ended_ = false;
+  bool released_ = false;                 // the hold is let go
   grpc::ByteBuffer out_;                  // the write in flight after the first
   std::vector<grpc::ByteBuffer> queued_;  // writes waiting for it
   std::shared_ptr<TaskChannelCall> self_;

@@ -233,35 +233,43 @@ struct OpenedChannel {
 
 // Opens worker request.worker_id()'s task channel on `stream` (the caller's credential
 // checked by the service already): its session authenticated, a stream slot taken, the
-// channel registered with the registry and watched. `send_metadata` starts the stream's
-// initial metadata (the worker's sign that the channel is open) before any task is written.
-// An error: the caller finishes its stream with it.
-Result<OpenedChannel> OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx,
-                                        const v1::TaskChannelRequest& request, TaskStream stream,
-                                        const std::function<void()>& send_metadata) {
+// channel handed to `keep` (before anything can write to the stream, so that the reactor's
+// completions find it), then registered with the registry and watched. `send_metadata`
+// starts the stream's initial metadata (the worker's sign that the channel is open) before
+// any task is written. An error: nothing was kept, and the caller finishes its stream with
+// it. Once kept, every end of the stream goes through the channel (a refused registration
+// closes it).
+Status OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::TaskChannelRequest& request,
+                         TaskStream stream, const std::function<void()>& send_metadata,
+                         const std::function<void(OpenedChannel)>& keep) {
   WorkerRegistry& registry = c->registry();
   RETURN_IF_ERROR(registry.Authenticate(request.worker_id(), request.session()));
   OpenedChannel opened;
   ASSIGN_OR_RETURN(opened.slot, c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'"));
   const uint64_t generation = registry.Generation(request.worker_id());
   auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, std::move(stream), ctx);
-  send_metadata();
-  RETURN_IF_ERROR(registry.OpenChannel(request.worker_id(), generation, channel));
-  opened.channel = std::move(channel);
   // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
   // has stopped heartbeating by then, or at the channel's maximum age.
-  std::weak_ptr<TaskChannel> weak = opened.channel;
-  opened.deadline = StreamDeadline::Create(
+  std::weak_ptr<TaskChannel> weak = channel;
+  auto deadline = StreamDeadline::Create(
       "task channel of worker '" + request.worker_id() + "'", c->options().streams.idle_timeout,
       c->options().streams.channel_max_age, "maximum age (channel_max_age)", [weak](const Status& why) {
         if (auto channel = weak.lock()) channel->Expire(why);
       });
-  opened.deadline->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
+  deadline->SetAliveProbe([weak, idle = c->options().streams.idle_timeout] {
     auto channel = weak.lock();
     return channel && channel->Alive(idle);
   });
-  c->watchdog().Watch(opened.deadline);
-  return opened;
+  opened.channel = channel;
+  opened.deadline = deadline;
+  keep(std::move(opened));
+  send_metadata();
+  if (Status s = registry.OpenChannel(request.worker_id(), generation, channel); !s.ok()) {
+    channel->CloseWith(ToGrpc(s));
+    return Status::Ok();
+  }
+  c->watchdog().Watch(deadline);
+  return Status::Ok();
 }
 
 class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
@@ -273,12 +281,10 @@ class TaskChannelReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffe
       Finish(ToGrpc(admitted));
       return;
     }
-    auto opened = OpenTaskChannelOn(c, ctx, request, StreamOf(this), [this] { StartSendInitialMetadata(); });
-    if (!opened.ok()) {
-      Finish(ToGrpc(opened.status()));
-      return;
-    }
-    opened_ = std::move(opened).value();
+    // (In the constructor no completion can run before it returns.)
+    Status s = OpenTaskChannelOn(c, ctx, request, StreamOf(this), [this] { StartSendInitialMetadata(); },
+                                 [this](OpenedChannel opened) { opened_ = std::move(opened); });
+    if (!s.ok()) Finish(ToGrpc(s));
   }
 
   void OnWriteDone(bool ok) override {
@@ -313,21 +319,29 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   }
 
   void OnReadDone(bool ok) override {
-    if (!opened_.channel) {
+    if (!opened_.channel) {  // only this reaction sets it
       Open(ok);
       return;
     }
     if (!ok) return;  // the worker sends nothing more (or went away: OnCancel says so)
-    TakeUpdate();
+    if (!TakeUpdate()) return;  // the session is ending: nothing more is read
     raw_.Clear();
     StartRead(&raw_);
   }
+  // Writes start only once the channel is kept (OpenTaskChannelOn), so opened_ is set.
   void OnWriteDone(bool ok) override {
     opened_.deadline->Progress();
     opened_.channel->WriteDone(ok);
   }
+  // May run while the first message is being read, before the channel exists or is kept.
   void OnCancel() override {
-    if (opened_.channel) opened_.channel->Cancelled();
+    std::shared_ptr<TaskChannel> channel;
+    {
+      std::lock_guard<std::mutex> lock(cancel_mu_);
+      cancelled_ = true;
+      channel = kept_;
+    }
+    if (channel) channel->Cancelled();
   }
   void OnDone() override {
     if (opened_.deadline) opened_.deadline->ClaimFinish();  // the watchdog forgets it
@@ -349,32 +363,43 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
       Finish(ToGrpc(s));
       return;
     }
-    auto opened = OpenTaskChannelOn(c_, ctx_, request, StreamOf(this), [this] { StartSendInitialMetadata(); });
-    if (!opened.ok()) {
-      Finish(ToGrpc(opened.status()));
+    session_ = request.session();
+    bool cancelled = false;
+    Status s = OpenTaskChannelOn(c_, ctx_, request, StreamOf(this), [this] { StartSendInitialMetadata(); },
+                                 [this, &cancelled](OpenedChannel opened) {
+                                   opened_ = std::move(opened);
+                                   std::lock_guard<std::mutex> lock(cancel_mu_);
+                                   kept_ = opened_.channel;
+                                   cancelled = cancelled_;
+                                 });
+    if (!s.ok()) {
+      Finish(ToGrpc(s));
       return;
     }
-    opened_ = std::move(opened).value();
-    session_ = request.session();
+    if (cancelled) {  // the worker went away while the channel opened
+      opened_.channel->Cancelled();
+      return;
+    }
     raw_.Clear();
     StartRead(&raw_);
   }
 
-  // An inline update, judged whole; the verdict goes down the channel.
-  void TakeUpdate() {
+  // An inline update, judged whole; the verdict goes down the channel. False: the session
+  // broke the protocol and is ending.
+  bool TakeUpdate() {
     const std::string& worker = opened_.channel->worker_id();
     const auto start = std::chrono::steady_clock::now();
     wire::InlineUpdateReader reader("inline update from worker '" + worker + "'");
     v1::UpdateHeader header;
     if (Status read = reader.Start(raw_, &header); !read.ok()) {
       opened_.channel->CloseWith(ToGrpc(read));  // not this protocol: the session ends
-      return;
+      return false;
     }
     if (header.worker_id() != worker || header.session() != session_) {
       opened_.channel->CloseWith(ToGrpc(PermissionDeniedError(
           "task session of worker '" + worker + "': an inline update names worker " +
           QuoteUntrusted(header.worker_id(), 64) + " or another session; a session carries its own worker's updates")));
-      return;
+      return false;
     }
     UpdateIntake intake(c_, checks_, "session");
     const uint64_t limit = c_->options().inline_update_max_bytes;
@@ -393,11 +418,10 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     if (!answer) {
       c_->upload_budget().Take(intake.budget_bytes());
       Status added = reader.AddChunks(intake.assembler());
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      answer = added.ok() ? intake.Complete(ms) : intake.Reject(added);
+      answer = added.ok() ? intake.Complete(start) : intake.Reject(added);
       c_->upload_budget().Release(intake.budget_bytes());
     }
-    if (answer->verdict_sent) return;  // a refusal went down the channel already
+    if (answer->verdict_sent) return true;  // a refusal went down the channel already
     v1::Task verdict;
     v1::UpdateVerdict& v = *verdict.mutable_verdict();
     v.set_job_id(intake_header_.job_id());
@@ -407,6 +431,7 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     v.set_reason(answer->status.ok() ? answer->result.reason() : answer->status.error_message());
     if (!answer->status.ok()) checks_.refused(answer->status.error_message());
     c_->registry().Send(worker, std::move(verdict)).ok();
+    return true;
   }
 
   Coordinator* const c_;
@@ -417,6 +442,9 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   std::string session_;    // the session the channel was opened with
   v1::UpdateHeader intake_header_;
   OpenedChannel opened_;   // no channel until the first message opens it, or when refused
+  std::mutex cancel_mu_;   // guards the two below, which OnCancel reads on any thread
+  bool cancelled_ = false;
+  std::shared_ptr<TaskChannel> kept_;
 };
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API

@@ -194,9 +194,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     if (!ok) {  // the worker has sent everything
-      const double upload_ms =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-      Reply(intake_.Complete(upload_ms));
+      Reply(intake_.Complete(start_));
       return;
     }
     // Read from the transport's slices into the update's tensors.

@@ -66,12 +66,13 @@ UpdateIntake::Answer UpdateIntake::Reject(const Status& why) {
   return Refuse(why);
 }
 
-UpdateIntake::Answer UpdateIntake::Complete(double upload_ms) {
+UpdateIntake::Answer UpdateIntake::Complete(std::chrono::steady_clock::time_point started) {
   const uint64_t received = assembler_->bytes_received();
   RecordUploadBytes(header_.worker_id(), received);
   RecordUpdateReceived(way_);
   auto decoded = assembler_->Finish();
   assembler_.reset();
+  const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (!decoded.ok()) return Reject(decoded.status());
   std::map<std::string, TensorSet> sets = std::move(decoded).value();
   TensorSet delta = std::move(sets[wire::kDeltaSet]);

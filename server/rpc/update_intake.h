@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -56,7 +57,8 @@ class UpdateIntake {
   // A chunk was refused (`why`): the job is told, and so is the worker.
   Answer Reject(const Status& why);
   // Every chunk is in: the update decoded and submitted; its buffers serve the job's next ones.
-  Answer Complete(double upload_ms);
+  // `started`: when its transfer began (its upload time runs to the end of the decoding).
+  Answer Complete(std::chrono::steady_clock::time_point started);
   // Frees the assembler's buffers (an update that never completed).
   void Abandon() { assembler_.reset(); }
 
