@@ -92,6 +92,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         {
           std::lock_guard<std::mutex> lock(mu_);
           session_ = stream;
+          session_id_ = request.session();
           session_reader_ = std::this_thread::get_id();
         }
         v1::Task task;
@@ -240,6 +241,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       std::lock_guard<std::mutex> lock(mu_);
       session = session_;
       reader = session_reader_;
+      // An update of an earlier session (trained before a rejoin) goes by a call, which
+      // refuses it as before; a session carries only its own.
+      if (header.session() != session_id_) session.reset();
     }
     // From the thread that reads the session (inside on_task), the verdict could never be read.
     if (!session || std::this_thread::get_id() == reader) return std::nullopt;
@@ -331,6 +335,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   // The open task session (guarded by mu_), its writes (one at a time, under
   // session_write_mu_), and the inline update waiting for its verdict (guarded by mu_).
   std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> session_;
+  std::string session_id_;          // the session it was opened with
   std::thread::id session_reader_;  // the thread in RunTaskChannel reading it
   std::mutex session_write_mu_;
   std::shared_ptr<InlineWait> inline_wait_;

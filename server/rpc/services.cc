@@ -395,16 +395,20 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
       opened_.channel->CloseWith(ToGrpc(read));  // not this protocol: the session ends
       return false;
     }
-    if (header.worker_id() != worker || header.session() != session_) {
-      opened_.channel->CloseWith(ToGrpc(PermissionDeniedError(
-          "task session of worker '" + worker + "': an inline update names worker " +
-          QuoteUntrusted(header.worker_id(), 64) + " or another session; a session carries its own worker's updates")));
-      return false;
-    }
     UpdateIntake intake(c_, checks_, "session");
     const uint64_t limit = c_->options().inline_update_max_bytes;
     std::optional<UpdateIntake::Answer> answer;
-    if (raw_.Length() > limit) {
+    if (header.worker_id() != worker || header.session() != session_) {
+      // Refused, not the session ended: an update trained in an earlier session of this
+      // worker (it rejoined meanwhile) is stale, as it would be by an upload call.
+      answer = UpdateIntake::Answer{
+          ToGrpc(UnauthenticatedError("inline update on the task session of worker '" + worker + "' names worker " +
+                                      QuoteUntrusted(header.worker_id(), 64) +
+                                      (header.worker_id() == worker ? " and an earlier session" : "") +
+                                      ": a session carries its own worker's updates of that session")),
+          {}, false};
+      intake_header_ = std::move(header);
+    } else if (raw_.Length() > limit) {
       // Checked after the header, so that the refusal names its round.
       answer = UpdateIntake::Answer{ToGrpc(InvalidArgumentError(
           "inline update from worker '" + worker + "' for job " + QuoteUntrusted(header.job_id(), 64) + " round " +

@@ -187,17 +187,33 @@ TEST(TaskSessionTest, ASessionMustOpenFirst) {
   EXPECT_NE(s.error_message().find("first message must be 'open'"), std::string::npos) << s.error_message();
 }
 
-TEST(TaskSessionTest, AnUpdateNamingAnotherWorkerEndsTheSession) {
+// An update naming another worker, or an earlier session of this one (a worker that rejoined
+// while it trained), is refused by a verdict and the session goes on: a worker whose session
+// ended with PERMISSION_DENIED would stop for good.
+TEST(TaskSessionTest, AnUpdateOfAnotherWorkerOrSessionIsRefusedAndTheSessionGoesOn) {
   OneRound c(uint64_t{256} << 10);
   ASSERT_TRUE(c.coordinator);
   HandSession session(c.port(), "hand-1");
   ASSERT_TRUE(session.Open());
   v1::JoinResponse other = session.joined();
   other.set_worker_id("someone-else");
-  session.Send(UpdateOf(other, "job-1-abc", 4));
-  grpc::Status s = session.End();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  EXPECT_NE(s.error_message().find("names worker 'someone-else'"), std::string::npos) << s.error_message();
+  ASSERT_TRUE(session.Send(UpdateOf(other, "job-1-abc", 4)));
+  auto verdict = session.NextVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_FALSE(verdict->accepted());
+  EXPECT_NE(verdict->reason().find("names worker 'someone-else'"), std::string::npos) << verdict->reason();
+  other = session.joined();
+  other.set_session("an-earlier-session");
+  ASSERT_TRUE(session.Send(UpdateOf(other, "job-1-abc", 4)));
+  verdict = session.NextVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_FALSE(verdict->accepted());
+  EXPECT_NE(verdict->reason().find("an earlier session"), std::string::npos) << verdict->reason();
+  // Still open: the next update is judged on its merits (no such job).
+  ASSERT_TRUE(session.Send(UpdateOf(session.joined(), "job-1-abc", 4)));
+  verdict = session.NextVerdict();
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_NE(verdict->reason().find("not running"), std::string::npos) << verdict->reason();
 }
 
 // Refusals come back as verdicts, each naming its round, and the session goes on.
