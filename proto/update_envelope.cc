@@ -121,6 +121,20 @@ void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEn
   manifest->set_chunk_bytes(std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes));
 }
 
+void AppendChunks(const UpdateBytes& tensors, uint32_t chunk_bytes,
+                  google::protobuf::RepeatedPtrField<v1::TensorChunk>* out) {
+  chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const std::string& bytes = tensors[i];
+    for (size_t offset = 0; offset < bytes.size(); offset += chunk_bytes) {
+      v1::TensorChunk* chunk = out->Add();
+      chunk->set_tensor_index(static_cast<uint32_t>(i));
+      chunk->set_offset(offset);
+      chunk->set_data(bytes.data() + offset, std::min<size_t>(chunk_bytes, bytes.size() - offset));
+    }
+  }
+}
+
 Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
                     const std::function<Status(const v1::TensorChunk&)>& emit) {
   chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);

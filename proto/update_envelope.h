@@ -68,4 +68,9 @@ void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEn
 Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
                     const std::function<Status(const v1::TensorChunk&)>& emit);
 
+// The chunks ForEachChunk would emit, appended to `out` with one copy of their bytes (an
+// inline update's, TaskSessionMessage.update.chunks, built in place).
+void AppendChunks(const UpdateBytes& tensors, uint32_t chunk_bytes,
+                  google::protobuf::RepeatedPtrField<v1::TensorChunk>* out);
+
 }  // namespace tessera::wire

@@ -250,11 +250,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     v1::TaskSessionMessage message;
     v1::InlineUpdate& update = *message.mutable_update();
     *update.mutable_header() = header;
-    Status built = wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
-      *update.add_chunks() = chunk;
-      return Status::Ok();
-    });
-    if (!built.ok()) return Result<v1::UploadResult>(built);
+    wire::AppendChunks(tensors, chunk_bytes, update.mutable_chunks());
     if (message.ByteSizeLong() > limit) return std::nullopt;
     auto wait = std::make_shared<InlineWait>();
     wait->job_id = header.job_id();

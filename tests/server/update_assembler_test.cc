@@ -350,6 +350,11 @@ TEST(InlineUpdateReaderTest, AnInlineUpdateReadsAsItsUploadWhateverItsLayoutAndS
     return Status::Ok();
   }).ok();
   EXPECT_EQ(built.SerializeAsString(), InlineMessage(head, chunks));
+  // And built as the worker builds it, the chunks appended in place.
+  v1::TaskSessionMessage appended;
+  *appended.mutable_update()->mutable_header() = header.header();
+  AppendChunks(upload.bytes, 16, appended.mutable_update()->mutable_chunks());
+  EXPECT_EQ(appended.SerializeAsString(), built.SerializeAsString());
 }
 
 TEST(InlineUpdateReaderTest, WhatIsNotAnInlineUpdateOrDoesNotAddUpIsRefused) {
