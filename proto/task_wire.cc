@@ -49,4 +49,26 @@ bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string
   return true;
 }
 
+grpc::ByteBuffer SessionUpdateMessage(const grpc::ByteBuffer& header_message,
+                                      const std::vector<grpc::ByteBuffer>& chunk_messages) {
+  uint64_t length = header_message.Length();
+  for (const grpc::ByteBuffer& chunk : chunk_messages) length += chunk.Length();
+  std::string prefix;
+  {
+    google::protobuf::io::StringOutputStream stream(&prefix);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.WriteTag(WireFormatLite::MakeTag(v1::TaskSessionMessage::kUpdateFieldNumber,
+                                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    coded.WriteVarint64(length);
+  }
+  std::vector<grpc::Slice> slices{grpc::Slice(prefix)};
+  auto append = [&slices](const grpc::ByteBuffer& buffer) {
+    std::vector<grpc::Slice> parts;
+    if (buffer.Dump(&parts).ok()) slices.insert(slices.end(), parts.begin(), parts.end());
+  };
+  append(header_message);
+  for (const grpc::ByteBuffer& chunk : chunk_messages) append(chunk);
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
 }  // namespace tessera::wire

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/support/byte_buffer.h>
 
@@ -19,5 +20,13 @@ namespace tessera::wire {
 // False when the task is not a TrainTask, already carries a model, or does not serialize.
 bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string> inline_model,
                          grpc::ByteBuffer* out);
+
+// An update sent inside a task session: the bytes of the v1::TaskSessionMessage whose
+// `update` is `header_message` (a serialized UpdateChunkMessage carrying the header) followed
+// by `chunk_messages` (serialized UpdateChunkMessages carrying chunks). Their field numbers are
+// InlineUpdate's, so their concatenation is the InlineUpdate; a tag and a length make it the
+// session's message. Their slices are shared, not copied.
+grpc::ByteBuffer SessionUpdateMessage(const grpc::ByteBuffer& header_message,
+                                      const std::vector<grpc::ByteBuffer>& chunk_messages);
 
 }  // namespace tessera::wire

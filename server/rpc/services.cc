@@ -396,6 +396,7 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
       return false;
     }
     UpdateIntake intake(c_, checks_, "session");
+    v1::UpdateHeader judged;  // what the verdict names
     const uint64_t limit = c_->options().inline_update_max_bytes;
     std::optional<UpdateIntake::Answer> answer;
     if (header.worker_id() != worker || header.session() != session_) {
@@ -407,17 +408,17 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
                                       (header.worker_id() == worker ? " and an earlier session" : "") +
                                       ": a session carries its own worker's updates of that session")),
           {}, false};
-      intake_header_ = std::move(header);
+      judged = std::move(header);
     } else if (raw_.Length() > limit) {
       // Checked after the header, so that the refusal names its round.
       answer = UpdateIntake::Answer{ToGrpc(InvalidArgumentError(
           "inline update from worker '" + worker + "' for job " + QuoteUntrusted(header.job_id(), 64) + " round " +
           std::to_string(header.round()) + ": " + std::to_string(raw_.Length()) + " bytes, expected at most " +
           std::to_string(limit) + " (JoinResponse.inline_update_max_bytes); larger updates go by UploadUpdate")), {}, false};
-      intake_header_ = std::move(header);
+      judged = std::move(header);
     } else {
       answer = intake.Admit(std::move(header));
-      intake_header_ = intake.header();
+      judged = intake.header();
     }
     if (!answer) {
       c_->upload_budget().Take(intake.budget_bytes());
@@ -428,9 +429,9 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     if (answer->verdict_sent) return true;  // a refusal went down the channel already
     v1::Task verdict;
     v1::UpdateVerdict& v = *verdict.mutable_verdict();
-    v.set_job_id(intake_header_.job_id());
-    v.set_round(intake_header_.round());
-    v.set_attempt(intake_header_.attempt());
+    v.set_job_id(judged.job_id());
+    v.set_round(judged.round());
+    v.set_attempt(judged.attempt());
     v.set_accepted(answer->status.ok() && answer->result.accepted());
     v.set_reason(answer->status.ok() ? answer->result.reason() : answer->status.error_message());
     if (!answer->status.ok()) checks_.refused(answer->status.error_message());
@@ -444,7 +445,6 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   const UploadChecks checks_;
   grpc::ByteBuffer raw_;   // the message being read
   std::string session_;    // the session the channel was opened with
-  v1::UpdateHeader intake_header_;
   OpenedChannel opened_;   // no channel until the first message opens it, or when refused
   std::mutex cancel_mu_;   // guards the two below, which OnCancel reads on any thread
   bool cancelled_ = false;

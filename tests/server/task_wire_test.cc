@@ -78,5 +78,35 @@ TEST(TaskWireTest, OnlyATrainTaskWithoutAModelTakesOne) {
   EXPECT_FALSE(TaskWithInlineModel(SomeTask(), nullptr, &wire));
 }
 
+// An update inside a task session, built from the header's and the chunks' messages as the
+// load generator holds them: the bytes protobuf gives the same TaskSessionMessage.
+TEST(TaskWireTest, AnUpdateInsideASessionReadsAsTheMessage) {
+  const v1::InlineModel model = SomeModel(1000);  // a manifest and chunks to carry
+  v1::TaskSessionMessage expected;
+  v1::InlineUpdate& update = *expected.mutable_update();
+  update.mutable_header()->set_job_id("job-1");
+  update.mutable_header()->set_round(3);
+  *update.mutable_header()->mutable_manifest() = model.manifest();
+  v1::UpdateChunkMessage header;
+  *header.mutable_header() = update.header();
+  grpc::ByteBuffer header_message;
+  ASSERT_TRUE(ToByteBuffer(header, &header_message));
+  std::vector<grpc::ByteBuffer> chunk_messages;
+  for (const v1::TensorChunk& chunk : model.chunks()) {
+    *update.add_chunks() = chunk;
+    v1::UpdateChunkMessage message;
+    *message.mutable_chunk() = chunk;
+    ASSERT_TRUE(ToByteBuffer(message, &chunk_messages.emplace_back()));
+  }
+  ASSERT_GT(chunk_messages.size(), 1u);
+  v1::TaskSessionMessage read;
+  ASSERT_TRUE(FromByteBuffer(SessionUpdateMessage(header_message, chunk_messages), &read));
+  EXPECT_EQ(read.SerializeAsString(), expected.SerializeAsString());
+  // A header alone (a failure report).
+  expected.mutable_update()->clear_chunks();
+  ASSERT_TRUE(FromByteBuffer(SessionUpdateMessage(header_message, {}), &read));
+  EXPECT_EQ(read.SerializeAsString(), expected.SerializeAsString());
+}
+
 }  // namespace
 }  // namespace tessera::wire
