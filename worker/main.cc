@@ -60,6 +60,13 @@ int main(int argc, char** argv) {
   // bench/worker_memory.sh). Small tensors (SimpleCNN's largest, 256 x 120, is 123 KB) stay
   // in the heap.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  // Setting the threshold above also fixes glibc's trim threshold at 128 KiB, so every round's
+  // freed task, model and update buffers (a small model's are each under 256 KiB) were handed
+  // back to the kernel (madvise, brk) and faulted in again by the next round. On a virtual
+  // machine each hand-back flushes the TLB of every core: a third of a worker's CPU per round
+  // went there and 100 workers' rounds took 3x as long (docs/BENCHMARKS.md, "Round overhead").
+  // The heap keeps up to 8 MiB free per arena; a large model's round still ends in malloc_trim.
+  mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
 #endif
   worker::WorkerOptions options;
   std::string coordinator = "127.0.0.1:7070";
