@@ -15,6 +15,7 @@
 #   MAX_TEST_SAMPLES  test images the coordinator evaluates on after each round (default 100)
 #   COORDINATOR_FLAGS  added to every coordinator's command line (default none: its defaults,
 #           heartbeats every 5 s, a worker silent for 15 s dropped from its round)
+#   WORKER_FLAGS  added to every worker's command line (e.g. --keep-round-memory)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -76,8 +77,9 @@ for row in ${rows//,/ }; do
   bytes=$(( 2 * n * $(model_parameters "$model") * 4 ))
   start_coordinator
   for i in $(seq 0 $((n - 1))); do
+    # shellcheck disable=SC2086
     "$worker_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --insecure --name "worker-$i" \
-      --data-dir "$data_dir" --log-level warn > "$row_dir/worker-$i.log" 2>&1 &
+      --data-dir "$data_dir" --log-level warn ${WORKER_FLAGS:-} > "$row_dir/worker-$i.log" 2>&1 &
     worker_pids+=($!)
   done
   log="$row_dir/loadgen.log"

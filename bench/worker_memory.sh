@@ -6,7 +6,9 @@
 # CUDA, cuBLAS or NCCL library. Then one round of the demo job as this worker's share
 # (examples/fmnist-fedavg.toml with one client per round: a tenth of Fashion-MNIST, SimpleCNN,
 # two local epochs) and its VmRSS and VmHWM after it. Environment: PORT (default 7391), MODEL
-# (simplecnn, the default, or mlp10: the round overhead benchmark's 10 MiB MLP, 784-3297-10).
+# (simplecnn, the default, or mlp10: the round overhead benchmark's 10 MiB MLP, 784-3297-10),
+# WORKER_FLAGS (added to the worker's command line, e.g. --keep-round-memory), IDLE_AFTER_S
+# (default 0: when set, the worker's VmRSS once more after that many seconds without a task).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${1:-build}"
@@ -32,8 +34,9 @@ echo memory-bench-token >"$work/join-token"
   --join-token-file "$work/join-token" --admin-token-file "$work/admin-token" >"$work/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on port" "$work/coordinator.log" 2>/dev/null && break; sleep 0.1; done
+# shellcheck disable=SC2086
 OPENBLAS_NUM_THREADS=1 "$build/worker/tessera-worker" --coordinator "127.0.0.1:$port" --insecure \
-  --join-token-file "$work/join-token" --name memory-bench --device cpu >"$work/worker.log" 2>&1 &
+  --join-token-file "$work/join-token" --name memory-bench --device cpu ${WORKER_FLAGS:-} >"$work/worker.log" 2>&1 &
 worker=$!
 pids+=($worker)
 cli=("$build/cli/tessera" --coordinator "127.0.0.1:$port" --insecure --admin-token-file "$work/admin-token")
@@ -60,3 +63,7 @@ echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figu
      "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings," \
      "$(module_mappings $worker) Gloo/ibverbs/XRT/MPI mappings"
 grep -v "reported, waiting" "$work/watch.log" | sed -n "1,3p"
+if [ "${IDLE_AFTER_S:-0}" -gt 0 ]; then
+  sleep "$IDLE_AFTER_S"
+  echo "after ${IDLE_AFTER_S} s idle: VmRSS $(figure $worker VmRSS) kB"
+fi

@@ -256,7 +256,16 @@ void WorkerAgent::TrainerLoop() {
     v1::TrainTask task;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_.load() || !tasks_.empty(); });
+      const auto ready = [&] { return stop_.load() || !tasks_.empty(); };
+      if (memory_kept_ && !cv_.wait_for(lock, std::chrono::milliseconds(kIdleReleaseMs), ready)) {
+#ifdef __GLIBC__
+        lock.unlock();
+        malloc_trim(0);  // idle: the kept buffers go back to the kernel
+        lock.lock();
+#endif
+        memory_kept_ = false;
+      }
+      cv_.wait(lock, ready);
       if (stop_) return;
       task = std::move(tasks_.front());
       tasks_.pop_front();
@@ -313,9 +322,11 @@ void WorkerAgent::TrainerLoop() {
     }
 #ifdef __GLIBC__
     // The round's buffers (model copies, the update's bytes) are freed; for a large model, hand
-    // the pages back so that an idle worker holds its data share and little else.
-    if (large_model_) malloc_trim(0);
+    // the pages back so that an idle worker holds its data share and little else (or, keeping
+    // them for the next round, once it has been idle a while).
+    if (large_model_ && !options_.keep_round_memory) malloc_trim(0);
 #endif
+    if (large_model_ && options_.keep_round_memory) memory_kept_ = true;
   }
 }
 
@@ -364,7 +375,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
 #ifdef __GLIBC__
   // The transport's buffers of a large download are freed in pieces that glibc keeps (5-20 MB
   // for a 10 MiB model): handed back before training allocates its own.
-  if (static_cast<uint64_t>(TotalElements(downloaded)) * sizeof(float) >= kReleaseAboveBytes) malloc_trim(0);
+  if (!options_.keep_round_memory &&
+      static_cast<uint64_t>(TotalElements(downloaded)) * sizeof(float) >= kReleaseAboveBytes) {
+    malloc_trim(0);
+  }
 #endif
   TensorSet global;
   ASSIGN_OR_RETURN(auto sets, SplitDownload(std::move(downloaded), task, what, &global));
@@ -378,12 +392,13 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
-  ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(task.spec()), device));
+  auto created = CreateModelWithState(wire::ToModelConfig(task.spec()), device, global);
+  if (!created.ok()) return created.status().WithContext(what + ": global model");
+  std::unique_ptr<Model> model = std::move(created).value();
   // Memory is handed back after each round only for models of kReleaseAboveBytes or more:
   // for a small one the cost (page faults and system calls every round; a tenth of a
   // millisecond each, which slowed 50 workers' tiny rounds 1.5-2x on two cores) buys little.
   large_model_ = static_cast<uint64_t>(model->NumParameters()) * sizeof(float) >= kReleaseAboveBytes;
-  RETURN_IF_ERROR(model->SetState(global).WithContext(what + ": global model"));
   // FedBN: tensors declared local keep this seat's own values from its last round.
   const std::string local_seat = SeatOf(task);
   if (auto kept = local_tensors_.find(local_seat); kept != local_tensors_.end()) {

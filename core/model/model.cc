@@ -567,6 +567,16 @@ Result<int64_t> CountParameters(const ModelConfig& config) {
   return total;
 }
 
+Result<std::unique_ptr<Model>> CreateModelWithState(const ModelConfig& config, Device* device,
+                                                    const TensorSet& state) {
+  if (device == nullptr) return InvalidArgumentError("CreateModelWithState: no device given");
+  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                   Model::Build(config.name, device, InputShape(config), std::move(layers)));
+  RETURN_IF_ERROR(model->SetState(state));
+  return model;
+}
+
 Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device) {
   if (device == nullptr) return InvalidArgumentError("CreateModel: no device given");
   ASSIGN_OR_RETURN(auto layers, BuildLayers(config));

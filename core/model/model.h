@@ -202,6 +202,12 @@ class Model {
 // declared layer at fault ("model.layers[3] (conv2d): ...").
 Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device);
 
+// As CreateModel, with `state` (every parameter and buffer, in the model's layout: SetState's
+// checks) as its weights instead of the seeded draw, which is not made: a worker's model for a
+// round whose weights come from the coordinator.
+Result<std::unique_ptr<Model>> CreateModelWithState(const ModelConfig& config, Device* device,
+                                                    const TensorSet& state);
+
 // The names CreateModel knows.
 std::vector<std::string> KnownModelNames();
 

@@ -119,6 +119,25 @@ TEST_F(ModelTest, SetStateRoundTripsAndRefusesOtherLayouts) {
   EXPECT_EQ(Make("mlp")->SetState(a->GetState()).code(), StatusCode::kInvalidArgument);
 }
 
+TEST_F(ModelTest, CreatedWithAStateHoldsThatStateAndRefusesAnotherLayout) {
+  auto a = Make("simplecnn", 7);
+  ModelConfig config;
+  config.name = "simplecnn";
+  config.seed = 1;  // a draw would differ from a's weights; none is made
+  auto b = CreateModelWithState(config, device_.get(), a->GetState());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(TensorSetSha256((*b)->GetState()), TensorSetSha256(a->GetState()));
+
+  TensorSet missing = a->GetState();
+  missing.pop_back();
+  auto refused = CreateModelWithState(config, device_.get(), missing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  config.name = "mlp";
+  EXPECT_EQ(CreateModelWithState(config, device_.get(), a->GetState()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateModelWithState(config, nullptr, a->GetState()).status().code(), StatusCode::kInvalidArgument);
+}
+
 // The whole model's flat gradient against central differences of the loss, on a few
 // coordinates of every parameter tensor.
 void ExpectModelGradientMatches(Device& device, Model& model, int batch) {
