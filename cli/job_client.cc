@@ -15,6 +15,7 @@
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
 #include "proto/job_mapping.h"
+#include "proto/job_rounds.h"
 #include "proto/json.h"
 #include "proto/list_reply.h"
 
@@ -187,13 +188,8 @@ Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const
 
 Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  request.set_include_rounds(true);
   v1::GetJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, &response), "job " + job_id));
+  RETURN_IF_ERROR(FromGrpc(wire::GetJobWithRounds(stub, job_id, SetDeadline, &response), "job " + job_id));
   if (print.json) {
     out << wire::ToJson(response) << "\n";
     return Status::Ok();
@@ -366,12 +362,7 @@ namespace {
 // The job with its committed rounds, and those of them to show: every one, or `round` alone.
 Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                    v1::GetJobResponse* response, std::vector<const v1::RoundRecord*>* shown) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::GetJobRequest request;
-  request.set_job_id(job_id);
-  request.set_include_rounds(true);
-  RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, response), "job " + job_id));
+  RETURN_IF_ERROR(FromGrpc(wire::GetJobWithRounds(stub, job_id, SetDeadline, response), "job " + job_id));
   for (const auto& r : response->rounds()) {
     if (!round || r.round() == *round) shown->push_back(&r);
   }

@@ -14,6 +14,7 @@
 #include "bench/loadgen/client_fleet.h"
 #include "bench/loadgen/job_report.h"
 #include "bench/loadgen/process_stats.h"
+#include "proto/job_rounds.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 
 namespace {
@@ -407,14 +408,11 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     jobs->CancelJob(&ctx, cancel, &cancelled);
   }
   {
-    grpc::ClientContext ctx;
-    if (!s.admin_token.empty()) ctx.AddMetadata("authorization", "Bearer " + s.admin_token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::GetJobRequest request;
-    request.set_job_id(job_id);
-    request.set_include_rounds(true);
-    view.Clear();
-    if (grpc::Status got = jobs->GetJob(&ctx, request, &view); !got.ok()) {
+    const auto prepare = [&](grpc::ClientContext* ctx) {
+      if (!s.admin_token.empty()) ctx->AddMetadata("authorization", "Bearer " + s.admin_token);
+      ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    };
+    if (grpc::Status got = wire::GetJobWithRounds(*jobs, job_id, prepare, &view); !got.ok()) {
       std::printf("FAILED: GetJob %s with its rounds: %s\n", job_id.c_str(), got.error_message().c_str());
     }
   }

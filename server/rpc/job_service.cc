@@ -284,9 +284,20 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
     if (request->include_rounds()) {
-      auto rounds = c_->ListRounds(request->job_id(), 0);
+      auto rounds = c_->ListRounds(request->job_id(), request->from_round());
       if (!rounds.ok()) return ToGrpc(rounds.status());
-      for (auto& r : *rounds) *response->add_rounds() = std::move(r);
+      // Bounded as the lists are: the first round always (one round's records are bounded by the
+      // workers a round takes), the rest while they fit; the client asks again from next_round.
+      size_t bytes = 0;
+      for (auto& r : *rounds) {
+        const size_t size = r.ByteSizeLong() + 8;
+        if (response->rounds_size() > 0 && bytes + size > kMaxListBytes) {
+          response->set_next_round(r.round());
+          break;
+        }
+        bytes += size;
+        *response->add_rounds() = std::move(r);
+      }
     }
     return grpc::Status::OK;
   }

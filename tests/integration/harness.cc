@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "proto/job_rounds.h"
+
 namespace tessera::testing {
 
 TempDir::TempDir(const std::string& tag) {
@@ -249,12 +251,8 @@ v1::GetJobResponse WaitForJob(v1::JobService::Stub& stub, const std::string& job
   v1::GetJobResponse last;
   WaitUntil(
       [&] {
-        grpc::ClientContext ctx;
-        v1::GetJobRequest request;
-        request.set_job_id(job_id);
-        request.set_include_rounds(true);
         v1::GetJobResponse response;
-        if (!stub.GetJob(&ctx, request, &response).ok()) return false;
+        if (!wire::GetJobWithRounds(stub, job_id, nullptr, &response).ok()) return false;
         last = response;
         const auto state = response.job().state();
         return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;

@@ -16,6 +16,7 @@
 
 #include "base/backend_module.h"
 #include "device/cuda/factory.h"
+#include "proto/job_rounds.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/process.h"
 
@@ -140,11 +141,7 @@ std::vector<std::unique_ptr<Process>> StartThreeWorkers(const TempDir& dir, int 
 bool WaitForCommitted(v1::JobService::Stub& stub, const std::string& job, uint32_t rounds, v1::GetJobResponse* seen) {
   return WaitUntil(
       [&] {
-        grpc::ClientContext c;
-        v1::GetJobRequest request;
-        request.set_job_id(job);
-        request.set_include_rounds(true);
-        return stub.GetJob(&c, request, seen).ok() && seen->job().rounds_committed() >= rounds;
+        return wire::GetJobWithRounds(stub, job, nullptr, seen).ok() && seen->job().rounds_committed() >= rounds;
       },
       std::chrono::seconds(120));
 }

@@ -1,0 +1,31 @@
+#include "proto/job_rounds.h"
+
+namespace tessera::wire {
+
+grpc::Status GetJobWithRounds(v1::JobService::StubInterface& stub, const std::string& job_id,
+                              const std::function<void(grpc::ClientContext*)>& prepare, v1::GetJobResponse* out,
+                              uint32_t from_round) {
+  out->Clear();
+  for (int page = 0; page < kMaxRoundPages; ++page) {
+    grpc::ClientContext ctx;
+    if (prepare) prepare(&ctx);
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    request.set_include_rounds(true);
+    request.set_from_round(from_round);
+    v1::GetJobResponse reply;
+    if (grpc::Status s = stub.GetJob(&ctx, request, &reply); !s.ok()) return s;
+    *out->mutable_job() = std::move(*reply.mutable_job());
+    for (auto& round : *reply.mutable_rounds()) *out->add_rounds() = std::move(round);
+    if (reply.next_round() == 0) return grpc::Status::OK;
+    if (reply.next_round() <= from_round || reply.rounds_size() == 0) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          "the coordinator's page of rounds from " + std::to_string(from_round) +
+                              " points back to round " + std::to_string(reply.next_round()));
+    }
+    from_round = reply.next_round();
+  }
+  return grpc::Status(grpc::StatusCode::INTERNAL, "more than " + std::to_string(kMaxRoundPages) + " pages of rounds");
+}
+
+}  // namespace tessera::wire
