@@ -202,7 +202,11 @@ resolve_libraries() {
     fi
   done
   # A machine whose C++ runtime is older than this build's gets the packed one.
-  if for b in $(packed_objects); do ldd "$b" 2>&1; done | grep -q "version .GLIBCXX\|version .GCC_"; then
+  # (Read whole before grep: `grep -q` stops at its match, and under pipefail the loop's SIGPIPE
+  # on its next write would turn a match into "no match".)
+  local linked
+  linked="$(for b in $(packed_objects); do ldd "$b" 2>&1; done)"
+  if grep -q "version .GLIBCXX\|version .GCC_" <<< "$linked"; then
     echo "  this machine's libstdc++ is older than the build's: using the packed one"
     export LD_LIBRARY_PATH="$RUN_DIR/lib/compiler:$LD_LIBRARY_PATH"
   fi
@@ -264,8 +268,10 @@ judge() {
   if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     detail="$detail; TIMED OUT"
     # A sanitizer that found nothing before its time ran out proved nothing either way.
+    local reports
+    reports="$(grep -E '^=========' "$log")"
     if [ "$kind" = sanitizer ] && ! grep -q '^\[  FAILED  \]' "$log" &&
-       ! grep -E '^=========' "$log" | grep -qvE 'COMPUTE-SANITIZER|ERROR SUMMARY: 0 |^=+ *$'; then
+       ! grep -qvE 'COMPUTE-SANITIZER|ERROR SUMMARY: 0 |^=+ *$' <<< "$reports"; then
       result=INCOMPLETE; VERDICT_INCOMPLETE=1
     else
       result=FAIL

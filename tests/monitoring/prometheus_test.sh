@@ -25,7 +25,10 @@ command -v curl > /dev/null || skip "no curl (scripts/setup.sh installs it)"
 [ -e /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz ] ||
   skip "the coordinator evaluates on Fashion-MNIST's test set (Debian's dataset-fashion-mnist), not installed"
 
-"$worker_bin" --help 2>&1 | grep -q -- --metrics-listen || skip "this build's tessera-worker has no --metrics-listen"
+# The help is read whole first: `grep -q` in a pipe stops reading at its match, and under
+# pipefail the worker's SIGPIPE on its next write would read as "no such flag".
+worker_help=$("$worker_bin" --help 2>&1) || true
+grep -q -- --metrics-listen <<< "$worker_help" || skip "this build's tessera-worker has no --metrics-listen"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/prometheus-test.XXXXXX")
 pids=()
