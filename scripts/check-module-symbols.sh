@@ -14,9 +14,10 @@ module="$1"; loaded_by="$2"; shift 2
 dynamic_defined() { nm -D --defined-only "$@" 2>/dev/null | awk 'NF >= 3 { sub(/@.*/, "", $3); print $3 }'; }
 
 undefined="$(nm -D --undefined-only "$module" | awk '$1 == "U" { sub(/@.*/, "", $2); print $2 }' | sort -u)"
-libraries="$(ldd "$module" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')"
-if ldd "$module" | grep -q 'not found'; then
-  echo "$module: a library it needs is not found here:"; ldd "$module" | grep 'not found'; exit 1
+linked="$(ldd "$module")"
+libraries="$(awk '$2 == "=>" && $3 ~ /^\// { print $3 }' <<< "$linked")"
+if grep -q 'not found' <<< "$linked"; then
+  echo "$module: a library it needs is not found here:"; grep 'not found' <<< "$linked"; exit 1
 fi
 # shellcheck disable=SC2086
 provided="$(dynamic_defined $libraries | sort -u)"

@@ -175,7 +175,8 @@ done
 job=$("$cli_bin" "${operator[@]}" submit "$dir/job.toml" 2> "$dir/submit.log") || fail "tessera submit failed"
 echo "submitted $job"
 timeout 180 "$cli_bin" "${operator[@]}" watch "$job" > "$dir/watch.log" 2>&1 || fail "tessera watch $job failed or timed out"
-"$cli_bin" "${operator[@]}" status "$job" | grep -qi succeeded || fail "job $job did not succeed"
+job_status=$("$cli_bin" "${operator[@]}" status "$job") || fail "tessera status $job failed"
+grep -qi succeeded <<< "$job_status" || fail "job $job did not succeed"
 # A few scrapes and rule evaluations after the last round: the four targets up (a loaded
 # machine may take a while to scrape them first), then three more seconds.
 up=
