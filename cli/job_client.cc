@@ -362,7 +362,18 @@ namespace {
 // The job with its committed rounds, and those of them to show: every one, or `round` alone.
 Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                    v1::GetJobResponse* response, std::vector<const v1::RoundRecord*>* shown) {
-  RETURN_IF_ERROR(FromGrpc(wire::GetJobWithRounds(stub, job_id, SetDeadline, response), "job " + job_id));
+  if (round) {
+    // One page from the round asked for holds it (a page holds at least one round).
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    request.set_include_rounds(true);
+    request.set_from_round(*round);
+    RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, response), "job " + job_id));
+  } else {
+    RETURN_IF_ERROR(FromGrpc(wire::GetJobWithRounds(stub, job_id, SetDeadline, response), "job " + job_id));
+  }
   for (const auto& r : response->rounds()) {
     if (!round || r.round() == *round) shown->push_back(&r);
   }

@@ -1,10 +1,13 @@
-// Replies that list what the coordinator holds (jobs, workers) are bounded so that they fit
-// the command line's receive limit whatever is stored: when entries were left out, the
-// reply's trailing metadata carries their number under kMoreEntriesTrailer.
+// Replies that list what the coordinator holds (jobs, workers, a job's rounds) are bounded so
+// that they fit the command line's receive limit whatever is stored: when entries were left
+// out, the reply's trailing metadata carries their number under kMoreEntriesTrailer.
 #pragma once
 
 namespace tessera::wire {
 
 inline constexpr char kMoreEntriesTrailer[] = "tessera-more-entries";
+// GetJob's rounds come in pages: when rounds were left out, the first of them, under this
+// trailer as in GetJobResponse.next_round.
+inline constexpr char kNextRoundTrailer[] = "tessera-next-round";
 
 }  // namespace tessera::wire

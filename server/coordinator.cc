@@ -274,8 +274,9 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
   return runner->Snapshot();
 }
 
-Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round) {
-  return store_->ListRounds(job_id, from_round);
+Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round,
+                                                             size_t max_bytes) {
+  return store_->ListRounds(job_id, from_round, max_bytes);
 }
 
 }  // namespace tessera::server

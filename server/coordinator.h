@@ -95,7 +95,8 @@ class Coordinator {
   Result<v1::Job> GetJob(const std::string& job_id);
   Result<std::vector<v1::Job>> ListJobs();
   Result<v1::Job> CancelJob(const std::string& job_id);
-  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round);
+  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round,
+                                                  size_t max_bytes = SIZE_MAX);
   // The global model of `round` of a job (its newest committed round when unset), from its
   // checkpoint, without the strategy's state, encoded for the wire in chunks of
   // `chunk_bytes`. NotFound when the round is not committed or its checkpoint is not kept.

@@ -104,7 +104,11 @@ WorkerAgent::~WorkerAgent() {
 }
 
 void WorkerAgent::Stop() {
-  stop_ = true;
+  {
+    // Under the lock: a waiter between its check of stop_ and its sleep would miss the notify.
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
   cv_.notify_all();
   client_->CancelTaskChannel();
 }
@@ -182,7 +186,10 @@ Status WorkerAgent::Run() {
     SleepFor(backoff);
     backoff = std::min(backoff * 2, options_.backoff_max_ms);
   }
-  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
   cv_.notify_all();
   if (trainer_.joinable()) trainer_.join();
   return result;
@@ -326,7 +333,7 @@ void WorkerAgent::TrainerLoop() {
     // them for the next round, once it has been idle a while).
     if (large_model_ && !options_.keep_round_memory) malloc_trim(0);
 #endif
-    if (large_model_ && options_.keep_round_memory) memory_kept_ = true;
+    if (options_.keep_round_memory) memory_kept_ = true;
   }
 }
 
@@ -393,7 +400,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
   auto created = CreateModelWithState(wire::ToModelConfig(task.spec()), device, global);
-  if (!created.ok()) return created.status().WithContext(what + ": global model");
+  if (!created.ok()) return created.status().WithContext(what + ": the model from the global weights");
   std::unique_ptr<Model> model = std::move(created).value();
   // Memory is handed back after each round only for models of kReleaseAboveBytes or more:
   // for a small one the cost (page faults and system calls every round; a tenth of a

@@ -43,9 +43,9 @@ struct WorkerOptions {
   // chip's rounds really take their modelled time (EmulatedDeviceOptions::pace_real_time).
   // Advertised to the coordinator as the device property "pace_real_time".
   bool pace_real_time = false;
-  // A large model's buffers stay with the process between rounds (tessera-worker sets glibc
-  // to serve them from its heap); they are handed back after kIdleReleaseMs without a task
-  // instead of after every round.
+  // A round's buffers (up to 32 MiB each) stay with the process between rounds
+  // (tessera-worker sets glibc to serve them from its heap); they are handed back after
+  // kIdleReleaseMs without a task instead of after every round.
   bool keep_round_memory = false;
   // External trainers this worker runs, by the name a job's model.trainer gives
   // (worker/external_trainer.h); a job naming another trainer fails on this worker.
@@ -147,8 +147,8 @@ class WorkerAgent {
   // Models at least this large give their memory back after each round (WorkerAgent::Train).
   static constexpr uint64_t kReleaseAboveBytes = uint64_t{4} << 20;
   bool large_model_ = false;  // the last task's model is that large; only the task thread
-  // With keep_round_memory: the heap holds a large model's freed buffers until the worker has
-  // had no task for this long. Only the task thread.
+  // With keep_round_memory: the heap holds a round's freed buffers until the worker has had
+  // no task for this long. Only the task thread.
   static constexpr int64_t kIdleReleaseMs = 10000;
   bool memory_kept_ = false;
   std::map<std::string, TensorSet> residuals_;

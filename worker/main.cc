@@ -83,9 +83,10 @@ int main(int argc, char** argv) {
              "with an emulated device (emu:...): sleep until each op's modelled time has passed, so a slow chip's "
              "rounds really take as long as its profile says (default: as fast as this host computes)");
   flags.Bool("keep-round-memory", &options.keep_round_memory,
-             "keep a large model's buffers between rounds instead of handing them back to the kernel after each "
-             "round: faster rounds for a peak a few buffers higher; memory is handed back once the worker has been "
-             "idle for 10 s (default: lean, buffers of 256 KiB or more mapped and unmapped each round)");
+             "keep a round's buffers (up to 32 MiB each) between rounds instead of handing them back to the kernel "
+             "after each round: faster rounds of large models for a peak a few buffers higher; memory is handed back "
+             "once the worker has been idle for 10 s (default: lean, buffers of 256 KiB or more mapped and unmapped "
+             "each round)");
   std::string trainer;
   flags.String("trainer", &trainer,
                "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "
@@ -114,9 +115,13 @@ int main(int argc, char** argv) {
   if (options.keep_round_memory) {
     // Buffers of up to 32 MiB (glibc's largest threshold) come from the heap and are reused by
     // the next round: no page faults on them, no TLB flushes when they are freed.
-    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
-    mallopt(M_TRIM_THRESHOLD, 512 * 1024 * 1024);
-  } else {
+    if (mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024) != 1 || mallopt(M_TRIM_THRESHOLD, 512 * 1024 * 1024) != 1) {
+      std::cerr << "tessera-worker: --keep-round-memory: this C library refused the heap settings; buffers are "
+                   "handed back as without the flag\n";
+      options.keep_round_memory = false;
+    }
+  }
+  if (!options.keep_round_memory) {
     // Buffers of 256 KiB or more (a large model's tensors, its update, the download's bytes)
     // are mapped for themselves and unmapped when freed. glibc's default raises this threshold
     // to the largest block freed so far, after which a 10 MiB model's round leaves its copies
@@ -128,7 +133,7 @@ int main(int argc, char** argv) {
     // round's freed task, model and update buffers (a small model's are each under 256 KiB)
     // were handed back to the kernel (madvise, brk) and faulted in again by the next round. On
     // a virtual machine each hand-back flushes the TLB of every core: a third of a worker's
-    // CPU per round went there and 100 workers' rounds took 3x as long (docs/BENCHMARKS.md,
+    // CPU per round went there and 100 workers' rounds took 3.7x as long (docs/BENCHMARKS.md,
     // "Round overhead"). The heap keeps up to 8 MiB free per arena; a large model's round
     // still ends in malloc_trim.
     mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);

@@ -284,15 +284,19 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     if (!job.ok()) return ToGrpc(job.status());
     *response->mutable_job() = *job;
     if (request->include_rounds()) {
-      auto rounds = c_->ListRounds(request->job_id(), request->from_round());
+      // Bounded as the lists are, the job's own bytes (its last round's record among them)
+      // counted: the first round always (a round's record is bounded by the workers a round
+      // takes), the rest while they fit. The store parses at most a page and one record more.
+      size_t bytes = response->job().ByteSizeLong();
+      const size_t budget = kMaxListBytes > bytes ? kMaxListBytes - bytes : 0;
+      auto rounds = c_->ListRounds(request->job_id(), request->from_round(), budget);
       if (!rounds.ok()) return ToGrpc(rounds.status());
-      // Bounded as the lists are: the first round always (one round's records are bounded by the
-      // workers a round takes), the rest while they fit; the client asks again from next_round.
-      size_t bytes = 0;
       for (auto& r : *rounds) {
-        const size_t size = r.ByteSizeLong() + 8;
+        const size_t size = r.ByteSizeLong() + 8;  // and its tag and length
         if (response->rounds_size() > 0 && bytes + size > kMaxListBytes) {
           response->set_next_round(r.round());
+          // For a client that does not read next_round, as the lists say what they left out.
+          ctx->AddTrailingMetadata(wire::kNextRoundTrailer, std::to_string(r.round()));
           break;
         }
         bytes += size;

@@ -146,10 +146,14 @@ Status MemoryStateStore::RewindJob(const v1::Job& job) {
   return Status::Ok();
 }
 
-Result<std::vector<v1::RoundRecord>> MemoryStateStore::ListRounds(const std::string& job_id, uint32_t from_round) {
+Result<std::vector<v1::RoundRecord>> MemoryStateStore::ListRounds(const std::string& job_id, uint32_t from_round,
+                                                                   size_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::RoundRecord> rounds;
-  for (auto it = rounds_.lower_bound({job_id, from_round}); it != rounds_.end() && it->first.first == job_id; ++it) {
+  size_t bytes = 0;
+  for (auto it = rounds_.lower_bound({job_id, from_round});
+       bytes <= max_bytes && it != rounds_.end() && it->first.first == job_id; ++it) {
+    bytes += it->second.ByteSizeLong();
     rounds.push_back(it->second);
   }
   return rounds;

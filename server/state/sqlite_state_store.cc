@@ -295,16 +295,20 @@ Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, ui
   return DecodeCheckpoint(buffer.str(), path);
 }
 
-Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::string& job_id, uint32_t from_round) {
+Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::string& job_id, uint32_t from_round,
+                                                                   size_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st(db_, "SELECT record FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
   if (!st.ok()) return SqliteError(db_, "prepare list rounds");
   st.BindText(1, job_id);
   st.BindInt(2, from_round);
   std::vector<v1::RoundRecord> rounds;
-  while (st.Step() == SQLITE_ROW) {
+  size_t bytes = 0;
+  while (bytes <= max_bytes && st.Step() == SQLITE_ROW) {
+    const std::string blob = st.ColumnBlob(0);
+    bytes += blob.size();
     v1::RoundRecord record;
-    if (!record.ParseFromString(st.ColumnBlob(0))) return DataLossError("rounds of '" + job_id + "': corrupt row");
+    if (!record.ParseFromString(blob)) return DataLossError("rounds of '" + job_id + "': corrupt row");
     rounds.push_back(std::move(record));
   }
   return rounds;

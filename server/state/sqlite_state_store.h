@@ -42,7 +42,8 @@ class SqliteStateStore final : public StateStore {
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) override;
   Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round) override;
   Status RewindJob(const v1::Job& job) override;
-  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0) override;
+  Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0,
+                                                  size_t max_bytes = SIZE_MAX) override;
   Status SaveWorker(const v1::WorkerStatus& worker) override;
   Result<std::vector<v1::WorkerStatus>> LoadWorkers() override;
   Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) override;

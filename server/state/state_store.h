@@ -67,8 +67,12 @@ class StateStore {
   // Moves a job back to job.rounds_committed() (its newer checkpoints were damaged): the
   // job's row, and the records of the later rounds deleted, together.
   virtual Status RewindJob(const v1::Job& job) = 0;
-  // The job's round records from `from_round` on, in round order.
-  virtual Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0) = 0;
+  // The job's round records from `from_round` on, in round order. With `max_bytes`, it stops
+  // after the first record that takes their serialized bytes past it, so that a caller
+  // answering in pages parses no more than a page and one record, and knows where the next
+  // page starts.
+  virtual Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round = 0,
+                                                          size_t max_bytes = SIZE_MAX) = 0;
 
   // Workers the coordinator has admitted, so that `tessera workers` knows them after a
   // restart (as not alive until they rejoin); LoadWorkers is sorted by worker id.

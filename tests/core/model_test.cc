@@ -123,7 +123,7 @@ TEST_F(ModelTest, CreatedWithAStateHoldsThatStateAndRefusesAnotherLayout) {
   auto a = Make("simplecnn", 7);
   ModelConfig config;
   config.name = "simplecnn";
-  config.seed = 1;  // a draw would differ from a's weights; none is made
+  config.seed = 1;  // a draw from this seed would differ from a's weights
   auto b = CreateModelWithState(config, device_.get(), a->GetState());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(TensorSetSha256((*b)->GetState()), TensorSetSha256(a->GetState()));

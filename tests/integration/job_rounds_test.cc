@@ -1,10 +1,11 @@
 // A job's rounds read back through the job service: GetJob bounds each reply and the client
 // reads page after page (proto/job_rounds.h). A thousand workers' round records pass a
-// client's 4 MiB receive limit in about 40 rounds; before paging, `tessera status` and
+// client's 4 MiB receive limit in about 50 rounds; before paging, `tessera status` and
 // `tessera rounds` of such a job failed with RESOURCE_EXHAUSTED.
 #include <gtest/gtest.h>
 
 #include "proto/job_rounds.h"
+#include "proto/list_reply.h"
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
 #include "tests/integration/harness.h"
@@ -12,12 +13,13 @@
 namespace tessera::testing {
 namespace {
 
-constexpr uint32_t kRounds = 60;
+constexpr uint32_t kRounds = 80;
 constexpr int kWorkersPerRound = 1000;
 
-// A finished job of kRounds rounds of kWorkersPerRound workers each (about 90 KB a record,
-// 5.4 MB in all), written to `state_dir` as a coordinator would have left it.
-void WriteFinishedJob(const std::string& state_dir, const std::string& job_id) {
+// A finished job of kRounds rounds of kWorkersPerRound workers each (about 69 KB a record,
+// 5.5 MB in all), written to `state_dir` as a coordinator would have left it; the bytes of
+// its records in *total.
+void WriteFinishedJob(const std::string& state_dir, const std::string& job_id, size_t* total) {
   auto store = server::SqliteStateStore::Open(state_dir);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   v1::Job job;
@@ -42,6 +44,7 @@ void WriteFinishedJob(const std::string& state_dir, const std::string& job_id) {
       report->set_upload_ms(0.25 * round);
       report->set_outcome("accepted");
     }
+    *total += record.ByteSizeLong();
     job.set_rounds_committed(round);
     if (round == kRounds) job.set_state(v1::JOB_SUCCEEDED);
     ASSERT_TRUE((*store)->CommitRound(job, record, model).ok()) << "round " << round;
@@ -51,13 +54,16 @@ void WriteFinishedJob(const std::string& state_dir, const std::string& job_id) {
 TEST(JobRoundsTest, RoundsBeyondOneReplyArriveInPagesInOrder) {
   TempDir dir("job-rounds-pages");
   const std::string job_id = "job-1-a1b2c3";
-  WriteFinishedJob(dir.str(), job_id);
+  size_t total = 0;
+  WriteFinishedJob(dir.str(), job_id, &total);
   if (HasFatalFailure()) return;
+  ASSERT_GT(total, size_t{4} << 20) << "the rounds must not fit one reply of the client's 4 MiB limit";
   auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   auto stub = JobStub((*coordinator)->port());
 
-  // One call: a bounded reply that says where it stopped (the whole would not have fitted).
+  // One call: a bounded reply (the job's own bytes counted) that says where it stopped, in the
+  // reply and in its trailing metadata.
   grpc::ClientContext ctx;
   v1::GetJobRequest request;
   request.set_job_id(job_id);
@@ -66,10 +72,14 @@ TEST(JobRoundsTest, RoundsBeyondOneReplyArriveInPagesInOrder) {
   grpc::Status got = stub->GetJob(&ctx, request, &page);
   ASSERT_TRUE(got.ok()) << got.error_message();
   EXPECT_EQ(page.job().state(), v1::JOB_SUCCEEDED);
+  EXPECT_LE(page.ByteSizeLong(), size_t{3} << 20);
   ASSERT_GT(page.rounds_size(), 0);
   ASSERT_LT(page.rounds_size(), static_cast<int>(kRounds));
   EXPECT_EQ(page.next_round(), static_cast<uint32_t>(page.rounds_size()) + 1);
   for (int i = 0; i < page.rounds_size(); ++i) EXPECT_EQ(page.rounds(i).round(), static_cast<uint32_t>(i) + 1);
+  const auto trailer = ctx.GetServerTrailingMetadata().find(wire::kNextRoundTrailer);
+  ASSERT_NE(trailer, ctx.GetServerTrailingMetadata().end());
+  EXPECT_EQ(std::string(trailer->second.data(), trailer->second.size()), std::to_string(page.next_round()));
 
   // Page after page: every round once, in order, each with its workers.
   v1::GetJobResponse all;
@@ -80,19 +90,18 @@ TEST(JobRoundsTest, RoundsBeyondOneReplyArriveInPagesInOrder) {
     EXPECT_EQ(all.rounds(i).round(), i + 1);
     EXPECT_EQ(all.rounds(i).workers_size(), kWorkersPerRound);
   }
-  EXPECT_EQ(all.next_round(), 0u);
   EXPECT_EQ(all.job().rounds_committed(), kRounds);
 
-  // From a round on.
+  // From a round on, over more than one page.
   v1::GetJobResponse tail;
-  ASSERT_TRUE(wire::GetJobWithRounds(*stub, job_id, nullptr, &tail, 45).ok());
-  ASSERT_EQ(tail.rounds_size(), 16);
-  EXPECT_EQ(tail.rounds(0).round(), 45u);
-  EXPECT_EQ(tail.rounds(15).round(), kRounds);
+  ASSERT_TRUE(wire::GetJobWithRounds(*stub, job_id, nullptr, &tail, 10).ok());
+  ASSERT_EQ(tail.rounds_size(), static_cast<int>(kRounds) - 9);
+  for (int i = 0; i < tail.rounds_size(); ++i) EXPECT_EQ(tail.rounds(i).round(), static_cast<uint32_t>(i) + 10);
 
-  // A job the coordinator does not know: the call's error, as it came.
+  // A job the coordinator does not know: the call's error, as it came, and nothing kept.
   got = wire::GetJobWithRounds(*stub, "job-9-ffffff", nullptr, &tail);
   EXPECT_EQ(got.error_code(), grpc::StatusCode::NOT_FOUND) << got.error_message();
+  EXPECT_EQ(tail.rounds_size(), 0);
 }
 
 }  // namespace

@@ -127,6 +127,10 @@ TEST_P(StateStoreConformanceTest, ACommittedRoundHasItsRecordCheckpointAndJobRow
   EXPECT_DOUBLE_EQ((*rounds)[1].test_accuracy(), 0.2);
   EXPECT_EQ(store_->ListRounds(job.id(), 2)->size(), 1u);
   EXPECT_TRUE(store_->ListRounds("job-9-other")->empty());
+  // A byte budget: it stops after the first record past it (one record past a budget of 0).
+  EXPECT_EQ(store_->ListRounds(job.id(), 0, 0)->size(), 1u);
+  EXPECT_EQ(store_->ListRounds(job.id(), 0, (*rounds)[0].ByteSizeLong())->size(), 2u);
+  EXPECT_EQ(store_->ListRounds(job.id(), 2, 0)->front().round(), 2u);
   auto checkpoint = store_->LoadCheckpoint(job.id(), 2);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
   EXPECT_EQ((*checkpoint)[0].values, Model(2)[0].values);
