@@ -279,4 +279,22 @@ Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& 
   return store_->ListRounds(job_id, from_round, max_bytes);
 }
 
+Result<v1::GetJobResponse> Coordinator::JobWithRounds(const std::string& job_id, uint32_t from_round,
+                                                      size_t page_bytes) {
+  v1::GetJobResponse response;
+  ASSIGN_OR_RETURN(*response.mutable_job(), GetJob(job_id));
+  size_t bytes = response.job().ByteSizeLong();
+  ASSIGN_OR_RETURN(auto rounds, ListRounds(job_id, from_round, page_bytes > bytes ? page_bytes - bytes : 0));
+  for (auto& r : rounds) {
+    const size_t size = r.ByteSizeLong() + 8;  // and its tag and length
+    if (response.rounds_size() > 0 && bytes + size > page_bytes) {
+      response.set_next_round(r.round());
+      break;
+    }
+    bytes += size;
+    *response.add_rounds() = std::move(r);
+  }
+  return response;
+}
+
 }  // namespace tessera::server

@@ -22,6 +22,7 @@
 #include "proto/transport_security.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/model_version.h"
+#include "tessera/v1/job_service.pb.h"
 #include "server/rpc/access_policy.h"
 #include "server/rpc/byte_budget.h"
 #include "server/rpc/stream_limits.h"
@@ -97,6 +98,11 @@ class Coordinator {
   Result<v1::Job> CancelJob(const std::string& job_id);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round,
                                                   size_t max_bytes = SIZE_MAX);
+  // The job and a page of its committed rounds from `from_round`: at most `page_bytes` in
+  // all, the job's own bytes counted, and always the first round (a round's record is bounded
+  // by the workers a round takes); next_round is set to the first round left out. Read by
+  // GetJob and the dashboard's /api/job; the store parses at most a page and one record.
+  Result<v1::GetJobResponse> JobWithRounds(const std::string& job_id, uint32_t from_round, size_t page_bytes);
   // The global model of `round` of a job (its newest committed round when unset), from its
   // checkpoint, without the strategy's state, encoded for the wire in chunks of
   // `chunk_bytes`. NotFound when the round is not committed or its checkpoint is not kept.

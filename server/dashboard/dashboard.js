@@ -25,6 +25,9 @@ let selectedRound = null;
 let followLatest = true;  // the timeline shows the newest round until another one is picked
 let jobRequests = 0;      // loadJob's replies can come back out of order: only the newest is shown
 let jobView = null;
+// The selected job's rounds fetched so far: each load asks only for the rounds after them,
+// page by page (/api/job bounds its reply and says where the next page starts).
+let roundCache = { id: null, rounds: [] };
 let charts = {};
 let streamAbort = null;
 
@@ -253,10 +256,25 @@ function renderTimeline(rounds) {
 
 async function loadJob(id) {
   const request = ++jobRequests;
-  const view = await (await api("/api/job?id=" + encodeURIComponent(id))).json();
-  if (id !== selectedJob || request !== jobRequests) return;
+  if (roundCache.id !== id) roundCache = { id, rounds: [] };
+  let view;
+  for (let page = 0; page < 10000; ++page) {
+    const cached = roundCache.rounds;
+    const from = cached.length ? cached[cached.length - 1].round + 1 : 0;
+    view = await (await api("/api/job?id=" + encodeURIComponent(id) + "&from=" + from)).json();
+    if (id !== selectedJob || request !== jobRequests) return;
+    const last = roundCache.rounds.length ? roundCache.rounds[roundCache.rounds.length - 1].round : 0;
+    for (const r of view.rounds || []) {
+      if (r.round > last) roundCache.rounds.push(r);  // another load may have taken them already
+    }
+    if (!view.next_round) break;
+  }
+  // A job moved back to an earlier round (its newer checkpoints were damaged): its later
+  // rounds are gone.
+  roundCache.rounds = roundCache.rounds.filter((r) => r.round <= view.job.rounds_committed);
+  view.rounds = roundCache.rounds;
   jobView = view;
-  const rounds = view.rounds || [];
+  const rounds = view.rounds;
   const job = view.job;
   document.getElementById("job").hidden = false;
   document.getElementById("job-title").textContent =

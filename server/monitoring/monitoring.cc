@@ -47,6 +47,27 @@ Result<std::string> JobParam(const HttpRequest& request, const char* name) {
   return id;
 }
 
+// ?from=ROUND: the first round wanted (0, the default, from the first).
+Result<uint32_t> FromRoundParam(const HttpRequest& request) {
+  auto it = request.params.find("from");
+  if (it == request.params.end() || it->second.empty()) return 0u;
+  const std::string& text = it->second;
+  uint64_t value = 0;
+  bool ok = text.size() <= 10;
+  for (char ch : text) {
+    ok = ok && ch >= '0' && ch <= '9';
+    if (ok) value = value * 10 + static_cast<uint64_t>(ch - '0');
+  }
+  if (!ok || value > UINT32_MAX) {
+    return InvalidArgumentError("from " + QuoteUntrusted(text, 16) + ": expected a round number, 0 to 4294967295");
+  }
+  return static_cast<uint32_t>(value);
+}
+
+// A page of a job's rounds for the dashboard, in protobuf bytes (its JSON is two to three
+// times that): the page asks again from next_round.
+constexpr size_t kDashboardPageBytes = size_t{1} << 20;
+
 bool IsPublic(const std::string& path) {
   for (const auto& asset : DashboardAssets()) {
     if (path == asset.path) return true;
@@ -119,14 +140,11 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   http.routes.push_back({"/api/job", [c](const HttpRequest& request) {
                            auto id = JobParam(request, "id");
                            if (!id.ok()) return ErrorResponse(id.status());
-                           auto job = c->GetJob(*id);
-                           if (!job.ok()) return ErrorResponse(job.status());
-                           auto rounds = c->ListRounds(*id, 0);
-                           if (!rounds.ok()) return ErrorResponse(rounds.status());
-                           v1::GetJobResponse response;
-                           *response.mutable_job() = std::move(*job);
-                           for (auto& r : *rounds) *response.add_rounds() = std::move(r);
-                           return JsonResponse(response);
+                           auto from = FromRoundParam(request);
+                           if (!from.ok()) return ErrorResponse(from.status());
+                           auto page = c->JobWithRounds(*id, *from, kDashboardPageBytes);
+                           if (!page.ok()) return ErrorResponse(page.status());
+                           return JsonResponse(*page);
                          },
                          nullptr});
   http.routes.push_back({"/api/workers", [c](const HttpRequest&) {

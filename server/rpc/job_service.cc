@@ -280,28 +280,19 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("get job", request->job_id()); !s.ok()) return ToGrpc(s);
-    auto job = c_->GetJob(request->job_id());
-    if (!job.ok()) return ToGrpc(job.status());
-    *response->mutable_job() = *job;
-    if (request->include_rounds()) {
-      // Bounded as the lists are, the job's own bytes (its last round's record among them)
-      // counted: the first round always (a round's record is bounded by the workers a round
-      // takes), the rest while they fit. The store parses at most a page and one record more.
-      size_t bytes = response->job().ByteSizeLong();
-      const size_t budget = kMaxListBytes > bytes ? kMaxListBytes - bytes : 0;
-      auto rounds = c_->ListRounds(request->job_id(), request->from_round(), budget);
-      if (!rounds.ok()) return ToGrpc(rounds.status());
-      for (auto& r : *rounds) {
-        const size_t size = r.ByteSizeLong() + 8;  // and its tag and length
-        if (response->rounds_size() > 0 && bytes + size > kMaxListBytes) {
-          response->set_next_round(r.round());
-          // For a client that does not read next_round, as the lists say what they left out.
-          ctx->AddTrailingMetadata(wire::kNextRoundTrailer, std::to_string(r.round()));
-          break;
-        }
-        bytes += size;
-        *response->add_rounds() = std::move(r);
-      }
+    if (!request->include_rounds()) {
+      auto job = c_->GetJob(request->job_id());
+      if (!job.ok()) return ToGrpc(job.status());
+      *response->mutable_job() = *job;
+      return grpc::Status::OK;
+    }
+    // Bounded as the lists are (Coordinator::JobWithRounds).
+    auto page = c_->JobWithRounds(request->job_id(), request->from_round(), kMaxListBytes);
+    if (!page.ok()) return ToGrpc(page.status());
+    *response = std::move(*page);
+    // For a client that does not read next_round, as the lists say what they left out.
+    if (response->next_round() != 0) {
+      ctx->AddTrailingMetadata(wire::kNextRoundTrailer, std::to_string(response->next_round()));
     }
     return grpc::Status::OK;
   }

@@ -191,6 +191,20 @@ TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
   ASSERT_EQ(api->status, 200);
   EXPECT_NE(api->body.find("\"rounds\":[{"), std::string::npos) << api->body.substr(0, 400);
   EXPECT_NE(api->body.find("\"worker_id\":\"m1\""), std::string::npos);
+  EXPECT_NE(api->body.find("\"next_round\":0"), std::string::npos) << "two small rounds fit one page";
+  // The page asks only for the rounds it does not have yet.
+  auto later = client->Get(("/api/job?id=" + job->id() + "&from=2").c_str());
+  ASSERT_TRUE(later);
+  ASSERT_EQ(later->status, 200);
+  EXPECT_NE(later->body.find("\"rounds\":[{"), std::string::npos);
+  EXPECT_EQ(later->body.find("\"round\":1,"), std::string::npos) << "round 1 was not asked for";
+  auto none = client->Get(("/api/job?id=" + job->id() + "&from=3").c_str());
+  ASSERT_TRUE(none);
+  EXPECT_NE(none->body.find("\"rounds\":[]"), std::string::npos) << none->body.substr(0, 200);
+  auto bad_from = client->Get(("/api/job?id=" + job->id() + "&from=4294967296").c_str());
+  ASSERT_TRUE(bad_from);
+  EXPECT_EQ(bad_from->status, 400);
+  EXPECT_EQ(bad_from->body, "from '4294967296': expected a round number, 0 to 4294967295\n");
   auto listed = client->Get("/api/workers");
   ASSERT_TRUE(listed);
   EXPECT_NE(listed->body.find("\"worker_id\":\"m2\""), std::string::npos) << listed->body.substr(0, 400);
