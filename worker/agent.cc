@@ -264,13 +264,14 @@ void WorkerAgent::TrainerLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto ready = [&] { return stop_.load() || !tasks_.empty(); };
-      if (memory_kept_ && !cv_.wait_for(lock, std::chrono::milliseconds(kIdleReleaseMs), ready)) {
+      if (memory_kept_ && !cv_.wait_for(lock, std::chrono::milliseconds(options_.idle_release_ms), ready)) {
 #ifdef __GLIBC__
         lock.unlock();
         malloc_trim(0);  // idle: the kept buffers go back to the kernel
         lock.lock();
 #endif
         memory_kept_ = false;
+        ++idle_releases_;
       }
       cv_.wait(lock, ready);
       if (stop_) return;

@@ -45,8 +45,9 @@ struct WorkerOptions {
   bool pace_real_time = false;
   // A round's buffers (up to 32 MiB each) stay with the process between rounds
   // (tessera-worker sets glibc to serve them from its heap); they are handed back after
-  // kIdleReleaseMs without a task instead of after every round.
+  // idle_release_ms without a task instead of after every round.
   bool keep_round_memory = false;
+  uint32_t idle_release_ms = 10000;
   // External trainers this worker runs, by the name a job's model.trainer gives
   // (worker/external_trainer.h); a job naming another trainer fails on this worker.
   std::vector<TrainerCommand> trainers;
@@ -68,6 +69,8 @@ class WorkerAgent {
   // For tests and the operator: what this worker has done.
   uint32_t rounds_trained() const { return rounds_trained_.load(); }
   uint32_t updates_refused() const { return updates_refused_.load(); }
+  // How many times memory kept between rounds was handed back after idle_release_ms.
+  uint32_t idle_releases() const { return idle_releases_.load(); }
   std::string device_name() const;
 
  private:
@@ -148,9 +151,9 @@ class WorkerAgent {
   static constexpr uint64_t kReleaseAboveBytes = uint64_t{4} << 20;
   bool large_model_ = false;  // the last task's model is that large; only the task thread
   // With keep_round_memory: the heap holds a round's freed buffers until the worker has had
-  // no task for this long. Only the task thread.
-  static constexpr int64_t kIdleReleaseMs = 10000;
+  // no task for options_.idle_release_ms. Only the task thread.
   bool memory_kept_ = false;
+  std::atomic<uint32_t> idle_releases_{0};
   std::map<std::string, TensorSet> residuals_;
   // FedBN: a seat's own values of the model's local tensors (batch norms declared local),
   // restored over each round's global model. In memory only, bounded like residuals_. Only

@@ -263,6 +263,34 @@ TEST_F(AgentTest, AModelInsideItsTaskIsTrainedWithoutADownload) {
 // A task whose coordinator takes the trained model (TrainTask.takes_trained_weights) gets it in
 // the "delta" set, marked so: the global model plus the delta the same training sends
 // otherwise, bit for bit. A compressed job's update stays a delta.
+// --keep-round-memory: a round's memory stays with the worker until it has been idle for
+// idle_release_ms, then goes back once; without the flag nothing is kept to hand back.
+TEST_F(AgentTest, KeptRoundMemoryIsHandedBackOnceTheWorkerIsIdle) {
+  WorkerOptions options;
+  options.keep_round_memory = true;
+  options.idle_release_ms = 50;
+  Start({Train(1, 1)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (agent_->idle_releases() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(agent_->idle_releases(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(agent_->idle_releases(), 1u) << "released again with nothing kept";
+}
+
+TEST_F(AgentTest, WithoutKeptRoundMemoryNothingIsHandedBackWhenIdle) {
+  WorkerOptions options;
+  options.idle_release_ms = 50;
+  Start({Train(1, 1)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(agent_->idle_releases(), 0u);
+}
+
 TEST_F(AgentTest, ACoordinatorThatSubtractsGetsTheTrainedModel) {
   v1::Task delta = Train(1, 1);
   v1::Task trained = Train(1, 1, "job-2");  // the same training, another job's task
