@@ -20,8 +20,8 @@ grpc::Status GetJobWithRounds(v1::JobService::StubInterface& stub, const std::st
     v1::GetJobResponse reply;
     if (grpc::Status s = stub.GetJob(&ctx, request, &reply); !s.ok()) return fail(s);
     // Each page must move forward: its rounds past the last one taken, the next page past them.
-    const uint32_t last_taken = out->rounds_size() > 0 ? out->rounds(out->rounds_size() - 1).round() : 0;
-    if (reply.rounds_size() > 0 && out->rounds_size() > 0 && reply.rounds(0).round() <= last_taken) {
+    if (reply.rounds_size() > 0 && out->rounds_size() > 0 &&
+        reply.rounds(0).round() <= out->rounds(out->rounds_size() - 1).round()) {
       return fail(grpc::Status(grpc::StatusCode::INTERNAL,
                                "the coordinator's page of rounds from " + std::to_string(from_round) +
                                    " repeats round " + std::to_string(reply.rounds(0).round())));
@@ -29,8 +29,7 @@ grpc::Status GetJobWithRounds(v1::JobService::StubInterface& stub, const std::st
     *out->mutable_job() = std::move(*reply.mutable_job());
     for (auto& round : *reply.mutable_rounds()) *out->add_rounds() = std::move(round);
     if (reply.next_round() == 0) return grpc::Status::OK;
-    const uint32_t last = out->rounds_size() > 0 ? out->rounds(out->rounds_size() - 1).round() : 0;
-    if (reply.rounds_size() == 0 || reply.next_round() <= last) {
+    if (reply.rounds_size() == 0 || reply.next_round() <= out->rounds(out->rounds_size() - 1).round()) {
       return fail(grpc::Status(grpc::StatusCode::INTERNAL,
                                "the coordinator's page of rounds from " + std::to_string(from_round) +
                                    " points back to round " + std::to_string(reply.next_round())));

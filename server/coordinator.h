@@ -22,12 +22,12 @@
 #include "proto/transport_security.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/model_version.h"
-#include "tessera/v1/job_service.pb.h"
 #include "server/rpc/access_policy.h"
 #include "server/rpc/byte_budget.h"
 #include "server/rpc/stream_limits.h"
 #include "server/state/state_store.h"
 #include "server/workers/worker_registry.h"
+#include "tessera/v1/job_service.pb.h"
 
 namespace tessera::server {
 

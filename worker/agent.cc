@@ -103,13 +103,17 @@ WorkerAgent::~WorkerAgent() {
   }
 }
 
-void WorkerAgent::Stop() {
+void WorkerAgent::SetStopped() {
   {
     // Under the lock: a waiter between its check of stop_ and its sleep would miss the notify.
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
+}
+
+void WorkerAgent::Stop() {
+  SetStopped();
   client_->CancelTaskChannel();
 }
 
@@ -186,11 +190,7 @@ Status WorkerAgent::Run() {
     SleepFor(backoff);
     backoff = std::min(backoff * 2, options_.backoff_max_ms);
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  SetStopped();
   if (trainer_.joinable()) trainer_.join();
   return result;
 }

@@ -79,6 +79,8 @@ class WorkerAgent {
   Status OpenDevice();
   // One connected session: join, heartbeat and task channel until something breaks.
   Status RunSession();
+  // Sets stop_ and wakes every waiter.
+  void SetStopped();
   void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
   // Downloads the model (with the sets the task names) and trains on `device`, with the

@@ -567,21 +567,26 @@ Result<int64_t> CountParameters(const ModelConfig& config) {
   return total;
 }
 
+namespace {
+
+// The model's layers and buffers laid out on `device`, its weights not set yet.
+Result<std::unique_ptr<Model>> BuildModel(const ModelConfig& config, Device* device, const char* caller) {
+  if (device == nullptr) return InvalidArgumentError(std::string(caller) + ": no device given");
+  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
+  return Model::Build(config.name, device, InputShape(config), std::move(layers));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Model>> CreateModelWithState(const ModelConfig& config, Device* device,
                                                     const TensorSet& state) {
-  if (device == nullptr) return InvalidArgumentError("CreateModelWithState: no device given");
-  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
-                   Model::Build(config.name, device, InputShape(config), std::move(layers)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, BuildModel(config, device, "CreateModelWithState"));
   RETURN_IF_ERROR(model->SetState(state));
   return model;
 }
 
 Result<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, Device* device) {
-  if (device == nullptr) return InvalidArgumentError("CreateModel: no device given");
-  ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
-  const ActivationShape input = InputShape(config);
-  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Build(config.name, device, input, std::move(layers)));
+  ASSIGN_OR_RETURN(std::unique_ptr<Model> model, BuildModel(config, device, "CreateModel"));
 
   // PyTorch defaults: kaiming_uniform(a=sqrt(5)) for weights and uniform(+-1/sqrt(fan_in)) for
   // biases; both reduce to a bound of 1/sqrt(fan_in). Drawn in parameter order, through a

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cctype>
+#include <charconv>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -52,16 +53,12 @@ Result<uint32_t> FromRoundParam(const HttpRequest& request) {
   auto it = request.params.find("from");
   if (it == request.params.end() || it->second.empty()) return 0u;
   const std::string& text = it->second;
-  uint64_t value = 0;
-  bool ok = text.size() <= 10;
-  for (char ch : text) {
-    ok = ok && ch >= '0' && ch <= '9';
-    if (ok) value = value * 10 + static_cast<uint64_t>(ch - '0');
-  }
-  if (!ok || value > UINT32_MAX) {
+  uint32_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
     return InvalidArgumentError("from " + QuoteUntrusted(text, 16) + ": expected a round number, 0 to 4294967295");
   }
-  return static_cast<uint32_t>(value);
+  return value;
 }
 
 // A page of a job's rounds for the dashboard, in protobuf bytes (its JSON is two to three
