@@ -8,6 +8,8 @@
 #include <numeric>
 #include <vector>
 
+#include "base/huge_pages.h"
+
 namespace tessera {
 namespace {
 
@@ -137,7 +139,7 @@ std::string EncodeValues(UpdateEncoding encoding, std::span<const float> values,
   std::string out;
   switch (encoding) {
     case UpdateEncoding::kFloat32:
-      out.resize(values.size_bytes());
+      ResizeZeroed(out, values.size_bytes());
       if (!values.empty()) std::memcpy(out.data(), values.data(), values.size_bytes());
       return out;
     case UpdateEncoding::kFloat16:

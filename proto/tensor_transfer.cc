@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/escape.h"
+#include "base/huge_pages.h"
 
 namespace tessera::wire {
 
@@ -38,7 +39,7 @@ Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t res
       const uint64_t n = std::min<uint64_t>(chunk_bytes, size - offset);
       chunk.set_tensor_index(static_cast<uint32_t>(i));
       chunk.set_offset(offset);
-      chunk.set_data(bytes + offset, n);
+      chunk.mutable_data()->assign(bytes + offset, n);  // the buffer reused chunk to chunk
       RETURN_IF_ERROR(emit(chunk));
       offset += n;
     }
@@ -94,7 +95,7 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
     if (total > max_total_bytes_) {
       return InvalidArgumentError(what_ + ": tensors exceed the expected " + std::to_string(max_total_bytes_) + " bytes");
     }
-    t.values.resize(static_cast<size_t>(elements));
+    t.values = ZeroedFloats(static_cast<size_t>(elements));
     tensors_.push_back(std::move(t));
   }
   if (total != manifest.total_bytes()) {
@@ -111,30 +112,40 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
 }
 
 Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
+  ASSIGN_OR_RETURN(uint8_t* at, BeginChunk(chunk.tensor_index(), chunk.offset(), chunk.data().size()));
+  std::memcpy(at, chunk.data().data(), chunk.data().size());
+  return EndChunk();
+}
+
+Result<uint8_t*> TensorAssembler::BeginChunk(uint32_t index, uint64_t offset, uint64_t size) {
   if (!started_) return InvalidArgumentError(what_ + ": a chunk arrived before the manifest");
-  if (chunk.data().size() > kMaxChunkBytes) {
-    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
-                                " bytes exceeds the 1 MiB limit");
+  if (size > kMaxChunkBytes) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes exceeds the 1 MiB limit");
   }
   if (current_tensor_ >= tensors_.size()) {
     return InvalidArgumentError(what_ + ": a chunk arrived after every tensor was complete");
   }
-  if (chunk.tensor_index() != current_tensor_ || chunk.offset() != current_offset_) {
+  if (index != current_tensor_ || offset != current_offset_) {
     return InvalidArgumentError(what_ + ": expected a chunk of tensor " + std::to_string(current_tensor_) +
                                 " at offset " + std::to_string(current_offset_) + ", got tensor " +
-                                std::to_string(chunk.tensor_index()) + " at offset " + std::to_string(chunk.offset()));
+                                std::to_string(index) + " at offset " + std::to_string(offset));
   }
   auto& t = tensors_[current_tensor_];
-  const uint64_t size = t.ByteSize();
-  if (current_offset_ + chunk.data().size() > size || chunk.data().empty()) {
-    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(chunk.data().size()) +
-                                " bytes at offset " + std::to_string(current_offset_) + " does not fit tensor '" +
-                                t.name + "' of " + std::to_string(size) + " bytes");
+  const uint64_t tensor_bytes = t.ByteSize();
+  if (current_offset_ + size > tensor_bytes || size == 0) {
+    return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes at offset " +
+                                std::to_string(current_offset_) + " does not fit tensor '" + t.name + "' of " +
+                                std::to_string(tensor_bytes) + " bytes");
   }
-  std::memcpy(reinterpret_cast<char*>(t.values.data()) + current_offset_, chunk.data().data(), chunk.data().size());
-  current_offset_ += chunk.data().size();
-  received_ += chunk.data().size();
-  if (current_offset_ == size) {
+  pending_ = size;
+  return reinterpret_cast<uint8_t*>(t.values.data()) + current_offset_;
+}
+
+Status TensorAssembler::EndChunk() {
+  current_offset_ += pending_;
+  received_ += pending_;
+  pending_ = 0;
+  if (current_offset_ == tensors_[current_tensor_].ByteSize()) {
     ++current_tensor_;
     current_offset_ = 0;
     while (current_tensor_ < tensors_.size() && tensors_[current_tensor_].values.empty()) ++current_tensor_;

@@ -42,6 +42,11 @@ class TensorAssembler {
 
   Status Start(const v1::TensorManifest& manifest);
   Status Add(const v1::TensorChunk& chunk);
+  // Add() in two steps, for a chunk read in place from the transport (AddModelChunkMessage):
+  // where the `size` bytes of tensor `index` at `offset` go, with Add's checks; then, once
+  // they are written there, EndChunk() (always OK: the same calls as UpdateAssembler's).
+  Result<uint8_t*> BeginChunk(uint32_t index, uint64_t offset, uint64_t size);
+  Status EndChunk();
   // Verifies completeness and hashes, then hands over the tensors.
   Result<TensorSet> Finish();
 
@@ -56,6 +61,7 @@ class TensorAssembler {
   uint32_t current_tensor_ = 0;
   uint64_t current_offset_ = 0;
   uint64_t received_ = 0;
+  uint64_t pending_ = 0;  // the bytes BeginChunk placed, which EndChunk counts
 };
 
 // A model sent inside its task (TrainTask.inline_model), checked as a download is: the

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/escape.h"
+#include "base/huge_pages.h"
 #include "base/sha256.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
@@ -20,7 +21,7 @@ UpdateAssembler::UpdateAssembler(std::string what, uint64_t max_decoded_bytes, d
 void UpdateAssembler::SizeValues(Pending& pending) {
   const size_t n = static_cast<size_t>(pending.elements);
   if (pending.tensor.values.size() == n) return;
-  pending.tensor.values = pool_ != nullptr ? pool_->Take(n) : std::vector<float>(n);
+  pending.tensor.values = pool_ != nullptr ? pool_->Take(n) : ZeroedFloats(n);
 }
 
 std::string UpdateAssembler::Names(const Pending& pending) const {

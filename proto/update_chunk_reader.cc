@@ -26,8 +26,10 @@ constexpr uint32_t kDataTag = Tag(3, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
 // A TensorChunk's fields read in place, the stream at the chunk's first field and
 // `chunk_end` where it ends: nullopt when the layout is not the writers' (tensor_index,
 // offset, then data last); otherwise what adding the chunk gave.
+// `Assembler`: UpdateAssembler or TensorAssembler (BeginChunk, EndChunk).
+template <typename Assembler>
 std::optional<Status> ReadChunkFields(google::protobuf::io::CodedInputStream& in, uint64_t chunk_end,
-                                      UpdateAssembler& assembler, const std::string& what) {
+                                      Assembler& assembler, const std::string& what) {
   uint32_t index = 0;
   uint64_t offset = 0;
   for (;;) {
@@ -54,7 +56,9 @@ std::optional<Status> ReadChunkFields(google::protobuf::io::CodedInputStream& in
 
 // The in-place read: nullopt when the layout is not the writers' (the caller parses the
 // message instead); otherwise what adding the chunk gave.
-std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what) {
+// UpdateChunkMessage.chunk and ModelChunkMessage.chunk are both field 2.
+template <typename Assembler>
+std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, Assembler& assembler, const std::string& what) {
   grpc::ByteBuffer view(message);  // shares the slices
   grpc::ProtoBufferReader reader(&view);
   google::protobuf::io::CodedInputStream in(&reader);
@@ -75,6 +79,14 @@ Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembl
     return InvalidArgumentError(what + ": a message that is not an UpdateChunkMessage");
   }
   if (!parsed.has_chunk()) return InvalidArgumentError(what + ": expected tensor chunks after the header");
+  return assembler.Add(parsed.chunk());
+}
+
+Status AddModelChunkMessage(const grpc::ByteBuffer& message, TensorAssembler& assembler, const std::string& what) {
+  if (auto read = ReadInPlace(message, assembler, what)) return *read;
+  v1::ModelChunkMessage parsed;
+  if (!FromByteBuffer(message, &parsed)) return InvalidArgumentError(what + ": a message that is not a ModelChunkMessage");
+  if (!parsed.has_chunk()) return InvalidArgumentError(what + ": expected tensor chunks after the manifest");
   return assembler.Add(parsed.chunk());
 }
 

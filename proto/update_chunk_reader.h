@@ -1,7 +1,8 @@
 // An upload's chunk messages read from gRPC's buffers straight into the update being
 // assembled: one copy from the transport's slices into the tensor's memory, instead of one
 // into a parsed message, one into a staging buffer and one more to decode. The coordinator's
-// upload stream is a raw method (ByteBuffers in) for this.
+// upload stream is a raw method (ByteBuffers in) for this; so is the worker's read of a
+// model download.
 #pragma once
 
 #include <grpcpp/support/byte_buffer.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "proto/tensor_transfer.h"
 #include "proto/update_assembler.h"
 #include "tessera/v1/worker_service.pb.h"
 
@@ -21,6 +23,11 @@ namespace tessera::wire {
 // UpdateAssembler::Add does, with the same checks. A message that is not a chunk, or not a
 // message, is INVALID_ARGUMENT naming `what`.
 Status AddChunkMessage(const grpc::ByteBuffer& message, UpdateAssembler& assembler, const std::string& what);
+
+// A download's chunk message (ModelChunkMessage after the manifest) added to `assembler` as
+// AddChunkMessage adds an upload's: in place when laid out as the coordinator lays it out
+// (the chunk the only field), else parsed, with TensorAssembler::Add's checks either way.
+Status AddModelChunkMessage(const grpc::ByteBuffer& message, TensorAssembler& assembler, const std::string& what);
 
 // An inline update (TaskSessionMessage.update, on the task session) read from gRPC's buffer:
 // Start() parses its header; once the update is admitted, AddChunks() places its chunks in the

@@ -145,7 +145,7 @@ Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
       const size_t n = std::min<size_t>(chunk_bytes, bytes.size() - offset);
       chunk.set_tensor_index(static_cast<uint32_t>(i));
       chunk.set_offset(offset);
-      chunk.set_data(bytes.data() + offset, n);
+      chunk.mutable_data()->assign(bytes.data() + offset, n);  // the buffer reused chunk to chunk
       RETURN_IF_ERROR(emit(chunk));
     }
   }

@@ -12,7 +12,9 @@
 #include <spdlog/spdlog.h>
 
 #include "proto/grpc_status.h"
+#include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
+#include "proto/update_chunk_reader.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
 namespace tessera::worker {
@@ -22,6 +24,8 @@ using wire::FromGrpc;
 
 constexpr auto kCallDeadline = std::chrono::seconds(10);
 constexpr auto kTransferDeadline = std::chrono::minutes(5);
+// WorkerService.DownloadModel's full name, for reading its messages raw.
+constexpr char kDownloadModelMethod[] = "/tessera.v1.WorkerService/DownloadModel";
 
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d) {
   ctx->set_deadline(std::chrono::system_clock::now() + d);
@@ -160,19 +164,32 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
-    auto reader = stub_->DownloadModel(&ctx, request);
+    // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
+    // (wire::AddModelChunkMessage), where a parsed message would first copy them into a
+    // 1 MiB string of its own, mapped and faulted in again for every chunk.
+    const grpc::internal::RpcMethod method(kDownloadModelMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+                                           channel_);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, request));
     const std::string what = "model version " + std::to_string(request.model_version()) + " of job " + request.job_id();
     wire::TensorAssembler assembler(what, uint64_t{1} << 40);
-    v1::ModelChunkMessage message;
+    grpc::ByteBuffer message;
     Status status;
     bool have_manifest = false;
     while (reader->Read(&message)) {
       if (!status.ok()) continue;  // drain
-      if (message.has_manifest()) {
-        status = assembler.Start(message.manifest());
+      if (have_manifest) {
+        status = wire::AddModelChunkMessage(message, assembler, what);
+        continue;
+      }
+      v1::ModelChunkMessage first;
+      if (!wire::FromByteBuffer(message, &first)) {
+        status = DataLossError(what + ": a message that is not a ModelChunkMessage");
+      } else if (first.has_manifest()) {
+        status = assembler.Start(first.manifest());
         have_manifest = true;
-      } else if (message.has_chunk()) {
-        status = have_manifest ? assembler.Add(message.chunk()) : DataLossError(what + ": chunk before the manifest");
+      } else if (first.has_chunk()) {
+        status = DataLossError(what + ": chunk before the manifest");
       }
     }
     grpc::Status finished = reader->Finish();
@@ -307,8 +324,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     // the stream's initial metadata (or ends the call, which ends the wait too).
     if (open && !tensors.empty() && upload_admission_) writer->WaitForInitialMetadata();
     if (open) {
+      // One message for every chunk: its bytes' buffer is reused, not mapped and faulted in
+      // again for each chunk of a large update.
+      v1::UpdateChunkMessage m;
       wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
-        v1::UpdateChunkMessage m;
         *m.mutable_chunk() = chunk;
         if (!writer->Write(m)) return CancelledError("the coordinator closed the upload");
         return Status::Ok();

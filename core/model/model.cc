@@ -8,6 +8,8 @@
 #include <random>
 #include <utility>
 
+#include "base/huge_pages.h"
+
 namespace tessera {
 
 Model::Model(std::string name, Device* device, ActivationShape input, std::vector<std::unique_ptr<Layer>> layers)
@@ -57,7 +59,7 @@ TensorSet Model::GetState() const {
   TensorSet state;
   state.reserve(views_.size());
   for (const ParameterView& view : views_) {
-    NamedTensor tensor{view.name, view.shape, std::vector<float>(static_cast<size_t>(view.count))};
+    NamedTensor tensor{view.name, view.shape, ZeroedFloats(static_cast<size_t>(view.count))};
     Status copied = device_->CopyDeviceToHost(parameters_, static_cast<size_t>(view.offset) * sizeof(float),
                                               tensor.values.data(), tensor.ByteSize());
     (void)copied;  // every view lies inside the parameter buffer

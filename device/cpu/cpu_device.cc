@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/huge_pages.h"
 #include "device/cpu/cpu_kernels.h"
 
 namespace tessera {
@@ -16,7 +17,12 @@ constexpr size_t kAlignment = 64;
 
 DriverAllocator HostAllocator() {
   return DriverAllocator{
-      [](size_t bytes) -> void* { return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment); },
+      [](size_t bytes) -> void* {
+        // A large block (a model's parameters, gradients, optimiser state) starts on a 2 MiB
+        // boundary, so that all of it but its last partial page can be huge pages (Allocate).
+        const size_t alignment = bytes >= kHugePageAdviceMinBytes && HugePageAdviceEnabled() ? kHugePageBytes : kAlignment;
+        return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+      },
       [](void* address, size_t) { std::free(address); }};
 }
 
@@ -36,6 +42,14 @@ CpuDevice::~CpuDevice() {
 }
 
 Result<DeviceBuffer> CpuDevice::Allocate(size_t bytes) {
+  ASSIGN_OR_RETURN(DeviceBuffer buffer, AllocateFromPool(bytes));
+  // The bytes asked for, not the block's size class: a huge page is resident whole once any
+  // of it is touched, so only pages the buffer fills are advised.
+  AdviseHugePages(buffer.data(), bytes);
+  return buffer;
+}
+
+Result<DeviceBuffer> CpuDevice::AllocateFromPool(size_t bytes) {
   size_t class_bytes = 0;
   ASSIGN_OR_RETURN(void* address, pool_.Acquire(bytes, &class_bytes));
   return DeviceBuffer(this, &pool_, address, bytes, class_bytes);
@@ -67,7 +81,8 @@ float* CpuDevice::Scratch(DeviceBuffer& slot, int64_t floats) {
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   if (slot.bytes() < bytes) {
     slot.Reset();
-    Result<DeviceBuffer> grown = Allocate(MemoryPool::SizeClass(bytes));
+    // Not advised: a scratch is taken a size class at a time and may fill only part of it.
+    Result<DeviceBuffer> grown = AllocateFromPool(MemoryPool::SizeClass(bytes));
     // Host memory exhaustion inside an op is not recoverable here.
     if (!grown.ok()) std::abort();
     slot = std::move(grown).value();

@@ -74,6 +74,8 @@ class CpuDevice final : public Device {
   // Scratch that only grows; it comes from the pool once and is kept, so steady-state
   // convolutions allocate nothing.
   float* Scratch(DeviceBuffer& slot, int64_t floats);
+  // A block from the pool, without Allocate's huge page advice.
+  Result<DeviceBuffer> AllocateFromPool(size_t bytes);
 
   MemoryPool pool_;
   DeviceCapabilities capabilities_;

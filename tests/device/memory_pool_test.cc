@@ -1,11 +1,14 @@
 #include "device/memory_pool.h"
 
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <cstdlib>
 
+#include "base/huge_pages.h"
 #include "device/cpu/factory.h"
 #include "device/registry.h"
+#include "tests/base/vm_flags.h"
 
 namespace tessera {
 namespace {
@@ -65,6 +68,31 @@ TEST(MemoryPoolTest, DeviceBuffersReturnToTheirDevicesPool) {
   }
   EXPECT_EQ(device->pool_stats().driver_allocations, 1u);
   EXPECT_EQ(device->pool_stats().pool_hits, 9u);
+}
+
+// A model's parameters, gradients and optimiser state are each one large block: it starts on a
+// 2 MiB boundary and the whole huge pages the buffer fills are advised, not the rest of its
+// size class (a huge page is resident whole once any of it is touched).
+TEST(MemoryPoolTest, TheCpuDevicesLargeBuffersAreAlignedForHugePagesAndAdvised) {
+  if (!testing::KernelHasTransparentHugePages()) {
+    GTEST_SKIP() << "this kernel has no transparent huge pages: the advice is refused and 4 KiB pages serve";
+  }
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // as a lean worker, which turns the advice on
+  EnableHugePageAdvice(true);
+  auto device = CreateCpuDevice();
+  const size_t bytes = (size_t{10} << 20) + 4096;  // its size class is 16 MiB
+  auto buffer = device->Allocate(bytes);
+  ASSERT_TRUE(buffer.ok());
+  const auto start = reinterpret_cast<uintptr_t>(buffer->data());
+  EXPECT_EQ(start % kHugePageBytes, 0u);
+  EXPECT_TRUE(testing::AdvisedHugePages(buffer->data()));
+  EXPECT_TRUE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{10} << 20) - 1)));
+  EXPECT_FALSE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{10} << 20))));
+  EXPECT_FALSE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{16} << 20) - 1)));
+  auto small = device->Allocate(64 << 10);
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(testing::AdvisedHugePages(small->data()));
+  EnableHugePageAdvice(false);
 }
 
 TEST(DeviceRegistryTest, CreatesTheCpuDeviceAndNamesUnknownOnes) {

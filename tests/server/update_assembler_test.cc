@@ -285,6 +285,61 @@ TEST(UpdateChunkReaderTest, ABufferPoolLendsTheTensorsAndTakesThemBack) {
   EXPECT_EQ((*second)[0].values, Model()[0].values);
 }
 
+// A model download's chunk messages (ModelChunkMessage after the manifest) as the coordinator
+// serializes them, read as the worker reads them: from the transport's slices into the tensors.
+std::vector<std::string> ModelChunkMessages(const TensorSet& model, bool with_version) {
+  std::vector<std::string> messages;
+  ForEachChunk(model, 16, 0, [&](const v1::TensorChunk& c) {
+    v1::ModelChunkMessage message;
+    *message.mutable_chunk() = c;
+    if (with_version) message.set_model_version(7);  // another field: not the writers' layout
+    messages.push_back(message.SerializeAsString());
+    return Status::Ok();
+  }).ok();
+  return messages;
+}
+
+Result<TensorSet> ReadModel(const std::vector<std::string>& messages, size_t pieces) {
+  TensorAssembler assembler("model version 7 of job j", 1 << 20);
+  RETURN_IF_ERROR(assembler.Start(BuildManifest(Model(), 16)));
+  for (const std::string& message : messages) {
+    RETURN_IF_ERROR(AddModelChunkMessage(AsReceived(message, pieces), assembler, "model version 7 of job j"));
+  }
+  return assembler.Finish();
+}
+
+TEST(ModelChunkReaderTest, ADownloadReadFromTheTransportsSlicesIsTheModelLaidOutOrNot) {
+  for (bool with_version : {false, true}) {
+    for (size_t pieces : {1, 3, 40}) {
+      SCOPED_TRACE(std::string(with_version ? "parsed" : "in place") + ", " + std::to_string(pieces) + " slices");
+      const Result<TensorSet> read = ReadModel(ModelChunkMessages(Model(), with_version), pieces);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      ASSERT_EQ(read->size(), 2u);
+      EXPECT_EQ((*read)[0].values, Model()[0].values);
+      EXPECT_EQ((*read)[1].values, Model()[1].values);
+    }
+  }
+}
+
+TEST(ModelChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefused) {
+  std::vector<std::string> messages = ModelChunkMessages(Model(), false);
+  ASSERT_GE(messages.size(), 3u);
+  v1::ModelChunkMessage manifest;
+  *manifest.mutable_manifest() = BuildManifest(Model(), 16);
+  ExpectRefused(ReadModel({manifest.SerializeAsString()}, 1), {"expected tensor chunks after the manifest"});
+  ExpectRefused(ReadModel({std::string("\xff\xff\xff")}, 1), {"not a ModelChunkMessage"});
+  std::vector<std::string> swapped = messages;
+  std::swap(swapped[1], swapped[2]);
+  ExpectRefused(ReadModel(swapped, 2), {"model version 7 of job j", "expected a chunk of tensor 0 at offset 16"});
+  std::vector<std::string> cut = messages;
+  cut[0].resize(cut[0].size() - 3);
+  ExpectRefused(ReadModel(cut, 1), {"model version 7 of job j"});
+  std::vector<std::string> altered = messages;
+  altered[0].back() ^= 1;
+  ExpectRefused(ReadModel(altered, 1), {"model version 7 of job j", "layer.w"});
+  ExpectRefused(ReadModel({messages[0]}, 1), {"model version 7 of job j"});  // incomplete
+}
+
 // An inline update (TaskSessionMessage.update) as `header` then `chunks`, each the bytes of an
 // UpdateChunkMessage (whose fields are InlineUpdate's), behind the session's tag and length.
 std::string InlineMessage(const std::string& header, const std::vector<std::string>& chunks) {
