@@ -42,6 +42,17 @@ stop_workers() {
   for pid in "${worker_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   worker_pids=()
 }
+# Prints "FAULTS CPU_MS": the page faults and CPU time of the workers still running, summed
+# (from /proc/PID/stat: minflt, utime + stime).
+worker_totals() {
+  local pid faults=0 ticks=0 f
+  for pid in "${worker_pids[@]}"; do
+    read -r -a f < "/proc/$pid/stat" 2>/dev/null || continue
+    faults=$((faults + f[9]))
+    ticks=$((ticks + f[13] + f[14]))
+  done
+  echo "$faults $((ticks * 1000 / $(getconf CLK_TCK)))"
+}
 cleanup() {
   stop_workers
   if [ -n "$coordinator_pid" ]; then
@@ -89,15 +100,18 @@ for row in ${rows//,/ }; do
       --max-test-samples "$max_test" --coordinator-pid "$coordinator_pid" --timeout-s 400 > "$log" 2>&1; then
     status=1
   fi
+  read -r faults cpu_ms < <(worker_totals)
   stop_workers
   stop_coordinator
   measure_floor "$bytes"
   print_row "$log" "$model" "$n"
+  echo "   the $n workers together: $((faults / rounds)) page faults and $((cpu_ms / rounds)) ms of CPU per round" \
+    "(over the whole job, their start included)"
   cp "$log" "$work/loadgen-workers-$model-$n.log"
   grep '^FAILED' "$log" || true
 done
 echo "== columns as in bench/round_overhead.sh; compute is the median worker's local training"
 echo "   as it reported it; coord_cpu% is the coordinator's; gen_cpu% is the job-following"
-echo "   process only (the workers' CPU is not counted)."
+echo "   process only (the workers' CPU is on the line under each row)."
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status

@@ -91,10 +91,9 @@ int main(int argc, char** argv) {
   bool huge_pages = true;
   flags.Bool("huge-pages", &huge_pages,
              "fault the large buffers a round maps (4 MiB or more: a large model's tensors, its download and its "
-             "update) in 2 MiB transparent huge pages where the kernel gives them on request (madvise): a 10 MiB "
-             "model's round takes a few hundred page faults instead of thousands; only whole huge pages inside a "
-             "buffer, so what is resident is unchanged (default true; not with --keep-round-memory, whose buffers "
-             "stay in the heap)");
+             "update) in 2 MiB transparent huge pages where the kernel gives them on request (madvise): one fault "
+             "where there were 512; only the whole huge pages inside a buffer, so what is resident is unchanged "
+             "(default true; not with --keep-round-memory, whose buffers stay in the heap)");
   std::string trainer;
   flags.String("trainer", &trainer,
                "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "
