@@ -6,7 +6,7 @@
 // a 10 MiB tensor, each of them a trap into the kernel and, on a virtual machine, into the
 // hypervisor. Advised before it is first touched, the same buffer is faulted in 2 MiB pages.
 // Only the whole 2 MiB pages inside the buffer are advised, so that what is resident is what
-// the buffer uses, as before.
+// the buffer uses, as before, and only memory mapped for the buffer alone.
 #pragma once
 
 #include <cstddef>
@@ -21,23 +21,29 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // the system call.
 inline constexpr size_t kHugePageAdviceMinBytes = size_t{4} << 20;
 
-// Off until a process turns it on. The advice pays for memory that is mapped for its buffer
-// alone and unmapped when the buffer is freed, as a lean worker's large buffers are (its
-// main() fixes glibc's mmap threshold at 256 KiB). Where freed memory stays in the heap
-// (glibc's default threshold grows to the largest block freed), an advised range would outlive
-// its buffer and hold smaller ones, which the kernel may then back with whole huge pages.
+// Off until a process turns it on (a lean worker does: worker/main.cc).
 void EnableHugePageAdvice(bool on);
 bool HugePageAdviceEnabled();
 
 // When enabled, asks the kernel (madvise MADV_HUGEPAGE) to back the whole 2 MiB pages inside
 // [data, data + bytes) with transparent huge pages when `bytes` is at least
 // kHugePageAdviceMinBytes. Effective where transparent huge pages are enabled ("madvise" or
-// "always"); a no-op elsewhere and on failure. Call it before the memory is first touched.
+// "always"); a no-op elsewhere and on failure. Call it before the memory is first touched, and
+// only on memory mapped for this buffer alone (MapHugeAligned): advice on a range of the heap
+// would outlive the buffer and let the kernel back smaller blocks there with whole huge pages.
 void AdviseHugePages(void* data, size_t bytes);
 
-// n zero floats, advised (when enabled) before they are written.
+// n zero floats; when enabled, advised before they are written if malloc mapped them for
+// themselves (glibc does so for blocks above its mmap threshold, unless a free block of the
+// heap fits: those are left alone).
 std::vector<float> ZeroedFloats(size_t n);
-// Resizes `bytes` (empty) to n zero bytes, advised (when enabled) before they are written.
+// Resizes `bytes` (empty) to n zero bytes, advised as ZeroedFloats' are.
 void ResizeZeroed(std::string& bytes, size_t n);
+
+// `bytes` (rounded up to whole 4 KiB pages) of zeroed memory mapped for themselves, starting
+// on a 2 MiB boundary; nullptr when the system has no more. Given back by UnmapHugeAligned with
+// the same `bytes`.
+void* MapHugeAligned(size_t bytes);
+void UnmapHugeAligned(void* data, size_t bytes);
 
 }  // namespace tessera

@@ -5,6 +5,7 @@
 
 #include "base/escape.h"
 #include "base/huge_pages.h"
+#include "base/xxh3.h"
 
 namespace tessera::wire {
 
@@ -142,6 +143,7 @@ Result<uint8_t*> TensorAssembler::BeginChunk(uint32_t index, uint64_t offset, ui
 }
 
 Status TensorAssembler::EndChunk() {
+  if (pending_ == 0) return FailedPreconditionError(what_ + ": a chunk ended that had not begun");
   current_offset_ += pending_;
   received_ += pending_;
   pending_ = 0;
@@ -160,10 +162,16 @@ Result<TensorSet> TensorAssembler::Finish() {
                          std::to_string(manifest_.total_bytes()) + " bytes");
   }
   for (int i = 0; i < manifest_.tensors_size(); ++i) {
-    const std::string got = tensors_[i].Sha256();
-    if (got != manifest_.tensors(i).sha256()) {
-      return DataLossError(what_ + ": tensor " + QuoteUntrusted(tensors_[i].name) + ": content hash " + got.substr(0, 12) +
-                           "... does not match the manifest's " + manifest_.tensors(i).sha256().substr(0, 12) + "...");
+    // XXH3-128 where the manifest gives it (a coordinator's model versions do), else SHA-256.
+    const v1::TensorInfo& info = manifest_.tensors(i);
+    const NamedTensor& t = tensors_[static_cast<size_t>(i)];
+    const bool xxh3 = !info.xxh3_128().empty();
+    const std::string got = xxh3 ? Xxh3Hex(t.values.data(), t.ByteSize()) : t.Sha256();
+    const std::string& expected = xxh3 ? info.xxh3_128() : info.sha256();
+    if (got != expected) {
+      return DataLossError(what_ + ": tensor " + QuoteUntrusted(t.name) + ": content " +
+                           (xxh3 ? "checksum (xxh3_128) " : "hash ") + got.substr(0, 12) +
+                           "... does not match the manifest's " + EscapeUntrusted(expected.substr(0, 12)) + "...");
     }
   }
   started_ = false;

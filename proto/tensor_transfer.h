@@ -44,7 +44,7 @@ class TensorAssembler {
   Status Add(const v1::TensorChunk& chunk);
   // Add() in two steps, for a chunk read in place from the transport (AddModelChunkMessage):
   // where the `size` bytes of tensor `index` at `offset` go, with Add's checks; then, once
-  // they are written there, EndChunk() (always OK: the same calls as UpdateAssembler's).
+  // they are written there, EndChunk() (FAILED_PRECONDITION without a BeginChunk before it).
   Result<uint8_t*> BeginChunk(uint32_t index, uint64_t offset, uint64_t size);
   Status EndChunk();
   // Verifies completeness and hashes, then hands over the tensors.

@@ -86,6 +86,7 @@ Status AddModelChunkMessage(const grpc::ByteBuffer& message, TensorAssembler& as
   if (auto read = ReadInPlace(message, assembler, what)) return *read;
   v1::ModelChunkMessage parsed;
   if (!FromByteBuffer(message, &parsed)) return InvalidArgumentError(what + ": a message that is not a ModelChunkMessage");
+  if (parsed.has_manifest()) return assembler.Start(parsed.manifest());  // a second one: refused, so named
   if (!parsed.has_chunk()) return InvalidArgumentError(what + ": expected tensor chunks after the manifest");
   return assembler.Add(parsed.chunk());
 }

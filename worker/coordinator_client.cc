@@ -11,8 +11,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "proto/grpc_status.h"
 #include "proto/byte_buffers.h"
+#include "proto/grpc_status.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_chunk_reader.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
@@ -34,7 +34,11 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
   GrpcCoordinatorClient(const std::string& address, const wire::ClientTls& tls, std::shared_ptr<grpc::Channel> channel)
-      : address_(address), tls_(tls), channel_(std::move(channel)), stub_(v1::WorkerService::NewStub(channel_)) {}
+      : address_(address),
+        tls_(tls),
+        channel_(std::move(channel)),
+        stub_(v1::WorkerService::NewStub(channel_)),
+        download_method_(kDownloadModelMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel_) {}
 
   static grpc::ChannelArguments Arguments() {
     grpc::ChannelArguments args;
@@ -167,10 +171,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
     // (wire::AddModelChunkMessage), where a parsed message would first copy them into a
     // 1 MiB string of its own, mapped and faulted in again for every chunk.
-    const grpc::internal::RpcMethod method(kDownloadModelMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-                                           channel_);
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), method, &ctx, request));
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), download_method_, &ctx, request));
     const std::string what = "model version " + std::to_string(request.model_version()) + " of job " + request.job_id();
     wire::TensorAssembler assembler(what, uint64_t{1} << 40);
     grpc::ByteBuffer message;
@@ -341,6 +343,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   wire::ClientTls tls_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
+  // DownloadModel as a method of raw messages, registered with the channel once, as the
+  // generated stub registers its own. gRPC's internal API (RpcMethod, ClientReaderFactory),
+  // which the generated code uses too: the download tests run through it.
+  const grpc::internal::RpcMethod download_method_;
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
              "fault the large buffers a round maps (4 MiB or more: a large model's tensors, its download and its "
              "update) in 2 MiB transparent huge pages where the kernel gives them on request (madvise): one fault "
              "where there were 512; only the whole huge pages inside a buffer, so what is resident is unchanged "
-             "(default true; not with --keep-round-memory, whose buffers stay in the heap)");
+             "(default true; not with --keep-round-memory, whose buffers stay in the heap; false where the kernel's "
+             "compaction for huge pages would stall a worker on a host short of free memory)");
   std::string trainer;
   flags.String("trainer", &trainer,
                "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "

@@ -136,8 +136,17 @@ Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
   current_tensor_ = 0;
   current_offset_ = 0;
   SkipEmptyTensors();
-  if (verify_hashes_ && current_tensor_ < manifest_.tensors_size()) hasher_ = std::make_unique<Sha256>();
+  StartDigest();
   return Status::Ok();
+}
+
+void DownloadCheck::StartDigest() {
+  if (!verify_hashes_ || current_tensor_ >= manifest_.tensors_size()) return;
+  if (manifest_.tensors(current_tensor_).xxh3_128().empty()) {
+    sha256_ = std::make_unique<Sha256>();
+  } else {
+    xxh3_ = std::make_unique<Xxh3>();
+  }
 }
 
 Status DownloadCheck::AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t size, const char* data) {
@@ -156,7 +165,10 @@ Status DownloadCheck::AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t 
                          std::to_string(info.byte_size()) + " bytes, chunks of at most " +
                          std::to_string(manifest_.chunk_bytes()) + ") does not fit");
   }
-  if (hasher_ && data != nullptr) hasher_->Update(data, size);
+  if (data != nullptr) {
+    if (sha256_) sha256_->Update(data, size);
+    if (xxh3_) xxh3_->Update(data, size);
+  }
   current_offset_ += size;
   received_ += size;
   if (current_offset_ == info.byte_size()) return EndTensor();
@@ -165,18 +177,20 @@ Status DownloadCheck::AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t 
 
 Status DownloadCheck::EndTensor() {
   const auto& info = manifest_.tensors(current_tensor_);
-  if (hasher_) {
-    const std::string got = hasher_->FinishHex();
-    if (got != info.sha256()) {
-      return DataLossError(what_ + ": tensor '" + info.name() + "': content hash " + got.substr(0, 12) +
-                           "... does not match the manifest's " + info.sha256().substr(0, 12) + "...");
+  if (sha256_ || xxh3_) {
+    const std::string got = xxh3_ ? xxh3_->FinishHex() : sha256_->FinishHex();
+    const std::string& expected = xxh3_ ? info.xxh3_128() : info.sha256();
+    if (got != expected) {
+      return DataLossError(what_ + ": tensor '" + info.name() + "': content " + (xxh3_ ? "checksum (xxh3_128) " : "hash ") +
+                           got.substr(0, 12) + "... does not match the manifest's " + expected.substr(0, 12) + "...");
     }
-    hasher_.reset();
+    sha256_.reset();
+    xxh3_.reset();
   }
   ++current_tensor_;
   current_offset_ = 0;
   SkipEmptyTensors();
-  if (verify_hashes_ && current_tensor_ < manifest_.tensors_size()) hasher_ = std::make_unique<Sha256>();
+  StartDigest();
   return Status::Ok();
 }
 

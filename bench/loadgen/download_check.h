@@ -18,6 +18,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include "base/sha256.h"
+#include "base/xxh3.h"
 #include "base/status.h"
 #include "tessera/v1/worker_service.pb.h"
 
@@ -57,7 +58,11 @@ class DownloadCheck {
   int current_tensor_ = 0;
   uint64_t current_offset_ = 0;
   uint64_t received_ = 0;
-  std::unique_ptr<Sha256> hasher_;  // the current tensor's, when hashes are checked
+  // The current tensor's digest, when hashes are checked: XXH3-128 where the manifest gives
+  // it, as the worker checks it, else SHA-256.
+  std::unique_ptr<Sha256> sha256_;
+  std::unique_ptr<Xxh3> xxh3_;
+  void StartDigest();
 };
 
 }  // namespace tessera::loadgen

@@ -473,7 +473,7 @@ int main(int argc, char** argv) {
   flags.String("update", &s.update, "the update each client uploads: zero (unchanged model) or random (small values)");
   flags.Int("random-variants", &s.random_variants, "different random updates, shared among the clients");
   flags.Int("chunk-kib", &s.chunk_kib, "upload chunk size in KiB, as tessera-worker --chunk-kib (at most 1024)");
-  flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's SHA-256, as the worker does");
+  flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's checksum as the worker does (XXH3-128 where the manifest gives it, else SHA-256)");
   flags.Bool("always-download", &s.always_download,
              "download every model, as workers did before small models travelled inside their tasks");
   flags.Bool("always-upload-call", &s.always_upload_call,

@@ -15,15 +15,22 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
+// A large block (a model's parameters, its optimiser state) is mapped for itself, on a 2 MiB
+// boundary, so that all of it but its last partial page can be huge pages (Allocate). The pool
+// hands back a block with the size it was taken with, which decides how it is freed.
 DriverAllocator HostAllocator() {
   return DriverAllocator{
       [](size_t bytes) -> void* {
-        // A large block (a model's parameters, gradients, optimiser state) starts on a 2 MiB
-        // boundary, so that all of it but its last partial page can be huge pages (Allocate).
-        const size_t alignment = bytes >= kHugePageAdviceMinBytes && HugePageAdviceEnabled() ? kHugePageBytes : kAlignment;
-        return std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+        if (bytes >= kHugePageAdviceMinBytes) return MapHugeAligned(bytes);
+        return std::aligned_alloc(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
       },
-      [](void* address, size_t) { std::free(address); }};
+      [](void* address, size_t bytes) {
+        if (bytes >= kHugePageAdviceMinBytes) {
+          UnmapHugeAligned(address, bytes);
+        } else {
+          std::free(address);
+        }
+      }};
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/xxh3.h"
 #include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
 
@@ -23,6 +24,12 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
   m->tensors_ = std::move(tensors);
   const TensorSet& set = *m->tensors_;
   *m->manifest_.mutable_manifest() = wire::BuildManifest(set, chunk_bytes);
+  // Beside each SHA-256 (the version's name), XXH3-128: what a worker checks its download
+  // against, the same protection against corruption on the way for a tenth of the CPU.
+  for (size_t i = 0; i < set.size(); ++i) {
+    m->manifest_.mutable_manifest()->mutable_tensors(static_cast<int>(i))->set_xxh3_128(
+        Xxh3Hex(set[i].values.data(), set[i].ByteSize()));
+  }
   m->total_bytes_ = m->manifest_.manifest().total_bytes();
   std::vector<std::string> hashes;
   for (const auto& info : m->manifest_.manifest().tensors()) hashes.push_back(info.sha256());

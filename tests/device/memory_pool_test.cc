@@ -1,7 +1,6 @@
 #include "device/memory_pool.h"
 
 #include <gtest/gtest.h>
-#include <malloc.h>
 
 #include <cstdlib>
 
@@ -77,8 +76,10 @@ TEST(MemoryPoolTest, TheCpuDevicesLargeBuffersAreAlignedForHugePagesAndAdvised) 
   if (!testing::KernelHasTransparentHugePages()) {
     GTEST_SKIP() << "this kernel has no transparent huge pages: the advice is refused and 4 KiB pages serve";
   }
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // as a lean worker, which turns the advice on
-  EnableHugePageAdvice(true);
+  EnableHugePageAdvice(true);  // as a lean worker does
+  struct Off {
+    ~Off() { EnableHugePageAdvice(false); }
+  } off;
   auto device = CreateCpuDevice();
   const size_t bytes = (size_t{10} << 20) + 4096;  // its size class is 16 MiB
   auto buffer = device->Allocate(bytes);
@@ -92,7 +93,6 @@ TEST(MemoryPoolTest, TheCpuDevicesLargeBuffersAreAlignedForHugePagesAndAdvised) 
   auto small = device->Allocate(64 << 10);
   ASSERT_TRUE(small.ok());
   EXPECT_FALSE(testing::AdvisedHugePages(small->data()));
-  EnableHugePageAdvice(false);
 }
 
 TEST(DeviceRegistryTest, CreatesTheCpuDeviceAndNamesUnknownOnes) {

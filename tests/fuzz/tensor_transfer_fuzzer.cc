@@ -2,14 +2,24 @@
 // chunks, then Finish. Input: records (fuzz_records.h), the first a serialized
 // v1::TensorManifest, each further one a serialized v1::TensorChunk.
 //
+// Each chunk goes in twice, into two assemblers: parsed and added (TensorAssembler::Add), and
+// as a worker reads a download off the wire, wrapped in a ModelChunkMessage and cut into two
+// gRPC slices where the record's first byte says (wire::AddModelChunkMessage, which reads the
+// coordinator's layout in place and parses any other). The two must agree on every verdict.
+//
 // Besides memory errors and undefined behaviour it checks what Finish promises: a transfer it
-// accepts has the manifest's tensors, names, shapes, sizes and hashes.
+// accepts has the manifest's tensors, names, shapes, sizes and checksums (XXH3-128 where the
+// manifest gives it, else SHA-256).
+#include <cstring>
 #include <string>
 
+#include "base/xxh3.h"
 #include "fuzz_check.h"
 #include "quiet_protobuf_log.h"
 #include "fuzz_records.h"
+#include "fuzz_wire.h"
 #include "proto/tensor_transfer.h"
+#include "proto/update_chunk_reader.h"
 
 namespace {
 
@@ -28,13 +38,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!manifest.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
 
   wire::TensorAssembler assembler("fuzzed transfer", kMaxTotalBytes);
+  wire::TensorAssembler from_wire("fuzzed transfer", kMaxTotalBytes);
   if (!assembler.Start(manifest).ok()) return 0;
+  FUZZ_CHECK(from_wire.Start(manifest).ok(), "the same manifest starts one assembler and not the other");
   while (records.Next(&bytes)) {
     v1::TensorChunk chunk;
     if (!chunk.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
-    if (!assembler.Add(chunk).ok()) return 0;
+    const bool added = assembler.Add(chunk).ok();
+    const size_t cut = bytes.empty() ? 0 : static_cast<uint8_t>(bytes[0]);
+    const bool read = wire::AddModelChunkMessage(fuzz::AsMessage(bytes, cut), from_wire, "fuzzed transfer").ok();
+    FUZZ_CHECK(added == read, std::string("a chunk was ") + (added ? "added" : "refused") + " parsed but " +
+                                  (read ? "added" : "refused") + " read off the wire");
+    if (!added) return 0;
   }
   Result<TensorSet> tensors = assembler.Finish();
+  Result<TensorSet> tensors_from_wire = from_wire.Finish();
+  FUZZ_CHECK(tensors.ok() == tensors_from_wire.ok(), "the two assemblers disagree on the whole transfer");
   if (!tensors.ok()) return 0;
 
   FUZZ_CHECK(static_cast<int>(tensors->size()) == manifest.tensors_size(), "tensor count differs from the manifest");
@@ -45,7 +64,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(t.name == info.name(), "tensor " + std::to_string(i) + ": name differs");
     FUZZ_CHECK(static_cast<int>(t.shape.size()) == info.shape_size(), "tensor " + std::to_string(i) + ": rank differs");
     FUZZ_CHECK(t.ByteSize() == info.byte_size(), "tensor " + std::to_string(i) + ": byte size differs");
-    FUZZ_CHECK(t.Sha256() == info.sha256(), "tensor " + std::to_string(i) + ": hash differs");
+    if (info.xxh3_128().empty()) {
+      FUZZ_CHECK(t.Sha256() == info.sha256(), "tensor " + std::to_string(i) + ": hash differs");
+    } else {
+      FUZZ_CHECK(Xxh3Hex(t.values.data(), t.ByteSize()) == info.xxh3_128(), "tensor " + std::to_string(i) + ": checksum differs");
+    }
+    const NamedTensor& other = (*tensors_from_wire)[i];
+    FUZZ_CHECK(other.ByteSize() == t.ByteSize() &&
+                   (t.values.empty() || std::memcmp(other.values.data(), t.values.data(), t.ByteSize()) == 0),
+               "tensor " + std::to_string(i) + ": bytes differ off the wire");
     total += t.ByteSize();
   }
   FUZZ_CHECK(total == manifest.total_bytes(), "total bytes differ from the manifest");

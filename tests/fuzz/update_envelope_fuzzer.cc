@@ -26,6 +26,7 @@
 #include "fuzz_check.h"
 #include "quiet_protobuf_log.h"
 #include "fuzz_records.h"
+#include "fuzz_wire.h"
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
@@ -34,21 +35,6 @@ namespace {
 
 constexpr uint64_t kMaxModelBytes = 1 << 20;
 constexpr double kTopKFraction = 0.25;
-
-// `chunk` as an UpdateChunkMessage's bytes (field 2), in two slices cut at `cut`.
-grpc::ByteBuffer AsMessage(std::string_view chunk, size_t cut) {
-  std::string message(1, static_cast<char>((2 << 3) | 2));
-  for (uint64_t n = chunk.size(); ; n >>= 7) {  // the length, a varint
-    message.push_back(static_cast<char>((n & 0x7f) | (n > 0x7f ? 0x80 : 0)));
-    if (n <= 0x7f) break;
-  }
-  message.append(chunk);
-  cut = message.empty() ? 0 : cut % message.size();
-  std::vector<grpc::Slice> slices;
-  slices.emplace_back(message.substr(0, cut));
-  slices.emplace_back(message.substr(cut));
-  return grpc::ByteBuffer(slices.data(), slices.size());
-}
 
 // `field` (length-delimited) holding `bytes`, appended to `out`.
 void AppendField(int field, std::string_view bytes, std::string* out) {
@@ -127,7 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!chunk.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
     const bool added = assembler.Add(chunk).ok();
     const size_t cut = bytes.empty() ? 0 : static_cast<uint8_t>(bytes[0]);
-    const bool read = wire::AddChunkMessage(AsMessage(bytes, cut), from_wire, "fuzzed update").ok();
+    const bool read = wire::AddChunkMessage(fuzz::AsMessage(bytes, cut), from_wire, "fuzzed update").ok();
     FUZZ_CHECK(added == read, std::string("a chunk was ") + (added ? "added" : "refused") + " parsed but " +
                                   (read ? "added" : "refused") + " read off the wire");
     if (!added) return 0;

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "base/xxh3.h"
 #include "proto/tensor_transfer.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -41,6 +42,14 @@ TEST(ModelVersionTest, AWholeDownloadReassemblesToTheTensors) {
   const v1::ModelChunkMessage manifest = Parse(version->wire_manifest());
   EXPECT_EQ(manifest.model_version(), 7u);
   EXPECT_EQ(manifest.model_sha256(), version->sha256());
+  // Each tensor carries its SHA-256 (the version's name is made of them) and the XXH3-128
+  // checksum a worker checks its download against.
+  ASSERT_EQ(manifest.manifest().tensors_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    const NamedTensor& t = set[static_cast<size_t>(i)];
+    EXPECT_EQ(manifest.manifest().tensors(i).sha256(), t.Sha256());
+    EXPECT_EQ(manifest.manifest().tensors(i).xxh3_128(), Xxh3Hex(t.values.data(), t.ByteSize()));
+  }
   wire::TensorAssembler assembler("download", 1 << 20);
   ASSERT_TRUE(assembler.Start(manifest.manifest()).ok());
   EXPECT_GT(version->wire_chunks().size(), 3u);  // 16-byte chunks: several per tensor

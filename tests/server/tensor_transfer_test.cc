@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "base/xxh3.h"
+
 namespace tessera::wire {
 namespace {
 
@@ -96,6 +98,36 @@ TEST(TensorTransferTest, DetectsCorruptContent) {
   auto out = assembler.Finish();
   EXPECT_EQ(out.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(out.status().message().find("conv.weight"), std::string::npos) << out.status().message();
+}
+
+// A manifest with XXH3-128 checksums (a coordinator's model versions carry them beside
+// SHA-256): the receiver checks them and not SHA-256, which still names the version.
+TEST(TensorTransferTest, AnXxh3ChecksumIsCheckedInSha256sPlace) {
+  const TensorSet set = MakeTensors();
+  v1::TensorManifest manifest = BuildManifest(set, 16);
+  for (size_t i = 0; i < set.size(); ++i) {
+    v1::TensorInfo* info = manifest.mutable_tensors(static_cast<int>(i));
+    info->set_xxh3_128(Xxh3Hex(set[i].values.data(), set[i].ByteSize()));
+    info->set_sha256(std::string(64, '0'));  // wrong, and not what decides
+  }
+  auto assemble = [&](const std::vector<v1::TensorChunk>& chunks) {
+    TensorAssembler assembler("model", 1 << 20);
+    EXPECT_TRUE(assembler.Start(manifest).ok());
+    for (const auto& c : chunks) EXPECT_TRUE(assembler.Add(c).ok());
+    return assembler.Finish();
+  };
+  auto out = assemble(Chunks(set, 16));
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[3].values, set[3].values);
+  // One bit changed on the way: refused, naming the checksum and the tensor.
+  auto chunks = Chunks(set, 16);
+  std::string data = chunks.back().data();
+  data[1] ^= 0x01;
+  chunks.back().set_data(data);
+  auto altered = assemble(chunks);
+  EXPECT_EQ(altered.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(altered.status().message().find("tensor 'fc.weight': content checksum (xxh3_128)"), std::string::npos)
+      << altered.status().message();
 }
 
 TEST(TensorTransferTest, DetectsATruncatedTransfer) {

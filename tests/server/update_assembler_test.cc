@@ -326,7 +326,8 @@ TEST(ModelChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefused) {
   ASSERT_GE(messages.size(), 3u);
   v1::ModelChunkMessage manifest;
   *manifest.mutable_manifest() = BuildManifest(Model(), 16);
-  ExpectRefused(ReadModel({manifest.SerializeAsString()}, 1), {"expected tensor chunks after the manifest"});
+  ExpectRefused(ReadModel({manifest.SerializeAsString()}, 1), {"model version 7 of job j", "a second manifest arrived"});
+  ExpectRefused(ReadModel({v1::ModelChunkMessage().SerializeAsString()}, 1), {"expected tensor chunks after the manifest"});
   ExpectRefused(ReadModel({std::string("\xff\xff\xff")}, 1), {"not a ModelChunkMessage"});
   std::vector<std::string> swapped = messages;
   std::swap(swapped[1], swapped[2]);
