@@ -178,8 +178,8 @@ Result<TensorSet> TensorAssembler::Finish() {
   return std::move(tensors_);
 }
 
-Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what) {
-  TensorAssembler assembler(what, uint64_t{1} << 40);
+Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what, uint64_t max_bytes) {
+  TensorAssembler assembler(what, max_bytes);
   RETURN_IF_ERROR(assembler.Start(model.manifest()));
   for (const v1::TensorChunk& chunk : model.chunks()) RETURN_IF_ERROR(assembler.Add(chunk));
   return assembler.Finish();

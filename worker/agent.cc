@@ -65,6 +65,20 @@ constexpr char kServerControlSet[] = "server_control";
 constexpr char kClientControlSet[] = "client_control";
 constexpr char kControlDeltaSet[] = "control_delta";
 
+// What a round's download may hold: the job's model and the sets the task names, each of the
+// model's layout, counted from the job's model without building it. A manifest that declares
+// more is refused before anything is allocated for it.
+constexpr int kMaxModelSets = 8;
+Result<uint64_t> DownloadBound(const v1::TrainTask& task, const std::string& what) {
+  if (task.model_sets_size() > kMaxModelSets) {
+    return InvalidArgumentError(what + ": the task names " + std::to_string(task.model_sets_size()) +
+                                " model sets, expected at most " + std::to_string(kMaxModelSets));
+  }
+  auto parameters = CountParameters(wire::ToModelConfig(task.spec()));
+  if (!parameters.ok()) return parameters.status().WithContext(what + ": the task's model");
+  return static_cast<uint64_t>(*parameters) * sizeof(float) * static_cast<uint64_t>(1 + task.model_sets_size());
+}
+
 // Cuts a download into the model (returned in *model) and the sets the task names, whose
 // tensors are named "SET/NAME": each set comes back under the model's names, checked against
 // the model's layout.
@@ -366,18 +380,20 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
   // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
+  ASSIGN_OR_RETURN(const uint64_t max_download, DownloadBound(task, what));
   TensorSet downloaded;
   if (task.has_inline_model()) {
-    ASSIGN_OR_RETURN(downloaded, wire::ReadInlineModel(task.inline_model(), "model version " +
-                                                                             std::to_string(task.model_version()) +
-                                                                             " of job " + task.job_id() + " (in its task)"));
+    ASSIGN_OR_RETURN(downloaded, wire::ReadInlineModel(task.inline_model(),
+                                                       "model version " + std::to_string(task.model_version()) +
+                                                           " of job " + task.job_id() + " (in its task)",
+                                                       max_download));
   } else {
     v1::DownloadModelRequest request;
     request.set_worker_id(worker_id);
     request.set_session(session);
     request.set_job_id(task.job_id());
     request.set_model_version(task.model_version());
-    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request));
+    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request, max_download));
   }
   const double download_ms = MillisSince(download_start);
 #ifdef __GLIBC__

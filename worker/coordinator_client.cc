@@ -165,7 +165,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
   }
 
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
@@ -174,7 +174,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), download_method_, &ctx, request));
     const std::string what = "model version " + std::to_string(request.model_version()) + " of job " + request.job_id();
-    wire::TensorAssembler assembler(what, uint64_t{1} << 40);
+    wire::TensorAssembler assembler(what, max_bytes);
     grpc::ByteBuffer message;
     Status status;
     bool have_manifest = false;

@@ -27,8 +27,9 @@ class CoordinatorClient {
   virtual Status RunTaskChannel(const v1::TaskChannelRequest& request,
                                 const std::function<void(const v1::Task&)>& on_task) = 0;
   virtual void CancelTaskChannel() = 0;
-  // The model of request.model_version(), reassembled from its chunks and hash-checked.
-  virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request) = 0;
+  // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
+  // manifest of more than `max_bytes` is refused before anything is allocated for it.
+  virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) = 0;
   // Sends the header then the chunks of `tensors`; returns the coordinator's verdict. The
   // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
   // in set order; a failure header comes with no tensors. The gRPC client sends an update that

@@ -69,7 +69,7 @@ TEST(InlineModelTest, OnlyAWorkerThatTakesItGetsTheModelInItsTask) {
     }
     ASSERT_TRUE(inline_task.has_inline_model());
     EXPECT_GT(inline_task.inline_model().chunks_size(), 1);
-    auto carried = wire::ReadInlineModel(inline_task.inline_model(), "the taker's model");
+    auto carried = wire::ReadInlineModel(inline_task.inline_model(), "the taker's model", uint64_t{1} << 30);
     ASSERT_TRUE(carried.ok()) << carried.status().ToString();
     EXPECT_EQ(TensorSetSha256(*carried), TensorSetSha256(*downloaded));
     // The task's own fields are there beside the model.

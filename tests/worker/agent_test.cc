@@ -79,6 +79,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::vector<v1::JoinRequest> joins;
     bool cancelled = false;
     int downloads = 0;
+    std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -119,10 +120,11 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->cancelled = true;
     shared_->cv.notify_all();
   }
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&, uint64_t max_bytes) override {
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       ++shared_->downloads;
+      shared_->download_bounds.push_back(max_bytes);
     }
     TensorSet download = model_;
     download.insert(download.end(), download_sets_.begin(), download_sets_.end());
@@ -376,6 +378,11 @@ void AgentTest::ExpectScaffoldUpload(double momentum) {
     }
   }
   EXPECT_GT(largest_delta, 0.0) << "the worker did not train";
+  // The download was allowed the model and its two sets, counted from the job, and no more.
+  uint64_t model_bytes = 0;
+  for (const NamedTensor& t : model) model_bytes += t.ByteSize();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->download_bounds, std::vector<uint64_t>{3 * model_bytes});
 }
 
 TEST_F(AgentTest, AScaffoldRoundDownloadsTheVariatesAndUploadsTheirChange) { ExpectScaffoldUpload(0.0); }
@@ -392,6 +399,19 @@ TEST_F(AgentTest, AScaffoldRoundWithoutTheVariatesIsReportedAsAFailure) {
   ASSERT_TRUE(WaitForUpload(1, 1, &upload));
   EXPECT_NE(upload.failure().find("must carry the sets 'server_control' and 'client_control'"), std::string::npos)
       << upload.failure();
+}
+
+// A task naming more sets than any strategy sends is refused before anything is downloaded.
+TEST_F(AgentTest, ATaskNamingTooManyModelSetsIsReportedAsAFailure) {
+  v1::Task task = Train(1, 1);
+  for (int i = 0; i < 9; ++i) task.mutable_train()->add_model_sets("set" + std::to_string(i));
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_NE(upload.failure().find("the task names 9 model sets, expected at most 8"), std::string::npos)
+      << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 0);
 }
 
 // --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
