@@ -179,7 +179,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     Status status;
     bool have_manifest = false;
     while (reader->Read(&message)) {
-      if (!status.ok()) continue;  // drain
+      if (!status.ok()) {
+        ctx.TryCancel();  // the download is refused: the rest of it is not waited for
+        continue;         // Read ends at once, then Finish
+      }
       if (have_manifest) {
         status = wire::AddModelChunkMessage(message, assembler, what);
         continue;
@@ -195,8 +198,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       }
     }
     grpc::Status finished = reader->Finish();
+    if (!status.ok()) return status;  // what was wrong with it, not the cancel that followed
     if (!finished.ok()) return FromGrpc(finished, "download " + what);
-    if (!status.ok()) return status;
     return assembler.Finish();
   }
 
