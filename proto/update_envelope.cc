@@ -135,6 +135,51 @@ void AppendChunks(const UpdateBytes& tensors, uint32_t chunk_bytes,
   }
 }
 
+namespace {
+
+void PutVarint(std::string* out, uint64_t value) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+// A slice of `size` bytes at `data` that holds `owner` until gRPC releases it.
+grpc::Slice SliceHolding(const std::shared_ptr<const UpdateBytes>& owner, const char* data, size_t size) {
+  auto* held = new std::shared_ptr<const UpdateBytes>(owner);
+  grpc_slice slice = grpc_slice_new_with_user_data(
+      const_cast<char*>(data), size, [](void* p) { delete static_cast<std::shared_ptr<const UpdateBytes>*>(p); }, held);
+  return grpc::Slice(slice, grpc::Slice::STEAL_REF);
+}
+
+}  // namespace
+
+Status ForEachChunkMessage(const std::shared_ptr<const UpdateBytes>& tensors, uint32_t chunk_bytes,
+                           const std::function<Status(const grpc::ByteBuffer&)>& emit) {
+  chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
+  std::string fields, head;
+  for (size_t i = 0; i < tensors->size(); ++i) {
+    const std::string& bytes = (*tensors)[i];
+    for (size_t offset = 0; offset < bytes.size(); offset += chunk_bytes) {
+      const size_t n = std::min<size_t>(chunk_bytes, bytes.size() - offset);
+      fields.clear();  // TensorChunk: tensor_index (1), offset (2), then data's tag and length (3)
+      fields.push_back(static_cast<char>(1 << 3));
+      PutVarint(&fields, i);
+      fields.push_back(static_cast<char>(2 << 3));
+      PutVarint(&fields, offset);
+      fields.push_back(static_cast<char>((3 << 3) | 2));
+      PutVarint(&fields, n);
+      head.assign(1, static_cast<char>((2 << 3) | 2));  // UpdateChunkMessage.chunk
+      PutVarint(&head, fields.size() + n);
+      head += fields;
+      grpc::Slice slices[2] = {grpc::Slice(head), SliceHolding(tensors, bytes.data() + offset, n)};
+      RETURN_IF_ERROR(emit(grpc::ByteBuffer(slices, 2)));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
                     const std::function<Status(const v1::TensorChunk&)>& emit) {
   chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);

@@ -11,8 +11,11 @@
 // Shared by the coordinator and the worker, like the rest of proto/.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,6 +70,14 @@ void AppendUpdateSet(const std::string& name, const TensorSet& tensors, UpdateEn
 // error `emit` returns and returns it.
 Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
                     const std::function<Status(const v1::TensorChunk&)>& emit);
+
+// The chunks ForEachChunk would emit, each as the bytes of an UpdateChunkMessage laid out as
+// Tessera's writers lay them out (the chunk the message's only field, its data last): a small
+// slice of the fields, then the chunk's bytes in `tensors` themselves, not copied. Each such
+// slice holds `tensors`, which lives until gRPC has let go of the last of them (it may hold
+// one until the bytes are on the wire, after the call that sent it has ended).
+Status ForEachChunkMessage(const std::shared_ptr<const UpdateBytes>& tensors, uint32_t chunk_bytes,
+                           const std::function<Status(const grpc::ByteBuffer&)>& emit);
 
 // The chunks ForEachChunk would emit, appended to `out` with one copy of their bytes (an
 // inline update's, TaskSessionMessage.update.chunks, built in place).

@@ -365,7 +365,7 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
     wire::IdentifyUpdate(task, worker_id_, session_, &header);
   }
   header.set_failure(why.ToString());
-  auto sent = client_->UploadUpdate(header, wire::UpdateBytes(), options_.chunk_bytes);
+  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(), options_.chunk_bytes);
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
@@ -694,7 +694,7 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
     wire::AppendUpdateSet(name, tensors, delta ? encoding : UpdateEncoding::kFloat32, fraction, options_.chunk_bytes,
                           &header, &bytes, upload_xxh3_ ? wire::UpdateDigest::kXxh3 : wire::UpdateDigest::kSha256);
   }
-  auto sent = client_->UploadUpdate(header, bytes, options_.chunk_bytes);
+  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
   if (feedback) {
     // Taken: what was not sent waits for the next round. Refused or not delivered: none of
     // it reached the model, so the whole of it does.

@@ -26,6 +26,7 @@ constexpr auto kCallDeadline = std::chrono::seconds(10);
 constexpr auto kTransferDeadline = std::chrono::minutes(5);
 // WorkerService.DownloadModel's full name, for reading its messages raw.
 constexpr char kDownloadModelMethod[] = "/tessera.v1.WorkerService/DownloadModel";
+constexpr char kUploadUpdateMethod[] = "/tessera.v1.WorkerService/UploadUpdate";
 
 void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d) {
   ctx->set_deadline(std::chrono::system_clock::now() + d);
@@ -203,8 +204,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return assembler.Finish();
   }
 
-  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
                                         uint32_t chunk_bytes) override {
+    const wire::UpdateBytes& tensors = *shared;
     if (header.sets_size() == 0 && !tensors.empty()) {
       return InvalidArgumentError("upload: tensors without the header's sets that describe them");
     }
@@ -220,8 +222,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       grpc::ChannelArguments args = Arguments();
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a new connection, not the shared one
       ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> own, wire::MakeChannel(address_, tls_, std::move(args)));
-      auto own_stub = v1::WorkerService::NewStub(std::move(own));
-      grpc::Status s = UploadOn(*own_stub, header, tensors, chunk_bytes, &result);
+      grpc::Status s = UploadOn(own, header, shared, chunk_bytes, &result);
       if (s.ok()) return result;
       // A new connection can fail where the worker's own still stands (a connect or a handshake
       // refused, a certificate that expired since the worker's connection was verified): the
@@ -236,7 +237,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                    FromGrpc(s, "upload").ToString());
       result.Clear();
     }
-    grpc::Status s = UploadOn(*stub_, header, tensors, chunk_bytes, &result);
+    grpc::Status s = UploadOn(channel_, header, shared, chunk_bytes, &result);
     if (!s.ok()) return FromGrpc(s, "upload");
     return result;
   }
@@ -317,24 +318,29 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
   // Streams the header then the chunks of `tensors` on `stub`'s connection.
-  grpc::Status UploadOn(v1::WorkerService::Stub& stub, const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
-                        uint32_t chunk_bytes, v1::UploadResult* result) {
+  // Raw messages: each chunk goes out as a small slice of its fields and its bytes where they
+  // lie in `tensors`, not copied into a message and again into a serialized one (each copy a
+  // new 1 MiB buffer, mapped and faulted in per chunk). The slices hold `tensors` for as long
+  // as gRPC holds them (wire::ForEachChunkMessage).
+  grpc::Status UploadOn(const std::shared_ptr<grpc::Channel>& channel, const v1::UpdateHeader& header,
+                        const std::shared_ptr<const wire::UpdateBytes>& tensors, uint32_t chunk_bytes,
+                        v1::UploadResult* result) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
-    auto writer = stub.UploadUpdate(&ctx, result);
+    const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, result));
     v1::UpdateChunkMessage message;
     *message.mutable_header() = header;
-    bool open = writer->Write(message);
+    grpc::ByteBuffer first;
+    if (!wire::ToByteBuffer(message, &first)) return grpc::Status(grpc::StatusCode::INTERNAL, "upload: header");
+    bool open = writer->Write(first);
     // Admission: no tensor leaves before the coordinator has room for them; it says so with
     // the stream's initial metadata (or ends the call, which ends the wait too).
-    if (open && !tensors.empty() && upload_admission_) writer->WaitForInitialMetadata();
+    if (open && !tensors->empty() && upload_admission_) writer->WaitForInitialMetadata();
     if (open) {
-      // One message for every chunk: its bytes' buffer is reused, not mapped and faulted in
-      // again for each chunk of a large update.
-      v1::UpdateChunkMessage m;
-      wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& chunk) {
-        *m.mutable_chunk() = chunk;
-        if (!writer->Write(m)) return CancelledError("the coordinator closed the upload");
+      wire::ForEachChunkMessage(tensors, chunk_bytes, [&](const grpc::ByteBuffer& chunk) {
+        if (!writer->Write(chunk)) return CancelledError("the coordinator closed the upload");
         return Status::Ok();
       }).ok();  // a write that fails ends the call: Finish() says why
     }

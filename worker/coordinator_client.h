@@ -36,8 +36,9 @@ class CoordinatorClient {
   // fits the coordinator's JoinResponse.inline_update_max_bytes inside the open task session
   // and waits for its verdict there, unless it is called from the thread that runs
   // RunTaskChannel (inside on_task); any other update goes by an UploadUpdate call.
-  virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
-                                                uint32_t chunk_bytes) = 0;
+  // `tensors` is shared: the transport may still hold some of its bytes after the call ends.
+  virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header,
+                                                std::shared_ptr<const wire::UpdateBytes> tensors, uint32_t chunk_bytes) = 0;
   // The coordinator's rendezvous store, for site cohorts. Get waits up to request.wait_ms.
   virtual Status StoreSet(const v1::StoreRequest& request) = 0;
   virtual Result<std::string> StoreGet(const v1::StoreRequest& request) = 0;

@@ -140,7 +140,7 @@ void JoinAndUploadTwice(StandIn& stand_in, size_t bytes, const std::function<voi
   ASSERT_TRUE(joined.ok()) << joined.status().ToString();
   v1::UpdateHeader header;
   header.add_sets()->set_name("delta");
-  const wire::UpdateBytes tensors = {std::string(bytes, '\x01')};
+  const auto tensors = std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(bytes, '\x01')});
   for (int i = 0; i < 2; ++i) {
     auto result = (*client)->UploadUpdate(header, tensors, 4096);
     ASSERT_TRUE(result.ok()) << result.status().ToString();

@@ -12,6 +12,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "base/sha256.h"
+#include "proto/byte_buffers.h"
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
@@ -247,6 +248,45 @@ TEST(UpdateChunkReaderTest, ChunksReadFromTheTransportsSlicesMatchTheParsedOnesI
   const Result<TensorSet> half_read = ReadMessages(half, ChunkMessages(half, false), 3);
   ASSERT_TRUE(half_read.ok()) << half_read.status().ToString();
   EXPECT_EQ((*half_read)[1].values, (std::vector<float>{0.5f, -0.25f, 0.125f, 0}));
+}
+
+// The worker's chunk messages, built over the update's own bytes: each parses to the chunk
+// ForEachChunk emits (explicit zeros for index and offset are the same fields), and the
+// coordinator reads them in place into the same update.
+TEST(UpdateChunkReaderTest, ChunkMessagesOverTheUpdatesBytesAreItsChunks) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
+  std::vector<v1::TensorChunk> chunks;
+  ASSERT_TRUE(ForEachChunk(upload.bytes, 16, [&](const v1::TensorChunk& c) {
+                chunks.push_back(c);
+                return Status::Ok();
+              }).ok());
+  std::vector<std::string> messages;
+  auto shared = std::make_shared<const UpdateBytes>(upload.bytes);
+  ASSERT_TRUE(ForEachChunkMessage(shared, 16, [&](const grpc::ByteBuffer& m) {
+                v1::UpdateChunkMessage parsed;
+                EXPECT_TRUE(FromByteBuffer(m, &parsed));
+                const size_t i = messages.size();
+                EXPECT_LT(i, chunks.size());
+                if (i < chunks.size()) {
+                  EXPECT_EQ(parsed.chunk().tensor_index(), chunks[i].tensor_index());
+                  EXPECT_EQ(parsed.chunk().offset(), chunks[i].offset());
+                  EXPECT_EQ(parsed.chunk().data(), chunks[i].data());
+                }
+                std::vector<grpc::Slice> slices;
+                EXPECT_TRUE(m.Dump(&slices).ok());
+                std::string bytes;
+                for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+                messages.push_back(bytes);
+                return Status::Ok();
+              }).ok());
+  ASSERT_EQ(messages.size(), chunks.size());
+  EXPECT_EQ(shared.use_count(), 1);  // every message's slices have let go of the bytes
+  for (size_t pieces : {1, 3}) {
+    const Result<TensorSet> read = ReadMessages(upload, messages, pieces);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_EQ((*read)[0].values, Model()[0].values);
+    EXPECT_EQ((*read)[1].values, Model()[1].values);
+  }
 }
 
 TEST(UpdateChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefusedAsByTheParser) {

@@ -131,8 +131,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     return download;
   }
   // Read back as the coordinator reads it (proto/update_assembler.h).
-  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
                                         uint32_t chunk_bytes) override {
+    const wire::UpdateBytes& tensors = *shared;
     std::lock_guard<std::mutex> lock(shared_->mu);
     TensorSet decoded;
     uint64_t bytes = 0;
