@@ -29,6 +29,7 @@
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 #include "worker/cohort.h"
+#include "worker/round_download.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -57,48 +58,6 @@ using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-// SCAFFOLD's sets: what a round's download carries besides the model, and what the update
-// carries besides the delta.
-constexpr char kServerControlSet[] = "server_control";
-constexpr char kClientControlSet[] = "client_control";
-constexpr char kControlDeltaSet[] = "control_delta";
-
-// What a round's download may hold: the job's model and the sets the task names, each of the
-// model's layout, counted from the job's model without building it. A manifest that declares
-// more is refused before anything is allocated for it.
-constexpr int kMaxModelSets = 8;
-Result<uint64_t> DownloadBound(const v1::TrainTask& task, const std::string& what) {
-  if (task.model_sets_size() > kMaxModelSets) {
-    return InvalidArgumentError(what + ": the task names " + std::to_string(task.model_sets_size()) +
-                                " model sets, expected at most " + std::to_string(kMaxModelSets));
-  }
-  auto parameters = CountParameters(wire::ToModelConfig(task.spec()));
-  if (!parameters.ok()) return parameters.status().WithContext(what + ": the task's model");
-  return static_cast<uint64_t>(*parameters) * sizeof(float) * static_cast<uint64_t>(1 + task.model_sets_size());
-}
-
-// Cuts a download into the model (returned in *model) and the sets the task names, whose
-// tensors are named "SET/NAME": each set comes back under the model's names, checked against
-// the model's layout.
-Result<std::map<std::string, TensorSet>> SplitDownload(TensorSet downloaded, const v1::TrainTask& task,
-                                                       const std::string& what, TensorSet* model) {
-  std::map<std::string, TensorSet> sets;
-  for (NamedTensor& t : downloaded) {
-    const auto set = std::find_if(task.model_sets().begin(), task.model_sets().end(),
-                                  [&](const std::string& name) { return t.name.rfind(name + "/", 0) == 0; });
-    if (set == task.model_sets().end()) {
-      model->push_back(std::move(t));
-    } else {
-      t.name.erase(0, set->size() + 1);
-      sets[*set].push_back(std::move(t));
-    }
-  }
-  for (const std::string& name : task.model_sets()) {
-    RETURN_IF_ERROR(CheckSameLayout(*model, sets[name], what + ": the download's set '" + name + "'"));
-  }
-  return sets;
 }
 
 }  // namespace
