@@ -14,6 +14,10 @@ bool ToByteBuffer(const Message& message, grpc::ByteBuffer* out) {
   return grpc::SerializationTraits<Message>::Serialize(message, out, &own).ok();
 }
 
+// `buffer` for a grpc::ProtoBufferReader, which only reads its slices (it takes a pointer to a
+// mutable buffer all the same): no copy of the slice list, as grpc::ByteBuffer's copy makes.
+inline grpc::ByteBuffer* Unowned(const grpc::ByteBuffer& buffer) { return const_cast<grpc::ByteBuffer*>(&buffer); }
+
 // `in` parsed into `message`; false for bytes that are not one. `in` is left as it was (the
 // parse reads a copy that shares its slices).
 template <typename Message>

@@ -4,7 +4,13 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 #include <grpc/slice.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "proto/byte_buffers.h"
 
 namespace tessera::wire {
 namespace {
@@ -13,6 +19,58 @@ using google::protobuf::internal::WireFormatLite;
 
 constexpr int kTrainField = v1::Task::kTrainFieldNumber;
 constexpr int kInlineModelField = v1::TrainTask::kInlineModelFieldNumber;
+
+constexpr uint32_t kTrainTag = WireFormatLite::MakeTag(kTrainField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+constexpr uint32_t kInlineModelTag = WireFormatLite::MakeTag(kInlineModelField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
+
+// Bytes [begin, end) of `message` as slices sharing its own.
+grpc::ByteBuffer SubBuffer(const grpc::ByteBuffer& message, uint64_t begin, uint64_t end) {
+  std::vector<grpc::Slice> slices, parts;
+  if (!message.Dump(&slices).ok()) return grpc::ByteBuffer();
+  uint64_t at = 0;
+  for (const grpc::Slice& slice : slices) {
+    const uint64_t from = std::max(begin, at), to = std::min<uint64_t>(end, at + slice.size());
+    if (from < to) parts.push_back(slice.sub(from - at, to - at));
+    at += slice.size();
+    if (at >= end) break;
+  }
+  return grpc::ByteBuffer(parts.data(), parts.size());
+}
+
+// The in-place read of ReadTask: false when `message` is not laid out as one TrainTask with
+// at most one model (the caller parses it whole).
+bool ReadTrainTaskInPlace(const grpc::ByteBuffer& message, v1::Task* task, grpc::ByteBuffer* inline_model) {
+  const uint64_t total = message.Length();
+  if (total > static_cast<uint64_t>(std::numeric_limits<int>::max())) return false;
+  grpc::ProtoBufferReader reader(Unowned(message));
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  uint32_t length = 0;
+  if (in.ReadTag() != kTrainTag || !in.ReadVarint32(&length)) return false;
+  if (static_cast<uint64_t>(in.CurrentPosition()) + length != total) return false;  // other fields too
+  std::string fields;  // the TrainTask's fields but its model, as they came
+  int64_t model_at = -1;
+  uint32_t model_bytes = 0;
+  {
+    google::protobuf::io::StringOutputStream stream(&fields);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+      if (tag == kInlineModelTag) {
+        if (model_at >= 0 || !in.ReadVarint32(&model_bytes)) return false;  // a second model merges: parsed
+        model_at = in.CurrentPosition();
+        if (!in.Skip(static_cast<int>(model_bytes))) return false;
+      } else if (!WireFormatLite::SkipField(&in, tag, &out)) {
+        return false;
+      }
+    }
+  }
+  if (static_cast<uint64_t>(in.CurrentPosition()) != total) return false;
+  if (!task->mutable_train()->ParseFromString(fields)) return false;
+  if (model_at >= 0) {
+    *inline_model = SubBuffer(message, static_cast<uint64_t>(model_at), static_cast<uint64_t>(model_at) + model_bytes);
+  }
+  return true;
+}
 
 // The slice's reference to the shared model: released by gRPC through Unref.
 void Unref(void* user_data) { delete static_cast<std::shared_ptr<const std::string>*>(user_data); }
@@ -46,6 +104,20 @@ bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string
       grpc::Slice(grpc_slice_new_with_user_data(const_cast<char*>(model.data()), model.size(), Unref, reference),
                   grpc::Slice::STEAL_REF)};
   *out = grpc::ByteBuffer(slices, 2);
+  return true;
+}
+
+bool ReadTask(const grpc::ByteBuffer& message, v1::Task* task, grpc::ByteBuffer* inline_model) {
+  task->Clear();
+  inline_model->Clear();
+  if (ReadTrainTaskInPlace(message, task, inline_model)) return true;
+  task->Clear();
+  inline_model->Clear();
+  if (!FromByteBuffer(message, task)) return false;
+  if (task->has_train() && task->train().has_inline_model()) {
+    if (!ToByteBuffer(task->train().inline_model(), inline_model)) return false;
+    task->mutable_train()->clear_inline_model();
+  }
   return true;
 }
 

@@ -21,6 +21,14 @@ namespace tessera::wire {
 bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string> inline_model,
                          grpc::ByteBuffer* out);
 
+// The reverse of TaskWithInlineModel, for a reader that does not need the model's bytes in
+// a parsed message: `task` gets every field of `message` (a serialized v1::Task) but
+// TrainTask.inline_model, and `inline_model` that field's bytes (a serialized v1::InlineModel)
+// as slices of `message`, shared, not copied; left empty when the task carries no model.
+// Whatever is not one TrainTask with at most one model is parsed whole instead, the model
+// then serialized into `inline_model`. False when `message` is not a v1::Task.
+bool ReadTask(const grpc::ByteBuffer& message, v1::Task* task, grpc::ByteBuffer* inline_model);
+
 // An update sent inside a task session: the bytes of the v1::TaskSessionMessage whose
 // `update` is `header_message` (a serialized UpdateChunkMessage carrying the header) followed
 // by `chunk_messages` (serialized UpdateChunkMessages carrying chunks). Their field numbers are

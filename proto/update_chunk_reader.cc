@@ -59,8 +59,7 @@ std::optional<Status> ReadChunkFields(google::protobuf::io::CodedInputStream& in
 // UpdateChunkMessage.chunk and ModelChunkMessage.chunk are both field 2.
 template <typename Assembler>
 std::optional<Status> ReadInPlace(const grpc::ByteBuffer& message, Assembler& assembler, const std::string& what) {
-  grpc::ByteBuffer view(message);  // shares the slices
-  grpc::ProtoBufferReader reader(&view);
+  grpc::ProtoBufferReader reader(Unowned(message));
   google::protobuf::io::CodedInputStream in(&reader);
   const uint64_t total = message.Length();
   uint32_t length = 0;
@@ -102,13 +101,13 @@ constexpr uint32_t kInlineChunkTag = Tag(2, WireFormatLite::WIRETYPE_LENGTH_DELI
 
 }  // namespace
 
-Status InlineUpdateReader::Start(const grpc::ByteBuffer& message, v1::UpdateHeader* header) {
-  message_ = message;  // shares the slices
+Status InlineUpdateReader::Start(grpc::ByteBuffer&& message, v1::UpdateHeader* header) {
+  message_.Clear();
+  message_.Swap(&message);
   parsed_.reset();
   chunks_at_ = 0;
   {
-    grpc::ByteBuffer view(message_);
-    grpc::ProtoBufferReader reader(&view);
+    grpc::ProtoBufferReader reader(&message_);
     google::protobuf::io::CodedInputStream in(&reader);
     in.SetTotalBytesLimit(std::numeric_limits<int>::max());
     uint32_t length = 0, header_length = 0;
@@ -137,8 +136,7 @@ Status InlineUpdateReader::Start(const grpc::ByteBuffer& message, v1::UpdateHead
 Status InlineUpdateReader::AddChunks(UpdateAssembler& assembler) {
   int added = 0;  // chunks placed in place before a layout that is not the writers'
   if (!parsed_) {
-    grpc::ByteBuffer view(message_);
-    grpc::ProtoBufferReader reader(&view);
+    grpc::ProtoBufferReader reader(&message_);
     google::protobuf::io::CodedInputStream in(&reader);
     in.SetTotalBytesLimit(std::numeric_limits<int>::max());
     if (!in.Skip(static_cast<int>(chunks_at_))) return InvalidArgumentError(what_ + ": the message ended early");

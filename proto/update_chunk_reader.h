@@ -39,7 +39,8 @@ class InlineUpdateReader {
   explicit InlineUpdateReader(std::string what) : what_(std::move(what)) {}
 
   // INVALID_ARGUMENT naming `what` when `message` is not a TaskSessionMessage with an update.
-  Status Start(const grpc::ByteBuffer& message, v1::UpdateHeader* header);
+  // The reader takes `message`'s slices (it is left empty) and holds them until it ends.
+  Status Start(grpc::ByteBuffer&& message, v1::UpdateHeader* header);
   Status AddChunks(UpdateAssembler& assembler);
 
  private:

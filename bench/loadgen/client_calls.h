@@ -18,6 +18,7 @@
 #include "bench/loadgen/simulated_client.h"
 #include "bench/loadgen/update_payload.h"
 #include "proto/byte_buffers.h"
+#include "proto/task_wire.h"
 
 namespace tessera::loadgen {
 namespace client_calls {
@@ -131,10 +132,11 @@ class SimulatedClient::TaskChannelCall final : public grpc::ClientBidiReactor<gr
       return;
     }
     v1::Task task;
-    const bool parsed = wire::FromByteBuffer(incoming_, &task);
+    grpc::ByteBuffer model;  // the model inside a task, left in the transport's slices
+    const bool parsed = wire::ReadTask(incoming_, &task, &model);
     incoming_.Clear();
     if (parsed) {
-      client_->OnTask(epoch_, std::move(task));
+      client_->OnTask(epoch_, std::move(task), &model);
     } else {
       client_->fleet()->RecordError("task channel: a message that is not a Task");
     }

@@ -1,7 +1,9 @@
 #include "bench/loadgen/download_check.h"
 
+#include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/wire_format_lite.h>
@@ -29,48 +31,82 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 
-// A chunk message's fields without its bytes; nullopt for any message that is not a
-// ModelChunkMessage with a chunk and no manifest (the caller parses it instead).
+// A chunk's fields without its bytes.
 struct ChunkFields {
   uint32_t tensor_index = 0;
   uint64_t offset = 0;
   uint64_t size = 0;
 };
+
+constexpr uint32_t kManifestTag = (1u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED;  // both messages' field 1
+constexpr uint32_t kChunkTag = (2u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED;     // both messages' field 2
+
+// A TensorChunk's fields, the stream at its length; its bytes skipped. False when it does not
+// read as one.
+bool ReadTensorChunk(google::protobuf::io::CodedInputStream& in, ChunkFields* chunk) {
+  uint32_t length = 0;
+  if (!in.ReadVarint32(&length)) return false;
+  const auto limit = in.PushLimit(static_cast<int>(length));
+  for (uint32_t inner = in.ReadTag(); inner != 0; inner = in.ReadTag()) {
+    uint32_t size = 0;
+    if (inner == ((1u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
+      if (!in.ReadVarint32(&chunk->tensor_index)) return false;
+    } else if (inner == ((2u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
+      if (!in.ReadVarint64(&chunk->offset)) return false;
+    } else if (inner == ((3u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+      if (!in.ReadVarint32(&size) || !in.Skip(static_cast<int>(size))) return false;
+      chunk->size = size;
+    } else if (!WireFormatLite::SkipField(&in, inner)) {
+      return false;
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return false;
+  in.PopLimit(limit);
+  return true;
+}
+
+// A chunk message's fields without its bytes; nullopt for any message that is not a
+// ModelChunkMessage with a chunk and no manifest (the caller parses it instead).
 std::optional<ChunkFields> ReadChunkFields(const grpc::ByteBuffer& message) {
-  grpc::ByteBuffer view(message);  // shares the slices
-  grpc::ProtoBufferReader reader(&view);
+  grpc::ProtoBufferReader reader(wire::Unowned(message));
   google::protobuf::io::CodedInputStream in(&reader);
   std::optional<ChunkFields> fields;
   for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
-    if (tag == ((2u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {  // chunk
-      uint32_t length = 0;
-      if (!in.ReadVarint32(&length)) return std::nullopt;
-      const auto limit = in.PushLimit(static_cast<int>(length));
-      ChunkFields chunk;  // a repeated message field merges; a second chunk is left to the parser
-      if (fields) return std::nullopt;
-      for (uint32_t inner = in.ReadTag(); inner != 0; inner = in.ReadTag()) {
-        uint32_t size = 0;
-        if (inner == ((1u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
-          if (!in.ReadVarint32(&chunk.tensor_index)) return std::nullopt;
-        } else if (inner == ((2u << 3) | WireFormatLite::WIRETYPE_VARINT)) {
-          if (!in.ReadVarint64(&chunk.offset)) return std::nullopt;
-        } else if (inner == ((3u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
-          if (!in.ReadVarint32(&size) || !in.Skip(static_cast<int>(size))) return std::nullopt;
-          chunk.size = size;
-        } else if (!WireFormatLite::SkipField(&in, inner)) {
-          return std::nullopt;
-        }
-      }
-      if (!in.ConsumedEntireMessage()) return std::nullopt;
-      in.PopLimit(limit);
-      fields = chunk;
-    } else if (tag == ((1u << 3) | WireFormatLite::WIRETYPE_LENGTH_DELIMITED)) {
+    if (tag == kChunkTag) {
+      if (fields) return std::nullopt;  // a repeated message field merges; left to the parser
+      if (!ReadTensorChunk(in, &fields.emplace())) return std::nullopt;
+    } else if (tag == kManifestTag) {
       return std::nullopt;  // a manifest
     } else if (!WireFormatLite::SkipField(&in, tag)) {
       return std::nullopt;
     }
   }
   if (!in.ConsumedEntireMessage()) return std::nullopt;
+  return fields;
+}
+
+// A serialized InlineModel read without copying its chunks' bytes: its manifest, then its
+// chunks' fields. Nullopt for any other layout (the caller parses it instead).
+struct InlineFields {
+  v1::ModelChunkMessage manifest;  // as a download's first message
+  std::vector<ChunkFields> chunks;
+};
+std::optional<InlineFields> ReadInlineFields(const grpc::ByteBuffer& model) {
+  if (model.Length() > static_cast<size_t>(std::numeric_limits<int>::max())) return std::nullopt;
+  grpc::ProtoBufferReader reader(wire::Unowned(model));
+  google::protobuf::io::CodedInputStream in(&reader);
+  in.SetTotalBytesLimit(std::numeric_limits<int>::max());
+  InlineFields fields;
+  if (in.ReadTag() != kManifestTag) return std::nullopt;
+  uint32_t length = 0;
+  if (!in.ReadVarint32(&length)) return std::nullopt;
+  const auto limit = in.PushLimit(static_cast<int>(length));
+  if (!fields.manifest.mutable_manifest()->ParseFromCodedStream(&in) || !in.ConsumedEntireMessage()) return std::nullopt;
+  in.PopLimit(limit);
+  for (uint32_t tag = in.ReadTag(); tag != 0; tag = in.ReadTag()) {
+    if (tag != kChunkTag || !ReadTensorChunk(in, &fields.chunks.emplace_back())) return std::nullopt;
+  }
+  if (static_cast<uint64_t>(in.CurrentPosition()) != model.Length()) return std::nullopt;
   return fields;
 }
 
@@ -87,18 +123,34 @@ Status DownloadCheck::AddWire(const grpc::ByteBuffer& message) {
   return Add(parsed);
 }
 
+Status DownloadCheck::AddInlineWire(const grpc::ByteBuffer& model) {
+  if (!verify_hashes_) {
+    if (auto fields = ReadInlineFields(model)) {
+      fields->manifest.set_model_version(model_version_);
+      RETURN_IF_ERROR(StartManifest(std::move(fields->manifest)));
+      for (const ChunkFields& chunk : fields->chunks) {
+        RETURN_IF_ERROR(AddChunk(chunk.tensor_index, chunk.offset, chunk.size, nullptr));
+      }
+      return Status::Ok();
+    }
+  }
+  v1::InlineModel parsed;
+  if (!wire::FromByteBuffer(model, &parsed)) return DataLossError(what_ + ": the model in its task is not an InlineModel");
+  return AddInline(parsed);
+}
+
 Status DownloadCheck::AddInline(const v1::InlineModel& model) {
   v1::ModelChunkMessage manifest;  // as a download's first message
   *manifest.mutable_manifest() = model.manifest();
   manifest.set_model_version(model_version_);
-  RETURN_IF_ERROR(StartManifest(manifest));
+  RETURN_IF_ERROR(StartManifest(std::move(manifest)));
   for (const v1::TensorChunk& chunk : model.chunks()) {
     RETURN_IF_ERROR(AddChunk(chunk.tensor_index(), chunk.offset(), chunk.data().size(), chunk.data().data()));
   }
   return Status::Ok();
 }
 
-Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
+Status DownloadCheck::StartManifest(v1::ModelChunkMessage message) {
   if (has_manifest_) return DataLossError(what_ + ": a second manifest arrived");
   if (message.model_version() != model_version_) {
     return DataLossError(what_ + ": expected model version " + std::to_string(model_version_) + ", got " +
@@ -131,7 +183,7 @@ Status DownloadCheck::StartManifest(const v1::ModelChunkMessage& message) {
     return DataLossError(what_ + ": manifest total_bytes " + std::to_string(m.total_bytes()) +
                          " does not match its tensors' " + std::to_string(total));
   }
-  manifest_ = m;
+  manifest_ = std::move(*message.mutable_manifest());
   has_manifest_ = true;
   current_tensor_ = 0;
   current_offset_ = 0;

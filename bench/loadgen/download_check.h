@@ -36,6 +36,9 @@ class DownloadCheck {
   Status AddWire(const grpc::ByteBuffer& message);
   // A model sent inside its task (TrainTask.inline_model): its manifest and every chunk.
   Status AddInline(const v1::InlineModel& model);
+  // The same model as its serialized bytes (wire::ReadTask): without hash checks its chunks
+  // are read in place, their bytes skipped; otherwise, or in another layout, it is parsed.
+  Status AddInlineWire(const grpc::ByteBuffer& model);
   // Every tensor complete (and its hash right, when checked).
   Status Finish() const;
 
@@ -44,7 +47,7 @@ class DownloadCheck {
   uint64_t bytes_received() const { return received_; }
 
  private:
-  Status StartManifest(const v1::ModelChunkMessage& message);
+  Status StartManifest(v1::ModelChunkMessage message);
   // `data` is null when hashes are not checked.
   Status AddChunk(uint32_t tensor_index, uint64_t offset, uint64_t size, const char* data);
   Status EndTensor();

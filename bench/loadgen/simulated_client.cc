@@ -185,7 +185,7 @@ void SimulatedClient::OnChannelEnded(uint64_t epoch, const grpc::Status& status)
   RejoinLater();
 }
 
-void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
+void SimulatedClient::OnTask(uint64_t epoch, v1::Task task, grpc::ByteBuffer* inline_model) {
   if (task.has_train()) {
     fleet_->Add(Counter::kTrainTasks);
     {
@@ -194,11 +194,13 @@ void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
       if (busy_) {  // taken when the work in hand ends; a newer task replaces an older one
         if (next_task_) fleet_->Add(Counter::kSupersededTasks);
         next_task_ = std::move(*task.mutable_train());
+        next_model_.Clear();
+        next_model_.Swap(inline_model);
         return;
       }
       busy_ = true;
     }
-    StartWork(std::move(*task.mutable_train()));
+    StartWork(std::move(*task.mutable_train()), inline_model);
   } else if (task.has_cancel()) {
     fleet_->Add(Counter::kCancels);
     std::lock_guard<std::mutex> lock(mu_);
@@ -208,7 +210,10 @@ void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
       return t.job_id() == cancel.job_id() && t.round() == cancel.round() &&
              (cancel.attempt() == 0 || cancel.attempt() == t.attempt());
     };
-    if (next_task_ && cancels(*next_task_)) next_task_.reset();
+    if (next_task_ && cancels(*next_task_)) {
+      next_task_.reset();
+      next_model_.Clear();
+    }
     if (busy_ && cancels(task_)) task_cancelled_ = true;
   } else if (task.has_verdict()) {
     const v1::UpdateVerdict& verdict = task.verdict();
@@ -232,9 +237,11 @@ void SimulatedClient::OnTask(uint64_t epoch, v1::Task task) {
   }
 }
 
-void SimulatedClient::StartWork(v1::TrainTask task) {
+void SimulatedClient::StartWork(v1::TrainTask task, grpc::ByteBuffer* inline_model) {
   std::shared_ptr<DownloadCall> download;
-  std::optional<v1::InlineModel> inline_model;  // a small model came inside the task
+  grpc::ByteBuffer model;  // a small model came inside the task: its serialized bytes
+  model.Swap(inline_model);
+  const bool has_model = model.Valid();
   uint64_t work = 0;
   std::string what;
   uint64_t version = 0;
@@ -245,14 +252,13 @@ void SimulatedClient::StartWork(v1::TrainTask task) {
       return;
     }
     work = ++work_;
-    if (task.has_inline_model()) inline_model.emplace().Swap(task.mutable_inline_model());
     task_ = std::move(task);
     task_cancelled_ = false;
     payload_.reset();
     state_ = "training";
     version = task_.model_version();
     what = "model version " + std::to_string(version) + " of job " + task_.job_id() + " for " + name_;
-    if (!inline_model) {
+    if (!has_model) {
       v1::DownloadModelRequest request;
       request.set_worker_id(worker_id_);
       request.set_session(session_);
@@ -262,9 +268,9 @@ void SimulatedClient::StartWork(v1::TrainTask task) {
       download_ = download;
     }
   }
-  if (inline_model) {
+  if (has_model) {
     DownloadCheck check(what + " (in its task)", version, fleet_->options().verify_downloads);
-    const Status checked = check.AddInline(*inline_model);
+    const Status checked = check.AddInlineWire(model);
     OnDownloaded(work, grpc::Status::OK, checked, check, 0.0);
     return;
   }
@@ -452,6 +458,7 @@ void SimulatedClient::OnUploaded(uint64_t work, const grpc::Status& status, cons
 
 void SimulatedClient::FinishWork(uint64_t work) {
   std::optional<v1::TrainTask> next;
+  grpc::ByteBuffer next_model;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (work != work_) return;
@@ -459,10 +466,11 @@ void SimulatedClient::FinishWork(uint64_t work) {
     payload_.reset();
     next = std::move(next_task_);
     next_task_.reset();
+    next_model.Swap(&next_model_);
     busy_ = next.has_value() && !cancelled_;
     if (!busy_) return;
   }
-  StartWork(std::move(*next));
+  StartWork(std::move(*next), &next_model);
 }
 
 void SimulatedClient::Cancel() {

@@ -40,7 +40,8 @@ class SimulatedClient {
 
   // Completions of this client's calls.
   void OnChannelOpen(uint64_t epoch);
-  void OnTask(uint64_t epoch, v1::Task task);
+  // `task` as wire::ReadTask gives it; the model inside it, if any, is taken from `inline_model`.
+  void OnTask(uint64_t epoch, v1::Task task, grpc::ByteBuffer* inline_model);
   void OnChannelEnded(uint64_t epoch, const grpc::Status& status);
   void OnDownloaded(uint64_t work, const grpc::Status& status, const Status& checked, const DownloadCheck& check,
                     double ms);
@@ -59,7 +60,7 @@ class SimulatedClient {
   void OnJoined(bool first, const grpc::Status& status, const v1::JoinResponse& response);
   void Heartbeat(uint64_t epoch);
   void RejoinLater();
-  void StartWork(v1::TrainTask task);
+  void StartWork(v1::TrainTask task, grpc::ByteBuffer* inline_model);
   void Upload(uint64_t work);
   void ReportFailure(const v1::TrainTask& task, uint64_t work, const std::string& why);
   void FinishWork(uint64_t work);
@@ -108,6 +109,7 @@ class SimulatedClient {
   Clock::time_point compute_start_{};
   std::shared_ptr<const UpdatePayload> payload_;
   std::optional<v1::TrainTask> next_task_;
+  grpc::ByteBuffer next_model_;  // the model inside next_task_, if any
   std::shared_ptr<DownloadCall> download_;
   std::shared_ptr<UploadCall> upload_;
 };

@@ -391,7 +391,8 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     const auto start = std::chrono::steady_clock::now();
     wire::InlineUpdateReader reader("inline update from worker '" + worker + "'");
     v1::UpdateHeader header;
-    if (Status read = reader.Start(raw_, &header); !read.ok()) {
+    const uint64_t message_bytes = raw_.Length();
+    if (Status read = reader.Start(std::move(raw_), &header); !read.ok()) {
       opened_.channel->CloseWith(ToGrpc(read));  // not this protocol: the session ends
       return false;
     }
@@ -409,11 +410,11 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
                                       ": a session carries its own worker's updates of that session")),
           {}, false};
       judged = std::move(header);
-    } else if (raw_.Length() > limit) {
+    } else if (message_bytes > limit) {
       // Checked after the header, so that the refusal names its round.
       answer = UpdateIntake::Answer{ToGrpc(InvalidArgumentError(
           "inline update from worker '" + worker + "' for job " + QuoteUntrusted(header.job_id(), 64) + " round " +
-          std::to_string(header.round()) + ": " + std::to_string(raw_.Length()) + " bytes, expected at most " +
+          std::to_string(header.round()) + ": " + std::to_string(message_bytes) + " bytes, expected at most " +
           std::to_string(limit) + " (JoinResponse.inline_update_max_bytes); larger updates go by UploadUpdate")), {}, false};
       judged = std::move(header);
     } else {

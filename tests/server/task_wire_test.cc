@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
 #include "proto/byte_buffers.h"
@@ -76,6 +78,90 @@ TEST(TaskWireTest, OnlyATrainTaskWithoutAModelTakesOne) {
   *carrying.mutable_train()->mutable_inline_model() = SomeModel(2);
   EXPECT_FALSE(TaskWithInlineModel(carrying, bytes, &wire));
   EXPECT_FALSE(TaskWithInlineModel(SomeTask(), nullptr, &wire));
+}
+
+// `bytes` cut into `pieces` slices at uneven places, as the transport hands a message over.
+grpc::ByteBuffer Sliced(const std::string& bytes, size_t pieces) {
+  std::vector<grpc::Slice> slices;
+  size_t at = 0;
+  for (size_t i = 0; i < pieces; ++i) {
+    const size_t end = i + 1 == pieces ? bytes.size() : std::min(bytes.size(), at + bytes.size() / pieces + 7 * i);
+    slices.emplace_back(bytes.data() + at, end - at);
+    at = end;
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& slice : slices) out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return out;
+}
+
+TEST(TaskWireTest, ATaskReadsWithItsModelLeftInTheMessage) {
+  for (size_t floats : {size_t{0}, size_t{40}, size_t{5000}}) {
+    for (size_t pieces : {size_t{1}, size_t{3}, size_t{17}}) {
+      SCOPED_TRACE(std::to_string(floats) + " floats, " + std::to_string(pieces) + " slices");
+      const v1::InlineModel model = SomeModel(floats);
+      v1::Task full = SomeTask();
+      *full.mutable_train()->mutable_inline_model() = model;
+      const std::string bytes = full.SerializeAsString();
+      const grpc::ByteBuffer wire = Sliced(bytes, pieces);
+      v1::Task task;
+      grpc::ByteBuffer inline_model;
+      ASSERT_TRUE(ReadTask(wire, &task, &inline_model));
+      EXPECT_EQ(task.SerializeAsString(), SomeTask().SerializeAsString());  // everything but the model
+      EXPECT_FALSE(task.train().has_inline_model());
+      ASSERT_TRUE(inline_model.Valid());
+      EXPECT_EQ(Flatten(inline_model), model.SerializeAsString());
+      // Shared with the message, not copied: the model's slices point into the message's.
+      std::vector<grpc::Slice> parts;
+      ASSERT_TRUE(inline_model.Dump(&parts).ok());
+      if (!parts.empty() && parts[0].size() > 0) {
+        const char* first = reinterpret_cast<const char*>(parts[0].begin());
+        std::vector<grpc::Slice> whole;
+        ASSERT_TRUE(wire.Dump(&whole).ok());
+        bool inside = false;
+        for (const grpc::Slice& slice : whole) {
+          const char* begin = reinterpret_cast<const char*>(slice.begin());
+          inside = inside || (first >= begin && first < begin + slice.size());
+        }
+        EXPECT_TRUE(inside);
+      }
+    }
+  }
+}
+
+TEST(TaskWireTest, ATaskWithoutAModelOrInAnotherLayoutReadsAsParsed) {
+  v1::Task task;
+  grpc::ByteBuffer inline_model;
+  // No model: the task alone, and no model bytes.
+  ASSERT_TRUE(ReadTask(Sliced(SomeTask().SerializeAsString(), 2), &task, &inline_model));
+  EXPECT_EQ(task.SerializeAsString(), SomeTask().SerializeAsString());
+  EXPECT_FALSE(inline_model.Valid());
+  // A cancel or a verdict: parsed.
+  v1::Task cancel;
+  cancel.mutable_cancel()->set_job_id("job-1");
+  cancel.mutable_cancel()->set_attempt(2);
+  ASSERT_TRUE(ReadTask(Sliced(cancel.SerializeAsString(), 1), &task, &inline_model));
+  EXPECT_EQ(task.SerializeAsString(), cancel.SerializeAsString());
+  EXPECT_FALSE(inline_model.Valid());
+  // Two models in one TrainTask merge as protobuf merges them: parsed whole, the merged model
+  // serialized.
+  v1::Task first = SomeTask(), second;
+  *first.mutable_train()->mutable_inline_model() = SomeModel(3);
+  *second.mutable_train()->mutable_inline_model()->mutable_manifest() = SomeModel(5).manifest();
+  const std::string twice = first.SerializeAsString() + second.SerializeAsString();
+  v1::Task merged;
+  ASSERT_TRUE(merged.ParseFromString(twice));
+  ASSERT_TRUE(ReadTask(Sliced(twice, 4), &task, &inline_model));
+  EXPECT_EQ(Flatten(inline_model), merged.train().inline_model().SerializeAsString());
+  merged.mutable_train()->clear_inline_model();
+  EXPECT_EQ(task.SerializeAsString(), merged.SerializeAsString());
+  // Not a task at all.
+  EXPECT_FALSE(ReadTask(Sliced(std::string("\x0a\xff\xff\xff\xff\x0f", 6), 1), &task, &inline_model));
 }
 
 // An update inside a task session, built from the header's and the chunks' messages as the
