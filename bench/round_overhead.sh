@@ -29,6 +29,11 @@
 #           none; --always-download makes the clients download models small enough to ride
 #           in their tasks, --chunk-kib N cuts their uploads into N KiB chunks, --trained-weights
 #           sends each update as the trained model, which the coordinator subtracts its model from)
+#   COORDINATOR_CPUS, LOADGEN_CPUS  CPU lists (taskset -c) to hold the coordinator and the load
+#           generator to (default: unset, the scheduler's choice). COORDINATOR_CPUS=0 LOADGEN_CPUS=1
+#           gives each process a core of its own, as on machines of their own: no thread of one
+#           waits for a core the other holds, and a wake-up inside a process stays on its core
+#           (docs/BENCHMARKS.md). The floor's two threads are not held.
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,11 +61,13 @@ cleanup() {
 }
 trap cleanup EXIT
 export OPENBLAS_NUM_THREADS=1
+loadgen_pin=()
+if [ -n "${LOADGEN_CPUS:-}" ]; then loadgen_pin=(taskset -c "$LOADGEN_CPUS"); fi
 
 echo "== round overhead: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the start"
 echo "== $rounds rounds per row, medians of rounds $((warmup + 1))-$rounds; update $update;" \
   "$([ "$channels" = 0 ] && echo "one gRPC channel per simulated client" || echo "$channels shared gRPC channel(s)");" \
-  "evaluation on $max_test test images"
+  "evaluation on $max_test test images${COORDINATOR_CPUS:+; the coordinator on CPUs $COORDINATOR_CPUS}${LOADGEN_CPUS:+; the load generator on CPUs $LOADGEN_CPUS}"
 print_header
 status=0
 references=()
@@ -72,7 +79,7 @@ for row in ${rows//,/ }; do
   start_coordinator
   log="$row_dir/loadgen.log"
   # shellcheck disable=SC2086
-  if ! "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --admin-token-file "$admin_file" \
+  if ! "${loadgen_pin[@]}" "$loadgen_bin" --coordinator "127.0.0.1:$coordinator_port" --join-token-file "$token_file" --admin-token-file "$admin_file" \
       --clients "$n" --channels "$channels" $flags --rounds "$rounds" --warmup "$warmup" --update "$update" \
       --max-test-samples "$max_test" ${LOADGEN_FLAGS:-} --coordinator-pid "$coordinator_pid" --timeout-s 300 > "$log" 2>&1; then
     status=1

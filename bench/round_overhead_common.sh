@@ -42,16 +42,18 @@ model_parameters() {
 }
 
 # Starts a coordinator in a fresh directory under $work, with $COORDINATOR_FLAGS added to its
-# command line (e.g. "--heartbeat-timeout-ms 30000"); sets $coordinator_pid,
-# $coordinator_port, $row_dir and $token_file.
+# command line (e.g. "--heartbeat-timeout-ms 30000") and, when $COORDINATOR_CPUS is set, held
+# to those CPUs (taskset -c); sets $coordinator_pid, $coordinator_port, $row_dir and $token_file.
 start_coordinator() {
+  local pin=()
+  if [ -n "${COORDINATOR_CPUS:-}" ]; then pin=(taskset -c "$COORDINATOR_CPUS"); fi
   row_dir=$(mktemp -d "${work:?}/row.XXXXXX")
   token_file="$row_dir/join-token"
   head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$token_file"
   admin_file="$row_dir/admin-token"
   head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$admin_file"
   # shellcheck disable=SC2086
-  "$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$row_dir/state" --join-token-file "$token_file" \
+  "${pin[@]}" "$coordinator_bin" --listen 127.0.0.1:0 --state-dir "$row_dir/state" --join-token-file "$token_file" \
     --insecure --admin-token-file "$admin_file" \
     --log-level "${COORDINATOR_LOG_LEVEL:-warn}" ${COORDINATOR_FLAGS:-} > "$row_dir/coordinator.log" 2>&1 &
   coordinator_pid=$!

@@ -32,12 +32,12 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
   if (started_) return InvalidArgumentError(what_ + ": a second envelope arrived");
   const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
   for (const v1::TensorSetInfo& set : sets) {
-    const std::string set_name = "set '" + set.name().substr(0, 64) + "'";
+    const auto set_name = [&set] { return "set '" + set.name().substr(0, 64) + "'"; };  // for errors only
     auto known = ToUpdateEncoding(set.encoding());
-    if (!known.ok()) return known.status().WithContext(what_ + ": " + set_name);
+    if (!known.ok()) return known.status().WithContext(what_ + ": " + set_name());
     const UpdateEncoding encoding = *known;
     if (encoding == UpdateEncoding::kTopK && !(topk_fraction_ > 0 && topk_fraction_ <= 1)) {
-      return InvalidArgumentError(what_ + ": " + set_name + " is top-k encoded, but the job sends no top-k updates");
+      return InvalidArgumentError(what_ + ": " + set_name() + " is top-k encoded, but the job sends no top-k updates");
     }
     set_names_.push_back(set.name().substr(0, 64));
     uint64_t set_total = 0;
@@ -46,14 +46,15 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
       pending.set = set_names_.size() - 1;
       pending.encoding = encoding;
       pending.tensor.name = info.name();
-      const std::string where = what_ + ": " + Names(pending);
+      // Built only for an error: this runs for every tensor of every update.
+      const auto where = [&] { return what_ + ": " + Names(pending); };
       if (info.dtype() != EncodedDType(encoding)) {
-        return InvalidArgumentError(where + ": expected dtype " + v1::DType_Name(EncodedDType(encoding)) + " for " +
+        return InvalidArgumentError(where() + ": expected dtype " + v1::DType_Name(EncodedDType(encoding)) + " for " +
                                     UpdateEncodingName(encoding) + ", got " + v1::DType_Name(info.dtype()));
       }
       bool empty = false;
       for (int64_t d : info.shape()) {
-        if (d < 0) return InvalidArgumentError(where + " has a negative dimension");
+        if (d < 0) return InvalidArgumentError(where() + " has a negative dimension");
         pending.tensor.shape.push_back(d);
         empty |= d == 0;
       }
@@ -62,19 +63,19 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
       for (size_t i = 0; i < pending.tensor.shape.size() && elements > 0; ++i) {
         const uint64_t d = static_cast<uint64_t>(pending.tensor.shape[i]);
         if (elements > max_elements / d) {
-          return InvalidArgumentError(where + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
+          return InvalidArgumentError(where() + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
                                       " holds more than the expected " + std::to_string(max_decoded_bytes_) +
                                       " bytes of float32");
         }
         elements *= d;
       }
       if (elements > max_elements - decoded_bytes_ / sizeof(float)) {
-        return InvalidArgumentError(where + ": the update's tensors exceed the expected " +
+        return InvalidArgumentError(where() + ": the update's tensors exceed the expected " +
                                     std::to_string(max_decoded_bytes_) + " bytes of float32");
       }
       const std::optional<uint64_t> size = EncodedByteSize(encoding, elements, topk_fraction_);
       if (!size || info.byte_size() != *size) {
-        return InvalidArgumentError(where + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
+        return InvalidArgumentError(where() + ": shape " + EscapeUntrusted(ShapeToString(pending.tensor.shape)) +
                                     " in " + UpdateEncodingName(encoding) + " needs " +
                                     (size ? std::to_string(*size) : std::string("too many")) + " bytes, manifest says " +
                                     std::to_string(info.byte_size()));
@@ -88,7 +89,7 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
       tensors_.push_back(std::move(pending));
     }
     if (set_total != set.manifest().total_bytes()) {
-      return InvalidArgumentError(what_ + ": " + set_name + ": manifest total_bytes " +
+      return InvalidArgumentError(what_ + ": " + set_name() + ": manifest total_bytes " +
                                   std::to_string(set.manifest().total_bytes()) + " does not match its tensors' " +
                                   std::to_string(set_total));
     }

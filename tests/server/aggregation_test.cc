@@ -394,6 +394,54 @@ TEST_F(RoundTest, ATrainedModelBecomesItsDeltaFromTheRoundsVersion) {
       << s.message();
 }
 
+// The check's scan over every length (its vector body takes sixteen values at a time, the
+// rest one by one): the norm is the delta's to double precision, and a non-finite value, or a
+// sum with the model that overflows, is found wherever it sits; the trained-model variant
+// leaves the same delta behind.
+TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{1003}}) {
+    SCOPED_TRACE(n);
+    TensorSet global = {{"a", {static_cast<int64_t>(n)}, std::vector<float>(n)}, {"b", {3}, {1, 2, 3}}};
+    TensorSet delta = {{"a", {static_cast<int64_t>(n)}, std::vector<float>(n)}, {"b", {3}, {0.5f, -0.25f, 4}}};
+    double squares = 0.25 + 0.0625 + 16;
+    for (size_t j = 0; j < n; ++j) {
+      global[0].values[j] = static_cast<float>(j % 11) - 5.0f;
+      delta[0].values[j] = static_cast<float>((j * 7919) % 101) * 0.013f - 0.6f;
+      squares += static_cast<double>(delta[0].values[j]) * delta[0].values[j];
+    }
+    CheckedDelta checked = CheckDelta(global, delta, nullptr, {}, 1e9, false, "w1");
+    ASSERT_TRUE(checked.verdict.ok()) << checked.verdict.ToString();
+    EXPECT_NEAR(checked.norm, std::sqrt(squares), 1e-12 * std::sqrt(squares));
+    EXPECT_FALSE(checked.non_finite_alone);
+    TensorSet trained = delta;
+    for (size_t j = 0; j < n; ++j) trained[0].values[j] = global[0].values[j] + delta[0].values[j];
+    for (size_t j = 0; j < 3; ++j) trained[1].values[j] = global[1].values[j] + delta[1].values[j];
+    TensorSet expected = trained;
+    for (size_t i = 0; i < 2; ++i) {
+      for (size_t j = 0; j < expected[i].values.size(); ++j) expected[i].values[j] -= global[i].values[j];
+    }
+    CheckedDelta from_trained = CheckTrainedDelta(global, trained, nullptr, {}, 1e9, false, "w1");
+    ASSERT_TRUE(from_trained.verdict.ok());
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(trained[i].values, expected[i].values);
+    for (size_t at : {size_t{0}, n / 2, n == 0 ? size_t{0} : n - 1}) {
+      if (n == 0) break;
+      for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+        TensorSet broken = delta;
+        broken[0].values[at] = bad;
+        EXPECT_EQ(CheckDelta(global, broken, nullptr, {}, 1e9, false, "w1").verdict.code(), StatusCode::kInvalidArgument)
+            << "at " << at;
+      }
+      TensorSet overflowing = delta;  // finite, but the model plus it is not
+      TensorSet big = global;
+      big[0].values[at] = std::numeric_limits<float>::max();
+      overflowing[0].values[at] = std::numeric_limits<float>::max();
+      CheckedDelta over = CheckDelta(big, overflowing, nullptr, {}, 1e300, false, "w1");
+      ASSERT_TRUE(over.verdict.ok()) << "at " << at;
+      EXPECT_TRUE(over.non_finite_alone) << "at " << at;
+    }
+  }
+}
+
 TEST(UpdateEnvelopeTest, SetsTravelAsOneChunkStreamAndComeApartByName) {
   const TensorSet delta = Layout(1, 2, 3);
   const TensorSet control = {{"c", {3}, {7, 8, 9}}};
