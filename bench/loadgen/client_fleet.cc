@@ -58,6 +58,10 @@ std::shared_ptr<grpc::Channel> ClientFleet::NewChannel() const {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // Channels with the same arguments would share one connection; each gets its own.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (options_.stream_window_bytes > 0) {
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(options_.stream_window_bytes));
+  }
   return grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -55,9 +55,10 @@ struct FleetOptions {
   uint32_t join_window = 64;        // first joins in flight at once
   UpdateKind update = UpdateKind::kZero;
   uint32_t chunk_bytes = wire::kDefaultUploadChunkBytes;  // upload chunk size, as tessera-worker --chunk-kib
+  uint32_t stream_window_bytes = 0;  // a fixed HTTP/2 receive window per stream; 0: gRPC's probing
   uint32_t random_variants = 4;
   uint64_t seed = 1;
-  bool verify_downloads = false;    // SHA-256 of every downloaded tensor, as the worker does
+  bool verify_downloads = false;    // each downloaded tensor's checksum, as the worker checks it
   bool always_download = false;     // never take a model inside the task (JoinRequest.accepts_inline_model)
   // Never send an update inside the task session (JoinResponse.inline_update_max_bytes):
   // hold a task channel and upload every update by its own call, as older workers do.

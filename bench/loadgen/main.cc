@@ -71,6 +71,7 @@ struct Settings {
   std::string update = "zero";
   int64_t random_variants = 4;
   int64_t chunk_kib = wire::kDefaultUploadChunkBytes / 1024;
+  int64_t stream_window_kib = 0;
   bool verify_downloads = false;
   bool always_download = false;
   bool always_upload_call = false;
@@ -153,6 +154,7 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   }
   RETURN_IF_ERROR(CheckRange("random-variants", s.random_variants, 1, 64));
   RETURN_IF_ERROR(CheckRange("chunk-kib", s.chunk_kib, 1, 1024));
+  RETURN_IF_ERROR(CheckRange("stream-window-kib", s.stream_window_kib, 0, 65536));
   RETURN_IF_ERROR(CheckRange("compute-ms", s.compute_ms, 0, 3600000));
   RETURN_IF_ERROR(CheckRange("samples", s.samples, 1, int64_t{1} << 40));
   RETURN_IF_ERROR(CheckRange("seed", s.seed, 0, INT64_MAX));
@@ -277,6 +279,7 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     options.join_window = static_cast<uint32_t>(s.join_window);
     options.update = s.update == "random" ? UpdateKind::kRandom : UpdateKind::kZero;
     options.chunk_bytes = static_cast<uint32_t>(s.chunk_kib * 1024);
+    options.stream_window_bytes = static_cast<uint32_t>(s.stream_window_kib * 1024);
     options.random_variants = static_cast<uint32_t>(s.random_variants);
     options.seed = static_cast<uint64_t>(s.seed);
     options.verify_downloads = s.verify_downloads;
@@ -473,6 +476,9 @@ int main(int argc, char** argv) {
   flags.String("update", &s.update, "the update each client uploads: zero (unchanged model) or random (small values)");
   flags.Int("random-variants", &s.random_variants, "different random updates, shared among the clients");
   flags.Int("chunk-kib", &s.chunk_kib, "upload chunk size in KiB, as tessera-worker --chunk-kib (at most 1024)");
+  flags.Int("stream-window-kib", &s.stream_window_kib,
+            "a fixed HTTP/2 receive window per stream in KiB, without gRPC's bandwidth-delay probing, as "
+            "tessera-coordinator --stream-window-kib does on its side; 0: gRPC's probing, as tessera-worker");
   flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's checksum as the worker does (XXH3-128 where the manifest gives it, else SHA-256)");
   flags.Bool("always-download", &s.always_download,
              "download every model, as workers did before small models travelled inside their tasks");

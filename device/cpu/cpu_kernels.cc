@@ -5,16 +5,12 @@
 #include <cstring>
 #include <limits>
 
+#include "base/target_clones.h"
 #include "device/float16.h"
 
-// Hot loops are built twice, for AVX2+FMA and for baseline x86-64, and picked at load time.
-// Not under ThreadSanitizer: the ifunc resolvers that pick them run during relocation, before
-// its runtime is up, and its instrumentation of them crashes the program at start.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define TESSERA_VECTORIZED __attribute__((target_clones("avx2,fma", "default")))
-#else
-#define TESSERA_VECTORIZED
-#endif
+// Hot loops are built twice, for AVX2+FMA and for baseline x86-64, and picked at load time
+// (base/target_clones.h says where they are not).
+#define TESSERA_VECTORIZED TESSERA_CLONES_AVX2_FMA
 
 namespace tessera::cpu {
 namespace {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "base/escape.h"
+#include "base/target_clones.h"
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 
@@ -206,12 +207,12 @@ template <bool kSubtract>
 // Every update's check, over the whole model: cloned for AVX2 as the fold is
 // (server/strategy/aggregation.cc); the partial sums stay sixteen lanes, without FMA, so the
 // norm is the same to the bit whichever clone runs.
-__attribute__((target_clones("avx2", "default"), optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
 ScanTensor(const float* __restrict g, const float* __restrict d, size_t n, double* acc, uint32_t* bad_delta,
            uint32_t* bad_sum) {
   ScanTensorBody<false>(g, d, n, acc, bad_delta, bad_sum);
 }
-__attribute__((target_clones("avx2", "default"), optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
 ScanSubtractTensor(const float* __restrict g, float* __restrict d, size_t n, double* acc, uint32_t* bad_delta,
                    uint32_t* bad_sum) {
   ScanTensorBody<true>(g, d, n, acc, bad_delta, bad_sum);

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "base/target_clones.h"
 #include "proto/job_mapping.h"
 
 namespace tessera::server {
@@ -55,7 +56,7 @@ namespace {
 // leaves a loop whose length is not known scalar) and cloned for AVX2, chosen when the process
 // loads (target_clones). Element by element, without FMA: the same products and sums as the
 // scalar loop, so the aggregate is the same to the bit on every machine.
-__attribute__((target_clones("avx2", "default"), optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
 AddScaled(double* __restrict sum, const float* __restrict d, size_t n, double w) {
   for (size_t j = 0; j < n; ++j) sum[j] += w * d[j];
 }
