@@ -28,7 +28,8 @@
 #   LOADGEN_FLAGS  added to every load generator's command line of the round rows (default
 #           none; --always-download makes the clients download models small enough to ride
 #           in their tasks, --chunk-kib N cuts their uploads into N KiB chunks, --trained-weights
-#           sends each update as the trained model, which the coordinator subtracts its model from)
+#           sends each update as the trained model, which the coordinator subtracts its model from,
+#           --stream-window-kib N gives the clients a fixed HTTP/2 receive window without probing)
 #   COORDINATOR_CPUS, LOADGEN_CPUS  CPU lists (taskset -c) to hold the coordinator and the load
 #           generator to (default: unset, the scheduler's choice). COORDINATOR_CPUS=0 LOADGEN_CPUS=1
 #           gives each process a core of its own, as on machines of their own: no thread of one
