@@ -2,6 +2,9 @@
 // rank, on threads (HashStore, in-memory hub) or forked processes (TcpStore), and whether it
 // can run here.
 //
+// Forked ranks and threads. A rank forked while another thread of this process holds a lock
+// keeps that lock held: forked ranks' store runs in a process of its own (World).
+//
 // NCCL and fork. CUDA is not fork-safe: once this process has initialised it, a forked child
 // cannot use it. So this process asks NCCL and CUDA nothing itself: whether NCCL can run, and
 // on how many GPUs, is probed once in a forked child (ProbeNcclHere). Ranks run as threads
@@ -9,10 +12,13 @@
 // are skipped with that reason: run such a test in a process of its own, as ctest does.
 #pragma once
 
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -129,18 +135,25 @@ class World {
     if (mode == RankMode::kThreads) {
       store_ = std::make_shared<HashStore>();
     } else {
-      auto server = TcpStoreServer::Start("127.0.0.1", 0);
-      if (server.ok()) server_ = std::move(server).value();
+      StartStoreProcess();
     }
   }
+  ~World() {
+    if (store_pid_ > 0) {
+      ::kill(store_pid_, SIGKILL);
+      ::waitpid(store_pid_, nullptr, 0);
+    }
+  }
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
 
   const std::string& prefix() const { return prefix_; }
 
   // Call from the rank itself (after fork for processes).
   Result<std::shared_ptr<Store>> StoreForRank() {
     if (mode_ == RankMode::kThreads) return store_;
-    if (server_ == nullptr) return UnavailableError("store server did not start");
-    ASSIGN_OR_RETURN(auto client, TcpStore::Connect("127.0.0.1", server_->port(),
+    if (store_port_ == 0) return UnavailableError("store server did not start");
+    ASSIGN_OR_RETURN(auto client, TcpStore::Connect("127.0.0.1", store_port_,
                                                     std::chrono::seconds(10)));
     return std::shared_ptr<Store>(client);
   }
@@ -180,12 +193,47 @@ class World {
   }
 
  private:
+  // Forked ranks meet at a TcpStoreServer in a process of its own, forked now, while this
+  // process has no thread but its own: the ranks are then forked from a process without other
+  // threads too. A store served by threads of this process had them take locks (an allocator's,
+  // building a Status on each accept timeout) at any moment, and a rank forked meanwhile
+  // inherited the lock held for good: glibc's malloc guards against that around fork, gcc 12's
+  // AddressSanitizer allocator does not, and forked Gloo ranks hung so under ASan.
+  void StartStoreProcess() {
+    int fds[2];
+    if (::pipe(fds) != 0) return;
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return;
+    }
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
+      ::close(fds[0]);
+      auto server = TcpStoreServer::Start("127.0.0.1", 0);
+      const int port = server.ok() ? (*server)->port() : 0;
+      if (::write(fds[1], &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port)) || port == 0) ::_exit(1);
+      ::close(fds[1]);
+      for (;;) ::pause();  // serves until the World ends it
+    }
+    ::close(fds[1]);
+    store_pid_ = pid;
+    int port = 0;
+    ssize_t got = 0;
+    while ((got = ::read(fds[0], &port, sizeof(port))) < 0 && errno == EINTR) {
+    }
+    ::close(fds[0]);
+    if (got == static_cast<ssize_t>(sizeof(port))) store_port_ = port;
+  }
+
   int size_;
   RankMode mode_;
   std::string prefix_;
   std::shared_ptr<LocalHub> hub_;
   std::shared_ptr<Store> store_;
-  std::unique_ptr<TcpStoreServer> server_;
+  pid_t store_pid_ = -1;  // the store server's process, for forked ranks
+  int store_port_ = 0;
 };
 
 // Why `size` NCCL ranks as `mode` cannot run where NCCL is `nccl`; empty when they can.
