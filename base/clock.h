@@ -34,6 +34,11 @@ class Clock {
                          const std::function<bool()>& done) const = 0;
 };
 
+// The milliseconds from `start` to `end`, as round records and latencies count them.
+inline double MillisBetween(Clock::TimePoint start, Clock::TimePoint end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
 // std::chrono::steady_clock; WaitUntil is the condition variable's own wait_until.
 const Clock& SteadyClock();
 

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "base/escape.h"
+#include "base/format.h"
 #include "core/data/idx.h"
 #include "proto/update_envelope.h"
 
@@ -26,13 +27,7 @@ bool HasControlCharacters(const std::string& text) {
   return false;
 }
 
-std::string Number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", value);
-  return text;
-}
-
-std::string Mebibytes(int64_t bytes) { return Number(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
+std::string Mebibytes(int64_t bytes) { return FormatNumber(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
 
 Status Refused(const std::string& field, const std::string& expected, const std::string& got) {
   return InvalidArgumentError("spec." + field + ": expected " + expected + ", got " + got);
@@ -50,7 +45,7 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
     return Refused(field, "no value for rule \"" + rule + "\" (it applies to " + applies_to + ")", value);
   };
   if (rule != "trimmed-mean" && a.trim_fraction() != 0) {
-    return not_for("aggregation.trim_fraction", "trimmed-mean", Number(a.trim_fraction()));
+    return not_for("aggregation.trim_fraction", "trimmed-mean", FormatNumber(a.trim_fraction()));
   }
   if (rule != "krum" && a.byzantine_clients() != 0) {
     return not_for("aggregation.byzantine_clients", "krum", std::to_string(a.byzantine_clients()));
@@ -63,15 +58,15 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
   if (rule == "trimmed-mean") {
     if (!(a.trim_fraction() >= 0 && a.trim_fraction() < 0.5)) {
       return Refused("aggregation.trim_fraction",
-                     "a fraction in [0, 0.5) (0: the default, " + Number(kDefaultTrimFraction) + ")",
-                     Number(a.trim_fraction()));
+                     "a fraction in [0, 0.5) (0: the default, " + FormatNumber(kDefaultTrimFraction) + ")",
+                     FormatNumber(a.trim_fraction()));
     }
     const double fraction = a.trim_fraction() > 0 ? a.trim_fraction() : kDefaultTrimFraction;
     if (std::floor(fraction * clients + 1e-9) < 1) {
       return Refused("aggregation.trim_fraction",
                      "a fraction that cuts at least one update from each side of a round of clients_per_round (" +
                          std::to_string(clients) + ") updates, at least 1/" + std::to_string(clients),
-                     Number(fraction));
+                     FormatNumber(fraction));
     }
   }
   if (rule == "krum") {
@@ -100,7 +95,7 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
                        "\" keeps every update until the round closes, clients_per_round x parameters x 4 bytes within " +
                        Mebibytes(kMaxRetainedUpdateBytes),
                    std::to_string(clients) + " clients x " + std::to_string(parameters) + " parameters (" +
-                       Number(bytes / (1 << 20)) + " MiB)");
+                       FormatNumber(bytes / (1 << 20)) + " MiB)");
   }
   return Status::Ok();
 }
@@ -117,12 +112,12 @@ Status ValidateCompression(const v1::JobSpec& s) {
   if (*encoding == UpdateEncoding::kTopK) {
     if (!(c.fraction() > 0 && c.fraction() <= 1)) {
       return bad("fraction", "a number in (0, 1] for encoding \"topk\" (the share of each tensor sent)",
-                 Number(c.fraction()));
+                 FormatNumber(c.fraction()));
     }
   } else if (c.fraction() != 0) {
     return bad("fraction", std::string("no value for encoding \"") + UpdateEncodingName(*encoding) +
                                "\" (it applies to topk)",
-               Number(c.fraction()));
+               FormatNumber(c.fraction()));
   }
   if (*encoding == UpdateEncoding::kFloat32) return Status::Ok();
   const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
@@ -158,11 +153,11 @@ Status ValidateAsync(const v1::JobSpec& s) {
   }
   const double exponent = a.staleness_exponent();
   if (!(std::isfinite(exponent) && exponent >= 0 && exponent <= kMaxStalenessExponent)) {
-    return bad("async.staleness_exponent", "a number in [0, " + Number(kMaxStalenessExponent) + "]", Number(exponent));
+    return bad("async.staleness_exponent", "a number in [0, " + FormatNumber(kMaxStalenessExponent) + "]", FormatNumber(exponent));
   }
   if (weighting == "constant" && exponent != 0) {
     return bad("async.staleness_exponent", "0 with staleness_weighting \"constant\" (it applies to \"polynomial\")",
-               Number(exponent));
+               FormatNumber(exponent));
   }
   const auto& p = s.data().partition();
   if (p.kind() != v1::PARTITION_LOCAL_FILES && a.concurrency() > p.parties()) {
@@ -275,10 +270,10 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
   }
   for (int i = 0; i < d.mean_size(); ++i) {
     if (!std::isfinite(d.mean(i)) || std::abs(d.mean(i)) > 1e6) {
-      return bad("data.mean[" + std::to_string(i) + "]", "a finite number within 1e6", Number(d.mean(i)));
+      return bad("data.mean[" + std::to_string(i) + "]", "a finite number within 1e6", FormatNumber(d.mean(i)));
     }
     if (!(d.std(i) > 0) || !std::isfinite(d.std(i)) || d.std(i) > 1e6) {
-      return bad("data.std[" + std::to_string(i) + "]", "a positive number within 1e6", Number(d.std(i)));
+      return bad("data.std[" + std::to_string(i) + "]", "a positive number within 1e6", FormatNumber(d.std(i)));
     }
   }
   if (d.augment().crop_padding() > kMaxCropPadding) {
@@ -355,8 +350,8 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   auto real = [&bad](const std::string& field, double value, double max, bool zero_allowed, const std::string& zero_means) {
     const bool ok = std::isfinite(value) && (zero_allowed ? value >= 0 : value > 0) && value <= max;
     if (ok) return Status::Ok();
-    return bad(field, std::string("a number in ") + (zero_allowed ? "[0, " : "(0, ") + Number(max) + "]" + zero_means,
-               Number(value));
+    return bad(field, std::string("a number in ") + (zero_allowed ? "[0, " : "(0, ") + FormatNumber(max) + "]" + zero_means,
+               FormatNumber(value));
   };
   if (s.name().size() > 128 || HasControlCharacters(s.name())) {
     return bad("name", "at most 128 bytes without control characters", Shown(s.name()));
@@ -381,7 +376,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   const auto& o = s.optimizer();
   if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", Shown(o.name()));
   RETURN_IF_ERROR(real("optimizer.learning_rate", o.learning_rate(), kMaxLearningRate, false, ""));
-  if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", Number(o.momentum()));
+  if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", FormatNumber(o.momentum()));
   RETURN_IF_ERROR(real("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay, true, ""));
   const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
   const bool momentum_strategy = strategy == "fedavgm";
@@ -394,7 +389,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   if (strategy == "fedprox") {
     RETURN_IF_ERROR(real("proximal_mu", s.proximal_mu(), kMaxProximalMu, false, " for strategy \"fedprox\""));
   } else if (s.proximal_mu() != 0) {
-    return bad("proximal_mu", "0 for strategy \"" + strategy + "\" (it applies to fedprox)", Number(s.proximal_mu()));
+    return bad("proximal_mu", "0 for strategy \"" + strategy + "\" (it applies to fedprox)", FormatNumber(s.proximal_mu()));
   }
   // FedNova and SCAFFOLD aggregate in their own way: the mean of normalised updates, the mean
   // of the deltas and the control variates.
@@ -406,11 +401,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   const auto& server = s.server();
   // A server option set for a strategy it does not apply to.
   auto not_for = [&bad, &strategy](const std::string& field, const std::string& applies_to, double value) {
-    return bad(field, "no value for strategy \"" + strategy + "\" (it applies to " + applies_to + ")", Number(value));
+    return bad(field, "no value for strategy \"" + strategy + "\" (it applies to " + applies_to + ")", FormatNumber(value));
   };
   RETURN_IF_ERROR(real("server.learning_rate", server.learning_rate(), kMaxServerLearningRate, true, " (0: the default)"));
   if (!(server.momentum() >= 0 && server.momentum() < 1)) {
-    return bad("server.momentum", "a value in [0, 1)", Number(server.momentum()));
+    return bad("server.momentum", "a value in [0, 1)", FormatNumber(server.momentum()));
   }
   if ((strategy == "fedavg" || client_side) && (server.learning_rate() != 0 || server.momentum() != 0 ||
                                                  server.has_beta1() || server.has_beta2() || server.tau() != 0)) {
@@ -421,20 +416,20 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   if (!momentum_strategy && server.momentum() != 0) return not_for("server.momentum", "fedavgm", server.momentum());
   if (server.has_beta1()) {
     if (!adaptive) return not_for("server.beta1", "fedadam, fedyogi and fedadagrad", server.beta1());
-    if (!(server.beta1() >= 0 && server.beta1() < 1)) return bad("server.beta1", "a value in [0, 1)", Number(server.beta1()));
+    if (!(server.beta1() >= 0 && server.beta1() < 1)) return bad("server.beta1", "a value in [0, 1)", FormatNumber(server.beta1()));
   }
   if (server.has_beta2()) {
     if (strategy != "fedadam" && strategy != "fedyogi") return not_for("server.beta2", "fedadam and fedyogi", server.beta2());
-    if (!(server.beta2() >= 0 && server.beta2() < 1)) return bad("server.beta2", "a value in [0, 1)", Number(server.beta2()));
+    if (!(server.beta2() >= 0 && server.beta2() < 1)) return bad("server.beta2", "a value in [0, 1)", FormatNumber(server.beta2()));
   }
   if (server.tau() != 0 && !adaptive) return not_for("server.tau", "fedadam, fedyogi and fedadagrad", server.tau());
-  RETURN_IF_ERROR(real("server.tau", server.tau(), kMaxTau, true, " (0: the default, " + Number(kDefaultTau) + ")"));
+  RETURN_IF_ERROR(real("server.tau", server.tau(), kMaxTau, true, " (0: the default, " + FormatNumber(kDefaultTau) + ")"));
   const std::string& policy = s.update_norm_policy();
   if (!policy.empty() && policy != "refuse" && policy != "clip") {
     return bad("update_norm_policy", "\"refuse\" or \"clip\"", Shown(policy));
   }
   RETURN_IF_ERROR(real("max_update_norm", s.max_update_norm(), kMaxUpdateNormLimit, true,
-                       " (0: the default, " + Number(kDefaultMaxUpdateNorm) + ")"));
+                       " (0: the default, " + FormatNumber(kDefaultMaxUpdateNorm) + ")"));
   const auto& m = s.model();
   if (const auto known = KnownModelNames(); std::find(known.begin(), known.end(), m.name()) == known.end()) {
     std::string names;
@@ -552,7 +547,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   if (s.selection().has_over_selection()) {
     const double over = s.selection().over_selection();
     if (!(std::isfinite(over) && over >= 0 && over <= kMaxOverSelection)) {
-      return bad("selection.over_selection", "a fraction in [0, " + Number(kMaxOverSelection) + "]", Number(over));
+      return bad("selection.over_selection", "a fraction in [0, " + FormatNumber(kMaxOverSelection) + "]", FormatNumber(over));
     }
   }
   if (s.selection().has_straggler_penalty()) {
@@ -560,10 +555,10 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     if (policy_name != "utility") {
       return bad("selection.straggler_penalty", "no value for policy " + Shown(SelectionPolicy(s)) +
                                                     " (it applies to \"utility\")",
-                 Number(alpha));
+                 FormatNumber(alpha));
     }
     if (!(std::isfinite(alpha) && alpha >= 0 && alpha <= kMaxStragglerPenalty)) {
-      return bad("selection.straggler_penalty", "a number in [0, " + Number(kMaxStragglerPenalty) + "]", Number(alpha));
+      return bad("selection.straggler_penalty", "a number in [0, " + FormatNumber(kMaxStragglerPenalty) + "]", FormatNumber(alpha));
     }
   }
   if (s.has_async()) RETURN_IF_ERROR(ValidateAsync(s));

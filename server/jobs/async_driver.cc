@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "base/format.h"
 #include "proto/job_mapping.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/round.h"
@@ -20,16 +21,6 @@ constexpr size_t kMaxReportsPerStep = 256;
 // A client whose task failed, was refused or dropped gets no new task before this passes, so
 // that one that cannot train does not spin through tasks.
 constexpr std::chrono::milliseconds kRestAfterFailure{1000};
-
-std::string FormatNumber(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", value);
-  return text;
-}
-
-double MillisBetween(Clock::TimePoint start, Clock::TimePoint end) {
-  return std::chrono::duration<double, std::milli>(end - start).count();
-}
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 //
 // `concurrency` clients train at once, each on the model version that was current when its
 // task was sent. As their updates arrive they are checked as a synchronous round checks them
-// (server/jobs/round.h: CheckReportedTimes, CheckUpdateEnvelope, CheckDelta) and folded into a
+// (server/jobs/update_checks.h: CheckReportedTimes, CheckUpdateEnvelope, CheckDelta) and folded into a
 // buffer, each with its staleness weight: s versions behind the model the buffer will be
 // applied to, the update's delta counts StalenessWeight(s) times, its weight in the mean
 // staying its sample count. Every `buffer_size` (K) folded updates the buffer's mean goes

@@ -28,47 +28,15 @@
 #include "base/status.h"
 #include "core/tensor.h"
 #include "core/update_codec.h"
+#include "server/jobs/update_checks.h"
 #include "server/strategy/strategy.h"
 #include "tessera/v1/job.pb.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::server {
 
-// The checks of an update that every driver makes (the synchronous Round, the asynchronous
-// AsyncDriver); `what` names the update in errors ("update from worker 'w' for job j round 3").
-//
-// Times a worker reports (compute_ms, download_ms, data_load_ms) are shown to operators and
-// summed into metrics: finite, not negative, at most a week.
-Status CheckReportedTimes(const v1::UpdateHeader& header, const std::string& what);
-
 // The median of `values`, 0 when there are none: the round record's per-worker summaries.
 double Median(std::vector<double> values);
-
-// The upload's envelope before any tensor bytes are read: its sets (a "delta" set and every
-// set in `extra_sets`, no other, each in an encoding this build reads) and each set's
-// manifest against `layout` (names, shapes, dtypes).
-// The delta must travel in `delta_encoding` (the job's [compression]), every other set in float32.
-Status CheckUpdateEnvelope(const v1::UpdateHeader& header, const TensorSet& layout,
-                           const std::vector<std::string>& extra_sets, const std::string& what,
-                           UpdateEncoding delta_encoding = UpdateEncoding::kFloat32);
-// A received delta (and its payload sets) against `global`: layout, finite values, its L2
-// norm within `max_update_norm` or, with `clip`, scaled down to it.
-struct CheckedDelta {
-  Status verdict;                    // not ok: the update is refused for this
-  double norm = 0;                   // the delta's L2 norm as received, once its values are known finite
-  bool non_finite_alone = false;     // `global` plus the (clipped) delta alone overflows float
-  std::optional<TensorSet> clipped;  // the delta scaled down to the bound, when it was
-};
-CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
-                        const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what);
-// The same for an update sent as the trained model (UpdateHeader.trained_weights): `trained`
-// becomes its delta from `global` in the same pass (the worker's float subtraction, value for
-// value), then is checked as CheckDelta checks a delta. Left unchanged when the layout is not
-// the model's.
-CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
-                               const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
-                               double max_update_norm, bool clip, const std::string& what);
 
 class Round {
  public:

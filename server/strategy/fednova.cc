@@ -13,16 +13,11 @@
 #include <cstdio>
 #include <mutex>
 
+#include "base/format.h"
 #include "server/strategy/factories.h"
 
 namespace tessera::server {
 namespace {
-
-std::string Number(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.6g", value);
-  return text;
-}
 
 // Running sums of p_i-weighted normalised deltas, and of the weights and weighted a_i, in
 // double; one lock per tensor so that concurrent folds pipeline through the model.
@@ -51,8 +46,8 @@ class NormalizedMean final : public RoundAggregate {
     const double a = update.step_normalizer;
     if (!std::isfinite(a) || a < low - slack || a > high + slack) {
       return InvalidArgumentError("field 'step_normalizer': expected FedNova's a_i for " +
-                                  std::to_string(update.local_steps) + " local steps at momentum " + Number(momentum_) +
-                                  ", a number in [" + Number(low) + ", " + Number(high) + "], got " + Number(a));
+                                  std::to_string(update.local_steps) + " local steps at momentum " + FormatNumber(momentum_) +
+                                  ", a number in [" + FormatNumber(low) + ", " + FormatNumber(high) + "], got " + FormatNumber(a));
     }
     return Status::Ok();
   }

@@ -1,0 +1,289 @@
+#include "server/jobs/update_checks.h"
+
+#include <cmath>
+#include <cstring>
+#include <type_traits>
+
+#include "base/escape.h"
+#include "base/format.h"
+#include "base/target_clones.h"
+#include "proto/job_mapping.h"
+#include "proto/update_envelope.h"
+
+namespace tessera::server {
+
+Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
+  // Times a worker reports are shown to operators and summed into metrics: finite, not
+  // negative, at most a week.
+  for (const auto& [field, ms] : {std::pair<const char*, double>{"compute_ms", h.compute_ms()},
+                                  {"download_ms", h.download_ms()},
+                                  {"data_load_ms", h.data_load_ms()}}) {
+    if (!(ms >= 0 && ms <= 7 * 24 * 3600e3)) {
+      return InvalidArgumentError(what + ": field '" + field + "': expected milliseconds in [0, 604800000], got " +
+                                  FormatNumber(ms));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, const std::vector<std::string>& extra_sets,
+                           const std::string& what, UpdateEncoding delta_encoding) {
+  ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
+  if (h.trained_weights() && delta_encoding != UpdateEncoding::kFloat32) {
+    return InvalidArgumentError(what + ": field 'trained_weights': a trained model travels in float32 only; this "
+                                "job's updates are deltas in " + UpdateEncodingName(delta_encoding));
+  }
+  for (const auto& set : sets) {
+    if (set.name() != wire::kDeltaSet &&
+        std::find(extra_sets.begin(), extra_sets.end(), set.name()) == extra_sets.end()) {
+      std::string expected = "'delta'";
+      for (const auto& name : extra_sets) expected += ", '" + name + "'";
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
+                                  expected);
+    }
+  }
+  for (const auto& name : extra_sets) {
+    if (std::none_of(sets.begin(), sets.end(), [&](const v1::TensorSetInfo& set) { return set.name() == name; })) {
+      return InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    }
+  }
+  // Every set has the model's layout: the delta and each of the strategy's sets.
+  for (const auto& set : sets) {
+    const bool delta = set.name() == wire::kDeltaSet;
+    const std::string in_set = delta ? "" : " of set '" + set.name() + "'";
+    // "delta" travels in the job's encoding, a strategy's own sets in float32.
+    const auto encoding = wire::ToUpdateEncoding(set.encoding());
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    const UpdateEncoding expected = delta ? delta_encoding : UpdateEncoding::kFloat32;
+    if (*encoding != expected) {
+      return InvalidArgumentError(what + ": set '" + set.name() + "' is encoded " + UpdateEncodingName(*encoding) +
+                                  "; this job expects " + UpdateEncodingName(expected) +
+                                  (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
+    }
+    const auto& tensors = set.manifest().tensors();
+    if (static_cast<size_t>(tensors.size()) != layout.size()) {
+      return InvalidArgumentError(what + ": expected " + std::to_string(layout.size()) + " tensors" + in_set +
+                                  ", got " + std::to_string(tensors.size()));
+    }
+    for (int i = 0; i < tensors.size(); ++i) {
+      const NamedTensor& want = layout[static_cast<size_t>(i)];
+      const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+      if (tensors[i].name() != want.name) {
+        return InvalidArgumentError(what + ": tensor " + std::to_string(i) + in_set + ": expected name '" + want.name +
+                                    "', got " + QuoteUntrusted(tensors[i].name()));
+      }
+      if (shape != want.shape) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
+                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
+      }
+      if (tensors[i].dtype() != wire::EncodedDType(*encoding)) {
+        return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype " +
+                                    v1::DType_Name(wire::EncodedDType(*encoding)) + " for " +
+                                    UpdateEncodingName(*encoding) + ", got " + v1::DType_Name(tensors[i].dtype()));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// True for an infinite or NaN float: its exponent bits all set. Written on the bits so that
+// the scan below vectorizes.
+inline uint32_t NonFiniteBit(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+}
+
+// One pass over a delta of `global`'s layout: the sum of its squares (in double, sixteen
+// partial sums), whether all its values are finite, and whether global + delta is.
+struct DeltaScan {
+  double squares = 0;
+  bool delta_finite = true;
+  bool sum_finite = true;
+};
+// The scan's partial sums: sixteen lanes of double, held in four vectors of four (lane k of
+// vector q sums the elements 16 i + 4 q + k), so that the additions do not wait on each other.
+// Written with GCC's vector types: left to the loop vectoriser, the float-to-double conversions
+// kept the scan at four times the fold's time.
+constexpr size_t kScanLanes = 16;
+using Floats8 = float __attribute__((vector_size(32)));
+using Floats4 = float __attribute__((vector_size(16)));
+using Doubles4 = double __attribute__((vector_size(32)));
+using Bits8 = uint32_t __attribute__((vector_size(32)));
+
+// Vectors pass by reference here, never by value: these are inlined into the AVX2 clone and
+// the default one alike, and a vector argument's ABI differs between the two.
+// `flags` gains the eight lanes' non-finite flags: all exponent bits set.
+[[gnu::always_inline]] inline void OrNonFinite(const Floats8& x, Bits8* flags) {
+  constexpr uint32_t e = 0x7f800000u;
+  const Bits8 exponent = {e, e, e, e, e, e, e, e};
+  Bits8 bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  *flags |= reinterpret_cast<Bits8>((bits & exponent) == exponent);
+}
+// `low` and `high` gain the squares of x's lanes 0-3 and 4-7, in double.
+[[gnu::always_inline]] inline void AddSquares(const Floats8& x, Doubles4* low, Doubles4* high) {
+  const Doubles4 a = __builtin_convertvector((Floats4{x[0], x[1], x[2], x[3]}), Doubles4);
+  const Doubles4 b = __builtin_convertvector((Floats4{x[4], x[5], x[6], x[7]}), Doubles4);
+  *low += a * a;
+  *high += b * b;
+}
+
+// One tensor of the scan below: its squares in sixteen partial sums, in acc[0..15].
+template <bool kSubtract>
+[[gnu::always_inline]] inline void ScanTensorBody(const float* g, std::conditional_t<kSubtract, float*, const float*> d,
+                                                  size_t n, double* acc, uint32_t* bad_delta, uint32_t* bad_sum) {
+  Doubles4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  Bits8 delta_bits = {}, sum_bits = {};
+  size_t j = 0;
+  for (; j + kScanLanes <= n; j += kScanLanes) {
+    Floats8 x0, x1, g0, g1;
+    std::memcpy(&x0, d + j, sizeof(x0));
+    std::memcpy(&x1, d + j + 8, sizeof(x1));
+    std::memcpy(&g0, g + j, sizeof(g0));
+    std::memcpy(&g1, g + j + 8, sizeof(g1));
+    if constexpr (kSubtract) {
+      x0 -= g0;
+      x1 -= g1;
+      std::memcpy(d + j, &x0, sizeof(x0));
+      std::memcpy(d + j + 8, &x1, sizeof(x1));
+    }
+    AddSquares(x0, &s0, &s1);
+    AddSquares(x1, &s2, &s3);
+    OrNonFinite(x0, &delta_bits);
+    OrNonFinite(x1, &delta_bits);
+    const Floats8 y0 = g0 + x0, y1 = g1 + x1;
+    OrNonFinite(y0, &sum_bits);
+    OrNonFinite(y1, &sum_bits);
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    acc[k] = s0[k];
+    acc[4 + k] = s1[k];
+    acc[8 + k] = s2[k];
+    acc[12 + k] = s3[k];
+  }
+  uint32_t bad_d = 0, bad_s = 0;
+  for (size_t k = 0; k < 8; ++k) {
+    bad_d |= delta_bits[k];
+    bad_s |= sum_bits[k];
+  }
+  for (; j < n; ++j) {
+    if constexpr (kSubtract) {
+      d[j] -= g[j];
+    }
+    const float x = d[j];
+    acc[0] += static_cast<double>(x) * x;
+    bad_d |= NonFiniteBit(x);
+    bad_s |= NonFiniteBit(g[j] + x);
+  }
+  *bad_delta |= bad_d != 0;
+  *bad_sum |= bad_s != 0;
+}
+
+// Every update's check, over the whole model: cloned for AVX2 as the fold is
+// (server/strategy/aggregation.cc); the partial sums stay sixteen lanes, without FMA, so the
+// norm is the same to the bit whichever clone runs.
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+ScanTensor(const float* __restrict g, const float* __restrict d, size_t n, double* acc, uint32_t* bad_delta,
+           uint32_t* bad_sum) {
+  ScanTensorBody<false>(g, d, n, acc, bad_delta, bad_sum);
+}
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+ScanSubtractTensor(const float* __restrict g, float* __restrict d, size_t n, double* acc, uint32_t* bad_delta,
+                   uint32_t* bad_sum) {
+  ScanTensorBody<true>(g, d, n, acc, bad_delta, bad_sum);
+}
+
+// The sixteen partial sums added pairwise, in a fixed order.
+double SumLanes(const double* acc) {
+  double pairs[kScanLanes / 2];
+  for (size_t k = 0; k < kScanLanes / 2; ++k) pairs[k] = acc[2 * k] + acc[2 * k + 1];
+  return ((pairs[0] + pairs[1]) + (pairs[2] + pairs[3])) + ((pairs[4] + pairs[5]) + (pairs[6] + pairs[7]));
+}
+
+// With kSubtract, `delta` holds the trained model on entry and its difference from `global`
+// on return, computed in the same pass (the worker's float subtraction, value for value).
+template <bool kSubtract>
+DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta) {
+  DeltaScan scan;
+  uint32_t bad_delta = 0;
+  uint32_t bad_sum = 0;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    double acc[kScanLanes] = {};
+    if constexpr (kSubtract) {
+      ScanSubtractTensor(global[i].values.data(), delta[i].values.data(), delta[i].values.size(), acc, &bad_delta,
+                         &bad_sum);
+    } else {
+      ScanTensor(global[i].values.data(), delta[i].values.data(), delta[i].values.size(), acc, &bad_delta, &bad_sum);
+    }
+    scan.squares += SumLanes(acc);
+  }
+  scan.delta_finite = bad_delta == 0;
+  scan.sum_finite = bad_sum == 0;
+  return scan;
+}
+
+// CheckDelta and CheckTrainedDelta: with kSubtract, `delta` is the trained model, made the
+// delta by the scan.
+template <bool kSubtract>
+CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
+                            const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
+                            double max_update_norm, bool clip, const std::string& what) {
+  CheckedDelta checked;
+  checked.verdict = CheckSameLayout(global, delta, what);
+  DeltaScan scan;
+  if (checked.verdict.ok()) {
+    scan = ScanDelta<kSubtract>(global, delta);
+    // CheckFinite names the first bad element; it runs only when there is one.
+    if (!scan.delta_finite) checked.verdict = CheckFinite(delta, what);
+  }
+  for (size_t k = 0; checked.verdict.ok() && k < extra_sets.size(); ++k) {
+    const std::string& name = extra_sets[k];
+    if (payload == nullptr || payload->count(name) == 0) {
+      checked.verdict = InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
+    } else {
+      checked.verdict = CheckSameLayout(global, payload->at(name), what + ", set '" + name + "'");
+    }
+  }
+  if (!checked.verdict.ok()) return checked;
+  // The delta's L2 norm, in double (finite values of float square and sum without overflow),
+  // and whether the global model plus this delta alone already overflows float.
+  checked.non_finite_alone = !scan.sum_finite;
+  checked.norm = std::sqrt(scan.squares);
+  if (checked.norm <= max_update_norm) return checked;  // NaN norms cannot come: the values are finite
+  if (!clip) {
+    checked.verdict = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(checked.norm) +
+                                           " exceeds the job's max_update_norm " + FormatNumber(max_update_norm));
+    return checked;
+  }
+  const double scale = max_update_norm / checked.norm;
+  checked.clipped = delta;
+  checked.non_finite_alone = false;
+  for (size_t i = 0; i < checked.clipped->size(); ++i) {
+    const float* g = global[i].values.data();
+    float* d = (*checked.clipped)[i].values.data();
+    for (size_t j = 0; j < (*checked.clipped)[i].values.size(); ++j) {
+      d[j] = static_cast<float>(d[j] * scale);
+      checked.non_finite_alone = checked.non_finite_alone || !std::isfinite(g[j] + d[j]);
+    }
+  }
+  return checked;
+}
+
+}  // namespace
+
+CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
+                        const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
+                        const std::string& what) {
+  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what);
+}
+
+CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
+                               const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
+                               double max_update_norm, bool clip, const std::string& what) {
+  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what);
+}
+
+}  // namespace tessera::server
