@@ -31,7 +31,7 @@ double StalenessWeight(const v1::AsyncSpec& spec, uint64_t staleness) {
 
 AsyncDriver::AsyncDriver(JobRunner& runner)
     : runner_(runner),
-      spec_(runner.Snapshot().spec()),
+      spec_(runner.Summary().spec()),
       options_(spec_.async()),
       clock_(runner.clock_),
       max_update_norm_(wire::MaxUpdateNorm(spec_)),
@@ -454,7 +454,7 @@ Result<size_t> AsyncDriver::FillTasks() {
 }
 
 Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
-  const v1::Job job = runner_.Snapshot();
+  const v1::Job job = runner_.Summary();
   const uint32_t step = job.rounds_committed() + 1;
   std::shared_ptr<const ModelVersion> current;
   {
@@ -548,7 +548,7 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
 void AsyncDriver::PublishProgress() {
   constexpr size_t kShown = 8;
   v1::JobEvent event;
-  *event.mutable_job() = runner_.Snapshot();
+  *event.mutable_job() = runner_.Summary();
   auto* progress = event.mutable_progress();
   progress->set_round(event.job().rounds_committed() + 1);
   progress->set_attempt(1);
@@ -594,7 +594,7 @@ Status AsyncDriver::Run() {
   const auto poll = std::min(runner_.options_.worker_poll_interval, runner_.options_.liveness_check_interval);
   while (true) {
     if (runner_.stopping()) return CancelledError("job stopping");
-    if (runner_.Snapshot().rounds_committed() >= spec_.rounds()) {
+    if (runner_.Summary().rounds_committed() >= spec_.rounds()) {
       CancelAll("the job has made all its steps");
       return Status::Ok();
     }
@@ -627,7 +627,7 @@ Status AsyncDriver::Run() {
       // Nobody trains and nobody can: wait for workers as a synchronous round does.
       if (now - idle_since > runner_.options_.worker_wait_timeout) {
         CancelAll("the job failed");
-        return FailedPreconditionError("step " + std::to_string(runner_.Snapshot().rounds_committed() + 1) +
+        return FailedPreconditionError("step " + std::to_string(runner_.Summary().rounds_committed() + 1) +
                                        ": no client ready to train for " +
                                        std::to_string(runner_.options_.worker_wait_timeout.count()) + " ms");
       }

@@ -6,10 +6,13 @@
 namespace tessera::server {
 
 void JobEvents::Publish(v1::JobEvent event) {
+  const size_t bytes = event.ByteSizeLong();  // outside the lock: a round's record is large
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(event));
-    while (events_.size() > capacity_) {
+    events_.push_back(Kept{std::move(event), bytes});
+    bytes_ += bytes;
+    while (events_.size() > capacity_ || (bytes_ > max_bytes_ && events_.size() > 1)) {
+      bytes_ -= events_.front().bytes;
       events_.pop_front();
       ++first_;
     }
@@ -30,7 +33,8 @@ std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* mis
   std::vector<v1::JobEvent> out;
   const size_t from = std::max(seen, first_);
   if (missed != nullptr) *missed = from - seen;
-  for (size_t i = from; i < first_ + events_.size(); ++i) out.push_back(events_[i - first_]);
+  out.reserve(first_ + events_.size() - from);
+  for (size_t i = from; i < first_ + events_.size(); ++i) out.push_back(events_[i - first_].event);
   *ended = ended_;
   return out;
 }
@@ -43,6 +47,16 @@ size_t JobEvents::published() const {
 size_t JobEvents::kept() const {
   std::lock_guard<std::mutex> lock(mu_);
   return events_.size();
+}
+
+size_t JobEvents::oldest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return first_;
+}
+
+size_t JobEvents::kept_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
 }
 
 uint64_t JobEvents::Subscribe(std::function<void()> changed) {

@@ -5,11 +5,13 @@
 // End() call after each change, and the watcher reads what is new with Since(). Nothing
 // blocks. Thread-safe.
 //
-// Bounded: the log keeps its last `capacity` events (every committed round is in the state
-// store as well, which is where a watch starts from). Events are numbered from 0 in the order
-// published, and a watcher keeps the number of the next one it wants; one that fell more than
-// `capacity` events behind skips forward to the oldest kept, and Since() tells it how many it
-// missed.
+// Bounded: the log keeps its last `capacity` events, and no more of them than fit in
+// `max_bytes` of serialized events (the newest is always kept). A round's event carries its
+// whole round record, about 640 bytes a client: at 1,000 clients a thousand rounds' events
+// would hold 640 MB (parsed, about three times its serialized bytes). Every committed round is in the state store as well, which is where a
+// watch starts from. Events are numbered from 0 in the order published, and a watcher keeps
+// the number of the next one it wants; one that fell behind the oldest kept event skips
+// forward to it, and Since() tells it how many it missed.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +29,9 @@ namespace tessera::server {
 class JobEvents {
  public:
   static constexpr size_t kDefaultCapacity = 1000;
-  explicit JobEvents(size_t capacity = kDefaultCapacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  static constexpr size_t kDefaultMaxBytes = 8 << 20;
+  explicit JobEvents(size_t capacity = kDefaultCapacity, size_t max_bytes = kDefaultMaxBytes)
+      : capacity_(capacity == 0 ? 1 : capacity), max_bytes_(max_bytes) {}
 
   void Publish(v1::JobEvent event);
   void End();  // the job reached a final state; watchers drain and finish
@@ -40,7 +44,10 @@ class JobEvents {
   // Events published so far, and how many of them are kept.
   size_t published() const;
   size_t kept() const;
+  size_t kept_bytes() const;  // the kept events' serialized bytes
+  size_t oldest() const;      // the number of the oldest kept event (published() when none)
   size_t capacity() const { return capacity_; }
+  size_t max_bytes() const { return max_bytes_; }
 
   // `changed` is called after every Publish() and End(), on the publishing thread, without
   // the log's lock held (so it may call Since()); it must not block. It may still be called
@@ -52,10 +59,17 @@ class JobEvents {
  private:
   void NotifyWatchers();
 
+  struct Kept {
+    v1::JobEvent event;
+    size_t bytes;  // event.ByteSizeLong() when published
+  };
+
   const size_t capacity_;
+  const size_t max_bytes_;
   mutable std::mutex mu_;  // guards everything below; never held while calling a watcher
-  std::deque<v1::JobEvent> events_;  // the last capacity_ events
-  size_t first_ = 0;                 // the number of events_.front()
+  std::deque<Kept> events_;  // the last events, within capacity_ and max_bytes_
+  size_t bytes_ = 0;         // the sum of events_[i].bytes
+  size_t first_ = 0;         // the number of events_.front()
   bool ended_ = false;
   std::map<uint64_t, std::function<void()>> watchers_;
   uint64_t next_watcher_ = 1;

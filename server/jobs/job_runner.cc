@@ -76,6 +76,15 @@ v1::Job JobRunner::Snapshot() const {
   return job_;
 }
 
+v1::Job JobRunner::Summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_.has_last_round()) return job_;
+  std::unique_ptr<v1::RoundRecord> last(job_.release_last_round());
+  v1::Job summary = job_;
+  job_.set_allocated_last_round(last.release());
+  return summary;
+}
+
 Result<std::shared_ptr<const ModelVersion>> JobRunner::Model(uint64_t version, const std::string& worker_id) const {
   if (auto driver = Driver(); driver && !finished_) return driver->Model(version, worker_id);
   std::lock_guard<std::mutex> lock(mu_);
@@ -226,7 +235,7 @@ Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
 void JobRunner::PublishProgress(const Round& open, size_t selected, Clock::TimePoint deadline) {
   constexpr size_t kShown = 8;
   v1::JobEvent event;
-  *event.mutable_job() = Snapshot();
+  *event.mutable_job() = Summary();
   auto* progress = event.mutable_progress();
   progress->set_round(open.round());
   progress->set_attempt(open.attempt());
@@ -242,7 +251,7 @@ void JobRunner::PublishProgress(const Round& open, size_t selected, Clock::TimeP
 
 void JobRunner::Note(const std::string& message) {
   v1::JobEvent event;
-  *event.mutable_job() = Snapshot();
+  *event.mutable_job() = Summary();
   event.set_message(message);
   events_.Publish(std::move(event));
 }
@@ -330,7 +339,7 @@ Status JobRunner::LoadPartySizes(const v1::JobSpec& spec) {
   party_sizes_.clear();
   if (spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES) return Status::Ok();
   // The same split the workers compute, from the operator's copy of the training labels.
-  const std::string what = "job " + Snapshot().id() + ": the partition of the operator's training set";
+  const std::string what = "job " + job_.id() + ": the partition of the operator's training set";
   auto labels = LoadTrainingLabels(options_.Datasets(), spec);
   if (!labels.ok()) return labels.status().WithContext(what);
   auto parts = wire::PartitionTrainingSet(spec, std::move(labels).value());
@@ -435,7 +444,7 @@ void JobRunner::Run() {
 
 void JobRunner::RunJob() {
   // A spec stored before today's limits (a resumed job) is checked again.
-  if (Status valid = wire::ValidateJobSpec(Snapshot().spec()); !valid.ok()) {
+  if (Status valid = wire::ValidateJobSpec(Summary().spec()); !valid.ok()) {
     Finish(v1::JOB_FAILED, "the job's spec is not accepted: " + valid.message());
     return;
   }
@@ -449,14 +458,14 @@ void JobRunner::RunJob() {
     job_.set_state(v1::JOB_RUNNING);
   }
   if (Status s = store_->UpdateJob(Snapshot()); !s.ok()) spdlog::error("job {}: {}", job_.id(), s.ToString());
-  const v1::JobSpec spec = Snapshot().spec();
+  const v1::JobSpec spec = Summary().spec();
   if (wire::IsAsync(spec)) {
     RunAsync();
     return;
   }
   const uint32_t max_attempts = std::max<uint32_t>(1, spec.max_round_attempts());
   while (!stopping()) {
-    const uint32_t round = Snapshot().rounds_committed() + 1;
+    const uint32_t round = Summary().rounds_committed() + 1;
     if (round > spec.rounds()) {
       Finish(v1::JOB_SUCCEEDED, "");
       return;
@@ -489,7 +498,7 @@ void JobRunner::RunJob() {
 }
 
 Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t attempt, std::string* shortfall) {
-  const v1::JobSpec spec = Snapshot().spec();
+  const v1::JobSpec spec = Summary().spec();
   const uint32_t parties = SeatedParties(spec);
   const auto wait_start = clock_->Now();
   auto last_note = wait_start;
@@ -517,7 +526,7 @@ Result<std::vector<Client>> JobRunner::SelectClients(uint32_t round, uint32_t at
 JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt) {
   using Kind = AttemptOutcome::Kind;
   const auto round_start = clock_->Now();
-  const v1::Job job = Snapshot();
+  const v1::Job job = Summary();
   const v1::JobSpec& spec = job.spec();
   v1::RoundRecord record;
   record.set_job_id(job.id());

@@ -107,6 +107,9 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   void Cancel();
 
   v1::Job Snapshot() const;
+  // The job without its last round's record (up to thousands of reports): what the job's
+  // thread reads each round, and what its events carry (a round's event carries the round).
+  v1::Job Summary() const;
   JobEvents& events() { return events_; }
 
   // For the worker service.
@@ -230,7 +233,8 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   std::condition_variable wake_cv_;
 
   mutable std::mutex mu_;
-  v1::Job job_;
+  // mutable: Summary() moves last_round aside for its copy and back, under mu_.
+  mutable v1::Job job_;
   std::shared_ptr<const ModelVersion> current_;  // the committed global model
   std::shared_ptr<Round> round_;
   Clock::TimePoint round_deadline_;  // of round_

@@ -115,7 +115,7 @@ void JobRunner::SendCancel(const std::string& worker, uint32_t round, uint32_t a
 }
 
 Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::TimePoint round_start) {
-  const v1::Job job = Snapshot();
+  const v1::Job job = Summary();
   const uint32_t round = record.round();
   TensorSet next = std::move(step.model);
   // Evaluation.
@@ -152,7 +152,7 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
                          l.aggregation_ms() + l.evaluation_ms() + l.commit_ms();
     l.set_other_ms(std::max(0.0, l.total_ms() - named));
   }
-  *committed.mutable_last_round() = record;
+  *committed.mutable_last_round()->mutable_latency() = record.latency();  // all the commit changed
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
   }
@@ -161,17 +161,17 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_rounds_committed(round);
-    *job_.mutable_last_round() = record;
+    job_.set_allocated_last_round(committed.release_last_round());
     current_ = std::move(encoded);
   }
   spdlog::info("job {}: {} {} committed: accuracy {:.4f}, loss {:.4f}, {} of {} clients, {:.0f} ms", job.id(),
                record.has_async_step() ? "step" : "round", round, accuracy, loss, record.clients_reported(),
                record.clients_selected(), record.latency().total_ms());
-  v1::JobEvent event;
-  *event.mutable_job() = Snapshot();
-  *event.mutable_round() = record;
-  events_.Publish(std::move(event));
   RecordRound(record);
+  v1::JobEvent event;
+  *event.mutable_job() = Summary();
+  *event.mutable_round() = std::move(record);
+  events_.Publish(std::move(event));
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,32 +31,37 @@ using wire::ToGrpc;
 constexpr size_t kMaxListEntries = 1000;
 constexpr size_t kMaxListBytes = 3 << 20;
 
+// A watch reads the committed rounds from the state store a page at a time, as the watcher
+// takes them, so that a job of many rounds and many clients (a round's record is about 640
+// bytes a client) is never held whole in memory.
+constexpr size_t kWatchPageBytes = 4 << 20;
+
 // One `tessera watch`: the committed rounds, then the job's live events until it ends.
+//
+// The committed rounds come from the state store, a page at a time: the first page when the
+// watch starts, each next one when the watcher has taken the last (WriteDone, on a gRPC
+// thread). A round is stored before its event is published, so once a page comes back empty
+// every later round is in the job's live log. A watcher that falls behind the log (it keeps the
+// last events within a budget, server/jobs/job_events.h) goes back to the store for the rounds
+// it missed; only progress events and notes are skipped, and it is told so.
 class JobWatch final {
  public:
-  JobWatch(std::shared_ptr<JobRunner> runner, grpc::ServerWriteReactor<v1::JobEvent>* reactor,
-           grpc::CallbackServerContext* ctx)
-      : runner_(std::move(runner)), reactor_(reactor), ctx_(ctx) {}
+  using RoundPages = std::function<Result<std::vector<v1::RoundRecord>>(uint32_t from_round, size_t max_bytes)>;
 
-  // Before the first Pump(): the rounds already committed, and for a job that is not running
-  // the end of its log.
-  void Backlog(const v1::Job& job, std::vector<v1::RoundRecord> rounds) {
+  JobWatch(std::shared_ptr<JobRunner> runner, v1::Job job, RoundPages pages,
+           grpc::ServerWriteReactor<v1::JobEvent>* reactor, grpc::CallbackServerContext* ctx)
+      : runner_(std::move(runner)), job_(std::move(job)), pages_(std::move(pages)), reactor_(reactor), ctx_(ctx) {}
+
+  // Before the first Pump(): the first page of rounds from `from_round`, and the position in
+  // the job's live log from which events are taken once the rounds are sent.
+  Status Start(uint32_t from_round) {
+    ASSIGN_OR_RETURN(auto page, pages_(from_round, kWatchPageBytes));
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& r : rounds) {
-      v1::JobEvent event;
-      *event.mutable_job() = job;
-      last_round_ = r.round();
-      *event.mutable_round() = std::move(r);
-      outbox_.push_back(std::move(event));
-    }
-    if (!runner_) {
-      v1::JobEvent event;
-      *event.mutable_job() = job;
-      event.set_message("job " + job.id() + " " + wire::JobStateName(job.state()) +
-                        (job.error().empty() ? "" : ": " + job.error()));
-      outbox_.push_back(std::move(event));
-      log_ended_ = true;
-    }
+    if (runner_) seen_ = runner_->events().oldest();
+    next_round_ = from_round;
+    last_round_ = from_round > 0 ? from_round - 1 : 0;  // older rounds in the live log are not asked for
+    TakePageLocked(std::move(page));
+    return Status::Ok();
   }
 
   static void Follow(const std::shared_ptr<JobWatch>& watch) {
@@ -69,34 +75,42 @@ class JobWatch final {
   }
 
   // Writes the next event, or finishes once the log has ended and been sent (or the watcher
-  // left), unless a write is in flight.
-  void Pump() {
+  // left), unless a write is in flight. With `may_read_store` (the start and WriteDone, on
+  // gRPC's threads), an empty outbox is refilled from the state store while rounds are owed;
+  // the job's own thread, publishing, never reads it.
+  void Pump(bool may_read_store = false) {
     grpc::ServerWriteReactor<v1::JobEvent>* reactor = nullptr;
     bool finish = false;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (reactor_ == nullptr || writing_ || finish_called_) return;
-      if (!cancelled_ && outbox_.empty() && runner_ && !log_ended_) {
-        bool ended = false;
-        size_t missed = 0;
-        std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended, &missed);
-        seen_ += missed + events.size();
-        if (missed > 0) {  // fell behind the log's capacity: skip forward, and say so
-          v1::JobEvent note;
-          if (!events.empty()) *note.mutable_job() = events.front().job();
-          note.set_message(std::to_string(missed) + " events of the job's history were dropped before this watch read "
-                           "them (it keeps the last " + std::to_string(runner_->events().capacity()) +
-                           "); `tessera status` shows every committed round");
-          outbox_.push_back(std::move(note));
+      std::unique_lock<std::mutex> lock(mu_);
+      if (reactor_ == nullptr || writing_ || finish_called_ || reading_store_) return;
+      if (!cancelled_ && outbox_.empty() && rounds_owed_) {
+        if (!may_read_store) return;
+        reading_store_ = true;
+        const uint32_t from = next_round_;
+        lock.unlock();
+        auto page = pages_(from, kWatchPageBytes);
+        lock.lock();
+        reading_store_ = false;
+        if (!page.ok()) {
+          finish_status_ = ToGrpc(page.status());
+          cancelled_ = true;
+        } else {
+          TakePageLocked(std::move(page).value());
         }
-        for (auto& event : events) {
-          if (event.has_round()) {  // already sent from the committed rounds
-            if (event.round().round() <= last_round_) continue;
-            last_round_ = event.round().round();
-          }
+        if (reactor_ == nullptr) return;
+      }
+      if (!cancelled_ && outbox_.empty() && !rounds_owed_ && !log_ended_) {
+        if (!runner_) {  // a job not running here: its rounds, then its end
+          v1::JobEvent event;
+          *event.mutable_job() = job_;
+          event.set_message("job " + job_.id() + " " + wire::JobStateName(job_.state()) +
+                            (job_.error().empty() ? "" : ": " + job_.error()));
           outbox_.push_back(std::move(event));
+          log_ended_ = true;
+        } else {
+          TakeLiveEventsLocked();
         }
-        log_ended_ = ended;
       }
       if (cancelled_ || (outbox_.empty() && log_ended_)) {
         finish = finish_called_ = true;
@@ -123,7 +137,7 @@ class JobWatch final {
       writing_ = false;
       if (!ok) cancelled_ = true;
     }
-    Pump();
+    Pump(/*may_read_store=*/true);
   }
 
   // A limit passed (server/rpc/stream_limits.h): the watch ends with `why`; a write the
@@ -166,16 +180,69 @@ class JobWatch final {
   }
 
  private:
+  // Queues a page of committed rounds; an empty page means the store has no more.
+  void TakePageLocked(std::vector<v1::RoundRecord> page) {
+    rounds_owed_ = !page.empty();
+    for (auto& r : page) {
+      if (r.round() < next_round_) continue;
+      next_round_ = r.round() + 1;
+      last_round_ = r.round();
+      v1::JobEvent event;
+      *event.mutable_job() = job_;
+      *event.mutable_round() = std::move(r);
+      outbox_.push_back(std::move(event));
+    }
+  }
+
+  // Queues what is new in the job's live log. Rounds already sent from the store are skipped;
+  // when the log dropped events this watch had not read, the rounds among them are read from
+  // the store again (rounds_owed_), before anything newer.
+  void TakeLiveEventsLocked() {
+    bool ended = false;
+    size_t missed = 0;
+    std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended, &missed);
+    if (missed > 0) {
+      v1::JobEvent note;
+      *note.mutable_job() = events.empty() ? job_ : events.front().job();
+      note.set_message("this watch fell " + std::to_string(missed) +
+                       " events behind the job's live log (it keeps the last " +
+                       std::to_string(runner_->events().capacity()) + " events within " +
+                       std::to_string(runner_->events().max_bytes() >> 20) +
+                       " MiB): the committed rounds among them follow from the state store; progress and "
+                       "notes among them are skipped");
+      outbox_.push_back(std::move(note));
+      seen_ += missed;  // the rest of `events` are read again once the rounds are sent
+      next_round_ = last_round_ + 1;
+      rounds_owed_ = true;
+      return;
+    }
+    seen_ += events.size();
+    for (auto& event : events) {
+      if (event.has_round()) {  // already sent from the committed rounds
+        if (event.round().round() <= last_round_) continue;
+        last_round_ = event.round().round();
+        next_round_ = last_round_ + 1;
+      }
+      outbox_.push_back(std::move(event));
+    }
+    log_ended_ = ended;
+  }
+
   std::mutex mu_;  // guards the fields below; held while reading the job's events
   std::shared_ptr<JobRunner> runner_;  // null for a job that is not running here
+  const v1::Job job_;                  // as it was when the watch started
+  const RoundPages pages_;
   grpc::ServerWriteReactor<v1::JobEvent>* reactor_;  // null once done
   grpc::CallbackServerContext* const ctx_;           // valid while reactor_ is set
   grpc::Status finish_status_ = grpc::Status::OK;
   std::chrono::steady_clock::time_point write_started_;
   uint64_t subscription_ = 0;
   std::deque<v1::JobEvent> outbox_;
-  size_t seen_ = 0;         // events taken from the job's log
+  size_t seen_ = 0;          // the number of the next event to take from the job's log
   uint32_t last_round_ = 0;  // the last round queued
+  uint32_t next_round_ = 0;  // the first round the store may still owe this watch
+  bool rounds_owed_ = false;    // the store may hold rounds from next_round_ not yet queued
+  bool reading_store_ = false;  // a page is being read, with mu_ released
   bool log_ended_ = false;
   bool cancelled_ = false;
   bool writing_ = false;  // a write is in flight; in_flight_ belongs to it
@@ -208,13 +275,16 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       return;
     }
     auto runner = c->Runner(request.job_id());
-    auto rounds = c->ListRounds(request.job_id(), request.from_round());
-    if (!rounds.ok()) {
-      Finish(ToGrpc(rounds.status()));
+    const std::string job_id = request.job_id();
+    auto pages = [c, job_id](uint32_t from_round, size_t max_bytes) {
+      return c->ListRounds(job_id, from_round, max_bytes);
+    };
+    watch_ = std::make_shared<JobWatch>(std::move(runner), std::move(job).value(), std::move(pages), this, ctx);
+    if (Status s = watch_->Start(request.from_round()); !s.ok()) {
+      watch_.reset();
+      Finish(ToGrpc(s));
       return;
     }
-    watch_ = std::make_shared<JobWatch>(std::move(runner), this, ctx);
-    watch_->Backlog(*job, std::move(rounds).value());
     std::weak_ptr<JobWatch> weak = watch_;
     const StreamLimits& limits = c->options().streams;
     deadline_ = StreamDeadline::Create("watch of job " + request.job_id(), limits.idle_timeout,
@@ -228,7 +298,7 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     });
     c->watchdog().Watch(deadline_);
     JobWatch::Follow(watch_);
-    watch_->Pump();
+    watch_->Pump(/*may_read_store=*/true);
   }
 
   void OnWriteDone(bool ok) override {

@@ -1,4 +1,4 @@
-// The job's event log: bounded to its last events, with Since() numbering events as they
+// The job's event log: bounded to its last events (by count and by bytes), with Since() numbering events as they
 // were published, so a watcher that fell behind skips forward and is told how many it missed.
 #include <gtest/gtest.h>
 
@@ -19,6 +19,42 @@ TEST(JobEventsTest, KeepsOnlyTheLastEventsItHasRoomFor) {
   EXPECT_EQ(events.published(), 10u);
   EXPECT_EQ(events.kept(), 3u);
   EXPECT_EQ(JobEvents().capacity(), 1000u);
+}
+
+v1::JobEvent RoundOf(uint32_t round, int workers) {
+  v1::JobEvent event;
+  event.mutable_round()->set_round(round);
+  for (int w = 0; w < workers; ++w) event.mutable_round()->add_workers()->set_worker_id("worker-" + std::to_string(w));
+  return event;
+}
+
+TEST(JobEventsTest, LargeRoundEventsAreBoundedByBytesAndTheNewestIsAlwaysKept) {
+  const size_t one = RoundOf(1, 1000).ByteSizeLong();
+  ASSERT_GT(one, 10000u);
+  JobEvents events(1000, 3 * one + one / 2);  // room for three such rounds by bytes
+  for (uint32_t r = 1; r <= 20; ++r) events.Publish(RoundOf(r, 1000));
+  EXPECT_EQ(events.published(), 20u);
+  EXPECT_EQ(events.kept(), 3u);
+  EXPECT_LE(events.kept_bytes(), events.max_bytes());
+  bool ended = false;
+  size_t missed = 0;
+  auto got = events.Since(0, &ended, &missed);
+  EXPECT_EQ(missed, 17u);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got.front().round().round(), 18u);
+  EXPECT_EQ(got.back().round().round(), 20u);
+
+  // One event larger than the whole budget is still kept, alone.
+  JobEvents tight(1000, one / 2);
+  tight.Publish(Note(0));
+  tight.Publish(RoundOf(7, 1000));
+  EXPECT_EQ(tight.kept(), 1u);
+  EXPECT_EQ(tight.Since(0, &ended, &missed).at(0).round().round(), 7u);
+  EXPECT_EQ(missed, 1u);
+  // Small events after it push it out once they fit.
+  tight.Publish(Note(1));
+  EXPECT_EQ(tight.kept(), 1u);
+  EXPECT_EQ(JobEvents().max_bytes(), size_t{8} << 20);
 }
 
 TEST(JobEventsTest, AWatcherThatFellBehindSkipsToTheOldestKeptAndIsToldHowManyItMissed) {

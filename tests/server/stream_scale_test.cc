@@ -1,7 +1,8 @@
 // The coordinator's long-lived streams hold no thread while they wait: hundreds of task
 // channels open at once keep its thread count far below one per channel, each still gets the
 // task queued for it, and a cancel, a rejoin or a shutdown ends a channel as it did before.
-// WatchJob follows a job's log live and ends with it.
+// WatchJob follows a job's log live and ends with it, and sends a long history of committed
+// rounds a page of the state store at a time.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
+#include "server/state/sqlite_state_store.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -106,7 +108,12 @@ class StreamScaleTest : public ::testing::Test {
     options.admin_token = kAdminToken;
     options.tls.insecure = true;  // loopback; hundreds of TLS handshakes would measure TLS
     options.registry.heartbeat_timeout_ms = 600000;  // these workers never heartbeat
-    auto started = Coordinator::Start(options);
+    options_ = options;
+    StartCoordinator();
+  }
+
+  void StartCoordinator() {
+    auto started = Coordinator::Start(options_);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     coordinator_ = std::move(started).value();
     wire::ClientTls plaintext;
@@ -163,6 +170,7 @@ class StreamScaleTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  CoordinatorOptions options_;
   std::unique_ptr<Coordinator> coordinator_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> workers_;
@@ -337,6 +345,65 @@ TEST_F(StreamScaleTest, WatchFollowsAJobLiveUntilItEnds) {
   EXPECT_TRUE(late.status().ok()) << late.status().error_message();
   ASSERT_FALSE(late.received().empty());
   EXPECT_NE(late.received().back().message().find("job " + job_id), std::string::npos);
+}
+
+// A finished job of 12 rounds of 1,000 clients each: about 7 MiB of round records, more than
+// the 4 MiB a watch reads from the state store at once.
+TEST_F(StreamScaleTest, AWatchSendsEveryCommittedRoundInOrderAPageAtATimeThenTheEnd) {
+  coordinator_->Shutdown();
+  coordinator_.reset();
+  const std::string job_id = "job-7-5eed00";
+  constexpr uint32_t kRounds = 12;
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    v1::Job job;
+    job.set_id(job_id);
+    *job.mutable_spec() = LonelyJob();
+    job.mutable_spec()->set_rounds(kRounds);
+    job.set_state(v1::JOB_RUNNING);
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    const TensorSet model = {{"w", {2}, {1.0f, 2.0f}}};
+    size_t bytes = 0;
+    for (uint32_t r = 1; r <= kRounds; ++r) {
+      v1::RoundRecord record;
+      record.set_round(r);
+      for (int w = 0; w < 1000; ++w) {
+        auto* report = record.add_workers();
+        report->set_worker_id("worker-" + std::to_string(w) + "-" + std::string(600, 'x'));
+      }
+      bytes += record.ByteSizeLong();
+      job.set_rounds_committed(r);
+      if (r == kRounds) job.set_state(v1::JOB_SUCCEEDED);
+      ASSERT_TRUE((*store)->CommitRound(job, record, model).ok());
+    }
+    ASSERT_GT(bytes, size_t{6} << 20);
+  }
+  StartCoordinator();
+
+  for (uint32_t from : {0u, 5u}) {
+    StreamReader<v1::JobEvent> watch;
+    v1::WatchJobRequest request;
+    request.set_job_id(job_id);
+    request.set_from_round(from);
+    jobs_->async()->WatchJob(watch.context(), &request, &watch);
+    watch.Begin();
+    ASSERT_TRUE(watch.WaitDone(kWait));
+    ASSERT_TRUE(watch.status().ok()) << watch.status().error_message();
+    auto events = watch.received();
+    const uint32_t first = from == 0 ? 1 : from;
+    ASSERT_EQ(events.size(), kRounds - first + 2) << "from round " << from;
+    for (uint32_t r = first; r <= kRounds; ++r) {
+      const auto& event = events[r - first];
+      ASSERT_TRUE(event.has_round());
+      EXPECT_EQ(event.round().round(), r);
+      EXPECT_EQ(event.round().workers_size(), 1000);
+      EXPECT_EQ(event.job().id(), job_id);
+    }
+    EXPECT_FALSE(events.back().has_round());
+    EXPECT_NE(events.back().message().find("job " + job_id + " succeeded"), std::string::npos)
+        << events.back().message();
+  }
 }
 
 TEST_F(StreamScaleTest, WatchingAnUnknownJobIsNotFound) {
