@@ -165,9 +165,13 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                                send("error", job.status().message());
                                return;
                              }
-                             std::string now = wire::ToJson(*job);
+                             // A change of state, rounds or error is what the page follows; the job is
+                             // written out as JSON (its last round's record, about 640 bytes a client,
+                             // with it) only then, not every 250 ms.
+                             std::string now = std::to_string(job->state()) + "/" + std::to_string(job->rounds_committed()) +
+                                               "/" + job->error();
                              if (now != last) {
-                               if (!send("job", now)) return;
+                               if (!send("job", wire::ToJson(*job))) return;
                                last = std::move(now);
                              } else if (!send("", "")) {
                                return;
