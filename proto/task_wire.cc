@@ -82,28 +82,41 @@ bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string
   if (!task.has_train() || task.train().has_inline_model() || !inline_model) return false;
   std::string train;
   if (!task.train().SerializeToString(&train)) return false;
-  const uint64_t model_bytes = inline_model->size();
-  const uint32_t model_tag = WireFormatLite::MakeTag(kInlineModelField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED);
-  const uint64_t train_bytes = train.size() + google::protobuf::io::CodedOutputStream::VarintSize32(model_tag) +
-                               google::protobuf::io::CodedOutputStream::VarintSize64(model_bytes) + model_bytes;
+  return TrainTaskWire(train, std::string(), std::move(inline_model), out);
+}
+
+bool TrainTaskWire(const std::string& shared, const std::string& own, std::shared_ptr<const std::string> inline_model,
+                   grpc::ByteBuffer* out) {
+  using google::protobuf::io::CodedOutputStream;
+  const uint64_t model_bytes = inline_model ? inline_model->size() : 0;
+  const uint64_t model_head = inline_model ? CodedOutputStream::VarintSize32(kInlineModelTag) +
+                                                 CodedOutputStream::VarintSize64(model_bytes)
+                                           : 0;
+  const uint64_t train_bytes = shared.size() + own.size() + model_head + model_bytes;
   if (train_bytes > uint64_t{INT32_MAX}) return false;  // beyond protobuf's limit
-  std::string prefix;
-  {
-    google::protobuf::io::StringOutputStream stream(&prefix);
-    google::protobuf::io::CodedOutputStream coded(&stream);
-    coded.WriteTag(WireFormatLite::MakeTag(kTrainField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    coded.WriteVarint64(train_bytes);
-    coded.WriteRaw(train.data(), static_cast<int>(train.size()));
-    coded.WriteTag(model_tag);
-    coded.WriteVarint64(model_bytes);
+  // The task's fields in one slice (the shared part is small: a job's spec and the round's
+  // ids), then the model, lent.
+  const size_t head = CodedOutputStream::VarintSize32(kTrainTag) + CodedOutputStream::VarintSize64(train_bytes);
+  grpc_slice fields = grpc_slice_malloc(head + shared.size() + own.size() + model_head);
+  uint8_t* at = GRPC_SLICE_START_PTR(fields);
+  at = CodedOutputStream::WriteTagToArray(kTrainTag, at);
+  at = CodedOutputStream::WriteVarint64ToArray(train_bytes, at);
+  at = std::copy(shared.begin(), shared.end(), at);
+  at = std::copy(own.begin(), own.end(), at);
+  if (inline_model) {
+    at = CodedOutputStream::WriteTagToArray(kInlineModelTag, at);
+    at = CodedOutputStream::WriteVarint64ToArray(model_bytes, at);
   }
-  const std::string& model = *inline_model;
-  auto* reference = new std::shared_ptr<const std::string>(std::move(inline_model));
-  grpc::Slice slices[2] = {
-      grpc::Slice(prefix),
-      grpc::Slice(grpc_slice_new_with_user_data(const_cast<char*>(model.data()), model.size(), Unref, reference),
-                  grpc::Slice::STEAL_REF)};
-  *out = grpc::ByteBuffer(slices, 2);
+  grpc::Slice slices[2] = {grpc::Slice(fields, grpc::Slice::STEAL_REF), grpc::Slice()};
+  size_t count = 1;
+  if (inline_model && model_bytes > 0) {
+    const std::string& model = *inline_model;
+    auto* reference = new std::shared_ptr<const std::string>(std::move(inline_model));
+    slices[count++] = grpc::Slice(grpc_slice_new_with_user_data(const_cast<char*>(model.data()), model.size(), Unref,
+                                                                reference),
+                                  grpc::Slice::STEAL_REF);
+  }
+  *out = grpc::ByteBuffer(slices, count);
   return true;
 }
 

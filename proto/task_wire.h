@@ -21,6 +21,17 @@ namespace tessera::wire {
 bool TaskWithInlineModel(const v1::Task& task, std::shared_ptr<const std::string> inline_model,
                          grpc::ByteBuffer* out);
 
+// A TrainTask sent to many workers in a round, its shared part serialized once: the bytes of
+// the v1::Task whose TrainTask is `shared` (a serialized TrainTask, the same for every worker)
+// followed by `own` (a serialized TrainTask holding only this worker's fields: its party, its
+// cohort; protobuf merges the two, the later field winning) and, when given, `inline_model`
+// (a serialized v1::InlineModel) as its TrainTask.inline_model, in a slice of its own that
+// shares it. `shared` must hold no inline model, nor any field `own` may leave at its default
+// (a proto3 zero is not written, so it would not override it). False when the task would
+// exceed protobuf's 2 GiB limit.
+bool TrainTaskWire(const std::string& shared, const std::string& own, std::shared_ptr<const std::string> inline_model,
+                   grpc::ByteBuffer* out);
+
 // The reverse of TaskWithInlineModel, for a reader that does not need the model's bytes in
 // a parsed message: `task` gets every field of `message` (a serialized v1::Task) but
 // TrainTask.inline_model, and `inline_model` that field's bytes (a serialized v1::InlineModel)

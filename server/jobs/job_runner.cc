@@ -584,7 +584,9 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   task.set_deadline_unix_ms(deadline_unix_ms);
   for (const std::string& set : model_sets) task.add_model_sets(set);
   task.set_takes_trained_weights(options_.take_trained_weights);
-  for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix);
+  // Serialized once for the round; each worker's task adds its own fields to these bytes.
+  const auto task_wire = std::make_shared<const std::string>(task.SerializeAsString());
+  for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix, task_wire);
   if (selected.size() > spec.clients_per_round()) {
     spdlog::info("job {}: round {} attempt {}: {} clients selected, {} over clients_per_round; it closes at {} updates",
                  job.id(), round, attempt, selected.size(), selected.size() - spec.clients_per_round(),

@@ -193,8 +193,11 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // The parties seats are drawn from: the partition's, or 0 for workers' own files.
   static uint32_t SeatedParties(const v1::JobSpec& spec);
   // Sends `task` to each member of `client` with its party, and for a cohort its rank,
-  // backend and rendezvous prefix (`rendezvous_prefix` + cohort + "/").
-  void SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix);
+  // backend and rendezvous prefix (`rendezvous_prefix` + cohort + "/"). `task_wire`, when
+  // given, is `task` serialized, shared by every task of the round (wire::TrainTaskWire): each
+  // worker's task is then queued as those bytes and its own fields, not as a copy of `task`.
+  void SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix,
+                     const std::shared_ptr<const std::string>& task_wire = nullptr);
   void SendCancel(const std::string& worker, uint32_t round, uint32_t attempt, const std::string& reason);
   // Evaluates `step`'s model, commits it with its state and `record` (checkpoint and record
   // together), adopts the state, makes it the current version and tells watchers and

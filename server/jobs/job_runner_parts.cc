@@ -58,8 +58,14 @@ uint32_t JobRunner::SeatedParties(const v1::JobSpec& spec) {
   return std::max<uint32_t>(1, spec.data().partition().parties());
 }
 
-void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix) {
+void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix,
+                              const std::shared_ptr<const std::string>& task_wire) {
   const v1::JobSpec& spec = task.spec();
+  // The shared bytes can carry each worker's own fields after them only when `task` leaves
+  // those fields at their defaults (a proto3 zero is not written, so it would not override).
+  const bool by_wire = task_wire && task.party_index() == 0 && task.cohort().empty() && task.cohort_rank() == 0 &&
+                       task.cohort_size() == 0 && task.collective_backend().empty() &&
+                       task.rendezvous_prefix().empty() && !task.has_inline_model();
   // A cohort's backend: the job's choice, else NCCL when every member trains on CUDA, else
   // the first viable host backend (the same on every member).
   std::string backend = spec.collective_backend().empty() ? "auto" : spec.collective_backend();
@@ -72,20 +78,25 @@ void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, c
     if (all_cuda) backend = "nccl";
   }
   for (size_t rank = 0; rank < client.members.size(); ++rank) {
-    v1::Task message;
-    auto* train = message.mutable_train();
-    *train = task;
-    train->set_party_index(client.party);
+    v1::TrainTask own;  // this worker's fields
+    own.set_party_index(client.party);
     if (!client.cohort.empty()) {
-      train->set_cohort(client.cohort);
-      train->set_cohort_rank(static_cast<uint32_t>(rank));
-      train->set_cohort_size(static_cast<uint32_t>(client.members.size()));
-      train->set_collective_backend(backend);
-      train->set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
+      own.set_cohort(client.cohort);
+      own.set_cohort_rank(static_cast<uint32_t>(rank));
+      own.set_cohort_size(static_cast<uint32_t>(client.members.size()));
+      own.set_collective_backend(backend);
+      own.set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
     }
     const std::string& worker = client.members[rank];
     OutgoingTask outgoing;
-    outgoing.task = std::move(message);
+    if (by_wire) {
+      outgoing.train_shared = task_wire;
+      own.SerializeToString(&outgoing.train_own);
+    } else {
+      auto* train = outgoing.task.mutable_train();
+      *train = task;
+      train->MergeFrom(own);
+    }
     if (options_.inline_model_bytes > 0 && registry_->AcceptsInlineModel(worker)) {
       // A small model rides inside the task: the worker makes no download call. Its bytes
       // count as downloaded once the transport has taken the task.

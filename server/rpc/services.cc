@@ -203,6 +203,7 @@ class TaskChannel final : public TaskChannelSink {
  private:
   // The task as the channel's next message; a small model rides inside it, shared.
   bool Serialize(const OutgoingTask& task) {
+    if (task.train_shared) return wire::TrainTaskWire(*task.train_shared, task.train_own, task.inline_model, &in_flight_);
     if (task.inline_model) return wire::TaskWithInlineModel(task.task, task.inline_model, &in_flight_);
     return wire::ToByteBuffer(task.task, &in_flight_);
   }

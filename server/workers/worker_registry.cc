@@ -229,6 +229,11 @@ std::optional<OutgoingTask> WorkerRegistry::TakeOutgoing(const std::string& work
 std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, uint64_t generation, bool* closed) {
   std::optional<OutgoingTask> outgoing = TakeOutgoing(worker_id, generation, closed);
   if (!outgoing) return std::nullopt;
+  if (outgoing->train_shared) {  // as the worker parses TrainTaskWire's bytes: merged
+    auto* train = outgoing->task.mutable_train();
+    train->ParseFromString(*outgoing->train_shared);
+    train->MergeFromString(outgoing->train_own);
+  }
   if (outgoing->inline_model && outgoing->task.has_train()) {
     outgoing->task.mutable_train()->mutable_inline_model()->ParseFromString(*outgoing->inline_model);
   }

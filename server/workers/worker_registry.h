@@ -59,6 +59,11 @@ class TaskChannelSink {
 // A message for a worker's task channel and what rides with it.
 struct OutgoingTask {
   v1::Task task;
+  // A TrainTask as bytes instead of `task` (then left empty): the round's shared part,
+  // serialized once and shared by every worker's task, and this worker's own fields after it
+  // (wire::TrainTaskWire).
+  std::shared_ptr<const std::string> train_shared;
+  std::string train_own;
   // A serialized v1::InlineModel the channel writes as the TrainTask's inline_model, shared
   // with every other task of the same model version (no copy per worker); null for none.
   std::shared_ptr<const std::string> inline_model;

@@ -27,6 +27,8 @@ v1::InlineModel SomeModel(size_t floats) {
   return model;
 }
 
+std::string Flatten(const grpc::ByteBuffer& buffer);
+
 v1::Task SomeTask() {
   v1::Task task;
   v1::TrainTask& train = *task.mutable_train();
@@ -66,6 +68,56 @@ TEST(TaskWireTest, AModelInsideATaskReadsAsTheFieldAndIsShared) {
     ASSERT_TRUE(FromByteBuffer(wire, &again));
     EXPECT_EQ(again.train().inline_model().SerializeAsString(), copy);
   }
+}
+
+// A round's task serialized once, each worker's own fields after it: one merged TrainTask,
+// with or without a model, and read in place as the load generator reads it.
+TEST(TaskWireTest, ARoundsSharedTaskAndAWorkersOwnFieldsReadAsOneMergedTask) {
+  const v1::TrainTask shared = SomeTask().train();
+  v1::TrainTask own;
+  own.set_party_index(7);
+  own.set_cohort("c1");
+  own.set_cohort_rank(1);
+  own.set_cohort_size(2);
+  own.set_collective_backend("gloo");
+  own.set_rendezvous_prefix("rendezvous/job-1/3/2/c1/");
+  const v1::InlineModel model = SomeModel(40);
+  for (bool with_model : {false, true}) {
+    SCOPED_TRACE(with_model);
+    auto model_bytes = with_model ? std::make_shared<const std::string>(model.SerializeAsString()) : nullptr;
+    grpc::ByteBuffer wire;
+    ASSERT_TRUE(TrainTaskWire(shared.SerializeAsString(), own.SerializeAsString(), model_bytes, &wire));
+    v1::Task expected;
+    *expected.mutable_train() = shared;
+    expected.mutable_train()->MergeFrom(own);
+    if (with_model) *expected.mutable_train()->mutable_inline_model() = model;
+    v1::Task read;
+    ASSERT_TRUE(FromByteBuffer(wire, &read));
+    EXPECT_EQ(read.SerializeAsString(), expected.SerializeAsString());
+    EXPECT_EQ(read.train().party_index(), 7u);
+    EXPECT_EQ(read.train().spec().name(), "a job");
+
+    v1::Task in_place;
+    grpc::ByteBuffer model_wire;
+    ASSERT_TRUE(ReadTask(wire, &in_place, &model_wire));
+    expected.mutable_train()->clear_inline_model();
+    EXPECT_EQ(in_place.SerializeAsString(), expected.SerializeAsString());
+    if (with_model) {
+      EXPECT_EQ(Flatten(model_wire), *model_bytes);
+      std::vector<grpc::Slice> slices;
+      ASSERT_TRUE(model_wire.Dump(&slices).ok());
+      ASSERT_EQ(slices.size(), 1u);  // the model's own bytes, not a copy
+      EXPECT_EQ(static_cast<const void*>(slices[0].begin()), static_cast<const void*>(model_bytes->data()));
+    } else {
+      EXPECT_EQ(model_wire.Length(), 0u);
+    }
+  }
+  // Nothing of this worker's own: the shared task alone.
+  grpc::ByteBuffer wire;
+  ASSERT_TRUE(TrainTaskWire(shared.SerializeAsString(), std::string(), nullptr, &wire));
+  v1::Task read;
+  ASSERT_TRUE(FromByteBuffer(wire, &read));
+  EXPECT_EQ(read.train().SerializeAsString(), shared.SerializeAsString());
 }
 
 TEST(TaskWireTest, OnlyATrainTaskWithoutAModelTakesOne) {

@@ -124,6 +124,24 @@ TEST_F(WorkerRegistryTest, AnInlineModelIsForWorkersThatTakeItAndReadsAsOneMessa
   EXPECT_EQ(task->train().inline_model().chunks(0).data(), "abcd");
   EXPECT_EQ(task->train().inline_model().manifest().total_bytes(), 4u);
   EXPECT_EQ(written, 1);
+
+  // A round's task as shared bytes and the worker's own fields reads as their merge.
+  v1::TrainTask shared;
+  shared.set_job_id("job-1");
+  shared.set_round(4);
+  v1::TrainTask own;
+  own.set_party_index(3);
+  OutgoingTask by_wire;
+  by_wire.train_shared = std::make_shared<const std::string>(shared.SerializeAsString());
+  by_wire.train_own = own.SerializeAsString();
+  by_wire.inline_model = std::make_shared<const std::string>(model.SerializeAsString());
+  ASSERT_TRUE(registry_.Send("new", std::move(by_wire)).ok());
+  task = registry_.TakeTask("new", registry_.Generation("new"), &closed);
+  ASSERT_TRUE(task.has_value());
+  EXPECT_EQ(task->train().job_id(), "job-1");
+  EXPECT_EQ(task->train().round(), 4u);
+  EXPECT_EQ(task->train().party_index(), 3u);
+  EXPECT_EQ(task->train().inline_model().chunks(0).data(), "abcd");
 }
 
 }  // namespace
