@@ -29,19 +29,27 @@ std::string UpdateAssembler::Names(const Pending& pending) const {
 }
 
 Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
+  std::vector<UpdateSetView> views;
+  views.reserve(sets.size());
+  for (const v1::TensorSetInfo& set : sets) views.push_back(UpdateSetView{set.name(), set.encoding(), &set.manifest()});
+  return Start(views);
+}
+
+Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
   if (started_) return InvalidArgumentError(what_ + ": a second envelope arrived");
   const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
-  for (const v1::TensorSetInfo& set : sets) {
-    const auto set_name = [&set] { return "set '" + set.name().substr(0, 64) + "'"; };  // for errors only
-    auto known = ToUpdateEncoding(set.encoding());
+  for (const UpdateSetView& set : sets) {
+    const std::string_view short_name = set.name.substr(0, 64);
+    const auto set_name = [&] { return "set '" + std::string(short_name) + "'"; };  // for errors only
+    auto known = ToUpdateEncoding(set.encoding);
     if (!known.ok()) return known.status().WithContext(what_ + ": " + set_name());
     const UpdateEncoding encoding = *known;
     if (encoding == UpdateEncoding::kTopK && !(topk_fraction_ > 0 && topk_fraction_ <= 1)) {
       return InvalidArgumentError(what_ + ": " + set_name() + " is top-k encoded, but the job sends no top-k updates");
     }
-    set_names_.push_back(set.name().substr(0, 64));
+    set_names_.emplace_back(short_name);
     uint64_t set_total = 0;
-    for (const v1::TensorInfo& info : set.manifest().tensors()) {
+    for (const v1::TensorInfo& info : set.manifest->tensors()) {
       Pending pending;
       pending.set = set_names_.size() - 1;
       pending.encoding = encoding;
@@ -88,9 +96,9 @@ Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
       set_total += *size;  // each at most 8/4 of its float32 bytes: no overflow
       tensors_.push_back(std::move(pending));
     }
-    if (set_total != set.manifest().total_bytes()) {
+    if (set_total != set.manifest->total_bytes()) {
       return InvalidArgumentError(what_ + ": " + set_name() + ": manifest total_bytes " +
-                                  std::to_string(set.manifest().total_bytes()) + " does not match its tensors' " +
+                                  std::to_string(set.manifest->total_bytes()) + " does not match its tensors' " +
                                   std::to_string(set_total));
     }
     total_bytes_ += set_total;

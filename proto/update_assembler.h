@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/sha256.h"
@@ -17,6 +18,7 @@
 #include "core/buffer_pool.h"
 #include "core/tensor.h"
 #include "core/update_codec.h"
+#include "proto/update_envelope.h"
 #include "tessera/v1/tensor.pb.h"
 
 namespace tessera::wire {
@@ -32,10 +34,12 @@ class UpdateAssembler {
   UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction,
                   FloatBufferPool* pool = nullptr);
 
-  // Checks the sets' manifests (as UpdateSets returned them, encodings explicit): each
+  // Checks the sets' manifests (as ViewUpdateSets or UpdateSets gave them, encodings
+  // explicit; a view's header must outlive the call, not the assembler): each
   // tensor's dtype is its set's encoding's, its shape holds at most max_decoded_bytes of
   // float32 (overflow-safe), its byte size is the one its encoding gives that shape, and
   // each manifest's total_bytes is the sum of its tensors'. Errors name the set and tensor.
+  Status Start(const std::vector<UpdateSetView>& sets);
   Status Start(const std::vector<v1::TensorSetInfo>& sets);
   // The float32 bytes the sets decode to, once started.
   uint64_t decoded_bytes() const { return decoded_bytes_; }

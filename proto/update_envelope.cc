@@ -9,14 +9,10 @@
 
 namespace tessera::wire {
 
-Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header, const std::string& what) {
-  std::vector<v1::TensorSetInfo> sets;
+Result<std::vector<UpdateSetView>> ViewUpdateSets(const v1::UpdateHeader& header, const std::string& what) {
+  std::vector<UpdateSetView> sets;
   if (header.sets_size() == 0) {
-    v1::TensorSetInfo delta;
-    delta.set_name(kDeltaSet);
-    delta.set_encoding(v1::ENCODING_FLOAT32);
-    *delta.mutable_manifest() = header.manifest();
-    sets.push_back(std::move(delta));
+    sets.push_back(UpdateSetView{kDeltaSet, v1::ENCODING_FLOAT32, &header.manifest()});
     return sets;
   }
   if (header.has_manifest() && header.manifest().tensors_size() > 0) {
@@ -26,21 +22,34 @@ Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header
     return InvalidArgumentError(what + ": field 'sets': " + std::to_string(header.sets_size()) +
                                 " sets, expected at most " + std::to_string(kMaxUpdateSets));
   }
-  std::set<std::string> names;
+  sets.reserve(static_cast<size_t>(header.sets_size()));
+  bool delta = false;
   for (const auto& set : header.sets()) {
-    const std::string name = set.name().substr(0, 64);
     if (set.name().empty() || set.name().size() > 64) {
       return InvalidArgumentError(what + ": a set's name must be 1 to 64 characters, got " +
                                   std::to_string(set.name().size()));
     }
-    if (!names.insert(set.name()).second) return InvalidArgumentError(what + ": set '" + name + "' appears twice");
+    // At most kMaxUpdateSets names: a scan of the ones before is the cheapest check.
+    for (const UpdateSetView& before : sets) {
+      if (before.name == set.name()) return InvalidArgumentError(what + ": set '" + set.name() + "' appears twice");
+    }
     auto encoding = ToUpdateEncoding(set.encoding());
-    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + name + "'");
-    v1::TensorSetInfo copy = set;
-    copy.set_encoding(ToWireEncoding(*encoding));
-    sets.push_back(std::move(copy));
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    delta |= set.name() == kDeltaSet;
+    sets.push_back(UpdateSetView{set.name(), ToWireEncoding(*encoding), &set.manifest()});
   }
-  if (!names.count(kDeltaSet)) return InvalidArgumentError(what + ": no 'delta' set; an update must carry one");
+  if (!delta) return InvalidArgumentError(what + ": no 'delta' set; an update must carry one");
+  return sets;
+}
+
+Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header, const std::string& what) {
+  ASSIGN_OR_RETURN(std::vector<UpdateSetView> views, ViewUpdateSets(header, what));
+  std::vector<v1::TensorSetInfo> sets(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    sets[i].set_name(std::string(views[i].name));
+    sets[i].set_encoding(views[i].encoding);
+    *sets[i].mutable_manifest() = *views[i].manifest;
+  }
   return sets;
 }
 

@@ -28,53 +28,54 @@ Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
 
 Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, const std::vector<std::string>& extra_sets,
                            const std::string& what, UpdateEncoding delta_encoding) {
-  ASSIGN_OR_RETURN(std::vector<v1::TensorSetInfo> sets, wire::UpdateSets(h, what));
+  ASSIGN_OR_RETURN(std::vector<wire::UpdateSetView> sets, wire::ViewUpdateSets(h, what));
   if (h.trained_weights() && delta_encoding != UpdateEncoding::kFloat32) {
     return InvalidArgumentError(what + ": field 'trained_weights': a trained model travels in float32 only; this "
                                 "job's updates are deltas in " + UpdateEncodingName(delta_encoding));
   }
   for (const auto& set : sets) {
-    if (set.name() != wire::kDeltaSet &&
-        std::find(extra_sets.begin(), extra_sets.end(), set.name()) == extra_sets.end()) {
+    if (set.name != wire::kDeltaSet &&
+        std::find(extra_sets.begin(), extra_sets.end(), set.name) == extra_sets.end()) {
       std::string expected = "'delta'";
       for (const auto& name : extra_sets) expected += ", '" + name + "'";
-      return InvalidArgumentError(what + ": set '" + set.name() + "' is not one this job's strategy reads; expected " +
+      return InvalidArgumentError(what + ": set '" + std::string(set.name) + "' is not one this job's strategy reads; expected " +
                                   expected);
     }
   }
   for (const auto& name : extra_sets) {
-    if (std::none_of(sets.begin(), sets.end(), [&](const v1::TensorSetInfo& set) { return set.name() == name; })) {
+    if (std::none_of(sets.begin(), sets.end(), [&](const wire::UpdateSetView& set) { return set.name == name; })) {
       return InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
     }
   }
   // Every set has the model's layout: the delta and each of the strategy's sets.
   for (const auto& set : sets) {
-    const bool delta = set.name() == wire::kDeltaSet;
-    const std::string in_set = delta ? "" : " of set '" + set.name() + "'";
+    const bool delta = set.name == wire::kDeltaSet;
+    const std::string in_set = delta ? "" : " of set '" + std::string(set.name) + "'";
     // "delta" travels in the job's encoding, a strategy's own sets in float32.
-    const auto encoding = wire::ToUpdateEncoding(set.encoding());
-    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    const auto encoding = wire::ToUpdateEncoding(set.encoding);
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + std::string(set.name) + "'");
     const UpdateEncoding expected = delta ? delta_encoding : UpdateEncoding::kFloat32;
     if (*encoding != expected) {
-      return InvalidArgumentError(what + ": set '" + set.name() + "' is encoded " + UpdateEncodingName(*encoding) +
+      return InvalidArgumentError(what + ": set '" + std::string(set.name) + "' is encoded " + UpdateEncodingName(*encoding) +
                                   "; this job expects " + UpdateEncodingName(expected) +
                                   (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
     }
-    const auto& tensors = set.manifest().tensors();
+    const auto& tensors = set.manifest->tensors();
     if (static_cast<size_t>(tensors.size()) != layout.size()) {
       return InvalidArgumentError(what + ": expected " + std::to_string(layout.size()) + " tensors" + in_set +
                                   ", got " + std::to_string(tensors.size()));
     }
     for (int i = 0; i < tensors.size(); ++i) {
       const NamedTensor& want = layout[static_cast<size_t>(i)];
-      const std::vector<int64_t> shape(tensors[i].shape().begin(), tensors[i].shape().end());
+      const auto& shape = tensors[i].shape();
       if (tensors[i].name() != want.name) {
         return InvalidArgumentError(what + ": tensor " + std::to_string(i) + in_set + ": expected name '" + want.name +
                                     "', got " + QuoteUntrusted(tensors[i].name()));
       }
-      if (shape != want.shape) {
+      if (!std::equal(shape.begin(), shape.end(), want.shape.begin(), want.shape.end())) {
+        const std::vector<int64_t> got(shape.begin(), shape.end());
         return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected shape " +
-                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(shape)));
+                                    ShapeToString(want.shape) + ", got " + EscapeUntrusted(ShapeToString(got)));
       }
       if (tensors[i].dtype() != wire::EncodedDType(*encoding)) {
         return InvalidArgumentError(what + ": tensor '" + want.name + "'" + in_set + ": expected dtype " +

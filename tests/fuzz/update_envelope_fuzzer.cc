@@ -93,7 +93,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!header.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
 
   Result<std::vector<v1::TensorSetInfo>> sets = wire::UpdateSets(header, "fuzzed update");
-  if (!sets.ok()) return 0;
+  // The coordinator reads the sets in place; the same checks, the same errors.
+  Result<std::vector<wire::UpdateSetView>> views = wire::ViewUpdateSets(header, "fuzzed update");
+  FUZZ_CHECK(sets.ok() == views.ok(), "the sets and their views disagree on the header");
+  if (!sets.ok()) {
+    FUZZ_CHECK(sets.status().message() == views.status().message(), "the sets and their views refuse differently");
+    return 0;
+  }
+  FUZZ_CHECK(views->size() == sets->size(), "the views count other sets");
   FUZZ_CHECK(!sets->empty() && sets->size() <= static_cast<size_t>(wire::kMaxUpdateSets), "accepted set count");
   bool has_delta = false;
   for (const auto& set : *sets) {
@@ -107,7 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   wire::UpdateAssembler assembler("fuzzed update", kMaxModelBytes, kTopKFraction);
   wire::UpdateAssembler from_wire("fuzzed update", kMaxModelBytes, kTopKFraction);
   if (!assembler.Start(*sets).ok()) return 0;
-  FUZZ_CHECK(from_wire.Start(*sets).ok(), "the same sets start one assembler and not the other");
+  FUZZ_CHECK(from_wire.Start(*views).ok(), "the same sets start one assembler and not their views another");
   while (records.Next(&bytes)) {
     v1::TensorChunk chunk;
     if (!chunk.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return 0;
