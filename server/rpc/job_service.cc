@@ -50,7 +50,8 @@ class JobWatch final {
 
   JobWatch(std::shared_ptr<JobRunner> runner, v1::Job job, RoundPages pages,
            grpc::ServerWriteReactor<v1::JobEvent>* reactor, grpc::CallbackServerContext* ctx)
-      : runner_(std::move(runner)), job_(std::move(job)), pages_(std::move(pages)), reactor_(reactor), ctx_(ctx) {}
+      : runner_(std::move(runner)), job_(WithoutLastRound(std::move(job))), pages_(std::move(pages)), reactor_(reactor),
+        ctx_(ctx) {}
 
   // Before the first Pump(): the first page of rounds from `from_round`, and the position in
   // the job's live log from which events are taken once the rounds are sent.
@@ -180,6 +181,13 @@ class JobWatch final {
   }
 
  private:
+  // What every event of the watch carries as its job: not the last round's record, which the
+  // round events carry themselves (as the job's live events do).
+  static v1::Job WithoutLastRound(v1::Job job) {
+    job.clear_last_round();
+    return job;
+  }
+
   // Queues a page of committed rounds; an empty page means the store has no more.
   void TakePageLocked(std::vector<v1::RoundRecord> page) {
     rounds_owed_ = !page.empty();
@@ -230,7 +238,7 @@ class JobWatch final {
 
   std::mutex mu_;  // guards the fields below; held while reading the job's events
   std::shared_ptr<JobRunner> runner_;  // null for a job that is not running here
-  const v1::Job job_;                  // as it was when the watch started
+  const v1::Job job_;                  // as it was when the watch started, without last_round
   const RoundPages pages_;
   grpc::ServerWriteReactor<v1::JobEvent>* reactor_;  // null once done
   grpc::CallbackServerContext* const ctx_;           // valid while reactor_ is set

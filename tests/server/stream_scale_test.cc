@@ -374,6 +374,7 @@ TEST_F(StreamScaleTest, AWatchSendsEveryCommittedRoundInOrderAPageAtATimeThenThe
       }
       bytes += record.ByteSizeLong();
       job.set_rounds_committed(r);
+      *job.mutable_last_round() = record;  // as the runner commits it
       if (r == kRounds) job.set_state(v1::JOB_SUCCEEDED);
       ASSERT_TRUE((*store)->CommitRound(job, record, model).ok());
     }
@@ -399,6 +400,7 @@ TEST_F(StreamScaleTest, AWatchSendsEveryCommittedRoundInOrderAPageAtATimeThenThe
       EXPECT_EQ(event.round().round(), r);
       EXPECT_EQ(event.round().workers_size(), 1000);
       EXPECT_EQ(event.job().id(), job_id);
+      EXPECT_FALSE(event.job().has_last_round()) << "round " << r << " carries its record twice";
     }
     EXPECT_FALSE(events.back().has_round());
     EXPECT_NE(events.back().message().find("job " + job_id + " succeeded"), std::string::npos)
