@@ -28,13 +28,6 @@ std::string UpdateAssembler::Names(const Pending& pending) const {
   return "set '" + set_names_[pending.set] + "', tensor " + QuoteUntrusted(pending.tensor.name);
 }
 
-Status UpdateAssembler::Start(const std::vector<v1::TensorSetInfo>& sets) {
-  std::vector<UpdateSetView> views;
-  views.reserve(sets.size());
-  for (const v1::TensorSetInfo& set : sets) views.push_back(UpdateSetView{set.name(), set.encoding(), &set.manifest()});
-  return Start(views);
-}
-
 Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
   if (started_) return InvalidArgumentError(what_ + ": a second envelope arrived");
   const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);

@@ -34,13 +34,12 @@ class UpdateAssembler {
   UpdateAssembler(std::string what, uint64_t max_decoded_bytes, double topk_fraction,
                   FloatBufferPool* pool = nullptr);
 
-  // Checks the sets' manifests (as ViewUpdateSets or UpdateSets gave them, encodings
-  // explicit; a view's header must outlive the call, not the assembler): each
+  // Checks the sets' manifests (as UpdateSets gave them, encodings explicit; their header
+  // must outlive the call, not the assembler): each
   // tensor's dtype is its set's encoding's, its shape holds at most max_decoded_bytes of
   // float32 (overflow-safe), its byte size is the one its encoding gives that shape, and
   // each manifest's total_bytes is the sum of its tensors'. Errors name the set and tensor.
   Status Start(const std::vector<UpdateSetView>& sets);
-  Status Start(const std::vector<v1::TensorSetInfo>& sets);
   // The float32 bytes the sets decode to, once started.
   uint64_t decoded_bytes() const { return decoded_bytes_; }
   // One chunk: tensor_index counts across the sets in order, chunks of a tensor in offset

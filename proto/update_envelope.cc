@@ -1,7 +1,6 @@
 #include "proto/update_envelope.h"
 
 #include <algorithm>
-#include <set>
 
 #include "base/sha256.h"
 #include "base/xxh3.h"
@@ -9,7 +8,7 @@
 
 namespace tessera::wire {
 
-Result<std::vector<UpdateSetView>> ViewUpdateSets(const v1::UpdateHeader& header, const std::string& what) {
+Result<std::vector<UpdateSetView>> UpdateSets(const v1::UpdateHeader& header, const std::string& what) {
   std::vector<UpdateSetView> sets;
   if (header.sets_size() == 0) {
     sets.push_back(UpdateSetView{kDeltaSet, v1::ENCODING_FLOAT32, &header.manifest()});
@@ -39,17 +38,6 @@ Result<std::vector<UpdateSetView>> ViewUpdateSets(const v1::UpdateHeader& header
     sets.push_back(UpdateSetView{set.name(), ToWireEncoding(*encoding), &set.manifest()});
   }
   if (!delta) return InvalidArgumentError(what + ": no 'delta' set; an update must carry one");
-  return sets;
-}
-
-Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header, const std::string& what) {
-  ASSIGN_OR_RETURN(std::vector<UpdateSetView> views, ViewUpdateSets(header, what));
-  std::vector<v1::TensorSetInfo> sets(views.size());
-  for (size_t i = 0; i < views.size(); ++i) {
-    sets[i].set_name(std::string(views[i].name));
-    sets[i].set_encoding(views[i].encoding);
-    *sets[i].mutable_manifest() = *views[i].manifest;
-  }
   return sets;
 }
 

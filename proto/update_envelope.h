@@ -33,22 +33,19 @@ inline constexpr int kMaxUpdateSets = 8;
 // The bytes an upload's chunks carry: one string per tensor of the combined manifest, in order.
 using UpdateBytes = std::vector<std::string>;
 
-// The sets `header` declares, each with its encoding made explicit (UNSPECIFIED reads as
-// FLOAT32). Refuses a header with both `sets` and `manifest`, more than kMaxUpdateSets sets,
-// an empty, over-long or repeated name, no "delta" set, and an encoding this build does not
-// know, naming the set. `what` prefixes errors.
-Result<std::vector<v1::TensorSetInfo>> UpdateSets(const v1::UpdateHeader& header, const std::string& what);
-
-// One set as UpdateSets gives it, read in place: `name` and `manifest` point into the header,
-// which must outlive the view (a bare `manifest` is the set "delta"), and the encoding is made
-// explicit. What the coordinator reads every update through, without copying the manifests.
+// One set of an update, read in place: `name` and `manifest` point into the header, which
+// must outlive the view (a bare `manifest` is the set "delta"), and the encoding is explicit.
 struct UpdateSetView {
   std::string_view name;
   v1::Encoding encoding = v1::ENCODING_FLOAT32;
   const v1::TensorManifest* manifest = nullptr;
 };
-// UpdateSets without the copies: the same checks and errors.
-Result<std::vector<UpdateSetView>> ViewUpdateSets(const v1::UpdateHeader& header, const std::string& what);
+
+// The sets `header` declares, each with its encoding made explicit (UNSPECIFIED reads as
+// FLOAT32), without copying their manifests. Refuses a header with both `sets` and `manifest`,
+// more than kMaxUpdateSets sets, an empty, over-long or repeated name, no "delta" set, and an
+// encoding this build does not know, naming the set. `what` prefixes errors.
+Result<std::vector<UpdateSetView>> UpdateSets(const v1::UpdateHeader& header, const std::string& what);
 
 
 // The codec behind a wire encoding (UNSPECIFIED reads as FLOAT32); InvalidArgument for a

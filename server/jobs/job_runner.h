@@ -193,9 +193,10 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // The parties seats are drawn from: the partition's, or 0 for workers' own files.
   static uint32_t SeatedParties(const v1::JobSpec& spec);
   // Sends `task` to each member of `client` with its party, and for a cohort its rank,
-  // backend and rendezvous prefix (`rendezvous_prefix` + cohort + "/"). `task_wire`, when
-  // given, is `task` serialized, shared by every task of the round (wire::TrainTaskWire): each
-  // worker's task is then queued as those bytes and its own fields, not as a copy of `task`.
+  // backend and rendezvous prefix (`rendezvous_prefix` + cohort + "/"): each member's task is
+  // `task` serialized (`task_wire` when given, shared by every task of the round; else
+  // serialized here) followed by the member's own fields (wire::TrainTaskWire). `task` sets
+  // none of those fields: a proto3 zero in them would not override its value.
   void SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix,
                      const std::shared_ptr<const std::string>& task_wire = nullptr);
   void SendCancel(const std::string& worker, uint32_t round, uint32_t attempt, const std::string& reason);

@@ -61,11 +61,8 @@ uint32_t JobRunner::SeatedParties(const v1::JobSpec& spec) {
 void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix,
                               const std::shared_ptr<const std::string>& task_wire) {
   const v1::JobSpec& spec = task.spec();
-  // The shared bytes can carry each worker's own fields after them only when `task` leaves
-  // those fields at their defaults (a proto3 zero is not written, so it would not override).
-  const bool by_wire = task_wire && task.party_index() == 0 && task.cohort().empty() && task.cohort_rank() == 0 &&
-                       task.cohort_size() == 0 && task.collective_backend().empty() &&
-                       task.rendezvous_prefix().empty() && !task.has_inline_model();
+  const std::shared_ptr<const std::string> shared =
+      task_wire ? task_wire : std::make_shared<const std::string>(task.SerializeAsString());
   // A cohort's backend: the job's choice, else NCCL when every member trains on CUDA, else
   // the first viable host backend (the same on every member).
   std::string backend = spec.collective_backend().empty() ? "auto" : spec.collective_backend();
@@ -89,14 +86,8 @@ void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, c
     }
     const std::string& worker = client.members[rank];
     OutgoingTask outgoing;
-    if (by_wire) {
-      outgoing.train_shared = task_wire;
-      own.SerializeToString(&outgoing.train_own);
-    } else {
-      auto* train = outgoing.task.mutable_train();
-      *train = task;
-      train->MergeFrom(own);
-    }
+    outgoing.train_shared = shared;
+    own.SerializeToString(&outgoing.train_own);
     if (options_.inline_model_bytes > 0 && registry_->AcceptsInlineModel(worker)) {
       // A small model rides inside the task: the worker makes no download call. Its bytes
       // count as downloaded once the transport has taken the task.

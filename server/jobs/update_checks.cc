@@ -28,7 +28,7 @@ Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
 
 Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, const std::vector<std::string>& extra_sets,
                            const std::string& what, UpdateEncoding delta_encoding) {
-  ASSIGN_OR_RETURN(std::vector<wire::UpdateSetView> sets, wire::ViewUpdateSets(h, what));
+  ASSIGN_OR_RETURN(std::vector<wire::UpdateSetView> sets, wire::UpdateSets(h, what));
   if (h.trained_weights() && delta_encoding != UpdateEncoding::kFloat32) {
     return InvalidArgumentError(what + ": field 'trained_weights': a trained model travels in float32 only; this "
                                 "job's updates are deltas in " + UpdateEncodingName(delta_encoding));

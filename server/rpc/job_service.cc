@@ -59,7 +59,6 @@ class JobWatch final {
     ASSIGN_OR_RETURN(auto page, pages_(from_round, kWatchPageBytes));
     std::lock_guard<std::mutex> lock(mu_);
     if (runner_) seen_ = runner_->events().oldest();
-    next_round_ = from_round;
     last_round_ = from_round > 0 ? from_round - 1 : 0;  // older rounds in the live log are not asked for
     TakePageLocked(std::move(page));
     return Status::Ok();
@@ -88,7 +87,7 @@ class JobWatch final {
       if (!cancelled_ && outbox_.empty() && rounds_owed_) {
         if (!may_read_store) return;
         reading_store_ = true;
-        const uint32_t from = next_round_;
+        const uint32_t from = last_round_ + 1;
         lock.unlock();
         auto page = pages_(from, kWatchPageBytes);
         lock.lock();
@@ -192,8 +191,7 @@ class JobWatch final {
   void TakePageLocked(std::vector<v1::RoundRecord> page) {
     rounds_owed_ = !page.empty();
     for (auto& r : page) {
-      if (r.round() < next_round_) continue;
-      next_round_ = r.round() + 1;
+      if (r.round() <= last_round_) continue;
       last_round_ = r.round();
       v1::JobEvent event;
       *event.mutable_job() = job_;
@@ -220,7 +218,6 @@ class JobWatch final {
                        "notes among them are skipped");
       outbox_.push_back(std::move(note));
       seen_ += missed;  // the rest of `events` are read again once the rounds are sent
-      next_round_ = last_round_ + 1;
       rounds_owed_ = true;
       return;
     }
@@ -229,7 +226,6 @@ class JobWatch final {
       if (event.has_round()) {  // already sent from the committed rounds
         if (event.round().round() <= last_round_) continue;
         last_round_ = event.round().round();
-        next_round_ = last_round_ + 1;
       }
       outbox_.push_back(std::move(event));
     }
@@ -248,8 +244,7 @@ class JobWatch final {
   std::deque<v1::JobEvent> outbox_;
   size_t seen_ = 0;          // the number of the next event to take from the job's log
   uint32_t last_round_ = 0;  // the last round queued
-  uint32_t next_round_ = 0;  // the first round the store may still owe this watch
-  bool rounds_owed_ = false;    // the store may hold rounds from next_round_ not yet queued
+  bool rounds_owed_ = false;    // the store may hold rounds after last_round_ not yet queued
   bool reading_store_ = false;  // a page is being read, with mu_ released
   bool log_ended_ = false;
   bool cancelled_ = false;

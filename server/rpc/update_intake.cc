@@ -43,7 +43,7 @@ std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header)
   }
   what_ = "update from worker '" + header_.worker_id() + "' for job " + header_.job_id() + " round " +
           std::to_string(header_.round());
-  auto sets = wire::ViewUpdateSets(header_, what_);  // checked by AdmitUpload already; read in place
+  auto sets = wire::UpdateSets(header_, what_);  // checked by AdmitUpload already
   if (!sets.ok()) {
     runner_->RejectUpload(header_, sets.status());
     return Refuse(sets.status());

@@ -144,7 +144,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
       RETURN_IF_ERROR(wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& c) { return assembler.Add(c); }));
       ASSIGN_OR_RETURN(auto by_name, assembler.Finish());
       for (const auto& set : sets) {
-        for (NamedTensor& t : by_name[set.name()]) decoded.push_back(std::move(t));
+        for (NamedTensor& t : by_name[std::string(set.name)]) decoded.push_back(std::move(t));
       }
       bytes = assembler.bytes_received();
     }
