@@ -35,6 +35,7 @@
 #           gives each process a core of its own, as on machines of their own: no thread of one
 #           waits for a core the other holds, and a wake-up inside a process stays on its core
 #           (docs/BENCHMARKS.md). The floor's two threads are not held.
+#   FLOOR_REPEAT  transfers the floor is the median of (default 9)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

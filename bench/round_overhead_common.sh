@@ -77,9 +77,10 @@ stop_coordinator() {
   coordinator_pid=
 }
 
-# Sets $floor_ms: the median time to move $1 bytes over one loopback TCP stream.
+# Sets $floor_ms: the median time to move $1 bytes over one loopback TCP stream, of
+# $FLOOR_REPEAT transfers (default 9).
 measure_floor() {
-  floor_ms=$("$floor_bin" --bytes "$1" --repeat 3 | sed -n 's/.*floor_ms=\([0-9.]*\).*/\1/p')
+  floor_ms=$("$floor_bin" --bytes "$1" --repeat "${FLOOR_REPEAT:-9}" | sed -n 's/.*floor_ms=\([0-9.]*\).*/\1/p')
 }
 
 # key=value from the loadgen's line starting with $2, in file $1.

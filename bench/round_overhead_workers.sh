@@ -16,6 +16,7 @@
 #   COORDINATOR_FLAGS  added to every coordinator's command line (default none: its defaults,
 #           heartbeats every 5 s, a worker silent for 15 s dropped from its round)
 #   WORKER_FLAGS  added to every worker's command line (e.g. --keep-round-memory)
+#   FLOOR_REPEAT  transfers the floor is the median of (default 9)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

@@ -100,6 +100,34 @@ TEST(FedAvgTest, ConcurrentFoldsAddUp) {
   for (float v : next->model[0].values) ASSERT_FLOAT_EQ(v, 4.5f);  // mean of 1..8
 }
 
+// Concurrent folds of two tensors, one of them longer than any vector or block a fold may
+// work in: every value must take every update exactly once. Integer values with integer
+// weights keep the sums exact in any order, so the mean is known.
+TEST(FedAvgTest, ConcurrentFoldsTakeEveryUpdateOnceAtEveryOffset) {
+  const size_t n = 5003;
+  TensorSet global = {{"big", {n}, std::vector<float>(n, 0.0f)}, {"small", {3}, {0, 0, 0}}};
+  auto fedavg = Make(Spec("fedavg"), global);
+  auto agg = fedavg->BeginRound(global);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      TensorSet delta = {{"big", {n}, std::vector<float>(n)}, {"small", {3}, {1, 2, 3}}};
+      for (size_t j = 0; j < n; ++j) delta[0].values[j] = static_cast<float>((t + 1) * (j % 7 + 1));
+      for (float& v : delta[1].values) v *= static_cast<float>(t + 1);
+      for (int i = 0; i < 40; ++i) EXPECT_TRUE(Fold(*agg, delta, static_cast<uint64_t>(t % 2 + 1)).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(agg->updates(), 320u);
+  auto next = fedavg->Finish(global, *agg);
+  ASSERT_TRUE(next.ok());
+  // Weights 1 for t even, 2 for t odd: sum of w(t+1) = 1+4+3+8+5+12+7+16 = 56 over a total
+  // weight of 12, so the mean is 56/12 of each value's multiplier.
+  const double k = 56.0 / 12.0;
+  for (size_t j = 0; j < n; ++j) ASSERT_FLOAT_EQ(next->model[0].values[j], static_cast<float>(k * (j % 7 + 1))) << j;
+  for (size_t j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(next->model[1].values[j], static_cast<float>(k * (j + 1)));
+}
+
 TEST(FedAvgTest, UnknownStrategyIsNamed) {
   auto strategy = CreateStrategy(Spec("fedmagic"), Layout(0, 0, 0));
   EXPECT_EQ(strategy.status().code(), StatusCode::kInvalidArgument);

@@ -289,6 +289,40 @@ TEST(UpdateChunkReaderTest, ChunkMessagesOverTheUpdatesBytesAreItsChunks) {
   }
 }
 
+// Chunks of 100,000 bytes read in place from slices of any size: the tensor comes back
+// whole under either digest, and one byte changed deep inside the first chunk is caught.
+TEST(UpdateChunkReaderTest, LargeChunksReadInPlaceAreWholeAndEveryByteIsChecked) {
+  TensorSet big = {{"big.w", {30000}, std::vector<float>(30000)}};
+  for (size_t i = 0; i < big[0].values.size(); ++i) big[0].values[i] = 0.5f * static_cast<float>(i % 1000) - 7.0f;
+  for (UpdateDigest digest : {UpdateDigest::kXxh3, UpdateDigest::kSha256}) {
+    SCOPED_TRACE(digest == UpdateDigest::kXxh3 ? "xxh3_128" : "sha256");
+    Upload upload;
+    AppendUpdateSet(kDeltaSet, big, UpdateEncoding::kFloat32, 0, 100000, &upload.header, &upload.bytes, digest);
+    const auto messages_of = [](const Upload& u) {
+      std::vector<std::string> messages;
+      EXPECT_TRUE(ForEachChunkMessage(std::make_shared<const UpdateBytes>(u.bytes), 100000, [&](const grpc::ByteBuffer& m) {
+                    std::vector<grpc::Slice> slices;
+                    EXPECT_TRUE(m.Dump(&slices).ok());
+                    std::string bytes;
+                    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+                    messages.push_back(bytes);
+                    return Status::Ok();
+                  }).ok());
+      return messages;
+    };
+    const std::vector<std::string> messages = messages_of(upload);
+    ASSERT_EQ(messages.size(), 2u);  // 100,000 bytes, then 20,000
+    for (size_t pieces : {1, 7}) {
+      const Result<TensorSet> read = ReadMessages(upload, messages, pieces);
+      ASSERT_TRUE(read.ok()) << read.status().ToString();
+      EXPECT_EQ((*read)[0].values, big[0].values);
+    }
+    Upload altered = upload;
+    altered.bytes[0][70001] ^= 1;
+    ExpectRefused(ReadMessages(upload, messages_of(altered), 3), {"tensor 'big.w'", "does not match"});
+  }
+}
+
 TEST(UpdateChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefusedAsByTheParser) {
   const Upload upload = Encode(UpdateEncoding::kFloat32, 0);
   std::vector<std::string> messages = ChunkMessages(upload, false);
