@@ -24,6 +24,7 @@ Round::Round(std::string job_id, uint32_t round, uint32_t attempt, uint64_t mode
       attempt_(attempt),
       model_version_(model_version),
       global_(std::move(global)),
+      global_max_abs_(global_ ? GlobalMagnitudes(*global_) : std::vector<float>{}),
       min_clients_(min_clients),
       extra_sets_(std::move(extra_sets)),
       max_update_norm_(max_update_norm),
@@ -164,7 +165,8 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked =
-      CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what);
+      CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
+                 &global_max_abs_);
   return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes);
 }
 

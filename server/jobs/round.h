@@ -167,6 +167,9 @@ class Round {
   const uint32_t attempt_;
   const uint64_t model_version_;
   const std::shared_ptr<const TensorSet> global_;
+  // Each global tensor's largest magnitude (GlobalMagnitudes): lets an update's scan skip
+  // reading the model where the magnitudes bound the sum.
+  const std::vector<float> global_max_abs_;
   const uint32_t min_clients_;
   const std::vector<std::string> extra_sets_;  // payload sets the strategy reads besides "delta"
   const double max_update_norm_;

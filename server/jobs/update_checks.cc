@@ -1,8 +1,12 @@
 #include "server/jobs/update_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "base/escape.h"
 #include "base/format.h"
@@ -197,6 +201,63 @@ ScanSubtractTensor(const float* __restrict g, float* __restrict d, size_t n, dou
   ScanTensorBody<true>(g, d, n, acc, bad_delta, bad_sum);
 }
 
+// One tensor's scan that reads the delta alone: the same squares, in the same lanes and
+// order, and the same non-finite flags as ScanTensorBody, and the largest magnitude in it
+// (meaningful when every value is finite), which bounds global + delta without reading global.
+[[gnu::always_inline]] inline void ScanAloneBody(const float* d, size_t n, double* acc, uint32_t* bad_delta,
+                                                 float* max_abs) {
+  Doubles4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  Bits8 delta_bits = {};
+  Floats8 m0 = {}, m1 = {};
+  constexpr uint32_t kMagnitude = 0x7fffffffu;
+  const Bits8 magnitude = {kMagnitude, kMagnitude, kMagnitude, kMagnitude,
+                           kMagnitude, kMagnitude, kMagnitude, kMagnitude};
+  size_t j = 0;
+  for (; j + kScanLanes <= n; j += kScanLanes) {
+    Floats8 x0, x1;
+    std::memcpy(&x0, d + j, sizeof(x0));
+    std::memcpy(&x1, d + j + 8, sizeof(x1));
+    AddSquares(x0, &s0, &s1);
+    AddSquares(x1, &s2, &s3);
+    OrNonFinite(x0, &delta_bits);
+    OrNonFinite(x1, &delta_bits);
+    Bits8 b0, b1;
+    std::memcpy(&b0, &x0, sizeof(b0));
+    std::memcpy(&b1, &x1, sizeof(b1));
+    b0 &= magnitude;
+    b1 &= magnitude;
+    Floats8 a0, a1;
+    std::memcpy(&a0, &b0, sizeof(a0));
+    std::memcpy(&a1, &b1, sizeof(a1));
+    m0 = m0 > a0 ? m0 : a0;
+    m1 = m1 > a1 ? m1 : a1;
+  }
+  for (size_t k = 0; k < 4; ++k) {
+    acc[k] = s0[k];
+    acc[4 + k] = s1[k];
+    acc[8 + k] = s2[k];
+    acc[12 + k] = s3[k];
+  }
+  uint32_t bad_d = 0;
+  float m = 0;
+  for (size_t k = 0; k < 8; ++k) {
+    bad_d |= delta_bits[k];
+    m = std::max({m, m0[k], m1[k]});
+  }
+  for (; j < n; ++j) {
+    const float x = d[j];
+    acc[0] += static_cast<double>(x) * x;
+    bad_d |= NonFiniteBit(x);
+    m = std::max(m, std::fabs(x));
+  }
+  *bad_delta |= bad_d != 0;
+  *max_abs = m;
+}
+TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
+ScanTensorAlone(const float* __restrict d, size_t n, double* acc, uint32_t* bad_delta, float* max_abs) {
+  ScanAloneBody(d, n, acc, bad_delta, max_abs);
+}
+
 // The sixteen partial sums added pairwise, in a fixed order.
 double SumLanes(const double* acc) {
   double pairs[kScanLanes / 2];
@@ -206,8 +267,12 @@ double SumLanes(const double* acc) {
 
 // With kSubtract, `delta` holds the trained model on entry and its difference from `global`
 // on return, computed in the same pass (the worker's float subtraction, value for value).
+// With `global_max_abs` (GlobalMagnitudes of `global`), a tensor whose largest magnitude
+// plus the global tensor's cannot reach float's overflow is scanned without reading global:
+// global + delta is finite there by that bound. Any other tensor is scanned in full.
 template <bool kSubtract>
-DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta) {
+DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
+                    const std::vector<float>* global_max_abs) {
   DeltaScan scan;
   uint32_t bad_delta = 0;
   uint32_t bad_sum = 0;
@@ -217,7 +282,20 @@ DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, Tenso
       ScanSubtractTensor(global[i].values.data(), delta[i].values.data(), delta[i].values.size(), acc, &bad_delta,
                          &bad_sum);
     } else {
-      ScanTensor(global[i].values.data(), delta[i].values.data(), delta[i].values.size(), acc, &bad_delta, &bad_sum);
+      bool bounded = false;
+      if (global_max_abs != nullptr && i < global_max_abs->size()) {
+        uint32_t bad = 0;
+        float max_abs = 0;
+        ScanTensorAlone(delta[i].values.data(), delta[i].values.size(), acc, &bad, &max_abs);
+        // Two floats' magnitudes add exactly enough in double: a sum within float's largest
+        // value cannot round to infinity in float.
+        bounded = bad == 0 && static_cast<double>((*global_max_abs)[i]) + static_cast<double>(max_abs) <=
+                                  static_cast<double>(std::numeric_limits<float>::max());
+      }
+      if (!bounded) {
+        std::fill(std::begin(acc), std::end(acc), 0.0);
+        ScanTensor(global[i].values.data(), delta[i].values.data(), delta[i].values.size(), acc, &bad_delta, &bad_sum);
+      }
     }
     scan.squares += SumLanes(acc);
   }
@@ -231,12 +309,13 @@ DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, Tenso
 template <bool kSubtract>
 CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
                             const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
-                            double max_update_norm, bool clip, const std::string& what) {
+                            double max_update_norm, bool clip, const std::string& what,
+                            const std::vector<float>* global_max_abs) {
   CheckedDelta checked;
   checked.verdict = CheckSameLayout(global, delta, what);
   DeltaScan scan;
   if (checked.verdict.ok()) {
-    scan = ScanDelta<kSubtract>(global, delta);
+    scan = ScanDelta<kSubtract>(global, delta, global_max_abs);
     // CheckFinite names the first bad element; it runs only when there is one.
     if (!scan.delta_finite) checked.verdict = CheckFinite(delta, what);
   }
@@ -277,14 +356,31 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
 
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what) {
-  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what);
+                        const std::string& what, const std::vector<float>* global_max_abs) {
+  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what, global_max_abs);
+}
+
+std::vector<float> GlobalMagnitudes(const TensorSet& global) {
+  std::vector<float> out;
+  out.reserve(global.size());
+  for (const NamedTensor& t : global) {
+    float m = 0;
+    for (float v : t.values) {
+      if (!std::isfinite(v)) {
+        m = std::numeric_limits<float>::infinity();  // no bound: such a tensor is scanned in full
+        break;
+      }
+      m = std::max(m, std::fabs(v));
+    }
+    out.push_back(m);
+  }
+  return out;
 }
 
 CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
                                const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
                                double max_update_norm, bool clip, const std::string& what) {
-  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what);
+  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what, nullptr);
 }
 
 }  // namespace tessera::server

@@ -37,9 +37,14 @@ struct CheckedDelta {
   bool non_finite_alone = false;     // `global` plus the (clipped) delta alone overflows float
   std::optional<TensorSet> clipped;  // the delta scaled down to the bound, when it was
 };
+// `global_max_abs`, when given, is GlobalMagnitudes(global): the scan then reads only the
+// delta wherever the two magnitudes bound global + delta below float's overflow (the same
+// verdict, norm and flags; half the memory read for a model larger than the caches).
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what);
+                        const std::string& what, const std::vector<float>* global_max_abs = nullptr);
+// Each tensor's largest magnitude, infinity for a tensor with a value that is not finite.
+std::vector<float> GlobalMagnitudes(const TensorSet& global);
 // The same for an update sent as the trained model (UpdateHeader.trained_weights): `trained`
 // becomes its delta from `global` in the same pass (the worker's float subtraction, value for
 // value), then is checked as CheckDelta checks a delta. Left unchanged when the layout is not

@@ -425,8 +425,22 @@ TEST_F(RoundTest, ATrainedModelBecomesItsDeltaFromTheRoundsVersion) {
 // The check's scan over every length (its vector body takes sixteen values at a time, the
 // rest one by one): the norm is the delta's to double precision, and a non-finite value, or a
 // sum with the model that overflows, is found wherever it sits; the trained-model variant
-// leaves the same delta behind.
+// leaves the same delta behind. Each check runs twice, with and without the global model's
+// magnitudes (the scan that skips reading the model where they bound the sum), and the two
+// give the same verdict, the same norm to the bit and the same overflow flag.
 TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
+  const auto check = [](const TensorSet& global, const TensorSet& delta, double bound) {
+    CheckedDelta full = CheckDelta(global, delta, nullptr, {}, bound, false, "w1");
+    const std::vector<float> magnitudes = GlobalMagnitudes(global);
+    CheckedDelta bounded = CheckDelta(global, delta, nullptr, {}, bound, false, "w1", &magnitudes);
+    EXPECT_EQ(full.verdict.code(), bounded.verdict.code());
+    EXPECT_EQ(full.verdict.message(), bounded.verdict.message());
+    if (full.verdict.ok()) {
+      EXPECT_EQ(full.norm, bounded.norm);
+      EXPECT_EQ(full.non_finite_alone, bounded.non_finite_alone);
+    }
+    return bounded;
+  };
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{1003}}) {
     SCOPED_TRACE(n);
     TensorSet global = {{"a", {static_cast<int64_t>(n)}, std::vector<float>(n)}, {"b", {3}, {1, 2, 3}}};
@@ -437,7 +451,7 @@ TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
       delta[0].values[j] = static_cast<float>((j * 7919) % 101) * 0.013f - 0.6f;
       squares += static_cast<double>(delta[0].values[j]) * delta[0].values[j];
     }
-    CheckedDelta checked = CheckDelta(global, delta, nullptr, {}, 1e9, false, "w1");
+    CheckedDelta checked = check(global, delta, 1e9);
     ASSERT_TRUE(checked.verdict.ok()) << checked.verdict.ToString();
     EXPECT_NEAR(checked.norm, std::sqrt(squares), 1e-12 * std::sqrt(squares));
     EXPECT_FALSE(checked.non_finite_alone);
@@ -456,16 +470,26 @@ TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
       for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
         TensorSet broken = delta;
         broken[0].values[at] = bad;
-        EXPECT_EQ(CheckDelta(global, broken, nullptr, {}, 1e9, false, "w1").verdict.code(), StatusCode::kInvalidArgument)
-            << "at " << at;
+        EXPECT_EQ(check(global, broken, 1e9).verdict.code(), StatusCode::kInvalidArgument) << "at " << at;
       }
       TensorSet overflowing = delta;  // finite, but the model plus it is not
       TensorSet big = global;
       big[0].values[at] = std::numeric_limits<float>::max();
       overflowing[0].values[at] = std::numeric_limits<float>::max();
-      CheckedDelta over = CheckDelta(big, overflowing, nullptr, {}, 1e300, false, "w1");
+      CheckedDelta over = check(big, overflowing, 1e300);
       ASSERT_TRUE(over.verdict.ok()) << "at " << at;
       EXPECT_TRUE(over.non_finite_alone) << "at " << at;
+      // Magnitudes that could overflow together but sit at different places: no overflow,
+      // found by the full scan the bound sends it to.
+      TensorSet apart = delta;
+      apart[1].values[0] = std::numeric_limits<float>::max();
+      CheckedDelta fine = check(big, apart, 1e300);
+      ASSERT_TRUE(fine.verdict.ok()) << "at " << at;
+      EXPECT_FALSE(fine.non_finite_alone) << "at " << at;
+      // A model that is not finite itself has no bound: every delta is scanned with it.
+      TensorSet broken_model = global;
+      broken_model[0].values[at] = std::numeric_limits<float>::infinity();
+      EXPECT_TRUE(check(broken_model, delta, 1e9).non_finite_alone) << "at " << at;
     }
   }
 }
