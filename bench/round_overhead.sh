@@ -70,6 +70,7 @@ echo "== round overhead: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/lo
 echo "== $rounds rounds per row, medians of rounds $((warmup + 1))-$rounds; update $update;" \
   "$([ "$channels" = 0 ] && echo "one gRPC channel per simulated client" || echo "$channels shared gRPC channel(s)");" \
   "evaluation on $max_test test images${COORDINATOR_CPUS:+; the coordinator on CPUs $COORDINATOR_CPUS}${LOADGEN_CPUS:+; the load generator on CPUs $LOADGEN_CPUS}"
+show_fit=1
 print_header
 status=0
 references=()
@@ -130,7 +131,10 @@ echo "   the median client's upload as the coordinator timed it; eval, the coord
 echo "   on $max_test test images); peak_MiB, the coordinator's VmHWM; coord_cpu% and gen_cpu%,"
 echo "   the coordinator's and the load generator's user+sys CPU over the job's wall time (percent"
 echo "   of one core: on this machine's $(nproc) cores, they share $((100 * $(nproc)))%); ok, every round"
-echo "   committed with every client accepted and no client refused or dropped."
+echo "   committed with every client accepted and no client refused or dropped; cpu_fit, the two"
+echo "   processes' CPU per round (their shares over the job times the median interval between"
+echo "   rounds' starts) over $(nproc) cores x 2 x floor: above 1, their work per round does not fit"
+echo "   in twice the floor on this machine, however their threads are placed."
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 for log in "$work"/loadgen-*.log; do
   if grep -q '^FAILED' "$log"; then

@@ -88,9 +88,13 @@ field() {
   sed -n "s/^$2.* $3=\([^ ]*\).*/\1/p" "$1" | head -n 1
 }
 
+# With show_fit=1 (bench/round_overhead.sh), a last column, cpu_fit: the two processes' CPU
+# per round over what the machine's cores give in twice the floor.
 print_header() {
-  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s\n' \
+  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s' \
     model N rnds round_ms floor_ms ratio select distrib compute upload straggle aggreg eval commit peak_MiB coord_cpu% gen_cpu% ok
+  if [ "${show_fit:-0}" = 1 ]; then printf ' %7s' cpu_fit; fi
+  printf '\n'
 }
 
 # One row from a loadgen log ($1) and what the script measured: model, N, floor, peak.
@@ -104,7 +108,7 @@ print_row() {
   row_round_ms=$round
   row_ratio=$ratio
   row_ok=${ok:-no}
-  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s\n' \
+  printf '%-6s %5s %4s %9s %9s %7s %7s %8s %8s %8s %8s %8s %7s %7s %8s %9s %8s %5s' \
     "$model" "$n" "$(field "$log" summary measured)" "$round" "$floor_ms" "$ratio" \
     "$(field "$log" summary selection_ms)" "$(field "$log" summary distribution_ms)" \
     "$(field "$log" summary compute_ms)" \
@@ -112,6 +116,15 @@ print_row() {
     "$(field "$log" summary aggregation_ms)" "$(field "$log" summary evaluation_ms)" \
     "$(field "$log" summary commit_ms)" "$coordinator_peak_mib" "$(field "$log" coordinator: cpu_pct)" \
     "$(field "$log" 'loadgen (job window)' cpu_pct)" "${ok:-no}"
+  if [ "${show_fit:-0}" = 1 ]; then
+    # Both processes' CPU per round (their shares of a core over the job, times the median
+    # interval from one round's start to the next) over cores x 2 x floor: above 1, no
+    # placement of their threads could make 2x the floor here.
+    printf ' %7s' "$(awk -v c="$(field "$log" coordinator: cpu_pct)" -v g="$(field "$log" 'loadgen (job window)' cpu_pct)" \
+      -v i="$(field "$log" summary interval_ms)" -v f="$floor_ms" -v k="$(nproc)" \
+      'BEGIN { if (c != "" && g != "" && i > 0 && f > 0) printf "%.2f", (c + g) / 100 * i / (k * 2 * f); else print "?" }')"
+  fi
+  printf '\n'
 }
 
 # Figures measured earlier on this machine, printed beside ours (they are not rerun here:
