@@ -10,9 +10,12 @@
 
 #include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
+#include "tests/server/message_bytes.h"
 
 namespace tessera::wire {
 namespace {
+
+using testing::Flatten;
 
 v1::InlineModel SomeModel(size_t floats) {
   TensorSet tensors;
@@ -26,8 +29,6 @@ v1::InlineModel SomeModel(size_t floats) {
               }).ok());
   return model;
 }
-
-std::string Flatten(const grpc::ByteBuffer& buffer);
 
 v1::Task SomeTask() {
   v1::Task task;
@@ -142,14 +143,6 @@ grpc::ByteBuffer Sliced(const std::string& bytes, size_t pieces) {
     at = end;
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
-}
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& slice : slices) out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  return out;
 }
 
 TEST(TaskWireTest, ATaskReadsWithItsModelLeftInTheMessage) {

@@ -16,6 +16,7 @@
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
 #include "proto/update_envelope.h"
+#include "tests/server/message_bytes.h"
 
 namespace tessera::wire {
 namespace {
@@ -187,6 +188,8 @@ grpc::ByteBuffer AsReceived(const std::string& bytes, size_t pieces) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
+using testing::Flatten;
+
 // The chunks of `upload` as their messages' bytes: as every writer lays them out, or with the
 // data first (valid protobuf a reader must take all the same).
 std::vector<std::string> ChunkMessages(const Upload& upload, bool data_first) {
@@ -272,11 +275,7 @@ TEST(UpdateChunkReaderTest, ChunkMessagesOverTheUpdatesBytesAreItsChunks) {
                   EXPECT_EQ(parsed.chunk().offset(), chunks[i].offset());
                   EXPECT_EQ(parsed.chunk().data(), chunks[i].data());
                 }
-                std::vector<grpc::Slice> slices;
-                EXPECT_TRUE(m.Dump(&slices).ok());
-                std::string bytes;
-                for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-                messages.push_back(bytes);
+                messages.push_back(Flatten(m));
                 return Status::Ok();
               }).ok());
   ASSERT_EQ(messages.size(), chunks.size());
@@ -301,11 +300,7 @@ TEST(UpdateChunkReaderTest, LargeChunksReadInPlaceAreWholeAndEveryByteIsChecked)
     const auto messages_of = [](const Upload& u) {
       std::vector<std::string> messages;
       EXPECT_TRUE(ForEachChunkMessage(std::make_shared<const UpdateBytes>(u.bytes), 100000, [&](const grpc::ByteBuffer& m) {
-                    std::vector<grpc::Slice> slices;
-                    EXPECT_TRUE(m.Dump(&slices).ok());
-                    std::string bytes;
-                    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-                    messages.push_back(bytes);
+                    messages.push_back(Flatten(m));
                     return Status::Ok();
                   }).ok());
       return messages;
