@@ -41,6 +41,7 @@ Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
       return InvalidArgumentError(what_ + ": " + set_name() + " is top-k encoded, but the job sends no top-k updates");
     }
     set_names_.emplace_back(short_name);
+    const bool scanned = !scan_set_.empty() && set.name == scan_set_ && scans_.empty();
     uint64_t set_total = 0;
     for (const v1::TensorInfo& info : set.manifest->tensors()) {
       Pending pending;
@@ -82,6 +83,10 @@ Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
                                     std::to_string(info.byte_size()));
       }
       pending.elements = elements;
+      if (scanned) {
+        scans_.emplace_back();
+        if (encoding == UpdateEncoding::kFloat32) pending.scan_slot = static_cast<int>(scans_.size() - 1);
+      }
       pending.byte_size = *size;
       pending.xxh3 = !info.xxh3_128().empty();
       pending.digest = pending.xxh3 ? info.xxh3_128() : info.sha256();
@@ -161,6 +166,7 @@ Status UpdateAssembler::EndChunk() {
   } else {
     sha256_->Update(chunk_at_, chunk_size_);
   }
+  if (tensors_[current_].scan_slot >= 0) scanner_.Feed(chunk_at_, chunk_size_);  // still in cache
   chunk_at_ = nullptr;
   offset_ += chunk_size_;
   received_ += chunk_size_;
@@ -193,6 +199,7 @@ Status UpdateAssembler::Complete(Pending& pending) {
                          EscapeUntrusted(pending.digest.substr(0, 12)) + "...");
   }
   SizeValues(pending);  // float32: sized at its first chunk already, unless it had no bytes
+  if (pending.scan_slot >= 0) scans_[static_cast<size_t>(pending.scan_slot)] = scanner_.Finish();
   if (pending.encoding == UpdateEncoding::kFloat32) return Status::Ok();  // its chunks were written into its values
   Status decoded = DecodeValues(pending.encoding, buffer_, topk_fraction_, pending.tensor.values);
   std::string().swap(buffer_);

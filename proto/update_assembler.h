@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "core/buffer_pool.h"
 #include "core/tensor.h"
 #include "core/update_codec.h"
+#include "core/value_scan.h"
 #include "proto/update_envelope.h"
 #include "tessera/v1/tensor.pb.h"
 
@@ -55,6 +57,13 @@ class UpdateAssembler {
   // Every tensor complete: the decoded sets, by name.
   Result<std::map<std::string, TensorSet>> Finish();
 
+  // Before Start: the float32 tensors of the set named `name` are scanned (core/value_scan.h)
+  // chunk by chunk as they land, while the bytes are in cache, instead of read again later.
+  void ScanSet(std::string name) { scan_set_ = std::move(name); }
+  // Once every tensor is complete: one entry per tensor of the scanned set, in order, nullopt
+  // for one not in float32; empty when no set was named or none had that name.
+  std::vector<std::optional<ValueScan::Result>> TakeScans() { return std::move(scans_); }
+
   uint64_t bytes_received() const { return received_; }
 
  private:
@@ -66,6 +75,7 @@ class UpdateAssembler {
     std::string digest;              // the manifest's, lower-case hex
     NamedTensor tensor;              // name and shape; values sized when decoded
     uint64_t elements = 0;
+    int scan_slot = -1;              // its place in scans_ when its bytes are scanned as they land
   };
   Status Complete(Pending& pending);  // hash-check, decode, release the bytes
   uint8_t* Destination(Pending& pending);  // where the current tensor's bytes go
@@ -90,6 +100,9 @@ class UpdateAssembler {
   uint8_t* chunk_at_ = nullptr;       // the chunk begun, not yet ended
   uint64_t chunk_size_ = 0;
   uint64_t received_ = 0;
+  std::string scan_set_;
+  ValueScan scanner_;                 // the current tensor's, when it is scanned
+  std::vector<std::optional<ValueScan::Result>> scans_;
 };
 
 }  // namespace tessera::wire

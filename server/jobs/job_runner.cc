@@ -183,7 +183,8 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
 }
 
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta, double upload_ms,
-                               const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes) {
+                               const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes,
+                               const std::vector<std::optional<ValueScan::Result>>* delta_scans) {
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -199,7 +200,7 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
     } else {
       // A trained model becomes its delta as the round checks it.
       verdict = header.trained_weights() ? round->SubmitTrained(header, delta, upload_ms, &payload, upload_bytes)
-                                         : round->Submit(header, delta, upload_ms, &payload, upload_bytes);
+                                         : round->Submit(header, delta, upload_ms, &payload, upload_bytes, delta_scans);
     }
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +

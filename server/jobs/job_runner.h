@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -32,6 +33,7 @@
 #include "base/clock.h"
 #include "core/buffer_pool.h"
 #include "core/data/idx.h"
+#include "core/value_scan.h"
 #include "server/jobs/datasets.h"
 #include "server/jobs/evaluation.h"
 #include "server/jobs/job_events.h"
@@ -144,9 +146,11 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // the round's model version in place as it is checked (Round::SubmitTrained; synchronous
   // rounds only).
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
-  // `upload_bytes`: the update as it came on the wire (encoded).
+  // `upload_bytes`: the update as it came on the wire (encoded); `delta_scans`: its delta's
+  // tensors as scanned on arrival (UpdateAssembler::ScannedSet), or null.
   Status SubmitUpdate(const v1::UpdateHeader& header, TensorSet& update, double upload_ms,
-                      const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0);
+                      const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0,
+                      const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr);
   // How the open round expects "delta" sets encoded, and top-k's fraction (float32 and 0 when
   // no round is open).
   std::pair<UpdateEncoding, double> DeltaEncoding() const;

@@ -161,12 +161,13 @@ void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
 }
 
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
-                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
+                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
+                     const std::vector<std::optional<ValueScan::Result>>* delta_scans) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked =
       CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
-                 &global_max_abs_);
+                 ScanHints{&global_max_abs_, delta_scans});
   return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes);
 }
 

@@ -102,9 +102,11 @@ class Round {
   // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to
   // it) and folds it into the aggregate. A refused update never touches the aggregate; its
   // participant is marked rejected with the reason. `upload_bytes`: the update's bytes as
-  // they came on the wire (encoded), for the round's record.
+  // they came on the wire (encoded), for the round's record. `delta_scans`: the delta's
+  // tensors as the assembler scanned them on arrival (ScanHints), or null.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
-                const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0);
+                const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0,
+                const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr);
   // Submit for an update sent as the trained model (header.trained_weights): `trained`
   // becomes its delta from this round's model as it is checked (CheckTrainedDelta).
   Status SubmitTrained(const v1::UpdateHeader& header, TensorSet& trained, double upload_ms,

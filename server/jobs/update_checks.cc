@@ -11,6 +11,7 @@
 #include "base/escape.h"
 #include "base/format.h"
 #include "base/target_clones.h"
+#include "core/scan_vectors.h"
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 
@@ -93,13 +94,13 @@ Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, c
 
 namespace {
 
-// True for an infinite or NaN float: its exponent bits all set. Written on the bits so that
-// the scan below vectorizes.
-inline uint32_t NonFiniteBit(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  return static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-}
+using scan::AddSquares;
+using scan::Bits8;
+using scan::Doubles4;
+using scan::Floats8;
+using scan::NonFiniteBit;
+using scan::OrNonFinite;
+constexpr size_t kScanLanes = ValueScan::kLanes;
 
 // One pass over a delta of `global`'s layout: the sum of its squares (in double, sixteen
 // partial sums), whether all its values are finite, and whether global + delta is.
@@ -108,33 +109,6 @@ struct DeltaScan {
   bool delta_finite = true;
   bool sum_finite = true;
 };
-// The scan's partial sums: sixteen lanes of double, held in four vectors of four (lane k of
-// vector q sums the elements 16 i + 4 q + k), so that the additions do not wait on each other.
-// Written with GCC's vector types: left to the loop vectoriser, the float-to-double conversions
-// kept the scan at four times the fold's time.
-constexpr size_t kScanLanes = 16;
-using Floats8 = float __attribute__((vector_size(32)));
-using Floats4 = float __attribute__((vector_size(16)));
-using Doubles4 = double __attribute__((vector_size(32)));
-using Bits8 = uint32_t __attribute__((vector_size(32)));
-
-// Vectors pass by reference here, never by value: these are inlined into the AVX2 clone and
-// the default one alike, and a vector argument's ABI differs between the two.
-// `flags` gains the eight lanes' non-finite flags: all exponent bits set.
-[[gnu::always_inline]] inline void OrNonFinite(const Floats8& x, Bits8* flags) {
-  constexpr uint32_t e = 0x7f800000u;
-  const Bits8 exponent = {e, e, e, e, e, e, e, e};
-  Bits8 bits;
-  std::memcpy(&bits, &x, sizeof(bits));
-  *flags |= reinterpret_cast<Bits8>((bits & exponent) == exponent);
-}
-// `low` and `high` gain the squares of x's lanes 0-3 and 4-7, in double.
-[[gnu::always_inline]] inline void AddSquares(const Floats8& x, Doubles4* low, Doubles4* high) {
-  const Doubles4 a = __builtin_convertvector((Floats4{x[0], x[1], x[2], x[3]}), Doubles4);
-  const Doubles4 b = __builtin_convertvector((Floats4{x[4], x[5], x[6], x[7]}), Doubles4);
-  *low += a * a;
-  *high += b * b;
-}
 
 // One tensor of the scan below: its squares in sixteen partial sums, in acc[0..15].
 template <bool kSubtract>
@@ -201,63 +175,6 @@ ScanSubtractTensor(const float* __restrict g, float* __restrict d, size_t n, dou
   ScanTensorBody<true>(g, d, n, acc, bad_delta, bad_sum);
 }
 
-// One tensor's scan that reads the delta alone: the same squares, in the same lanes and
-// order, and the same non-finite flags as ScanTensorBody, and the largest magnitude in it
-// (meaningful when every value is finite), which bounds global + delta without reading global.
-[[gnu::always_inline]] inline void ScanAloneBody(const float* d, size_t n, double* acc, uint32_t* bad_delta,
-                                                 float* max_abs) {
-  Doubles4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
-  Bits8 delta_bits = {};
-  Floats8 m0 = {}, m1 = {};
-  constexpr uint32_t kMagnitude = 0x7fffffffu;
-  const Bits8 magnitude = {kMagnitude, kMagnitude, kMagnitude, kMagnitude,
-                           kMagnitude, kMagnitude, kMagnitude, kMagnitude};
-  size_t j = 0;
-  for (; j + kScanLanes <= n; j += kScanLanes) {
-    Floats8 x0, x1;
-    std::memcpy(&x0, d + j, sizeof(x0));
-    std::memcpy(&x1, d + j + 8, sizeof(x1));
-    AddSquares(x0, &s0, &s1);
-    AddSquares(x1, &s2, &s3);
-    OrNonFinite(x0, &delta_bits);
-    OrNonFinite(x1, &delta_bits);
-    Bits8 b0, b1;
-    std::memcpy(&b0, &x0, sizeof(b0));
-    std::memcpy(&b1, &x1, sizeof(b1));
-    b0 &= magnitude;
-    b1 &= magnitude;
-    Floats8 a0, a1;
-    std::memcpy(&a0, &b0, sizeof(a0));
-    std::memcpy(&a1, &b1, sizeof(a1));
-    m0 = m0 > a0 ? m0 : a0;
-    m1 = m1 > a1 ? m1 : a1;
-  }
-  for (size_t k = 0; k < 4; ++k) {
-    acc[k] = s0[k];
-    acc[4 + k] = s1[k];
-    acc[8 + k] = s2[k];
-    acc[12 + k] = s3[k];
-  }
-  uint32_t bad_d = 0;
-  float m = 0;
-  for (size_t k = 0; k < 8; ++k) {
-    bad_d |= delta_bits[k];
-    m = std::max({m, m0[k], m1[k]});
-  }
-  for (; j < n; ++j) {
-    const float x = d[j];
-    acc[0] += static_cast<double>(x) * x;
-    bad_d |= NonFiniteBit(x);
-    m = std::max(m, std::fabs(x));
-  }
-  *bad_delta |= bad_d != 0;
-  *max_abs = m;
-}
-TESSERA_CLONES_AVX2 __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic"))) void
-ScanTensorAlone(const float* __restrict d, size_t n, double* acc, uint32_t* bad_delta, float* max_abs) {
-  ScanAloneBody(d, n, acc, bad_delta, max_abs);
-}
-
 // The sixteen partial sums added pairwise, in a fixed order.
 double SumLanes(const double* acc) {
   double pairs[kScanLanes / 2];
@@ -267,12 +184,14 @@ double SumLanes(const double* acc) {
 
 // With kSubtract, `delta` holds the trained model on entry and its difference from `global`
 // on return, computed in the same pass (the worker's float subtraction, value for value).
-// With `global_max_abs` (GlobalMagnitudes of `global`), a tensor whose largest magnitude
-// plus the global tensor's cannot reach float's overflow is scanned without reading global:
-// global + delta is finite there by that bound. Any other tensor is scanned in full.
+// With `hints.global_max_abs` (GlobalMagnitudes of `global`), a tensor whose largest
+// magnitude plus the global tensor's cannot reach float's overflow is scanned without reading
+// global: global + delta is finite there by that bound. Its scan is `hints.delta_scans`'s
+// when the assembler made one as the tensor arrived, else made here. Any other tensor is
+// scanned in full.
 template <bool kSubtract>
 DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
-                    const std::vector<float>* global_max_abs) {
+                    const ScanHints& hints) {
   DeltaScan scan;
   uint32_t bad_delta = 0;
   uint32_t bad_sum = 0;
@@ -283,14 +202,22 @@ DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, Tenso
                          &bad_sum);
     } else {
       bool bounded = false;
-      if (global_max_abs != nullptr && i < global_max_abs->size()) {
-        uint32_t bad = 0;
-        float max_abs = 0;
-        ScanTensorAlone(delta[i].values.data(), delta[i].values.size(), acc, &bad, &max_abs);
+      if (hints.global_max_abs != nullptr && i < hints.global_max_abs->size()) {
+        const std::vector<float>& values = delta[i].values;
+        ValueScan::Result alone;
+        if (hints.delta_scans != nullptr && i < hints.delta_scans->size() && (*hints.delta_scans)[i] &&
+            (*hints.delta_scans)[i]->values == values.size()) {
+          alone = *(*hints.delta_scans)[i];
+        } else {
+          ValueScan here;
+          here.Feed(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float));
+          alone = here.Finish();
+        }
+        std::copy(std::begin(alone.lanes), std::end(alone.lanes), std::begin(acc));
         // Two floats' magnitudes add exactly enough in double: a sum within float's largest
         // value cannot round to infinity in float.
-        bounded = bad == 0 && static_cast<double>((*global_max_abs)[i]) + static_cast<double>(max_abs) <=
-                                  static_cast<double>(std::numeric_limits<float>::max());
+        bounded = alone.finite && static_cast<double>((*hints.global_max_abs)[i]) + static_cast<double>(alone.max_abs) <=
+                                      static_cast<double>(std::numeric_limits<float>::max());
       }
       if (!bounded) {
         std::fill(std::begin(acc), std::end(acc), 0.0);
@@ -310,12 +237,12 @@ template <bool kSubtract>
 CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
                             const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
                             double max_update_norm, bool clip, const std::string& what,
-                            const std::vector<float>* global_max_abs) {
+                            const ScanHints& hints) {
   CheckedDelta checked;
   checked.verdict = CheckSameLayout(global, delta, what);
   DeltaScan scan;
   if (checked.verdict.ok()) {
-    scan = ScanDelta<kSubtract>(global, delta, global_max_abs);
+    scan = ScanDelta<kSubtract>(global, delta, hints);
     // CheckFinite names the first bad element; it runs only when there is one.
     if (!scan.delta_finite) checked.verdict = CheckFinite(delta, what);
   }
@@ -356,8 +283,8 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
 
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what, const std::vector<float>* global_max_abs) {
-  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what, global_max_abs);
+                        const std::string& what, const ScanHints& hints) {
+  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what, hints);
 }
 
 std::vector<float> GlobalMagnitudes(const TensorSet& global) {
@@ -380,7 +307,7 @@ std::vector<float> GlobalMagnitudes(const TensorSet& global) {
 CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
                                const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
                                double max_update_norm, bool clip, const std::string& what) {
-  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what, nullptr);
+  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what, ScanHints{});
 }
 
 }  // namespace tessera::server

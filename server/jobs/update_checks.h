@@ -12,6 +12,7 @@
 #include "base/status.h"
 #include "core/tensor.h"
 #include "core/update_codec.h"
+#include "core/value_scan.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::server {
@@ -37,12 +38,19 @@ struct CheckedDelta {
   bool non_finite_alone = false;     // `global` plus the (clipped) delta alone overflows float
   std::optional<TensorSet> clipped;  // the delta scaled down to the bound, when it was
 };
-// `global_max_abs`, when given, is GlobalMagnitudes(global): the scan then reads only the
-// delta wherever the two magnitudes bound global + delta below float's overflow (the same
-// verdict, norm and flags; half the memory read for a model larger than the caches).
+// What lets CheckDelta read less. `global_max_abs`: GlobalMagnitudes(global); the scan then
+// reads only the delta wherever the two magnitudes bound global + delta below float's
+// overflow (the same verdict, norm and flags; half the memory read for a model larger than
+// the caches). `delta_scans`: the delta's tensors already scanned as they arrived
+// (UpdateAssembler's ScannedSet), used with `global_max_abs` and not read again; nullopt for a
+// tensor scanned here.
+struct ScanHints {
+  const std::vector<float>* global_max_abs = nullptr;
+  const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr;
+};
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what, const std::vector<float>* global_max_abs = nullptr);
+                        const std::string& what, const ScanHints& hints = {});
 // Each tensor's largest magnitude, infinity for a tensor with a value that is not finite.
 std::vector<float> GlobalMagnitudes(const TensorSet& global);
 // The same for an update sent as the trained model (UpdateHeader.trained_weights): `trained`

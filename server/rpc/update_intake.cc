@@ -53,6 +53,9 @@ std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header)
   const double topk_fraction = runner_->DeltaEncoding().second;
   assembler_ = std::make_unique<wire::UpdateAssembler>(what_, runner_->update_bytes(), topk_fraction,
                                                        &runner_->update_buffers());
+  // The delta's norm and finiteness read from its chunks as they land (a trained model is
+  // made a delta later, and scanned then).
+  if (!header_.trained_weights()) assembler_->ScanSet(std::string(wire::kDeltaSet));
   if (Status started = assembler_->Start(*sets); !started.ok()) {
     runner_->RejectUpload(header_, started);
     return Refuse(started);
@@ -71,13 +74,14 @@ UpdateIntake::Answer UpdateIntake::Complete(std::chrono::steady_clock::time_poin
   RecordUploadBytes(header_.worker_id(), received);
   RecordUpdateReceived(way_);
   auto decoded = assembler_->Finish();
+  const std::vector<std::optional<ValueScan::Result>> scans = assembler_->TakeScans();
   assembler_.reset();
   const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (!decoded.ok()) return Reject(decoded.status());
   std::map<std::string, TensorSet> sets = std::move(decoded).value();
   TensorSet delta = std::move(sets[wire::kDeltaSet]);
   sets.erase(wire::kDeltaSet);
-  Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received);
+  Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received, scans.empty() ? nullptr : &scans);
   // Folded (or refused): the tensors' buffers serve the next uploads of the job.
   runner_->update_buffers().Give(std::move(delta));
   for (auto& [name, set] : sets) runner_->update_buffers().Give(std::move(set));

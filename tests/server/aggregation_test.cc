@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "proto/tensor_transfer.h"
@@ -425,21 +427,35 @@ TEST_F(RoundTest, ATrainedModelBecomesItsDeltaFromTheRoundsVersion) {
 // The check's scan over every length (its vector body takes sixteen values at a time, the
 // rest one by one): the norm is the delta's to double precision, and a non-finite value, or a
 // sum with the model that overflows, is found wherever it sits; the trained-model variant
-// leaves the same delta behind. Each check runs twice, with and without the global model's
-// magnitudes (the scan that skips reading the model where they bound the sum), and the two
-// give the same verdict, the same norm to the bit and the same overflow flag.
+// leaves the same delta behind. Each check runs three ways: alone; with the global model's
+// magnitudes (the scan that skips reading the model where they bound the sum); and with those
+// and the delta scanned beforehand, fed in uneven pieces that split values, as the assembler
+// feeds it chunks. All three give the same verdict, the same norm to the bit and the same
+// overflow flag.
 TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
   const auto check = [](const TensorSet& global, const TensorSet& delta, double bound) {
     CheckedDelta full = CheckDelta(global, delta, nullptr, {}, bound, false, "w1");
     const std::vector<float> magnitudes = GlobalMagnitudes(global);
-    CheckedDelta bounded = CheckDelta(global, delta, nullptr, {}, bound, false, "w1", &magnitudes);
-    EXPECT_EQ(full.verdict.code(), bounded.verdict.code());
-    EXPECT_EQ(full.verdict.message(), bounded.verdict.message());
-    if (full.verdict.ok()) {
-      EXPECT_EQ(full.norm, bounded.norm);
-      EXPECT_EQ(full.non_finite_alone, bounded.non_finite_alone);
+    CheckedDelta bounded = CheckDelta(global, delta, nullptr, {}, bound, false, "w1", ScanHints{&magnitudes, nullptr});
+    std::vector<std::optional<ValueScan::Result>> scans;
+    for (const NamedTensor& t : delta) {
+      ValueScan scan;
+      const auto* bytes = reinterpret_cast<const uint8_t*>(t.values.data());
+      const size_t size = t.values.size() * sizeof(float);
+      for (size_t at = 0, step = 1; at < size; at += step, step = step * 3 + 2) scan.Feed(bytes + at, std::min(step, size - at));
+      scans.push_back(scan.Finish());
     }
-    return bounded;
+    CheckedDelta prescanned =
+        CheckDelta(global, delta, nullptr, {}, bound, false, "w1", ScanHints{&magnitudes, &scans});
+    for (const CheckedDelta* other : {&bounded, &prescanned}) {
+      EXPECT_EQ(full.verdict.code(), other->verdict.code());
+      EXPECT_EQ(full.verdict.message(), other->verdict.message());
+      if (full.verdict.ok()) {
+        EXPECT_EQ(full.norm, other->norm);
+        EXPECT_EQ(full.non_finite_alone, other->non_finite_alone);
+      }
+    }
+    return prescanned;
   };
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{15}, size_t{16}, size_t{17}, size_t{33}, size_t{1003}}) {
     SCOPED_TRACE(n);

@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "base/sha256.h"
+#include "core/value_scan.h"
 #include "proto/byte_buffers.h"
 #include "proto/update_assembler.h"
 #include "proto/update_chunk_reader.h"
@@ -316,6 +318,55 @@ TEST(UpdateChunkReaderTest, LargeChunksReadInPlaceAreWholeAndEveryByteIsChecked)
     altered.bytes[0][70001] ^= 1;
     ExpectRefused(ReadMessages(upload, messages_of(altered), 3), {"tensor 'big.w'", "does not match"});
   }
+}
+
+// The scanned set's float32 tensors are scanned as their chunks land: chunks of 30 bytes
+// split values, and the scans still equal one pass over each decoded tensor; a set in another
+// encoding, or not named, is not scanned.
+TEST(UpdateAssemblerTest, TheScannedSetIsScannedChunkByChunkAsOnePass) {
+  const auto scan_whole = [](const NamedTensor& t) {
+    ValueScan scan;
+    scan.Feed(reinterpret_cast<const uint8_t*>(t.values.data()), t.values.size() * sizeof(float));
+    return scan.Finish();
+  };
+  TensorSet model = Model();
+  model[0].values[37] = -123.5f;
+  Upload upload;
+  AppendUpdateSet(kDeltaSet, model, UpdateEncoding::kFloat32, 0, 30, &upload.header, &upload.bytes);
+  AppendUpdateSet("control", model, UpdateEncoding::kFloat32, 0, 30, &upload.header, &upload.bytes);
+  auto sets = UpdateSets(upload.header, "update from worker 'w1'");
+  ASSERT_TRUE(sets.ok()) << sets.status().ToString();
+  UpdateAssembler assembler("update from worker 'w1'", 1 << 20, 0);
+  assembler.ScanSet(std::string(kDeltaSet));
+  ASSERT_TRUE(assembler.Start(*sets).ok());
+  ASSERT_TRUE(ForEachChunk(upload.bytes, 30, [&](const v1::TensorChunk& c) { return assembler.Add(c); }).ok());
+  auto decoded = assembler.Finish();
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  const std::vector<std::optional<ValueScan::Result>> scans = assembler.TakeScans();
+  ASSERT_EQ(scans.size(), model.size());  // the delta's tensors only
+  for (size_t i = 0; i < model.size(); ++i) {
+    ASSERT_TRUE(scans[i].has_value()) << i;
+    const ValueScan::Result whole = scan_whole((*decoded)[std::string(kDeltaSet)][i]);
+    for (size_t k = 0; k < ValueScan::kLanes; ++k) EXPECT_EQ(scans[i]->lanes[k], whole.lanes[k]) << i << " lane " << k;
+    EXPECT_EQ(scans[i]->finite, whole.finite);
+    EXPECT_EQ(scans[i]->max_abs, whole.max_abs);
+    EXPECT_EQ(scans[i]->values, model[i].values.size());
+  }
+  EXPECT_EQ(scans[0]->max_abs, 123.5f);
+
+  // The delta in float16: nothing to scan as it lands (it is decoded at the end).
+  Upload half;
+  AppendUpdateSet(kDeltaSet, model, UpdateEncoding::kFloat16, 0, 30, &half.header, &half.bytes);
+  auto half_sets = UpdateSets(half.header, "update from worker 'w1'");
+  ASSERT_TRUE(half_sets.ok());
+  UpdateAssembler half_assembler("update from worker 'w1'", 1 << 20, 0);
+  half_assembler.ScanSet(std::string(kDeltaSet));
+  ASSERT_TRUE(half_assembler.Start(*half_sets).ok());
+  ASSERT_TRUE(ForEachChunk(half.bytes, 30, [&](const v1::TensorChunk& c) { return half_assembler.Add(c); }).ok());
+  ASSERT_TRUE(half_assembler.Finish().ok());
+  const auto half_scans = half_assembler.TakeScans();
+  ASSERT_EQ(half_scans.size(), model.size());
+  for (const auto& scan : half_scans) EXPECT_FALSE(scan.has_value());
 }
 
 TEST(UpdateChunkReaderTest, WhatIsNotAChunkOrBreaksTheOrderIsRefusedAsByTheParser) {
