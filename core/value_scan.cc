@@ -59,6 +59,7 @@ constexpr size_t kGroupBytes = ValueScan::kLanes * sizeof(float);
 }  // namespace
 
 void ValueScan::Feed(const uint8_t* bytes, size_t n) {
+  if (n == 0) return;  // an empty tensor's bytes may be a null pointer, which memcpy must not get
   if (carry_bytes_ > 0) {  // complete the group a piece left open
     const size_t take = std::min(n, kGroupBytes - carry_bytes_);
     std::memcpy(carry_ + carry_bytes_, bytes, take);
