@@ -58,6 +58,12 @@ constexpr size_t kGroupBytes = ValueScan::kLanes * sizeof(float);
 
 }  // namespace
 
+ValueScan::Result ValueScan::Of(const float* values, size_t n) {
+  ValueScan scan;
+  scan.Feed(reinterpret_cast<const uint8_t*>(values), n * sizeof(float));
+  return scan.Finish();
+}
+
 void ValueScan::Feed(const uint8_t* bytes, size_t n) {
   if (n == 0) return;  // an empty tensor's bytes may be a null pointer, which memcpy must not get
   if (carry_bytes_ > 0) {  // complete the group a piece left open

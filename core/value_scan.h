@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace tessera {
 
@@ -24,6 +26,9 @@ class ValueScan {
     uint64_t values = 0;        // how many values were scanned
   };
 
+  // One pass over `n` values.
+  static Result Of(const float* values, size_t n);
+
   // The next `n` bytes of the tensor.
   void Feed(const uint8_t* bytes, size_t n);
   // Once every byte is fed (a whole number of values); the scan starts over after it.
@@ -37,5 +42,8 @@ class ValueScan {
   uint8_t carry_[kLanes * sizeof(float)];
   size_t carry_bytes_ = 0;  // the bytes of a group not yet complete
 };
+
+// A scan per tensor of a set, in order; nullopt for a tensor not scanned.
+using TensorScans = std::vector<std::optional<ValueScan::Result>>;
 
 }  // namespace tessera

@@ -62,7 +62,7 @@ class UpdateAssembler {
   void ScanSet(std::string name) { scan_set_ = std::move(name); }
   // Once every tensor is complete: one entry per tensor of the scanned set, in order, nullopt
   // for one not in float32; empty when no set was named or none had that name.
-  std::vector<std::optional<ValueScan::Result>> TakeScans() { return std::move(scans_); }
+  TensorScans TakeScans() { return std::move(scans_); }
 
   uint64_t bytes_received() const { return received_; }
 
@@ -102,7 +102,7 @@ class UpdateAssembler {
   uint64_t received_ = 0;
   std::string scan_set_;
   ValueScan scanner_;                 // the current tensor's, when it is scanned
-  std::vector<std::optional<ValueScan::Result>> scans_;
+  TensorScans scans_;
 };
 
 }  // namespace tessera::wire

@@ -184,7 +184,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
 
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta, double upload_ms,
                                const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes,
-                               const std::vector<std::optional<ValueScan::Result>>* delta_scans) {
+                               const TensorScans* delta_scans) {
   std::shared_ptr<Round> round;
   {
     std::lock_guard<std::mutex> lock(mu_);

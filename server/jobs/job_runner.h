@@ -147,10 +147,10 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // rounds only).
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
   // `upload_bytes`: the update as it came on the wire (encoded); `delta_scans`: its delta's
-  // tensors as scanned on arrival (UpdateAssembler::ScannedSet), or null.
+  // tensors as scanned on arrival (UpdateAssembler::ScanSet), or null.
   Status SubmitUpdate(const v1::UpdateHeader& header, TensorSet& update, double upload_ms,
                       const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0,
-                      const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr);
+                      const TensorScans* delta_scans = nullptr);
   // How the open round expects "delta" sets encoded, and top-k's fraction (float32 and 0 when
   // no round is open).
   std::pair<UpdateEncoding, double> DeltaEncoding() const;

@@ -162,7 +162,7 @@ void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
 
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
                      const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
-                     const std::vector<std::optional<ValueScan::Result>>* delta_scans) {
+                     const TensorScans* delta_scans) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked =

@@ -106,7 +106,7 @@ class Round {
   // tensors as the assembler scanned them on arrival (ScanHints), or null.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0,
-                const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr);
+                const TensorScans* delta_scans = nullptr);
   // Submit for an update sent as the trained model (header.trained_weights): `trained`
   // becomes its delta from this round's model as it is checked (CheckTrainedDelta).
   Status SubmitTrained(const v1::UpdateHeader& header, TensorSet& trained, double upload_ms,

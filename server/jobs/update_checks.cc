@@ -209,9 +209,7 @@ DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, Tenso
             (*hints.delta_scans)[i]->values == values.size()) {
           alone = *(*hints.delta_scans)[i];
         } else {
-          ValueScan here;
-          here.Feed(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float));
-          alone = here.Finish();
+          alone = ValueScan::Of(values.data(), values.size());
         }
         std::copy(std::begin(alone.lanes), std::end(alone.lanes), std::begin(acc));
         // Two floats' magnitudes add exactly enough in double: a sum within float's largest
@@ -291,15 +289,9 @@ std::vector<float> GlobalMagnitudes(const TensorSet& global) {
   std::vector<float> out;
   out.reserve(global.size());
   for (const NamedTensor& t : global) {
-    float m = 0;
-    for (float v : t.values) {
-      if (!std::isfinite(v)) {
-        m = std::numeric_limits<float>::infinity();  // no bound: such a tensor is scanned in full
-        break;
-      }
-      m = std::max(m, std::fabs(v));
-    }
-    out.push_back(m);
+    const ValueScan::Result scan = ValueScan::Of(t.values.data(), t.values.size());
+    // No bound for a tensor that is not finite: updates to it are scanned in full.
+    out.push_back(scan.finite ? scan.max_abs : std::numeric_limits<float>::infinity());
   }
   return out;
 }

@@ -42,11 +42,11 @@ struct CheckedDelta {
 // reads only the delta wherever the two magnitudes bound global + delta below float's
 // overflow (the same verdict, norm and flags; half the memory read for a model larger than
 // the caches). `delta_scans`: the delta's tensors already scanned as they arrived
-// (UpdateAssembler's ScannedSet), used with `global_max_abs` and not read again; nullopt for a
+// (UpdateAssembler::ScanSet), used with `global_max_abs` and not read again; nullopt for a
 // tensor scanned here.
 struct ScanHints {
   const std::vector<float>* global_max_abs = nullptr;
-  const std::vector<std::optional<ValueScan::Result>>* delta_scans = nullptr;
+  const TensorScans* delta_scans = nullptr;
 };
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,

@@ -74,7 +74,7 @@ UpdateIntake::Answer UpdateIntake::Complete(std::chrono::steady_clock::time_poin
   RecordUploadBytes(header_.worker_id(), received);
   RecordUpdateReceived(way_);
   auto decoded = assembler_->Finish();
-  const std::vector<std::optional<ValueScan::Result>> scans = assembler_->TakeScans();
+  const TensorScans scans = assembler_->TakeScans();
   assembler_.reset();
   const double upload_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (!decoded.ok()) return Reject(decoded.status());

@@ -437,7 +437,7 @@ TEST(CheckDeltaTest, TheScanFindsTheNormAndEveryNonFiniteValueAtAnyLength) {
     CheckedDelta full = CheckDelta(global, delta, nullptr, {}, bound, false, "w1");
     const std::vector<float> magnitudes = GlobalMagnitudes(global);
     CheckedDelta bounded = CheckDelta(global, delta, nullptr, {}, bound, false, "w1", ScanHints{&magnitudes, nullptr});
-    std::vector<std::optional<ValueScan::Result>> scans;
+    TensorScans scans;
     for (const NamedTensor& t : delta) {
       ValueScan scan;
       const auto* bytes = reinterpret_cast<const uint8_t*>(t.values.data());

@@ -324,11 +324,6 @@ TEST(UpdateChunkReaderTest, LargeChunksReadInPlaceAreWholeAndEveryByteIsChecked)
 // split values, and the scans still equal one pass over each decoded tensor; a set in another
 // encoding, or not named, is not scanned.
 TEST(UpdateAssemblerTest, TheScannedSetIsScannedChunkByChunkAsOnePass) {
-  const auto scan_whole = [](const NamedTensor& t) {
-    ValueScan scan;
-    scan.Feed(reinterpret_cast<const uint8_t*>(t.values.data()), t.values.size() * sizeof(float));
-    return scan.Finish();
-  };
   TensorSet model = Model();
   model[0].values[37] = -123.5f;
   Upload upload;
@@ -342,11 +337,12 @@ TEST(UpdateAssemblerTest, TheScannedSetIsScannedChunkByChunkAsOnePass) {
   ASSERT_TRUE(ForEachChunk(upload.bytes, 30, [&](const v1::TensorChunk& c) { return assembler.Add(c); }).ok());
   auto decoded = assembler.Finish();
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
-  const std::vector<std::optional<ValueScan::Result>> scans = assembler.TakeScans();
+  const TensorScans scans = assembler.TakeScans();
   ASSERT_EQ(scans.size(), model.size());  // the delta's tensors only
   for (size_t i = 0; i < model.size(); ++i) {
     ASSERT_TRUE(scans[i].has_value()) << i;
-    const ValueScan::Result whole = scan_whole((*decoded)[std::string(kDeltaSet)][i]);
+    const std::vector<float>& values = (*decoded)[std::string(kDeltaSet)][i].values;
+    const ValueScan::Result whole = ValueScan::Of(values.data(), values.size());
     for (size_t k = 0; k < ValueScan::kLanes; ++k) EXPECT_EQ(scans[i]->lanes[k], whole.lanes[k]) << i << " lane " << k;
     EXPECT_EQ(scans[i]->finite, whole.finite);
     EXPECT_EQ(scans[i]->max_abs, whole.max_abs);
