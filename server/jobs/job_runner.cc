@@ -199,8 +199,12 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
       verdict = header.trained_weights() ? AsyncTakesDeltas(header) : driver->Submit(header, delta, upload_ms, payload);
     } else {
       // A trained model becomes its delta as the round checks it.
-      verdict = header.trained_weights() ? round->SubmitTrained(header, delta, upload_ms, &payload, upload_bytes)
-                                         : round->Submit(header, delta, upload_ms, &payload, upload_bytes, delta_scans);
+      // The delta's buffers go with it: the aggregate may fold it later beside others and
+      // gives them back to the job's pool then.
+      const HandedDelta handed{&delta, &update_buffers_};
+      verdict = header.trained_weights()
+                    ? round->SubmitTrained(header, delta, upload_ms, &payload, upload_bytes, handed)
+                    : round->Submit(header, delta, upload_ms, &payload, upload_bytes, delta_scans, handed);
     }
   } catch (const std::exception& e) {
     verdict = InternalError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +

@@ -147,7 +147,9 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // rounds only).
   // `payload`: the update's other sets, by name (those the strategy's PayloadSets() names);
   // `upload_bytes`: the update as it came on the wire (encoded); `delta_scans`: its delta's
-  // tensors as scanned on arrival (UpdateAssembler::ScanSet), or null.
+  // tensors as scanned on arrival (UpdateAssembler::ScanSet), or null. A synchronous round's
+  // aggregate may take `update`'s buffers, leaving it empty, and gives them to
+  // update_buffers() once it has folded them.
   Status SubmitUpdate(const v1::UpdateHeader& header, TensorSet& update, double upload_ms,
                       const std::map<std::string, TensorSet>& payload = {}, uint64_t upload_bytes = 0,
                       const TensorScans* delta_scans = nullptr);

@@ -162,26 +162,28 @@ void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
 
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
                      const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
-                     const TensorScans* delta_scans) {
+                     const TensorScans* delta_scans, HandedDelta handed) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked =
       CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
                  ScanHints{&global_max_abs_, delta_scans});
-  return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes);
+  return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes, handed);
 }
 
 Status Round::SubmitTrained(const v1::UpdateHeader& h, TensorSet& trained, double upload_ms,
-                            const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
+                            const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
+                            HandedDelta handed) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h.worker_id());
   CheckedDelta checked = CheckTrainedDelta(*global_, trained, payload, extra_sets_, max_update_norm_,
                                            norm_policy_ == NormPolicy::kClip, what);
-  return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes);
+  return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes, handed);
 }
 
 Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, CheckedDelta checked, double upload_ms,
-                          const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes) {
+                          const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
+                          HandedDelta handed) {
   const std::string what = Describe(h.worker_id());
   const Status valid = checked.verdict;
   const double norm = checked.norm;
@@ -228,6 +230,7 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
   ClientUpdate update = Claims(h, party);
   update.delta = clipped ? &*clipped : &delta;
   update.payload = payload;
+  if (!clipped && handed.tensors == &delta) update.handed = handed;
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
   // "folding" (Close() waits for it).
   Status folded;

@@ -103,14 +103,18 @@ class Round {
   // it) and folds it into the aggregate. A refused update never touches the aggregate; its
   // participant is marked rejected with the reason. `upload_bytes`: the update's bytes as
   // they came on the wire (encoded), for the round's record. `delta_scans`: the delta's
-  // tensors as the assembler scanned them on arrival (ScanHints), or null.
+  // tensors as the assembler scanned them on arrival (ScanHints), or null. `handed`: the
+  // caller gives up `delta`'s buffers (handed.tensors == &delta), which the aggregate may
+  // keep to fold later beside others (ClientUpdate::handed); an update clipped to the bound
+  // is folded from its clipped copy at once.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0,
-                const TensorScans* delta_scans = nullptr);
+                const TensorScans* delta_scans = nullptr, HandedDelta handed = {});
   // Submit for an update sent as the trained model (header.trained_weights): `trained`
   // becomes its delta from this round's model as it is checked (CheckTrainedDelta).
   Status SubmitTrained(const v1::UpdateHeader& header, TensorSet& trained, double upload_ms,
-                       const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0);
+                       const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0,
+                       HandedDelta handed = {});
   // A download of this round's model finished, `bytes` of tensors sent; any worker's (a
   // cohort's members download too) counts in the round's download bytes.
   void RecordDownload(const std::string& worker_id, uint64_t bytes = 0);
@@ -159,7 +163,7 @@ class Round {
  private:
   // Submit's second half: records the checked update and folds it when it is valid.
   Status FoldChecked(const v1::UpdateHeader& header, const TensorSet& delta, CheckedDelta checked, double upload_ms,
-                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes);
+                     const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes, HandedDelta handed);
   std::string Describe(const std::string& worker_id) const;
   // What the header claims, as the strategy's aggregate reads it (no tensors yet).
   static ClientUpdate Claims(const v1::UpdateHeader& header, uint32_t party);

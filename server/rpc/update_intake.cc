@@ -82,7 +82,8 @@ UpdateIntake::Answer UpdateIntake::Complete(std::chrono::steady_clock::time_poin
   TensorSet delta = std::move(sets[wire::kDeltaSet]);
   sets.erase(wire::kDeltaSet);
   Status verdict = runner_->SubmitUpdate(header_, delta, upload_ms, sets, received, scans.empty() ? nullptr : &scans);
-  // Folded (or refused): the tensors' buffers serve the next uploads of the job.
+  // Folded, refused, or taken by the aggregate to fold beside others (which gives the buffers
+  // back once folded): the tensors' buffers serve the next uploads of the job.
   runner_->update_buffers().Give(std::move(delta));
   for (auto& [name, set] : sets) runner_->update_buffers().Give(std::move(set));
   if (!verdict.ok()) return Refuse(verdict);

@@ -24,10 +24,20 @@
 #include <vector>
 
 #include "base/status.h"
+#include "core/buffer_pool.h"
 #include "core/tensor.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::server {
+
+// An update's delta its caller hands over with the update: `tensors` is the set the update's
+// `delta` points to, and an aggregate may move its tensors out (leaving the set empty) to fold
+// them later beside other updates; it gives their buffers to `recycle` once folded. Both
+// null: the caller keeps the delta, and the aggregate reads it during Fold() only.
+struct HandedDelta {
+  TensorSet* tensors = nullptr;
+  FloatBufferPool* recycle = nullptr;
+};
 
 // One client's update as a strategy sees it, already checked against the model's layout
 // (names, shapes, finite values).
@@ -46,6 +56,7 @@ struct ClientUpdate {
   // The update's other sets, by name: those PayloadSets() names, each checked against the
   // model's layout (names, shapes, finite values); null when the strategy reads none.
   const std::map<std::string, TensorSet>* payload = nullptr;
+  HandedDelta handed = {};  // the delta's buffers, when the caller gives them up
 };
 
 // What one round attempt accumulates.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "proto/update_assembler.h"
 #include "proto/update_envelope.h"
 #include "server/jobs/round.h"
+#include "server/strategy/aggregation.h"
 #include "server/strategy/strategy.h"
 
 namespace tessera::server {
@@ -126,6 +128,104 @@ TEST(FedAvgTest, ConcurrentFoldsTakeEveryUpdateOnceAtEveryOffset) {
   // Weights 1 for t even, 2 for t odd: sum of w(t+1) = 1+4+3+8+5+12+7+16 = 56 over a total
   // weight of 12, so the mean is 56/12 of each value's multiplier.
   const double k = 56.0 / 12.0;
+  for (size_t j = 0; j < n; ++j) ASSERT_FLOAT_EQ(next->model[0].values[j], static_cast<float>(k * (j % 7 + 1))) << j;
+  for (size_t j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(next->model[1].values[j], static_cast<float>(k * (j + 1)));
+}
+
+// An update whose delta is handed over waits, once counted, to be folded with others a block
+// of the sums at a time. The sums must come out the same to the bit as folding one update
+// after another in the same order: values that round differently in any other order, a
+// tensor longer than a block and not a multiple of it, and more updates than a batch so
+// that some fold in a batch and the rest when the round combines.
+TEST(FedAvgTest, HandedDeltasFoldInBatchesToTheSameBitsAndTheirBuffersComeBack) {
+  const size_t n = 10007;
+  const TensorSet layout = {{"big", {n}, std::vector<float>(n, 0.0f)}, {"small", {3}, {0, 0, 0}}};
+  auto one_by_one = OpenAggregate(AggregationOptions{}, layout);
+  auto handed = OpenAggregate(AggregationOptions{}, layout);
+  FloatBufferPool pool(uint64_t{1} << 30);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const int updates = 21;
+  for (int u = 0; u < updates; ++u) {
+    TensorSet delta = layout;
+    for (auto& t : delta) {
+      // Magnitudes from 2^-30 to 2^10, both signs: the double sums round, so their order shows.
+      for (float& v : t.values) {
+        const uint64_t r = next();
+        const float m = 1.0f + static_cast<float>(r & 0x7FFFFF) / 8388608.0f;
+        v = std::ldexp((r >> 63) ? -m : m, static_cast<int>((r >> 23) % 41) - 30);
+      }
+    }
+    const uint64_t samples = next() % 999983 + 1;
+    ClientUpdate update;
+    update.client = "w" + std::to_string(u);
+    update.samples = samples;
+    update.delta = &delta;
+    ASSERT_TRUE(one_by_one->Fold(update).ok());
+    update.handed = HandedDelta{&delta, &pool};
+    ASSERT_TRUE(handed->Fold(update).ok());
+    EXPECT_TRUE(delta.empty()) << "update " << u << ": the aggregate took its buffers";
+  }
+  EXPECT_EQ(handed->updates(), static_cast<uint64_t>(updates));
+  // The batches folded so far gave their buffers back; the updates still waiting did not.
+  const uint64_t update_bytes = (n + 3) * sizeof(float);
+  EXPECT_GT(pool.idle_bytes(), 0u);
+  EXPECT_EQ(pool.idle_bytes() % update_bytes, 0u);
+  EXPECT_LT(pool.idle_bytes(), updates * update_bytes);
+  auto combine = [](const DeltaAggregate& aggregate) {
+    std::vector<std::vector<double>> got;
+    EXPECT_TRUE(aggregate.Combine([&](size_t, const std::vector<double>& delta) { got.push_back(delta); }).ok());
+    return got;
+  };
+  const auto want = combine(*one_by_one);
+  const auto got = combine(*handed);
+  EXPECT_EQ(pool.idle_bytes(), updates * update_bytes) << "every buffer back once combined";
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(double)), 0) << "tensor " << i;
+  }
+  // Combining again gives the same values.
+  const auto again = combine(*handed);
+  ASSERT_EQ(again.size(), got.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i], got[i]);
+}
+
+// Handed deltas from many threads at once: every update folded exactly once, whichever thread
+// folds its batch (integer values, whose sums are exact in any order).
+TEST(FedAvgTest, ConcurrentHandedFoldsTakeEveryUpdateOnce) {
+  const size_t n = 5003;
+  TensorSet global = {{"big", {n}, std::vector<float>(n, 0.0f)}, {"small", {3}, {0, 0, 0}}};
+  auto fedavg = Make(Spec("fedavg"), global);
+  auto agg = fedavg->BeginRound(global);
+  FloatBufferPool pool(uint64_t{1} << 30);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        TensorSet delta = {{"big", {n}, pool.Take(n)}, {"small", {3}, pool.Take(3)}};
+        for (size_t j = 0; j < n; ++j) delta[0].values[j] = static_cast<float>((t + 1) * (j % 7 + 1));
+        for (size_t j = 0; j < 3; ++j) delta[1].values[j] = static_cast<float>((t + 1) * (j + 1));
+        ClientUpdate update;
+        update.client = "w";
+        update.samples = static_cast<uint64_t>(t % 2 + 1);
+        update.delta = &delta;
+        update.handed = HandedDelta{&delta, &pool};
+        EXPECT_TRUE(agg->Fold(update).ok());
+        pool.Give(std::move(delta));  // what the aggregate left: nothing
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(agg->updates(), 320u);
+  auto next = fedavg->Finish(global, *agg);
+  ASSERT_TRUE(next.ok());
+  const double k = 56.0 / 12.0;  // as in ConcurrentFoldsTakeEveryUpdateOnceAtEveryOffset
   for (size_t j = 0; j < n; ++j) ASSERT_FLOAT_EQ(next->model[0].values[j], static_cast<float>(k * (j % 7 + 1))) << j;
   for (size_t j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(next->model[1].values[j], static_cast<float>(k * (j + 1)));
 }
@@ -599,6 +699,36 @@ TEST(RoundBoundsTest, AnUpdateWhoseNormExceedsTheBoundIsRefusedWithBothFigures) 
   auto next = round.Finish(*fedavg);
   ASSERT_TRUE(next.ok());
   EXPECT_FLOAT_EQ(next->model[0].values[0], 4.0f);  // w2's alone
+}
+
+// The round hands an update's buffers to the aggregate only when the update is folded as it
+// came: a clipped update is folded from its clipped copy, and its own buffers stay with the
+// caller; a refused one is never taken.
+TEST(RoundBoundsTest, OnlyAnUpdateFoldedAsItCameIsTakenFromItsCaller) {
+  auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));
+  auto fedavg = Make(Spec("fedavg"), *global);
+  Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1, {}, /*max_update_norm=*/10,
+              Round::NormPolicy::kClip);
+  round.AddParticipant(0, {{"w1", 1}});
+  round.AddParticipant(1, {{"w2", 1}});
+  round.AddParticipant(2, {{"w3", 1}});
+  FloatBufferPool pool(uint64_t{1} << 20);
+  TensorSet plain = Layout(3, 4, 0);  // norm 5: folded as it came
+  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), plain, 1, nullptr, 0, nullptr, HandedDelta{&plain, &pool}).ok());
+  EXPECT_TRUE(plain.empty());
+  TensorSet large = Layout(30, 40, 0);  // norm 50: clipped to 10
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), large, 1, nullptr, 0, nullptr, HandedDelta{&large, &pool}).ok());
+  ASSERT_EQ(large.size(), 2u);
+  EXPECT_FLOAT_EQ(large[0].values[1], 40.0f);
+  TensorSet nan = Layout(std::numeric_limits<float>::quiet_NaN(), 0, 0);
+  EXPECT_FALSE(round.Submit(HeaderFor("w3", 10), nan, 1, nullptr, 0, nullptr, HandedDelta{&nan, &pool}).ok());
+  EXPECT_EQ(nan.size(), 2u);
+  round.Close("test");
+  auto next = round.Finish(*fedavg);
+  ASSERT_TRUE(next.ok());
+  // (3, 4) and the clipped (6, 8), equally weighted: (4.5, 6) added to the model's (1, 1).
+  EXPECT_FLOAT_EQ(next->model[0].values[0], 5.5f);
+  EXPECT_FLOAT_EQ(next->model[0].values[1], 7.0f);
 }
 
 TEST(RoundBoundsTest, TheUpdatesBehindAModelThatIsNotFiniteAreNamed) {
