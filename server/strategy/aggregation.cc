@@ -73,7 +73,11 @@ AddScaled(double* __restrict sum, const float* __restrict d, size_t n, double w)
 // for the batch. Every value still gets the same products added in the same order as one
 // update after another would give it, so the sums are the same to the bit. Combine() folds
 // what still waits first. A waiting update is accepted: its checks are made and its weight
-// counted when it comes, and the arithmetic left cannot fail.
+// counted when it comes, and the arithmetic left cannot fail. Only models of kMinBatchedBytes
+// and more wait (smaller sums stay in the caches), and the updates waiting hold at most
+// kWaitingBytes (at 10 MiB, one waits for the next): memory a round keeps beside its sums,
+// outside the coordinator's upload memory (--upload-buffer-mib), which holds updates only
+// until they are received and folded or waiting.
 class WeightedMean final : public DeltaAggregate {
  public:
   explicit WeightedMean(const TensorSet& layout) : locks_(layout.size()) {
@@ -85,8 +89,9 @@ class WeightedMean final : public DeltaAggregate {
       sizes_.push_back(t.values.size());
       bytes += t.values.size() * sizeof(float);
     }
-    // The deltas waiting take at most kWaitingBytes beside the sums.
-    batch_ = static_cast<size_t>(std::clamp<uint64_t>(bytes == 0 ? 1 : kWaitingBytes / bytes, 1, kMaxBatch));
+    // Only sums that leave the caches between updates gain from it; the deltas waiting take
+    // at most kWaitingBytes beside them.
+    if (bytes >= kMinBatchedBytes) batch_ = static_cast<size_t>(std::clamp<uint64_t>(kWaitingBytes / bytes, 1, kMaxBatch));
   }
 
   Status Fold(const ClientUpdate& update) override {
@@ -148,7 +153,8 @@ class WeightedMean final : public DeltaAggregate {
   }
 
  private:
-  static constexpr uint64_t kWaitingBytes = uint64_t{40} << 20;
+  static constexpr uint64_t kMinBatchedBytes = uint64_t{1} << 20;
+  static constexpr uint64_t kWaitingBytes = uint64_t{24} << 20;
   static constexpr uint64_t kMaxBatch = 8;
   static constexpr size_t kBlock = 4096;  // values of the sums per pass: 32 KiB
 

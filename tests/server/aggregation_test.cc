@@ -2,6 +2,7 @@
 // round's refusal of bad updates.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <algorithm>
@@ -133,12 +134,12 @@ TEST(FedAvgTest, ConcurrentFoldsTakeEveryUpdateOnceAtEveryOffset) {
 }
 
 // An update whose delta is handed over waits, once counted, to be folded with others a block
-// of the sums at a time. The sums must come out the same to the bit as folding one update
-// after another in the same order: values that round differently in any other order, a
-// tensor longer than a block and not a multiple of it, and more updates than a batch so
-// that some fold in a batch and the rest when the round combines.
+// of the sums at a time (models of 1 MiB and more). The sums must come out the same to the
+// bit as folding one update after another in the same order: values that round differently
+// in any other order, a tensor longer than a block and not a multiple of it, and more updates
+// than a batch so that some fold in batches and the rest when the round combines.
 TEST(FedAvgTest, HandedDeltasFoldInBatchesToTheSameBitsAndTheirBuffersComeBack) {
-  const size_t n = 10007;
+  const size_t n = 300007;
   const TensorSet layout = {{"big", {n}, std::vector<float>(n, 0.0f)}, {"small", {3}, {0, 0, 0}}};
   auto one_by_one = OpenAggregate(AggregationOptions{}, layout);
   auto handed = OpenAggregate(AggregationOptions{}, layout);
@@ -196,10 +197,27 @@ TEST(FedAvgTest, HandedDeltasFoldInBatchesToTheSameBitsAndTheirBuffersComeBack) 
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(again[i], got[i]);
 }
 
+// A small model's sums stay in the caches: its updates fold at once, and their buffers stay
+// with the caller.
+TEST(FedAvgTest, ASmallModelsUpdatesFoldAtOnceAndAreNotTaken) {
+  FloatBufferPool pool(uint64_t{1} << 30);
+  auto aggregate = OpenAggregate(AggregationOptions{}, Layout(0, 0, 0));
+  TensorSet delta = Layout(1, 2, 3);
+  ClientUpdate update;
+  update.client = "w";
+  update.samples = 1;
+  update.delta = &delta;
+  update.handed = HandedDelta{&delta, &pool};
+  ASSERT_TRUE(aggregate->Fold(update).ok());
+  ASSERT_EQ(delta.size(), 2u);
+  EXPECT_FLOAT_EQ(delta[0].values[1], 2.0f);
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+}
+
 // Handed deltas from many threads at once: every update folded exactly once, whichever thread
 // folds its batch (integer values, whose sums are exact in any order).
 TEST(FedAvgTest, ConcurrentHandedFoldsTakeEveryUpdateOnce) {
-  const size_t n = 5003;
+  const size_t n = 300007;
   TensorSet global = {{"big", {n}, std::vector<float>(n, 0.0f)}, {"small", {3}, {0, 0, 0}}};
   auto fedavg = Make(Spec("fedavg"), global);
   auto agg = fedavg->BeginRound(global);
@@ -207,7 +225,7 @@ TEST(FedAvgTest, ConcurrentHandedFoldsTakeEveryUpdateOnce) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 40; ++i) {
+      for (int i = 0; i < 12; ++i) {
         TensorSet delta = {{"big", {n}, pool.Take(n)}, {"small", {3}, pool.Take(3)}};
         for (size_t j = 0; j < n; ++j) delta[0].values[j] = static_cast<float>((t + 1) * (j % 7 + 1));
         for (size_t j = 0; j < 3; ++j) delta[1].values[j] = static_cast<float>((t + 1) * (j + 1));
@@ -222,7 +240,7 @@ TEST(FedAvgTest, ConcurrentHandedFoldsTakeEveryUpdateOnce) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(agg->updates(), 320u);
+  EXPECT_EQ(agg->updates(), 96u);
   auto next = fedavg->Finish(global, *agg);
   ASSERT_TRUE(next.ok());
   const double k = 56.0 / 12.0;  // as in ConcurrentFoldsTakeEveryUpdateOnceAtEveryOffset
@@ -705,30 +723,40 @@ TEST(RoundBoundsTest, AnUpdateWhoseNormExceedsTheBoundIsRefusedWithBothFigures) 
 // came: a clipped update is folded from its clipped copy, and its own buffers stay with the
 // caller; a refused one is never taken.
 TEST(RoundBoundsTest, OnlyAnUpdateFoldedAsItCameIsTakenFromItsCaller) {
-  auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));
+  const size_t n = 300007;  // large enough for the mean to keep updates to fold together
+  auto with = [n](float a, float b) {
+    TensorSet set = {{"w", {n}, std::vector<float>(n, 0.0f)}};
+    set[0].values[0] = a;
+    set[0].values[1] = b;
+    return set;
+  };
+  auto global = std::make_shared<const TensorSet>(with(0, 0));
   auto fedavg = Make(Spec("fedavg"), *global);
   Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1, {}, /*max_update_norm=*/10,
               Round::NormPolicy::kClip);
   round.AddParticipant(0, {{"w1", 1}});
   round.AddParticipant(1, {{"w2", 1}});
   round.AddParticipant(2, {{"w3", 1}});
-  FloatBufferPool pool(uint64_t{1} << 20);
-  TensorSet plain = Layout(3, 4, 0);  // norm 5: folded as it came
-  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), plain, 1, nullptr, 0, nullptr, HandedDelta{&plain, &pool}).ok());
+  FloatBufferPool pool(uint64_t{1} << 30);
+  auto hand = [&](TensorSet& set) { return HandedDelta{&set, &pool}; };
+  TensorSet plain = with(3, 4);  // norm 5: folded as it came
+  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), plain, 1, nullptr, 0, nullptr, hand(plain)).ok());
   EXPECT_TRUE(plain.empty());
-  TensorSet large = Layout(30, 40, 0);  // norm 50: clipped to 10
-  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), large, 1, nullptr, 0, nullptr, HandedDelta{&large, &pool}).ok());
-  ASSERT_EQ(large.size(), 2u);
+  TensorSet large = with(30, 40);  // norm 50: clipped to 10
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), large, 1, nullptr, 0, nullptr, hand(large)).ok());
+  ASSERT_EQ(large.size(), 1u);
   EXPECT_FLOAT_EQ(large[0].values[1], 40.0f);
-  TensorSet nan = Layout(std::numeric_limits<float>::quiet_NaN(), 0, 0);
-  EXPECT_FALSE(round.Submit(HeaderFor("w3", 10), nan, 1, nullptr, 0, nullptr, HandedDelta{&nan, &pool}).ok());
-  EXPECT_EQ(nan.size(), 2u);
+  TensorSet nan = with(std::numeric_limits<float>::quiet_NaN(), 0);
+  EXPECT_FALSE(round.Submit(HeaderFor("w3", 10), nan, 1, nullptr, 0, nullptr, hand(nan)).ok());
+  EXPECT_EQ(nan.size(), 1u);
   round.Close("test");
+  EXPECT_EQ(pool.idle_bytes(), 0u);  // w1's update waits for others
   auto next = round.Finish(*fedavg);
   ASSERT_TRUE(next.ok());
-  // (3, 4) and the clipped (6, 8), equally weighted: (4.5, 6) added to the model's (1, 1).
-  EXPECT_FLOAT_EQ(next->model[0].values[0], 5.5f);
-  EXPECT_FLOAT_EQ(next->model[0].values[1], 7.0f);
+  EXPECT_EQ(pool.idle_bytes(), n * sizeof(float));  // folded when the round combined: w1's alone
+  // (3, 4) and the clipped (6, 8), equally weighted.
+  EXPECT_FLOAT_EQ(next->model[0].values[0], 4.5f);
+  EXPECT_FLOAT_EQ(next->model[0].values[1], 6.0f);
 }
 
 TEST(RoundBoundsTest, TheUpdatesBehindAModelThatIsNotFiniteAreNamed) {
