@@ -9,7 +9,7 @@
 
 namespace tessera::wire {
 
-v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes) {
+v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes, bool sha256) {
   v1::TensorManifest manifest;
   uint64_t total = 0;
   for (const auto& t : tensors) {
@@ -18,7 +18,7 @@ v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes)
     for (int64_t d : t.shape) info->add_shape(d);
     info->set_dtype(v1::DTYPE_FLOAT32);
     info->set_byte_size(t.ByteSize());
-    info->set_sha256(t.Sha256());
+    if (sha256) info->set_sha256(t.Sha256());
     total += t.ByteSize();
   }
   manifest.set_total_bytes(total);

@@ -23,8 +23,9 @@ inline constexpr uint32_t kMaxChunkBytes = 1u << 20;  // 1 MiB
 // made 50 uploaders' rounds 15% slower, 512 KiB did not (docs/BENCHMARKS.md).
 inline constexpr uint32_t kDefaultUploadChunkBytes = 512u << 10;
 
-// Manifest of `tensors` (float32), stamped with `chunk_bytes`.
-v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes = kMaxChunkBytes);
+// Manifest of `tensors` (float32), stamped with `chunk_bytes`, each tensor with its SHA-256
+// (`sha256`), or without one, for a caller that sets another checksum (xxh3_128).
+v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes = kMaxChunkBytes, bool sha256 = true);
 
 // Calls `emit` once per chunk, in order, skipping the first `resume_offset` bytes of the
 // concatenated tensors (to resume a broken transfer). Stops at the first error `emit`

@@ -101,8 +101,9 @@ class StateStore {
 };
 
 // Checkpoint format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
-// float32 bytes of each tensor in manifest order. Hashes are verified on load; `source`
-// names where the bytes came from in errors.
+// float32 bytes of each tensor in manifest order. Each tensor's checksum is verified on load:
+// its XXH3-128 (xxh3_128; what EncodeCheckpoint writes), or its SHA-256 in files written
+// before; `source` names where the bytes came from in errors.
 std::string EncodeCheckpoint(const TensorSet& tensors);
 Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source);
 

@@ -88,6 +88,51 @@ TEST_F(SqliteStateStoreTest, ACorruptCheckpointIsNamed) {
   EXPECT_EQ(DecodeCheckpoint(bytes, "half").status().code(), StatusCode::kDataLoss);
 }
 
+// Checkpoints carry each tensor's XXH3-128 and no SHA-256; a changed value is found by it.
+// A checkpoint written with SHA-256, as before, still loads, and its damage is found too.
+TEST_F(SqliteStateStoreTest, CheckpointsAreCheckedByXxh3AndOnesWithSha256StillLoad) {
+  const TensorSet model = Model(2);
+  std::string bytes = EncodeCheckpoint(model);
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, sizeof(length));
+  v1::TensorManifest manifest;
+  ASSERT_TRUE(manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length)));
+  ASSERT_EQ(manifest.tensors_size(), 2);
+  for (const auto& info : manifest.tensors()) {
+    EXPECT_EQ(info.xxh3_128().size(), 32u) << info.name();
+    EXPECT_TRUE(info.sha256().empty()) << info.name();
+  }
+  auto decoded = DecodeCheckpoint(bytes, "new.ckpt");
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ((*decoded)[0].values, model[0].values);
+  std::string damaged = bytes;
+  damaged[damaged.size() - 1] ^= 0x01;  // the last value of "b"
+  auto refused = DecodeCheckpoint(damaged, "new.ckpt");
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(refused.status().message().find("xxh3_128"), std::string::npos) << refused.status().message();
+
+  // The same tensors as a checkpoint written with SHA-256: the format's manifest with the
+  // older checksum, the values unchanged.
+  v1::TensorManifest old_manifest = manifest;
+  for (int i = 0; i < old_manifest.tensors_size(); ++i) {
+    old_manifest.mutable_tensors(i)->clear_xxh3_128();
+    old_manifest.mutable_tensors(i)->set_sha256(model[static_cast<size_t>(i)].Sha256());
+  }
+  const std::string old_bytes_manifest = old_manifest.SerializeAsString();
+  std::string old_bytes = bytes.substr(0, 8);
+  const uint64_t old_length = old_bytes_manifest.size();
+  old_bytes.append(reinterpret_cast<const char*>(&old_length), sizeof(old_length));
+  old_bytes += old_bytes_manifest;
+  old_bytes += bytes.substr(16 + length);
+  auto old_decoded = DecodeCheckpoint(old_bytes, "old.ckpt");
+  ASSERT_TRUE(old_decoded.ok()) << old_decoded.status().ToString();
+  EXPECT_EQ((*old_decoded)[1].values, model[1].values);
+  old_bytes[old_bytes.size() - 1] ^= 0x01;
+  auto old_refused = DecodeCheckpoint(old_bytes, "old.ckpt");
+  EXPECT_EQ(old_refused.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(old_refused.status().message().find("hash"), std::string::npos) << old_refused.status().message();
+}
+
 // A manifest length near 2^64 wrapped "16 + length" around and reached the protobuf parser.
 TEST_F(SqliteStateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) {
   std::string bytes = EncodeCheckpoint(Model(1));
