@@ -56,20 +56,26 @@ Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  return WriteFileAtomically(path, std::vector<std::string_view>{bytes});
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
-  size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("cannot write", tmp, err);
+  for (std::string_view bytes : pieces) {
+    size_t written = 0;
+    while (written < bytes.size()) {
+      ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return ErrnoStatus("cannot write", tmp, err);
+      }
+      written += static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
     int err = errno;
@@ -203,12 +209,14 @@ Result<uint64_t> SqliteStateStore::NextJobNumber() {
 }
 
 Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const TensorSet& model) {
-  return WriteFileAtomically(CheckpointPath(job_id, 0), EncodeCheckpoint(model));
+  std::string header;
+  return WriteFileAtomically(CheckpointPath(job_id, 0), CheckpointPieces(model, &header));
 }
 
 Status SqliteStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
   const std::string path = CheckpointPath(job.id(), record.round());
-  RETURN_IF_ERROR(WriteFileAtomically(path, EncodeCheckpoint(global_model)));
+  std::string header;
+  RETURN_IF_ERROR(WriteFileAtomically(path, CheckpointPieces(global_model, &header)));
   std::lock_guard<std::mutex> lock(mu_);
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");

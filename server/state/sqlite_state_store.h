@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "server/state/state_store.h"
@@ -76,5 +77,8 @@ class SqliteStateStore final : public StateStore {
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
 // the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
 Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// The same for the concatenation of `pieces`, written one after another (a checkpoint's
+// header and tensors, without copying them into one buffer first).
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
 
 }  // namespace tessera::server

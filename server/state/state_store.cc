@@ -13,7 +13,7 @@ constexpr char kCheckpointMagic[] = "TSRCKPT1";
 
 }  // namespace
 
-std::string EncodeCheckpoint(const TensorSet& tensors) {
+std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::string* header) {
   // Each tensor checked by its XXH3-128 on load: a damaged file is found as surely as by
   // SHA-256 for a tenth of the CPU, on the commit's path. (A checkpoint is no proof against
   // whoever can write the state directory, whatever its hash; files written with SHA-256
@@ -24,15 +24,26 @@ std::string EncodeCheckpoint(const TensorSet& tensors) {
     built.mutable_tensors(i)->set_xxh3_128(Xxh3Hex(t.values.data(), t.ByteSize()));
   }
   const std::string manifest = built.SerializeAsString();
-  uint64_t values = 0;
-  for (const auto& t : tensors) values += t.ByteSize();
-  std::string out;
-  out.reserve(8 + sizeof(uint64_t) + manifest.size() + values);  // one allocation, not a doubling series
-  out.append(kCheckpointMagic, 8);
+  header->clear();
+  header->append(kCheckpointMagic, 8);
   const uint64_t length = manifest.size();
-  out.append(reinterpret_cast<const char*>(&length), sizeof(length));
-  out.append(manifest);
-  for (const auto& t : tensors) out.append(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  header->append(reinterpret_cast<const char*>(&length), sizeof(length));
+  header->append(manifest);
+  std::vector<std::string_view> pieces;
+  pieces.reserve(tensors.size() + 1);
+  pieces.emplace_back(*header);
+  for (const auto& t : tensors) pieces.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  return pieces;
+}
+
+std::string EncodeCheckpoint(const TensorSet& tensors) {
+  std::string header;
+  const std::vector<std::string_view> pieces = CheckpointPieces(tensors, &header);
+  size_t size = 0;
+  for (std::string_view piece : pieces) size += piece.size();
+  std::string out;
+  out.reserve(size);  // one allocation, not a doubling series
+  for (std::string_view piece : pieces) out.append(piece);
   return out;
 }
 

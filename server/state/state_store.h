@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -105,6 +106,10 @@ class StateStore {
 // its XXH3-128 (xxh3_128; what EncodeCheckpoint writes), or its SHA-256 in files written
 // before; `source` names where the bytes came from in errors.
 std::string EncodeCheckpoint(const TensorSet& tensors);
+// The same bytes as pieces to write one after another, without copying the tensors: `header`
+// (filled here: the magic, the manifest's length and the manifest), then each tensor's
+// values, which must outlive the pieces.
+std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::string* header);
 Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source);
 
 }  // namespace tessera::server

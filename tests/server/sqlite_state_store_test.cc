@@ -89,6 +89,7 @@ TEST_F(SqliteStateStoreTest, ACorruptCheckpointIsNamed) {
 }
 
 // Checkpoints carry each tensor's XXH3-128 and no SHA-256; a changed value is found by it.
+// The store writes them from the tensors as they are, the same bytes as EncodeCheckpoint's.
 // A checkpoint written with SHA-256, as before, still loads, and its damage is found too.
 TEST_F(SqliteStateStoreTest, CheckpointsAreCheckedByXxh3AndOnesWithSha256StillLoad) {
   const TensorSet model = Model(2);
@@ -101,6 +102,15 @@ TEST_F(SqliteStateStoreTest, CheckpointsAreCheckedByXxh3AndOnesWithSha256StillLo
   for (const auto& info : manifest.tensors()) {
     EXPECT_EQ(info.xxh3_128().size(), 32u) << info.name();
     EXPECT_TRUE(info.sha256().empty()) << info.name();
+  }
+  // The store writes the same bytes, piece by piece.
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->SaveInitialModel("job-y", model).ok());
+    std::ifstream in(dir_ / "checkpoints" / "job-y-round-0.ckpt", std::ios::binary);
+    const std::string written(std::istreambuf_iterator<char>(in), {});
+    EXPECT_EQ(written, bytes);
   }
   auto decoded = DecodeCheckpoint(bytes, "new.ckpt");
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
