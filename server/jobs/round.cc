@@ -230,7 +230,7 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
   ClientUpdate update = Claims(h, party);
   update.delta = clipped ? &*clipped : &delta;
   update.payload = payload;
-  if (!clipped && handed.tensors == &delta) update.handed = handed;
+  update.handed = handed;  // taken only where it is the delta folded (not a clipped copy)
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
   // "folding" (Close() waits for it).
   Status folded;
