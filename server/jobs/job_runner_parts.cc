@@ -121,9 +121,17 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   const v1::Job job = Summary();
   const uint32_t round = record.round();
   auto next = std::make_shared<const TensorSet>(std::move(step.model));
-  // The evaluation and the encoding for download (hashes, chunk messages) only read the new
-  // model, and nothing else runs between rounds: the evaluation runs on a thread of its own
-  // meanwhile, so the commit waits for the longer of the two, not for both.
+  // Three things only read the new model, and nothing else runs between rounds: the
+  // checkpoint's write (mostly waiting for the disk's sync) and the evaluation each run on a
+  // thread of their own while this one encodes the model for download (hashes, chunk
+  // messages). The commit waits for the longest of the three, not for all of them.
+  // The strategy's next state goes into the same checkpoint file as the model: both are of
+  // this round, or neither is. (A stateless strategy's checkpoint is the model itself: no
+  // copy of it to join.)
+  auto written = std::async(std::launch::async, [this, &job, round, next, &step] {
+    return step.state.empty() ? store_->WriteCheckpoint(job.id(), round, *next)
+                              : store_->WriteCheckpoint(job.id(), round, JoinModelAndState(*next, step.state));
+  });
   auto evaluated = std::async(std::launch::async, [this, next] {
     const auto eval_start = clock_->Now();
     Result<Evaluation> evaluation = evaluator_->Evaluate(*next);
@@ -132,25 +140,22 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   // Encoded for download once, here, not by each download; its hash is the record's.
   auto encoded = ModelVersion::Encode(next, round, options_.chunk_bytes);
   auto [evaluation, evaluation_ms] = evaluated.get();
+  // The commit: what is left of the checkpoint's write, then the round's record with it.
+  const auto commit_start = clock_->Now();
+  const Status checkpoint = written.get();
   RETURN_IF_ERROR(evaluation.status());
+  RETURN_IF_ERROR(checkpoint);
   const double accuracy = evaluation->accuracy, loss = evaluation->loss;
   record.mutable_latency()->set_evaluation_ms(evaluation_ms);
   record.set_test_accuracy(accuracy);
   record.set_test_loss(loss);
   record.set_model_sha256(encoded->sha256());
 
-  // Commit: the checkpoint and the round record together.
-  const auto commit_start = clock_->Now();
   v1::Job committed = job;
   committed.set_rounds_committed(round);
   record.set_committed_unix_ms(UnixMillis());
   *committed.mutable_last_round() = record;
-  // The strategy's next state goes into the same checkpoint file as the model: both are
-  // of this round, or neither is.
-  // (A stateless strategy's checkpoint is the model itself: no copy of it to join.)
-  RETURN_IF_ERROR(step.state.empty()
-                      ? store_->CommitRound(committed, record, encoded->tensors())
-                      : store_->CommitRound(committed, record, JoinModelAndState(encoded->tensors(), step.state)));
+  RETURN_IF_ERROR(store_->CommitWrittenRound(committed, record));
   strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));

@@ -8,6 +8,7 @@ std::string_view StateWriteName(StateWrite kind) {
   switch (kind) {
     case StateWrite::kInsertJob: return "InsertJob";
     case StateWrite::kUpdateJob: return "UpdateJob";
+    case StateWrite::kWriteCheckpoint: return "WriteCheckpoint";
     case StateWrite::kCommitRound: return "CommitRound";
     case StateWrite::kSaveInitialModel: return "SaveInitialModel";
     case StateWrite::kUpdateRoundRecord: return "UpdateRoundRecord";
@@ -94,11 +95,28 @@ Result<uint64_t> MemoryStateStore::NextJobNumber() {
   return last_job_number_ + 1;
 }
 
-Status MemoryStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
-  RETURN_IF_ERROR(BeginWrite(StateWrite::kCommitRound));
+Status MemoryStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.erase({job_id, round});
+  }
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kWriteCheckpoint));
   std::string checkpoint = EncodeCheckpoint(global_model);
   std::lock_guard<std::mutex> lock(mu_);
-  checkpoints_[{job.id(), record.round()}] = std::move(checkpoint);
+  written_[{job_id, round}] = std::move(checkpoint);
+  return Status::Ok();
+}
+
+Status MemoryStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kCommitRound));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto written = written_.find({job.id(), record.round()});
+  if (written == written_.end()) {
+    return FailedPreconditionError("commit of round " + std::to_string(record.round()) + " of job " + job.id() +
+                                   ": no checkpoint was written for it");
+  }
+  checkpoints_[{job.id(), record.round()}] = std::move(written->second);
+  written_.erase(written);
   rounds_[{job.id(), record.round()}] = record;
   auto it = jobs_.find(job.id());
   if (it != jobs_.end()) it->second.second = job;

@@ -28,6 +28,7 @@ namespace tessera::server {
 enum class StateWrite {
   kInsertJob,
   kUpdateJob,
+  kWriteCheckpoint,
   kCommitRound,
   kSaveInitialModel,
   kUpdateRoundRecord,
@@ -36,7 +37,7 @@ enum class StateWrite {
   kBindWorkerName,
   kSaveSeat,
 };
-inline constexpr size_t kStateWriteKinds = 9;
+inline constexpr size_t kStateWriteKinds = 10;
 std::string_view StateWriteName(StateWrite kind);  // "CommitRound"
 
 class MemoryStateStore final : public StateStore {
@@ -48,7 +49,9 @@ class MemoryStateStore final : public StateStore {
   Result<v1::Job> GetJob(const std::string& job_id) override;
   Result<std::vector<v1::Job>> ListJobs() override;
   Result<uint64_t> NextJobNumber() override;
-  Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) override;
+  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;
+  // The kCommitRound write.
+  Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) override;
   Status SaveInitialModel(const std::string& job_id, const TensorSet& model) override;
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) override;
   Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round) override;
@@ -96,6 +99,7 @@ class MemoryStateStore final : public StateStore {
   uint64_t last_job_number_ = 0;
   std::map<RoundKey, v1::RoundRecord> rounds_;
   std::map<RoundKey, std::string> checkpoints_;  // EncodeCheckpoint's bytes
+  std::map<RoundKey, std::string> written_;      // written, not yet committed
   std::map<std::string, v1::WorkerStatus> workers_;
   std::map<std::string, std::string> worker_names_;  // name -> credential
   std::map<std::string, std::map<std::string, uint32_t>> seats_;  // job id -> worker -> party

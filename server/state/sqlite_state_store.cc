@@ -213,11 +213,26 @@ Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const Tenso
   return WriteFileAtomically(CheckpointPath(job_id, 0), CheckpointPieces(model, &header));
 }
 
-Status SqliteStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
-  const std::string path = CheckpointPath(job.id(), record.round());
+Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
+  {
+    // Whatever was written for this round before is not what is being written now.
+    std::lock_guard<std::mutex> lock(mu_);
+    written_.erase({job_id, round});
+  }
   std::string header;
-  RETURN_IF_ERROR(WriteFileAtomically(path, CheckpointPieces(global_model, &header)));
+  RETURN_IF_ERROR(WriteFileAtomically(CheckpointPath(job_id, round), CheckpointPieces(global_model, &header)));
   std::lock_guard<std::mutex> lock(mu_);
+  written_.insert({job_id, round});
+  return Status::Ok();
+}
+
+Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) {
+  const std::string path = CheckpointPath(job.id(), record.round());
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!written_.count({job.id(), record.round()})) {
+    return FailedPreconditionError("commit of round " + std::to_string(record.round()) + " of job " + job.id() +
+                                   ": no checkpoint was written for it");
+  }
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
     if (!st.ok()) return SqliteError(db_, "prepare insert round");
@@ -228,6 +243,7 @@ Status SqliteStateStore::CommitRound(const v1::Job& job, const v1::RoundRecord& 
     if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert round");
     return UpdateJobRowLocked(job);
   }));
+  written_.erase({job.id(), record.round()});
   // Keep the initial model and the newest kKeptCheckpoints; a file left behind by a crash
   // here is removed at the next start (RemoveLeftoverCheckpoints).
   if (record.round() > kKeptCheckpoints) {

@@ -13,8 +13,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "server/state/state_store.h"
@@ -36,9 +38,10 @@ class SqliteStateStore final : public StateStore {
   Result<v1::Job> GetJob(const std::string& job_id) override;
   Result<std::vector<v1::Job>> ListJobs() override;
   Result<uint64_t> NextJobNumber() override;
-  // The checkpoint file first (atomically), then the record and the job's row in one
-  // transaction.
-  Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) override;
+  // The checkpoint file, atomically and without the database's lock; then, in
+  // CommitWrittenRound, the record and the job's row in one transaction.
+  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;
+  Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) override;
   Status SaveInitialModel(const std::string& job_id, const TensorSet& model) override;
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) override;
   Result<TensorSet> LoadCheckpoint(const std::string& job_id, uint32_t round) override;
@@ -72,6 +75,8 @@ class SqliteStateStore final : public StateStore {
   const std::string state_dir_;
   std::mutex mu_;
   sqlite3* db_;  // guarded by mu_
+  // Checkpoints written and not yet committed, as (job id, round); guarded by mu_.
+  std::set<std::pair<std::string, uint32_t>> written_;
 };
 
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of

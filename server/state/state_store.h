@@ -9,11 +9,11 @@
 // The contract every implementation keeps (tests/server/state_store_conformance_test.cc
 // runs the same suite on each):
 //  - A write that returns Ok is durable (for the memory store: as long as the object lives).
-//    A write that fails leaves the job, its rounds and its seats as they were. CommitRound is
-//    atomic: after it, either the round's record, its checkpoint and the job's new row are
-//    all there, or the round is not committed (the SQLite store may leave the new
-//    checkpoint's file behind; the job's rounds_committed does not name it, and the next
-//    start removes it).
+//    A write that fails leaves the job, its rounds and its seats as they were. Committing a
+//    round (CommitWrittenRound) is atomic: after it, either the round's record, its
+//    checkpoint and the job's new row are all there, or the round is not committed (the
+//    SQLite store may leave the new checkpoint's file behind; the job's rounds_committed
+//    does not name it, and the next start removes it).
 //  - Per job the initial model (round 0) and the newest kKeptCheckpoints rounds' checkpoints
 //    are kept, so that a damaged newest checkpoint falls back to the one before it.
 //  - Checkpoints hold the tensors in EncodeCheckpoint's format and are hash-checked when
@@ -54,10 +54,24 @@ class StateStore {
   virtual Result<std::vector<v1::Job>> ListJobs() = 0;
   virtual Result<uint64_t> NextJobNumber() = 0;
 
-  // Commits round record.round() of job.id(): its checkpoint `global_model`, the record and
-  // the job's new row together (see the contract above), then drops the checkpoint that
-  // falls out of the kept ones.
-  virtual Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) = 0;
+  // A round's commit in two steps, so that the checkpoint's write and sync can run while the
+  // round's record is still being made (its evaluation, its model's hash):
+  //  - WriteCheckpoint puts the checkpoint of `round` in place, durably, without committing
+  //    the round. It replaces one written before for the same round and not committed; while
+  //    it runs, or after it failed, there is none to commit.
+  //  - CommitWrittenRound commits round record.round() of job.id(): the checkpoint written for
+  //    it, the record and the job's new row together (see the contract above), then drops the
+  //    checkpoint that falls out of the kept ones. FailedPrecondition, naming the job and the
+  //    round, when no checkpoint was written for that round.
+  // A checkpoint written and never committed is no part of the job: the SQLite store removes
+  // its file at the next start.
+  virtual Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) = 0;
+  virtual Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) = 0;
+  // Both steps, one after the other.
+  Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
+    RETURN_IF_ERROR(WriteCheckpoint(job.id(), record.round(), global_model));
+    return CommitWrittenRound(job, record);
+  }
   // The checkpoint of round 0: the model a job starts from.
   virtual Status SaveInitialModel(const std::string& job_id, const TensorSet& model) = 0;
   // Rewrites a committed round's record (to add the commit's own latency) and the job's row.

@@ -55,6 +55,22 @@ TEST(MemoryStateStoreTest, AFailedCommitLeavesNoRecordNoCheckpointAndTheOldJobRo
   EXPECT_TRUE(store.HasCheckpoint(job.id(), 1));
 }
 
+TEST(MemoryStateStoreTest, AFailedCheckpointWriteLeavesNothingToCommitNotEvenAnEarlierWrite) {
+  MemoryStateStore store;
+  v1::Job job = RunningJob();
+  ASSERT_TRUE(store.InsertJob(job).ok());
+  v1::RoundRecord record;
+  record.set_round(1);
+  job.set_rounds_committed(1);
+  ASSERT_TRUE(store.WriteCheckpoint(job.id(), 1, Model(1)).ok());
+  store.FailNextWrites(StateWrite::kWriteCheckpoint, 1, ResourceExhaustedError("scripted: the disk is full"));
+  EXPECT_EQ(store.WriteCheckpoint(job.id(), 1, Model(2)).message(), "scripted: the disk is full");
+  EXPECT_EQ(store.CommitWrittenRound(job, record).code(), StatusCode::kFailedPrecondition)
+      << "the first write is not what the round's latest attempt wrote";
+  EXPECT_EQ(store.GetJob(job.id())->rounds_committed(), 0u);
+  EXPECT_FALSE(store.HasCheckpoint(job.id(), 1));
+}
+
 TEST(MemoryStateStoreTest, AWriteHookHoldsTheWriteUntilItReturns) {
   MemoryStateStore store;
   v1::Job job = RunningJob();
@@ -99,6 +115,7 @@ TEST(MemoryStateStoreTest, EveryKindOfWriteCanBeMadeToFail) {
   const std::vector<std::pair<StateWrite, std::function<Status()>>> writes = {
       {StateWrite::kInsertJob, [&] { return store.InsertJob(job); }},
       {StateWrite::kUpdateJob, [&] { return store.UpdateJob(job); }},
+      {StateWrite::kWriteCheckpoint, [&] { return store.WriteCheckpoint(job.id(), 1, Model(1)); }},
       {StateWrite::kCommitRound, [&] { return store.CommitRound(job, record, Model(1)); }},
       {StateWrite::kSaveInitialModel, [&] { return store.SaveInitialModel(job.id(), Model(0)); }},
       {StateWrite::kUpdateRoundRecord, [&] { return store.UpdateRoundRecord(job, record); }},

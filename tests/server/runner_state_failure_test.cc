@@ -5,6 +5,10 @@
 // rewritten after its commit, a seat or an initial model that cannot be saved.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <thread>
+#include <vector>
+
 #include "job_runner_fixture.h"
 
 namespace tessera::server {
@@ -38,6 +42,38 @@ TEST_F(RunnerStateFailureTest, ACommitThatCannotBeWrittenEndsTheJobFailedAndKeep
   EXPECT_TRUE(store_.HasCheckpoint(kJobId, 1));
   EXPECT_FALSE(store_.HasCheckpoint(kJobId, 2));
   EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 2) << "a failed commit is not retried";
+}
+
+TEST_F(RunnerStateFailureTest, TheCheckpointIsWrittenBesideTheEvaluationAndOneNotWrittenFailsTheRound) {
+  // The checkpoint's write runs on a thread of its own (beside the evaluation and the
+  // encoding), the round's record is committed on the job's thread after it; round 2's
+  // checkpoint cannot be written.
+  std::mutex mu;
+  std::vector<std::thread::id> write_threads, commit_threads;
+  store_.SetWriteHook(StateWrite::kWriteCheckpoint, [this, &mu, &write_threads] {
+    std::lock_guard<std::mutex> lock(mu);
+    write_threads.push_back(std::this_thread::get_id());
+    if (write_threads.size() == 2) {
+      store_.FailNextWrites(StateWrite::kWriteCheckpoint, 1, ResourceExhaustedError("scripted: the disk is full"));
+    }
+  });
+  store_.SetWriteHook(StateWrite::kCommitRound, [&mu, &commit_threads] {
+    std::lock_guard<std::mutex> lock(mu);
+    commit_threads.push_back(std::this_thread::get_id());
+  });
+  AddWorker("w1", Always(FakeAction::UploadRandom(1)));
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_rounds(3);
+  v1::Job job = Run(spec);
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_EQ(job.error(), "round 2 failed after 1 attempt(s): scripted: the disk is full");
+  EXPECT_EQ(Stored().rounds_committed(), 1u);
+  EXPECT_TRUE(store_.HasCheckpoint(kJobId, 1));
+  EXPECT_FALSE(store_.HasCheckpoint(kJobId, 2));
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(write_threads.size(), 2u);
+  ASSERT_EQ(commit_threads.size(), 1u) << "round 2's record is never committed without its checkpoint";
+  EXPECT_NE(write_threads[0], commit_threads[0]) << "round 1's checkpoint was written on the job's thread";
 }
 
 TEST_F(RunnerStateFailureTest, AnEndThatCannotBeWrittenIsRetriedWithDoublingDelaysUntilItIsDurable) {

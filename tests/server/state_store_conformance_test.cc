@@ -145,6 +145,37 @@ TEST_P(StateStoreConformanceTest, ACommittedRoundHasItsRecordCheckpointAndJobRow
   EXPECT_EQ(store_->LoadCheckpoint(job.id(), 3).status().code(), StatusCode::kNotFound);
 }
 
+TEST_P(StateStoreConformanceTest, AWrittenCheckpointIsPartOfTheJobOnlyOnceItsRoundIsCommitted) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  ASSERT_TRUE(store_->SaveInitialModel(job.id(), Model(0)).ok());
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(1);
+  v1::Job committed = job;
+  committed.set_rounds_committed(1);
+  *committed.mutable_last_round() = record;
+  // No checkpoint written: the commit is refused, naming the round and the job, and changes nothing.
+  Status refused = store_->CommitWrittenRound(committed, record);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("round 1 of job job-1-abc"), std::string::npos) << refused.message();
+  EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 0u);
+  // Written and not committed: the job has no round 1.
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 1, Model(1)).ok());
+  EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 0u);
+  EXPECT_TRUE(store_->ListRounds(job.id())->empty());
+  // Written again (the round tried again): the newer checkpoint is the one committed.
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 1, Model(7)).ok());
+  ASSERT_TRUE(store_->CommitWrittenRound(committed, record).ok());
+  EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 1u);
+  EXPECT_EQ(store_->ListRounds(job.id())->size(), 1u);
+  auto checkpoint = store_->LoadCheckpoint(job.id(), 1);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  EXPECT_EQ((*checkpoint)[0].values, Model(7)[0].values);
+  // A written checkpoint is committed once: committing the round again needs a new write.
+  EXPECT_EQ(store_->CommitWrittenRound(committed, record).code(), StatusCode::kFailedPrecondition);
+}
+
 TEST_P(StateStoreConformanceTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingIt) {
   v1::Job job = RunningJob("job-1-abc");
   ASSERT_TRUE(store_->InsertJob(job).ok());
