@@ -6,6 +6,7 @@
 #include "base/escape.h"
 #include "base/huge_pages.h"
 #include "base/sha256.h"
+#include "core/streaming_copy.h"
 #include "proto/tensor_transfer.h"
 #include "proto/update_envelope.h"
 
@@ -139,7 +140,31 @@ Result<uint8_t*> UpdateAssembler::BeginChunk(uint32_t tensor_index, uint64_t off
   }
   chunk_at_ = Destination(pending) + offset_;
   chunk_size_ = size;
+  chunk_taken_ = 0;
+  chunk_in_pieces_ = false;
   return chunk_at_;
+}
+
+Status UpdateAssembler::TakePiece(const uint8_t* data, size_t n) {
+  if (chunk_at_ == nullptr) return InvalidArgumentError(what_ + ": chunk bytes arrived outside a chunk");
+  if (n > chunk_size_ - chunk_taken_) {
+    return InvalidArgumentError(what_ + ": more bytes than the chunk's " + std::to_string(chunk_size_));
+  }
+  chunk_in_pieces_ = true;
+  if (xxh3_) {
+    xxh3_->Update(data, n);
+  } else {
+    sha256_->Update(data, n);
+  }
+  if (tensors_[current_].scan_slot >= 0) scanner_.Feed(data, n);
+  uint8_t* to = chunk_at_ + chunk_taken_;
+  if (tensors_[current_].encoding == UpdateEncoding::kFloat32 && decoded_bytes_ >= kStreamingMinBytes) {
+    StreamingCopy(to, data, n);
+  } else {
+    std::memcpy(to, data, n);
+  }
+  chunk_taken_ += n;
+  return Status::Ok();
 }
 
 uint8_t* UpdateAssembler::Destination(Pending& pending) {
@@ -161,12 +186,19 @@ uint8_t* UpdateAssembler::Destination(Pending& pending) {
 
 Status UpdateAssembler::EndChunk() {
   if (chunk_at_ == nullptr) return InvalidArgumentError(what_ + ": a chunk ended that had not begun");
-  if (xxh3_) {
-    xxh3_->Update(chunk_at_, chunk_size_);
+  if (chunk_in_pieces_) {  // hashed and scanned as they came
+    if (chunk_taken_ != chunk_size_) {
+      return InvalidArgumentError(what_ + ": a chunk ended after " + std::to_string(chunk_taken_) + " of its " +
+                                  std::to_string(chunk_size_) + " bytes");
+    }
   } else {
-    sha256_->Update(chunk_at_, chunk_size_);
+    if (xxh3_) {
+      xxh3_->Update(chunk_at_, chunk_size_);
+    } else {
+      sha256_->Update(chunk_at_, chunk_size_);
+    }
+    if (tensors_[current_].scan_slot >= 0) scanner_.Feed(chunk_at_, chunk_size_);  // still in cache
   }
-  if (tensors_[current_].scan_slot >= 0) scanner_.Feed(chunk_at_, chunk_size_);  // still in cache
   chunk_at_ = nullptr;
   offset_ += chunk_size_;
   received_ += chunk_size_;

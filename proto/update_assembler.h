@@ -54,6 +54,13 @@ class UpdateAssembler {
   // begun must be ended before the next.
   Result<uint8_t*> BeginChunk(uint32_t tensor_index, uint64_t offset, uint64_t size);
   Status EndChunk();
+  // Between them, instead of writing at BeginChunk's pointer: the chunk's next `n` bytes as
+  // the transport holds them, hashed and scanned here while they are in cache and then
+  // copied into place; the pieces must add up to the chunk's size by EndChunk. An update of
+  // kStreamingMinBytes or more is copied past the caches (core/streaming_copy.h): its fold
+  // comes after other updates have been through them, and a smaller one's at once.
+  static constexpr uint64_t kStreamingMinBytes = uint64_t{1} << 20;
+  Status TakePiece(const uint8_t* data, size_t n);
   // Every tensor complete: the decoded sets, by name.
   Result<std::map<std::string, TensorSet>> Finish();
 
@@ -99,6 +106,8 @@ class UpdateAssembler {
   std::unique_ptr<Xxh3> xxh3_;
   uint8_t* chunk_at_ = nullptr;       // the chunk begun, not yet ended
   uint64_t chunk_size_ = 0;
+  uint64_t chunk_taken_ = 0;          // its bytes handed over by TakePiece so far
+  bool chunk_in_pieces_ = false;      // hashed and scanned piece by piece, not at EndChunk
   uint64_t received_ = 0;
   std::string scan_set_;
   ValueScan scanner_;                 // the current tensor's, when it is scanned

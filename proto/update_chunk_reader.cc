@@ -4,6 +4,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -44,7 +45,21 @@ std::optional<Status> ReadChunkFields(google::protobuf::io::CodedInputStream& in
       if (static_cast<uint64_t>(in.CurrentPosition()) + size != chunk_end) return std::nullopt;  // not the last field
       auto at = assembler.BeginChunk(index, offset, size);
       if (!at.ok()) return at.status();
-      if (!in.ReadRaw(*at, static_cast<int>(size))) {
+      if constexpr (requires(const uint8_t* piece, size_t n) { assembler.TakePiece(piece, n); }) {
+        // The bytes handed over slice by slice as the transport holds them: hashed and
+        // scanned there, then copied (UpdateAssembler::TakePiece).
+        for (uint32_t left = size; left > 0;) {
+          const void* piece = nullptr;
+          int available = 0;
+          if (!in.GetDirectBufferPointer(&piece, &available) || available <= 0) {
+            return InvalidArgumentError(what + ": a chunk message ended inside its data");
+          }
+          const uint32_t n = std::min(left, static_cast<uint32_t>(available));
+          RETURN_IF_ERROR(assembler.TakePiece(static_cast<const uint8_t*>(piece), n));
+          if (!in.Skip(static_cast<int>(n))) return InvalidArgumentError(what + ": a chunk message ended inside its data");
+          left -= n;
+        }
+      } else if (!in.ReadRaw(*at, static_cast<int>(size))) {
         return InvalidArgumentError(what + ": a chunk message ended inside its data");
       }
       return assembler.EndChunk();

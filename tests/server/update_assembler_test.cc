@@ -320,6 +320,85 @@ TEST(UpdateChunkReaderTest, LargeChunksReadInPlaceAreWholeAndEveryByteIsChecked)
   }
 }
 
+// An update of a megabyte or more, read from slices that split its values: copied into
+// place past the caches, hashed and scanned from the slices, and still whole, scanned as one
+// pass over it, and checked to the byte.
+TEST(UpdateChunkReaderTest, ALargeUpdateReadFromSlicesIsWholeScannedAsOnePassAndChecked) {
+  TensorSet big = {{"big.w", {300000}, std::vector<float>(300000)}, {"big.b", {7}, std::vector<float>(7, 0.5f)}};
+  for (size_t i = 0; i < big[0].values.size(); ++i) big[0].values[i] = 0.001f * static_cast<float>(i % 997) - 0.3f;
+  big[0].values[123457] = -42.0f;
+  Upload upload;
+  AppendUpdateSet(kDeltaSet, big, UpdateEncoding::kFloat32, 0, 512 * 1024, &upload.header, &upload.bytes,
+                  UpdateDigest::kXxh3);
+  const auto messages_of = [](const Upload& u) {
+    std::vector<std::string> messages;
+    EXPECT_TRUE(ForEachChunkMessage(std::make_shared<const UpdateBytes>(u.bytes), 512 * 1024, [&](const grpc::ByteBuffer& m) {
+                  messages.push_back(Flatten(m));
+                  return Status::Ok();
+                }).ok());
+    return messages;
+  };
+  const auto read = [](const Upload& u, const std::vector<std::string>& messages, size_t pieces,
+                       TensorScans* scans) -> Result<TensorSet> {
+    ASSIGN_OR_RETURN(auto sets, UpdateSets(u.header, "update from worker 'w1'"));
+    UpdateAssembler assembler("update from worker 'w1'", 4 << 20, 0);
+    assembler.ScanSet(std::string(kDeltaSet));
+    RETURN_IF_ERROR(assembler.Start(sets));
+    EXPECT_GE(assembler.decoded_bytes(), UpdateAssembler::kStreamingMinBytes);
+    for (const std::string& m : messages) RETURN_IF_ERROR(AddChunkMessage(AsReceived(m, pieces), assembler, "update"));
+    ASSIGN_OR_RETURN(auto decoded, assembler.Finish());
+    *scans = assembler.TakeScans();
+    return std::move(decoded[std::string(kDeltaSet)]);
+  };
+  const std::vector<std::string> messages = messages_of(upload);
+  ASSERT_EQ(messages.size(), 4u);  // big.w in 512 KiB, 512 KiB and the rest; big.b
+  for (size_t pieces : {1, 13, 4099}) {
+    SCOPED_TRACE(std::to_string(pieces) + " slices a message");
+    TensorScans scans;
+    const Result<TensorSet> got = read(upload, messages, pieces, &scans);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), 2u);
+    EXPECT_EQ((*got)[0].values, big[0].values);
+    EXPECT_EQ((*got)[1].values, big[1].values);
+    ASSERT_EQ(scans.size(), 2u);
+    for (size_t t = 0; t < 2; ++t) {
+      ASSERT_TRUE(scans[t].has_value());
+      const ValueScan::Result whole = ValueScan::Of(big[t].values.data(), big[t].values.size());
+      for (size_t k = 0; k < ValueScan::kLanes; ++k) EXPECT_EQ(scans[t]->lanes[k], whole.lanes[k]) << t << " lane " << k;
+      EXPECT_EQ(scans[t]->max_abs, whole.max_abs);
+    }
+    EXPECT_EQ(scans[0]->max_abs, 42.0f);
+  }
+  Upload altered = upload;
+  altered.bytes[0][600001] ^= 0x10;  // inside the second chunk
+  TensorScans scans;
+  ExpectRefused(read(altered, messages_of(altered), 13, &scans), {"tensor 'big.w'", "does not match"});
+}
+
+TEST(UpdateAssemblerTest, PiecesThatDoNotAddUpToTheirChunkAreRefused) {
+  const Upload upload = Encode(UpdateEncoding::kFloat32, 0, 64);
+  auto sets = UpdateSets(upload.header, "update from worker 'w1'");
+  ASSERT_TRUE(sets.ok());
+  const std::vector<uint8_t> bytes(64, 0);
+  {
+    UpdateAssembler assembler("update from worker 'w1'", 1 << 20, 0);
+    ASSERT_TRUE(assembler.Start(*sets).ok());
+    EXPECT_FALSE(assembler.TakePiece(bytes.data(), 4).ok()) << "no chunk begun";
+    ASSERT_TRUE(assembler.BeginChunk(0, 0, 16).ok());
+    const Status over = assembler.TakePiece(bytes.data(), 20);
+    EXPECT_NE(over.message().find("more bytes than the chunk's 16"), std::string::npos) << over.ToString();
+  }
+  {
+    UpdateAssembler assembler("update from worker 'w1'", 1 << 20, 0);
+    ASSERT_TRUE(assembler.Start(*sets).ok());
+    ASSERT_TRUE(assembler.BeginChunk(0, 0, 16).ok());
+    ASSERT_TRUE(assembler.TakePiece(bytes.data(), 12).ok());
+    const Status short_chunk = assembler.EndChunk();
+    EXPECT_NE(short_chunk.message().find("a chunk ended after 12 of its 16 bytes"), std::string::npos)
+        << short_chunk.ToString();
+  }
+}
+
 // The scanned set's float32 tensors are scanned as their chunks land: chunks of 30 bytes
 // split values, and the scans still equal one pass over each decoded tensor; a set in another
 // encoding, or not named, is not scanned.
