@@ -11,6 +11,7 @@
 namespace tessera {
 
 void StreamingCopy(void* dst, const void* src, size_t n) {
+  if (n == 0) return;  // the pointers may then be null, which memcpy must not get
 #if defined(__x86_64__)
   auto* d = static_cast<uint8_t*>(dst);
   const auto* s = static_cast<const uint8_t*>(src);
