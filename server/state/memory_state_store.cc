@@ -97,8 +97,9 @@ Result<uint64_t> MemoryStateStore::NextJobNumber() {
 
 Status MemoryStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
   {
+    // As the SQLite store: at most one written checkpoint a job, the latest.
     std::lock_guard<std::mutex> lock(mu_);
-    written_.erase({job_id, round});
+    std::erase_if(written_, [&](const auto& entry) { return entry.first.first == job_id; });
   }
   RETURN_IF_ERROR(BeginWrite(StateWrite::kWriteCheckpoint));
   std::string checkpoint = EncodeCheckpoint(global_model);

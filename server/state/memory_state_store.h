@@ -99,7 +99,7 @@ class MemoryStateStore final : public StateStore {
   uint64_t last_job_number_ = 0;
   std::map<RoundKey, v1::RoundRecord> rounds_;
   std::map<RoundKey, std::string> checkpoints_;  // EncodeCheckpoint's bytes
-  std::map<RoundKey, std::string> written_;      // written, not yet committed
+  std::map<RoundKey, std::string> written_;      // written, not yet committed (one a job)
   std::map<std::string, v1::WorkerStatus> workers_;
   std::map<std::string, std::string> worker_names_;  // name -> credential
   std::map<std::string, std::map<std::string, uint32_t>> seats_;  // job id -> worker -> party

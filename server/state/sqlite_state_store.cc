@@ -215,9 +215,10 @@ Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const Tenso
 
 Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
   {
-    // Whatever was written for this round before is not what is being written now.
+    // Whatever was written for this job before is not what is being written now: a job
+    // commits one round at a time, so it has at most one written checkpoint waiting.
     std::lock_guard<std::mutex> lock(mu_);
-    written_.erase({job_id, round});
+    std::erase_if(written_, [&](const auto& entry) { return entry.first == job_id; });
   }
   std::string header;
   RETURN_IF_ERROR(WriteFileAtomically(CheckpointPath(job_id, round), CheckpointPieces(global_model, &header)));

@@ -75,7 +75,8 @@ class SqliteStateStore final : public StateStore {
   const std::string state_dir_;
   std::mutex mu_;
   sqlite3* db_;  // guarded by mu_
-  // Checkpoints written and not yet committed, as (job id, round); guarded by mu_.
+  // Checkpoints written and not yet committed, as (job id, round), at most one a job;
+  // guarded by mu_.
   std::set<std::pair<std::string, uint32_t>> written_;
 };
 

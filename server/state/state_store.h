@@ -57,8 +57,9 @@ class StateStore {
   // A round's commit in two steps, so that the checkpoint's write and sync can run while the
   // round's record is still being made (its evaluation, its model's hash):
   //  - WriteCheckpoint puts the checkpoint of `round` in place, durably, without committing
-  //    the round. It replaces one written before for the same round and not committed; while
-  //    it runs, or after it failed, there is none to commit.
+  //    the round. A job commits one round at a time: it replaces whatever was written for the
+  //    job before and not committed, and while it runs, or after it failed, there is none to
+  //    commit.
   //  - CommitWrittenRound commits round record.round() of job.id(): the checkpoint written for
   //    it, the record and the job's new row together (see the contract above), then drops the
   //    checkpoint that falls out of the kept ones. FailedPrecondition, naming the job and the

@@ -174,6 +174,12 @@ TEST_P(StateStoreConformanceTest, AWrittenCheckpointIsPartOfTheJobOnlyOnceItsRou
   EXPECT_EQ((*checkpoint)[0].values, Model(7)[0].values);
   // A written checkpoint is committed once: committing the round again needs a new write.
   EXPECT_EQ(store_->CommitWrittenRound(committed, record).code(), StatusCode::kFailedPrecondition);
+  // A job has one written checkpoint waiting at most: round 3's write drops round 2's.
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 2, Model(2)).ok());
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 3, Model(3)).ok());
+  record.set_round(2);
+  EXPECT_EQ(store_->CommitWrittenRound(committed, record).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 1u);
 }
 
 TEST_P(StateStoreConformanceTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingIt) {
