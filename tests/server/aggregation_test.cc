@@ -13,13 +13,12 @@
 #include "proto/update_envelope.h"
 #include "server/jobs/round.h"
 #include "server/strategy/strategy.h"
+#include "small_tensors.h"
 
 namespace tessera::server {
 namespace {
 
-TensorSet Layout(float a, float b, float c) {
-  return {{"w", {2}, {a, b}}, {"b", {1}, {c}}};
-}
+using testing::Layout;
 
 v1::JobSpec Spec(const std::string& strategy, double server_lr = 0, double server_momentum = 0) {
   v1::JobSpec spec;
@@ -544,16 +543,7 @@ TEST_F(RoundTest, LostWorkersAreDroppedAtOnce) {
 namespace tessera::server {
 namespace {
 
-v1::UpdateHeader HeaderFor(const std::string& worker, uint64_t samples) {
-  v1::UpdateHeader h;
-  h.set_worker_id(worker);
-  h.set_job_id("job-1");
-  h.set_round(4);
-  h.set_attempt(1);
-  h.set_base_model_version(3);
-  h.set_samples(samples);
-  return h;
-}
+using testing::HeaderFor;
 
 TEST(RoundBoundsTest, ASampleCountLargerThanItsPartyIsRefusedNamingTheParty) {
   auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));

@@ -32,6 +32,7 @@
 namespace tessera::server {
 namespace {
 
+using testing::HeaderFor;
 using testing::Layout;
 using testing::Values;
 
@@ -312,17 +313,6 @@ TEST(SelectionPolicyTest, TheSpecNamesThePolicy) {
   EXPECT_NE(dynamic_cast<UtilitySelection*>(CreateSelectionPolicy(spec).get()), nullptr);
 }
 
-v1::UpdateHeader HeaderFor(const std::string& worker) {
-  v1::UpdateHeader h;
-  h.set_worker_id(worker);
-  h.set_job_id("job-1");
-  h.set_round(4);
-  h.set_attempt(1);
-  h.set_base_model_version(3);
-  h.set_samples(10);
-  return h;
-}
-
 TEST(OverSelectedRoundTest, CompletesAtItsTargetAndRefusesALaterUpdateWithoutFoldingIt) {
   auto global = std::make_shared<const TensorSet>(Layout(1, 1, 1));
   v1::JobSpec fedavg_spec;
@@ -336,19 +326,19 @@ TEST(OverSelectedRoundTest, CompletesAtItsTargetAndRefusesALaterUpdateWithoutFol
   round.CompleteAtAccepted(2);
   round.MarkDispatched();
   EXPECT_FALSE(round.Complete());
-  ASSERT_TRUE(round.Submit(HeaderFor("w1"), Layout(1, 1, 1), 1).ok());
+  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), Layout(1, 1, 1), 1).ok());
   EXPECT_FALSE(round.Complete());
-  ASSERT_TRUE(round.Submit(HeaderFor("w2"), Layout(3, 3, 3), 1).ok());
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), Layout(3, 3, 3), 1).ok());
   EXPECT_TRUE(round.Complete()) << "two of three accepted: complete with w3 pending";
   EXPECT_EQ(round.PendingWorkers(), std::vector<std::string>{"w3"});
   clock.Advance(std::chrono::milliseconds(250));
   const auto dropped = round.Close("over-selected, the round had its 2 updates");
   EXPECT_EQ(dropped, std::vector<std::string>{"w3"});
-  Status late = round.Admit(HeaderFor("w3"));
+  Status late = round.Admit(HeaderFor("w3", 10));
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(late.message().find("the round has closed (over-selected, the round had its 2 updates)"), std::string::npos)
       << late.message();
-  EXPECT_EQ(round.Submit(HeaderFor("w3"), Layout(1000, 1000, 1000), 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(round.Submit(HeaderFor("w3", 10), Layout(1000, 1000, 1000), 1).code(), StatusCode::kFailedPrecondition);
   auto step = round.Finish(**fedavg);
   ASSERT_TRUE(step.ok());
   EXPECT_EQ(Values(step->model), (std::vector<float>{3, 3, 3})) << "the mean of w1's and w2's deltas only";
@@ -376,9 +366,9 @@ TEST(OverSelectedRoundTest, WithoutATargetOnlyAllReportedCompletes) {
   Round round("job-1", 4, 1, 3, global, (*fedavg)->BeginRound(*global), 1);
   for (const char* w : {"w1", "w2"}) round.AddParticipant(0, {{w, 1}});
   round.MarkDispatched();
-  ASSERT_TRUE(round.Submit(HeaderFor("w1"), Layout(1, 1, 1), 1).ok());
+  ASSERT_TRUE(round.Submit(HeaderFor("w1", 10), Layout(1, 1, 1), 1).ok());
   EXPECT_FALSE(round.Complete());
-  ASSERT_TRUE(round.Submit(HeaderFor("w2"), Layout(1, 1, 1), 1).ok());
+  ASSERT_TRUE(round.Submit(HeaderFor("w2", 10), Layout(1, 1, 1), 1).ok());
   EXPECT_TRUE(round.Complete());
 }
 

@@ -11,11 +11,13 @@
 #include "server/jobs/round.h"
 #include "server/strategy/aggregation.h"
 #include "server/strategy/strategy.h"
+#include "small_tensors.h"
 
 namespace tessera::server {
 namespace {
 
-TensorSet Layout(float a, float b, float c) { return {{"w", {2}, {a, b}}, {"b", {1}, {c}}}; }
+using testing::HeaderFor;
+using testing::Layout;
 
 std::unique_ptr<Strategy> Make(const std::string& strategy, const TensorSet& layout) {
   v1::JobSpec spec;
@@ -23,17 +25,6 @@ std::unique_ptr<Strategy> Make(const std::string& strategy, const TensorSet& lay
   auto made = CreateStrategy(spec, layout);
   EXPECT_TRUE(made.ok()) << made.status().ToString();
   return std::move(made).value();
-}
-
-v1::UpdateHeader HeaderFor(const std::string& worker, uint64_t samples) {
-  v1::UpdateHeader h;
-  h.set_worker_id(worker);
-  h.set_job_id("job-1");
-  h.set_round(4);
-  h.set_attempt(1);
-  h.set_base_model_version(3);
-  h.set_samples(samples);
-  return h;
 }
 
 // An update whose delta is handed over waits, once counted, to be folded with others a block
