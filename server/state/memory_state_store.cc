@@ -113,8 +113,7 @@ Status MemoryStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   std::lock_guard<std::mutex> lock(mu_);
   auto written = written_.find({job.id(), record.round()});
   if (written == written_.end()) {
-    return FailedPreconditionError("commit of round " + std::to_string(record.round()) + " of job " + job.id() +
-                                   ": no checkpoint was written for it");
+    return NoWrittenCheckpointError(job.id(), record.round());
   }
   checkpoints_[{job.id(), record.round()}] = std::move(written->second);
   written_.erase(written);

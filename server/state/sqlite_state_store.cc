@@ -231,8 +231,7 @@ Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   const std::string path = CheckpointPath(job.id(), record.round());
   std::lock_guard<std::mutex> lock(mu_);
   if (!written_.count({job.id(), record.round()})) {
-    return FailedPreconditionError("commit of round " + std::to_string(record.round()) + " of job " + job.id() +
-                                   ": no checkpoint was written for it");
+    return NoWrittenCheckpointError(job.id(), record.round());
   }
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");

@@ -36,6 +36,11 @@ std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::st
   return pieces;
 }
 
+Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round) {
+  return FailedPreconditionError("commit of round " + std::to_string(round) + " of job " + job_id +
+                                 ": no checkpoint was written for it");
+}
+
 std::string EncodeCheckpoint(const TensorSet& tensors) {
   std::string header;
   const std::vector<std::string_view> pieces = CheckpointPieces(tensors, &header);

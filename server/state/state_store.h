@@ -116,6 +116,9 @@ class StateStore {
   Result<Checkpoint> LoadNewestCheckpoint(const std::string& job_id, uint32_t round, std::vector<Status>* damaged);
 };
 
+// What CommitWrittenRound gives, in every store, when no checkpoint was written for the round.
+Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round);
+
 // Checkpoint format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
 // float32 bytes of each tensor in manifest order. Each tensor's checksum is verified on load:
 // its XXH3-128 (xxh3_128; what EncodeCheckpoint writes), or its SHA-256 in files written
