@@ -210,16 +210,7 @@ class RoundTest : public ::testing::Test {
     round_->AddParticipant(1, {{"w2", 1}});
     round_->AddParticipant(2, {{"w3", 1}});
   }
-  v1::UpdateHeader Header(const std::string& worker) {
-    v1::UpdateHeader h;
-    h.set_worker_id(worker);
-    h.set_job_id("job-1");
-    h.set_round(4);
-    h.set_attempt(1);
-    h.set_base_model_version(3);
-    h.set_samples(10);
-    return h;
-  }
+  static v1::UpdateHeader Header(const std::string& worker) { return testing::HeaderFor(worker, 10); }
   std::shared_ptr<const TensorSet> global_;
   std::unique_ptr<Strategy> fedavg_;
   std::unique_ptr<Round> round_;
