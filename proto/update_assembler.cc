@@ -26,7 +26,7 @@ void UpdateAssembler::SizeValues(Pending& pending) {
 }
 
 std::string UpdateAssembler::Names(const Pending& pending) const {
-  return "set '" + set_names_[pending.set] + "', tensor " + QuoteUntrusted(pending.tensor.name);
+  return "set " + QuoteUntrusted(set_names_[pending.set]) + ", tensor " + QuoteUntrusted(pending.tensor.name);
 }
 
 Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
@@ -34,7 +34,7 @@ Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
   const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
   for (const UpdateSetView& set : sets) {
     const std::string_view short_name = set.name.substr(0, 64);
-    const auto set_name = [&] { return "set '" + std::string(short_name) + "'"; };  // for errors only
+    const auto set_name = [&] { return "set " + QuoteUntrusted(short_name); };  // for errors only
     auto known = ToUpdateEncoding(set.encoding);
     if (!known.ok()) return known.status().WithContext(what_ + ": " + set_name());
     const UpdateEncoding encoding = *known;

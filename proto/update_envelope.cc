@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/escape.h"
 #include "base/sha256.h"
 #include "base/xxh3.h"
 #include "proto/tensor_transfer.h"
@@ -30,10 +31,10 @@ Result<std::vector<UpdateSetView>> UpdateSets(const v1::UpdateHeader& header, co
     }
     // At most kMaxUpdateSets names: a scan of the ones before is the cheapest check.
     for (const UpdateSetView& before : sets) {
-      if (before.name == set.name()) return InvalidArgumentError(what + ": set '" + set.name() + "' appears twice");
+      if (before.name == set.name()) return InvalidArgumentError(what + ": set " + QuoteUntrusted(set.name()) + " appears twice");
     }
     auto encoding = ToUpdateEncoding(set.encoding());
-    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + set.name() + "'");
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set " + QuoteUntrusted(set.name()));
     delta |= set.name() == kDeltaSet;
     sets.push_back(UpdateSetView{set.name(), ToWireEncoding(*encoding), &set.manifest()});
   }

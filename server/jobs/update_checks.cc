@@ -43,7 +43,7 @@ Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, c
         std::find(extra_sets.begin(), extra_sets.end(), set.name) == extra_sets.end()) {
       std::string expected = "'delta'";
       for (const auto& name : extra_sets) expected += ", '" + name + "'";
-      return InvalidArgumentError(what + ": set '" + std::string(set.name) + "' is not one this job's strategy reads; expected " +
+      return InvalidArgumentError(what + ": set " + QuoteUntrusted(set.name) + " is not one this job's strategy reads; expected " +
                                   expected);
     }
   }
@@ -55,13 +55,13 @@ Status CheckUpdateEnvelope(const v1::UpdateHeader& h, const TensorSet& layout, c
   // Every set has the model's layout: the delta and each of the strategy's sets.
   for (const auto& set : sets) {
     const bool delta = set.name == wire::kDeltaSet;
-    const std::string in_set = delta ? "" : " of set '" + std::string(set.name) + "'";
+    const std::string in_set = delta ? "" : " of set " + QuoteUntrusted(set.name);
     // "delta" travels in the job's encoding, a strategy's own sets in float32.
     const auto encoding = wire::ToUpdateEncoding(set.encoding);
-    if (!encoding.ok()) return encoding.status().WithContext(what + ": set '" + std::string(set.name) + "'");
+    if (!encoding.ok()) return encoding.status().WithContext(what + ": set " + QuoteUntrusted(set.name));
     const UpdateEncoding expected = delta ? delta_encoding : UpdateEncoding::kFloat32;
     if (*encoding != expected) {
-      return InvalidArgumentError(what + ": set '" + std::string(set.name) + "' is encoded " + UpdateEncodingName(*encoding) +
+      return InvalidArgumentError(what + ": set " + QuoteUntrusted(set.name) + " is encoded " + UpdateEncodingName(*encoding) +
                                   "; this job expects " + UpdateEncodingName(expected) +
                                   (delta ? " (its [compression] encoding)" : " (only the delta is compressed)"));
     }

@@ -310,6 +310,18 @@ TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
   EXPECT_NE(s.message().find("no 'delta' set"), std::string::npos) << s.message();
   s = round_->CheckManifest(with_sets({{"delta", v1::ENCODING_FLOAT32}, {"delta", v1::ENCODING_FLOAT32}}));
   EXPECT_NE(s.message().find("appears twice"), std::string::npos) << s.message();
+  // A worker's set name reaches the refusal (and the log and the round's record) escaped.
+  const std::string forged = "x\n[error] round 4 aborted\x1b[2J";
+  for (const auto& sets : std::vector<std::vector<std::pair<std::string, v1::Encoding>>>{
+           {{"delta", v1::ENCODING_FLOAT32}, {forged, v1::ENCODING_FLOAT32}},
+           {{"delta", v1::ENCODING_FLOAT32}, {forged, v1::ENCODING_FLOAT32}, {forged, v1::ENCODING_FLOAT32}},
+           {{"delta", v1::ENCODING_FLOAT32}, {forged, static_cast<v1::Encoding>(9)}}}) {
+    s = round_->CheckManifest(with_sets(sets));
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("set 'x\\n[error] round 4 aborted\\x1b[2J'"), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s.message();
+    EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << s.message();
+  }
   v1::UpdateHeader both = with_sets({{"delta", v1::ENCODING_FLOAT32}});
   *both.mutable_manifest() = manifest;
   s = round_->CheckManifest(both);
