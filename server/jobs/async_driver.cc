@@ -67,7 +67,9 @@ std::string AsyncDriver::Describe(const v1::UpdateHeader& h) const {
 }
 
 uint64_t AsyncDriver::StalenessLocked(uint64_t version) const {
-  const uint64_t target = current_->version() + sealed_.size();
+  // The version an update folded now goes into: one past every step still to be made before
+  // its buffer's, the one being applied included.
+  const uint64_t target = current_->version() + (applying_ ? 1 : 0) + sealed_.size();
   return version >= target ? 0 : target - version;
 }
 
@@ -501,6 +503,10 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
     }
     const std::string message = "step " + std::to_string(step) + ": " + usable.message() + "; not committed, its " +
                                 std::to_string(buffer->folded) + " buffered updates (" + workers + ") discarded";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      applying_ = false;  // no step: the version stays
+    }
     spdlog::warn("job {}: {}", job.id(), message);
     runner_.Note(message);
     if (++consecutive_discards_ >= std::max<uint32_t>(1, spec_.max_round_attempts())) {
@@ -524,6 +530,7 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     current_ = std::move(committed);
+    applying_ = false;  // with the new version, under the same lock: the target stays put
     std::vector<std::string> stale;
     for (const auto& [leader, task] : tasks_) {
       if (!task.folding && StalenessLocked(task.version) > options_.max_staleness()) stale.push_back(leader);
@@ -605,10 +612,16 @@ Status AsyncDriver::Run() {
       if (!sealed_.empty() && sealed_.front()->folding == 0) {
         ready = sealed_.front();
         sealed_.pop_front();
+        applying_ = true;
       }
     }
     if (ready) {
-      if (Status applied = ApplyStep(std::move(ready)); !applied.ok()) {
+      Status applied = ApplyStep(std::move(ready));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        applying_ = false;  // ApplyStep cleared it already unless it failed
+      }
+      if (!applied.ok()) {
         CancelAll("the job failed");
         return applied;
       }

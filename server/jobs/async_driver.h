@@ -179,6 +179,7 @@ class AsyncDriver {
   std::map<std::string, Clock::TimePoint> resting_;  // workers whose task failed: no new task before then
   std::shared_ptr<Buffer> buffer_;               // being filled
   std::deque<std::shared_ptr<Buffer>> sealed_;   // full, waiting to be applied, oldest first
+  bool applying_ = false;  // the job's thread took a sealed buffer and has not yet made (or dropped) its step
   uint32_t tasks_sent_ = 0;                      // the last task's number
   uint32_t consecutive_discards_ = 0;
   Clock::TimePoint last_step_{};

@@ -281,6 +281,55 @@ TEST_F(AsyncDriverTest, FastClientsContributeMoreAndStaleUpdatesAreWeightedOrRef
   EXPECT_GT(std::abs((*v3)[0].values[0] - (*v2)[0].values[0] - 0.001), 1e-5);  // not the unweighted mean
 }
 
+// An update that arrives while a step is being committed goes into the step after it: one
+// version more stale than the version the job is still on says, and weighted so.
+TEST_F(AsyncDriverTest, AnUpdateFoldedWhileAStepIsCommittedCountsThatStep) {
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  // Step 1's checkpoint write waits for the test; later writes go through.
+  struct Hold {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, released = false;
+  };
+  auto hold = std::make_shared<Hold>();
+  store_.SetWriteHook(StateWrite::kWriteCheckpoint, [hold] {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    if (hold->entered) return;
+    hold->entered = true;
+    hold->cv.notify_all();
+    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
+  });
+  Submit(AsyncSpec(2, 3, /*buffer=*/1, /*max_staleness=*/1));
+  TrainTask(a, 0);
+  const v1::TrainTask b_first = TrainTask(b, 0);
+  EXPECT_EQ(b_first.model_version(), 0u);
+  a_tasks.Open(0);  // fills the buffer: step 1 is applied, and its commit waits
+  {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "step 1 was never committed";
+  }
+  b_tasks.Open(0);  // trained on version 0; it goes into step 2, made on version 1
+  const bool b_done = b.AwaitFinished(b_first.round(), 1);
+  {
+    std::lock_guard<std::mutex> lock(hold->mu);
+    hold->released = true;
+  }
+  hold->cv.notify_all();
+  ASSERT_TRUE(b_done);
+  a_tasks.OpenAll();
+  b_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto folded = FoldedByWorker();
+  ASSERT_EQ(folded.count("b"), 1u);
+  const Folded& first = folded.at("b").front();
+  EXPECT_EQ(first.step, 2u);
+  EXPECT_EQ(first.staleness, 1u);
+  EXPECT_DOUBLE_EQ(first.weight, 1.0 / std::sqrt(2.0));
+}
+
 // A coordinator stopped mid-job resumes at the last committed version: its buffered update is
 // lost, task numbers go on from the last step's count, and an update for a task of the
 // previous process is refused.
