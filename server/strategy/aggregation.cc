@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "base/target_clones.h"
 #include "proto/job_mapping.h"
@@ -97,6 +98,13 @@ class WeightedMean final : public DeltaAggregate {
   Status Fold(const ClientUpdate& update) override {
     RETURN_IF_ERROR(CheckUpdateFits(update, sizes_));
     const TensorSet& delta = *update.delta;
+    const HandedDelta& handed = update.handed;
+    const bool waits = batch_ > 1 && handed.tensors == &delta && handed.recycle != nullptr;
+    // A waiting update's place, allocated before anything is counted: past here its fold
+    // cannot fail, so an error leaves the aggregate as it was. It becomes the waiting list's
+    // storage when this update completes a batch.
+    std::vector<Waiting> spare;
+    if (waits) spare.reserve(batch_);
     {
       std::lock_guard<std::mutex> lock(totals_mu_);
       uint64_t total = 0;
@@ -109,17 +117,16 @@ class WeightedMean final : public DeltaAggregate {
     }
     // The update's share of the mean is its samples; its staleness weight scales its delta.
     const double w = static_cast<double>(update.samples) * update.scale;
-    const HandedDelta& handed = update.handed;
-    if (batch_ > 1 && handed.tensors == &delta && handed.recycle != nullptr) {
-      std::vector<Waiting> batch;
+    if (waits) {
       {
         std::lock_guard<std::mutex> lock(waiting_mu_);
-        waiting_.push_back(Waiting{w, std::move(*handed.tensors), handed.recycle});
+        if (waiting_.capacity() < batch_) waiting_.swap(spare);  // then empty: entries go in within capacity only
+        waiting_.push_back(Waiting{w, std::move(*handed.tensors), handed.recycle});  // within capacity
         handed.tensors->clear();
         if (waiting_.size() < batch_) return Status::Ok();
-        batch.swap(waiting_);
+        spare.swap(waiting_);  // the batch out; the next fold reserves again if need be
       }
-      FoldBatch(batch);
+      FoldBatch(spare);
       return Status::Ok();
     }
     for (size_t i = 0; i < delta.size(); ++i) {
@@ -163,6 +170,7 @@ class WeightedMean final : public DeltaAggregate {
     TensorSet delta;
     FloatBufferPool* recycle = nullptr;
   };
+  static_assert(std::is_nothrow_move_constructible_v<Waiting>, "a waiting update goes in without throwing");
 
   // Folds `batch` (in its order), then gives its buffers back. Const for Combine(): the
   // aggregate's value does not change, only how much of it is still waiting.
