@@ -99,6 +99,23 @@ std::string EscapeUntrusted(std::string_view text, size_t max_chars) {
   return out;
 }
 
+bool HasHiddenCharacters(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7F) return true;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    const size_t length = DecodeUtf8(text, i, &cp);
+    if (length == 0 || IsHiddenCharacter(cp)) return true;
+    i += length;
+  }
+  return false;
+}
+
 std::string QuoteUntrusted(std::string_view text, size_t max_chars) {
   return "'" + EscapeUntrusted(text, max_chars) + "'";
 }

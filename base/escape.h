@@ -23,6 +23,11 @@ inline constexpr size_t kUntrustedMaxChars = 64;
 
 std::string EscapeUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
 
+// Whether `text` holds what EscapeUntrusted would show escaped other than a backslash: a
+// control byte (C0, DEL), bytes that are not UTF-8, a C1 control or a character that reorders or
+// hides text. Names and labels that are shown as they are (a job's name) must hold none.
+bool HasHiddenCharacters(std::string_view text);
+
 // "'<escaped>'": EscapeUntrusted in single quotes, as error messages name an input.
 std::string QuoteUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
 

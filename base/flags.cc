@@ -88,7 +88,7 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
       return Status::Ok();
     }
     case Kind::kBool:
-      if (value == "true" || value == "1" || value.empty()) {
+      if (value == "true" || value == "1") {
         *static_cast<bool*>(flag.target) = true;
       } else if (value == "false" || value == "0") {
         *static_cast<bool*>(flag.target) = false;
@@ -103,6 +103,10 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
 Status FlagSet::Parse(int argc, char** argv, int first) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--") {  // the end of the flags: what follows is positional, dashes or not
+      for (++i; i < argc; ++i) positional_.push_back(argv[i]);
+      break;
+    }
     if (arg == "-h" && flags_.count("help")) arg = "--help";
     // "-o" for a one-letter flag declared as "o".
     if (arg.size() == 2 && arg[0] == '-' && flags_.count(arg.substr(1))) arg = "-" + arg;
@@ -112,7 +116,7 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
       // starts with a dash.
       return InvalidArgumentError("unknown flag " + EscapeUntrusted(arg) + " (flags start with two dashes; see --help)");
     }
-    if (arg.rfind("--", 0) != 0 || arg == "--") {
+    if (arg.rfind("--", 0) != 0) {
       positional_.push_back(arg);
       continue;
     }
@@ -130,13 +134,40 @@ Status FlagSet::Parse(int argc, char** argv, int first) {
       return InvalidArgumentError("flag --" + name + " is given twice");
     }
     it->second.seen = true;
-    if (!has_value && it->second.kind != Kind::kBool) {
+    if (!has_value && it->second.kind == Kind::kBool) {
+      value = "true";
+    } else if (!has_value) {
       if (i + 1 >= argc) return InvalidArgumentError("flag --" + name + " needs a value");
       value = argv[++i];
+      // "-o --json": the value forgotten, the next flag taken for it. A value that starts with
+      // two dashes goes after '='.
+      if (value.rfind("--", 0) == 0) {
+        return InvalidArgumentError("flag --" + name + " needs a value, got the flag " + EscapeUntrusted(value) +
+                                    " (a value that starts with dashes goes after '=': --" + name + "=VALUE)");
+      }
     }
     RETURN_IF_ERROR(Set(name, it->second, value));
   }
   return Status::Ok();
+}
+
+Status FlagSet::ParseFlagsOnly(int argc, char** argv, int first) {
+  RETURN_IF_ERROR(Parse(argc, argv, first));
+  if (positional_.empty()) return Status::Ok();
+  const std::string& word = positional_.front();
+  std::string hint = " (flags only; see --help)";
+  if (word == "true" || word == "false" || word == "0" || word == "1") {
+    hint = " (a boolean flag takes its value after '=': --FLAG=" + word + ")";
+  }
+  return InvalidArgumentError("unexpected argument " + QuoteUntrusted(word) + hint);
+}
+
+std::vector<std::string> FlagSet::Given() const {
+  std::vector<std::string> given;
+  for (const auto& [name, flag] : flags_) {
+    if (flag.seen) given.push_back(name);
+  }
+  return given;
 }
 
 std::string FlagSet::Usage() const { return Usage(order_); }

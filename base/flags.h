@@ -1,5 +1,6 @@
 // A small command-line flag parser for Tessera's binaries: `--name value` or `--name=value`,
-// boolean flags without a value, positional arguments kept in order. A typo is an error,
+// boolean flags without a value or with one after '=' (`--insecure=false`), positional
+// arguments kept in order, and `--` ending the flags. A typo is an error,
 // never a silent default: unknown flags, a flag given twice, a malformed number, a number
 // out of its range and a value outside a choice flag's choices are errors that name the flag,
 // say what was expected, and show the value (escaped and bounded).
@@ -37,6 +38,12 @@ class FlagSet {
   // Parses argv[first..]; positional arguments go to positional().
   Status Parse(int argc, char** argv, int first = 1);
   const std::vector<std::string>& positional() const { return positional_; }
+  // The names of the flags given on the command line, in name order.
+  std::vector<std::string> Given() const;
+  // Parse() for a program that takes no positional arguments (the daemons, the benchmarks):
+  // one is InvalidArgument, naming it, with a hint when it is a boolean's value given apart
+  // ("--insecure false" would otherwise leave --insecure on).
+  Status ParseFlagsOnly(int argc, char** argv, int first = 1);
   // "  --name VALUE   help (default: ...)" lines, for every flag or for `only` (in their order).
   std::string Usage() const;
   std::string Usage(const std::vector<std::string>& only) const;

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   flags.Int("samples", &samples, "images in the worker's share", IntRange{1, 60000});
   flags.String("python", &python, "the interpreter that runs the external trainer");
   flags.String("source", &source, "the source tree (for python/ and bench/identity_trainer.py)");
-  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+  if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
     std::cerr << "bench_external_trainer: " << s.message() << "\n";
     return 2;
   }

@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   flags.Int("repeat", &repeat, "repetitions; the median is reported");
   flags.Int("write-kib", &write_kib, "size of each write in KiB");
   flags.Bool("help", &help, "show this help");
-  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+  if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
     std::cerr << "bench_loopback_floor: " << s.message() << "\n";
     return 2;
   }

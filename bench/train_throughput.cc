@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   flags.Int("threads", &threads, "OpenBLAS threads", tessera::IntRange{1, 256});
   flags.String("data", &directory, "the Fashion-MNIST directory (random data when it is not there)");
   flags.Bool("help", &help, "show this help");
-  if (tessera::Status parsed = flags.Parse(argc, argv); !parsed.ok()) {
+  if (tessera::Status parsed = flags.ParseFlagsOnly(argc, argv); !parsed.ok()) {
     std::fprintf(stderr, "bench_train_throughput: %s\n", parsed.message().c_str());
     return 2;
   }

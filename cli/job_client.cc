@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/escape.h"
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
 #include "proto/job_mapping.h"
@@ -42,7 +43,7 @@ void SetDeadline(grpc::ClientContext* ctx) {
 std::string JobLine(const v1::Job& job) {
   std::string accuracy = job.rounds_committed() ? Format("%.2f%%", 100 * job.last_round().test_accuracy()) : "-";
   return Format("%-18s %-10s %5u/%-5u %9s  %s", job.id().c_str(), StateName(job.state()).c_str(),
-                job.rounds_committed(), job.spec().rounds(), accuracy.c_str(), job.spec().name().c_str());
+                job.rounds_committed(), job.spec().rounds(), accuracy.c_str(), EscapeUntrusted(job.spec().name(), 128).c_str());
 }
 
 struct Phase {
@@ -196,7 +197,7 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   }
   const v1::Job& job = response.job();
   const bool async = job.spec().has_async();
-  out << "job:       " << job.id() << " (" << job.spec().name() << ")\n"
+  out << "job:       " << job.id() << " (" << EscapeUntrusted(job.spec().name(), 128) << ")\n"
       << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n";
   if (async) {
     const v1::AsyncSpec& a = job.spec().async();

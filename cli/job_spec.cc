@@ -1,12 +1,16 @@
 #include "cli/job_spec.h"
 
+#include <sys/stat.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <sstream>
 
+#include "base/escape.h"
 #include "cli/job_spec_names.h"
 #include "cli/job_spec_reader.h"
 #include "proto/job_mapping.h"
@@ -33,6 +37,26 @@ constexpr std::string_view kLayerTypes[] = {"conv2d",   "linear",          "relu
                                             "sigmoid",  "max_pool",        "avg_pool",   "global_avg_pool",
                                             "batch_norm", "layer_norm",    "dropout",    "flatten",    "residual",
                                             "softmax_cross_entropy"};
+// The layer types each key of a layer applies to (docs/JOBS.md, "Declared models"); "type"
+// applies to all, "body" and "shortcut" are checked where they are read.
+struct LayerKeyTypes {
+  std::string_view key;
+  std::initializer_list<std::string_view> types;
+};
+const LayerKeyTypes kLayerKeyTypes[] = {
+    {"name", {"conv2d", "linear", "batch_norm", "layer_norm", "residual"}},
+    {"out", {"conv2d", "linear"}},
+    {"kernel", {"conv2d"}},
+    {"stride", {"conv2d", "max_pool", "avg_pool"}},
+    {"padding", {"conv2d"}},
+    {"groups", {"conv2d"}},
+    {"bias", {"conv2d", "linear"}},
+    {"window", {"max_pool", "avg_pool"}},
+    {"probability", {"dropout"}},
+    {"epsilon", {"batch_norm", "layer_norm"}},
+    {"momentum", {"batch_norm"}},
+    {"local", {"batch_norm"}},
+};
 constexpr std::string_view kDataKeys[] = {"dataset", "format", "path", "label_column", "classes", "mean", "std",
                                            "max_train_samples", "max_test_samples", "partition", "augment"};
 constexpr std::string_view kAugmentKeys[] = {"horizontal_flip", "crop_padding"};
@@ -76,6 +100,12 @@ Status ReadLayers(SpecReader& reader, const toml::table& table, const std::strin
     RETURN_IF_ERROR(CheckPlainText(reader, at + ".type", type, 32));
     type = Lowercase(type);
     RETURN_IF_ERROR(CheckOneOf(reader, at + ".type", type, kLayerTypes));
+    for (const auto& [key, types] : kLayerKeyTypes) {
+      if (!reader.Has(*layer, at, key) || std::find(types.begin(), types.end(), type) != types.end()) continue;
+      std::string listed;
+      for (std::string_view t : types) listed += (listed.empty() ? "" : ", ") + std::string(t);
+      return reader.Error(Dotted(at, key), "applies to " + listed + " only; this layer is \"" + EscapeUntrusted(type) + "\"");
+    }
     spec->set_type(type);
     std::string name;
     RETURN_IF_ERROR(reader.String(*layer, at, "name", &name));
@@ -107,13 +137,14 @@ Status ReadLayers(SpecReader& reader, const toml::table& table, const std::strin
       if (!(value >= 0 && value <= 1)) return reader.Error(at + ".momentum", "must be in [0, 1], got " + SpecReader::ToText(value));
       spec->set_momentum(value);
     }
-    bool flag = false;
     if (reader.Has(*layer, at, "bias")) {
-      RETURN_IF_ERROR(reader.Bool(*layer, at, "bias", &flag));
-      spec->set_bias(flag);
+      bool bias = true;
+      RETURN_IF_ERROR(reader.Bool(*layer, at, "bias", &bias));
+      spec->set_bias(bias);
     }
-    RETURN_IF_ERROR(reader.Bool(*layer, at, "local", &flag));
-    spec->set_local(flag);
+    bool local = false;
+    RETURN_IF_ERROR(reader.Bool(*layer, at, "local", &local));
+    spec->set_local(local);
     const bool residual = type == "residual";
     for (std::string_view path : {std::string_view("body"), std::string_view("shortcut")}) {
       if (!reader.Has(*layer, at, path)) continue;
@@ -191,7 +222,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     // The classes the coordinator's ValidateJobSpec takes (proto/job_mapping.cc).
     if (device != "cpu" && device != "cuda" && device != "xrt" && device.rfind("emu:", 0) != 0) {
       return reader.Error(key, "expected a device class (\"cpu\", \"cuda\", \"xrt\" or \"emu:PROFILE\"), found \"" +
-                                   device + "\"");
+                                   EscapeUntrusted(device) + "\"");
     }
     if (std::string_view(key) == "device") {
       spec.set_device(device);
@@ -220,7 +251,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   model_name = Lowercase(model_name);
   if (declared && model_name != "declared") {
     return reader.Error("model.layers", "declares a model of its own: leave model.name out (or \"declared\"), not \"" +
-                                            model_name + "\"");
+                                            EscapeUntrusted(model_name) + "\"");
   }
   if (!declared && model_name == "declared") {
     return reader.Error("model.name", "\"declared\" needs its layers: [[model.layers]] tables");
@@ -236,7 +267,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                                             " hidden layers, got " + std::to_string(hidden.size()));
   }
   if (!hidden.empty() && model_name != "mlp") {
-    return reader.Error("model.hidden", "applies to model \"mlp\" only, not \"" + model_name + "\"");
+    return reader.Error("model.hidden", "applies to model \"mlp\" only, not \"" + EscapeUntrusted(model_name) + "\"");
   }
   for (uint64_t width : hidden) spec.mutable_model()->add_hidden(static_cast<uint32_t>(width));
   std::string trainer;
@@ -272,7 +303,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   format = Lowercase(format);
   if (!format.empty()) RETURN_IF_ERROR(CheckOneOf(reader, "data.format", format, kDataFormats));
   if (fashion && !format.empty() && format != "idx") {
-    return reader.Error("data.format", "fashion-mnist is \"idx\", found \"" + format + "\"");
+    return reader.Error("data.format", "fashion-mnist is \"idx\", found \"" + EscapeUntrusted(format) + "\"");
   }
   if (!fashion && format.empty()) {
     return reader.Error("data.format", "is required for dataset \"" + dataset + "\": one of " + JoinQuoted(kDataFormats));
@@ -344,7 +375,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                                        [&](const KindName& k) { return k.name == kind; });
   if (found == std::end(kPartitionKinds)) {
     return reader.Error("data.partition.kind", "expected one of \"iid\", \"dirichlet\", \"label-quantity\", "
-                                               "\"quantity\", \"local-files\", found \"" + kind + "\"");
+                                               "\"quantity\", \"local-files\", found \"" + EscapeUntrusted(kind) + "\"");
   }
   partition_spec->set_kind(found->kind);
   u = 0;
@@ -367,7 +398,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "labels_per_party", 1, classes, &u));
   partition_spec->set_labels_per_party(static_cast<uint32_t>(u));
   if (partition->contains("party_labels") && found->kind != v1::PARTITION_LABEL_QUANTITY) {
-    return reader.Error("data.partition.party_labels", "is for kind \"label-quantity\" only, found kind \"" + kind + "\"");
+    return reader.Error("data.partition.party_labels", "is for kind \"label-quantity\" only, found kind \"" + EscapeUntrusted(kind) + "\"");
   }
   std::vector<std::vector<uint64_t>> party_labels;
   RETURN_IF_ERROR(reader.UnsignedArrays(*partition, "data.partition", "party_labels", parties, 0, classes - 1,
@@ -471,7 +502,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     }
     spec.set_proximal_mu(proximal_mu);
   } else if (reader.Present("proximal_mu")) {
-    return reader.Error("proximal_mu", "applies to strategy \"fedprox\" only; strategy is \"" + spec.strategy() + "\"");
+    return reader.Error("proximal_mu", "applies to strategy \"fedprox\" only; strategy is \"" + EscapeUntrusted(spec.strategy()) + "\"");
   }
   if (spec.strategy() == "scaffold" && partition_spec->kind() == v1::PARTITION_LOCAL_FILES) {
     return reader.Error("data.partition.kind", "strategy \"scaffold\" needs a shared partition (it keeps a control "
@@ -506,12 +537,27 @@ Result<v1::JobSpec> ParseJobSpecString(std::string_view text, std::string_view s
 }
 
 Result<v1::JobSpec> ParseJobSpecFile(const std::string& path) {
+  // The path names the file in every error, escaped and cut as any untrusted text.
+  const std::string shown = EscapeUntrusted(path, 256);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int error = errno;
+    return NotFoundError("cannot read job spec " + shown + ": " + std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) return InvalidArgumentError("job spec " + shown + ": expected a regular file (a .toml)");
+  const auto too_large = [&] {
+    return InvalidArgumentError("job spec " + shown + ": expected at most " + std::to_string(kMaxJobSpecBytes >> 10) +
+                                " KiB, got more");
+  };
+  if (static_cast<uint64_t>(st.st_size) > kMaxJobSpecBytes) return too_large();
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read job spec " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return DataLossError("error reading job spec " + path);
-  return ParseJobSpecString(text.str(), path);
+  if (!in) return NotFoundError("cannot read job spec " + shown);
+  std::string text(kMaxJobSpecBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return DataLossError("error reading job spec " + shown);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxJobSpecBytes) return too_large();  // it grew since the stat
+  return ParseJobSpecString(text, shown);
 }
 
 }  // namespace tessera

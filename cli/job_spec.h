@@ -17,6 +17,7 @@
 // Thread-safe: no shared state.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -25,8 +26,13 @@
 
 namespace tessera {
 
-// Reads and parses the file at `path`; messages name the path as given. kNotFound when the file
-// cannot be read.
+// A job spec file's largest size: a declared model of 256 layers or the label sets of
+// thousands of parties take a few hundred KiB at most.
+inline constexpr uint64_t kMaxJobSpecBytes = uint64_t{1} << 20;
+
+// Reads and parses the file at `path`; messages name the path as given (escaped, cut at 256
+// characters). kNotFound when the file cannot be read (with the system's reason);
+// InvalidArgument for anything but a regular file, or one over kMaxJobSpecBytes.
 Result<v1::JobSpec> ParseJobSpecFile(const std::string& path);
 
 // Parses TOML text; `source_name` stands for the file in messages ("job.toml").

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/escape.h"
 #include "base/status.h"
 #include "tessera/v1/job.pb.h"
 
@@ -95,8 +96,8 @@ class SpecReader {
       std::string table_name = prefix.empty() ? "the top level" : "[" + std::string(prefix) + "]";
       std::string allowed_list;
       for (std::string_view name : allowed) allowed_list += (allowed_list.empty() ? "" : ", ") + std::string(name);
-      return InvalidArgumentError(where + ": unknown key '" + Dotted(prefix, key.str()) + "'; allowed keys in " +
-                                  table_name + ": " + allowed_list);
+      return InvalidArgumentError(where + ": unknown key '" + EscapeUntrusted(Dotted(prefix, key.str()), 128) +
+                                  "'; allowed keys in " + table_name + ": " + allowed_list);
     }
     return Status::Ok();
   }
@@ -280,19 +281,17 @@ class SpecReader {
 inline Status CheckOneOf(const SpecReader& reader, const std::string& dotted, const std::string& value,
                   std::span<const std::string_view> allowed) {
   if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return Status::Ok();
-  return reader.Error(dotted, "expected one of " + JoinQuoted(allowed) + ", found \"" + value + "\"");
+  return reader.Error(dotted, "expected one of " + JoinQuoted(allowed) + ", found \"" + EscapeUntrusted(value) + "\"");
 }
 
 // A string key of at most `max_bytes` bytes without control characters (docs/JOBS.md), as the
 // coordinator's ValidateJobSpec requires; the message gives the size, never the value.
 inline Status CheckPlainText(const SpecReader& reader, const std::string& dotted, const std::string& value,
                       size_t max_bytes) {
-  const bool control = std::any_of(value.begin(), value.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
+  const bool control = HasHiddenCharacters(value);
   if (value.size() <= max_bytes && !control) return Status::Ok();
   return reader.Error(dotted, "expected at most " + std::to_string(max_bytes) + " bytes without control characters, found " +
-                                  (control ? "a control character" : std::to_string(value.size()) + " bytes"));
+                                  (control ? "a control or hidden character" : std::to_string(value.size()) + " bytes"));
 }
 
 inline std::string Lowercase(std::string s) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/escape.h"
 #include "cli/job_spec_names.h"
 #include "cli/job_spec_reader.h"
 #include "proto/job_mapping.h"
@@ -36,12 +37,12 @@ Status ReadServer(const toml::table& root, SpecReader& reader, v1::JobSpec* spec
     RETURN_IF_ERROR(reader.CheckKeys(*server, "server", kServerKeys));
     if (strategy == "fedavg" || strategy == "fedprox" || strategy == "fednova" || strategy == "scaffold") {
       return reader.Error("server", "applies to strategies \"fedavgm\", \"fedadam\", \"fedyogi\" and \"fedadagrad\" "
-                                    "only; strategy is \"" + strategy + "\"");
+                                    "only; strategy is \"" + EscapeUntrusted(strategy) + "\"");
     }
     auto only = [&](const char* key, const std::string& strategies) -> Status {
       if (!reader.Has(*server, "server", key)) return Status::Ok();
       return reader.Error(std::string("server.") + key,
-                          "applies to strategies " + strategies + " only; strategy is \"" + strategy + "\"");
+                          "applies to strategies " + strategies + " only; strategy is \"" + EscapeUntrusted(strategy) + "\"");
     };
     if (strategy != "fedavgm") RETURN_IF_ERROR(only("momentum", "\"fedavgm\""));
     if (!adaptive) {
@@ -121,7 +122,7 @@ Status ReadAggregation(const toml::table& root, SpecReader& reader, v1::JobSpec*
   auto only = [&](const char* key, const std::string& rules) -> Status {
     if (!reader.Has(*table, "aggregation", key)) return Status::Ok();
     return reader.Error(std::string("aggregation.") + key,
-                        "applies to rule " + rules + " only; rule is \"" + rule + "\"");
+                        "applies to rule " + rules + " only; rule is \"" + EscapeUntrusted(rule) + "\"");
   };
   if (rule != "trimmed-mean") RETURN_IF_ERROR(only("trim_fraction", "\"trimmed-mean\""));
   if (rule != "krum") {
@@ -170,7 +171,7 @@ Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec*
   out->set_encoding(known->encoding);
   if (known->encoding != v1::ENCODING_TOPK) {
     if (reader.Has(*table, "compression", "fraction")) {
-      return reader.Error("compression.fraction", "applies to encoding \"topk\" only; encoding is \"" + name + "\"");
+      return reader.Error("compression.fraction", "applies to encoding \"topk\" only; encoding is \"" + EscapeUntrusted(name) + "\"");
     }
     return Status::Ok();
   }
@@ -211,7 +212,7 @@ Status ReadSelection(const toml::table& root, SpecReader& reader, v1::JobSpec* s
   out->set_over_selection(over_selection);
   if (policy != "utility") {
     if (reader.Has(*table, "selection", "straggler_penalty")) {
-      return reader.Error("selection.straggler_penalty", "applies to policy \"utility\" only; policy is \"" + policy + "\"");
+      return reader.Error("selection.straggler_penalty", "applies to policy \"utility\" only; policy is \"" + EscapeUntrusted(policy) + "\"");
     }
     return Status::Ok();
   }

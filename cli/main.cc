@@ -208,6 +208,10 @@ int main(int argc, char** argv) {
   }
   const auto& args = flags.positional();
   if (version || (!args.empty() && args[0] == "version")) {
+    if (args.size() > (version ? 0u : 1u) || flags.Given().size() > (version ? 1u : 0u)) {
+      std::cerr << "tessera: version takes no arguments or other flags\n";
+      return 2;
+    }
     std::cout << "tessera " << TESSERA_VERSION << "\n";
     return 0;
   }
@@ -216,6 +220,10 @@ int main(int argc, char** argv) {
     return help || !args.empty() ? 0 : 2;
   }
   const bool help_command = args[0] == "help";
+  if (help_command && args.size() > 2) {
+    std::cerr << "tessera help: expected at most one command, got " << args.size() - 1 << "\n";
+    return 2;
+  }
   const std::string command = help_command ? args[1] : args[0];
   const Command* known = FindCommand(command);
   if (known == nullptr) {
@@ -226,15 +234,14 @@ int main(int argc, char** argv) {
     std::cout << CommandUsage(*known, flags);
     return 0;
   }
-  // Flags only some commands read are refused elsewhere, not ignored.
-  for (const auto& [flag, given] : {std::pair<std::string, bool>{"json", json},
-                                    {"all", all},
-                                    {"round", round >= 0},
-                                    {"o", !trace_file.empty()}}) {
-    if (given && std::find(known->flags.begin(), known->flags.end(), flag) == known->flags.end()) {
-      std::cerr << "tessera " << command << ": --" << flag << " does not apply (tessera help " << command << ")\n";
-      return 2;
-    }
+  // A flag the command does not read is refused, not ignored.
+  for (const std::string& flag : flags.Given()) {
+    const auto in = [&flag](const std::vector<std::string>& names) {
+      return std::find(names.begin(), names.end(), flag) != names.end();
+    };
+    if (in(known->flags) || (known->remote && in(kConnectionFlags))) continue;
+    std::cerr << "tessera " << command << ": --" << flag << " does not apply (tessera help " << command << ")\n";
+    return 2;
   }
   auto need_arguments = [&](size_t n, const char* what) -> bool {
     if (args.size() != n + 1) {

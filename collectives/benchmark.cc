@@ -303,7 +303,7 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   flags.Bool("json", &options.json, "one JSON object per measured row instead of the tables");
   flags.String("store-dir", &options.store_dir, "under mpirun: a fresh directory every rank shares");
   flags.Bool("help", &help, "show this help");
-  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+  if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera bench collectives: %s\n", s.message().c_str());
     return 2;
   }

@@ -20,12 +20,8 @@ namespace {
 // A string from the spec as an error shows it: quoted, escaped and cut.
 std::string Shown(const std::string& value) { return "\"" + EscapeUntrusted(value) + "\""; }
 
-bool HasControlCharacters(const std::string& text) {
-  for (char c : text) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) return true;
-  }
-  return false;
-}
+// C0 and C1 controls, DEL, and the characters that reorder or hide text (base/escape.h).
+bool HasControlCharacters(const std::string& text) { return HasHiddenCharacters(text); }
 
 std::string Mebibytes(int64_t bytes) { return FormatNumber(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
 

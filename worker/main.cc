@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
                "unset: not served");
   flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help");
-  if (Status s = flags.Parse(argc, argv); !s.ok()) {
+  if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
     std::cerr << "tessera-worker: " << s.message() << "\n";
     return 2;
   }

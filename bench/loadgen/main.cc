@@ -508,7 +508,7 @@ int main(int argc, char** argv) {
   flags.Double("timeout-s", &s.timeout_s, "the whole run's limit; the job is cancelled past it");
   flags.Int("coordinator-pid", &s.coordinator_pid, "the coordinator's pid on this machine: report its CPU use and peak RSS");
   flags.Bool("help", &help, "show this help");
-  if (Status st = flags.Parse(argc, argv); !st.ok()) {
+  if (Status st = flags.ParseFlagsOnly(argc, argv); !st.ok()) {
     std::cerr << "tessera-loadgen: " << st.message() << "\n";
     return 2;
   }

@@ -17,6 +17,60 @@ Status ParseArgs(FlagSet& flags, std::vector<std::string> args) {
   return flags.Parse(static_cast<int>(argv.size()), argv.data());
 }
 
+Status ParseFlagsOnly(FlagSet& flags, std::vector<std::string> args) {
+  args.insert(args.begin(), "binary");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return flags.ParseFlagsOnly(static_cast<int>(argv.size()), argv.data());
+}
+
+// "--insecure false" would leave --insecure on and drop "false": a program that takes flags
+// only refuses the stray word, and says how a boolean takes its value.
+TEST(FlagsTest, AProgramOfFlagsOnlyRefusesAStrayWordAndABooleansValueGivenApart) {
+  bool insecure = false;
+  FlagSet flags;
+  flags.Bool("insecure", &insecure, "");
+  Status s = ParseFlagsOnly(flags, {"--insecure", "false"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "unexpected argument 'false' (a boolean flag takes its value after '=': --FLAG=false)");
+  bool forgot = false;
+  FlagSet other;
+  other.Bool("insecure", &forgot, "");
+  EXPECT_EQ(ParseFlagsOnly(other, {"coordinator.example.org:7070"}).message(),
+            "unexpected argument 'coordinator.example.org:7070' (flags only; see --help)");
+  bool off = true;
+  FlagSet given;
+  given.Bool("insecure", &off, "");
+  ASSERT_TRUE(ParseFlagsOnly(given, {"--insecure=false"}).ok());
+  EXPECT_FALSE(off);
+  EXPECT_EQ(given.Given(), std::vector<std::string>{"insecure"});
+}
+
+// A value forgotten is not taken from the next flag; an empty boolean is not true; "--" ends
+// the flags.
+TEST(FlagsTest, AFlagsValueIsNeverTheNextFlagAndDoubleDashEndsTheFlags) {
+  std::string out;
+  bool json = false;
+  FlagSet flags;
+  flags.String("o", &out, "");
+  flags.Bool("json", &json, "");
+  Status s = ParseArgs(flags, {"-o", "--json"});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("flag --o needs a value, got the flag --json"), std::string::npos) << s.message();
+  EXPECT_TRUE(out.empty());
+  FlagSet dashes;
+  dashes.String("o", &out, "");
+  ASSERT_TRUE(ParseArgs(dashes, {"--o=--odd-name"}).ok());
+  EXPECT_EQ(out, "--odd-name");
+  FlagSet empty;
+  empty.Bool("json", &json, "");
+  EXPECT_EQ(ParseArgs(empty, {"--json="}).message(), "flag --json: expected true or false, got ''");
+  FlagSet end;
+  end.Bool("json", &json, "");
+  ASSERT_TRUE(ParseArgs(end, {"--json", "--", "--not-a-flag", "-x"}).ok());
+  EXPECT_EQ(end.positional(), (std::vector<std::string>{"--not-a-flag", "-x"}));
+}
+
 TEST(FlagsTest, AChoiceFlagAcceptsOnlyItsChoices) {
   std::string level = "info";
   FlagSet flags;

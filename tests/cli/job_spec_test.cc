@@ -296,7 +296,11 @@ TEST(JobSpecTest, DevicesMustBeADeviceClass) {
 TEST(JobSpecTest, NamesAndPathsAreBoundedPlainText) {
   const std::string rest = "rounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
   ExpectError("name = \"" + std::string(129, 'n') + "\"\n" + rest, {"job.toml:1:", "'name'", "at most 128 bytes", "found 129 bytes"});
-  ExpectError("name = \"a\\u0007b\"\n" + rest, {"job.toml:1:", "'name'", "a control character"});
+  ExpectError("name = \"a\\u0007b\"\n" + rest, {"job.toml:1:", "'name'", "a control or hidden character"});
+  // C1 controls and the characters that reorder or hide text are refused as well.
+  ExpectError("name = \"a\\u0085b\"\n" + rest, {"job.toml:1:", "'name'", "a control or hidden character"});
+  ExpectError("name = \"evil\\u202etxt.exe\"\n" + rest, {"job.toml:1:", "'name'", "a control or hidden character"});
+  EXPECT_TRUE(ParseJobSpecString("name = \"f\\u00e9d\u00e9r\u00e9\"\n" + rest, "job.toml").ok());  // accents are text
   EXPECT_TRUE(ParseJobSpecString("name = \"" + std::string(128, 'n') + "\"\n" + rest, "job.toml").ok());
   ExpectError(std::string(kMinimal) + "[data]\npath = \"/srv/\\tdata\"\n", {"job.toml:10:", "'data.path'", "control character"});
   ExpectError(std::string(kMinimal) + "[data]\npath = \"" + std::string(4097, 'p') + "\"\n", {"'data.path'", "4097 bytes"});

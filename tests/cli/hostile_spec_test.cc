@@ -1,0 +1,113 @@
+// Job specs as hostile input: a layer's keys apply to its type only and never to one another,
+// values come back escaped and bounded in errors, and only a regular file of bounded size is
+// read.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "job_spec_expectations.h"
+
+namespace tessera {
+namespace {
+
+using testing::ExpectError;
+using testing::kMinimal;
+
+// The declared model below the minimal spec's keys, with `layers` as [[model.layers]] entries.
+std::string Declared(const std::string& layers) {
+  return "name = \"t\"\nrounds = 5\n\n[data.partition]\nparties = 4\n\n[model]\nlayers = [" + layers + "]\n";
+}
+
+// `bias = true` on a layer once also set `local`, FedBN's keep-it-local switch.
+TEST(HostileSpecTest, ALayersBiasAndLocalAreEachTheirOwn) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(
+      Declared("{ type = \"conv2d\", out = 8, kernel = 3, bias = true }, { type = \"batch_norm\", name = \"bn1\" }, "
+               "{ type = \"flatten\" }, { type = \"linear\" }"),
+      "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_EQ(spec->model().layers_size(), 4);
+  EXPECT_TRUE(spec->model().layers(0).bias());
+  EXPECT_FALSE(spec->model().layers(0).local());
+  EXPECT_FALSE(spec->model().layers(1).local());
+  Result<v1::JobSpec> local = ParseJobSpecString(
+      Declared("{ type = \"conv2d\", out = 8, kernel = 3 }, { type = \"batch_norm\", local = true }, "
+               "{ type = \"flatten\" }, { type = \"linear\" }"),
+      "job.toml");
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_TRUE(local->model().layers(1).local());
+  EXPECT_FALSE(local->model().layers(0).local());
+}
+
+// Each key of a layer is refused on a type it does not apply to (docs/JOBS.md), naming the key,
+// the types it applies to and the layer's type.
+TEST(HostileSpecTest, ALayersKeysApplyToItsTypeOnly) {
+  ExpectError(Declared("{ type = \"relu\", out = 7 }"),
+              {"job.toml:", "'model.layers[0].out'", "applies to conv2d, linear only; this layer is \"relu\""});
+  ExpectError(Declared("{ type = \"flatten\", name = \"zzz\" }"), {"'model.layers[0].name'", "\"flatten\""});
+  ExpectError(Declared("{ type = \"flatten\", stride = 4 }"), {"'model.layers[0].stride'", "conv2d, max_pool, avg_pool"});
+  ExpectError(Declared("{ type = \"conv2d\", out = 8, kernel = 3, local = true }"),
+              {"'model.layers[0].local'", "applies to batch_norm only"});
+  ExpectError(Declared("{ type = \"conv2d\", out = 8, kernel = 3, window = 9 }"), {"'model.layers[0].window'"});
+  ExpectError(Declared("{ type = \"conv2d\", out = 8, kernel = 3, epsilon = 0.5 }"), {"'model.layers[0].epsilon'"});
+  ExpectError(Declared("{ type = \"relu\", probability = 0.5 }"), {"'model.layers[0].probability'", "dropout"});
+  ExpectError(Declared("{ type = \"batch_norm\", bias = false }"), {"'model.layers[0].bias'", "conv2d, linear"});
+  ExpectError(Declared("{ type = \"layer_norm\", momentum = 0.3 }"), {"'model.layers[0].momentum'", "batch_norm"});
+  ExpectError(Declared("{ type = \"residual\", body = [{ type = \"relu\", kernel = 3 }] }"),
+              {"'model.layers[0].body[0].kernel'"});
+}
+
+// A value that is not one of a key's choices, and an unknown key, come back escaped and cut.
+TEST(HostileSpecTest, ValuesAndKeysInErrorsAreEscapedAndBounded) {
+  const std::string forged = "fed\\u001b[31mRED\\nFAKE LOG LINE";
+  for (const std::string& text : {"strategy = \"" + forged + "\"\n" + kMinimal,
+                                  std::string(kMinimal) + "[data]\nformat = \"" + forged + "\"\n",
+                                  "device = \"" + forged + "\"\n" + kMinimal,
+                                  "\"key\\u001b[2J\" = 1\n" + std::string(kMinimal)}) {
+    Result<v1::JobSpec> spec = ParseJobSpecString(text, "job.toml");
+    ASSERT_FALSE(spec.ok()) << text;
+    const std::string& message = spec.status().message();
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find("\\x1b"), std::string::npos) << message;
+  }
+  Result<v1::JobSpec> huge = ParseJobSpecString("strategy = \"" + std::string(5 << 20, 'x') + "\"\n" + kMinimal, "job.toml");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_LT(huge.status().message().size(), 1000u);
+  EXPECT_NE(huge.status().message().find("(5242880 bytes)"), std::string::npos) << huge.status().message().substr(0, 300);
+}
+
+// Only a regular file of at most kMaxJobSpecBytes is read; the path in the message is escaped.
+TEST(HostileSpecTest, OnlyARegularFileOfBoundedSizeIsRead) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessera-hostile-spec-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Result<v1::JobSpec> directory = ParseJobSpecFile(dir.string());
+  EXPECT_EQ(directory.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(directory.status().message().find("expected a regular file"), std::string::npos)
+      << directory.status().message();
+  Result<v1::JobSpec> device = ParseJobSpecFile("/dev/zero");
+  EXPECT_EQ(device.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(device.status().message().find("expected a regular file"), std::string::npos) << device.status().message();
+
+  const std::filesystem::path large = dir / "large.toml";
+  {
+    std::ofstream out(large, std::ios::binary);
+    out << kMinimal << "# " << std::string(kMaxJobSpecBytes, 'c') << "\n";
+  }
+  Result<v1::JobSpec> too_large = ParseJobSpecFile(large.string());
+  EXPECT_EQ(too_large.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_large.status().message().find("expected at most 1024 KiB"), std::string::npos)
+      << too_large.status().message();
+
+  Result<v1::JobSpec> missing = ParseJobSpecFile((dir / "no\nsuch.toml").string());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("no\\nsuch.toml"), std::string::npos) << missing.status().message();
+  EXPECT_NE(missing.status().message().find("No such file or directory"), std::string::npos)
+      << missing.status().message();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
