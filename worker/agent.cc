@@ -29,6 +29,7 @@
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 #include "worker/cohort.h"
+#include "worker/error_feedback.h"
 #include "worker/round_download.h"
 #include "worker/worker_metrics.h"
 
@@ -181,6 +182,11 @@ Status WorkerAgent::RunSession() {
     std::lock_guard<std::mutex> lock(mu_);
     worker_id_ = joined.worker_id();
     session_ = joined.session();
+    // What the previous session said is over with it: its queued tasks are not this session's,
+    // and its cancels must not stop a task this session hands out again under the same
+    // (job, round, attempt), as a restarted coordinator does when it resumes a round.
+    tasks_.clear();
+    cancelled_.clear();
   }
   upload_xxh3_ = joined.upload_xxh3();
   spdlog::info("joined as {}", joined.worker_id());
@@ -655,10 +661,13 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   }
   auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
   if (feedback) {
-    // Taken: what was not sent waits for the next round. Refused or not delivered: none of
-    // it reached the model, so the whole of it does.
-    const bool taken = sent.ok() && sent->accepted();
-    KeepForSeat(residuals_, seat, taken ? std::move(unsent) : std::move(parts.front().second), kMaxResiduals);
+    const UploadOutcome outcome =
+        !sent.ok() ? UploadOutcome::kUnknown : (sent->accepted() ? UploadOutcome::kTaken : UploadOutcome::kRefused);
+    if (auto kept = ResidualAfterUpload(outcome, std::move(unsent))) {
+      KeepForSeat(residuals_, seat, std::move(*kept), kMaxResiduals);
+    } else {
+      residuals_.erase(seat);
+    }
   }
   if (!sent.ok()) return sent.status();
   const v1::UploadResult& result = *sent;

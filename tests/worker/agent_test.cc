@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -80,6 +81,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     bool cancelled = false;
     int downloads = 0;
     std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
+    // When set, the first task channel ends after its script (the coordinator went away) and
+    // the next one gets these tasks.
+    std::optional<std::vector<v1::Task>> next_session;
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -111,6 +115,11 @@ class ScriptedCoordinator final : public CoordinatorClient {
     for (const auto& task : script_) on_task(task);
     script_.clear();  // a reconnect gets nothing new
     std::unique_lock<std::mutex> lock(shared_->mu);
+    if (shared_->next_session) {
+      script_ = std::move(*shared_->next_session);
+      shared_->next_session.reset();
+      return UnavailableError("the coordinator went away");
+    }
     shared_->cv.wait(lock, [&] { return shared_->cancelled; });
     shared_->cancelled = false;
     return CancelledError("task channel cancelled");
@@ -230,6 +239,19 @@ TEST_F(AgentTest, ACancelledAttemptDoesNotStopTheRetryOfTheSameRound) {
   EXPECT_EQ(upload.samples(), 512u);
   EXPECT_EQ(upload.job_id(), "job-1");
   for (const auto& h : Uploads()) EXPECT_NE(h.attempt(), 1u) << "the cancelled attempt uploaded";
+}
+
+// A restarted coordinator resumes a round at the attempt it had: a cancel the worker got in
+// its previous session must not stop the same (job, round, attempt) handed out again.
+TEST_F(AgentTest, ACancelFromAnEarlierSessionDoesNotStopTheSameTaskHandedOutAgain) {
+  shared_->next_session = std::vector<v1::Task>{Train(1, 1)};
+  Start({Cancel(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload)) << "round 1 attempt 1 of the new session was taken for cancelled";
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 2u);
 }
 
 // A small model sent inside its task (TrainTask.inline_model) is trained from without a
