@@ -249,7 +249,12 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
     if (payload == nullptr || payload->count(name) == 0) {
       checked.verdict = InvalidArgumentError(what + ": no set '" + name + "'; this job's strategy needs one");
     } else {
-      checked.verdict = CheckSameLayout(global, payload->at(name), what + ", set '" + name + "'");
+      // The strategy's sets are checked as the delta is, but for the norm bound: SCAFFOLD folds
+      // its control variate's change into the server's and keeps it for the party, so a value
+      // that is not finite would reach the model's next rounds through every client.
+      const TensorSet& set = payload->at(name);
+      checked.verdict = CheckSameLayout(global, set, what + ", set '" + name + "'");
+      if (checked.verdict.ok()) checked.verdict = CheckFinite(set, what + ", set '" + name + "'");
     }
   }
   if (!checked.verdict.ok()) return checked;

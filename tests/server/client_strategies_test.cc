@@ -285,6 +285,18 @@ TEST(ScaffoldStrategyTest, TheRoundWantsTheVariatesSetWithTheModelsLayout) {
       << shaped.message();
   ASSERT_TRUE(round.CheckManifest(header(*global)).ok());
 
+  // A variate's change that is not finite is refused, naming the set and the value: folded, it
+  // would reach c and c_i and every client's next rounds.
+  TensorSet nan_change = Layout(1, 2, 3);
+  nan_change[0].values[1] = std::numeric_limits<float>::quiet_NaN();
+  const std::map<std::string, TensorSet> poisoned = ControlDelta(nan_change);
+  Round other("job-1", 1, 1, 0, global, scaffold->BeginRound(*global), 1, scaffold->PayloadSets());
+  other.AddParticipant(2, {{"w1", 1}});
+  Status refused = other.Submit(header(*global), Layout(0, 0, 0), 1, &poisoned);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("set 'control_delta'"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("element 1 is NaN; expected finite values"), std::string::npos) << refused.message();
+
   // The update folds in with its party: party 2's c_i moves.
   const std::map<std::string, TensorSet> payload = ControlDelta(Layout(1, 2, 3));
   ASSERT_TRUE(round.Submit(header(*global), Layout(0, 0, 0), 1, &payload).ok());
