@@ -316,11 +316,27 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   TaskSessionReactor(Coordinator* c, grpc::CallbackServerContext* ctx,
                      std::function<Status(const std::string&)> check_caller, UploadChecks checks)
       : c_(c), ctx_(ctx), check_caller_(std::move(check_caller)), checks_(std::move(checks)) {
+    // Until its first message opens the channel, the session counts as a stream of its caller
+    // and must send that message within the idle timeout: a caller cannot hold sessions that
+    // never speak outside the stream limits. (In the constructor no completion can run yet.)
+    auto slot = c->streams().Open(CallerOf(ctx), "task session");
+    if (!slot.ok()) {
+      Finish(ToGrpc(slot.status()));
+      return;
+    }
+    first_slot_ = std::move(slot).value();
+    const auto idle = c->options().streams.idle_timeout;
+    first_deadline_ = StreamDeadline::Create("task session (its first message)", idle, idle,
+                                             "idle timeout (no first message)",
+                                             [this](const Status& why) { Finish(ToGrpc(why)); });
+    c->watchdog().Watch(first_deadline_);
     StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
     if (!opened_.channel) {  // only this reaction sets it
+      if (!first_deadline_->ClaimFinish()) return;  // the watchdog ended the session: nothing came
+      first_slot_.reset();  // the channel takes a slot of its own as it opens
       Open(ok);
       return;
     }
@@ -345,7 +361,8 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     if (channel) channel->Cancelled();
   }
   void OnDone() override {
-    if (opened_.deadline) opened_.deadline->ClaimFinish();  // the watchdog forgets it
+    if (first_deadline_) first_deadline_->ClaimFinish();  // the watchdog forgets them
+    if (opened_.deadline) opened_.deadline->ClaimFinish();
     if (opened_.channel) opened_.channel->Done();
     delete this;
   }
@@ -447,6 +464,8 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   const UploadChecks checks_;
   grpc::ByteBuffer raw_;   // the message being read
   std::string session_;    // the session the channel was opened with
+  std::unique_ptr<StreamCounter::Slot> first_slot_;  // until the first message is read
+  std::shared_ptr<StreamDeadline> first_deadline_;   // the same; null when no slot was free
   OpenedChannel opened_;   // no channel until the first message opens it, or when refused
   std::mutex cancel_mu_;   // guards the two below, which OnCancel reads on any thread
   bool cancelled_ = false;

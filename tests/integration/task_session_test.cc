@@ -5,8 +5,10 @@
 // and a coordinator with --inline-update-kib 0 serves no sessions.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "proto/update_envelope.h"
 #include "server/monitoring/coordinator_metrics.h"
@@ -19,9 +21,11 @@ namespace {
 // A coordinator taking inline updates of at most `inline_limit` bytes, with one small job of
 // one round for one party.
 struct OneRound {
-  explicit OneRound(uint64_t inline_limit) : dir("task-session") {
+  explicit OneRound(uint64_t inline_limit, const std::function<void(server::CoordinatorOptions&)>& adjust = {})
+      : dir("task-session") {
     auto options = TestCoordinatorOptions(dir.str());
     options.inline_update_max_bytes = inline_limit;
+    if (adjust) adjust(options);
     auto started = server::Coordinator::Start(options);
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     if (started.ok()) coordinator = std::move(started).value();
@@ -185,6 +189,27 @@ TEST(TaskSessionTest, ASessionMustOpenFirst) {
   grpc::Status s = session.End();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_NE(s.error_message().find("first message must be 'open'"), std::string::npos) << s.error_message();
+}
+
+// A session that never sends its first message counts as a stream of its caller and ends at
+// the idle timeout: a caller cannot hold silent sessions outside the stream limits.
+TEST(TaskSessionTest, ASessionThatNeverSpeaksCountsAsAStreamAndEndsAtTheIdleTimeout) {
+  OneRound c(uint64_t{256} << 10, [](server::CoordinatorOptions& options) {
+    options.streams.idle_timeout = std::chrono::milliseconds(500);
+    options.streams.max_streams_per_caller = 4;
+  });
+  ASSERT_TRUE(c.coordinator);
+  std::vector<std::unique_ptr<HandSession>> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(std::make_unique<HandSession>(c.port(), "hand-1"));
+  HandSession one_more(c.port(), "hand-1");  // the caller's four slots are taken by the silent four
+  grpc::Status refused = one_more.End();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  for (auto& session : silent) {
+    grpc::Status ended = session->End();
+    EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << ended.error_message();
+    EXPECT_NE(ended.error_message().find("task session (its first message)"), std::string::npos)
+        << ended.error_message();
+  }
 }
 
 // An update naming another worker, or an earlier session of this one (a worker that rejoined
