@@ -169,7 +169,15 @@ Status WorkerRegistry::Send(const std::string& worker_id, OutgoingTask task) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = workers_.find(worker_id);
     if (it == workers_.end()) return NotFoundError("no worker '" + worker_id + "'");
-    it->second.outbox.push_back(std::move(task));
+    std::deque<OutgoingTask>& outbox = it->second.outbox;
+    // A worker that takes nothing (no channel open, or one it does not read) while its calls
+    // keep making verdicts must not grow the coordinator's memory: past the bound the oldest
+    // message goes. The newest are what a worker acts on (only a job's newest task is trained).
+    if (outbox.size() >= kMaxOutbox) {
+      outbox.pop_front();
+      ++outbox_dropped_;
+    }
+    outbox.push_back(std::move(task));
     sink = it->second.sink;
   }
   if (sink) sink->TasksQueued();

@@ -93,8 +93,11 @@ class WorkerRegistry {
   // Alive workers with an open task channel, sorted by id.
   std::vector<std::string> ReadyWorkers() const;
 
+  // Messages queued for one worker's channel at most; past it the oldest is dropped.
+  static constexpr size_t kMaxOutbox = 1024;
+
   // Queues a task for the worker's channel and tells its sink, if one is attached. Fails
-  // when the worker is unknown.
+  // when the worker is unknown. A worker with kMaxOutbox messages waiting loses its oldest.
   Status Send(const std::string& worker_id, v1::Task task);
   Status Send(const std::string& worker_id, OutgoingTask task);
   // The worker joined saying it takes small models inside its tasks
@@ -113,6 +116,11 @@ class WorkerRegistry {
   // The next queued task for the channel of `generation`, or nullopt. *closed is set (and
   // nullopt returned) once that generation is superseded or the registry has shut down.
   std::optional<OutgoingTask> TakeOutgoing(const std::string& worker_id, uint64_t generation, bool* closed);
+  // Messages dropped from full outboxes since the registry started.
+  uint64_t outbox_dropped() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outbox_dropped_;
+  }
   // TakeOutgoing as one message: an inline model is parsed into the task.
   std::optional<v1::Task> TakeTask(const std::string& worker_id, uint64_t generation, bool* closed);
 
@@ -145,6 +153,7 @@ class WorkerRegistry {
   std::map<std::string, Worker> workers_;
   uint64_t next_generation_ = 1;
   bool shutdown_ = false;
+  uint64_t outbox_dropped_ = 0;
 };
 
 std::string RandomHex(size_t bytes);  // from the OS's random source

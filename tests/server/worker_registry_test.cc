@@ -44,6 +44,30 @@ class WorkerRegistryTest : public ::testing::Test {
   WorkerRegistry registry_;
 };
 
+// A worker that reads nothing while messages keep coming for it (verdicts of calls it keeps
+// making, tasks) holds at most kMaxOutbox of them: the oldest go, the newest stay in order.
+TEST_F(WorkerRegistryTest, AWorkersOutboxIsBoundedAndKeepsTheNewest) {
+  const v1::JoinResponse joined = Join("w1");
+  const size_t extra = 10;
+  for (size_t i = 0; i < WorkerRegistry::kMaxOutbox + extra; ++i) {
+    v1::Task task;
+    task.mutable_verdict()->set_round(static_cast<uint32_t>(i));
+    ASSERT_TRUE(registry_.Send(joined.worker_id(), task).ok());
+  }
+  EXPECT_EQ(registry_.outbox_dropped(), extra);
+  auto channel = std::make_shared<NullSink>();
+  const uint64_t generation = registry_.Generation(joined.worker_id());
+  ASSERT_TRUE(registry_.OpenChannel(joined.worker_id(), generation, channel).ok());
+  bool closed = false;
+  size_t taken = 0;
+  while (auto task = registry_.TakeTask(joined.worker_id(), generation, &closed)) {
+    EXPECT_EQ(task->verdict().round(), extra + taken);
+    ++taken;
+  }
+  EXPECT_FALSE(closed);
+  EXPECT_EQ(taken, WorkerRegistry::kMaxOutbox);
+}
+
 TEST_F(WorkerRegistryTest, SilenceLongerThanTheTimeoutLosesAWorkerAndAHeartbeatBringsItBack) {
   const v1::JoinResponse w = Join("w1");
   EXPECT_EQ(w.heartbeat_interval_ms(), 5000u);
