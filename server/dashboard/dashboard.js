@@ -311,6 +311,9 @@ async function follow(id) {
             loadJob(id).catch(() => {});
             loadJobs().catch(() => {});
             loadWorkers().catch(() => {});
+          } else if (/^event: end$/m.test(frame)) {
+            setStatus("job ended");  // it changes no more: nothing left to follow
+            return;
           }
         }
       }

@@ -176,6 +176,14 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                              } else if (!send("", "")) {
                                return;
                              }
+                             // An ended job changes no more: the stream ends, and gives its
+                             // connection back to the endpoint's few threads (the page stops
+                             // following at "end").
+                             const v1::JobState state = job->state();
+                             if (state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED) {
+                               send("end", "");
+                               return;
+                             }
                              std::this_thread::sleep_for(std::chrono::milliseconds(250));
                            }
                          }});

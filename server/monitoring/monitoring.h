@@ -31,7 +31,7 @@ class Coordinator;
 struct MonitoringOptions {
   std::string listen;  // HOST:PORT; port 0 picks one
   wire::ServerTls tls;
-  int max_event_streams = 8;
+  int max_event_streams = 4;  // half the endpoint's threads: /metrics and the API stay served
 };
 
 class MonitoringServer {

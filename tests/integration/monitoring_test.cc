@@ -223,6 +223,15 @@ TEST_F(MonitoringTest, EventsFollowAJobUntilItsStateSettles) {
   EXPECT_EQ(received.rfind("event: job\ndata: {", 0), 0u) << received;
   EXPECT_NE(received.find("\"id\":\"" + job->id() + "\""), std::string::npos) << received;
   ASSERT_TRUE(coordinator_->CancelJob(job->id()).ok());
+  // An ended job's stream says so and ends: it holds none of the endpoint's threads.
+  std::string ended;
+  auto result = client->Get(("/api/events?job=" + job->id()).c_str(), [&](const char* data, size_t n) {
+    ended.append(data, n);
+    return true;  // read on: the server ends the stream
+  });
+  ASSERT_TRUE(result) << "the stream of an ended job did not end";
+  EXPECT_NE(ended.find("\"state\":\"JOB_CANCELLED\""), std::string::npos) << ended.substr(0, 300);
+  EXPECT_NE(ended.find("event: end\n"), std::string::npos) << ended.substr(0, 300);
 }
 
 }  // namespace
