@@ -3,8 +3,9 @@
 //
 // Every request is checked by `authorize` before its handler runs (the coordinator lets
 // operators in: a client certificate of the operator role, or the admin token as a bearer
-// token). Requests are small and short: a request line and headers of at most 8 KiB, no
-// body, a read timeout, a bounded number of connections and of open event streams; the port
+// token). Requests are small: a request line and header lines of at most 8 KiB each (httplib
+// bounds neither their number nor a request's whole time: docs/SECURITY.md, "Known limits"),
+// no body, a read timeout, a bounded number of connections and of open event streams; the port
 // is bound without SO_REUSEPORT, so a second daemon cannot share it.
 //
 // Built on cpp-httplib (Debian's libcpp-httplib), with its TLS from OpenSSL.
