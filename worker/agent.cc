@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <random>
 #include <map>
 #include <cerrno>
 #include <chrono>
@@ -150,6 +151,7 @@ Status WorkerAgent::Run() {
   spdlog::info("worker {} on device {}", options_.name, device_name());
   trainer_ = std::thread([this] { TrainerLoop(); });
   uint32_t backoff = options_.backoff_initial_ms;
+  std::minstd_rand jitter(static_cast<uint32_t>(std::random_device{}()));
   Status result;
   while (!stop_) {
     const auto started = Clock::now();
@@ -160,8 +162,11 @@ Status WorkerAgent::Run() {
       break;
     }
     if (Clock::now() - started > std::chrono::seconds(10)) backoff = options_.backoff_initial_ms;
-    spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), backoff);
-    SleepFor(backoff);
+    // Jittered (half to all of the backoff), so that the workers of a restarted coordinator do
+    // not all rejoin at the same instants.
+    const uint32_t wait = backoff / 2 + static_cast<uint32_t>(jitter() % (backoff / 2 + 1));
+    spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), wait);
+    SleepFor(wait);
     backoff = std::min(backoff * 2, options_.backoff_max_ms);
   }
   SetStopped();
@@ -205,7 +210,9 @@ Status WorkerAgent::RunSession() {
       Status s = client_->Heartbeat(beat);
       if (s.code() == StatusCode::kUnauthenticated) {
         spdlog::warn("heartbeat refused: {}", s.message());
-        client_->CancelTaskChannel();  // end the session; Run() joins again
+        // End the session (Run() joins again), unless it has ended already: a cancel with no
+        // channel open would end the next session's channel at its start.
+        if (!session_over) client_->CancelTaskChannel();
         return;
       }
       std::unique_lock<std::mutex> lock(mu_);

@@ -39,8 +39,12 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
     return FailedPreconditionError("the job trains on each worker's own files, but this worker has no --data-dir");
   }
   const std::string dir = local ? options_.data_dir : wire::DatasetDirectory(spec);
+  // A local share depends on everything the job says of its data (format, label column,
+  // normalisation, classes, the cut): two jobs on one --data-dir that differ in any of it must
+  // not share a load. A partition's share is the job's and the party's.
   const std::string key = dir + "#" + std::to_string(spec.data().max_train_samples()) +
-                          (local ? std::string() : "#" + task.job_id() + "#" + std::to_string(task.party_index()));
+                          (local ? "#" + spec.data().SerializeAsString()
+                                 : "#" + task.job_id() + "#" + std::to_string(task.party_index()));
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (share_ && share_key_ == key) return share_;

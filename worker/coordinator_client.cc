@@ -93,14 +93,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
     grpc::Status s;
     if (inline_update_max_bytes_.load() > 0) {
-      std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> stream =
-          stub_->TaskSession(ctx.get());
+      auto open_session = std::make_shared<OpenSession>();
+      open_session->ctx = ctx;  // the stream's context lives as long as any holder of the session
+      open_session->stream = stub_->TaskSession(ctx.get());
+      auto& stream = open_session->stream;
       v1::TaskSessionMessage open;
       *open.mutable_open() = request;
       if (stream->Write(open)) {
         {
           std::lock_guard<std::mutex> lock(mu_);
-          session_ = stream;
+          session_ = open_session;
           session_id_ = request.session();
           session_reader_ = std::this_thread::get_id();
         }
@@ -117,6 +119,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         inline_cv_.notify_all();
       }
       std::lock_guard<std::mutex> writing(session_write_mu_);  // no write is in flight
+      open_session->finished = true;  // and none starts after the call is finished
       s = stream->Finish();
     } else {
       auto reader = stub_->OpenTaskChannel(ctx.get(), request);
@@ -243,6 +246,14 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
  private:
+  // An open task session: the stream with its context, which must outlive every write, and
+  // whether the reader has finished the call (guarded by session_write_mu_).
+  struct OpenSession {
+    std::shared_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> stream;
+    bool finished = false;
+  };
+
   // An update sent inside the task session, waiting for its verdict.
   struct InlineWait {
     std::string job_id;
@@ -258,7 +269,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                                                        uint64_t bytes, uint32_t chunk_bytes) {
     const uint64_t limit = inline_update_max_bytes_.load();
     if (limit == 0 || bytes > limit) return std::nullopt;
-    std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> session;
+    std::shared_ptr<OpenSession> session;
     std::thread::id reader;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -286,8 +297,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
     bool written = false;
     {
+      // The reader may have finished the call since (the session ended): no write then.
       std::lock_guard<std::mutex> writing(session_write_mu_);
-      written = session->Write(message);
+      written = !session->finished && session->stream->Write(message);
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (written) {
@@ -364,7 +376,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   std::atomic<uint64_t> inline_update_max_bytes_{0};      // from the last JoinResponse; 0: no session
   // The open task session (guarded by mu_), its writes (one at a time, under
   // session_write_mu_), and the inline update waiting for its verdict (guarded by mu_).
-  std::shared_ptr<grpc::ClientReaderWriter<v1::TaskSessionMessage, v1::Task>> session_;
+  std::shared_ptr<OpenSession> session_;
   std::string session_id_;          // the session it was opened with
   std::thread::id session_reader_;  // the thread in RunTaskChannel reading it
   std::mutex session_write_mu_;

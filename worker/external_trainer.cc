@@ -122,8 +122,20 @@ Status ExternalTrainer::Start() {
   envp.push_back(nullptr);
   for (auto& a : command_.argv) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // The trainer starts with no signal blocked and the usual dispositions, whatever this
+  // thread blocks (the worker's threads block SIGINT and SIGTERM for its shutdown handler).
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&defaults, signal);
+  posix_spawnattr_setsigmask(&attributes, &none);
+  posix_spawnattr_setsigdefault(&attributes, &defaults);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  const int rc = posix_spawnp(&pid, argv[0], &actions, &attributes, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   close(request[0]);
   close(reply[1]);
@@ -240,6 +252,16 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   const std::string model_path = work_dir_ + "/model-" + suffix;
   const std::string out_path = work_dir_ + "/update-" + suffix;
   const std::string share_path = work_dir_ + "/share.npz";
+  // The round's files go whatever the round's end: an error, a deadline or a cancel left a
+  // model-sized file in the private directory (often memory-backed) until the worker exited.
+  struct RemoveOnExit {
+    const std::string& model;
+    const std::string& out;
+    ~RemoveOnExit() {
+      std::remove(out.c_str());
+      std::remove(model.c_str());
+    }
+  } remove_on_exit{model_path, out_path};
   RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global)).WithContext(what));
   if (share_written_ != share_key) {
     NumpyArray x, y;
@@ -340,8 +362,6 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
                                 QuoteUntrusted(by_name.begin()->first, 64));
   }
   RETURN_IF_ERROR(CheckSameLayout(global, trained, what + ": its trained model"));
-  std::remove(out_path.c_str());
-  std::remove(model_path.c_str());
   result.model = std::move(trained);
   result.takeback_ms = MillisSince(takeback_start);
   return result;
