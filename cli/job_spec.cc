@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -341,6 +342,14 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   for (size_t i = 0; i < mean.size(); ++i) {
     if (!(std_dev[i] > 0)) {
       return reader.Error("data.std[" + std::to_string(i) + "]", "must be positive, got " + SpecReader::ToText(std_dev[i]));
+    }
+    // Stored as float: a value beyond float's range is refused here, with the value given,
+    // rather than by the wire check as "inf".
+    for (const auto& [key, value] : {std::pair{"data.mean", mean[i]}, std::pair{"data.std", std_dev[i]}}) {
+      if (std::fabs(value) > std::numeric_limits<float>::max()) {
+        return reader.Error(std::string(key) + "[" + std::to_string(i) + "]",
+                            "must be within float's range (about 3.4e38), got " + SpecReader::ToText(value));
+      }
     }
     data_spec->add_mean(static_cast<float>(mean[i]));
     data_spec->add_std(static_cast<float>(std_dev[i]));

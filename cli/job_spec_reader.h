@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -244,10 +245,12 @@ class SpecReader {
     return Status::Ok();
   }
 
+  // The shortest text that reads back as `value`: a message never rounds the value it names
+  // (604800.0004 is not shown as 604800).
   static std::string ToText(double value) {
-    std::ostringstream out;
-    out << value;
-    return out.str();
+    char text[32];
+    const auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+    return error == std::errc() ? std::string(text, end) : "?";
   }
 
  private:

@@ -180,6 +180,10 @@ Status ValidateAsync(const v1::JobSpec& s) {
     return bad("selection.policy", "\"random\" with an asynchronous job (async keeps every idle client training)",
                Shown(SelectionPolicy(s)));
   }
+  if (s.selection().over_selection() != 0) {
+    return bad("selection.over_selection", "none with an asynchronous job (async has no rounds to over-select for)",
+               FormatNumber(s.selection().over_selection()));
+  }
   if (s.compression().encoding() != v1::ENCODING_UNSPECIFIED && s.compression().encoding() != v1::ENCODING_FLOAT32) {
     return bad("compression.encoding", "\"float32\" with an asynchronous job (compressed updates are for synchronous "
                                        "rounds)",

@@ -90,6 +90,7 @@ void WorkerAgent::SetStopped() {
 void WorkerAgent::Stop() {
   SetStopped();
   client_->CancelTaskChannel();
+  client_->CancelTransfers();  // a download or upload in flight would hold Run() for its deadline
 }
 
 std::string WorkerAgent::device_name() const { return device_ ? device_->capabilities().name : ""; }

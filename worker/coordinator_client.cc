@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <optional>
 #include <thread>
 
@@ -169,9 +170,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
   }
 
+  void CancelTransfers() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    transfers_cancelled_ = true;
+    for (grpc::ClientContext* ctx : transfers_) ctx->TryCancel();
+  }
+
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
+    TransferScope in_flight(this, &ctx);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
     // (wire::AddModelChunkMessage), where a parsed message would first copy them into a
     // 1 MiB string of its own, mapped and faulted in again for every chunk.
@@ -246,6 +254,26 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
  private:
+  // A download or upload in flight, known to CancelTransfers() for as long as it runs.
+  class TransferScope {
+   public:
+    TransferScope(GrpcCoordinatorClient* client, grpc::ClientContext* ctx) : client_(client), ctx_(ctx) {
+      std::lock_guard<std::mutex> lock(client_->mu_);
+      client_->transfers_.insert(ctx_);
+      if (client_->transfers_cancelled_) ctx_->TryCancel();
+    }
+    ~TransferScope() {
+      std::lock_guard<std::mutex> lock(client_->mu_);
+      client_->transfers_.erase(ctx_);
+    }
+    TransferScope(const TransferScope&) = delete;
+    TransferScope& operator=(const TransferScope&) = delete;
+
+   private:
+    GrpcCoordinatorClient* const client_;
+    grpc::ClientContext* const ctx_;
+  };
+
   // An open task session: the stream with its context, which must outlive every write, and
   // whether the reader has finished the call (guarded by session_write_mu_).
   struct OpenSession {
@@ -339,6 +367,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                         v1::UploadResult* result) {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
+    TransferScope in_flight(this, &ctx);
     const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, result));
@@ -371,6 +400,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
+  std::set<grpc::ClientContext*> transfers_;  // downloads and uploads in flight (guarded by mu_)
+  bool transfers_cancelled_ = false;          // CancelTransfers() was called (guarded by mu_)
   std::atomic<bool> upload_admission_{false};  // from the last JoinResponse
   std::atomic<uint64_t> upload_connection_min_bytes_{0};  // from the last JoinResponse; 0: never
   std::atomic<uint64_t> inline_update_max_bytes_{0};      // from the last JoinResponse; 0: no session

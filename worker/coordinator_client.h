@@ -27,6 +27,9 @@ class CoordinatorClient {
   virtual Status RunTaskChannel(const v1::TaskChannelRequest& request,
                                 const std::function<void(const v1::Task&)>& on_task) = 0;
   virtual void CancelTaskChannel() = 0;
+  // Ends the downloads and uploads in flight, and every one started later, at once (a stopping
+  // worker); each returns CANCELLED.
+  virtual void CancelTransfers() {}
   // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
   // manifest of more than `max_bytes` is refused before anything is allocated for it.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) = 0;

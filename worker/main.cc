@@ -5,6 +5,7 @@
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -216,6 +217,30 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
+  // What the coordinator would refuse at the join is refused here, before anything starts.
+  const auto is_name = [](const std::string& value) {
+    return value.size() <= 128 && std::all_of(value.begin(), value.end(), [](char c) {
+             return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+           });
+  };
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"name", &options.name},
+                                    std::pair<const char*, const std::string*>{"cohort", &options.cohort}}) {
+    if (!is_name(*value)) {
+      std::cerr << "tessera-worker: --" << flag << " " << QuoteUntrusted(*value)
+                << ": expected at most 128 letters, digits, '-', '_' or '.'\n";
+      return 2;
+    }
+  }
+  const std::vector<std::string> given = flags.Given();
+  const auto was_given = [&given](const char* flag) { return std::find(given.begin(), given.end(), flag) != given.end(); };
+  if (was_given("cohort-address") && options.cohort.empty()) {
+    std::cerr << "tessera-worker: --cohort-address is the address for a cohort's peers; give --cohort too\n";
+    return 2;
+  }
+  if (was_given("join-token") && was_given("join-token-file")) {
+    std::cerr << "tessera-worker: --join-token and --join-token-file both give the join token; give one\n";
+    return 2;
+  }
   if (!token_file.empty()) {
     auto token = ReadSecretFile("join-token-file", token_file);
     if (!token.ok()) {

@@ -244,10 +244,10 @@ Status OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx, const
                          TaskStream stream, const std::function<void()>& send_metadata,
                          const std::function<void(OpenedChannel)>& keep) {
   WorkerRegistry& registry = c->registry();
-  RETURN_IF_ERROR(registry.Authenticate(request.worker_id(), request.session()));
+  uint64_t generation = 0;
+  RETURN_IF_ERROR(registry.Authenticate(request.worker_id(), request.session(), &generation));
   OpenedChannel opened;
   ASSIGN_OR_RETURN(opened.slot, c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'"));
-  const uint64_t generation = registry.Generation(request.worker_id());
   auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, std::move(stream), ctx);
   // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
   // has stopped heartbeating by then, or at the channel's maximum age.

@@ -17,7 +17,8 @@ Status CheckRange(const std::string& field, uint64_t value, uint64_t low, uint64
                               std::to_string(high) + ", got " + std::to_string(value));
 }
 
-std::string Shown(const std::string& key) { return "'" + key.substr(0, 128) + (key.size() > 128 ? "..." : "") + "'"; }
+// A key as errors show it: escaped and cut (keys carry a caller's bytes after their prefix).
+std::string Shown(const std::string& key) { return QuoteUntrusted(key, 128); }
 
 }  // namespace
 
@@ -157,7 +158,7 @@ void RendezvousStore::TimerLoop() {
       for (auto& w : expired) {
         // No exception leaves this thread: a waiter's callback that throws is logged.
         try {
-          w.done(DeadlineExceededError("rendezvous key '" + w.key + "' was not set within " +
+          w.done(DeadlineExceededError("rendezvous key " + Shown(w.key) + " was not set within " +
                                        std::to_string(w.timeout.count()) + " ms"));
         } catch (const std::exception& e) {
           spdlog::error("rendezvous timer: a waiter's callback failed: {}", EscapeUntrusted(e.what()));
@@ -199,11 +200,11 @@ Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
       const std::string& slot = existing->second;
       auto [end, ec] = std::from_chars(slot.data(), slot.data() + slot.size(), value);
       if (ec != std::errc() || end != slot.data() + slot.size()) {
-        return InvalidArgumentError("rendezvous key '" + key.substr(0, 128) + "' holds a value that is not a counter");
+        return InvalidArgumentError("rendezvous key " + Shown(key) + " holds a value that is not a counter");
       }
     }
     if (__builtin_add_overflow(value, delta, &value)) {
-      return InvalidArgumentError("rendezvous counter '" + key.substr(0, 128) + "' would overflow");
+      return InvalidArgumentError("rendezvous counter " + Shown(key) + " would overflow");
     }
     std::string next = std::to_string(value);
     RETURN_IF_ERROR(ReserveLocked(key, next.size()));

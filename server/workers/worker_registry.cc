@@ -95,15 +95,29 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   return response;
 }
 
-Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::string& session) const {
+namespace {
+
+// A session is a bearer credential: compared in time that does not depend on where it differs.
+bool SameSession(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char difference = 0;
+  for (size_t i = 0; i < a.size(); ++i) difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+}  // namespace
+
+Status WorkerRegistry::Authenticate(const std::string& worker_id, const std::string& session,
+                                    uint64_t* generation) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end() || it->second.generation == 0) {
     return UnauthenticatedError("worker '" + worker_id + "' is not joined (the coordinator may have restarted); join again");
   }
-  if (it->second.session.empty() || it->second.session != session) {
+  if (it->second.session.empty() || !SameSession(it->second.session, session)) {
     return UnauthenticatedError("worker '" + worker_id + "': session credential is not current; join again");
   }
+  if (generation != nullptr) *generation = it->second.generation;  // the session's, under the same lock
   return Status::Ok();
 }
 
@@ -115,7 +129,7 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
                                 "' is not joined (the coordinator may have restarted); join again");
   }
   Worker& w = it->second;
-  if (w.session.empty() || w.session != session) {
+  if (w.session.empty() || !SameSession(w.session, session)) {
     return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
   }
   w.last_heard = options_.clock->Now();

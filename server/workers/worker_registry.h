@@ -82,7 +82,9 @@ class WorkerRegistry {
   // Admits a worker (the join token was already checked). Returns its id and a new session.
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request);
   // UNAUTHENTICATED when `session` is not the worker's current one.
-  Status Authenticate(const std::string& worker_id, const std::string& session) const;
+  // `generation`, when given, receives the session's generation, read under the same lock: a
+  // join that supersedes the session cannot fall between the check and the read.
+  Status Authenticate(const std::string& worker_id, const std::string& session, uint64_t* generation = nullptr) const;
   Status Heartbeat(const std::string& worker_id, const std::string& session, const std::string& state);
 
   // The current session generation, or 0 for an unknown worker.

@@ -37,6 +37,19 @@ TEST(AsyncSpecTest, SyncIsTheDefaultAndHasNoAsyncOptions) {
               {"job.toml:", "'async'", "applies to mode = \"async\" only; mode is \"sync\""});
 }
 
+// Over-selection is for rounds: an asynchronous job has none, and the key is refused, not
+// ignored.
+TEST(AsyncSpecTest, OverSelectionIsRefusedForAnAsyncJob) {
+  Result<v1::JobSpec> spec = Parse(Job("mode = \"async\"\n", "[selection]\nover_selection = 0.9\n"));
+  const Status s = spec.ok() ? wire::ValidateJobSpec(*spec) : spec.status();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("selection.over_selection"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("asynchronous"), std::string::npos) << s.message();
+  Result<v1::JobSpec> plain = Parse(Job("mode = \"async\"\n", "[selection]\npolicy = \"random\"\n"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_TRUE(wire::ValidateJobSpec(*plain).ok()) << wire::ValidateJobSpec(*plain).ToString();
+}
+
 TEST(AsyncSpecTest, AsyncGetsTheDefaults) {
   Result<v1::JobSpec> spec = Parse(Job("mode = \"async\"\n"));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();

@@ -78,6 +78,16 @@ TEST(HostileSpecTest, ValuesAndKeysInErrorsAreEscapedAndBounded) {
   EXPECT_NE(huge.status().message().find("(5242880 bytes)"), std::string::npos) << huge.status().message().substr(0, 300);
 }
 
+// A number in a message is the value given, never rounded; one beyond float's range is refused
+// with its value, not as "inf".
+TEST(HostileSpecTest, NumbersInErrorsAreTheValuesGiven) {
+  ExpectError("round_deadline_s = 604800.0004\n" + std::string(kMinimal),
+              {"'round_deadline_s'", "got 604800.0004"});
+  ExpectError(std::string(kMinimal) + "[data]\nmean = [1e300]\nstd = [1.0]\n",
+              {"'data.mean[0]'", "float's range", "got 1e+300"});
+  ExpectError(std::string(kMinimal) + "[data]\nmean = [0.5]\nstd = [-1e39]\n", {"'data.std[0]'", "got -1e+39"});
+}
+
 // Only a regular file of at most kMaxJobSpecBytes is read; the path in the message is escaped.
 TEST(HostileSpecTest, OnlyARegularFileOfBoundedSizeIsRead) {
   const std::filesystem::path dir =
