@@ -394,6 +394,16 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   }
   const uint64_t parties = u;
   partition_spec->set_parties(static_cast<uint32_t>(parties));
+  // A key of one kind on another is refused, not ignored.
+  if (reader.Has(*partition, "data.partition", "beta") && found->kind != v1::PARTITION_DIRICHLET &&
+      found->kind != v1::PARTITION_QUANTITY) {
+    return reader.Error("data.partition.beta", "applies to kinds \"dirichlet\" and \"quantity\" only, found kind \"" +
+                                                   EscapeUntrusted(kind) + "\"");
+  }
+  if (reader.Has(*partition, "data.partition", "labels_per_party") && found->kind != v1::PARTITION_LABEL_QUANTITY) {
+    return reader.Error("data.partition.labels_per_party",
+                        "applies to kind \"label-quantity\" only, found kind \"" + EscapeUntrusted(kind) + "\"");
+  }
   double beta = 0.5;
   RETURN_IF_ERROR(reader.Number(*partition, "data.partition", "beta", &beta));
   if (!(beta > 0.0 && beta <= wire::kMaxBeta)) {

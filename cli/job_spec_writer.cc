@@ -164,8 +164,13 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
   out << "\n[data.partition]\n";
   out << "kind = " << TomlString(std::string(PartitionKindText(partition.kind()))) << "\n";
   out << "parties = " << partition.parties() << "\n";
-  out << "beta = " << TomlFloat(partition.beta()) << "\n";
-  out << "labels_per_party = " << partition.labels_per_party() << "\n";
+  // Each kind's own keys only: the reader refuses them on another kind.
+  if (partition.kind() == v1::PARTITION_DIRICHLET || partition.kind() == v1::PARTITION_QUANTITY) {
+    out << "beta = " << TomlFloat(partition.beta()) << "\n";
+  }
+  if (partition.kind() == v1::PARTITION_LABEL_QUANTITY) {
+    out << "labels_per_party = " << partition.labels_per_party() << "\n";
+  }
   out << "seed = " << partition.seed() << "\n";
   if (partition.party_labels_size() > 0) {
     out << "party_labels = [";

@@ -79,7 +79,6 @@ max_test_samples = 900
 [data.partition]
 kind = "label-quantity"
 parties = 8
-beta = 0.3
 labels_per_party = 3
 seed = 4
 
@@ -107,7 +106,7 @@ weight_decay = 1e-4
   EXPECT_EQ(spec->data().max_test_samples(), 900u);
   EXPECT_EQ(spec->data().partition().kind(), v1::PARTITION_LABEL_QUANTITY);
   EXPECT_EQ(spec->data().partition().parties(), 8u);
-  EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.3);
+  EXPECT_DOUBLE_EQ(spec->data().partition().beta(), 0.5);  // the default: beta is not label-quantity's
   EXPECT_EQ(spec->data().partition().labels_per_party(), 3u);
   EXPECT_EQ(spec->data().partition().seed(), 4u);
   EXPECT_EQ(spec->local_epochs(), 3u);
@@ -269,8 +268,8 @@ TEST(JobSpecTest, WrongTypesNameKeyExpectedAndFound) {
               {"job.toml:2:", "'rounds'", "expected an integer, found a float"});
   ExpectError(std::string(kMinimal) + "[train]\nlearning_rate = \"fast\"\n",
               {"job.toml:10:", "'train.learning_rate'", "expected a float, found a string"});
-  ExpectError(std::string(kMinimal) + "beta = true\n",
-              {"job.toml:9:", "'data.partition.beta'", "expected a float, found a boolean"});
+  ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = true\n",
+              {"job.toml:10:", "'data.partition.beta'", "expected a float, found a boolean"});
   ExpectError("name = 3\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n",
               {"job.toml:1:", "'name'", "expected a string, found an integer"});
   ExpectError("name = \"t\"\nrounds = 5\nmodel = \"mlp\"\n[data.partition]\nparties = 2\n",
@@ -330,9 +329,14 @@ TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
   ExpectError(std::string("round_deadline_s = -3.0\n") + kMinimal, {"job.toml:1:", "'round_deadline_s'"});
   ExpectError(std::string("seed = -1\n") + kMinimal, {"job.toml:1:", "'seed'"});
   ExpectError(std::string("max_round_attempts = 0\n") + kMinimal, {"job.toml:1:", "'max_round_attempts'"});
-  ExpectError(std::string(kMinimal) + "beta = 0\n", {"job.toml:9:", "'data.partition.beta'", "> 0"});
-  ExpectError(std::string(kMinimal) + "labels_per_party = 11\n",
-              {"job.toml:9:", "'data.partition.labels_per_party'", "at most 10"});
+  ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = 0\n", {"job.toml:10:", "'data.partition.beta'", "> 0"});
+  ExpectError(std::string(kMinimal) + "kind = \"label-quantity\"\nlabels_per_party = 11\n",
+              {"job.toml:10:", "'data.partition.labels_per_party'", "at most 10"});
+  // A kind's own key on another kind is refused, not ignored.
+  ExpectError(std::string(kMinimal) + "beta = 0.3\n",
+              {"job.toml:9:", "'data.partition.beta'", "applies to kinds \"dirichlet\" and \"quantity\" only", "\"iid\""});
+  ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nlabels_per_party = 3\n",
+              {"job.toml:10:", "'data.partition.labels_per_party'", "\"label-quantity\" only", "\"dirichlet\""});
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 0\n",
               {"job.toml:6:", "'data.partition.parties'"});
   ExpectError("name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data]\nmax_train_samples = 3\n"
