@@ -170,6 +170,11 @@ std::vector<std::string> FlagSet::Given() const {
   return given;
 }
 
+bool FlagSet::WasGiven(const std::string& name) const {
+  auto it = flags_.find(name);
+  return it != flags_.end() && it->second.seen;
+}
+
 std::string FlagSet::Usage() const { return Usage(order_); }
 
 std::string FlagSet::Usage(const std::vector<std::string>& only) const {

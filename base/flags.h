@@ -40,6 +40,8 @@ class FlagSet {
   const std::vector<std::string>& positional() const { return positional_; }
   // The names of the flags given on the command line, in name order.
   std::vector<std::string> Given() const;
+  // Whether flag `name` was given (a default value equal to a given one still counts as given).
+  bool WasGiven(const std::string& name) const;
   // Parse() for a program that takes no positional arguments (the daemons, the benchmarks):
   // one is InvalidArgument, naming it, with a hint when it is a boolean's value given apart
   // ("--insecure false" would otherwise leave --insecure on).

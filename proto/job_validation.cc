@@ -20,9 +20,6 @@ namespace {
 // A string from the spec as an error shows it: quoted, escaped and cut.
 std::string Shown(const std::string& value) { return "\"" + EscapeUntrusted(value) + "\""; }
 
-// C0 and C1 controls, DEL, and the characters that reorder or hide text (base/escape.h).
-bool HasControlCharacters(const std::string& text) { return HasHiddenCharacters(text); }
-
 std::string Mebibytes(int64_t bytes) { return FormatNumber(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
 
 Status Refused(const std::string& field, const std::string& expected, const std::string& got) {
@@ -253,7 +250,7 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
   }
   if (!d.label_column().empty()) {
     if (d.format() != "csv") return bad("data.label_column", "nothing unless data.format is \"csv\"", Shown(d.label_column()));
-    if (d.label_column().size() > 64 || HasControlCharacters(d.label_column()) ||
+    if (d.label_column().size() > 64 || HasHiddenCharacters(d.label_column()) ||
         d.label_column().find(',') != std::string::npos) {
       return bad("data.label_column", "at most 64 bytes without commas or control characters", Shown(d.label_column()));
     }
@@ -353,10 +350,10 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     return bad(field, std::string("a number in ") + (zero_allowed ? "[0, " : "(0, ") + FormatNumber(max) + "]" + zero_means,
                FormatNumber(value));
   };
-  if (s.name().size() > 128 || HasControlCharacters(s.name())) {
+  if (s.name().size() > 128 || HasHiddenCharacters(s.name())) {
     return bad("name", "at most 128 bytes without control characters", Shown(s.name()));
   }
-  if (s.data().path().size() > 4096 || HasControlCharacters(s.data().path())) {
+  if (s.data().path().size() > 4096 || HasHiddenCharacters(s.data().path())) {
     return bad("data.path", "a directory path of at most 4096 bytes without control characters",
                Shown(s.data().path()));
   }
@@ -523,7 +520,7 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"device", &s.device()},
                                      {"fallback_device", &s.fallback_device()},
                                      {"collective_backend", &s.collective_backend()}}) {
-    if (value->size() > 64 || HasControlCharacters(*value)) {
+    if (value->size() > 64 || HasHiddenCharacters(*value)) {
       return bad(field, "at most 64 bytes without control characters", Shown(*value));
     }
   }

@@ -12,6 +12,7 @@
 #include <memory>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
 #include "base/escape.h"
 #include "base/flags.h"
@@ -196,12 +197,17 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  bool name_ok = !options.name.empty() && options.name.size() <= 128;
-  for (char c : options.name) name_ok = name_ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-  if (!name_ok) {
-    std::cerr << "tessera-worker: flag --name: expected 1 to 128 letters, digits, '-', '_' or '.', got "
-              << QuoteUntrusted(options.name) << "\n";
-    return 2;
+  // Names as the coordinator takes them at the join, refused here before anything starts.
+  for (const auto& [flag, value, least] : {std::tuple<const char*, const std::string*, size_t>{"name", &options.name, 1},
+                                           {"cohort", &options.cohort, 0}}) {
+    const bool ok = value->size() >= least && value->size() <= 128 && std::all_of(value->begin(), value->end(), [](char c) {
+                      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+                    });
+    if (!ok) {
+      std::cerr << "tessera-worker: flag --" << flag << ": expected " << least
+                << " to 128 letters, digits, '-', '_' or '.', got " << QuoteUntrusted(*value) << "\n";
+      return 2;
+    }
   }
   for (const auto& [flag, device] : {std::pair<std::string, std::string>{"--device", options.device},
                                      {"--fallback-device", options.fallback_device}}) {
@@ -217,27 +223,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
-  // What the coordinator would refuse at the join is refused here, before anything starts.
-  const auto is_name = [](const std::string& value) {
-    return value.size() <= 128 && std::all_of(value.begin(), value.end(), [](char c) {
-             return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-           });
-  };
-  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"name", &options.name},
-                                    std::pair<const char*, const std::string*>{"cohort", &options.cohort}}) {
-    if (!is_name(*value)) {
-      std::cerr << "tessera-worker: --" << flag << " " << QuoteUntrusted(*value)
-                << ": expected at most 128 letters, digits, '-', '_' or '.'\n";
-      return 2;
-    }
-  }
-  const std::vector<std::string> given = flags.Given();
-  const auto was_given = [&given](const char* flag) { return std::find(given.begin(), given.end(), flag) != given.end(); };
-  if (was_given("cohort-address") && options.cohort.empty()) {
+  if (flags.WasGiven("cohort-address") && options.cohort.empty()) {
     std::cerr << "tessera-worker: --cohort-address is the address for a cohort's peers; give --cohort too\n";
     return 2;
   }
-  if (was_given("join-token") && was_given("join-token-file")) {
+  if (flags.WasGiven("join-token") && flags.WasGiven("join-token-file")) {
     std::cerr << "tessera-worker: --join-token and --join-token-file both give the join token; give one\n";
     return 2;
   }

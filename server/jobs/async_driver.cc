@@ -503,10 +503,6 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
     }
     const std::string message = "step " + std::to_string(step) + ": " + usable.message() + "; not committed, its " +
                                 std::to_string(buffer->folded) + " buffered updates (" + workers + ") discarded";
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      applying_ = false;  // no step: the version stays
-    }
     spdlog::warn("job {}: {}", job.id(), message);
     runner_.Note(message);
     if (++consecutive_discards_ >= std::max<uint32_t>(1, spec_.max_round_attempts())) {
@@ -619,7 +615,7 @@ Status AsyncDriver::Run() {
       Status applied = ApplyStep(std::move(ready));
       {
         std::lock_guard<std::mutex> lock(mu_);
-        applying_ = false;  // ApplyStep cleared it already unless it failed
+        applying_ = false;  // a discarded step or a failure; a committed one cleared it with its version
       }
       if (!applied.ok()) {
         CancelAll("the job failed");
