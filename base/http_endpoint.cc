@@ -1,28 +1,45 @@
 #include "base/http_endpoint.h"
 
-#include <httplib.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
 #include <mutex>
 
 #include "base/escape.h"
+#include "base/http_request.h"
 
 namespace tessera {
 
-struct HttpEndpoint::Shared {
-  std::atomic<bool> stopping{false};
-  std::atomic<int> streams{0};
-};
-
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Connections accepted while every thread is busy wait in a queue of at most this many; more
+// are closed at once.
+constexpr size_t kMaxWaitingConnections = 64;
+// Requests on one connection before it is closed, and the longest a response may take to write
+// (a client that reads a byte now and then holds a thread no longer).
+constexpr int kMaxRequestsPerConnection = 20;
+constexpr auto kResponseDeadline = std::chrono::seconds(120);
+constexpr size_t kReadChunk = 16 * 1024;
+
 
 std::string SubjectField(X509* cert, int nid) {
   X509_NAME* name = X509_get_subject_name(cert);
@@ -76,167 +93,478 @@ bool SetUpTls(SSL_CTX& ctx, const std::string& cert_pem, const std::string& key_
   return ok;
 }
 
-HttpRequest ToRequest(const httplib::Request& req) {
-  HttpRequest out;
-  out.path = req.path;
-  for (const auto& [key, value] : req.params) out.params.emplace(key, value);
-  out.authorization = req.get_header_value("Authorization");
-  if (req.ssl != nullptr) {
-    SSL* ssl = const_cast<SSL*>(req.ssl);
-    if (X509* peer = SSL_get1_peer_certificate(ssl)) {
-      if (SSL_get_verify_result(ssl) == X509_V_OK) {
-        out.client_certificate = true;
-        out.client_cn = SubjectField(peer, NID_commonName);
-        out.client_ou = SubjectField(peer, NID_organizationalUnitName);
-        if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr)) {
-          if (char* hex = BN_bn2hex(serial)) {
-            out.client_serial = hex;
-            OPENSSL_free(hex);
-          }
-          BN_free(serial);
-        }
-      }
-      X509_free(peer);
-    }
+
+const char* ReasonPhrase(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
   }
-  return out;
 }
 
-void Apply(const HttpResponse& from, httplib::Response& to) {
-  to.status = from.status;
-  for (const auto& [key, value] : from.headers) to.set_header(key, value);
-  to.set_content(from.body, from.content_type);
+// A header a handler set goes out only when it cannot break the head: a token name, a value
+// without line breaks or NUL.
+bool SafeHeader(const std::string& name, const std::string& value) {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    if (c <= 0x20 || c == ':' || c == 0x7f) return false;
+  }
+  return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos;
+}
+
+// One accepted connection: a non-blocking socket, TLS over it when the endpoint has TLS. Every
+// wait also watches the endpoint's stop descriptor, so Stop() ends every wait at once.
+class Connection {
+ public:
+  Connection(int fd, int stop_fd) : fd_(fd), stop_fd_(stop_fd) {}
+  ~Connection() {
+    if (ssl_ != nullptr) {
+      ERR_clear_error();
+      if (handshaken_) SSL_shutdown(ssl_);  // one try at close_notify; never waits
+      SSL_free(ssl_);
+    }
+    ::close(fd_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // The TLS handshake, whole, before the deadline.
+  bool Handshake(SSL_CTX* ctx, Clock::time_point deadline) {
+    ssl_ = SSL_new(ctx);
+    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) return false;
+    for (;;) {
+      ERR_clear_error();
+      const int done = SSL_accept(ssl_);
+      if (done == 1) {
+        handshaken_ = true;
+        return true;
+      }
+      if (!WaitFor(SSL_get_error(ssl_, done), deadline)) return false;
+    }
+  }
+
+  // What has arrived, up to `size` bytes, waiting until the deadline: > 0 bytes read, 0 the
+  // peer closed, -1 the deadline passed, the endpoint stops, or the connection failed.
+  ssize_t Read(char* data, size_t size, Clock::time_point deadline) {
+    for (;;) {
+      if (ssl_ != nullptr) {
+        ERR_clear_error();
+        const int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
+        if (n > 0) return n;
+        const int error = SSL_get_error(ssl_, n);
+        if (error == SSL_ERROR_ZERO_RETURN) return 0;
+        if (error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (n == 0 || errno == 0)) return 0;
+        if (!WaitFor(error, deadline)) return -1;
+      } else {
+        const ssize_t n = ::recv(fd_, data, size, 0);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        if (!Wait(POLLIN, deadline)) return -1;
+      }
+    }
+  }
+
+  // Writes it all: each wait for room at most `stall`, the whole before `deadline`.
+  bool WriteAll(std::string_view data, std::chrono::milliseconds stall, Clock::time_point deadline) {
+    while (!data.empty()) {
+      const Clock::time_point until = std::min(deadline, Clock::now() + stall);
+      if (ssl_ != nullptr) {
+        ERR_clear_error();
+        const int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+        if (n > 0) {
+          data.remove_prefix(static_cast<size_t>(n));
+          continue;
+        }
+        if (!WaitFor(SSL_get_error(ssl_, n), until)) return false;
+      } else {
+        const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+        if (n > 0) {
+          data.remove_prefix(static_cast<size_t>(n));
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
+        if (!Wait(POLLOUT, until)) return false;
+      }
+    }
+    return true;
+  }
+
+  // After a refusal whose request was not read to its end: the write side is closed and what
+  // the client still sends is read and dropped for a moment, so that the close is not a reset
+  // that would discard the refusal before the client reads it.
+  void LingeringClose() {
+    if (ssl_ != nullptr && handshaken_) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_);
+      handshaken_ = false;
+    }
+    ::shutdown(fd_, SHUT_WR);
+    const Clock::time_point until = Clock::now() + std::chrono::seconds(1);
+    char sink[4096];
+    for (size_t dropped = 0; dropped < (size_t{256} << 10);) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+      pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+      if (left <= 0 || ::poll(p, 2, static_cast<int>(left)) <= 0 || p[1].revents != 0) return;
+      const ssize_t n = ::recv(fd_, sink, sizeof(sink), 0);
+      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) return;
+      if (n > 0) dropped += static_cast<size_t>(n);
+    }
+  }
+
+  // The peer closed or reset its side (an event stream's reader went away).
+  bool PeerGone() const {
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
+
+  SSL* ssl() const { return ssl_; }
+
+ private:
+  bool WaitFor(int ssl_error, Clock::time_point deadline) {
+    if (ssl_error == SSL_ERROR_WANT_READ) return Wait(POLLIN, deadline);
+    if (ssl_error == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT, deadline);
+    return false;
+  }
+
+  bool Wait(short events, Clock::time_point deadline) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return false;
+      pollfd p[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
+      const int n = ::poll(p, 2, static_cast<int>(std::min<long long>(left + 1, 60'000)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 || p[1].revents != 0) return false;
+      if (p[0].revents != 0) return (p[0].revents & POLLNVAL) == 0;
+    }
+  }
+
+  int fd_;
+  int stop_fd_;
+  SSL* ssl_ = nullptr;
+  bool handshaken_ = false;
+};
+
+void FillPeer(SSL* ssl, HttpRequest& out) {
+  if (ssl == nullptr) return;
+  X509* peer = SSL_get1_peer_certificate(ssl);
+  if (peer == nullptr) return;
+  if (SSL_get_verify_result(ssl) == X509_V_OK) {
+    out.client_certificate = true;
+    out.client_cn = SubjectField(peer, NID_commonName);
+    out.client_ou = SubjectField(peer, NID_organizationalUnitName);
+    if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr)) {
+      if (char* hex = BN_bn2hex(serial)) {
+        out.client_serial = hex;
+        OPENSSL_free(hex);
+      }
+      BN_free(serial);
+    }
+  }
+  X509_free(peer);
+}
+
+std::string ResponseHead(int status, const std::string& content_type, const std::string* body,
+                         const std::vector<std::pair<std::string, std::string>>& headers, bool keep_alive, bool chunked) {
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " + ReasonPhrase(status) + "\r\n";
+  const bool no_body = status == 204 || status == 304;
+  if (!no_body && SafeHeader("Content-Type", content_type)) head += "Content-Type: " + content_type + "\r\n";
+  if (body != nullptr && !no_body) head += "Content-Length: " + std::to_string(body->size()) + "\r\n";
+  if (chunked) head += "Transfer-Encoding: chunked\r\n";
+  for (const auto& [name, value] : headers) {
+    if (SafeHeader(name, value)) head += name + ": " + value + "\r\n";
+  }
+  head += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return head;
 }
 
 }  // namespace
 
-Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options) {
-  std::unique_ptr<HttpEndpoint> endpoint(new HttpEndpoint());
-  endpoint->shared_ = std::make_shared<Shared>();
-  endpoint->host_ = options.host;
-  if (!options.cert_pem.empty()) {
-    const std::string cert = options.cert_pem, key = options.key_pem, ca = options.client_ca_pem;
-    auto server = std::make_unique<httplib::SSLServer>(
-        [cert, key, ca](SSL_CTX& ctx) { return SetUpTls(ctx, cert, key, ca); });
-    if (!server->is_valid()) return InvalidArgumentError("the HTTP endpoint's TLS certificate, key or client CA did not load");
-    endpoint->server_ = std::move(server);
-    endpoint->tls_ = true;
-  } else {
-    endpoint->server_ = std::make_unique<httplib::Server>();
-  }
-  httplib::Server& server = *endpoint->server_;
-  const int threads = std::max(1, options.threads);
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  // The port is this daemon's alone: SO_REUSEADDR for quick restarts, never SO_REUSEPORT.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server.set_read_timeout(options.read_timeout);
-  server.set_write_timeout(options.read_timeout);
-  server.set_payload_max_length(0);
-  server.set_keep_alive_max_count(20);
+struct HttpEndpoint::Shared {
+  HttpEndpointOptions options;
+  SSL_CTX* ssl_ctx = nullptr;
+  int listen_fd = -1;
+  int stop_fd = -1;
+  std::atomic<bool> stopping{false};
+  std::atomic<int> streams{0};
+  std::mutex mu;
+  std::condition_variable waiting_changed;
+  std::deque<int> waiting;  // accepted connections no thread has taken yet
 
-  auto shared = endpoint->shared_;
-  auto authorize = options.authorize;
-  auto routes = std::make_shared<std::vector<HttpRoute>>(std::move(options.routes));
-  const int max_streams = std::max(1, options.max_streams);
-  const auto heartbeat = options.stream_heartbeat;
-  server.Get(".*", [shared, authorize, routes, max_streams, heartbeat](const httplib::Request& req,
-                                                                      httplib::Response& res) {
-    HttpRequest request = ToRequest(req);
-    if (authorize) {
-      if (Status s = authorize(request); !s.ok()) {
-        HttpResponse refusal;
-        refusal.status = s.code() == StatusCode::kUnauthenticated ? 401 : 403;
-        refusal.body = s.message() + "\n";
-        if (refusal.status == 401) refusal.headers.emplace_back("WWW-Authenticate", "Bearer");
-        Apply(refusal, res);
+  ~Shared() {
+    for (const int fd : waiting) ::close(fd);
+    if (listen_fd >= 0) ::close(listen_fd);
+    if (stop_fd >= 0) ::close(stop_fd);
+    if (ssl_ctx != nullptr) SSL_CTX_free(ssl_ctx);
+  }
+
+  void Accept();
+  void Serve();
+  void ServeConnection(int fd);
+  // Answers one request; false when the connection is to close after it.
+  bool Answer(Connection& connection, const HttpRequestHead& head, const HttpRequest& peer, bool last);
+  void Stream(Connection& connection, const HttpRoute& route, const HttpRequest& request, bool chunked);
+};
+
+void HttpEndpoint::Shared::Accept() {
+  for (;;) {
+    pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    const int n = ::poll(p, 2, -1);
+    if (stopping.load() || (n > 0 && p[1].revents != 0)) return;
+    if (n <= 0) continue;
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      // Out of descriptors: wait a little rather than spin on the same refusal.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd s{stop_fd, POLLIN, 0};
+        ::poll(&s, 1, 50);
+      }
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (waiting.size() >= kMaxWaitingConnections) {
+      ::close(fd);
+      continue;
+    }
+    waiting.push_back(fd);
+    waiting_changed.notify_one();
+  }
+}
+
+void HttpEndpoint::Shared::Serve() {
+  for (;;) {
+    int fd = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      waiting_changed.wait(lock, [&] { return stopping.load() || !waiting.empty(); });
+      if (stopping.load()) return;
+      fd = waiting.front();
+      waiting.pop_front();
+    }
+    ServeConnection(fd);
+  }
+}
+
+void HttpEndpoint::Shared::ServeConnection(int fd) {
+  Connection connection(fd, stop_fd);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const auto read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
+  if (ssl_ctx != nullptr && !connection.Handshake(ssl_ctx, Clock::now() + read_timeout)) return;
+  HttpRequest peer;
+  FillPeer(connection.ssl(), peer);
+  HttpHeadReader reader;
+  char chunk[kReadChunk];
+  for (int served = 0; served < kMaxRequestsPerConnection; ++served) {
+    // An idle connection waits for its next request's first byte as long as a read may take;
+    // then the whole head must arrive within the read timeout.
+    if (reader.empty()) {
+      const ssize_t n = connection.Read(chunk, sizeof(chunk), Clock::now() + read_timeout);
+      if (n <= 0) return;
+      reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
+    }
+    const Clock::time_point head_deadline = Clock::now() + read_timeout;
+    while (reader.state() == HttpHeadReader::State::kNeedMore) {
+      const ssize_t n = connection.Read(chunk, sizeof(chunk), head_deadline);
+      if (n == 0) return;
+      if (n < 0) {
+        if (!stopping.load() && Clock::now() >= head_deadline) {
+          const std::string body = "the request's head did not arrive within " +
+                                   std::to_string(options.read_timeout.count()) + " s\n";
+          connection.WriteAll(ResponseHead(408, "text/plain; charset=utf-8", &body, {}, false, false) + body,
+                              read_timeout, Clock::now() + read_timeout);
+          connection.LingeringClose();
+        }
         return;
       }
+      reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
     }
-    const HttpRoute* route = nullptr;
-    for (const auto& r : *routes) {
-      const bool prefix = !r.path.empty() && r.path.back() == '/' && r.path.size() > 1;
-      if (request.path == r.path || (prefix && request.path.rfind(r.path, 0) == 0)) {
-        route = &r;
-        break;
-      }
-    }
-    if (route == nullptr) {
-      Apply({404, "text/plain; charset=utf-8", "no page " + EscapeUntrusted(request.path, 128) + " here\n", {}}, res);
+    if (reader.state() == HttpHeadReader::State::kRefused) {
+      const std::string body = reader.reason() + "\n";
+      connection.WriteAll(ResponseHead(reader.status(), "text/plain; charset=utf-8", &body, {}, false, false) + body,
+                          read_timeout, Clock::now() + read_timeout);
+      connection.LingeringClose();
       return;
     }
-    if (route->handler) {
-      Apply(route->handler(request), res);
-      return;
-    }
-    if (shared->streams.fetch_add(1) >= max_streams) {
-      shared->streams.fetch_sub(1);
-      Apply({503, "text/plain; charset=utf-8",
-             "too many open event streams (at most " + std::to_string(max_streams) + "); try again later\n", {}},
-            res);
-      return;
-    }
-    res.set_header("Cache-Control", "no-store");
-    // The slot is given back once: when the stream ends, or when the response is dropped
-    // without streaming (httplib may copy a response, and every copy calls the releaser).
-    auto released = std::make_shared<std::atomic<bool>>(false);
-    auto give_back = [shared, released] {
-      if (!released->exchange(true)) shared->streams.fetch_sub(1);
-    };
-    auto stream = route->stream;
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [shared, stream, request, heartbeat, give_back](size_t, httplib::DataSink& sink) {
-          auto last_write = std::chrono::steady_clock::now();
-          EventSender send = [&](const std::string& name, const std::string& data) {
-            if (shared->stopping.load() || !sink.is_writable()) return false;
-            std::string frame;
-            if (name.empty() && data.empty()) {
-              if (std::chrono::steady_clock::now() - last_write < heartbeat) return true;
-              frame = ": keep-alive\n\n";
-            } else {
-              if (!name.empty()) frame += "event: " + name + "\n";
-              size_t start = 0;
-              for (size_t nl = data.find('\n');; nl = data.find('\n', start)) {
-                frame += "data: " + data.substr(start, nl == std::string::npos ? std::string::npos : nl - start) + "\n";
-                if (nl == std::string::npos) break;
-                start = nl + 1;
-              }
-              frame += "\n";
-            }
-            last_write = std::chrono::steady_clock::now();
-            return sink.write(frame.data(), frame.size());
-          };
-          stream(request, send);
-          give_back();
-          sink.done();
-          return true;
-        },
-        [give_back](bool) { give_back(); });
-  });
+    if (!Answer(connection, reader.head(), peer, served + 1 == kMaxRequestsPerConnection)) return;
+    reader.Restart(reader.rest());
+  }
+}
 
-  const int port = options.port == 0 ? server.bind_to_any_port(options.host) :
-                   (server.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port <= 0) {
-    return UnavailableError("cannot listen on " + options.host + ":" + std::to_string(options.port) +
-                            " for HTTP (in use, or not an address of this machine)");
+bool HttpEndpoint::Shared::Answer(Connection& connection, const HttpRequestHead& head, const HttpRequest& peer,
+                                  bool last) {
+  const auto stall = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
+  const Clock::time_point deadline = Clock::now() + kResponseDeadline;
+  bool keep_alive = head.keep_alive && !last && !stopping.load();
+  const bool head_only = head.method == "HEAD";
+  auto respond = [&](const HttpResponse& response) {
+    std::string out = ResponseHead(response.status, response.content_type, &response.body, response.headers,
+                                   keep_alive, false);
+    if (!head_only && response.status != 204) out += response.body;
+    return connection.WriteAll(out, stall, deadline) && keep_alive;
+  };
+  auto text = [](int status, std::string body) {
+    return HttpResponse{status, "text/plain; charset=utf-8", std::move(body), {}};
+  };
+  if (head.method != "GET" && !head_only) {
+    keep_alive = false;
+    HttpResponse refusal = text(405, "this port serves GET and HEAD only, not " + QuoteUntrusted(head.method, 16) + "\n");
+    refusal.headers.emplace_back("Allow", "GET, HEAD");
+    respond(refusal);
+    connection.LingeringClose();
+    return false;
   }
-  endpoint->port_ = port;
-  httplib::Server* raw = endpoint->server_.get();
-  auto listening_ended = std::make_shared<std::atomic<bool>>(false);
-  endpoint->listener_ = std::make_unique<std::thread>([raw, listening_ended] {
-    raw->listen_after_bind();
-    listening_ended->store(true);
-  });
-  // Stop() before the listener runs would find nothing to stop, and the listener would then
-  // run forever: wait until it is up (or has given up).
-  while (!raw->is_running() && !listening_ended->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  if (listening_ended->load()) {
-    endpoint->listener_->join();
-    return UnavailableError("cannot serve HTTP on " + options.host + ":" + std::to_string(port));
+  if (head.has_body) {
+    keep_alive = false;  // the body's bytes are not read, so nothing after them can be
+    respond(text(413, "requests to this port carry no body\n"));
+    connection.LingeringClose();
+    return false;
   }
+  HttpRequest request = peer;
+  request.path = head.path;
+  request.params = head.params;
+  request.authorization = head.authorization;
+  if (options.authorize) {
+    if (Status s = options.authorize(request); !s.ok()) {
+      HttpResponse refusal = text(s.code() == StatusCode::kUnauthenticated ? 401 : 403, s.message() + "\n");
+      if (refusal.status == 401) refusal.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return respond(refusal);
+    }
+  }
+  const HttpRoute* route = nullptr;
+  for (const auto& r : options.routes) {
+    const bool prefix = !r.path.empty() && r.path.back() == '/' && r.path.size() > 1;
+    if (request.path == r.path || (prefix && request.path.rfind(r.path, 0) == 0)) {
+      route = &r;
+      break;
+    }
+  }
+  if (route == nullptr) return respond(text(404, "no page " + EscapeUntrusted(request.path, 128) + " here\n"));
+  if (route->handler) return respond(route->handler(request));
+  if (head_only) {
+    HttpResponse refusal = text(405, "an event stream is read with GET\n");
+    refusal.headers.emplace_back("Allow", "GET");
+    return respond(refusal);
+  }
+  const int max_streams = std::max(1, options.max_streams);
+  if (streams.fetch_add(1) >= max_streams) {
+    streams.fetch_sub(1);
+    return respond(text(503, "too many open event streams (at most " + std::to_string(max_streams) +
+                                 "); try again later\n"));
+  }
+  Stream(connection, *route, request, head.minor_version >= 1);
+  streams.fetch_sub(1);
+  return false;  // a stream's connection closes when the stream ends
+}
+
+void HttpEndpoint::Shared::Stream(Connection& connection, const HttpRoute& route, const HttpRequest& request,
+                                  bool chunked) {
+  const auto stall = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
+  const std::string head =
+      ResponseHead(200, "text/event-stream", nullptr, {{"Cache-Control", "no-store"}}, false, chunked);
+  if (!connection.WriteAll(head, stall, Clock::now() + stall)) return;
+  auto last_write = Clock::now();
+  bool failed = false;
+  EventSender send = [&](const std::string& name, const std::string& data) {
+    if (failed || stopping.load() || connection.PeerGone()) return false;
+    std::string frame;
+    if (name.empty() && data.empty()) {
+      if (Clock::now() - last_write < options.stream_heartbeat) return true;
+      frame = ": keep-alive\n\n";
+    } else {
+      if (!name.empty()) frame += "event: " + name + "\n";
+      size_t start = 0;
+      for (size_t nl = data.find('\n');; nl = data.find('\n', start)) {
+        frame += "data: " + data.substr(start, nl == std::string::npos ? std::string::npos : nl - start) + "\n";
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+      }
+      frame += "\n";
+    }
+    if (chunked) {
+      char size[24];
+      std::snprintf(size, sizeof(size), "%zx\r\n", frame.size());
+      frame = size + frame + "\r\n";
+    }
+    last_write = Clock::now();
+    failed = !connection.WriteAll(frame, stall, Clock::now() + kResponseDeadline);
+    return !failed;
+  };
+  route.stream(request, send);
+  if (chunked && !failed && !stopping.load()) connection.WriteAll("0\r\n\r\n", stall, Clock::now() + stall);
+}
+
+Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions options) {
+  std::unique_ptr<HttpEndpoint> endpoint(new HttpEndpoint());
+  auto shared = std::make_shared<Shared>();
+  endpoint->shared_ = shared;
+  endpoint->host_ = options.host;
+  // A TLS write to a peer that went away raises SIGPIPE (OpenSSL writes with write(2)): ignore
+  // it unless the program handles it, so the write fails instead.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  if (!options.cert_pem.empty()) {
+    shared->ssl_ctx = SSL_CTX_new(TLS_server_method());
+    if (shared->ssl_ctx == nullptr ||
+        !SetUpTls(*shared->ssl_ctx, options.cert_pem, options.key_pem, options.client_ca_pem)) {
+      ERR_clear_error();
+      return InvalidArgumentError("the HTTP endpoint's TLS certificate, key or client CA did not load");
+    }
+    SSL_CTX_set_options(shared->ssl_ctx, SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_mode(shared->ssl_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    endpoint->tls_ = true;
+  }
+  const std::string where = options.host + ":" + std::to_string(options.port);
+  const std::string refused = "cannot listen on " + where + " for HTTP (in use, or not an address of this machine)";
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (options.port < 0 || options.port > 65535 ||
+      ::getaddrinfo(options.host.c_str(), std::to_string(options.port).c_str(), &hints, &found) != 0) {
+    return UnavailableError(refused);
+  }
+  for (addrinfo* a = found; a != nullptr && shared->listen_fd < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) continue;
+    // The port is this daemon's alone: SO_REUSEADDR for quick restarts, never SO_REUSEPORT.
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      shared->listen_fd = fd;
+    } else {
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(found);
+  if (shared->listen_fd < 0) return UnavailableError(refused);
+  sockaddr_storage bound{};
+  socklen_t bound_size = sizeof(bound);
+  if (::getsockname(shared->listen_fd, reinterpret_cast<sockaddr*>(&bound), &bound_size) != 0) {
+    return UnavailableError(refused);
+  }
+  endpoint->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                      : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  shared->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (shared->stop_fd < 0) return UnavailableError("cannot serve HTTP on " + where + ": " + std::strerror(errno));
+  shared->options = std::move(options);
+  const int threads = std::max(1, shared->options.threads);
+  for (int i = 0; i < threads; ++i) endpoint->threads_.emplace_back([shared] { shared->Serve(); });
+  endpoint->threads_.emplace_back([shared] { shared->Accept(); });
   return endpoint;
 }
 
@@ -246,10 +574,16 @@ std::string HttpEndpoint::url() const {
 }
 
 void HttpEndpoint::Stop() {
-  if (!server_) return;
-  shared_->stopping.store(true);
-  server_->stop();
-  if (listener_ && listener_->joinable()) listener_->join();
+  if (!shared_ || shared_->stopping.exchange(true)) return;
+  const uint64_t one = 1;
+  [[maybe_unused]] const ssize_t written = ::write(shared_->stop_fd, &one, sizeof(one));
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->waiting_changed.notify_all();
+  }
+  for (auto& thread : threads_) {
+    if (thread.joinable()) thread.join();
+  }
 }
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }

@@ -1,14 +1,17 @@
 // A small HTTP(S) server for what a daemon shows to people and to Prometheus: /metrics, the
-// coordinator's dashboard and its read-only JSON, and server-sent event streams. GET only.
+// coordinator's dashboard and its read-only JSON, and server-sent event streams. GET and HEAD.
 //
 // Every request is checked by `authorize` before its handler runs (the coordinator lets
 // operators in: a client certificate of the operator role, or the admin token as a bearer
-// token). Requests are small: a request line and header lines of at most 8 KiB each (httplib
-// bounds neither their number nor a request's whole time: docs/SECURITY.md, "Known limits"),
-// no body, a read timeout, a bounded number of connections and of open event streams; the port
-// is bound without SO_REUSEPORT, so a second daemon cannot share it.
+// token). Everything a client sends is bounded before it is looked at: the TLS handshake and
+// each request's head must arrive within the read timeout, whole; the request line and each
+// header line at most 8 KiB, at most 64 header lines, 32 KiB in all (base/http_request.h); no
+// body; at most 20 requests a connection. `threads` connections are served at once, at most 64
+// more wait, the rest are closed; event streams are bounded apart. The port is bound without
+// SO_REUSEPORT, so a second daemon cannot share it.
 //
-// Built on cpp-httplib (Debian's libcpp-httplib), with its TLS from OpenSSL.
+// Our own, on POSIX sockets and OpenSSL: a library server read every header line a client sent
+// before any check could run.
 #pragma once
 
 #include <chrono>
@@ -20,10 +23,6 @@
 #include <vector>
 
 #include "base/status.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace tessera {
 
@@ -69,6 +68,8 @@ struct HttpEndpointOptions {
   std::vector<HttpRoute> routes;
   int threads = 8;                 // connections served at once
   int max_streams = 4;             // open event streams at once; more get 503
+  // The TLS handshake, a request's head (from its first byte), the wait for a kept-alive
+  // connection's next request, and each wait for a slow reader to take a response's bytes.
   std::chrono::seconds read_timeout{5};
   std::chrono::seconds stream_heartbeat{15};  // a comment line keeps proxies from closing a quiet stream
 };
@@ -91,8 +92,7 @@ class HttpEndpoint {
   HttpEndpoint() = default;
   struct Shared;
   std::shared_ptr<Shared> shared_;
-  std::unique_ptr<httplib::Server> server_;
-  std::unique_ptr<std::thread> listener_;
+  std::vector<std::thread> threads_;  // the connections' threads, then the one accepting
   std::string host_;
   int port_ = 0;
   bool tls_ = false;

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 build_dir="${BUILD_DIR:-build-fuzz}"
 jobs="${JOBS:-2}"
-all_fuzzers="tensor_transfer_fuzzer update_envelope_fuzzer checkpoint_fuzzer idx_fuzzer dataset_fuzzer job_spec_toml_fuzzer job_spec_proto_fuzzer revocation_list_fuzzer"
+all_fuzzers="tensor_transfer_fuzzer update_envelope_fuzzer checkpoint_fuzzer idx_fuzzer dataset_fuzzer job_spec_toml_fuzzer job_spec_proto_fuzzer revocation_list_fuzzer http_head_fuzzer"
 fuzzers="${FUZZERS:-$all_fuzzers}"
 parallel="${PARALLEL:-1}"
 

@@ -1,10 +1,16 @@
 // HttpEndpoint: routes, refusals by `authorize`, event streams and their bound, exclusive port.
 #include "base/http_endpoint.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 namespace tessera {
@@ -26,6 +32,50 @@ HttpEndpointOptions Options() {
                             }});
   return options;
 }
+
+// A raw connection, for what a library client would not send.
+class RawClient {
+ public:
+  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  bool Send(const std::string& bytes) { return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()); }
+  // What arrives until the server closes, or until `limit` passes.
+  std::string ReadUntilClosed(std::chrono::milliseconds limit, bool* closed = nullptr) {
+    std::string out;
+    const auto until = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) {
+        if (closed != nullptr) *closed = true;
+        break;
+      }
+      out.append(buffer, static_cast<size_t>(n));
+    }
+    return out;
+  }
+  // Whether the server has closed the connection (a read sees the end).
+  bool ClosedByServer() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    char c;
+    return ::recv(fd_, &c, 1, MSG_PEEK) <= 0;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
 
 TEST(HttpEndpointTest, ServesRoutesAndSaysWhatIsNotThere) {
   auto endpoint = HttpEndpoint::Start(Options());
@@ -148,6 +198,147 @@ TEST(HttpEndpointTest, StopEndsAnOpenStream) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   (*endpoint)->Stop();  // returns: the stream noticed
   reader.join();
+}
+
+TEST(HttpEndpointTest, TooManyHeaderLinesAreRefusedBeforeAuthorizeAndTheConnectionCloses) {
+  auto options = Options();
+  std::atomic<int> authorized{0};
+  options.authorize = [&](const HttpRequest&) {
+    ++authorized;
+    return Status::Ok();
+  };
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 200; ++i) request += "X-Filler-" + std::to_string(i) + ": v\r\n";
+  client.Send(request);  // no blank line: the server must not wait for one
+  bool closed = false;
+  const std::string answer = client.ReadUntilClosed(std::chrono::seconds(30), &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431 ", 0), 0u) << answer;
+  EXPECT_NE(answer.find("more than 64 header lines"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(authorized.load(), 0);
+}
+
+TEST(HttpEndpointTest, AHeadThatTricklesInPastTheReadTimeoutIsCutOff) {
+  auto options = Options();
+  options.read_timeout = std::chrono::seconds(1);
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  // A header line every 100 ms, each well inside the read timeout, for up to 20 s.
+  client.Send("GET /metrics HTTP/1.1\r\n");
+  std::string answer;
+  bool closed = false;
+  for (int i = 0; i < 200 && !closed; ++i) {
+    if (!client.Send("X-" + std::to_string(i) + ": v\r\n")) break;
+    answer += client.ReadUntilClosed(std::chrono::milliseconds(100), &closed);
+  }
+  answer += client.ReadUntilClosed(std::chrono::seconds(5), &closed);
+  EXPECT_TRUE(closed) << "the server gave up on the head";
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408 ", 0), 0u) << answer;
+}
+
+TEST(HttpEndpointTest, AnIdleConnectionIsClosedAfterTheReadTimeout) {
+  auto options = Options();
+  options.read_timeout = std::chrono::seconds(1);
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  bool closed = false;
+  EXPECT_EQ(client.ReadUntilClosed(std::chrono::seconds(20), &closed), "") << "nothing was asked";
+  EXPECT_TRUE(closed);
+}
+
+TEST(HttpEndpointTest, KeepsAConnectionForSeveralRequestsIncludingPipelinedOnes) {
+  auto endpoint = HttpEndpoint::Start(Options());
+  ASSERT_TRUE(endpoint.ok());
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  client.Send("GET /api/echo?q=one HTTP/1.1\r\n\r\nHEAD /metrics HTTP/1.1\r\n\r\nGET /api/echo?q=two HTTP/1.1\r\nConnection: close\r\n\r\n");
+  bool closed = false;
+  const std::string answer = client.ReadUntilClosed(std::chrono::seconds(20), &closed);
+  EXPECT_TRUE(closed) << "closed after the request that asked";
+  const size_t first = answer.find("\r\n\r\none");
+  const size_t head = answer.find("HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 5\r\n");
+  const size_t second = answer.find("\r\n\r\ntwo");
+  EXPECT_NE(first, std::string::npos) << answer;
+  EXPECT_NE(head, std::string::npos) << answer;
+  EXPECT_NE(second, std::string::npos) << answer;
+  EXPECT_TRUE(first < head && head < second) << "in order: " << answer;
+  EXPECT_EQ(answer.find("up 1"), std::string::npos) << "HEAD has no body: " << answer;
+  EXPECT_EQ(answer.substr(answer.size() - 3), "two");
+}
+
+TEST(HttpEndpointTest, OtherMethodsAndBodiesAreRefused) {
+  auto endpoint = HttpEndpoint::Start(Options());
+  ASSERT_TRUE(endpoint.ok());
+  const int port = (*endpoint)->port();
+  struct Case {
+    std::string request;
+    std::string status_line;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 405 ", "GET and HEAD only, not 'POST'"},
+           {"GET /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody", "HTTP/1.1 413 ", "no body"},
+           {"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "HTTP/1.1 413 ", "no body"},
+           {"GET /metrics HTTP/3\r\n\r\n", "HTTP/1.1 400 ", "HTTP/1.x"},
+           {"GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n\r\n", "HTTP/1.1 414 ", "longer than 8192"},
+           {"HEAD /events HTTP/1.1\r\n\r\n", "HTTP/1.1 405 ", "Allow: GET\r\n"},
+       }) {
+    RawClient client(port);
+    ASSERT_TRUE(client.connected());
+    client.Send(c.request);
+    if (c.status_line == "HTTP/1.1 405 " && c.request[0] == 'H') client.Send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
+    bool closed = false;
+    const std::string answer = client.ReadUntilClosed(std::chrono::seconds(20), &closed);
+    EXPECT_EQ(answer.rfind(c.status_line, 0), 0u) << c.request.substr(0, 60) << " -> " << answer.substr(0, 200);
+    EXPECT_NE(answer.find(c.says), std::string::npos) << answer.substr(0, 300);
+    EXPECT_TRUE(closed) << c.request.substr(0, 60);
+  }
+}
+
+TEST(HttpEndpointTest, HeadersAHandlerSetCannotSplitTheResponse) {
+  auto options = Options();
+  options.routes.push_back({"/split", [](const HttpRequest&) {
+                              return HttpResponse{200, "text/plain", "ok", {{"X-Good", "yes"}, {"X-Bad", "a\r\nSet-Cookie: x=1"}}};
+                            }, nullptr});
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  httplib::Client client("127.0.0.1", (*endpoint)->port());
+  auto r = client.Get("/split");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->get_header_value("X-Good"), "yes");
+  EXPECT_FALSE(r->has_header("X-Bad"));
+  EXPECT_FALSE(r->has_header("Set-Cookie"));
+}
+
+TEST(HttpEndpointTest, AnEventStreamWhoseReaderLeftEnds) {
+  auto options = Options();
+  std::atomic<bool> ended{false};
+  options.routes.push_back({"/quiet", nullptr, [&](const HttpRequest&, const EventSender& send) {
+                              // Only keep-alive checks, which write nothing for 15 s: the reader's
+                              // going must still be noticed.
+                              for (int i = 0; i < 3000 && send("", ""); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+                              ended = true;
+                            }});
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  {
+    RawClient client((*endpoint)->port());
+    ASSERT_TRUE(client.connected());
+    client.Send("GET /quiet HTTP/1.1\r\n\r\n");
+    const std::string head = client.ReadUntilClosed(std::chrono::milliseconds(500));
+    EXPECT_NE(head.find("Content-Type: text/event-stream"), std::string::npos) << head;
+  }
+  for (int i = 0; i < 2000 && !ended; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(ended.load()) << "the handler's send() failed once the reader closed";
 }
 
 }  // namespace

@@ -336,6 +336,26 @@ void RevocationCorpus(const fs::path& dir) {
   WriteFile(dir / "certificate_as_list", Record(ca->cert_pem) + Record(a->cert_pem));
 }
 
+// Request heads as a browser, curl and Prometheus send them, and a few refused ones; the first
+// byte is the fuzzer's piece size.
+void HttpHeadCorpus(const fs::path& dir) {
+  const std::pair<const char*, std::string> heads[] = {
+      {"browser", "GET /api/job?id=job-1&from=3 HTTP/1.1\r\nHost: 127.0.0.1:9464\r\nConnection: keep-alive\r\n"
+                  "Accept: text/event-stream\r\nUser-Agent: Mozilla/5.0\r\n\r\n"},
+      {"prometheus", "GET /metrics HTTP/1.1\r\nHost: c:9464\r\nAuthorization: Bearer abc\r\nAccept-Encoding: gzip\r\n\r\n"},
+      {"pipelined", "GET /a HTTP/1.1\r\n\r\nHEAD /b%20c?x=%41+b HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET"},
+      {"bare_line_feeds", "\nGET / HTTP/1.1\nX: y\n\n"},
+      {"body", "POST /metrics HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\nbody"},
+      {"folded", "GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n"},
+      {"many_headers", "GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\nC: 3\r\nD: 4\r\nE: 5\r\nF: 6\r\nG: 7\r\nH: 8\r\nI: 9\r\n\r\n"},
+      {"version", "GET / HTTP/2.0\r\n\r\n"},
+  };
+  for (const auto& [name, head] : heads) {
+    WriteFile(dir / name, std::string(1, '\x07') + head);
+    WriteFile(dir / (std::string(name) + "_bytewise"), std::string(1, '\x00') + head);
+  }
+}
+
 }  // namespace tessera::fuzz
 
 int main(int argc, char** argv) {
@@ -351,6 +371,7 @@ int main(int argc, char** argv) {
   CheckpointCorpus(out / "checkpoint_fuzzer");
   IdxCorpus(out / "idx_fuzzer", out);
   RevocationCorpus(out / "revocation_list_fuzzer");
+  HttpHeadCorpus(out / "http_head_fuzzer");
   DatasetCorpus(out / "dataset_fuzzer", out);
   JobSpecCorpora(source_dir, out / "job_spec_toml_fuzzer", out / "job_spec_proto_fuzzer");
   std::cout << "wrote the seed corpora under " << out << "\n";

@@ -1,8 +1,13 @@
 // The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
 // the JSON for operators only (certificate or admin token; a revoked certificate is refused),
 // and metrics that count what a real job did.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <ctime>
 #include <fstream>
@@ -107,6 +112,32 @@ TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(bad->body, "job id 'a\\nb': expected letters, digits, '-' or '_'\n");
+}
+
+TEST_F(MonitoringTest, OverTlsAHeadIsBoundedBeforeTheOperatorCheckAndAStalledHandshakeIsDropped) {
+  httplib::Headers many;
+  for (int i = 0; i < 100; ++i) many.emplace("X-Filler-" + std::to_string(i), "v");
+  auto refused = Client()->Get("/metrics", many);
+  ASSERT_TRUE(refused) << httplib::to_string(refused.error());
+  EXPECT_EQ(refused->status, 431);
+  EXPECT_EQ(refused->body, "more than 64 header lines\n");
+
+  // Five bytes of a ClientHello, then nothing: the handshake has the read timeout (5 s), whole.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(monitoring_->port()));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::send(fd, "\x16\x03\x01\x02\x00", 5, MSG_NOSIGNAL), 5);
+  pollfd p{fd, POLLIN, 0};
+  char byte;
+  const bool closed = ::poll(&p, 1, 30'000) == 1 && ::recv(fd, &byte, 1, 0) <= 0;
+  ::close(fd);
+  EXPECT_TRUE(closed) << "the coordinator closed a handshake that stalled";
+  auto after = Client(operator_dir_)->Get("/metrics");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->status, 200);
 }
 
 TEST_F(MonitoringTest, ARevokedOperatorIsRefusedHereAsOnTheGrpcPort) {
