@@ -35,7 +35,8 @@ AsyncDriver::AsyncDriver(JobRunner& runner)
       options_(spec_.async()),
       clock_(runner.clock_),
       max_update_norm_(wire::MaxUpdateNorm(spec_)),
-      clip_(wire::ClipsToUpdateNorm(spec_)) {}
+      clip_(wire::ClipsToUpdateNorm(spec_)),
+      checked_hook_(runner.options_.async_checked_hook) {}
 
 std::shared_ptr<AsyncDriver::Buffer> AsyncDriver::NewBuffer() const {
   auto buffer = std::make_shared<Buffer>();
@@ -196,6 +197,25 @@ void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport
   cv_.notify_all();  // a client is free for a new task
 }
 
+void AsyncDriver::End(const std::string& cancel_reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended_ = true;
+  }
+  if (!cancel_reason.empty()) {
+    CancelAll(cancel_reason);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [leader, task] : tasks_) {
+      if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
+    }
+    tasks_.clear();
+    leader_of_.clear();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return submitting_ == 0; });
+}
+
 void AsyncDriver::CancelAll(const std::string& reason) {
   std::vector<std::pair<std::string, uint32_t>> cancels;
   {
@@ -235,13 +255,28 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   std::shared_ptr<const ModelVersion> current;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return FailedPreconditionError(what + ": the job has ended");
     RETURN_IF_ERROR(FindTaskLocked(h).status());  // still its task: no step or other upload ended it
     tasks_.at(h.worker_id()).folding = true;
     current = current_;
+    ++submitting_;
   }
+  // End() waits for this upload until it is folded or refused: the strategy it folds into
+  // is the job's, released when the job ends.
+  struct Done {
+    AsyncDriver& d;
+    ~Done() {
+      {
+        std::lock_guard<std::mutex> lock(d.mu_);
+        --d.submitting_;
+      }
+      d.cv_.notify_all();
+    }
+  } done{*this};
   // Checked outside the lock: other uploads are checked and folded meanwhile.
   CheckedDelta checked =
       CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what);
+  if (checked_hook_) checked_hook_();
   std::shared_ptr<Buffer> buffer;
   ClientUpdate update;
   uint64_t staleness = 0;
@@ -250,7 +285,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto found = tasks_.find(h.worker_id());
-    if (found == tasks_.end()) {  // CancelAll: the job ended while the delta was checked
+    if (ended_ || found == tasks_.end()) {  // CancelAll or End: the job ended while the delta was checked
       return FailedPreconditionError(what + ": the job ended while the update was checked");
     }
     Task& task = found->second;

@@ -40,6 +40,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,10 @@ class AsyncDriver {
   Status Run();
   // Ends Run()'s waits at once (the job is stopping). Does not block.
   void Interrupt();
+  // After Run() returned: no update is taken from now on, the tasks still out are dropped
+  // (and their workers sent `cancel_reason` unless it is empty), and it returns once no
+  // upload is between its check and its fold, so that the job may release its strategy.
+  void End(const std::string& cancel_reason);
 
   // The entry points of JobRunner's, for an asynchronous job.
   struct TaskView {
@@ -172,6 +177,9 @@ class AsyncDriver {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // the job's thread waits on it for a sealed buffer, a freed client, Interrupt()
   bool interrupted_ = false;
+  bool ended_ = false;   // End(): uploads are refused
+  int submitting_ = 0;   // uploads in Submit() past their first check, not yet done
+  const std::function<void()> checked_hook_;  // JobRunnerOptions::async_checked_hook
   bool client_freed_ = false;  // a task ended since the job's thread last looked for idle clients
   std::shared_ptr<const ModelVersion> current_;  // the newest committed version
   std::map<std::string, Task> tasks_;            // by leader

@@ -75,6 +75,9 @@ struct JobRunnerOptions {
   int evaluation_threads = 1;
   // Makes the job's strategy; empty: CreateStrategy. A seam for tests.
   std::function<Result<std::unique_ptr<Strategy>>(const v1::JobSpec&, const TensorSet&)> strategy_factory;
+  // Runs in an asynchronous job's upload between the update's check and its fold. A seam for
+  // tests, which hold an upload there.
+  std::function<void()> async_checked_hook;
   // How long the first retry of a job's final state waits when it cannot be written; each
   // further retry waits twice as long, up to max_record_retry_delay.
   std::chrono::milliseconds record_retry_delay{100};

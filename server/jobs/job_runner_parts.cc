@@ -30,6 +30,9 @@ void JobRunner::RunAsync() {
   }
   if (stopping()) driver->Interrupt();  // a Stop() or Cancel() before the driver was there
   const Status ended = driver->Run();
+  // Nothing is folded once Run() has returned, and no upload is left inside the driver when
+  // Finish() releases the strategy.
+  driver->End(cancel_ ? "the job was cancelled" : "");
   if (cancel_) {
     Finish(v1::JOB_CANCELLED, "cancelled by the user");
   } else if (stop_) {

@@ -330,6 +330,50 @@ TEST_F(AsyncDriverTest, AnUpdateFoldedWhileAStepIsCommittedCountsThatStep) {
   EXPECT_DOUBLE_EQ(first.weight, 1.0 / std::sqrt(2.0));
 }
 
+// A job cancelled while an upload sits between its check and its fold: its workers are told,
+// the upload is refused when it goes on, and the job ends (its strategy released) only after.
+TEST_F(AsyncDriverTest, AnUploadBeingCheckedWhenTheJobIsCancelledIsRefusedBeforeTheJobEnds) {
+  struct Hold {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, released = false;
+  };
+  auto hold = std::make_shared<Hold>();
+  options_.async_checked_hook = [hold] {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    hold->entered = true;
+    hold->cv.notify_all();
+    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
+  };
+  GatedTasks a_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  Submit(AsyncSpec(1, 3, /*buffer=*/1, /*max_staleness=*/1));
+  const v1::TrainTask first = TrainTask(a, 0);
+  a_tasks.Open(0);  // its update fills the buffer once folded
+  {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "the upload was never checked";
+  }
+  runner()->Cancel();
+  EXPECT_TRUE(a.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+  })) << "the cancelled job's worker is told";
+  {
+    std::lock_guard<std::mutex> lock(hold->mu);
+    hold->released = true;
+  }
+  hold->cv.notify_all();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_CANCELLED) << end.error();
+  EXPECT_EQ(Stored().rounds_committed(), 0u) << "nothing was folded into a step";
+  ASSERT_TRUE(a.AwaitFinished(first.round(), 1));
+  const auto turns = a.turns();
+  ASSERT_FALSE(turns.empty());
+  ASSERT_TRUE(turns.front().verdict.has_value());
+  EXPECT_NE(turns.front().verdict->message().find("the job ended while the update was checked"), std::string::npos)
+      << turns.front().verdict->ToString();
+}
+
 // A coordinator stopped mid-job resumes at the last committed version: its buffered update is
 // lost, task numbers go on from the last step's count, and an update for a task of the
 // previous process is refused.
