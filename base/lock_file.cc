@@ -42,16 +42,37 @@ Result<std::unique_ptr<LockFile>> LockFile::Acquire(const std::string& path, con
                                    (pid.empty() ? std::string("its PID is not written yet") : "pid " + pid) +
                                    ", lock file " + QuoteUntrusted(path, 256) + ")");
   }
+  // The directory too: a lock file deleted by hand while its owner runs would otherwise let
+  // the next process create a new one and lock that.
+  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  if (dir.empty()) dir = path.find('/') == 0 ? "/" : ".";
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::flock(dir_fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    if (dir_fd >= 0) ::close(dir_fd);
+    ::close(fd);
+    if (error == EWOULDBLOCK) {
+      return FailedPreconditionError(what + " is in use by another process (its directory " + QuoteUntrusted(dir, 256) +
+                                     " is locked, though the lock file " + QuoteUntrusted(path, 256) +
+                                     " is not: was the lock file deleted while its owner ran?)");
+    }
+    return FailedPreconditionError("cannot lock the directory " + QuoteUntrusted(dir, 256) + ": " +
+                                   std::strerror(error));
+  }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
     const int error = errno;
+    ::close(dir_fd);
     ::close(fd);
     return FailedPreconditionError("cannot write the PID into the lock file " + QuoteUntrusted(path, 256) + ": " +
                                    std::strerror(error));
   }
-  return std::unique_ptr<LockFile>(new LockFile(path, fd));
+  return std::unique_ptr<LockFile>(new LockFile(path, fd, dir_fd));
 }
 
-LockFile::~LockFile() { ::close(fd_); }
+LockFile::~LockFile() {
+  ::close(dir_fd_);
+  ::close(fd_);
+}
 
 }  // namespace tessera

@@ -4,7 +4,9 @@
 // then writes the holder's PID into it. The lock belongs to the open file: it is released
 // when the LockFile is destroyed or the process dies however it dies (SIGKILL included), so
 // a stale file left behind never blocks the next owner. A second LockFile on the same file,
-// in this process or another, is refused. The file descriptor is not inherited by children.
+// in this process or another, is refused. The directory holding the file is locked the same
+// way, so that deleting the file while its owner runs does not let a second owner in. The
+// file descriptors are not inherited by children.
 //
 // Thread-compatible: one owner; Acquire may be called from any thread.
 #pragma once
@@ -30,9 +32,10 @@ class LockFile {
   const std::string& path() const { return path_; }
 
  private:
-  LockFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  LockFile(std::string path, int fd, int dir_fd) : path_(std::move(path)), fd_(fd), dir_fd_(dir_fd) {}
   std::string path_;
   int fd_;
+  int dir_fd_;
 };
 
 }  // namespace tessera

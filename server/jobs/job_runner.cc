@@ -272,9 +272,16 @@ Status JobRunner::Prepare() {
     auto initial = store_->LoadCheckpoint(job.id(), 0);
     if (initial.ok()) {
       global = SplitModelAndState(std::move(initial).value(), &strategy_state);
-    } else {
+    } else if (initial.status().code() == StatusCode::kNotFound || initial.status().code() == StatusCode::kDataLoss) {
+      // No round was committed from it: a missing or damaged initial model is made again.
+      if (initial.status().code() == StatusCode::kDataLoss) {
+        spdlog::warn("job {}: {}; making the initial model again", job.id(), initial.status().message());
+        Note("initial model not usable, made again: " + initial.status().message());
+      }
       global = evaluator_->InitialModel();
       RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
+    } else {
+      return initial.status();
     }
   } else {
     std::vector<Status> damaged;
@@ -291,7 +298,7 @@ Status JobRunner::Prepare() {
                                   "; rounds " + std::to_string(checkpoint.round + 1) + " to " +
                                   std::to_string(job.rounds_committed()) + " will be run again";
       spdlog::warn("job {}: {}", job.id(), message);
-      ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), checkpoint.round));
+      ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), checkpoint.round, /*max_bytes=*/0));  // its record only
       job.set_rounds_committed(checkpoint.round);
       job.clear_last_round();
       if (checkpoint.round > 0 && !rounds.empty() && rounds.front().round() == checkpoint.round) {
@@ -454,6 +461,15 @@ void JobRunner::RunJob() {
     return;
   }
   Status prepared = Prepare();
+  // A read that failed for a passing reason (too many open files, an I/O error) is tried
+  // again a few times before the job ends on it.
+  auto delay = options_.record_retry_delay;
+  for (int retry = 0; retry < kPrepareRetries && prepared.code() == StatusCode::kUnavailable && !stopping(); ++retry) {
+    spdlog::warn("job {}: {}; trying again in {} ms", job_.id(), prepared.message(), delay.count());
+    if (SleepUnlessStopped(delay)) break;  // stopping
+    delay = std::min(delay * 2, options_.max_record_retry_delay);
+    prepared = Prepare();
+  }
   if (!prepared.ok()) {
     if (!stop_) Finish(v1::JOB_FAILED, prepared.ToString());
     return;

@@ -180,6 +180,8 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // when it learns from rounds at all: what it knew before a restart is rebuilt from the
   // records in the store, so it needs no state of its own.
   static constexpr uint32_t kSelectionHistoryRounds = 100;
+  // Prepare() tried again after an Unavailable error (a checkpoint that could not be read).
+  static constexpr int kPrepareRetries = 4;
   Status RestoreSelectionHistory(const v1::Job& job);
   uint64_t MaxSamples(uint32_t party) const;
   // How one attempt at a round ended. kTooFewClients and kNonFiniteModel are retried (the

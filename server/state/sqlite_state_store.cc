@@ -8,10 +8,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
+
+#include "base/escape.h"
 
 namespace tessera::server {
 namespace {
@@ -83,18 +84,30 @@ Status WriteFileAtomically(const std::string& path, const std::vector<std::strin
     ::unlink(tmp.c_str());
     return ErrnoStatus("cannot sync", tmp, err);
   }
-  ::close(fd);
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot close", tmp, err);
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("cannot rename into", path, err);
   }
+  // The rename is durable once the directory is: until then a power cut may undo it.
   const std::string dir = std::filesystem::path(path).parent_path().string();
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
+  return SyncDirectory(dir.empty() ? "." : dir);
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return ErrnoStatus("cannot open directory", dir, errno);
+  if (::fsync(dfd) != 0) {
+    const int err = errno;
     ::close(dfd);
+    return ErrnoStatus("cannot sync directory", dir, err);
   }
+  ::close(dfd);
   return Status::Ok();
 }
 
@@ -106,6 +119,8 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   std::error_code ec;
   std::filesystem::create_directories(state_dir + "/checkpoints", ec);
   if (ec) return InvalidArgumentError("state directory '" + state_dir + "': " + ec.message());
+  // The checkpoints' directory itself is durable before any checkpoint is written in it.
+  RETURN_IF_ERROR(SyncDirectory(state_dir));
   const std::string db_path = state_dir + "/coordinator.db";
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
@@ -182,22 +197,29 @@ Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   Statement st(db_, "SELECT job FROM jobs WHERE id = ?");
   if (!st.ok()) return SqliteError(db_, "prepare get job");
   st.BindText(1, job_id);
-  if (st.Step() != SQLITE_ROW) return NotFoundError("no job '" + job_id + "'");
+  const int rc = st.Step();
+  if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
+  if (rc != SQLITE_ROW) return SqliteError(db_, "read job " + job_id);
   v1::Job job;
-  if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("job '" + job_id + "': corrupt row");
+  if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("jobs table: job '" + job_id + "': corrupt row");
   return job;
 }
 
 Result<std::vector<v1::Job>> SqliteStateStore::ListJobs() {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT job FROM jobs ORDER BY number");
+  Statement st(db_, "SELECT id, job FROM jobs ORDER BY number");
   if (!st.ok()) return SqliteError(db_, "prepare list jobs");
   std::vector<v1::Job> jobs;
-  while (st.Step() == SQLITE_ROW) {
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
     v1::Job job;
-    if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("jobs table: corrupt row");
+    if (!job.ParseFromString(st.ColumnBlob(1))) {
+      return DataLossError("jobs table: job " + QuoteUntrusted(st.ColumnText(0), 128) + ": corrupt row");
+    }
     jobs.push_back(std::move(job));
   }
+  // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.
+  if (rc != SQLITE_DONE) return SqliteError(db_, "list jobs");
   return jobs;
 }
 
@@ -312,29 +334,66 @@ Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRe
 
 Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, uint32_t round) {
   const std::string path = CheckpointPath(job_id, round);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("checkpoint '" + path + "' is missing");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return DecodeCheckpoint(buffer.str(), path);
+  // Only a file that is not there is "missing": a read that fails for another reason (too
+  // many open files, permissions, an I/O error) says nothing about the checkpoint, and must
+  // not send a resume back to an older one.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFoundError("checkpoint '" + path + "' is missing");
+    return UnavailableError("cannot open checkpoint '" + path + "': " + std::strerror(err));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return DataLossError("checkpoint '" + path + "' is not a regular file");
+  }
+  std::string bytes;
+  try {
+    bytes.resize(static_cast<size_t>(info.st_size));
+  } catch (const std::exception&) {
+    ::close(fd);
+    return ResourceExhaustedError("checkpoint '" + path + "': " + std::to_string(info.st_size) +
+                                  " bytes do not fit in memory");
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return UnavailableError("cannot read checkpoint '" + path + "': " + std::strerror(err));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);  // a file cut while it was read decodes as truncated
+  return DecodeCheckpoint(bytes, path);
 }
 
 Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::string& job_id, uint32_t from_round,
                                                                    size_t max_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT record FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
+  Statement st(db_, "SELECT record, round FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
   if (!st.ok()) return SqliteError(db_, "prepare list rounds");
   st.BindText(1, job_id);
   st.BindInt(2, from_round);
   std::vector<v1::RoundRecord> rounds;
   size_t bytes = 0;
-  while (bytes <= max_bytes && st.Step() == SQLITE_ROW) {
+  int rc = SQLITE_DONE;
+  while (bytes <= max_bytes && (rc = st.Step()) == SQLITE_ROW) {
     const std::string blob = st.ColumnBlob(0);
     bytes += blob.size();
     v1::RoundRecord record;
-    if (!record.ParseFromString(blob)) return DataLossError("rounds of '" + job_id + "': corrupt row");
+    if (!record.ParseFromString(blob)) {
+      return DataLossError("rounds table: job '" + job_id + "', round " + std::to_string(st.ColumnInt(1)) +
+                           ": corrupt row");
+    }
     rounds.push_back(std::move(record));
   }
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqliteError(db_, "list rounds of " + job_id);
   return rounds;
 }
 
@@ -366,14 +425,18 @@ Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, co
 
 Result<std::vector<v1::WorkerStatus>> SqliteStateStore::LoadWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT worker FROM workers ORDER BY id");
+  Statement st(db_, "SELECT id, worker FROM workers ORDER BY id");
   if (!st.ok()) return SqliteError(db_, "prepare load workers");
   std::vector<v1::WorkerStatus> workers;
-  while (st.Step() == SQLITE_ROW) {
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
     v1::WorkerStatus worker;
-    if (!worker.ParseFromString(st.ColumnBlob(0))) return DataLossError("workers table: corrupt row");
+    if (!worker.ParseFromString(st.ColumnBlob(1))) {
+      return DataLossError("workers table: worker " + QuoteUntrusted(st.ColumnText(0), 128) + ": corrupt row");
+    }
     workers.push_back(std::move(worker));
   }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "load workers");
   return workers;
 }
 
@@ -394,7 +457,16 @@ Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeat
   if (!st.ok()) return SqliteError(db_, "prepare load seats");
   st.BindText(1, job_id);
   std::vector<std::pair<std::string, uint32_t>> seats;
-  while (st.Step() == SQLITE_ROW) seats.emplace_back(st.ColumnText(0), static_cast<uint32_t>(st.ColumnInt(1)));
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    const int64_t party = st.ColumnInt(1);
+    if (party < 0 || party > int64_t{UINT32_MAX}) {
+      return DataLossError("seats table: job '" + job_id + "', worker " + QuoteUntrusted(st.ColumnText(0), 128) +
+                           ": party " + std::to_string(party) + " is out of range");
+    }
+    seats.emplace_back(st.ColumnText(0), static_cast<uint32_t>(party));
+  }
+  if (rc != SQLITE_DONE) return SqliteError(db_, "load seats of " + job_id);
   return seats;
 }
 

@@ -86,5 +86,8 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 // The same for the concatenation of `pieces`, written one after another (a checkpoint's
 // header and tensors, without copying them into one buffer first).
 Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
+// fsync of a directory, so that the names created or renamed in it survive a power cut. An
+// error names the directory.
+Status SyncDirectory(const std::string& dir);
 
 }  // namespace tessera::server

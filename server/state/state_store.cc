@@ -99,6 +99,10 @@ Result<StateStore::Checkpoint> StateStore::LoadNewestCheckpoint(const std::strin
   for (uint32_t r : candidates) {
     auto loaded = LoadCheckpoint(job_id, r);
     if (loaded.ok()) return Checkpoint{r, std::move(loaded).value()};
+    // Only a missing or damaged file sends the job back to an older checkpoint; a read that
+    // failed for another reason is the error, and the rounds stay as they are.
+    const StatusCode code = loaded.status().code();
+    if (code != StatusCode::kNotFound && code != StatusCode::kDataLoss) return loaded.status();
     damaged->push_back(loaded.status());
   }
   return DataLossError("job " + job_id + ": no checkpoint of round " + std::to_string(round) +

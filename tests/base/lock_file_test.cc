@@ -40,6 +40,20 @@ TEST_F(LockFileTest, ASecondOwnerIsRefusedWithTheHoldersPid) {
                                            std::to_string(::getpid()) + ", lock file '" + path_ + "')");
 }
 
+TEST_F(LockFileTest, DeletingTheLockFileWhileItsOwnerRunsLetsNoSecondOwnerIn) {
+  auto first = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  std::filesystem::remove(path_);
+  auto second = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("state directory 'x' is in use by another process (its directory"),
+            std::string::npos)
+      << second.status().message();
+  first.value().reset();
+  EXPECT_TRUE(LockFile::Acquire(path_, "x").ok()) << "free again once the owner is gone";
+}
+
 TEST_F(LockFileTest, TheLockIsReleasedWithItsOwner) {
   { auto first = LockFile::Acquire(path_, "x"); ASSERT_TRUE(first.ok()); }
   auto again = LockFile::Acquire(path_, "x");

@@ -232,6 +232,55 @@ TEST_F(SqliteStateStoreTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackN
   EXPECT_EQ((*store)->ListRounds(job.id())->size(), 3u);
 }
 
+TEST_F(SqliteStateStoreTest, ACheckpointThatCannotBeReadForAnotherReasonDoesNotSendTheJobBack) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  v1::Job job = RunningJob();
+  ASSERT_TRUE((*store)->InsertJob(job).ok());
+  CommitRounds(**store, &job, 5);
+  // Round 5's name now leads nowhere it can be opened (a link to itself): not missing, not
+  // damaged, just unreadable for now.
+  const auto newest_file = dir_ / "checkpoints" / "job-1-abc-round-5.ckpt";
+  std::filesystem::remove(newest_file);
+  std::filesystem::create_symlink(newest_file, newest_file);
+  auto loaded = (*store)->LoadCheckpoint(job.id(), 5);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kUnavailable) << loaded.status().ToString();
+  EXPECT_NE(loaded.status().message().find("job-1-abc-round-5.ckpt"), std::string::npos);
+  std::vector<Status> damaged;
+  auto newest = (*store)->LoadNewestCheckpoint(job.id(), 5, &damaged);
+  ASSERT_FALSE(newest.ok()) << "round 4's checkpoint is not taken instead";
+  EXPECT_EQ(newest.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(damaged.empty());
+}
+
+TEST_F(SqliteStateStoreTest, ADamagedTableIsAnErrorNotAShorterList) {
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    for (int i = 0; i < 200; ++i) {
+      v1::Job job = RunningJob();
+      job.set_id("job-" + std::to_string(i) + "-abc");
+      job.set_error(std::string(2000, 'x'));  // rows over many pages
+      ASSERT_TRUE((*store)->InsertJob(job).ok());
+    }
+  }
+  // Closing wrote the log into the database file; pages past the first few are overwritten.
+  const auto db = dir_ / "coordinator.db";
+  ASSERT_GT(std::filesystem::file_size(db), 40u * 4096);
+  {
+    std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+    const std::string garbage(4096 * 4, '\xa5');
+    file.seekp(4096 * 30);
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto jobs = (*store)->ListJobs();
+  ASSERT_FALSE(jobs.ok()) << "listed " << jobs->size() << " of 200 jobs as if that were all";
+  EXPECT_NE(jobs.status().message().find("list jobs"), std::string::npos) << jobs.status().ToString();
+}
+
 TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   v1::Job job = RunningJob();
   {
