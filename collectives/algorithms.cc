@@ -78,6 +78,14 @@ std::byte* CollectiveAlgorithms::Scratch(size_t bytes) {
 Status CollectiveAlgorithms::Allreduce(const void* send, void* recv, size_t count,
                                        DataType type, ReduceOp op, uint64_t sequence,
                                        Deadline deadline) {
+  if (type == DataType::kFloat16 && op == ReduceOp::kAvg) {
+    wide_.resize(count);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), count);
+    RETURN_IF_ERROR(Allreduce(wide_.data(), wide_.data(), count, DataType::kFloat32, op, sequence,
+                              deadline));
+    FloatToHalfElements(wide_.data(), static_cast<uint16_t*>(recv), count);
+    return Status::Ok();
+  }
   const size_t bytes = count * DataTypeSize(type);
   if (bytes < tuning_.small_allreduce_bytes || count < static_cast<size_t>(channel_->size())) {
     return RecursiveDoublingAllreduce(send, recv, count, type, op, sequence, deadline);
@@ -305,6 +313,16 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
                                            Deadline deadline) {
   const int n = channel_->size();
   const int r = channel_->rank();
+  if (type == DataType::kFloat16 && op == ReduceOp::kAvg) {
+    // [n blocks in | own block out], as float32.
+    const size_t all = count * static_cast<size_t>(n);
+    wide_.resize(all + count);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), all);
+    RETURN_IF_ERROR(ReduceScatter(wide_.data(), wide_.data() + all, count, DataType::kFloat32, op,
+                                  sequence, deadline));
+    FloatToHalfElements(wide_.data() + all, static_cast<uint16_t*>(recv), count);
+    return Status::Ok();
+  }
   const size_t block = count * DataTypeSize(type);
   const auto* input = static_cast<const std::byte*>(send);
   auto* output = static_cast<std::byte*>(recv);

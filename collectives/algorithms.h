@@ -13,7 +13,9 @@
 //   Barrier        dissemination (ceil(log2 n) rounds of empty messages).
 //
 // Results are bitwise identical on every rank (each element is reduced in one order and
-// then copied). kAvg divides once, at the end.
+// then copied; recursive doubling's op(own, peer) is commutative bit for bit, reduce.h).
+// kAvg divides once, at the end; a float16 average runs in float32 (widened on every rank,
+// so the messages are float32) and is rounded to float16 once.
 //
 // Scratch memory is kept between calls and only grows: in steady state no call allocates.
 // Not thread-safe: one call at a time, like the Communicator that owns it.
@@ -87,6 +89,7 @@ class CollectiveAlgorithms {
   MessageChannel* channel_;
   AlgorithmTuning tuning_;
   std::vector<std::byte> scratch_;
+  std::vector<float> wide_;  // a float16 average's float32 buffers
   // The steps of a chained ring, kept to avoid allocating per call.
   std::vector<OutgoingMessage> chain_out_;
   std::vector<IncomingMessage> chain_in_;

@@ -1,5 +1,6 @@
 #include "collectives/communicator.h"
 
+#include <cstdint>
 #include <string>
 
 namespace tessera::collectives {
@@ -26,6 +27,23 @@ Status Communicator::CheckBuffer(const void* buffer, size_t count, std::string_v
   return Status::Ok();
 }
 
+Status Communicator::CheckBytes(size_t count, DataType type, size_t blocks,
+                                std::string_view what) const {
+  // The largest buffer the call touches is blocks * count elements; no object is larger than
+  // PTRDIFF_MAX bytes, and a product that wraps would make every size below it a lie.
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, DataTypeSize(type), &bytes) ||
+      __builtin_mul_overflow(bytes, blocks, &bytes) ||
+      bytes > static_cast<size_t>(PTRDIFF_MAX)) {
+    return InvalidArgumentError("rank " + std::to_string(rank_) + ": " + std::string(what) +
+                                " count " + std::to_string(count) + " of " +
+                                std::string(DataTypeName(type)) +
+                                (blocks > 1 ? " times " + std::to_string(blocks) + " ranks" : "") +
+                                " is more bytes than a buffer can hold");
+  }
+  return Status::Ok();
+}
+
 Status Communicator::CheckType(DataType type) const {
   if (!capabilities().HasDataType(type)) {
     return InvalidArgumentError("backend " + std::string(backend_name()) +
@@ -47,6 +65,7 @@ Status Communicator::CheckPeer(int peer, std::string_view what) const {
 Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, 1, "allreduce"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "allreduce send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "allreduce recv"));
   return DoAllreduce(send, recv, count, type, op, DeadlineFor(options));
@@ -55,6 +74,7 @@ Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataT
 Status Communicator::Broadcast(void* buffer, size_t count, DataType type, int root,
                                const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, 1, "broadcast"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "broadcast"));
   RETURN_IF_ERROR(CheckPeer(root, "broadcast root"));
   return DoBroadcast(buffer, count, type, root, DeadlineFor(options));
@@ -63,6 +83,7 @@ Status Communicator::Broadcast(void* buffer, size_t count, DataType type, int ro
 Status Communicator::Allgather(const void* send, void* recv, size_t count, DataType type,
                                const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, static_cast<size_t>(size_), "allgather"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "allgather send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "allgather recv"));
   return DoAllgather(send, recv, count, type, DeadlineFor(options));
@@ -71,6 +92,7 @@ Status Communicator::Allgather(const void* send, void* recv, size_t count, DataT
 Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                    ReduceOp op, const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, static_cast<size_t>(size_), "reduce_scatter"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "reduce_scatter send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "reduce_scatter recv"));
   return DoReduceScatter(send, recv, count, type, op, DeadlineFor(options));
@@ -83,6 +105,7 @@ Status Communicator::Barrier(const CallOptions& options) {
 Status Communicator::Send(const void* buffer, size_t count, DataType type, int peer, int tag,
                           const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, 1, "send"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "send"));
   RETURN_IF_ERROR(CheckPeer(peer, "send peer"));
   if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": send to self");
@@ -93,6 +116,7 @@ Status Communicator::Send(const void* buffer, size_t count, DataType type, int p
 Status Communicator::Recv(void* buffer, size_t count, DataType type, int peer, int tag,
                           const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckBytes(count, type, 1, "recv"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "recv"));
   RETURN_IF_ERROR(CheckPeer(peer, "recv peer"));
   if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": recv from self");

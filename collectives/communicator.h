@@ -88,8 +88,8 @@ class Communicator {
   virtual const CommunicatorCapabilities& capabilities() const = 0;
 
   // The public calls validate their arguments (INVALID_ARGUMENT for a null buffer with
-  // count > 0, a root or peer out of range, a dtype the backend lacks) and turn the timeout
-  // into a deadline before calling the backend.
+  // count > 0, a count whose buffers' bytes overflow, a root or peer out of range, a dtype
+  // the backend lacks) and turn the timeout into a deadline before calling the backend.
   Status Allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                    const CallOptions& options = {});
   Status Broadcast(void* buffer, size_t count, DataType type, int root,
@@ -178,6 +178,8 @@ class Communicator {
  private:
   Status CheckBuffer(const void* buffer, size_t count, std::string_view what) const;
   Status CheckType(DataType type) const;
+  // INVALID_ARGUMENT when blocks * count elements of `type` overflow or exceed PTRDIFF_MAX bytes.
+  Status CheckBytes(size_t count, DataType type, size_t blocks, std::string_view what) const;
   Status CheckPeer(int peer, std::string_view what) const;
 
   const int rank_;

@@ -140,8 +140,23 @@ Status FallbackCommunicator::NoRoute(CollectiveOp op, ReduceOp reduce_op) const 
                             base_->capabilities().ToString());
 }
 
+bool FallbackCommunicator::WidensHalfAverage(CollectiveOp collective, DataType type,
+                                             ReduceOp op) const {
+  return type == DataType::kFloat16 && op == ReduceOp::kAvg &&
+         location_ == BufferLocation::kHost && !(Has(collective) && HasReduce(op)) &&
+         base_->capabilities().HasDataType(DataType::kFloat32);
+}
+
 Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t count,
                                          DataType type, ReduceOp op, Deadline deadline) {
+  if (WidensHalfAverage(CollectiveOp::kAllreduce, type, op)) {
+    Count("allreduce(avg) float16 <- allreduce(avg) float32");
+    wide_.resize(count);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), count);
+    RETURN_IF_ERROR(DoAllreduce(wide_.data(), wide_.data(), count, DataType::kFloat32, op, deadline));
+    FloatToHalfElements(wide_.data(), static_cast<uint16_t*>(recv), count);
+    return Status::Ok();
+  }
   const uint64_t sequence = sequence_++;
   const bool host = location_ == BufferLocation::kHost;
   if (Has(CollectiveOp::kAllreduce) && HasReduce(op)) {
@@ -179,6 +194,16 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
 
 Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_t count,
                                              DataType type, ReduceOp op, Deadline deadline) {
+  if (WidensHalfAverage(CollectiveOp::kReduceScatter, type, op)) {
+    Count("reduce_scatter(avg) float16 <- reduce_scatter(avg) float32");
+    const size_t all = count * static_cast<size_t>(size());
+    wide_.resize(all + count);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), all);
+    RETURN_IF_ERROR(DoReduceScatter(wide_.data(), wide_.data() + all, count, DataType::kFloat32, op,
+                                    deadline));
+    FloatToHalfElements(wide_.data() + all, static_cast<uint16_t*>(recv), count);
+    return Status::Ok();
+  }
   const uint64_t sequence = sequence_++;
   const bool host = location_ == BufferLocation::kHost;
   if (Has(CollectiveOp::kReduceScatter) && HasReduce(op)) {

@@ -14,7 +14,9 @@
 // calling thread receives, so ring steps cannot deadlock on a backend whose Send blocks.
 //
 // Host arithmetic (divide, pad, copy) only happens for host buffers: a route that needs it
-// is refused for device buffers (UNIMPLEMENTED naming the op).
+// is refused for device buffers (UNIMPLEMENTED naming the op). A float16 average the backend
+// lacks natively runs as a float32 average (when the backend has float32) and is rounded to
+// float16 once: a float16 sum overflows at 65504 long before the average does.
 //
 // Every composed call is counted per route (fallback_counts()), so fallbacks are accounted.
 // Scratch buffers are kept between calls. Thread safety: as Communicator.
@@ -75,6 +77,8 @@ class FallbackCommunicator final : public Communicator {
   void Count(const char* route) { ++fallback_counts_[route]; }
   Status NoRoute(CollectiveOp op, ReduceOp reduce_op) const;
   std::byte* Scratch(size_t bytes);
+  // True when a float16 average of `collective` runs widened to float32 (see above).
+  bool WidensHalfAverage(CollectiveOp collective, DataType type, ReduceOp op) const;
 
   std::unique_ptr<Communicator> base_;
   BufferLocation location_;
@@ -82,6 +86,7 @@ class FallbackCommunicator final : public Communicator {
   std::unique_ptr<CollectiveAlgorithms> algorithms_;
   uint64_t sequence_ = 0;
   std::vector<std::byte> scratch_;
+  std::vector<float> wide_;  // a float16 average's float32 buffers
   std::map<std::string, uint64_t> fallback_counts_;
 };
 

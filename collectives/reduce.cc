@@ -1,10 +1,35 @@
 #include "collectives/reduce.h"
 
-#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace tessera::collectives {
 namespace {
+
+// Max and min give the same bits whichever operand comes first, as recursive doubling needs:
+// each rank there computes op(own, peer), so op(a, b) and op(b, a) must agree on every rank.
+// For floats std::max/std::min do not (they return the first operand when the comparison is
+// false, as it is for any NaN and for +0 against -0), so: a NaN on either side gives the
+// canonical quiet NaN, and +0 is larger than -0.
+template <typename T>
+T Max(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+    if (a == b) return std::signbit(a) ? b : a;
+  }
+  return a < b ? b : a;
+}
+
+template <typename T>
+T Min(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<T>::quiet_NaN();
+    if (a == b) return std::signbit(a) ? a : b;
+  }
+  return b < a ? b : a;
+}
 
 template <typename T>
 void ReduceTyped(T* dst, const T* a, const T* b, size_t count, ReduceOp op) {
@@ -14,10 +39,10 @@ void ReduceTyped(T* dst, const T* a, const T* b, size_t count, ReduceOp op) {
       for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(a[i] + b[i]);
       break;
     case ReduceOp::kMax:
-      for (size_t i = 0; i < count; ++i) dst[i] = std::max(a[i], b[i]);
+      for (size_t i = 0; i < count; ++i) dst[i] = Max(a[i], b[i]);
       break;
     case ReduceOp::kMin:
-      for (size_t i = 0; i < count; ++i) dst[i] = std::min(a[i], b[i]);
+      for (size_t i = 0; i < count; ++i) dst[i] = Min(a[i], b[i]);
       break;
   }
 }
@@ -31,17 +56,24 @@ void ReduceHalf(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t coun
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAvg: r = x + y; break;
-      case ReduceOp::kMax: r = std::max(x, y); break;
-      case ReduceOp::kMin: r = std::min(x, y); break;
+      case ReduceOp::kMax: r = Max(x, y); break;
+      case ReduceOp::kMin: r = Min(x, y); break;
     }
     dst[i] = FloatToHalf(r);
   }
 }
 
+// Integers divide as int64 (the divisor may not fit T: 256 ranks of uint8), floats in their
+// own type (a rank count is exact in float and double).
 template <typename T>
 void DivideTyped(T* buffer, size_t count, int divisor) {
-  const T d = static_cast<T>(divisor);
-  for (size_t i = 0; i < count; ++i) buffer[i] = static_cast<T>(buffer[i] / d);
+  if constexpr (std::is_floating_point_v<T>) {
+    const T d = static_cast<T>(divisor);
+    for (size_t i = 0; i < count; ++i) buffer[i] = buffer[i] / d;
+  } else {
+    const int64_t d = divisor;
+    for (size_t i = 0; i < count; ++i) buffer[i] = static_cast<T>(static_cast<int64_t>(buffer[i]) / d);
+  }
 }
 
 }  // namespace
@@ -77,6 +109,7 @@ void ReduceElements(void* dst, const void* a, const void* b, size_t count, DataT
 }
 
 void DivideElements(void* buffer, size_t count, DataType type, int divisor) {
+  if (divisor <= 1) return;  // a rank count: 1 changes nothing, and there is no 0
   switch (type) {
     case DataType::kUint8: DivideTyped(static_cast<uint8_t*>(buffer), count, divisor); break;
     case DataType::kInt32: DivideTyped(static_cast<int32_t*>(buffer), count, divisor); break;
@@ -91,6 +124,14 @@ void DivideElements(void* buffer, size_t count, DataType type, int divisor) {
       break;
     }
   }
+}
+
+void HalfToFloatElements(const uint16_t* half, float* wide, size_t count) {
+  for (size_t i = 0; i < count; ++i) wide[i] = HalfToFloat(half[i]);
+}
+
+void FloatToHalfElements(const float* wide, uint16_t* half, size_t count) {
+  for (size_t i = 0; i < count; ++i) half[i] = FloatToHalf(wide[i]);
 }
 
 }  // namespace tessera::collectives

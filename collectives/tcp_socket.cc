@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <thread>
 
@@ -38,6 +39,25 @@ Status PollOne(int fd, short events, std::chrono::steady_clock::time_point deadl
     }
     if (errno != EINTR) return UnavailableError(Errno("poll") + " (" + who + ")");
   }
+}
+
+// connect(2) on a nonblocking socket, waiting for the handshake no later than the deadline: a
+// blocking connect waits as long as the kernel retries SYNs (minutes) when the peer drops them
+// or its accept queue is full. OK once connected; DEADLINE_EXCEEDED at the deadline; otherwise
+// UNAVAILABLE with connect's error (refused, unreachable), which the caller may retry.
+Status ConnectBefore(TcpSocket& socket, const sockaddr* address, socklen_t length,
+                     std::chrono::steady_clock::time_point deadline, const std::string& who) {
+  if (::connect(socket.fd(), address, length) == 0) return Status::Ok();
+  // EINTR: the handshake goes on regardless, as after EINPROGRESS.
+  if (errno != EINPROGRESS && errno != EINTR) return UnavailableError(Errno("connect"));
+  RETURN_IF_ERROR(PollOne(socket.fd(), POLLOUT, deadline, who, "connecting to"));
+  int error = 0;
+  socklen_t error_length = sizeof(error);
+  if (::getsockopt(socket.fd(), SOL_SOCKET, SO_ERROR, &error, &error_length) != 0) {
+    return UnavailableError(Errno("getsockopt(SO_ERROR)"));
+  }
+  if (error != 0) return UnavailableError(std::string("connect: ") + std::strerror(error));
+  return Status::Ok();
 }
 
 }  // namespace
@@ -183,13 +203,24 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
       last_error = std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc);
     } else {
       for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-        TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
-        if (!socket.valid()) continue;
-        if (::connect(socket.fd(), ai->ai_addr, ai->ai_addrlen) == 0) {
+        TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                                  ai->ai_protocol));
+        if (!socket.valid()) {
+          last_error = Errno("socket");
+          continue;
+        }
+        Status connected = ConnectBefore(socket, ai->ai_addr, ai->ai_addrlen, deadline, who);
+        if (connected.ok()) connected = socket.SetNonBlocking(false);
+        if (connected.ok()) {
           ::freeaddrinfo(found);
           return socket;
         }
-        last_error = Errno("connect");
+        if (connected.code() == StatusCode::kDeadlineExceeded) {
+          ::freeaddrinfo(found);
+          return DeadlineExceededError("could not connect to " + who + " at " + host + ":" + service +
+                                       " before the deadline (" + connected.message() + ")");
+        }
+        last_error = connected.message();
       }
       ::freeaddrinfo(found);
     }
@@ -212,10 +243,11 @@ Result<std::pair<std::string, int>> ParseHostPort(const std::string& text) {
     host = host.substr(1, host.size() - 2);
   }
   int port = 0;
-  try {
-    port = std::stoi(text.substr(colon + 1));
-  } catch (...) {
-    return InvalidArgumentError("expected a port number in '" + text + "'");
+  const char* first = text.data() + colon + 1;
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(first, last, port);
+  if (error != std::errc() || end != last || port < 0 || port > 65535) {
+    return InvalidArgumentError("expected a port number in [0, 65535] in '" + text + "'");
   }
   return std::make_pair(host, port);
 }

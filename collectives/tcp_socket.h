@@ -53,11 +53,13 @@ class TcpSocket {
 Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog);
 // Accepts one connection before the deadline.
 Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time_point deadline);
-// Connects to host:port, retrying refused connections until the deadline.
+// Connects to host:port, retrying refused connections until the deadline. Every attempt is
+// bounded by the deadline too (a peer that drops SYNs, or whose accept queue is full, is
+// DEADLINE_EXCEEDED then, not after the kernel's minutes of retries). The socket is blocking.
 Result<TcpSocket> ConnectTcp(const std::string& host, int port,
                              std::chrono::steady_clock::time_point deadline,
                              const std::string& who);
-// Splits "host:port".
+// Splits "host:port"; INVALID_ARGUMENT unless the port is a decimal number in [0, 65535].
 Result<std::pair<std::string, int>> ParseHostPort(const std::string& text);
 
 }  // namespace tessera::collectives

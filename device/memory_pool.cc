@@ -13,6 +13,8 @@ MemoryPool::~MemoryPool() {
 }
 
 size_t MemoryPool::SizeClass(size_t bytes) {
+  // Past the largest class the doubling below would wrap to 0 and never end.
+  if (bytes > kLargestClass) return kNoClass;
   size_t size = 256;
   while (size < bytes) size <<= 1;
   return size;
@@ -20,6 +22,11 @@ size_t MemoryPool::SizeClass(size_t bytes) {
 
 Result<void*> MemoryPool::Acquire(size_t bytes, size_t* class_bytes) {
   const size_t size = SizeClass(bytes);
+  if (size == kNoClass) {
+    return ResourceExhaustedError("device memory pool: a request of " + std::to_string(bytes) +
+                                  " bytes is larger than the largest size class (" +
+                                  std::to_string(kLargestClass) + " bytes)");
+  }
   *class_bytes = size;
   std::lock_guard<std::mutex> lock(mutex_);
   auto& cached = free_blocks_[size];

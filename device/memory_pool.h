@@ -43,7 +43,7 @@ class MemoryPool {
 
   // Returns a block of at least `bytes` bytes (a zero-byte request gets the smallest class).
   // ResourceExhausted when the driver has no memory left even after the free lists are
-  // returned to it.
+  // returned to it, or when `bytes` is above the largest size class.
   Result<void*> Acquire(size_t bytes, size_t* class_bytes);
   // Gives back a block from Acquire; `class_bytes` is the value Acquire reported.
   void Release(void* address, size_t class_bytes);
@@ -52,7 +52,12 @@ class MemoryPool {
 
   MemoryPoolStats stats() const;
 
-  // The size class a request of `bytes` falls into.
+  // The largest size class, 2^63 bytes on a 64-bit host.
+  static constexpr size_t kLargestClass = SIZE_MAX / 2 + 1;
+  // What SizeClass returns for a request larger than the largest class; Acquire refuses it.
+  static constexpr size_t kNoClass = SIZE_MAX;
+
+  // The size class a request of `bytes` falls into; kNoClass above kLargestClass.
   static size_t SizeClass(size_t bytes);
 
  private:

@@ -48,6 +48,11 @@ Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradie
 }
 
 Status CohortGradientSync::Reduce(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
+  if (count < 0 || count > flat_gradients.f32_count()) {
+    return InvalidArgumentError("cohort gradient allreduce at step " + std::to_string(step) + ": " +
+                                   std::to_string(count) + " gradients, expected 0 to " +
+                                   std::to_string(flat_gradients.f32_count()) + " (the buffer's size)");
+  }
   const size_t n = static_cast<size_t>(count);
   if (on_device_) {
     RETURN_IF_ERROR(device.Synchronize());  // the gradient is complete before the collective reads it

@@ -116,8 +116,11 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::Connect(const TcpMeshOptions& options,
                                            " waiting for " + std::to_string(waiting) +
                                            " higher ranks to connect");
     }
-    auto peer = AcceptFromHigher(options, *accepted, mesh->peers_, deadline);
-    if (!peer.ok() || *peer < 0) continue;  // a stranger or a broken hello: keep listening
+    // The hello has a deadline of its own: a connection that never speaks (a port scanner, a
+    // stray client) must not hold the rendezvous until the whole deadline.
+    const Deadline hello_deadline = std::min(deadline, Clock::now() + options.hello_timeout);
+    auto peer = AcceptFromHigher(options, *accepted, mesh->peers_, hello_deadline);
+    if (!peer.ok() || *peer < 0) continue;  // a stranger or a broken hello: closed, keep listening
     mesh->peers_[*peer] = std::move(accepted).value();
     --waiting;
   }

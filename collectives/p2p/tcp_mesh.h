@@ -5,7 +5,8 @@
 // "p2p/addr/<rank>" in the Store, connects to every lower rank and accepts every higher one.
 // The connecting side sends a hello (magic, version, from/to rank, size, cohort identifier);
 // the accepting side checks all of it and answers; a connection from another cohort or a
-// wrong rank count is refused, and the connector reports which.
+// wrong rank count is refused, and the connector reports which. Each accepted connection has
+// hello_timeout to say hello; a silent or partial one is closed and accepting goes on.
 //
 // Data path: nonblocking sockets with TCP_NODELAY; a header and its payload go out in one
 // sendmsg; a header and the expected payload come in with one readv; a send and a receive
@@ -39,6 +40,9 @@ struct TcpMeshOptions {
   // faster on loopback than fixed 1 or 4 MiB buffers.
   int socket_buffer_bytes = 0;
   std::chrono::milliseconds connect_timeout{30000};
+  // How long an accepted connection has to deliver its hello (within connect_timeout): a
+  // connection that stays silent, from any host, holds the rendezvous up this long at most.
+  std::chrono::milliseconds hello_timeout{5000};
 };
 
 class TcpMesh final : public MessageChannel {

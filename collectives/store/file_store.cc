@@ -94,20 +94,24 @@ Result<std::string> FileStore::Get(const std::string& key, std::chrono::millisec
 
 Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
   const std::string lock_path = directory_ + "/.lock";
-  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  if (fd < 0) return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX) != 0) {
-    ::close(fd);
+  // Closing the descriptor releases the lock, on every return below.
+  struct LockFile {
+    int fd;
+    ~LockFile() {
+      if (fd >= 0) ::close(fd);
+    }
+  } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
+  if (lock.fd < 0) return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  if (::flock(lock.fd, LOCK_EX) != 0) {
     return UnavailableError("cannot lock " + lock_path + ": " + std::strerror(errno));
   }
   int64_t value = 0;
   auto current = TryRead(PathFor(key));
-  if (current.ok() && !current->empty()) value = std::stoll(*current);
-  value += delta;
-  Status written = WriteAtomically(PathFor(key), std::to_string(value));
-  ::flock(fd, LOCK_UN);
-  ::close(fd);
-  RETURN_IF_ERROR(written);
+  if (current.ok() && !current->empty()) {
+    ASSIGN_OR_RETURN(value, ParseCounter(*current, "store key '" + key + "' (" + PathFor(key) + ")"));
+  }
+  ASSIGN_OR_RETURN(value, AddToCounter(value, delta, key));
+  RETURN_IF_ERROR(WriteAtomically(PathFor(key), std::to_string(value)));
   return value;
 }
 

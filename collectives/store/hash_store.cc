@@ -26,8 +26,10 @@ Result<int64_t> HashStore::Add(const std::string& key, int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = values_.find(key);
-    if (it != values_.end()) value = std::stoll(it->second);
-    value += delta;
+    if (it != values_.end()) {
+      ASSIGN_OR_RETURN(value, ParseCounter(it->second, "store key '" + key + "'"));
+    }
+    ASSIGN_OR_RETURN(value, AddToCounter(value, delta, key));
     values_[key] = std::to_string(value);
   }
   changed_.notify_all();

@@ -1,9 +1,33 @@
 #include "collectives/store/store.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <thread>
 
 namespace tessera::collectives {
+
+Result<int64_t> ParseCounter(std::string_view text, const std::string& what) {
+  int64_t value = 0;
+  const char* last = text.data() + text.size();
+  const auto [end, error] = std::from_chars(text.data(), last, value);
+  if (error == std::errc() && end == last && !text.empty()) return value;
+  // Quote a bounded, printable prefix: the text may be megabytes of anything.
+  std::string shown;
+  for (char c : text.substr(0, 32)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+  if (text.size() > 32) shown += "...";
+  return InvalidArgumentError(what + " is not an int64 counter: '" + shown + "'" +
+                              (error == std::errc::result_out_of_range ? " (out of range)" : ""));
+}
+
+Result<int64_t> AddToCounter(int64_t current, int64_t delta, const std::string& key) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return OutOfRangeError("store counter '" + key + "': " + std::to_string(current) + " + " +
+                           std::to_string(delta) + " overflows int64");
+  }
+  return sum;
+}
 
 Status Store::Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -55,6 +55,13 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> base_;
 };
 
+// The counter arithmetic behind every store's Add. A counter's text comes from a store or a
+// peer, so it is parsed strictly: an optional '-' and decimal digits that fit int64, nothing
+// else (INVALID_ARGUMENT naming `what` and the start of the text). AddToCounter is
+// OUT_OF_RANGE when the sum would leave int64.
+Result<int64_t> ParseCounter(std::string_view text, const std::string& what);
+Result<int64_t> AddToCounter(int64_t current, int64_t delta, const std::string& key);
+
 // Counter-based barrier on a store: every one of `size` participants calls it once with
 // the same `key`; returns when all have arrived or fails at the timeout.
 Status StoreBarrier(Store& store, const std::string& key, int size,

@@ -1,5 +1,6 @@
 #include "collectives/store/tcp_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 
@@ -11,6 +12,7 @@ constexpr uint8_t kGet = 2;
 constexpr uint8_t kAdd = 3;
 constexpr uint8_t kOk = 0;
 constexpr uint8_t kNotFound = 1;
+constexpr uint8_t kError = 2;  // the request was refused; the value says why
 constexpr uint32_t kMaxFieldBytes = 64u << 20;
 // Server-side I/O on an established connection has no natural deadline; a long one keeps
 // the code uniform while Shutdown() is what really ends a blocked read.
@@ -47,8 +49,12 @@ void TcpStoreServer::AcceptLoop() {
     auto accepted = AcceptTcp(listener_, std::chrono::steady_clock::now() +
                                              std::chrono::milliseconds(200));
     if (!accepted.ok()) {
+      if (stopping_) return;  // the listener was shut down
       if (accepted.status().code() == StatusCode::kDeadlineExceeded) continue;
-      return;  // the listener was shut down
+      // Out of descriptors (EMFILE, ENFILE), memory or a connection gone before it was taken:
+      // the server must outlive that. Pause so a lasting error does not spin, and go on.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return;
@@ -94,12 +100,20 @@ void TcpStoreServer::Serve(int connection_index) {
           reply = it->second;
         }
       } else if (header[0] == kAdd) {
-        int64_t current = 0;
+        // Both numbers may be anything a client sent: a refusal is answered, the counter kept.
+        Result<int64_t> sum = ParseCounter(value, "the delta added to '" + key + "'");
         auto it = values_.find(key);
-        if (it != values_.end()) current = std::stoll(it->second);
-        current += std::stoll(value);
-        reply = std::to_string(current);
-        values_[key] = reply;
+        if (sum.ok() && it != values_.end()) {
+          Result<int64_t> current = ParseCounter(it->second, "store key '" + key + "'");
+          sum = current.ok() ? AddToCounter(*current, *sum, key) : current;
+        }
+        if (sum.ok()) {
+          reply = std::to_string(*sum);
+          values_[key] = reply;
+        } else {
+          code = kError;
+          reply = sum.status().message();
+        }
       } else {
         return;  // unknown command: drop the connection
       }
@@ -124,9 +138,27 @@ Result<std::shared_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int
 
 Result<std::pair<uint8_t, std::string>> TcpStore::Call(uint8_t command, const std::string& key,
                                                        const std::string& value) {
+  if (key.size() > kMaxFieldBytes || value.size() > kMaxFieldBytes) {
+    return InvalidArgumentError("store key '" + key.substr(0, 64) + "': a key or value of " +
+                                std::to_string(std::max(key.size(), value.size())) +
+                                " bytes is over the limit of " + std::to_string(kMaxFieldBytes));
+  }
   // A store round trip is short; a server that does not answer in this long is gone.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!socket_.valid()) {
+    return UnavailableError(where_ + ": the connection was closed after an earlier error");
+  }
+  Result<std::pair<uint8_t, std::string>> reply = RoundTrip(command, key, value, deadline);
+  // A call that failed part way leaves the stream between messages: the next call would read
+  // this one's reply. The connection is closed instead and later calls say why.
+  if (!reply.ok()) socket_.Close();
+  return reply;
+}
+
+Result<std::pair<uint8_t, std::string>> TcpStore::RoundTrip(
+    uint8_t command, const std::string& key, const std::string& value,
+    std::chrono::steady_clock::time_point deadline) {
   std::string request(9, '\0');
   request[0] = static_cast<char>(command);
   const uint32_t key_bytes = static_cast<uint32_t>(key.size());
@@ -145,11 +177,19 @@ Result<std::pair<uint8_t, std::string>> TcpStore::Call(uint8_t command, const st
   }
   std::string reply(reply_bytes, '\0');
   RETURN_IF_ERROR(socket_.RecvAll(reply.data(), reply.size(), deadline, where_));
+  if (response[0] != kOk && response[0] != kNotFound && response[0] != kError) {
+    return DataLossError(where_ + " answered with unknown code " + std::to_string(response[0]));
+  }
   return std::make_pair(response[0], std::move(reply));
+}
+
+Status TcpStore::Refused(const std::string& reason) const {
+  return InvalidArgumentError(where_ + " refused the request: " + reason);
 }
 
 Status TcpStore::Set(const std::string& key, const std::string& value) {
   ASSIGN_OR_RETURN(auto reply, Call(kSet, key, value));
+  if (reply.first == kError) return Refused(reply.second);
   return Status::Ok();
 }
 
@@ -159,6 +199,7 @@ Result<std::string> TcpStore::Get(const std::string& key, std::chrono::milliseco
   for (;;) {
     ASSIGN_OR_RETURN(auto reply, Call(kGet, key, ""));
     if (reply.first == kOk) return std::move(reply.second);
+    if (reply.first == kError) return Refused(reply.second);
     if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError("store key '" + key + "' not set within " +
                                    std::to_string(timeout.count()) + " ms (" + where_ + ")");
@@ -170,7 +211,10 @@ Result<std::string> TcpStore::Get(const std::string& key, std::chrono::milliseco
 
 Result<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
   ASSIGN_OR_RETURN(auto reply, Call(kAdd, key, std::to_string(delta)));
-  return static_cast<int64_t>(std::stoll(reply.second));
+  if (reply.first == kError) return Refused(reply.second);
+  Result<int64_t> value = ParseCounter(reply.second, where_ + "'s answer to add on '" + key + "'");
+  if (!value.ok()) return DataLossError(value.status().message());
+  return value;
 }
 
 }  // namespace tessera::collectives

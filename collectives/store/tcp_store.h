@@ -4,7 +4,13 @@
 // other ranks. The server serves each connection on its own thread; it is meant for
 // rendezvous traffic (a few keys per rank), not bulk data. Wire format, little-endian:
 //   request  u8 command (1 set, 2 get, 3 add) | u32 key bytes | u32 value bytes | key | value
-//   response u8 code (0 ok, 1 not found)      | u32 value bytes | value
+//   response u8 code (0 ok, 1 not found, 2 refused) | u32 value bytes | value
+// Key and value are at most 64 MiB each. Add's value and the counter it adds to must be
+// decimal int64 text and the sum must fit int64; otherwise the server answers "refused" with
+// the reason as the value, keeps the counter and goes on serving (the client's Add returns
+// INVALID_ARGUMENT). The server drops a connection that sends an unknown command or an
+// oversized field. A client call that fails part way (I/O error, deadline, malformed reply)
+// closes the client's connection, and every later call on it is UNAVAILABLE.
 // Get waits on the client side by polling (1 to 20 ms backoff) until the deadline.
 #pragma once
 
@@ -62,9 +68,15 @@ class TcpStore final : public Store {
  private:
   TcpStore(TcpSocket socket, std::string where)
       : socket_(std::move(socket)), where_(std::move(where)) {}
-  // One request/response round trip; returns {code, value}.
+  // One request/response round trip; returns {code, value}. Closes the connection when the
+  // round trip fails part way.
   Result<std::pair<uint8_t, std::string>> Call(uint8_t command, const std::string& key,
                                                const std::string& value);
+  Result<std::pair<uint8_t, std::string>> RoundTrip(uint8_t command, const std::string& key,
+                                                    const std::string& value,
+                                                    std::chrono::steady_clock::time_point deadline);
+  // The error for a request the server refused, with its reason.
+  Status Refused(const std::string& reason) const;
 
   std::mutex mutex_;
   TcpSocket socket_;  // guarded by mutex_

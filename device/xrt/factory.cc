@@ -40,9 +40,11 @@ const Result<const XrtModule*>& LoadedXrtModule() {
 
 }  // namespace
 
-bool XrtUsesNoopShim() {
+bool XrtUsesNoopShim() { return XrtEmulationMode() == "noop"; }
+
+std::string XrtEmulationMode() {
   const char* mode = std::getenv("XCL_EMULATION_MODE");
-  return mode != nullptr && std::string(mode) == "noop";
+  return mode == nullptr ? "" : mode;
 }
 
 #if TESSERA_HAVE_XRT

@@ -13,7 +13,9 @@
 // no-op shim (XCL_EMULATION_MODE=noop, XILINX_XRT naming a root whose lib/ holds
 // libxrt_noop.so.2). The no-op shim completes every run without computing: it proves the
 // host-side control path (xclbin parsing, buffer allocation and sync, argument binding, run
-// and wait), never the numbers; capabilities().name says "(no-op shim)" then.
+// and wait), never the numbers; capabilities().name says "(no-op shim)" then. Under any
+// emulation mode (XCL_EMULATION_MODE: noop, sw_emu, hw_emu) no card computes: the device is
+// capabilities().emulated and its name says the mode.
 //
 // Thread safety: as Device.
 #pragma once
@@ -43,6 +45,9 @@ Viability XrtViability(const XrtDeviceOptions& options = {});
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options = {});
 // True when XRT runs on its no-op shim in this process.
 bool XrtUsesNoopShim();
+// XCL_EMULATION_MODE when it is set and not empty (XRT then runs on an emulation shim: noop,
+// sw_emu, hw_emu), else empty: XRT drives a card.
+std::string XrtEmulationMode();
 
 // One buffer argument of a GEMM kernel run: the device address in the command XRT submitted,
 // beside the address and size (bytes) of the buffer object the device bound to it.

@@ -54,9 +54,17 @@ Result<std::unique_ptr<Device>> ModuleCreate(const XrtDeviceOptions& options, co
   ASSIGN_OR_RETURN(std::unique_ptr<Device> host, CreateDevice("cpu"));
   std::string description = "xrt #" + std::to_string(options.device_index) + " (" + options.kernel_name + " from " +
                             std::filesystem::path(path).filename().string() + ")";
-  if (XrtUsesNoopShim()) description += " (no-op shim)";
+  // An emulation shim (any XCL_EMULATION_MODE) stands in for the card: the device says so, and
+  // which mode, so nothing it reports is mistaken for a card's.
+  const std::string mode = XrtEmulationMode();
+  if (mode == "noop") {
+    description += " (no-op shim) (emulated: XCL_EMULATION_MODE=noop)";
+  } else if (!mode.empty()) {
+    description += " (emulated: XCL_EMULATION_MODE=" + mode + ")";
+  }
   return std::unique_ptr<Device>(std::make_unique<XrtDevice>(std::move(device), std::move(uuid), std::move(kernel),
-                                                             std::move(description), std::move(host)));
+                                                             std::move(description), !mode.empty(),
+                                                             std::move(host)));
 }
 
 std::optional<XrtGemmLaunch> ModuleLastGemmLaunch(Device& device) {

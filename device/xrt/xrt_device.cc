@@ -17,7 +17,7 @@ double MillisecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 XrtDevice::XrtDevice(xrt::device device, xrt::uuid xclbin, xrt::kernel kernel, std::string description,
-                     std::unique_ptr<Device> host)
+                     bool emulated, std::unique_ptr<Device> host)
     : device_(std::move(device)),
       xclbin_(std::move(xclbin)),
       kernel_(std::move(kernel)),
@@ -41,6 +41,7 @@ XrtDevice::XrtDevice(xrt::device device, xrt::uuid xclbin, xrt::kernel kernel, s
       placement_({Op::kGemm}) {
   capabilities_.kind = "xrt";
   capabilities_.name = std::move(description);
+  capabilities_.emulated = emulated;
   capabilities_.native_ops = {Op::kGemm};
   capabilities_.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32};
 }

@@ -20,8 +20,9 @@ namespace tessera {
 
 class XrtDevice final : public Device {
  public:
+  // `emulated`: XRT runs on an emulation shim, not a card (capabilities().emulated).
   XrtDevice(xrt::device device, xrt::uuid xclbin, xrt::kernel kernel, std::string description,
-            std::unique_ptr<Device> host);
+            bool emulated, std::unique_ptr<Device> host);
   ~XrtDevice() override;
 
   const DeviceCapabilities& capabilities() const override { return capabilities_; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 
@@ -417,6 +418,44 @@ TEST(CommunicatorTest, InvalidArgumentsAreRejectedBeforeAnyTraffic) {
   EXPECT_EQ((*c)->Broadcast(&x, 1, DataType::kFloat32, 3).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*c)->Send(&x, 1, DataType::kFloat32, 0, 1).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ((*c)->Recv(&x, 1, DataType::kFloat32, 0, -1).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CommunicatorTest, CountsWhoseBytesOverflowAreRejectedBeforeAnyTraffic) {
+  for (const char* backend : {"p2p", "sendrecv-local"}) {
+    World world(1, RankMode::kThreads);
+    auto c = world.Create(backend, 0, 1000);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    float x = 0;
+    const size_t huge = SIZE_MAX / 2;  // times 4 bytes wraps
+    const Status calls[] = {
+        (*c)->Allreduce(&x, &x, huge, DataType::kFloat32, ReduceOp::kAvg),
+        (*c)->Broadcast(&x, huge, DataType::kFloat32, 0),
+        (*c)->Allgather(&x, &x, huge, DataType::kFloat32),
+        (*c)->ReduceScatter(&x, &x, huge, DataType::kFloat32, ReduceOp::kSum),
+        (*c)->Allreduce(&x, &x, SIZE_MAX / 8 + 1, DataType::kInt64, ReduceOp::kSum),
+    };
+    for (const Status& status : calls) {
+      EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << backend << ": " << status.ToString();
+      EXPECT_TRUE(Mentions(status, "count")) << status.ToString();
+    }
+  }
+  // Two ranks: a count that fits once but not once per rank (allgather's output, reduce-scatter's
+  // input) is refused on each rank before it sends a byte.
+  World world(2, RankMode::kThreads);
+  std::vector<Status> allgather(2), reduce_scatter(2);
+  auto results = RunRanks(2, RankMode::kThreads, [&](int rank) -> Status {
+    ASSIGN_OR_RETURN(auto c, world.Create("p2p", rank, 5000));
+    float x = 0;
+    const size_t count = size_t{PTRDIFF_MAX} / sizeof(float);  // fits once, not twice
+    allgather[rank] = c->Allgather(&x, &x, count, DataType::kFloat32);
+    reduce_scatter[rank] = c->ReduceScatter(&x, &x, count, DataType::kFloat32, ReduceOp::kSum);
+    return c->Allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);  // still in step
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << results[rank].ToString();
+    EXPECT_EQ(allgather[rank].code(), StatusCode::kInvalidArgument) << allgather[rank].ToString();
+    EXPECT_EQ(reduce_scatter[rank].code(), StatusCode::kInvalidArgument) << reduce_scatter[rank].ToString();
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "collectives/store/file_store.h"
@@ -109,7 +111,121 @@ TEST_P(StoreTest, PrefixStoresDoNotCollideAndBarrierReleasesAll) {
   for (const Status& status : results) EXPECT_TRUE(status.ok()) << status.ToString();
 }
 
+TEST_P(StoreTest, AddToAValueThatIsNotACounterIsAnErrorAndKeepsTheValue) {
+  ASSERT_TRUE(store_->Set("word", "12abc").ok());
+  auto added = Client()->Add("word", 1);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), StatusCode::kInvalidArgument) << added.status().ToString();
+  EXPECT_NE(added.status().message().find("12abc"), std::string::npos) << added.status().ToString();
+  auto kept = store_->Get("word", milliseconds(1000));
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, "12abc");
+  auto counter = store_->Add("counter", 2);  // the store still serves
+  ASSERT_TRUE(counter.ok()) << counter.status().ToString();
+  EXPECT_EQ(*counter, 2);
+}
+
+TEST_P(StoreTest, AddPastInt64IsAnErrorAndKeepsTheCounter) {
+  const int64_t largest = std::numeric_limits<int64_t>::max();
+  ASSERT_TRUE(store_->Add("big", largest).ok());
+  auto added = store_->Add("big", 1);
+  ASSERT_FALSE(added.ok());
+  EXPECT_NE(added.status().message().find("overflows"), std::string::npos) << added.status().ToString();
+  auto kept = store_->Add("big", 0);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_EQ(*kept, largest);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("hash", "file", "tcp"));
+
+// A request as a client that does not use TcpStore would send it (tcp_store.h's wire format).
+std::string Request(uint8_t command, const std::string& key, const std::string& value) {
+  std::string request(9, '\0');
+  request[0] = static_cast<char>(command);
+  const uint32_t key_bytes = static_cast<uint32_t>(key.size()), value_bytes = static_cast<uint32_t>(value.size());
+  std::memcpy(request.data() + 1, &key_bytes, 4);
+  std::memcpy(request.data() + 5, &value_bytes, 4);
+  return request + key + value;
+}
+
+// Sends `request` and reads the answer: {code, value}.
+Result<std::pair<uint8_t, std::string>> RoundTrip(TcpSocket& socket, const std::string& request) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  RETURN_IF_ERROR(socket.SendAll(request.data(), request.size(), deadline, "store server"));
+  uint8_t response[5];
+  RETURN_IF_ERROR(socket.RecvAll(response, sizeof(response), deadline, "store server"));
+  uint32_t bytes;
+  std::memcpy(&bytes, response + 1, 4);
+  if (bytes > 4096) return DataLossError("an answer of " + std::to_string(bytes) + " bytes");
+  std::string value(bytes, '\0');
+  RETURN_IF_ERROR(socket.RecvAll(value.data(), value.size(), deadline, "store server"));
+  return std::make_pair(response[0], value);
+}
+
+TEST(TcpStoreServerTest, AnAddOfANonNumericValueIsRefusedAndTheServerServesOn) {
+  auto server = TcpStoreServer::Start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto raw = ConnectTcp("127.0.0.1", (*server)->port(),
+                        std::chrono::steady_clock::now() + std::chrono::seconds(30), "store server");
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  for (const char* delta : {"twelve", "", "99999999999999999999", "7 "}) {
+    auto refused = RoundTrip(*raw, Request(3, "counter", delta));
+    ASSERT_TRUE(refused.ok()) << delta << ": " << refused.status().ToString();
+    EXPECT_EQ(refused->first, 2) << "delta '" << delta << "' answered " << refused->second;
+  }
+  // The same connection is still served, and the counter was never touched.
+  auto added = RoundTrip(*raw, Request(3, "counter", "5"));
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(added->first, 0);
+  EXPECT_EQ(added->second, "5");
+  // And so is another client.
+  auto client = TcpStore::Connect("127.0.0.1", (*server)->port(), milliseconds(5000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto total = (*client)->Add("counter", 1);
+  ASSERT_TRUE(total.ok()) << total.status().ToString();
+  EXPECT_EQ(*total, 6);
+}
+
+TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBytes) {
+  auto listening = ListenTcp("127.0.0.1", 0, 4);
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  // A fake server: answers the first request with an oversized length, then with the bytes of
+  // a well-formed "42" that a client reading on would take for its next answer.
+  std::thread fake([&listener = listening->first] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    auto connection = AcceptTcp(listener, deadline);
+    if (!connection.ok()) return;
+    uint8_t header[9];
+    if (!connection->RecvAll(header, sizeof(header), deadline, "client").ok()) return;
+    uint32_t key_bytes, value_bytes;
+    std::memcpy(&key_bytes, header + 1, 4);
+    std::memcpy(&value_bytes, header + 5, 4);
+    std::string rest(key_bytes + value_bytes, '\0');
+    if (!connection->RecvAll(rest.data(), rest.size(), deadline, "client").ok()) return;
+    const uint8_t answer[] = {0, 0xff, 0xff, 0xff, 0xff, 0, 2, 0, 0, 0, '4', '2'};
+    (void)connection->SendAll(answer, sizeof(answer), deadline, "client");
+    char drain[64];
+    while (connection->RecvAll(drain, 1, deadline, "client").ok()) {
+    }
+  });
+  auto client = TcpStore::Connect("127.0.0.1", listening->second, milliseconds(5000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto first = (*client)->Add("counter", 1);
+  EXPECT_EQ(first.status().code(), StatusCode::kDataLoss) << first.status().ToString();
+  auto second = (*client)->Add("counter", 1);
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable)
+      << (second.ok() ? "read " + std::to_string(*second) + " left from the first answer" : second.status().ToString());
+  client->reset();  // closes the connection (if the client had not): the fake server's read ends
+  fake.join();
+}
+
+TEST(HashStoreTest, AddToANonNumericValueIsAnError) {
+  HashStore store;
+  ASSERT_TRUE(store.Set("k", "not a number").ok());
+  auto added = store.Add("k", 1);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), StatusCode::kInvalidArgument) << added.status().ToString();
+}
 
 }  // namespace
 }  // namespace tessera::collectives

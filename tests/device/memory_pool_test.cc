@@ -57,6 +57,28 @@ TEST(MemoryPoolTest, ExhaustionIsAStatusNamingTheSize) {
   EXPECT_NE(result.status().message().find("1048576"), std::string::npos);
 }
 
+TEST(MemoryPoolTest, ARequestAboveTheLargestSizeClassIsRefusedWithoutReachingTheDriver) {
+  EXPECT_EQ(MemoryPool::SizeClass(MemoryPool::kLargestClass), MemoryPool::kLargestClass);
+  EXPECT_EQ(MemoryPool::SizeClass(MemoryPool::kLargestClass + 1), MemoryPool::kNoClass);
+  EXPECT_EQ(MemoryPool::SizeClass(SIZE_MAX), MemoryPool::kNoClass);
+  int driver_calls = 0;
+  MemoryPool pool(DriverAllocator{[&driver_calls](size_t) -> void* { ++driver_calls; return nullptr; },
+                                  [](void*, size_t) {}});
+  size_t class_bytes = 0;
+  for (size_t bytes : {MemoryPool::kLargestClass + 1, SIZE_MAX}) {
+    auto result = pool.Acquire(bytes, &class_bytes);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(result.status().message().find(std::to_string(bytes)), std::string::npos)
+        << result.status().ToString();
+  }
+  EXPECT_EQ(driver_calls, 0);
+  auto device = CreateCpuDevice();
+  auto buffer = device->Allocate(SIZE_MAX);
+  ASSERT_FALSE(buffer.ok());
+  EXPECT_EQ(buffer.status().code(), StatusCode::kResourceExhausted);
+}
+
 TEST(MemoryPoolTest, DeviceBuffersReturnToTheirDevicesPool) {
   auto device = CreateCpuDevice();
   for (int i = 0; i < 10; ++i) {

@@ -98,6 +98,15 @@ TEST_F(XrtNoopTest, DrivesTheGemmKernelAndAccountsHostFallbacks) {
   EXPECT_EQ(placement.Fallback(Op::kRelu).bytes_to_device, 16u);
 }
 
+TEST_F(XrtNoopTest, ADeviceOnAnEmulationShimIsLabelledEmulatedNamingTheMode) {
+  auto device = CreateXrtDevice(XrtDeviceOptions{.xclbin_path = xclbin_});
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  const DeviceCapabilities& capabilities = (*device)->capabilities();
+  EXPECT_TRUE(capabilities.emulated) << capabilities.name;
+  EXPECT_NE(capabilities.name.find("emulated"), std::string::npos) << capabilities.name;
+  EXPECT_NE(capabilities.name.find("XCL_EMULATION_MODE=noop"), std::string::npos) << capabilities.name;
+}
+
 TEST_F(XrtNoopTest, AMissingXclbinOrKernelIsNamed) {
   auto missing = CreateXrtDevice(XrtDeviceOptions{.xclbin_path = ::testing::TempDir() + "absent.xclbin"});
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
@@ -113,6 +122,16 @@ TEST_F(XrtNoopTest, AMissingXclbinOrKernelIsNamed) {
 }
 
 #endif  // TESSERA_HAVE_XRT
+
+TEST(XrtEmulationModeTest, EveryEmulationModeCountsNotOnlyTheNoopShim) {
+  for (const char* mode : {"noop", "sw_emu", "hw_emu"}) {
+    test_support::ScopedEnvironmentVariable emulation("XCL_EMULATION_MODE", mode);
+    EXPECT_EQ(XrtEmulationMode(), mode);
+    EXPECT_EQ(XrtUsesNoopShim(), std::string(mode) == "noop") << mode;
+  }
+  test_support::ScopedEnvironmentVariable card("XCL_EMULATION_MODE", "");
+  EXPECT_EQ(XrtEmulationMode(), "") << "an empty mode is a card";
+}
 
 TEST(XrtViabilityTest, SaysWhyWithoutAnXclbin) {
   unsetenv("TESSERA_XRT_XCLBIN");
