@@ -1,5 +1,6 @@
 #include "core/data/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 namespace tessera {
 namespace {
@@ -131,12 +133,14 @@ Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<u
   return out;
 }
 
+// With `at_least`, `found` is as far as the reader went: the data goes on past it.
 std::string SizeMismatch(const std::string& path, const std::vector<uint32_t>& dims, uint64_t expected_size,
-                         uint64_t found) {
+                         uint64_t found, bool at_least = false) {
   std::string shape;
   for (size_t i = 0; i < dims.size(); ++i) shape += (i ? "x" : "") + std::to_string(dims[i]);
   return path + ": " + (found < expected_size ? "truncated" : "trailing data") + ": header [" + shape +
-         "] expects " + std::to_string(expected_size) + " bytes, found " + std::to_string(found);
+         "] expects " + std::to_string(expected_size) + " bytes, found " + std::to_string(found) +
+         (at_least ? " or more" : "");
 }
 
 // Checks the magic and reads the dimensions it announces; with `whole_file`, `bytes` is the
@@ -201,12 +205,16 @@ class ByteStream {
       if (err == EACCES) return PermissionDeniedError(std::move(message));
       return InvalidArgumentError(std::move(message));
     }
+    struct stat info {};
+    const bool regular = fstat(fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
     std::unique_ptr<ByteStream> stream(new ByteStream(path, std::move(file)));
     RETURN_IF_ERROR(stream->Fill());
     stream->gzip_ = stream->in_.size() - stream->in_pos_ >= 2 && stream->in_[0] == 0x1f && stream->in_[1] == 0x8b;
     if (stream->gzip_) {
       if (inflateInit2(&stream->zs_, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
       stream->inflating_ = true;
+    } else if (regular && info.st_size >= 0) {
+      stream->known_size_ = static_cast<uint64_t>(info.st_size);
     }
     return stream;
   }
@@ -216,8 +224,36 @@ class ByteStream {
   ByteStream(const ByteStream&) = delete;
   ByteStream& operator=(const ByteStream&) = delete;
 
+  // The number of bytes Read will give in all, where that is known before reading them: a
+  // plain regular file's size. Nothing for a gzip stream or a pipe.
+  std::optional<uint64_t> KnownSize() const { return known_size_; }
+  // The bytes Read has given so far.
+  uint64_t Position() const { return position_; }
+
+  // Reads and drops up to n bytes; fewer only at the end of the stream.
+  Result<uint64_t> Skip(uint64_t n) {
+    std::array<uint8_t, 1 << 16> scratch;
+    uint64_t skipped = 0;
+    while (skipped < n) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n - skipped, scratch.size()));
+      ASSIGN_OR_RETURN(const size_t got, Read(scratch.data(), want));
+      skipped += got;
+      if (got < want) break;
+    }
+    return skipped;
+  }
+
   // Up to n bytes into `out`; fewer only at the end of the (inflated) stream.
   Result<size_t> Read(uint8_t* out, size_t n) {
+    ASSIGN_OR_RETURN(const size_t produced, ReadSome(out, n));
+    position_ += produced;
+    return produced;
+  }
+
+ private:
+  ByteStream(std::string path, FilePtr file) : path_(std::move(path)), file_(std::move(file)) {}
+
+  Result<size_t> ReadSome(uint8_t* out, size_t n) {
     size_t produced = 0;
     while (produced < n && !finished_) {
       if (in_pos_ == in_.size()) {
@@ -278,9 +314,6 @@ class ByteStream {
     return produced;
   }
 
- private:
-  ByteStream(std::string path, FilePtr file) : path_(std::move(path)), file_(std::move(file)) {}
-
   Status Fill() {
     in_.resize(1 << 16);
     const size_t n = std::fread(in_.data(), 1, in_.size(), file_.get());
@@ -303,6 +336,8 @@ class ByteStream {
   z_stream zs_{};
   uint64_t consumed_ = 0;
   uint64_t inflated_ = 0;
+  uint64_t position_ = 0;
+  std::optional<uint64_t> known_size_;
 };
 
 }  // namespace
@@ -411,6 +446,52 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
 
 namespace {
 
+// The first bytes a reader that has not yet seen how large its data is sets aside; beyond
+// them its buffer grows only as bytes arrive, so a header's promise alone allocates nothing.
+constexpr size_t kFirstReserve = size_t{1} << 26;
+
+// Refuses a stream whose size is known before reading it (a plain file) and is not the
+// `expected_size` the header promises: nothing is allocated for a promise the file cannot keep.
+Status CheckKnownSize(const ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
+                      uint64_t expected_size) {
+  const std::optional<uint64_t> size = stream.KnownSize();
+  if (size && *size != expected_size) return DataLossError(SizeMismatch(path, dims, expected_size, *size));
+  return Status::Ok();
+}
+
+// Reads one byte past the end the header promises: there must be none. Reads no further, so
+// a stream that goes on (a gzip bomb) costs a byte, not its length.
+Status ExpectEnd(ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
+                 uint64_t expected_size) {
+  uint8_t extra;
+  ASSIGN_OR_RETURN(const size_t got, stream.Read(&extra, 1));
+  if (got != 0) return DataLossError(SizeMismatch(path, dims, expected_size, stream.Position(), /*at_least=*/true));
+  return Status::Ok();
+}
+
+// Puts the rows of `kept` in place: slot j goes to position to[j] (a permutation of
+// [0, to.size())), moving each row once through one row of scratch.
+void PermuteRows(std::vector<uint8_t>& kept, size_t sample, const std::vector<size_t>& to) {
+  std::vector<size_t> from(to.size());  // from[position] = the slot that belongs there
+  for (size_t j = 0; j < to.size(); ++j) from[to[j]] = j;
+  std::vector<bool> done(to.size());
+  std::vector<uint8_t> scratch(sample);
+  for (size_t start = 0; start < from.size(); ++start) {
+    if (done[start] || from[start] == start) continue;
+    std::memcpy(scratch.data(), kept.data() + start * sample, sample);
+    for (size_t k = start;;) {
+      done[k] = true;
+      const size_t s = from[k];
+      if (s == start) {
+        std::memcpy(kept.data() + k * sample, scratch.data(), sample);
+        break;
+      }
+      std::memcpy(kept.data() + k * sample, kept.data() + s * sample, sample);
+      k = s;
+    }
+  }
+}
+
 // LoadIdxPairRows on labels already read, with the rows `rows_of` picks from their count.
 Result<Dataset> LoadRows(const std::string& images_path, const std::string& labels_path,
                          const std::function<std::vector<int64_t>(int64_t count)>& rows_of, int num_classes,
@@ -420,7 +501,7 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   }
   ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
   const std::vector<int64_t> rows = rows_of(static_cast<int64_t>(labels.size()));
-  // The image file is read as a stream: only the chosen rows are kept, as floats.
+  // The image file is read as a stream: only the chosen rows are kept.
   ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(images_path));
   std::vector<uint8_t> header(16);
   ASSIGN_OR_RETURN(const size_t header_read, stream->Read(header.data(), header.size()));
@@ -436,6 +517,9 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   shape.rows = static_cast<int>(dims[1]);
   shape.cols = static_cast<int>(dims[2]);
   RETURN_IF_ERROR(CheckLabels(images_path, shape.count, labels_path, labels, num_classes));
+  const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
+  const uint64_t expected_size = 16 + static_cast<uint64_t>(shape.count) * sample;
+  RETURN_IF_ERROR(CheckKnownSize(*stream, images_path, dims, expected_size));
   // (row, position in the result), in file order.
   std::vector<std::pair<int64_t, size_t>> wanted(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -448,38 +532,50 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   }
   std::sort(wanted.begin(), wanted.end());
 
-  const auto lookup = PixelLookup(normalisation);
   Dataset dataset = EmptyLike(images_path, shape, num_classes);
-  const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
   dataset.count = static_cast<int64_t>(rows.size());
-  dataset.pixels.resize(rows.size() * sample);
-  dataset.pixel_values = lookup;
+  dataset.pixel_values = PixelLookup(normalisation);
   dataset.labels.resize(rows.size());
-  const uint64_t expected_size = 16 + static_cast<uint64_t>(shape.count) * sample;
-  // Whole images at a time, about 256 KiB of them.
-  const size_t per_block = std::max<size_t>(1, (size_t{1} << 18) / sample);
-  std::vector<uint8_t> block(per_block * sample);
-  uint64_t found = header_read;
-  size_t next = 0;  // the next entry of `wanted`
-  for (int64_t first = 0; first < shape.count; first += static_cast<int64_t>(per_block)) {
-    const size_t count = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(per_block), shape.count - first));
-    ASSIGN_OR_RETURN(const size_t got, stream->Read(block.data(), count * sample));
-    found += got;
-    if (got < count * sample) return DataLossError(SizeMismatch(images_path, dims, expected_size, found));
-    for (; next < wanted.size() && wanted[next].first < first + static_cast<int64_t>(count); ++next) {
-      const auto [row, position] = wanted[next];
-      const uint8_t* in = block.data() + static_cast<size_t>(row - first) * sample;
-      std::memcpy(dataset.pixels.data() + position * sample, in, sample);
-      dataset.labels[position] = labels[static_cast<size_t>(row)];
+  // The wanted rows in file order, one copy per entry of `wanted`, read straight into the
+  // buffer. A plain file's size is checked above, so its rows are there to be read; a gzip
+  // stream's buffer grows as its rows arrive.
+  std::vector<uint8_t> kept;
+  const uint64_t kept_size = static_cast<uint64_t>(rows.size()) * sample;
+  kept.reserve(static_cast<size_t>(stream->KnownSize() ? kept_size : std::min<uint64_t>(kept_size, kFirstReserve)));
+  auto truncated = [&] { return DataLossError(SizeMismatch(images_path, dims, expected_size, stream->Position())); };
+  int64_t next_row = 0;  // the next row of the file to read
+  for (size_t j = 0; j < wanted.size();) {
+    const int64_t row = wanted[j].first;
+    const uint64_t gap = static_cast<uint64_t>(row - next_row) * sample;
+    ASSIGN_OR_RETURN(const uint64_t skipped, stream->Skip(gap));
+    if (skipped < gap) return truncated();
+    for (size_t done = 0; done < sample;) {
+      const size_t piece = std::min<size_t>(sample - done, size_t{1} << 20);
+      const size_t at = kept.size();
+      kept.resize(at + piece);
+      ASSIGN_OR_RETURN(const size_t got, stream->Read(kept.data() + at, piece));
+      if (got < piece) return truncated();
+      done += piece;
+    }
+    next_row = row + 1;
+    dataset.labels[wanted[j].second] = labels[static_cast<size_t>(row)];
+    // The same row asked for again: a copy of the one just read.
+    for (++j; j < wanted.size() && wanted[j].first == row; ++j) {
+      const size_t at = kept.size();
+      kept.resize(at + sample);
+      std::memcpy(kept.data() + at, kept.data() + at - sample, sample);
+      dataset.labels[wanted[j].second] = labels[static_cast<size_t>(row)];
     }
   }
+  const uint64_t rest = static_cast<uint64_t>(shape.count - next_row) * sample;
+  ASSIGN_OR_RETURN(const uint64_t skipped, stream->Skip(rest));
+  if (skipped < rest) return truncated();
   // Anything after the last image is an error, as for a file read whole.
-  while (true) {
-    ASSIGN_OR_RETURN(const size_t got, stream->Read(block.data(), block.size()));
-    if (got == 0) break;
-    found += got;
-  }
-  if (found != expected_size) return DataLossError(SizeMismatch(images_path, dims, expected_size, found));
+  RETURN_IF_ERROR(ExpectEnd(*stream, images_path, dims, expected_size));
+  std::vector<size_t> to(wanted.size());
+  for (size_t j = 0; j < wanted.size(); ++j) to[j] = wanted[j].second;
+  PermuteRows(kept, sample, to);
+  dataset.pixels = std::move(kept);
   return dataset;
 }
 

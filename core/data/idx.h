@@ -91,6 +91,8 @@ Result<IdxPairPaths> FindIdxSplit(const std::string& dir, bool train, std::strin
 // pair, normalised as LoadIdxPair does, with the same checks. The image file is read as a
 // stream (inflated as it goes when gzip-compressed) and only the chosen rows are kept, as
 // floats: a worker holds its share, never the whole training set, even while loading it.
+// Nothing is set aside on the header's word alone: a plain file's size is checked against the
+// header first, and a gzip stream's rows are kept as they arrive.
 // kOutOfRange names the first row outside the files.
 Result<Dataset> LoadIdxPairRows(const std::string& images_path, const std::string& labels_path,
                                 const std::vector<int64_t>& rows, int num_classes = 10,

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +18,37 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Sanitizer runtimes reserve terabytes of address space up front, so no cap on it can hold.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerRuntime = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitizerRuntime = true;
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+
+// Lets this process's address space grow by at most `headroom` bytes from now on, so that an
+// allocation of what a hostile header promises fails (std::bad_alloc, which kills the process)
+// instead of succeeding lazily. For a death test's child only; does nothing under a sanitizer.
+void CapAddressSpace(uint64_t headroom) {
+  if (kSanitizerRuntime) return;
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + headroom;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::abort();
+}
+
+// Big-endian uint32 bytes, for writing IDX headers by hand.
+void Append32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
+}
 
 // A fresh directory per test, under gtest's temporary directory.
 class IdxFilesTest : public ::testing::Test {
@@ -267,6 +302,40 @@ TEST_F(IdxFilesTest, RowLoaderStreamsAcrossBlocksWithTheWholeFileChecks) {
       damaged(bytes);
     }
     WriteRaw(images, good);
+  }
+}
+
+// A 16-byte image file whose header promises 64 images of 32768x32768 (64 GiB), with a
+// matching label file: the row loaders refuse it as truncated without setting aside room for
+// the promise, whether the file is plain (its size is known) or gzip (the buffer grows only as
+// rows arrive).
+TEST_F(IdxFilesTest, AHeaderPromisingMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<uint8_t> header;
+  for (uint32_t v : {0x00000803u, 64u, 32768u, 32768u}) Append32(header, v);
+  std::vector<uint8_t> labels;
+  for (uint32_t v : {0x00000801u, 64u}) Append32(labels, v);
+  labels.resize(labels.size() + 64, 3);
+  for (const char* suffix : {"", ".gz"}) {
+    SCOPED_TRACE(suffix);
+    const std::string images = Path(std::string("img") + suffix), label_file = Path(std::string("lbl") + suffix);
+    ASSERT_TRUE(WriteMaybeGzipFile(images, header).ok());
+    ASSERT_TRUE(WriteMaybeGzipFile(label_file, labels).ok());
+    EXPECT_EXIT(
+        {
+          CapAddressSpace(uint64_t{1} << 30);
+          for (Result<Dataset> data :
+               {LoadIdxPairFirst(images, label_file, 0), LoadIdxPairRows(images, label_file, {63, 0})}) {
+            const std::string message = data.status().message();
+            std::fprintf(stderr, "%s\n", data.status().ToString().c_str());
+            if (data.ok() || data.status().code() != StatusCode::kDataLoss ||
+                message.find(images) == std::string::npos || message.find("truncated") == std::string::npos) {
+              std::exit(1);
+            }
+          }
+          std::exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
   }
 }
 
