@@ -1,6 +1,5 @@
 #include "core/data/idx.h"
 
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -14,6 +13,8 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+
+#include "core/data/byte_stream.h"
 
 namespace tessera {
 namespace {
@@ -47,92 +48,6 @@ void AppendBigEndian32(std::vector<uint8_t>& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v));
 }
 
-Result<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    int err = errno;
-    std::string message = "cannot open " + path + ": " + std::strerror(err);
-    if (err == ENOENT) return NotFoundError(std::move(message));
-    if (err == EACCES) return PermissionDeniedError(std::move(message));
-    return InvalidArgumentError(std::move(message));
-  }
-  std::vector<uint8_t> bytes;
-  if (std::fseek(file.get(), 0, SEEK_END) == 0) {
-    long size = std::ftell(file.get());
-    if (size > 0) bytes.reserve(static_cast<size_t>(size));
-    std::fseek(file.get(), 0, SEEK_SET);
-  }
-  std::array<uint8_t, 1 << 16> chunk;
-  while (true) {
-    size_t n = std::fread(chunk.data(), 1, chunk.size(), file.get());
-    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + n);
-    if (n < chunk.size()) break;
-  }
-  if (std::ferror(file.get())) {
-    return DataLossError("error reading " + path + ": " + std::strerror(errno));
-  }
-  return bytes;
-}
-
-// Inflates one or more concatenated gzip members.
-Result<std::vector<uint8_t>> Gunzip(const std::string& path, const std::vector<uint8_t>& compressed) {
-  std::vector<uint8_t> out;
-  // The trailer's ISIZE is the last member's size mod 2^32: a good first guess, but only a
-  // claim. Deflate expands at most 1032 times, so a guess beyond that is a corrupt or hostile
-  // trailer and reserves nothing.
-  if (compressed.size() >= 18) {
-    const uint8_t* t = compressed.data() + compressed.size() - 4;
-    uint32_t isize = uint32_t{t[0]} | (uint32_t{t[1]} << 8) | (uint32_t{t[2]} << 16) | (uint32_t{t[3]} << 24);
-    if (isize <= compressed.size() * 1032) out.reserve(isize);
-  }
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
-  struct EndInflate {
-    z_stream* zs;
-    ~EndInflate() { inflateEnd(zs); }
-  } end_inflate{&zs};
-
-  size_t consumed = 0;
-  bool member_done = false;
-  std::array<uint8_t, 1 << 18> chunk;
-  while (true) {
-    size_t avail = std::min<size_t>(compressed.size() - consumed, std::numeric_limits<uInt>::max());
-    zs.next_in = const_cast<Bytef*>(compressed.data() + consumed);
-    zs.avail_in = static_cast<uInt>(avail);
-    zs.next_out = chunk.data();
-    zs.avail_out = static_cast<uInt>(chunk.size());
-    int rc = inflate(&zs, Z_NO_FLUSH);
-    consumed += avail - zs.avail_in;
-    out.insert(out.end(), chunk.data(), chunk.data() + (chunk.size() - zs.avail_out));
-    if (rc == Z_STREAM_END) {
-      member_done = true;
-      // Another member may follow; padding zeros after the last member are tolerated.
-      bool rest_zero = true;
-      for (size_t i = consumed; i < compressed.size() && rest_zero; ++i) rest_zero = compressed[i] == 0;
-      if (rest_zero) break;
-      inflateReset(&zs);
-      member_done = false;
-      continue;
-    }
-    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
-      return DataLossError(path + ": corrupt gzip stream at compressed byte " + std::to_string(consumed) +
-                           ": " + (zs.msg ? zs.msg : "data error"));
-    }
-    if (rc == Z_MEM_ERROR) return ResourceExhaustedError(path + ": out of memory while inflating");
-    if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return DataLossError(path + ": inflate failed with zlib code " + std::to_string(rc));
-    }
-    // Input used up and the output buffer not filled: the stream stops before its end.
-    if (consumed == compressed.size() && zs.avail_out != 0) break;
-  }
-  if (!member_done) {
-    return DataLossError(path + ": gzip stream is truncated: expected the end of the stream, found end of file after " +
-                         std::to_string(compressed.size()) + " compressed bytes (" + std::to_string(out.size()) +
-                         " bytes inflated)");
-  }
-  return out;
-}
-
 // With `at_least`, `found` is as far as the reader went: the data goes on past it.
 std::string SizeMismatch(const std::string& path, const std::vector<uint32_t>& dims, uint64_t expected_size,
                          uint64_t found, bool at_least = false) {
@@ -143,10 +58,10 @@ std::string SizeMismatch(const std::string& path, const std::vector<uint32_t>& d
          (at_least ? " or more" : "");
 }
 
-// Checks the magic and reads the dimensions it announces; with `whole_file`, `bytes` is the
-// whole file and its size is checked against them.
+// Checks the magic of `bytes` (the file's first bytes, as many as there are up to the header's
+// size) and reads the dimensions it announces.
 Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::vector<uint8_t>& bytes,
-                                            uint32_t expected_magic, const char* kind, bool whole_file = true) {
+                                            uint32_t expected_magic, const char* kind) {
   const size_t ndims = expected_magic & 0xff;
   const size_t header_size = 4 + 4 * ndims;
   if (bytes.size() < 4) {
@@ -177,208 +92,148 @@ Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::
       return InvalidArgumentError(path + ": header dimensions are implausibly large");
     }
   }
-  const uint64_t expected_size = header_size + elements;
-  if (whole_file && bytes.size() != expected_size) {
-    return DataLossError(SizeMismatch(path, dims, expected_size, bytes.size()));
-  }
   return dims;
+}
+
+// The size of an IDX file with these dimensions, header included; ReadIdxHeader bounds it.
+uint64_t IdxFileSize(const std::vector<uint32_t>& dims) {
+  uint64_t elements = 1;
+  for (uint32_t d : dims) elements *= d;
+  return 4 + 4 * dims.size() + elements;
 }
 
 std::string BaseName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
 
-Result<std::vector<uint8_t>> InflateIfGzip(const std::string& source, std::vector<uint8_t> bytes) {
-  if (bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b) return Gunzip(source, bytes);
-  return bytes;
+// The first bytes a reader that has not yet seen how large its data is sets aside; beyond
+// them its buffer grows only as bytes arrive, so a header's promise alone allocates nothing.
+constexpr size_t kFirstReserve = size_t{1} << 26;
+
+// Refuses a stream whose size is known before reading it (a plain file) and is not the
+// `expected_size` the header promises: nothing is allocated for a promise the file cannot keep.
+Status CheckKnownSize(const ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
+                      uint64_t expected_size) {
+  const std::optional<uint64_t> size = stream.KnownSize();
+  if (size && *size != expected_size) return DataLossError(SizeMismatch(path, dims, expected_size, *size));
+  return Status::Ok();
 }
 
-// A file's bytes in order, inflated as they are read when the file is gzip-compressed (one or
-// more members; zeros after the last are tolerated, as Gunzip does), so that a reader keeps only
-// what it needs of a large file: 64 KiB of input at a time, whatever the file's size.
-class ByteStream {
- public:
-  static Result<std::unique_ptr<ByteStream>> Open(const std::string& path) {
-    FilePtr file(std::fopen(path.c_str(), "rb"));
-    if (!file) {
-      const int err = errno;
-      std::string message = "cannot open " + path + ": " + std::strerror(err);
-      if (err == ENOENT) return NotFoundError(std::move(message));
-      if (err == EACCES) return PermissionDeniedError(std::move(message));
-      return InvalidArgumentError(std::move(message));
-    }
-    struct stat info {};
-    const bool regular = fstat(fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
-    std::unique_ptr<ByteStream> stream(new ByteStream(path, std::move(file)));
-    RETURN_IF_ERROR(stream->Fill());
-    stream->gzip_ = stream->in_.size() - stream->in_pos_ >= 2 && stream->in_[0] == 0x1f && stream->in_[1] == 0x8b;
-    if (stream->gzip_) {
-      if (inflateInit2(&stream->zs_, 15 + 16) != Z_OK) return InternalError("inflateInit2 failed for " + path);
-      stream->inflating_ = true;
-    } else if (regular && info.st_size >= 0) {
-      stream->known_size_ = static_cast<uint64_t>(info.st_size);
-    }
-    return stream;
-  }
-  ~ByteStream() {
-    if (inflating_) inflateEnd(&zs_);
-  }
-  ByteStream(const ByteStream&) = delete;
-  ByteStream& operator=(const ByteStream&) = delete;
-
-  // The number of bytes Read will give in all, where that is known before reading them: a
-  // plain regular file's size. Nothing for a gzip stream or a pipe.
-  std::optional<uint64_t> KnownSize() const { return known_size_; }
-  // The bytes Read has given so far.
-  uint64_t Position() const { return position_; }
-
-  // Reads and drops up to n bytes; fewer only at the end of the stream.
-  Result<uint64_t> Skip(uint64_t n) {
-    std::array<uint8_t, 1 << 16> scratch;
-    uint64_t skipped = 0;
-    while (skipped < n) {
-      const size_t want = static_cast<size_t>(std::min<uint64_t>(n - skipped, scratch.size()));
-      ASSIGN_OR_RETURN(const size_t got, Read(scratch.data(), want));
-      skipped += got;
-      if (got < want) break;
-    }
-    return skipped;
-  }
-
-  // Up to n bytes into `out`; fewer only at the end of the (inflated) stream.
-  Result<size_t> Read(uint8_t* out, size_t n) {
-    ASSIGN_OR_RETURN(const size_t produced, ReadSome(out, n));
-    position_ += produced;
-    return produced;
-  }
-
- private:
-  ByteStream(std::string path, FilePtr file) : path_(std::move(path)), file_(std::move(file)) {}
-
-  Result<size_t> ReadSome(uint8_t* out, size_t n) {
-    size_t produced = 0;
-    while (produced < n && !finished_) {
-      if (in_pos_ == in_.size()) {
-        if (file_done_) {
-          if (gzip_ && member_open_) {
-            return DataLossError(path_ + ": gzip stream is truncated: expected the end of the stream, found end of "
-                                 "file after " + std::to_string(consumed_) + " compressed bytes (" +
-                                 std::to_string(inflated_) + " bytes inflated)");
-          }
-          finished_ = true;
-          break;
-        }
-        RETURN_IF_ERROR(Fill());
-        continue;
-      }
-      if (!gzip_) {
-        const size_t take = std::min(n - produced, in_.size() - in_pos_);
-        std::memcpy(out + produced, in_.data() + in_pos_, take);
-        in_pos_ += take;
-        produced += take;
-        continue;
-      }
-      if (!member_open_) {
-        // Between members: zeros are padding; anything else starts another member.
-        if (in_[in_pos_] == 0) {
-          ++in_pos_;
-          ++consumed_;
-          continue;
-        }
-        inflateReset(&zs_);
-        member_open_ = true;
-      }
-      const size_t avail = in_.size() - in_pos_;
-      zs_.next_in = in_.data() + in_pos_;
-      zs_.avail_in = static_cast<uInt>(avail);
-      const size_t room = std::min<size_t>(n - produced, std::numeric_limits<uInt>::max());
-      zs_.next_out = out + produced;
-      zs_.avail_out = static_cast<uInt>(room);
-      const int rc = inflate(&zs_, Z_NO_FLUSH);
-      const size_t used = avail - zs_.avail_in;
-      in_pos_ += used;
-      consumed_ += used;
-      produced += room - zs_.avail_out;
-      inflated_ += room - zs_.avail_out;
-      if (rc == Z_STREAM_END) {
-        member_open_ = false;
-        continue;
-      }
-      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT) {
-        return DataLossError(path_ + ": corrupt gzip stream at compressed byte " + std::to_string(consumed_) + ": " +
-                             (zs_.msg ? zs_.msg : "data error"));
-      }
-      if (rc == Z_MEM_ERROR) return ResourceExhaustedError(path_ + ": out of memory while inflating");
-      if (rc != Z_OK && rc != Z_BUF_ERROR) {
-        return DataLossError(path_ + ": inflate failed with zlib code " + std::to_string(rc));
-      }
-    }
-    return produced;
-  }
-
-  Status Fill() {
-    in_.resize(1 << 16);
-    const size_t n = std::fread(in_.data(), 1, in_.size(), file_.get());
-    if (std::ferror(file_.get())) return DataLossError("error reading " + path_ + ": " + std::strerror(errno));
-    in_.resize(n);
-    in_pos_ = 0;
-    if (n == 0) file_done_ = true;
-    return Status::Ok();
-  }
-
-  const std::string path_;
-  FilePtr file_;
-  std::vector<uint8_t> in_;
-  size_t in_pos_ = 0;
-  bool file_done_ = false;
-  bool gzip_ = false;
-  bool inflating_ = false;
-  bool member_open_ = true;
-  bool finished_ = false;
-  z_stream zs_{};
-  uint64_t consumed_ = 0;
-  uint64_t inflated_ = 0;
-  uint64_t position_ = 0;
-  std::optional<uint64_t> known_size_;
-};
-
-}  // namespace
-
-Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
-  return InflateIfGzip(path, std::move(bytes));
+// Reads one byte past the end the header promises: there must be none. Reads no further, so
+// a stream that goes on (a gzip bomb) costs a byte, not its length.
+Status ExpectEnd(ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
+                 uint64_t expected_size) {
+  uint8_t extra;
+  ASSIGN_OR_RETURN(const size_t got, stream.Read(&extra, 1));
+  if (got != 0) return DataLossError(SizeMismatch(path, dims, expected_size, stream.Position(), /*at_least=*/true));
+  return Status::Ok();
 }
 
-Result<IdxImages> ReadIdxImages(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
-  return ParseIdxImages(std::move(bytes), path);
-}
-
-Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
-  return ParseIdxLabels(std::move(bytes), path);
-}
-
-Result<IdxImages> ParseIdxImages(std::vector<uint8_t> bytes, const std::string& source) {
-  ASSIGN_OR_RETURN(bytes, InflateIfGzip(source, std::move(bytes)));
-  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(source, bytes, kImageMagic, "idx3 unsigned-byte images"));
-  if (dims[1] > 1u << 15 || dims[2] > 1u << 15) {
-    return InvalidArgumentError(source + ": image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
+// Reads an IDX header of the kind `magic` names from the start of `stream` and checks it,
+// an image file's sides included, and, where the stream's size is known, that size.
+Result<std::vector<uint32_t>> ReadHeader(ByteStream& stream, const std::string& path, uint32_t magic,
+                                         const char* kind) {
+  std::vector<uint8_t> header(4 + 4 * (magic & 0xff));
+  ASSIGN_OR_RETURN(const size_t got, stream.Read(header.data(), header.size()));
+  header.resize(got);
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(path, header, magic, kind));
+  if (magic == kImageMagic && (dims[1] > 1u << 15 || dims[2] > 1u << 15)) {
+    return InvalidArgumentError(path + ": image size " + std::to_string(dims[1]) + "x" + std::to_string(dims[2]) +
                                 " is implausible: expected at most 32768 per side");
   }
+  RETURN_IF_ERROR(CheckKnownSize(stream, path, dims, IdxFileSize(dims)));
+  return dims;
+}
+
+struct IdxContents {
+  std::vector<uint32_t> dims;
+  std::vector<uint8_t> elements;  // what follows the header
+};
+
+// Reads a whole IDX file of the kind `magic` names from `stream`: the header first, then
+// exactly the elements it promises, in pieces, into a buffer that grows as they arrive, then
+// one byte more to see that the file ends there.
+Result<IdxContents> ReadIdx(ByteStream& stream, const std::string& path, uint32_t magic, const char* kind) {
+  IdxContents contents;
+  ASSIGN_OR_RETURN(contents.dims, ReadHeader(stream, path, magic, kind));
+  const uint64_t expected_size = IdxFileSize(contents.dims);
+  const uint64_t body = expected_size - stream.Position();
+  std::vector<uint8_t>& out = contents.elements;
+  out.reserve(static_cast<size_t>(stream.KnownSize() ? body : std::min<uint64_t>(body, kFirstReserve)));
+  while (out.size() < body) {
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(body - out.size(), uint64_t{1} << 20));
+    const size_t at = out.size();
+    out.resize(at + piece);
+    ASSIGN_OR_RETURN(const size_t got, stream.Read(out.data() + at, piece));
+    if (got < piece) return DataLossError(SizeMismatch(path, contents.dims, expected_size, stream.Position()));
+  }
+  RETURN_IF_ERROR(ExpectEnd(stream, path, contents.dims, expected_size));
+  return contents;
+}
+
+constexpr char kImageKind[] = "idx3 unsigned-byte images";
+constexpr char kLabelKind[] = "idx1 unsigned-byte labels";
+
+Result<IdxImages> ReadImages(ByteStream& stream, const std::string& source) {
+  ASSIGN_OR_RETURN(IdxContents contents, ReadIdx(stream, source, kImageMagic, kImageKind));
   IdxImages images;
   images.source = source;
-  images.count = dims[0];
-  images.rows = static_cast<int>(dims[1]);
-  images.cols = static_cast<int>(dims[2]);
-  bytes.erase(bytes.begin(), bytes.begin() + 16);
-  images.pixels = std::move(bytes);
+  images.count = contents.dims[0];
+  images.rows = static_cast<int>(contents.dims[1]);
+  images.cols = static_cast<int>(contents.dims[2]);
+  images.pixels = std::move(contents.elements);
   return images;
 }
 
-Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const std::string& source) {
-  ASSIGN_OR_RETURN(bytes, InflateIfGzip(source, std::move(bytes)));
-  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadIdxHeader(source, bytes, kLabelMagic, "idx1 unsigned-byte labels"));
-  bytes.erase(bytes.begin(), bytes.begin() + 8);
+Result<std::vector<uint8_t>> ReadLabels(ByteStream& stream, const std::string& source) {
+  ASSIGN_OR_RETURN(IdxContents contents, ReadIdx(stream, source, kLabelMagic, kLabelKind));
+  return std::move(contents.elements);
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path, uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(path));
+  const std::optional<uint64_t> size = stream->KnownSize();
+  if (size && *size > max_bytes) {
+    return InvalidArgumentError(path + ": " + std::to_string(*size) + " bytes; the limit is " +
+                                std::to_string(max_bytes));
+  }
+  std::vector<uint8_t> bytes;
+  bytes.reserve(static_cast<size_t>(size ? *size : std::min<uint64_t>(max_bytes, kFirstReserve)));
+  // Up to one byte past the limit, to tell a file that reaches it from one that goes on.
+  while (true) {
+    const uint64_t room = max_bytes + 1 - bytes.size();
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(room, uint64_t{1} << 20));
+    const size_t at = bytes.size();
+    bytes.resize(at + piece);
+    ASSIGN_OR_RETURN(const size_t got, stream->Read(bytes.data() + at, piece));
+    bytes.resize(at + got);
+    if (bytes.size() > max_bytes) {
+      return InvalidArgumentError(path + ": more than " + std::to_string(max_bytes) +
+                                  " bytes once inflated; the limit is " + std::to_string(max_bytes));
+    }
+    if (got < piece) break;
+  }
   return bytes;
+}
+
+Result<IdxImages> ReadIdxImages(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(path));
+  return ReadImages(*stream, path);
+}
+
+Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(path));
+  return ReadLabels(*stream, path);
+}
+
+Result<IdxImages> ParseIdxImages(std::vector<uint8_t> bytes, const std::string& source) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::OverBytes(source, bytes));
+  return ReadImages(*stream, source);
+}
+
+Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const std::string& source) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::OverBytes(source, bytes));
+  return ReadLabels(*stream, source);
 }
 
 namespace {
@@ -446,29 +301,6 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
 
 namespace {
 
-// The first bytes a reader that has not yet seen how large its data is sets aside; beyond
-// them its buffer grows only as bytes arrive, so a header's promise alone allocates nothing.
-constexpr size_t kFirstReserve = size_t{1} << 26;
-
-// Refuses a stream whose size is known before reading it (a plain file) and is not the
-// `expected_size` the header promises: nothing is allocated for a promise the file cannot keep.
-Status CheckKnownSize(const ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
-                      uint64_t expected_size) {
-  const std::optional<uint64_t> size = stream.KnownSize();
-  if (size && *size != expected_size) return DataLossError(SizeMismatch(path, dims, expected_size, *size));
-  return Status::Ok();
-}
-
-// Reads one byte past the end the header promises: there must be none. Reads no further, so
-// a stream that goes on (a gzip bomb) costs a byte, not its length.
-Status ExpectEnd(ByteStream& stream, const std::string& path, const std::vector<uint32_t>& dims,
-                 uint64_t expected_size) {
-  uint8_t extra;
-  ASSIGN_OR_RETURN(const size_t got, stream.Read(&extra, 1));
-  if (got != 0) return DataLossError(SizeMismatch(path, dims, expected_size, stream.Position(), /*at_least=*/true));
-  return Status::Ok();
-}
-
 // Puts the rows of `kept` in place: slot j goes to position to[j] (a permutation of
 // [0, to.size())), moving each row once through one row of scratch.
 void PermuteRows(std::vector<uint8_t>& kept, size_t sample, const std::vector<size_t>& to) {
@@ -503,23 +335,14 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   const std::vector<int64_t> rows = rows_of(static_cast<int64_t>(labels.size()));
   // The image file is read as a stream: only the chosen rows are kept.
   ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(images_path));
-  std::vector<uint8_t> header(16);
-  ASSIGN_OR_RETURN(const size_t header_read, stream->Read(header.data(), header.size()));
-  header.resize(header_read);
-  ASSIGN_OR_RETURN(std::vector<uint32_t> dims,
-                   ReadIdxHeader(images_path, header, kImageMagic, "idx3 unsigned-byte images", /*whole_file=*/false));
-  if (dims[1] > 1u << 15 || dims[2] > 1u << 15) {
-    return InvalidArgumentError(images_path + ": image size " + std::to_string(dims[1]) + "x" +
-                                std::to_string(dims[2]) + " is implausible: expected at most 32768 per side");
-  }
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadHeader(*stream, images_path, kImageMagic, kImageKind));
   IdxImages shape;
   shape.count = dims[0];
   shape.rows = static_cast<int>(dims[1]);
   shape.cols = static_cast<int>(dims[2]);
   RETURN_IF_ERROR(CheckLabels(images_path, shape.count, labels_path, labels, num_classes));
   const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
-  const uint64_t expected_size = 16 + static_cast<uint64_t>(shape.count) * sample;
-  RETURN_IF_ERROR(CheckKnownSize(*stream, images_path, dims, expected_size));
+  const uint64_t expected_size = IdxFileSize(dims);
   // (row, position in the result), in file order.
   std::vector<std::pair<int64_t, size_t>> wanted(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -51,13 +51,18 @@ struct IdxImages {
   std::vector<uint8_t> pixels;  // count * rows * cols bytes, row-major
 };
 
-// Reads a whole file, inflating it when it starts with the gzip magic. kNotFound when it cannot
-// be opened; kDataLoss for a corrupt or truncated gzip stream.
-Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path);
+// Reads a whole file, inflating it when it starts with the gzip magic, as long as it holds at
+// most `max_bytes` (after inflating): kInvalidArgument past that, having read (or inflated) no
+// more than one byte beyond it. kNotFound when it cannot be opened; kDataLoss for a corrupt or
+// truncated gzip stream.
+Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path, uint64_t max_bytes);
 
-// Reads an idx3 unsigned-byte image file.
+// Reads an idx3 unsigned-byte image file. The header is read first: a plain file whose size is
+// not what it promises is refused before its elements are read, and a gzip stream is inflated
+// no further than one byte past the promise (a stream that goes on is refused as trailing
+// data), so that neither a short file's header nor a gzip bomb sets the memory used.
 Result<IdxImages> ReadIdxImages(const std::string& path);
-// Reads an idx1 unsigned-byte label file.
+// Reads an idx1 unsigned-byte label file, as ReadIdxImages reads images.
 Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
 
 // The same readers over a file's bytes already in memory, gzip-compressed or plain, with the

@@ -339,6 +339,82 @@ TEST_F(IdxFilesTest, AHeaderPromisingMoreThanTheFileHoldsIsRefusedBeforeAllocati
   }
 }
 
+// A label file promising 8 labels that goes on for 512 MiB more: as a sparse plain file, and
+// as gzip members of zeros after the real file (half a megabyte compressed). Each reader
+// refuses it as trailing data, the plain file from its size and the gzip stream one byte past
+// the promise, without holding the rest; the row loader's image file likewise.
+TEST_F(IdxFilesTest, AFileLongerThanItsHeaderPromisesIsRefusedWithoutReadingItWhole) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr uint64_t kExtra = uint64_t{512} << 20;
+  std::vector<uint8_t> labels;
+  for (uint32_t v : {0x00000801u, 8u}) Append32(labels, v);
+  labels.resize(labels.size() + 8, 1);
+  std::vector<uint8_t> images;
+  for (uint32_t v : {0x00000803u, 8u, 2u, 2u}) Append32(images, v);
+  images.resize(images.size() + 32, 9);
+  ASSERT_TRUE(WriteMaybeGzipFile(Path("zeros.gz"), std::vector<uint8_t>(1 << 20)).ok());
+  const std::vector<uint8_t> zeros_member = ReadRaw(Path("zeros.gz"));
+  auto bomb = [&](const std::string& name, const std::vector<uint8_t>& idx) {
+    ASSERT_TRUE(WriteMaybeGzipFile(Path(name), idx).ok());
+    std::vector<uint8_t> bytes = ReadRaw(Path(name));
+    for (uint64_t i = 0; i < (kExtra >> 20); ++i) bytes.insert(bytes.end(), zeros_member.begin(), zeros_member.end());
+    WriteRaw(Path(name), bytes);
+  };
+  bomb("lbl.gz", labels);
+  bomb("img.gz", images);
+  WriteRaw(Path("lbl"), labels);
+  fs::resize_file(Path("lbl"), labels.size() + kExtra);
+  WriteRaw(Path("img"), images);
+  fs::resize_file(Path("img"), images.size() + kExtra);
+  WriteRaw(Path("lbl-ok"), labels);
+
+  // The number of readers that do not refuse their file as they should.
+  auto misread = [&] {
+    const std::vector<uint8_t> gzip_bytes = ReadRaw(Path("lbl.gz"));
+    struct Case {
+      std::string file, expect;
+      Status status;
+    };
+    const Case cases[] = {
+        {Path("lbl"), "expects 16 bytes, found 536870928", ReadIdxLabels(Path("lbl")).status()},
+        {Path("lbl.gz"), "expects 16 bytes, found 17 or more", ReadIdxLabels(Path("lbl.gz")).status()},
+        {"in-memory", "expects 16 bytes, found 17 or more", ParseIdxLabels(gzip_bytes, "in-memory").status()},
+        {Path("img"), "expects 48 bytes, found 536870960", LoadIdxPairFirst(Path("img"), Path("lbl-ok"), 0).status()},
+        {Path("img.gz"), "expects 48 bytes, found 49 or more",
+         LoadIdxPairRows(Path("img.gz"), Path("lbl-ok"), {1}).status()},
+        {Path("img.gz"), "expects 48 bytes, found 49 or more", ReadIdxImages(Path("img.gz")).status()},
+    };
+    int bad = 0;
+    for (const Case& c : cases) {
+      const std::string& message = c.status.message();
+      std::fprintf(stderr, "%s\n", c.status.ToString().c_str());
+      bad += c.status.code() != StatusCode::kDataLoss || message.find(c.file) == std::string::npos ||
+             message.find("trailing data") == std::string::npos || message.find(c.expect) == std::string::npos;
+    }
+    return bad;
+  };
+  EXPECT_EXIT(
+      {
+        CapAddressSpace(uint64_t{256} << 20);
+        std::exit(misread());
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST_F(IdxFilesTest, ReadMaybeGzipFileStopsOneBytePastItsLimit) {
+  WriteSmall("img.gz", "lbl", 10);
+  Result<std::vector<uint8_t>> whole = ReadMaybeGzipFile(Path("img.gz"), 136);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->size(), 136u);
+  for (const char* name : {"img.gz", "lbl"}) {
+    Result<std::vector<uint8_t>> cut = ReadMaybeGzipFile(Path(name), 12);
+    ASSERT_FALSE(cut.ok());
+    EXPECT_EQ(cut.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(cut.status().message().find(Path(name)), std::string::npos) << cut.status().message();
+    EXPECT_NE(cut.status().message().find("the limit is 12"), std::string::npos) << cut.status().message();
+  }
+}
+
 TEST_F(IdxFilesTest, WrongMagicIsInvalidArgument) {
   WriteSmall("img", "lbl", 10);
   // The label file where the image file belongs.
