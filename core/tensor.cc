@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "base/escape.h"
 #include "base/sha256.h"
 
 namespace tessera {
@@ -45,6 +46,21 @@ std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::str
   return hasher.FinishHex();
 }
 
+namespace {
+
+// A shape that came with a candidate tensor, for a message: its first dimensions, and how
+// many there are in all when there are more, so that a shape of a million dimensions does not
+// make a message of megabytes.
+std::string UntrustedShape(const std::vector<int64_t>& shape) {
+  constexpr size_t kShown = 8;
+  if (shape.size() <= kShown) return ShapeToString(shape);
+  std::string out = ShapeToString(std::vector<int64_t>(shape.begin(), shape.begin() + kShown));
+  out.pop_back();
+  return out + ", ... (" + std::to_string(shape.size()) + " dimensions)]";
+}
+
+}  // namespace
+
 Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, const std::string& what) {
   if (reference.size() != candidate.size()) {
     return InvalidArgumentError(what + ": expected " + std::to_string(reference.size()) +
@@ -54,15 +70,16 @@ Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, c
     const auto& want = reference[i];
     const auto& got = candidate[i];
     if (want.name != got.name) {
-      return InvalidArgumentError(what + ": tensor " + std::to_string(i) + ": expected name '" +
-                                  want.name + "', got '" + got.name + "'");
+      return InvalidArgumentError(what + ": tensor " + std::to_string(i) + ": expected name " +
+                                  QuoteUntrusted(want.name) + ", got " + QuoteUntrusted(got.name));
     }
     if (want.shape != got.shape) {
-      return InvalidArgumentError(what + ": tensor '" + want.name + "': expected shape " +
-                                  ShapeToString(want.shape) + ", got " + ShapeToString(got.shape));
+      return InvalidArgumentError(what + ": tensor " + QuoteUntrusted(want.name) + ": expected shape " +
+                                  UntrustedShape(want.shape) + ", got " + UntrustedShape(got.shape));
     }
+    // The shape is the reference's here, so its element count is the reference's too.
     if (static_cast<int64_t>(got.values.size()) != got.NumElements()) {
-      return InvalidArgumentError(what + ": tensor '" + want.name + "': shape " +
+      return InvalidArgumentError(what + ": tensor " + QuoteUntrusted(want.name) + ": shape " +
                                   ShapeToString(got.shape) + " needs " +
                                   std::to_string(got.NumElements()) + " values, got " +
                                   std::to_string(got.values.size()));
@@ -75,7 +92,7 @@ Status CheckFinite(const TensorSet& tensors, const std::string& what) {
   for (const auto& t : tensors) {
     for (size_t j = 0; j < t.values.size(); ++j) {
       if (!std::isfinite(t.values[j])) {
-        return InvalidArgumentError(what + ": tensor '" + t.name + "' element " +
+        return InvalidArgumentError(what + ": tensor " + QuoteUntrusted(t.name) + " element " +
                                     std::to_string(j) + " is " +
                                     (std::isnan(t.values[j]) ? "NaN" : "infinite") +
                                     "; expected finite values");
