@@ -220,8 +220,8 @@ Result<std::vector<std::vector<int64_t>>> SplitDirichlet(const std::vector<uint8
                                  " draws; raise partition.beta or lower partition.parties");
 }
 
-std::vector<std::vector<int64_t>> SplitLabelQuantity(const std::vector<uint8_t>& labels, int num_classes,
-                                                     const PartitionConfig& config, PartitionRandom& random) {
+Result<std::vector<std::vector<int64_t>>> SplitLabelQuantity(const std::vector<uint8_t>& labels, int num_classes,
+                                                             const PartitionConfig& config, PartitionRandom& random) {
   const size_t parties = config.parties;
   const size_t classes = static_cast<size_t>(num_classes);
   std::vector<std::vector<bool>> holds(parties, std::vector<bool>(classes, false));
@@ -258,6 +258,26 @@ std::vector<std::vector<int64_t>> SplitLabelQuantity(const std::vector<uint8_t>&
       out[i].insert(out[i].end(), runs[next].begin(), runs[next].end());
       ++next;
     }
+  }
+  // A party whose labels the data lacks (or holds too few of to go round) would train on
+  // nothing; refuse the split rather than hand it out.
+  for (size_t i = 0; i < parties; ++i) {
+    if (!out[i].empty()) continue;
+    std::string held;
+    size_t samples = 0;
+    for (size_t c = 0; c < classes; ++c) {
+      if (!holds[i][c]) continue;
+      held += (held.empty() ? "" : ", ") + std::to_string(c);
+      samples += by_class[c].size();
+    }
+    const std::string how = config.party_labels.empty()
+                                ? "drawn with partition.seed " + std::to_string(config.seed)
+                                : "from partition.party_labels[" + std::to_string(i) + "]";
+    return FailedPreconditionError(
+        "partition: label-quantity leaves party " + std::to_string(i) + " with no samples: its labels [" + held +
+        "] (" + how + ") have " + std::to_string(samples) +
+        " samples in the data, too few to share with the other parties holding them; name labels the data "
+        "holds for every party with partition.party_labels");
   }
   for (auto& party : out) random.Shuffle(party);
   return out;

@@ -13,7 +13,8 @@
 //                   drawn uniformly at random; each label's (shuffled) samples are cut evenly
 //                   among the parties that hold it. Samples of a label no party drew (possible
 //                   when P < K) are left out of every party. `party_labels`, when given, names
-//                   each party's labels instead of drawing them (no draw is made for them).
+//                   each party's labels instead of drawing them (no draw is made for them). A
+//                   party left with no samples is refused, not handed out empty.
 //   kQuantity       quantity skew. Party sizes are Dir(beta) proportions of N, redrawn until every
 //                   party would get at least 10 samples; samples are assigned IID.
 //
@@ -58,7 +59,9 @@ inline constexpr int64_t kMinPartySize = 10;
 // or > num_classes (kLabelQuantity), party_labels that are not `parties` sets of
 // labels_per_party distinct labels in [0, num_classes) (kLabelQuantity), fewer than
 // kMinPartySize * parties samples (kDirichlet, kQuantity), num_classes < 1, or a label outside [0, num_classes). kFailedPrecondition when
-// 10000 draws in a row leave some party under kMinPartySize samples.
+// 10000 draws in a row leave some party under kMinPartySize samples, or when kLabelQuantity
+// leaves a party with no samples (its labels are absent from the data, or too few to go round);
+// the message names the party and its labels.
 Result<std::vector<std::vector<int64_t>>> PartitionIndices(const std::vector<uint8_t>& labels, int num_classes,
                                                            const PartitionConfig& config);
 

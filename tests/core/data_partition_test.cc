@@ -167,6 +167,43 @@ TEST(PartitionTest, LabelQuantityTakesGivenLabelSets) {
             std::string::npos);
 }
 
+// Labels 0 to 4 only in the data: a party whose labels are 8 and 9 would get nothing, whether
+// the labels were given or drawn, and so would the third holder of a label with two samples.
+TEST(PartitionTest, LabelQuantityRefusesToLeaveAPartyWithNoSamples) {
+  const std::vector<uint8_t> labels = BalancedLabels(500, 5);
+  PartitionConfig config = Config(PartitionConfig::kLabelQuantity, 3, 5);
+  config.party_labels = {{0, 1}, {8, 9}, {2, 3}};
+  auto given = PartitionIndices(labels, 10, config);
+  ASSERT_FALSE(given.ok());
+  EXPECT_EQ(given.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(given.status().message().find("party 1 with no samples: its labels [8, 9] (from "
+                                          "partition.party_labels[1]) have 0 samples"),
+            std::string::npos)
+      << given.status().message();
+
+  // Drawn: ten parties with one label each over ten classes, five of them absent.
+  config = Config(PartitionConfig::kLabelQuantity, 10, 5);
+  config.labels_per_party = 1;
+  auto drawn = PartitionIndices(labels, 10, config);
+  ASSERT_FALSE(drawn.ok());
+  EXPECT_EQ(drawn.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(drawn.status().message().find("party 5 with no samples: its labels [5] (drawn with partition.seed 5)"),
+            std::string::npos)
+      << drawn.status().message();
+  EXPECT_NE(drawn.status().message().find("partition.party_labels"), std::string::npos) << drawn.status().message();
+
+  std::vector<uint8_t> few = BalancedLabels(100, 5);
+  few.push_back(7);
+  few.push_back(7);
+  config = Config(PartitionConfig::kLabelQuantity, 3, 5);
+  config.labels_per_party = 1;
+  config.party_labels = {{7}, {7}, {7}};
+  auto shared = PartitionIndices(few, 10, config);
+  ASSERT_FALSE(shared.ok());
+  EXPECT_NE(shared.status().message().find("party 2 with no samples: its labels [7]"), std::string::npos)
+      << shared.status().message();
+}
+
 TEST(PartitionTest, LabelQuantityRefusesBadK) {
   const std::vector<uint8_t> labels = BalancedLabels(1000);
   for (uint32_t k : {0u, 11u}) {
