@@ -351,6 +351,13 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                             "must be within float's range (about 3.4e38), got " + SpecReader::ToText(value));
       }
     }
+    // A std that is positive as a double can be subnormal or 0 as the float it is stored as,
+    // and then has no finite reciprocal.
+    if (!std::isnormal(static_cast<float>(std_dev[i]))) {
+      return reader.Error("data.std[" + std::to_string(i) + "]",
+                          "must be at least about 1.2e-38 (float's smallest normal number, so that 1/std is finite), "
+                          "got " + SpecReader::ToText(std_dev[i]));
+    }
     data_spec->add_mean(static_cast<float>(mean[i]));
     data_spec->add_std(static_cast<float>(std_dev[i]));
   }

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <tuple>
 
 #include "base/escape.h"
@@ -269,8 +270,12 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
     if (!std::isfinite(d.mean(i)) || std::abs(d.mean(i)) > 1e6) {
       return bad("data.mean[" + std::to_string(i) + "]", "a finite number within 1e6", FormatNumber(d.mean(i)));
     }
-    if (!(d.std(i) > 0) || !std::isfinite(d.std(i)) || d.std(i) > 1e6) {
-      return bad("data.std[" + std::to_string(i) + "]", "a positive number within 1e6", FormatNumber(d.std(i)));
+    // A subnormal std has no finite reciprocal: every normalised value would be infinite.
+    if (!(d.std(i) > 0) || !std::isnormal(d.std(i)) || !std::isfinite(1.0f / d.std(i)) || d.std(i) > 1e6) {
+      return bad("data.std[" + std::to_string(i) + "]",
+                 "a positive number from " + FormatNumber(std::numeric_limits<float>::min()) +
+                     " (so that 1/std is finite) to 1e6",
+                 FormatNumber(d.std(i)));
     }
   }
   if (d.augment().crop_padding() > kMaxCropPadding) {

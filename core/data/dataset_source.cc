@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "base/format.h"
 #include "core/data/idx.h"
 #include "core/data/numpy_format.h"
 
@@ -53,21 +54,42 @@ struct Normaliser {
     ASSIGN_OR_RETURN(std::vector<float> std, widen(source.std, "std"));
     n.inv_std.resize(std.size());
     for (size_t c = 0; c < std.size(); ++c) {
-      if (!(std[c] > 0) || !std::isfinite(std[c]) || !std::isfinite(n.mean[c])) {
-        return InvalidArgumentError("data.std[" + std::to_string(c) + "]: expected a positive finite number, and a " +
-                                    "finite mean");
+      // A positive std so small that it is subnormal has no finite reciprocal (or one that
+      // makes every value infinite): refused like a zero.
+      const float inverse = 1.0f / std[c];
+      if (!(std[c] > 0) || !std::isnormal(std[c]) || !std::isfinite(inverse) || !std::isfinite(n.mean[c])) {
+        return InvalidArgumentError("data.std[" + std::to_string(c) + "]: expected a positive finite number of at " +
+                                    "least " + FormatNumber(std::numeric_limits<float>::min()) +
+                                    " (so that 1/std is finite), and a finite mean; got std " +
+                                    FormatNumber(std[c]) + ", mean " + FormatNumber(n.mean[c]));
       }
-      n.inv_std[c] = 1.0f / std[c];
+      n.inv_std[c] = inverse;
     }
     return n;
   }
 
-  void Apply(float* sample) const {
-    if (mean.empty()) return;
+  // Normalises `sample` (row `row` of `source`) in place; a value that comes out infinite or
+  // NaN is refused, naming data.std, rather than trained on.
+  Status Apply(float* sample, const std::string& source, int64_t row) const {
+    if (mean.empty()) return Status::Ok();
     for (size_t c = 0; c < mean.size(); ++c) {
       float* p = sample + static_cast<int64_t>(c) * plane;
-      for (int64_t j = 0; j < plane; ++j) p[j] = (p[j] - mean[c]) * inv_std[c];
+      for (int64_t j = 0; j < plane; ++j) {
+        const float in = p[j];
+        p[j] = (in - mean[c]) * inv_std[c];
+        if (!std::isfinite(p[j])) return NotFinite(source, row, c, j, in);
+      }
     }
+    return Status::Ok();
+  }
+
+ private:
+  Status NotFinite(const std::string& source, int64_t row, size_t c, int64_t j, float in) const {
+    return InvalidArgumentError(source + ": sample " + std::to_string(row) + ", channel " + std::to_string(c) +
+                                ", value " + std::to_string(j) + ": " + FormatNumber(in) + " normalised with " +
+                                "data.mean[" + std::to_string(c) + "] " + FormatNumber(mean[c]) + " and data.std[" +
+                                std::to_string(c) + "] " + FormatNumber(1.0f / inv_std[c]) +
+                                " is not finite; expected a larger data.std (or a mean nearer the data)");
   }
 };
 
@@ -444,7 +466,7 @@ Result<Dataset> LoadSplitRows(const DataSource& source, bool train, const std::v
     }
     float* out = data.images.data() + static_cast<int64_t>(i) * sample;
     RETURN_IF_ERROR(split.read(row, out));
-    norm.Apply(out);
+    RETURN_IF_ERROR(norm.Apply(out, split.source, row));
     data.labels[i] = label;
   }
   return data;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <numeric>
 #include <optional>
 
+#include "base/format.h"
 #include "core/data/byte_stream.h"
 
 namespace tessera {
@@ -265,10 +267,24 @@ Status ReadCheckedPair(const std::string& images_path, const std::string& labels
   return CheckLabels(images_path, images->count, labels_path, *labels, num_classes);
 }
 
-std::array<float, 256> PixelLookup(PixelNormalisation normalisation) {
+// The float each pixel byte stands for. A std so small that dividing by it overflows (a
+// subnormal one has no finite reciprocal) would make pixels infinite: refused, naming data.std.
+Result<std::array<float, 256>> PixelLookup(PixelNormalisation normalisation) {
+  const std::string given =
+      "mean " + FormatNumber(normalisation.mean) + ", std " + FormatNumber(normalisation.std);
+  if (!std::isnormal(normalisation.std) || !(normalisation.std > 0) || !std::isfinite(1.0f / normalisation.std)) {
+    return InvalidArgumentError("data.std: expected a positive finite number of at least " +
+                                FormatNumber(std::numeric_limits<float>::min()) +
+                                " (so that 1/std is finite) to normalise pixels with, got " + given);
+  }
   std::array<float, 256> lookup;
   for (int x = 0; x < 256; ++x) {
     lookup[x] = (static_cast<float>(x) / 255.0f - normalisation.mean) / normalisation.std;
+    if (!std::isfinite(lookup[x])) {
+      return InvalidArgumentError("data.std: pixel value " + std::to_string(x) + " normalised with " + given +
+                                  " is " + FormatNumber(lookup[x]) +
+                                  "; expected finite values (a larger data.std, or a finite mean nearer [0, 1])");
+    }
   }
   return lookup;
 }
@@ -289,8 +305,8 @@ Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& l
                             PixelNormalisation normalisation) {
   IdxImages images;
   std::vector<uint8_t> labels;
+  ASSIGN_OR_RETURN(const auto lookup, PixelLookup(normalisation));
   RETURN_IF_ERROR(ReadCheckedPair(images_path, labels_path, num_classes, &images, &labels));
-  const auto lookup = PixelLookup(normalisation);
   Dataset dataset = EmptyLike(images_path, images, num_classes);
   dataset.count = images.count;
   dataset.pixels = std::move(images.pixels);  // kept as bytes; pixel_values turns them into floats
@@ -331,6 +347,7 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   if (num_classes < 1 || num_classes > 256) {
     return InvalidArgumentError("num_classes must be in [1, 256], got " + std::to_string(num_classes));
   }
+  ASSIGN_OR_RETURN(const auto lookup, PixelLookup(normalisation));
   ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(labels_path));
   const std::vector<int64_t> rows = rows_of(static_cast<int64_t>(labels.size()));
   // The image file is read as a stream: only the chosen rows are kept.
@@ -357,7 +374,7 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
 
   Dataset dataset = EmptyLike(images_path, shape, num_classes);
   dataset.count = static_cast<int64_t>(rows.size());
-  dataset.pixel_values = PixelLookup(normalisation);
+  dataset.pixel_values = lookup;
   dataset.labels.resize(rows.size());
   // The wanted rows in file order, one copy per entry of `wanted`, read straight into the
   // buffer. A plain file's size is checked above, so its rows are there to be read; a gzip

@@ -155,6 +155,22 @@ TEST(DataSpecTest, PartyLabelsPinEachPartysLabels) {
   ExpectRefused(wire_spec, "data.partition.party_labels", "\"label-quantity\"");
 }
 
+// 1e-45 is positive as a double but subnormal as the float data.std is stored as, and 1e-50
+// becomes 0: neither has a finite reciprocal, so every normalised value would be infinite.
+TEST(DataSpecTest, AStdTooSmallForItsReciprocalToBeFiniteIsRefused) {
+  for (const char* tiny : {"1e-45", "1e-50"}) {
+    SCOPED_TRACE(tiny);
+    ExpectError(WithData(std::string("dataset = \"x\"\nformat = \"idx\"\nmean = [0.5]\nstd = [") + tiny + "]\n"),
+                {"'data.std[0]'", "1/std is finite", tiny});
+  }
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_data()->add_mean(0.5f);
+  spec.mutable_data()->add_std(1e-45f);
+  ExpectRefused(spec, "data.std[0]", "1/std is finite");
+  spec.mutable_data()->set_std(0, 1.2e-38f);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+}
+
 TEST(DataSpecTest, TheWireChecksTheSameAndTheShapeTheCoordinatorFills) {
   v1::JobSpec spec = WireSpec();
   spec.mutable_data()->set_dataset("cifar");

@@ -108,6 +108,45 @@ TEST_F(DataSourceTest, IdxAnyMnistFormatSetWithItsOwnNormalisation) {
   EXPECT_NE(outside.status().message().find("row 3"), std::string::npos) << outside.status().message();
 }
 
+// A std whose reciprocal is not finite is refused before any sample is read; one that is
+// finite but, with the mean, sends values past float's range is refused at the first such value.
+// Either way the message names data.std instead of handing out infinite inputs.
+TEST_F(DataSourceTest, ANormalisationThatOverflowsIsRefusedNamingDataStd) {
+  ASSERT_TRUE(WriteIdxPair(Path("train-images-idx3-ubyte"), Path("train-labels-idx1-ubyte"), 2, 2,
+                           {0, 1, 2, 3, 4, 5, 6, 7}, {0, 1})
+                  .ok());
+  DataSource source = Source(DataFormat::kIdx);
+  source.mean = {0.5f};
+  source.std = {1e-45f};
+  auto subnormal = LoadSplitRows(source, true, {0, 1}, 2);
+  ASSERT_FALSE(subnormal.ok());
+  EXPECT_EQ(subnormal.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(subnormal.status().message().find("data.std[0]"), std::string::npos) << subnormal.status().message();
+  EXPECT_NE(subnormal.status().message().find("1/std is finite"), std::string::npos) << subnormal.status().message();
+
+  source.mean = {-1e6f};
+  source.std = {1.5e-38f};
+  auto overflowing = LoadSplitRows(source, true, {1}, 2);
+  ASSERT_FALSE(overflowing.ok());
+  EXPECT_EQ(overflowing.status().code(), StatusCode::kInvalidArgument);
+  const std::string& message = overflowing.status().message();
+  EXPECT_NE(message.find("train-images-idx3-ubyte: sample 1, channel 0, value 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("data.std[0] 1.5e-38"), std::string::npos) << message;
+  EXPECT_NE(message.find("not finite"), std::string::npos) << message;
+
+  // The IDX loaders' own pixel table, as a Fashion-MNIST job uses it.
+  for (PixelNormalisation normalisation : {PixelNormalisation{0.5f, 1e-45f}, PixelNormalisation{-1e6f, 1.5e-38f}}) {
+    auto pair = LoadIdxPair(Path("train-images-idx3-ubyte"), Path("train-labels-idx1-ubyte"), 2, normalisation);
+    ASSERT_FALSE(pair.ok());
+    EXPECT_EQ(pair.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(pair.status().message().find("data.std"), std::string::npos) << pair.status().message();
+    auto rows = LoadIdxPairRows(Path("train-images-idx3-ubyte"), Path("train-labels-idx1-ubyte"), {1}, 2,
+                                normalisation);
+    ASSERT_FALSE(rows.ok());
+    EXPECT_EQ(rows.status().message(), pair.status().message());
+  }
+}
+
 TEST_F(DataSourceTest, Cifar10ReadsRecordsAcrossBatchesAndOnlyTheRowsAsked) {
   WriteCifar("data_batch_1.bin", 4, 0);
   WriteCifar("data_batch_2.bin", 3, 4);
