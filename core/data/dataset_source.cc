@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 
+#include "base/escape.h"
 #include "base/format.h"
 #include "core/data/idx.h"
 #include "core/data/numpy_format.h"
@@ -220,9 +221,14 @@ Result<OpenSplit> OpenNpz(const DataSource& source, bool train) {
   ASSIGN_OR_RETURN(std::vector<NumpyArray> arrays, ReadNpz(path, kMaxSplitBytes));
   auto x = std::make_shared<NumpyArray>();
   const NumpyArray* y = nullptr;
+  // The archive's own array names, for the message below: quoted and escaped, the first few.
+  constexpr size_t kNamesShown = 8;
   std::string names;
+  for (size_t i = 0; i < arrays.size() && i < kNamesShown; ++i) {
+    names += (i ? ", " : "") + QuoteUntrusted(arrays[i].name);
+  }
+  if (arrays.size() > kNamesShown) names += " and " + std::to_string(arrays.size() - kNamesShown) + " more";
   for (NumpyArray& a : arrays) {
-    names += (names.empty() ? "" : ", ") + a.name.substr(0, 64);
     if (a.name == "x") *x = std::move(a);
     if (a.name == "y") y = &a;
   }

@@ -266,6 +266,25 @@ TEST_F(DataSourceTest, NpzRefusesMissingArraysMismatchedLabelsAndBadValues) {
   EXPECT_NE(not_finite.status().message().find("x[1]"), std::string::npos) << not_finite.status().message();
 }
 
+// An archive without 'x' and 'y' is refused with the names it has: escaped, each cut short,
+// and only the first eight, however many arrays and however long their names.
+TEST_F(DataSourceTest, NpzWithoutXAndYListsAFewOfItsNamesEscaped) {
+  std::vector<NumpyArray> arrays;
+  arrays.push_back(NumpyArray{"forged\nERROR line", "|u1", {1}, std::string(1, '\0')});
+  for (int i = 0; i < 2000; ++i) {
+    arrays.push_back(NumpyArray{std::to_string(i) + std::string(1000, 'n'), "|u1", {1}, std::string(1, '\0')});
+  }
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), arrays).ok());
+  auto split = InspectSplit(Source(DataFormat::kNpz), true);
+  ASSERT_FALSE(split.ok());
+  EXPECT_EQ(split.status().code(), StatusCode::kInvalidArgument);
+  const std::string& message = split.status().message();
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  EXPECT_NE(message.find("'forged\\nERROR line'"), std::string::npos) << message;
+  EXPECT_NE(message.find("and 1993 more"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 2000u) << message;
+}
+
 TEST_F(DataSourceTest, CsvTabularWithANamedLabelColumn) {
   WriteText("train.csv", "f1, kind ,f2\r\n0.5,1,-3\n\n2e2,0,4.25\r\n");
   DataSource source = Source(DataFormat::kCsv);
