@@ -504,6 +504,11 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   if (!(momentum >= 0.0 && momentum < 1.0)) {
     return reader.Error("train.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
   }
+  // Trained with as a float: a value just below 1 would round to 1 there.
+  if (!(static_cast<float>(momentum) < 1.0f)) {
+    return reader.Error("train.momentum", "must stay below 1 as a float (at most 0.99999994), got " +
+                                              SpecReader::ToText(momentum));
+  }
   RETURN_IF_ERROR(reader.Number(*train, "train", "weight_decay", &weight_decay));
   if (!(weight_decay >= 0.0 && weight_decay <= wire::kMaxWeightDecay)) {
     return reader.Error("train.weight_decay", "must be in [0, " + SpecReader::ToText(wire::kMaxWeightDecay) +

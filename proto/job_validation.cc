@@ -21,6 +21,14 @@ namespace {
 // A string from the spec as an error shows it: quoted, escaped and cut.
 std::string Shown(const std::string& value) { return "\"" + EscapeUntrusted(value) + "\""; }
 
+// A number with every digit a double holds, where six would round it to what it is refused
+// for being (0.99999998 shown as 1).
+std::string FormatExactly(double value) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
 std::string Mebibytes(int64_t bytes) { return FormatNumber(static_cast<double>(bytes) / (1 << 20)) + " MiB"; }
 
 Status Refused(const std::string& field, const std::string& expected, const std::string& got) {
@@ -379,6 +387,11 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   if (!o.name().empty() && o.name() != "sgd") return bad("optimizer.name", "\"sgd\"", Shown(o.name()));
   RETURN_IF_ERROR(real("optimizer.learning_rate", o.learning_rate(), kMaxLearningRate, false, ""));
   if (!(o.momentum() >= 0 && o.momentum() < 1)) return bad("optimizer.momentum", "a value in [0, 1)", FormatNumber(o.momentum()));
+  // The trainer's momentum is a float: a double just below 1 would round to 1 there.
+  if (!(static_cast<float>(o.momentum()) < 1.0f)) {
+    return bad("optimizer.momentum", "a value in [0, 1) that stays below 1 as a float (at most 0.99999994)",
+               FormatExactly(o.momentum()));
+  }
   RETURN_IF_ERROR(real("optimizer.weight_decay", o.weight_decay(), kMaxWeightDecay, true, ""));
   const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
   const bool momentum_strategy = strategy == "fedavgm";

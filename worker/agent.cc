@@ -519,7 +519,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   v1::UpdateHeader& header = *out_header;
   // FedNova's report: the steps taken and the normaliser they give at the job's momentum.
   header.set_local_steps(report.steps);
-  header.set_step_normalizer(FedNovaNormalizer(report.steps, options.momentum));
+  ASSIGN_OR_RETURN(const double step_normalizer, FedNovaNormalizer(report.steps, options.momentum));
+  header.set_step_normalizer(step_normalizer);
   if (scaffold) {
     // The client's variate moves to c_i+ = c_i - c + (x - y) / (K lr), K the steps taken
     // (client_algorithms.h); its change travels beside the delta, and the coordinator keeps

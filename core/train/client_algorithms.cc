@@ -3,9 +3,15 @@
 #include <cmath>
 #include <string>
 
+#include "base/format.h"
+
 namespace tessera {
 
-double FedNovaNormalizer(uint64_t local_steps, double momentum) {
+Result<double> FedNovaNormalizer(uint64_t local_steps, double momentum) {
+  // At rho = 1 the formula divides by 0 (NaN), and past it the coefficients are not FedNova's.
+  if (!(momentum >= 0.0 && momentum < 1.0)) {
+    return InvalidArgumentError("FedNova's normaliser: the momentum must be in [0, 1), got " + FormatNumber(momentum));
+  }
   const double tau = static_cast<double>(local_steps);
   if (momentum == 0.0) return tau;
   const double rho = momentum;

@@ -20,8 +20,9 @@ namespace tessera {
 // computes it:
 //   a_i = (tau - rho (1 - rho^tau) / (1 - rho)) / (1 - rho),   tau = local_steps;
 // tau itself for plain SGD (rho = 0), and 0 for no steps. The server divides the client's
-// delta by it (server/strategy/fednova.cc).
-double FedNovaNormalizer(uint64_t local_steps, double momentum);
+// delta by it (server/strategy/fednova.cc). kInvalidArgument for a momentum outside [0, 1)
+// (at 1 the formula is 0 / 0).
+Result<double> FedNovaNormalizer(uint64_t local_steps, double momentum);
 
 // One client's SCAFFOLD step, option II of Karimireddy et al. (ICML 2020, eq. 4): from the
 // round's global model x, the client's model after training y, the server's control variate

@@ -344,6 +344,21 @@ TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
               {"job.toml:6:", "'data.max_train_samples'", "among 4 parties"});
 }
 
+// 0.99999998 is below 1 as a double but 1 as the float the trainer uses, where FedNova's
+// normaliser is 0 / 0: refused in job.toml and over the wire, with every digit shown.
+TEST(JobSpecTest, AMomentumThatRoundsToOneAsAFloatIsRefused) {
+  ExpectError(std::string(kMinimal) + "[train]\nmomentum = 0.99999998\n",
+              {"job.toml:10:", "'train.momentum'", "below 1 as a float", "0.99999998"});
+  EXPECT_TRUE(ParseJobSpecString(std::string(kMinimal) + "[train]\nmomentum = 0.99999994\n", "job.toml").ok());
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_optimizer()->set_momentum(0.99999998);
+  ExpectRefused(spec, "optimizer.momentum", "below 1 as a float");
+  EXPECT_NE(wire::ValidateJobSpec(spec).message().find("got 0.99999998"), std::string::npos)
+      << wire::ValidateJobSpec(spec).message();
+  spec.mutable_optimizer()->set_momentum(0.99999994);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+}
+
 TEST(JobSpecTest, UnknownNamesListTheKnownOnes) {
   ExpectError(std::string("strategy = \"fedsgd\"\n") + kMinimal, {"job.toml:1:", "'strategy'", "\"fedavg\"", "\"scaffold\""});
   ExpectError(std::string(kMinimal) + "kind = \"pathological\"\n",

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/train/trainer.h"
@@ -164,14 +165,14 @@ TEST(ClientTermsTest, ANegativeProximalMuIsRefused) {
 
 TEST(FedNovaNormalizerTest, MatchesHandComputedValues) {
   // Plain SGD: a_i = tau.
-  EXPECT_DOUBLE_EQ(FedNovaNormalizer(7, 0.0), 7.0);
-  EXPECT_DOUBLE_EQ(FedNovaNormalizer(0, 0.9), 0.0);
+  EXPECT_DOUBLE_EQ(*FedNovaNormalizer(7, 0.0), 7.0);
+  EXPECT_DOUBLE_EQ(*FedNovaNormalizer(0, 0.9), 0.0);
   // Momentum 0.9: the coefficients of the steps are 1, 1.9, 2.71, ... (1 - 0.9^k) / 0.1.
-  EXPECT_NEAR(FedNovaNormalizer(1, 0.9), 1.0, 1e-12);
-  EXPECT_NEAR(FedNovaNormalizer(2, 0.9), 2.9, 1e-12);
-  EXPECT_NEAR(FedNovaNormalizer(3, 0.9), 5.61, 1e-12);
+  EXPECT_NEAR(*FedNovaNormalizer(1, 0.9), 1.0, 1e-12);
+  EXPECT_NEAR(*FedNovaNormalizer(2, 0.9), 2.9, 1e-12);
+  EXPECT_NEAR(*FedNovaNormalizer(3, 0.9), 5.61, 1e-12);
   // Momentum 0.5, two steps: 1 + 1.5.
-  EXPECT_NEAR(FedNovaNormalizer(2, 0.5), 2.5, 1e-12);
+  EXPECT_NEAR(*FedNovaNormalizer(2, 0.5), 2.5, 1e-12);
 }
 
 TEST(FedNovaNormalizerTest, IsHowFarMomentumSgdMovesUnderAConstantGradient) {
@@ -190,8 +191,24 @@ TEST(FedNovaNormalizerTest, IsHowFarMomentumSgdMovesUnderAConstantGradient) {
     for (uint64_t step = 0; step < tau; ++step) (*device)->SgdMomentumUpdate(1, 0.01f, 0.9f, 0.0f, g.f32(), v.f32(), w.f32());
     float moved = 0;
     ASSERT_TRUE((*device)->CopyDeviceToHost(w, 0, &moved, sizeof(float)).ok());
-    EXPECT_NEAR(-moved / 0.01, FedNovaNormalizer(tau, 0.9), 1e-3 * FedNovaNormalizer(tau, 0.9)) << tau << " steps";
+    EXPECT_NEAR(-moved / 0.01, *FedNovaNormalizer(tau, 0.9), 1e-3 * *FedNovaNormalizer(tau, 0.9)) << tau << " steps";
   }
+}
+
+// A momentum of 1 (a double just below it rounds to 1 as the trainer's float) makes the
+// formula 0 / 0: refused, as is anything outside [0, 1), instead of reporting NaN.
+TEST(FedNovaNormalizerTest, AMomentumOutsideZeroToOneIsRefusedNotNaN) {
+  for (double rho : {1.0, static_cast<double>(static_cast<float>(0.99999998)), 1.5, -0.1,
+                     std::numeric_limits<double>::quiet_NaN()}) {
+    SCOPED_TRACE(rho);
+    Result<double> a = FedNovaNormalizer(10, rho);
+    ASSERT_FALSE(a.ok()) << *a;
+    EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(a.status().message().find("momentum must be in [0, 1)"), std::string::npos) << a.status().message();
+  }
+  Result<double> near_one = FedNovaNormalizer(10, 0.99999998);
+  ASSERT_TRUE(near_one.ok()) << near_one.status().ToString();
+  EXPECT_TRUE(std::isfinite(*near_one));
 }
 
 TEST(ScaffoldClientTest, ControlVariateStepByHand) {

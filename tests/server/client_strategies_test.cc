@@ -139,7 +139,7 @@ TEST(FedNovaStrategyTest, TheRoundRefusesABadClaimAtTheHeader) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("update from worker 'w1' for job job-1 round 1"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("field 'step_normalizer'"), std::string::npos) << s.message();
-  h.set_step_normalizer(FedNovaNormalizer(4, 0.9));  // what a worker reports: 9.049
+  h.set_step_normalizer(FedNovaNormalizer(4, 0.9).value());  // what a worker reports: 9.049
   EXPECT_TRUE(round.Admit(h).ok());
 }
 

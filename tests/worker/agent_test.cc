@@ -382,7 +382,7 @@ void AgentTest::ExpectScaffoldUpload(double momentum) {
   ASSERT_TRUE(WaitForUpload(1, 1, &upload));
   ASSERT_TRUE(upload.failure().empty()) << upload.failure();
   EXPECT_EQ(upload.local_steps(), 16u);  // 512 samples in batches of 32, one epoch
-  const double a = FedNovaNormalizer(16, static_cast<float>(momentum));  // the trainer's momentum is a float
+  const double a = FedNovaNormalizer(16, static_cast<float>(momentum)).value();  // the trainer's momentum is a float
   EXPECT_DOUBLE_EQ(upload.step_normalizer(), a);
   ASSERT_EQ(upload.sets_size(), 2);
   EXPECT_EQ(upload.sets(0).name(), "delta");
