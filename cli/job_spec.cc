@@ -413,8 +413,10 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   }
   double beta = 0.5;
   RETURN_IF_ERROR(reader.Number(*partition, "data.partition", "beta", &beta));
-  if (!(beta > 0.0 && beta <= wire::kMaxBeta)) {
-    return reader.Error("data.partition.beta", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxBeta) + ", got " +
+  if (!(beta >= kMinBeta && beta <= wire::kMaxBeta)) {
+    return reader.Error("data.partition.beta", "must be at least " + SpecReader::ToText(kMinBeta) +
+                                                   " (no smaller beta skews more) and at most " +
+                                                   SpecReader::ToText(wire::kMaxBeta) + ", got " +
                                                    SpecReader::ToText(beta));
   }
   partition_spec->set_beta(beta);

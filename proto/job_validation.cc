@@ -518,6 +518,12 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   const auto& p = s.data().partition();
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));
   RETURN_IF_ERROR(real("data.partition.beta", p.beta(), kMaxBeta, true, " (0: the default, 0.5)"));
+  if (p.beta() != 0 && p.beta() < kMinBeta) {
+    return bad("data.partition.beta",
+               "0 (the default, 0.5) or a number from " + FormatNumber(kMinBeta) + " (no smaller beta skews more) to " +
+                   FormatNumber(kMaxBeta),
+               FormatNumber(p.beta()));
+  }
   RETURN_IF_ERROR(range("data.partition.labels_per_party", p.labels_per_party(), 0, kMaxLabelsPerParty));
   RETURN_IF_ERROR(ValidatePartyLabels(p));
   // SCAFFOLD keeps a control variate per party and scales the server's by |S|/N: it needs

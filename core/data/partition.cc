@@ -7,6 +7,8 @@
 #include <numeric>
 #include <random>
 
+#include "base/format.h"
+
 namespace tessera {
 namespace {
 
@@ -72,6 +74,9 @@ std::vector<int64_t> Iota(int64_t n) {
 }
 
 // Proportions from log-gamma weights, over the parties marked eligible only (the others get 0).
+// When no weight is usable (no party eligible, which happens only once every sample is placed
+// and the class is empty, or every weight -infinity) the eligible parties, or all when none is,
+// get equal shares: never NaN.
 std::vector<double> NormalisedProportions(const std::vector<double>& log_weights, const std::vector<bool>& eligible) {
   double max_log = -std::numeric_limits<double>::infinity();
   for (size_t j = 0; j < log_weights.size(); ++j) {
@@ -79,8 +84,15 @@ std::vector<double> NormalisedProportions(const std::vector<double>& log_weights
   }
   std::vector<double> p(log_weights.size(), 0.0);
   double sum = 0.0;
-  for (size_t j = 0; j < log_weights.size(); ++j) {
-    if (eligible[j]) sum += p[j] = std::exp(log_weights[j] - max_log);
+  if (std::isfinite(max_log)) {
+    for (size_t j = 0; j < log_weights.size(); ++j) {
+      if (eligible[j]) sum += p[j] = std::exp(log_weights[j] - max_log);
+    }
+  }
+  if (!(sum > 0.0) || !std::isfinite(sum)) {
+    const bool any = std::find(eligible.begin(), eligible.end(), true) != eligible.end();
+    for (size_t j = 0; j < p.size(); ++j) p[j] = !any || eligible[j] ? 1.0 : 0.0;
+    sum = static_cast<double>(any ? std::count(eligible.begin(), eligible.end(), true) : eligible.size());
   }
   for (double& x : p) x /= sum;
   return p;
@@ -96,7 +108,9 @@ void AppendCuts(const std::vector<int64_t>& items, const std::vector<double>& p,
     size_t end = n;
     if (j + 1 < parties.size()) {
       cumulative += p[j];
-      end = std::clamp(static_cast<size_t>(std::floor(cumulative * static_cast<double>(n))), begin, n);
+      // Clamped as a double: a cut is converted to an integer only once it is known to be in range.
+      const double cut = std::floor(cumulative * static_cast<double>(n));
+      end = cut >= static_cast<double>(n) ? n : cut > static_cast<double>(begin) ? static_cast<size_t>(cut) : begin;
     }
     parties[j].insert(parties[j].end(), items.begin() + static_cast<ptrdiff_t>(begin),
                       items.begin() + static_cast<ptrdiff_t>(end));
@@ -141,9 +155,9 @@ Status Validate(const std::vector<uint8_t>& labels, int num_classes, const Parti
     }
   }
   if (config.kind == PartitionConfig::kDirichlet || config.kind == PartitionConfig::kQuantity) {
-    if (!(config.beta > 0.0) || !std::isfinite(config.beta)) {
-      return InvalidArgumentError("partition.beta: must be a finite number > 0 for " + kind + ", got " +
-                                  std::to_string(config.beta));
+    if (!(config.beta >= kMinBeta) || !std::isfinite(config.beta)) {
+      return InvalidArgumentError("partition.beta: must be a finite number of at least " + FormatNumber(kMinBeta) +
+                                  " for " + kind + ", got " + FormatNumber(config.beta));
     }
     const uint64_t needed = uint64_t{config.parties} * kMinPartySize;
     if (labels.size() < needed) {

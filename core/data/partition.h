@@ -53,9 +53,14 @@ std::string_view PartitionKindName(PartitionConfig::Kind kind);
 // The minimum party size kDirichlet and kQuantity redraw for.
 inline constexpr int64_t kMinPartySize = 10;
 
+// The smallest beta kDirichlet and kQuantity take. At 0.001 a Dirichlet draw over ten parties
+// already gives one party 99.4% of the mass on average, so a smaller beta adds no skew; far
+// smaller ones (below about 1e-307) overflow the gamma variates' logarithms to -infinity.
+inline constexpr double kMinBeta = 1e-3;
+
 // Returns, for each party, the indices into `labels` of the samples it holds, in a random
 // order; no index appears twice. kInvalidArgument, naming the field, for: parties == 0, more
-// parties than samples, beta <= 0 or not finite (kDirichlet, kQuantity), labels_per_party == 0
+// parties than samples, beta below kMinBeta or not finite (kDirichlet, kQuantity), labels_per_party == 0
 // or > num_classes (kLabelQuantity), party_labels that are not `parties` sets of
 // labels_per_party distinct labels in [0, num_classes) (kLabelQuantity), fewer than
 // kMinPartySize * parties samples (kDirichlet, kQuantity), num_classes < 1, or a label outside [0, num_classes). kFailedPrecondition when

@@ -329,7 +329,8 @@ TEST(JobSpecTest, OutOfRangeValuesNameTheKey) {
   ExpectError(std::string("round_deadline_s = -3.0\n") + kMinimal, {"job.toml:1:", "'round_deadline_s'"});
   ExpectError(std::string("seed = -1\n") + kMinimal, {"job.toml:1:", "'seed'"});
   ExpectError(std::string("max_round_attempts = 0\n") + kMinimal, {"job.toml:1:", "'max_round_attempts'"});
-  ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = 0\n", {"job.toml:10:", "'data.partition.beta'", "> 0"});
+  ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = 0\n",
+              {"job.toml:10:", "'data.partition.beta'", "at least 0.001"});
   ExpectError(std::string(kMinimal) + "kind = \"label-quantity\"\nlabels_per_party = 11\n",
               {"job.toml:10:", "'data.partition.labels_per_party'", "at most 10"});
   // A kind's own key on another kind is refused, not ignored.
@@ -356,6 +357,25 @@ TEST(JobSpecTest, AMomentumThatRoundsToOneAsAFloatIsRefused) {
   EXPECT_NE(wire::ValidateJobSpec(spec).message().find("got 0.99999998"), std::string::npos)
       << wire::ValidateJobSpec(spec).message();
   spec.mutable_optimizer()->set_momentum(0.99999994);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+}
+
+// Below 0.001 a Dirichlet draw skews no further, and far below it the draw overflows: refused
+// in job.toml and over the wire (where 0 still means the default).
+TEST(JobSpecTest, ABetaBelowTheFloorIsRefused) {
+  for (const auto& [beta, shown] : {std::pair{"1e-320", "1e-320"}, std::pair{"0.0005", "5e-04"}}) {
+    SCOPED_TRACE(beta);
+    ExpectError(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = " + beta + "\n",
+                {"job.toml:10:", "'data.partition.beta'", "at least 0.001", std::string("got ") + shown});
+  }
+  EXPECT_TRUE(ParseJobSpecString(std::string(kMinimal) + "kind = \"dirichlet\"\nbeta = 0.001\n", "job.toml").ok());
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_DIRICHLET);
+  spec.mutable_data()->mutable_partition()->set_beta(1e-320);
+  ExpectRefused(spec, "data.partition.beta", "from 0.001");
+  spec.mutable_data()->mutable_partition()->set_beta(0);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
+  spec.mutable_data()->mutable_partition()->set_beta(0.001);
   EXPECT_TRUE(wire::ValidateJobSpec(spec).ok()) << wire::ValidateJobSpec(spec).ToString();
 }
 

@@ -250,6 +250,42 @@ TEST(PartitionTest, DirichletTinyBetaStillSucceeds) {
   for (const auto& part : *parts) EXPECT_GE(part.size(), 10u);
 }
 
+// A beta of 1e-320 made every gamma variate's logarithm -infinity, the proportions NaN and the
+// cut a NaN cast to an integer; below 0.001 a draw skews no further. Both kinds that take a beta
+// refuse it, and Dirichlet splits at 0.001 itself.
+TEST(PartitionTest, ABetaBelowTheFloorIsRefusedAndTheFloorSplits) {
+  const std::vector<uint8_t> labels = BalancedLabels(20000);
+  for (auto kind : {PartitionConfig::kDirichlet, PartitionConfig::kQuantity}) {
+    for (double beta : {1e-320, 1e-4}) {
+      PartitionConfig config = Config(kind, 10, 4);
+      config.beta = beta;
+      auto parts = PartitionIndices(labels, 10, config);
+      ASSERT_FALSE(parts.ok()) << beta;
+      EXPECT_EQ(parts.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(parts.status().message().find("partition.beta: must be a finite number of at least 0.001"),
+                std::string::npos)
+          << parts.status().message();
+    }
+  }
+  PartitionConfig config = Config(PartitionConfig::kDirichlet, 10, 4);
+  config.beta = kMinBeta;
+  auto parts = PartitionIndices(labels, 10, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ(ExpectDisjoint(*parts, labels.size()), labels.size());
+}
+
+// Every sample of class 0 placed, both parties at their fair share: the empty class 1 after it
+// has no party to go to, and its (empty) cut is made from equal shares, not from 0 / 0.
+TEST(PartitionTest, DirichletCutsAnEmptyClassWithNoEligiblePartyWithoutNaN) {
+  const std::vector<uint8_t> labels(20, 0);
+  PartitionConfig config = Config(PartitionConfig::kDirichlet, 2, 1);
+  config.beta = 10000;
+  auto parts = PartitionIndices(labels, 2, config);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ((*parts)[0].size(), 10u);
+  EXPECT_EQ((*parts)[1].size(), 10u);
+}
+
 TEST(PartitionTest, QuantitySkewSizesVaryLabelsDoNot) {
   const std::vector<uint8_t> labels = BalancedLabels(20000);
   PartitionConfig config = Config(PartitionConfig::kQuantity, 10, 77);
