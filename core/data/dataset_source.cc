@@ -146,10 +146,20 @@ Result<std::vector<std::string>> CifarFiles(const DataSource& source, bool train
     if (!fs::exists(test, ec)) return NotFoundError("cifar10 test split: " + test + " not found");
     return std::vector<std::string>{test};
   }
+  // The batches from data_batch_1.bin on, as many as there are; one missing before another
+  // that is there is refused rather than its records silently left out.
   std::vector<std::string> files;
+  std::string missing;
   for (int b = 1; b <= kCifarBatches; ++b) {
     const std::string path = (dir / ("data_batch_" + std::to_string(b) + ".bin")).string();
-    if (!fs::exists(path, ec)) break;
+    if (!fs::exists(path, ec)) {
+      if (missing.empty()) missing = path;
+      continue;
+    }
+    if (!missing.empty()) {
+      return NotFoundError("cifar10 training split: " + missing + " not found, but " + path +
+                           " is: expected the batches from data_batch_1.bin on without a gap");
+    }
     files.push_back(path);
   }
   if (files.empty()) {

@@ -7,7 +7,8 @@
 //   idx      MNIST's format: train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-
 //            idx3-ubyte, t10k-labels-idx1-ubyte, each plain or gzip (".gz"). One channel.
 //   cifar10  CIFAR-10's binary version: data_batch_1.bin ... data_batch_5.bin (those present,
-//            at least the first) and test_batch.bin; each record one label byte then 3,072
+//            from the first without a gap: a missing batch before a present one is kNotFound
+//            naming it) and test_batch.bin; each record one label byte then 3,072
 //            pixel bytes (1,024 red, 1,024 green, 1,024 blue, row-major 32x32).
 //   npz      train.npz and test.npz, each with an array "x" (N,C,H,W), (N,H,W) or (N,F) of
 //            uint8, float32 or float64, and "y" (N) of integer labels. (N,H,W) is one channel;

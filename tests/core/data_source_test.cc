@@ -202,6 +202,24 @@ TEST_F(DataSourceTest, Cifar10RefusesACutRecordAndAMissingSplit) {
   EXPECT_NE(cut.status().message().find("3073"), std::string::npos) << cut.status().message();
 }
 
+// Batches 1, 3, 4 and 5 without 2: the training split is refused naming data_batch_2.bin rather
+// than read as batch 1 alone; and so is 2 to 5 without 1.
+TEST_F(DataSourceTest, Cifar10RefusesAGapInItsBatches) {
+  WriteCifar("data_batch_1.bin", 2, 0);
+  for (int b = 3; b <= 5; ++b) WriteCifar("data_batch_" + std::to_string(b) + ".bin", 2, 2 * b);
+  DataSource source = Source(DataFormat::kCifar10);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string missing = attempt == 0 ? "data_batch_2.bin" : "data_batch_1.bin";
+    auto shape = InspectSplit(source, true);
+    ASSERT_FALSE(shape.ok()) << shape->count;
+    EXPECT_EQ(shape.status().code(), StatusCode::kNotFound);
+    EXPECT_NE(shape.status().message().find(Path(missing) + " not found"), std::string::npos)
+        << shape.status().message();
+    EXPECT_FALSE(ReadSplitLabels(source, true).ok());
+    if (attempt == 0) fs::rename(Path("data_batch_1.bin"), Path("data_batch_2.bin"));
+  }
+}
+
 TEST_F(DataSourceTest, NpzImagesFeaturesAndDtypes) {
   // x: (2, 1, 2, 2) uint8 images; y: int64 labels.
   NumpyArray x{"x", "|u1", {2, 1, 2, 2}, std::string("\x00\xff\x33\x66\x10\x20\x30\x40", 8)};
