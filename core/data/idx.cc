@@ -23,6 +23,7 @@ namespace {
 
 constexpr uint32_t kLabelMagic = 0x00000801;  // unsigned bytes, one dimension
 constexpr uint32_t kImageMagic = 0x00000803;  // unsigned bytes, three dimensions
+constexpr uint64_t kMaxIdxElements = uint64_t{1} << 40;
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -83,21 +84,28 @@ Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::
                          " bytes, found a file of " + std::to_string(bytes.size()) + " bytes");
   }
   std::vector<uint32_t> dims(ndims);
-  uint64_t elements = 1;
   for (size_t i = 0; i < ndims; ++i) {
     dims[i] = BigEndian32(bytes.data() + 4 + 4 * i);
     if (dims[i] == 0 && i > 0) {
       return InvalidArgumentError(path + ": dimension " + std::to_string(i) + " is 0: expected at least 1");
     }
-    elements *= dims[i];
-    if (elements > (uint64_t{1} << 40)) {
-      return InvalidArgumentError(path + ": header dimensions are implausibly large");
+  }
+  // The product is checked at each step, before it can wrap: [2^20, 2^20, 2^24] is 2^64 in
+  // all, which wraps to 0 and would promise an empty file.
+  uint64_t elements = 1;
+  for (size_t i = 0; i < ndims; ++i) {
+    if (__builtin_mul_overflow(elements, uint64_t{dims[i]}, &elements) || elements > kMaxIdxElements) {
+      std::string shape;
+      for (size_t j = 0; j < ndims; ++j) shape += (j ? "x" : "") + std::to_string(dims[j]);
+      return InvalidArgumentError(path + ": header dimensions [" + shape +
+                                  "] are implausibly large: expected at most 2^40 elements in all");
     }
   }
   return dims;
 }
 
-// The size of an IDX file with these dimensions, header included; ReadIdxHeader bounds it.
+// The size of an IDX file with these dimensions, header included; ReadIdxHeader bounds the
+// product to kMaxIdxElements, so it does not wrap.
 uint64_t IdxFileSize(const std::vector<uint32_t>& dims) {
   uint64_t elements = 1;
   for (uint32_t d : dims) elements *= d;

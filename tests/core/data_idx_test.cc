@@ -401,6 +401,20 @@ TEST_F(IdxFilesTest, AFileLongerThanItsHeaderPromisesIsRefusedWithoutReadingItWh
       ::testing::ExitedWithCode(0), "");
 }
 
+// 2^20 x 2^20 x 2^24 elements is 2^64, which wrapped to 0 in the product and made a 16-byte
+// file look complete; the product is checked before each step can wrap.
+TEST_F(IdxFilesTest, HeaderDimensionsWhoseProductWrapsAreRefused) {
+  std::vector<uint8_t> header;
+  for (uint32_t v : {0x00000803u, 1u << 20, 1u << 20, 1u << 24}) Append32(header, v);
+  Result<IdxImages> images = ParseIdxImages(header, "wrapping-images");
+  ASSERT_FALSE(images.ok());
+  EXPECT_EQ(images.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(images.status().message().find("wrapping-images: header dimensions [1048576x1048576x16777216] are "
+                                           "implausibly large: expected at most 2^40 elements"),
+            std::string::npos)
+      << images.status().message();
+}
+
 TEST_F(IdxFilesTest, ReadMaybeGzipFileStopsOneBytePastItsLimit) {
   WriteSmall("img.gz", "lbl", 10);
   Result<std::vector<uint8_t>> whole = ReadMaybeGzipFile(Path("img.gz"), 136);
