@@ -211,15 +211,14 @@ Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path, uint64_t
   bytes.reserve(static_cast<size_t>(size ? *size : std::min<uint64_t>(max_bytes, kFirstReserve)));
   // Up to one byte past the limit, to tell a file that reaches it from one that goes on.
   while (true) {
-    const uint64_t room = max_bytes + 1 - bytes.size();
-    const size_t piece = static_cast<size_t>(std::min<uint64_t>(room, uint64_t{1} << 20));
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(max_bytes - bytes.size(), (1u << 20) - 1)) + 1;
     const size_t at = bytes.size();
     bytes.resize(at + piece);
     ASSIGN_OR_RETURN(const size_t got, stream->Read(bytes.data() + at, piece));
     bytes.resize(at + got);
     if (bytes.size() > max_bytes) {
-      return InvalidArgumentError(path + ": more than " + std::to_string(max_bytes) +
-                                  " bytes once inflated; the limit is " + std::to_string(max_bytes));
+      return InvalidArgumentError(path + ": holds more than " + std::to_string(max_bytes) +
+                                  " bytes (inflated, if gzip); the limit is " + std::to_string(max_bytes));
     }
     if (got < piece) break;
   }

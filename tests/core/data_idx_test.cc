@@ -420,6 +420,9 @@ TEST_F(IdxFilesTest, ReadMaybeGzipFileStopsOneBytePastItsLimit) {
   Result<std::vector<uint8_t>> whole = ReadMaybeGzipFile(Path("img.gz"), 136);
   ASSERT_TRUE(whole.ok()) << whole.status().ToString();
   EXPECT_EQ(whole->size(), 136u);
+  Result<std::vector<uint8_t>> unlimited = ReadMaybeGzipFile(Path("img.gz"), UINT64_MAX);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status().ToString();
+  EXPECT_EQ(unlimited->size(), 136u);
   for (const char* name : {"img.gz", "lbl"}) {
     Result<std::vector<uint8_t>> cut = ReadMaybeGzipFile(Path(name), 12);
     ASSERT_FALSE(cut.ok());
