@@ -198,7 +198,11 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   const v1::Job& job = response.job();
   const bool async = job.spec().has_async();
   out << "job:       " << job.id() << " (" << EscapeUntrusted(job.spec().name(), 128) << ")\n"
-      << "state:     " << StateName(job.state()) << (job.error().empty() ? "" : ": " + job.error()) << "\n";
+      << "state:     " << StateName(job.state())
+      << (job.cancel_requested() && (job.state() == v1::JOB_PENDING || job.state() == v1::JOB_RUNNING)
+              ? " (cancel requested: it ends at its next step)"
+              : "")
+      << (job.error().empty() ? "" : ": " + job.error()) << "\n";
   if (async) {
     const v1::AsyncSpec& a = job.spec().async();
     out << "steps:     " << job.rounds_committed() << " of " << job.spec().rounds()

@@ -3,7 +3,13 @@
 // out, the reply's trailing metadata carries their number under kMoreEntriesTrailer.
 #pragma once
 
+#include <cstddef>
+
 namespace tessera::wire {
+
+// At most this many entries and bytes in one list reply (well under the command line's 4 MiB).
+inline constexpr size_t kMaxListEntries = 1000;
+inline constexpr size_t kMaxListBytes = 3 << 20;
 
 inline constexpr char kMoreEntriesTrailer[] = "tessera-more-entries";
 // GetJob's rounds come in pages: when rounds were left out, the first of them, under this

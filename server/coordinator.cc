@@ -8,6 +8,7 @@
 #include "base/host_port.h"
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
+#include "proto/list_reply.h"
 #include "proto/revocation.h"
 #include "server/rpc/services.h"
 #include "server/state/sqlite_state_store.h"
@@ -141,14 +142,32 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
 Coordinator::~Coordinator() { Shutdown(); }
 
 Status Coordinator::ResumeJobs() {
-  ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& job : jobs) {
-    if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) continue;
-    spdlog::info("resuming job {} at round {} of {}", job.id(), job.rounds_committed() + 1, job.spec().rounds());
-    auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
-    runners_[job.id()] = runner;
-    runner->Start();
+  ASSIGN_OR_RETURN(StateStore::JobList listed, store_->ListNewestJobs(SIZE_MAX));
+  // One damaged row stops no other job: it is left as it is (its checkpoints kept) for an
+  // operator to look at.
+  for (const std::string& id : listed.damaged) {
+    spdlog::error("job {}: its row in the state store cannot be read; it is not resumed, and its files are kept",
+                  QuoteUntrusted(id, 128));
+  }
+  std::vector<std::shared_ptr<JobRunner>> started;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return Status::Ok();
+    for (auto& job : listed.jobs) {
+      if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) {
+        ++ended_[job.state()];
+        continue;
+      }
+      // A job submitted since the server started has its runner already.
+      if (runners_.count(job.id())) continue;
+      spdlog::info("resuming job {} at round {} of {}{}", job.id(), job.rounds_committed() + 1, job.spec().rounds(),
+                   job.cancel_requested() ? " (its cancel was recorded: it ends cancelled)" : "");
+      auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
+      runners_[job.id()] = runner;
+      // Started under the lock: Shutdown() either finds the runner started or finds
+      // accepting_ false before it is made.
+      runner->Start();
+    }
   }
   return Status::Ok();
 }
@@ -167,6 +186,7 @@ void Coordinator::Shutdown() {
   std::map<std::string, std::shared_ptr<JobRunner>> runners;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    accepting_ = false;  // no job starts from here on
     runners.swap(runners_);
   }
   for (auto& [id, runner] : runners) runner->Stop();
@@ -208,15 +228,28 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_PENDING);
   job.set_created_unix_ms(UnixMillis());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) return UnavailableError("the coordinator is shutting down; no job is accepted");
+  }
   RETURN_IF_ERROR(store_->InsertJob(job));
   auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!accepting_) {
+      // Stored as pending: the next start runs it.
+      return UnavailableError("job " + job.id() + " is stored, but the coordinator is shutting down; it starts when "
+                              "the coordinator starts again");
+    }
     // Ended jobs are read from the store; their runners (and the memory they held) go.
-    std::erase_if(runners_, [](const auto& entry) { return entry.second->finished(); });
+    std::erase_if(runners_, [this](const auto& entry) {
+      if (!entry.second->finished()) return false;
+      ++ended_[entry.second->state()];
+      return true;
+    });
     runners_[job.id()] = runner;
+    runner->Start();  // under the lock, as in ResumeJobs
   }
-  runner->Start();
   spdlog::info("job {} submitted: {} rounds of {} clients ({})", job.id(), spec.rounds(), spec.clients_per_round(),
                EscapeUntrusted(spec.name()));
   return job;
@@ -231,6 +264,11 @@ std::shared_ptr<JobRunner> Coordinator::Runner(const std::string& job_id) {
 Result<v1::Job> Coordinator::GetJob(const std::string& job_id) {
   if (auto runner = Runner(job_id)) return runner->Snapshot();
   return store_->GetJob(job_id);
+}
+
+Result<v1::Job> Coordinator::ListedJob(const std::string& job_id) {
+  if (auto runner = Runner(job_id)) return runner->Listed();
+  return store_->GetJob(job_id);  // a row holds no reports
 }
 
 Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::string& job_id,
@@ -255,12 +293,36 @@ Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::
   return ModelVersion::Encode(std::move(model), wanted, chunk_bytes);
 }
 
-Result<std::vector<v1::Job>> Coordinator::ListJobs() {
-  ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
-  for (auto& job : jobs) {
-    if (auto runner = Runner(job.id())) job = runner->Snapshot();
+Result<StateStore::JobList> Coordinator::ListJobs(size_t max_jobs) {
+  ASSIGN_OR_RETURN(StateStore::JobList list, store_->ListNewestJobs(max_jobs));
+  for (auto& job : list.jobs) {
+    if (auto runner = Runner(job.id())) job = runner->Listed();
   }
-  return jobs;
+  return list;
+}
+
+Result<v1::ListJobsResponse> Coordinator::JobsReply() {
+  ASSIGN_OR_RETURN(StateStore::JobList list, ListJobs(wire::kMaxListEntries));
+  // The newest first, until the bytes run out.
+  size_t bytes = 0, first = list.jobs.size();
+  while (first > 0) {
+    const size_t size = list.jobs[first - 1].ByteSizeLong() + 8;  // and its tag and length
+    if (bytes + size > wire::kMaxListBytes) break;
+    bytes += size;
+    --first;
+  }
+  v1::ListJobsResponse reply;
+  for (size_t i = first; i < list.jobs.size(); ++i) *reply.add_jobs() = std::move(list.jobs[i]);
+  const uint64_t listed = static_cast<uint64_t>(reply.jobs_size());
+  reply.set_more(list.total > listed ? list.total - listed : 0);
+  return reply;
+}
+
+std::map<v1::JobState, uint64_t> Coordinator::JobCounts() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<v1::JobState, uint64_t> counts = ended_;
+  for (const auto& [id, runner] : runners_) ++counts[runner->state()];
+  return counts;
 }
 
 Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
@@ -269,6 +331,11 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
   if (!runner || (job.state() != v1::JOB_PENDING && job.state() != v1::JOB_RUNNING)) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(job.state()) +
                                    "; only a pending or running job can be cancelled");
+  }
+  // Durable before the answer: a coordinator killed after it ends the job at its next start.
+  if (Status recorded = store_->RequestCancel(job_id); !recorded.ok()) {
+    return Status(recorded.code(), "job " + job_id + " is not cancelled: the cancel could not be recorded (" +
+                                       recorded.message() + "); the job goes on");
   }
   runner->Cancel();
   return runner->Snapshot();

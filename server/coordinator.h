@@ -94,7 +94,20 @@ class Coordinator {
   // The user-facing operations.
   Result<v1::Job> SubmitJob(const v1::JobSpec& spec);
   Result<v1::Job> GetJob(const std::string& job_id);
-  Result<std::vector<v1::Job>> ListJobs();
+  // The job without its last round's per-worker reports, as in the lists.
+  Result<v1::Job> ListedJob(const std::string& job_id);
+  // The newest `max_jobs` jobs (the oldest of them first), each without its last round's
+  // per-worker reports, and how many jobs there are in all. A job whose stored row cannot be
+  // read is left out (it was logged at start).
+  Result<StateStore::JobList> ListJobs(size_t max_jobs);
+  // Jobs by state, from memory: what the coordinator read at start and what its runners
+  // hold (a scrape of /metrics reads no job from the store).
+  std::map<v1::JobState, uint64_t> JobCounts();
+  // ListJobs as a reply: the newest jobs within wire::kMaxListEntries and kMaxListBytes, the
+  // oldest of them first; `more` counts the jobs left out.
+  Result<v1::ListJobsResponse> JobsReply();
+  // Records the cancel durably, then tells the job's runner: once this returns Ok, the job
+  // ends CANCELLED, also if the coordinator is killed first (it ends at the next start).
   Result<v1::Job> CancelJob(const std::string& job_id);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round,
                                                   size_t max_bytes = SIZE_MAX);
@@ -137,6 +150,8 @@ class Coordinator {
   StreamWatchdog watchdog_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
+  std::map<v1::JobState, uint64_t> ended_;  // jobs ended with no runner left in runners_
+  bool accepting_ = true;                    // false once Shutdown() has begun: no job starts
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

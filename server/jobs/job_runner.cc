@@ -47,6 +47,10 @@ void JobRunner::Stop() {
 }
 
 void JobRunner::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_.set_cancel_requested(true);
+  }
   cancel_ = true;
   WakeWaits();
 }
@@ -74,6 +78,22 @@ double JobRunner::MillisSince(Clock::TimePoint start) const {
 v1::Job JobRunner::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   return job_;
+}
+
+v1::Job JobRunner::Listed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!job_.has_last_round()) return job_;
+  // The reports are moved aside for the copy and back, as in Summary().
+  google::protobuf::RepeatedPtrField<v1::WorkerRoundReport> reports;
+  job_.mutable_last_round()->mutable_workers()->Swap(&reports);
+  v1::Job listed = job_;
+  job_.mutable_last_round()->mutable_workers()->Swap(&reports);
+  return listed;
+}
+
+v1::JobState JobRunner::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_.state();
 }
 
 v1::Job JobRunner::Summary() const {
@@ -455,6 +475,11 @@ void JobRunner::Run() {
 }
 
 void JobRunner::RunJob() {
+  // A cancel recorded before the coordinator stopped: nothing more runs.
+  if (Summary().cancel_requested()) {
+    Finish(v1::JOB_CANCELLED, "cancelled by the user");
+    return;
+  }
   // A spec stored before today's limits (a resumed job) is checked again.
   if (Status valid = wire::ValidateJobSpec(Summary().spec()); !valid.ok()) {
     Finish(v1::JOB_FAILED, "the job's spec is not accepted: " + valid.message());

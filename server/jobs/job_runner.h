@@ -108,13 +108,19 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // folded into it are folded, a commit under way completes, and the job resumes at its last
   // committed round in the next runner. Idempotent.
   void Stop();
-  // Ends the job as CANCELLED. Does not block.
+  // Ends the job as CANCELLED. Does not block. The caller records the cancel in the store
+  // first (Coordinator::CancelJob); a job read with cancel_requested ends CANCELLED when it
+  // starts.
   void Cancel();
 
   v1::Job Snapshot() const;
   // The job without its last round's record (up to thousands of reports): what the job's
   // thread reads each round, and what its events carry (a round's event carries the round).
   v1::Job Summary() const;
+  // The job with its last round's record but not that record's per-worker reports, as the
+  // store's lists give a job.
+  v1::Job Listed() const;
+  v1::JobState state() const;
   JobEvents& events() { return events_; }
 
   // For the worker service.

@@ -127,11 +127,9 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                          },
                          nullptr});
   http.routes.push_back({"/api/jobs", [c](const HttpRequest&) {
-                           auto jobs = c->ListJobs();
+                           auto jobs = c->JobsReply();
                            if (!jobs.ok()) return ErrorResponse(jobs.status());
-                           v1::ListJobsResponse response;
-                           for (auto& job : *jobs) *response.add_jobs() = std::move(job);
-                           return JsonResponse(response);
+                           return JsonResponse(*jobs);
                          },
                          nullptr});
   http.routes.push_back({"/api/job", [c](const HttpRequest& request) {
@@ -160,14 +158,15 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                            }
                            std::string last;
                            for (;;) {
-                             auto job = c->GetJob(*id);
+                             // Without the last round's reports (about 640 bytes a client): the page
+                             // reads the rounds from /api/job.
+                             auto job = c->ListedJob(*id);
                              if (!job.ok()) {
                                send("error", job.status().message());
                                return;
                              }
                              // A change of state, rounds or error is what the page follows; the job is
-                             // written out as JSON (its last round's record, about 640 bytes a client,
-                             // with it) only then, not every 250 ms.
+                             // written out as JSON only then, not every 250 ms.
                              std::string now = std::to_string(job->state()) + "/" + std::to_string(job->rounds_committed()) +
                                                "/" + job->error();
                              if (now != last) {
@@ -211,9 +210,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
     for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
       if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[wire::JobStateName(static_cast<v1::JobState>(s))] = 0;
     }
-    if (auto listed = c->ListJobs(); listed.ok()) {
-      for (const auto& job : *listed) by_state[wire::JobStateName(job.state())] += 1;
-    }
+    for (const auto& [state, count] : c->JobCounts()) by_state[wire::JobStateName(state)] += static_cast<double>(count);
     for (const auto& [state, count] : by_state) jobs.With({state}).Set(count);
     streams.With().Set(static_cast<double>(c->streams().open()));
   });

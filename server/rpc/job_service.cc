@@ -28,8 +28,8 @@ using wire::ToGrpc;
 // List replies stay well under the command line's 4 MiB receive limit, whatever is stored:
 // at most this many entries and bytes; the reply's trailing metadata says how many more
 // there were (kMoreEntriesTrailer).
-constexpr size_t kMaxListEntries = 1000;
-constexpr size_t kMaxListBytes = 3 << 20;
+using wire::kMaxListBytes;
+using wire::kMaxListEntries;
 
 // A watch reads the committed rounds from the state store a page at a time, as the watcher
 // takes them, so that a job of many rounds and many clients (a round's record is about 640
@@ -372,13 +372,10 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
 
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
-    auto jobs = c_->ListJobs();
-    if (!jobs.ok()) return ToGrpc(jobs.status());
-    // The newest jobs first when there are too many to show.
-    std::reverse(jobs->begin(), jobs->end());
-    const size_t more = AddBounded(*jobs, response->mutable_jobs());
-    std::reverse(response->mutable_jobs()->begin(), response->mutable_jobs()->end());
-    if (more > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(more));
+    auto listed = c_->JobsReply();
+    if (!listed.ok()) return ToGrpc(listed.status());
+    *response = std::move(*listed);
+    if (response->more() > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(response->more()));
     return grpc::Status::OK;
   }
 

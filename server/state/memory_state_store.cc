@@ -16,6 +16,7 @@ std::string_view StateWriteName(StateWrite kind) {
     case StateWrite::kSaveWorker: return "SaveWorker";
     case StateWrite::kBindWorkerName: return "BindWorkerName";
     case StateWrite::kSaveSeat: return "SaveSeat";
+    case StateWrite::kRequestCancel: return "RequestCancel";
   }
   return "unknown write";
 }
@@ -61,7 +62,7 @@ Status MemoryStateStore::InsertJob(const v1::Job& job) {
   RETURN_IF_ERROR(BeginWrite(StateWrite::kInsertJob));
   std::lock_guard<std::mutex> lock(mu_);
   if (jobs_.count(job.id())) return AlreadyExistsError("insert job " + job.id() + ": the job exists already");
-  jobs_[job.id()] = {++last_job_number_, job};
+  jobs_[job.id()] = {++last_job_number_, JobRow(job)};
   return Status::Ok();
 }
 
@@ -69,25 +70,65 @@ Status MemoryStateStore::UpdateJob(const v1::Job& job) {
   RETURN_IF_ERROR(BeginWrite(StateWrite::kUpdateJob));
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = job;
+  if (it != jobs_.end()) {
+    it->second.second = JobRow(job);
+    damaged_jobs_.erase(job.id());
+  }
   return Status::Ok();
+}
+
+v1::Job MemoryStateStore::ReadRowLocked(const std::string& job_id, const v1::Job& row) const {
+  v1::Job job = row;
+  if (cancels_.count(job_id)) job.set_cancel_requested(true);
+  return job;
 }
 
 Result<v1::Job> MemoryStateStore::GetJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return NotFoundError("no job '" + job_id + "'");
-  return it->second.second;
+  if (damaged_jobs_.count(job_id)) return DataLossError("jobs: job '" + job_id + "': corrupt row");
+  return ReadRowLocked(job_id, it->second.second);
 }
 
 Result<std::vector<v1::Job>> MemoryStateStore::ListJobs() {
+  ASSIGN_OR_RETURN(JobList list, ListNewestJobs(SIZE_MAX));
+  if (!list.damaged.empty()) return DataLossError("jobs: job '" + list.damaged.front() + "': corrupt row");
+  return std::move(list.jobs);
+}
+
+Result<StateStore::JobList> MemoryStateStore::ListNewestJobs(size_t max_jobs) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::pair<uint64_t, const v1::Job*>> numbered;
-  for (const auto& [id, entry] : jobs_) numbered.emplace_back(entry.first, &entry.second);
-  std::sort(numbered.begin(), numbered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<v1::Job> jobs;
-  for (const auto& [number, job] : numbered) jobs.push_back(*job);
-  return jobs;
+  std::vector<std::pair<uint64_t, std::string>> numbered;
+  for (const auto& [id, entry] : jobs_) numbered.emplace_back(entry.first, id);
+  std::sort(numbered.begin(), numbered.end());
+  JobList list;
+  list.total = numbered.size();
+  const size_t skip = numbered.size() > max_jobs ? numbered.size() - max_jobs : 0;
+  for (size_t i = skip; i < numbered.size(); ++i) {
+    const std::string& id = numbered[i].second;
+    if (damaged_jobs_.count(id)) {
+      list.damaged.push_back(id);
+      continue;
+    }
+    list.jobs.push_back(ReadRowLocked(id, jobs_.at(id).second));
+  }
+  return list;
+}
+
+Status MemoryStateStore::RequestCancel(const std::string& job_id) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kRequestCancel));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!jobs_.count(job_id)) return NotFoundError("no job '" + job_id + "'");
+  cancels_.insert(job_id);
+  return Status::Ok();
+}
+
+bool MemoryStateStore::DamageJobRow(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!jobs_.count(job_id)) return false;
+  damaged_jobs_.insert(job_id);
+  return true;
 }
 
 Result<uint64_t> MemoryStateStore::NextJobNumber() {
@@ -119,7 +160,7 @@ Status MemoryStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   written_.erase(written);
   rounds_[{job.id(), record.round()}] = record;
   auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = job;
+  if (it != jobs_.end()) it->second.second = JobRow(job);
   if (record.round() > kKeptCheckpoints) checkpoints_.erase({job.id(), record.round() - kKeptCheckpoints});
   return Status::Ok();
 }
@@ -138,7 +179,7 @@ Status MemoryStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRe
   auto round = rounds_.find({job.id(), record.round()});
   if (round != rounds_.end()) round->second = record;
   auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = job;
+  if (it != jobs_.end()) it->second.second = JobRow(job);
   return Status::Ok();
 }
 
@@ -160,7 +201,7 @@ Status MemoryStateStore::RewindJob(const v1::Job& job) {
     return entry.first.first == job.id() && entry.first.second > job.rounds_committed();
   });
   auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = job;
+  if (it != jobs_.end()) it->second.second = JobRow(job);
   return Status::Ok();
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -36,8 +37,9 @@ enum class StateWrite {
   kSaveWorker,
   kBindWorkerName,
   kSaveSeat,
+  kRequestCancel,
 };
-inline constexpr size_t kStateWriteKinds = 10;
+inline constexpr size_t kStateWriteKinds = 11;
 std::string_view StateWriteName(StateWrite kind);  // "CommitRound"
 
 class MemoryStateStore final : public StateStore {
@@ -49,6 +51,8 @@ class MemoryStateStore final : public StateStore {
   Result<v1::Job> GetJob(const std::string& job_id) override;
   Result<std::vector<v1::Job>> ListJobs() override;
   Result<uint64_t> NextJobNumber() override;
+  Result<JobList> ListNewestJobs(size_t max_jobs) override;
+  Status RequestCancel(const std::string& job_id) override;
   Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;
   // The kCommitRound write.
   Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) override;
@@ -76,6 +80,9 @@ class MemoryStateStore final : public StateStore {
 
   // Whether the checkpoint of `round` is kept.
   bool HasCheckpoint(const std::string& job_id, uint32_t round) const;
+  // Makes the job's row unreadable, as a damaged row of the SQLite store: ListJobs and GetJob
+  // then fail with DataLoss naming it, ListNewestJobs leaves it out; false for an unknown job.
+  bool DamageJobRow(const std::string& job_id);
   // Flips a byte of a kept checkpoint's tensors, so that loading it fails its hash check
   // (DataLoss); false when there is no such checkpoint or it holds no tensor bytes.
   bool DamageCheckpoint(const std::string& job_id, uint32_t round);
@@ -92,10 +99,14 @@ class MemoryStateStore final : public StateStore {
   // Counts the write, runs its hook, and takes an injected failure if one is due.
   Status BeginWrite(StateWrite kind);
   static std::string CheckpointName(const std::string& job_id, uint32_t round);
+  // The job as read: its row, with cancel_requested from the cancels recorded.
+  v1::Job ReadRowLocked(const std::string& job_id, const v1::Job& row) const;
 
   mutable std::mutex mu_;  // guards everything below; never held while running a hook
   std::array<Injected, kStateWriteKinds> injected_;
-  std::map<std::string, std::pair<uint64_t, v1::Job>> jobs_;  // id -> (number, job)
+  std::map<std::string, std::pair<uint64_t, v1::Job>> jobs_;  // id -> (number, job row)
+  std::set<std::string> damaged_jobs_;                          // rows DamageJobRow made unreadable
+  std::set<std::string> cancels_;                               // jobs whose cancel was asked for
   uint64_t last_job_number_ = 0;
   std::map<RoundKey, v1::RoundRecord> rounds_;
   std::map<RoundKey, std::string> checkpoints_;  // EncodeCheckpoint's bytes

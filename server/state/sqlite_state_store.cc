@@ -27,6 +27,7 @@ class Statement {
   Statement(sqlite3* db, const char* sql) : db_(db) {
     if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
   }
+  Statement(sqlite3* db, const std::string& sql) : Statement(db, sql.c_str()) {}
   ~Statement() { sqlite3_finalize(stmt_); }
   bool ok() const { return stmt_ != nullptr; }
   void BindText(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
@@ -141,7 +142,9 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
       "CREATE TABLE IF NOT EXISTS seats (job_id TEXT NOT NULL, worker_id TEXT NOT NULL, party INTEGER NOT NULL,"
       "  PRIMARY KEY (job_id, worker_id));"
       "CREATE TABLE IF NOT EXISTS worker_names (name TEXT PRIMARY KEY, credential TEXT NOT NULL,"
-      "  bound_unix_ms INTEGER NOT NULL);"));
+      "  bound_unix_ms INTEGER NOT NULL);"
+      // A cancel asked for, apart from the job's row, which the job's thread writes over.
+      "CREATE TABLE IF NOT EXISTS cancels (job_id TEXT PRIMARY KEY, requested_unix_ms INTEGER NOT NULL);"));
   return store;
 }
 
@@ -165,7 +168,7 @@ Status SqliteStateStore::InsertJob(const v1::Job& job) {
   Statement st(db_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
   if (!st.ok()) return SqliteError(db_, "prepare insert job");
   st.BindText(1, job.id());
-  st.BindBlob(2, job.SerializeAsString());
+  st.BindBlob(2, JobRow(job).SerializeAsString());
   if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert job " + job.id());
   return Status::Ok();
 }
@@ -178,7 +181,7 @@ Status SqliteStateStore::UpdateJob(const v1::Job& job) {
 Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
   Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
   if (!st.ok()) return SqliteError(db_, "prepare update job");
-  st.BindBlob(1, job.SerializeAsString());
+  st.BindBlob(1, JobRow(job).SerializeAsString());
   st.BindText(2, job.id());
   if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update job " + job.id());
   return Status::Ok();
@@ -192,35 +195,77 @@ Status SqliteStateStore::InTransactionLocked(const std::function<Status()>& body
   return s;
 }
 
+// A job's row and whether its cancel was asked for.
+constexpr char kJobColumns[] = "j.id, j.job, EXISTS (SELECT 1 FROM cancels c WHERE c.job_id = j.id)";
+
 Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT job FROM jobs WHERE id = ?");
+  Statement st(db_, std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE j.id = ?");
   if (!st.ok()) return SqliteError(db_, "prepare get job");
   st.BindText(1, job_id);
   const int rc = st.Step();
   if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
   if (rc != SQLITE_ROW) return SqliteError(db_, "read job " + job_id);
   v1::Job job;
-  if (!job.ParseFromString(st.ColumnBlob(0))) return DataLossError("jobs table: job '" + job_id + "': corrupt row");
+  if (!job.ParseFromString(st.ColumnBlob(1))) return DataLossError("jobs table: job '" + job_id + "': corrupt row");
+  if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
   return job;
 }
 
 Result<std::vector<v1::Job>> SqliteStateStore::ListJobs() {
+  ASSIGN_OR_RETURN(JobList list, ListNewestJobs(SIZE_MAX));
+  if (!list.damaged.empty()) {
+    return DataLossError("jobs table: job " + QuoteUntrusted(list.damaged.front(), 128) + ": corrupt row");
+  }
+  return std::move(list.jobs);
+}
+
+Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT id, job FROM jobs ORDER BY number");
+  JobList list;
+  {
+    Statement count(db_, "SELECT COUNT(*) FROM jobs");
+    if (!count.ok()) return SqliteError(db_, "prepare count jobs");
+    if (count.Step() != SQLITE_ROW) return SqliteError(db_, "count jobs");
+    list.total = static_cast<uint64_t>(count.ColumnInt(0));
+  }
+  Statement st(db_, std::string("SELECT ") + kJobColumns +
+                        " FROM (SELECT id, job, number FROM jobs ORDER BY number DESC LIMIT ?) j ORDER BY j.number");
   if (!st.ok()) return SqliteError(db_, "prepare list jobs");
-  std::vector<v1::Job> jobs;
+  // A negative limit is none.
+  st.BindInt(1, max_jobs >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_jobs));
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
     v1::Job job;
     if (!job.ParseFromString(st.ColumnBlob(1))) {
-      return DataLossError("jobs table: job " + QuoteUntrusted(st.ColumnText(0), 128) + ": corrupt row");
+      list.damaged.push_back(st.ColumnText(0).substr(0, 128));
+      continue;
     }
-    jobs.push_back(std::move(job));
+    if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
+    list.jobs.push_back(std::move(job));
   }
   // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.
   if (rc != SQLITE_DONE) return SqliteError(db_, "list jobs");
-  return jobs;
+  return list;
+}
+
+Status SqliteStateStore::RequestCancel(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Statement st(db_, "INSERT OR IGNORE INTO cancels (job_id, requested_unix_ms) SELECT id, ? FROM jobs WHERE id = ?");
+  if (!st.ok()) return SqliteError(db_, "prepare record cancel");
+  st.BindInt(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch()).count());
+  st.BindText(2, job_id);
+  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "record the cancel of job " + job_id);
+  if (sqlite3_changes(db_) == 0) {
+    Statement known(db_, "SELECT 1 FROM cancels WHERE job_id = ?");
+    if (!known.ok()) return SqliteError(db_, "prepare read cancel");
+    known.BindText(1, job_id);
+    const int rc = known.Step();
+    if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
+    if (rc != SQLITE_ROW) return SqliteError(db_, "read the cancel of job " + job_id);
+  }
+  return Status::Ok();
 }
 
 Result<uint64_t> SqliteStateStore::NextJobNumber() {
@@ -288,9 +333,10 @@ Status SqliteStateStore::RewindJob(const v1::Job& job) {
 }
 
 Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, ListJobs());
+  // A job whose row cannot be read is not in the map: its files are kept.
+  ASSIGN_OR_RETURN(JobList jobs, ListNewestJobs(SIZE_MAX));
   std::map<std::string, uint32_t> committed;
-  for (const auto& job : jobs) committed[job.id()] = job.rounds_committed();
+  for (const auto& job : jobs.jobs) committed[job.id()] = job.rounds_committed();
   std::vector<std::string> removed;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/checkpoints", ec)) {
@@ -320,16 +366,17 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
 }
 
 Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
+  // One transaction: the record and the job's row agree on the round's latency.
+  return InTransactionLocked([&]() -> Status {
     Statement st(db_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
     if (!st.ok()) return SqliteError(db_, "prepare update round");
     st.BindBlob(1, record.SerializeAsString());
     st.BindText(2, job.id());
     st.BindInt(3, record.round());
     if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update round");
-  }
-  return UpdateJob(job);
+    return UpdateJobRowLocked(job);
+  });
 }
 
 Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, uint32_t round) {

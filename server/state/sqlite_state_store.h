@@ -38,6 +38,8 @@ class SqliteStateStore final : public StateStore {
   Result<v1::Job> GetJob(const std::string& job_id) override;
   Result<std::vector<v1::Job>> ListJobs() override;
   Result<uint64_t> NextJobNumber() override;
+  Result<JobList> ListNewestJobs(size_t max_jobs) override;
+  Status RequestCancel(const std::string& job_id) override;
   // The checkpoint file, atomically and without the database's lock; then, in
   // CommitWrittenRound, the record and the job's row in one transaction.
   Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;

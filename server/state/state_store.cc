@@ -41,6 +41,12 @@ Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round) {
                                  ": no checkpoint was written for it");
 }
 
+v1::Job JobRow(const v1::Job& job) {
+  v1::Job row = job;
+  if (row.has_last_round()) row.mutable_last_round()->clear_workers();
+  return row;
+}
+
 std::string EncodeCheckpoint(const TensorSet& tensors) {
   std::string header;
   const std::vector<std::string_view> pieces = CheckpointPieces(tensors, &header);

@@ -45,9 +45,10 @@ TEST(BadInputTest, AnInvalidJobSpecIsRefusedNamingTheField) {
   spec.mutable_model()->set_name("resnet-9000");
   job = (*coordinator)->SubmitJob(spec);
   EXPECT_NE(job.status().message().find("spec.model.name"), std::string::npos) << job.status().message();
-  auto jobs = (*coordinator)->ListJobs();
+  auto jobs = (*coordinator)->ListJobs(SIZE_MAX);
   ASSERT_TRUE(jobs.ok());
-  EXPECT_TRUE(jobs->empty());
+  EXPECT_TRUE(jobs->jobs.empty());
+  EXPECT_EQ(jobs->total, 0u);
 }
 
 // A worker that speaks the protocol by hand and sends what it is told to.
@@ -212,9 +213,10 @@ TEST(BadInputTest, AJobSpecBeyondTheLimitsIsRefusedAtSubmissionWithTheEstimate) 
   EXPECT_NE(refused.error_message().find("spec.model: expected a model the coordinator can hold"), std::string::npos)
       << refused.error_message();
   EXPECT_NE(refused.error_message().find("(an estimated 329673 MiB)"), std::string::npos) << refused.error_message();
-  auto jobs = (*coordinator)->ListJobs();
+  auto jobs = (*coordinator)->ListJobs(SIZE_MAX);
   ASSERT_TRUE(jobs.ok());
-  EXPECT_TRUE(jobs->empty());
+  EXPECT_TRUE(jobs->jobs.empty());
+  EXPECT_EQ(jobs->total, 0u);
 }
 
 }  // namespace

@@ -123,6 +123,7 @@ TEST(MemoryStateStoreTest, EveryKindOfWriteCanBeMadeToFail) {
       {StateWrite::kSaveWorker, [&] { return store.SaveWorker(worker); }},
       {StateWrite::kBindWorkerName, [&] { return store.BindWorkerName("w1", "token:a").status(); }},
       {StateWrite::kSaveSeat, [&] { return store.SaveSeat(job.id(), "w1", 0); }},
+      {StateWrite::kRequestCancel, [&] { return store.RequestCancel(job.id()); }},
   };
   ASSERT_EQ(writes.size(), kStateWriteKinds);
   for (const auto& [kind, write] : writes) {

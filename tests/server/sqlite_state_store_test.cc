@@ -4,6 +4,7 @@
 #include "server/state/sqlite_state_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <cstring>
@@ -279,6 +280,41 @@ TEST_F(SqliteStateStoreTest, ADamagedTableIsAnErrorNotAShorterList) {
   auto jobs = (*store)->ListJobs();
   ASSERT_FALSE(jobs.ok()) << "listed " << jobs->size() << " of 200 jobs as if that were all";
   EXPECT_NE(jobs.status().message().find("list jobs"), std::string::npos) << jobs.status().ToString();
+}
+
+TEST_F(SqliteStateStoreTest, ARowThatDoesNotParseIsNamedAndHidesNoOtherJob) {
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    for (const char* id : {"job-1-abc", "job-2-abc", "job-3-abc"}) {
+      v1::Job job = RunningJob();
+      job.set_id(id);
+      ASSERT_TRUE((*store)->InsertJob(job).ok());
+    }
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "coordinator.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE jobs SET job = X'FFFFFFFF0A' WHERE id = 'job-2-abc'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto strict = (*store)->ListJobs();
+  ASSERT_FALSE(strict.ok());
+  EXPECT_EQ(strict.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(strict.status().message().find("'job-2-abc': corrupt row"), std::string::npos) << strict.status().ToString();
+  auto listed = (*store)->ListNewestJobs(SIZE_MAX);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->jobs.size(), 2u);
+  EXPECT_EQ(listed->jobs[0].id(), "job-1-abc");
+  EXPECT_EQ(listed->jobs[1].id(), "job-3-abc");
+  EXPECT_EQ(listed->total, 3u);
+  EXPECT_EQ(listed->damaged, std::vector<std::string>{"job-2-abc"});
+  // Its files are not taken for leftovers.
+  std::ofstream(dir_ / "checkpoints" / "job-2-abc-round-7.ckpt") << "kept";
+  auto removed = (*store)->RemoveLeftoverCheckpoints();
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "checkpoints" / "job-2-abc-round-7.ckpt"));
 }
 
 TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {

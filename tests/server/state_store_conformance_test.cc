@@ -113,6 +113,63 @@ TEST_P(StateStoreConformanceTest, JobsAreNumberedListedInOrderAndUpdated) {
   EXPECT_EQ(store_->ListJobs()->size(), 3u) << "updating a job never inserted inserts nothing";
 }
 
+TEST_P(StateStoreConformanceTest, TheNewestJobsAreListedOldestFirstWithTheTotal) {
+  for (const char* id : {"job-1-a", "job-2-b", "job-3-c", "job-4-d"}) ASSERT_TRUE(store_->InsertJob(RunningJob(id)).ok());
+  auto newest = store_->ListNewestJobs(2);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  ASSERT_EQ(newest->jobs.size(), 2u);
+  EXPECT_EQ(newest->jobs[0].id(), "job-3-c");
+  EXPECT_EQ(newest->jobs[1].id(), "job-4-d");
+  EXPECT_EQ(newest->total, 4u);
+  EXPECT_TRUE(newest->damaged.empty());
+  EXPECT_EQ(store_->ListNewestJobs(SIZE_MAX)->jobs.size(), 4u);
+  EXPECT_TRUE(store_->ListNewestJobs(0)->jobs.empty());
+}
+
+TEST_P(StateStoreConformanceTest, ARecordedCancelOutlivesTheJobsOwnWrites) {
+  ASSERT_TRUE(store_->InsertJob(RunningJob("job-1-a")).ok());
+  ASSERT_TRUE(store_->InsertJob(RunningJob("job-2-b")).ok());
+  EXPECT_FALSE(store_->GetJob("job-1-a")->cancel_requested());
+  ASSERT_TRUE(store_->RequestCancel("job-1-a").ok());
+  ASSERT_TRUE(store_->RequestCancel("job-1-a").ok()) << "asked twice is still one cancel";
+  EXPECT_EQ(store_->RequestCancel("job-9-never").code(), StatusCode::kNotFound);
+  // The job's thread writes its row from a copy taken before the cancel: the cancel stays.
+  ASSERT_TRUE(store_->UpdateJob(RunningJob("job-1-a")).ok());
+  EXPECT_TRUE(store_->GetJob("job-1-a")->cancel_requested());
+  EXPECT_FALSE(store_->GetJob("job-2-b")->cancel_requested());
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_TRUE((*jobs)[0].cancel_requested());
+  EXPECT_FALSE((*jobs)[1].cancel_requested());
+}
+
+TEST_P(StateStoreConformanceTest, AJobsRowHoldsItsLastRoundWithoutTheWorkersReports) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(1);
+  record.set_test_accuracy(0.5);
+  for (int i = 0; i < 3; ++i) record.add_workers()->set_worker_id("w" + std::to_string(i));
+  job.set_rounds_committed(1);
+  *job.mutable_last_round() = record;
+  ASSERT_TRUE(store_->CommitRound(job, record, Model(1)).ok());
+  auto stored = store_->GetJob(job.id());
+  ASSERT_TRUE(stored.ok());
+  EXPECT_DOUBLE_EQ(stored->last_round().test_accuracy(), 0.5);
+  EXPECT_EQ(stored->last_round().workers_size(), 0);
+  EXPECT_EQ(store_->ListJobs()->at(0).last_round().workers_size(), 0);
+  // The round's own record keeps them.
+  EXPECT_EQ(store_->ListRounds(job.id())->at(0).workers_size(), 3);
+  record.mutable_latency()->set_commit_ms(2.5);
+  *job.mutable_last_round() = record;
+  ASSERT_TRUE(store_->UpdateRoundRecord(job, record).ok());
+  EXPECT_DOUBLE_EQ(store_->GetJob(job.id())->last_round().latency().commit_ms(), 2.5);
+  EXPECT_EQ(store_->GetJob(job.id())->last_round().workers_size(), 0);
+  EXPECT_EQ(store_->ListRounds(job.id())->at(0).workers_size(), 3);
+}
+
 TEST_P(StateStoreConformanceTest, ACommittedRoundHasItsRecordCheckpointAndJobRow) {
   v1::Job job = RunningJob("job-1-abc");
   ASSERT_TRUE(store_->InsertJob(job).ok());

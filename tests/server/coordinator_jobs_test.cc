@@ -1,0 +1,172 @@
+// A coordinator's jobs across its own restarts and shutdown: a cancel answered Ok is never
+// lost, a stored row that cannot be read stops no other job, no job starts once shutdown has
+// begun, and the lists and the job counts come from memory and stay bounded.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "server/coordinator.h"
+#include "server/state/sqlite_state_store.h"
+#include "tests/server/job_runner_fixture.h"
+
+namespace tessera::server {
+namespace {
+
+class CoordinatorJobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tessera-jobs-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  CoordinatorOptions Options() {
+    CoordinatorOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.state_dir = dir_.string();
+    options.join_token = "jobs-test-token";
+    options.admin_token = "jobs-test-admin-token";
+    options.tls.insecure = true;
+    return options;
+  }
+
+  static v1::Job StoredJob(const std::string& id, v1::JobState state) {
+    v1::Job job;
+    job.set_id(id);
+    *job.mutable_spec() = JobRunnerFixture::SmallSpec(2, 2);
+    job.set_state(state);
+    return job;
+  }
+
+  // Writes the jobs into the state directory as a coordinator would have left them.
+  void Store(const std::vector<v1::Job>& jobs, const std::vector<std::string>& cancelled = {}) {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    for (const auto& job : jobs) ASSERT_TRUE((*store)->InsertJob(job).ok());
+    for (const auto& id : cancelled) ASSERT_TRUE((*store)->RequestCancel(id).ok());
+  }
+
+  // Overwrites a job's row with bytes that are no job.
+  void DamageRow(const std::string& id) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_ / "coordinator.db").c_str(), &db), SQLITE_OK);
+    const std::string sql = "UPDATE jobs SET job = X'FFFFFFFF0A' WHERE id = '" + id + "'";
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    EXPECT_EQ(sqlite3_changes(db), 1);
+    sqlite3_close(db);
+  }
+
+  static v1::Job AwaitState(Coordinator& c, const std::string& id, v1::JobState state) {
+    v1::Job job;
+    for (int i = 0; i < 500; ++i) {
+      auto got = c.GetJob(id);
+      if (got.ok()) {
+        job = *got;
+        if (job.state() == state) break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return job;
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CoordinatorJobsTest, ACancelRecordedBeforeTheCoordinatorDiedEndsTheJobAtTheNextStart) {
+  // What a coordinator killed right after answering a cancel leaves: the job's row still
+  // running, the cancel recorded beside it.
+  Store({StoredJob("job-1-aaa", v1::JOB_RUNNING), StoredJob("job-2-bbb", v1::JOB_PENDING)}, {"job-1-aaa"});
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  v1::Job job = AwaitState(**c, "job-1-aaa", v1::JOB_CANCELLED);
+  EXPECT_EQ(job.state(), v1::JOB_CANCELLED);
+  EXPECT_EQ(job.error(), "cancelled by the user");
+  EXPECT_EQ(job.rounds_committed(), 0u);
+  // The other job runs on (it waits for workers), and is not cancelled.
+  auto other = (*c)->GetJob("job-2-bbb");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(other->cancel_requested());
+  EXPECT_NE(other->state(), v1::JOB_CANCELLED);
+  // A cancel of the running one is recorded before it is answered.
+  auto cancelled = (*c)->CancelJob("job-2-bbb");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_TRUE(cancelled->cancel_requested());
+  EXPECT_EQ(AwaitState(**c, "job-2-bbb", v1::JOB_CANCELLED).state(), v1::JOB_CANCELLED);
+  const auto counts = (*c)->JobCounts();
+  EXPECT_EQ(counts.count(v1::JOB_CANCELLED) ? counts.at(v1::JOB_CANCELLED) : 0u, 2u);
+  (*c)->Shutdown();
+  c->reset();
+  // Ended for good: a third start resumes neither.
+  auto again = Coordinator::Start(Options());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->GetJob("job-1-aaa")->state(), v1::JOB_CANCELLED);
+  EXPECT_EQ((*again)->GetJob("job-2-bbb")->state(), v1::JOB_CANCELLED);
+  EXPECT_EQ((*again)->Runner("job-1-aaa"), nullptr);
+  EXPECT_EQ((*again)->JobCounts().at(v1::JOB_CANCELLED), 2u);
+}
+
+TEST_F(CoordinatorJobsTest, AJobRowThatCannotBeReadStopsNoOtherJobAndKeepsItsFiles) {
+  Store({StoredJob("job-1-aaa", v1::JOB_SUCCEEDED), StoredJob("job-2-bbb", v1::JOB_RUNNING),
+         StoredJob("job-3-ccc", v1::JOB_RUNNING)});
+  DamageRow("job-2-bbb");
+  // Its checkpoint stays for an operator to look at.
+  const auto checkpoint = dir_ / "checkpoints" / "job-2-bbb-round-3.ckpt";
+  { std::ofstream(checkpoint) << "kept"; }
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << "one damaged row kept the coordinator from starting: " << c.status().ToString();
+  EXPECT_TRUE(std::filesystem::exists(checkpoint));
+  EXPECT_NE((*c)->Runner("job-3-ccc"), nullptr) << "the readable running job is resumed";
+  EXPECT_EQ((*c)->Runner("job-2-bbb"), nullptr);
+  auto listed = (*c)->ListJobs(SIZE_MAX);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->jobs.size(), 2u);
+  EXPECT_EQ(listed->jobs[0].id(), "job-1-aaa");
+  EXPECT_EQ(listed->jobs[1].id(), "job-3-ccc");
+  EXPECT_EQ(listed->total, 3u);
+  ASSERT_EQ(listed->damaged.size(), 1u);
+  EXPECT_EQ(listed->damaged[0], "job-2-bbb");
+  auto reply = (*c)->JobsReply();
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->jobs_size(), 2);
+  EXPECT_EQ(reply->more(), 1u) << "the damaged job is counted as not listed";
+  auto damaged = (*c)->GetJob("job-2-bbb");
+  EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(damaged.status().message().find("job-2-bbb"), std::string::npos) << damaged.status().ToString();
+}
+
+TEST_F(CoordinatorJobsTest, NoJobStartsOnceShutdownHasBegun) {
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  (*c)->Shutdown();
+  auto refused = (*c)->SubmitJob(JobRunnerFixture::SmallSpec(2, 2));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("shutting down"), std::string::npos) << refused.status().ToString();
+  EXPECT_TRUE((*c)->JobCounts().empty());
+}
+
+TEST_F(CoordinatorJobsTest, TheJobsReplyListsTheNewestWithinItsBoundsAndCountsTheRest) {
+  std::vector<v1::Job> jobs;
+  for (int i = 1; i <= 1005; ++i) jobs.push_back(StoredJob("job-" + std::to_string(i) + "-abc", v1::JOB_SUCCEEDED));
+  Store(jobs);
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto reply = (*c)->JobsReply();
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  ASSERT_EQ(reply->jobs_size(), 1000);
+  EXPECT_EQ(reply->jobs(0).id(), "job-6-abc");
+  EXPECT_EQ(reply->jobs(999).id(), "job-1005-abc");
+  EXPECT_EQ(reply->more(), 5u);
+  EXPECT_EQ((*c)->JobCounts().at(v1::JOB_SUCCEEDED), 1005u);
+}
+
+}  // namespace
+}  // namespace tessera::server
