@@ -98,6 +98,20 @@ Result<PartitionConfig> ToPartitionConfig(const v1::JobSpec& spec) {
   return config;
 }
 
+namespace {
+
+uint64_t RoundSeed(const v1::JobSpec& spec, uint32_t round, uint32_t party) {
+  return spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
+}
+
+}  // namespace
+
+ModelConfig ToTrainingModelConfig(const v1::JobSpec& spec, uint32_t round, uint32_t party) {
+  ModelConfig config = ToModelConfig(spec);
+  config.seed = RoundSeed(spec, round, party);
+  return config;
+}
+
 TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t party) {
   TrainOptions options;
   options.epochs = spec.local_epochs();
@@ -105,7 +119,7 @@ TrainOptions ToTrainOptions(const v1::JobSpec& spec, uint32_t round, uint32_t pa
   options.learning_rate = static_cast<float>(spec.optimizer().learning_rate());
   options.momentum = static_cast<float>(spec.optimizer().momentum());
   options.weight_decay = static_cast<float>(spec.optimizer().weight_decay());
-  options.seed = spec.seed() * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(round) * 7919ull + party;
+  options.seed = RoundSeed(spec, round, party);
   if (spec.strategy() == "fedprox") options.proximal_mu = static_cast<float>(spec.proximal_mu());
   options.augment.horizontal_flip = spec.data().augment().horizontal_flip();
   options.augment.crop_padding = static_cast<int>(spec.data().augment().crop_padding());

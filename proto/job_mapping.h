@@ -20,6 +20,11 @@
 namespace tessera::wire {
 
 ModelConfig ToModelConfig(const v1::JobSpec& spec);
+// The model a worker trains for `round` and `party`: ToModelConfig's, seeded as the round's
+// shuffle (ToTrainOptions), so that dropout's masks, drawn from the model's seed and step,
+// differ between parties and rounds and repeat on a rerun. (Its weights come from the global
+// model, not from the seed.)
+ModelConfig ToTrainingModelConfig(const v1::JobSpec& spec, uint32_t round, uint32_t party);
 // An external trainer's name as a job spec and `tessera-worker --trainer` give it:
 // 1 to 64 characters from [a-z0-9._-].
 bool IsTrainerName(std::string_view name);

@@ -389,7 +389,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
-  auto created = CreateModelWithState(wire::ToModelConfig(task.spec()), device, global);
+  auto created =
+      CreateModelWithState(wire::ToTrainingModelConfig(task.spec(), task.round(), task.party_index()), device, global);
   if (!created.ok()) return created.status().WithContext(what + ": the model from the global weights");
   std::unique_ptr<Model> model = std::move(created).value();
   // Memory is handed back after each round only for models of kReleaseAboveBytes or more:

@@ -424,6 +424,21 @@ TEST(JobSpecTest, ServerOptionsBelongToFedAvgM) {
   EXPECT_NE(refused.message().find("apply to fedavgm"), std::string::npos) << refused.message();
 }
 
+TEST(JobSpecTest, AWorkersModelIsSeededByTheRoundAndTheParty) {
+  Result<v1::JobSpec> spec = ParseJobSpecString(kMinimal, "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const uint64_t seed = wire::ToTrainingModelConfig(*spec, 3, 1).seed;
+  EXPECT_EQ(seed, wire::ToTrainOptions(*spec, 3, 1).seed) << "the model's seed is the round's shuffle seed";
+  EXPECT_EQ(wire::ToTrainingModelConfig(*spec, 3, 1).seed, seed) << "a rerun draws the same";
+  EXPECT_NE(wire::ToTrainingModelConfig(*spec, 4, 1).seed, seed) << "another round";
+  EXPECT_NE(wire::ToTrainingModelConfig(*spec, 3, 2).seed, seed) << "another party";
+  // Everything else is the job's model.
+  ModelConfig config = wire::ToTrainingModelConfig(*spec, 3, 1);
+  config.seed = wire::ToModelConfig(*spec).seed;
+  EXPECT_EQ(config.name, wire::ToModelConfig(*spec).name);
+  EXPECT_EQ(config.hidden, wire::ToModelConfig(*spec).hidden);
+}
+
 TEST(JobSpecTest, ClientAlgorithmsAndTheirKeys) {
   Result<v1::JobSpec> fedprox = ParseJobSpecString(std::string("strategy = \"FedProx\"\n") + kMinimal, "job.toml");
   ASSERT_TRUE(fedprox.ok()) << fedprox.status().ToString();

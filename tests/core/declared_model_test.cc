@@ -312,6 +312,36 @@ TEST_F(DeclaredModelTest, InferenceUsesRunningStatisticsAndSkipsDropout) {
   EXPECT_NE(a, first);
 }
 
+// A worker builds each round's model with a seed of the round and the party
+// (wire::ToTrainingModelConfig): the masks follow the model's seed, so parties and rounds do
+// not drop the same units, while a rerun drops them again.
+TEST_F(DeclaredModelTest, TheDropoutMasksFollowTheModelsSeed) {
+  LayerConfig dropout = L("dropout");
+  dropout.probability = 0.5f;
+  ModelConfig config = Declared({L("flatten"), dropout, L("linear")});
+  config.seed = 11;
+  auto a = Build(config), rerun = Build(config);
+  config.seed = 12;
+  auto other = Build(config);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(rerun, nullptr);
+  ASSERT_NE(other, nullptr);
+  // The same weights in all three: only the masks can differ.
+  ASSERT_TRUE(rerun->SetState(a->GetState()).ok());
+  ASSERT_TRUE(other->SetState(a->GetState()).ok());
+  const int batch = 4;
+  Batch b = MakeBatch(*device_, config, batch, 3);
+  auto logits = [&](Model& model) {
+    EXPECT_TRUE(model.Forward(b.images.f32(), batch).ok());
+    std::vector<float> host(batch * config.classes);
+    EXPECT_TRUE(device_->CopyDeviceToHost(model.logits_buffer(), 0, host.data(), host.size() * 4).ok());
+    return host;
+  };
+  const auto first = logits(*a);
+  EXPECT_EQ(logits(*rerun), first);
+  EXPECT_NE(logits(*other), first);
+}
+
 TEST_F(DeclaredModelTest, TrainingLowersTheLossAndLeavesBuffersToTheForwardPass) {
   LayerConfig block = L("residual", "block");
   block.body = {Conv("conv1", 4, 3, 1, 1, false), L("batch_norm", "bn1"), L("relu")};
