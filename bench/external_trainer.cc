@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     std::cerr << model.status().message() << "\n";
     return 1;
   }
-  const TensorSet global = (*model)->GetState();
+  const TensorSet global = (*model)->GetState().value();
   auto data = LoadFashionMnist(kDefaultFashionMnistDir, /*train=*/true);
   Dataset share;
   if (data.ok()) {
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   for (int64_t r = 0; r < rounds; ++r) {
     const auto start = Clock::now();
     if (Status s = (*model)->SetState(global); !s.ok()) return 1;
-    TensorSet delta = (*model)->GetState();
+    TensorSet delta = (*model)->GetState().value();
     for (size_t i = 0; i < delta.size(); ++i) {
       for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
     }

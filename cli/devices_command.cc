@@ -352,7 +352,9 @@ Status AlignCommand(const AlignOptions& options, std::ostream& result_out) {
     ASSIGN_OR_RETURN(auto model, CreateModel(base_config, &device));
     model->SetTraining(false);  // inference: running statistics, no dropout
     if (side == 0 && !fashion) data = RandomData(*model, count);
-    if (side == 0) weights = model->GetState();
+    if (side == 0) {
+      ASSIGN_OR_RETURN(weights, model->GetState());
+    }
     RETURN_IF_ERROR(model->SetState(weights));
     classes = model->classes();
     layers = model->DescribeLayers(count);

@@ -207,7 +207,7 @@ Status WriteOnnx(const Model& model, const std::string& graph_name, const std::s
   const ActivationShape& in = model.input_shape();
   SetTensorType(graph->add_input(), "input", {in.channels, in.height, in.width});
 
-  const TensorSet state = model.GetState();
+  ASSIGN_OR_RETURN(const TensorSet state, model.GetState());
   for (const NamedTensor& t : state) {
     auto* init = graph->add_initializer();
     init->set_name(t.name);

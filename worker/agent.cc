@@ -400,7 +400,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   // FedBN: tensors declared local keep this seat's own values from its last round.
   const std::string local_seat = SeatOf(task);
   if (auto kept = local_tensors_.find(local_seat); kept != local_tensors_.end()) {
-    TensorSet state = model->GetState();
+    ASSIGN_OR_RETURN(TensorSet state, model->GetState());
     size_t restored = 0;
     for (NamedTensor& tensor : state) {
       for (const NamedTensor& own : kept->second) {
@@ -504,7 +504,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   // the trained copy itself, for a coordinator that subtracts). The model (parameters, device
   // buffers) goes first: a worker holds at most the global model, one trained copy and the
   // training state at once.
-  TensorSet trained = model->GetState();
+  ASSIGN_OR_RETURN(TensorSet trained, model->GetState());
   {
     TensorSet own;
     for (const ParameterView& view : model->parameter_views()) {

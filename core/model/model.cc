@@ -54,7 +54,7 @@ void Model::SetTraining(bool training) {
   for (auto& layer : layers_) layer->set_training(training);
 }
 
-TensorSet Model::GetState() const {
+Result<TensorSet> Model::GetState() const {
   // Tensor by tensor straight into the result: no flat copy of the whole model on the way.
   TensorSet state;
   state.reserve(views_.size());
@@ -62,7 +62,7 @@ TensorSet Model::GetState() const {
     NamedTensor tensor{view.name, view.shape, ZeroedFloats(static_cast<size_t>(view.count))};
     Status copied = device_->CopyDeviceToHost(parameters_, static_cast<size_t>(view.offset) * sizeof(float),
                                               tensor.values.data(), tensor.ByteSize());
-    (void)copied;  // every view lies inside the parameter buffer
+    if (!copied.ok()) return copied.WithContext("model '" + name_ + "': reading " + view.name + " from the device");
     state.push_back(std::move(tensor));
   }
   return state;
@@ -84,6 +84,9 @@ Status Model::SetState(const TensorSet& state) {
 
 Status Model::Reserve(int batch) {
   if (batch <= reserved_batch_) return Status::Ok();
+  // Until every buffer is in place nothing is reserved: an allocation that fails half-way
+  // leaves buffers released or too small, and the next pass must reserve them all again.
+  reserved_batch_ = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const size_t bytes = static_cast<size_t>(batch) * layers_[i]->output_shape().size() * sizeof(float);
     outputs_[i].Reset();

@@ -121,8 +121,9 @@ class Model {
   void ReleaseGradients();
   Status EnsureGradients();
 
-  // Host copies of every parameter, in parameter order.
-  TensorSet GetState() const;
+  // Host copies of every parameter, in parameter order; a copy from the device that fails
+  // (a CUDA or XRT error) is the error, never zeros.
+  Result<TensorSet> GetState() const;
   // Replaces every parameter. InvalidArgument (nothing changed) when names, shapes or order
   // differ from GetState()'s, or a value is not finite.
   Status SetState(const TensorSet& state);

@@ -33,7 +33,7 @@ class Evaluator {
                                                    const std::string& what, int threads = 1);
 
   // The model's initial state (from the spec's seed).
-  TensorSet InitialModel() const { return model_->GetState(); }
+  Result<TensorSet> InitialModel() const { return model_->GetState(); }
   // Checks that `state` fits the job's model (names and shapes).
   Status CheckFits(const TensorSet& state);
   Result<Evaluation> Evaluate(const TensorSet& state);

@@ -298,7 +298,7 @@ Status JobRunner::Prepare() {
         spdlog::warn("job {}: {}; making the initial model again", job.id(), initial.status().message());
         Note("initial model not usable, made again: " + initial.status().message());
       }
-      global = evaluator_->InitialModel();
+      ASSIGN_OR_RETURN(global, evaluator_->InitialModel());
       RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
     } else {
       return initial.status();

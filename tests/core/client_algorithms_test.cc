@@ -70,11 +70,11 @@ TwoStepRun TwoSteps(Device* device, TrainOptions options, float momentum = 0.0f)
   options.weight_decay = 0.0f;
   options.gradient_hook = &gradient;
   TwoStepRun run;
-  run.before = FlattenTensors(model->GetState());
+  run.before = FlattenTensors(model->GetState().value());
   auto report = TrainLocal(*model, TwoSamples(), {0, 1}, options);
   EXPECT_TRUE(report.ok()) << report.status().ToString();
   if (report.ok()) run.steps = report->steps;
-  run.after = FlattenTensors(model->GetState());
+  run.after = FlattenTensors(model->GetState().value());
   return run;
 }
 

@@ -84,7 +84,7 @@ TEST_F(DeclaredModelTest, NamesFollowPyTorchAndBuffersComeAfterTheTrainedParamet
   ASSERT_TRUE(counted.ok()) << counted.status().ToString();
   EXPECT_EQ(*counted, model->NumParameters());
   // PyTorch's initial values: norms' weights 1, shifts 0, running means 0, variances 1.
-  const TensorSet state = model->GetState();
+  const TensorSet state = model->GetState().value();
   for (const NamedTensor& t : state) {
     const bool ones = t.name == "layers.1.weight" || t.name == "block.bn1.weight" || t.name.ends_with("running_var");
     const bool zeros = t.name == "layers.1.bias" || t.name == "block.bn1.bias" || t.name.ends_with("running_mean");
@@ -299,7 +299,7 @@ TEST_F(DeclaredModelTest, InferenceUsesRunningStatisticsAndSkipsDropout) {
   // statistics move away from (0, 1).
   const auto first = logits(), second = logits();
   EXPECT_NE(first, second);
-  const TensorSet state = model->GetState();
+  const TensorSet state = model->GetState().value();
   const NamedTensor& running_var = state.back();
   ASSERT_EQ(running_var.name, "bn.running_var");
   EXPECT_NE(running_var.values[0], 1.0f);
@@ -308,7 +308,7 @@ TEST_F(DeclaredModelTest, InferenceUsesRunningStatisticsAndSkipsDropout) {
   model->SetTraining(false);
   const auto a = logits(), again = logits();
   EXPECT_EQ(a, again);
-  EXPECT_EQ(model->GetState().back().values, running_var.values);
+  EXPECT_EQ(model->GetState().value().back().values, running_var.values);
   EXPECT_NE(a, first);
 }
 
@@ -327,8 +327,8 @@ TEST_F(DeclaredModelTest, TheDropoutMasksFollowTheModelsSeed) {
   ASSERT_NE(rerun, nullptr);
   ASSERT_NE(other, nullptr);
   // The same weights in all three: only the masks can differ.
-  ASSERT_TRUE(rerun->SetState(a->GetState()).ok());
-  ASSERT_TRUE(other->SetState(a->GetState()).ok());
+  ASSERT_TRUE(rerun->SetState(a->GetState().value()).ok());
+  ASSERT_TRUE(other->SetState(a->GetState().value()).ok());
   const int batch = 4;
   Batch b = MakeBatch(*device_, config, batch, 3);
   auto logits = [&](Model& model) {
@@ -381,7 +381,7 @@ TEST_F(DeclaredModelTest, TrainingLowersTheLossAndLeavesBuffersToTheForwardPass)
   EXPECT_TRUE(model->training()) << "Evaluate restores the mode";
   // The running variance follows the batches' variance (about 0.25 + the class offset's
   // spread after the convolution), not weight decay's pull to 0.
-  const TensorSet state = model->GetState();
+  const TensorSet state = model->GetState().value();
   ASSERT_EQ(state.back().name, "block.bn1.running_var");
   for (float v : state.back().values) EXPECT_GT(v, 1e-3f);
 }
@@ -410,7 +410,7 @@ TEST_F(DeclaredModelTest, DropoutDrawsDependOnTheSeedAndStep) {
   auto c = Build(config), d = Build(Declared({L("flatten"), dropout, L("linear")}));
   ASSERT_NE(c, nullptr);
   ASSERT_NE(d, nullptr);
-  ASSERT_TRUE(c->SetState(d->GetState()).ok());
+  ASSERT_TRUE(c->SetState(d->GetState().value()).ok());
   EXPECT_NE(run(*c), run(*d)) << "another seed draws another mask";
 }
 

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "device/cpu/factory.h"
+#include "device/emulated/factory.h"
+#include "device/emulated/profile.h"
 
 namespace tessera {
 namespace {
@@ -26,7 +28,7 @@ class ModelTest : public ::testing::Test {
 TEST_F(ModelTest, SimpleCnnHasNiidBenchLayoutAnd44426Parameters) {
   auto model = Make("simplecnn");
   EXPECT_EQ(model->NumParameters(), 44426);
-  TensorSet state = model->GetState();
+  TensorSet state = model->GetState().value();
   std::vector<std::string> names;
   for (const auto& tensor : state) names.push_back(tensor.name);
   EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight",
@@ -41,7 +43,7 @@ TEST_F(ModelTest, SimpleCnnHasNiidBenchLayoutAnd44426Parameters) {
 TEST_F(ModelTest, MlpDefaultsToTwoHiddenLayersOf200) {
   auto model = Make("mlp");
   EXPECT_EQ(model->NumParameters(), 784 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10);
-  EXPECT_EQ(model->GetState().back().name, "fc3.bias");
+  EXPECT_EQ(model->GetState().value().back().name, "fc3.bias");
 }
 
 TEST_F(ModelTest, ParametersAreCountedWithoutBuildingTheModel) {
@@ -67,9 +69,9 @@ TEST_F(ModelTest, ParametersAreCountedWithoutBuildingTheModel) {
 
 TEST_F(ModelTest, InitialisationIsPyTorchDefaultAndDeterministic) {
   auto a = Make("simplecnn", 5), b = Make("simplecnn", 5), c = Make("simplecnn", 6);
-  TensorSet state = a->GetState();
-  EXPECT_EQ(TensorSetSha256(state), TensorSetSha256(b->GetState()));
-  EXPECT_NE(TensorSetSha256(state), TensorSetSha256(c->GetState()));
+  TensorSet state = a->GetState().value();
+  EXPECT_EQ(TensorSetSha256(state), TensorSetSha256(b->GetState().value()));
+  EXPECT_NE(TensorSetSha256(state), TensorSetSha256(c->GetState().value()));
   // conv1 fan_in 25: bound 0.2; fc1 fan_in 256: bound 0.0625.
   for (float v : state[0].values) EXPECT_LE(std::fabs(v), 0.2f);
   for (float v : state[5].values) EXPECT_LE(std::fabs(v), 0.0625f);
@@ -91,32 +93,32 @@ TEST_F(ModelTest, UnknownModelNameListsTheKnownOnes) {
 
 TEST_F(ModelTest, SetStateRoundTripsAndRefusesOtherLayouts) {
   auto a = Make("simplecnn", 1), b = Make("simplecnn", 2);
-  ASSERT_TRUE(b->SetState(a->GetState()).ok());
-  EXPECT_EQ(TensorSetSha256(a->GetState()), TensorSetSha256(b->GetState()));
+  ASSERT_TRUE(b->SetState(a->GetState().value()).ok());
+  EXPECT_EQ(TensorSetSha256(a->GetState().value()), TensorSetSha256(b->GetState().value()));
 
-  TensorSet renamed = a->GetState();
+  TensorSet renamed = a->GetState().value();
   renamed[3].name = "conv2.offset";
   Status status = b->SetState(renamed);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("conv2.bias"), std::string::npos) << status.ToString();
 
-  TensorSet reshaped = a->GetState();
+  TensorSet reshaped = a->GetState().value();
   reshaped[4].shape = {256, 120};
   EXPECT_EQ(b->SetState(reshaped).code(), StatusCode::kInvalidArgument);
 
-  TensorSet short_values = a->GetState();
+  TensorSet short_values = a->GetState().value();
   short_values[9].values.pop_back();
   EXPECT_EQ(b->SetState(short_values).code(), StatusCode::kInvalidArgument);
 
-  TensorSet missing = a->GetState();
+  TensorSet missing = a->GetState().value();
   missing.pop_back();
   EXPECT_EQ(b->SetState(missing).code(), StatusCode::kInvalidArgument);
 
-  TensorSet not_finite = a->GetState();
+  TensorSet not_finite = a->GetState().value();
   not_finite[0].values[0] = std::nanf("");
   EXPECT_EQ(b->SetState(not_finite).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(TensorSetSha256(a->GetState()), TensorSetSha256(b->GetState()));
-  EXPECT_EQ(Make("mlp")->SetState(a->GetState()).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(TensorSetSha256(a->GetState().value()), TensorSetSha256(b->GetState().value()));
+  EXPECT_EQ(Make("mlp")->SetState(a->GetState().value()).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ModelTest, CreatedWithAStateHoldsThatStateAndRefusesAnotherLayout) {
@@ -124,18 +126,18 @@ TEST_F(ModelTest, CreatedWithAStateHoldsThatStateAndRefusesAnotherLayout) {
   ModelConfig config;
   config.name = "simplecnn";
   config.seed = 1;  // a draw from this seed would differ from a's weights
-  auto b = CreateModelWithState(config, device_.get(), a->GetState());
+  auto b = CreateModelWithState(config, device_.get(), a->GetState().value());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(TensorSetSha256((*b)->GetState()), TensorSetSha256(a->GetState()));
+  EXPECT_EQ(TensorSetSha256((*b)->GetState().value()), TensorSetSha256(a->GetState().value()));
 
-  TensorSet missing = a->GetState();
+  TensorSet missing = a->GetState().value();
   missing.pop_back();
   auto refused = CreateModelWithState(config, device_.get(), missing);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   config.name = "mlp";
-  EXPECT_EQ(CreateModelWithState(config, device_.get(), a->GetState()).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(CreateModelWithState(config, nullptr, a->GetState()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateModelWithState(config, device_.get(), a->GetState().value()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateModelWithState(config, nullptr, a->GetState().value()).status().code(), StatusCode::kInvalidArgument);
 }
 
 // The whole model's flat gradient against central differences of the loss, on a few
@@ -194,6 +196,40 @@ void ExpectModelGradientMatches(Device& device, Model& model, int batch) {
   EXPECT_GT(checked, static_cast<int>(model.parameter_views().size()) * 3);
 }
 
+// A batch whose buffers do not fit the device fails, and leaves nothing half-reserved: the
+// smaller batch after it reserves every buffer again and computes what it did before.
+TEST_F(ModelTest, ABatchThatDoesNotFitLeavesTheModelUsableAtASmallerOne) {
+  DeviceProfile profile = *FindBuiltinProfile("generic");
+  profile.memory_bytes = 8 << 20;
+  auto device = CreateEmulatedDevice(profile);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  ModelConfig config;
+  config.name = "mlp";
+  config.hidden = {64, 64};
+  auto created = CreateModel(config, device->get());
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Model& model = **created;
+  const int batch = 4;
+  std::vector<float> images(batch * model.input_shape().size(), 0.25f);
+  auto input = (*device)->Allocate(images.size() * sizeof(float));
+  ASSERT_TRUE(input.ok());
+  ASSERT_TRUE((*device)->CopyHostToDevice(images.data(), *input, 0, images.size() * sizeof(float)).ok());
+  auto logits = [&] {
+    std::vector<float> host(batch * model.classes());
+    EXPECT_TRUE((*device)->CopyDeviceToHost(model.logits_buffer(), 0, host.data(), host.size() * 4).ok());
+    return host;
+  };
+  ASSERT_TRUE(model.Forward(input->f32(), batch).ok());
+  const auto before = logits();
+  // 100,000 samples of the 64-wide layers' outputs and gradients are far past 8 MiB; the
+  // first layers' buffers are released and replaced before an allocation fails.
+  auto refused = model.Forward(input->f32(), 100000);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  ASSERT_TRUE(model.Forward(input->f32(), batch).ok());
+  EXPECT_EQ(logits(), before);
+}
+
 TEST_F(ModelTest, SimpleCnnGradientsMatchFiniteDifferences) {
   auto model = Make("simplecnn", 9);
   ExpectModelGradientMatches(*device_, *model, 3);
@@ -202,7 +238,7 @@ TEST_F(ModelTest, SimpleCnnGradientsMatchFiniteDifferences) {
 TEST_F(ModelTest, McMahanCnnHasThePapersLayoutAnd1663370Parameters) {
   auto model = Make("mcmahan-cnn");
   EXPECT_EQ(model->NumParameters(), 1663370);
-  TensorSet state = model->GetState();
+  TensorSet state = model->GetState().value();
   std::vector<std::string> names;
   for (const auto& tensor : state) names.push_back(tensor.name);
   EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight",

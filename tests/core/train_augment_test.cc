@@ -90,7 +90,7 @@ TEST(TrainAugmentTest, AugmentedTrainingRepeatsFromItsSeedAndDiffersFromPlain) {
     options.augment = augment;
     auto report = TrainLocal(*model, data, indices, options);
     EXPECT_TRUE(report.ok()) << report.status().ToString();
-    return model->GetState();
+    return model->GetState().value();
   };
   const Augmentation both{.horizontal_flip = true, .crop_padding = 1};
   const TensorSet a = train(both), b = train(both), plain = train(Augmentation{});

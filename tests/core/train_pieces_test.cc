@@ -116,7 +116,7 @@ TensorSet Train(const ModelConfig& config, Device* device, const Dataset& data, 
   EXPECT_TRUE(report.ok()) << report.status().ToString();
   // Without a hook the flat gradients were given up for the velocity.
   EXPECT_EQ((*model)->flat_gradients().empty(), !whole);
-  return (*model)->GetState();
+  return (*model)->GetState().value();
 }
 
 TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
@@ -138,7 +138,7 @@ TEST(TrainInPiecesTest, EndsOnTheBitsOfTheWholeGradientStep) {
     // The steps moved the weights: the comparison is not of two untouched initialisations.
     auto fresh = CreateModel(c.config, device.get());
     ASSERT_TRUE(fresh.ok());
-    EXPECT_NE(TensorSetSha256(pieces), TensorSetSha256((*fresh)->GetState()));
+    EXPECT_NE(TensorSetSha256(pieces), TensorSetSha256((*fresh)->GetState().value()));
 
     // FedProx's proximal term and SCAFFOLD's correction ride on every piece alike.
     options.proximal_mu = 0.01f;
@@ -177,7 +177,7 @@ TEST(TrainInPiecesTest, AModelGoesBackToWholeGradientsWhenAHookNeedsThem) {
     EXPECT_FALSE(mixed->flat_gradients().empty());
     ASSERT_TRUE(TrainLocal(*whole, data, indices, hooked).ok());
     ASSERT_TRUE(TrainLocal(*whole, data, indices, hooked).ok());
-    EXPECT_EQ(TensorSetSha256(mixed->GetState()), TensorSetSha256(whole->GetState()));
+    EXPECT_EQ(TensorSetSha256(mixed->GetState().value()), TensorSetSha256(whole->GetState().value()));
   }
 }
 

@@ -101,9 +101,9 @@ TEST(ShardedTrainingTest, TwoShardsFollowTheWholeBatchTrajectory) {
     ASSERT_TRUE(results[0].ok()) << results[0].ToString();
     ASSERT_TRUE(results[1].ok()) << results[1].ToString();
 
-    const TensorSet expected = whole->GetState();
+    const TensorSet expected = whole->GetState().value();
     for (int r = 0; r < 2; ++r) {
-      const TensorSet got = models[static_cast<size_t>(r)]->GetState();
+      const TensorSet got = models[static_cast<size_t>(r)]->GetState().value();
       double worst = 0;
       for (size_t t = 0; t < expected.size(); ++t) {
         for (size_t j = 0; j < expected[t].values.size(); ++j) {

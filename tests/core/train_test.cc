@@ -121,8 +121,8 @@ TEST(TrainLocalTest, SameSeedSameResult) {
   ASSERT_TRUE(TrainLocal(*b, data, FirstIndices(100), options).ok());
   options.seed = 43;
   ASSERT_TRUE(TrainLocal(*c, data, FirstIndices(100), options).ok());
-  EXPECT_EQ(TensorSetSha256(a->GetState()), TensorSetSha256(b->GetState()));
-  EXPECT_NE(TensorSetSha256(a->GetState()), TensorSetSha256(c->GetState()));
+  EXPECT_EQ(TensorSetSha256(a->GetState().value()), TensorSetSha256(b->GetState().value()));
+  EXPECT_NE(TensorSetSha256(a->GetState().value()), TensorSetSha256(c->GetState().value()));
 }
 
 // A dataset of 8-bit pixels (as IDX files are held) trains to the same bits as the same values
@@ -162,8 +162,8 @@ TEST(TrainLocalTest, EightBitPixelsTrainAsTheirFloats) {
     auto a = SmallMlp(device.get()), b = SmallMlp(device.get());
     ASSERT_TRUE(TrainLocal(*a, bytes, FirstIndices(60), options).ok());
     ASSERT_TRUE(TrainLocal(*b, floats, FirstIndices(60), options).ok());
-    EXPECT_EQ(TensorSetSha256(a->GetState()), TensorSetSha256(b->GetState()));
-    EXPECT_NE(TensorSetSha256(a->GetState()), TensorSetSha256(SmallMlp(device.get())->GetState()));
+    EXPECT_EQ(TensorSetSha256(a->GetState().value()), TensorSetSha256(b->GetState().value()));
+    EXPECT_NE(TensorSetSha256(a->GetState().value()), TensorSetSha256(SmallMlp(device.get())->GetState().value()));
   }
 }
 

@@ -311,7 +311,7 @@ TEST(CudaTrainingTest, TwoEpochsOfSimpleCnnMatchTheCpuFromOneSeed) {
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     if (!model.ok()) return {};
     if (nudged) {
-      TensorSet state = (*model)->GetState();
+      TensorSet state = (*model)->GetState().value();
       for (auto& tensor : state) {
         for (size_t i = 0; i < tensor.values.size(); ++i) tensor.values[i] *= i % 2 ? 1.0f + 1.2e-7f : 1.0f - 1.2e-7f;
       }

@@ -201,7 +201,7 @@ parties = 2
   auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   const std::string npz = dir.str() + "/declared.npz", onnx = dir.str() + "/declared.onnx";
-  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState())).ok());
+  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState().value())).ok());
   Status written = cli::WriteOnnx(**model, "declared", onnx);
   ASSERT_TRUE(written.ok()) << written.ToString();
   const auto [rc, text] = RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
@@ -252,7 +252,7 @@ TEST(ExportTest, AResNet8ArchiveGivesPyTorchsLogits) {
   NamedTensor images{"images", {kImages, 3, 32, 32},
                      std::vector<float>(data.images.begin(), data.images.begin() + kImages * data.SampleSize())};
   const std::string archive = dir.str() + "/resnet8.npz", expected = dir.str() + "/expected.npz";
-  ASSERT_TRUE(WriteNpz(archive, ToNumpy((*model)->GetState())).ok());
+  ASSERT_TRUE(WriteNpz(archive, ToNumpy((*model)->GetState().value())).ok());
   ASSERT_TRUE(WriteNpz(expected, ToNumpy(TensorSet{images, logits})).ok());
   const auto [rc, text] =
       RunPythonCheck(dir, "torch_logits_check.py", archive + " " + expected + " resnet8", "torch.log");

@@ -125,7 +125,7 @@ class TrainingWorker final : public TaskChannelSink, public std::enable_shared_f
       RETURN_IF_ERROR(model->SetState(global));
       ASSIGN_OR_RETURN(report, TrainLocal(*model, data, indices,
                                           wire::ToTrainOptions(task.spec(), task.round(), task.party_index())));
-      delta = model->GetState();
+      delta = model->GetState().value();
     }
     for (size_t i = 0; i < delta.size(); ++i) {
       for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];

@@ -91,7 +91,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
       : script_(std::move(script)), shared_(std::move(shared)), download_sets_(std::move(download_sets)) {
     auto device = CreateDevice("cpu");
     auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
-    model_ = (*model)->GetState();
+    model_ = (*model)->GetState().value();
   }
 
   const TensorSet& model() const { return model_; }
@@ -260,7 +260,7 @@ TEST_F(AgentTest, AModelInsideItsTaskIsTrainedWithoutADownload) {
   auto device = CreateDevice("cpu");
   auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
   ASSERT_TRUE(model.ok());
-  const TensorSet state = (*model)->GetState();
+  const TensorSet state = (*model)->GetState().value();
   v1::InlineModel inline_model;
   *inline_model.mutable_manifest() = wire::BuildManifest(state, 4096);
   ASSERT_TRUE(wire::ForEachChunk(state, 4096, 0, [&](const v1::TensorChunk& chunk) {
