@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -49,14 +50,20 @@ Status WriteAtomically(const std::string& path, const std::string& value) {
 
 }  // namespace
 
-Result<std::shared_ptr<FileStore>> FileStore::Open(const std::string& directory) {
+Result<std::shared_ptr<FileStore>> FileStore::Open(const std::string& directory,
+                                                   std::chrono::milliseconds lock_timeout) {
+  if (lock_timeout.count() <= 0) {
+    return InvalidArgumentError("file store " + directory +
+                                ": the lock timeout must be > 0 ms, got " +
+                                std::to_string(lock_timeout.count()));
+  }
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
     return UnavailableError("cannot create store directory " + directory + ": " +
                             error.message());
   }
-  return std::shared_ptr<FileStore>(new FileStore(directory));
+  return std::shared_ptr<FileStore>(new FileStore(directory, lock_timeout));
 }
 
 std::string FileStore::PathFor(const std::string& key) const {
@@ -102,8 +109,21 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
     }
   } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
   if (lock.fd < 0) return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
-  if (::flock(lock.fd, LOCK_EX) != 0) {
-    return UnavailableError("cannot lock " + lock_path + ": " + std::strerror(errno));
+  // Never a blocking flock: a holder that is stopped or hung would hang this rank with it.
+  const auto deadline = std::chrono::steady_clock::now() + lock_timeout_;
+  auto backoff = std::chrono::milliseconds(1);
+  while (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
+      return UnavailableError("cannot lock " + lock_path + ": " + std::strerror(errno));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return DeadlineExceededError("store key '" + key + "': cannot lock " + lock_path +
+                                   " within " + std::to_string(lock_timeout_.count()) +
+                                   " ms: another process or handle holds it (stopped or hung?)");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
   }
   int64_t value = 0;
   auto current = TryRead(PathFor(key));

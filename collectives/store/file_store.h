@@ -1,8 +1,11 @@
 // FileStore: a Store in a directory shared by all ranks (local disk or a shared mount).
 //
 // Each key is a file; Set writes a temporary file and rename(2)s it into place, so a reader
-// sees a whole value or nothing. Add serialises through flock(2) on a lock file. Get polls
-// with a short backoff (1 to 20 ms). Remove the directory when the job is done.
+// sees a whole value or nothing. Add serialises through flock(2) on the lock file ".lock" in
+// the directory, taken without blocking and retried with a short backoff (1 to 20 ms) for up
+// to `lock_timeout`: a process that holds it for good (stopped, hung) makes Add
+// DEADLINE_EXCEEDED naming the lock file and the timeout instead of hanging every other rank.
+// Get polls with the same backoff. Remove the directory when the job is done.
 #pragma once
 
 #include <string>
@@ -13,19 +16,24 @@ namespace tessera::collectives {
 
 class FileStore final : public Store {
  public:
-  // Creates `directory` if needed.
-  static Result<std::shared_ptr<FileStore>> Open(const std::string& directory);
+  static constexpr std::chrono::milliseconds kDefaultLockTimeout{30000};
+
+  // Creates `directory` if needed. `lock_timeout` (> 0) bounds how long Add waits for the lock.
+  static Result<std::shared_ptr<FileStore>> Open(
+      const std::string& directory, std::chrono::milliseconds lock_timeout = kDefaultLockTimeout);
 
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
 
  private:
-  explicit FileStore(std::string directory) : directory_(std::move(directory)) {}
+  FileStore(std::string directory, std::chrono::milliseconds lock_timeout)
+      : directory_(std::move(directory)), lock_timeout_(lock_timeout) {}
   std::string PathFor(const std::string& key) const;
   Result<std::string> TryRead(const std::string& path) const;  // NOT_FOUND when absent
 
   std::string directory_;
+  std::chrono::milliseconds lock_timeout_;
 };
 
 }  // namespace tessera::collectives

@@ -1,5 +1,7 @@
 // One suite for the Store interface, instantiated for HashStore, FileStore and TcpStore.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -217,6 +219,36 @@ TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBy
       << (second.ok() ? "read " + std::to_string(*second) + " left from the first answer" : second.status().ToString());
   client->reset();  // closes the connection (if the client had not): the fake server's read ends
   fake.join();
+}
+
+// A rank that holds the file store's lock for good (stopped, hung) does not hang the others:
+// Add gives up at the store's lock timeout, naming the lock file and the timeout.
+TEST(FileStoreTest, AddGivesUpOnALockHeldElsewhereNamingTheLockFile) {
+  const std::filesystem::path directory =
+      std::filesystem::temp_directory_path() / ("tessera-file-store-lock-" + std::to_string(::getpid()));
+  auto store = FileStore::Open(directory.string(), milliseconds(50));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  // Another open file description of the lock file, as another process would hold it.
+  const std::string lock_path = directory.string() + "/.lock";
+  const int holder = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(holder, 0) << std::strerror(errno);
+  ASSERT_EQ(::flock(holder, LOCK_EX), 0) << std::strerror(errno);
+  auto added = (*store)->Add("counter", 1);
+  ASSERT_FALSE(added.ok());
+  EXPECT_EQ(added.status().code(), StatusCode::kDeadlineExceeded) << added.status().ToString();
+  EXPECT_NE(added.status().message().find(lock_path), std::string::npos) << added.status().ToString();
+  EXPECT_NE(added.status().message().find("within 50 ms"), std::string::npos) << added.status().ToString();
+  ::close(holder);  // released: the store works again, the failed Add having changed nothing
+  auto later = (*store)->Add("counter", 1);
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ(*later, 1);
+  std::filesystem::remove_all(directory);
+}
+
+TEST(FileStoreTest, ALockTimeoutOfZeroIsRefused) {
+  auto store = FileStore::Open(std::filesystem::temp_directory_path().string(), milliseconds(0));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kInvalidArgument) << store.status().ToString();
 }
 
 TEST(HashStoreTest, AddToANonNumericValueIsAnError) {
