@@ -1,8 +1,14 @@
 #include "collectives/store/tcp_store.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
+
+#include "base/escape.h"
 
 namespace tessera::collectives {
 namespace {
@@ -13,18 +19,56 @@ constexpr uint8_t kAdd = 3;
 constexpr uint8_t kOk = 0;
 constexpr uint8_t kNotFound = 1;
 constexpr uint8_t kError = 2;  // the request was refused; the value says why
+constexpr uint8_t kBusy = 3;   // the connection was refused (max_connections); the value says why
 constexpr uint32_t kMaxFieldBytes = 64u << 20;
-// Server-side I/O on an established connection has no natural deadline; a long one keeps
-// the code uniform while Shutdown() is what really ends a blocked read.
-constexpr auto kServerIoTimeout = std::chrono::hours(24 * 365);
+// A field's buffer grows by at most this much ahead of the bytes that arrived.
+constexpr size_t kFieldStepBytes = 1u << 20;
+// Between requests without an idle_timeout a connection waits as long as it stays open;
+// Shutdown() is what ends that wait when the server stops.
+constexpr auto kNoIdleLimit = std::chrono::hours(24 * 365);
+const std::string kClient = "store client";
+
+// A client whose host died (or whose network went) without closing the connection is noticed
+// by keepalive probes: after a minute of silence, six probes ten seconds apart.
+void KeepAlive(TcpSocket& socket) {
+  int one = 1, idle_s = 60, interval_s = 10, probes = 6;
+  ::setsockopt(socket.fd(), SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(socket.fd(), IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+}
+
+// Reads `bytes` into `field`, growing it a step at a time as they arrive: a header that
+// announces 64 MiB and sends nothing more holds one step, not 64 MiB.
+bool RecvField(TcpSocket& socket, uint32_t bytes, std::string& field,
+               std::chrono::steady_clock::time_point deadline) {
+  field.clear();
+  while (field.size() < bytes) {
+    const size_t have = field.size();
+    const size_t step = std::min<size_t>(bytes - have, kFieldStepBytes);
+    field.resize(have + step);
+    if (!socket.RecvAll(field.data() + have, step, deadline, kClient).ok()) return false;
+  }
+  return true;
+}
 
 }  // namespace
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& address,
-                                                              int port) {
+                                                              int port,
+                                                              TcpStoreServerOptions options) {
+  if (options.max_connections < 1 || options.request_timeout.count() <= 0 ||
+      options.idle_timeout.count() < 0) {
+    return InvalidArgumentError(
+        "store server options: expected max_connections >= 1 (got " +
+        std::to_string(options.max_connections) + "), request_timeout > 0 ms (got " +
+        std::to_string(options.request_timeout.count()) + ") and idle_timeout >= 0 ms (got " +
+        std::to_string(options.idle_timeout.count()) + ")");
+  }
   ASSIGN_OR_RETURN(auto listening, ListenTcp(address, port, 128));
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->address_ = address;
+  server->options_ = options;
   server->listener_ = std::move(listening.first);
   server->port_ = listening.second;
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
@@ -37,15 +81,18 @@ TcpStoreServer::~TcpStoreServer() {
   if (accept_thread_.joinable()) accept_thread_.join();
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& connection : connections_) connection->Shutdown();
-    threads.swap(connection_threads_);
+    std::lock_guard<std::mutex> lock(connections_mutex_);
+    for (Connection& connection : connections_) {
+      connection.socket.Shutdown();  // an ended connection's socket is closed: nothing to do
+      threads.push_back(std::move(connection.thread));
+    }
   }
   for (auto& thread : threads) thread.join();
 }
 
 void TcpStoreServer::AcceptLoop() {
   while (!stopping_) {
+    Reap();
     auto accepted = AcceptTcp(listener_, std::chrono::steady_clock::now() +
                                              std::chrono::milliseconds(200));
     if (!accepted.ok()) {
@@ -56,75 +103,129 @@ void TcpStoreServer::AcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
     (void)accepted->Tune(0);
-    connections_.push_back(std::make_unique<TcpSocket>(std::move(accepted).value()));
-    const int index = static_cast<int>(connections_.size()) - 1;
-    connection_threads_.emplace_back([this, index] { Serve(index); });
+    KeepAlive(*accepted);
+    {
+      std::lock_guard<std::mutex> lock(connections_mutex_);
+      if (stopping_) return;
+      if (open_connections_ < options_.max_connections) {
+        Connection& connection = connections_.emplace_back();
+        connection.socket = std::move(accepted).value();
+        ++open_connections_;
+        // Started under the lock: the thread marks itself done under it, after this.
+        connection.thread = std::thread([this, &connection] { Serve(&connection); });
+        continue;
+      }
+    }
+    Refuse(std::move(accepted).value());
   }
 }
 
-void TcpStoreServer::Serve(int connection_index) {
-  TcpSocket* socket;
+void TcpStoreServer::Refuse(TcpSocket socket) {
+  const std::string reason = "the store server at " + address_ + ":" + std::to_string(port_) +
+                             " is at its limit of " + std::to_string(options_.max_connections) +
+                             " open connections";
+  std::string answer(5, '\0');
+  answer[0] = static_cast<char>(kBusy);
+  const uint32_t reason_bytes = static_cast<uint32_t>(reason.size());
+  std::memcpy(answer.data() + 1, &reason_bytes, 4);
+  answer += reason;
+  // A new connection's send buffer takes this at once; the deadline only guards the loop.
+  (void)socket.SendAll(answer.data(), answer.size(),
+                       std::chrono::steady_clock::now() + std::chrono::seconds(1), kClient);
+  ::shutdown(socket.fd(), SHUT_WR);
+  // A request that already arrived is dropped unread, so that closing sends FIN, not a reset
+  // that could beat the answer to the client.
+  char drain[4096];
+  for (int i = 0; i < 16 && ::recv(socket.fd(), drain, sizeof(drain), MSG_DONTWAIT) > 0; ++i) {
+  }
+}
+
+void TcpStoreServer::Reap() {
+  std::vector<std::thread> ended;
+  {
+    std::lock_guard<std::mutex> lock(connections_mutex_);
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      ended.push_back(std::move(it->thread));
+      it = connections_.erase(it);
+    }
+  }
+  for (auto& thread : ended) thread.join();  // each has only its return left
+}
+
+void TcpStoreServer::Serve(Connection* connection) {
+  std::string key, value;
+  while (ServeOne(connection->socket, key, value)) {
+    // A large field's buffer is not kept while the connection waits for its next request.
+    if (key.capacity() > kFieldStepBytes) std::string().swap(key);
+    if (value.capacity() > kFieldStepBytes) std::string().swap(value);
+  }
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  connection->socket.Close();  // the descriptor goes now, not when the server stops
+  connection->done = true;
+  --open_connections_;
+}
+
+bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& value) {
+  uint8_t header[9];
+  const auto idle = options_.idle_timeout.count() > 0 ? options_.idle_timeout
+                                                      : std::chrono::milliseconds(kNoIdleLimit);
+  const auto idle_deadline = std::chrono::steady_clock::now() + idle;
+  if (!socket.RecvAll(header, 1, idle_deadline, kClient).ok()) return false;
+  // From its first byte, the request has request_timeout to arrive and its answer to leave.
+  const auto deadline = std::chrono::steady_clock::now() + options_.request_timeout;
+  if (!socket.RecvAll(header + 1, sizeof(header) - 1, deadline, kClient).ok()) return false;
+  uint32_t key_bytes, value_bytes;
+  std::memcpy(&key_bytes, header + 1, 4);
+  std::memcpy(&value_bytes, header + 5, 4);
+  if (key_bytes > kMaxFieldBytes || value_bytes > kMaxFieldBytes) return false;
+  if (!RecvField(socket, key_bytes, key, deadline)) return false;
+  if (!RecvField(socket, value_bytes, value, deadline)) return false;
+
+  uint8_t code = kOk;
+  std::string reply;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    socket = connections_[connection_index].get();
-  }
-  const std::string who = "store client";
-  std::string key, value;
-  for (;;) {
-    const auto deadline = std::chrono::steady_clock::now() + kServerIoTimeout;
-    uint8_t header[9];
-    if (!socket->RecvAll(header, sizeof(header), deadline, who).ok()) return;
-    uint32_t key_bytes, value_bytes;
-    std::memcpy(&key_bytes, header + 1, 4);
-    std::memcpy(&value_bytes, header + 5, 4);
-    if (key_bytes > kMaxFieldBytes || value_bytes > kMaxFieldBytes) return;
-    key.resize(key_bytes);
-    value.resize(value_bytes);
-    if (!socket->RecvAll(key.data(), key_bytes, deadline, who).ok()) return;
-    if (!socket->RecvAll(value.data(), value_bytes, deadline, who).ok()) return;
-
-    uint8_t code = kOk;
-    std::string reply;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (header[0] == kSet) {
-        values_[key] = value;
-      } else if (header[0] == kGet) {
-        auto it = values_.find(key);
-        if (it == values_.end()) {
-          code = kNotFound;
-        } else {
-          reply = it->second;
-        }
-      } else if (header[0] == kAdd) {
-        // Both numbers may be anything a client sent: a refusal is answered, the counter kept.
-        Result<int64_t> sum = ParseCounter(value, "the delta added to '" + key + "'");
-        auto it = values_.find(key);
-        if (sum.ok() && it != values_.end()) {
-          Result<int64_t> current = ParseCounter(it->second, "store key '" + key + "'");
-          sum = current.ok() ? AddToCounter(*current, *sum, key) : current;
-        }
-        if (sum.ok()) {
-          reply = std::to_string(*sum);
-          values_[key] = reply;
-        } else {
-          code = kError;
-          reply = sum.status().message();
-        }
+    if (header[0] == kSet) {
+      values_[key] = value;
+    } else if (header[0] == kGet) {
+      auto it = values_.find(key);
+      if (it == values_.end()) {
+        code = kNotFound;
       } else {
-        return;  // unknown command: drop the connection
+        reply = it->second;
       }
+    } else if (header[0] == kAdd) {
+      // Both numbers may be anything a client sent: a refusal is answered, the counter kept.
+      // The key is quoted bounded: it may be 64 MiB of anything.
+      const std::string shown = EscapeUntrusted(key);
+      Result<int64_t> sum = ParseCounter(value, "the delta added to '" + shown + "'");
+      auto it = values_.find(key);
+      if (sum.ok() && it != values_.end()) {
+        Result<int64_t> current = ParseCounter(it->second, "store key '" + shown + "'");
+        sum = current.ok() ? AddToCounter(*current, *sum, shown) : current;
+      }
+      if (sum.ok()) {
+        reply = std::to_string(*sum);
+        values_[key] = reply;
+      } else {
+        code = kError;
+        reply = sum.status().message();
+      }
+    } else {
+      return false;  // unknown command: drop the connection
     }
-    uint8_t response[5];
-    response[0] = code;
-    const uint32_t reply_bytes = static_cast<uint32_t>(reply.size());
-    std::memcpy(response + 1, &reply_bytes, 4);
-    if (!socket->SendAll(response, sizeof(response), deadline, who).ok()) return;
-    if (!socket->SendAll(reply.data(), reply.size(), deadline, who).ok()) return;
   }
+  uint8_t response[5];
+  response[0] = code;
+  const uint32_t reply_bytes = static_cast<uint32_t>(reply.size());
+  std::memcpy(response + 1, &reply_bytes, 4);
+  if (!socket.SendAll(response, sizeof(response), deadline, kClient).ok()) return false;
+  return socket.SendAll(reply.data(), reply.size(), deadline, kClient).ok();
 }
 
 Result<std::shared_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
@@ -153,6 +254,11 @@ Result<std::pair<uint8_t, std::string>> TcpStore::Call(uint8_t command, const st
   // A call that failed part way leaves the stream between messages: the next call would read
   // this one's reply. The connection is closed instead and later calls say why.
   if (!reply.ok()) socket_.Close();
+  // A server at its connection limit answered "busy" and closed the connection.
+  if (reply.ok() && reply->first == kBusy) {
+    socket_.Close();
+    return Busy(reply->second);
+  }
   return reply;
 }
 
@@ -177,14 +283,21 @@ Result<std::pair<uint8_t, std::string>> TcpStore::RoundTrip(
   }
   std::string reply(reply_bytes, '\0');
   RETURN_IF_ERROR(socket_.RecvAll(reply.data(), reply.size(), deadline, where_));
-  if (response[0] != kOk && response[0] != kNotFound && response[0] != kError) {
+  if (response[0] != kOk && response[0] != kNotFound && response[0] != kError &&
+      response[0] != kBusy) {
     return DataLossError(where_ + " answered with unknown code " + std::to_string(response[0]));
   }
   return std::make_pair(response[0], std::move(reply));
 }
 
+// The server's reason is shown bounded: it is what a peer sent.
 Status TcpStore::Refused(const std::string& reason) const {
-  return InvalidArgumentError(where_ + " refused the request: " + reason);
+  return InvalidArgumentError(where_ + " refused the request: " + EscapeUntrusted(reason, 512));
+}
+
+Status TcpStore::Busy(const std::string& reason) const {
+  return ResourceExhaustedError(where_ + " refused the connection: " +
+                                EscapeUntrusted(reason, 512));
 }
 
 Status TcpStore::Set(const std::string& key, const std::string& value) {

@@ -4,7 +4,7 @@
 // other ranks. The server serves each connection on its own thread; it is meant for
 // rendezvous traffic (a few keys per rank), not bulk data. Wire format, little-endian:
 //   request  u8 command (1 set, 2 get, 3 add) | u32 key bytes | u32 value bytes | key | value
-//   response u8 code (0 ok, 1 not found, 2 refused) | u32 value bytes | value
+//   response u8 code (0 ok, 1 not found, 2 refused, 3 busy) | u32 value bytes | value
 // Key and value are at most 64 MiB each. Add's value and the counter it adds to must be
 // decimal int64 text and the sum must fit int64; otherwise the server answers "refused" with
 // the reason as the value, keeps the counter and goes on serving (the client's Add returns
@@ -12,9 +12,19 @@
 // oversized field. A client call that fails part way (I/O error, deadline, malformed reply)
 // closes the client's connection, and every later call on it is UNAVAILABLE.
 // Get waits on the client side by polling (1 to 20 ms backoff) until the deadline.
+//
+// Connections are bounded (TcpStoreServerOptions): at most max_connections at once; one
+// beyond is answered "busy" with the limit as the value and closed (the client's call is
+// RESOURCE_EXHAUSTED). A request must arrive whole, and its answer be taken, within
+// request_timeout of its first byte, or the connection is dropped; a field's buffer grows
+// only as its bytes arrive. Between requests a connection may stay silent (a rank keeps its
+// client for the job) unless idle_timeout is set; TCP keepalive drops the connection of a
+// client whose host died without closing it. A closed connection's thread and descriptor are
+// released at once.
 #pragma once
 
 #include <atomic>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,11 +37,21 @@
 
 namespace tessera::collectives {
 
+struct TcpStoreServerOptions {
+  int max_connections = 1024;  // open at once, each with its thread; >= 1
+  // From a request's first byte to the end of its answer; > 0.
+  std::chrono::milliseconds request_timeout{30000};
+  // How long a connection may send nothing between requests; 0: as long as it stays open.
+  std::chrono::milliseconds idle_timeout{0};
+};
+
 class TcpStoreServer {
  public:
-  // Listens on address:port (port 0 picks a free port; see port()).
+  // Listens on address:port (port 0 picks a free port; see port()). INVALID_ARGUMENT for
+  // options out of their ranges.
   static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& address = "127.0.0.1",
-                                                       int port = 0);
+                                                       int port = 0,
+                                                       TcpStoreServerOptions options = {});
   // Stops accepting, closes every connection and joins all threads.
   ~TcpStoreServer();
 
@@ -39,20 +59,34 @@ class TcpStoreServer {
   const std::string& address() const { return address_; }
 
  private:
+  struct Connection {
+    TcpSocket socket;     // closed by its thread when it ends, under connections_mutex_
+    std::thread thread;
+    bool done = false;    // its thread has ended and may be joined
+  };
   TcpStoreServer() = default;
   void AcceptLoop();
-  void Serve(int connection_index);
+  // Answers "busy" to a connection beyond max_connections and closes it.
+  void Refuse(TcpSocket socket);
+  // Joins and forgets the connections whose threads have ended.
+  void Reap();
+  void Serve(Connection* connection);
+  // One request read and answered; false when the connection is to be dropped.
+  bool ServeOne(TcpSocket& socket, std::string& key, std::string& value);
 
   std::string address_;
   int port_ = 0;
+  TcpStoreServerOptions options_;
   TcpSocket listener_;
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
 
   std::mutex mutex_;
-  std::map<std::string, std::string> values_;      // guarded by mutex_
-  std::vector<std::unique_ptr<TcpSocket>> connections_;  // guarded by mutex_
-  std::vector<std::thread> connection_threads_;    // guarded by mutex_
+  std::map<std::string, std::string> values_;  // guarded by mutex_
+
+  std::mutex connections_mutex_;
+  std::list<Connection> connections_;  // guarded by connections_mutex_
+  int open_connections_ = 0;           // those not done; guarded by connections_mutex_
 };
 
 class TcpStore final : public Store {
@@ -77,6 +111,8 @@ class TcpStore final : public Store {
                                                     std::chrono::steady_clock::time_point deadline);
   // The error for a request the server refused, with its reason.
   Status Refused(const std::string& reason) const;
+  // The error for a connection the server refused (busy), with its reason.
+  Status Busy(const std::string& reason) const;
 
   std::mutex mutex_;
   TcpSocket socket_;  // guarded by mutex_

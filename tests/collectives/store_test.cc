@@ -188,6 +188,110 @@ TEST(TcpStoreServerTest, AnAddOfANonNumericValueIsRefusedAndTheServerServesOn) {
   EXPECT_EQ(*total, 6);
 }
 
+// Connects a raw client (no TcpStore) to `server`.
+TcpSocket RawClient(const TcpStoreServer& server) {
+  auto raw = ConnectTcp("127.0.0.1", server.port(),
+                        std::chrono::steady_clock::now() + std::chrono::seconds(30), "store server");
+  EXPECT_TRUE(raw.ok()) << raw.status().ToString();
+  return raw.ok() ? std::move(raw).value() : TcpSocket();
+}
+
+// What a client waiting for an answer reads: OK if the server answered, UNAVAILABLE "closed
+// the connection" if it dropped the connection, DEADLINE_EXCEEDED if it did neither (held the
+// connection) within a generous bound.
+Status ReadFromServer(TcpSocket& socket) {
+  uint8_t byte;
+  return socket.RecvAll(&byte, 1, std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                        "store server");
+}
+
+TEST(TcpStoreServerTest, APartialRequestIsDroppedAtTheRequestTimeout) {
+  TcpStoreServerOptions options;
+  options.request_timeout = milliseconds(100);
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  const std::string request = Request(1, "key-of-ten", "value");
+  for (size_t sent : {size_t{1}, size_t{4}, size_t{9}, size_t{14}, request.size() - 1}) {
+    TcpSocket raw = RawClient(**server);
+    ASSERT_TRUE(raw.SendAll(request.data(), sent, std::chrono::steady_clock::now() + std::chrono::seconds(30),
+                            "store server").ok());
+    Status read = ReadFromServer(raw);
+    EXPECT_EQ(read.code(), StatusCode::kUnavailable) << sent << " bytes sent: " << read.ToString();
+    EXPECT_NE(read.message().find("closed the connection"), std::string::npos) << read.ToString();
+  }
+  // A whole request is served as before.
+  TcpSocket raw = RawClient(**server);
+  auto stored = RoundTrip(raw, request);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->first, 0);
+}
+
+TEST(TcpStoreServerTest, ASilentConnectionIsClosedAtTheIdleTimeoutWhenOneIsSet) {
+  TcpStoreServerOptions options;
+  options.idle_timeout = milliseconds(100);
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  TcpSocket silent = RawClient(**server);
+  Status read = ReadFromServer(silent);
+  EXPECT_EQ(read.code(), StatusCode::kUnavailable) << read.ToString();
+  // One that sends a request in time is answered, and dropped only after its next silence.
+  TcpSocket talking = RawClient(**server);
+  auto stored = RoundTrip(talking, Request(1, "k", "v"));
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(ReadFromServer(talking).code(), StatusCode::kUnavailable);
+}
+
+// Connections beyond max_connections are refused, naming the limit; a closed connection gives
+// its slot back, however many come and go.
+TEST(TcpStoreServerTest, ConnectionsBeyondTheLimitAreRefusedNamingItUntilOneCloses) {
+  TcpStoreServerOptions options;
+  options.max_connections = 2;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<TcpSocket> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(RawClient(**server));
+    auto served = RoundTrip(held.back(), Request(1, "held", "1"));  // served: counted by now
+    ASSERT_TRUE(served.ok()) << served.status().ToString();
+  }
+  auto refused = TcpStore::Connect("127.0.0.1", (*server)->port(), milliseconds(5000));
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();  // the kernel accepts it
+  Status set = (*refused)->Set("k", "v");
+  EXPECT_EQ(set.code(), StatusCode::kResourceExhausted) << set.ToString();
+  EXPECT_NE(set.message().find("limit of 2 open connections"), std::string::npos) << set.ToString();
+  EXPECT_EQ((*refused)->Set("k", "v").code(), StatusCode::kUnavailable);  // and it stays closed
+  // A raw client is told the same in the wire format: code 3 (busy) and the reason.
+  TcpSocket raw = RawClient(**server);
+  auto busy = RoundTrip(raw, Request(2, "k", ""));
+  ASSERT_TRUE(busy.ok()) << busy.status().ToString();
+  EXPECT_EQ(busy->first, 3);
+  EXPECT_NE(busy->second.find("limit of 2"), std::string::npos) << busy->second;
+
+  // Each closed connection frees its slot: 20 clients one after another, with one slot left.
+  held.pop_back();
+  for (int i = 0; i < 20; ++i) {
+    Status last;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    do {  // the server notices the previous close a moment after it
+      auto client = TcpStore::Connect("127.0.0.1", (*server)->port(), milliseconds(5000));
+      ASSERT_TRUE(client.ok()) << client.status().ToString();
+      last = (*client)->Set("k" + std::to_string(i), "v");
+      if (last.code() != StatusCode::kResourceExhausted) break;
+      std::this_thread::sleep_for(milliseconds(5));
+    } while (std::chrono::steady_clock::now() < give_up);
+    ASSERT_TRUE(last.ok()) << "client " << i << ": " << last.ToString();
+  }
+}
+
+TEST(TcpStoreServerTest, OptionsOutOfRangeAreRefused) {
+  TcpStoreServerOptions options;
+  options.max_connections = 0;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument) << server.status().ToString();
+  EXPECT_NE(server.status().message().find("max_connections"), std::string::npos);
+}
+
 TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBytes) {
   auto listening = ListenTcp("127.0.0.1", 0, 4);
   ASSERT_TRUE(listening.ok()) << listening.status().ToString();
