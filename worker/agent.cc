@@ -478,12 +478,18 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     comm.size = static_cast<int>(task.cohort_size());
     comm.prefix = task.rendezvous_prefix();
     comm.bind_address = options_.cohort_address;
-    comm.timeout_ms = 30000;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    const CohortWait wait = CohortWaitFor(options_.cohort_timeout_s, task.deadline_unix_ms(),
+                                          std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+    comm.timeout_ms = static_cast<int>(wait.timeout.count());
     auto store = std::make_shared<CoordinatorStore>(client_.get(), worker_id, session);
     auto created = collectives::CreateCommunicator(comm, store);
-    if (!created.ok()) return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous");
+    if (!created.ok()) {
+      return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous, waiting " +
+                                          wait.Describe());
+    }
     communicator = std::move(created).value();
-    sync = std::make_unique<CohortGradientSync>(communicator.get(), on_device);
+    sync = std::make_unique<CohortGradientSync>(communicator.get(), on_device, wait.round_deadline);
     options.gradient_hook = sync.get();
     options.shard_index = task.cohort_rank();
     options.shard_count = task.cohort_size();

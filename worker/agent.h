@@ -36,6 +36,9 @@ struct WorkerOptions {
   std::string data_dir;             // the worker's own IDX files (local-files partitions)
   std::string cohort;
   std::string cohort_address = "127.0.0.1";  // where this worker listens for its cohort's peers
+  // How long the cohort's rendezvous and each of its collectives wait for the other members,
+  // never past the round's deadline (worker/cohort.h, CohortWait).
+  uint32_t cohort_timeout_s = 30;
   uint32_t chunk_bytes = wire::kDefaultUploadChunkBytes;  // upload chunk size, at most 1 MiB
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;

@@ -40,6 +40,28 @@ Result<int64_t> CoordinatorStore::Add(const std::string& key, int64_t delta) {
   return client_->StoreAdd(request);
 }
 
+std::string CohortWait::Describe() const {
+  return "up to " + std::to_string(timeout.count()) + " ms, " +
+         (until_deadline ? "the time left to the round's deadline" : "--cohort-timeout-s");
+}
+
+CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t now_unix_ms) {
+  CohortWait wait;
+  // 1 ms to a week, what --cohort-timeout-s allows and a communicator's int milliseconds hold.
+  wait.timeout = std::clamp(std::chrono::milliseconds(int64_t{timeout_s} * 1000), std::chrono::milliseconds(1),
+                            std::chrono::milliseconds(kMaxCohortTimeoutS * 1000));
+  if (deadline_unix_ms <= 0) return wait;
+  // Both clocks in int64 milliseconds: a deadline from any coordinator cannot overflow here.
+  const int64_t left_ms = deadline_unix_ms > now_unix_ms ? deadline_unix_ms - now_unix_ms : 0;
+  const auto left = std::chrono::milliseconds(std::min<int64_t>(left_ms, int64_t{1} << 40));
+  wait.round_deadline = std::chrono::steady_clock::now() + left;
+  if (left < wait.timeout) {
+    wait.timeout = std::max(left, std::chrono::milliseconds(1));
+    wait.until_deadline = true;
+  }
+  return wait;
+}
+
 Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   Status s = Reduce(device, flat_gradients, count, step);
@@ -54,18 +76,35 @@ Status CohortGradientSync::Reduce(Device& device, DeviceBuffer& flat_gradients, 
                                    std::to_string(flat_gradients.f32_count()) + " (the buffer's size)");
   }
   const size_t n = static_cast<size_t>(count);
+  // The communicator's timeout, cut to what is left of the round.
+  CohortWait wait;
+  wait.timeout = communicator_->default_timeout();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(round_deadline_ -
+                                                                          std::chrono::steady_clock::now());
+  if (left < wait.timeout) {
+    wait.timeout = std::max(left, std::chrono::milliseconds(1));
+    wait.until_deadline = true;
+  }
+  const collectives::CallOptions call{wait.timeout};
   if (on_device_) {
     RETURN_IF_ERROR(device.Synchronize());  // the gradient is complete before the collective reads it
     Status reduced = communicator_->Allreduce(flat_gradients.data(), flat_gradients.data(), n,
-                                              collectives::DataType::kFloat32, collectives::ReduceOp::kAvg);
-    return reduced.WithContext("cohort gradient allreduce (device buffers) at step " + std::to_string(step));
+                                              collectives::DataType::kFloat32, collectives::ReduceOp::kAvg, call);
+    if (!reduced.ok()) {
+      return reduced.WithContext("cohort gradient allreduce (device buffers) at step " + std::to_string(step) +
+                                 ", waiting " + wait.Describe());
+    }
+    return Status::Ok();
   }
   local_.resize(n);
   averaged_.resize(n);
   RETURN_IF_ERROR(device.CopyDeviceToHost(flat_gradients, 0, local_.data(), n * sizeof(float)));
   Status reduced = communicator_->Allreduce(local_.data(), averaged_.data(), n, collectives::DataType::kFloat32,
-                                            collectives::ReduceOp::kAvg);
-  if (!reduced.ok()) return reduced.WithContext("cohort gradient allreduce at step " + std::to_string(step));
+                                            collectives::ReduceOp::kAvg, call);
+  if (!reduced.ok()) {
+    return reduced.WithContext("cohort gradient allreduce at step " + std::to_string(step) + ", waiting " +
+                               wait.Describe());
+  }
   return device.CopyHostToDevice(averaged_.data(), flat_gradients, 0, n * sizeof(float));
 }
 

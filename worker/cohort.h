@@ -3,6 +3,8 @@
 // gradient hook that averages every step's gradients across the cohort.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,14 +32,35 @@ class CoordinatorStore final : public collectives::Store {
   std::string session_;
 };
 
+// How long a cohort member waits for the others, in the rendezvous and in each collective:
+// tessera-worker's --cohort-timeout-s (raised for members of very different speeds), or the
+// time left to the round's deadline when that is shorter: a member of a round that is over
+// waits no longer.
+struct CohortWait {
+  std::chrono::milliseconds timeout{0};  // at least 1 ms
+  bool until_deadline = false;           // the round's deadline set it, not the flag
+  // The round's deadline on this worker's steady clock; time_point::max() when it has none.
+  std::chrono::steady_clock::time_point round_deadline = std::chrono::steady_clock::time_point::max();
+  // "up to 1500 ms, the time left to the round's deadline", for errors.
+  std::string Describe() const;
+};
+// `timeout_s` is --cohort-timeout-s (taken as 1 ms if 0, and at most a week); `deadline_unix_ms`
+// the task's deadline on the coordinator's clock (0: none), compared with `now_unix_ms`, this
+// worker's.
+inline constexpr int64_t kMaxCohortTimeoutS = 7 * 24 * 3600;
+CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t now_unix_ms);
+
 // Averages the flat gradient over the cohort at every step. With `on_device` (a communicator
 // over device buffers, such as NCCL on CUDA devices) it reduces the device buffer in place;
 // otherwise through host memory, which works for any device, with scratch buffers kept
-// between steps.
+// between steps. Each allreduce waits up to the communicator's timeout, and never past
+// `round_deadline` (CohortWait::round_deadline).
 class CohortGradientSync final : public GradientHook {
  public:
-  CohortGradientSync(collectives::Communicator* communicator, bool on_device)
-      : communicator_(communicator), on_device_(on_device) {}
+  CohortGradientSync(
+      collectives::Communicator* communicator, bool on_device,
+      std::chrono::steady_clock::time_point round_deadline = std::chrono::steady_clock::time_point::max())
+      : communicator_(communicator), on_device_(on_device), round_deadline_(round_deadline) {}
   Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) override;
   // Time spent in allreduce so far, copies to and from the host included.
   double collective_seconds() const { return collective_seconds_; }
@@ -46,6 +69,7 @@ class CohortGradientSync final : public GradientHook {
   Status Reduce(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step);
   collectives::Communicator* communicator_;
   bool on_device_;
+  std::chrono::steady_clock::time_point round_deadline_;
   std::vector<float> local_;
   std::vector<float> averaged_;
   double collective_seconds_ = 0;

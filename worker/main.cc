@@ -27,6 +27,7 @@
 #include "proto/transport_security.h"
 #include "tessera/config.h"
 #include "worker/agent.h"
+#include "worker/cohort.h"
 
 namespace {
 
@@ -79,6 +80,12 @@ int main(int argc, char** argv) {
   flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
+  int64_t cohort_timeout_s = options.cohort_timeout_s;
+  flags.Int("cohort-timeout-s", &cohort_timeout_s,
+            "seconds the cohort's rendezvous and each of its gradient allreduces wait for the other members, never "
+            "past the round's deadline; raise it for members of very different speeds (a paced edge device beside "
+            "a GPU)",
+            IntRange{1, worker::kMaxCohortTimeoutS});
   flags.Int("chunk-kib", &chunk_kib,
             "upload chunk size in KiB; the coordinator holds about one chunk per uploading worker in gRPC's read buffers",
             IntRange{1, 1024});
@@ -227,6 +234,11 @@ int main(int argc, char** argv) {
     std::cerr << "tessera-worker: --cohort-address is the address for a cohort's peers; give --cohort too\n";
     return 2;
   }
+  if (flags.WasGiven("cohort-timeout-s") && options.cohort.empty()) {
+    std::cerr << "tessera-worker: --cohort-timeout-s bounds the waits of a cohort's members; give --cohort too\n";
+    return 2;
+  }
+  options.cohort_timeout_s = static_cast<uint32_t>(cohort_timeout_s);
   if (flags.WasGiven("join-token") && flags.WasGiven("join-token-file")) {
     std::cerr << "tessera-worker: --join-token and --join-token-file both give the join token; give one\n";
     return 2;

@@ -120,6 +120,10 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--log-level", "loud"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'loud'"},
       {{"--coordinator", "localhost"}, "--coordinator 'localhost': the port is missing"},
       {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
+      {{"--cohort", "site", "--cohort-timeout-s", "0"}, "flag --cohort-timeout-s: expected 1 to 604800, got '0'"},
+      {{"--cohort", "site", "--cohort-timeout-s", "30s"}, "flag --cohort-timeout-s: expected an integer, got '30s'"},
+      {{"--cohort-timeout-s", "600"},
+       "--cohort-timeout-s bounds the waits of a cohort's members; give --cohort too"},
       {{"--pace-real-time", "--device", "cpu"},
        "--pace-real-time paces an emulated device; --device 'cpu' is not one (expected emu:PROFILE or emu:FILE.toml)"},
   };

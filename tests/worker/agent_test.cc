@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/store/hash_store.h"
 #include "core/model/model.h"
 #include "core/train/client_algorithms.h"
 #include "device/registry.h"
@@ -84,6 +85,8 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // When set, the first task channel ends after its script (the coordinator went away) and
     // the next one gets these tasks.
     std::optional<std::vector<v1::Task>> next_session;
+    // The rendezvous store a cohort's members meet in; without it the store RPCs fail.
+    std::shared_ptr<collectives::HashStore> store;
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -165,9 +168,18 @@ class ScriptedCoordinator final : public CoordinatorClient {
     result.set_accepted(true);
     return result;
   }
-  Status StoreSet(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
-  Result<std::string> StoreGet(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
-  Result<int64_t> StoreAdd(const v1::StoreRequest&) override { return UnimplementedError("no store"); }
+  Status StoreSet(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Set(request.key(), request.value());
+  }
+  Result<std::string> StoreGet(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Get(request.key(), std::chrono::milliseconds(request.wait_ms()));
+  }
+  Result<int64_t> StoreAdd(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Add(request.key(), request.delta());
+  }
 
  private:
   std::vector<v1::Task> script_;
@@ -435,6 +447,52 @@ TEST_F(AgentTest, ATaskNamingTooManyModelSetsIsReportedAsAFailure) {
       << upload.failure();
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 0);
+}
+
+// Round 1 for this worker as rank 0 of a two-member cohort whose other member never comes.
+v1::Task LoneCohortTask(int64_t deadline_unix_ms) {
+  v1::Task task = Train(1, 1);
+  v1::TrainTask* train = task.mutable_train();
+  train->set_cohort("site");
+  train->set_cohort_rank(0);
+  train->set_cohort_size(2);
+  train->set_collective_backend("p2p");
+  train->set_rendezvous_prefix("rendezvous/job-1/1/1/site/");
+  train->set_deadline_unix_ms(deadline_unix_ms);
+  return task;
+}
+
+// The rendezvous waits for the missing member as long as --cohort-timeout-s says, and the
+// failure the coordinator is told names that bound.
+TEST_F(AgentTest, ACohortRendezvousGivesUpAtTheCohortTimeout) {
+  shared_->store = std::make_shared<collectives::HashStore>();
+  WorkerOptions options;
+  options.cohort = "site";
+  options.cohort_timeout_s = 1;
+  Start({LoneCohortTask(0)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("DEADLINE_EXCEEDED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("cohort 'site' rendezvous, waiting up to 1000 ms, --cohort-timeout-s"),
+            std::string::npos)
+      << upload.failure();
+}
+
+// With the default cohort timeout (30 s), a round whose deadline is a second away waits for
+// its missing member no longer than the round lasts.
+TEST_F(AgentTest, ACohortRendezvousEndsAtTheRoundsDeadline) {
+  shared_->store = std::make_shared<collectives::HashStore>();
+  WorkerOptions options;
+  options.cohort = "site";
+  const int64_t now_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Start({LoneCohortTask(now_unix_ms + 1000)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("DEADLINE_EXCEEDED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("cohort 'site' rendezvous, waiting up to "), std::string::npos) << upload.failure();
+  EXPECT_NE(upload.failure().find(" ms, the time left to the round's deadline"), std::string::npos)
+      << upload.failure();
 }
 
 // --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
