@@ -88,6 +88,13 @@ Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, c
   return Status::Ok();
 }
 
+TensorSet DeltaFrom(TensorSet trained, const TensorSet& global) {
+  for (size_t i = 0; i < trained.size(); ++i) {
+    for (size_t j = 0; j < trained[i].values.size(); ++j) trained[i].values[j] -= global[i].values[j];
+  }
+  return trained;
+}
+
 Status CheckFinite(const TensorSet& tensors, const std::string& what) {
   for (const auto& t : tensors) {
     for (size_t j = 0; j < t.values.size(); ++j) {

@@ -37,5 +37,8 @@ std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::str
 // `what` prefixes it ("update from worker w-3 for round 4").
 Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, const std::string& what);
 Status CheckFinite(const TensorSet& tensors, const std::string& what);
+// `trained` minus `global`, value by value, in `trained`'s place: the change a round made.
+// The two have the same layout (checked by the caller).
+TensorSet DeltaFrom(TensorSet trained, const TensorSet& global);
 
 }  // namespace tessera

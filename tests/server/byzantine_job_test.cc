@@ -127,9 +127,7 @@ class TrainingWorker final : public TaskChannelSink, public std::enable_shared_f
                                           wire::ToTrainOptions(task.spec(), task.round(), task.party_index())));
       delta = model->GetState().value();
     }
-    for (size_t i = 0; i < delta.size(); ++i) {
-      for (size_t j = 0; j < delta[i].values.size(); ++j) delta[i].values[j] -= global[i].values[j];
-    }
+    delta = DeltaFrom(std::move(delta), global);
     if (attack_) attack_(&delta);
     v1::UpdateHeader header;
     header.set_worker_id(name_);
