@@ -25,6 +25,7 @@
 #include "proto/tensor_transfer.h"
 #include "server/jobs/job_runner.h"
 #include "server/state/sqlite_state_store.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -192,10 +193,7 @@ class ByzantineJobTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (TrainingSet() == nullptr) GTEST_SKIP() << "Fashion-MNIST is not in " << kDefaultFashionMnistDir;
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-byzantine-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-byzantine");
     auto store = SqliteStateStore::Open(dir_.string());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_ = std::move(store).value();

@@ -14,6 +14,7 @@
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
 #include "tests/server/job_runner_fixture.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -21,22 +22,11 @@ namespace {
 class CoordinatorJobsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-jobs-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-jobs");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  CoordinatorOptions Options() {
-    CoordinatorOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.state_dir = dir_.string();
-    options.join_token = "jobs-test-token";
-    options.admin_token = "jobs-test-admin-token";
-    options.tls.insecure = true;
-    return options;
-  }
+  CoordinatorOptions Options() { return LoopbackCoordinatorOptions(dir_, "jobs-test"); }
 
   static v1::Job StoredJob(const std::string& id, v1::JobState state) {
     v1::Job job;

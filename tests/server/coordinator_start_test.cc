@@ -8,6 +8,7 @@
 #include <string>
 
 #include "server/coordinator.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -15,20 +16,14 @@ namespace {
 class CoordinatorStartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-start-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-start");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   CoordinatorOptions Options(const std::string& sub, const std::string& listen = "127.0.0.1:0") {
-    CoordinatorOptions options;
+    // Plaintext: these tests are about the directory and the port.
+    CoordinatorOptions options = LoopbackCoordinatorOptions(dir_ / sub, "start-test");
     options.listen_address = listen;
-    options.state_dir = (dir_ / sub).string();
-    options.join_token = "start-test-token";
-    options.admin_token = "start-test-admin-token";
-    options.tls.insecure = true;  // these tests are about the directory and the port
     return options;
   }
 

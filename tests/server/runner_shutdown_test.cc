@@ -14,6 +14,7 @@
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
 #include "test_strategies.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -159,20 +160,12 @@ TEST_F(RunnerShutdownTest, ACancelWhileARoundIsOpenEndsTheJobAtOnceWithoutCommit
 class CoordinatorShutdownTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-shutdown-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-shutdown");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   CoordinatorOptions Options() {
-    CoordinatorOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.state_dir = dir_.string();
-    options.join_token = "shutdown-test-token";
-    options.admin_token = "shutdown-test-admin-token";
-    options.tls.insecure = true;
+    CoordinatorOptions options = LoopbackCoordinatorOptions(dir_, "shutdown-test");
     options.runner.clock = &clock_;
     options.registry.clock = &registry_clock_;
     return options;

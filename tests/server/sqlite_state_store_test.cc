@@ -2,6 +2,7 @@
 // corrupt checkpoint files and unwritable paths are named; files an interrupted coordinator
 // left are removed. What every store does is in state_store_conformance_test.cc.
 #include "server/state/sqlite_state_store.h"
+#include "tests/server/test_directory.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -17,10 +18,7 @@ namespace {
 class SqliteStateStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-state-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-state");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;

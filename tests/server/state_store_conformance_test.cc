@@ -14,6 +14,7 @@
 
 #include "server/state/memory_state_store.h"
 #include "server/state/sqlite_state_store.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -51,10 +52,7 @@ const StoreBackend kMemory{
 class StateStoreConformanceTest : public ::testing::TestWithParam<StoreBackend> {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-store-" + std::to_string(::getpid()) + "-" + GetParam().name + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = FreshTestDirectory("tessera-store-" + GetParam().name);
     store_ = GetParam().open(dir_);
     ASSERT_NE(store_, nullptr);
   }

@@ -21,6 +21,7 @@
 #include "server/state/sqlite_state_store.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -97,16 +98,11 @@ using TaskReader = StreamReader<v1::Task>;
 class StreamScaleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-streams-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    CoordinatorOptions options;
-    options.listen_address = "127.0.0.1:0";
-    options.state_dir = dir_.string();
+    dir_ = FreshTestDirectory("tessera-streams");
+    // Plaintext on loopback: hundreds of TLS handshakes would measure TLS.
+    CoordinatorOptions options = LoopbackCoordinatorOptions(dir_, "streams-test");
     options.join_token = kToken;
     options.admin_token = kAdminToken;
-    options.tls.insecure = true;  // loopback; hundreds of TLS handshakes would measure TLS
     options.registry.heartbeat_timeout_ms = 600000;  // these workers never heartbeat
     options_ = options;
     StartCoordinator();
