@@ -9,9 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 namespace tessera::collectives {
@@ -21,7 +23,9 @@ int MillisLeft(std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                         deadline - std::chrono::steady_clock::now())
                         .count();
-  return left > 0 ? static_cast<int>(left) : 0;
+  // poll() takes an int: a longer wait is taken in pieces (a cast would wrap, possibly to a
+  // negative value, which poll() reads as forever).
+  return left > 0 ? static_cast<int>(std::min<int64_t>(left, std::numeric_limits<int>::max())) : 0;
 }
 
 std::string Errno(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
@@ -35,6 +39,7 @@ Status PollOne(int fd, short events, std::chrono::steady_clock::time_point deadl
     const int rc = ::poll(&p, 1, left);
     if (rc > 0) return Status::Ok();
     if (rc == 0) {
+      if (MillisLeft(deadline) > 0) continue;  // a piece of a longer wait
       return DeadlineExceededError("timed out " + std::string(waiting_for) + " " + who);
     }
     if (errno != EINTR) return UnavailableError(Errno("poll") + " (" + who + ")");
