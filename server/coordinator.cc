@@ -149,26 +149,24 @@ Status Coordinator::ResumeJobs() {
     spdlog::error("job {}: its row in the state store cannot be read; it is not resumed, and its files are kept",
                   QuoteUntrusted(id, 128));
   }
-  std::vector<std::shared_ptr<JobRunner>> started;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!accepting_) return Status::Ok();
-    for (auto& job : listed.jobs) {
-      if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) {
-        ++ended_[job.state()];
-        continue;
-      }
-      // A job submitted since the server started has its runner already.
-      if (runners_.count(job.id())) continue;
-      spdlog::info("resuming job {} at round {} of {}{}", job.id(), job.rounds_committed() + 1, job.spec().rounds(),
-                   job.cancel_requested() ? " (its cancel was recorded: it ends cancelled)" : "");
-      auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
-      runners_[job.id()] = runner;
-      // Started under the lock: Shutdown() either finds the runner started or finds
-      // accepting_ false before it is made.
-      runner->Start();
+  std::lock_guard<std::mutex> lock(mu_);
+  unreadable_jobs_ = listed.damaged.size();
+  if (!accepting_) return Status::Ok();
+  // No job can have been submitted yet (SubmitJob waits for resumed_): the list is every job.
+  for (auto& job : listed.jobs) {
+    if (job.state() != v1::JOB_RUNNING && job.state() != v1::JOB_PENDING) {
+      ++ended_[job.state()];
+      continue;
     }
+    spdlog::info("resuming job {} at round {} of {}{}", job.id(), job.rounds_committed() + 1, job.spec().rounds(),
+                 job.cancel_requested() ? " (its cancel was recorded: it ends cancelled)" : "");
+    auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
+    runners_[job.id()] = runner;
+    // Started under the lock: Shutdown() either finds the runner started or finds
+    // accepting_ false before it is made.
+    runner->Start();
   }
+  resumed_ = true;
   return Status::Ok();
 }
 
@@ -228,10 +226,7 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
   *job.mutable_spec() = spec;
   job.set_state(v1::JOB_PENDING);
   job.set_created_unix_ms(UnixMillis());
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!accepting_) return UnavailableError("the coordinator is shutting down; no job is accepted");
-  }
+  RETURN_IF_ERROR(Accepting("job submission"));
   RETURN_IF_ERROR(store_->InsertJob(job));
   auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
   {
@@ -242,6 +237,7 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
                               "the coordinator starts again");
     }
     // Ended jobs are read from the store; their runners (and the memory they held) go.
+    // (Job ids are new: the map has no runner for this one to replace.)
     std::erase_if(runners_, [this](const auto& entry) {
       if (!entry.second->finished()) return false;
       ++ended_[entry.second->state()];
@@ -318,6 +314,18 @@ Result<v1::ListJobsResponse> Coordinator::JobsReply() {
   return reply;
 }
 
+Status Coordinator::Accepting(const std::string& what) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!accepting_) return UnavailableError(what + " refused: the coordinator is shutting down");
+  if (!resumed_) return UnavailableError(what + " refused: the coordinator is starting (resuming its jobs); try again");
+  return Status::Ok();
+}
+
+uint64_t Coordinator::UnreadableJobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return unreadable_jobs_;
+}
+
 std::map<v1::JobState, uint64_t> Coordinator::JobCounts() {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<v1::JobState, uint64_t> counts = ended_;
@@ -326,9 +334,10 @@ std::map<v1::JobState, uint64_t> Coordinator::JobCounts() {
 }
 
 Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
+  RETURN_IF_ERROR(Accepting("cancel of job " + job_id));
   auto runner = Runner(job_id);
   ASSIGN_OR_RETURN(v1::Job job, runner ? Result<v1::Job>(runner->Snapshot()) : store_->GetJob(job_id));
-  if (!runner || (job.state() != v1::JOB_PENDING && job.state() != v1::JOB_RUNNING)) {
+  if (job.state() != v1::JOB_PENDING && job.state() != v1::JOB_RUNNING) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(job.state()) +
                                    "; only a pending or running job can be cancelled");
   }
@@ -337,8 +346,19 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
     return Status(recorded.code(), "job " + job_id + " is not cancelled: the cancel could not be recorded (" +
                                        recorded.message() + "); the job goes on");
   }
+  if (!runner) {
+    // Stored, not running here (submitted as shutdown began): it ends cancelled when the
+    // coordinator starts again.
+    job.set_cancel_requested(true);
+    return job;
+  }
   runner->Cancel();
-  return runner->Snapshot();
+  v1::Job now = runner->Snapshot();
+  if (now.state() == v1::JOB_SUCCEEDED || now.state() == v1::JOB_FAILED) {
+    return FailedPreconditionError("job " + job_id + " ended " + wire::JobStateName(now.state()) +
+                                   " before the cancel took effect");
+  }
+  return now;
 }
 
 Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round,

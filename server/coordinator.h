@@ -103,6 +103,8 @@ class Coordinator {
   // Jobs by state, from memory: what the coordinator read at start and what its runners
   // hold (a scrape of /metrics reads no job from the store).
   std::map<v1::JobState, uint64_t> JobCounts();
+  // Jobs whose stored row could not be read at start (not resumed, not in JobCounts).
+  uint64_t UnreadableJobs();
   // ListJobs as a reply: the newest jobs within wire::kMaxListEntries and kMaxListBytes, the
   // oldest of them first; `more` counts the jobs left out.
   Result<v1::ListJobsResponse> JobsReply();
@@ -137,6 +139,9 @@ class Coordinator {
  private:
   explicit Coordinator(CoordinatorOptions options);
   Status ResumeJobs();
+  // Ok between the end of ResumeJobs and the start of Shutdown; UNAVAILABLE naming `what`
+  // otherwise.
+  Status Accepting(const std::string& what);
 
   CoordinatorOptions options_;
   std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life
@@ -151,7 +156,11 @@ class Coordinator {
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::map<v1::JobState, uint64_t> ended_;  // jobs ended with no runner left in runners_
-  bool accepting_ = true;                    // false once Shutdown() has begun: no job starts
+  uint64_t unreadable_jobs_ = 0;             // stored rows that did not parse at start
+  // Jobs are submitted and cancelled only between the end of ResumeJobs (the server takes
+  // calls before it, so that workers can rejoin) and the start of Shutdown.
+  bool resumed_ = false;
+  bool accepting_ = true;  // false once Shutdown() has begun: no job starts
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

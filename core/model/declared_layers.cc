@@ -319,6 +319,9 @@ Status ResidualLayer::ReservePath(Device& device, Path& path, int batch) {
 
 Status ResidualLayer::Reserve(Device& device, int batch) {
   if (batch <= reserved_) return Status::Ok();
+  // Nothing counts as reserved until every buffer is (Model::Reserve): a Grow that fails
+  // leaves its buffer released.
+  reserved_ = 0;
   RETURN_IF_ERROR(ReservePath(device, body_path_, batch));
   RETURN_IF_ERROR(ReservePath(device, shortcut_path_, batch));
   RETURN_IF_ERROR(Grow(device, shortcut_dx_, static_cast<size_t>(batch) * input_shape().size() * sizeof(float)));

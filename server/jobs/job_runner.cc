@@ -491,9 +491,15 @@ void JobRunner::RunJob() {
   auto delay = options_.record_retry_delay;
   for (int retry = 0; retry < kPrepareRetries && prepared.code() == StatusCode::kUnavailable && !stopping(); ++retry) {
     spdlog::warn("job {}: {}; trying again in {} ms", job_.id(), prepared.message(), delay.count());
-    if (SleepUnlessStopped(delay)) break;  // stopping
+    WaitUnlessStopping(delay);  // a cancel or a stop ends the wait
+    if (stopping()) break;
     delay = std::min(delay * 2, options_.max_record_retry_delay);
     prepared = Prepare();
+  }
+  if (cancel_) {
+    // Answered Ok to the user: the job ends cancelled, whatever Prepare was doing.
+    Finish(v1::JOB_CANCELLED, "cancelled by the user");
+    return;
   }
   if (!prepared.ok()) {
     if (!stop_) Finish(v1::JOB_FAILED, prepared.ToString());

@@ -211,6 +211,8 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
       if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[wire::JobStateName(static_cast<v1::JobState>(s))] = 0;
     }
     for (const auto& [state, count] : c->JobCounts()) by_state[wire::JobStateName(state)] += static_cast<double>(count);
+    // Stored jobs whose row could not be read at start (the log names them).
+    by_state["unreadable"] = static_cast<double>(c->UnreadableJobs());
     for (const auto& [state, count] : by_state) jobs.With({state}).Set(count);
     streams.With().Set(static_cast<double>(c->streams().open()));
   });

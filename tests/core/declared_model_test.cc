@@ -9,6 +9,8 @@
 #include "core/model/model.h"
 #include "core/train/trainer.h"
 #include "device/cpu/factory.h"
+#include "device/emulated/factory.h"
+#include "device/emulated/profile.h"
 
 namespace tessera {
 namespace {
@@ -340,6 +342,37 @@ TEST_F(DeclaredModelTest, TheDropoutMasksFollowTheModelsSeed) {
   const auto first = logits(*a);
   EXPECT_EQ(logits(*rerun), first);
   EXPECT_NE(logits(*other), first);
+}
+
+// As ModelTest.ABatchThatDoesNotFitLeavesTheModelUsableAtASmallerOne, inside a residual
+// block: its paths' buffers released by a reservation that failed are reserved again.
+TEST_F(DeclaredModelTest, AResidualBlockLeftHalfReservedByABatchThatDoesNotFitReservesAgain) {
+  DeviceProfile profile = *FindBuiltinProfile("generic");
+  profile.memory_bytes = 12 << 20;
+  auto device = CreateEmulatedDevice(profile);
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  LayerConfig block = L("residual", "block");
+  block.body = {Conv("conv1", 4, 3, 1, 1, false), L("relu")};
+  const ModelConfig config = Declared({block, L("global_avg_pool"), L("linear")}, 4, 16);
+  auto created = CreateModel(config, device->get());
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Model& model = **created;
+  const int batch = 2;
+  Batch b = MakeBatch(**device, config, batch, 3);
+  auto logits = [&] {
+    std::vector<float> host(batch * config.classes);
+    EXPECT_TRUE((*device)->CopyDeviceToHost(model.logits_buffer(), 0, host.data(), host.size() * 4).ok());
+    return host;
+  };
+  ASSERT_TRUE(model.Forward(b.images.f32(), batch).ok());
+  const auto before = logits();
+  // 1,024 samples of 4 x 16 x 16: 4 MiB a buffer. The model's own output and its gradient
+  // fit; the block's first path buffer does not.
+  auto refused = model.Forward(b.images.f32(), 1024);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted) << refused.status().ToString();
+  ASSERT_TRUE(model.Forward(b.images.f32(), batch).ok());
+  EXPECT_EQ(logits(), before);
 }
 
 TEST_F(DeclaredModelTest, TrainingLowersTheLossAndLeavesBuffersToTheForwardPass) {

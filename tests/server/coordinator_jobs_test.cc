@@ -127,6 +127,7 @@ TEST_F(CoordinatorJobsTest, AJobRowThatCannotBeReadStopsNoOtherJobAndKeepsItsFil
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->jobs_size(), 2);
   EXPECT_EQ(reply->more(), 1u) << "the damaged job is counted as not listed";
+  EXPECT_EQ((*c)->UnreadableJobs(), 1u);
   auto damaged = (*c)->GetJob("job-2-bbb");
   EXPECT_EQ(damaged.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(damaged.status().message().find("job-2-bbb"), std::string::npos) << damaged.status().ToString();
@@ -141,6 +142,19 @@ TEST_F(CoordinatorJobsTest, NoJobStartsOnceShutdownHasBegun) {
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().ToString();
   EXPECT_NE(refused.status().message().find("shutting down"), std::string::npos) << refused.status().ToString();
   EXPECT_TRUE((*c)->JobCounts().empty());
+}
+
+TEST_F(CoordinatorJobsTest, ACancelAfterShutdownBeganIsRefusedAndAnEndedJobsIsNamed) {
+  Store({StoredJob("job-1-aaa", v1::JOB_SUCCEEDED)});
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto ended = (*c)->CancelJob("job-1-aaa");
+  EXPECT_EQ(ended.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(ended.status().message().find("is succeeded; only a pending or running job"), std::string::npos)
+      << ended.status().ToString();
+  (*c)->Shutdown();
+  auto late = (*c)->CancelJob("job-1-aaa");
+  EXPECT_EQ(late.status().code(), StatusCode::kUnavailable) << late.status().ToString();
 }
 
 TEST_F(CoordinatorJobsTest, TheJobsReplyListsTheNewestWithinItsBoundsAndCountsTheRest) {

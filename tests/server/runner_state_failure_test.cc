@@ -143,5 +143,20 @@ TEST_F(RunnerStateFailureTest, AnInitialModelThatCannotBeSavedFailsTheJobBeforeA
   EXPECT_EQ(Stored().state(), v1::JOB_FAILED);
 }
 
+// A store that answers UNAVAILABLE while the job is prepared is tried again after a delay; a
+// cancel in that delay ends the job CANCELLED at once (the user was answered Ok), not FAILED
+// after the retries.
+TEST_F(RunnerStateFailureTest, ACancelWhilePreparingIsRetriedEndsTheJobCancelled) {
+  store_.FailNextWrites(StateWrite::kSaveInitialModel, 1000, UnavailableError("scripted: the store is busy"));
+  Submit(SmallSpec(1, 1));
+  ASSERT_TRUE(AwaitRunnerWaiting()) << "the runner waits before trying again";
+  EXPECT_GE(store_.writes(StateWrite::kSaveInitialModel), 1);
+  runner()->Cancel();
+  v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_CANCELLED) << job.error();
+  EXPECT_EQ(job.error(), "cancelled by the user");
+  EXPECT_EQ(Stored().state(), v1::JOB_CANCELLED);
+}
+
 }  // namespace
 }  // namespace tessera::server
