@@ -50,7 +50,7 @@ fi
 # header code (call ops, reactors, arenas); a suppression broad enough to silence them would also
 # hide races in the services' own code, which runs on gRPC's threads. These suites run under
 # ASan+UBSan above and in the normal suite.
-tsan_excluded='^(CoordinatorStartTest|CoordinatorShutdownTest|StreamScaleTest)\.'
+tsan_excluded='^(CoordinatorStartTest|CoordinatorShutdownTest|CoordinatorJobsTest|StreamScaleTest)\.'
 
 if [[ $which == tsan || $which == all ]]; then
   dir="${TSAN_BUILD_DIR:-build-tsan}"
