@@ -358,12 +358,23 @@ Status JobRunner::Prepare() {
 Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
   if (!selection_->LearnsFromRounds() || job.rounds_committed() == 0) return Status::Ok();
   const uint32_t committed = job.rounds_committed();
-  const uint32_t from = committed > kSelectionHistoryRounds ? committed - kSelectionHistoryRounds + 1 : 0;
-  ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), from));
-  for (const v1::RoundRecord& record : rounds) {
-    if (record.round() <= committed) selection_->Observe(record, job.spec());
+  ASSIGN_OR_RETURN(auto newest, store_->ListRounds(job.id(), committed, /*max_bytes=*/0));  // its record only
+  const uint64_t record_bytes = newest.empty() ? 1 : std::max<uint64_t>(1, newest.front().ByteSizeLong());
+  const uint64_t window = std::min<uint64_t>(
+      committed, std::max<uint64_t>(kSelectionHistoryRounds, kSelectionHistoryBytes / record_bytes));
+  uint32_t from = static_cast<uint32_t>(committed - window + 1);
+  size_t learned = 0;
+  while (from <= committed) {
+    ASSIGN_OR_RETURN(auto page, store_->ListRounds(job.id(), from, kSelectionHistoryPageBytes));
+    if (page.empty()) break;
+    for (const v1::RoundRecord& record : page) {
+      if (record.round() > committed) break;
+      selection_->Observe(record, job.spec());
+      ++learned;
+    }
+    from = page.back().round() + 1;
   }
-  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), rounds.size());
+  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), learned);
   return Status::Ok();
 }
 

@@ -9,7 +9,10 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/model/model.h"
+#include "device/cpu/factory.h"
 #include "job_runner_fixture.h"
+#include "proto/job_mapping.h"
 
 namespace tessera::server {
 namespace {
@@ -169,6 +172,54 @@ TEST_F(JobRunnerTest, AnUpdateBeyondTheNormBoundIsRefusedAndTheJobGoesOn) {
       << ReportOf(rounds[0], "w2").outcome();
   EXPECT_EQ(ReportOf(rounds[0], "w1").outcome(), "accepted");
   EXPECT_GT(ReportOf(rounds[0], "w1").update_norm(), 0);
+}
+
+// A resumed job's deadline-aware selection learns from every committed round (within its byte
+// budget), not only the newest hundred: a client measured too slow in round 5 of 150 is not
+// taken for a client never timed (which would be tried first) after a restart.
+TEST_F(JobRunnerTest, AResumedJobsSelectionRemembersAClientLastTimedLongAgo) {
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.mutable_data()->mutable_partition()->set_parties(2);
+  spec.mutable_selection()->set_policy("deadline");
+  spec.mutable_selection()->set_over_selection(0);  // one client a round, no spare
+  spec.set_rounds(151);
+  v1::Job job;
+  job.set_id(kJobId);
+  *job.mutable_spec() = spec;
+  job.set_state(v1::JOB_RUNNING);
+  ASSERT_TRUE(store_.InsertJob(job).ok());
+  auto device = CreateCpuDevice();
+  auto model = CreateModel(wire::ToModelConfig(spec), device.get());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const TensorSet weights = (*model)->GetState().value();
+  ASSERT_TRUE(store_.SaveInitialModel(kJobId, weights).ok());
+  auto accepted = [](const std::string& worker, double ms) {
+    v1::WorkerRoundReport w;
+    w.set_worker_id(worker);
+    w.set_outcome("accepted");
+    w.set_reported_ms(ms);
+    w.set_samples(10);
+    return w;
+  };
+  for (uint32_t round = 1; round <= 150; ++round) {
+    v1::RoundRecord record;
+    record.set_job_id(kJobId);
+    record.set_round(round);
+    // "slow" took 90 s against the 60 s deadline once, in round 5; "fast" 1 s every round.
+    if (round == 5) *record.add_workers() = accepted("slow", 90000);
+    *record.add_workers() = accepted("fast", 1000);
+    job.set_rounds_committed(round);
+    *job.mutable_last_round() = record;
+    ASSERT_TRUE(store_.CommitRound(job, record, weights).ok());
+  }
+  FakeWorker& fast = AddWorker("fast", Always(FakeAction::Upload(0.1f)));
+  FakeWorker& slow = AddWorker("slow", Always(FakeAction::Upload(0.1f)));
+  StartRunner(job);
+  v1::Job ended = AwaitEnd();
+  EXPECT_EQ(ended.state(), v1::JOB_SUCCEEDED) << ended.error();
+  EXPECT_EQ(ended.rounds_committed(), 151u);
+  EXPECT_EQ(fast.turns().size(), 1u);
+  EXPECT_TRUE(slow.turns().empty()) << "the slow client was taken for one never timed";
 }
 
 TEST_F(JobRunnerTest, AnExceptionInTheJobsThreadEndsTheJobFailedDurably) {
