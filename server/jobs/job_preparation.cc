@@ -1,0 +1,129 @@
+// How a job's runner starts or resumes (server/jobs/job_runner.h): the global model and the
+// strategy's state from the job's newest usable checkpoint (or a fresh initial model), the
+// parties' sizes from the operator's copy of the training set, and what client selection
+// learned from the rounds already committed.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "proto/job_mapping.h"
+#include "server/jobs/job_runner.h"
+
+namespace tessera::server {
+
+Status JobRunner::Prepare() {
+  v1::Job job = Snapshot();
+  const v1::JobSpec& spec = job.spec();
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.Datasets(), "job " + job.id(), options_.evaluation_threads));
+  RETURN_IF_ERROR(LoadPartySizes(spec));
+  TensorSet global;
+  TensorSet strategy_state;
+  if (job.rounds_committed() == 0) {
+    auto initial = store_->LoadCheckpoint(job.id(), 0);
+    if (initial.ok()) {
+      global = SplitModelAndState(std::move(initial).value(), &strategy_state);
+    } else if (initial.status().code() == StatusCode::kNotFound || initial.status().code() == StatusCode::kDataLoss) {
+      // No round was committed from it: a missing or damaged initial model is made again.
+      if (initial.status().code() == StatusCode::kDataLoss) {
+        spdlog::warn("job {}: {}; making the initial model again", job.id(), initial.status().message());
+        Note("initial model not usable, made again: " + initial.status().message());
+      }
+      ASSIGN_OR_RETURN(global, evaluator_->InitialModel());
+      RETURN_IF_ERROR(store_->SaveInitialModel(job.id(), global));
+    } else {
+      return initial.status();
+    }
+  } else {
+    std::vector<Status> damaged;
+    ASSIGN_OR_RETURN(StateStore::Checkpoint checkpoint,
+                     store_->LoadNewestCheckpoint(job.id(), job.rounds_committed(), &damaged));
+    for (const Status& why : damaged) {
+      spdlog::warn("job {}: {}", job.id(), why.message());
+      Note("checkpoint not usable: " + why.message());
+    }
+    if (checkpoint.round < job.rounds_committed()) {
+      // The newest checkpoints are damaged: the job goes back to the round of the newest
+      // good one, and the rounds after it are run again.
+      const std::string message = "falling back to the checkpoint of round " + std::to_string(checkpoint.round) +
+                                  "; rounds " + std::to_string(checkpoint.round + 1) + " to " +
+                                  std::to_string(job.rounds_committed()) + " will be run again";
+      spdlog::warn("job {}: {}", job.id(), message);
+      ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), checkpoint.round, /*max_bytes=*/0));  // its record only
+      job.set_rounds_committed(checkpoint.round);
+      job.clear_last_round();
+      if (checkpoint.round > 0 && !rounds.empty() && rounds.front().round() == checkpoint.round) {
+        *job.mutable_last_round() = rounds.front();
+      }
+      RETURN_IF_ERROR(store_->RewindJob(job));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job_.set_rounds_committed(job.rounds_committed());
+        *job_.mutable_last_round() = job.last_round();
+      }
+      Note(message);
+    }
+    global = SplitModelAndState(std::move(checkpoint.tensors), &strategy_state);
+    spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
+  }
+  RETURN_IF_ERROR(evaluator_->CheckFits(global).WithContext("job " + job.id() + " checkpoint"));
+  if (options_.strategy_factory) {
+    ASSIGN_OR_RETURN(strategy_, options_.strategy_factory(spec, global));
+  } else {
+    ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
+  }
+  RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
+                      .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
+  RETURN_IF_ERROR(seats_.Load());
+  RETURN_IF_ERROR(RestoreSelectionHistory(job));
+  update_sets_ = 1 + strategy_->PayloadSets().size();
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t bytes = 0;
+  for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
+  model_bytes_ = static_cast<uint64_t>(bytes);
+  current_ = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
+                                  options_.chunk_bytes);
+  return Status::Ok();
+}
+
+Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
+  if (!selection_->LearnsFromRounds() || job.rounds_committed() == 0) return Status::Ok();
+  const uint32_t committed = job.rounds_committed();
+  ASSIGN_OR_RETURN(auto newest, store_->ListRounds(job.id(), committed, /*max_bytes=*/0));  // its record only
+  const uint64_t record_bytes = newest.empty() ? 1 : std::max<uint64_t>(1, newest.front().ByteSizeLong());
+  const uint64_t window = std::min<uint64_t>(
+      committed, std::max<uint64_t>(kSelectionHistoryRounds, kSelectionHistoryBytes / record_bytes));
+  uint32_t from = static_cast<uint32_t>(committed - window + 1);
+  size_t learned = 0;
+  while (from <= committed) {
+    ASSIGN_OR_RETURN(auto page, store_->ListRounds(job.id(), from, kSelectionHistoryPageBytes));
+    if (page.empty()) break;
+    for (const v1::RoundRecord& record : page) {
+      if (record.round() > committed) break;
+      selection_->Observe(record, job.spec());
+      ++learned;
+    }
+    from = page.back().round() + 1;
+  }
+  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), learned);
+  return Status::Ok();
+}
+
+Status JobRunner::LoadPartySizes(const v1::JobSpec& spec) {
+  party_sizes_.clear();
+  if (spec.data().partition().kind() == v1::PARTITION_LOCAL_FILES) return Status::Ok();
+  // The same split the workers compute, from the operator's copy of the training labels.
+  const std::string what = "job " + job_.id() + ": the partition of the operator's training set";
+  auto labels = LoadTrainingLabels(options_.Datasets(), spec);
+  if (!labels.ok()) return labels.status().WithContext(what);
+  auto parts = wire::PartitionTrainingSet(spec, std::move(labels).value());
+  if (!parts.ok()) return parts.status().WithContext(what);
+  for (const auto& part : *parts) party_sizes_.push_back(part.size());
+  return Status::Ok();
+}
+
+uint64_t JobRunner::MaxSamples(uint32_t party) const {
+  if (party_sizes_.empty()) return wire::kMaxLocalFilesSamples;  // workers' own files: unknown here
+  return party < party_sizes_.size() ? party_sizes_[party] : 0;
+}
+
+}  // namespace tessera::server
