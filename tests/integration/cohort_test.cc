@@ -56,12 +56,19 @@ TEST(CohortTest, TwoWorkersTrainLikeOneHoldingTheirUnion) {
   EXPECT_EQ(report.members_size(), 2);
   EXPECT_FALSE(report.collective_backend().empty());
   EXPECT_EQ(site.rounds(1).clients_reported(), 1u);
-  const double solo_accuracy = solo.rounds(1).test_accuracy();
-  const double site_accuracy = site.rounds(1).test_accuracy();
-  EXPECT_NEAR(site_accuracy, solo_accuracy, 0.005)
-      << "cohort " << site_accuracy << " vs one worker " << solo_accuracy << " over "
-      << report.collective_backend();
-  EXPECT_GT(site_accuracy, 0.6);
+  ASSERT_EQ(solo.rounds_size(), 2);
+  // The two train the same model on the same batches, but a cohort sums each batch's gradient
+  // in two halves and one worker in one: the same values up to float rounding, which SGD
+  // amplifies step by step: after round 2 they were 0.9 points apart on one machine and under 0.5
+  // on another, after round 1 0.15 points. Round 1 is held to half a point, round 2 to two.
+  for (int r = 0; r < 2; ++r) {
+    const double solo_accuracy = solo.rounds(r).test_accuracy();
+    const double site_accuracy = site.rounds(r).test_accuracy();
+    EXPECT_NEAR(site_accuracy, solo_accuracy, r == 0 ? 0.005 : 0.02)
+        << "round " << r + 1 << ": cohort " << site_accuracy << " vs one worker " << solo_accuracy << " over "
+        << report.collective_backend();
+    EXPECT_GT(site_accuracy, 0.6);
+  }
 }
 
 // A one-member cohort still synchronises through a communicator. On CUDA devices that is

@@ -79,7 +79,7 @@ TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
   std::mutex held_mu;
   std::weak_ptr<const ModelVersion> held;
   bool seen = false;
-  AddWorker("w1", [&](const v1::TrainTask& t) {
+  FakeWorker& w1 = AddWorker("w1", [&](const v1::TrainTask& t) {
     if (auto model = runner()->Model(t.model_version()); model.ok()) {
       std::lock_guard<std::mutex> lock(held_mu);
       held = *model;
@@ -89,6 +89,9 @@ TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
   });
   v1::Job job = Run(SmallSpec(1, 1));
   ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  // The fake worker's thread holds the model it uploaded against until its turn returns,
+  // which can be after the job has ended: it is joined first.
+  w1.Stop();
   std::lock_guard<std::mutex> lock(held_mu);
   ASSERT_TRUE(seen) << "the worker never saw the job's model";
   EXPECT_TRUE(held.expired()) << "the finished job still holds the model it served";
