@@ -328,6 +328,13 @@ Result<std::string> Provision(const ProvisionOptions& options) {
 
   CertificateAuthority ca;
   const std::string ca_dir = out + "/ca";
+  if (!std::filesystem::exists(ca_dir + "/ca.key") && std::filesystem::exists(ca_dir + "/ca.crt")) {
+    // The CA's key was taken offline, as it should be. A new CA here would replace ca.crt, and
+    // what it issued would not be trusted by the coordinator and identities issued before.
+    return FailedPreconditionError(QuoteUntrusted(ca_dir + "/ca.crt", 256) +
+                                   " has no ca.key beside it: put the CA's key back to issue or revoke "
+                                   "certificates (a new CA would not be trusted by what the old one issued)");
+  }
   if (std::filesystem::exists(ca_dir + "/ca.key")) {
     ASSIGN_OR_RETURN(ca.cert_pem, ReadSmallFile(ca_dir + "/ca.crt"));
     ASSIGN_OR_RETURN(ca.key_pem, ReadSmallFile(ca_dir + "/ca.key"));

@@ -97,6 +97,29 @@ TEST_F(ProvisionTest, RunningItAgainKeepsTheCaAndEveryIdentityAndAddsTheNewOnes)
   EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
 }
 
+// ca.key kept offline, as the report advises: a later run must not make a new CA over ca.crt,
+// which would sign identities the coordinator and the existing ones do not trust.
+TEST_F(ProvisionTest, ACaWhoseKeyIsOfflineIsNeitherReplacedNorUsed) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  const std::string ca = Read("ca/ca.crt");
+  std::filesystem::rename(dir_ / "ca/ca.key", dir_ / "offline.key");
+  ProvisionOptions more = Options();
+  more.workers.push_back("site-c-01");
+  EXPECT_EQ(Provision(more).status().message(),
+            "'" + dir_.string() + "/ca/ca.crt' has no ca.key beside it: put the CA's key back to issue or revoke "
+            "certificates (a new CA would not be trusted by what the old one issued)");
+  EXPECT_EQ(Read("ca/ca.crt"), ca);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "ca/ca.key"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "workers/site-c-01"));
+
+  // With the key back, the new worker is issued by the same CA.
+  std::filesystem::rename(dir_ / "offline.key", dir_ / "ca/ca.key");
+  auto report = Provision(more);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(Read("ca/ca.crt"), ca);
+  EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
+}
+
 std::string SerialOf(const std::string& pem) { return wire::ReadCertificate(pem, "certificate")->serial; }
 
 TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
