@@ -131,26 +131,42 @@ Status CheckHost(const std::string& host) {
   return Status::Ok();
 }
 
+// Writes `path` whole: into PATH.new (its mode set before a byte is written, whatever the
+// umask), synced, then renamed over `path`. A run that fails or dies half-way leaves `path` as
+// it was or absent, never cut short.
 Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  const std::string temporary = path + ".new";
+  auto failed = [&](int error) {
+    ::unlink(temporary.c_str());
+    return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(error));
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(errno));
-  ::fchmod(fd, mode);  // whatever the umask
+  if (::fchmod(fd, mode) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return failed(error);
+  }
   const char* p = content.data();
   size_t left = content.size();
   while (left > 0) {
     const ssize_t n = ::write(fd, p, left);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      const int error = errno;
+      const int error = n < 0 ? errno : EIO;
       ::close(fd);
-      return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(error));
+      return failed(error);
     }
     p += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(errno));
+  if (::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return failed(error);
   }
+  if (::close(fd) != 0) return failed(errno);
+  if (::rename(temporary.c_str(), path.c_str()) != 0) return failed(errno);
   return Status::Ok();
 }
 
@@ -279,9 +295,11 @@ Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std
 
 Status WriteIdentity(const std::string& dir, const std::string& ca_pem, const IssuedCertificate& issued) {
   RETURN_IF_ERROR(MakePrivateDirectory(dir));
+  // tls.crt last: it is what marks the identity as made (Provision keeps a directory that has
+  // one), so a run stopped before it leaves the identity to be made again, not kept half-written.
   RETURN_IF_ERROR(WriteFile(dir + "/tls.key", issued.key_pem, 0600));
-  RETURN_IF_ERROR(WriteFile(dir + "/tls.crt", issued.cert_pem, 0644));
-  return WriteFile(dir + "/ca.crt", ca_pem, 0644);
+  RETURN_IF_ERROR(WriteFile(dir + "/ca.crt", ca_pem, 0644));
+  return WriteFile(dir + "/tls.crt", issued.cert_pem, 0644);
 }
 
 Result<std::vector<std::string>> SplitList(const std::string& flag, const std::string& text) {
@@ -407,10 +425,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   ASSIGN_OR_RETURN(std::string crl, RevokeCertificates(ca, existing, revoked, now));
   // Whole files replace the old ones (a coordinator may be reading out/coordinator/crl.pem).
   for (const std::string& path : {ca_dir + "/crl.pem", out + "/coordinator/crl.pem"}) {
-    RETURN_IF_ERROR(WriteFile(path + ".new", crl, 0644));
-    std::error_code ec;
-    std::filesystem::rename(path + ".new", path, ec);
-    if (ec) return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + ec.message());
+    RETURN_IF_ERROR(WriteFile(path, crl, 0644));
   }
   report += "crl           " + out + "/coordinator/crl.pem (the coordinator rereads it; copy it there)\n";
   return report;

@@ -120,6 +120,23 @@ TEST_F(ProvisionTest, ACaWhoseKeyIsOfflineIsNeitherReplacedNorUsed) {
   EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
 }
 
+// An identity whose files could not all be written is made again by the next run, not kept
+// without its ca.crt: tls.crt, which marks it as made, is written last.
+TEST_F(ProvisionTest, AnIdentityLeftHalfWrittenIsMadeAgain) {
+  std::filesystem::create_directories(dir_ / "workers/site-a-01/ca.crt");  // writing ca.crt fails
+  EXPECT_FALSE(Provision(Options()).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "workers/site-a-01/tls.crt"));
+  std::filesystem::remove(dir_ / "workers/site-a-01/ca.crt");
+  auto report = Provision(Options());
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_NE(report->find("workers/site-a-01 (made)"), std::string::npos) << *report;
+  EXPECT_EQ(Read("workers/site-a-01/ca.crt"), Read("ca/ca.crt"));
+  EXPECT_EQ(Mode("workers/site-a-01/tls.key"), 0600u);
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_)) {
+    EXPECT_NE(entry.path().extension(), ".new") << entry.path();
+  }
+}
+
 std::string SerialOf(const std::string& pem) { return wire::ReadCertificate(pem, "certificate")->serial; }
 
 TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
