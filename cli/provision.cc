@@ -339,6 +339,25 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     }
   }
   const std::string& out = options.out_dir;
+  // A coordinator certificate that exists is kept: one that lacks a name asked for now would
+  // leave whoever dials that name failing verification, far from here. Checked before anything
+  // is written.
+  if (const std::string kept = out + "/coordinator/tls.crt";
+      !options.coordinator_hosts.empty() && std::filesystem::exists(kept)) {
+    ASSIGN_OR_RETURN(const std::string pem, ReadSmallFile(kept));
+    X509Ptr cert = PemToCert(pem);
+    if (!cert) return FailedPreconditionError(QuoteUntrusted(kept, 256) + " does not parse");
+    for (const auto& host : options.coordinator_hosts) {
+      const bool carried = IsIpAddress(host) ? X509_check_ip_asc(cert.get(), host.c_str(), 0) == 1
+                                             : X509_check_host(cert.get(), host.data(), host.size(), 0, nullptr) == 1;
+      if (!carried) {
+        return FailedPreconditionError("--coordinator-host " + QuoteUntrusted(host) + ": the coordinator's certificate " +
+                                       QuoteUntrusted(kept, 256) +
+                                       ", which is kept, does not carry it; delete that directory to issue one "
+                                       "that does (and give the coordinator the new one), or leave the name out");
+      }
+    }
+  }
   std::string report;
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
   const int64_t not_before = now - 300;  // a little slack for clocks that are slightly behind

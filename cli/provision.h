@@ -79,7 +79,8 @@ struct ProvisionOptions {
 };
 
 // Checks the options (names: 1 to 64 letters, digits, '-', '_' or '.'; hosts: DNS names or IP
-// addresses; --coordinator-host may be left out once the coordinator's certificate exists),
+// addresses; --coordinator-host may be left out once the coordinator's certificate exists, and
+// names given then must be ones that certificate carries: it is kept, not reissued),
 // then creates or reuses the CA, issues what is missing and revokes what --revoke names.
 // Returns one line per identity, saying where it is and whether it was made now, kept or
 // revoked.

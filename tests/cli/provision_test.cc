@@ -137,6 +137,27 @@ TEST_F(ProvisionTest, AnIdentityLeftHalfWrittenIsMadeAgain) {
   }
 }
 
+// The coordinator's certificate is kept once made: a name given now that it does not carry is
+// refused rather than ignored, before anything is written.
+TEST_F(ProvisionTest, ACoordinatorNameTheKeptCertificateLacksIsRefused) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  const std::string certificate = Read("coordinator/tls.crt");
+  ProvisionOptions again = Options();
+  again.coordinator_hosts = {"10.0.0.5", "coordinator.example.org"};  // the same names, in any order
+  again.workers.push_back("site-c-01");
+  ASSERT_TRUE(Provision(again).ok());
+  again.coordinator_hosts = {"coordinator.example.org", "other.example.org"};
+  again.workers.push_back("site-d-01");
+  EXPECT_EQ(Provision(again).status().message(),
+            "--coordinator-host 'other.example.org': the coordinator's certificate '" + dir_.string() +
+                "/coordinator/tls.crt', which is kept, does not carry it; delete that directory to issue one that "
+                "does (and give the coordinator the new one), or leave the name out");
+  again.coordinator_hosts = {"10.0.0.6"};
+  EXPECT_EQ(Provision(again).status().message().rfind("--coordinator-host '10.0.0.6': ", 0), 0u);
+  EXPECT_EQ(Read("coordinator/tls.crt"), certificate);
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "workers/site-d-01"));
+}
+
 std::string SerialOf(const std::string& pem) { return wire::ReadCertificate(pem, "certificate")->serial; }
 
 TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
