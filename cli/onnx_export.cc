@@ -64,8 +64,35 @@ std::string Scalar(onnx::GraphProto* graph, const std::string& prefix, float val
   return output;
 }
 
+// [batch, C, H, W] -> [batch, C * H * W] (NCHW order, as PyTorch's flatten).
+std::string Flatten(onnx::GraphProto* graph, const std::string& prefix, const std::string& input) {
+  const std::string output = Node(graph, prefix, "Flatten", {input});
+  AddIntAttribute(graph->mutable_node(graph->node_size() - 1), "axis", 1);
+  return output;
+}
+
+// [batch, F] -> [batch, F, 1, 1]: the model's activation {F, 1, 1}, as a layer that reads
+// [N, C, H, W] (a convolution, a pool) takes it.
+std::string Unflatten(onnx::GraphProto* graph, const std::string& prefix, const std::string& input) {
+  auto* node = graph->add_node();
+  const std::string shape = prefix + ".shape" + std::to_string(graph->node_size());
+  node->set_name(shape);
+  node->set_op_type("Constant");
+  node->add_output(shape);
+  auto* attribute = node->add_attribute();
+  attribute->set_name("value");
+  attribute->set_type(onnx::AttributeProto::TENSOR);
+  auto* tensor = attribute->mutable_t();
+  tensor->set_data_type(onnx::TensorProto::INT64);
+  tensor->add_dims(4);
+  for (int64_t d : {0, -1, 1, 1}) tensor->add_int64_data(d);  // 0: the batch, as it is
+  return Node(graph, prefix, "Reshape", {input, shape});
+}
+
 // Appends the nodes of `layers` to `graph`, reading `current` and leaving it at the last
-// output; `flat` tracks whether it is [batch, features].
+// output; `flat` tracks whether it is [batch, features] rather than [batch, C, H, W]. The model
+// holds both as one activation shape ({F, 1, 1} is F features), so a layer may follow either:
+// each node is given the rank it takes.
 Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers, std::string& current, bool& flat,
                   int& index) {
   for (const LayerInfo& layer : layers) {
@@ -78,6 +105,11 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       if (layer.paths.size() > 1 && !layer.paths[1].empty()) {
         RETURN_IF_ERROR(EmitLayers(graph, layer.paths[1], shortcut, shortcut_flat, index));
       }
+      // Both of one rank: [N, F] + [N, F, 1, 1] would broadcast to [N, F, N, F].
+      if (body_flat != shortcut_flat) {
+        if (!body_flat) body = Flatten(graph, layer.name, body);
+        if (!shortcut_flat) shortcut = Flatten(graph, layer.name, shortcut);
+      }
       auto* add = graph->add_node();
       add->set_name(layer.name);
       add->set_op_type("Add");
@@ -85,7 +117,7 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       add->add_input(shortcut);
       current = "x" + std::to_string(++index);
       add->add_output(current);
-      flat = body_flat;
+      flat = body_flat || shortcut_flat;
       continue;
     }
     if (layer.kind == "gelu") {
@@ -118,6 +150,11 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       current = Node(graph, layer.name, "Add",
                      {Node(graph, layer.name, "Mul", {normalised, layer.name + ".weight"}), layer.name + ".bias"});
       continue;
+    }
+    if (flat && (layer.kind == "conv2d" || layer.kind == "max_pool" || layer.kind == "avg_pool" ||
+                 layer.kind == "global_avg_pool")) {
+      current = Unflatten(graph, layer.name, current);
+      flat = false;
     }
     const std::string output = "x" + std::to_string(++index);
     auto* node = graph->add_node();
@@ -220,6 +257,9 @@ Status WriteOnnx(const Model& model, const std::string& graph_name, const std::s
   bool flat = false;
   int index = 0;
   RETURN_IF_ERROR(EmitLayers(graph, model.DescribeLayers(1), current, flat, index));
+  // A model may end at [N, classes, 1, 1] (a convolution and a global average pool): the
+  // logits are [batch, classes] all the same.
+  if (!flat) current = Flatten(graph, "logits", current);
   // The last node's output is the graph's: rename it "logits".
   auto* last = graph->mutable_node(graph->node_size() - 1);
   last->set_output(0, "logits");

@@ -209,6 +209,53 @@ parties = 2
   EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
 }
 
+// The model keeps [F] features and [F, 1, 1] maps as one shape, so its layers follow either;
+// ONNX's nodes take one rank. A residual block whose body is flat and whose shortcut is not, a
+// convolution after it, and a model that ends at [classes, 1, 1] (a convolution and a global
+// average pool, no linear layer) still give a graph whose shapes infer to logits [batch, classes].
+TEST(ExportTest, AModelWhoseLayersMixFeaturesAndMapsExportsToOnnx) {
+  if (!SystemPythonHas("onnx")) GTEST_SKIP() << "python3-onnx is not installed: scripts/setup.sh installs it";
+  TempDir dir("export-ranks");
+  auto spec = ParseJobSpecString(R"(name = "onnx-ranks"
+rounds = 1
+
+[[model.layers]]
+type = "conv2d"
+out = 4
+kernel = 3
+
+[[model.layers]]
+type = "global_avg_pool"
+
+[[model.layers]]
+type = "residual"
+name = "block"
+body = [{ type = "linear", out = 4 }, { type = "relu" }]
+
+[[model.layers]]
+type = "conv2d"
+out = 10
+kernel = 1
+
+[[model.layers]]
+type = "global_avg_pool"
+
+[data.partition]
+parties = 2
+)", "ranks.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto device = CreateCpuDevice();
+  auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string npz = dir.str() + "/ranks.npz", onnx = dir.str() + "/ranks.onnx";
+  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState().value())).ok());
+  Status written = cli::WriteOnnx(**model, "ranks", onnx);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  const auto [rc, text] = RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
+}
+
 // resnet8, trained a few steps so its running statistics are its own, exported as an .npz:
 // PyTorch's ResNet-8 (bench/torch_simplecnn.py) loads it by name and, in eval mode, gives
 // Tessera's inference logits.
