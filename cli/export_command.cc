@@ -64,8 +64,11 @@ Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& o
   RETURN_IF_ERROR(failed);
   if (!started) return DataLossError(what + ": the coordinator sent nothing");
   ASSIGN_OR_RETURN(TensorSet tensors, assembler.Finish());
-  if (!sha256.empty() && TensorSetSha256(tensors) != sha256) {
-    return DataLossError(what + ": the tensors do not hash to the model's SHA-256 " + sha256);
+  // The coordinator names every model's digest: an export without one cannot be checked, and is
+  // not written as if it had been.
+  if (sha256.empty()) return DataLossError(what + ": the coordinator sent no SHA-256 for the model");
+  if (TensorSetSha256(tensors) != sha256) {
+    return DataLossError(what + ": the tensors do not hash to the model's SHA-256 " + QuoteUntrusted(sha256, 64));
   }
   if (onnx) {
     // The graph comes from the job's model spec; the parameters from the export.
