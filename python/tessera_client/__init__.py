@@ -127,8 +127,19 @@ def send(arrays, samples, loss=None):
     _reply(message)
 
 
+# The worker reads a reply line of at most 64 KiB and stops a trainer that sends a longer one, so
+# a long message (a traceback) would be lost with the process. It shows the first 512
+# characters; 4096 escape to at most 48 KiB of JSON (12 bytes for a character outside the BMP).
+_MAX_MESSAGE_CHARS = 4096
+
+
 def fail(message):
-    """Tells the worker this round cannot be trained; it reports the message for the round."""
+    """Tells the worker this round cannot be trained; it reports the message for the round.
+
+    A message longer than 4096 characters is cut (the worker shows its first 512)."""
     global _current
     _current = None
-    _reply({"type": "error", "message": str(message)})
+    text = str(message)
+    if len(text) > _MAX_MESSAGE_CHARS:
+        text = text[:_MAX_MESSAGE_CHARS] + "... (%d characters)" % len(text)
+    _reply({"type": "error", "message": text})

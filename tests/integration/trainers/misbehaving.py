@@ -4,7 +4,8 @@
   misbehaving.py hang       never replies
   misbehaving.py garbage    replies with a line that is not JSON
   misbehaving.py shape      sends a model whose first tensor has the wrong shape
-  misbehaving.py refuse     says it cannot train (tessera_client.fail)
+  misbehaving.py refuse     says it cannot train (tessera_client.fail), with a message far
+                            longer than a reply line may be
   misbehaving.py identity   sends the global model back unchanged (a well-behaved trainer)
 """
 import os
@@ -31,6 +32,6 @@ while (task := tc.receive()) is not None:
         arrays[first] = np.zeros((3, 3), np.float32)
         tc.send(arrays, samples=len(x))
     elif mode == "refuse":
-        tc.fail("no GPU memory left for this round")
+        tc.fail("no GPU memory left for this round\n" + "Traceback line\n" * 20000)
     else:
         tc.send(task.arrays, samples=len(x), loss=0.5)
