@@ -1,0 +1,61 @@
+// Writing an ONNX file: a write that fails is an error, never a file renamed into place and
+// success.
+#include "cli/onnx_export.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "device/cpu/factory.h"
+
+namespace tessera::cli {
+namespace {
+
+class OnnxExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("tessera-onnx-" + std::to_string(::getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    ModelConfig config;  // a small model: the whole file fits in a stream's buffer
+    config.name = "declared";
+    config.channels = 1;
+    config.rows = config.cols = 2;
+    LayerConfig linear;
+    linear.type = "linear";
+    config.layers.push_back(linear);
+    auto model = CreateModel(config, device_.get());
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(model).value();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Device> device_ = CreateCpuDevice();
+  std::unique_ptr<Model> model_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(OnnxExportTest, AModelIsWrittenWhole) {
+  const std::string path = (dir_ / "model.onnx").string();
+  Status written = WriteOnnx(*model_, "small", path);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  EXPECT_GT(std::filesystem::file_size(path), 4 * 50u);  // 40 weights and 10 biases at least
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+// The temporary file's place holds a link to a device that refuses every write (as a full disk
+// does): nothing may be reported written, nor the link renamed over the file asked for.
+TEST_F(OnnxExportTest, AWriteThatFailsIsAnError) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+  const std::string path = (dir_ / "model.onnx").string();
+  std::filesystem::create_symlink("/dev/full", path + ".tmp");
+  Status written = WriteOnnx(*model_, "small", path);
+  EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
+  EXPECT_EQ(written.message().rfind("cannot write " + path + ".tmp: ", 0), 0u) << written.message();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+}
+
+}  // namespace
+}  // namespace tessera::cli
