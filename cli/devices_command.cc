@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "base/escape.h"
 #include "cli/job_spec.h"
 #include "core/data/idx.h"
 #include "device/measure.h"
@@ -240,13 +241,17 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
     for (const auto& backend : RegisteredDeviceBackends()) names.push_back(backend.name);
   }
   names.insert(names.end(), options.extra_devices.begin(), options.extra_devices.end());
+  // Every name before any device is measured (seconds each): a typo is an error at once, and
+  // nothing is printed for a command that fails.
   for (const std::string& name : names) {
     if (!IsKnownDeviceName(name)) {
       std::string known;
       for (const auto& backend : RegisteredDeviceBackends()) known += (known.empty() ? "" : ", ") + backend.name;
-      return InvalidArgumentError("devices: unknown device '" + name + "'; known devices: " + known +
+      return InvalidArgumentError("unknown device " + QuoteUntrusted(name) + "; known devices: " + known +
                                   ", or emu:<profile.toml>");
     }
+  }
+  for (const std::string& name : names) {
     // With --json, one object per device in place of its lines.
     google::protobuf::Struct record;
     auto& f = *record.mutable_fields();

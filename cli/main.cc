@@ -311,12 +311,12 @@ int main(int argc, char** argv) {
     if (!need_arguments(0, "")) return 2;
     Status local;
     if (command == "devices") {
-      for (size_t start = 0; !extra_devices.empty() && start <= extra_devices.size();) {
-        size_t comma = extra_devices.find(',', start);
-        if (comma == std::string::npos) comma = extra_devices.size();
-        if (comma > start) devices.extra_devices.push_back(extra_devices.substr(start, comma - start));
-        start = comma + 1;
+      auto extra = cli::SplitList("--device", extra_devices);  // an empty name is a typo
+      if (!extra.ok()) {
+        std::cerr << "tessera devices: " << extra.status().message() << "\n";
+        return 2;
       }
+      devices.extra_devices = *extra;
       devices.json = json;
       local = DevicesCommand(devices, std::cout);
     } else {

@@ -86,6 +86,18 @@ TEST(DevicesToolsTest, UnknownDeviceNamesAreErrorsNamingThem) {
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.ToString().find("no-such-chip"), std::string::npos) << status.ToString();
 
+  // Every name is checked before any device is measured, and shown escaped.
+  options.devices = {"cpu"};
+  options.extra_devices = {"tpu\x1b[2J-v9"};
+  std::ostringstream nothing;
+  status = DevicesCommand(options, nothing);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message().rfind("unknown device 'tpu\\x1b[2J-v9'; known devices: ", 0), 0u) << status.message();
+  EXPECT_EQ(nothing.str(), "");
+  options.extra_devices = {""};
+  EXPECT_EQ(DevicesCommand(options, nothing).message().rfind("unknown device ''; known devices: ", 0), 0u);
+  EXPECT_EQ(nothing.str(), "");
+
   AlignOptions align;
   align.device_b = "npu-x";
   status = AlignCommand(align, report);
