@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "base/escape.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/partition.h"
@@ -46,6 +47,13 @@ template <typename Value>
 void KeepForSeat(std::map<std::string, Value>& kept, const std::string& seat, Value value, size_t limit) {
   kept[seat] = std::move(value);
   while (kept.size() > limit) kept.erase(kept.begin()->first == seat ? std::next(kept.begin()) : kept.begin());
+}
+
+// Whether `name` is a device class this build registers (cpu, cuda, xrt, a built-in emulated
+// profile): what a job may name, unlike "emu:FILE.toml", a file on this worker.
+bool IsDeviceClass(const std::string& name) {
+  const std::vector<DeviceBackend> backends = RegisteredDeviceBackends();
+  return std::any_of(backends.begin(), backends.end(), [&](const DeviceBackend& b) { return b.name == name; });
 }
 
 using Clock = std::chrono::steady_clock;
@@ -278,7 +286,16 @@ void WorkerAgent::TrainerLoop() {
       // The device failed (out of memory, a driver error): train this round on the job's
       // fallback device class instead of giving up.
       const std::string fallback = task.spec().fallback_device().empty() ? "cpu" : task.spec().fallback_device();
-      if (fallback != device_->capabilities().kind && fallback != options_.device) {
+      if (fallback == device_->capabilities().kind || fallback == options_.device) {
+        // The device that failed, or the one this worker was told to use: nothing else to try.
+      } else if (!IsDeviceClass(fallback)) {
+        // A job names a device class, never a file: "emu:FILE.toml" would have this worker
+        // read a file of the job's choosing, and the profile's errors (which quote what the
+        // file holds) would go back to the coordinator in the round's failure.
+        s = Status(s.code(), s.message() + "; the job's fallback device " + QuoteUntrusted(fallback) +
+                                 " is not a device class of this worker (cpu, cuda, xrt or emu:PROFILE), so none "
+                                 "was tried");
+      } else {
         spdlog::warn("job {} round {}: device {} failed ({}); falling back to '{}' for this round", task.job_id(),
                      task.round(), device_name(), s.message(), fallback);
         if (auto other = CreateDevice(fallback); other.ok()) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -555,6 +557,39 @@ TEST_F(AgentTest, TheDeltaTravelsInTheJobsEncoding) {
     for (float v : t.values) largest = std::max(largest, std::fabs(double(v)));
   }
   EXPECT_GT(largest, 0.0) << "the int8 delta reads back as zero";
+}
+
+// An emulated device profile written to a file; `memory_bytes` its capacity.
+std::string WriteProfile(const std::string& file, const std::string& name, uint64_t memory_bytes) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / file).string();
+  std::ofstream(path) << "[" << name << "]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\n"
+                      << "memory_bandwidth_gbps = 100\nmemory_bytes = " << memory_bytes << "\nhost_link_gbps = 4\n"
+                      << "power_watts = 20\nprecision = \"fp32\"\nnative_ops = [\"all\"]\n";
+  return path;
+}
+
+// A device that fails (out of memory, a driver error) sends the round to the job's fallback
+// device class. A job names a class, never a file: "emu:FILE.toml" would have the worker read
+// a file the job chose. The round is reported failed instead, and a class still serves.
+TEST_F(AgentTest, AJobsFallbackDeviceIsNeverAProfileFileOnTheWorker) {
+  WorkerOptions options;
+  options.device = "emu:" + WriteProfile("agent_test_tiny.toml", "tiny-npu", 64 << 10);  // the model does not fit
+  v1::Task named_file = Train(1, 1);
+  named_file.mutable_train()->mutable_spec()->set_fallback_device(
+      "emu:" + WriteProfile("agent_test_job_named.toml", "job-npu", uint64_t{1} << 30));
+  v1::Task named_class = Train(1, 1, "job-2");
+  named_class.mutable_train()->mutable_spec()->set_fallback_device("emu:generic");
+  Start({named_file, named_class}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("RESOURCE_EXHAUSTED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("the job's fallback device 'emu:"), std::string::npos) << upload.failure();
+  EXPECT_NE(upload.failure().find("is not a device class of this worker"), std::string::npos) << upload.failure();
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 3) << "job-1 trained again on the file it named";
 }
 
 }  // namespace
