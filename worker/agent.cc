@@ -282,7 +282,8 @@ void WorkerAgent::TrainerLoop() {
     // as slack that lets its next round run at the host's speed.
     ResetEmulatedClock(*device_);
     Status s = Train(task, &header, &parts, device_.get());
-    if (!s.ok() && (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
+    if (!s.ok() && reached_device_ &&
+        (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
       // fallback device class instead of giving up.
       const std::string fallback = task.spec().fallback_device().empty() ? "cpu" : task.spec().fallback_device();
@@ -360,6 +361,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
     worker_id = worker_id_;
     session = session_;
   }
+  reached_device_ = false;
   // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
   ASSIGN_OR_RETURN(const uint64_t max_download, DownloadBound(task, what));
@@ -398,6 +400,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
+  reached_device_ = true;
   auto created =
       CreateModelWithState(wire::ToTrainingModelConfig(task.spec(), task.round(), task.party_index()), device, global);
   if (!created.ok()) return created.status().WithContext(what + ": the model from the global weights");

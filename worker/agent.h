@@ -155,6 +155,11 @@ class WorkerAgent {
   // Models at least this large give their memory back after each round (WorkerAgent::Train).
   static constexpr uint64_t kReleaseAboveBytes = uint64_t{4} << 20;
   bool large_model_ = false;  // the last task's model is that large; only the task thread
+  // Whether the last Train() got as far as building the model on its device: only a failure
+  // from there on (out of memory, a driver error) is the device's, for the job's fallback
+  // device to retry. A download's or a data load's (a transport's INTERNAL) is not. Only the
+  // task thread.
+  bool reached_device_ = false;
   // With keep_round_memory: the heap holds a round's freed buffers until the worker has had
   // no task for options_.idle_release_ms. Only the task thread.
   bool memory_kept_ = false;

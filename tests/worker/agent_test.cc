@@ -8,6 +8,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -84,6 +85,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     bool cancelled = false;
     int downloads = 0;
     std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
+    // Called before each download is served, outside the lock; a status that is not OK is
+    // that download's answer.
+    std::function<Status(const v1::DownloadModelRequest&)> before_download;
     // When set, the first task channel ends after its script (the coordinator went away) and
     // the next one gets these tasks.
     std::optional<std::vector<v1::Task>> next_session;
@@ -134,12 +138,14 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->cancelled = true;
     shared_->cv.notify_all();
   }
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest&, uint64_t max_bytes) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       ++shared_->downloads;
       shared_->download_bounds.push_back(max_bytes);
+      shared_->cv.notify_all();
     }
+    if (shared_->before_download) RETURN_IF_ERROR(shared_->before_download(request));
     TensorSet download = model_;
     download.insert(download.end(), download_sets_.begin(), download_sets_.end());
     return download;
@@ -590,6 +596,24 @@ TEST_F(AgentTest, AJobsFallbackDeviceIsNeverAProfileFileOnTheWorker) {
   EXPECT_EQ(upload.samples(), 512u);
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 3) << "job-1 trained again on the file it named";
+}
+
+// A download that fails with a transport's INTERNAL (a stream reset) or RESOURCE_EXHAUSTED is
+// not the device's failure: the round is reported, not trained again on the job's fallback
+// device (a GPU worker's round on its CPU).
+TEST_F(AgentTest, ADownloadsFailureIsNotTakenForTheDevices) {
+  shared_->before_download = [](const v1::DownloadModelRequest&) {
+    return InternalError("download: Received RST_STREAM with error code 2");
+  };
+  v1::Task task = Train(1, 1);
+  task.mutable_train()->mutable_spec()->set_fallback_device("emu:generic");
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("INTERNAL", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("RST_STREAM"), std::string::npos) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "the round was downloaded again for the fallback device";
 }
 
 }  // namespace
