@@ -248,6 +248,7 @@ Status WorkerAgent::RunSession() {
 void WorkerAgent::TrainerLoop() {
   while (true) {
     v1::TrainTask task;
+    Identity identity;
     {
       std::unique_lock<std::mutex> lock(mu_);
       const auto ready = [&] { return stop_.load() || !tasks_.empty(); };
@@ -274,6 +275,8 @@ void WorkerAgent::TrainerLoop() {
         continue;
       }
       state_ = "training " + task.job_id() + " round " + std::to_string(task.round());
+      // Every queued task is this session's: a new session clears the queue.
+      identity = {worker_id_, session_};
     }
     v1::UpdateHeader header;
     UpdateParts parts;
@@ -281,7 +284,7 @@ void WorkerAgent::TrainerLoop() {
     // passed: reset at each task, so that the time it sat idle between rounds is not banked
     // as slack that lets its next round run at the host's speed.
     ResetEmulatedClock(*device_);
-    Status s = Train(task, &header, &parts, device_.get());
+    Status s = Train(task, identity, &header, &parts, device_.get());
     if (!s.ok() && reached_device_ &&
         (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
@@ -302,7 +305,7 @@ void WorkerAgent::TrainerLoop() {
         if (auto other = CreateDevice(fallback); other.ok()) {
           header.Clear();
           parts.clear();
-          s = Train(task, &header, &parts, other->get());
+          s = Train(task, identity, &header, &parts, other->get());
         } else {
           s = other.status().WithContext("fallback device '" + fallback + "'");
         }
@@ -314,7 +317,7 @@ void WorkerAgent::TrainerLoop() {
       // data, a device error) is told to the coordinator so the round does not wait for us.
       if (task.cohort_rank() == 0 && s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
           s.code() != StatusCode::kUnauthenticated) {
-        ReportFailure(task, s);
+        ReportFailure(task, identity, s);
       }
     } else if (task.cohort_rank() != 0) {
       spdlog::info("job {} round {}: trained my slice; the cohort's leader uploads", task.job_id(), task.round());
@@ -341,26 +344,19 @@ bool WorkerAgent::IsCancelledLocked(const std::string& job, uint32_t round, uint
   });
 }
 
-void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Status& why) {
+void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Identity& identity, const Status& why) {
   v1::UpdateHeader header;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    wire::IdentifyUpdate(task, worker_id_, session_, &header);
-  }
+  wire::IdentifyUpdate(task, identity.worker_id, identity.session, &header);
   header.set_failure(why.ToString());
   auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(), options_.chunk_bytes);
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 
-Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_header, UpdateParts* out_parts,
-                          Device* device) {
+Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v1::UpdateHeader* out_header,
+                          UpdateParts* out_parts, Device* device) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
-  std::string worker_id, session;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    worker_id = worker_id_;
-    session = session_;
-  }
+  const std::string& worker_id = identity.worker_id;
+  const std::string& session = identity.session;
   reached_device_ = false;
   // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
@@ -396,7 +392,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, v1::UpdateHeader* out_heade
   ASSIGN_OR_RETURN(auto data, TrainingShare(task));
   const double data_load_ms = MillisSince(load_start);
   if (!task.spec().model().trainer().empty()) {
-    return TrainExternally(task, global, *data, out_header, out_parts, download_ms, data_load_ms);
+    return TrainExternally(task, identity, global, *data, out_header, out_parts, download_ms, data_load_ms);
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;

@@ -86,11 +86,19 @@ class WorkerAgent {
   void SetStopped();
   void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
+  // Who this worker is in the session that handed a task out: what the task's download, update
+  // and failure report name, even once the worker has joined again (a session carries only its
+  // own tasks' updates; the coordinator refuses one of an earlier session).
+  struct Identity {
+    std::string worker_id;
+    std::string session;
+  };
   // Downloads the model (with the sets the task names) and trains on `device`, with the
   // client side of the job's strategy (FedProx's proximal term, SCAFFOLD's correction); fills
   // the upload's header (local steps, FedNova's normaliser) and the sets it uploads, in
   // float32: "delta", and for SCAFFOLD "control_delta" after it.
-  Status Train(const v1::TrainTask& task, v1::UpdateHeader* header, UpdateParts* upload, Device* device);
+  Status Train(const v1::TrainTask& task, const Identity& identity, v1::UpdateHeader* header, UpdateParts* upload,
+               Device* device);
   // Encodes `parts` into the header's envelope ("delta" in the job's [compression] encoding,
   // every other set in float32) and uploads them. Top-k keeps error feedback: the residual of
   // this job and seat is added to the delta before the entries are chosen, and what was not
@@ -98,7 +106,7 @@ class WorkerAgent {
   // delivered, none of it was applied: the whole of it is kept).
   Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
-  void ReportFailure(const v1::TrainTask& task, const Status& why);
+  void ReportFailure(const v1::TrainTask& task, const Identity& identity, const Status& why);
   // The samples this worker trains on for `task`: its party's share of the job's partition
   // (only those images are loaded), or its own files. The last share is kept for the next
   // round; another job's or party's replaces it.
@@ -170,8 +178,9 @@ class WorkerAgent {
   // the task thread.
   std::map<std::string, TensorSet> local_tensors_;
   // Trains `task` with its job's external trainer on `share`; fills what Train fills.
-  Status TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
-                         v1::UpdateHeader* header, UpdateParts* upload, double download_ms, double data_load_ms);
+  Status TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
+                         const Dataset& share, v1::UpdateHeader* header, UpdateParts* upload, double download_ms,
+                         double data_load_ms);
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   std::thread trainer_;

@@ -22,9 +22,9 @@ namespace tessera::worker {
 
 using Clock = std::chrono::steady_clock;
 
-Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& global, const Dataset& share,
-                                    v1::UpdateHeader* out_header, UpdateParts* out_parts, double download_ms,
-                                    double data_load_ms) {
+Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
+                                    const Dataset& share, v1::UpdateHeader* out_header, UpdateParts* out_parts,
+                                    double download_ms, double data_load_ms) {
   const std::string& name = task.spec().model().trainer();
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   if (!task.cohort().empty()) {
@@ -88,14 +88,8 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const TensorSet& 
                    found->second->Train(request, global, share, share_key, deadline, should_stop));
   RecordTraining(result.train_ms / 1000.0, download_ms / 1000.0);
   TensorSet delta = DeltaFrom(std::move(result.model), global);
-  std::string worker_id, session;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    worker_id = worker_id_;
-    session = session_;
-  }
   v1::UpdateHeader& header = *out_header;
-  wire::IdentifyUpdate(task, worker_id, session, &header);
+  wire::IdentifyUpdate(task, identity.worker_id, identity.session, &header);
   header.set_samples(result.samples);
   // The trainer's own time, plus handing the model over and taking it back.
   header.set_compute_ms(result.handover_ms + result.train_ms + result.takeback_ms);

@@ -82,6 +82,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::vector<uint64_t> uploaded_bytes;  // each upload's bytes as sent
     double topk_fraction = 0;              // the job's, to read top-k sets
     std::vector<v1::JoinRequest> joins;
+    bool numbered_sessions = false;  // each join gets a new session, "session-N"; else "session-1"
+    // Called before each join is answered, outside the lock, with its number (from 1).
+    std::function<void(int)> before_join;
+    int channels = 0;  // task channels opened
     bool cancelled = false;
     int downloads = 0;
     std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
@@ -106,6 +110,12 @@ class ScriptedCoordinator final : public CoordinatorClient {
   const TensorSet& model() const { return model_; }
 
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    int number = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      number = static_cast<int>(shared_->joins.size()) + 1;
+    }
+    if (shared_->before_join) shared_->before_join(number);
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->joins.push_back(request);
@@ -113,7 +123,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     }
     v1::JoinResponse response;
     response.set_worker_id(request.name());
-    response.set_session("session-1");
+    response.set_session("session-" + std::to_string(shared_->numbered_sessions ? number : 1));
     response.set_heartbeat_interval_ms(200);
     response.set_heartbeat_timeout_ms(600000);
     return response;
@@ -121,6 +131,11 @@ class ScriptedCoordinator final : public CoordinatorClient {
   Status Heartbeat(const v1::HeartbeatRequest&) override { return Status::Ok(); }
 
   Status RunTaskChannel(const v1::TaskChannelRequest&, const std::function<void(const v1::Task&)>& on_task) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      ++shared_->channels;
+      shared_->cv.notify_all();
+    }
     for (const auto& task : script_) on_task(task);
     script_.clear();  // a reconnect gets nothing new
     std::unique_lock<std::mutex> lock(shared_->mu);
@@ -614,6 +629,33 @@ TEST_F(AgentTest, ADownloadsFailureIsNotTakenForTheDevices) {
   EXPECT_NE(upload.failure().find("RST_STREAM"), std::string::npos) << upload.failure();
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 1) << "the round was downloaded again for the fallback device";
+}
+
+// A worker that joins again while it trains (the coordinator restarted, or its session was
+// refused) reports the task's failure under the session that handed the task out: under the
+// new one, it would end that session's part in a round it may be handed again and train.
+TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
+  shared_->numbered_sessions = true;
+  shared_->next_session = std::vector<v1::Task>{};  // the first channel ends after its task
+  // The second join waits until the task is being trained; its download fails once the
+  // second session's channel is open.
+  shared_->before_join = [this](int number) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (number == 2) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads > 0; });
+  };
+  shared_->before_download = [this](const v1::DownloadModelRequest& request) {
+    EXPECT_EQ(request.session(), "session-1");
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait_for(lock, kWait, [&] { return shared_->channels >= 2; });
+    return DataLossError("model version 0 of job job-1: tensor 'fc1.weight': content checksum does not match");
+  };
+  Start({Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("DATA_LOSS", 0), 0u) << upload.failure();
+  EXPECT_EQ(upload.session(), "session-1");
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 2u);
 }
 
 }  // namespace
