@@ -135,8 +135,8 @@ Result<uint8_t*> TensorAssembler::BeginChunk(uint32_t index, uint64_t offset, ui
   const uint64_t tensor_bytes = t.ByteSize();
   if (current_offset_ + size > tensor_bytes || size == 0) {
     return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes at offset " +
-                                std::to_string(current_offset_) + " does not fit tensor '" + t.name + "' of " +
-                                std::to_string(tensor_bytes) + " bytes");
+                                std::to_string(current_offset_) + " does not fit tensor " + QuoteUntrusted(t.name) +
+                                " of " + std::to_string(tensor_bytes) + " bytes");
   }
   pending_ = size;
   return reinterpret_cast<uint8_t*>(t.values.data()) + current_offset_;

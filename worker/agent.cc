@@ -56,6 +56,9 @@ bool IsDeviceClass(const std::string& name) {
   return std::any_of(backends.begin(), backends.end(), [&](const DeviceBackend& b) { return b.name == name; });
 }
 
+// How much of a reason the coordinator gives (a cancel's, a refused update's) is logged.
+constexpr size_t kMaxReasonChars = 512;
+
 using Clock = std::chrono::steady_clock;
 
 double MillisSince(Clock::time_point start) {
@@ -195,7 +198,7 @@ Status WorkerAgent::RunSession() {
     cancelled_.clear();
   }
   upload_xxh3_ = joined.upload_xxh3();
-  spdlog::info("joined as {}", joined.worker_id());
+  spdlog::info("joined as {}", QuoteUntrusted(joined.worker_id()));
   if (stop_) return Status::Ok();  // stopped while joining: no channel to open
   std::atomic<bool> session_over{false};
   std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
@@ -231,11 +234,13 @@ Status WorkerAgent::RunSession() {
       const v1::CancelTask& cancel = task.cancel();
       cancelled_.push_back({cancel.job_id(), cancel.round(), cancel.attempt()});
       while (cancelled_.size() > 16) cancelled_.pop_front();
-      spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(), cancel.job_id(),
-                   cancel.reason());
+      // The coordinator's words, escaped and bounded: a reason may quote what a job or a
+      // worker said, and a line break in it would forge log lines.
+      spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
+                   QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
     } else if (task.has_verdict() && !task.verdict().accepted()) {
-      spdlog::warn("update for job {} round {} refused: {}", task.verdict().job_id(), task.verdict().round(),
-                   task.verdict().reason());
+      spdlog::warn("update for job {} round {} refused: {}", QuoteUntrusted(task.verdict().job_id()),
+                   task.verdict().round(), EscapeUntrusted(task.verdict().reason(), kMaxReasonChars));
     }
     cv_.notify_all();
   });
@@ -612,7 +617,7 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   RecordUpdate(result.accepted());
   if (!result.accepted()) {
     ++updates_refused_;
-    return FailedPreconditionError(what + ": update refused: " + result.reason());
+    return FailedPreconditionError(what + ": update refused: " + EscapeUntrusted(result.reason(), kMaxReasonChars));
   }
   ++rounds_trained_;
   spdlog::info("{}: update accepted", what);

@@ -188,5 +188,24 @@ TEST(TensorTransferTest, AcceptsAnEmptyTensorWithLargeDimensions) {
   EXPECT_TRUE((*tensors)[0].values.empty());
 }
 
+// A tensor's name is the sender's: a chunk that does not fit it is refused naming it escaped and
+// bounded, never with its line breaks or its megabyte.
+TEST(TensorTransferTest, AChunkThatDoesNotFitNamesItsTensorEscapedAndBounded) {
+  const std::string name = "fc.weight\n[error] forged line" + std::string(1 << 20, 'x');
+  TensorSet set{{name, {2}, {1.0f, 2.0f}}};
+  TensorAssembler assembler("model", 1 << 20);
+  ASSERT_TRUE(assembler.Start(BuildManifest(set)).ok());
+  v1::TensorChunk chunk;
+  chunk.set_tensor_index(0);
+  chunk.set_offset(0);
+  chunk.set_data(std::string(12, '\0'));  // three floats for a tensor of two
+  Status s = assembler.Add(chunk);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("does not fit tensor 'fc.weight\\n[error] forged line"), std::string::npos)
+      << s.message().substr(0, 200);
+  EXPECT_EQ(s.message().find('\n'), std::string::npos);
+  EXPECT_LT(s.message().size(), 1024u);
+}
+
 }  // namespace
 }  // namespace tessera::wire

@@ -1,7 +1,10 @@
 // The worker agent against a scripted coordinator (a fake CoordinatorClient): what it does
 // with the tasks, cancels and verdicts it is sent, on real data and a real CPU device.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -11,6 +14,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -78,6 +82,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::mutex mu;
     std::condition_variable cv;
     std::vector<v1::UpdateHeader> uploads;
+    std::string refuse_reason;  // when set, every update is refused with it
     std::vector<TensorSet> uploaded;  // each upload's tensors decoded, every set's in order, as `uploads`
     std::vector<uint64_t> uploaded_bytes;  // each upload's bytes as sent
     double topk_fraction = 0;              // the job's, to read top-k sets
@@ -188,7 +193,8 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->uploaded_bytes.push_back(bytes);
     shared_->cv.notify_all();
     v1::UploadResult result;
-    result.set_accepted(true);
+    result.set_accepted(shared_->refuse_reason.empty());
+    result.set_reason(shared_->refuse_reason);
     return result;
   }
   Status StoreSet(const v1::StoreRequest& request) override {
@@ -656,6 +662,55 @@ TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
   EXPECT_EQ(upload.session(), "session-1");
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->joins.size(), 2u);
+}
+
+// Everything logged while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~CapturedLog() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() {
+    spdlog::default_logger()->flush();
+    return stream_.str();
+  }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// What the coordinator says about a cancel or a refused update is logged on one line, escaped
+// and bounded: a reason that quotes a job or a worker cannot forge log lines or fill the log.
+TEST_F(AgentTest, TheCoordinatorsReasonsAreLoggedEscapedAndBounded) {
+  CapturedLog log;
+  const std::string hostile = "late\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(1 << 20, 'x');
+  v1::Task cancel = Cancel(9, 1);
+  cancel.mutable_cancel()->set_reason(hostile);
+  v1::Task verdict;
+  verdict.mutable_verdict()->set_job_id("job-1");
+  verdict.mutable_verdict()->set_round(8);
+  verdict.mutable_verdict()->set_accepted(false);
+  verdict.mutable_verdict()->set_reason(hostile);
+  shared_->refuse_reason = hostile;
+  Start({cancel, verdict, Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  agent_->Stop();
+  thread_.join();  // the trainer has logged what became of its update
+  EXPECT_EQ(agent_->updates_refused(), 1u);
+  const std::string text = log.text();
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
+  EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
+  for (const char* logged : {"round 9 attempt 1 of job 'job-1' cancelled: late\\n[2026-01-01",
+                             "update for job 'job-1' round 8 refused: late\\n[2026-01-01",
+                             "update refused: late\\n[2026-01-01"}) {
+    EXPECT_NE(text.find(logged), std::string::npos) << logged << " not in:\n" << text.substr(0, 4096);
+  }
 }
 
 }  // namespace
