@@ -20,8 +20,6 @@
 
 namespace tessera::worker {
 
-using Clock = std::chrono::steady_clock;
-
 Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
                                     const Dataset& share, v1::UpdateHeader* out_header, UpdateParts* out_parts,
                                     double download_ms, double data_load_ms) {
@@ -67,9 +65,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& i
   // The coordinator's deadline, on this worker's steady clock.
   const int64_t now_unix_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const auto deadline = task.deadline_unix_ms() > 0
-                            ? Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, task.deadline_unix_ms() - now_unix_ms))
-                            : Clock::now() + std::chrono::hours(24);
+  const auto deadline = TrainerDeadline(task.deadline_unix_ms(), now_unix_ms);
   const std::string job = task.job_id();
   const uint32_t round = task.round(), attempt = task.attempt();
   auto should_stop = [&, job, round, attempt] {

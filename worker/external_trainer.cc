@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -90,6 +91,14 @@ Result<TrainerCommand> ParseTrainerFlag(const std::string& value) {
   for (std::string word; words >> word;) command.argv.push_back(word);
   if (command.argv.empty()) return InvalidArgumentError("--trainer " + command.name + ": the command is empty");
   return command;
+}
+
+Clock::time_point TrainerDeadline(int64_t deadline_unix_ms, int64_t now_unix_ms) {
+  if (deadline_unix_ms <= 0) return Clock::now() + std::chrono::hours(24);
+  // A far deadline in nanoseconds would overflow steady_clock's int64 (past 292 years) and
+  // wrap to a time gone, which killed the process before it could reply.
+  const int64_t left_ms = deadline_unix_ms > now_unix_ms ? deadline_unix_ms - now_unix_ms : 0;
+  return Clock::now() + std::chrono::milliseconds(std::min<int64_t>(left_ms, int64_t{1} << 40));
 }
 
 ExternalTrainer::ExternalTrainer(TrainerCommand command, std::string work_dir)

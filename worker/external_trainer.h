@@ -64,6 +64,12 @@ struct TrainerCommand {
 };
 Result<TrainerCommand> ParseTrainerFlag(const std::string& value);
 
+// The round's deadline for the process on this worker's steady clock: `deadline_unix_ms` on
+// the coordinator's clock (0 or less: none, and a day is allowed) against `now_unix_ms`, this
+// worker's. In int64 milliseconds, and at most 2^40 ms away: a deadline from any coordinator
+// (INT64_MAX included) is a time far off, never one wrapped into the past.
+std::chrono::steady_clock::time_point TrainerDeadline(int64_t deadline_unix_ms, int64_t now_unix_ms);
+
 class ExternalTrainer {
  public:
   // `work_dir`: a private directory (0700) for the archives it hands over; it must exist.
