@@ -1,8 +1,13 @@
 #include "worker/cohort.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <thread>
+
+#include "base/escape.h"
 
 namespace tessera::worker {
 
@@ -60,6 +65,28 @@ CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t n
     wait.until_deadline = true;
   }
   return wait;
+}
+
+Status CheckCohortAddress(const std::string& address) {
+  const std::string named = "--cohort-address " + QuoteUntrusted(address);
+  in6_addr ipv6{};
+  in_addr ipv4{};
+  const bool is_ipv6 = address.size() <= 45 && inet_pton(AF_INET6, address.c_str(), &ipv6) == 1;
+  const bool is_name = !address.empty() && address.size() <= 253 && address.front() != '-' && address.front() != '.' &&
+                       std::all_of(address.begin(), address.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+                       });
+  if (!is_ipv6 && !is_name) {
+    return InvalidArgumentError(named + ": expected the DNS name or IP address (IPv6 without brackets) this worker's "
+                                "cohort peers reach it at, without a port (each round listens on a free one)");
+  }
+  const bool wildcard = is_ipv6 ? IN6_IS_ADDR_UNSPECIFIED(&ipv6)
+                                : inet_pton(AF_INET, address.c_str(), &ipv4) == 1 && ipv4.s_addr == htonl(INADDR_ANY);
+  if (wildcard) {
+    return InvalidArgumentError(named + ": a wildcard, which the cohort's peers cannot dial (it is published to them); "
+                                "give an address of this machine they reach");
+  }
+  return Status::Ok();
 }
 
 Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) {

@@ -50,6 +50,13 @@ struct CohortWait {
 inline constexpr int64_t kMaxCohortTimeoutS = 7 * 24 * 3600;
 CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t now_unix_ms);
 
+// Checks --cohort-address: the address this worker's cohort listens on and publishes to its
+// peers, who dial it (on a port each round picks). A DNS name, an IPv4 address or an IPv6
+// address without brackets; not a wildcard (0.0.0.0, ::), which a peer on another machine
+// cannot dial, and no port. InvalidArgument naming the flag and the (escaped) value otherwise:
+// a mistyped address would otherwise fail only in each cohort round's rendezvous.
+Status CheckCohortAddress(const std::string& address);
+
 // Averages the flat gradient over the cohort at every step. With `on_device` (a communicator
 // over device buffers, such as NCCL on CUDA devices) it reduces the device buffer in place;
 // otherwise through host memory, which works for any device, with scratch buffers kept

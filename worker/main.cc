@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   flags.String("fallback-device", &options.fallback_device, "device to use when --device is known but not usable here (no GPU, no driver); empty for none");
   flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
-  flags.String("cohort-address", &options.cohort_address, "address this worker listens on for its cohort's peers");
+  flags.String("cohort-address", &options.cohort_address, "host (no port) this worker listens on for its cohort's peers, who dial it");
   int64_t cohort_timeout_s = options.cohort_timeout_s;
   flags.Int("cohort-timeout-s", &cohort_timeout_s,
             "seconds the cohort's rendezvous and each of its gradient allreduces wait for the other members, never "
@@ -232,6 +232,10 @@ int main(int argc, char** argv) {
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);
   if (flags.WasGiven("cohort-address") && options.cohort.empty()) {
     std::cerr << "tessera-worker: --cohort-address is the address for a cohort's peers; give --cohort too\n";
+    return 2;
+  }
+  if (Status s = worker::CheckCohortAddress(options.cohort_address); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
     return 2;
   }
   if (flags.WasGiven("cohort-timeout-s") && options.cohort.empty()) {

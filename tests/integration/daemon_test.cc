@@ -126,6 +126,11 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
        "--cohort-timeout-s bounds the waits of a cohort's members; give --cohort too"},
       {{"--pace-real-time", "--device", "cpu"},
        "--pace-real-time paces an emulated device; --device 'cpu' is not one (expected emu:PROFILE or emu:FILE.toml)"},
+      {{"--cohort", "site", "--cohort-address", "10.0.0.5:7000"},
+       "--cohort-address '10.0.0.5:7000': expected the DNS name or IP address (IPv6 without brackets) this worker's "
+       "cohort peers reach it at, without a port"},
+      {{"--cohort", "site", "--cohort-address", "0.0.0.0"},
+       "--cohort-address '0.0.0.0': a wildcard, which the cohort's peers cannot dial"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {

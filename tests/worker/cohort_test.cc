@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "collectives/fallback.h"
 #include "collectives/local/communicator.h"
@@ -80,6 +83,30 @@ TEST(CohortGradientSyncTest, WithoutADeadlineAnAllreduceWaitsTheCommunicatorsTim
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
   EXPECT_NE(s.message().find("at step 7, waiting up to 100 ms, --cohort-timeout-s"), std::string::npos)
       << s.ToString();
+}
+
+// --cohort-address is published to the cohort's peers, who dial it on a port each round picks.
+TEST(CohortAddressTest, AnAddressThePeersCanDialIsTaken) {
+  for (const char* address : {"127.0.0.1", "10.0.0.5", "edge-01.site.example", "::1", "fe80::1"}) {
+    EXPECT_TRUE(CheckCohortAddress(address).ok()) << address << ": " << CheckCohortAddress(address).ToString();
+  }
+}
+
+TEST(CohortAddressTest, APortAWildcardOrAStrayCharacterIsRefusedNamingTheFlag) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"10.0.0.5:7000", "--cohort-address '10.0.0.5:7000': expected the DNS name or IP address"},
+      {"[::1]", "--cohort-address '[::1]': expected the DNS name or IP address (IPv6 without brackets)"},
+      {"", "--cohort-address '': expected"},
+      {"edge 01", "--cohort-address 'edge 01': expected"},
+      {"edge\n[forged]", "--cohort-address 'edge\\n[forged]': expected"},
+      {"0.0.0.0", "--cohort-address '0.0.0.0': a wildcard, which the cohort's peers cannot dial"},
+      {"::", "--cohort-address '::': a wildcard"},
+  };
+  for (const auto& [address, says] : cases) {
+    const Status s = CheckCohortAddress(address);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << address;
+    EXPECT_EQ(s.message().rfind(says, 0), 0u) << s.message();
+  }
 }
 
 }  // namespace
