@@ -179,7 +179,18 @@ Result<TensorSet> TensorAssembler::Finish() {
 }
 
 Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what, uint64_t max_bytes) {
-  TensorAssembler assembler(what, max_bytes);
+  // Every byte of a model inside its task is in hand: a manifest that declares more than its
+  // chunks carry is refused before its tensors are allocated (and zeroed), where a task of a
+  // few bytes could make the worker fill up to max_bytes for a model that is not there.
+  uint64_t carried = 0;
+  for (const v1::TensorChunk& chunk : model.chunks()) carried += chunk.data().size();
+  if (model.manifest().total_bytes() > carried && model.manifest().total_bytes() <= max_bytes) {
+    return DataLossError(what + ": manifest declares " + std::to_string(model.manifest().total_bytes()) +
+                         " bytes, its chunks carry " + std::to_string(carried));
+  }
+  // Within that, the tensors are bounded by the bytes in hand too: a manifest whose tensors
+  // outgrow the total_bytes it gives is refused at the first that does not fit.
+  TensorAssembler assembler(what, model.manifest().total_bytes() > max_bytes ? max_bytes : std::min(max_bytes, carried));
   RETURN_IF_ERROR(assembler.Start(model.manifest()));
   for (const v1::TensorChunk& chunk : model.chunks()) RETURN_IF_ERROR(assembler.Add(chunk));
   return assembler.Finish();

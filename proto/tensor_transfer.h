@@ -67,7 +67,8 @@ class TensorAssembler {
 
 // A model sent inside its task (TrainTask.inline_model), checked as a download is: the
 // manifest, then every chunk in order, then each tensor's SHA-256.
-// A manifest of more than `max_bytes` is refused before anything is allocated for it.
+// A manifest of more than `max_bytes`, or of more than the chunks carry, is refused before
+// anything is allocated for it.
 Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what, uint64_t max_bytes);
 
 }  // namespace tessera::wire

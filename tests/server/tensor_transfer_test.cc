@@ -207,5 +207,38 @@ TEST(TensorTransferTest, AChunkThatDoesNotFitNamesItsTensorEscapedAndBounded) {
   EXPECT_LT(s.message().size(), 1024u);
 }
 
+// A model inside its task carries all its bytes: a manifest that declares more than its chunks
+// hold is refused before the tensors it declares are allocated, whatever the task's bound; so
+// is one whose tensors outgrow its chunks while its total_bytes claims less.
+TEST(TensorTransferTest, AnInlineModelDeclaringMoreThanItsChunksCarryIsRefusedBeforeAllocating) {
+  const TensorSet small = MakeTensors();
+  v1::InlineModel model;
+  v1::TensorManifest& manifest = *model.mutable_manifest();  // 256 MiB in one tensor, whose bytes do not come
+  v1::TensorInfo& huge = *manifest.add_tensors();
+  huge.set_name("huge");
+  huge.add_shape(int64_t{64} << 20);
+  huge.set_dtype(v1::DTYPE_FLOAT32);
+  huge.set_byte_size(uint64_t{256} << 20);
+  manifest.set_total_bytes(uint64_t{256} << 20);
+  for (const auto& chunk : Chunks(small, 64)) *model.add_chunks() = chunk;
+  auto read = ReadInlineModel(model, "model version 3 (in its task)", uint64_t{1} << 30);
+  EXPECT_EQ(read.status().code(), StatusCode::kDataLoss) << read.status().ToString();
+  EXPECT_NE(read.status().message().find("manifest declares 268435456 bytes, its chunks carry"), std::string::npos)
+      << read.status().ToString();
+
+  manifest.set_total_bytes(4);  // the tensor's 256 MiB still declared
+  read = ReadInlineModel(model, "model version 3 (in its task)", uint64_t{1} << 30);
+  EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument) << read.status().ToString();
+  EXPECT_NE(read.status().message().find("more than the expected"), std::string::npos) << read.status().ToString();
+
+  // What the chunks carry in full reads back.
+  v1::InlineModel whole;
+  *whole.mutable_manifest() = BuildManifest(small, 64);
+  for (const auto& chunk : Chunks(small, 64)) *whole.add_chunks() = chunk;
+  auto tensors = ReadInlineModel(whole, "model", uint64_t{1} << 30);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  EXPECT_EQ(TensorSetSha256(*tensors), TensorSetSha256(small));
+}
+
 }  // namespace
 }  // namespace tessera::wire
