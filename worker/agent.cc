@@ -214,8 +214,8 @@ Status WorkerAgent::RunSession() {
       Status s = client_->Heartbeat(beat);
       if (s.code() == StatusCode::kUnauthenticated) {
         spdlog::warn("heartbeat refused: {}", s.message());
-        // End the session (Run() joins again), unless it has ended already: a cancel with no
-        // channel open would end the next session's channel at its start.
+        // End the session (Run() joins again), unless it has ended already (a cancel that
+        // finds the channel closed is forgotten at the next join).
         if (!session_over) client_->CancelTaskChannel();
         return;
       }

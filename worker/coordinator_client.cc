@@ -58,6 +58,13 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    {
+      // A cancel that found no channel open was for the session that has ended (a heartbeat
+      // refused as its channel closed): the new session's channel starts uncancelled. A
+      // stopping worker sees its stop after the join instead.
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_pending_ = false;
+    }
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kCallDeadline);
     v1::JoinResponse response;

@@ -4,7 +4,8 @@
 //
 // Every call has a deadline except RunTaskChannel, which runs until the coordinator closes
 // the channel, the connection breaks, or CancelTaskChannel() is called from another thread (a
-// cancel while no channel is open ends the next one as soon as it opens).
+// cancel while no channel is open ends the next one as soon as it opens, unless a Join comes
+// between: it was for the session that ended).
 #pragma once
 
 #include <functional>

@@ -4,7 +4,8 @@
 // new one per upload, closed when the upload ends; a smaller one (or any, with 0) goes on
 // the worker's connection; and an update refused on its own connection for want of a
 // connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
-// is in inline_model_test.cc.
+// is in inline_model_test.cc. And a cancel that finds no task channel open ends only the
+// next channel of its own session.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
@@ -61,6 +62,16 @@ class StandInService final : public v1::WorkerService::Service {
     result->set_accepted(true);
     std::lock_guard<std::mutex> lock(mu_);
     upload_bytes_.push_back(bytes);
+    return grpc::Status::OK;
+  }
+
+  // One task, then the channel ends as when the coordinator closes it.
+  grpc::Status OpenTaskChannel(grpc::ServerContext*, const v1::TaskChannelRequest*,
+                               grpc::ServerWriter<v1::Task>* writer) override {
+    v1::Task task;
+    task.mutable_train()->set_job_id("job-1");
+    task.mutable_train()->set_round(1);
+    writer->Write(task);
     return grpc::Status::OK;
   }
 
@@ -192,6 +203,40 @@ TEST(UploadConnectionTest, AnUpdateThatFindsNoConnectionOfItsOwnGoesOnTheWorkers
   EXPECT_NE(peers[2], stand_in.service.join_peer());
   EXPECT_EQ(peers[3], stand_in.service.join_peer());
   EXPECT_EQ(stand_in.service.upload_bytes(), (std::vector<uint64_t>{8192, 8192}));
+}
+
+// A cancel that finds no task channel open (a heartbeat refused just as the session's channel
+// closed) was for the session that ended: after a Join the new session's channel opens
+// uncancelled, where it used to end at its start and cost the worker another join. Without a
+// Join between (a stop while the channel was about to open), it still ends the next channel.
+TEST(TaskChannelCancelTest, ACancelWithNoChannelOpenEndsOnlyTheNextChannelOfItsSession) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(stand_in.port),
+                                                  TestPki::Get().WorkerTls("w1"));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  v1::JoinRequest join;
+  join.set_name("w1");
+  ASSERT_TRUE((*client)->Join(join).ok());
+  v1::TaskChannelRequest open;
+  open.set_worker_id("w1");
+  open.set_session("s1");
+  int tasks = 0;
+  const auto count = [&](const v1::Task&) { ++tasks; };
+  Status ended = (*client)->RunTaskChannel(open, count);
+  EXPECT_EQ(ended.code(), StatusCode::kUnavailable) << ended.ToString();
+  EXPECT_EQ(tasks, 1);
+  (*client)->CancelTaskChannel();  // meant for the channel that has just closed
+
+  ASSERT_TRUE((*client)->Join(join).ok());
+  ended = (*client)->RunTaskChannel(open, count);
+  EXPECT_EQ(ended.code(), StatusCode::kUnavailable) << "the new session's channel was cancelled: " << ended.ToString();
+  EXPECT_EQ(tasks, 2);
+
+  (*client)->CancelTaskChannel();  // a stop before the channel opens
+  ended = (*client)->RunTaskChannel(open, count);
+  EXPECT_EQ(ended.code(), StatusCode::kCancelled) << ended.ToString();
+  EXPECT_EQ(tasks, 2);
 }
 
 }  // namespace
