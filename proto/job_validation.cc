@@ -556,6 +556,18 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
       s.fallback_device() != "cuda" && s.fallback_device() != "xrt") {
     return bad("fallback_device", "a device class (cpu, cuda, xrt or emu:PROFILE)", Shown(s.fallback_device()));
   }
+  if (s.fallback_device().rfind("emu:", 0) == 0) {
+    // A worker falls back only to a profile built into it (emu:edge-npu, ...), never to a
+    // profile file the job would name on the worker's disk.
+    const std::string_view profile = std::string_view(s.fallback_device()).substr(4);
+    const bool plain = !profile.empty() && std::all_of(profile.begin(), profile.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    });
+    if (!plain) {
+      return bad("fallback_device", "emu: and a built-in profile's name (lower-case letters, digits and '-')",
+                 Shown(s.fallback_device()));
+    }
+  }
   const std::string& backend = s.collective_backend();
   if (!backend.empty() && backend != "auto" && backend != "gloo" && backend != "mpi" && backend != "nccl" &&
       backend != "p2p") {

@@ -84,7 +84,6 @@ class WorkerAgent {
   Status RunSession();
   // Sets stop_ and wakes every waiter.
   void SetStopped();
-  void HeartbeatLoop(std::string worker_id, std::string session, uint32_t interval_ms);
   void TrainerLoop();
   // Who this worker is in the session that handed a task out: what the task's download, update
   // and failure report name, even once the worker has joined again (a session carries only its
@@ -101,9 +100,9 @@ class WorkerAgent {
                Device* device);
   // Encodes `parts` into the header's envelope ("delta" in the job's [compression] encoding,
   // every other set in float32) and uploads them. Top-k keeps error feedback: the residual of
-  // this job and seat is added to the delta before the entries are chosen, and what was not
-  // sent becomes the next residual once the coordinator accepts the update (refused or not
-  // delivered, none of it was applied: the whole of it is kept).
+  // this job and seat is added to the delta before the entries are chosen, and what is kept
+  // after the verdict follows ResidualAfterUpload (error_feedback.h): what was not sent when
+  // the update was accepted or its fate is unknown, nothing when it was refused.
   Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Identity& identity, const Status& why);

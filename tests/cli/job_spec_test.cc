@@ -285,6 +285,12 @@ TEST(JobSpecTest, DevicesMustBeADeviceClass) {
   ExpectError(std::string("device = \"gpu\"\n") + kMinimal,
               {"job.toml:1:", "'device'", "expected a device class", "found \"gpu\""});
   ExpectError(std::string("fallback_device = \"cuda:0\"\n") + kMinimal, {"job.toml:1:", "'fallback_device'", "cuda:0"});
+  // A fallback names a profile built into the workers, never a profile file on their disks.
+  for (const char* file : {"emu:/etc/passwd", "emu:edge.toml", "emu:"}) {
+    ExpectError(std::string("fallback_device = \"") + file + "\"\n" + kMinimal,
+                {"job.toml:1:", "fallback_device", "a built-in profile's name"});
+  }
+  ASSERT_TRUE(ParseJobSpecString(std::string("fallback_device = \"emu:edge-npu\"\n") + kMinimal, "job.toml").ok());
   for (const char* device : {"cpu", "cuda", "xrt", "emu:t4"}) {
     Result<v1::JobSpec> spec = ParseJobSpecString(std::string("device = \"") + device + "\"\n" + kMinimal, "job.toml");
     ASSERT_TRUE(spec.ok()) << device << ": " << spec.status().ToString();
