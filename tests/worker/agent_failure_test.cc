@@ -1,0 +1,136 @@
+// The worker agent when something fails (agent_fixture.h): its device, a download, a session
+// replaced while it trained, and what the coordinator's reasons look like in its log.
+#include "tests/worker/agent_fixture.h"
+
+namespace tessera::worker {
+namespace {
+
+// An emulated device profile written to a file; `memory_bytes` its capacity.
+std::string WriteProfile(const std::string& file, const std::string& name, uint64_t memory_bytes) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / file).string();
+  std::ofstream(path) << "[" << name << "]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\n"
+                      << "memory_bandwidth_gbps = 100\nmemory_bytes = " << memory_bytes << "\nhost_link_gbps = 4\n"
+                      << "power_watts = 20\nprecision = \"fp32\"\nnative_ops = [\"all\"]\n";
+  return path;
+}
+
+// A device that fails (out of memory, a driver error) sends the round to the job's fallback
+// device class. A job names a class, never a file: "emu:FILE.toml" would have the worker read
+// a file the job chose. The round is reported failed instead, and a class still serves.
+TEST_F(AgentTest, AJobsFallbackDeviceIsNeverAProfileFileOnTheWorker) {
+  WorkerOptions options;
+  options.device = "emu:" + WriteProfile("agent_test_tiny.toml", "tiny-npu", 64 << 10);  // the model does not fit
+  v1::Task named_file = Train(1, 1);
+  named_file.mutable_train()->mutable_spec()->set_fallback_device(
+      "emu:" + WriteProfile("agent_test_job_named.toml", "job-npu", uint64_t{1} << 30));
+  v1::Task named_class = Train(1, 1, "job-2");
+  named_class.mutable_train()->mutable_spec()->set_fallback_device("emu:generic");
+  Start({named_file, named_class}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("RESOURCE_EXHAUSTED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("the job's fallback device 'emu:"), std::string::npos) << upload.failure();
+  EXPECT_NE(upload.failure().find("is not a device class of this worker"), std::string::npos) << upload.failure();
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 3) << "job-1 trained again on the file it named";
+}
+
+// A download that fails with a transport's INTERNAL (a stream reset) or RESOURCE_EXHAUSTED is
+// not the device's failure: the round is reported, not trained again on the job's fallback
+// device (a GPU worker's round on its CPU).
+TEST_F(AgentTest, ADownloadsFailureIsNotTakenForTheDevices) {
+  shared_->before_download = [](const v1::DownloadModelRequest&) {
+    return InternalError("download: Received RST_STREAM with error code 2");
+  };
+  v1::Task task = Train(1, 1);
+  task.mutable_train()->mutable_spec()->set_fallback_device("emu:generic");
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("INTERNAL", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("RST_STREAM"), std::string::npos) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "the round was downloaded again for the fallback device";
+}
+
+// A worker that joins again while it trains (the coordinator restarted, or its session was
+// refused) reports the task's failure under the session that handed the task out: under the
+// new one, it would end that session's part in a round it may be handed again and train.
+TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
+  shared_->numbered_sessions = true;
+  shared_->next_session = std::vector<v1::Task>{};  // the first channel ends after its task
+  // The second join waits until the task is being trained; its download fails once the
+  // second session's channel is open.
+  shared_->before_join = [this](int number) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (number == 2) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads > 0; });
+  };
+  shared_->before_download = [this](const v1::DownloadModelRequest& request) {
+    EXPECT_EQ(request.session(), "session-1");
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait_for(lock, kWait, [&] { return shared_->channels >= 2; });
+    return DataLossError("model version 0 of job job-1: tensor 'fc1.weight': content checksum does not match");
+  };
+  Start({Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("DATA_LOSS", 0), 0u) << upload.failure();
+  EXPECT_EQ(upload.session(), "session-1");
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 2u);
+}
+
+// Everything logged while it lives.
+class CapturedLog {
+ public:
+  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
+    spdlog::default_logger()->sinks().push_back(sink_);
+  }
+  ~CapturedLog() {
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+  }
+  std::string text() {
+    spdlog::default_logger()->flush();
+    return stream_.str();
+  }
+
+ private:
+  std::ostringstream stream_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+// What the coordinator says about a cancel or a refused update is logged on one line, escaped
+// and bounded: a reason that quotes a job or a worker cannot forge log lines or fill the log.
+TEST_F(AgentTest, TheCoordinatorsReasonsAreLoggedEscapedAndBounded) {
+  CapturedLog log;
+  const std::string hostile = "late\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(1 << 20, 'x');
+  v1::Task cancel = Cancel(9, 1);
+  cancel.mutable_cancel()->set_reason(hostile);
+  v1::Task verdict;
+  verdict.mutable_verdict()->set_job_id("job-1");
+  verdict.mutable_verdict()->set_round(8);
+  verdict.mutable_verdict()->set_accepted(false);
+  verdict.mutable_verdict()->set_reason(hostile);
+  shared_->refuse_reason = hostile;
+  Start({cancel, verdict, Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  agent_->Stop();
+  thread_.join();  // the trainer has logged what became of its update
+  EXPECT_EQ(agent_->updates_refused(), 1u);
+  const std::string text = log.text();
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
+  EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
+  for (const char* logged : {"round 9 attempt 1 of job 'job-1' cancelled: late\\n[2026-01-01",
+                             "update for job 'job-1' round 8 refused: late\\n[2026-01-01",
+                             "update refused: late\\n[2026-01-01"}) {
+    EXPECT_NE(text.find(logged), std::string::npos) << logged << " not in:\n" << text.substr(0, 4096);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::worker

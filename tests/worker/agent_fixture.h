@@ -1,0 +1,277 @@
+// The worker agent against a scripted coordinator (a fake CoordinatorClient), shared by the
+// agent's tests: a tiny job on real data and a real CPU device, the scripted coordinator that
+// hands out tasks, cancels and verdicts, and the fixture that runs an agent against it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "collectives/store/hash_store.h"
+#include "core/model/model.h"
+#include "core/train/client_algorithms.h"
+#include "device/registry.h"
+#include "proto/job_mapping.h"
+#include "proto/tensor_transfer.h"
+#include "proto/update_assembler.h"
+#include "worker/agent.h"
+
+// Not in an anonymous namespace: both test files must name one fixture class (GoogleTest
+// refuses a suite whose tests use two).
+namespace tessera::worker {
+
+constexpr auto kWait = std::chrono::seconds(120);
+
+inline v1::JobSpec TinyJob() {
+  v1::JobSpec spec;
+  spec.set_name("tiny");
+  spec.mutable_model()->set_name("mlp");
+  spec.mutable_model()->add_hidden(16);
+  spec.mutable_data()->set_dataset("fashion-mnist");
+  spec.mutable_data()->set_max_train_samples(512);
+  spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_IID);
+  spec.mutable_data()->mutable_partition()->set_parties(1);
+  spec.set_strategy("fedavg");
+  spec.set_rounds(3);
+  spec.set_clients_per_round(1);
+  spec.set_min_clients(1);
+  spec.set_round_deadline_ms(600000);
+  spec.set_local_epochs(1);
+  spec.set_batch_size(32);
+  spec.mutable_optimizer()->set_name("sgd");
+  spec.mutable_optimizer()->set_learning_rate(0.01);
+  spec.set_seed(5);
+  return spec;
+}
+
+inline v1::Task Train(uint32_t round, uint32_t attempt, const std::string& job = "job-1") {
+  v1::Task task;
+  auto* train = task.mutable_train();
+  train->set_job_id(job);
+  train->set_round(round);
+  train->set_attempt(attempt);
+  train->set_model_version(round - 1);
+  *train->mutable_spec() = TinyJob();
+  return task;
+}
+
+inline v1::Task Cancel(uint32_t round, uint32_t attempt) {
+  v1::Task task;
+  task.mutable_cancel()->set_job_id("job-1");
+  task.mutable_cancel()->set_round(round);
+  task.mutable_cancel()->set_attempt(attempt);
+  task.mutable_cancel()->set_reason("the round's deadline passed");
+  return task;
+}
+
+// A coordinator that hands out a script of tasks on the first task channel, serves the
+// model, and records every upload.
+class ScriptedCoordinator final : public CoordinatorClient {
+ public:
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<v1::UpdateHeader> uploads;
+    std::string refuse_reason;  // when set, every update is refused with it
+    std::vector<TensorSet> uploaded;  // each upload's tensors decoded, every set's in order, as `uploads`
+    std::vector<uint64_t> uploaded_bytes;  // each upload's bytes as sent
+    double topk_fraction = 0;              // the job's, to read top-k sets
+    std::vector<v1::JoinRequest> joins;
+    bool numbered_sessions = false;  // each join gets a new session, "session-N"; else "session-1"
+    // Called before each join is answered, outside the lock, with its number (from 1).
+    std::function<void(int)> before_join;
+    int channels = 0;  // task channels opened
+    bool cancelled = false;
+    int downloads = 0;
+    std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
+    // Called before each download is served, outside the lock; a status that is not OK is
+    // that download's answer.
+    std::function<Status(const v1::DownloadModelRequest&)> before_download;
+    // When set, the first task channel ends after its script (the coordinator went away) and
+    // the next one gets these tasks.
+    std::optional<std::vector<v1::Task>> next_session;
+    // The rendezvous store a cohort's members meet in; without it the store RPCs fail.
+    std::shared_ptr<collectives::HashStore> store;
+  };
+
+  // `download_sets`: tensors the model download carries after the model (a task's model_sets).
+  ScriptedCoordinator(std::vector<v1::Task> script, std::shared_ptr<Shared> shared, TensorSet download_sets = {})
+      : script_(std::move(script)), shared_(std::move(shared)), download_sets_(std::move(download_sets)) {
+    auto device = CreateDevice("cpu");
+    auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
+    model_ = (*model)->GetState().value();
+  }
+
+  const TensorSet& model() const { return model_; }
+
+  Result<v1::JoinResponse> Join(const v1::JoinRequest& request) override {
+    int number = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      number = static_cast<int>(shared_->joins.size()) + 1;
+    }
+    if (shared_->before_join) shared_->before_join(number);
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->joins.push_back(request);
+      shared_->cv.notify_all();
+    }
+    v1::JoinResponse response;
+    response.set_worker_id(request.name());
+    response.set_session("session-" + std::to_string(shared_->numbered_sessions ? number : 1));
+    response.set_heartbeat_interval_ms(200);
+    response.set_heartbeat_timeout_ms(600000);
+    return response;
+  }
+  Status Heartbeat(const v1::HeartbeatRequest&) override { return Status::Ok(); }
+
+  Status RunTaskChannel(const v1::TaskChannelRequest&, const std::function<void(const v1::Task&)>& on_task) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      ++shared_->channels;
+      shared_->cv.notify_all();
+    }
+    for (const auto& task : script_) on_task(task);
+    script_.clear();  // a reconnect gets nothing new
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (shared_->next_session) {
+      script_ = std::move(*shared_->next_session);
+      shared_->next_session.reset();
+      return UnavailableError("the coordinator went away");
+    }
+    shared_->cv.wait(lock, [&] { return shared_->cancelled; });
+    shared_->cancelled = false;
+    return CancelledError("task channel cancelled");
+  }
+  void CancelTaskChannel() override {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->cancelled = true;
+    shared_->cv.notify_all();
+  }
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      ++shared_->downloads;
+      shared_->download_bounds.push_back(max_bytes);
+      shared_->cv.notify_all();
+    }
+    if (shared_->before_download) RETURN_IF_ERROR(shared_->before_download(request));
+    TensorSet download = model_;
+    download.insert(download.end(), download_sets_.begin(), download_sets_.end());
+    return download;
+  }
+  // Read back as the coordinator reads it (proto/update_assembler.h).
+  Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
+                                        uint32_t chunk_bytes) override {
+    const wire::UpdateBytes& tensors = *shared;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    TensorSet decoded;
+    uint64_t bytes = 0;
+    if (header.failure().empty()) {
+      ASSIGN_OR_RETURN(auto sets, wire::UpdateSets(header, "upload"));
+      wire::UpdateAssembler assembler("upload", 1 << 30, shared_->topk_fraction);
+      RETURN_IF_ERROR(assembler.Start(sets));
+      RETURN_IF_ERROR(wire::ForEachChunk(tensors, chunk_bytes, [&](const v1::TensorChunk& c) { return assembler.Add(c); }));
+      ASSIGN_OR_RETURN(auto by_name, assembler.Finish());
+      for (const auto& set : sets) {
+        for (NamedTensor& t : by_name[std::string(set.name)]) decoded.push_back(std::move(t));
+      }
+      bytes = assembler.bytes_received();
+    }
+    shared_->uploads.push_back(header);
+    shared_->uploaded.push_back(std::move(decoded));
+    shared_->uploaded_bytes.push_back(bytes);
+    shared_->cv.notify_all();
+    v1::UploadResult result;
+    result.set_accepted(shared_->refuse_reason.empty());
+    result.set_reason(shared_->refuse_reason);
+    return result;
+  }
+  Status StoreSet(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Set(request.key(), request.value());
+  }
+  Result<std::string> StoreGet(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Get(request.key(), std::chrono::milliseconds(request.wait_ms()));
+  }
+  Result<int64_t> StoreAdd(const v1::StoreRequest& request) override {
+    if (!shared_->store) return UnimplementedError("no store");
+    return shared_->store->Add(request.key(), request.delta());
+  }
+
+ private:
+  std::vector<v1::Task> script_;
+  std::shared_ptr<Shared> shared_;
+  TensorSet download_sets_;
+  TensorSet model_;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<v1::Task> script, TensorSet download_sets = {}, WorkerOptions options = {}) {
+    options.name = "w1";
+    options.join_token = "token";
+    agent_ = std::make_unique<WorkerAgent>(
+        options, std::make_unique<ScriptedCoordinator>(std::move(script), shared_, std::move(download_sets)));
+    thread_ = std::thread([this] { run_status_ = agent_->Run(); });
+  }
+  void TearDown() override {
+    if (agent_) agent_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  // Waits for an upload for (round, attempt); false after kWait.
+  bool WaitForUpload(uint32_t round, uint32_t attempt, v1::UpdateHeader* out, const std::string& job = "job-1") {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    return shared_->cv.wait_for(lock, kWait, [&] {
+      for (const auto& h : shared_->uploads) {
+        if (h.job_id() == job && h.round() == round && h.attempt() == attempt) {
+          *out = h;
+          return true;
+        }
+      }
+      return false;
+    });
+  }
+  std::vector<v1::UpdateHeader> Uploads() {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    return shared_->uploads;
+  }
+  // The tensors of the first upload for `round`.
+  TensorSet Uploaded(uint32_t round) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (size_t i = 0; i < shared_->uploads.size(); ++i) {
+      if (shared_->uploads[i].round() == round) return shared_->uploaded[i];
+    }
+    return {};
+  }
+  // Waits until the agent has joined; its join request.
+  v1::JoinRequest Joined() {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait_for(lock, kWait, [&] { return !shared_->joins.empty(); });
+    return shared_->joins.empty() ? v1::JoinRequest() : shared_->joins.front();
+  }
+
+  void ExpectScaffoldUpload(double momentum);
+
+  std::shared_ptr<ScriptedCoordinator::Shared> shared_ = std::make_shared<ScriptedCoordinator::Shared>();
+  std::unique_ptr<WorkerAgent> agent_;
+  std::thread thread_;
+  Status run_status_;
+};
+
+}  // namespace tessera::worker
