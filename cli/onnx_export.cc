@@ -2,12 +2,9 @@
 
 #include <onnx/onnx_pb.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <map>
+
+#include "base/whole_file.h"
 
 namespace tessera::cli {
 namespace {
@@ -266,36 +263,10 @@ Status WriteOnnx(const Model& model, const std::string& graph_name, const std::s
   last->set_output(0, "logits");
   SetTensorType(graph->add_output(), "logits", {model.classes()});
 
-  // Serialised whole first, then written with every step checked (an ofstream writes its last
-  // bytes as it closes, unchecked: a full disk would give a cut file, renamed into place, and
-  // success). A link in the temporary's place is not followed: it fails.
+  // Serialised whole first, then written whole or not at all (base/whole_file.h).
   std::string bytes;
   if (!proto.SerializeToString(&bytes)) return InternalError("ONNX export: the graph does not serialise");
-  const std::string temporary = path + ".tmp";
-  auto failed = [&](const std::string& what, int error) {
-    ::unlink(temporary.c_str());
-    return DataLossError("cannot " + what + ": " + std::strerror(error));
-  };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return DataLossError("cannot write " + temporary + ": " + std::strerror(errno));
-  for (size_t written = 0; written < bytes.size();) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      return failed("write " + temporary, error);
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return failed("write " + temporary, error);
-  }
-  if (::close(fd) != 0) return failed("write " + temporary, errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) return failed("rename " + temporary + " to " + path, errno);
-  return Status::Ok();
+  return WriteFileWhole(path, bytes);
 }
 
 }  // namespace tessera::cli

@@ -23,6 +23,7 @@
 #include <set>
 
 #include "base/escape.h"
+#include "base/whole_file.h"
 #include "proto/openssl_handles.h"
 #include "proto/revocation.h"
 #include "proto/transport_security.h"
@@ -131,43 +132,11 @@ Status CheckHost(const std::string& host) {
   return Status::Ok();
 }
 
-// Writes `path` whole: into PATH.new (its mode set before a byte is written, whatever the
-// umask), synced, then renamed over `path`. A run that fails or dies half-way leaves `path` as
-// it was or absent, never cut short.
+// Writes `path` whole (base/whole_file.h): into PATH.new, its mode set before a byte is
+// written whatever the umask, synced, then renamed over `path`. A run that fails or dies
+// half-way leaves `path` as it was or absent, never cut short.
 Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
-  const std::string temporary = path + ".new";
-  auto failed = [&](int error) {
-    ::unlink(temporary.c_str());
-    return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(error));
-  };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0) return FailedPreconditionError("cannot write " + QuoteUntrusted(path, 256) + ": " + std::strerror(errno));
-  if (::fchmod(fd, mode) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return failed(error);
-  }
-  const char* p = content.data();
-  size_t left = content.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n < 0 ? errno : EIO;
-      ::close(fd);
-      return failed(error);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int error = errno;
-    ::close(fd);
-    return failed(error);
-  }
-  if (::close(fd) != 0) return failed(errno);
-  if (::rename(temporary.c_str(), path.c_str()) != 0) return failed(errno);
-  return Status::Ok();
+  return WriteFileWhole(path, content, WholeFileOptions{.mode = mode, .sync = true, .suffix = ".new"});
 }
 
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes = 64 * 1024) {

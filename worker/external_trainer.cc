@@ -271,7 +271,7 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
       std::remove(model.c_str());
     }
   } remove_on_exit{model_path, out_path};
-  RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global)).WithContext(what));
+  RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global), /*sync=*/false).WithContext(what));
   if (share_written_ != share_key) {
     NumpyArray x, y;
     x.name = "x";
@@ -284,7 +284,7 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
     y.shape = {share.count};
     std::vector<int64_t> labels(share.labels.begin(), share.labels.end());
     y.data.assign(reinterpret_cast<const char*>(labels.data()), labels.size() * sizeof(int64_t));
-    RETURN_IF_ERROR(WriteNpz(share_path, {x, y}).WithContext(what));
+    RETURN_IF_ERROR(WriteNpz(share_path, {x, y}, /*sync=*/false).WithContext(what));
     share_written_ = share_key;
   }
   std::remove(out_path.c_str());

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/whole_file.h"
 
 namespace tessera {
 namespace {
@@ -546,25 +547,9 @@ Result<std::string> EncodeNpz(const std::vector<NumpyArray>& arrays) {
   return out;
 }
 
-Status WriteNpz(const std::string& path, const std::vector<NumpyArray>& arrays) {
+Status WriteNpz(const std::string& path, const std::vector<NumpyArray>& arrays, bool sync) {
   ASSIGN_OR_RETURN(std::string bytes, EncodeNpz(arrays));
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out) return InvalidArgumentError("cannot open " + temporary + " for writing: " + std::strerror(errno));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) {
-      std::remove(temporary.c_str());
-      return DataLossError("cannot write " + temporary + ": " + std::strerror(errno));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(temporary.c_str());
-    return DataLossError("cannot rename " + temporary + " to " + path + ": " + why);
-  }
-  return Status::Ok();
+  return WriteFileWhole(path, bytes, WholeFileOptions{.sync = sync});
 }
 
 NumpyArray ToNumpy(const NamedTensor& tensor) {

@@ -1,0 +1,75 @@
+// WriteFileWhole: a file is written whole under its name or not at all.
+#include "base/whole_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera {
+namespace {
+
+class WholeFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) / ("whole_file_test." + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  static std::string Read(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(WholeFileTest, AFileIsWrittenWithItsModeWhateverTheUmaskAndNoTemporaryIsLeft) {
+  const std::string path = (dir_ / "key.pem").string();
+  const mode_t old_umask = ::umask(0);  // a umask that would leave the file world-writable
+  Status written = WriteFileWhole(path, "secret", WholeFileOptions{.mode = 0600, .sync = true, .suffix = ".new"});
+  ::umask(old_umask);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  EXPECT_EQ(Read(path), "secret");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".new"));
+}
+
+TEST_F(WholeFileTest, AnExistingFileIsReplacedWhole) {
+  const std::string path = (dir_ / "model.npz").string();
+  std::ofstream(path) << "an older and much longer content than the new one";
+  ASSERT_TRUE(WriteFileWhole(path, "new", WholeFileOptions{.sync = false}).ok());
+  EXPECT_EQ(Read(path), "new");
+}
+
+// A link planted in the temporary's place is neither followed (its target keeps its bytes) nor
+// renamed over the file asked for.
+TEST_F(WholeFileTest, ALinkInTheTemporarysPlaceIsNotFollowed) {
+  const std::string path = (dir_ / "model.onnx").string();
+  const std::filesystem::path target = dir_ / "elsewhere";
+  std::ofstream(target) << "untouched";
+  std::filesystem::create_symlink(target, path + ".tmp");
+  Status written = WriteFileWhole(path, "bytes");
+  EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
+  EXPECT_EQ(written.message().rfind("cannot write " + path + ".tmp: ", 0), 0u) << written.message();
+  EXPECT_EQ(Read(target), "untouched");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+}
+
+TEST_F(WholeFileTest, AFolderThatDoesNotExistIsAnErrorNamingTheFile) {
+  const std::string path = (dir_ / "missing" / "file").string();
+  Status written = WriteFileWhole(path, "bytes");
+  EXPECT_EQ(written.code(), StatusCode::kDataLoss);
+  EXPECT_NE(written.message().find(path + ".tmp"), std::string::npos) << written.message();
+  EXPECT_NE(written.message().find("No such file or directory"), std::string::npos) << written.message();
+}
+
+}  // namespace
+}  // namespace tessera
