@@ -8,31 +8,12 @@
 
 #include <sstream>
 
+#include "tests/captured_log.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
 namespace tessera::testing {
 namespace {
-
-// Everything the process logs while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return stream_.str();
-  }
-
- private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;

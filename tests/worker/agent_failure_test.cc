@@ -1,5 +1,6 @@
 // The worker agent when something fails (agent_fixture.h): its device, a download, a session
 // replaced while it trained, and what the coordinator's reasons look like in its log.
+#include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
 namespace tessera::worker {
@@ -83,25 +84,7 @@ TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
   EXPECT_EQ(shared_->joins.size(), 2u);
 }
 
-// Everything logged while it lives.
-class CapturedLog {
- public:
-  CapturedLog() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_)) {
-    spdlog::default_logger()->sinks().push_back(sink_);
-  }
-  ~CapturedLog() {
-    auto& sinks = spdlog::default_logger()->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-  }
-  std::string text() {
-    spdlog::default_logger()->flush();
-    return stream_.str();
-  }
-
- private:
-  std::ostringstream stream_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-};
+using ::tessera::testing::CapturedLog;
 
 // What the coordinator says about a cancel or a refused update is logged on one line, escaped
 // and bounded: a reason that quotes a job or a worker cannot forge log lines or fill the log.
