@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   flags.String("revoke", &provision_revoke,
                "provision: workers or operators whose certificates to revoke, comma-separated (written to "
                "OUT/coordinator/crl.pem, which the coordinator rereads)");
-  flags.Int("days", &provision.days, "provision: how long the certificates issued now are valid", IntRange{1, 3650});
+  flags.Int("days", &provision.days, "provision: how long the certificates issued now are valid, in days (no longer than a kept CA)", IntRange{1, 3650});
   flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help (with a command: that command's)");
   if (Status s = flags.Parse(argc, argv); !s.ok()) {

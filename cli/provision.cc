@@ -333,6 +333,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   const int64_t not_after = now + options.days * 86400;
 
   CertificateAuthority ca;
+  Status outlives_ca;  // set when a certificate issued now would outlive the kept CA
   const std::string ca_dir = out + "/ca";
   if (!std::filesystem::exists(ca_dir + "/ca.key") && std::filesystem::exists(ca_dir + "/ca.crt")) {
     // The CA's key was taken offline, as it should be. A new CA here would replace ca.crt, and
@@ -344,8 +345,22 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   if (std::filesystem::exists(ca_dir + "/ca.key")) {
     ASSIGN_OR_RETURN(ca.cert_pem, ReadSmallFile(ca_dir + "/ca.crt"));
     ASSIGN_OR_RETURN(ca.key_pem, ReadSmallFile(ca_dir + "/ca.key"));
-    if (!PemToCert(ca.cert_pem) || !PemToKey(ca.key_pem)) {
+    X509Ptr ca_cert = PemToCert(ca.cert_pem);
+    if (!ca_cert || !PemToKey(ca.key_pem)) {
       return FailedPreconditionError("the CA in " + QuoteUntrusted(ca_dir, 256) + " does not parse");
+    }
+    // A certificate the kept CA issues is verified only as long as the CA itself is valid:
+    // one meant to outlive it would stop working, unannounced, when the CA expires.
+    std::unique_ptr<ASN1_TIME, TimeFree> until(ASN1_TIME_set(nullptr, static_cast<time_t>(not_after)));
+    int days = 0, seconds = 0;
+    if (!until || ASN1_TIME_diff(&days, &seconds, until.get(), X509_get0_notAfter(ca_cert.get())) != 1) {
+      return FailedPreconditionError("the CA in " + QuoteUntrusted(ca_dir, 256) + " has no readable expiry");
+    }
+    if (days < 0 || seconds < 0) {
+      outlives_ca = InvalidArgumentError("--days " + std::to_string(options.days) + ": certificates would outlive the CA in " +
+                                  QuoteUntrusted(ca_dir, 256) + ", which expires " + std::to_string(-days) +
+                                  " days before them; expected at most " +
+                                  std::to_string(std::max<int64_t>(0, options.days + days - (seconds < 0 ? 1 : 0))) + " days");
     }
     report += "ca            " + ca_dir + " (kept)\n";
   } else {
@@ -361,6 +376,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
       report += label + dir + " (kept)\n";
       return Status::Ok();
     }
+    RETURN_IF_ERROR(outlives_ca);
     request.not_before_unix = not_before;
     request.not_after_unix = not_after;
     ASSIGN_OR_RETURN(IssuedCertificate issued, IssueCertificate(ca, request));

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -242,6 +243,34 @@ TEST_F(ProvisionTest, AKeyReadableByOthersIsRefused) {
   client.dir = (dir_ / "workers/site-a-01").string();
   EXPECT_EQ(wire::LoadClientTls(client, {"coordinator.example.org", 7070}, wire::kWorkerRole).status().message(),
             "--tls-key '" + key + "': a private key must not be readable by other users (mode 0644); chmod 600 it");
+}
+
+// Certificates from a kept CA that expires before them would stop verifying, unannounced, on
+// the CA's last day: such a --days is refused, naming the most it can be.
+TEST_F(ProvisionTest, CertificatesThatWouldOutliveAKeptCaAreRefused) {
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  auto ca = CreateCertificateAuthority("Short CA", now - 60, now + 30 * 86400);
+  ASSERT_TRUE(ca.ok()) << ca.status().ToString();
+  std::filesystem::create_directories(dir_ / "ca");
+  std::ofstream(dir_ / "ca/ca.crt") << ca->cert_pem;
+  std::ofstream(dir_ / "ca/ca.key") << ca->key_pem;
+  ProvisionOptions options = Options();
+  options.days = 365;
+  auto refused = Provision(options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--days 365: certificates would outlive the CA"), std::string::npos)
+      << refused.status().message();
+  // 30 days when both ran in the same second, else 29.
+  const std::string& message = refused.status().message();
+  EXPECT_TRUE(message.find("expected at most 30 days") != std::string::npos ||
+              message.find("expected at most 29 days") != std::string::npos)
+      << message;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "coordinator/tls.crt"));
+  options.days = 29;
+  auto issued = Provision(options);
+  ASSERT_TRUE(issued.ok()) << issued.status().ToString();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "workers/site-a-01/tls.crt"));
 }
 
 }  // namespace
