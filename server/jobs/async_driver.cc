@@ -151,7 +151,7 @@ Status AsyncDriver::Admit(const v1::UpdateHeader& h) const {
   ASSIGN_OR_RETURN(const Task* task, FindTaskLocked(h));
   if (!h.failure().empty()) return Status::Ok();
   if (h.samples() == 0) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
-  RETURN_IF_ERROR(CheckReportedTimes(h, what));
+  RETURN_IF_ERROR(CheckReportedFigures(h, what));
   if (h.samples() > task->max_samples) {
     return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(task->max_samples) +
                                 " (the size of party " + std::to_string(task->party) + "), got " +

@@ -3,12 +3,12 @@
 //
 // `concurrency` clients train at once, each on the model version that was current when its
 // task was sent. As their updates arrive they are checked as a synchronous round checks them
-// (server/jobs/update_checks.h: CheckReportedTimes, CheckUpdateEnvelope, CheckDelta) and folded into a
-// buffer, each with its staleness weight: s versions behind the model the buffer will be
-// applied to, the update's delta counts StalenessWeight(s) times, its weight in the mean
-// staying its sample count. Every `buffer_size` (K) folded updates the buffer's mean goes
-// through the job's strategy (FedAvg's plain step, FedAvgM, FedAdam, ...) into a new model
-// version, which is evaluated and committed like a synchronous round (one RoundRecord per
+// (server/jobs/update_checks.h: CheckReportedFigures, CheckUpdateEnvelope, CheckDelta) and
+// folded into a buffer, each with its staleness weight: s versions behind the model the
+// buffer will be applied to, the update's delta counts StalenessWeight(s) times, its weight
+// in the mean staying its sample count. Every `buffer_size` (K) folded updates the buffer's
+// mean goes through the job's strategy (FedAvg's plain step, FedAvgM, FedAdam, ...) into a new
+// model version, which is evaluated and committed like a synchronous round (one RoundRecord per
 // server step, with the folded clients and each one's staleness), and the freed clients get
 // new tasks on the newest version. An update whose base is more than `max_staleness` versions
 // behind is refused, and a task that can no longer be folded is cancelled when the version

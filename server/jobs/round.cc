@@ -107,7 +107,7 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
   }
-  RETURN_IF_ERROR(CheckReportedTimes(h, what));
+  RETURN_IF_ERROR(CheckReportedFigures(h, what));
   if (h.failure().empty() && h.samples() > it->second.max_samples) {
     return InvalidArgumentError(what + ": field 'samples': expected at most " + std::to_string(it->second.max_samples) +
                                 " (the size of party " + std::to_string(it->second.party) + "), got " +

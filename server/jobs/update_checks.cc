@@ -17,7 +17,7 @@
 
 namespace tessera::server {
 
-Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
+Status CheckReportedFigures(const v1::UpdateHeader& h, const std::string& what) {
   // Times a worker reports are shown to operators and summed into metrics: finite, not
   // negative, at most a week.
   for (const auto& [field, ms] : {std::pair<const char*, double>{"compute_ms", h.compute_ms()},
@@ -27,6 +27,14 @@ Status CheckReportedTimes(const v1::UpdateHeader& h, const std::string& what) {
       return InvalidArgumentError(what + ": field '" + field + "': expected milliseconds in [0, 604800000], got " +
                                   FormatNumber(ms));
     }
+  }
+  // The train loss goes into the round's sample-weighted mean and the utility selection's
+  // ranking: a NaN, an infinity or a 1e308 from one worker would make the round's figure NaN
+  // or infinite. An honest worker's loss is finite (an external trainer's is checked so on the
+  // worker), and 1e30 times every sample of every client of a round stays far within double.
+  if (!(std::abs(h.train_loss()) <= kMaxReportedLoss)) {
+    return InvalidArgumentError(what + ": field 'train_loss': expected a finite number in [-1e30, 1e30], got " +
+                                FormatNumber(h.train_loss()));
   }
   return Status::Ok();
 }

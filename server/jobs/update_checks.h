@@ -1,5 +1,5 @@
 // The checks of an update that every driver makes (the synchronous Round, the asynchronous
-// AsyncDriver), before it is folded: the times it reports, its envelope before any tensor
+// AsyncDriver), before it is folded: the figures it reports, its envelope before any tensor
 // byte is read, and its values once they are (layout, finite, the norm bound, clipping).
 // Pure functions, thread-safe.
 #pragma once
@@ -19,9 +19,12 @@ namespace tessera::server {
 
 // `what` names the update in errors ("update from worker 'w' for job j round 3").
 //
-// Times a worker reports (compute_ms, download_ms, data_load_ms) are shown to operators and
-// summed into metrics: finite, not negative, at most a week.
-Status CheckReportedTimes(const v1::UpdateHeader& header, const std::string& what);
+// The figures a worker reports besides its tensors. Times (compute_ms, download_ms,
+// data_load_ms) are shown to operators and summed into metrics: finite, not negative, at most
+// a week. Its train_loss is averaged into the round's record: finite, at most
+// kMaxReportedLoss in magnitude.
+inline constexpr double kMaxReportedLoss = 1e30;
+Status CheckReportedFigures(const v1::UpdateHeader& header, const std::string& what);
 
 // The upload's envelope before any tensor bytes are read: its sets (a "delta" set and every
 // set in `extra_sets`, no other, each in an encoding this build reads) and each set's

@@ -277,6 +277,32 @@ TEST_F(RoundTest, ClosingDropsThePendingAndRefusesLateUpdates) {
   EXPECT_EQ(record.clients_reported(), 1u);
 }
 
+// The train loss a worker reports is averaged into the round's record by samples: a NaN, an
+// infinity or a finite value too large to sum is refused at the header, and the record's
+// figure is the accepted updates' mean.
+TEST_F(RoundTest, AReportedTrainLossThatIsNotFiniteOrTooLargeIsRefused) {
+  auto nan = Header("w1");
+  nan.set_train_loss(std::numeric_limits<double>::quiet_NaN());
+  Status s = round_->Submit(nan, Layout(1, 1, 1), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("field 'train_loss'"), std::string::npos) << s.message();
+  auto huge = Header("w2");
+  huge.set_train_loss(1e308);
+  s = round_->Admit(huge);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("field 'train_loss'"), std::string::npos) << s.message();
+  huge.set_train_loss(-std::numeric_limits<double>::infinity());
+  EXPECT_EQ(round_->Admit(huge).code(), StatusCode::kInvalidArgument);
+  auto fine = Header("w3");
+  fine.set_train_loss(0.5);
+  ASSERT_TRUE(round_->Submit(fine, Layout(1, 1, 1), 1).ok());
+  round_->Close("test");
+  v1::RoundRecord record;
+  round_->FillRecord(&record);
+  EXPECT_EQ(record.clients_reported(), 1u);
+  EXPECT_DOUBLE_EQ(record.train_loss(), 0.5);
+}
+
 TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
   const v1::TensorManifest manifest = wire::BuildManifest(*global_);
   auto with_sets = [&](std::vector<std::pair<std::string, v1::Encoding>> sets) {
