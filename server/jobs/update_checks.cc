@@ -36,6 +36,19 @@ Status CheckReportedFigures(const v1::UpdateHeader& h, const std::string& what) 
     return InvalidArgumentError(what + ": field 'train_loss': expected a finite number in [-1e30, 1e30], got " +
                                 FormatNumber(h.train_loss()));
   }
+  // The backend a cohort negotiated is copied into the round's record, which operators read:
+  // it is refused, not kept, unless it is a backend's name ("gloo", "nccl", ...), so that
+  // neither control characters nor megabytes reach the record.
+  const std::string& backend = h.collective_backend();
+  const bool named = backend.size() <= kMaxBackendNameBytes &&
+                     std::all_of(backend.begin(), backend.end(), [](char c) {
+                       return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+                     });
+  if (!named) {
+    return InvalidArgumentError(what + ": field 'collective_backend': expected a backend's name, at most " +
+                                std::to_string(kMaxBackendNameBytes) + " of [a-z0-9._-], got " +
+                                QuoteUntrusted(backend));
+  }
   return Status::Ok();
 }
 

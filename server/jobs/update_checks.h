@@ -4,6 +4,7 @@
 // Pure functions, thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -22,8 +23,10 @@ namespace tessera::server {
 // The figures a worker reports besides its tensors. Times (compute_ms, download_ms,
 // data_load_ms) are shown to operators and summed into metrics: finite, not negative, at most
 // a week. Its train_loss is averaged into the round's record: finite, at most
-// kMaxReportedLoss in magnitude.
+// kMaxReportedLoss in magnitude. Its collective_backend is kept in the record: empty, or a
+// backend's name of at most kMaxBackendNameBytes of [a-z0-9._-].
 inline constexpr double kMaxReportedLoss = 1e30;
+inline constexpr size_t kMaxBackendNameBytes = 32;
 Status CheckReportedFigures(const v1::UpdateHeader& header, const std::string& what);
 
 // The upload's envelope before any tensor bytes are read: its sets (a "delta" set and every

@@ -303,6 +303,32 @@ TEST_F(RoundTest, AReportedTrainLossThatIsNotFiniteOrTooLargeIsRefused) {
   EXPECT_DOUBLE_EQ(record.train_loss(), 0.5);
 }
 
+// The backend a cohort reports is kept in the round's record, which operators read: a name
+// with control characters, or megabytes of one, is refused at the header and never recorded.
+TEST_F(RoundTest, AReportedCollectiveBackendMustBeABackendsName) {
+  auto escape = Header("w1");
+  escape.set_collective_backend("gloo\x1b[2J\n");
+  Status s = round_->Submit(escape, Layout(1, 1, 1), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("field 'collective_backend'"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find('\x1b'), std::string::npos) << "the refusal quotes it escaped";
+  auto long_name = Header("w2");
+  long_name.set_collective_backend(std::string(1 << 20, 'a'));
+  s = round_->Submit(long_name, Layout(1, 1, 1), 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_LT(s.message().size(), 1000u);
+  auto gloo = Header("w3");
+  gloo.set_collective_backend("gloo");
+  ASSERT_TRUE(round_->Submit(gloo, Layout(1, 1, 1), 1).ok());
+  round_->Close("test");
+  v1::RoundRecord record;
+  round_->FillRecord(&record);
+  EXPECT_EQ(record.clients_reported(), 1u);
+  for (const auto& report : record.workers()) {
+    EXPECT_EQ(report.collective_backend(), report.worker_id() == "w3" ? "gloo" : "") << report.worker_id();
+  }
+}
+
 TEST_F(RoundTest, TheEnvelopeNamesItsSetsAndTheirEncodings) {
   const v1::TensorManifest manifest = wire::BuildManifest(*global_);
   auto with_sets = [&](std::vector<std::pair<std::string, v1::Encoding>> sets) {
