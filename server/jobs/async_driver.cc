@@ -171,11 +171,11 @@ v1::WorkerRoundReport AsyncDriver::BaseReport(const Task& task, const std::strin
   return report;
 }
 
-void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report) {
-  if (buffer.reports.size() >= kMaxReportsPerStep) {
-    ++buffer.reports_left_out;
-    return;
-  }
+void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, bool folded) {
+  // Every folded update is listed (at most K); of the tasks that ended unfolded, the first
+  // kMaxReportsPerStep, so that refusals piling up cannot push the folded ones out.
+  if (!folded && buffer.unfolded_listed >= kMaxReportsPerStep) return;  // counted, not listed
+  buffer.unfolded_listed += folded ? 0 : 1;
   buffer.reports.push_back(std::move(report));
 }
 
@@ -191,7 +191,7 @@ void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport
   if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
   (refused ? buffer_->refused : buffer_->dropped) += 1;
   report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
-  AddReportLocked(*buffer_, std::move(report));
+  AddReportLocked(*buffer_, std::move(report), /*folded=*/false);
   tasks_.erase(it);
   client_freed_ = true;
   cv_.notify_all();  // a client is free for a new task
@@ -362,7 +362,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
                                             " scaled down to the job's max_update_norm " +
                                             FormatNumber(max_update_norm_));
   // The folded update's report belongs to the step that applies it.
-  AddReportLocked(*buffer, std::move(report));
+  AddReportLocked(*buffer, std::move(report), /*folded=*/true);
   if (auto done = tasks_.find(h.worker_id()); done != tasks_.end()) {
     for (const auto& [worker, generation] : done->second.members) leader_of_.erase(worker);
     if (!done->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(done->second.rendezvous_prefix);

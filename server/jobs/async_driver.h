@@ -135,8 +135,8 @@ class AsyncDriver {
     double weighted_loss = 0;  // sum of samples x train loss of the folded updates
     uint64_t samples = 0;
     double fold_ms = 0;
-    std::vector<v1::WorkerRoundReport> reports;  // bounded: kMaxReports
-    uint32_t reports_left_out = 0;
+    std::vector<v1::WorkerRoundReport> reports;  // every folded update's, and a bounded number of the others
+    uint32_t unfolded_listed = 0;  // reports in `reports` of tasks not folded
   };
 
   std::string Describe(const v1::UpdateHeader& header) const;
@@ -148,7 +148,8 @@ class AsyncDriver {
   // Ends the task of `leader` with `report` (its outcome set) added to the open buffer,
   // counted as refused or dropped; its members rest for a while before a new task. Under mu_.
   void EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused);
-  void AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report);
+  // `folded`: the report of an update folded into `buffer`, always listed.
+  void AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, bool folded);
   v1::WorkerRoundReport BaseReport(const Task& task, const std::string& leader) const;
   // Ends every task in flight, cancelling its members' work (the job has ended).
   void CancelAll(const std::string& reason);

@@ -437,5 +437,39 @@ TEST_F(AsyncDriverTest, ResumesFromTheLastCommittedVersionAndNumbersTasksOn) {
   }
 }
 
+// A step's record lists every update it folded, however many tasks ended unfolded before it:
+// a client failing task after task (each failure rests it for a second) fills the record's
+// list of the others, which is bounded; the folded update is still named, with its staleness.
+TEST_F(AsyncDriverTest, AStepsRecordNamesItsFoldedUpdatesWhateverEndedBeforeThem) {
+  constexpr size_t kFailures = 300;  // more than a step's record lists of the tasks not folded
+  FakeWorker& failing = AddWorker("failing", Always(FakeAction::Fail("its data is unreadable")));
+  GatedTasks good_tasks;
+  FakeWorker& good = AddWorker("good", good_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_round_deadline_ms(24 * 3600 * 1000);  // the good task outlives every failure
+  Submit(spec);
+  TrainTask(good, 0);
+  for (size_t i = 0; i < kFailures; ++i) {
+    const v1::TrainTask task = TrainTask(failing, i);
+    ASSERT_TRUE(failing.AwaitFinished(task.round(), 1)) << "failure " << i;
+    ASSERT_TRUE(AwaitRunnerWaiting());
+    clock_.Advance(std::chrono::milliseconds(1100));  // past the failed client's rest
+  }
+  good_tasks.Open(0);
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  const v1::RoundRecord& step = rounds[0];
+  EXPECT_EQ(step.async_step().updates_folded(), 1u);
+  EXPECT_GE(step.async_step().tasks_dropped(), kFailures);
+  EXPECT_EQ(step.clients_reported(), 1u);
+  EXPECT_LT(static_cast<size_t>(step.workers_size()), kFailures) << "the failures listed are bounded";
+  const v1::WorkerRoundReport folded = ReportOf(step, "good");
+  EXPECT_EQ(folded.outcome(), "accepted");
+  EXPECT_EQ(folded.staleness(), 0u);
+  EXPECT_DOUBLE_EQ(folded.staleness_weight(), 1.0);
+}
+
 }  // namespace
 }  // namespace tessera::server
