@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <exception>
 
 #include "base/format.h"
@@ -690,7 +689,8 @@ Status AsyncDriver::Run() {
     }
     std::unique_lock<std::mutex> lock(mu_);
     auto until = now + (tasks_.size() < options_.concurrency() ? poll : runner_.options_.liveness_check_interval);
-    for (const auto& [leader, task] : tasks_) until = std::min(until, task.deadline);
+    // A task whose update is being checked or folded is not ended at its deadline: waking for it would spin.
+    for (const auto& [leader, task] : tasks_) until = task.folding ? until : std::min(until, task.deadline);
     clock_->WaitUntil(lock, cv_, until, [&] {
       return interrupted_ || (!sealed_.empty() && sealed_.front()->folding == 0) || client_freed_;
     });

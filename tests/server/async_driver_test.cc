@@ -374,6 +374,48 @@ TEST_F(AsyncDriverTest, AnUploadBeingCheckedWhenTheJobIsCancelledIsRefusedBefore
       << turns.front().verdict->ToString();
 }
 
+// A task whose update is being checked when its deadline passes is not ended by it (its update
+// has come): the job's thread goes on waiting for what is still ahead, instead of waking at
+// once, again and again, for a deadline already past until the fold is done.
+TEST_F(AsyncDriverTest, ADeadlinePassingWhileItsUpdateIsCheckedLeavesTheJobWaiting) {
+  struct Hold {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, released = false;
+  };
+  auto hold = std::make_shared<Hold>();
+  options_.async_checked_hook = [hold] {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    hold->entered = true;
+    hold->cv.notify_all();
+    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
+  };
+  GatedTasks a_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_round_deadline_ms(1000);
+  Submit(spec);
+  TrainTask(a, 0);
+  a_tasks.Open(0);
+  {
+    std::unique_lock<std::mutex> lock(hold->mu);
+    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "the upload was never checked";
+  }
+  clock_.Advance(std::chrono::milliseconds(2000));  // past the task's deadline, its update in hand
+  const bool waiting = AwaitRunnerWaiting();
+  {
+    std::lock_guard<std::mutex> lock(hold->mu);
+    hold->released = true;
+  }
+  hold->cv.notify_all();
+  EXPECT_TRUE(waiting) << "the job's thread never slept while the update was checked";
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(ReportOf(rounds[0], "a").outcome(), "accepted");
+}
+
 // A coordinator stopped mid-job resumes at the last committed version: its buffered update is
 // lost, task numbers go on from the last step's count, and an update for a task of the
 // previous process is refused.
