@@ -167,6 +167,8 @@ TEST(FedNovaNormalizerTest, MatchesHandComputedValues) {
   // Plain SGD: a_i = tau.
   EXPECT_DOUBLE_EQ(*FedNovaNormalizer(7, 0.0), 7.0);
   EXPECT_DOUBLE_EQ(*FedNovaNormalizer(0, 0.9), 0.0);
+  EXPECT_DOUBLE_EQ(*FedNovaNormalizer(0, 1e-20), 0.0);  // 1 - rho rounds to 1: ln rho is -infinity
+  EXPECT_DOUBLE_EQ(*FedNovaNormalizer(3, 1e-20), 3.0);
   // Momentum 0.9: the coefficients of the steps are 1, 1.9, 2.71, ... (1 - 0.9^k) / 0.1.
   EXPECT_NEAR(*FedNovaNormalizer(1, 0.9), 1.0, 1e-12);
   EXPECT_NEAR(*FedNovaNormalizer(2, 0.9), 2.9, 1e-12);
@@ -192,6 +194,25 @@ TEST(FedNovaNormalizerTest, IsHowFarMomentumSgdMovesUnderAConstantGradient) {
     float moved = 0;
     ASSERT_TRUE((*device)->CopyDeviceToHost(w, 0, &moved, sizeof(float)).ok());
     EXPECT_NEAR(-moved / 0.01, *FedNovaNormalizer(tau, 0.9), 1e-3 * *FedNovaNormalizer(tau, 0.9)) << tau << " steps";
+  }
+}
+
+// Near rho = 1 the closed form subtracts nearly equal numbers and divides the difference by
+// 1 - rho: a_i must still be the sum of its steps' coefficients, sum over k of
+// (1 - rho^k) / (1 - rho) = 1 + rho + ... + rho^(k-1) (for two steps, 1 + (1 + rho)).
+TEST(FedNovaNormalizerTest, IsTheSumOfTheStepsCoefficientsForAMomentumNearOne) {
+  for (const double rho : {0.99999, 0.9999999, 0.99999994}) {
+    for (const uint64_t tau : {1u, 2u, 3u, 10u, 1000u}) {
+      double sum = 0, coefficient = 0, power = 1;
+      for (uint64_t k = 1; k <= tau; ++k) {
+        coefficient += power;  // 1 + rho + ... + rho^(k-1)
+        power *= rho;
+        sum += coefficient;
+      }
+      Result<double> a = FedNovaNormalizer(tau, rho);
+      ASSERT_TRUE(a.ok()) << a.status().ToString();
+      EXPECT_NEAR(*a, sum, 1e-8 * sum) << "momentum " << rho << ", " << tau << " steps";
+    }
   }
 }
 
