@@ -89,15 +89,23 @@ Status ValidateAggregation(const v1::JobSpec& s, int64_t parameters) {
                      "at most min_clients - byzantine_clients (" + std::to_string(least - f) + ")", std::to_string(m));
     }
   }
-  // Every accepted update is held until the round closes.
-  const double bytes = static_cast<double>(clients) * static_cast<double>(parameters) * sizeof(float);
+  // Every accepted update is held until the round closes: with over-selection, the updates of
+  // every selected client may be in hand by then (those folding when clients_per_round were
+  // accepted count too), and Krum adds its matrix of distances between them.
+  const uint32_t held = SelectionCount(s, std::numeric_limits<uint32_t>::max());
+  double bytes = static_cast<double>(held) * static_cast<double>(parameters) * sizeof(float);
+  if (rule == "krum") bytes += static_cast<double>(held) * held * sizeof(double);
   if (bytes > static_cast<double>(kMaxRetainedUpdateBytes)) {
+    const std::string selected =
+        held == clients ? std::to_string(held) + " clients" : std::to_string(held) + " clients selected (clients_per_round " +
+                                                                 std::to_string(clients) + " with over_selection)";
     return Refused("aggregation.rule",
                    "a round the coordinator can hold: rule \"" + rule +
-                       "\" keeps every update until the round closes, clients_per_round x parameters x 4 bytes within " +
+                       "\" keeps every update until the round closes, the selected clients x parameters x 4 bytes" +
+                       (rule == "krum" ? " (and Krum's distances, clients^2 x 8 bytes)" : "") + " within " +
                        Mebibytes(kMaxRetainedUpdateBytes),
-                   std::to_string(clients) + " clients x " + std::to_string(parameters) + " parameters (" +
-                       FormatNumber(bytes / (1 << 20)) + " MiB)");
+                   selected + " x " + std::to_string(parameters) + " parameters (" + FormatNumber(bytes / (1 << 20)) +
+                       " MiB)");
   }
   return Status::Ok();
 }

@@ -214,6 +214,33 @@ TEST(AggregationSpecTest, ARobustRuleMustBeAbleToHoldEveryUpdateOfARound) {
   s.set_clients_per_round(13);  // 994 MiB
   s.set_min_clients(13);
   EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
+  // Over-selected, 17 clients are sent the round, and the updates of all of them may be in
+  // hand when it closes: 1299.5 MiB.
+  s.mutable_selection()->set_over_selection(0.3);
+  ExpectRefused(s, "aggregation.rule", "keeps every update until the round closes");
+  refused = wire::ValidateJobSpec(s);
+  EXPECT_NE(refused.message().find("got 17 clients selected (clients_per_round 13 with over_selection)"),
+            std::string::npos)
+      << refused.message();
+}
+
+TEST(AggregationSpecTest, KrumsDistancesCountInWhatARoundHolds) {
+  // An MLP 784-10-10 (7,960 parameters): 10,000 clients' updates are 304 MiB, which a median
+  // holds; Krum's matrix of distances between them adds 763 MiB, past the 1 GiB. 5,000 fit.
+  v1::JobSpec s = WireSpec();
+  s.mutable_model()->set_name("mlp");
+  s.mutable_model()->clear_hidden();
+  s.mutable_model()->add_hidden(10);
+  s.mutable_data()->mutable_partition()->set_parties(10000);
+  s.set_clients_per_round(10000);
+  s.set_min_clients(10000);
+  s.mutable_aggregation()->set_rule("median");
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
+  s.mutable_aggregation()->set_rule("krum");
+  ExpectRefused(s, "aggregation.rule", "and Krum's distances, clients^2 x 8 bytes");
+  s.set_clients_per_round(5000);
+  s.set_min_clients(5000);
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
 }
 
 TEST(AggregationSpecTest, AWireSpecIsCheckedAlike) {
