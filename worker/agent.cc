@@ -229,6 +229,16 @@ Status WorkerAgent::RunSession() {
   Status ended = client_->RunTaskChannel(open, [&](const v1::Task& task) {
     std::lock_guard<std::mutex> lock(mu_);
     if (task.has_train()) {
+      // Only the newest task of a job matters: one still queued for the same job is superseded
+      // now, so the queue holds a task per job. Past kMaxQueuedTasks jobs (a coordinator
+      // handing out far more work than one worker does), the oldest task goes.
+      const std::string& job = task.train().job_id();
+      std::erase_if(tasks_, [&](const v1::TrainTask& queued) { return queued.job_id() == job; });
+      if (tasks_.size() >= kMaxQueuedTasks) {
+        spdlog::warn("{} tasks queued: dropped the task of job {} round {} for a newer one", tasks_.size(),
+                     QuoteUntrusted(tasks_.front().job_id()), tasks_.front().round());
+        tasks_.pop_front();
+      }
       tasks_.push_back(task.train());
     } else if (task.has_cancel()) {
       const v1::CancelTask& cancel = task.cancel();

@@ -134,7 +134,8 @@ class WorkerAgent {
   std::condition_variable cv_;
   std::string worker_id_;
   std::string session_;
-  std::deque<v1::TrainTask> tasks_;
+  std::deque<v1::TrainTask> tasks_;  // at most one per job, at most kMaxQueuedTasks
+  static constexpr size_t kMaxQueuedTasks = 64;
   // Recent cancels, newest last (a few; a cancel only matters to the task it names).
   // Attempt 0 (from a coordinator that does not send it) cancels every attempt of the round.
   struct CancelledTask {

@@ -115,5 +115,60 @@ TEST_F(AgentTest, TheCoordinatorsReasonsAreLoggedEscapedAndBounded) {
   }
 }
 
+// Tasks queue while the worker trains. Only the newest task of a job matters, and past 64
+// jobs' tasks (a coordinator handing out far more than one worker does) the oldest is dropped,
+// saying so: the queue stays bounded whatever the worker is sent.
+TEST_F(AgentTest, TheTaskQueueHoldsOneTaskPerJobAndAtMostSixtyFour) {
+  // Held by the hooks, which the trainer's thread may still be leaving when the test ends.
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool busy = false, open = false;
+  };
+  auto gate = std::make_shared<Gate>();
+  shared_->before_download = [gate](const v1::DownloadModelRequest& request) {
+    if (request.job_id() == "job-busy") {
+      std::unique_lock<std::mutex> lock(gate->mu);
+      gate->busy = true;
+      gate->cv.notify_all();
+      gate->cv.wait(lock, [&] { return gate->open; });
+    }
+    return Status::Ok();
+  };
+  // The rest is handed over once the worker is busy with the first task.
+  shared_->before_task = [gate](size_t index) {
+    if (index != 1) return;
+    std::unique_lock<std::mutex> lock(gate->mu);
+    gate->cv.wait(lock, [&] { return gate->busy; });
+  };
+  std::vector<v1::Task> script = {Train(1, 1, "job-busy")};
+  for (uint32_t round = 1; round <= 3; ++round) script.push_back(Train(round, 1, "job-0"));
+  for (int k = 1; k <= 70; ++k) script.push_back(Train(1, 1, "job-" + std::to_string(k)));
+  CapturedLog log;
+  Start(script);
+  {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return shared_->scripts_delivered > 0; }));
+  }
+  const std::string text = log.text();
+  // 71 jobs queued behind the busy one: job-0 (its round 3; rounds 1 and 2 were superseded
+  // without a word) and job-1 to job-6 make way for the 64 newest.
+  size_t drops = 0;
+  for (size_t at = text.find("dropped the task of job"); at != std::string::npos;
+       at = text.find("dropped the task of job", at + 1)) {
+    ++drops;
+  }
+  EXPECT_EQ(drops, 7u) << text;
+  EXPECT_NE(text.find("64 tasks queued: dropped the task of job 'job-0' round 3"), std::string::npos) << text;
+  EXPECT_NE(text.find("dropped the task of job 'job-6' round 1"), std::string::npos) << text;
+  EXPECT_EQ(text.find("dropped the task of job 'job-7'"), std::string::npos) << text;
+  agent_->Stop();
+  {
+    std::lock_guard<std::mutex> lock(gate->mu);
+    gate->open = true;
+  }
+  gate->cv.notify_all();
+}
+
 }  // namespace
 }  // namespace tessera::worker

@@ -95,6 +95,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // Called before each join is answered, outside the lock, with its number (from 1).
     std::function<void(int)> before_join;
     int channels = 0;  // task channels opened
+    int scripts_delivered = 0;  // task channels that have handed over their whole script
+    // Called before each task of the script is handed over, outside the lock, with its index.
+    std::function<void(size_t)> before_task;
     bool cancelled = false;
     int downloads = 0;
     std::vector<uint64_t> download_bounds;  // what each download was allowed to hold
@@ -145,9 +148,14 @@ class ScriptedCoordinator final : public CoordinatorClient {
       ++shared_->channels;
       shared_->cv.notify_all();
     }
-    for (const auto& task : script_) on_task(task);
+    for (size_t i = 0; i < script_.size(); ++i) {
+      if (shared_->before_task) shared_->before_task(i);
+      on_task(script_[i]);
+    }
     script_.clear();  // a reconnect gets nothing new
     std::unique_lock<std::mutex> lock(shared_->mu);
+    ++shared_->scripts_delivered;
+    shared_->cv.notify_all();
     if (shared_->next_session) {
       script_ = std::move(*shared_->next_session);
       shared_->next_session.reset();
