@@ -28,7 +28,9 @@ if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
 fi
 echo "== building"
 scripts/build.sh
-bin="$root/${BUILD_DIR:-build}"
+# build.sh takes BUILD_DIR relative to the repository's root, or absolute.
+bin="${BUILD_DIR:-build}"
+[[ "$bin" == /* ]] || bin="$root/$bin"
 
 state="${STATE_DIR:-$root/var}"
 mkdir -p "$state/logs"
