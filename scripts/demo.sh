@@ -80,7 +80,8 @@ for name in "${names[@]}"; do
 done
 cli=("$bin/cli/tessera" --coordinator "127.0.0.1:$port" --tls-dir "$pki/operators/demo")
 for _ in $(seq 100); do
-  ready=$("${cli[@]}" workers 2>/dev/null | awk '$2 == "yes"' | wc -l)
+  # A listing that fails (the coordinator still starting) counts as none ready yet.
+  ready=$({ "${cli[@]}" workers 2>/dev/null || true; } | awk '$2 == "yes"' | wc -l)
   [[ "$ready" -ge "$workers" ]] && break
   sleep 0.1
 done

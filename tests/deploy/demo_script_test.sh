@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Runs scripts/demo.sh against stand-ins for the build, the coordinator, the workers and the CLI
+# (in a scratch copy of the repository, so nothing is built or installed) and checks how it
+# runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
+# fails while the coordinator starts, and that every process it started is stopped when the
+# job ends, when watching it fails and on Ctrl-C.
+#   demo_script_test.sh SOURCE_DIR
+set -euo pipefail
+src="$1"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+root="$scratch/repo"
+mkdir -p "$root/scripts"
+cp "$src/scripts/demo.sh" "$root/scripts/"
+printf '#!/usr/bin/env bash\nexit 0\n' >"$root/scripts/build.sh"
+printf '#!/usr/bin/env bash\necho "setup must not run with SKIP_SETUP=1" >&2; exit 1\n' >"$root/scripts/setup.sh"
+chmod +x "$root/scripts/"*.sh
+
+bin="$scratch/build dir"
+mkdir -p "$bin/server" "$bin/worker" "$bin/cli"
+# The daemons record their PIDs and wait to be stopped.
+cat >"$bin/server/tessera-coordinator" <<'EOF'
+#!/usr/bin/env bash
+echo $$ >>"$STUB_PIDS"
+echo "tessera-coordinator listening on port 7070"
+exec sleep 600
+EOF
+cat >"$bin/worker/tessera-worker" <<'EOF'
+#!/usr/bin/env bash
+echo $$ >>"$STUB_PIDS"
+exec sleep 600
+EOF
+# The CLI: `workers` fails on its first call, then lists every worker ready; `watch` does what
+# STUB_WATCH says (ok, fail, hang).
+cat >"$bin/cli/tessera" <<'EOF'
+#!/usr/bin/env bash
+for arg in "$@"; do
+  case $arg in
+    provision) exit 0 ;;
+    workers)
+      if [[ ! -e "$STUB_PIDS.listed" ]]; then touch "$STUB_PIDS.listed"; echo "unavailable" >&2; exit 14; fi
+      for i in $(seq -w 1 "$WORKERS"); do echo "worker-$i yes"; done; exit 0 ;;
+    submit) echo "job-1"; exit 0 ;;
+    watch)
+      case $STUB_WATCH in
+        ok) echo "final test accuracy: 86.70% after 8 rounds"; exit 0 ;;
+        fail) echo "watch: the coordinator went away" >&2; exit 14 ;;
+        hang) echo $$ >>"$STUB_PIDS.watch"; exec sleep 600 ;;
+      esac ;;
+  esac
+done
+echo "stub tessera: unexpected arguments $*" >&2; exit 2
+EOF
+chmod +x "$bin/server/tessera-coordinator" "$bin/worker/tessera-worker" "$bin/cli/tessera"
+
+# demo CASE WATCH [RUNNER...]: runs the demo, its exit status in $rc, its output in $scratch/CASE.log.
+demo() {
+  local name=$1 watch=$2
+  shift 2
+  export STUB_PIDS="$scratch/$name.pids"
+  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch"
+  rc=0
+  STUB_WATCH=$watch SKIP_SETUP=1 BUILD_DIR="$bin" STATE_DIR="$scratch/state $name" WORKERS=3 \
+    timeout 60 "$@" "$root/scripts/demo.sh" >"$scratch/$name.log" 2>&1 || rc=$?
+}
+# None of the processes the demo started is left running.
+all_stopped() {
+  local name=$1 pid
+  [[ -s "$scratch/$name.pids" ]] || { cat "$scratch/$name.log"; fail "$name: the demo started no daemon"; }
+  [[ $(wc -l <"$scratch/$name.pids") -eq 4 ]] || { cat "$scratch/$name.log"; fail "$name: expected a coordinator and 3 workers"; }
+  for _ in $(seq 50); do
+    local alive=0
+    while read -r pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$scratch/$name.pids"
+    ((alive == 0)) && return 0
+    sleep 0.1
+  done
+  while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$scratch/$name.pids"
+  cat "$scratch/$name.log"
+  fail "$name: the demo left a daemon running"
+}
+
+demo ok ok
+[[ $rc -eq 0 ]] || { cat "$scratch/ok.log"; fail "the demo failed (rc $rc) with an absolute BUILD_DIR and a first listing that failed"; }
+grep -q "final test accuracy" "$scratch/ok.log" || { cat "$scratch/ok.log"; fail "the demo did not watch its job"; }
+all_stopped ok
+
+demo fail fail
+[[ $rc -ne 0 ]] || { cat "$scratch/fail.log"; fail "the demo succeeded although watching its job failed"; }
+all_stopped fail
+
+# Ctrl-C: SIGINT to the demo's whole process group while it watches.
+demo interrupt hang python3 -c '
+import os, signal, subprocess, sys, time
+p = subprocess.Popen(sys.argv[2:], start_new_session=True,
+                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+for _ in range(300):
+    if os.path.exists(sys.argv[1]): break
+    time.sleep(0.1)
+os.killpg(p.pid, signal.SIGINT)
+sys.exit(p.wait())' "$scratch/interrupt.pids.watch"
+[[ -e "$scratch/interrupt.pids.watch" ]] || { cat "$scratch/interrupt.log"; fail "the demo never reached watching its job"; }
+[[ $rc -ne 0 ]] || fail "the interrupted demo exited 0"
+all_stopped interrupt
+echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C"
