@@ -31,6 +31,11 @@ for unit in tessera-coordinator.service tessera-worker@.service; do
   if grep -Eq '^ExecStart=.*--(join|admin)-token ' "$units/$unit"; then fail "$unit puts a secret on the command line"; fi
 done
 grep -q '^StateDirectory=tessera' "$units/tessera-coordinator.service" || fail "the coordinator's state is not under StateDirectory="
+# The revocation list is read in place by the daemon's own user: never from the root-only
+# directory (mode 0700) that holds the TLS files it gets through LoadCredential=.
+if grep -Eq -- '--tls-crl +/etc/tessera/(coordinator|workers)/' "$units/tessera-coordinator.service"; then
+  fail "the coordinator's unit reads its revocation list from a directory its user cannot enter"
+fi
 
 if ! command -v systemd-analyze >/dev/null; then
   echo "SKIP: systemd-analyze is not installed; the units were installed and checked by hand only" >&2
