@@ -39,8 +39,8 @@ if [[ $which == asan || $which == all ]]; then
   cmake --build "$dir" -j "$jobs"
   echo "== ASan+UBSan: the whole suite ($dir)"
   ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_init_order=1" \
-  LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0" \
-  UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp" \
+  LSAN_OPTIONS="suppressions='$supp/lsan.supp':print_suppressions=0" \
+  UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions='$supp/ubsan.supp'" \
     ctest --test-dir "$dir" --output-on-failure -j "$ctest_jobs" ${CTEST_ARGS:-} || status=1
 fi
 
@@ -57,7 +57,7 @@ if [[ $which == tsan || $which == all ]]; then
   configure "$dir" thread -DTESSERA_BUILD_BENCH=OFF
   cmake --build "$dir" -j "$jobs" --target server_tests worker_tests
   echo "== TSan: server_tests and worker_tests ($dir)"
-  TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp:print_suppressions=0" \
+  TSAN_OPTIONS="halt_on_error=1:abort_on_error=1:second_deadlock_stack=1:suppressions='$supp/tsan.supp':print_suppressions=0" \
     ctest --test-dir "$dir" --output-on-failure -j "$ctest_jobs" -L '^(server_tests|worker_tests)$' \
       -E "$tsan_excluded" ${CTEST_ARGS:-} || status=1
 fi
