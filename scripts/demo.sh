@@ -87,6 +87,13 @@ for _ in $(seq 100); do
 done
 "${cli[@]}" workers
 
+# A demo stopped part-way (Ctrl-C) left its job in $state, and this coordinator resumed it:
+# cancelled, so that this demo's job trains alone.
+for left in $("${cli[@]}" jobs | awk '$2 == "pending" || $2 == "running" {print $1}'); do
+  echo "== cancelling $left, left running by an earlier demo"
+  "${cli[@]}" cancel "$left" >/dev/null
+done
+
 echo "== submitting $job_file"
 job=$("${cli[@]}" submit "$job_file")
 echo "job $job"

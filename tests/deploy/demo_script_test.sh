@@ -3,7 +3,8 @@
 # (in a scratch copy of the repository, so nothing is built or installed) and checks how it
 # runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
 # fails while the coordinator starts, and that every process it started is stopped when the
-# job ends, when watching it fails and on Ctrl-C.
+# job ends, when watching it fails and on Ctrl-C; and that a job an interrupted demo left
+# running is cancelled first.
 #   demo_script_test.sh SOURCE_DIR
 set -euo pipefail
 src="$1"
@@ -42,6 +43,14 @@ for arg in "$@"; do
     workers)
       if [[ ! -e "$STUB_PIDS.listed" ]]; then touch "$STUB_PIDS.listed"; echo "unavailable" >&2; exit 14; fi
       for i in $(seq -w 1 "$WORKERS"); do echo "worker-$i yes"; done; exit 0 ;;
+    jobs)
+      printf '%-18s %-10s %11s %9s  %s\n' JOB STATE ROUNDS ACCURACY NAME
+      if [[ -n "${STUB_LEFT:-}" ]]; then
+        printf '%-18s %-10s %11s %9s  %s\n' "$STUB_LEFT" running "3/8" "80.00%" fmnist-fedavg
+        printf '%-18s %-10s %11s %9s  %s\n' job-0-done succeeded "8/8" "86.70%" fmnist-fedavg
+      fi
+      exit 0 ;;
+    cancel) echo "${*: -1}" >>"$STUB_PIDS.cancelled"; exit 0 ;;
     submit) echo "job-1"; exit 0 ;;
     watch)
       case $STUB_WATCH in
@@ -60,7 +69,7 @@ demo() {
   local name=$1 watch=$2
   shift 2
   export STUB_PIDS="$scratch/$name.pids"
-  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch"
+  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled"
   rc=0
   STUB_WATCH=$watch SKIP_SETUP=1 BUILD_DIR="$bin" STATE_DIR="$scratch/state $name" WORKERS=3 \
     timeout 60 "$@" "$root/scripts/demo.sh" >"$scratch/$name.log" 2>&1 || rc=$?
@@ -86,6 +95,16 @@ demo ok ok
 grep -q "final test accuracy" "$scratch/ok.log" || { cat "$scratch/ok.log"; fail "the demo did not watch its job"; }
 all_stopped ok
 
+[[ ! -e "$scratch/ok.pids.cancelled" ]] || fail "the demo cancelled a job when none was left running"
+
+# A job an earlier, interrupted demo left running in the state directory is cancelled before
+# this one is submitted; an ended one is left alone.
+STUB_LEFT=job-0-left demo left ok
+[[ $rc -eq 0 ]] || { cat "$scratch/left.log"; fail "the demo failed with a job left running"; }
+[[ "$(cat "$scratch/left.pids.cancelled" 2>/dev/null)" == "job-0-left" ]] ||
+  { cat "$scratch/left.log"; fail "the job left running was not cancelled (alone)"; }
+all_stopped left
+
 demo fail fail
 [[ $rc -ne 0 ]] || { cat "$scratch/fail.log"; fail "the demo succeeded although watching its job failed"; }
 all_stopped fail
@@ -103,4 +122,4 @@ sys.exit(p.wait())' "$scratch/interrupt.pids.watch"
 [[ -e "$scratch/interrupt.pids.watch" ]] || { cat "$scratch/interrupt.log"; fail "the demo never reached watching its job"; }
 [[ $rc -ne 0 ]] || fail "the interrupted demo exited 0"
 all_stopped interrupt
-echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C"
+echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled"
