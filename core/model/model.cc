@@ -337,8 +337,22 @@ class DeclaredBuilder {
         return InvalidArgumentError(at + ": kernel " + std::to_string(layer.kernel) + " is larger than its padded " +
                                     Describe(in) + " input");
       }
-      return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(name, in, layer.out, layer.kernel,
-                                                                  layer.stride == 0 ? 1 : layer.stride,
+      // The output bound does not bound the unfolded input: a large kernel over a padded input
+      // grows both its rows and its columns, past what any device can hold (the CPU's op
+      // aborts when its scratch cannot be allocated).
+      const int stride = layer.stride == 0 ? 1 : layer.stride;
+      const int64_t out_height = (static_cast<int64_t>(in.height) + 2 * layer.padding - layer.kernel) / stride + 1;
+      const int64_t out_width = (static_cast<int64_t>(in.width) + 2 * layer.padding - layer.kernel) / stride + 1;
+      const int64_t positions = out_height * out_width;
+      const int64_t rows = static_cast<int64_t>(in.channels / layer.groups) * layer.kernel * layer.kernel;
+      int64_t unfolded = 0;
+      if (__builtin_mul_overflow(rows, positions, &unfolded) || unfolded > kMaxConvolutionColumns) {
+        return InvalidArgumentError(at + ": its input unfolded for one sample (" + std::to_string(rows) +
+                                    " rows of input channels per group x kernel x kernel, by " +
+                                    std::to_string(positions) + " output positions) exceeds " +
+                                    std::to_string(kMaxConvolutionColumns) + " values");
+      }
+      return std::unique_ptr<Layer>(std::make_unique<Conv2dLayer>(name, in, layer.out, layer.kernel, stride,
                                                                   layer.padding, layer.bias, layer.groups));
     }
     if (type == "linear") {

@@ -60,6 +60,10 @@ struct ModelConfig {
 inline constexpr int kMaxDeclaredLayers = 256;            // in all, residuals' sub-layers included
 inline constexpr int64_t kMaxActivationValues = 1 << 24;  // one sample's output of any layer
 inline constexpr int kMaxLayerWidth = 1 << 16;            // out, kernel, window, stride
+// A convolution's input unfolded for one sample (im2col): input channels per group x kernel x
+// kernel x output positions. The devices hold that matrix whole inside the op (CUDA one per
+// sample of the batch), and the CPU device aborts when it cannot allocate it.
+inline constexpr int64_t kMaxConvolutionColumns = int64_t{1} << 28;
 
 // Where one named parameter lies in the flat buffers (offset and count in floats).
 struct ParameterView {

@@ -165,6 +165,29 @@ TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
   EXPECT_EQ(with_loss->DescribeLayers(1).size(), 2u);
 }
 
+// A kernel near the size of its padded input keeps the output within its bound while the
+// input the convolution unfolds for each sample (16,000,000 rows by 16,507,969 positions) is
+// beyond any memory: refused when the model is declared, not when a step allocates it.
+TEST_F(DeclaredModelTest, AConvolutionWhoseUnfoldedInputIsTooLargeIsRefused) {
+  const std::string error =
+      ErrorOf(Declared({Conv("wide", 1, 4000, 1, 3999), L("global_avg_pool"), L("linear")}, 1, 64));
+  EXPECT_NE(error.find("model.layers[0] (conv2d): its input unfolded for one sample (16000000 rows"), std::string::npos)
+      << error;
+  // Each group unfolds its own channels only: 1,024 channels at 128x128 under a padded 5x5
+  // kernel unfold to 1,024 x 25 x 16,384 values, over the bound; in four groups to a quarter.
+  LayerConfig grouped = Conv("g", 4, 5, 1, 2);
+  EXPECT_NE(ErrorOf(Declared({grouped, L("global_avg_pool"), L("linear")}, 1024, 128)).find("(25600 rows"),
+            std::string::npos);
+  grouped.groups = 4;
+  EXPECT_TRUE(CountParameters(Declared({grouped, L("global_avg_pool"), L("linear")}, 1024, 128)).ok());
+  // The resnet8 preset at the largest images its output bound allows stays within it.
+  ModelConfig resnet;
+  resnet.name = "resnet8";
+  resnet.channels = 3;
+  resnet.rows = resnet.cols = 1024;
+  EXPECT_TRUE(CountParameters(resnet).ok());
+}
+
 // Inputs and labels for `batch` samples of the config's shape.
 struct Batch {
   DeviceBuffer images, labels, loss;
