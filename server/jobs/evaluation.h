@@ -34,6 +34,14 @@ class Evaluator {
 
   // The model's initial state (from the spec's seed).
   Result<TensorSet> InitialModel() const { return model_->GetState(); }
+  // The names of the model's buffers (running statistics), which no optimiser steps.
+  std::vector<std::string> BufferNames() const {
+    std::vector<std::string> names;
+    for (const auto& view : model_->parameter_views()) {
+      if (!view.trainable) names.push_back(view.name);
+    }
+    return names;
+  }
   // Checks that `state` fits the job's model (names and shapes).
   Status CheckFits(const TensorSet& state);
   Result<Evaluation> Evaluate(const TensorSet& state);

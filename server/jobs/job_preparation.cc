@@ -69,7 +69,7 @@ Status JobRunner::Prepare() {
   if (options_.strategy_factory) {
     ASSIGN_OR_RETURN(strategy_, options_.strategy_factory(spec, global));
   } else {
-    ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global));
+    ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global, evaluator_->BufferNames()));
   }
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));

@@ -1,7 +1,9 @@
 // A strategy as an aggregation rule (aggregation.h) composed with a server optimiser
 // (server_optimizers.h): FedAvg is the weighted mean with the plain step, FedAdam with a
 // coordinate-wise median is the median with Adam's step, and so on.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "proto/job_mapping.h"
 #include "server/strategy/aggregation.h"
@@ -17,11 +19,15 @@ class ComposedStrategy final : public Strategy {
   // `name`: the strategy's name when it is not the optimiser's (fedprox's server side is
   // FedAvg's plain step).
   ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer, const TensorSet& layout,
-                   std::string name = "")
+                   const std::vector<std::string>& buffers, std::string name = "")
       : aggregation_(aggregation),
         optimizer_(std::move(optimizer)),
         state_(optimizer_->InitialState(layout)),
-        name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)) {}
+        name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)) {
+    for (const auto& t : layout) {
+      is_buffer_.push_back(std::find(buffers.begin(), buffers.end(), t.name) != buffers.end());
+    }
+  }
 
   std::string_view name() const override { return name_; }
 
@@ -65,6 +71,13 @@ class ComposedStrategy final : public Strategy {
         if (fits.ok()) fits = InternalError(std::string(name()) + ": the round's aggregate does not fit the model");
         return;
       }
+      if (is_buffer_[i]) {
+        // A buffer takes the aggregate as it is (FedAvg's step); its optimiser state stays as
+        // it began.
+        float* w = step.model[i].values.data();
+        for (size_t j = 0; j < delta.size(); ++j) w[j] = static_cast<float>(w[j] + delta[j]);
+        return;
+      }
       optimizer_->Step(i, tensors, delta, step.model[i], step.state);
     }));
     RETURN_IF_ERROR(fits);
@@ -78,13 +91,15 @@ class ComposedStrategy final : public Strategy {
   const std::unique_ptr<ServerOptimizer> optimizer_;
   TensorSet state_;
   const std::string name_;
+  std::vector<bool> is_buffer_;  // per tensor of the model's layout
 };
 
 }  // namespace
 
 std::string_view KnownStrategies() { return wire::kStrategyNames; }
 
-Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout) {
+Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout,
+                                                 const std::vector<std::string>& buffers) {
   if (spec.strategy() == "fednova") return CreateFedNova(spec, layout);
   if (spec.strategy() == "scaffold") return CreateScaffold(spec, layout);
   if (spec.strategy() == "fedprox") {
@@ -94,10 +109,10 @@ Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const 
     server_side.set_strategy("fedavg");
     ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> plain, CreateServerOptimizer(server_side));
     return std::unique_ptr<Strategy>(
-        new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout, "fedprox"));
+        new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout, buffers, "fedprox"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> optimizer, CreateServerOptimizer(spec));
-  return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer), layout));
+  return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer), layout, buffers));
 }
 
 TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state) {

@@ -114,7 +114,11 @@ class Strategy {
 // The strategy a job names: the server optimiser of spec.strategy with its [server] options
 // (server_optimizers.h) over the aggregation rule of spec.aggregation (aggregation.h), for a
 // model of `layout`. The spec has been validated (wire::ValidateJobSpec).
-Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout);
+// `buffers`: the names of the model's buffers (a batch norm's running statistics), which no
+// optimiser steps: a server optimiser moves them by the aggregate alone, as FedAvg does, since
+// momentum or an adaptive step could carry a running variance below zero.
+Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout,
+                                                 const std::vector<std::string>& buffers = {});
 
 // The strategies CreateStrategy knows, for messages and `tessera check`.
 std::string_view KnownStrategies();

@@ -253,5 +253,39 @@ TEST(AdaptiveOptimizerTest, TheKnownStrategiesAreNamed) {
   }
 }
 
+// A batch norm's running statistics are buffers: no optimiser steps them. They take the
+// round's mean delta as FedAvg does (momentum or an adaptive step could carry a running
+// variance below zero), while the parameters beside them take the optimiser's step as before.
+TEST(ServerOptimizerTest, BuffersTakeTheMeanDeltaWhateverTheOptimiser) {
+  for (const std::string name : {"fedadam", "fedyogi", "fedadagrad", "fedavgm"}) {
+    v1::JobSpec spec = AdaptiveSpec(name);
+    if (name == "fedavgm") {
+      spec.clear_server();
+      spec.mutable_server()->set_learning_rate(1.0);
+      spec.mutable_server()->set_momentum(0.9);
+    }
+    auto plain = Make(spec, Layout(0, 0, 0));
+    auto buffered = CreateStrategy(spec, Layout(0, 0, 0), {"b"});
+    ASSERT_TRUE(buffered.ok()) << buffered.status().ToString();
+    const std::vector<StrategyStep> stepped = TwoRounds(*plain);
+    const std::vector<StrategyStep> kept = TwoRounds(**buffered);
+    ASSERT_EQ(stepped.size(), 2u);
+    ASSERT_EQ(kept.size(), 2u);
+    // b starts at 3; the mean deltas are 1 and then -0.05.
+    const float expected_b[] = {4.0f, 3.95f};
+    for (size_t r = 0; r < 2; ++r) {
+      const std::vector<float> a = Values(stepped[r].model), b = Values(kept[r].model);
+      ASSERT_EQ(b.size(), 3u) << name;
+      EXPECT_FLOAT_EQ(b[0], a[0]) << name << " round " << r + 1 << ": a parameter beside a buffer";
+      EXPECT_FLOAT_EQ(b[1], a[1]) << name << " round " << r + 1 << ": a parameter beside a buffer";
+      EXPECT_FLOAT_EQ(b[2], expected_b[r]) << name << " round " << r + 1 << ": the buffer";
+      // (FedAvgM's first step at learning rate 1 is the mean itself: its momentum starts at 0.)
+      if (name != "fedavgm" || r > 0) {
+        EXPECT_NE(a[2], expected_b[r]) << name << " round " << r + 1 << ": the optimiser would have moved it otherwise";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::server
