@@ -109,6 +109,43 @@ class GatedTasks {
   std::shared_ptr<State> state_ = std::make_shared<State>();
 };
 
+// Holds a thread at a test's hook (an upload's between its check and its fold, a checkpoint's
+// write) until Release(). Its state is shared with the hook, which the held thread may still
+// be leaving when the test's locals are gone.
+class HeldThread {
+ public:
+  // `first_only`: only the first call is held; later ones go through.
+  std::function<void()> Hook(bool first_only = false) {
+    return [state = state_, first_only] {
+      std::unique_lock<std::mutex> lock(state->mu);
+      if (first_only && state->entered) return;
+      state->entered = true;
+      state->cv.notify_all();
+      state->cv.wait_for(lock, kWaitLimit, [&] { return state->released; });
+    };
+  }
+  // Whether a thread reached the hook within kWaitLimit.
+  bool AwaitEntered() {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    return state_->cv.wait_for(lock, kWaitLimit, [&] { return state_->entered; });
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->released = true;
+    }
+    state_->cv.notify_all();
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool entered = false, released = false;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
 class AsyncDriverTest : public JobRunnerFixture {
  protected:
   static v1::JobSpec AsyncSpec(uint32_t clients, uint32_t steps, uint32_t buffer, uint32_t max_staleness) {
@@ -288,35 +325,17 @@ TEST_F(AsyncDriverTest, AnUpdateFoldedWhileAStepIsCommittedCountsThatStep) {
   FakeWorker& a = AddWorker("a", a_tasks.Script());
   FakeWorker& b = AddWorker("b", b_tasks.Script());
   // Step 1's checkpoint write waits for the test; later writes go through.
-  struct Hold {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, released = false;
-  };
-  auto hold = std::make_shared<Hold>();
-  store_.SetWriteHook(StateWrite::kWriteCheckpoint, [hold] {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    if (hold->entered) return;
-    hold->entered = true;
-    hold->cv.notify_all();
-    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
-  });
+  HeldThread hold;
+  store_.SetWriteHook(StateWrite::kWriteCheckpoint, hold.Hook(/*first_only=*/true));
   Submit(AsyncSpec(2, 3, /*buffer=*/1, /*max_staleness=*/1));
   TrainTask(a, 0);
   const v1::TrainTask b_first = TrainTask(b, 0);
   EXPECT_EQ(b_first.model_version(), 0u);
   a_tasks.Open(0);  // fills the buffer: step 1 is applied, and its commit waits
-  {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "step 1 was never committed";
-  }
+  ASSERT_TRUE(hold.AwaitEntered()) << "step 1 was never committed";
   b_tasks.Open(0);  // trained on version 0; it goes into step 2, made on version 1
   const bool b_done = b.AwaitFinished(b_first.round(), 1);
-  {
-    std::lock_guard<std::mutex> lock(hold->mu);
-    hold->released = true;
-  }
-  hold->cv.notify_all();
+  hold.Release();
   ASSERT_TRUE(b_done);
   a_tasks.OpenAll();
   b_tasks.OpenAll();
@@ -333,36 +352,19 @@ TEST_F(AsyncDriverTest, AnUpdateFoldedWhileAStepIsCommittedCountsThatStep) {
 // A job cancelled while an upload sits between its check and its fold: its workers are told,
 // the upload is refused when it goes on, and the job ends (its strategy released) only after.
 TEST_F(AsyncDriverTest, AnUploadBeingCheckedWhenTheJobIsCancelledIsRefusedBeforeTheJobEnds) {
-  struct Hold {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, released = false;
-  };
-  auto hold = std::make_shared<Hold>();
-  options_.async_checked_hook = [hold] {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    hold->entered = true;
-    hold->cv.notify_all();
-    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
-  };
+  HeldThread hold;
+  options_.async_checked_hook = hold.Hook();
   GatedTasks a_tasks;
   FakeWorker& a = AddWorker("a", a_tasks.Script());
   Submit(AsyncSpec(1, 3, /*buffer=*/1, /*max_staleness=*/1));
   const v1::TrainTask first = TrainTask(a, 0);
   a_tasks.Open(0);  // its update fills the buffer once folded
-  {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "the upload was never checked";
-  }
+  ASSERT_TRUE(hold.AwaitEntered()) << "the upload was never checked";
   runner()->Cancel();
   EXPECT_TRUE(a.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
     return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
   })) << "the cancelled job's worker is told";
-  {
-    std::lock_guard<std::mutex> lock(hold->mu);
-    hold->released = true;
-  }
-  hold->cv.notify_all();
+  hold.Release();
   const v1::Job end = AwaitEnd();
   EXPECT_EQ(end.state(), v1::JOB_CANCELLED) << end.error();
   EXPECT_EQ(Stored().rounds_committed(), 0u) << "nothing was folded into a step";
@@ -378,18 +380,8 @@ TEST_F(AsyncDriverTest, AnUploadBeingCheckedWhenTheJobIsCancelledIsRefusedBefore
 // has come): the job's thread goes on waiting for what is still ahead, instead of waking at
 // once, again and again, for a deadline already past until the fold is done.
 TEST_F(AsyncDriverTest, ADeadlinePassingWhileItsUpdateIsCheckedLeavesTheJobWaiting) {
-  struct Hold {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool entered = false, released = false;
-  };
-  auto hold = std::make_shared<Hold>();
-  options_.async_checked_hook = [hold] {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    hold->entered = true;
-    hold->cv.notify_all();
-    hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->released; });
-  };
+  HeldThread hold;
+  options_.async_checked_hook = hold.Hook();
   GatedTasks a_tasks;
   FakeWorker& a = AddWorker("a", a_tasks.Script());
   v1::JobSpec spec = AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1);
@@ -397,17 +389,10 @@ TEST_F(AsyncDriverTest, ADeadlinePassingWhileItsUpdateIsCheckedLeavesTheJobWaiti
   Submit(spec);
   TrainTask(a, 0);
   a_tasks.Open(0);
-  {
-    std::unique_lock<std::mutex> lock(hold->mu);
-    ASSERT_TRUE(hold->cv.wait_for(lock, kWaitLimit, [&] { return hold->entered; })) << "the upload was never checked";
-  }
+  ASSERT_TRUE(hold.AwaitEntered()) << "the upload was never checked";
   clock_.Advance(std::chrono::milliseconds(2000));  // past the task's deadline, its update in hand
   const bool waiting = AwaitRunnerWaiting();
-  {
-    std::lock_guard<std::mutex> lock(hold->mu);
-    hold->released = true;
-  }
-  hold->cv.notify_all();
+  hold.Release();
   EXPECT_TRUE(waiting) << "the job's thread never slept while the update was checked";
   const v1::Job end = AwaitEnd();
   EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
