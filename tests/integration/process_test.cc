@@ -159,11 +159,15 @@ TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
   const std::string job = Submit(*stub, CnnJob(rounds, 1));
   ASSERT_FALSE(job.empty());
 
-  // Let two rounds commit, then kill the coordinator without warning.
+  // Let two rounds commit, then kill the coordinator without warning. The workers are paused
+  // meanwhile, so that the job cannot run to its end before the kill (at most the round they
+  // are in commits), and go on once the coordinator is back, reconnecting by themselves.
   v1::GetJobResponse before;
   ASSERT_TRUE(WaitForCommitted(*stub, job, 2, &before));
+  for (auto& worker : workers) worker->Signal(SIGSTOP);
   coordinator->Kill(SIGKILL);
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
+  for (auto& worker : workers) worker->Signal(SIGCONT);
   ASSERT_GT(port, 0) << restarted->Log();
   stub = JobStub(port);
   auto done = WaitForJob(*stub, job, std::chrono::seconds(240));
@@ -277,8 +281,12 @@ TEST(ProcessTest, AnAsyncJobCommitsStepsAndResumesAfterAKill) {
   const std::string job = Submit(*stub, spec);
   v1::GetJobResponse before;
   ASSERT_TRUE(WaitForCommitted(*stub, job, 2, &before)) << coordinator->Log();
+  // Paused workers cannot let the job reach its last step before the kill; they go on, and
+  // reconnect by themselves, once the coordinator is back.
+  for (auto& worker : workers) worker->Signal(SIGSTOP);
   coordinator->Kill(SIGKILL);
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
+  for (auto& worker : workers) worker->Signal(SIGCONT);
   ASSERT_GT(port, 0) << restarted->Log();
   stub = JobStub(port);
   auto done = WaitForJob(*stub, job, std::chrono::seconds(240));
