@@ -228,7 +228,10 @@ TEST(CliTest, AWatchOutlivesACoordinatorRestartAndShowsEachRoundOnce) {
   for (int i = 1; i <= 2; ++i) workers.push_back(std::make_unique<WorkerThread>(address, "v" + std::to_string(i)));
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(20)));
-  auto job = (*coordinator)->SubmitJob(SmallJob(4, 2, 2000));
+  // Forty rounds: the test sees round 1 committed by polling every 50 ms, and rounds of this
+  // job took 15 ms on a fast machine, so a short job could end before the workers stop and
+  // leave nothing to resume. Once they stop, the job waits for them.
+  auto job = (*coordinator)->SubmitJob(SmallJob(40, 2, 2000));
   ASSERT_TRUE(job.ok()) << job.status().ToString();
 
   std::ostringstream watched;
@@ -241,9 +244,8 @@ TEST(CliTest, AWatchOutlivesACoordinatorRestartAndShowsEachRoundOnce) {
   ASSERT_TRUE(WaitUntil([&] { return (*coordinator)->GetJob(job->id()).ok() &&
                                      (*coordinator)->GetJob(job->id())->rounds_committed() >= 1; },
                         std::chrono::seconds(60)));
-  // The workers stop first, so that the job cannot run to its end before the restart (on a
-  // fast machine its last rounds took milliseconds); they come back to the restarted
-  // coordinator under the same names.
+  // The workers stop first, so that the job cannot run to its end before the restart; they
+  // come back to the restarted coordinator under the same names.
   workers.clear();
   (*coordinator)->Shutdown();
   coordinator->reset();

@@ -155,7 +155,7 @@ TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
 
-  const uint32_t rounds = 6;
+  const uint32_t rounds = 12;  // many, so that two commit well before the last (the test polls every 50 ms)
   const std::string job = Submit(*stub, CnnJob(rounds, 1));
   ASSERT_FALSE(job.empty());
 
@@ -207,7 +207,7 @@ TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterrupte
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
 
-  const uint32_t rounds = 5;
+  const uint32_t rounds = 12;  // many, so that two commit well before the last (the test polls every 50 ms)
   v1::JobSpec spec = SmallJob(rounds, 3, 3000);
   spec.set_strategy(strategy);
   if (strategy == "fedavgm") {
@@ -267,7 +267,7 @@ TEST(ProcessTest, AnAsyncJobCommitsStepsAndResumesAfterAKill) {
   auto stub = JobStub(port);
   ASSERT_TRUE(WaitForWorkers(*stub, 3, std::chrono::seconds(30))) << coordinator->Log();
 
-  const uint32_t steps = 6;
+  const uint32_t steps = 12;  // many, so that two commit well before the last (the test polls every 50 ms)
   v1::JobSpec spec = SmallJob(steps, 3, 3000);
   spec.set_strategy("fedavgm");
   spec.mutable_server()->set_learning_rate(1.0);
