@@ -31,6 +31,8 @@ bool IsIpv6(const std::string& host) {
 
 }  // namespace
 
+bool IsHost(const std::string& host) { return IsDnsNameOrIpv4(host) || IsIpv6(host); }
+
 std::string HostPort::ToString() const {
   const std::string shown = host.find(':') != std::string::npos ? "[" + host + "]" : host;
   return shown + ":" + std::to_string(port);

@@ -27,6 +27,10 @@ enum class PortZero {
 // HOST:PORT as above.
 Result<HostPort> ParseHostPort(const std::string& flag, const std::string& text, PortZero zero);
 
+// True for a DNS name, an IPv4 address or an IPv6 address (without brackets): a host as a
+// flag names one without its port (--coordinator-host, --cohort-address).
+bool IsHost(const std::string& host);
+
 // True for "localhost", 127.0.0.0/8 and ::1: addresses no other machine can reach.
 bool IsLoopbackHost(const std::string& host);
 

@@ -46,17 +46,25 @@ std::string Node(onnx::GraphProto* graph, const std::string& prefix, const std::
   return output;
 }
 
-// A scalar float32 constant (a Constant node, not an initializer: initializers are the model's parameters).
-std::string Scalar(onnx::GraphProto* graph, const std::string& prefix, float value) {
+// A Constant node (not an initializer: initializers are the model's parameters) whose output
+// is named `prefix` + "." + `kind` + a number, returned in *output; the caller fills its value.
+onnx::TensorProto* Constant(onnx::GraphProto* graph, const std::string& prefix, const std::string& kind,
+                            std::string* output) {
   auto* node = graph->add_node();
-  const std::string output = prefix + ".const" + std::to_string(graph->node_size());
-  node->set_name(output);
+  *output = prefix + "." + kind + std::to_string(graph->node_size());
+  node->set_name(*output);
   node->set_op_type("Constant");
-  node->add_output(output);
+  node->add_output(*output);
   auto* attribute = node->add_attribute();
   attribute->set_name("value");
   attribute->set_type(onnx::AttributeProto::TENSOR);
-  auto* tensor = attribute->mutable_t();
+  return attribute->mutable_t();
+}
+
+// A scalar float32 constant.
+std::string Scalar(onnx::GraphProto* graph, const std::string& prefix, float value) {
+  std::string output;
+  auto* tensor = Constant(graph, prefix, "const", &output);
   tensor->set_data_type(onnx::TensorProto::FLOAT);
   tensor->add_float_data(value);
   return output;
@@ -72,15 +80,8 @@ std::string Flatten(onnx::GraphProto* graph, const std::string& prefix, const st
 // [batch, F] -> [batch, F, 1, 1]: the model's activation {F, 1, 1}, as a layer that reads
 // [N, C, H, W] (a convolution, a pool) takes it.
 std::string Unflatten(onnx::GraphProto* graph, const std::string& prefix, const std::string& input) {
-  auto* node = graph->add_node();
-  const std::string shape = prefix + ".shape" + std::to_string(graph->node_size());
-  node->set_name(shape);
-  node->set_op_type("Constant");
-  node->add_output(shape);
-  auto* attribute = node->add_attribute();
-  attribute->set_name("value");
-  attribute->set_type(onnx::AttributeProto::TENSOR);
-  auto* tensor = attribute->mutable_t();
+  std::string shape;
+  auto* tensor = Constant(graph, prefix, "shape", &shape);
   tensor->set_data_type(onnx::TensorProto::INT64);
   tensor->add_dims(4);
   for (int64_t d : {0, -1, 1, 1}) tensor->add_int64_data(d);  // 0: the batch, as it is

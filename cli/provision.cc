@@ -23,6 +23,7 @@
 #include <set>
 
 #include "base/escape.h"
+#include "base/host_port.h"
 #include "base/whole_file.h"
 #include "proto/openssl_handles.h"
 #include "proto/revocation.h"
@@ -122,10 +123,7 @@ Status CheckName(const std::string& what, const std::string& name) {
 }
 
 Status CheckHost(const std::string& host) {
-  if (IsIpAddress(host)) return Status::Ok();
-  bool ok = !host.empty() && host.size() <= 253 && host.front() != '-' && host.front() != '.';
-  for (char c : host) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.');
-  if (!ok) {
+  if (!IsHost(host)) {
     return InvalidArgumentError("--coordinator-host " + QuoteUntrusted(host) +
                                 ": expected a DNS name or an IP address");
   }

@@ -278,12 +278,9 @@ void WorkerAgent::TrainerLoop() {
       }
       cv_.wait(lock, ready);
       if (stop_) return;
+      // The queue holds the newest task of each job only (a newer one replaces it as it comes).
       task = std::move(tasks_.front());
       tasks_.pop_front();
-      // Only the newest task of a job matters; older ones were superseded.
-      if (std::any_of(tasks_.begin(), tasks_.end(), [&](const auto& t) { return t.job_id() == task.job_id(); })) {
-        continue;
-      }
       if (IsCancelledLocked(task.job_id(), task.round(), task.attempt())) {
         spdlog::info("job {} round {} attempt {}: cancelled before it started", task.job_id(), task.round(),
                      task.attempt());

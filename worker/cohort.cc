@@ -3,11 +3,12 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <thread>
 
 #include "base/escape.h"
+#include "base/host_port.h"
+#include "worker/round_deadline.h"
 
 namespace tessera::worker {
 
@@ -56,9 +57,7 @@ CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t n
   wait.timeout = std::clamp(std::chrono::milliseconds(int64_t{timeout_s} * 1000), std::chrono::milliseconds(1),
                             std::chrono::milliseconds(kMaxCohortTimeoutS * 1000));
   if (deadline_unix_ms <= 0) return wait;
-  // Both clocks in int64 milliseconds: a deadline from any coordinator cannot overflow here.
-  const int64_t left_ms = deadline_unix_ms > now_unix_ms ? deadline_unix_ms - now_unix_ms : 0;
-  const auto left = std::chrono::milliseconds(std::min<int64_t>(left_ms, int64_t{1} << 40));
+  const auto left = TimeLeftUntil(deadline_unix_ms, now_unix_ms);
   wait.round_deadline = std::chrono::steady_clock::now() + left;
   if (left < wait.timeout) {
     wait.timeout = std::max(left, std::chrono::milliseconds(1));
@@ -69,19 +68,14 @@ CohortWait CohortWaitFor(uint32_t timeout_s, int64_t deadline_unix_ms, int64_t n
 
 Status CheckCohortAddress(const std::string& address) {
   const std::string named = "--cohort-address " + QuoteUntrusted(address);
-  in6_addr ipv6{};
-  in_addr ipv4{};
-  const bool is_ipv6 = address.size() <= 45 && inet_pton(AF_INET6, address.c_str(), &ipv6) == 1;
-  const bool is_name = !address.empty() && address.size() <= 253 && address.front() != '-' && address.front() != '.' &&
-                       std::all_of(address.begin(), address.end(), [](char c) {
-                         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
-                       });
-  if (!is_ipv6 && !is_name) {
+  if (!IsHost(address)) {
     return InvalidArgumentError(named + ": expected the DNS name or IP address (IPv6 without brackets) this worker's "
                                 "cohort peers reach it at, without a port (each round listens on a free one)");
   }
-  const bool wildcard = is_ipv6 ? IN6_IS_ADDR_UNSPECIFIED(&ipv6)
-                                : inet_pton(AF_INET, address.c_str(), &ipv4) == 1 && ipv4.s_addr == htonl(INADDR_ANY);
+  in6_addr ipv6{};
+  in_addr ipv4{};
+  const bool wildcard = (inet_pton(AF_INET6, address.c_str(), &ipv6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&ipv6)) ||
+                        (inet_pton(AF_INET, address.c_str(), &ipv4) == 1 && ipv4.s_addr == htonl(INADDR_ANY));
   if (wildcard) {
     return InvalidArgumentError(named + ": a wildcard, which the cohort's peers cannot dial (it is published to them); "
                                 "give an address of this machine they reach");

@@ -21,6 +21,7 @@
 
 #include "base/escape.h"
 #include "core/data/numpy_format.h"
+#include "worker/round_deadline.h"
 
 extern char** environ;
 
@@ -95,10 +96,7 @@ Result<TrainerCommand> ParseTrainerFlag(const std::string& value) {
 
 Clock::time_point TrainerDeadline(int64_t deadline_unix_ms, int64_t now_unix_ms) {
   if (deadline_unix_ms <= 0) return Clock::now() + std::chrono::hours(24);
-  // A far deadline in nanoseconds would overflow steady_clock's int64 (past 292 years) and
-  // wrap to a time gone, which killed the process before it could reply.
-  const int64_t left_ms = deadline_unix_ms > now_unix_ms ? deadline_unix_ms - now_unix_ms : 0;
-  return Clock::now() + std::chrono::milliseconds(std::min<int64_t>(left_ms, int64_t{1} << 40));
+  return Clock::now() + TimeLeftUntil(deadline_unix_ms, now_unix_ms);
 }
 
 ExternalTrainer::ExternalTrainer(TrainerCommand command, std::string work_dir)

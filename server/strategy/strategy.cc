@@ -18,10 +18,13 @@ class ComposedStrategy final : public Strategy {
  public:
   // `name`: the strategy's name when it is not the optimiser's (fedprox's server side is
   // FedAvg's plain step).
-  ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer, const TensorSet& layout,
+  // `plain`: FedAvg's step, which the model's `buffers` take whatever the optimiser.
+  ComposedStrategy(AggregationOptions aggregation, std::unique_ptr<ServerOptimizer> optimizer,
+                   std::unique_ptr<ServerOptimizer> plain, const TensorSet& layout,
                    const std::vector<std::string>& buffers, std::string name = "")
       : aggregation_(aggregation),
         optimizer_(std::move(optimizer)),
+        plain_(std::move(plain)),
         state_(optimizer_->InitialState(layout)),
         name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)) {
     for (const auto& t : layout) {
@@ -71,14 +74,8 @@ class ComposedStrategy final : public Strategy {
         if (fits.ok()) fits = InternalError(std::string(name()) + ": the round's aggregate does not fit the model");
         return;
       }
-      if (is_buffer_[i]) {
-        // A buffer takes the aggregate as it is (FedAvg's step); its optimiser state stays as
-        // it began.
-        float* w = step.model[i].values.data();
-        for (size_t j = 0; j < delta.size(); ++j) w[j] = static_cast<float>(w[j] + delta[j]);
-        return;
-      }
-      optimizer_->Step(i, tensors, delta, step.model[i], step.state);
+      // A buffer takes FedAvg's step, which reads no state: its optimiser state stays as it began.
+      (is_buffer_[i] ? *plain_ : *optimizer_).Step(i, tensors, delta, step.model[i], step.state);
     }));
     RETURN_IF_ERROR(fits);
     return step;
@@ -89,6 +86,7 @@ class ComposedStrategy final : public Strategy {
  private:
   const AggregationOptions aggregation_;
   const std::unique_ptr<ServerOptimizer> optimizer_;
+  const std::unique_ptr<ServerOptimizer> plain_;
   TensorSet state_;
   const std::string name_;
   std::vector<bool> is_buffer_;  // per tensor of the model's layout
@@ -108,11 +106,14 @@ Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const 
     v1::JobSpec server_side = spec;
     server_side.set_strategy("fedavg");
     ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> plain, CreateServerOptimizer(server_side));
-    return std::unique_ptr<Strategy>(
-        new ComposedStrategy(AggregationFromSpec(spec), std::move(plain), layout, buffers, "fedprox"));
+    ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> for_buffers, CreateServerOptimizer(server_side));
+    return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(plain),
+                                                          std::move(for_buffers), layout, buffers, "fedprox"));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> optimizer, CreateServerOptimizer(spec));
-  return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer), layout, buffers));
+  ASSIGN_OR_RETURN(std::unique_ptr<ServerOptimizer> for_buffers, CreateServerOptimizer(v1::JobSpec()));  // fedavg
+  return std::unique_ptr<Strategy>(new ComposedStrategy(AggregationFromSpec(spec), std::move(optimizer),
+                                                        std::move(for_buffers), layout, buffers));
 }
 
 TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state) {

@@ -8,15 +8,15 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/fresh_directory.h"
+
 namespace tessera {
 namespace {
 
 class LockFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("tessera-lock-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-lock");
     std::filesystem::create_directories(dir_);
     path_ = (dir_ / "x.lock").string();
   }

@@ -9,14 +9,15 @@
 #include <fstream>
 #include <sstream>
 
+#include "tests/fresh_directory.h"
+
 namespace tessera {
 namespace {
 
 class WholeFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / ("whole_file_test." + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-whole-file");
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "proto/tensor_transfer.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::cli {
 namespace {
@@ -40,9 +41,7 @@ class FakeJobService final : public v1::JobService::Service {
 class ExportCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("tessera-export-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-export");
     std::filesystem::create_directories(dir_);
     grpc::ServerBuilder builder;
     builder.RegisterService(&service_);

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "device/cpu/factory.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::cli {
 namespace {
@@ -15,9 +16,7 @@ namespace {
 class OnnxExportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("tessera-onnx-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-onnx");
     std::filesystem::create_directories(dir_);
     ModelConfig config;  // a small model: the whole file fits in a stream's buffer
     config.name = "declared";

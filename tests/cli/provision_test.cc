@@ -14,6 +14,7 @@
 
 #include "proto/revocation.h"
 #include "proto/transport_security.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::cli {
 namespace {
@@ -21,9 +22,7 @@ namespace {
 class ProvisionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("tessera-provision-" + std::to_string(::getpid()) + "-" +
-                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-provision");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Read(const std::string& path) {

@@ -126,6 +126,22 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
   EXPECT_NE(text.find("logits match"), std::string::npos) << text;
 }
 
+// Builds the declared model of the job spec `toml`, writes its state as NAME.npz and its graph
+// as NAME.onnx in `dir`, and runs onnx_check.py on both (logits of 10 classes); returns the
+// check's exit status and output, or -1 and why the files could not be made.
+std::pair<int, std::string> ExportAndCheckOnnx(const TempDir& dir, const std::string& toml, const std::string& name) {
+  auto spec = ParseJobSpecString(toml, name + ".toml");
+  if (!spec.ok()) return {-1, spec.status().ToString()};
+  auto device = CreateCpuDevice();
+  auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
+  if (!model.ok()) return {-1, model.status().ToString()};
+  const std::string npz = dir.str() + "/" + name + ".npz", onnx = dir.str() + "/" + name + ".onnx";
+  Status written = WriteNpz(npz, ToNumpy((*model)->GetState().value()));
+  if (written.ok()) written = cli::WriteOnnx(**model, name, onnx);
+  if (!written.ok()) return {-1, written.ToString()};
+  return RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
+}
+
 // A declared model with every layer type (batch norms, a grouped convolution, GELU and layer
 // norm, which opset 13 spells out in smaller ops, a residual block with a projection shortcut,
 // average pools, dropout, tanh, sigmoid, flatten) exports to a graph the ONNX checker accepts,
@@ -133,7 +149,7 @@ TEST(ExportTest, TheExportedModelIsTheCommittedOneAndPyTorchComputesTheSameLogit
 TEST(ExportTest, ADeclaredModelExportsToOnnx) {
   if (!SystemPythonHas("onnx")) GTEST_SKIP() << "python3-onnx is not installed: scripts/setup.sh installs it";
   TempDir dir("export-declared");
-  auto spec = ParseJobSpecString(R"(name = "onnx"
+  const auto [rc, text] = ExportAndCheckOnnx(dir, R"(name = "onnx"
 rounds = 1
 
 [[model.layers]]
@@ -195,16 +211,7 @@ type = "linear"
 
 [data.partition]
 parties = 2
-)", "onnx.toml");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  auto device = CreateCpuDevice();
-  auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  const std::string npz = dir.str() + "/declared.npz", onnx = dir.str() + "/declared.onnx";
-  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState().value())).ok());
-  Status written = cli::WriteOnnx(**model, "declared", onnx);
-  ASSERT_TRUE(written.ok()) << written.ToString();
-  const auto [rc, text] = RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
+)", "declared");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
 }
@@ -216,7 +223,7 @@ parties = 2
 TEST(ExportTest, AModelWhoseLayersMixFeaturesAndMapsExportsToOnnx) {
   if (!SystemPythonHas("onnx")) GTEST_SKIP() << "python3-onnx is not installed: scripts/setup.sh installs it";
   TempDir dir("export-ranks");
-  auto spec = ParseJobSpecString(R"(name = "onnx-ranks"
+  const auto [rc, text] = ExportAndCheckOnnx(dir, R"(name = "onnx-ranks"
 rounds = 1
 
 [[model.layers]]
@@ -242,16 +249,7 @@ type = "global_avg_pool"
 
 [data.partition]
 parties = 2
-)", "ranks.toml");
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  auto device = CreateCpuDevice();
-  auto model = CreateModel(wire::ToModelConfig(*spec), device.get());
-  ASSERT_TRUE(model.ok()) << model.status().ToString();
-  const std::string npz = dir.str() + "/ranks.npz", onnx = dir.str() + "/ranks.onnx";
-  ASSERT_TRUE(WriteNpz(npz, ToNumpy((*model)->GetState().value())).ok());
-  Status written = cli::WriteOnnx(**model, "ranks", onnx);
-  ASSERT_TRUE(written.ok()) << written.ToString();
-  const auto [rc, text] = RunPythonCheck(dir, "onnx_check.py", onnx + " " + npz + " 10", "onnx.log");
+)", "ranks");
   EXPECT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
 }

@@ -9,19 +9,11 @@
 #include <string>
 
 #include "server/coordinator.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::server {
 
-// An empty directory under the system's temporary directory, named after `prefix`, the
-// process and the running test, so that ctest's parallel processes never share one. The
-// caller removes it when the test ends.
-inline std::filesystem::path FreshTestDirectory(const std::string& prefix) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   (prefix + "-" + std::to_string(::getpid()) + "-" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::remove_all(dir);
-  return dir;
-}
+using ::tessera::testing::FreshTestDirectory;
 
 // Plaintext on loopback, a free port, state in `state_dir`, join and admin tokens named
 // after `name`.
