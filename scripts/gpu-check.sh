@@ -35,6 +35,10 @@
 # machine is UNAVAILABLE, and one that ran out of time having found nothing is INCOMPLETE:
 # the verdict is then INCOMPLETE, not PASS.
 #
+# STEPS=device,nccl,... runs only the steps named (default: all seven), so one lease can be spent
+# in two shorter calls; a name that is not a step is an error. The verdict of such a run names
+# the steps it covered.
+#
 # CHECKS_WITHOUT_GPU=1 makes run go on past a preflight that found no GPU, to test this
 # script itself: every step then fails on its skipped tests.
 #
@@ -52,6 +56,8 @@ RESULTS="${OUT:-$ROOT/gpu-results}"
 ARCH="${CUDA_ARCH:-90}"
 PACK_LIMIT_MIB="${PACK_LIMIT_MIB:-60}"
 TOTAL_S="${TOTAL_S:-540}"
+ALL_STEPS="device,nccl,sweep,training,bench,memcheck,racecheck"
+STEPS="${STEPS:-$ALL_STEPS}"
 BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight)
 # The backends the binaries load on first use (base/backend_module.h): packed into lib/tessera,
 # beside bin/ as an installed Tessera has them, and found there through TESSERA_MODULE_DIR.
@@ -281,6 +287,17 @@ judge() {
   note "$(printf '%-10s %-11s %4ss  rc=%-3s %s' "$name" "$result" "$seconds" "$rc" "$detail")"
 }
 
+selected() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+# Every name in STEPS is a step; prints the first one that is not.
+check_steps() {
+  local name
+  for name in ${STEPS//,/ }; do
+    [[ ",$ALL_STEPS," == *",$name,"* ]] || { echo "$name"; return 1; }
+  done
+  return 0
+}
+
 run_gtest_step() {  # NAME LOG CAP KIND COMMAND...
   local name="$1" log="$2" cap="$3" kind="$4"; shift 4
   : >"$log"
@@ -359,14 +376,14 @@ run_checks() {
   local max_ranks=$(( gpus < 5 ? gpus : 5 ))
   local cuda_tests='*cuda*:*Cuda*-CudaTrainingTest.*'
 
-  run_gtest_step device "$RESULTS/device.log" 150 gtest "$bin/device_tests" --gtest_filter="$cuda_tests"
+  selected device && run_gtest_step device "$RESULTS/device.log" 150 gtest "$bin/device_tests" --gtest_filter="$cuda_tests"
 
   # NCCL: thread ranks and the NCCL tests in one process, then forked ranks, each size in a
   # process that has not initialised CUDA.
   local log="$RESULTS/nccl.log" filter="Nccl*" ranks rc=0 seconds=0
   : >"$log"
   for ranks in $(seq 1 "$max_ranks"); do filter="$filter:*nccl_threads_${ranks}ranks*"; done
-  if step nccl "$log" 150 "$bin/collectives_tests" --gtest_filter="$filter"; then
+  if selected nccl && step nccl "$log" 150 "$bin/collectives_tests" --gtest_filter="$filter"; then
     rc=$STEP_RC; seconds=$STEP_SECONDS
     for ranks in $(seq 1 "$max_ranks"); do
       step nccl "$log" 90 "$bin/collectives_tests" --gtest_filter="*nccl_processes_${ranks}ranks*" || break
@@ -375,11 +392,12 @@ run_checks() {
     judge nccl "$log" gtest "$rc" "$seconds"
   fi
 
-  run_gtest_step sweep "$RESULTS/sweep.log" 180 gtest "$bin/bench_tests" --gtest_filter='*cuda*'
-  run_gtest_step training "$RESULTS/training.log" 150 gtest "$bin/device_tests" --gtest_filter='CudaTrainingTest.*'
+  selected sweep && run_gtest_step sweep "$RESULTS/sweep.log" 180 gtest "$bin/bench_tests" --gtest_filter='*cuda*'
+  selected training &&
+    run_gtest_step training "$RESULTS/training.log" 150 gtest "$bin/device_tests" --gtest_filter='CudaTrainingTest.*'
 
   log="$RESULTS/bench.log"; : >"$log"
-  step bench "$log" 180 "$bin/bench_gpu" --quick && judge bench "$log" plain "$STEP_RC" "$STEP_SECONDS"
+  selected bench && step bench "$log" 180 "$bin/bench_gpu" --quick && judge bench "$log" plain "$STEP_RC" "$STEP_SECONDS"
 
   # The sanitizers. memcheck: every CUDA device test but training (minutes under the tool),
   # TF32 (a 1024^3 GEMM checked for its numbers only) and the two that exhaust device memory
@@ -387,8 +405,11 @@ run_checks() {
   # memory only: the tests of the kernels that use it (the block reductions).
   local sanitizer tool part filter
   log="$RESULTS/sanitizer.log"; : >"$log"
-  if sanitizer="$(find_sanitizer)"; then
+  if ! selected memcheck && ! selected racecheck; then
+    :
+  elif sanitizer="$(find_sanitizer)"; then
     for tool in memcheck racecheck; do
+      selected "$tool" || continue
       if [ "$tool" = memcheck ]; then
         filter='*cuda*:*Cuda*-CudaTrainingTest.*:*ShortOfScratch*:*OutOfMemory*:*Tf32*'
       else
@@ -402,8 +423,9 @@ run_checks() {
     done
   else
     echo "compute-sanitizer not found on this machine (looked on PATH, under /usr/local/cuda* and /opt/nvidia)" >>"$log"
-    note "$(printf '%-10s %-11s %4ss  %s' memcheck UNAVAILABLE 0 'compute-sanitizer is not on this machine')"
-    note "$(printf '%-10s %-11s %4ss  %s' racecheck UNAVAILABLE 0 'compute-sanitizer is not on this machine')"
+    for tool in memcheck racecheck; do
+      selected "$tool" && note "$(printf '%-10s %-11s %4ss  %s' "$tool" UNAVAILABLE 0 'compute-sanitizer is not on this machine')"
+    done
     VERDICT_INCOMPLETE=1
   fi
 }
@@ -425,6 +447,11 @@ highlights() {
 
 run() {
   local mode="${1:-full}"  # full, or preflight (dry)
+  local unknown
+  if ! unknown="$(check_steps)"; then
+    echo "STEPS: '${unknown:0:40}' is not a step; expected a comma-separated list of $ALL_STEPS" >&2
+    return 1
+  fi
   mkdir -p "$RESULTS"
   SUMMARY="$RESULTS/summary.txt"
   : >"$SUMMARY"
@@ -445,10 +472,10 @@ run() {
   fi
   run_checks
   highlights
-  note "total $(elapsed)s of ${TOTAL_S}s"
+  note "total $(elapsed)s of ${TOTAL_S}s; steps: $STEPS"
   if [ $VERDICT_FAILED -ne 0 ]; then note "verdict: FAIL"; return 1; fi
   if [ $VERDICT_INCOMPLETE -ne 0 ]; then note "verdict: INCOMPLETE (no step failed, but not every step ran)"; return 4; fi
-  note "verdict: PASS"
+  if [ "$STEPS" != "$ALL_STEPS" ]; then note "verdict: PASS (of the steps $STEPS only)"; else note "verdict: PASS"; fi
   return 0
 }
 
