@@ -179,9 +179,12 @@ class World {
     options.timeout_ms = timeout_ms;
     options.verify_calls = verify_calls;
     if (backend == "nccl") {
-      // Device buffers, one GPU per rank (the skip checks that there are enough).
+      // Device buffers, one GPU per rank (the skip checks that there are enough for the
+      // ranks that run together). A rank created alone, as in the deadline tests, takes its
+      // rank's GPU modulo those visible: rank 1 of 2 runs on a one-GPU machine too.
       options.location = BufferLocation::kDevice;
-      options.device_index = rank;
+      const int visible = ProbeNcclHere().devices;
+      options.device_index = visible > 0 ? rank % visible : rank;
       if (mode_ == RankMode::kThreads) CudaInitialisedHere() = true;
     }
     ASSIGN_OR_RETURN(auto communicator, CreateCommunicator(options, store));

@@ -275,35 +275,51 @@ TEST_F(CudaDeviceTest, AnOpShortOfScratchMemoryReportsResourceExhausted) {
   EXPECT_TRUE(device_->Synchronize().ok()) << "the failure is reported once";
 }
 
-// Two epochs of SimpleCNN over Fashion-MNIST from the same seed (initial weights and batch
-// order) on the GPU and on the CPU: the summation orders differ, the training must not. SGD
-// amplifies rounding differences, so the run also prints the CPU against itself with every
-// initial weight moved by about one ulp: how far that alone moves the figures (on the
-// development machine: the mean loss by 2.6e-4 relative, accuracy by 0.06 points) is the
-// noise floor to read a failure against.
-TEST(CudaTrainingTest, TwoEpochsOfSimpleCnnMatchTheCpuFromOneSeed) {
-  const Viability viability = CudaViability();
-  if (!viability.viable) GTEST_SKIP() << "cuda is not viable here: " << viability.reason;
-  auto train = LoadFashionMnist("", true);
-  auto test = LoadFashionMnist("", false);
-  if (!train.ok() || !test.ok()) {
-    GTEST_SKIP() << "Fashion-MNIST not available: " << (train.ok() ? test.status() : train.status()).ToString();
-  }
-  std::vector<int64_t> indices(train->count);
-  std::iota(indices.begin(), indices.end(), 0);
-  ModelConfig config;
-  config.seed = 7;
-  TrainOptions options;
-  options.epochs = 2;
-  options.batch_size = 64;
-  options.learning_rate = 0.01f;
-  options.momentum = 0.9f;
-  options.weight_decay = 1e-5f;
-  options.seed = 7;
+// SimpleCNN trained on Fashion-MNIST from the same seed (initial weights and batch order) on
+// the GPU and on the CPU: the summation orders differ, the training must not. SGD amplifies
+// rounding differences, so each comparison is printed beside the CPU against itself with every
+// initial weight moved by about one ulp, the noise floor to read a failure against.
+//  - Twenty steps, before the amplification has grown: the mean loss and the weights agree
+//    closely, so an op that is slightly wrong (a bias gradient missing a term, a scaled
+//    weight decay) fails here rather than vanishing into the noise of a long run.
+//  - Two epochs (1,876 steps): test accuracy within 0.5 points and the mean training loss
+//    within 0.5% relative. The one-ulp floor of the mean loss was 2.6e-4 relative on the
+//    development machine and 5.2e-4 on the H200 machine's host; the GPU, which reorders the
+//    sums of every op of every step rather than nudging the start once, came 1.8e-3 from the
+//    CPU there (its accuracy 0.15 points).
+class CudaTrainingTest : public ::testing::Test {
+ protected:
   struct Run {
-    double loss = 0, accuracy = 0, test_loss = 0;
+    double loss = 0, accuracy = 0;
+    TensorSet state;
   };
-  auto run = [&](const std::string& name, bool nudged) -> Run {
+
+  void SetUp() override {
+    const Viability viability = CudaViability();
+    if (!viability.viable) {
+      GTEST_SKIP() << "cuda is not viable here: " << viability.reason;
+    }
+    auto train = LoadFashionMnist("", true);
+    auto test = LoadFashionMnist("", false);
+    if (!train.ok() || !test.ok()) {
+      GTEST_SKIP() << "Fashion-MNIST not available: " << (train.ok() ? test.status() : train.status()).ToString();
+    }
+    train_ = std::move(train).value();
+    test_ = std::move(test).value();
+  }
+
+  Run Train(const std::string& name, bool nudged, uint32_t epochs, int64_t samples) {
+    ModelConfig config;
+    config.seed = 7;
+    TrainOptions options;
+    options.epochs = epochs;
+    options.batch_size = 64;
+    options.learning_rate = 0.01f;
+    options.momentum = 0.9f;
+    options.weight_decay = 1e-5f;
+    options.seed = 7;
+    std::vector<int64_t> indices(samples);
+    std::iota(indices.begin(), indices.end(), 0);
     auto device = CreateDevice(name);
     EXPECT_TRUE(device.ok()) << device.status().ToString();
     if (!device.ok()) return {};
@@ -317,23 +333,57 @@ TEST(CudaTrainingTest, TwoEpochsOfSimpleCnnMatchTheCpuFromOneSeed) {
       }
       EXPECT_TRUE((*model)->SetState(state).ok());
     }
-    auto report = TrainLocal(**model, *train, indices, options);
+    auto report = TrainLocal(**model, train_, indices, options);
     EXPECT_TRUE(report.ok()) << report.status().ToString();
-    auto evaluated = Evaluate(**model, *test);
+    auto evaluated = Evaluate(**model, test_);
     EXPECT_TRUE(evaluated.ok()) << evaluated.status().ToString();
-    if (!report.ok() || !evaluated.ok()) return {};
-    std::cout << name << (nudged ? ", initial weights moved by one ulp" : "") << ": mean training loss "
-              << report->mean_loss << ", test accuracy " << 100 * evaluated->accuracy << "%, test loss "
-              << evaluated->loss << "\n";
-    return {report->mean_loss, evaluated->accuracy, evaluated->loss};
-  };
-  const Run gpu = run("cuda", false), cpu = run("cpu", false), nudged = run("cpu", true);
+    auto state = (*model)->GetState();
+    EXPECT_TRUE(state.ok());
+    if (!report.ok() || !evaluated.ok() || !state.ok()) return {};
+    std::cout << name << (nudged ? ", initial weights moved by one ulp" : "") << ", " << report->steps
+              << " steps: mean training loss " << report->mean_loss << ", test accuracy "
+              << 100 * evaluated->accuracy << "%, test loss " << evaluated->loss << "\n";
+    return {report->mean_loss, evaluated->accuracy, std::move(state).value()};
+  }
+
+  // ||a - b|| / ||b|| over every weight of the model.
+  static double RelativeDistance(const TensorSet& a, const TensorSet& b) {
+    double difference = 0, norm = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); ++t) {
+      for (size_t i = 0; i < a[t].values.size() && i < b[t].values.size(); ++i) {
+        const double d = double(a[t].values[i]) - b[t].values[i];
+        difference += d * d;
+        norm += double(b[t].values[i]) * b[t].values[i];
+      }
+    }
+    return norm > 0 ? std::sqrt(difference / norm) : 0;
+  }
+
+  Dataset train_, test_;
+};
+
+TEST_F(CudaTrainingTest, TwentyStepsOfSimpleCnnMatchTheCpuClosely) {
+  const Run gpu = Train("cuda", false, 1, 20 * 64), cpu = Train("cpu", false, 1, 20 * 64),
+            nudged = Train("cpu", true, 1, 20 * 64);
   ASSERT_GT(cpu.loss, 0);
-  std::cout << "cuda against cpu: mean loss " << std::fabs(gpu.loss - cpu.loss) / cpu.loss << " relative, accuracy "
-            << 100 * std::fabs(gpu.accuracy - cpu.accuracy) << " points; the cpu's own noise floor: "
-            << std::fabs(nudged.loss - cpu.loss) / cpu.loss << " relative, "
+  const double loss = std::fabs(gpu.loss - cpu.loss) / cpu.loss, weights = RelativeDistance(gpu.state, cpu.state);
+  std::cout << "cuda against cpu after 20 steps: mean loss " << loss << " relative, weights " << weights
+            << " relative; the cpu's own noise floor: " << std::fabs(nudged.loss - cpu.loss) / cpu.loss
+            << " and " << RelativeDistance(nudged.state, cpu.state) << "\n";
+  EXPECT_LT(loss, 1e-5) << "mean training loss over the first 20 steps";
+  EXPECT_LT(weights, 1e-5) << "the weights after 20 steps";
+}
+
+TEST_F(CudaTrainingTest, TwoEpochsOfSimpleCnnMatchTheCpuFromOneSeed) {
+  const int64_t all = train_.count;
+  const Run gpu = Train("cuda", false, 2, all), cpu = Train("cpu", false, 2, all),
+            nudged = Train("cpu", true, 2, all);
+  ASSERT_GT(cpu.loss, 0);
+  std::cout << "cuda against cpu: mean loss " << std::fabs(gpu.loss - cpu.loss) / cpu.loss
+            << " relative, accuracy " << 100 * std::fabs(gpu.accuracy - cpu.accuracy)
+            << " points; the cpu's own noise floor: " << std::fabs(nudged.loss - cpu.loss) / cpu.loss << " relative, "
             << 100 * std::fabs(nudged.accuracy - cpu.accuracy) << " points\n";
-  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-3 * cpu.loss) << "mean training loss over the two epochs";
+  EXPECT_NEAR(gpu.loss, cpu.loss, 5e-3 * cpu.loss) << "mean training loss over the two epochs";
   EXPECT_NEAR(100 * gpu.accuracy, 100 * cpu.accuracy, 0.5) << "test accuracy, percentage points";
   EXPECT_GT(cpu.accuracy, 0.8) << "two epochs of SimpleCNN reach well over 80%";
 }
