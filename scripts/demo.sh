@@ -14,7 +14,10 @@
 # The coordinator also serves its dashboard and /metrics on METRICS_PORT (https, an operator
 # certificate or the admin token in ./var/admin-token); the demo prints where.
 # Environment: WORKERS (default 10), PORT (default 7070), METRICS_PORT (default 9464),
-# STATE_DIR (default ./var), BUILD_DIR (default build), SKIP_SETUP=1 to skip installing.
+# STATE_DIR (default ./var), BUILD_DIR (default build), SKIP_SETUP=1 to skip installing,
+# SKIP_BUILD=1 to run the binaries already in BUILD_DIR, DEVICE (default cpu) for the workers'
+# --device (cuda: the ten workers share the machine's GPU; scripts/gpu-check.sh runs it so),
+# FALLBACK_DEVICE (default cpu; empty: a worker whose device cannot run fails instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -26,8 +29,12 @@ metrics_port="${METRICS_PORT:-9464}"
 if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
   scripts/setup.sh
 fi
-echo "== building"
-scripts/build.sh
+device="${DEVICE:-cpu}"
+fallback="${FALLBACK_DEVICE-cpu}"
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+  echo "== building"
+  scripts/build.sh
+fi
 # build.sh takes BUILD_DIR relative to the repository's root, or absolute.
 bin="${BUILD_DIR:-build}"
 [[ "$bin" == /* ]] || bin="$root/$bin"
@@ -70,12 +77,13 @@ done
 grep "dashboard and metrics at" "$state/logs/coordinator.log" | sed 's/^/== /' || true
 echo "   (sign in with the admin token in $state/admin-token; the certificate is from $pki/ca/ca.crt)"
 
-echo "== starting $workers workers"
+echo "== starting $workers workers on device $device"
 for name in "${names[@]}"; do
   # Ten workers share this machine's cores: one OpenBLAS thread each. Each joins under the
   # name its certificate carries.
   OPENBLAS_NUM_THREADS=1 "$bin/worker/tessera-worker" --coordinator "127.0.0.1:$port" \
-    --tls-dir "$pki/workers/$name" >"$state/logs/$name.log" 2>&1 &
+    --tls-dir "$pki/workers/$name" --device "$device" \
+    --fallback-device "$fallback" >"$state/logs/$name.log" 2>&1 &
   pids+=($!)
 done
 cli=("$bin/cli/tessera" --coordinator "127.0.0.1:$port" --tls-dir "$pki/operators/demo")

@@ -28,6 +28,10 @@
 #   sweep     bench_tests: every op on CUDA against the CPU at odd shapes, guarded buffers
 #   training  device_tests: two epochs of SimpleCNN on CUDA and on the CPU from one seed
 #   bench     bench_gpu --quick: GEMM against raw cuBLAS (>= 0.9x), op errors, samples/s
+#   federation the demo (scripts/demo.sh): a coordinator and ten workers, all on this GPU (no
+#             fallback device), train examples/fmnist-fedavg.toml over mutual TLS; passes when
+#             the demo ends well, every worker lists the GPU as its device, and the final test
+#             accuracy is at least 85% (86.7% on the CPU)
 #   memcheck  compute-sanitizer memcheck over the CUDA device tests
 #   racecheck compute-sanitizer racecheck over the tests of the kernels using shared memory
 # A gtest step fails when a test fails, when none ran, and when any was skipped: on a GPU
@@ -35,7 +39,7 @@
 # machine is UNAVAILABLE, and one that ran out of time having found nothing is INCOMPLETE:
 # the verdict is then INCOMPLETE, not PASS.
 #
-# STEPS=device,nccl,... runs only the steps named (default: all seven), so one lease can be spent
+# STEPS=device,nccl,... runs only the steps named (default: all eight), so one lease can be spent
 # in two shorter calls; a name that is not a step is an error. The verdict of such a run names
 # the steps it covered.
 #
@@ -43,7 +47,8 @@
 # script itself: every step then fails on its skipped tests.
 #
 # Output: at most 8 files under ${OUT:-gpu-results}: summary.txt and one log per step
-# (preflight, device, nccl, sweep, training, bench, sanitizer). Exit status of run: 0 PASS,
+# (preflight, device, nccl, sweep, training, bench, sanitizer; the federation's output goes into
+# training.log after the training tests). Exit status of run: 0 PASS,
 # 1 FAIL, 3 SKIPPED (no GPU), 4 INCOMPLETE. pack: 0 when the pack is complete. dry: 0 when
 # the pack is complete and the preflight ran to its verdict (SKIPPED without a GPU), else 1.
 set -uo pipefail
@@ -56,9 +61,11 @@ RESULTS="${OUT:-$ROOT/gpu-results}"
 ARCH="${CUDA_ARCH:-90}"
 PACK_LIMIT_MIB="${PACK_LIMIT_MIB:-60}"
 TOTAL_S="${TOTAL_S:-540}"
-ALL_STEPS="device,nccl,sweep,training,bench,memcheck,racecheck"
+ALL_STEPS="device,nccl,sweep,training,bench,federation,memcheck,racecheck"
 STEPS="${STEPS:-$ALL_STEPS}"
 BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight)
+# The federation step's: the demo (scripts/demo.sh) with its ten workers on the GPU.
+FEDERATION_BINARIES=(tessera tessera-coordinator tessera-worker)
 # The backends the binaries load on first use (base/backend_module.h): packed into lib/tessera,
 # beside bin/ as an installed Tessera has them, and found there through TESSERA_MODULE_DIR.
 MODULES=(tessera_cuda tessera_nccl)
@@ -78,8 +85,8 @@ build() {
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
     -DTESSERA_WITH_CUDA=ON -DTESSERA_WITH_NCCL=ON >"$RESULTS/configure.txt" 2>&1 || {
     tail -20 "$RESULTS/configure.txt"; echo "configure failed"; return 1; }
-  echo "== build ${BINARIES[*]} ${MODULES[*]}"
-  cmake --build "$build_dir" -j "${JOBS:-2}" --target "${BINARIES[@]}" "${MODULES[@]}" >"$RESULTS/build.txt" 2>&1 || {
+  echo "== build ${BINARIES[*]} ${FEDERATION_BINARIES[*]} ${MODULES[*]}"
+  cmake --build "$build_dir" -j "${JOBS:-2}" --target "${BINARIES[@]}" "${FEDERATION_BINARIES[@]}" "${MODULES[@]}" >"$RESULTS/build.txt" 2>&1 || {
     grep -E 'error|FAILED' "$RESULTS/build.txt" | head -30; echo "build failed: see $RESULTS/build.txt"; return 1; }
 }
 
@@ -88,6 +95,9 @@ where_built() {  # the path of binary $2 under build dir $1
     device_tests) echo "$1/tests/device/device_tests" ;;
     collectives_tests) echo "$1/tests/collectives/collectives_tests" ;;
     bench_tests) echo "$1/tests/bench/bench_tests" ;;
+    tessera) echo "$1/cli/tessera" ;;
+    tessera-coordinator) echo "$1/server/tessera-coordinator" ;;
+    tessera-worker) echo "$1/worker/tessera-worker" ;;
     *) echo "$1/bench/$2" ;;
   esac
 }
@@ -101,7 +111,7 @@ pack() {
   local stage="$PACK/stage"
   mkdir -p "$stage/bin" "$stage/lib/compiler" "$stage/lib/tessera" "$PACK/data/fashion-mnist"
   local binary path module
-  for binary in "${BINARIES[@]}"; do
+  for binary in "${BINARIES[@]}" "${FEDERATION_BINARIES[@]}"; do
     path="$(where_built "$build_dir" "$binary")"
     [ -x "$path" ] || { echo "missing $path"; return 1; }
     strip --strip-debug -o "$stage/bin/$binary" "$path" || return 1
@@ -399,6 +409,8 @@ run_checks() {
   log="$RESULTS/bench.log"; : >"$log"
   selected bench && step bench "$log" 180 "$bin/bench_gpu" --quick && judge bench "$log" plain "$STEP_RC" "$STEP_SECONDS"
 
+  selected federation && federation "$RESULTS/training.log"
+
   # The sanitizers. memcheck: every CUDA device test but training (minutes under the tool),
   # TF32 (a 1024^3 GEMM checked for its numbers only) and the two that exhaust device memory
   # on purpose (their failed cudaMalloc calls would read as errors). racecheck looks at shared
@@ -430,12 +442,44 @@ run_checks() {
   fi
 }
 
+# The demo with its ten workers on this GPU, the binaries in the layout scripts/demo.sh runs
+# from a build directory, its state in a fresh directory. Appends to LOG (the training log).
+federation() {
+  local log="$1" layout="$RUN_DIR/federation"
+  rm -rf "$layout" && mkdir -p "$layout/build/server" "$layout/build/worker" "$layout/build/cli"
+  ln -s "$RUN_DIR/bin/tessera-coordinator" "$layout/build/server/tessera-coordinator"
+  ln -s "$RUN_DIR/bin/tessera-worker" "$layout/build/worker/tessera-worker"
+  ln -s "$RUN_DIR/bin/tessera" "$layout/build/cli/tessera"
+  echo "== federation: scripts/demo.sh, ten workers with --device cuda and no fallback" >>"$log"
+  step federation "$log" 240 env SKIP_SETUP=1 SKIP_BUILD=1 BUILD_DIR="$layout/build" STATE_DIR="$layout/state" \
+    DEVICE=cuda FALLBACK_DEVICE= "$ROOT/scripts/demo.sh" || return
+  local rc=$STEP_RC accuracy on_gpu on_cpu result detail
+  accuracy="$(grep -o 'final test accuracy: [0-9.]*%' "$log" | tail -1 | grep -o '[0-9.]*' | head -1)"
+  on_gpu="$(grep -cE '^worker-[0-9]+ +yes .*NVIDIA' "$log")"
+  on_cpu="$(grep -cE '^worker-[0-9]+ +yes .*cpu \(' "$log")"
+  detail="final accuracy ${accuracy:-none}; $on_gpu workers on the GPU, $on_cpu on the CPU"
+  if [ "$rc" -eq 0 ] && [ -n "$accuracy" ] && [ "$on_gpu" -eq 10 ] && [ "$on_cpu" -eq 0 ] &&
+     awk -v a="$accuracy" 'BEGIN { exit !(a >= 85) }'; then
+    result=PASS
+  else
+    result=FAIL; VERDICT_FAILED=1
+    [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && detail="$detail; TIMED OUT"
+    # What the coordinator and a worker said, for the failure.
+    { echo "== coordinator log (tail)"; tail -20 "$layout/state/logs/coordinator.log"
+      echo "== worker-01 log (tail)"; tail -20 "$layout/state/logs/worker-01.log"; } >>"$log" 2>&1
+  fi
+  note "$(printf '%-10s %-11s %4ss  rc=%-3s %s' federation "$result" "$STEP_SECONDS" "$rc" "$detail")"
+}
+
 # The figures worth reading without opening the logs.
 highlights() {
   {
     echo "--- training (two epochs, one seed)"
     grep -hE '^(cuda|cpu)(, initial weights moved by one ulp)?: mean training loss|^cuda against cpu:' \
       "$RESULTS/training.log" 2>/dev/null
+    echo "--- federation (the demo's job, ten workers on the GPU)"
+    sed -n '/^round accuracy/,/^final test accuracy/p' "$RESULTS/training.log" 2>/dev/null | head -14
+    grep -A14 '^round latency by phase' "$RESULTS/training.log" 2>/dev/null
     echo "--- bench_gpu --quick"
     sed -n '/^bench_gpu on/,$p' "$RESULTS/bench.log" 2>/dev/null | grep -vE '^\$ ' | head -60
     echo "--- failures"
