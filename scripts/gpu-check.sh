@@ -478,8 +478,8 @@ highlights() {
     grep -hE '^(cuda|cpu)(, initial weights moved by one ulp)?: mean training loss|^cuda against cpu:' \
       "$RESULTS/training.log" 2>/dev/null
     echo "--- federation (the demo's job, ten workers on the GPU)"
-    sed -n '/^round accuracy/,/^final test accuracy/p' "$RESULTS/training.log" 2>/dev/null | head -14
-    grep -A14 '^round latency by phase' "$RESULTS/training.log" 2>/dev/null
+    sed -n '/^round accuracy/,/^final test accuracy/p' "$RESULTS/training.log" 2>/dev/null | grep -v '^  round' | head -14
+    grep -A13 '^round latency by phase' "$RESULTS/training.log" 2>/dev/null
     echo "--- bench_gpu --quick"
     sed -n '/^bench_gpu on/,$p' "$RESULTS/bench.log" 2>/dev/null | grep -vE '^\$ ' | head -60
     echo "--- failures"
