@@ -3,8 +3,9 @@
 # (in a scratch copy of the repository, so nothing is built or installed) and checks how it
 # runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
 # fails while the coordinator starts, and that every process it started is stopped when the
-# job ends, when watching it fails and on Ctrl-C; and that a job an interrupted demo left
-# running is cancelled first.
+# job ends, when watching it fails and on Ctrl-C; that a job an interrupted demo left running
+# is cancelled first; and that DEVICE, FALLBACK_DEVICE and SKIP_BUILD reach the workers and
+# the build.
 #   demo_script_test.sh SOURCE_DIR
 set -euo pipefail
 src="$1"
@@ -15,7 +16,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 root="$scratch/repo"
 mkdir -p "$root/scripts"
 cp "$src/scripts/demo.sh" "$root/scripts/"
-printf '#!/usr/bin/env bash\nexit 0\n' >"$root/scripts/build.sh"
+printf '#!/usr/bin/env bash\necho built >>"$STUB_PIDS.built"\n' >"$root/scripts/build.sh"
 printf '#!/usr/bin/env bash\necho "setup must not run with SKIP_SETUP=1" >&2; exit 1\n' >"$root/scripts/setup.sh"
 chmod +x "$root/scripts/"*.sh
 
@@ -31,6 +32,7 @@ EOF
 cat >"$bin/worker/tessera-worker" <<'EOF'
 #!/usr/bin/env bash
 echo $$ >>"$STUB_PIDS"
+echo "$*" >>"$STUB_PIDS.args"
 exec sleep 600
 EOF
 # The CLI: `workers` fails on its first call, then lists every worker ready; `watch` does what
@@ -69,7 +71,7 @@ demo() {
   local name=$1 watch=$2
   shift 2
   export STUB_PIDS="$scratch/$name.pids"
-  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled"
+  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled" "$STUB_PIDS.args" "$STUB_PIDS.built"
   rc=0
   STUB_WATCH=$watch SKIP_SETUP=1 BUILD_DIR="$bin" STATE_DIR="$scratch/state $name" WORKERS=3 \
     timeout 60 "$@" "$root/scripts/demo.sh" >"$scratch/$name.log" 2>&1 || rc=$?
@@ -96,6 +98,19 @@ grep -q "final test accuracy" "$scratch/ok.log" || { cat "$scratch/ok.log"; fail
 all_stopped ok
 
 [[ ! -e "$scratch/ok.pids.cancelled" ]] || fail "the demo cancelled a job when none was left running"
+[[ -e "$scratch/ok.pids.built" ]] || fail "the demo did not build"
+[[ $(grep -c -- '--device cpu --fallback-device cpu$' "$scratch/ok.pids.args") -eq 3 ]] ||
+  { cat "$scratch/ok.pids.args"; fail "the workers were not started on the CPU with the CPU as fallback"; }
+
+# DEVICE and FALLBACK_DEVICE reach every worker (an empty fallback as an empty value), and
+# SKIP_BUILD=1 runs what BUILD_DIR holds.
+DEVICE=cuda FALLBACK_DEVICE= SKIP_BUILD=1 demo gpu ok
+[[ $rc -eq 0 ]] || { cat "$scratch/gpu.log"; fail "the demo failed with DEVICE=cuda"; }
+[[ ! -e "$scratch/gpu.pids.built" ]] || fail "the demo built although SKIP_BUILD=1"
+[[ $(grep -c -- '--device cuda --fallback-device $' "$scratch/gpu.pids.args") -eq 3 ]] ||
+  { cat "$scratch/gpu.pids.args"; fail "the workers were not started with --device cuda and an empty fallback"; }
+grep -q "workers on device cuda" "$scratch/gpu.log" || { cat "$scratch/gpu.log"; fail "the demo did not say which device"; }
+all_stopped gpu
 
 # A job an earlier, interrupted demo left running in the state directory is cancelled before
 # this one is submitted; an ended one is left alone.
@@ -122,4 +137,4 @@ sys.exit(p.wait())' "$scratch/interrupt.pids.watch"
 [[ -e "$scratch/interrupt.pids.watch" ]] || { cat "$scratch/interrupt.log"; fail "the demo never reached watching its job"; }
 [[ $rc -ne 0 ]] || fail "the interrupted demo exited 0"
 all_stopped interrupt
-echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled"
+echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled, DEVICE, FALLBACK_DEVICE and SKIP_BUILD honoured"
