@@ -17,7 +17,8 @@
 # STATE_DIR (default ./var), BUILD_DIR (default build), SKIP_SETUP=1 to skip installing,
 # SKIP_BUILD=1 to run the binaries already in BUILD_DIR, DEVICE (default cpu) for the workers'
 # --device (cuda: the ten workers share the machine's GPU; scripts/gpu-check.sh runs it so),
-# FALLBACK_DEVICE (default cpu; empty: a worker whose device cannot run fails instead).
+# FALLBACK_DEVICE (default cpu; empty: a worker whose device cannot run fails instead),
+# EVAL_DEVICE (default cpu) for the coordinator's --eval-device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -64,7 +65,8 @@ fi
 echo "== starting the coordinator on 127.0.0.1:$port over mutual TLS (state in $state, logs in $state/logs)"
 "$bin/server/tessera-coordinator" --listen "127.0.0.1:$port" --state-dir "$state" \
   --tls-dir "$pki/coordinator" --admin-token-file "$state/admin-token" \
-  --metrics-listen "127.0.0.1:$metrics_port" >"$state/logs/coordinator.log" 2>&1 &
+  --metrics-listen "127.0.0.1:$metrics_port" --eval-device "${EVAL_DEVICE:-cpu}" \
+  >"$state/logs/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 50); do
   grep -q "listening on port" "$state/logs/coordinator.log" 2>/dev/null && break

@@ -28,8 +28,8 @@
 #   sweep     bench_tests: every op on CUDA against the CPU at odd shapes, guarded buffers
 #   training  device_tests: two epochs of SimpleCNN on CUDA and on the CPU from one seed
 #   bench     bench_gpu --quick: GEMM against raw cuBLAS (>= 0.9x), op errors, samples/s
-#   federation the demo (scripts/demo.sh): a coordinator and ten workers, all on this GPU (no
-#             fallback device), train examples/fmnist-fedavg.toml over mutual TLS; passes when
+#   federation the demo (scripts/demo.sh): a coordinator (evaluating on the GPU) and ten
+#             workers, all on this GPU (no fallback device), train examples/fmnist-fedavg.toml over mutual TLS; passes when
 #             the demo ends well, every worker lists the GPU as its device, and the final test
 #             accuracy is at least 85% (86.7% on the CPU)
 #   memcheck  compute-sanitizer memcheck over the CUDA device tests
@@ -450,9 +450,9 @@ federation() {
   ln -s "$RUN_DIR/bin/tessera-coordinator" "$layout/build/server/tessera-coordinator"
   ln -s "$RUN_DIR/bin/tessera-worker" "$layout/build/worker/tessera-worker"
   ln -s "$RUN_DIR/bin/tessera" "$layout/build/cli/tessera"
-  echo "== federation: scripts/demo.sh, ten workers with --device cuda and no fallback" >>"$log"
+  echo "== federation: scripts/demo.sh, ten workers with --device cuda and no fallback, the coordinator evaluating on the GPU" >>"$log"
   step federation "$log" 240 env SKIP_SETUP=1 SKIP_BUILD=1 BUILD_DIR="$layout/build" STATE_DIR="$layout/state" \
-    DEVICE=cuda FALLBACK_DEVICE= "$ROOT/scripts/demo.sh" || return
+    DEVICE=cuda FALLBACK_DEVICE= EVAL_DEVICE=cuda "$ROOT/scripts/demo.sh" || return
   local rc=$STEP_RC accuracy on_gpu on_cpu result detail
   accuracy="$(grep -o 'final test accuracy: [0-9.]*%' "$log" | tail -1 | grep -o '[0-9.]*' | head -1)"
   on_gpu="$(grep -cE '^worker-[0-9]+ +yes .*NVIDIA' "$log")"

@@ -133,8 +133,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   c->registry_.Restore(known);
   RETURN_IF_ERROR(c->ResumeJobs());
   const ServerTlsMode mode = ModeOf(c->options_.tls);
-  spdlog::info("coordinator listening on port {} ({}); state in {}; evaluating on the dataset in {}", c->port_,
-               mode.description, c->options_.state_dir, c->options_.runner.data_dir);
+  spdlog::info("coordinator listening on port {} ({}); state in {}; evaluating on the dataset in {} on device {}",
+               c->port_, mode.description, c->options_.state_dir, c->options_.runner.data_dir,
+               c->options_.runner.evaluation_device);
   if (mode.warn) spdlog::warn("{}", mode.warning);
   return c;
 }

@@ -11,10 +11,12 @@
 #include <thread>
 
 #include "base/flags.h"
+#include "base/escape.h"
 #include "base/host_port.h"
 #include "base/logging.h"
 #include "base/metrics.h"
 #include "base/shutdown_signal.h"
+#include "device/registry.h"
 #include "server/coordinator.h"
 #include "server/monitoring/monitoring.h"
 #include "tessera/config.h"
@@ -141,6 +143,9 @@ int main(int argc, char** argv) {
             "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
             "OpenBLAS threads spin between rounds and take CPU from the transfers",
             IntRange{0, 256});
+  flags.String("eval-device", &options.runner.evaluation_device,
+               "device to evaluate each round's model on: cpu, or cuda for a GPU beside the coordinator (any "
+               "device tessera devices lists); checked at start, an unknown or unusable one is an error");
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT for /metrics (Prometheus) and the dashboard, served like the gRPC port (TLS; "
                "operators only); unset: not served");
@@ -172,6 +177,10 @@ int main(int argc, char** argv) {
       }
     }
     options.runner.datasets = std::move(dirs.by_name);
+  }
+  if (Status s = CheckDeviceName("--eval-device", options.runner.evaluation_device); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 2;
   }
   auto listen = ParseHostPort("--listen", options.listen_address, PortZero::kAllowed);
   if (!listen.ok()) {
@@ -216,6 +225,16 @@ int main(int argc, char** argv) {
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
+  if (options.runner.evaluation_device != "cpu") {
+    // Made once here, so that a GPU that is missing stops the coordinator at start rather than
+    // every job at its first evaluation.
+    auto device = CreateDevice(options.runner.evaluation_device);
+    if (!device.ok()) {
+      std::cerr << "tessera-coordinator: --eval-device " << QuoteUntrusted(options.runner.evaluation_device)
+                << " cannot be used here: " << device.status().message() << "\n";
+      return 1;
+    }
+  }
   options.runner.inline_model_bytes = static_cast<uint64_t>(inline_model_kib) << 10;
   options.upload_connection_min_bytes = static_cast<uint64_t>(upload_connection_kib) << 10;
   options.inline_update_max_bytes = static_cast<uint64_t>(inline_update_kib) << 10;

@@ -3,14 +3,22 @@
 #include "core/data/idx.h"
 #include "core/train/trainer.h"
 #include "device/cpu/factory.h"
+#include "device/registry.h"
 #include "proto/job_mapping.h"
 
 namespace tessera::server {
 
 Result<std::unique_ptr<Evaluator>> Evaluator::Create(const v1::JobSpec& spec, const DatasetDirs& datasets,
-                                                     const std::string& what, int threads) {
+                                                     const std::string& what, int threads,
+                                                     const std::string& device) {
   std::unique_ptr<Evaluator> e(new Evaluator());
-  e->device_ = CreateCpuDevice(CpuDeviceOptions{.num_threads = threads});
+  if (device == "cpu") {
+    e->device_ = CreateCpuDevice(CpuDeviceOptions{.num_threads = threads});
+  } else {
+    auto made = CreateDevice(device);
+    if (!made.ok()) return made.status().WithContext(what + ": the evaluation device");
+    e->device_ = std::move(made).value();
+  }
   ASSIGN_OR_RETURN(e->model_, CreateModel(wire::ToModelConfig(spec), e->device_.get()));
   auto test = LoadTestSplit(datasets, spec);
   if (!test.ok()) return test.status().WithContext(what + ": loading the evaluation set");

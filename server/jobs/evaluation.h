@@ -2,8 +2,9 @@
 // coordinator's, and the test split of the job's dataset. Also the source of the job's initial
 // model (the model's own initialisation from the job's seed).
 //
-// Today: the CPU and Fashion-MNIST's test split. Other devices, datasets and federated
-// evaluation on the workers slot in here. Not thread-safe: the job's thread owns it.
+// The device is the operator's choice (tessera-coordinator --eval-device): the CPU by default,
+// or a GPU beside the coordinator. Federated evaluation on the workers is elsewhere
+// (the job's [evaluation]). Not thread-safe: the job's thread owns it.
 #pragma once
 
 #include <memory>
@@ -25,12 +26,16 @@ struct Evaluation {
 
 class Evaluator {
  public:
-  // Builds the job's model on the CPU and loads the test split from `datasets`, the
-  // operator's dataset directory (never the spec's data.path, which is the workers'); `what`
-  // names the job in errors.
-  // `threads`: OpenBLAS threads for the evaluation (0: OpenBLAS's default).
+  // Builds the job's model on `device` (a registry name; "cpu" with `threads` OpenBLAS
+  // threads, 0: OpenBLAS's default) and loads the test split from `datasets`, the operator's
+  // dataset directory (never the spec's data.path, which is the workers'); `what` names the
+  // job in errors. The initial model is the same on every device: the model draws it on the
+  // host from the spec's seed.
   static Result<std::unique_ptr<Evaluator>> Create(const v1::JobSpec& spec, const DatasetDirs& datasets,
-                                                   const std::string& what, int threads = 1);
+                                                   const std::string& what, int threads = 1,
+                                                   const std::string& device = "cpu");
+  // The name of the device it evaluates on ("cpu (OpenBLAS, 1 threads)", "NVIDIA H200 #0").
+  const std::string& DeviceName() const { return device_->capabilities().name; }
 
   // The model's initial state (from the spec's seed).
   Result<TensorSet> InitialModel() const { return model_->GetState(); }

@@ -14,7 +14,8 @@ namespace tessera::server {
 Status JobRunner::Prepare() {
   v1::Job job = Snapshot();
   const v1::JobSpec& spec = job.spec();
-  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.Datasets(), "job " + job.id(), options_.evaluation_threads));
+  ASSIGN_OR_RETURN(evaluator_, Evaluator::Create(spec, options_.Datasets(), "job " + job.id(), options_.evaluation_threads,
+                                                    options_.evaluation_device));
   RETURN_IF_ERROR(LoadPartySizes(spec));
   TensorSet global;
   TensorSet strategy_state;

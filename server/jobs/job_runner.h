@@ -73,6 +73,9 @@ struct JobRunnerOptions {
   // evaluation is short, and idle OpenBLAS threads spin (sched_yield) for a while after each
   // call, taking CPU from the gRPC threads that move the next round's bytes.
   int evaluation_threads = 1;
+  // The device the coordinator evaluates on (a registry name: "cpu", "cuda", ...); with "cpu"
+  // evaluation_threads applies. The coordinator checks at start that it can be made here.
+  std::string evaluation_device = "cpu";
   // Makes the job's strategy; empty: CreateStrategy. A seam for tests.
   std::function<Result<std::unique_ptr<Strategy>>(const v1::JobSpec&, const TensorSet&)> strategy_factory;
   // Runs in an asynchronous job's upload between the update's check and its fold. A seam for

@@ -4,8 +4,8 @@
 # runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
 # fails while the coordinator starts, and that every process it started is stopped when the
 # job ends, when watching it fails and on Ctrl-C; that a job an interrupted demo left running
-# is cancelled first; and that DEVICE, FALLBACK_DEVICE and SKIP_BUILD reach the workers and
-# the build.
+# is cancelled first; and that DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD reach the workers,
+# the coordinator and the build.
 #   demo_script_test.sh SOURCE_DIR
 set -euo pipefail
 src="$1"
@@ -26,6 +26,7 @@ mkdir -p "$bin/server" "$bin/worker" "$bin/cli"
 cat >"$bin/server/tessera-coordinator" <<'EOF'
 #!/usr/bin/env bash
 echo $$ >>"$STUB_PIDS"
+echo "$*" >>"$STUB_PIDS.coordinator-args"
 echo "tessera-coordinator listening on port 7070"
 exec sleep 600
 EOF
@@ -71,7 +72,7 @@ demo() {
   local name=$1 watch=$2
   shift 2
   export STUB_PIDS="$scratch/$name.pids"
-  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled" "$STUB_PIDS.args" "$STUB_PIDS.built"
+  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled" "$STUB_PIDS.args" "$STUB_PIDS.built" "$STUB_PIDS.coordinator-args"
   rc=0
   STUB_WATCH=$watch SKIP_SETUP=1 BUILD_DIR="$bin" STATE_DIR="$scratch/state $name" WORKERS=3 \
     timeout 60 "$@" "$root/scripts/demo.sh" >"$scratch/$name.log" 2>&1 || rc=$?
@@ -104,11 +105,14 @@ all_stopped ok
 
 # DEVICE and FALLBACK_DEVICE reach every worker (an empty fallback as an empty value), and
 # SKIP_BUILD=1 runs what BUILD_DIR holds.
-DEVICE=cuda FALLBACK_DEVICE= SKIP_BUILD=1 demo gpu ok
+DEVICE=cuda FALLBACK_DEVICE= EVAL_DEVICE=cuda SKIP_BUILD=1 demo gpu ok
 [[ $rc -eq 0 ]] || { cat "$scratch/gpu.log"; fail "the demo failed with DEVICE=cuda"; }
 [[ ! -e "$scratch/gpu.pids.built" ]] || fail "the demo built although SKIP_BUILD=1"
 [[ $(grep -c -- '--device cuda --fallback-device $' "$scratch/gpu.pids.args") -eq 3 ]] ||
   { cat "$scratch/gpu.pids.args"; fail "the workers were not started with --device cuda and an empty fallback"; }
+grep -q -- '--eval-device cuda$' "$scratch/gpu.pids.coordinator-args" ||
+  { cat "$scratch/gpu.pids.coordinator-args"; fail "the coordinator was not started with --eval-device cuda"; }
+grep -q -- '--eval-device cpu$' "$scratch/ok.pids.coordinator-args" || fail "the coordinator did not evaluate on the CPU by default"
 grep -q "workers on device cuda" "$scratch/gpu.log" || { cat "$scratch/gpu.log"; fail "the demo did not say which device"; }
 all_stopped gpu
 
@@ -137,4 +141,4 @@ sys.exit(p.wait())' "$scratch/interrupt.pids.watch"
 [[ -e "$scratch/interrupt.pids.watch" ]] || { cat "$scratch/interrupt.log"; fail "the demo never reached watching its job"; }
 [[ $rc -ne 0 ]] || fail "the interrupted demo exited 0"
 all_stopped interrupt
-echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled, DEVICE, FALLBACK_DEVICE and SKIP_BUILD honoured"
+echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled, DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD honoured"

@@ -98,6 +98,7 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--log-format", "xml"}, "flag --log-format: expected text or json, got 'xml'"},
       {{"--stream-window-kib", "-1"}, "flag --stream-window-kib: expected 0 to 65536, got '-1'"},
       {{"--metrics-listen", "localhost"}, "--metrics-listen 'localhost': the port is missing; expected HOST:PORT"},
+      {{"--eval-device", "gpu"}, "--eval-device: unknown device 'gpu'; expected cpu, cuda, xrt, emu:PROFILE ("},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
@@ -111,6 +112,18 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
     EXPECT_EQ(DescribeExit(*status), "exited with 2") << p.Log();
     EXPECT_NE(p.Log().find("tessera-coordinator: " + says), std::string::npos) << p.Log();
   }
+}
+
+TEST_F(DaemonTest, ACoordinatorWhoseEvaluationDeviceCannotBeMadeExitsAtStart) {
+  const std::string missing = dir_.str() + "/no-such-profile.toml";
+  int port = 0;
+  auto p = Coordinator("eval-device", "state", "127.0.0.1:0", &port, {"--eval-device", "emu:" + missing});
+  EXPECT_EQ(port, 0) << "it listened:\n" << p->Log();
+  EXPECT_EQ(DescribeExit(ExitStatus(*p)), "exited with 1") << p->Log();
+  EXPECT_NE(p->Log().find("tessera-coordinator: --eval-device 'emu:"), std::string::npos) << p->Log();
+  EXPECT_NE(p->Log().find("' cannot be used here: device profile file '" + missing + "' cannot be opened"),
+            std::string::npos)
+      << p->Log();
 }
 
 TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
