@@ -36,6 +36,8 @@ Xxh3::Xxh3() : state_(XXH3_createState()) {
 
 Xxh3::~Xxh3() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
 
+void Xxh3::Reset() { XXH3_128bits_reset(static_cast<XXH3_state_t*>(state_)); }
+
 void Xxh3::Update(const void* data, size_t size) {
   XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), data, size);
 }

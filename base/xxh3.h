@@ -24,6 +24,8 @@ class Xxh3 {
   Xxh3(const Xxh3&) = delete;
   Xxh3& operator=(const Xxh3&) = delete;
   void Update(const void* data, size_t size);
+  // Starts a new hash: one state serves tensor after tensor without an allocation each.
+  void Reset();
   std::string FinishHex() const;
 
  private:

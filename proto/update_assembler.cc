@@ -1,5 +1,6 @@
 #include "proto/update_assembler.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -32,6 +33,9 @@ std::string UpdateAssembler::Names(const Pending& pending) const {
 Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
   if (started_) return InvalidArgumentError(what_ + ": a second envelope arrived");
   const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
+  size_t tensors = 0;
+  for (const UpdateSetView& set : sets) tensors += static_cast<size_t>(set.manifest->tensors_size());
+  tensors_.reserve(std::min<size_t>(tensors, 4096));  // one allocation for a model's tensors, not one per doubling
   for (const UpdateSetView& set : sets) {
     const std::string_view short_name = set.name.substr(0, 64);
     const auto set_name = [&] { return "set " + QuoteUntrusted(short_name); };  // for errors only
@@ -56,6 +60,7 @@ Status UpdateAssembler::Start(const std::vector<UpdateSetView>& sets) {
                                     UpdateEncodingName(encoding) + ", got " + v1::DType_Name(info.dtype()));
       }
       bool empty = false;
+      pending.tensor.shape.reserve(static_cast<size_t>(std::min(info.shape_size(), 16)));
       for (int64_t d : info.shape()) {
         if (d < 0) return InvalidArgumentError(where() + " has a negative dimension");
         pending.tensor.shape.push_back(d);
@@ -151,7 +156,7 @@ Status UpdateAssembler::TakePiece(const uint8_t* data, size_t n) {
     return InvalidArgumentError(what_ + ": more bytes than the chunk's " + std::to_string(chunk_size_));
   }
   chunk_in_pieces_ = true;
-  if (xxh3_) {
+  if (hashing_xxh3_) {
     xxh3_->Update(data, n);
   } else {
     sha256_->Update(data, n);
@@ -169,10 +174,13 @@ Status UpdateAssembler::TakePiece(const uint8_t* data, size_t n) {
 
 uint8_t* UpdateAssembler::Destination(Pending& pending) {
   if (offset_ == 0) {
-    if (pending.xxh3) {
-      xxh3_ = std::make_unique<Xxh3>();
-    } else {
+    hashing_xxh3_ = pending.xxh3;
+    if (!pending.xxh3) {
       sha256_ = std::make_unique<Sha256>();
+    } else if (xxh3_) {
+      xxh3_->Reset();  // the previous tensor's state, reused
+    } else {
+      xxh3_ = std::make_unique<Xxh3>();
     }
     if (pending.encoding == UpdateEncoding::kFloat32) {
       SizeValues(pending);  // byte_size is 4 x elements
@@ -192,7 +200,7 @@ Status UpdateAssembler::EndChunk() {
                                   std::to_string(chunk_size_) + " bytes");
     }
   } else {
-    if (xxh3_) {
+    if (hashing_xxh3_) {
       xxh3_->Update(chunk_at_, chunk_size_);
     } else {
       sha256_->Update(chunk_at_, chunk_size_);
@@ -223,8 +231,7 @@ Status UpdateAssembler::Complete(Pending& pending) {
   } else {
     got = pending.xxh3 ? xxh3_->FinishHex() : sha256_->FinishHex();
   }
-  xxh3_.reset();
-  sha256_.reset();
+  sha256_.reset();  // the xxh3 state stays for the next tensor (Destination resets it)
   if (got != pending.digest) {
     return DataLossError(what_ + ": " + Names(pending) + ": content " + (pending.xxh3 ? "checksum (xxh3_128) " : "hash ") +
                          got.substr(0, 12) + "... does not match the manifest's " +

@@ -378,7 +378,7 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
       return false;
     }
     UpdateIntake intake(c_, checks_, "session");
-    v1::UpdateHeader judged;  // what the verdict names
+    const v1::UpdateHeader* judged = &header;  // what the verdict names (not copied: its manifest is long)
     const uint64_t limit = c_->options().inline_update_max_bytes;
     std::optional<UpdateIntake::Answer> answer;
     if (header.worker_id() != worker || header.session() != session_) {
@@ -390,17 +390,15 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
                                       (header.worker_id() == worker ? " and an earlier session" : "") +
                                       ": a session carries its own worker's updates of that session")),
           {}, false};
-      judged = std::move(header);
     } else if (message_bytes > limit) {
       // Checked after the header, so that the refusal names its round.
       answer = UpdateIntake::Answer{ToGrpc(InvalidArgumentError(
           "inline update from worker '" + worker + "' for job " + QuoteUntrusted(header.job_id(), 64) + " round " +
           std::to_string(header.round()) + ": " + std::to_string(message_bytes) + " bytes, expected at most " +
           std::to_string(limit) + " (JoinResponse.inline_update_max_bytes); larger updates go by UploadUpdate")), {}, false};
-      judged = std::move(header);
     } else {
       answer = intake.Admit(std::move(header));
-      judged = intake.header();
+      judged = &intake.header();
     }
     if (!answer) {
       c_->upload_budget().Take(intake.budget_bytes());
@@ -411,9 +409,9 @@ class TaskSessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     if (answer->verdict_sent) return true;  // a refusal went down the channel already
     v1::Task verdict;
     v1::UpdateVerdict& v = *verdict.mutable_verdict();
-    v.set_job_id(judged.job_id());
-    v.set_round(judged.round());
-    v.set_attempt(judged.attempt());
+    v.set_job_id(judged->job_id());
+    v.set_round(judged->round());
+    v.set_attempt(judged->attempt());
     v.set_accepted(answer->status.ok() && answer->result.accepted());
     v.set_reason(answer->status.ok() ? answer->result.reason() : answer->status.error_message());
     if (!answer->status.ok()) checks_.refused(answer->status.error_message());

@@ -182,6 +182,29 @@ TEST(UpdateAssemblerTest, TensorsWithXxh3DigestsAreCheckedAgainstThemNotSha256) 
   ExpectRefused(Read(lying, 0), {"content checksum (xxh3_128)"});
 }
 
+// One hash state serves tensor after tensor: each tensor's digest covers its bytes alone,
+// whichever digest the tensor before it used.
+TEST(UpdateAssemblerTest, TensorsMixingXxh3AndSha256DigestsAreEachCheckedAgainstTheirOwn) {
+  TensorSet model = Model();
+  model.push_back({"head.w", {3, 5}, std::vector<float>(15)});
+  for (size_t i = 0; i < 15; ++i) model[2].values[i] = -0.01f * static_cast<float>(i);
+  Upload upload;
+  AppendUpdateSet(kDeltaSet, model, UpdateEncoding::kFloat32, 0, 16, &upload.header, &upload.bytes,
+                  UpdateDigest::kXxh3);
+  // The middle tensor gives SHA-256 only; the first and last xxh3_128.
+  SetDigest(UpdateDigest::kSha256, upload.bytes[1], upload.header.mutable_sets(0)->mutable_manifest()->mutable_tensors(1));
+  upload.header.mutable_sets(0)->mutable_manifest()->mutable_tensors(1)->clear_xxh3_128();
+  const Result<TensorSet> read = Read(upload, 0);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  for (size_t i = 0; i < model.size(); ++i) EXPECT_EQ((*read)[i].values, model[i].values) << model[i].name;
+  Upload altered = upload;
+  altered.bytes[2][7] ^= 1;
+  ExpectRefused(Read(altered, 0), {"tensor 'head.w'", "content checksum (xxh3_128)", "does not match"});
+  altered = upload;
+  altered.bytes[1][0] ^= 1;
+  ExpectRefused(Read(altered, 0), {"tensor 'layer.b'", "content hash"});
+}
+
 // A message's serialized bytes as gRPC would hand them over, cut into `pieces` slices.
 grpc::ByteBuffer AsReceived(const std::string& bytes, size_t pieces) {
   std::vector<grpc::Slice> slices;
