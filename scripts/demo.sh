@@ -108,4 +108,8 @@ echo "== submitting $job_file"
 job=$("${cli[@]}" submit "$job_file")
 echo "job $job"
 echo "== watching $job"
-"${cli[@]}" watch "$job"
+# In the background, waited for: a SIGTERM to this script alone (not its process group, as
+# Ctrl-C is) then ends the wait at once, and the cleanup stops the watch with the daemons.
+"${cli[@]}" watch "$job" &
+pids+=($!)
+wait $!

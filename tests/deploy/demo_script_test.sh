@@ -3,7 +3,7 @@
 # (in a scratch copy of the repository, so nothing is built or installed) and checks how it
 # runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
 # fails while the coordinator starts, and that every process it started is stopped when the
-# job ends, when watching it fails and on Ctrl-C; that a job an interrupted demo left running
+# job ends, when watching it fails, on Ctrl-C and on SIGTERM to the script alone; that a job an interrupted demo left running
 # is cancelled first; and that DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD reach the workers,
 # the coordinator and the build.
 #   demo_script_test.sh SOURCE_DIR
@@ -141,4 +141,21 @@ sys.exit(p.wait())' "$scratch/interrupt.pids.watch"
 [[ -e "$scratch/interrupt.pids.watch" ]] || { cat "$scratch/interrupt.log"; fail "the demo never reached watching its job"; }
 [[ $rc -ne 0 ]] || fail "the interrupted demo exited 0"
 all_stopped interrupt
-echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure and Ctrl-C, a job left running cancelled, DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD honoured"
+
+# SIGTERM to the demo alone (a service manager's stop, `kill PID`): it ends while its watch
+# hangs, and stops the watch with the daemons.
+demo terminate hang python3 -c '
+import os, signal, subprocess, sys, time
+p = subprocess.Popen(sys.argv[2:], start_new_session=True)
+for _ in range(300):
+    if os.path.exists(sys.argv[1]): break
+    time.sleep(0.1)
+p.send_signal(signal.SIGTERM)
+sys.exit(p.wait())' "$scratch/terminate.pids.watch"
+[[ -e "$scratch/terminate.pids.watch" ]] || { cat "$scratch/terminate.log"; fail "the demo never reached watching its job"; }
+[[ $rc -ne 0 ]] || fail "the terminated demo exited 0"
+all_stopped terminate
+watcher=$(cat "$scratch/terminate.pids.watch")
+for _ in $(seq 50); do kill -0 "$watcher" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$watcher" 2>/dev/null; then kill -KILL "$watcher"; fail "the watch outlived the demo stopped by SIGTERM"; fi
+echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure, Ctrl-C and SIGTERM, a job left running cancelled, DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD honoured"
