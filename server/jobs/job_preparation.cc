@@ -1,7 +1,7 @@
 // How a job's runner starts or resumes (server/jobs/job_runner.h): the global model and the
 // strategy's state from the job's newest usable checkpoint (or a fresh initial model), the
-// parties' sizes from the operator's copy of the training set, and what client selection
-// learned from the rounds already committed.
+// parties' sizes from the operator's copy of the training set, the seats that fit the job,
+// and what client selection learned from the rounds already committed.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -74,7 +74,12 @@ Status JobRunner::Prepare() {
   }
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
-  RETURN_IF_ERROR(seats_.Load());
+  std::vector<Status> dropped_seats;
+  RETURN_IF_ERROR(seats_.Load(SeatedParties(spec), &dropped_seats));
+  for (const Status& why : dropped_seats) {
+    spdlog::warn("{}", why.message());
+    Note(why.message());
+  }
   RETURN_IF_ERROR(RestoreSelectionHistory(job));
   update_sets_ = 1 + strategy_->PayloadSets().size();
   std::lock_guard<std::mutex> lock(mu_);

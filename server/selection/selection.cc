@@ -3,8 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <random>
+#include <string_view>
 
+#include "base/escape.h"
 #include "proto/job_mapping.h"
 #include "server/selection/deadline_selection.h"
 #include "server/selection/utility_selection.h"
@@ -24,9 +27,78 @@ std::map<std::string, Client> GroupClients(const WorkerRegistry& registry) {
   return clients;
 }
 
-Status SeatTable::Load() {
-  ASSIGN_OR_RETURN(auto seats, store_->LoadSeats(job_id_));
-  for (const auto& [seat, party] : seats) seats_[seat] = party;
+namespace {
+
+// A worker's name or a cohort's, as Join takes them (server/workers/worker_registry.cc): 1 to
+// 128 letters, digits, '-', '_' or '.'.
+bool IsName(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+}
+
+// A seat GroupClients can give: a worker's name, or "cohort:" and a cohort's.
+bool IsSeat(std::string_view seat) {
+  constexpr std::string_view kCohort = "cohort:";
+  if (seat.substr(0, kCohort.size()) == kCohort) seat.remove_prefix(kCohort.size());
+  return IsName(seat);
+}
+
+}  // namespace
+
+// Why seats that do not fit are left out rather than the job refused: a seat only says which
+// client trains which party, so that a client keeps its party (and what it keeps for it:
+// FedBN's local tensors, top-k's residual) across restarts. Nothing the job has committed
+// depends on it: the model, the rounds and the strategy's state per party stay as they are,
+// whoever trains a party next. A seat outside the partition is a client that can never train
+// (every update it sends is refused), a seat no worker can hold keeps its party untrained for
+// good, and two seats on one party train that party twice and leave another out; the job
+// cannot tell which of two seats is right, so both go. Refusing to resume would stop a job
+// that has nothing wrong with it but who trains what; seating those clients again loses
+// nothing. Each seat left out is named in the log and to the job's watchers, and the rows
+// stay in the store as they were, for whoever looks into how they came to be.
+Status SeatTable::Load(uint32_t parties, std::vector<Status>* dropped) {
+  seats_.clear();
+  size_t left_out = 0;
+  auto drop = [&](const std::string& why) {
+    if (++left_out <= kNamedDroppedSeats) dropped->push_back(DataLossError("job " + job_id_ + ": " + why));
+  };
+  auto stored = store_->LoadSeats(job_id_, kMaxStoredSeats);
+  if (!stored.ok()) {
+    if (stored.status().code() != StatusCode::kDataLoss) return stored.status();
+    drop("no stored seat is used, every client is seated again: " + stored.status().message());
+    return Status::Ok();
+  }
+  std::map<uint32_t, size_t> claims;  // party -> seats on it that are otherwise fine
+  std::vector<std::pair<std::string, uint32_t>> fitting;
+  auto named = [](const std::string& seat, uint32_t party) {
+    return "seat " + QuoteUntrusted(seat, 128) + " on party " + std::to_string(party);
+  };
+  for (auto& [seat, party] : *stored) {
+    if (!IsSeat(seat)) {
+      drop(named(seat, party) + " is not used: expected a worker's name or 'cohort:' and a cohort's, 1 to 128 letters, "
+                   "digits, '-', '_' or '.'; party " + std::to_string(party) + " is seated again");
+    } else if (parties > 0 && party >= parties) {
+      drop(named(seat, party) + " is not used: expected a party below " + std::to_string(parties) +
+           ", the partition's parties; the client is seated again");
+    } else {
+      ++claims[party];
+      fitting.emplace_back(std::move(seat), party);
+    }
+  }
+  for (auto& [seat, party] : fitting) {
+    if (const size_t claimed = claims[party]; claimed > 1) {
+      drop(named(seat, party) + " is not used: expected one seat a party, found " + std::to_string(claimed) +
+           " on it; each of them is seated again");
+      continue;
+    }
+    seats_.emplace(std::move(seat), party);
+  }
+  if (left_out > kNamedDroppedSeats) {
+    dropped->push_back(DataLossError("job " + job_id_ + ": " + std::to_string(left_out - kNamedDroppedSeats) +
+                                     " more stored seats are not used"));
+  }
   return Status::Ok();
 }
 

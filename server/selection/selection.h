@@ -4,7 +4,8 @@
 //  - GroupClients: the ready workers as clients (a site cohort is one client, its members
 //    sorted, the first leading).
 //  - SeatTable: a job's seats, client -> party, persisted in the state store so that a client
-//    keeps its party across restarts; a new client takes the lowest free party.
+//    keeps its party across restarts; a new client takes the lowest free party. Seats read
+//    back that do not fit the job are not used (SeatTable::Load).
 //  - SelectionPolicy: which of the seated candidates a round takes, wire::SelectionCount of
 //    them (clients_per_round, or more with over-selection). RandomSelection (the default)
 //    draws them from the job's seed, the round and the attempt; DeadlineSelection
@@ -39,10 +40,22 @@ struct Client {
 // The ready workers grouped into clients, by seat.
 std::map<std::string, Client> GroupClients(const WorkerRegistry& registry);
 
+// Seats Load names one by one; the rest it leaves out are counted in one more status.
+inline constexpr size_t kNamedDroppedSeats = 10;
+
 class SeatTable {
  public:
   SeatTable(StateStore* store, std::string job_id) : store_(store), job_id_(std::move(job_id)) {}
-  Status Load();
+  // Reads the job's seats from the store (what was there before is forgotten), leaving out
+  // every seat that does not fit the job: a name that is no worker's or cohort's, a party
+  // outside the partition (`parties`, as Seat's; 0: workers' own files, no partition to be
+  // outside of), a party two seats claim (both are left out), or all of them when the store
+  // holds more than kMaxStoredSeats for the job or a row it cannot read (DataLoss). Each seat
+  // left out is a DataLoss appended to *dropped, naming the job, the seat (escaped) and its
+  // party and saying what was expected: the first kNamedDroppedSeats, then one for the rest.
+  // The rows stay in the store as they are; a client left out is seated again by Seat, as a
+  // new one. Another error of the store (an I/O error) is returned, with nothing loaded.
+  Status Load(uint32_t parties, std::vector<Status>* dropped);
   // Gives each client its party: its seat's, or for a new client the lowest free one of
   // `parties` (saved before it is used). Clients left without a party (all taken) are left
   // out. `parties` == 0: every client gets a party of its own (workers' own files).

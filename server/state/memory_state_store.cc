@@ -245,11 +245,15 @@ Status MemoryStateStore::SaveSeat(const std::string& job_id, const std::string& 
   return Status::Ok();
 }
 
-Result<std::vector<std::pair<std::string, uint32_t>>> MemoryStateStore::LoadSeats(const std::string& job_id) {
+Result<std::vector<std::pair<std::string, uint32_t>>> MemoryStateStore::LoadSeats(const std::string& job_id,
+                                                                                  size_t max_seats) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::pair<std::string, uint32_t>> seats;
   auto it = seats_.find(job_id);
-  if (it != seats_.end()) seats.assign(it->second.begin(), it->second.end());
+  if (it != seats_.end()) {
+    if (it->second.size() > max_seats) return TooManySeatsError(job_id, max_seats);
+    seats.assign(it->second.begin(), it->second.end());  // by seat: the stable sort keeps it among equal parties
+  }
   std::stable_sort(seats.begin(), seats.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return seats;
 }

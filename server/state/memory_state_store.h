@@ -66,7 +66,8 @@ class MemoryStateStore final : public StateStore {
   Result<std::vector<v1::WorkerStatus>> LoadWorkers() override;
   Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) override;
   Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) override;
-  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id) override;
+  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id,
+                                                                  size_t max_seats = kMaxStoredSeats) override;
 
   // Failure injection: the next `count` writes of `kind` fail with `why` and change nothing
   // (replacing what was injected for that kind before; count 0 clears it).

@@ -43,6 +43,7 @@ class Statement {
     return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
   }
   int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
+  sqlite3_stmt* get() { return stmt_; }
 
  private:
   sqlite3* db_;
@@ -498,20 +499,31 @@ Status SqliteStateStore::SaveSeat(const std::string& job_id, const std::string& 
   return Status::Ok();
 }
 
-Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeats(const std::string& job_id) {
+Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeats(const std::string& job_id,
+                                                                                  size_t max_seats) {
   std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party");
+  // One row past the bound tells a job that holds too many from one that holds exactly it.
+  Statement st(db_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party, worker_id LIMIT ?");
   if (!st.ok()) return SqliteError(db_, "prepare load seats");
   st.BindText(1, job_id);
+  st.BindInt(2, max_seats >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_seats) + 1);
   std::vector<std::pair<std::string, uint32_t>> seats;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
-    const int64_t party = st.ColumnInt(1);
-    if (party < 0 || party > int64_t{UINT32_MAX}) {
-      return DataLossError("seats table: job '" + job_id + "', worker " + QuoteUntrusted(st.ColumnText(0), 128) +
-                           ": party " + std::to_string(party) + " is out of range");
+    if (seats.size() == max_seats) return TooManySeatsError(job_id, max_seats);
+    // The name's bytes as stored, a NUL among them too: the job checks them, and a name cut
+    // at a NUL could pass for another worker's.
+    std::string seat = st.ColumnBlob(0);
+    // SQLite reads a party stored as text or a real as a number (0 for "abc"): only an
+    // integer is a party. Its type is asked before the read converts it.
+    const bool integer = sqlite3_column_type(st.get(), 1) == SQLITE_INTEGER;
+    const int64_t party = integer ? st.ColumnInt(1) : -1;
+    if (!integer || party < 0 || party > int64_t{UINT32_MAX}) {
+      return DataLossError("seats table: job '" + job_id + "', seat " + QuoteUntrusted(seat, 128) + ": party " +
+                           QuoteUntrusted(st.ColumnText(1), 32) + ": expected a number from 0 to " +
+                           std::to_string(UINT32_MAX));
     }
-    seats.emplace_back(st.ColumnText(0), static_cast<uint32_t>(party));
+    seats.emplace_back(std::move(seat), static_cast<uint32_t>(party));
   }
   if (rc != SQLITE_DONE) return SqliteError(db_, "load seats of " + job_id);
   return seats;

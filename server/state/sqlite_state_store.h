@@ -54,7 +54,8 @@ class SqliteStateStore final : public StateStore {
   Result<std::vector<v1::WorkerStatus>> LoadWorkers() override;
   Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) override;
   Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) override;
-  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id) override;
+  Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id,
+                                                                  size_t max_seats = kMaxStoredSeats) override;
 
   // Removes what an interrupted coordinator may have left in the checkpoint directory:
   // temporary files, checkpoints of rounds never committed and checkpoints older than the

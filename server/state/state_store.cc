@@ -41,6 +41,11 @@ Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round) {
                                  ": no checkpoint was written for it");
 }
 
+Status TooManySeatsError(const std::string& job_id, size_t max_seats) {
+  return DataLossError("seats table: job '" + job_id + "': more than " + std::to_string(max_seats) +
+                       " seats stored; expected at most " + std::to_string(max_seats));
+}
+
 v1::Job JobRow(const v1::Job& job) {
   v1::Job row = job;
   if (row.has_last_round()) row.mutable_last_round()->clear_workers();

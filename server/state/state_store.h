@@ -41,6 +41,12 @@ namespace tessera::server {
 // Checkpoints kept per job besides the initial model's.
 inline constexpr uint32_t kKeptCheckpoints = 3;
 
+// The most seats LoadSeats reads for a job by default. A job seats one client a party, and a
+// partition has at most 10,000 parties (wire::kMaxParties); with workers' own files each
+// client that ever trained for the job holds a seat. A table holding more for one job was
+// damaged or written by hand, and reading all of it could take the coordinator's memory.
+inline constexpr size_t kMaxStoredSeats = 100000;
+
 class StateStore {
  public:
   virtual ~StateStore() = default;
@@ -117,9 +123,15 @@ class StateStore {
   virtual Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) = 0;
 
   // Job seats: which party of the partition each client trains for a job, stable across
-  // restarts. LoadSeats is sorted by party.
+  // restarts. LoadSeats is sorted by party, then by seat, and reads at most `max_seats` + 1
+  // rows: a job holding more than `max_seats` is DataLoss naming it and the bound, not a
+  // shorter list, and a row whose party is not a number from 0 to 2^32 - 1 is DataLoss
+  // naming the job and the seat. The store keeps what it is given and gives it back as
+  // stored (a seat's name, its party): whether the seats fit the job is the job's to check
+  // (SeatTable::Load, server/selection/selection.h).
   virtual Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) = 0;
-  virtual Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id) = 0;
+  virtual Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id,
+                                                                          size_t max_seats = kMaxStoredSeats) = 0;
 
   // The newest checkpoint of `job_id` that loads, trying `round`, the kept rounds before it,
   // then the initial model. Each one that does not load (missing, damaged) is appended to
@@ -134,6 +146,9 @@ class StateStore {
 
 // What CommitWrittenRound gives, in every store, when no checkpoint was written for the round.
 Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round);
+
+// What LoadSeats gives, in every store, when the job holds more than `max_seats` seats.
+Status TooManySeatsError(const std::string& job_id, size_t max_seats);
 
 // The job as its row holds it: the last round's record without its per-worker reports.
 v1::Job JobRow(const v1::Job& job);

@@ -1,6 +1,6 @@
 // The SQLite store's own side: jobs, committed rounds and checkpoints survive a reopen;
-// corrupt checkpoint files and unwritable paths are named; files an interrupted coordinator
-// left are removed. What every store does is in state_store_conformance_test.cc.
+// corrupt checkpoint files and unwritable paths are named; seats edited by hand are read
+// only as far as they can be trusted; files an interrupted coordinator left are removed. What every store does is in state_store_conformance_test.cc.
 #include "server/state/sqlite_state_store.h"
 #include "tests/server/test_directory.h"
 
@@ -313,6 +313,50 @@ TEST_F(SqliteStateStoreTest, ARowThatDoesNotParseIsNamedAndHidesNoOtherJob) {
   auto removed = (*store)->RemoveLeftoverCheckpoints();
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
   EXPECT_TRUE(std::filesystem::exists(dir_ / "checkpoints" / "job-2-abc-round-7.ckpt"));
+}
+
+// Runs `sql` on the store's database, as a hand edit would, with the store closed.
+void EditDatabase(const std::filesystem::path& dir, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir / "coordinator.db").c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteStateStoreTest, ASeatWhosePartyIsNotANumberIsDataLossNamingIt) {
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->SaveSeat("job-1-abc", "w1", 1).ok());
+  }
+  // SQLite keeps text in an INTEGER column, and reads it as the number 0: w2 would pass
+  // for the seat of party 0.
+  EditDatabase(dir_, "INSERT INTO seats (job_id, worker_id, party) VALUES ('job-1-abc', 'w2', 'abc')");
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto seats = (*store)->LoadSeats("job-1-abc");
+  ASSERT_FALSE(seats.ok()) << "w2 read as party " << seats->front().second;
+  EXPECT_EQ(seats.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(seats.status().message(),
+            "seats table: job 'job-1-abc', seat 'w2': party 'abc': expected a number from 0 to 4294967295");
+}
+
+TEST_F(SqliteStateStoreTest, AJobWithMoreSeatsThanAnyJobHoldsIsReadOnlyPastTheBound) {
+  { ASSERT_TRUE(SqliteStateStore::Open(dir_.string()).ok()); }
+  // One more row than kMaxStoredSeats, written in one statement.
+  EditDatabase(dir_,
+               "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 100000) "
+               "INSERT INTO seats (job_id, worker_id, party) SELECT 'job-1-abc', 'w' || i, i FROM n");
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto seats = (*store)->LoadSeats("job-1-abc");
+  ASSERT_FALSE(seats.ok()) << "read all " << seats->size() << " seats";
+  EXPECT_EQ(seats.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(seats.status().message(),
+            "seats table: job 'job-1-abc': more than 100000 seats stored; expected at most 100000");
 }
 
 TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {

@@ -1,7 +1,8 @@
 // One suite for the StateStore interface (server/state/state_store.h), run on every store: SQLite
 // in a temporary directory, and in memory. What the runner and the services rely on: jobs
 // numbered and listed in order, rounds committed with their checkpoints, the newest kept and
-// a damaged one falling back naming where it was read, rewinding, seats, workers, names.
+// a damaged one falling back naming where it was read, rewinding, seats (given back as
+// stored, a job holding too many refused), workers, names.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -291,6 +292,32 @@ TEST_P(StateStoreConformanceTest, SeatsWorkersAndNamesAreKept) {
   EXPECT_EQ((*workers)[0].device().kind(), "cuda");
   EXPECT_EQ(store_->BindWorkerName("w1", "token:site-a").value(), "token:site-a");
   EXPECT_EQ(store_->BindWorkerName("w1", "token:site-b").value(), "token:site-a") << "the first binding stays";
+}
+
+TEST_P(StateStoreConformanceTest, SeatsAreGivenBackAsStoredSortedByPartyThenSeat) {
+  // The store does not judge a seat (SeatTable::Load does): a name no worker can hold, a
+  // party no partition has, two seats on one party come back as they were saved.
+  const std::string with_nul("w1\0x", 4);
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w3", 2).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w2", 2).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", with_nul, 4000000000u).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w\n0", 0).ok());
+  auto seats = store_->LoadSeats("job-1-a");
+  ASSERT_TRUE(seats.ok()) << seats.status().ToString();
+  EXPECT_EQ(*seats, (std::vector<std::pair<std::string, uint32_t>>{
+                        {"w\n0", 0}, {"w2", 2}, {"w3", 2}, {with_nul, 4000000000u}}))
+      << "a name is not cut at a NUL, where it could pass for worker w1's";
+}
+
+TEST_P(StateStoreConformanceTest, AJobHoldingMoreSeatsThanAskedForIsDataLossNotAShorterList) {
+  for (uint32_t i = 0; i < 4; ++i) ASSERT_TRUE(store_->SaveSeat("job-1-a", "w" + std::to_string(i), i).ok());
+  ASSERT_TRUE(store_->SaveSeat("job-2-b", "w1", 0).ok());
+  auto bounded = store_->LoadSeats("job-1-a", 3);
+  ASSERT_FALSE(bounded.ok()) << "gave " << bounded->size() << " of 4 seats";
+  EXPECT_EQ(bounded.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(bounded.status().message(), "seats table: job 'job-1-a': more than 3 seats stored; expected at most 3");
+  EXPECT_EQ(store_->LoadSeats("job-1-a", 4)->size(), 4u);
+  EXPECT_EQ(store_->LoadSeats("job-2-b", 1)->size(), 1u) << "another job's seats do not count";
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, StateStoreConformanceTest, ::testing::Values(kSqlite, kMemory),
