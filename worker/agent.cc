@@ -297,6 +297,7 @@ void WorkerAgent::TrainerLoop() {
     // as slack that lets its next round run at the host's speed.
     ResetEmulatedClock(*device_);
     Status s = Train(task, identity, &header, &parts, device_.get());
+    if (s.ok() && options_.after_training) options_.after_training(task);
     if (!s.ok() && reached_device_ &&
         (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
@@ -318,6 +319,7 @@ void WorkerAgent::TrainerLoop() {
           header.Clear();
           parts.clear();
           s = Train(task, identity, &header, &parts, other->get());
+          if (s.ok() && options_.after_training) options_.after_training(task);
         } else {
           s = other.status().WithContext("fallback device '" + fallback + "'");
         }
@@ -354,6 +356,16 @@ bool WorkerAgent::IsCancelledLocked(const std::string& job, uint32_t round, uint
   return std::any_of(cancelled_.begin(), cancelled_.end(), [&](const CancelledTask& c) {
     return c.job == job && c.round == round && (c.attempt == 0 || c.attempt == attempt);
   });
+}
+
+bool WorkerAgent::UploadCancelled(const v1::TrainTask& task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!IsCancelledLocked(task.job_id(), task.round(), task.attempt())) return false;
+  }
+  spdlog::info("job {} round {} attempt {}: cancelled after training; its update is not uploaded",
+               QuoteUntrusted(task.job_id()), task.round(), task.attempt());
+  return true;
 }
 
 void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Identity& identity, const Status& why) {
@@ -609,6 +621,10 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
     wire::AppendUpdateSet(name, tensors, delta ? encoding : UpdateEncoding::kFloat32, fraction, options_.chunk_bytes,
                           &header, &bytes, upload_xxh3_ ? wire::UpdateDigest::kXxh3 : wire::UpdateDigest::kSha256);
   }
+  // Training stops at a cancel only between its steps: one that came during the last step,
+  // after it or while the update was encoded is seen here, the last moment before anything is
+  // sent. Nothing has been, so the seat's residual is left as it was.
+  if (UploadCancelled(task)) return Status::Ok();
   auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
   if (feedback) {
     const UploadOutcome outcome =

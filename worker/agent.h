@@ -54,6 +54,10 @@ struct WorkerOptions {
   // External trainers this worker runs, by the name a job's model.trainer gives
   // (worker/external_trainer.h); a job naming another trainer fails on this worker.
   std::vector<TrainerCommand> trainers;
+  // Tests only: runs on the task thread once a task has trained well, before the worker
+  // looks for the task's cancel and uploads (a test delivers a cancel there). Empty in the
+  // daemon.
+  std::function<void(const v1::TrainTask&)> after_training;
 };
 
 // An update before it is encoded: its named sets in upload order, "delta" first.
@@ -103,7 +107,12 @@ class WorkerAgent {
   // this job and seat is added to the delta before the entries are chosen, and what is kept
   // after the verdict follows ResidualAfterUpload (error_feedback.h): what was not sent when
   // the update was accepted or its fate is unknown, nothing when it was refused.
+  // A task cancelled by the time its update is encoded (its job, round and attempt; a cancel
+  // that came during its last training step or after it) uploads nothing: the coordinator
+  // would refuse it and count it against this worker. The seat's residual stays as it was.
   Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
+  // Whether `task` is cancelled, logged when it is: the caller then drops its update.
+  bool UploadCancelled(const v1::TrainTask& task);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
   void ReportFailure(const v1::TrainTask& task, const Identity& identity, const Status& why);
   // The samples this worker trains on for `task`: its party's share of the job's partition

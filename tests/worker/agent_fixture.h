@@ -107,6 +107,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // When set, the first task channel ends after its script (the coordinator went away) and
     // the next one gets these tasks.
     std::optional<std::vector<v1::Task>> next_session;
+    // Tasks the open channel hands over after its script, in order (AgentTest::Deliver), and
+    // how many it has handed over.
+    std::deque<v1::Task> later;
+    int later_delivered = 0;
     // The rendezvous store a cohort's members meet in; without it the store RPCs fail.
     std::shared_ptr<collectives::HashStore> store;
   };
@@ -161,7 +165,17 @@ class ScriptedCoordinator final : public CoordinatorClient {
       shared_->next_session.reset();
       return UnavailableError("the coordinator went away");
     }
-    shared_->cv.wait(lock, [&] { return shared_->cancelled; });
+    while (true) {
+      shared_->cv.wait(lock, [&] { return shared_->cancelled || !shared_->later.empty(); });
+      if (shared_->cancelled) break;
+      const v1::Task task = std::move(shared_->later.front());
+      shared_->later.pop_front();
+      lock.unlock();
+      on_task(task);
+      lock.lock();
+      ++shared_->later_delivered;
+      shared_->cv.notify_all();
+    }
     shared_->cancelled = false;
     return CancelledError("task channel cancelled");
   }
@@ -266,6 +280,15 @@ class AgentTest : public ::testing::Test {
       if (shared_->uploads[i].round() == round) return shared_->uploaded[i];
     }
     return {};
+  }
+  // Hands `task` over on the open task channel, after its script; returns once the agent has
+  // taken it in (false after kWait). Not from the channel's own thread.
+  bool Deliver(v1::Task task) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->later.push_back(std::move(task));
+    const int delivered = shared_->later_delivered + static_cast<int>(shared_->later.size());
+    shared_->cv.notify_all();
+    return shared_->cv.wait_for(lock, kWait, [&] { return shared_->later_delivered >= delivered; });
   }
   // Waits until the agent has joined; its join request.
   v1::JoinRequest Joined() {

@@ -1,5 +1,6 @@
 // The worker agent against a scripted coordinator (agent_fixture.h): what it does with the
 // tasks, cancels and verdicts it is sent, on real data and a real CPU device.
+#include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
 namespace tessera::worker {
@@ -136,6 +137,50 @@ TEST_F(AgentTest, ACancelWithoutAnAttemptStopsEveryAttemptOfItsRound) {
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
   for (const auto& h : Uploads()) EXPECT_NE(h.job_id(), "job-1") << "the cancelled round uploaded";
+}
+
+// Training stops at a cancel only between its steps: a cancel that comes once the last step
+// is done (here, delivered as training ends) stops the upload. The worker stays healthy: the
+// job's next round trains and uploads.
+TEST_F(AgentTest, ACancelAfterTheLastTrainingStepStopsTheUpload) {
+  ::tessera::testing::CapturedLog log;
+  WorkerOptions options;
+  options.after_training = [this](const v1::TrainTask& task) {
+    if (task.round() != 1) return;
+    EXPECT_TRUE(Deliver(Cancel(1, 1)));
+    EXPECT_TRUE(Deliver(Train(2, 1)));
+  };
+  Start({Train(1, 1)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(2, 1, &upload)) << "the next round after a cancelled upload did not upload";
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
+  agent_->Stop();
+  thread_.join();  // the trainer has logged what became of both rounds
+  // The trainer takes tasks in order: round 1 was done with before round 2 began.
+  for (const auto& h : Uploads()) EXPECT_NE(h.round(), 1u) << "the cancelled round uploaded";
+  EXPECT_EQ(agent_->rounds_trained(), 1u);
+  const std::string text = log.text();
+  const std::string said = "job 'job-1' round 1 attempt 1: cancelled after training; its update is not uploaded";
+  const size_t at = text.find(said);
+  EXPECT_NE(at, std::string::npos) << text.substr(0, 4096);
+  EXPECT_EQ(text.find(said, at + 1), std::string::npos) << "said more than once";
+}
+
+TEST_F(AgentTest, ACancelOfAnotherAttemptOrRoundAfterTrainingDoesNotStopTheUpload) {
+  WorkerOptions options;
+  options.after_training = [this](const v1::TrainTask&) {
+    EXPECT_TRUE(Deliver(Cancel(1, 2)));
+    EXPECT_TRUE(Deliver(Cancel(2, 1)));
+    v1::Task other_job = Cancel(1, 1);
+    other_job.mutable_cancel()->set_job_id("job-2");
+    EXPECT_TRUE(Deliver(other_job));
+  };
+  Start({Train(1, 1)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload)) << "the upload was stopped by a cancel of another task";
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  EXPECT_EQ(upload.samples(), 512u);
 }
 
 }  // namespace
