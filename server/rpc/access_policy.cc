@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/names.h"
 
 namespace tessera::server {
 namespace {
@@ -32,11 +33,7 @@ AccessPolicy::AccessPolicy(std::map<std::string, std::string> join_tokens, std::
 
 Status AccessPolicy::Validate() const {
   for (const auto& [label, token] : join_tokens_) {
-    bool ok = !label.empty() && label.size() <= 64;
-    for (char c : label) {
-      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-    }
-    if (!ok) {
+    if (!IsName(label, 64)) {
       return InvalidArgumentError("join token label " + QuoteUntrusted(label) +
                                   ": expected 1 to 64 letters, digits, '-', '_' or '.'");
     }

@@ -1,20 +1,11 @@
 #include "server/rpc/service_doors.h"
 
-#include <cctype>
 
 #include "base/escape.h"
+#include "base/names.h"
 #include "server/rpc/stream_limits.h"
 
 namespace tessera::server {
-namespace {
-
-constexpr size_t kMaxNameBytes = 128;
-
-bool IsNameCharacter(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-}
-
-}  // namespace
 
 wire::PeerIdentity Peer(const grpc::ServerContextBase* ctx) { return wire::IdentifyPeer(ctx->auth_context().get()); }
 

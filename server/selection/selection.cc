@@ -3,11 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <random>
 #include <string_view>
 
 #include "base/escape.h"
+#include "base/names.h"
 #include "proto/job_mapping.h"
 #include "server/selection/deadline_selection.h"
 #include "server/selection/utility_selection.h"
@@ -28,15 +28,6 @@ std::map<std::string, Client> GroupClients(const WorkerRegistry& registry) {
 }
 
 namespace {
-
-// A worker's name or a cohort's, as Join takes them (server/workers/worker_registry.cc): 1 to
-// 128 letters, digits, '-', '_' or '.'.
-bool IsName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
-  });
-}
 
 // A seat GroupClients can give: a worker's name, or "cohort:" and a cohort's.
 bool IsSeat(std::string_view seat) {

@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cctype>
 #include <random>
 #include <utility>
+
+#include "base/escape.h"
+#include "base/names.h"
 
 namespace tessera::server {
 
@@ -48,20 +50,16 @@ std::optional<v1::WorkerStatus> WorkerRegistry::Describe(const std::string& work
 
 Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   const std::string& name = request.name();
-  for (char c : request.cohort()) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return InvalidArgumentError("join: field 'cohort' '" + request.cohort() +
-                                  "': expected letters, digits, '-', '_' or '.'");
-    }
+  if (!request.cohort().empty() && !IsName(request.cohort())) {
+    return InvalidArgumentError("join: field 'cohort' " + QuoteUntrusted(request.cohort()) +
+                                ": expected at most 128 letters, digits, '-', '_' or '.'");
   }
-  if (name.empty() || name.size() > 128) {
+  if (name.empty() || name.size() > kMaxNameBytes) {
     return InvalidArgumentError("join: field 'name': expected 1 to 128 characters, got " +
                                 std::to_string(name.size()));
   }
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')) {
-      return InvalidArgumentError("join: field 'name' '" + name + "': expected letters, digits, '-', '_' or '.'");
-    }
+  if (!IsName(name)) {
+    return InvalidArgumentError("join: field 'name' " + QuoteUntrusted(name) + ": expected letters, digits, '-', '_' or '.'");
   }
   std::unique_lock<std::mutex> lock(mu_);
   Worker& w = workers_[name];

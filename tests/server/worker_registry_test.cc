@@ -168,5 +168,31 @@ TEST_F(WorkerRegistryTest, AnInlineModelIsForWorkersThatTakeItAndReadsAsOneMessa
   EXPECT_EQ(task->train().inline_model().chunks(0).data(), "abcd");
 }
 
+// A name or cohort outside the rule is refused, named escaped (a control character never
+// reaches a log raw) and bounded.
+TEST_F(WorkerRegistryTest, ANameOrCohortOutsideTheRuleIsRefusedNamedEscaped) {
+  v1::JoinRequest request;
+  request.mutable_device()->set_kind("cpu");
+  request.set_name("w\n1");
+  auto named = registry_.Join(request);
+  ASSERT_FALSE(named.ok());
+  EXPECT_EQ(named.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(named.status().message().find("join: field 'name' 'w\\n1': expected letters"), std::string::npos)
+      << named.status().message();
+  EXPECT_EQ(named.status().message().find('\n'), std::string::npos) << named.status().message();
+  request.set_name("w1");
+  request.set_cohort(std::string(129, 'c'));
+  auto long_cohort = registry_.Join(request);
+  ASSERT_FALSE(long_cohort.ok());
+  EXPECT_NE(long_cohort.status().message().find("join: field 'cohort'"), std::string::npos) << long_cohort.status().message();
+  EXPECT_NE(long_cohort.status().message().find("expected at most 128"), std::string::npos) << long_cohort.status().message();
+  request.set_cohort("site\x1b[2J");
+  auto control = registry_.Join(request);
+  ASSERT_FALSE(control.ok());
+  EXPECT_EQ(control.status().message().find('\x1b'), std::string::npos) << control.status().message();
+  request.set_cohort("site-a.1");
+  EXPECT_TRUE(registry_.Join(request).ok());
+}
+
 }  // namespace
 }  // namespace tessera::server
