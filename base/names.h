@@ -10,8 +10,9 @@
 
 namespace tessera {
 
-// The most bytes a worker's name or a cohort's may have.
+// The most bytes a worker's name or a cohort's may have, and a job id.
 inline constexpr size_t kMaxNameBytes = 128;
+inline constexpr size_t kMaxJobIdBytes = 64;
 
 inline bool IsNameCharacter(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "base/escape.h"
+#include "base/names.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/partition.h"
@@ -228,7 +229,12 @@ Status WorkerAgent::RunSession() {
   open.set_session(joined.session());
   Status ended = client_->RunTaskChannel(open, [&](const v1::Task& task) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (task.has_train()) {
+    if (task.has_train() && !IsName(task.train().job_id(), kMaxJobIdBytes)) {
+      // Job ids go into this worker's logs, its state line and an external trainer's errors as
+      // they are: one outside the coordinator's own form is not taken.
+      spdlog::warn("a task for job {} round {} was ignored: expected a job id of 1 to {} letters, digits, '-', '_' "
+                   "or '.'", QuoteUntrusted(task.train().job_id(), 64), task.train().round(), kMaxJobIdBytes);
+    } else if (task.has_train()) {
       // Only the newest task of a job matters: one still queued for the same job is superseded
       // now, so the queue holds a task per job. Past kMaxQueuedTasks jobs (a coordinator
       // handing out far more work than one worker does), the oldest task goes.

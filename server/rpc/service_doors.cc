@@ -16,17 +16,13 @@ std::string CallerOf(const grpc::ServerContextBase* ctx) {
 }
 
 Status CheckName(const std::string& call, const std::string& field, const std::string& value, bool required) {
-  bool ok = value.size() <= kMaxNameBytes && (!required || !value.empty());
-  for (char c : value) ok = ok && IsNameCharacter(c);
-  if (ok) return Status::Ok();
+  if (value.empty() ? !required : IsName(value)) return Status::Ok();
   return InvalidArgumentError(call + ": field '" + field + "' " + QuoteUntrusted(value) + ": expected " +
                               (required ? "1" : "0") + " to 128 letters, digits, '-', '_' or '.'");
 }
 
 Status CheckJobId(const std::string& call, const std::string& job_id) {
-  bool ok = !job_id.empty() && job_id.size() <= 64;
-  for (char c : job_id) ok = ok && IsNameCharacter(c);
-  if (ok) return Status::Ok();
+  if (IsName(job_id, kMaxJobIdBytes)) return Status::Ok();
   return InvalidArgumentError(call + ": field 'job_id' " + QuoteUntrusted(job_id) +
                               ": expected a job id such as job-1-3fa9c2");
 }

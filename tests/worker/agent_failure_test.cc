@@ -170,5 +170,21 @@ TEST_F(AgentTest, TheTaskQueueHoldsOneTaskPerJobAndAtMostSixtyFour) {
   gate->cv.notify_all();
 }
 
+// A task whose job id is not of the coordinator's form (a line break in it would forge log
+// lines) is ignored, named escaped; the next one trains.
+TEST_F(AgentTest, ATaskWithAJobIdOutsideTheCoordinatorsFormIsIgnored) {
+  CapturedLog log;
+  Start({Train(1, 1, "job-1\n[2026-01-01 forged"), Train(1, 1, "../job-2"), Train(2, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(2, 1, &upload));
+  EXPECT_EQ(upload.job_id(), "job-1");
+  agent_->Stop();
+  thread_.join();
+  const std::string text = log.text();
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a job id forged a log line";
+  EXPECT_NE(text.find("a task for job 'job-1\\n[2026-01-01 forged' round 1 was ignored"), std::string::npos) << text;
+  EXPECT_NE(text.find("a task for job '../job-2' round 1 was ignored"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace tessera::worker
