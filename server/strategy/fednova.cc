@@ -7,11 +7,16 @@
 // (1 - rho)) / (1 - rho) with momentum rho, core/train/client_algorithms.h). With p_i the
 // client's share of the round's samples, d_i = delta_i / a_i and tau_eff = sum p_i a_i:
 //   x <- x + tau_eff * sum p_i d_i.
-// With equal a_i it is FedAvg. Stateless.
+// With equal a_i it is FedAvg. The model's buffers (a batch norm's running statistics) take
+// FedAvg's step, x <- x + sum p_i delta_i: no optimiser steps them, so dividing their change
+// by the steps taken and rescaling it by tau_eff would only misweigh it. Stateless.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "base/format.h"
 #include "server/strategy/factories.h"
@@ -19,12 +24,19 @@
 namespace tessera::server {
 namespace {
 
-// Running sums of p_i-weighted normalised deltas, and of the weights and weighted a_i, in
-// double; one lock per tensor so that concurrent folds pipeline through the model.
+// Running sums of p_i-weighted normalised deltas (of p_i-weighted deltas for a buffer), and
+// of the weights and weighted a_i, in double; one lock per tensor so that concurrent folds
+// pipeline through the model.
 class NormalizedMean final : public RoundAggregate {
  public:
-  NormalizedMean(const TensorSet& layout, uint32_t local_epochs, uint32_t batch_size, double momentum)
-      : locks_(layout.size()), local_epochs_(local_epochs), batch_size_(batch_size), momentum_(momentum) {
+  // `is_buffer`: per tensor of `layout`.
+  NormalizedMean(const TensorSet& layout, std::vector<bool> is_buffer, uint32_t local_epochs, uint32_t batch_size,
+                 double momentum)
+      : locks_(layout.size()),
+        is_buffer_(std::move(is_buffer)),
+        local_epochs_(local_epochs),
+        batch_size_(batch_size),
+        momentum_(momentum) {
     sums_.reserve(layout.size());
     for (const auto& t : layout) sums_.emplace_back(t.values.size(), 0.0);
   }
@@ -74,8 +86,9 @@ class NormalizedMean final : public RoundAggregate {
       weighted_normalizers_ += w * update.step_normalizer;
       ++updates_;
     }
-    const double scale = w / update.step_normalizer;
+    const double normalized = w / update.step_normalizer;
     for (size_t i = 0; i < delta.size(); ++i) {
+      const double scale = is_buffer_[i] ? w : normalized;
       std::lock_guard<std::mutex> lock(locks_[i]);
       double* sum = sums_[i].data();
       const float* d = delta[i].values.data();
@@ -90,15 +103,18 @@ class NormalizedMean final : public RoundAggregate {
     return updates_;
   }
 
-  // tau_eff * sum p_i d_i for tensor i, element j. Only after every fold has returned.
+  // tau_eff * sum p_i d_i for tensor i, element j; sum p_i delta_i for a buffer. Only after
+  // every fold has returned.
   double Step(size_t i, size_t j) const {
+    if (is_buffer_[i]) return sums_[i][j] / total_weight_;
     const double tau_eff = weighted_normalizers_ / total_weight_;
     return tau_eff * (sums_[i][j] / total_weight_);
   }
 
  private:
-  std::vector<std::vector<double>> sums_;  // sum of w_i delta_i / a_i
+  std::vector<std::vector<double>> sums_;  // sum of w_i delta_i / a_i; of w_i delta_i for a buffer
   std::vector<std::mutex> locks_;          // one per tensor, guarding its sum
+  const std::vector<bool> is_buffer_;      // per tensor
   const uint32_t local_epochs_, batch_size_;
   const double momentum_;
   mutable std::mutex totals_mu_;
@@ -109,8 +125,11 @@ class NormalizedMean final : public RoundAggregate {
 
 class FedNova final : public Strategy {
  public:
-  FedNova(uint32_t local_epochs, uint32_t batch_size, double momentum)
-      : local_epochs_(local_epochs), batch_size_(batch_size), momentum_(momentum) {}
+  FedNova(uint32_t local_epochs, uint32_t batch_size, double momentum, const std::vector<std::string>& buffers)
+      : local_epochs_(local_epochs),
+        batch_size_(batch_size),
+        momentum_(momentum),
+        buffers_(buffers.begin(), buffers.end()) {}
 
   std::string_view name() const override { return "fednova"; }
   Status Restore(TensorSet state) override {
@@ -122,7 +141,9 @@ class FedNova final : public Strategy {
   }
   const TensorSet& state() const override { return empty_; }
   std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
-    return std::make_unique<NormalizedMean>(global, local_epochs_, batch_size_, momentum_);
+    std::vector<bool> is_buffer;
+    for (const auto& t : global) is_buffer.push_back(buffers_.count(t.name) > 0);
+    return std::make_unique<NormalizedMean>(global, std::move(is_buffer), local_epochs_, batch_size_, momentum_);
   }
   Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
     const auto* mean = dynamic_cast<const NormalizedMean*>(&aggregate);
@@ -141,14 +162,16 @@ class FedNova final : public Strategy {
  private:
   const uint32_t local_epochs_, batch_size_;
   const double momentum_;
+  const std::set<std::string> buffers_;  // the model's buffers, by name
   TensorSet empty_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Strategy>> CreateFedNova(const v1::JobSpec& spec, const TensorSet&) {
+Result<std::unique_ptr<Strategy>> CreateFedNova(const v1::JobSpec& spec, const TensorSet&,
+                                                const std::vector<std::string>& buffers) {
   return std::unique_ptr<Strategy>(
-      new FedNova(spec.local_epochs(), spec.batch_size(), spec.optimizer().momentum()));
+      new FedNova(spec.local_epochs(), spec.batch_size(), spec.optimizer().momentum(), buffers));
 }
 
 }  // namespace tessera::server

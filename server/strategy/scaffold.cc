@@ -10,6 +10,11 @@
 // The means are unweighted, as in the paper (NIID-Bench weights the model's by samples).
 // Clients that did not take part keep their c_i: sub-sampling is exact.
 //
+// The model's buffers (a batch norm's running statistics) are no sum of gradient steps: no
+// optimiser steps them and the client's correction leaves them alone (core/train/trainer.h).
+// They take FedAvg's step, x <- x + sum n_i delta y_i / sum n_i with n_i the client's samples,
+// and their variates stay zero: the buffers' part of a client's control_delta is ignored.
+//
 // Where the variates live: with the coordinator, in this strategy's state. They are then in
 // the same checkpoint file as the model of the same round, so a restart of the coordinator
 // resumes bit for bit, and a seat's c_i follows the seat, not the worker process: a worker
@@ -19,11 +24,15 @@
 //
 // State layout (float32, under the checkpoint's "strategy/" prefix): "control/server/NAME" for
 // every model tensor, then "control/party/P/NAME" for each party P that has taken part, in
-// increasing P. A party that never took part has c_i = 0.
+// increasing P. A party that never took part has c_i = 0. A buffer's entries are zero (and
+// restored as zero from a checkpoint that holds other values there).
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "server/strategy/factories.h"
 
@@ -38,14 +47,17 @@ constexpr char kClientControlSet[] = "client_control";
 
 std::string PartyPrefix(uint32_t party) { return kPartyPrefix + std::to_string(party) + "/"; }
 
-// Sums of the round's model deltas and control variate changes (unweighted, in double), and
-// each participant's change by party for its own c_i.
+// Sums of the round's model deltas (unweighted, in double; sample-weighted for a buffer) and
+// control variate changes (the parameters' alone), and each participant's change by party for
+// its own c_i.
 class ScaffoldRound final : public RoundAggregate {
  public:
-  ScaffoldRound(const TensorSet& layout, uint32_t parties) : locks_(layout.size()), parties_(parties) {
-    for (const auto& t : layout) {
-      model_sums_.emplace_back(t.values.size(), 0.0);
-      control_sums_.emplace_back(t.values.size(), 0.0);
+  // `is_buffer`: per tensor of `layout`.
+  ScaffoldRound(const TensorSet& layout, uint32_t parties, std::vector<bool> is_buffer)
+      : locks_(layout.size()), parties_(parties), is_buffer_(std::move(is_buffer)) {
+    for (size_t i = 0; i < layout.size(); ++i) {
+      model_sums_.emplace_back(layout[i].values.size(), 0.0);
+      control_sums_.emplace_back(is_buffer_[i] ? 0 : layout[i].values.size(), 0.0);
     }
   }
 
@@ -74,18 +86,24 @@ class ScaffoldRound final : public RoundAggregate {
       return InvalidArgumentError("update from party " + std::to_string(update.party) + ", but the job has " +
                                   std::to_string(parties_) + " parties");
     }
+    const double samples = static_cast<double>(update.samples);
     {
       std::lock_guard<std::mutex> lock(totals_mu_);
       if (!changes_.emplace(update.party, control).second) {
         return InvalidArgumentError("party " + std::to_string(update.party) + " has already been folded into this round");
       }
       ++updates_;
+      samples_ += samples;
     }
     for (size_t i = 0; i < delta.size(); ++i) {
       std::lock_guard<std::mutex> lock(locks_[i]);
       double* model_sum = model_sums_[i].data();
-      double* control_sum = control_sums_[i].data();
       const float* dy = delta[i].values.data();
+      if (is_buffer_[i]) {
+        for (size_t j = 0; j < model_sums_[i].size(); ++j) model_sum[j] += samples * dy[j];
+        continue;
+      }
+      double* control_sum = control_sums_[i].data();
       const float* dc = control[i].values.data();
       for (size_t j = 0; j < model_sums_[i].size(); ++j) {
         model_sum[j] += dy[j];
@@ -104,24 +122,28 @@ class ScaffoldRound final : public RoundAggregate {
   const std::vector<std::vector<double>>& model_sums() const { return model_sums_; }
   const std::vector<std::vector<double>>& control_sums() const { return control_sums_; }
   const std::map<uint32_t, TensorSet>& changes() const { return changes_; }
+  double samples() const { return samples_; }
 
  private:
-  std::vector<std::vector<double>> model_sums_, control_sums_;
+  std::vector<std::vector<double>> model_sums_, control_sums_;  // a buffer's control sum is empty
   std::vector<std::mutex> locks_;  // one per tensor, guarding both sums
   const uint32_t parties_;
+  const std::vector<bool> is_buffer_;  // per tensor
   mutable std::mutex totals_mu_;
   std::map<uint32_t, TensorSet> changes_;  // party -> delta c_i
   uint64_t updates_ = 0;
+  double samples_ = 0;  // the folded updates' samples, the buffers' weights
 };
 
 class Scaffold final : public Strategy {
  public:
-  Scaffold(const TensorSet& layout, uint32_t parties) : parties_(parties) {
+  Scaffold(const TensorSet& layout, uint32_t parties, const std::vector<std::string>& buffers) : parties_(parties) {
     for (const auto& t : layout) {
       NamedTensor zero{t.name, t.shape, std::vector<float>(t.values.size(), 0.0f)};
       layout_.push_back(zero);
       zero.name = kServerPrefix + t.name;
       state_.push_back(std::move(zero));
+      is_buffer_.push_back(std::find(buffers.begin(), buffers.end(), t.name) != buffers.end());
     }
   }
 
@@ -131,6 +153,12 @@ class Scaffold final : public Strategy {
     if (state.empty()) return Status::Ok();  // a fresh start: every variate zero
     std::map<uint32_t, size_t> index;
     RETURN_IF_ERROR(Parse(state, &index));
+    // A buffer keeps no variate: whatever the checkpoint holds there becomes zero.
+    for (size_t at = 0; at < state.size(); at += layout_.size()) {
+      for (size_t i = 0; i < layout_.size(); ++i) {
+        if (is_buffer_[i]) std::fill(state[at + i].values.begin(), state[at + i].values.end(), 0.0f);
+      }
+    }
     state_ = std::move(state);
     party_first_ = std::move(index);
     return Status::Ok();
@@ -156,7 +184,7 @@ class Scaffold final : public Strategy {
   }
 
   std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
-    return std::make_unique<ScaffoldRound>(global, parties_);
+    return std::make_unique<ScaffoldRound>(global, parties_, is_buffer_);
   }
 
   Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
@@ -172,16 +200,20 @@ class Scaffold final : public Strategy {
     StrategyStep step;
     step.model = global;
     for (size_t i = 0; i < n; ++i) {
+      // The unweighted mean; a buffer's sample-weighted one.
+      const double weight = is_buffer_[i] ? round->samples() : clients;
       float* x = step.model[i].values.data();
       const double* sum = round->model_sums()[i].data();
-      for (size_t j = 0; j < step.model[i].values.size(); ++j) x[j] = static_cast<float>(x[j] + sum[j] / clients);
+      for (size_t j = 0; j < step.model[i].values.size(); ++j) x[j] = static_cast<float>(x[j] + sum[j] / weight);
     }
-    // c += (|S| / N) mean delta c_i = (1 / N) sum delta c_i.
+    // c += (|S| / N) mean delta c_i = (1 / N) sum delta c_i; a buffer's stays zero.
     step.state.reserve(state_.size() + n * round->changes().size());
     for (size_t i = 0; i < n; ++i) {
       NamedTensor c = state_[i];
       const double* sum = round->control_sums()[i].data();
-      for (size_t j = 0; j < c.values.size(); ++j) c.values[j] = static_cast<float>(c.values[j] + sum[j] / parties_);
+      if (!is_buffer_[i]) {
+        for (size_t j = 0; j < c.values.size(); ++j) c.values[j] = static_cast<float>(c.values[j] + sum[j] / parties_);
+      }
       step.state.push_back(std::move(c));
     }
     // Every party's c_i, in increasing party order: the participants' moved by their change.
@@ -194,7 +226,7 @@ class Scaffold final : public Strategy {
       for (size_t i = 0; i < n; ++i) {
         NamedTensor ci{PartyPrefix(party) + layout_[i].name, layout_[i].shape,
                        kept == party_first_.end() ? layout_[i].values : state_[kept->second + i].values};
-        if (changed != round->changes().end()) {
+        if (changed != round->changes().end() && !is_buffer_[i]) {
           const float* dc = changed->second[i].values.data();
           for (size_t j = 0; j < ci.values.size(); ++j) {
             ci.values[j] = static_cast<float>(static_cast<double>(ci.values[j]) + dc[j]);
@@ -260,6 +292,7 @@ class Scaffold final : public Strategy {
   }
 
   const uint32_t parties_;
+  std::vector<bool> is_buffer_;  // per tensor of the layout
   TensorSet layout_;  // the model's names and shapes, values zero
   TensorSet state_;   // c, then each party's c_i
   std::map<uint32_t, size_t> party_first_;  // party -> index of its c_i's first tensor in state_
@@ -267,12 +300,13 @@ class Scaffold final : public Strategy {
 
 }  // namespace
 
-Result<std::unique_ptr<Strategy>> CreateScaffold(const v1::JobSpec& spec, const TensorSet& layout) {
+Result<std::unique_ptr<Strategy>> CreateScaffold(const v1::JobSpec& spec, const TensorSet& layout,
+                                                 const std::vector<std::string>& buffers) {
   const uint32_t parties = spec.data().partition().parties();
   if (parties == 0) {
     return InvalidArgumentError("scaffold: spec.data.partition.parties must be positive (N, the number of parties)");
   }
-  return std::unique_ptr<Strategy>(new Scaffold(layout, parties));
+  return std::unique_ptr<Strategy>(new Scaffold(layout, parties, buffers));
 }
 
 }  // namespace tessera::server

@@ -98,8 +98,8 @@ std::string_view KnownStrategies() { return wire::kStrategyNames; }
 
 Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout,
                                                  const std::vector<std::string>& buffers) {
-  if (spec.strategy() == "fednova") return CreateFedNova(spec, layout);
-  if (spec.strategy() == "scaffold") return CreateScaffold(spec, layout);
+  if (spec.strategy() == "fednova") return CreateFedNova(spec, layout, buffers);
+  if (spec.strategy() == "scaffold") return CreateScaffold(spec, layout, buffers);
   if (spec.strategy() == "fedprox") {
     // FedProx's server side is FedAvg's (Li et al., MLSys 2020): its proximal term is all on
     // the clients. Any aggregation rule applies.

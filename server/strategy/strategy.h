@@ -116,7 +116,9 @@ class Strategy {
 // model of `layout`. The spec has been validated (wire::ValidateJobSpec).
 // `buffers`: the names of the model's buffers (a batch norm's running statistics), which no
 // optimiser steps: a server optimiser moves them by the aggregate alone, as FedAvg does, since
-// momentum or an adaptive step could carry a running variance below zero.
+// momentum or an adaptive step could carry a running variance below zero. FedNova and SCAFFOLD
+// move them by FedAvg's sample-weighted mean of the deltas: a running statistic is no sum of
+// gradient steps to normalise by the steps taken or to correct with a control variate.
 Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout,
                                                  const std::vector<std::string>& buffers = {});
 

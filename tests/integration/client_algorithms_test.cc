@@ -118,5 +118,30 @@ TEST(ClientAlgorithmJobTest, ScaffoldCommitsAndImprovesWithASiteCohort) {
   EXPECT_TRUE(cohort_seen) << run.log;
 }
 
+// FedNova and SCAFFOLD on a model with a batch norm, whose running statistics (buffers) take
+// the sample-weighted mean of the deltas: over parties of different sizes, every client's
+// update is accepted (SCAFFOLD's variate changes within the bound their deltas set) and the
+// model improves.
+TEST(ClientAlgorithmJobTest, FedNovaAndScaffoldTrainAModelWithBatchNorm) {
+  for (const char* strategy : {"fednova", "scaffold"}) {
+    SCOPED_TRACE(strategy);
+    v1::JobSpec spec = SmallJob(3, 3);
+    spec.set_strategy(strategy);
+    spec.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_QUANTITY);
+    spec.mutable_data()->mutable_partition()->set_beta(5.0);
+    v1::ModelSpec& model = *spec.mutable_model();
+    model.clear_hidden();
+    model.set_name("declared");
+    v1::LayerSpec* conv = model.add_layers();
+    conv->set_type("conv2d");
+    conv->set_out(4);
+    conv->set_kernel(3);
+    conv->set_padding(1);
+    for (const char* type : {"batch_norm", "relu", "max_pool", "flatten", "linear"}) model.add_layers()->set_type(type);
+    const JobRun run = RunJob(std::string("batch-norm-") + strategy, spec, {{"cpu"}, {"cpu"}, {"cpu"}});
+    ExpectCommittedAndImproving(run, 3, 3);
+  }
+}
+
 }  // namespace
 }  // namespace tessera::testing

@@ -1,7 +1,8 @@
 // The server sides of FedProx, FedNova and SCAFFOLD against hand-computed values: FedNova's
 // normalised aggregation and its refusal of claims out of range; SCAFFOLD's model and
 // control variate updates with client sub-sampling, its per-party state through a
-// checkpoint, its downloads and the round's refusal of an update without its variate.
+// checkpoint, its downloads and the round's refusal of an update without its variate; both
+// giving a model's buffers FedAvg's sample-weighted mean.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,8 +39,10 @@ v1::JobSpec Spec(const std::string& strategy, uint32_t parties = 4) {
   return spec;
 }
 
-std::unique_ptr<Strategy> Make(const v1::JobSpec& spec, const TensorSet& layout) {
-  auto strategy = CreateStrategy(spec, layout);
+// `buffers`: the names of the model's buffers (CreateStrategy's).
+std::unique_ptr<Strategy> Make(const v1::JobSpec& spec, const TensorSet& layout,
+                               const std::vector<std::string>& buffers = {}) {
+  auto strategy = CreateStrategy(spec, layout, buffers);
   EXPECT_TRUE(strategy.ok()) << strategy.status().ToString();
   return std::move(strategy).value();
 }
@@ -325,6 +328,57 @@ TEST(ScaffoldStrategyTest, EachParticipantDownloadsTheModelWithItsOwnVariates) {
   EXPECT_EQ(models["w1"]->version(), 7u);
   // A strategy without download sets: nothing per participant.
   EXPECT_TRUE(EncodeParticipantModels(*Make(Spec("fedavg"), global), global, {lone}, 7, 4096).empty());
+}
+
+// ---- Buffers ----
+// "b" is a buffer (a batch norm's running statistic): no optimiser steps it, and both
+// strategies give it FedAvg's sample-weighted mean of the deltas, while "w" takes their rule.
+
+TEST(FedNovaStrategyTest, ABufferTakesTheSampleWeightedMeanDelta) {
+  // NormalisedAggregationByHand's round: w as there, x' = (1, 1) + 3.5 (1, 0.5) = (4.5, 2.75);
+  // the buffer 1 + (1 * -2 + 3 * 8) / 4 = 6.5, where the normalised rule gives it 5.375.
+  const TensorSet global = Layout(1, 1, 1);
+  auto fednova = Make(Spec("fednova"), global, {"b"});
+  auto agg = fednova->BeginRound(global);
+  const TensorSet a = Layout(2, 4, -2), b = Layout(4, 0, 8);
+  ASSERT_TRUE(agg->Fold(Update(a, 1, 2, 2.0)).ok());
+  ASSERT_TRUE(agg->Fold(Update(b, 3, 4, 4.0)).ok());
+  auto next = fednova->Finish(global, *agg);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ExpectValues(next->model, {4.5f, 2.75f, 6.5f}, "fednova model with a buffer");
+  EXPECT_TRUE(next->state.empty());
+}
+
+TEST(ScaffoldStrategyTest, ABufferTakesTheSampleWeightedMeanDeltaAndKeepsNoVariate) {
+  // ModelAndControlVariatesByHand's first round with "b" a buffer. w as there: x = (2, 3),
+  // c = (0, 0.2), c_0 = (0.4, 0), c_2 = (-0.4, 0.8). The buffer: 1 + (10 * -2 + 30 * 2) / 40 = 2
+  // (the unweighted mean would leave it at 1), and its variates stay 0 (c's would be 0.3), the
+  // clients' changes for it (here large) ignored.
+  const TensorSet x0 = Layout(1, 1, 1);
+  auto scaffold = Make(Spec("scaffold"), x0, {"b"});
+  auto round = scaffold->BeginRound(x0);
+  const TensorSet dy0 = Layout(2, 0, -2), dy2 = Layout(0, 4, 2);
+  const auto dc0 = ControlDelta(Layout(0.4f, 0, 0.8f)), dc2 = ControlDelta(Layout(-0.4f, 0.8f, 1e30f));
+  ASSERT_TRUE(round->Fold(Update(dy0, 10, 1, 1, 0, &dc0)).ok());
+  ASSERT_TRUE(round->Fold(Update(dy2, 30, 1, 1, 2, &dc2)).ok());
+  auto step = scaffold->Finish(x0, *round);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  ExpectValues(step->model, {2, 3, 2}, "model");
+  ExpectValues(step->state, {0, 0.2f, 0, 0.4f, 0, 0, -0.4f, 0.8f, 0}, "c, c_0 and c_2");
+  scaffold->Adopt(step->state);
+  ExpectValues(scaffold->DownloadTensors(2), {0, 0.2f, 0, -0.4f, 0.8f, 0}, "party 2's download");
+
+  // The state keeps its layout, a buffer's entries zero: a checkpoint of it restores to the
+  // same bits. One whose buffer entries are not zero restores with them zeroed.
+  auto resumed = Make(Spec("scaffold"), x0, {"b"});
+  ASSERT_TRUE(resumed->Restore(step->state).ok());
+  EXPECT_EQ(TensorSetSha256(resumed->state()), TensorSetSha256(scaffold->state()));
+  TensorSet stale = step->state;
+  stale[1].values[0] = 0.3f;
+  stale[5].values[0] = 5.0f;
+  auto zeroed = Make(Spec("scaffold"), x0, {"b"});
+  ASSERT_TRUE(zeroed->Restore(stale).ok());
+  EXPECT_EQ(TensorSetSha256(zeroed->state()), TensorSetSha256(scaffold->state()));
 }
 
 }  // namespace
