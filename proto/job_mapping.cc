@@ -180,7 +180,7 @@ double MaxUpdateNorm(const v1::JobSpec& spec) {
 int64_t CoordinatorModelCopies(const v1::JobSpec& spec) {
   if (spec.strategy() != "scaffold") return kCoordinatorModelCopies;
   const int64_t parties = std::min<int64_t>(spec.data().partition().parties(), kMaxParties);
-  return kCoordinatorModelCopies + 2 + kScaffoldModelCopiesPerParty * parties;
+  return kCoordinatorModelCopies + kScaffoldServerModelCopies + kScaffoldModelCopiesPerParty * parties;
 }
 
 double DefaultServerLearningRate(const std::string& strategy) {

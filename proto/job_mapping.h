@@ -93,8 +93,10 @@ inline constexpr uint64_t kMaxLocalFilesSamples = 1000000000;
 inline constexpr int64_t kCoordinatorModelCopies = 10;
 // SCAFFOLD keeps a control variate per party besides the server's, and each round encodes a
 // download per participant (model, c and its c_i, with their chunks): per party its variate
-// and the next one, one round's change of it, and six for a download.
+// and the next one, one round's change of it, and six for a download. Of the server's c: c,
+// its next value, and the copy a round's aggregate bounds the clients' changes with.
 inline constexpr int64_t kScaffoldModelCopiesPerParty = 9;
+inline constexpr int64_t kScaffoldServerModelCopies = 3;
 // proximal_mu (FedProx): the largest value a spec may set.
 inline constexpr double kMaxProximalMu = 1000;
 inline constexpr int64_t kMaxModelMemoryBytes = int64_t{2} << 30;  // 2 GiB per job
@@ -165,7 +167,7 @@ inline constexpr char kStalenessWeightingNames[] = "\"polynomial\" or \"constant
 bool IsAsync(const v1::JobSpec& spec);
 
 // The number of model-sized copies the coordinator holds for `spec`: kCoordinatorModelCopies,
-// plus kScaffoldModelCopiesPerParty per party (and two for the server's variate) for scaffold.
+// plus kScaffoldModelCopiesPerParty per party and kScaffoldServerModelCopies for scaffold.
 int64_t CoordinatorModelCopies(const v1::JobSpec& spec);
 
 // The coordinator's estimated memory for the model `spec` names (parameters x 4 bytes x

@@ -272,7 +272,10 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
     } else {
       // The strategy's sets are checked as the delta is, but for the norm bound: SCAFFOLD folds
       // its control variate's change into the server's and keeps it for the party, so a value
-      // that is not finite would reach the model's next rounds through every client.
+      // that is not finite would reach the model's next rounds through every client. Their
+      // bound is the strategy's, which knows what they mean: SCAFFOLD's aggregate refuses a
+      // change larger than one computed from the update's delta could be (scaffold.cc), and
+      // never scales one down, which would leave the party's c_i other than its client's.
       const TensorSet& set = payload->at(name);
       checked.verdict = CheckSameLayout(global, set, what + ", set '" + name + "'");
       if (checked.verdict.ok()) checked.verdict = CheckFinite(set, what + ", set '" + name + "'");

@@ -15,6 +15,10 @@
 // They take FedAvg's step, x <- x + sum n_i delta y_i / sum n_i with n_i the client's samples,
 // and their variates stay zero: the buffers' part of a client's control_delta is ignored.
 //
+// A client's variate change is bounded by its delta (ScaffoldRound::CheckControlChange): an
+// honest one is (x - y_i) / (K lr) - c, so one from a hostile client, which would reach c and
+// through it every client's next corrections, is refused unless it is one of those.
+//
 // Where the variates live: with the coordinator, in this strategy's state. They are then in
 // the same checkpoint file as the model of the same round, so a restart of the coordinator
 // resumes bit for bit, and a seat's c_i follows the seat, not the worker process: a worker
@@ -28,12 +32,14 @@
 // restored as zero from a checkpoint that holds other values there).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "base/format.h"
 #include "server/strategy/factories.h"
 
 namespace tessera::server {
@@ -52,9 +58,14 @@ std::string PartyPrefix(uint32_t party) { return kPartyPrefix + std::to_string(p
 // its own c_i.
 class ScaffoldRound final : public RoundAggregate {
  public:
-  // `is_buffer`: per tensor of `layout`.
-  ScaffoldRound(const TensorSet& layout, uint32_t parties, std::vector<bool> is_buffer)
-      : locks_(layout.size()), parties_(parties), is_buffer_(std::move(is_buffer)) {
+  // `server_control`: c as the participants downloaded it. `is_buffer`: per tensor of `layout`.
+  ScaffoldRound(const TensorSet& layout, uint32_t parties, std::vector<bool> is_buffer, double learning_rate,
+                TensorSet server_control)
+      : locks_(layout.size()),
+        parties_(parties),
+        is_buffer_(std::move(is_buffer)),
+        learning_rate_(learning_rate),
+        server_control_(std::move(server_control)) {
     for (size_t i = 0; i < layout.size(); ++i) {
       model_sums_.emplace_back(layout[i].values.size(), 0.0);
       control_sums_.emplace_back(is_buffer_[i] ? 0 : layout[i].values.size(), 0.0);
@@ -86,6 +97,7 @@ class ScaffoldRound final : public RoundAggregate {
       return InvalidArgumentError("update from party " + std::to_string(update.party) + ", but the job has " +
                                   std::to_string(parties_) + " parties");
     }
+    RETURN_IF_ERROR(CheckControlChange(delta, control));
     const double samples = static_cast<double>(update.samples);
     {
       std::lock_guard<std::mutex> lock(totals_mu_);
@@ -125,10 +137,53 @@ class ScaffoldRound final : public RoundAggregate {
   double samples() const { return samples_; }
 
  private:
+  // The bound on a variate's change, over the model's parameters. A client computes its change
+  // from the delta it sends (core/train/client_algorithms.h): with x the round's model, y_i its
+  // trained one and K >= 1 its steps at learning rate lr,
+  //   change = c_i+ - c_i = (x - y_i) / (K lr) - c,   so   ||change + c|| = ||delta|| / (K lr) <= ||delta|| / lr.
+  // A change beyond that is refused: it is not one computed from this delta, and folded, (1 / N)
+  // of it would reach c and all of it the party's c_i. The delta is the one folded, within
+  // max_update_norm (M) or clipped to it, so every folded change has ||change + c|| <= M / lr,
+  // and c <- c + (1 / N) sum change = (1 - |S| / N) c + (1 / N) sum (change + c) stays within
+  // M / lr however many rounds a hostile client takes part in: no correction can explode.
+  // An honest client's change misses the identity by its rounding alone: the change computed in
+  // double and stored as float (2^-24 of |change| <= |change + c| + |c| per value), the delta
+  // rounded likewise, the learning rate as float. kSlack of (||delta|| / lr + ||c||), fifty times
+  // their sum, covers them, and lets c grow to (1 + kSlack) / (1 - kSlack) M / lr at most.
+  Status CheckControlChange(const TensorSet& delta, const TensorSet& control) const {
+    constexpr double kSlack = 1e-5;
+    double delta_squares = 0, change_squares = 0, sum_squares = 0, server_squares = 0;
+    for (size_t i = 0; i < delta.size(); ++i) {
+      if (is_buffer_[i]) continue;
+      const float* dy = delta[i].values.data();
+      const float* dc = control[i].values.data();
+      const float* c = server_control_[i].values.data();
+      for (size_t j = 0; j < delta[i].values.size(); ++j) {
+        const double sum = static_cast<double>(dc[j]) + c[j];
+        delta_squares += static_cast<double>(dy[j]) * dy[j];
+        change_squares += static_cast<double>(dc[j]) * dc[j];
+        sum_squares += sum * sum;
+        server_squares += static_cast<double>(c[j]) * c[j];
+      }
+    }
+    const double delta_norm = std::sqrt(delta_squares), sum_norm = std::sqrt(sum_squares);
+    const double honest = delta_norm / learning_rate_;
+    const double bound = honest + kSlack * (honest + std::sqrt(server_squares));
+    if (sum_norm <= bound) return Status::Ok();
+    return InvalidArgumentError(
+        std::string("set '") + kControlDelta + "': the control variate's change plus the server's c has L2 norm " +
+        FormatNumber(sum_norm) + " over the model's parameters (the change alone " +
+        FormatNumber(std::sqrt(change_squares)) + "), expected at most " + FormatNumber(bound) +
+        ": a change computed from this delta is (x - y_i) / (K lr) - c, so the sum is at most the delta's L2 norm " +
+        FormatNumber(delta_norm) + " over the learning rate " + FormatNumber(learning_rate_) + " (K >= 1 local steps)");
+  }
+
   std::vector<std::vector<double>> model_sums_, control_sums_;  // a buffer's control sum is empty
   std::vector<std::mutex> locks_;  // one per tensor, guarding both sums
   const uint32_t parties_;
   const std::vector<bool> is_buffer_;  // per tensor
+  const double learning_rate_;         // the clients' (spec.optimizer.learning_rate)
+  const TensorSet server_control_;     // c, as the round's participants downloaded it
   mutable std::mutex totals_mu_;
   std::map<uint32_t, TensorSet> changes_;  // party -> delta c_i
   uint64_t updates_ = 0;
@@ -137,7 +192,8 @@ class ScaffoldRound final : public RoundAggregate {
 
 class Scaffold final : public Strategy {
  public:
-  Scaffold(const TensorSet& layout, uint32_t parties, const std::vector<std::string>& buffers) : parties_(parties) {
+  Scaffold(const TensorSet& layout, uint32_t parties, const std::vector<std::string>& buffers, double learning_rate)
+      : parties_(parties), learning_rate_(learning_rate) {
     for (const auto& t : layout) {
       NamedTensor zero{t.name, t.shape, std::vector<float>(t.values.size(), 0.0f)};
       layout_.push_back(zero);
@@ -183,8 +239,11 @@ class Scaffold final : public Strategy {
     return sets;
   }
 
+  // Reads c besides the layout and options (Strategy::BeginRound): scaffold never runs
+  // asynchronously, and its participants' downloads are encoded from the same state.
   std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
-    return std::make_unique<ScaffoldRound>(global, parties_, is_buffer_);
+    TensorSet server_control(state_.begin(), state_.begin() + static_cast<std::ptrdiff_t>(layout_.size()));
+    return std::make_unique<ScaffoldRound>(global, parties_, is_buffer_, learning_rate_, std::move(server_control));
   }
 
   Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
@@ -292,6 +351,7 @@ class Scaffold final : public Strategy {
   }
 
   const uint32_t parties_;
+  const double learning_rate_;  // the clients' (spec.optimizer.learning_rate)
   std::vector<bool> is_buffer_;  // per tensor of the layout
   TensorSet layout_;  // the model's names and shapes, values zero
   TensorSet state_;   // c, then each party's c_i
@@ -306,7 +366,12 @@ Result<std::unique_ptr<Strategy>> CreateScaffold(const v1::JobSpec& spec, const 
   if (parties == 0) {
     return InvalidArgumentError("scaffold: spec.data.partition.parties must be positive (N, the number of parties)");
   }
-  return std::unique_ptr<Strategy>(new Scaffold(layout, parties, buffers));
+  const double learning_rate = spec.optimizer().learning_rate();
+  if (!(learning_rate > 0) || !std::isfinite(learning_rate)) {
+    return InvalidArgumentError("scaffold: spec.optimizer.learning_rate must be a positive number (the bound on a "
+                                "client's control variate change divides by it), got " + FormatNumber(learning_rate));
+  }
+  return std::unique_ptr<Strategy>(new Scaffold(layout, parties, buffers, learning_rate));
 }
 
 }  // namespace tessera::server

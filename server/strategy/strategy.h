@@ -103,7 +103,10 @@ class Strategy {
   // An empty aggregate for a model of `global`'s layout. Reads only the layout and the
   // strategy's options, never its state: the asynchronous driver opens the next buffer on the
   // upload thread that filled the previous one, while the job's thread may be in Finish() or
-  // Adopt().
+  // Adopt(). The one exception is a strategy that never runs asynchronously
+  // (wire::ValidateJobSpec): SCAFFOLD's aggregate holds the server's control variate its
+  // participants downloaded, to bound their variates' changes, and is opened on the job's
+  // thread between Adopt()s.
   virtual std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const = 0;
   // The next model and state. Requires at least one folded update. Does not change `this`.
   virtual Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const = 0;

@@ -500,7 +500,7 @@ TEST(JobSpecTest, ClientAlgorithmsAndTheirKeys) {
   big.mutable_data()->mutable_partition()->set_parties(100);
   big.set_clients_per_round(100);
   big.set_min_clients(100);
-  EXPECT_EQ(wire::CoordinatorModelCopies(big), wire::kCoordinatorModelCopies + 2 + 100 * wire::kScaffoldModelCopiesPerParty);
+  EXPECT_EQ(wire::CoordinatorModelCopies(big), wire::kCoordinatorModelCopies + 3 + 100 * wire::kScaffoldModelCopiesPerParty);
   Status too_big = wire::ValidateJobSpec(big);
   EXPECT_NE(too_big.message().find("spec.model: expected a model the coordinator can hold"), std::string::npos)
       << too_big.message();

@@ -1,12 +1,14 @@
 // The server sides of FedProx, FedNova and SCAFFOLD against hand-computed values: FedNova's
 // normalised aggregation and its refusal of claims out of range; SCAFFOLD's model and
 // control variate updates with client sub-sampling, its per-party state through a
-// checkpoint, its downloads and the round's refusal of an update without its variate; both
-// giving a model's buffers FedAvg's sample-weighted mean.
+// checkpoint, its downloads, the round's refusal of an update without its variate or with a
+// change no client could have computed from its delta; both giving a model's buffers FedAvg's
+// sample-weighted mean.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "core/train/client_algorithms.h"
 #include "proto/tensor_transfer.h"
@@ -33,6 +35,7 @@ v1::JobSpec Spec(const std::string& strategy, uint32_t parties = 4) {
   spec.set_strategy(strategy);
   spec.set_local_epochs(10);
   spec.set_batch_size(1);
+  spec.mutable_optimizer()->set_learning_rate(0.1);
   spec.mutable_optimizer()->set_momentum(0.9);
   spec.mutable_data()->mutable_partition()->set_parties(parties);
   if (strategy == "fedprox") spec.set_proximal_mu(0.01);
@@ -300,9 +303,10 @@ TEST(ScaffoldStrategyTest, TheRoundWantsTheVariatesSetWithTheModelsLayout) {
   EXPECT_NE(refused.message().find("set 'control_delta'"), std::string::npos) << refused.message();
   EXPECT_NE(refused.message().find("element 1 is NaN; expected finite values"), std::string::npos) << refused.message();
 
-  // The update folds in with its party: party 2's c_i moves.
+  // The update folds in with its party: party 2's c_i moves. (Its delta's norm over the
+  // learning rate, 17.3, bounds the change: see ScaffoldBoundTest.)
   const std::map<std::string, TensorSet> payload = ControlDelta(Layout(1, 2, 3));
-  ASSERT_TRUE(round.Submit(header(*global), Layout(0, 0, 0), 1, &payload).ok());
+  ASSERT_TRUE(round.Submit(header(*global), Layout(1, 1, 1), 1, &payload).ok());
   round.Close("done");
   auto step = round.Finish(*scaffold);
   ASSERT_TRUE(step.ok()) << step.status().ToString();
@@ -328,6 +332,113 @@ TEST(ScaffoldStrategyTest, EachParticipantDownloadsTheModelWithItsOwnVariates) {
   EXPECT_EQ(models["w1"]->version(), 7u);
   // A strategy without download sets: nothing per participant.
   EXPECT_TRUE(EncodeParticipantModels(*Make(Spec("fedavg"), global), global, {lone}, 7, 4096).empty());
+}
+
+// ---- SCAFFOLD's bound on a variate's change ----
+
+// `worker`'s update to round 1 of job-1, attempt 1, from model version 0: a delta and a
+// control_delta laid out as `global`.
+v1::UpdateHeader ScaffoldHeader(const std::string& worker, const TensorSet& global) {
+  v1::UpdateHeader h;
+  h.set_worker_id(worker);
+  h.set_job_id("job-1");
+  h.set_round(1);
+  h.set_attempt(1);
+  h.set_samples(5);
+  wire::UpdateBytes stream;
+  wire::AppendUpdateSet("delta", global, UpdateEncoding::kFloat32, 0, 1 << 20, &h, &stream);
+  wire::AppendUpdateSet("control_delta", global, UpdateEncoding::kFloat32, 0, 1 << 20, &h, &stream);
+  return h;
+}
+
+TEST(ScaffoldBoundTest, AHugeButFiniteChangeIsRefusedNamingTheNormAndTheBound) {
+  // lr 0.1 and c = 0: a change computed from the delta (3, 4, 0) after K steps is
+  // -delta / (K lr), of L2 norm 50 / K. The bound is 50 (with 1e-5 of it for rounding).
+  auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
+  auto scaffold = Make(Spec("scaffold"), *global);
+  Round round("job-1", 1, 1, 0, global, scaffold->BeginRound(*global), 1, scaffold->PayloadSets());
+  for (uint32_t party = 0; party < 3; ++party) round.AddParticipant(party, {{"w" + std::to_string(party), 1}});
+  const TensorSet delta = Layout(3, 4, 0);
+
+  // Finite, so the layout and finite checks pass it; folded, c would be 2.5e37 and every
+  // client's next correction with it.
+  const auto huge = ControlDelta(Layout(1e38f, 0, 0));
+  Status refused = round.Submit(ScaffoldHeader("w0", *global), delta, 1, &huge);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  for (const char* expected : {"update from worker 'w0' for job job-1 round 1: set 'control_delta'",
+                               "has L2 norm 1e+38", "expected at most 50.0005",
+                               "the delta's L2 norm 5 over the learning rate 0.1"}) {
+    EXPECT_NE(refused.message().find(expected), std::string::npos) << expected << "\n" << refused.message();
+  }
+  const auto beyond = ControlDelta(Layout(-30, -40.01f, 0));  // L2 norm 50.008
+  EXPECT_NE(round.Submit(ScaffoldHeader("w1", *global), delta, 1, &beyond).message().find("expected at most 50.0005"),
+            std::string::npos);
+
+  // One local step's change, the largest this delta allows, folds.
+  const auto one_step = ControlDelta(Layout(-30, -40, 0));
+  ASSERT_TRUE(round.Submit(ScaffoldHeader("w2", *global), delta, 1, &one_step).ok());
+  round.Close("done");
+  auto step = round.Finish(*scaffold);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  // c = (1/4) of the one change folded, c_2 the change: the refused ones reached neither.
+  ASSERT_EQ(step->state.size(), 4u);
+  EXPECT_EQ(step->state[2].name, "control/party/2/w");
+  ExpectValues(step->state, {-7.5f, -10, 0, -30, -40, 0}, "c and c_2");
+}
+
+TEST(ScaffoldBoundTest, HonestChangesFoldWhateverTheirStepsAndTheServersVariate) {
+  // Changes computed as a worker computes them (ScaffoldClientVariates, its learning rate a
+  // float), against a server variate c of up to 1e5 a value, far larger than the clients'
+  // (x - y_i) / (K lr) of up to 0.01: the change is then nearly -c, rounded to float at a
+  // spacing of 0.008, which must not count against it. One local step is the tight case: the
+  // bound is the delta's norm over lr, K times an honest K-step client's.
+  std::mt19937 random(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto tensors = [&](const std::string& prefix, float scale) {
+    TensorSet set = {{prefix + "w", {64}, std::vector<float>(64)}, {prefix + "b", {8}, std::vector<float>(8)}};
+    for (auto& t : set) {
+      for (float& v : t.values) v = scale * unit(random);
+    }
+    return set;
+  };
+  const TensorSet global = tensors("", 1.0f);
+  auto scaffold = Make(Spec("scaffold"), global);
+  TensorSet state = tensors("control/server/", 1e5f);
+  for (auto& t : tensors("control/party/0/", 1e5f)) state.push_back(std::move(t));
+  ASSERT_TRUE(scaffold->Restore(state).ok());
+  auto strip = [](const TensorSet& set) {
+    TensorSet out = set;
+    for (auto& t : out) t.name = t.name.substr(t.name.rfind('/') + 1);
+    return out;
+  };
+  const TensorSet c = strip(TensorSet(state.begin(), state.begin() + 2));
+  auto round = scaffold->BeginRound(global);
+  uint32_t party = 0;
+  for (const double steps : {1.0, 7.0, 600.0}) {
+    const TensorSet ci = party == 0 ? strip(TensorSet(state.begin() + 2, state.end())) : tensors("", 0.0f);
+    TensorSet trained = global;
+    const TensorSet move = tensors("", 1e-3f);
+    for (size_t i = 0; i < trained.size(); ++i) {
+      for (size_t j = 0; j < trained[i].values.size(); ++j) trained[i].values[j] += move[i].values[j];
+    }
+    auto client = ScaffoldClientVariates(global, trained, c, ci, steps, static_cast<float>(0.1));
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    const TensorSet delta = DeltaFrom(trained, global);
+    const auto payload = ControlDelta(client->control_delta);
+    Status folded = round->Fold(Update(delta, 10, static_cast<uint64_t>(steps), 1, party, &payload));
+    EXPECT_TRUE(folded.ok()) << steps << " steps: " << folded.ToString();
+    ++party;
+  }
+  EXPECT_EQ(round->updates(), 3u);
+}
+
+TEST(ScaffoldBoundTest, TheStrategyNeedsAPositiveLearningRate) {
+  v1::JobSpec spec = Spec("scaffold");
+  spec.mutable_optimizer()->set_learning_rate(0);
+  auto made = CreateStrategy(spec, Layout(0, 0, 0));
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("spec.optimizer.learning_rate must be a positive number"), std::string::npos)
+      << made.status().message();
 }
 
 // ---- Buffers ----
