@@ -77,26 +77,33 @@ TEST(FedProxStrategyTest, TheServerSideIsFedAvg) {
   EXPECT_TRUE(fedprox->Restore({{"x", {1}, {0}}}).message().find("fedprox keeps no state") != std::string::npos);
 }
 
+// FedNova's round by hand, over x = (1, 1, 1) with `buffers` named: client A has 1 sample,
+// a = 2, delta (2, 4, -2); client B 3 samples, a = 4, delta (4, 0, 8).
+Result<StrategyStep> FedNovaRoundByHand(const std::vector<std::string>& buffers) {
+  const TensorSet global = Layout(1, 1, 1);
+  auto fednova = Make(Spec("fednova"), global, buffers);
+  auto agg = fednova->BeginRound(global);
+  RETURN_IF_ERROR(agg->Fold(Update(Layout(2, 4, -2), 1, 2, 2.0)));
+  RETURN_IF_ERROR(agg->Fold(Update(Layout(4, 0, 8), 3, 4, 4.0)));
+  return fednova->Finish(global, *agg);
+}
+
 TEST(FedNovaStrategyTest, NormalisedAggregationByHand) {
   // x = (1, 1, 1). Client A: 1 sample, a = 2, delta (2, 4, -2); client B: 3 samples, a = 4,
   // delta (4, 0, 8). p = (1/4, 3/4); d_A = (1, 2, -1), d_B = (1, 0, 2);
   // sum p d = (1, 0.5, 1.25); tau_eff = 1/4 * 2 + 3/4 * 4 = 3.5; x' = x + 3.5 (1, 0.5, 1.25).
-  const TensorSet global = Layout(1, 1, 1);
-  auto fednova = Make(Spec("fednova"), global);
-  auto agg = fednova->BeginRound(global);
-  const TensorSet a = Layout(2, 4, -2), b = Layout(4, 0, 8);
-  ASSERT_TRUE(agg->Fold(Update(a, 1, 2, 2.0)).ok());
-  ASSERT_TRUE(agg->Fold(Update(b, 3, 4, 4.0)).ok());
-  auto next = fednova->Finish(global, *agg);
+  auto next = FedNovaRoundByHand({});
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   ExpectValues(next->model, {4.5f, 2.75f, 5.375f}, "fednova model");
   EXPECT_TRUE(next->state.empty());
   // FedAvg would have given (4.5, 2, 6.5): the client with more steps weighs less here.
 
   // Equal normalisers: exactly FedAvg's sample-weighted mean.
+  const TensorSet global = Layout(1, 1, 1);
+  auto fednova = Make(Spec("fednova"), global);
   auto equal = fednova->BeginRound(global);
-  ASSERT_TRUE(equal->Fold(Update(a, 1, 3, 3.0)).ok());
-  ASSERT_TRUE(equal->Fold(Update(b, 3, 3, 3.0)).ok());
+  ASSERT_TRUE(equal->Fold(Update(Layout(2, 4, -2), 1, 3, 3.0)).ok());
+  ASSERT_TRUE(equal->Fold(Update(Layout(4, 0, 8), 3, 3, 3.0)).ok());
   auto averaged = fednova->Finish(global, *equal);
   ASSERT_TRUE(averaged.ok());
   ExpectValues(averaged->model, {4.5f, 2.0f, 6.5f}, "fednova with equal a_i");
@@ -448,13 +455,7 @@ TEST(ScaffoldBoundTest, TheStrategyNeedsAPositiveLearningRate) {
 TEST(FedNovaStrategyTest, ABufferTakesTheSampleWeightedMeanDelta) {
   // NormalisedAggregationByHand's round: w as there, x' = (1, 1) + 3.5 (1, 0.5) = (4.5, 2.75);
   // the buffer 1 + (1 * -2 + 3 * 8) / 4 = 6.5, where the normalised rule gives it 5.375.
-  const TensorSet global = Layout(1, 1, 1);
-  auto fednova = Make(Spec("fednova"), global, {"b"});
-  auto agg = fednova->BeginRound(global);
-  const TensorSet a = Layout(2, 4, -2), b = Layout(4, 0, 8);
-  ASSERT_TRUE(agg->Fold(Update(a, 1, 2, 2.0)).ok());
-  ASSERT_TRUE(agg->Fold(Update(b, 3, 4, 4.0)).ok());
-  auto next = fednova->Finish(global, *agg);
+  auto next = FedNovaRoundByHand({"b"});
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   ExpectValues(next->model, {4.5f, 2.75f, 6.5f}, "fednova model with a buffer");
   EXPECT_TRUE(next->state.empty());
