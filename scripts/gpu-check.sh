@@ -5,7 +5,8 @@
 #   scripts/gpu-check.sh pack [BUILD_DIR]  here: configure BUILD_DIR (default build-gpu) with
 #        CUDA and NCCL required for sm_${CUDA_ARCH:-90}, build the GPU binaries, and pack them
 #        into gpu-pack/ (gitignored): payload.tar.gz (the binaries and the backend modules
-#        they load, libtessera_cuda.so and libtessera_nccl.so, without debug sections, and the
+#        they load, libtessera_cuda.so and libtessera_nccl.so, without debug sections (the binaries
+#        without symbols either), and the
 #        shared libraries ldd says they need beyond a base system and the CUDA libraries a GPU
 #        machine has), Fashion-MNIST, and a MANIFEST. Fails when the pack exceeds
 #        PACK_LIMIT_MIB (60).
@@ -25,6 +26,9 @@
 #             processes (each in a process of its own: CUDA is not fork-safe), the deadline
 #             check (a rank that never arrives gives DEADLINE_EXCEEDED) and the
 #             compute-then-allreduce ordering check
+#   cohort    federation_tests: a one-member site cohort training a round on CUDA, its gradients
+#             reduced on the GPU through NCCL, in a real coordinator and worker (in one
+#             process); its output goes into nccl.log
 #   sweep     bench_tests: every op on CUDA against the CPU at odd shapes, guarded buffers
 #   training  device_tests: two epochs of SimpleCNN on CUDA and on the CPU from one seed
 #   bench     bench_gpu --quick: GEMM against raw cuBLAS (>= 0.9x), op errors, samples/s
@@ -39,7 +43,7 @@
 # machine is UNAVAILABLE, and one that ran out of time having found nothing is INCOMPLETE:
 # the verdict is then INCOMPLETE, not PASS.
 #
-# STEPS=device,nccl,... runs only the steps named (default: all eight), so one lease can be spent
+# STEPS=device,nccl,... runs only the steps named (default: all nine), so one lease can be spent
 # in two shorter calls; a name that is not a step is an error. The verdict of such a run names
 # the steps it covered.
 #
@@ -61,9 +65,9 @@ RESULTS="${OUT:-$ROOT/gpu-results}"
 ARCH="${CUDA_ARCH:-90}"
 PACK_LIMIT_MIB="${PACK_LIMIT_MIB:-60}"
 TOTAL_S="${TOTAL_S:-540}"
-ALL_STEPS="device,nccl,sweep,training,bench,federation,memcheck,racecheck"
+ALL_STEPS="device,nccl,cohort,sweep,training,bench,federation,memcheck,racecheck"
 STEPS="${STEPS:-$ALL_STEPS}"
-BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight)
+BINARIES=(device_tests collectives_tests bench_tests bench_gpu gpu_preflight federation_tests)
 # The federation step's: the demo (scripts/demo.sh) with its ten workers on the GPU.
 FEDERATION_BINARIES=(tessera tessera-coordinator tessera-worker)
 # The backends the binaries load on first use (base/backend_module.h): packed into lib/tessera,
@@ -95,6 +99,7 @@ where_built() {  # the path of binary $2 under build dir $1
     device_tests) echo "$1/tests/device/device_tests" ;;
     collectives_tests) echo "$1/tests/collectives/collectives_tests" ;;
     bench_tests) echo "$1/tests/bench/bench_tests" ;;
+    federation_tests) echo "$1/tests/integration/federation_tests" ;;
     tessera) echo "$1/cli/tessera" ;;
     tessera-coordinator) echo "$1/server/tessera-coordinator" ;;
     tessera-worker) echo "$1/worker/tessera-worker" ;;
@@ -114,7 +119,7 @@ pack() {
   for binary in "${BINARIES[@]}" "${FEDERATION_BINARIES[@]}"; do
     path="$(where_built "$build_dir" "$binary")"
     [ -x "$path" ] || { echo "missing $path"; return 1; }
-    strip --strip-debug -o "$stage/bin/$binary" "$path" || return 1
+    strip --strip-unneeded -o "$stage/bin/$binary" "$path" || return 1  # no symbols either: the pack must fit
   done
   for module in "${MODULES[@]}"; do
     path="$build_dir/lib/tessera/lib$module.so"
@@ -400,6 +405,16 @@ run_checks() {
       [ "$STEP_RC" -ne 0 ] && rc=$STEP_RC; seconds=$(( seconds + STEP_SECONDS ))
     done
     judge nccl "$log" gtest "$rc" "$seconds"
+  fi
+
+  # A cohort on the GPU: the worker's NCCL path inside a federated round. Appended to nccl.log.
+  if selected cohort; then
+    local part
+    part="$(mktemp)"
+    step cohort "$part" 120 "$bin/federation_tests" --gtest_filter='CohortTest.AOneMemberCohortOnCuda*' &&
+      judge cohort "$part" gtest "$STEP_RC" "$STEP_SECONDS"
+    { echo "== cohort"; cat "$part"; } >>"$RESULTS/nccl.log"
+    rm -f "$part"
   fi
 
   selected sweep && run_gtest_step sweep "$RESULTS/sweep.log" 180 gtest "$bin/bench_tests" --gtest_filter='*cuda*'
