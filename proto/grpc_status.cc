@@ -1,5 +1,7 @@
 #include "proto/grpc_status.h"
 
+#include "base/escape.h"
+
 namespace tessera::wire {
 
 grpc::Status ToGrpc(const Status& status) {
@@ -45,7 +47,10 @@ Status FromGrpc(const grpc::Status& status, const std::string& context) {
     case grpc::StatusCode::UNIMPLEMENTED: code = StatusCode::kUnimplemented; break;
     default: code = StatusCode::kInternal; break;
   }
-  std::string message = status.error_message();
+  const std::string& said = status.error_message();
+  std::string message = HasHiddenCharacters(said) || said.size() > kMaxPeerMessageChars
+                            ? EscapeUntrusted(said, kMaxPeerMessageChars)
+                            : said;
   if (!context.empty()) message = context + ": " + message;
   return Status(code, message);
 }
