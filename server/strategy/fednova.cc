@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -125,11 +124,8 @@ class NormalizedMean final : public RoundAggregate {
 
 class FedNova final : public Strategy {
  public:
-  FedNova(uint32_t local_epochs, uint32_t batch_size, double momentum, const std::vector<std::string>& buffers)
-      : local_epochs_(local_epochs),
-        batch_size_(batch_size),
-        momentum_(momentum),
-        buffers_(buffers.begin(), buffers.end()) {}
+  FedNova(uint32_t local_epochs, uint32_t batch_size, double momentum, std::vector<bool> is_buffer)
+      : local_epochs_(local_epochs), batch_size_(batch_size), momentum_(momentum), is_buffer_(std::move(is_buffer)) {}
 
   std::string_view name() const override { return "fednova"; }
   Status Restore(TensorSet state) override {
@@ -141,9 +137,7 @@ class FedNova final : public Strategy {
   }
   const TensorSet& state() const override { return empty_; }
   std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
-    std::vector<bool> is_buffer;
-    for (const auto& t : global) is_buffer.push_back(buffers_.count(t.name) > 0);
-    return std::make_unique<NormalizedMean>(global, std::move(is_buffer), local_epochs_, batch_size_, momentum_);
+    return std::make_unique<NormalizedMean>(global, is_buffer_, local_epochs_, batch_size_, momentum_);
   }
   Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
     const auto* mean = dynamic_cast<const NormalizedMean*>(&aggregate);
@@ -162,16 +156,16 @@ class FedNova final : public Strategy {
  private:
   const uint32_t local_epochs_, batch_size_;
   const double momentum_;
-  const std::set<std::string> buffers_;  // the model's buffers, by name
+  const std::vector<bool> is_buffer_;  // per tensor of the model's layout
   TensorSet empty_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<Strategy>> CreateFedNova(const v1::JobSpec& spec, const TensorSet&,
+Result<std::unique_ptr<Strategy>> CreateFedNova(const v1::JobSpec& spec, const TensorSet& layout,
                                                 const std::vector<std::string>& buffers) {
   return std::unique_ptr<Strategy>(
-      new FedNova(spec.local_epochs(), spec.batch_size(), spec.optimizer().momentum(), buffers));
+      new FedNova(spec.local_epochs(), spec.batch_size(), spec.optimizer().momentum(), BufferMask(layout, buffers)));
 }
 
 }  // namespace tessera::server

@@ -193,13 +193,12 @@ class ScaffoldRound final : public RoundAggregate {
 class Scaffold final : public Strategy {
  public:
   Scaffold(const TensorSet& layout, uint32_t parties, const std::vector<std::string>& buffers, double learning_rate)
-      : parties_(parties), learning_rate_(learning_rate) {
+      : parties_(parties), learning_rate_(learning_rate), is_buffer_(BufferMask(layout, buffers)) {
     for (const auto& t : layout) {
       NamedTensor zero{t.name, t.shape, std::vector<float>(t.values.size(), 0.0f)};
       layout_.push_back(zero);
       zero.name = kServerPrefix + t.name;
       state_.push_back(std::move(zero));
-      is_buffer_.push_back(std::find(buffers.begin(), buffers.end(), t.name) != buffers.end());
     }
   }
 
@@ -352,7 +351,7 @@ class Scaffold final : public Strategy {
 
   const uint32_t parties_;
   const double learning_rate_;  // the clients' (spec.optimizer.learning_rate)
-  std::vector<bool> is_buffer_;  // per tensor of the layout
+  const std::vector<bool> is_buffer_;  // per tensor of the layout
   TensorSet layout_;  // the model's names and shapes, values zero
   TensorSet state_;   // c, then each party's c_i
   std::map<uint32_t, size_t> party_first_;  // party -> index of its c_i's first tensor in state_

@@ -26,11 +26,8 @@ class ComposedStrategy final : public Strategy {
         optimizer_(std::move(optimizer)),
         plain_(std::move(plain)),
         state_(optimizer_->InitialState(layout)),
-        name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)) {
-    for (const auto& t : layout) {
-      is_buffer_.push_back(std::find(buffers.begin(), buffers.end(), t.name) != buffers.end());
-    }
-  }
+        name_(name.empty() ? std::string(optimizer_->name()) : std::move(name)),
+        is_buffer_(BufferMask(layout, buffers)) {}
 
   std::string_view name() const override { return name_; }
 
@@ -89,12 +86,19 @@ class ComposedStrategy final : public Strategy {
   const std::unique_ptr<ServerOptimizer> plain_;
   TensorSet state_;
   const std::string name_;
-  std::vector<bool> is_buffer_;  // per tensor of the model's layout
+  const std::vector<bool> is_buffer_;  // per tensor of the model's layout
 };
 
 }  // namespace
 
 std::string_view KnownStrategies() { return wire::kStrategyNames; }
+
+std::vector<bool> BufferMask(const TensorSet& layout, const std::vector<std::string>& buffers) {
+  std::vector<bool> mask;
+  mask.reserve(layout.size());
+  for (const auto& t : layout) mask.push_back(std::find(buffers.begin(), buffers.end(), t.name) != buffers.end());
+  return mask;
+}
 
 Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const TensorSet& layout,
                                                  const std::vector<std::string>& buffers) {

@@ -128,6 +128,9 @@ Result<std::unique_ptr<Strategy>> CreateStrategy(const v1::JobSpec& spec, const 
 // The strategies CreateStrategy knows, for messages and `tessera check`.
 std::string_view KnownStrategies();
 
+// Per tensor of `layout`, whether `buffers` names it: the mask every strategy steps buffers by.
+std::vector<bool> BufferMask(const TensorSet& layout, const std::vector<std::string>& buffers);
+
 // Checkpoints hold the model's tensors, then the strategy's under this prefix.
 inline constexpr std::string_view kStrategyStatePrefix = "strategy/";
 TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state);
