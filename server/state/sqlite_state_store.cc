@@ -43,7 +43,7 @@ class Statement {
     return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
   }
   int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
-  sqlite3_stmt* get() { return stmt_; }
+  int ColumnType(int i) { return sqlite3_column_type(stmt_, i); }  // SQLITE_INTEGER, ...; before a read converts it
 
  private:
   sqlite3* db_;
@@ -516,7 +516,7 @@ Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeat
     std::string seat = st.ColumnBlob(0);
     // SQLite reads a party stored as text or a real as a number (0 for "abc"): only an
     // integer is a party. Its type is asked before the read converts it.
-    const bool integer = sqlite3_column_type(st.get(), 1) == SQLITE_INTEGER;
+    const bool integer = st.ColumnType(1) == SQLITE_INTEGER;
     const int64_t party = integer ? st.ColumnInt(1) : -1;
     if (!integer || party < 0 || party > int64_t{UINT32_MAX}) {
       return DataLossError("seats table: job '" + job_id + "', seat " + QuoteUntrusted(seat, 128) + ": party " +
