@@ -303,7 +303,6 @@ void WorkerAgent::TrainerLoop() {
     // as slack that lets its next round run at the host's speed.
     ResetEmulatedClock(*device_);
     Status s = Train(task, identity, &header, &parts, device_.get());
-    if (s.ok() && options_.after_training) options_.after_training(task);
     if (!s.ok() && reached_device_ &&
         (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
@@ -325,12 +324,12 @@ void WorkerAgent::TrainerLoop() {
           header.Clear();
           parts.clear();
           s = Train(task, identity, &header, &parts, other->get());
-          if (s.ok() && options_.after_training) options_.after_training(task);
         } else {
           s = other.status().WithContext("fallback device '" + fallback + "'");
         }
       }
     }
+    if (s.ok() && options_.after_training) options_.after_training(task);
     if (!s.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
       // A broken connection or a cancelled round needs no report; anything else (unreadable

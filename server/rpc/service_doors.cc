@@ -1,6 +1,5 @@
 #include "server/rpc/service_doors.h"
 
-
 #include "base/escape.h"
 #include "base/names.h"
 #include "server/rpc/stream_limits.h"
