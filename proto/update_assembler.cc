@@ -156,7 +156,7 @@ Status UpdateAssembler::TakePiece(const uint8_t* data, size_t n) {
     return InvalidArgumentError(what_ + ": more bytes than the chunk's " + std::to_string(chunk_size_));
   }
   chunk_in_pieces_ = true;
-  if (hashing_xxh3_) {
+  if (tensors_[current_].xxh3) {
     xxh3_->Update(data, n);
   } else {
     sha256_->Update(data, n);
@@ -174,7 +174,6 @@ Status UpdateAssembler::TakePiece(const uint8_t* data, size_t n) {
 
 uint8_t* UpdateAssembler::Destination(Pending& pending) {
   if (offset_ == 0) {
-    hashing_xxh3_ = pending.xxh3;
     if (!pending.xxh3) {
       sha256_ = std::make_unique<Sha256>();
     } else if (xxh3_) {
@@ -200,7 +199,7 @@ Status UpdateAssembler::EndChunk() {
                                   std::to_string(chunk_size_) + " bytes");
     }
   } else {
-    if (hashing_xxh3_) {
+    if (tensors_[current_].xxh3) {
       xxh3_->Update(chunk_at_, chunk_size_);
     } else {
       sha256_->Update(chunk_at_, chunk_size_);

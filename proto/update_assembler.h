@@ -104,7 +104,6 @@ class UpdateAssembler {
   // The current tensor's bytes so far, by the digest its manifest entry gives.
   std::unique_ptr<Sha256> sha256_;
   std::unique_ptr<Xxh3> xxh3_;       // kept from tensor to tensor, reset for each
-  bool hashing_xxh3_ = false;         // the current tensor's digest: xxh3 (else sha256)
   uint8_t* chunk_at_ = nullptr;       // the chunk begun, not yet ended
   uint64_t chunk_size_ = 0;
   uint64_t chunk_taken_ = 0;          // its bytes handed over by TakePiece so far
