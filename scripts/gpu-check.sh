@@ -313,6 +313,17 @@ check_steps() {
   return 0
 }
 
+# appended_step NAME LOG CAP KIND HEADER COMMAND...: as run_gtest_step, but the step's output
+# goes to the end of LOG (which other steps write too), under HEADER.
+appended_step() {
+  local name="$1" log="$2" cap="$3" kind="$4" header="$5"; shift 5
+  local part
+  part="$(mktemp)"
+  echo "$header" >>"$part"
+  step "$name" "$part" "$cap" "$@" && judge "$name" "$part" "$kind" "$STEP_RC" "$STEP_SECONDS"
+  cat "$part" >>"$log"; rm -f "$part"
+}
+
 run_gtest_step() {  # NAME LOG CAP KIND COMMAND...
   local name="$1" log="$2" cap="$3" kind="$4"; shift 4
   : >"$log"
@@ -408,14 +419,8 @@ run_checks() {
   fi
 
   # A cohort on the GPU: the worker's NCCL path inside a federated round. Appended to nccl.log.
-  if selected cohort; then
-    local part
-    part="$(mktemp)"
-    step cohort "$part" 120 "$bin/federation_tests" --gtest_filter='CohortTest.AOneMemberCohortOnCuda*' &&
-      judge cohort "$part" gtest "$STEP_RC" "$STEP_SECONDS"
-    { echo "== cohort"; cat "$part"; } >>"$RESULTS/nccl.log"
-    rm -f "$part"
-  fi
+  selected cohort && appended_step cohort "$RESULTS/nccl.log" 120 gtest "== cohort" \
+    "$bin/federation_tests" --gtest_filter='CohortTest.AOneMemberCohortOnCuda*'
 
   selected sweep && run_gtest_step sweep "$RESULTS/sweep.log" 180 gtest "$bin/bench_tests" --gtest_filter='*cuda*'
   selected training &&
@@ -430,7 +435,7 @@ run_checks() {
   # TF32 (a 1024^3 GEMM checked for its numbers only) and the two that exhaust device memory
   # on purpose (their failed cudaMalloc calls would read as errors). racecheck looks at shared
   # memory only: the tests of the kernels that use it (the block reductions).
-  local sanitizer tool part filter
+  local sanitizer tool filter
   log="$RESULTS/sanitizer.log"; : >"$log"
   if ! selected memcheck && ! selected racecheck; then
     :
@@ -442,11 +447,8 @@ run_checks() {
       else
         filter='*cuda_bias_grad*:*cuda_softmax*:*cuda_reduce_sum*:*cuda_conv2d_backward_filter*:*BiasAdd*/cuda:*Softmax*/cuda:*ReduceSum*/cuda:*CopyToHostWaits*'
       fi
-      part="$(mktemp)"
-      echo "== $sanitizer --tool $tool" >>"$part"
-      step "$tool" "$part" 200 "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
-        "$bin/device_tests" --gtest_filter="$filter" && judge "$tool" "$part" sanitizer "$STEP_RC" "$STEP_SECONDS"
-      cat "$part" >>"$log"; rm -f "$part"
+      appended_step "$tool" "$log" 200 sanitizer "== $sanitizer --tool $tool" "$sanitizer" --tool "$tool" \
+        --error-exitcode 99 --print-limit 20 "$bin/device_tests" --gtest_filter="$filter"
     done
   else
     echo "compute-sanitizer not found on this machine (looked on PATH, under /usr/local/cuda* and /opt/nvidia)" >>"$log"
