@@ -5,10 +5,9 @@
 # (`tessera provision`: a CA, the coordinator's, one per worker, one for the operator), starts
 # a coordinator over mutual TLS with its state under ./var, ten workers on loopback (each
 # proves its name with its certificate and trains its own IID tenth of the training set on the
-# CPU), submits
-# examples/fmnist-fedavg.toml, watches it to the end (one line per round: accuracy, loss,
-# clients, latency by phase), prints the final test accuracy and a round-latency summary, and
-# shuts everything down.
+# CPU, or on the device DEVICE names), submits examples/fmnist-fedavg.toml, watches it to the
+# end (one line per round: accuracy, loss, clients, latency by phase), prints the final test
+# accuracy and a round-latency summary, and shuts everything down.
 #
 #   scripts/demo.sh [JOB.toml]        default: examples/fmnist-fedavg.toml
 # The coordinator also serves its dashboard and /metrics on METRICS_PORT (https, an operator
