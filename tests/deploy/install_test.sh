@@ -30,6 +30,29 @@ for unit in tessera-coordinator.service tessera-worker@.service; do
   grep -q '^ProtectSystem=strict' "$units/$unit" || fail "$unit lacks ProtectSystem=strict"
   if grep -Eq '^ExecStart=.*--(join|admin)-token ' "$units/$unit"; then fail "$unit puts a secret on the command line"; fi
 done
+# The worker joins only accelerator groups this machine has: systemd refuses to start a unit
+# that names a missing one (a node without udev has no `render`).
+groups_line="$(grep '^SupplementaryGroups=' "$units/tessera-worker@.service")" || fail "the worker's unit names no SupplementaryGroups= line"
+for group in ${groups_line#SupplementaryGroups=}; do
+  getent group "$group" >/dev/null || fail "the worker's unit names group '$group', which this machine lacks"
+done
+for group in video render; do
+  if getent group "$group" >/dev/null && ! grep -qw "$group" <<<"$groups_line"; then
+    fail "the worker's unit leaves out group '$group', which this machine has"
+  fi
+done
+# A package for other machines names the groups itself; a malformed list is refused.
+TESSERA_ACCELERATOR_GROUPS="video render" cmake --install "$build" --prefix "$prefix/named" >"$prefix/named.log" 2>&1 ||
+  { cat "$prefix/named.log"; fail "cmake --install with TESSERA_ACCELERATOR_GROUPS"; }
+grep -qx 'SupplementaryGroups=video render' "$prefix/named/lib/systemd/system/tessera-worker@.service" ||
+  fail "TESSERA_ACCELERATOR_GROUPS='video render' did not reach the worker's unit"
+if TESSERA_ACCELERATOR_GROUPS='video;render' cmake --install "$build" --prefix "$prefix/bad" >"$prefix/bad.log" 2>&1; then
+  fail "cmake --install took TESSERA_ACCELERATOR_GROUPS='video;render'"
+fi
+grep -q "TESSERA_ACCELERATOR_GROUPS='video;render': expected group names" "$prefix/bad.log" ||
+  { cat "$prefix/bad.log"; fail "a malformed TESSERA_ACCELERATOR_GROUPS is not named in the error"; }
+rm -rf "$prefix/named" "$prefix/bad" "$prefix/named.log" "$prefix/bad.log"
+
 grep -q '^StateDirectory=tessera' "$units/tessera-coordinator.service" || fail "the coordinator's state is not under StateDirectory="
 # The revocation list is read in place by the daemon's own user: never from the root-only
 # directory (mode 0700) that holds the TLS files it gets through LoadCredential=.
