@@ -1,5 +1,6 @@
-// A per-device caching allocator. Requests are rounded up to a size class (powers of two from
-// 256 bytes); a released block goes back to its class's free list instead of to the driver,
+// A per-device caching allocator. Requests are rounded up to a size class (from 256 bytes, four
+// classes per doubling: 256, 320, 384, 448, 512, 640, ..., so a block is at most a quarter
+// larger than its request); a released block goes back to its class's free list instead of to the driver,
 // so a training loop that allocates the same shapes every step takes nothing from the driver
 // after its first step.
 //
@@ -52,6 +53,10 @@ class MemoryPool {
 
   MemoryPoolStats stats() const;
 
+  // The smallest size class, and how many classes lie between two powers of two (the first
+  // of them the power itself).
+  static constexpr size_t kSmallestClass = 256;
+  static constexpr size_t kClassesPerDoubling = 4;
   // The largest size class, 2^63 bytes on a 64-bit host.
   static constexpr size_t kLargestClass = SIZE_MAX / 2 + 1;
   // What SizeClass returns for a request larger than the largest class; Acquire refuses it.

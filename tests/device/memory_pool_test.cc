@@ -17,11 +17,29 @@ DriverAllocator CountingHostAllocator(int* live) {
                          [live](void* address, size_t) { --*live; std::free(address); }};
 }
 
-TEST(MemoryPoolTest, SizeClassesArePowersOfTwoFrom256Bytes) {
+TEST(MemoryPoolTest, SizeClassesAreFourPerDoublingFrom256Bytes) {
   EXPECT_EQ(MemoryPool::SizeClass(0), 256u);
   EXPECT_EQ(MemoryPool::SizeClass(256), 256u);
-  EXPECT_EQ(MemoryPool::SizeClass(257), 512u);
-  EXPECT_EQ(MemoryPool::SizeClass(5000), 8192u);
+  EXPECT_EQ(MemoryPool::SizeClass(257), 320u);
+  EXPECT_EQ(MemoryPool::SizeClass(449), 512u);
+  EXPECT_EQ(MemoryPool::SizeClass(5000), 5120u);
+  EXPECT_EQ(MemoryPool::SizeClass(size_t{10} << 20), size_t{10} << 20);
+  EXPECT_EQ(MemoryPool::SizeClass((size_t{10} << 20) + 1), size_t{12} << 20);
+  EXPECT_EQ(MemoryPool::SizeClass(MemoryPool::kLargestClass - 1), MemoryPool::kLargestClass);
+}
+
+// Every request gets a block at least its size and at most a quarter larger; classes never
+// shrink as requests grow, and stay multiples of the CPU device's 64-byte alignment.
+TEST(MemoryPoolTest, ABlockIsAtMostAQuarterLargerThanItsRequest) {
+  size_t previous = 0;
+  for (size_t bytes = 1; bytes <= (size_t{1} << 22); bytes += 1 + bytes / 97) {
+    const size_t size = MemoryPool::SizeClass(bytes);
+    ASSERT_GE(size, bytes) << bytes;
+    if (bytes > 256) ASSERT_LE(size * 4, bytes * 5) << bytes;
+    ASSERT_GE(size, previous) << bytes;
+    ASSERT_EQ(size % 64, 0u) << bytes;
+    previous = size;
+  }
 }
 
 TEST(MemoryPoolTest, ReleasedBlocksAreReusedWithoutTheDriver) {
@@ -40,7 +58,7 @@ TEST(MemoryPoolTest, ReleasedBlocksAreReusedWithoutTheDriver) {
     MemoryPoolStats stats = pool.stats();
     EXPECT_EQ(stats.driver_allocations, 2u);
     EXPECT_EQ(stats.pool_hits, 198u);
-    EXPECT_EQ(stats.bytes_from_driver, 1024u + 4096u);
+    EXPECT_EQ(stats.bytes_from_driver, 1024u + 3072u);
     EXPECT_EQ(stats.blocks_in_use, 0u);
     EXPECT_EQ(live, 2);
     pool.Trim();
@@ -103,7 +121,7 @@ TEST(MemoryPoolTest, TheCpuDevicesLargeBuffersAreAlignedForHugePagesAndAdvised) 
     ~Off() { EnableHugePageAdvice(false); }
   } off;
   auto device = CreateCpuDevice();
-  const size_t bytes = (size_t{10} << 20) + 4096;  // its size class is 16 MiB
+  const size_t bytes = (size_t{10} << 20) + 4096;  // its size class is 12 MiB
   auto buffer = device->Allocate(bytes);
   ASSERT_TRUE(buffer.ok());
   const auto start = reinterpret_cast<uintptr_t>(buffer->data());
@@ -111,7 +129,7 @@ TEST(MemoryPoolTest, TheCpuDevicesLargeBuffersAreAlignedForHugePagesAndAdvised) 
   EXPECT_TRUE(testing::AdvisedHugePages(buffer->data()));
   EXPECT_TRUE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{10} << 20) - 1)));
   EXPECT_FALSE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{10} << 20))));
-  EXPECT_FALSE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{16} << 20) - 1)));
+  EXPECT_FALSE(testing::AdvisedHugePages(reinterpret_cast<const void*>(start + (size_t{12} << 20) - 1)));
   auto small = device->Allocate(64 << 10);
   ASSERT_TRUE(small.ok());
   EXPECT_FALSE(testing::AdvisedHugePages(small->data()));
