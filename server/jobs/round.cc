@@ -97,7 +97,6 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
     return FailedPreconditionError(what + ": trained from model version " + std::to_string(h.base_model_version()) +
                                    ", expected version " + std::to_string(model_version_));
   }
-  if (h.samples() == 0 && h.failure().empty()) return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return FailedPreconditionError(what + ": the round has closed (" + close_reason_ + ")");
   auto it = participants_.find(h.worker_id());
@@ -106,6 +105,13 @@ Status Round::Admit(const v1::UpdateHeader& h) const {
   }
   if (it->second.outcome != Outcome::kPending) {
     return FailedPreconditionError(what + ": the worker already reported (" + it->second.report.outcome() + ")");
+  }
+  // The fields are judged only for a pending participant: an InvalidArgument is the
+  // participant's malformed update, which its job logs and notes and holds against it
+  // (JobRunner::RejectUpload), so any other worker's must not reach one (it is refused
+  // above, rate-limited).
+  if (h.samples() == 0 && h.failure().empty()) {
+    return InvalidArgumentError(what + ": field 'samples': expected a positive sample count, got 0");
   }
   RETURN_IF_ERROR(CheckReportedFigures(h, what));
   if (h.failure().empty() && h.samples() > it->second.max_samples) {

@@ -266,6 +266,36 @@ TEST_F(RoundTest, RefusesPastRoundsStaleModelsStrangersAndRepeats) {
   EXPECT_NE(round_->Admit(Header("w1")).message().find("already reported"), std::string::npos);
 }
 
+// A malformed field is the fault of a pending participant only: the runner logs, notes and
+// counts an InvalidArgument against its worker, so a stranger, a worker that already
+// reported and a late one are refused for what they are (FailedPrecondition, rate-limited)
+// however malformed their header, and cannot flood the job's log and events.
+TEST_F(RoundTest, OnlyAPendingParticipantsFieldsAreJudged) {
+  auto empty = [](const std::string& worker) {
+    auto h = Header(worker);
+    h.set_samples(0);
+    return h;
+  };
+  Status stranger = round_->Admit(empty("w9"));
+  EXPECT_EQ(stranger.code(), StatusCode::kFailedPrecondition) << stranger.ToString();
+  EXPECT_NE(stranger.message().find("not selected"), std::string::npos) << stranger.message();
+
+  Status pending = round_->Admit(empty("w2"));
+  EXPECT_EQ(pending.code(), StatusCode::kInvalidArgument) << pending.ToString();
+  EXPECT_NE(pending.message().find("field 'samples': expected a positive sample count, got 0"), std::string::npos)
+      << pending.message();
+
+  ASSERT_TRUE(round_->Submit(Header("w1"), Layout(0, 0, 0), 1).ok());
+  Status again = round_->Admit(empty("w1"));
+  EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition) << again.ToString();
+  EXPECT_NE(again.message().find("already reported"), std::string::npos) << again.message();
+
+  round_->Close("test");
+  Status late = round_->Admit(empty("w3"));
+  EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+  EXPECT_NE(late.message().find("the round has closed"), std::string::npos) << late.message();
+}
+
 TEST_F(RoundTest, ClosingDropsThePendingAndRefusesLateUpdates) {
   ASSERT_TRUE(round_->Submit(Header("w1"), Layout(0, 0, 0), 1).ok());
   auto dropped = round_->Close("deadline passed");
