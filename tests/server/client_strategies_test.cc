@@ -439,6 +439,42 @@ TEST(ScaffoldBoundTest, HonestChangesFoldWhateverTheirStepsAndTheServersVariate)
   EXPECT_EQ(round->updates(), 3u);
 }
 
+// SCAFFOLD reads no step count: its bound on a variate's change takes the worst case of one
+// local step (K >= 1), whatever the update claims. A claim of 0, of 2^64 - 1 (a negative
+// count sent as unsigned) or a normaliser that is not finite is neither refused at the header
+// nor lets a larger change through, and the round comes out the same to the bit.
+TEST(ScaffoldBoundTest, TheClaimedStepsAndNormaliserNeitherWidenTheBoundNorChangeTheRound) {
+  auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
+  const TensorSet delta = Layout(3, 4, 0);  // bound 50: its norm 5 over lr 0.1
+  const auto within = ControlDelta(Layout(-30, -40, 0));
+  const auto beyond = ControlDelta(Layout(-30, -40.01f, 0));
+  std::vector<TensorSet> states;
+  for (const uint64_t steps : {uint64_t{0}, uint64_t{1}, std::numeric_limits<uint64_t>::max()}) {
+    for (const double normalizer : {0.0, std::numeric_limits<double>::quiet_NaN(), 1e308}) {
+      auto scaffold = Make(Spec("scaffold"), *global);
+      Round round("job-1", 1, 1, 0, global, scaffold->BeginRound(*global), 1, scaffold->PayloadSets());
+      round.AddParticipant(0, {{"w0", 1}});
+      round.AddParticipant(1, {{"w1", 1}});
+      auto header = [&](const std::string& worker) {
+        v1::UpdateHeader h = ScaffoldHeader(worker, *global);
+        h.set_local_steps(steps);
+        h.set_step_normalizer(normalizer);
+        return h;
+      };
+      ASSERT_TRUE(round.Admit(header("w0")).ok()) << steps;
+      Status refused = round.Submit(header("w1"), delta, 1, &beyond);
+      EXPECT_NE(refused.message().find("expected at most 50.0005"), std::string::npos) << steps << " " << refused.message();
+      ASSERT_TRUE(round.Submit(header("w0"), delta, 1, &within).ok()) << steps;
+      round.Close("done");
+      auto step = round.Finish(*scaffold);
+      ASSERT_TRUE(step.ok()) << step.status().ToString();
+      ExpectValues(step->state, {-7.5f, -10, 0, -30, -40, 0}, "c and c_0");
+      states.push_back(step->state);
+    }
+  }
+  for (const TensorSet& state : states) EXPECT_EQ(Values(state), Values(states.front()));
+}
+
 TEST(ScaffoldBoundTest, TheStrategyNeedsAPositiveLearningRate) {
   v1::JobSpec spec = Spec("scaffold");
   spec.mutable_optimizer()->set_learning_rate(0);
