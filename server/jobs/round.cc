@@ -345,11 +345,21 @@ size_t Round::accepted() const {
 }
 
 Result<StrategyStep> Round::Finish(const Strategy& strategy) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!closed_) return InternalError("round " + std::to_string(round_) + ": finished before it was closed");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ || folding_ > 0) {
+      return InternalError("round " + std::to_string(round_) + ": finished before it was closed");
+    }
+  }
+  // Outside the round's lock: once closed with no fold in flight nothing changes the
+  // aggregate, and a robust rule's combination takes O(clients^2 x model) for Krum. Meanwhile
+  // the round's late uploads, downloads and rendezvous calls still look at it (Admit,
+  // IsPending, RecordDownload), each on one of gRPC's threads, which must not wait for it.
   const auto start = clock_->Now();
   auto step = strategy.Finish(*global_, *aggregate_);
-  aggregation_ms_ += MillisBetween(start, clock_->Now());
+  const double ms = MillisBetween(start, clock_->Now());
+  std::lock_guard<std::mutex> lock(mu_);
+  aggregation_ms_ += ms;
   return step;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <thread>
@@ -294,6 +295,53 @@ TEST_F(RoundTest, OnlyAPendingParticipantsFieldsAreJudged) {
   Status late = round_->Admit(empty("w3"));
   EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
   EXPECT_NE(late.message().find("the round has closed"), std::string::npos) << late.message();
+}
+
+// FedAvg's step, calling `during` first: what a gRPC thread does while the job's thread
+// aggregates a closed round.
+class FinishWatchingStrategy final : public Strategy {
+ public:
+  FinishWatchingStrategy(std::unique_ptr<Strategy> inner, std::function<void()> during)
+      : inner_(std::move(inner)), during_(std::move(during)) {}
+  std::string_view name() const override { return "finish-watching"; }
+  Status Restore(TensorSet state) override { return inner_->Restore(std::move(state)); }
+  const TensorSet& state() const override { return inner_->state(); }
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return inner_->BeginRound(global);
+  }
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    during_();
+    return inner_->Finish(global, aggregate);
+  }
+  void Adopt(TensorSet state) override { inner_->Adopt(std::move(state)); }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+  std::function<void()> during_;
+};
+
+// The aggregation runs outside the round's lock: a late upload, a download's record and a
+// liveness check are answered while it runs (here from inside it; with the lock held they
+// would wait for it, and here never return).
+TEST_F(RoundTest, ALateUploadIsAnsweredWhileTheClosedRoundAggregates) {
+  ASSERT_TRUE(round_->Submit(Header("w1"), Layout(2, 2, 2), 1).ok());
+  round_->Close("quorum");
+  bool asked = false;
+  FinishWatchingStrategy watching(Make(Spec("fedavg"), *global_), [&] {
+    asked = true;
+    Status late = round_->Admit(Header("w2"));
+    EXPECT_EQ(late.code(), StatusCode::kFailedPrecondition) << late.ToString();
+    EXPECT_NE(late.message().find("the round has closed (quorum)"), std::string::npos) << late.message();
+    EXPECT_FALSE(round_->IsPending("w2"));
+    round_->RecordDownload("w2", 100);
+  });
+  auto step = round_->Finish(watching);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_TRUE(asked);
+  EXPECT_FLOAT_EQ(step->model[0].values[0], 3.0f);
+  v1::RoundRecord record;
+  round_->FillRecord(&record);
+  EXPECT_EQ(record.download_bytes(), 100u);
 }
 
 TEST_F(RoundTest, ClosingDropsThePendingAndRefusesLateUpdates) {
