@@ -52,6 +52,18 @@ bool RecvField(TcpSocket& socket, uint32_t bytes, std::string& field,
   return true;
 }
 
+// Reads and drops `bytes`, a piece at a time: a field over the server's limit is taken off the
+// stream (so that the connection stays in step) without being held.
+bool DiscardField(TcpSocket& socket, uint32_t bytes, std::chrono::steady_clock::time_point deadline) {
+  char piece[16384];
+  for (uint32_t left = bytes; left > 0;) {
+    const size_t step = std::min<size_t>(left, sizeof(piece));
+    if (!socket.RecvAll(piece, step, deadline, kClient).ok()) return false;
+    left -= static_cast<uint32_t>(step);
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& address,
@@ -64,6 +76,16 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
         std::to_string(options.max_connections) + "), request_timeout > 0 ms (got " +
         std::to_string(options.request_timeout.count()) + ") and idle_timeout >= 0 ms (got " +
         std::to_string(options.idle_timeout.count()) + ")");
+  }
+  if (options.max_key_bytes < 1 || options.max_key_bytes > kMaxFieldBytes ||
+      options.max_value_bytes < 1 || options.max_value_bytes > kMaxFieldBytes ||
+      options.max_keys < 1 || options.max_stored_bytes < 1) {
+    return InvalidArgumentError(
+        "store server options: expected max_key_bytes and max_value_bytes in [1, " +
+        std::to_string(kMaxFieldBytes) + "] (got " + std::to_string(options.max_key_bytes) + " and " +
+        std::to_string(options.max_value_bytes) + "), max_keys >= 1 (got " +
+        std::to_string(options.max_keys) + ") and max_stored_bytes >= 1 (got " +
+        std::to_string(options.max_stored_bytes) + ")");
   }
   ASSIGN_OR_RETURN(auto listening, ListenTcp(address, port, 128));
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
@@ -183,15 +205,25 @@ bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& 
   std::memcpy(&key_bytes, header + 1, 4);
   std::memcpy(&value_bytes, header + 5, 4);
   if (key_bytes > kMaxFieldBytes || value_bytes > kMaxFieldBytes) return false;
-  if (!RecvField(socket, key_bytes, key, deadline)) return false;
-  if (!RecvField(socket, value_bytes, value, deadline)) return false;
-
   uint8_t code = kOk;
   std::string reply;
-  {
+  if (key_bytes > options_.max_key_bytes || value_bytes > options_.max_value_bytes) {
+    // Refused unread: the fields are dropped as they arrive and the answer says which limit.
+    if (!DiscardField(socket, key_bytes, deadline) || !DiscardField(socket, value_bytes, deadline)) return false;
+    if (header[0] != kSet && header[0] != kGet && header[0] != kAdd) return false;
+    code = kError;
+    reply = key_bytes > options_.max_key_bytes
+                ? "a key of " + std::to_string(key_bytes) + " bytes is over the store server's limit of " +
+                      std::to_string(options_.max_key_bytes) + " (max_key_bytes)"
+                : "a value of " + std::to_string(value_bytes) + " bytes is over the store server's limit of " +
+                      std::to_string(options_.max_value_bytes) + " (max_value_bytes)";
+  } else {
+    if (!RecvField(socket, key_bytes, key, deadline)) return false;
+    if (!RecvField(socket, value_bytes, value, deadline)) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     if (header[0] == kSet) {
-      values_[key] = value;
+      reply = Put(key, value);
+      if (!reply.empty()) code = kError;
     } else if (header[0] == kGet) {
       auto it = values_.find(key);
       if (it == values_.end()) {
@@ -201,7 +233,7 @@ bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& 
       }
     } else if (header[0] == kAdd) {
       // Both numbers may be anything a client sent: a refusal is answered, the counter kept.
-      // The key is quoted bounded: it may be 64 MiB of anything.
+      // The key is quoted bounded: it may be max_key_bytes of anything.
       const std::string shown = EscapeUntrusted(key);
       Result<int64_t> sum = ParseCounter(value, "the delta added to '" + shown + "'");
       auto it = values_.find(key);
@@ -210,8 +242,13 @@ bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& 
         sum = current.ok() ? AddToCounter(*current, *sum, shown) : current;
       }
       if (sum.ok()) {
-        reply = std::to_string(*sum);
-        values_[key] = reply;
+        const std::string total = std::to_string(*sum);
+        reply = Put(key, total);
+        if (reply.empty()) {
+          reply = total;
+        } else {
+          code = kError;
+        }
       } else {
         code = kError;
         reply = sum.status().message();
@@ -228,6 +265,28 @@ bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& 
   return socket.SendAll(reply.data(), reply.size(), deadline, kClient).ok();
 }
 
+std::string TcpStoreServer::Put(const std::string& key, const std::string& value) {
+  auto it = values_.find(key);
+  const int64_t before = it == values_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+  const int64_t after = static_cast<int64_t>(key.size() + value.size());
+  if (it == values_.end() && static_cast<int64_t>(values_.size()) >= options_.max_keys) {
+    return "the store server holds " + std::to_string(values_.size()) + " keys, its limit (max_keys); key '" +
+           EscapeUntrusted(key) + "' was not added";
+  }
+  if (stored_bytes_ - before + after > options_.max_stored_bytes) {
+    return "the store server holds " + std::to_string(stored_bytes_) + " bytes of keys and values; storing " +
+           std::to_string(after) + " at key '" + EscapeUntrusted(key) + "' would pass its limit of " +
+           std::to_string(options_.max_stored_bytes) + " (max_stored_bytes)";
+  }
+  stored_bytes_ += after - before;
+  if (it == values_.end()) {
+    values_.emplace(key, value);
+  } else {
+    it->second = value;
+  }
+  return "";
+}
+
 Result<std::shared_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int port,
                                                     std::chrono::milliseconds timeout) {
   const std::string where = "store server " + host + ":" + std::to_string(port);
@@ -240,7 +299,7 @@ Result<std::shared_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int
 Result<std::pair<uint8_t, std::string>> TcpStore::Call(uint8_t command, const std::string& key,
                                                        const std::string& value) {
   if (key.size() > kMaxFieldBytes || value.size() > kMaxFieldBytes) {
-    return InvalidArgumentError("store key '" + key.substr(0, 64) + "': a key or value of " +
+    return InvalidArgumentError("store key " + QuoteUntrusted(key) + ": a key or value of " +
                                 std::to_string(std::max(key.size(), value.size())) +
                                 " bytes is over the limit of " + std::to_string(kMaxFieldBytes));
   }
@@ -314,7 +373,7 @@ Result<std::string> TcpStore::Get(const std::string& key, std::chrono::milliseco
     if (reply.first == kOk) return std::move(reply.second);
     if (reply.first == kError) return Refused(reply.second);
     if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceededError("store key '" + key + "' not set within " +
+      return DeadlineExceededError("store key " + QuoteUntrusted(key, 256) + " not set within " +
                                    std::to_string(timeout.count()) + " ms (" + where_ + ")");
     }
     std::this_thread::sleep_for(backoff);

@@ -5,7 +5,12 @@
 // rendezvous traffic (a few keys per rank), not bulk data. Wire format, little-endian:
 //   request  u8 command (1 set, 2 get, 3 add) | u32 key bytes | u32 value bytes | key | value
 //   response u8 code (0 ok, 1 not found, 2 refused, 3 busy) | u32 value bytes | value
-// Key and value are at most 64 MiB each. Add's value and the counter it adds to must be
+// On the wire a key or value is at most 64 MiB; a request announcing more is dropped with its
+// connection. Below that, what the server keeps is bounded by TcpStoreServerOptions: a key or
+// value over max_key_bytes / max_value_bytes is read and discarded (in pieces, never held) and
+// answered "refused" naming the limit; a set or add that would make the store hold more than
+// max_keys keys or max_stored_bytes bytes (keys and values) is refused the same way and changes
+// nothing. Either way the connection goes on being served. Add's value and the counter it adds to must be
 // decimal int64 text and the sum must fit int64; otherwise the server answers "refused" with
 // the reason as the value, keeps the counter and goes on serving (the client's Add returns
 // INVALID_ARGUMENT). The server drops a connection that sends an unknown command or an
@@ -20,10 +25,17 @@
 // only as its bytes arrive. Between requests a connection may stay silent (a rank keeps its
 // client for the job) unless idle_timeout is set; TCP keepalive drops the connection of a
 // client whose host died without closing it. A closed connection's thread and descriptor are
-// released at once.
+// released at once. In flight, a server holds at most max_connections requests of
+// max_key_bytes + max_value_bytes each.
+//
+// What the server trusts: nothing about a peer's bytes (sizes, commands and counters are all
+// checked), and everything about who the peer is. There is no authentication: any process
+// that can reach the port may read, overwrite or count any key, and so steer a rendezvous.
+// Listen on loopback (the default) or on an interface only the job's ranks can reach.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>
@@ -43,6 +55,13 @@ struct TcpStoreServerOptions {
   std::chrono::milliseconds request_timeout{30000};
   // How long a connection may send nothing between requests; 0: as long as it stays open.
   std::chrono::milliseconds idle_timeout{0};
+  // The largest key and value a request may carry; 1 to 64 MiB each. Rendezvous keys and
+  // values (addresses, ids) are far smaller.
+  uint32_t max_key_bytes = 4096;
+  uint32_t max_value_bytes = 1u << 20;
+  // What the store may hold at once: keys, and key plus value bytes over all of them; >= 1.
+  int64_t max_keys = 1 << 16;
+  int64_t max_stored_bytes = int64_t{256} << 20;
 };
 
 class TcpStoreServer {
@@ -73,6 +92,9 @@ class TcpStoreServer {
   void Serve(Connection* connection);
   // One request read and answered; false when the connection is to be dropped.
   bool ServeOne(TcpSocket& socket, std::string& key, std::string& value);
+  // Stores `value` at `key` unless the store would then hold more than its limits: the reason
+  // when refused. Under mutex_.
+  std::string Put(const std::string& key, const std::string& value);
 
   std::string address_;
   int port_ = 0;
@@ -83,6 +105,7 @@ class TcpStoreServer {
 
   std::mutex mutex_;
   std::map<std::string, std::string> values_;  // guarded by mutex_
+  int64_t stored_bytes_ = 0;  // keys' and values' bytes in values_; guarded by mutex_
 
   std::mutex connections_mutex_;
   std::list<Connection> connections_;  // guarded by connections_mutex_

@@ -283,6 +283,75 @@ TEST(TcpStoreServerTest, ConnectionsBeyondTheLimitAreRefusedNamingItUntilOneClos
   }
 }
 
+// A key or value over the server's limits is refused naming the limit, read off the stream
+// without being kept: the same connection is served on.
+TEST(TcpStoreServerTest, AKeyOrValueOverItsLimitIsRefusedNamingItAndTheConnectionGoesOn) {
+  TcpStoreServerOptions options;
+  options.max_key_bytes = 16;
+  options.max_value_bytes = 64;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  TcpSocket raw = RawClient(**server);
+  struct Case {
+    uint8_t command;
+    std::string key, value, limit;
+  };
+  for (const Case& c : {Case{1, std::string(17, 'k'), "v", "max_key_bytes"},
+                        Case{2, std::string(1 << 20, 'k'), "", "max_key_bytes"},
+                        Case{1, "k", std::string(65, 'v'), "max_value_bytes"},
+                        Case{3, "k", std::string(4 << 20, '1'), "max_value_bytes"}}) {
+    auto refused = RoundTrip(raw, Request(c.command, c.key, c.value));
+    ASSERT_TRUE(refused.ok()) << c.limit << ": " << refused.status().ToString();
+    EXPECT_EQ(refused->first, 2) << refused->second;
+    EXPECT_NE(refused->second.find(c.limit), std::string::npos) << refused->second;
+  }
+  auto stored = RoundTrip(raw, Request(1, std::string(16, 'k'), std::string(64, 'v')));
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->first, 0);
+  auto missing = RoundTrip(raw, Request(2, "k", ""));  // the refused set stored nothing
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_EQ(missing->first, 1);
+  // The client says the same as an error.
+  auto client = TcpStore::Connect("127.0.0.1", (*server)->port(), milliseconds(5000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  Status set = (*client)->Set("k", std::string(65, 'v'));
+  EXPECT_EQ(set.code(), StatusCode::kInvalidArgument) << set.ToString();
+  EXPECT_NE(set.message().find("limit of 64 (max_value_bytes)"), std::string::npos) << set.ToString();
+  EXPECT_TRUE((*client)->Set("k", "v").ok());
+}
+
+// The store holds at most max_keys keys and max_stored_bytes bytes: a set or add past either
+// is refused naming the limit and changes nothing; overwriting a key within them is served.
+TEST(TcpStoreServerTest, WhatTheStoreHoldsIsBoundedInKeysAndBytes) {
+  TcpStoreServerOptions options;
+  options.max_keys = 3;
+  options.max_stored_bytes = 100;
+  auto server = TcpStoreServer::Start("127.0.0.1", 0, options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = TcpStore::Connect("127.0.0.1", (*server)->port(), milliseconds(5000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  TcpStore& store = **client;
+  ASSERT_TRUE(store.Set("a", std::string(40, 'x')).ok());  // 41 bytes held
+  ASSERT_TRUE(store.Set("b", std::string(40, 'x')).ok());  // 82
+  Status over = store.Set("c", std::string(40, 'x'));       // 123 > 100
+  EXPECT_EQ(over.code(), StatusCode::kInvalidArgument) << over.ToString();
+  EXPECT_NE(over.message().find("max_stored_bytes"), std::string::npos) << over.ToString();
+  EXPECT_EQ(store.Get("c", milliseconds(0)).status().code(), StatusCode::kDeadlineExceeded);
+  // Overwriting counts the old value out: 41 + 41 -> 41 + 11.
+  ASSERT_TRUE(store.Set("b", std::string(10, 'y')).ok());
+  ASSERT_TRUE(store.Set("c", std::string(40, 'x')).ok());  // 93
+  auto counted = store.Add("d", 1);
+  EXPECT_EQ(counted.status().code(), StatusCode::kInvalidArgument) << counted.status().ToString();
+  EXPECT_NE(counted.status().message().find("max_keys"), std::string::npos) << counted.status().ToString();
+  ASSERT_TRUE(store.Set("a", "1").ok());  // an existing key may still change: 2 + 11 + 41
+  auto added = store.Add("a", 41);
+  ASSERT_TRUE(added.ok()) << added.status().ToString();
+  EXPECT_EQ(*added, 42);
+  auto b = store.Get("b", milliseconds(1000));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*b, std::string(10, 'y'));
+}
+
 TEST(TcpStoreServerTest, OptionsOutOfRangeAreRefused) {
   TcpStoreServerOptions options;
   options.max_connections = 0;
@@ -290,6 +359,17 @@ TEST(TcpStoreServerTest, OptionsOutOfRangeAreRefused) {
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument) << server.status().ToString();
   EXPECT_NE(server.status().message().find("max_connections"), std::string::npos);
+  for (auto set : std::vector<void (*)(TcpStoreServerOptions&)>{
+           [](TcpStoreServerOptions& o) { o.max_key_bytes = 0; },
+           [](TcpStoreServerOptions& o) { o.max_value_bytes = (64u << 20) + 1; },
+           [](TcpStoreServerOptions& o) { o.max_keys = 0; },
+           [](TcpStoreServerOptions& o) { o.max_stored_bytes = -1; }}) {
+    TcpStoreServerOptions bad;
+    set(bad);
+    auto refused = TcpStoreServer::Start("127.0.0.1", 0, bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  }
 }
 
 TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBytes) {
