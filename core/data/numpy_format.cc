@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +24,8 @@ constexpr uint32_t kZip64EndRecord = 0x06064b50, kZip64Locator = 0x07064b50;
 constexpr uint16_t kZip64Extra = 0x0001;
 constexpr uint32_t kMaxArchiveEntries = 100000;
 constexpr uint32_t kMaxHeaderBytes = 1 << 16;  // numpy's own headers are far smaller
+// A deflated member's first buffer; it doubles as the data inflates, up to the size claimed.
+constexpr uint64_t kFirstInflateBytes = uint64_t{1} << 20;
 
 std::string Quote(std::string_view text) { return QuoteUntrusted(text); }
 
@@ -267,15 +270,20 @@ Result<std::string> MemberBytes(std::string_view bytes, const ZipEntry& e, const
     if (e.compressed != e.size) return InvalidArgumentError(member + ": stored member with different sizes");
     out.assign(bytes.data() + data_at, e.size);
   } else if (e.method == 8) {
-    out.resize(e.size);
+    // The buffer grows as the data inflates, not to the size the directory claims: a few bytes
+    // of archive that claim gigabytes cost what they really expand to.
+    out.resize(static_cast<size_t>(std::min<uint64_t>(e.size, kFirstInflateBytes)));
     z_stream z{};
     if (inflateInit2(&z, -MAX_WBITS) != Z_OK) return InternalError(member + ": zlib could not start");
     uint64_t in_left = e.compressed, out_done = 0;
     const unsigned char* in = p + data_at;
     int rc = Z_OK;
     while (rc == Z_OK) {
+      if (out_done == out.size() && out.size() < e.size) {
+        out.resize(static_cast<size_t>(std::min<uint64_t>(e.size, uint64_t{out.size()} * 2)));
+      }
       const uInt in_chunk = static_cast<uInt>(std::min<uint64_t>(in_left, 1u << 30));
-      const uInt out_chunk = static_cast<uInt>(std::min<uint64_t>(e.size - out_done, 1u << 30));
+      const uInt out_chunk = static_cast<uInt>(std::min<uint64_t>(out.size() - out_done, 1u << 30));
       z.next_in = const_cast<unsigned char*>(in);
       z.avail_in = in_chunk;
       z.next_out = reinterpret_cast<unsigned char*>(out.data()) + out_done;

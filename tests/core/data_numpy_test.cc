@@ -2,8 +2,11 @@
 // tests/core/testdata/numpy, made by tests/core/testdata/numpy/make.py with numpy 1.24), and
 // hostile files refused with a message naming what is wrong.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,6 +22,31 @@ const std::string kData = std::string(TESSERA_SOURCE_DIR) + "/tests/core/testdat
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerRuntime = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitizerRuntime = true;
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+
+// Lets this process's address space grow by at most `headroom` bytes from now on, so that an
+// allocation of what a hostile archive claims fails (std::bad_alloc, which kills the process)
+// instead of succeeding lazily. For a death test's child only; does nothing under a sanitizer.
+void CapAddressSpace(uint64_t headroom) {
+  if (kSanitizerRuntime) return;
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + headroom;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::abort();
 }
 
 NamedTensor Tensor(std::string name, std::vector<int64_t> shape, std::vector<float> values) {
@@ -149,6 +177,31 @@ TEST(NumpyFormatTest, RefusesDamagedArchives) {
   auto twice = EncodeNpz({ToNumpy(set[0]), ToNumpy(set[0])});
   ASSERT_FALSE(twice.ok());
   EXPECT_NE(twice.status().message().find("twice"), std::string::npos);
+}
+
+// A deflated member whose directory claims 3 GiB (under the 4 GiB default limit) but whose
+// data is a few hundred bytes is refused as damaged without setting 3 GiB aside first.
+TEST(NumpyFormatTest, ADeflatedMemberClaimingGigabytesIsRefusedWithoutAllocatingThem) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::string bytes = *EncodeNpz(ToNumpy(TensorSet{Tensor("a", {64}, std::vector<float>(64, 1.f))}));
+  const size_t central = bytes.find(std::string("PK\x01\x02", 4));
+  ASSERT_NE(central, std::string::npos);
+  bytes[central + 10] = 8;  // deflated: the stored bytes are taken for deflate data
+  const uint32_t claimed = 3u << 30;
+  for (int i = 0; i < 4; ++i) bytes[central + 24 + i] = static_cast<char>(claimed >> (8 * i));
+  EXPECT_EXIT(
+      {
+        CapAddressSpace(uint64_t{1} << 30);
+        auto parsed = ParseNpz(bytes, "bomb.npz");
+        std::fprintf(stderr, "%s\n", parsed.status().ToString().c_str());
+        const std::string message = parsed.status().message();
+        std::exit(!parsed.ok() && parsed.status().code() == StatusCode::kInvalidArgument &&
+                          message.find("bomb.npz") != std::string::npos &&
+                          message.find("deflate data is damaged") != std::string::npos
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(NumpyFormatTest, WriteNpzReplacesTheFileAtomically) {
