@@ -2,7 +2,11 @@
 // here in each format, read back with their shapes, labels, rows and normalisation, and
 // hostile files refused with a message naming the file and what was wrong.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -16,6 +20,31 @@ namespace tessera {
 namespace {
 
 namespace fs = std::filesystem;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitizerRuntime = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+constexpr bool kSanitizerRuntime = true;
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+#else
+constexpr bool kSanitizerRuntime = false;
+#endif
+
+// Lets this process's address space grow by at most `headroom` bytes from now on, so that
+// holding many times what a file holds fails (std::bad_alloc, which kills the process). For a
+// death test's child only; does nothing under a sanitizer.
+void CapAddressSpace(uint64_t headroom) {
+  if (kSanitizerRuntime) return;
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  rlimit limit{};
+  limit.rlim_cur = limit.rlim_max = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + headroom;
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::abort();
+}
 
 class DataSourceTest : public ::testing::Test {
  protected:
@@ -356,6 +385,36 @@ TEST_F(DataSourceTest, CsvErrorsNameTheFileLineAndColumn) {
     for (const std::string& piece : c.expected) {
       EXPECT_NE(got.status().message().find(piece), std::string::npos) << got.status().message();
     }
+  }
+}
+
+// A line of 32 Mi commas, as the header or as a sample, is refused as too many fields without
+// holding a view of each (512 MiB): what is held stays near the line's own bytes.
+TEST_F(DataSourceTest, CsvLinesOfNothingButCommasAreRefusedWithoutAViewPerField) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string commas(size_t{32} << 20, ',');
+  const struct {
+    std::string text;
+    std::vector<std::string> expected;
+  } cases[] = {
+      {"label" + commas + "\n1\n", {"line 1", "2 to 65536 columns", "got more"}},
+      {"label,a\n1" + commas + "\n", {"line 2", "expected 2 fields", "got more"}},
+  };
+  DataSource source = Source(DataFormat::kCsv);
+  for (const auto& c : cases) {
+    WriteText("train.csv", c.text);
+    EXPECT_EXIT(
+        {
+          CapAddressSpace(uint64_t{256} << 20);
+          auto got = InspectSplit(source, true);
+          std::fprintf(stderr, "%s\n", got.status().ToString().c_str());
+          bool named = !got.ok() && got.status().message().find("train.csv") != std::string::npos;
+          for (const std::string& piece : c.expected) {
+            named = named && got.status().message().find(piece) != std::string::npos;
+          }
+          std::exit(named ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "");
   }
 }
 
