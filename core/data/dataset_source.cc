@@ -184,6 +184,12 @@ Result<OpenSplit> OpenCifar10(const DataSource& source, bool train) {
     std::error_code ec;
     const uintmax_t size = fs::file_size(path, ec);
     if (ec) return NotFoundError(path + ": cannot read its size: " + ec.message());
+    // A batch is read a label at a time: one larger than any split may be (a sparse file, or
+    // not a batch at all) is refused before its records are counted.
+    if (size > kMaxSplitBytes) {
+      return InvalidArgumentError(path + ": " + std::to_string(size) + " bytes; expected a CIFAR-10 batch of at most " +
+                                  std::to_string(kMaxSplitBytes) + " bytes (each of CIFAR-10's holds 10,000 records)");
+    }
     if (size == 0 || size % kCifarRecord != 0) {
       return DataLossError(path + ": " + std::to_string(size) + " bytes is not a whole number of CIFAR-10 records (" +
                            std::to_string(kCifarRecord) + " bytes each: a label byte and 32x32x3 pixels)");

@@ -9,7 +9,8 @@
 //   cifar10  CIFAR-10's binary version: data_batch_1.bin ... data_batch_5.bin (those present,
 //            from the first without a gap: a missing batch before a present one is kNotFound
 //            naming it) and test_batch.bin; each record one label byte then 3,072
-//            pixel bytes (1,024 red, 1,024 green, 1,024 blue, row-major 32x32).
+//            pixel bytes (1,024 red, 1,024 green, 1,024 blue, row-major 32x32); a batch
+//            of more than 4 GiB is refused.
 //   npz      train.npz and test.npz, each with an array "x" (N,C,H,W), (N,H,W) or (N,F) of
 //            uint8, float32 or float64, and "y" (N) of integer labels. (N,H,W) is one channel;
 //            (N,F) is F features, read as F channels of 1x1.

@@ -233,6 +233,23 @@ TEST_F(DataSourceTest, Cifar10RefusesACutRecordAndAMissingSplit) {
 
 // Batches 1, 3, 4 and 5 without 2: the training split is refused naming data_batch_2.bin rather
 // than read as batch 1 alone; and so is 2 to 5 without 1.
+// A batch larger than a split may be (here a sparse file of whole records just over 4 GiB,
+// 1.4 million of them) is refused by its size, naming it, before a label is read.
+TEST_F(DataSourceTest, Cifar10RefusesABatchLargerThanASplitMayBe) {
+  DataSource source = Source(DataFormat::kCifar10);
+  const uint64_t record = 1 + 3072;
+  const uint64_t records = ((uint64_t{4} << 30) + record) / record;
+  { std::ofstream(Path("test_batch.bin"), std::ios::binary); }
+  std::error_code ec;
+  fs::resize_file(Path("test_batch.bin"), records * record, ec);
+  if (ec) GTEST_SKIP() << "no sparse file of " << records * record << " bytes here: " << ec.message();
+  auto shape = InspectSplit(source, false);
+  ASSERT_FALSE(shape.ok()) << shape->count << " records read";
+  EXPECT_EQ(shape.status().code(), StatusCode::kInvalidArgument) << shape.status().ToString();
+  EXPECT_NE(shape.status().message().find("test_batch.bin"), std::string::npos) << shape.status().message();
+  EXPECT_NE(shape.status().message().find("at most 4294967296 bytes"), std::string::npos) << shape.status().message();
+}
+
 TEST_F(DataSourceTest, Cifar10RefusesAGapInItsBatches) {
   WriteCifar("data_batch_1.bin", 2, 0);
   for (int b = 3; b <= 5; ++b) WriteCifar("data_batch_" + std::to_string(b) + ".bin", 2, 2 * b);
