@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   wire::TlsFlags tls_flags;
   int64_t heartbeat_timeout_ms = options.registry.heartbeat_timeout_ms;
   int64_t heartbeat_interval_ms = options.registry.heartbeat_interval_ms;
+  int64_t max_workers = static_cast<int64_t>(options.registry.max_workers);
   int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
   std::string log_level = "info";
   std::string log_format = "text";
@@ -106,6 +107,10 @@ int main(int argc, char** argv) {
   flags.Int("heartbeat-interval-ms", &heartbeat_interval_ms, "how often workers send heartbeats", IntRange{50, 60000});
   flags.Int("heartbeat-timeout-ms", &heartbeat_timeout_ms, "a worker silent this long is dropped from its round",
             IntRange{100, 3600000});
+  flags.Int("max-workers", &max_workers,
+            "worker names the coordinator knows at most (joined, lost or from before a restart); a join under a "
+            "new name past it is refused, a known name still rejoins",
+            IntRange{1, 10000000});
   flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails",
             IntRange{1, 7 * 24 * 3600});
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
@@ -221,6 +226,7 @@ int main(int argc, char** argv) {
   }
   options.registry.heartbeat_interval_ms = static_cast<uint32_t>(heartbeat_interval_ms);
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
+  options.registry.max_workers = static_cast<size_t>(max_workers);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;

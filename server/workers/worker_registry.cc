@@ -48,6 +48,19 @@ std::optional<v1::WorkerStatus> WorkerRegistry::Describe(const std::string& work
   return it->second.status;
 }
 
+Status WorkerRegistry::AdmitsLocked(const std::string& name) const {
+  if (workers_.size() < options_.max_workers || workers_.count(name) != 0) return Status::Ok();
+  return ResourceExhaustedError("join refused for worker " + QuoteUntrusted(name, kMaxNameBytes) +
+                                ": the coordinator knows " + std::to_string(workers_.size()) +
+                                " worker names, its limit (--max-workers " + std::to_string(options_.max_workers) +
+                                "); a known name may still rejoin");
+}
+
+Status WorkerRegistry::Admits(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return AdmitsLocked(name);
+}
+
 Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   const std::string& name = request.name();
   if (!request.cohort().empty() && !IsName(request.cohort())) {
@@ -62,6 +75,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
     return InvalidArgumentError("join: field 'name' " + QuoteUntrusted(name) + ": expected letters, digits, '-', '_' or '.'");
   }
   std::unique_lock<std::mutex> lock(mu_);
+  RETURN_IF_ERROR(AdmitsLocked(name));
   Worker& w = workers_[name];
   const bool rejoin = w.generation != 0;
   std::shared_ptr<TaskChannelSink> previous = std::move(w.sink);

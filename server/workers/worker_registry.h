@@ -36,6 +36,11 @@ struct WorkerRegistryOptions {
   // task channel drops its worker at once; heartbeats catch a hung worker process.
   uint32_t heartbeat_interval_ms = 15000;
   uint32_t heartbeat_timeout_ms = 45000;  // no heartbeat for this long: the worker is lost
+  // Worker names the registry knows at most (joined, lost, or known from before a restart): a
+  // join under a new name past it is refused, so that whoever holds a join token cannot grow
+  // the coordinator's memory and state store without bound by inventing names. Known names
+  // always rejoin.
+  size_t max_workers = 100000;
   // Where liveness reads the time (tests move a ManualClock instead of sleeping); must
   // outlive the registry.
   const Clock* clock = &SteadyClock();
@@ -79,6 +84,9 @@ class WorkerRegistry {
   void Restore(const std::vector<v1::WorkerStatus>& workers);
   // The worker's status as List() shows it (for persisting after a join).
   std::optional<v1::WorkerStatus> Describe(const std::string& worker_id) const;
+  // RESOURCE_EXHAUSTED when `name` is new and the registry knows max_workers names already;
+  // asked before a join binds the name in the state store (Join asks again under its lock).
+  Status Admits(const std::string& name) const;
   // Admits a worker (the join token was already checked). Returns its id and a new session.
   Result<v1::JoinResponse> Join(const v1::JoinRequest& request);
   // UNAUTHENTICATED when `session` is not the worker's current one.
@@ -148,6 +156,7 @@ class WorkerRegistry {
     std::shared_ptr<TaskChannelSink> sink;  // the open channel of `generation`, if any
     v1::WorkerStatus status;
   };
+  Status AdmitsLocked(const std::string& name) const;  // Admits(), under mu_
   bool IsAliveLocked(const Worker& w) const;
 
   WorkerRegistryOptions options_;

@@ -44,6 +44,38 @@ class WorkerRegistryTest : public ::testing::Test {
   WorkerRegistry registry_;
 };
 
+// Past max_workers known names a new name is refused, saying the limit and the flag, while
+// every known one (joined, or from before a restart) still joins again.
+TEST(WorkerRegistryLimitTest, ANewNamePastTheLimitIsRefusedAndKnownNamesStillRejoin) {
+  ManualClock clock;
+  WorkerRegistryOptions options;
+  options.clock = &clock;
+  options.max_workers = 3;
+  WorkerRegistry registry(options);
+  v1::WorkerStatus before_restart;
+  before_restart.set_worker_id("old");
+  registry.Restore({before_restart});
+  v1::JoinRequest request;
+  request.mutable_device()->set_kind("cpu");
+  for (const char* name : {"w1", "w2"}) {
+    request.set_name(name);
+    ASSERT_TRUE(registry.Join(request).ok()) << name;
+  }
+  request.set_name("w3");
+  EXPECT_EQ(registry.Admits("w3").code(), StatusCode::kResourceExhausted);
+  auto refused = registry.Join(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("'w3'"), std::string::npos) << refused.status().message();
+  EXPECT_NE(refused.status().message().find("--max-workers 3"), std::string::npos) << refused.status().message();
+  EXPECT_EQ(registry.List().size(), 3u);
+  for (const char* name : {"w1", "old"}) {
+    request.set_name(name);
+    EXPECT_TRUE(registry.Admits(name).ok()) << name;
+    EXPECT_TRUE(registry.Join(request).ok()) << name;
+  }
+}
+
 // A worker that reads nothing while messages keep coming for it (verdicts of calls it keeps
 // making, tasks) holds at most kMaxOutbox of them: the oldest go, the newest stay in order.
 TEST_F(WorkerRegistryTest, AWorkersOutboxIsBoundedAndKeepsTheNewest) {
