@@ -99,6 +99,10 @@ inline constexpr int64_t kScaffoldModelCopiesPerParty = 9;
 inline constexpr int64_t kScaffoldServerModelCopies = 3;
 // proximal_mu (FedProx): the largest value a spec may set.
 inline constexpr double kMaxProximalMu = 1000;
+// SCAFFOLD bounds a client's control-variate change by its delta's norm over the learning rate
+// (server/strategy/scaffold.cc): below this rate that bound could pass values a float cannot
+// hold (max_update_norm 1e9 / 1e-6 is 1e15 per round, against float's 3.4e38).
+inline constexpr double kMinScaffoldLearningRate = 1e-6;
 inline constexpr int64_t kMaxModelMemoryBytes = int64_t{2} << 30;  // 2 GiB per job
 // max_update_norm: the default, and the largest value a spec may set. Measured L2 norms of
 // real Fashion-MNIST updates (a party of 6000 IID samples unless said): the demo

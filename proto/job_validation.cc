@@ -414,6 +414,12 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
   } else if (s.proximal_mu() != 0) {
     return bad("proximal_mu", "0 for strategy \"" + strategy + "\" (it applies to fedprox)", FormatNumber(s.proximal_mu()));
   }
+  if (strategy == "scaffold" && o.learning_rate() < kMinScaffoldLearningRate) {
+    return bad("optimizer.learning_rate",
+               "at least 1e-6 for strategy \"scaffold\" (a client's control-variate change is bounded by "
+               "max_update_norm / learning_rate)",
+               FormatNumber(o.learning_rate()));
+  }
   // FedNova and SCAFFOLD aggregate in their own way: the mean of normalised updates, the mean
   // of the deltas and the control variates.
   if ((strategy == "fednova" || strategy == "scaffold") && !s.aggregation().rule().empty() &&

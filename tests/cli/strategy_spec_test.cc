@@ -76,6 +76,14 @@ TEST(ServerOptimizerSpecTest, StrategiesThatAggregateInTheirOwnWayTakeNoRuleNorS
   s.set_strategy("scaffold");
   s.mutable_server()->set_learning_rate(0.5);
   ExpectRefused(s, "server", "no server options for strategy \"scaffold\"");
+  // Its variates' bound is max_update_norm / learning_rate: a rate that makes it unbounded in
+  // a float is refused; the smallest allowed passes.
+  s = WireSpec();
+  s.set_strategy("scaffold");
+  s.mutable_optimizer()->set_learning_rate(1e-30);
+  ExpectRefused(s, "optimizer.learning_rate", "at least 1e-6 for strategy \"scaffold\"");
+  s.mutable_optimizer()->set_learning_rate(1e-6);
+  EXPECT_TRUE(wire::ValidateJobSpec(s).ok()) << wire::ValidateJobSpec(s).ToString();
   // FedProx's server side is FedAvg's, so a robust rule applies to it.
   s = WireSpec();
   s.set_strategy("fedprox");
