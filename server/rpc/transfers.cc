@@ -194,7 +194,13 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       return;
     }
     if (!ok) {  // the worker has sent everything
-      Reply(intake_.Complete(start_));
+      // The finish is claimed before the update is judged: a deadline that passes while it is
+      // checked and folded must not answer DEADLINE_EXCEEDED for an update the round took (the
+      // worker would count it as not taken, and its error feedback would send it again).
+      if (!deadline_->ClaimFinish()) return;  // the watchdog ended it first
+      const UpdateIntake::Answer answer = intake_.Complete(start_);
+      result_ = answer.result;
+      FinishClaimed(answer.status);
       return;
     }
     // Read from the transport's slices into the update's tensors.
@@ -244,7 +250,11 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // Every end but the watchdog's goes through here: the stream is finished once, its
   // result written to the reply when it ends OK.
   void End(const grpc::Status& status) {
-    if (!deadline_->ClaimFinish()) return;
+    if (deadline_->ClaimFinish()) FinishClaimed(status);
+  }
+
+  // The end, once this reactor holds the right to finish: the result in the reply when OK.
+  void FinishClaimed(const grpc::Status& status) {
     if (status.ok()) {
       grpc::ByteBuffer reply;
       if (!wire::ToByteBuffer(result_, &reply)) {
