@@ -27,6 +27,8 @@ constexpr int kCifarBatches = 5;
 // The most a csv split or an npz archive may hold in memory while it is read.
 constexpr uint64_t kMaxSplitBytes = uint64_t{4} << 30;
 constexpr size_t kMaxCsvColumns = 65536;
+constexpr size_t kMaxCsvLineBytes = size_t{64} << 20;
+constexpr uint64_t kMaxCsvValues = kMaxSplitBytes / sizeof(float);
 
 std::string SplitName(bool train) { return train ? "training" : "test"; }
 
@@ -328,6 +330,24 @@ std::vector<std::string_view> SplitFields(std::string_view line, size_t max_fiel
   return fields;
 }
 
+// Reads the next line of `in` into `line`, without its '\n': false at the end of the file.
+// A line longer than kMaxCsvLineBytes is an error naming it, read no further than the limit
+// (std::getline would hold all of a file without a newline).
+Result<bool> ReadCsvLine(std::istream& in, const std::string& path, int64_t line_number, std::string* line) {
+  line->clear();
+  std::streambuf* buffer = in.rdbuf();
+  for (;;) {
+    const int c = buffer->sbumpc();
+    if (c == std::char_traits<char>::eof()) return !line->empty();
+    if (c == '\n') return true;
+    if (line->size() == kMaxCsvLineBytes) {
+      return InvalidArgumentError(path + ": line " + std::to_string(line_number) + ": longer than " +
+                                  std::to_string(kMaxCsvLineBytes >> 20) + " MiB; expected a csv line of at most that");
+    }
+    line->push_back(static_cast<char>(c));
+  }
+}
+
 std::string Shown(std::string_view text) {
   std::string s(text.substr(0, 40));
   for (char& c : s) {
@@ -347,7 +367,8 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFoundError(path + ": cannot open");
   std::string line;
-  if (!std::getline(in, line)) return InvalidArgumentError(path + ": empty; expected a header row");
+  ASSIGN_OR_RETURN(bool has_header, ReadCsvLine(in, path, 1, &line));
+  if (!has_header) return InvalidArgumentError(path + ": empty; expected a header row");
   std::vector<std::string> header;  // owned: `line` is read into again below
   for (std::string_view field : SplitFields(line, kMaxCsvColumns)) header.emplace_back(field);
   if (header.size() < 2 || header.size() > kMaxCsvColumns) {
@@ -372,7 +393,9 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
   OpenSplit split;
   split.source = fs::path(path).filename().string();
   int64_t line_number = 1, count = 0;
-  while (std::getline(in, line)) {
+  for (;;) {
+    ASSIGN_OR_RETURN(bool more, ReadCsvLine(in, path, line_number + 1, &line));
+    if (!more) break;
     ++line_number;
     if (line.empty() || line == "\r") continue;
     const std::vector<std::string_view> fields = SplitFields(line, header.size());
@@ -403,6 +426,10 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
       values->push_back(static_cast<float>(v));
     }
     ++count;
+    if (values->size() > kMaxCsvValues) {
+      return InvalidArgumentError(path + ": line " + std::to_string(line_number) + ": more than " +
+                                  std::to_string(kMaxCsvValues) + " feature values in all (4 GiB as floats)");
+    }
   }
   if (count == 0) return InvalidArgumentError(path + ": no samples after the header");
   split.shape = DataShape{static_cast<int>(features), 1, 1, count, -1};

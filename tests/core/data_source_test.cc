@@ -435,5 +435,22 @@ TEST_F(DataSourceTest, CsvLinesOfNothingButCommasAreRefusedWithoutAViewPerField)
   }
 }
 
+// A line past 64 MiB (a file without newlines, say) is refused naming the line and the limit,
+// read no further than that: not held whole, as a plain getline would hold it.
+TEST_F(DataSourceTest, ACsvLineLongerThanTheLimitIsRefusedNamingIt) {
+  DataSource source = Source(DataFormat::kCsv);
+  WriteText("train.csv", "label,a\n" + std::string((size_t{64} << 20) + 10, '1'));
+  auto got = InspectSplit(source, true);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+  for (const char* piece : {"train.csv", "line 2", "longer than 64 MiB"}) {
+    EXPECT_NE(got.status().message().find(piece), std::string::npos) << got.status().message();
+  }
+  WriteText("train.csv", std::string((size_t{64} << 20) + 1, 'x'));
+  got = InspectSplit(source, true);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("line 1: longer than 64 MiB"), std::string::npos) << got.status().message();
+}
+
 }  // namespace
 }  // namespace tessera
