@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tests/address_space.h"
 #include "tests/base/vm_flags.h"
 
 namespace tessera {
@@ -14,17 +15,7 @@ namespace {
 using testing::AdvisedHugePages;
 
 // Under a sanitizer malloc is the sanitizer's, whose blocks are never advised (base/huge_pages.cc).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerMalloc = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-constexpr bool kSanitizerMalloc = true;
-#else
-constexpr bool kSanitizerMalloc = false;
-#endif
-#else
-constexpr bool kSanitizerMalloc = false;
-#endif
+constexpr bool kSanitizerMalloc = testing::kSanitizerRuntime;
 
 uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
 const void* Pointer(uintptr_t a) { return reinterpret_cast<const void*>(a); }

@@ -13,37 +13,14 @@
 #include <vector>
 
 #include "core/data/idx.h"
+#include "tests/address_space.h"
 
 namespace tessera {
 namespace {
 
+using testing::CapAddressSpace;
+
 namespace fs = std::filesystem;
-
-// Sanitizer runtimes reserve terabytes of address space up front, so no cap on it can hold.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerRuntime = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-constexpr bool kSanitizerRuntime = true;
-#else
-constexpr bool kSanitizerRuntime = false;
-#endif
-#else
-constexpr bool kSanitizerRuntime = false;
-#endif
-
-// Lets this process's address space grow by at most `headroom` bytes from now on, so that an
-// allocation of what a hostile header promises fails (std::bad_alloc, which kills the process)
-// instead of succeeding lazily. For a death test's child only; does nothing under a sanitizer.
-void CapAddressSpace(uint64_t headroom) {
-  if (kSanitizerRuntime) return;
-  std::ifstream statm("/proc/self/statm");
-  uint64_t pages = 0;
-  statm >> pages;
-  rlimit limit{};
-  limit.rlim_cur = limit.rlim_max = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + headroom;
-  if (setrlimit(RLIMIT_AS, &limit) != 0) std::abort();
-}
 
 // Big-endian uint32 bytes, for writing IDX headers by hand.
 void Append32(std::vector<uint8_t>& out, uint32_t v) {

@@ -13,40 +13,18 @@
 #include <string>
 
 #include "core/data/numpy_format.h"
+#include "tests/address_space.h"
 
 namespace tessera {
 namespace {
+
+using testing::CapAddressSpace;
 
 const std::string kData = std::string(TESSERA_SOURCE_DIR) + "/tests/core/testdata/numpy/";
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitizerRuntime = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
-constexpr bool kSanitizerRuntime = true;
-#else
-constexpr bool kSanitizerRuntime = false;
-#endif
-#else
-constexpr bool kSanitizerRuntime = false;
-#endif
-
-// Lets this process's address space grow by at most `headroom` bytes from now on, so that an
-// allocation of what a hostile archive claims fails (std::bad_alloc, which kills the process)
-// instead of succeeding lazily. For a death test's child only; does nothing under a sanitizer.
-void CapAddressSpace(uint64_t headroom) {
-  if (kSanitizerRuntime) return;
-  std::ifstream statm("/proc/self/statm");
-  uint64_t pages = 0;
-  statm >> pages;
-  rlimit limit{};
-  limit.rlim_cur = limit.rlim_max = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + headroom;
-  if (setrlimit(RLIMIT_AS, &limit) != 0) std::abort();
 }
 
 NamedTensor Tensor(std::string name, std::vector<int64_t> shape, std::vector<float> values) {
@@ -205,7 +183,7 @@ TEST(NumpyFormatTest, ADeflatedMemberClaimingGigabytesIsRefusedWithoutAllocating
 }
 
 TEST(NumpyFormatTest, WriteNpzReplacesTheFileAtomically) {
-  const std::string path = testing::TempDir() + "/export.npz";
+  const std::string path = ::testing::TempDir() + "/export.npz";
   ASSERT_TRUE(WriteNpz(path, ToNumpy(TensorSet{Tensor("x", {1}, {2.f})})).ok());
   auto back = ReadNpz(path);
   ASSERT_TRUE(back.ok());
