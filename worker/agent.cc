@@ -250,6 +250,10 @@ Status WorkerAgent::RunSession() {
       const v1::CancelTask& cancel = task.cancel();
       cancelled_.push_back({cancel.job_id(), cancel.round(), cancel.attempt()});
       while (cancelled_.size() > 16) cancelled_.pop_front();
+      // An upload of the task in flight stops now: the coordinator would refuse it, and its
+      // remaining chunks (up to the whole model's size) would hold the link and the
+      // coordinator's admission for nothing.
+      client_->CancelUpload(cancel.job_id(), cancel.round(), cancel.attempt());
       // The coordinator's words, escaped and bounded: a reason may quote what a job or a
       // worker said, and a line break in it would forge log lines.
       spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
@@ -631,6 +635,13 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   // sent. Nothing has been, so the seat's residual is left as it was.
   if (UploadCancelled(task)) return Status::Ok();
   auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
+  // A cancel that came while the update was on its way ended the upload there (its outcome is
+  // unknown to the error feedback below: some of it may have reached the coordinator).
+  bool cancelled_while_sending = false;
+  if (!sent.ok() && sent.status().code() == StatusCode::kCancelled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_while_sending = IsCancelledLocked(task.job_id(), task.round(), task.attempt());
+  }
   if (feedback) {
     const UploadOutcome outcome =
         !sent.ok() ? UploadOutcome::kUnknown : (sent->accepted() ? UploadOutcome::kTaken : UploadOutcome::kRefused);
@@ -639,6 +650,11 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
     } else {
       residuals_.erase(seat);
     }
+  }
+  if (cancelled_while_sending) {
+    spdlog::info("job {} round {} attempt {}: cancelled while its update was uploading; the rest of it is not sent",
+                 QuoteUntrusted(task.job_id()), task.round(), task.attempt());
+    return Status::Ok();
   }
   if (!sent.ok()) return sent.status();
   const v1::UploadResult& result = *sent;

@@ -110,6 +110,9 @@ class WorkerAgent {
   // A task cancelled by the time its update is encoded (its job, round and attempt; a cancel
   // that came during its last training step or after it) uploads nothing: the coordinator
   // would refuse it and count it against this worker. The seat's residual stays as it was.
+  // One that comes while the update is being sent ends the upload there
+  // (CoordinatorClient::CancelUpload): no further chunk goes, and as some may have arrived,
+  // the residual is kept as for an upload whose fate is unknown.
   Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
   // Whether `task` is cancelled, logged when it is: the caller then drops its update.
   bool UploadCancelled(const v1::TrainTask& task);

@@ -2,9 +2,11 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <optional>
@@ -64,6 +66,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       // stopping worker sees its stop after the join instead.
       std::lock_guard<std::mutex> lock(mu_);
       cancel_pending_ = false;
+      // The same goes for the tasks it cancelled: a restarted coordinator resumes a round under
+      // the same attempt, and hands its task out again to the new session.
+      cancelled_uploads_.clear();
     }
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kCallDeadline);
@@ -183,6 +188,18 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     for (grpc::ClientContext* ctx : transfers_) ctx->TryCancel();
   }
 
+  void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CancelledTask cancel{job_id, round, attempt};
+    // Remembered for an upload that has not started yet (the cancel came while it was being
+    // encoded); a few are enough, as a cancel only matters to the task it names.
+    cancelled_uploads_.push_back(cancel);
+    while (cancelled_uploads_.size() > kMaxCancelledUploads) cancelled_uploads_.pop_front();
+    for (UploadScope* upload : uploads_) {
+      if (cancel.Covers(upload->header())) upload->Cancel();
+    }
+  }
+
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
@@ -281,6 +298,55 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext* const ctx_;
   };
 
+  // A task the coordinator cancelled; attempt 0 (from a coordinator that does not send it)
+  // covers every attempt of the round.
+  struct CancelledTask {
+    std::string job_id;
+    uint32_t round = 0;
+    uint32_t attempt = 0;
+    bool Covers(const v1::UpdateHeader& header) const {
+      return header.job_id() == job_id && header.round() == round && (attempt == 0 || header.attempt() == attempt);
+    }
+  };
+
+  // Whether `header`'s task has been cancelled in this session. Under mu_.
+  bool UploadCancelledLocked(const v1::UpdateHeader& header) const {
+    return std::any_of(cancelled_uploads_.begin(), cancelled_uploads_.end(),
+                       [&](const CancelledTask& c) { return c.Covers(header); });
+  }
+
+  // An upload call in flight, known to CancelUpload() by its header for as long as it runs;
+  // one whose task is cancelled already starts cancelled.
+  class UploadScope {
+   public:
+    UploadScope(GrpcCoordinatorClient* client, grpc::ClientContext* ctx, const v1::UpdateHeader& header)
+        : client_(client), ctx_(ctx), header_(header) {
+      std::lock_guard<std::mutex> lock(client_->mu_);
+      client_->uploads_.insert(this);
+      if (client_->UploadCancelledLocked(header_)) Cancel();
+    }
+    ~UploadScope() {
+      std::lock_guard<std::mutex> lock(client_->mu_);
+      client_->uploads_.erase(this);
+    }
+    UploadScope(const UploadScope&) = delete;
+    UploadScope& operator=(const UploadScope&) = delete;
+
+    const v1::UpdateHeader& header() const { return header_; }
+    // Under the client's mu_.
+    void Cancel() {
+      cancelled_ = true;
+      ctx_->TryCancel();
+    }
+    bool cancelled() const { return cancelled_.load(); }
+
+   private:
+    GrpcCoordinatorClient* const client_;
+    grpc::ClientContext* const ctx_;
+    const v1::UpdateHeader& header_;
+    std::atomic<bool> cancelled_{false};
+  };
+
   // An open task session: the stream with its context, which must outlive every write, and
   // whether the reader has finished the call (guarded by session_write_mu_).
   struct OpenSession {
@@ -328,6 +394,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (session_ != session) return std::nullopt;  // the session ended meanwhile
+      if (UploadCancelledLocked(header)) {
+        return Result<v1::UploadResult>(CancelledError("upload: the coordinator cancelled the task"));
+      }
       inline_wait_ = wait;
     }
     bool written = false;
@@ -375,6 +444,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, kTransferDeadline);
     TransferScope in_flight(this, &ctx);
+    UploadScope upload(this, &ctx, header);
     const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, result));
@@ -388,6 +458,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (open && !tensors->empty() && upload_admission_) writer->WaitForInitialMetadata();
     if (open) {
       wire::ForEachChunkMessage(tensors, chunk_bytes, [&](const grpc::ByteBuffer& chunk) {
+        // A cancelled task's upload sends no further chunk (the cancelled call would refuse
+        // its writes too; this does not rely on it).
+        if (upload.cancelled()) return CancelledError("the coordinator cancelled the task");
         if (!writer->Write(chunk)) return CancelledError("the coordinator closed the upload");
         return Status::Ok();
       }).ok();  // a write that fails ends the call: Finish() says why
@@ -409,6 +482,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
   std::set<grpc::ClientContext*> transfers_;  // downloads and uploads in flight (guarded by mu_)
   bool transfers_cancelled_ = false;          // CancelTransfers() was called (guarded by mu_)
+  std::set<UploadScope*> uploads_;            // upload calls in flight (guarded by mu_)
+  // CancelUpload's tasks in this session, newest last (guarded by mu_).
+  static constexpr size_t kMaxCancelledUploads = 16;
+  std::deque<CancelledTask> cancelled_uploads_;
   std::atomic<bool> upload_admission_{false};  // from the last JoinResponse
   std::atomic<uint64_t> upload_connection_min_bytes_{0};  // from the last JoinResponse; 0: never
   std::atomic<uint64_t> inline_update_max_bytes_{0};      // from the last JoinResponse; 0: no session

@@ -31,6 +31,11 @@ class CoordinatorClient {
   // Ends the downloads and uploads in flight, and every one started later, at once (a stopping
   // worker); each returns CANCELLED.
   virtual void CancelTransfers() {}
+  // The coordinator cancelled the task (job, round, attempt; attempt 0: every attempt of the
+  // round): its upload in flight ends at once, no further chunk sent, and returns CANCELLED;
+  // one for it that starts later in this session does not start. Uploads of other tasks go
+  // on. A Join forgets these cancels with the session they came in.
+  virtual void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) {}
   // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
   // manifest of more than `max_bytes` is refused before anything is allocated for it.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) = 0;

@@ -4,12 +4,14 @@
 // new one per upload, closed when the upload ends; a smaller one (or any, with 0) goes on
 // the worker's connection; and an update refused on its own connection for want of a
 // connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
-// is in inline_model_test.cc. And a cancel that finds no task channel open ends only the
-// next channel of its own session.
+// is in inline_model_test.cc. A cancel that finds no task channel open ends only the next
+// channel of its own session; a cancel of a task ends that task's upload in flight, and no
+// other.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -56,14 +58,29 @@ class StandInService final : public v1::WorkerService::Service {
     }
     v1::UpdateChunkMessage message;
     uint64_t bytes = 0;
+    bool held = false;
     while (reader->Read(&message)) {
       if (message.has_chunk()) bytes += message.chunk().data().size();
+      if (message.has_chunk() && !held && after_first_chunk) {
+        held = true;
+        after_first_chunk();  // nothing more is read meanwhile
+      }
     }
     result->set_accepted(true);
     std::lock_guard<std::mutex> lock(mu_);
     upload_bytes_.push_back(bytes);
+    uploads_done_.notify_all();
     return grpc::Status::OK;
   }
+
+  // Waits until `count` uploads have been read to their end (or their cancel).
+  void WaitForUploads(size_t count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    uploads_done_.wait(lock, [&] { return upload_bytes_.size() >= count; });
+  }
+
+  // When set (before the uploads), runs on each upload's first chunk, before the next is read.
+  std::function<void()> after_first_chunk;
 
   // One task, then the channel ends as when the coordinator closes it.
   grpc::Status OpenTaskChannel(grpc::ServerContext*, const v1::TaskChannelRequest*,
@@ -95,6 +112,7 @@ class StandInService final : public v1::WorkerService::Service {
   std::string join_peer_;
   std::vector<std::string> upload_peers_;  // every upload's, refused ones too
   std::vector<uint64_t> upload_bytes_;     // the taken ones'
+  std::condition_variable uploads_done_;
 };
 
 struct StandIn {
@@ -104,6 +122,9 @@ struct StandIn {
     EXPECT_TRUE(credentials.ok()) << credentials.status().ToString();
     if (!credentials.ok()) return;
     grpc::ServerBuilder builder;
+    // The stream's flow-control window stays at its 64 KiB: an upload the service stops reading
+    // (after_first_chunk) waits for it after at most that much, as one to a busy coordinator.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
@@ -237,6 +258,143 @@ TEST(TaskChannelCancelTest, ACancelWithNoChannelOpenEndsOnlyTheNextChannelOfItsS
   ended = (*client)->RunTaskChannel(open, count);
   EXPECT_EQ(ended.code(), StatusCode::kCancelled) << ended.ToString();
   EXPECT_EQ(tasks, 2);
+}
+
+// An upload held by the coordinator after its first chunk, while `during` runs (from another
+// thread); what the upload returned, and how many of its bytes the coordinator read. With
+// `ends_held`, the upload is expected to return while still held (cancelled); else the
+// coordinator reads on and it returns its verdict.
+struct HeldUpload {
+  Result<v1::UploadResult> result = InternalError("not run");
+  uint64_t bytes_read = 0;
+};
+constexpr size_t kHeldUploadBytes = size_t{16} << 20;
+
+HeldUpload UploadHeld(StandIn& stand_in, worker::CoordinatorClient& client, bool ends_held,
+                      const std::function<void()>& during) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_chunk = false, go = false;
+  stand_in.service.after_first_chunk = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    first_chunk = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return go; });
+  };
+  v1::UpdateHeader header;
+  header.set_job_id("job-1");
+  header.set_round(1);
+  header.set_attempt(1);
+  header.add_sets()->set_name("delta");
+  const auto tensors = std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(kHeldUploadBytes, '\x01')});
+  HeldUpload held;
+  bool returned = false;
+  std::thread upload([&] {
+    auto result = client.UploadUpdate(header, tensors, 64 << 10);
+    std::lock_guard<std::mutex> lock(mu);
+    held.result = std::move(result);
+    returned = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_chunk; });
+  }
+  during();
+  const auto release = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    go = true;
+    cv.notify_all();
+  };
+  if (ends_held) {
+    // Bounded only so that a failure ends before the upload's own five-minute deadline.
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned; }))
+        << "the upload did not end while the coordinator held it";
+  }
+  release();
+  upload.join();
+  stand_in.service.WaitForUploads(1);
+  held.bytes_read = stand_in.service.upload_bytes().at(0);
+  return held;
+}
+
+std::unique_ptr<worker::CoordinatorClient> JoinedClient(StandIn& stand_in) {
+  auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(stand_in.port),
+                                                  TestPki::Get().WorkerTls("w1"));
+  EXPECT_TRUE(client.ok()) << client.status().ToString();
+  if (!client.ok()) return nullptr;
+  v1::JoinRequest join;
+  join.set_name("w1");
+  EXPECT_TRUE((*client)->Join(join).ok());
+  return std::move(client).value();
+}
+
+// The coordinator cancels a round while the worker is sending its update: the upload ends
+// there, CANCELLED, and the rest of its chunks are never sent.
+TEST(UploadCancelTest, ACancelOfTheTaskEndsItsUploadInFlight) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  const HeldUpload held = UploadHeld(stand_in, *client, /*ends_held=*/true,
+                                     [&] { client->CancelUpload("job-1", 1, 1); });
+  EXPECT_EQ(held.result.status().code(), StatusCode::kCancelled) << held.result.status().ToString();
+  EXPECT_LT(held.bytes_read, kHeldUploadBytes / 2) << "the cancelled upload kept sending";
+}
+
+// Attempt 0, from a coordinator that does not send the attempt, cancels every attempt.
+TEST(UploadCancelTest, ACancelWithoutAnAttemptEndsEveryAttemptsUpload) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  const HeldUpload held = UploadHeld(stand_in, *client, /*ends_held=*/true,
+                                     [&] { client->CancelUpload("job-1", 1, 0); });
+  EXPECT_EQ(held.result.status().code(), StatusCode::kCancelled) << held.result.status().ToString();
+  EXPECT_LT(held.bytes_read, kHeldUploadBytes / 2) << "the cancelled upload kept sending";
+}
+
+TEST(UploadCancelTest, ACancelOfAnotherTaskLetsTheUploadFinish) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  const HeldUpload held = UploadHeld(stand_in, *client, /*ends_held=*/false, [&] {
+    client->CancelUpload("job-1", 1, 2);
+    client->CancelUpload("job-1", 2, 1);
+    client->CancelUpload("job-2", 1, 1);
+  });
+  ASSERT_TRUE(held.result.ok()) << held.result.status().ToString();
+  EXPECT_TRUE(held.result->accepted());
+  EXPECT_EQ(held.bytes_read, kHeldUploadBytes);
+}
+
+// A cancel that comes before its task's upload starts (while the update is encoded) stops it
+// from starting; a Join forgets it with its session, as the coordinator that resumes a round
+// under the same attempt hands the task out again.
+TEST(UploadCancelTest, ACancelBeforeTheUploadStopsItUntilTheNextJoin) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  client->CancelUpload("job-1", 1, 1);
+  v1::UpdateHeader header;
+  header.set_job_id("job-1");
+  header.set_round(1);
+  header.set_attempt(1);
+  header.add_sets()->set_name("delta");
+  const auto tensors = std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(8192, '\x01')});
+  auto result = client->UploadUpdate(header, tensors, 4096);
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+  for (uint64_t bytes : stand_in.service.upload_bytes()) EXPECT_EQ(bytes, 0u) << "the cancelled task's update was sent";
+  v1::JoinRequest join;
+  join.set_name("w1");
+  ASSERT_TRUE(client->Join(join).ok());
+  result = client->UploadUpdate(header, tensors, 4096);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_FALSE(stand_in.service.upload_bytes().empty());
+  EXPECT_EQ(stand_in.service.upload_bytes().back(), 8192u);
 }
 
 }  // namespace

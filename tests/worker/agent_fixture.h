@@ -19,6 +19,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "collectives/store/hash_store.h"
@@ -113,6 +114,13 @@ class ScriptedCoordinator final : public CoordinatorClient {
     int later_delivered = 0;
     // The rendezvous store a cohort's members meet in; without it the store RPCs fail.
     std::shared_ptr<collectives::HashStore> store;
+    // Called as each upload is under way (its header sent, its chunks not yet), outside the
+    // lock, with its header.
+    std::function<void(const v1::UpdateHeader&)> during_upload;
+    // CancelUpload's calls in this session (a join forgets them, as the gRPC client's), as
+    // (job, round, attempt), in order.
+    std::vector<std::tuple<std::string, uint32_t, uint32_t>> upload_cancels;
+    int uploads_cancelled = 0;  // uploads ended by a CancelUpload of their task
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -135,6 +143,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->joins.push_back(request);
+      shared_->upload_cancels.clear();
       shared_->cv.notify_all();
     }
     v1::JoinResponse response;
@@ -197,10 +206,20 @@ class ScriptedCoordinator final : public CoordinatorClient {
     return download;
   }
   // Read back as the coordinator reads it (proto/update_assembler.h).
+  // An upload whose task a CancelUpload names (attempt 0: any attempt), by the time its
+  // during_upload hook returns, ends CANCELLED and is not recorded, as the gRPC client's.
   Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
                                         uint32_t chunk_bytes) override {
     const wire::UpdateBytes& tensors = *shared;
+    if (shared_->during_upload) shared_->during_upload(header);
     std::lock_guard<std::mutex> lock(shared_->mu);
+    for (const auto& [job, round, attempt] : shared_->upload_cancels) {
+      if (job == header.job_id() && round == header.round() && (attempt == 0 || attempt == header.attempt())) {
+        ++shared_->uploads_cancelled;
+        shared_->cv.notify_all();
+        return CancelledError("upload: the coordinator cancelled the task");
+      }
+    }
     TensorSet decoded;
     uint64_t bytes = 0;
     if (header.failure().empty()) {
@@ -222,6 +241,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
     result.set_accepted(shared_->refuse_reason.empty());
     result.set_reason(shared_->refuse_reason);
     return result;
+  }
+  void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) override {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->upload_cancels.emplace_back(job_id, round, attempt);
   }
   Status StoreSet(const v1::StoreRequest& request) override {
     if (!shared_->store) return UnimplementedError("no store");

@@ -183,6 +183,52 @@ TEST_F(AgentTest, ACancelOfAnotherAttemptOrRoundAfterTrainingDoesNotStopTheUploa
   EXPECT_EQ(upload.samples(), 512u);
 }
 
+// A cancel that comes while the update is on its way ends the upload there
+// (CoordinatorClient::CancelUpload), logged once and not as a failed upload. The worker stays
+// healthy: the job's next round trains and uploads.
+TEST_F(AgentTest, ACancelWhileUploadingEndsTheUpload) {
+  ::tessera::testing::CapturedLog log;
+  shared_->during_upload = [this](const v1::UpdateHeader& header) {
+    if (header.round() != 1) return;
+    EXPECT_TRUE(Deliver(Cancel(1, 1)));
+    EXPECT_TRUE(Deliver(Train(2, 1)));
+  };
+  Start({Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(2, 1, &upload)) << "the next round after a cancelled upload did not upload";
+  agent_->Stop();
+  thread_.join();
+  for (const auto& h : Uploads()) EXPECT_NE(h.round(), 1u) << "the cancelled round's upload went on";
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_EQ(shared_->uploads_cancelled, 1);
+  }
+  EXPECT_EQ(agent_->rounds_trained(), 1u);
+  const std::string text = log.text();
+  const std::string said = "job 'job-1' round 1 attempt 1: cancelled while its update was uploading";
+  const size_t at = text.find(said);
+  EXPECT_NE(at, std::string::npos) << text.substr(0, 4096);
+  EXPECT_EQ(text.find(said, at + 1), std::string::npos) << "said more than once";
+  EXPECT_EQ(text.find("the coordinator cancelled the task"), std::string::npos) << "logged as a failed upload";
+}
+
+TEST_F(AgentTest, ACancelOfAnotherTaskWhileUploadingDoesNotEndTheUpload) {
+  shared_->during_upload = [this](const v1::UpdateHeader&) {
+    EXPECT_TRUE(Deliver(Cancel(1, 2)));
+    EXPECT_TRUE(Deliver(Cancel(2, 1)));
+    v1::Task other_job = Cancel(1, 1);
+    other_job.mutable_cancel()->set_job_id("job-2");
+    EXPECT_TRUE(Deliver(other_job));
+  };
+  Start({Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload)) << "the upload was ended by a cancel of another task";
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->upload_cancels.size(), 3u) << "a cancel did not reach the client";
+  EXPECT_EQ(shared_->uploads_cancelled, 0);
+}
+
 }  // namespace
 
 // SCAFFOLD's client: the download carries c and this seat's c_i after the model; the upload
