@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 
 #include "base/escape.h"
 #include "base/names.h"
@@ -562,6 +563,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     }
     if (!own.empty()) KeepForSeat(local_tensors_, local_seat, std::move(own), kMaxResiduals);
   }
+  std::set<std::string> buffers;  // the model's running statistics, which no optimiser steps
+  for (const ParameterView& view : model->parameter_views()) {
+    if (!view.trainable) buffers.insert(view.name);
+  }
   model.reset();
   if (large_model_) device->ReleaseCachedMemory();  // the training state's blocks, cached by the pool
   v1::UpdateHeader& header = *out_header;
@@ -576,6 +581,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     ASSIGN_OR_RETURN(ScaffoldClientStep step,
                      ScaffoldClientVariates(global, trained, sets[kServerControlSet], sets[kClientControlSet],
                                             static_cast<double>(report.steps), options.learning_rate));
+    // A buffer has no variate (the coordinator keeps it at zero and ignores this set's entries
+    // for it): its entries go as zeros, the set keeping the model's layout the coordinator
+    // checks, rather than its running statistics' change over K lr.
+    for (NamedTensor& t : step.control_delta) {
+      if (buffers.count(t.name)) std::fill(t.values.begin(), t.values.end(), 0.0f);
+    }
     out_parts->emplace_back(wire::kDeltaSet, DeltaFrom(std::move(trained), global));
     out_parts->emplace_back(kControlDeltaSet, std::move(step.control_delta));
   } else {

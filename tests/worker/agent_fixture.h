@@ -17,6 +17,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -121,13 +122,15 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // (job, round, attempt), in order.
     std::vector<std::tuple<std::string, uint32_t, uint32_t>> upload_cancels;
     int uploads_cancelled = 0;  // uploads ended by a CancelUpload of their task
+    // The job whose model the coordinator serves (set before the coordinator is made).
+    v1::JobSpec model_job = TinyJob();
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
   ScriptedCoordinator(std::vector<v1::Task> script, std::shared_ptr<Shared> shared, TensorSet download_sets = {})
       : script_(std::move(script)), shared_(std::move(shared)), download_sets_(std::move(download_sets)) {
     auto device = CreateDevice("cpu");
-    auto model = CreateModel(wire::ToModelConfig(TinyJob()), device->get());
+    auto model = CreateModel(wire::ToModelConfig(shared_->model_job), device->get());
     model_ = (*model)->GetState().value();
   }
 

@@ -285,6 +285,66 @@ TEST_F(AgentTest, AScaffoldRoundUnderMomentumDividesByTheStepsTaken) {
   ExpectScaffoldUpload(0.9);  // K = 16 (a_i = 86.68 is reported for FedNova, not used)
 }
 
+// A model's buffers (a batch norm's running statistics) have no variate: the coordinator keeps
+// theirs at zero and ignores their entries, so the worker sends zeros there (the set keeps the
+// model's layout), and the parameters' change as before.
+TEST_F(AgentTest, AScaffoldRoundSendsNoVariateChangeForTheModelsBuffers) {
+  v1::JobSpec spec = TinyJob();
+  spec.set_strategy("scaffold");
+  v1::ModelSpec& declared = *spec.mutable_model();
+  declared.clear_hidden();
+  declared.set_name("declared");
+  v1::LayerSpec* conv = declared.add_layers();
+  conv->set_type("conv2d");
+  conv->set_out(2);
+  conv->set_kernel(3);
+  conv->set_padding(1);
+  for (const char* type : {"batch_norm", "relu", "max_pool", "flatten", "linear"}) declared.add_layers()->set_type(type);
+  shared_->model_job = spec;
+  v1::Task task = Train(1, 1);
+  *task.mutable_train()->mutable_spec() = spec;
+  task.mutable_train()->add_model_sets("server_control");
+  task.mutable_train()->add_model_sets("client_control");
+  const TensorSet model = ScriptedCoordinator({}, shared_).model();
+  TensorSet sets;
+  for (const char* set : {"server_control", "client_control"}) {
+    for (const NamedTensor& t : model) sets.push_back({std::string(set) + "/" + t.name, t.shape, std::vector<float>(t.values.size(), 0.0f)});
+  }
+  std::set<std::string> buffers;
+  {
+    auto device = CreateDevice("cpu");
+    auto made = CreateModel(wire::ToModelConfig(spec), device->get());
+    ASSERT_TRUE(made.ok()) << made.status().ToString();
+    for (const ParameterView& view : (*made)->parameter_views()) {
+      if (!view.trainable) buffers.insert(view.name);
+    }
+  }
+  ASSERT_FALSE(buffers.empty()) << "the model has no buffers to test with";
+  Start({task}, sets);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  ASSERT_TRUE(upload.failure().empty()) << upload.failure();
+  const TensorSet tensors = Uploaded(1);
+  ASSERT_EQ(tensors.size(), 2 * model.size()) << "the control change lost the model's layout";
+  size_t buffers_moved = 0;
+  double largest_parameter_change = 0;
+  for (size_t i = 0; i < model.size(); ++i) {
+    const NamedTensor& delta = tensors[i];
+    const NamedTensor& control = tensors[model.size() + i];
+    ASSERT_EQ(control.name, model[i].name);
+    ASSERT_EQ(control.values.size(), model[i].values.size());
+    if (buffers.count(control.name)) {
+      // The running statistics moved in training: before, their change over K lr went here.
+      for (float v : delta.values) buffers_moved += v != 0.0f;
+      for (float v : control.values) EXPECT_EQ(v, 0.0f) << control.name;
+    } else {
+      for (float v : control.values) largest_parameter_change = std::max(largest_parameter_change, std::fabs(double(v)));
+    }
+  }
+  EXPECT_GT(buffers_moved, 0u) << "the running statistics did not move";
+  EXPECT_GT(largest_parameter_change, 0.0) << "the parameters' variate change is missing";
+}
+
 TEST_F(AgentTest, AScaffoldRoundWithoutTheVariatesIsReportedAsAFailure) {
   v1::Task task = Train(1, 1);
   task.mutable_train()->mutable_spec()->set_strategy("scaffold");
