@@ -17,7 +17,9 @@ std::string WriteProfile(const std::string& file, const std::string& name, uint6
 
 // A device that fails (out of memory, a driver error) sends the round to the job's fallback
 // device class. A job names a class, never a file: "emu:FILE.toml" would have the worker read
-// a file the job chose. The round is reported failed instead, and a class still serves.
+// a file the job chose. Such a task is refused as the coordinator refuses such a spec, before
+// anything of it is used; a built-in profile's name this worker does not have is reported
+// failed when the device fails; a class still serves.
 TEST_F(AgentTest, AJobsFallbackDeviceIsNeverAProfileFileOnTheWorker) {
   WorkerOptions options;
   options.device = "emu:" + WriteProfile("agent_test_tiny.toml", "tiny-npu", 64 << 10);  // the model does not fit
@@ -26,17 +28,24 @@ TEST_F(AgentTest, AJobsFallbackDeviceIsNeverAProfileFileOnTheWorker) {
       "emu:" + WriteProfile("agent_test_job_named.toml", "job-npu", uint64_t{1} << 30));
   v1::Task named_class = Train(1, 1, "job-2");
   named_class.mutable_train()->mutable_spec()->set_fallback_device("emu:generic");
-  Start({named_file, named_class}, {}, options);
+  v1::Task named_unknown = Train(1, 1, "job-3");
+  named_unknown.mutable_train()->mutable_spec()->set_fallback_device("emu:no-such-profile");
+  Start({named_file, named_class, named_unknown}, {}, options);
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload));
-  EXPECT_EQ(upload.failure().rfind("RESOURCE_EXHAUSTED", 0), 0u) << upload.failure();
-  EXPECT_NE(upload.failure().find("the job's fallback device 'emu:"), std::string::npos) << upload.failure();
-  EXPECT_NE(upload.failure().find("is not a device class of this worker"), std::string::npos) << upload.failure();
+  EXPECT_EQ(upload.failure().rfind("INVALID_ARGUMENT", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("fallback_device"), std::string::npos) << upload.failure();
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
   EXPECT_TRUE(upload.failure().empty()) << upload.failure();
   EXPECT_EQ(upload.samples(), 512u);
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-3"));
+  EXPECT_EQ(upload.failure().rfind("RESOURCE_EXHAUSTED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("the job's fallback device 'emu:no-such-profile'"), std::string::npos)
+      << upload.failure();
+  EXPECT_NE(upload.failure().find("is not a device class of this worker"), std::string::npos) << upload.failure();
   std::lock_guard<std::mutex> lock(shared_->mu);
-  EXPECT_EQ(shared_->downloads, 3) << "job-1 trained again on the file it named";
+  // job-2 twice (its device, then its fallback), job-3 once; job-1 never.
+  EXPECT_EQ(shared_->downloads, 3) << "a job trained again on a device it named";
 }
 
 // A download that fails with a transport's INTERNAL (a stream reset) or RESOURCE_EXHAUSTED is
@@ -184,6 +193,47 @@ TEST_F(AgentTest, ATaskWithAJobIdOutsideTheCoordinatorsFormIsIgnored) {
   EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a job id forged a log line";
   EXPECT_NE(text.find("a task for job 'job-1\\n[2026-01-01 forged' round 1 was ignored"), std::string::npos) << text;
   EXPECT_NE(text.find("a task for job '../job-2' round 1 was ignored"), std::string::npos) << text;
+}
+
+// A task's spec and its own fields (model sets, cohort, collectives backend) are checked
+// before any of them is used: one outside the coordinator's own bounds is reported as the
+// round's failure, naming the field, escaped and bounded in the report and in the log, where
+// it used to go into them as it was.
+TEST_F(AgentTest, ATaskOutsideTheCoordinatorsBoundsIsReportedEscaped) {
+  CapturedLog log;
+  const std::string hostile = "x\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(1 << 16, 'x');
+  v1::Task dataset = Train(1, 1, "job-a");
+  dataset.mutable_train()->mutable_spec()->mutable_data()->set_dataset(hostile);
+  v1::Task model_set = Train(1, 1, "job-b");
+  model_set.mutable_train()->add_model_sets(hostile);
+  v1::Task backend = Train(1, 1, "job-c");
+  backend.mutable_train()->set_cohort("site-1");
+  backend.mutable_train()->set_cohort_size(2);
+  backend.mutable_train()->set_rendezvous_prefix("rendezvous/job-c/1/1/");
+  backend.mutable_train()->set_collective_backend(hostile);
+  v1::Task batch = Train(1, 1, "job-d");
+  batch.mutable_train()->mutable_spec()->set_batch_size(wire::kMaxBatchSize + 1);
+  Start({dataset, model_set, backend, batch});
+  for (const auto& [job, field] : {std::pair<std::string, std::string>{"job-a", "data.dataset"},
+                                   {"job-b", "model set"},
+                                   {"job-c", "collectives backend"},
+                                   {"job-d", "batch_size"}}) {
+    SCOPED_TRACE(job);
+    v1::UpdateHeader upload;
+    ASSERT_TRUE(WaitForUpload(1, 1, &upload, job));
+    EXPECT_NE(upload.failure().find(field), std::string::npos) << upload.failure().substr(0, 1024);
+    EXPECT_EQ(upload.failure().find('\n'), std::string::npos) << "the report holds a line break";
+    EXPECT_LT(upload.failure().size(), 4096u);
+  }
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_EQ(shared_->downloads, 0) << "a task outside the bounds was acted on";
+  }
+  agent_->Stop();
+  thread_.join();
+  const std::string text = log.text();
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a task forged a log line";
+  EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a task's field was logged whole";
 }
 
 }  // namespace
