@@ -243,7 +243,7 @@ Status WorkerAgent::RunSession() {
   if (stop_) return Status::Ok();  // stopped while joining: no channel to open
   std::atomic<bool> session_over{false};
   std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
-                         interval = std::max<uint32_t>(100, joined.heartbeat_interval_ms())] {
+                         interval = std::clamp<uint32_t>(joined.heartbeat_interval_ms(), 100, 60000)] {
     while (!stop_ && !session_over) {
       v1::HeartbeatRequest beat;
       beat.set_worker_id(id);

@@ -357,7 +357,7 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   for (const NamedTensor& g : global) {
     auto it = by_name.find(g.name);
     if (it == by_name.end()) {
-      return InvalidArgumentError(what + ": its trained model lacks tensor '" + g.name + "' (it has " +
+      return InvalidArgumentError(what + ": its trained model lacks tensor " + QuoteUntrusted(g.name, 64) + " (it has " +
                                   std::to_string(arrays->size()) + " arrays)");
     }
     ASSIGN_OR_RETURN(NamedTensor t, ToTensor(*it->second, out_path));
