@@ -334,17 +334,24 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
     std::byte* accumulators[2] = {incoming + block, incoming + 2 * block};
     const MessageHeader header =
         MakeHeader(CollectiveOp::kReduceScatter, type, op, -1, sequence, count, block);
+    // The last step reduces straight into `output`, unless output overlaps the input (in
+    // place: the result lands over block 0): with two ranks rank 1's only step sends input
+    // block 0 while it reduces, and the transport sends and receives together, so the result
+    // would overwrite bytes not yet sent. It then lands in an accumulator and is copied.
+    const bool overlaps =
+        output < input + static_cast<size_t>(n) * block && input < output + block;
     for (int step = 0; step < n - 1; ++step) {
       const int send_block = Mod(r - step - 1, n);
       const int recv_block = Mod(r - step - 2, n);
       const std::byte* outgoing =
           step == 0 ? input + send_block * block : accumulators[(step - 1) % 2];
-      std::byte* target = step == n - 2 ? output : accumulators[step % 2];
+      std::byte* target = step == n - 2 && !overlaps ? output : accumulators[step % 2];
       ReducingSink sink(target, input + recv_block * block, incoming, type, op);
       OutgoingMessage out{Mod(r + 1, n), header, outgoing};
       IncomingMessage in{Mod(r - 1, n), header, incoming, &sink, tuning_.segment_bytes};
       RETURN_IF_ERROR(channel_->Exchange(&out, &in, deadline));
     }
+    if (overlaps && block > 0) std::memmove(output, accumulators[(n - 2) % 2], block);
   }
   if (op == ReduceOp::kAvg) DivideElements(output, count, type, n);
   return Status::Ok();

@@ -95,6 +95,38 @@ TEST_P(RingTest, SegmentsThatDoNotDivideTheChunks) {
   for (int rank = 0; rank < n; ++rank) ASSERT_TRUE(results[rank].ok()) << results[rank].ToString();
 }
 
+// In place (send == recv: the result lands over block 0 of the input). With two ranks the
+// only step sends block 0 of rank 1's input while the block it reduces into is that same
+// block 0, so the reduction must not land there before the send is done. Blocks of 16 MiB
+// outgrow the socket buffers, so the bytes still to send would be overwritten.
+TEST_P(RingTest, InPlaceReduceScatterDoesNotOverwriteWhatItStillSends) {
+  const int n = GetParam();
+  const size_t count = 4 << 20;  // int32 per block
+  for (const char* backend : {"p2p", "sendrecv-local"}) {
+    World world(n, RankMode::kThreads);
+    auto results = RunRanks(n, RankMode::kThreads, [&](int rank) -> Status {
+      ASSIGN_OR_RETURN(auto c, world.Create(backend, rank, 60000));
+      std::vector<int32_t> data(count * n);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<int32_t>(i % 1000) * (rank + 1);
+      RETURN_IF_ERROR(
+          c->ReduceScatter(data.data(), data.data(), count, DataType::kInt32, ReduceOp::kSum));
+      const int32_t factor = n * (n + 1) / 2;
+      for (size_t i = 0; i < count; ++i) {
+        const int32_t want = static_cast<int32_t>((rank * count + i) % 1000) * factor;
+        if (data[i] != want) {
+          return InternalError(std::string(backend) + ": element " + std::to_string(i) +
+                               " is " + std::to_string(data[i]) + ", expected " +
+                               std::to_string(want));
+        }
+      }
+      return Status::Ok();
+    });
+    for (int rank = 0; rank < n; ++rank) {
+      EXPECT_TRUE(results[rank].ok()) << backend << " rank " << rank << ": " << results[rank].ToString();
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, RingTest, ::testing::Values(2, 3, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 
