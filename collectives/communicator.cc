@@ -1,5 +1,7 @@
 #include "collectives/communicator.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <string>
 
@@ -15,8 +17,13 @@ int64_t MillisecondsLeft(Deadline deadline) {
 }
 
 Deadline Communicator::DeadlineFor(const CallOptions& options) const {
-  const auto timeout = options.timeout.count() > 0 ? options.timeout : default_timeout_;
+  const auto timeout =
+      std::min(options.timeout.count() > 0 ? options.timeout : default_timeout_, kMaxCallTimeout);
   return Clock::now() + timeout;
+}
+
+int PollTimeoutMs(Deadline deadline) {
+  return static_cast<int>(std::min<int64_t>(MillisecondsLeft(deadline), INT_MAX));
 }
 
 Status Communicator::CheckBuffer(const void* buffer, size_t count, std::string_view what) const {

@@ -71,9 +71,15 @@ struct CommunicatorOptions {
 
 // Per-call options.
 struct CallOptions {
-  // 0 means the communicator's default (CommunicatorOptions::timeout_ms).
+  // 0 means the communicator's default (CommunicatorOptions::timeout_ms). At most
+  // kMaxCallTimeout: a longer one is taken as that.
   std::chrono::milliseconds timeout{0};
 };
+
+// The longest wait a call takes. now() plus std::chrono::milliseconds::max() wraps the
+// clock's nanoseconds into the past (a call meant to wait for ever would fail at once), and
+// backends add what is left to now() again (Gloo), so a year is the bound.
+inline constexpr std::chrono::milliseconds kMaxCallTimeout = std::chrono::hours(24 * 365);
 
 class Communicator {
  public:
@@ -189,5 +195,9 @@ class Communicator {
 
 // Milliseconds left until `deadline` (0 when past), for messages and poll().
 int64_t MillisecondsLeft(Deadline deadline);
+// MillisecondsLeft for poll(), which takes an int: capped at INT_MAX (24.8 days), so that a
+// longer wait is taken in pieces instead of wrapping to a negative value, which poll() reads
+// as "wait for ever". A poll that returns 0 before the deadline waits again.
+int PollTimeoutMs(Deadline deadline);
 
 }  // namespace tessera::collectives

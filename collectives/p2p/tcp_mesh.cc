@@ -309,11 +309,12 @@ Status TcpMesh::Progress(std::span<const OutgoingMessage> outs,
       if (send_fd >= 0) fds[nfds++] = {send_fd, POLLOUT, 0};
       if (recv_fd >= 0) fds[nfds++] = {recv_fd, POLLIN, 0};
     }
-    const int64_t left = MillisecondsLeft(deadline);
-    const int ready = left > 0 ? ::poll(fds, nfds, static_cast<int>(left)) : 0;
+    const int left = PollTimeoutMs(deadline);
+    const int ready = left > 0 ? ::poll(fds, nfds, left) : 0;
     if (ready < 0 && errno != EINTR) {
       return Fail(InternalError(RankName(rank_) + ": poll failed: " + std::strerror(errno)));
     }
+    if (ready == 0 && MillisecondsLeft(deadline) > 0) continue;  // a piece of a longer wait
     if (ready == 0) {
       std::string waiting;
       if (next_in < ins.size()) {

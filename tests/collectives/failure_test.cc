@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -456,6 +457,44 @@ TEST(CommunicatorTest, CountsWhoseBytesOverflowAreRejectedBeforeAnyTraffic) {
     EXPECT_EQ(allgather[rank].code(), StatusCode::kInvalidArgument) << allgather[rank].ToString();
     EXPECT_EQ(reduce_scatter[rank].code(), StatusCode::kInvalidArgument) << reduce_scatter[rank].ToString();
   }
+}
+
+// Records the deadline a call hands the backend.
+class DeadlineProbe final : public Communicator {
+ public:
+  DeadlineProbe() : Communicator(0, 1, milliseconds(1000)) {}
+  std::string_view backend_name() const override { return "probe"; }
+  const CommunicatorCapabilities& capabilities() const override {
+    static const CommunicatorCapabilities kCapabilities{
+        {CollectiveOp::kBarrier}, {}, {}, {BufferLocation::kHost}, /*verifies_calls=*/true};
+    return kCapabilities;
+  }
+  Deadline last{};
+
+ protected:
+  Status DoBarrier(Deadline deadline) override {
+    last = deadline;
+    return Status::Ok();
+  }
+};
+
+TEST(CommunicatorTest, AVeryLongTimeoutIsADeadlineInTheFutureNotAWrappedOne) {
+  DeadlineProbe probe;
+  using std::chrono::hours;
+  // now() + milliseconds::max() in nanoseconds wraps to a moment in the past.
+  ASSERT_TRUE(probe.Barrier(CallOptions{milliseconds::max()}).ok());
+  EXPECT_GT(probe.last, Clock::now() + hours(24 * 364));
+  ASSERT_TRUE(probe.Barrier(CallOptions{hours(24 * 30)}).ok());
+  EXPECT_GT(probe.last, Clock::now() + hours(24 * 29));
+  ASSERT_TRUE(probe.Barrier().ok());
+  EXPECT_GT(probe.last, Clock::now());
+  EXPECT_LE(probe.last, Clock::now() + seconds(1));
+  // poll() takes an int: 30 days of milliseconds do not fit and must not wrap to "for ever".
+  EXPECT_EQ(PollTimeoutMs(Clock::now() + hours(24 * 30)), INT_MAX);
+  EXPECT_EQ(PollTimeoutMs(Clock::now() - seconds(1)), 0);
+  const int second = PollTimeoutMs(Clock::now() + seconds(1));
+  EXPECT_GT(second, 0);
+  EXPECT_LE(second, 1000);
 }
 
 }  // namespace
