@@ -72,7 +72,8 @@ Result<std::unique_ptr<Device>> CreateDevice(const std::string& name) {
   }
   // Emulated devices are a family: "emu:<path.toml>" names a profile file, not an entry.
   if (IsEmulatedDeviceName(name)) return CreateEmulatedDeviceByName(name);
-  return InvalidArgumentError("unknown device '" + name + "'; known devices: " + known);
+  // The name comes from a flag, a job or a command line: shown escaped, as CheckDeviceName does.
+  return InvalidArgumentError("unknown device " + QuoteUntrusted(name) + "; known devices: " + known);
 }
 
 Status CheckDeviceName(const std::string& flag, const std::string& name) {

@@ -1,11 +1,17 @@
 #include "device/emulated/factory.h"
 
+#include "base/escape.h"
 #include "device/emulated/emulated_device.h"
 
 namespace tessera {
 namespace {
 
 constexpr char kPrefix[] = "emu:";
+// Names and paths come from flags, jobs and command lines: messages show them escaped, and
+// long enough that a path stays recognisable.
+constexpr size_t kShownChars = 256;
+
+std::string Quoted(const std::string& text) { return QuoteUntrusted(text, kShownChars); }
 
 }  // namespace
 
@@ -22,28 +28,33 @@ Result<std::unique_ptr<Device>> CreateEmulatedDevice(const DeviceProfile& profil
 Result<std::unique_ptr<Device>> CreateEmulatedDeviceByName(const std::string& name,
                                                            const EmulatedDeviceOptions& options) {
   if (!IsEmulatedDeviceName(name)) {
-    return InvalidArgumentError("'" + name + "' is not an emulated device name (expected emu:<profile>)");
+    return InvalidArgumentError(Quoted(name) + " is not an emulated device name (expected emu:<profile>)");
   }
   const std::string rest = name.substr(sizeof(kPrefix) - 1);
   const size_t toml_end = rest.find(".toml");
   if (toml_end == std::string::npos) {
     Result<DeviceProfile> profile = FindBuiltinProfile(rest);
-    if (!profile.ok()) return InvalidArgumentError("device '" + name + "': " + profile.status().message());
+    if (!profile.ok()) return InvalidArgumentError("device " + Quoted(name) + ": " + profile.status().message());
     return CreateEmulatedDevice(*profile, options, name);
   }
   const std::string path = rest.substr(0, toml_end + 5);
   std::string wanted;
   if (toml_end + 5 < rest.size()) {
     if (rest[toml_end + 5] != '#') {
-      return InvalidArgumentError("device '" + name + "': expected emu:<path.toml> or emu:<path.toml>#<profile>");
+      return InvalidArgumentError("device " + Quoted(name) + ": expected emu:<path.toml> or emu:<path.toml>#<profile>");
     }
     wanted = rest.substr(toml_end + 6);
+    // "x.toml#" names no profile: a typo, not "the file's only profile".
+    if (wanted.empty()) {
+      return InvalidArgumentError("device " + Quoted(name) + ": no profile name after '#' (expected emu:<path.toml>#<profile>)");
+    }
   }
   ASSIGN_OR_RETURN(std::vector<DeviceProfile> profiles, LoadProfiles(path));
   if (wanted.empty()) {
     if (profiles.size() != 1) {
-      return InvalidArgumentError("device '" + name + "': " + path + " holds " + std::to_string(profiles.size()) +
-                                  " profiles; name one with emu:" + path + "#<profile>");
+      return InvalidArgumentError("device " + Quoted(name) + ": " + Quoted(path) + " holds " +
+                                  std::to_string(profiles.size()) + " profiles; name one with emu:" +
+                                  EscapeUntrusted(path, kShownChars) + "#<profile>");
     }
     return CreateEmulatedDevice(profiles.front(), options, name);
   }
@@ -52,8 +63,8 @@ Result<std::unique_ptr<Device>> CreateEmulatedDeviceByName(const std::string& na
     if (profile.name == wanted) return CreateEmulatedDevice(profile, options, name);
     known += (known.empty() ? "" : ", ") + profile.name;
   }
-  return InvalidArgumentError("device '" + name + "': " + path + " has no profile '" + wanted +
-                              "'; it holds: " + known);
+  return InvalidArgumentError("device " + Quoted(name) + ": " + Quoted(path) + " has no profile " + Quoted(wanted) +
+                              "; it holds: " + known);
 }
 
 std::vector<DeviceBackend> EmulatedDeviceBackends() {

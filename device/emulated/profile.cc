@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/escape.h"
+
 namespace tessera {
 namespace {
 
@@ -285,7 +287,7 @@ Result<DeviceProfile> FindBuiltinProfile(const std::string& name) {
   for (const auto& profile : BuiltinProfiles()) {
     if (profile.name == name) return profile;
   }
-  return InvalidArgumentError("unknown device profile '" + name + "'; known profiles: " + KnownNames() +
+  return InvalidArgumentError("unknown device profile " + QuoteUntrusted(name) + "; known profiles: " + KnownNames() +
                               ", or a TOML file path (emu:/path/profile.toml)");
 }
 
@@ -319,7 +321,7 @@ Status ValidateProfile(const DeviceProfile& profile, const std::string& origin) 
 
 Result<std::vector<DeviceProfile>> LoadProfiles(const std::string& path) {
   std::ifstream file(path);
-  if (!file) return NotFoundError("device profile file '" + path + "' cannot be opened");
+  if (!file) return NotFoundError("device profile file " + QuoteUntrusted(path, 256) + " cannot be opened");
   std::stringstream text;
   text << file.rdbuf();
   toml::table root;

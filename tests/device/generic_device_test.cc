@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/escape.h"
 #include "core/data/idx.h"
 #include "core/model/model.h"
 #include "core/train/trainer.h"
@@ -543,6 +544,34 @@ TEST(EmulatedDeviceTest, LoadsAProfileFileAndRefusesMissingOrNegativeFields) {
     EXPECT_NE(negative_result.status().message().find(part), std::string::npos) << negative_result.status().ToString();
   }
   EXPECT_EQ(LoadProfiles(::testing::TempDir() + "no_such.toml").status().code(), StatusCode::kNotFound);
+}
+
+TEST(EmulatedDeviceTest, NamesInErrorsAreEscapedAndAnEmptyProfileAfterTheHashIsATypo) {
+  // A name from a flag or a job that holds a newline or a terminal escape must not forge a
+  // log line: every message shows it escaped.
+  const std::string forged = "\nERROR forged line \x1b[2J";
+  const std::string good = WriteFile("only_profile.toml", kValidProfile);
+  for (const std::string& name : {forged, "emu:" + forged, "emu:x" + forged + ".toml",
+                                  "emu:" + good + "#" + forged}) {
+    auto device = CreateDevice(name);
+    ASSERT_FALSE(device.ok()) << EscapeUntrusted(name);
+    const std::string message = device.status().message();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << EscapeUntrusted(message, 1000);
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << EscapeUntrusted(message, 1000);
+    EXPECT_NE(message.find("\\nERROR forged line \\x1b[2J"), std::string::npos) << message;
+  }
+  EXPECT_EQ(CreateDevice("tpu\x1b-v9").status().message().rfind("unknown device 'tpu\\x1b-v9'; known devices: ", 0),
+            0u);
+
+  EXPECT_TRUE(CreateDevice("emu:" + good).ok());
+  auto empty = CreateDevice("emu:" + good + "#");
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("no profile name after '#'"), std::string::npos)
+      << empty.status().ToString();
+  auto other = CreateDevice("emu:" + good + "#fast\n-npu");
+  EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.status().message().find("has no profile 'fast\\n-npu'; it holds: slow-npu"), std::string::npos)
+      << other.status().ToString();
 }
 
 TEST(EmulatedDeviceTest, AllocationsPastTheCapacityAreResourceExhaustedNamingDeviceAndBytes) {
