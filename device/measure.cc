@@ -1,6 +1,7 @@
 #include "device/measure.h"
 
 #include <chrono>
+#include <string>
 
 namespace tessera {
 namespace {
@@ -12,6 +13,12 @@ double SecondsSince(Clock::time_point start) { return std::chrono::duration<doub
 }  // namespace
 
 Result<DeviceMeasurement> MeasureDevice(Device& device, int size) {
+  // n x n must stay an int for Gemm's m * n, and a negative n would turn into a huge size_t
+  // (size_t(-1) * -1 is 1: a one-float buffer for a GEMM of "n = -1").
+  if (size < 1 || size > kMaxMeasureGemmSize) {
+    return InvalidArgumentError("the measuring GEMM's size must be in [1, " + std::to_string(kMaxMeasureGemmSize) +
+                                "], got " + std::to_string(size));
+  }
   const size_t floats = size_t(size) * size;
   ASSIGN_OR_RETURN(DeviceBuffer a, device.Allocate(floats * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer c, device.Allocate(floats * sizeof(float)));

@@ -13,7 +13,11 @@ struct DeviceMeasurement {
   double copy_gbps = 0;    // bytes read plus written per second, 1e9 per second
 };
 
-// `gemm_size` is n of the n x n GEMM (512 is a fair default).
+// The largest n whose n * n fits an int (Gemm's dimensions are ints).
+inline constexpr int kMaxMeasureGemmSize = 46340;
+
+// `gemm_size` is n of the n x n GEMM (512 is a fair default); InvalidArgument outside
+// [1, kMaxMeasureGemmSize].
 Result<DeviceMeasurement> MeasureDevice(Device& device, int gemm_size);
 
 }  // namespace tessera

@@ -27,6 +27,7 @@
 #include "core/train/trainer.h"
 #include "device/device.h"
 #include "device/emulated/factory.h"
+#include "device/measure.h"
 #include "device/placement.h"
 #include "device/registry.h"
 #include "device/xrt/factory.h"
@@ -572,6 +573,22 @@ TEST(EmulatedDeviceTest, NamesInErrorsAreEscapedAndAnEmptyProfileAfterTheHashIsA
   EXPECT_EQ(other.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(other.status().message().find("has no profile 'fast\\n-npu'; it holds: slow-npu"), std::string::npos)
       << other.status().ToString();
+}
+
+TEST(MeasureDeviceTest, AGemmSizeBelowOneIsInvalidBeforeAnythingRuns) {
+  auto cpu = CreateDevice("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  // 0 made empty buffers (the copy then failed as out of range); -1 became a one-float buffer
+  // and a GEMM of n = -1.
+  for (int size : {0, -1, -512}) {
+    auto measured = MeasureDevice(**cpu, size);
+    EXPECT_EQ(measured.status().code(), StatusCode::kInvalidArgument) << size << ": " << measured.status().ToString();
+    EXPECT_NE(measured.status().message().find("got " + std::to_string(size)), std::string::npos)
+        << measured.status().ToString();
+  }
+  auto one = MeasureDevice(**cpu, 1);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_GT(one->gemm_gflops, 0);
 }
 
 TEST(EmulatedDeviceTest, AllocationsPastTheCapacityAreResourceExhaustedNamingDeviceAndBytes) {
