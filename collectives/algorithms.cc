@@ -52,12 +52,14 @@ void ReducingSink::OnReceived(size_t offset, size_t bytes) {
       case DataType::kFloat64:
         return AddVectorised(reinterpret_cast<double*>(dst), reinterpret_cast<const double*>(a),
                              reinterpret_cast<const double*>(b), bytes / sizeof(double));
+      // Signed integers are added as their unsigned type: the same bits, wrapping modulo
+      // 2^bits where a signed overflow would be undefined.
       case DataType::kInt32:
-        return AddVectorised(reinterpret_cast<int32_t*>(dst), reinterpret_cast<const int32_t*>(a),
-                             reinterpret_cast<const int32_t*>(b), bytes / sizeof(int32_t));
+        return AddVectorised(reinterpret_cast<uint32_t*>(dst), reinterpret_cast<const uint32_t*>(a),
+                             reinterpret_cast<const uint32_t*>(b), bytes / sizeof(uint32_t));
       case DataType::kInt64:
-        return AddVectorised(reinterpret_cast<int64_t*>(dst), reinterpret_cast<const int64_t*>(a),
-                             reinterpret_cast<const int64_t*>(b), bytes / sizeof(int64_t));
+        return AddVectorised(reinterpret_cast<uint64_t*>(dst), reinterpret_cast<const uint64_t*>(a),
+                             reinterpret_cast<const uint64_t*>(b), bytes / sizeof(uint64_t));
       default:
         break;
     }

@@ -36,7 +36,14 @@ void ReduceTyped(T* dst, const T* a, const T* b, size_t count, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(a[i] + b[i]);
+      if constexpr (std::is_integral_v<T>) {
+        // Integers wrap modulo 2^bits (what NCCL and MPI give in practice), through their unsigned
+        // type: a signed sum that overflowed would be undefined behaviour, not a wrap.
+        using U = std::make_unsigned_t<T>;
+        for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(static_cast<U>(static_cast<U>(a[i]) + static_cast<U>(b[i])));
+      } else {
+        for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(a[i] + b[i]);
+      }
       break;
     case ReduceOp::kMax:
       for (size_t i = 0; i < count; ++i) dst[i] = Max(a[i], b[i]);

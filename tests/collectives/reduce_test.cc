@@ -81,6 +81,25 @@ TEST(ReduceTest, MaxRanksPositiveZeroAboveNegativeZeroWhicheverSideItIsOn) {
   EXPECT_EQ(min_ab, Bits(-0.0));
 }
 
+// A signed integer sum that passes its type's range wraps modulo 2^bits (what NCCL and MPI
+// give in practice), without the undefined behaviour of a signed overflow (the sanitizer build
+// stops on one).
+TEST(ReduceTest, ASignedIntegerSumPastItsRangeWraps) {
+  const int32_t a32[] = {std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(), 5};
+  const int32_t b32[] = {1, -1, -7};
+  int32_t sum32[3];
+  ReduceElements(sum32, a32, b32, 3, DataType::kInt32, ReduceOp::kSum);
+  EXPECT_EQ(sum32[0], std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(sum32[1], std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(sum32[2], -2);
+  const int64_t a64[] = {std::numeric_limits<int64_t>::max(), -3};
+  const int64_t b64[] = {2, 1};
+  int64_t sum64[2];
+  ReduceElements(sum64, a64, b64, 2, DataType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(sum64[0], std::numeric_limits<int64_t>::min() + 1);
+  EXPECT_EQ(sum64[1], -2);
+}
+
 TEST(ReduceTest, AveragingOver256RanksDividesUint8InsteadOfTrapping) {
   std::vector<uint8_t> bytes = {0, 255, 128};
   DivideElements(bytes.data(), bytes.size(), DataType::kUint8, 256);
