@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/names.h"
 
 namespace tessera::server {
 namespace {
@@ -196,6 +197,28 @@ Status SqliteStateStore::InTransactionLocked(const std::function<Status()>& body
   return s;
 }
 
+namespace {
+
+// A job's row read back: the job it parses to must be the one its key names, and the key a
+// job id. Every path the job's runner makes (its checkpoints' files, its rendezvous keys) is
+// made from the id in the row, and the coordinator runs one runner a key: a row edited to
+// name another job, or "../x", would write outside the state directory or run one job twice.
+Status CheckJobRow(const std::string& key, const std::string& blob, v1::Job* job) {
+  const std::string where = "jobs table: job " + QuoteUntrusted(key, kMaxJobIdBytes);
+  if (!job->ParseFromString(blob)) return DataLossError(where + ": corrupt row");
+  if (!IsName(key, kMaxJobIdBytes)) {
+    return DataLossError(where + ": field 'id': expected 1 to " + std::to_string(kMaxJobIdBytes) +
+                         " letters, digits, '-', '_' or '.'");
+  }
+  if (job->id() != key) {
+    return DataLossError(where + ": field 'id': the row holds job " + QuoteUntrusted(job->id(), kMaxJobIdBytes) +
+                         "; expected the row's own id");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 // A job's row and whether its cancel was asked for.
 constexpr char kJobColumns[] = "j.id, j.job, EXISTS (SELECT 1 FROM cancels c WHERE c.job_id = j.id)";
 
@@ -208,7 +231,7 @@ Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
   if (rc != SQLITE_ROW) return SqliteError(db_, "read job " + job_id);
   v1::Job job;
-  if (!job.ParseFromString(st.ColumnBlob(1))) return DataLossError("jobs table: job '" + job_id + "': corrupt row");
+  RETURN_IF_ERROR(CheckJobRow(st.ColumnBlob(0), st.ColumnBlob(1), &job));
   if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
   return job;
 }
@@ -238,8 +261,9 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
     v1::Job job;
-    if (!job.ParseFromString(st.ColumnBlob(1))) {
-      list.damaged.push_back(st.ColumnText(0).substr(0, 128));
+    const std::string key = st.ColumnBlob(0);
+    if (!CheckJobRow(key, st.ColumnBlob(1), &job).ok()) {
+      list.damaged.push_back(key.substr(0, 128));
       continue;
     }
     if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);

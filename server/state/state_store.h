@@ -56,7 +56,10 @@ class StateStore {
   // inserted. A job's row holds its last round without the per-worker reports (JobRow(): a
   // round of 1,000 clients is about 640 KB of them, and they are in the round's record), so
   // GetJob and the lists give it so. GetJob of an unknown job is NotFound; ListJobs gives
-  // every job in the order inserted, and a row that cannot be read is DataLoss naming it.
+  // every job in the order inserted, and a row that cannot be read is DataLoss naming it. A
+  // row cannot be read when it does not parse, or when its key is not a job id (base/names.h)
+  // or not the id of the job it holds (a hand edit): the runner makes its files' paths from
+  // the id.
   virtual Status InsertJob(const v1::Job& job) = 0;
   virtual Status UpdateJob(const v1::Job& job) = 0;
   virtual Result<v1::Job> GetJob(const std::string& job_id) = 0;

@@ -359,6 +359,40 @@ TEST_F(SqliteStateStoreTest, AJobWithMoreSeatsThanAnyJobHoldsIsReadOnlyPastTheBo
             "seats table: job 'job-1-abc': more than 100000 seats stored; expected at most 100000");
 }
 
+TEST_F(SqliteStateStoreTest, AJobRowThatHoldsAnotherJobOrIsNoJobIdIsNotRead) {
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    for (const char* id : {"job-1-abc", "../../escaped"}) {
+      v1::Job job = RunningJob();
+      job.set_id(id);
+      ASSERT_TRUE((*store)->InsertJob(job).ok());
+    }
+  }
+  // A copy of job-1-abc's row under another key: resumed, it would run job-1-abc twice.
+  EditDatabase(dir_, "INSERT INTO jobs (id, number, job) SELECT 'job-3-abc', 3, job FROM jobs WHERE id = 'job-1-abc'");
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto copied = (*store)->GetJob("job-3-abc");
+  ASSERT_FALSE(copied.ok()) << "read as job " << copied->id();
+  EXPECT_EQ(copied.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(copied.status().message(),
+            "jobs table: job 'job-3-abc': field 'id': the row holds job 'job-1-abc'; expected the row's own id");
+  // A key that is no job id: the runner would make its checkpoints' paths from it.
+  auto escaped = (*store)->GetJob("../../escaped");
+  ASSERT_FALSE(escaped.ok());
+  EXPECT_EQ(escaped.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(escaped.status().message().find("jobs table: job '../../escaped': field 'id': expected 1 to 64"),
+            std::string::npos)
+      << escaped.status().ToString();
+  auto listed = (*store)->ListNewestJobs(SIZE_MAX);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->jobs.size(), 1u);
+  EXPECT_EQ(listed->jobs[0].id(), "job-1-abc");
+  EXPECT_EQ(listed->total, 3u);
+  EXPECT_EQ(listed->damaged, (std::vector<std::string>{"../../escaped", "job-3-abc"}));
+}
+
 TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   v1::Job job = RunningJob();
   {
