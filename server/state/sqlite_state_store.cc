@@ -458,10 +458,16 @@ Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::str
   while (bytes <= max_bytes && (rc = st.Step()) == SQLITE_ROW) {
     const std::string blob = st.ColumnBlob(0);
     bytes += blob.size();
+    const std::string where = "rounds table: job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ", round " +
+                              QuoteUntrusted(st.ColumnText(1), 32);
     v1::RoundRecord record;
-    if (!record.ParseFromString(blob)) {
-      return DataLossError("rounds table: job '" + job_id + "', round " + std::to_string(st.ColumnInt(1)) +
-                           ": corrupt row");
+    if (!record.ParseFromString(blob)) return DataLossError(where + ": corrupt row");
+    // Callers page on the records' rounds (the next page starts past the last one) and take
+    // a record for the round its row is filed under: a record of another round, copied or
+    // edited in by hand, is no record of this one.
+    if (st.ColumnType(1) != SQLITE_INTEGER || st.ColumnInt(1) != int64_t{record.round()}) {
+      return DataLossError(where + ": field 'round': the record is of round " + std::to_string(record.round()) +
+                           "; expected the row's own round");
     }
     rounds.push_back(std::move(record));
   }

@@ -393,6 +393,34 @@ TEST_F(SqliteStateStoreTest, AJobRowThatHoldsAnotherJobOrIsNoJobIdIsNotRead) {
   EXPECT_EQ(listed->damaged, (std::vector<std::string>{"../../escaped", "job-3-abc"}));
 }
 
+TEST_F(SqliteStateStoreTest, ARoundRecordFiledUnderAnotherRoundIsDataLossNamingIt) {
+  v1::Job job = RunningJob();
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    CommitRounds(**store, &job, 3);
+  }
+  // Round 3's record under round 2 too: a reader paging on the records' rounds would read
+  // round 3 twice, and one filed under a round of 2^32 - 1 would send it back to round 0.
+  EditDatabase(dir_,
+               "UPDATE rounds SET record = (SELECT record FROM rounds WHERE job_id = 'job-1-abc' AND round = 3) "
+               "WHERE job_id = 'job-1-abc' AND round = 2");
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto rounds = (*store)->ListRounds("job-1-abc");
+  ASSERT_FALSE(rounds.ok()) << "listed " << rounds->size() << " rounds";
+  EXPECT_EQ(rounds.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(rounds.status().message(),
+            "rounds table: job 'job-1-abc', round '2': field 'round': the record is of round 3; expected the row's "
+            "own round");
+  // The rounds before it are still read.
+  auto first = (*store)->ListRounds("job-1-abc", 0, /*max_bytes=*/0);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ(first->front().round(), 1u);
+}
+
 TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   v1::Job job = RunningJob();
   {
