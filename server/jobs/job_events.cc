@@ -31,11 +31,15 @@ void JobEvents::End() {
 std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* missed) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::JobEvent> out;
+  const size_t end = first_ + events_.size();
   const size_t from = std::max(seen, first_);
   if (missed != nullptr) *missed = from - seen;
-  out.reserve(first_ + events_.size() - from);
-  for (size_t i = from; i < first_ + events_.size(); ++i) out.push_back(events_[i - first_].event);
   *ended = ended_;
+  // A number past the last published has nothing yet: the reply is not sized by a
+  // difference that wraps.
+  if (from >= end) return out;
+  out.reserve(end - from);
+  for (size_t i = from; i < end; ++i) out.push_back(events_[i - first_].event);
   return out;
 }
 

@@ -89,5 +89,23 @@ TEST(JobEventsTest, AWatcherThatKeptUpGetsExactlyWhatIsNew) {
   EXPECT_TRUE(ended);
 }
 
+TEST(JobEventsTest, ANumberPastTheLastPublishedGetsNothingYet) {
+  JobEvents events(3);
+  for (int i = 0; i < 2; ++i) events.Publish(Note(i));
+  bool ended = true;
+  size_t missed = 7;
+  std::vector<v1::JobEvent> got;
+  ASSERT_NO_THROW(got = events.Since(5, &ended, &missed));
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(missed, 0u);
+  EXPECT_FALSE(ended);
+  // Once the log has events up to it, they come as to any watcher.
+  for (int i = 2; i < 7; ++i) events.Publish(Note(i));
+  got = events.Since(5, &ended, &missed);
+  EXPECT_EQ(missed, 0u);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].message(), "event 5");
+}
+
 }  // namespace
 }  // namespace tessera::server
