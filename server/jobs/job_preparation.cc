@@ -108,7 +108,12 @@ Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
       selection_->Observe(record, job.spec());
       ++learned;
     }
-    from = page.back().round() + 1;
+    // Pages move forward only: a record at or past the last committed round ends the history
+    // (one numbered 2^32 - 1 would wrap `from` to 0 and read the pages again for ever), and
+    // so does one behind the page's start.
+    const uint32_t last = page.back().round();
+    if (last >= committed || last < from) break;
+    from = last + 1;
   }
   spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), learned);
   return Status::Ok();

@@ -503,5 +503,27 @@ TEST_F(OverSelectionJobTest, ARestartedRunnerLearnsTheTimesAgainFromTheCommitted
   EXPECT_EQ(selected[4].count("w3"), 0u);
 }
 
+// A record numbered 2^32 - 1 in the store (one hand-edited or damaged) ends the history the
+// restarted runner rereads: the round after it would wrap to 0 and read the pages again for
+// ever, and the job would never start.
+TEST_F(OverSelectionJobTest, ARecordNumberedAtTheTopOfTheRangeEndsTheReread) {
+  AddWorker("w1", Always(FakeAction::Upload()));
+  AddWorker("w2", Always(FakeAction::Upload()));
+  ASSERT_EQ(Run(Spec(2, 1, 0, /*rounds=*/2)).state(), v1::JOB_SUCCEEDED);
+  v1::Job stored = Stored();
+  auto model = store_.LoadCheckpoint(kJobId, 2);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  v1::RoundRecord stray = Rounds().back();
+  stray.set_round(std::numeric_limits<uint32_t>::max());
+  ASSERT_TRUE(store_.CommitRound(stored, stray, *model).ok());
+  stored.set_state(v1::JOB_RUNNING);
+  stored.mutable_spec()->set_rounds(3);
+  ASSERT_TRUE(store_.UpdateJob(stored).ok());
+  StartRunner(stored);
+  const v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  EXPECT_EQ(job.rounds_committed(), 3u);
+}
+
 }  // namespace
 }  // namespace tessera::server
