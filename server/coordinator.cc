@@ -328,9 +328,18 @@ uint64_t Coordinator::UnreadableJobs() {
 }
 
 std::map<v1::JobState, uint64_t> Coordinator::JobCounts() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::map<v1::JobState, uint64_t> counts = ended_;
-  for (const auto& [id, runner] : runners_) ++counts[runner->state()];
+  // Each runner is asked outside the coordinator's lock: one busy under its own lock (a large
+  // model encoded as it resumes) must not hold up every Runner() lookup, and with them the
+  // workers' calls, for the length of a metrics scrape.
+  std::map<v1::JobState, uint64_t> counts;
+  std::vector<std::shared_ptr<JobRunner>> runners;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    counts = ended_;
+    runners.reserve(runners_.size());
+    for (const auto& [id, runner] : runners_) runners.push_back(runner);
+  }
+  for (const auto& runner : runners) ++counts[runner->state()];
   return counts;
 }
 

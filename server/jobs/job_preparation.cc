@@ -82,12 +82,15 @@ Status JobRunner::Prepare() {
   }
   RETURN_IF_ERROR(RestoreSelectionHistory(job));
   update_sets_ = 1 + strategy_->PayloadSets().size();
-  std::lock_guard<std::mutex> lock(mu_);
   int64_t bytes = 0;
   for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
+  // Encoded (hashed and cut into chunks) before the runner's lock is taken: readers of its
+  // state do not wait for a large model.
+  auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
+                                      options_.chunk_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
   model_bytes_ = static_cast<uint64_t>(bytes);
-  current_ = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
-                                  options_.chunk_bytes);
+  current_ = std::move(encoded);
   return Status::Ok();
 }
 
