@@ -4,7 +4,7 @@
 #
 #   scripts/gpu-check.sh pack [BUILD_DIR]  here: configure BUILD_DIR (default build-gpu) with
 #        CUDA and NCCL required for sm_${CUDA_ARCH:-90}, build the GPU binaries, and pack them
-#        into gpu-pack/ (gitignored): payload.tar.gz (the binaries and the backend modules
+#        into gpu-pack/ (gitignored): payload.tar.xz (the binaries and the backend modules
 #        they load, libtessera_cuda.so and libtessera_nccl.so, without debug sections (the binaries
 #        without symbols either), and the
 #        shared libraries ldd says they need beyond a base system and the CUDA libraries a GPU
@@ -151,11 +151,14 @@ pack() {
     echo "nccl headers $(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{printf "%s%s", sep, $3; sep="."}' /usr/local/cuda/include/nccl.h 2>/dev/null)"
     echo "expected on the GPU machine: $(for object in "$stage"/bin/* "$stage"/lib/tessera/*.so; do ldd "$object"; done |
       awk '{print $1}' | grep -E "$CUDA_LIBS" | sort -u | tr '\n' ' ')"
-    echo "payload.tar.gz holds:"
+    echo "payload.tar.xz holds:"
     (cd "$stage" && find . -type f -printf '%10s  %p\n' | sort -k2)
   } >"$PACK/MANIFEST"
-  # gzip: every machine can unpack it. OpenBLAS alone is 35 MiB before compression.
-  tar -C "$stage" -czf "$PACK/payload.tar.gz" bin lib || return 1
+  # xz: half gzip's size (16 MiB against 31; OpenBLAS alone is 35 MiB before compression), and
+  # the pack and the working tree travel within one 64 MiB. Unpacked with xz, or with Python's
+  # lzma where a machine has no xz (unpack_payload).
+  rm -f "$PACK/payload.tar.gz"
+  tar -C "$stage" -cf - bin lib | xz -9 -T0 >"$PACK/payload.tar.xz" || return 1
   local binaries libraries modules
   binaries=$(find "$stage/bin" -type f | wc -l); libraries=$(find "$stage/lib" -maxdepth 1 -type f | wc -l)
   modules=$(find "$stage/lib/tessera" -type f | wc -l)
@@ -204,6 +207,17 @@ find_library_dir() {
 }
 
 # The packed binaries and the backend modules they load.
+# Unpacks payload $1 into directory $2: with xz where the machine has it, else with Python's
+# lzma module (a GPU machine's image may lack xz-utils but not Python).
+unpack_payload() {
+  if command -v xz >/dev/null; then
+    tar -C "$2" -xJf "$1"
+  else
+    echo "== no xz here: unpacking with Python's lzma"
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$1" "$2"
+  fi
+}
+
 packed_objects() { ls "$RUN_DIR"/bin/* "$RUN_DIR"/lib/tessera/*.so 2>/dev/null; }
 
 # Sets LD_LIBRARY_PATH so that every packed binary and module finds every library, and
@@ -356,12 +370,12 @@ preflight() {
   local gpu
   gpu="$(grep -A1 '^== nvidia-smi' "$log" | tail -1)"
   note "gpu: $gpu"
-  if [ ! -f "$PACK/payload.tar.gz" ]; then
-    note "preflight  FAIL      no gpu-pack/payload.tar.gz here: run 'scripts/gpu-check.sh pack' and carry gpu-pack"
+  if [ ! -f "$PACK/payload.tar.xz" ]; then
+    note "preflight  FAIL      no gpu-pack/payload.tar.xz here: run 'scripts/gpu-check.sh pack' and carry gpu-pack"
     return 1
   fi
-  rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR" && tar -C "$RUN_DIR" -xzf "$PACK/payload.tar.gz" || {
-    note "preflight  FAIL      cannot unpack gpu-pack/payload.tar.gz into $RUN_DIR"; return 1; }
+  rm -rf "$RUN_DIR" && mkdir -p "$RUN_DIR" && unpack_payload "$PACK/payload.tar.xz" "$RUN_DIR" >>"$log" 2>&1 || {
+    note "preflight  FAIL      cannot unpack gpu-pack/payload.tar.xz into $RUN_DIR (neither xz nor Python's lzma worked; see $log)"; return 1; }
   echo "== unpacked into $RUN_DIR" >>"$log"
   echo "== libraries" >>"$log"
   if ! resolve_libraries >>"$log" 2>&1; then
