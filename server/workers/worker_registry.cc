@@ -304,6 +304,31 @@ std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
   return out;
 }
 
+Status WorkerRegistry::Forget(const std::string& name, v1::WorkerStatus* removed) {
+  std::shared_ptr<TaskChannelSink> sink;  // told outside the lock
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(name);
+    if (it == workers_.end()) return NotFoundError("forget worker " + QuoteUntrusted(name, kMaxNameBytes) + ": no such worker");
+    Worker& w = it->second;
+    // A worker restored from the store and not joined since has no session to go on with.
+    if (w.generation != 0 && IsAliveLocked(w)) {
+      return FailedPreconditionError("forget worker " + QuoteUntrusted(name, kMaxNameBytes) +
+                                     ": it is alive (joined, and heard from within the heartbeat timeout); stop it "
+                                     "first, and forget it once it is no longer alive");
+    }
+    if (removed != nullptr) {
+      *removed = w.status;
+      removed->set_alive(false);
+      removed->set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
+    }
+    sink = std::move(w.sink);
+    workers_.erase(it);
+  }
+  if (sink) sink->Superseded();  // TakeOutgoing now reports the channel closed
+  return Status::Ok();
+}
+
 void WorkerRegistry::Shutdown() {
   std::vector<std::shared_ptr<TaskChannelSink>> sinks;
   {

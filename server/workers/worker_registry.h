@@ -140,6 +140,13 @@ class WorkerRegistry {
   std::vector<v1::WorkerStatus> List() const;
   const WorkerRegistryOptions& options() const { return options_; }
 
+  // Removes a worker gone for good, so that its name no longer counts toward max_workers
+  // and a worker joining under it later is a new one. FAILED_PRECONDITION naming it while it
+  // is alive (its session would go on); NOT_FOUND for a name the registry does not know. A
+  // channel still attached (a worker that stopped heartbeating) is told Superseded().
+  // `removed`, when given, receives the worker's status as List() showed it.
+  Status Forget(const std::string& name, v1::WorkerStatus* removed = nullptr);
+
   // Tells every attached sink Superseded() and refuses channels from now on.
   void Shutdown();
 

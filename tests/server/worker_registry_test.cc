@@ -76,6 +76,65 @@ TEST(WorkerRegistryLimitTest, ANewNamePastTheLimitIsRefusedAndKnownNamesStillRej
   }
 }
 
+// A worker is forgotten only once it is not alive; then its name no longer counts toward
+// max_workers, its channel is told to finish, and the name joins again as a new worker.
+TEST(WorkerRegistryForgetTest, OnlyAWorkerNoLongerAliveIsForgottenAndItsNameIsFreed) {
+  ManualClock clock;
+  WorkerRegistryOptions options;
+  options.clock = &clock;
+  options.heartbeat_timeout_ms = 15000;
+  options.max_workers = 2;
+  WorkerRegistry registry(options);
+  v1::WorkerStatus before_restart;
+  before_restart.set_worker_id("old");
+  before_restart.set_name("old");
+  registry.Restore({before_restart});
+  v1::JoinRequest request;
+  request.set_name("w1");
+  auto joined = registry.Join(request);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  bool superseded = false;
+  class RecordingSink final : public TaskChannelSink {
+   public:
+    explicit RecordingSink(bool* superseded) : superseded_(superseded) {}
+    void TasksQueued() override {}
+    void Superseded() override { *superseded_ = true; }
+   private:
+    bool* superseded_;
+  };
+  ASSERT_TRUE(registry.OpenChannel("w1", registry.Generation("w1"), std::make_shared<RecordingSink>(&superseded)).ok());
+
+  Status alive = registry.Forget("w1");
+  EXPECT_EQ(alive.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(alive.message().find("'w1': it is alive"), std::string::npos) << alive.message();
+  EXPECT_EQ(registry.List().size(), 2u);
+  EXPECT_FALSE(superseded);
+
+  const Status unknown = registry.Forget("no\nbody");
+  EXPECT_EQ(unknown.code(), StatusCode::kNotFound);
+  EXPECT_EQ(unknown.message(), "forget worker 'no\\nbody': no such worker") << "the name is echoed escaped";
+
+  EXPECT_EQ(registry.Admits("w2").code(), StatusCode::kResourceExhausted);
+  ASSERT_TRUE(registry.Forget("old").ok()) << "restored, never joined since: no session to go on with";
+  EXPECT_TRUE(registry.Admits("w2").ok()) << "a forgotten name no longer counts toward max_workers";
+
+  clock.Advance(std::chrono::milliseconds(15001));  // w1 is silent past the heartbeat timeout
+  ASSERT_FALSE(registry.IsAlive("w1"));
+  v1::WorkerStatus removed;
+  ASSERT_TRUE(registry.Forget("w1", &removed).ok());
+  EXPECT_EQ(removed.worker_id(), "w1");
+  EXPECT_TRUE(superseded) << "the channel still attached is told to finish";
+  EXPECT_TRUE(registry.List().empty());
+  EXPECT_EQ(registry.Generation("w1"), 0u);
+  EXPECT_EQ(registry.Authenticate("w1", joined->session()).code(), StatusCode::kUnauthenticated)
+      << "the old session is gone with the worker";
+  EXPECT_EQ(registry.Forget("w1").code(), StatusCode::kNotFound);
+  auto again = registry.Join(request);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_NE(again->session(), joined->session());
+  EXPECT_EQ(registry.List().size(), 1u);
+}
+
 // A worker that reads nothing while messages keep coming for it (verdicts of calls it keeps
 // making, tasks) holds at most kMaxOutbox of them: the oldest go, the newest stay in order.
 TEST_F(WorkerRegistryTest, AWorkersOutboxIsBoundedAndKeepsTheNewest) {
