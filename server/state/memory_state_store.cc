@@ -17,6 +17,7 @@ std::string_view StateWriteName(StateWrite kind) {
     case StateWrite::kBindWorkerName: return "BindWorkerName";
     case StateWrite::kSaveSeat: return "SaveSeat";
     case StateWrite::kRequestCancel: return "RequestCancel";
+    case StateWrite::kForgetWorker: return "ForgetWorker";
   }
   return "unknown write";
 }
@@ -236,6 +237,14 @@ Result<std::string> MemoryStateStore::BindWorkerName(const std::string& name, co
   RETURN_IF_ERROR(BeginWrite(StateWrite::kBindWorkerName));
   std::lock_guard<std::mutex> lock(mu_);
   return worker_names_.emplace(name, credential).first->second;
+}
+
+Result<bool> MemoryStateStore::ForgetWorker(const std::string& name) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kForgetWorker));
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool row = workers_.erase(name) != 0;
+  const bool bound = worker_names_.erase(name) != 0;
+  return row || bound;
 }
 
 Status MemoryStateStore::SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) {

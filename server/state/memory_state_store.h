@@ -38,8 +38,9 @@ enum class StateWrite {
   kBindWorkerName,
   kSaveSeat,
   kRequestCancel,
+  kForgetWorker,
 };
-inline constexpr size_t kStateWriteKinds = 11;
+inline constexpr size_t kStateWriteKinds = 12;
 std::string_view StateWriteName(StateWrite kind);  // "CommitRound"
 
 class MemoryStateStore final : public StateStore {
@@ -65,6 +66,7 @@ class MemoryStateStore final : public StateStore {
   Status SaveWorker(const v1::WorkerStatus& worker) override;
   Result<std::vector<v1::WorkerStatus>> LoadWorkers() override;
   Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) override;
+  Result<bool> ForgetWorker(const std::string& name) override;
   Status SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) override;
   Result<std::vector<std::pair<std::string, uint32_t>>> LoadSeats(const std::string& job_id,
                                                                   size_t max_seats = kMaxStoredSeats) override;

@@ -501,6 +501,24 @@ Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, co
   return select.ColumnText(0);
 }
 
+Result<bool> SqliteStateStore::ForgetWorker(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  bool forgot = false;
+  // Both rows or neither: a binding left without its worker would hold the name for a
+  // token the operator meant to release.
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+    for (const char* sql : {"DELETE FROM workers WHERE id = ?", "DELETE FROM worker_names WHERE name = ?"}) {
+      Statement st(db_, sql);
+      if (!st.ok()) return SqliteError(db_, "prepare forget worker");
+      st.BindText(1, name);
+      if (st.Step() != SQLITE_DONE) return SqliteError(db_, "forget worker " + QuoteUntrusted(name, 128));
+      forgot = forgot || sqlite3_changes(db_) > 0;
+    }
+    return Status::Ok();
+  }));
+  return forgot;
+}
+
 Result<std::vector<v1::WorkerStatus>> SqliteStateStore::LoadWorkers() {
   std::lock_guard<std::mutex> lock(mu_);
   Statement st(db_, "SELECT id, worker FROM workers ORDER BY id");

@@ -124,6 +124,11 @@ class StateStore {
   // `credential`; every call returns the credential the name is bound to (compare it with
   // yours). Atomic: two first joins under one name bind one credential.
   virtual Result<std::string> BindWorkerName(const std::string& name, const std::string& credential) = 0;
+  // Forgets a worker gone for good: its row (SaveWorker's, keyed by its id, which is its
+  // name) and its name's binding, together, so that LoadWorkers no longer gives it and the
+  // next BindWorkerName of the name binds whatever credential it is given. Returns whether
+  // there was either to forget. Its seats stay: a seat belongs to the job.
+  virtual Result<bool> ForgetWorker(const std::string& name) = 0;
 
   // Job seats: which party of the partition each client trains for a job, stable across
   // restarts. LoadSeats is sorted by party, then by seat, and reads at most `max_seats` + 1

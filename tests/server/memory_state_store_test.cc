@@ -124,6 +124,7 @@ TEST(MemoryStateStoreTest, EveryKindOfWriteCanBeMadeToFail) {
       {StateWrite::kBindWorkerName, [&] { return store.BindWorkerName("w1", "token:a").status(); }},
       {StateWrite::kSaveSeat, [&] { return store.SaveSeat(job.id(), "w1", 0); }},
       {StateWrite::kRequestCancel, [&] { return store.RequestCancel(job.id()); }},
+      {StateWrite::kForgetWorker, [&] { return store.ForgetWorker("w1").status(); }},
   };
   ASSERT_EQ(writes.size(), kStateWriteKinds);
   for (const auto& [kind, write] : writes) {

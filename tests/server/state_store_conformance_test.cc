@@ -294,6 +294,38 @@ TEST_P(StateStoreConformanceTest, SeatsWorkersAndNamesAreKept) {
   EXPECT_EQ(store_->BindWorkerName("w1", "token:site-b").value(), "token:site-a") << "the first binding stays";
 }
 
+// A forgotten worker's row and its name's binding go together, so that the name binds anew;
+// another worker's, and the job's seats, stay.
+TEST_P(StateStoreConformanceTest, AForgottenWorkerLosesItsRowAndItsNamesBinding) {
+  v1::WorkerStatus w1, w2;
+  w1.set_worker_id("w1");
+  w2.set_worker_id("w2");
+  ASSERT_TRUE(store_->SaveWorker(w1).ok());
+  ASSERT_TRUE(store_->SaveWorker(w2).ok());
+  ASSERT_EQ(store_->BindWorkerName("w1", "token:site-a").value(), "token:site-a");
+  ASSERT_EQ(store_->BindWorkerName("w2", "token:site-a").value(), "token:site-a");
+  ASSERT_TRUE(store_->SaveSeat("job-1-a", "w1", 0).ok());
+
+  auto forgot = store_->ForgetWorker("w1");
+  ASSERT_TRUE(forgot.ok()) << forgot.status().ToString();
+  EXPECT_TRUE(*forgot);
+  auto workers = store_->LoadWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].worker_id(), "w2");
+  EXPECT_EQ(store_->BindWorkerName("w1", "token:site-b").value(), "token:site-b") << "the name binds anew";
+  EXPECT_EQ(store_->BindWorkerName("w2", "token:site-b").value(), "token:site-a") << "another's binding stays";
+  EXPECT_EQ(store_->LoadSeats("job-1-a").value().size(), 1u) << "a seat belongs to the job";
+
+  // A name bound with no row (a join that failed after binding it) is forgotten too.
+  ASSERT_TRUE(store_->ForgetWorker("w1").value());
+  EXPECT_EQ(store_->BindWorkerName("w1", "token:site-c").value(), "token:site-c");
+  // A name with neither: nothing to forget.
+  auto unknown = store_->ForgetWorker("nobody");
+  ASSERT_TRUE(unknown.ok());
+  EXPECT_FALSE(*unknown);
+}
+
 TEST_P(StateStoreConformanceTest, SeatsAreGivenBackAsStoredSortedByPartyThenSeat) {
   // The store does not judge a seat (SeatTable::Load does): a name no worker can hold, a
   // party no partition has, two seats on one party come back as they were saved.
