@@ -562,6 +562,19 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
   return Status::Ok();
 }
 
+Status ForgetWorkerCommand(v1::JobService::StubInterface& stub, const std::string& name, std::ostream& out,
+                           const PrintOptions& print) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ForgetWorkerRequest request;
+  request.set_name(name);
+  v1::ForgetWorkerResponse response;
+  const std::string quoted = QuoteUntrusted(name, 128);
+  RETURN_IF_ERROR(FromGrpc(stub.ForgetWorker(&ctx, request, &response), "forget worker " + quoted));
+  out << (print.json ? wire::ToJson(response) : "forgot worker " + quoted + "; its name may join again as a new worker") << "\n";
+  return Status::Ok();
+}
+
 Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bool all, const PrintOptions& print) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

@@ -61,6 +61,11 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
 Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bool all = false,
                       const PrintOptions& print = {});
 
+// Forgets a worker that is gone for good (the coordinator refuses one that is alive): it no
+// longer counts toward --max-workers, and its name is unbound from its join token.
+Status ForgetWorkerCommand(v1::JobService::StubInterface& stub, const std::string& name, std::ostream& out,
+                           const PrintOptions& print = {});
+
 // Median and maximum of every latency phase over `rounds`, as a table.
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds);
 std::string RoundRow(const v1::RoundRecord& round);

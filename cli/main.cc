@@ -53,6 +53,7 @@ Examples:
   tessera watch job-1-3fa9c2
   tessera rounds job-1-3fa9c2 --round 3
   tessera workers --all
+  tessera workers forget old-host-7
   tessera devices --model simplecnn
   tessera devices --model examples/declared-cnn.toml
   tessera align --model simplecnn --a cpu --b emu:ascend-910b
@@ -97,8 +98,11 @@ const std::vector<Command>& Commands() {
                        "by phase, KiB on the wire), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts", {"json"}, true},
       {"cancel", "JOB", "cancel a running job", {"json"}, true},
-      {"workers", "", "the workers sending heartbeats: state, when last seen, rounds, device\n"
-                      "(--all: also those that stopped)", {"all", "json"}, true},
+      {"workers", "[forget NAME]", "the workers sending heartbeats: state, when last seen, rounds, device\n"
+                      "(--all: also those that stopped). `forget NAME` forgets a worker gone for\n"
+                      "good: it no longer counts toward the coordinator's --max-workers and its\n"
+                      "name is unbound from its join token, so that the name joins again as a\n"
+                      "new worker, with any token; refused while the worker is alive", {"all", "json"}, true},
       {"devices", "", "this node's devices, viable or not and why, with measured GEMM throughput\n"
                       "and bandwidth beside each profile's figures; with --model M, the\n"
                       "migration risk list of M on each device", {"model", "device", "json"}, false},
@@ -424,8 +428,13 @@ int main(int argc, char** argv) {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     result = cli::CancelCommand(*stub, args[1], std::cout, print);
   } else if (command == "workers") {
-    if (!need_arguments(0, "")) return 2;
-    result = cli::WorkersCommand(*stub, std::cout, all, print);
+    if (args.size() >= 2 && args[1] == "forget") {
+      if (!need_arguments(2, "forget and one argument, the worker's name")) return 2;
+      result = cli::ForgetWorkerCommand(*stub, args[2], std::cout, print);
+    } else {
+      if (!need_arguments(0, "")) return 2;
+      result = cli::WorkersCommand(*stub, std::cout, all, print);
+    }
   }
   if (!result.ok()) {
     std::cerr << "tessera: " << cli::DescribeFailure(result, coordinator, source) << "\n";

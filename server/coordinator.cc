@@ -6,6 +6,7 @@
 
 #include "base/escape.h"
 #include "base/host_port.h"
+#include "base/names.h"
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
 #include "proto/list_reply.h"
@@ -210,6 +211,25 @@ void Coordinator::RememberWorker(const v1::WorkerStatus& worker) {
   if (Status s = store_->SaveWorker(worker); !s.ok()) {
     spdlog::warn("worker {} joined but could not be recorded: {}", worker.worker_id(), s.ToString());
   }
+}
+
+Status Coordinator::ForgetWorker(const std::string& name) {
+  std::unique_lock<std::shared_mutex> names(names_mu_);  // no join binds or records a name meanwhile
+  v1::WorkerStatus removed;
+  Status in_registry = registry_.Forget(name, &removed);
+  if (!in_registry.ok() && in_registry.code() != StatusCode::kNotFound) return in_registry;
+  // A name can be in the store alone: a join that bound it and then failed.
+  Result<bool> in_store = store_->ForgetWorker(name);
+  if (!in_store.ok()) {
+    if (in_registry.ok()) registry_.Restore({removed});
+    return Status(in_store.status().code(), "forget worker " + QuoteUntrusted(name, kMaxNameBytes) +
+                                                ": the state store failed, and the worker is still known: " +
+                                                in_store.status().message());
+  }
+  if (!in_registry.ok() && !*in_store) return in_registry;  // NOT_FOUND, naming it
+  spdlog::info("worker {} forgotten by an operator: its name is free to join again with any join token",
+               QuoteUntrusted(name, kMaxNameBytes));
+  return Status::Ok();
 }
 
 Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {

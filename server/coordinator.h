@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 
 #include "base/lock_file.h"
@@ -135,6 +136,14 @@ class Coordinator {
   Status BindWorkerName(const std::string& name, const std::string& credential);
   // Persists a worker's identity and device after it joins (a failure is logged, not fatal).
   void RememberWorker(const v1::WorkerStatus& worker);
+  // Held, shared, by a join from its check against max_workers to RememberWorker, so that
+  // ForgetWorker never falls between a join's binding of the name and its registry entry.
+  std::shared_lock<std::shared_mutex> JoiningNames() { return std::shared_lock<std::shared_mutex>(names_mu_); }
+  // Forgets a worker gone for good (tessera workers forget): its registry entry, then its
+  // stored row and its name's binding, durably. FAILED_PRECONDITION while it is alive,
+  // NOT_FOUND when neither the registry nor the store knows the name. When the store fails
+  // the registry entry is put back, so that what is listed is what a restart would list.
+  Status ForgetWorker(const std::string& name);
 
  private:
   explicit Coordinator(CoordinatorOptions options);
@@ -153,6 +162,7 @@ class Coordinator {
   ByteBudget upload_budget_;
   StreamCounter streams_;     // outlives the server and its streams' slots
   StreamWatchdog watchdog_;
+  std::shared_mutex names_mu_;  // joins shared, ForgetWorker exclusive
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::map<v1::JobState, uint64_t> ended_;  // jobs ended with no runner left in runners_

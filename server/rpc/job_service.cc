@@ -426,6 +426,13 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return grpc::Status::OK;
   }
 
+  grpc::Status ForgetWorker(grpc::ServerContext* ctx, const v1::ForgetWorkerRequest* request,
+                            v1::ForgetWorkerResponse*) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckName("forget worker", "name", request->name()); !s.ok()) return ToGrpc(s);
+    return ToGrpc(c_->ForgetWorker(request->name()));
+  }
+
  private:
   // Every job service call comes from an operator (server/rpc/access_policy.h).
   Status CheckOperator(const grpc::ServerContextBase* ctx) {

@@ -73,6 +73,8 @@ class WorkerServiceImpl final
     if (Status s = CheckName("join", "name", given->name()); !s.ok()) return ToGrpc(s);
     auto credential = c_->access().CheckJoin(Peer(ctx), given->name(), given->join_token());
     if (!credential.ok()) return refused(credential.status());
+    // From here to RememberWorker the name is not forgotten under the join's feet.
+    const auto joining = c_->JoiningNames();
     // A new name past the registry's limit is refused before the store binds it.
     if (Status s = c_->registry().Admits(given->name()); !s.ok()) return refused(s);
     v1::JoinRequest sanitized = *given;

@@ -2,14 +2,17 @@
 // certificate comes from another CA, has expired, or is missing is refused with a message that
 // says which; a certificate is one worker's name and no other's; the job service is for
 // operators; a name joined with one site's token cannot be taken with another's, even after a
-// restart; a revoked certificate is refused, also on a connection admitted before; plaintext
+// restart, until an operator forgets the worker; a revoked certificate is refused, also on a connection admitted before; plaintext
 // is refused off loopback.
 #include <gtest/gtest.h>
 
 #include <ctime>
+#include <sstream>
 #include <fstream>
 #include <sys/stat.h>
 
+#include "base/clock.h"
+#include "cli/job_client.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -279,6 +282,74 @@ TEST_F(TokenSecurityTest, ANameJoinedWithOneSitesTokenCannotBeTakenWithAnothers)
   auto restarted = server::Coordinator::Start(Options());
   ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
   EXPECT_EQ(Join((*restarted)->port(), "w1", "token-of-site-b").error_message(), bound);
+}
+
+// An operator, and only an operator, forgets a worker that is no longer alive: it is no
+// longer listed, also after a restart, and its name joins again with another site's token.
+TEST_F(TokenSecurityTest, AForgottenWorkersNameJoinsAgainWithAnyToken) {
+  ManualClock clock;  // liveness on a clock the test moves, outliving both coordinators
+  server::CoordinatorOptions options = Options();
+  options.registry.clock = &clock;
+  auto listed = [&](int port) {
+    auto stub = v1::JobService::NewStub(
+        *wire::MakeChannel("127.0.0.1:" + std::to_string(port), Verifying("the-admin-token")));
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse response;
+    EXPECT_TRUE(stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &response).ok());
+    std::vector<std::string> names;
+    for (const auto& w : response.workers()) names.push_back(w.worker_id());
+    return names;
+  };
+  {
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const int port = (*coordinator)->port();
+    const std::string address = "127.0.0.1:" + std::to_string(port);
+    auto forget = [&](const std::string& admin_token, const std::string& name) {
+      auto stub = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying(admin_token)));
+      grpc::ClientContext ctx;
+      v1::ForgetWorkerRequest request;
+      request.set_name(name);
+      v1::ForgetWorkerResponse response;
+      return stub->ForgetWorker(&ctx, request, &response);
+    };
+    ASSERT_TRUE(Join(port, "w1", "token-of-site-a").ok());
+    ASSERT_TRUE(Join(port, "w2", "token-of-site-a").ok());
+
+    EXPECT_EQ(forget("", "w1").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(forget("token-of-site-a", "w1").error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << "a join token is no operator's credential";
+    grpc::Status alive = forget("the-admin-token", "w1");
+    EXPECT_EQ(alive.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_EQ(alive.error_message(), "forget worker 'w1': it is alive (joined, and heard from within the heartbeat "
+                                     "timeout); stop it first, and forget it once it is no longer alive");
+    grpc::Status bad = forget("the-admin-token", "w1\n\x1b[2J");
+    EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(bad.error_message(), "forget worker: field 'name' 'w1\\n\\x1b[2J': expected 1 to 128 letters, digits, "
+                                   "'-', '_' or '.'");
+    grpc::Status unknown = forget("the-admin-token", "nobody");
+    EXPECT_EQ(unknown.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(unknown.error_message(), "forget worker 'nobody': no such worker");
+    EXPECT_EQ(listed(port), (std::vector<std::string>{"w1", "w2"})) << "nothing refused was forgotten";
+
+    // Silent past the heartbeat timeout, w1 is no longer alive: the command line forgets it.
+    clock.Advance(std::chrono::milliseconds(options.registry.heartbeat_timeout_ms + 1));
+    auto stub = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying("the-admin-token")));
+    std::ostringstream out;
+    Status forgot = cli::ForgetWorkerCommand(*stub, "w1", out);
+    ASSERT_TRUE(forgot.ok()) << forgot.ToString();
+    EXPECT_EQ(out.str(), "forgot worker 'w1'; its name may join again as a new worker\n");
+    EXPECT_EQ(listed(port), std::vector<std::string>{"w2"});
+    EXPECT_EQ(forget("the-admin-token", "w1").error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Forgotten durably: the restarted coordinator does not list w1, and its name is unbound
+  // from site-a's token, while w2 keeps its binding.
+  auto restarted = server::Coordinator::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  const int port = (*restarted)->port();
+  EXPECT_EQ(listed(port), std::vector<std::string>{"w2"});
+  EXPECT_TRUE(Join(port, "w1", "token-of-site-b").ok());
+  EXPECT_EQ(Join(port, "w2", "token-of-site-b").error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
 TEST_F(TokenSecurityTest, TheJobServiceNeedsTheAdminToken) {
