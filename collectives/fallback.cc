@@ -242,12 +242,19 @@ Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t co
   if (host && Has(CollectiveOp::kAllreduce) && HasReduce(ReduceOp::kSum)) {
     Count("allgather <- allreduce(sum) of zero-padded blocks");
     const size_t element = DataTypeSize(type);
+    // Summed as integers of the element's size where the backend has them: one rank's bytes
+    // plus zeros are those bytes exactly, where a float sum turns -0.0 into +0.0 and may
+    // change a NaN's payload. (Two-byte floats keep their own type.)
+    DataType sum_type = type;
+    const CommunicatorCapabilities& caps = base_->capabilities();
+    if (element == 4 && caps.HasDataType(DataType::kInt32)) sum_type = DataType::kInt32;
+    if (element == 8 && caps.HasDataType(DataType::kInt64)) sum_type = DataType::kInt64;
     auto* output = static_cast<std::byte*>(recv);
     std::byte* mine = Scratch(count * element);
     CopyBytes(mine, send, count * element);
     std::memset(output, 0, count * size() * element);
     CopyBytes(output + rank() * count * element, mine, count * element);
-    return CallAllreduce(*base_, output, output, count * size(), type, ReduceOp::kSum, deadline);
+    return CallAllreduce(*base_, output, output, count * size(), sum_type, ReduceOp::kSum, deadline);
   }
   return NoRoute(CollectiveOp::kAllgather, ReduceOp::kSum);
 }
