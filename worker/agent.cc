@@ -35,6 +35,7 @@
 #include "worker/cohort.h"
 #include "worker/error_feedback.h"
 #include "worker/round_download.h"
+#include "worker/task_checks.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -51,54 +52,8 @@ void KeepForSeat(std::map<std::string, Value>& kept, const std::string& seat, Va
   while (kept.size() > limit) kept.erase(kept.begin()->first == seat ? std::next(kept.begin()) : kept.begin());
 }
 
-// Whether `name` is a device class this build registers (cpu, cuda, xrt, a built-in emulated
-// profile): what a job may name, unlike "emu:FILE.toml", a file on this worker.
-bool IsDeviceClass(const std::string& name) {
-  const std::vector<DeviceBackend> backends = RegisteredDeviceBackends();
-  return std::any_of(backends.begin(), backends.end(), [&](const DeviceBackend& b) { return b.name == name; });
-}
-
 // How much of a reason the coordinator gives (a cancel's, a refused update's) is logged.
 constexpr size_t kMaxReasonChars = 512;
-
-// The coordinator's rendezvous prefix for a cohort's round ("rendezvous/JOB/ROUND/ATTEMPT/"),
-// at most this long.
-constexpr size_t kMaxRendezvousPrefixBytes = 256;
-
-// What a task says beyond its job id (checked as it arrives), before any of it is used: its job
-// spec as the coordinator checks a submitted one (every bound on the model, the data and the
-// training; a job's names shown escaped), and its own fields, which go into this worker's logs,
-// its failure reports and its cohort's rendezvous as they are.
-Status CheckTask(const v1::TrainTask& task, const std::string& what) {
-  if (Status valid = wire::ValidateJobSpec(task.spec()); !valid.ok()) {
-    return valid.WithContext(what + ": the task's job spec");
-  }
-  for (const std::string& set : task.model_sets()) {
-    if (!IsName(set)) {
-      return InvalidArgumentError(what + ": the task names a model set " + QuoteUntrusted(set, 64) + ", expected 1 to " +
-                                  std::to_string(kMaxNameBytes) + " letters, digits, '-', '_' or '.'");
-    }
-  }
-  if (task.cohort().empty()) return Status::Ok();
-  if (!IsName(task.cohort())) {
-    return InvalidArgumentError(what + ": the task's cohort " + QuoteUntrusted(task.cohort(), 64) + " is not a name");
-  }
-  if (!task.collective_backend().empty() && !IsName(task.collective_backend())) {
-    return InvalidArgumentError(what + ": the task's collectives backend " +
-                                QuoteUntrusted(task.collective_backend(), 64) + " is not a name");
-  }
-  if (task.rendezvous_prefix().empty() || task.rendezvous_prefix().size() > kMaxRendezvousPrefixBytes ||
-      HasHiddenCharacters(task.rendezvous_prefix())) {
-    return InvalidArgumentError(what + ": the task's rendezvous prefix " + QuoteUntrusted(task.rendezvous_prefix(), 64) +
-                                " is empty, longer than " + std::to_string(kMaxRendezvousPrefixBytes) +
-                                " bytes or holds control characters");
-  }
-  if (task.cohort_size() == 0 || task.cohort_rank() >= task.cohort_size()) {
-    return InvalidArgumentError(what + ": the task gives this worker rank " + std::to_string(task.cohort_rank()) +
-                                " of a cohort of " + std::to_string(task.cohort_size()));
-  }
-  return Status::Ok();
-}
 
 using Clock = std::chrono::steady_clock;
 
