@@ -229,6 +229,12 @@ Status DecodeValues(UpdateEncoding encoding, std::string_view bytes, double frac
           return InvalidArgumentError("int8 encoding: value " + std::to_string(i) + " is -128, expected -127 to 127");
         }
         out[i] = scale * static_cast<float>(q);
+        if (!std::isfinite(out[i])) {  // a scale near the float maximum, times up to 127
+          return InvalidArgumentError("int8 encoding: value " + std::to_string(i) + " (" + std::to_string(q) +
+                                      " times the scale " + std::to_string(scale) +
+                                      ") is past the float range; expected a scale of at most the largest "
+                                      "magnitude / 127");
+        }
       }
       return Status::Ok();
     }

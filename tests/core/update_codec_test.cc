@@ -207,6 +207,11 @@ TEST(UpdateCodecTest, DecodersRefuseHostileBytes) {
   refused(UpdateEncoding::kInt8, LittleEndian32(0x7f800000) + q, 0, "a finite scale >= 0");
   refused(UpdateEncoding::kInt8, LittleEndian32(std::bit_cast<uint32_t>(1.0f)) + std::string("\x01\x80\x01\x01", 4), 0,
           "value 1 is -128, expected -127 to 127");
+  // A finite scale whose product with a value passes the float range.
+  const std::string huge_scale = LittleEndian32(std::bit_cast<uint32_t>(std::numeric_limits<float>::max() / 2));
+  refused(UpdateEncoding::kInt8, huge_scale + std::string("\x00\x00\x03\x00", 4), 0,
+          "int8 encoding: value 2 (3 times the scale");
+  refused(UpdateEncoding::kInt8, huge_scale + std::string("\x00\x00\x00\x81", 4), 0, "value 3 (-127 times");
   // top-k: indices in range, strictly increasing.
   const std::string one = LittleEndian32(std::bit_cast<uint32_t>(1.0f));
   refused(UpdateEncoding::kTopK, LittleEndian32(4) + one, 0.25, "pair 0 has index 4, expected below 4");
