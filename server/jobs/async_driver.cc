@@ -328,6 +328,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   update.local_steps = h.local_steps();
   update.step_normalizer = h.step_normalizer();
   update.delta = checked.clipped ? &*checked.clipped : &delta;
+  if (checked.clipped) update.clip_factor = max_update_norm_ / checked.norm;
   update.payload = &payload;
   update.scale = weight;
   const auto start = clock_->Now();

@@ -235,6 +235,7 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
   const auto start = clock_->Now();
   ClientUpdate update = Claims(h, party);
   update.delta = clipped ? &*clipped : &delta;
+  if (clipped) update.clip_factor = max_update_norm_ / norm;
   update.payload = payload;
   update.handed = handed;  // taken only where it is the delta folded (not a clipped copy)
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay

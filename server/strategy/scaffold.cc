@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -79,8 +80,8 @@ class ScaffoldRound final : public RoundAggregate {
       return InvalidArgumentError("scaffold needs the update's set 'control_delta' (its control variate's change)");
     }
     const TensorSet& delta = *update.delta;
-    const TensorSet& control = update.payload->at(kControlDelta);
-    for (const auto& [set, name] : {std::pair<const TensorSet*, const char*>{&delta, "delta"}, {&control, kControlDelta}}) {
+    const TensorSet& sent = update.payload->at(kControlDelta);
+    for (const auto& [set, name] : {std::pair<const TensorSet*, const char*>{&delta, "delta"}, {&sent, kControlDelta}}) {
       if (set->size() != model_sums_.size()) {
         return InvalidArgumentError(std::string("set '") + name + "' has " + std::to_string(set->size()) +
                                     " tensors, expected " + std::to_string(model_sums_.size()));
@@ -97,7 +98,14 @@ class ScaffoldRound final : public RoundAggregate {
       return InvalidArgumentError("update from party " + std::to_string(update.party) + ", but the job has " +
                                   std::to_string(parties_) + " parties");
     }
-    RETURN_IF_ERROR(CheckControlChange(delta, control));
+    if (!(update.clip_factor > 0 && update.clip_factor <= 1)) {
+      return InvalidArgumentError("clip factor " + FormatNumber(update.clip_factor) + ": expected one in (0, 1]");
+    }
+    // The change is checked against the delta the client sent, before the round clipped it.
+    RETURN_IF_ERROR(CheckControlChange(delta, sent, 1.0 / update.clip_factor));
+    std::optional<TensorSet> scaled;
+    if (update.clip_factor != 1.0) scaled = ClippedChange(sent, update.clip_factor);
+    const TensorSet& control = scaled ? *scaled : sent;
     const double samples = static_cast<double>(update.samples);
     {
       std::lock_guard<std::mutex> lock(totals_mu_);
@@ -143,14 +151,17 @@ class ScaffoldRound final : public RoundAggregate {
   //   change = c_i+ - c_i = (x - y_i) / (K lr) - c,   so   ||change + c|| = ||delta|| / (K lr) <= ||delta|| / lr.
   // A change beyond that is refused: it is not one computed from this delta, and folded, (1 / N)
   // of it would reach c and all of it the party's c_i. The delta is the one folded, within
-  // max_update_norm (M) or clipped to it, so every folded change has ||change + c|| <= M / lr,
+  // max_update_norm (M) or clipped to it, the change then scaled with it (ClippedChange), so
+  // every folded change has ||change + c|| <= M / lr,
   // and c <- c + (1 / N) sum change = (1 - |S| / N) c + (1 / N) sum (change + c) stays within
   // M / lr however many rounds a hostile client takes part in: no correction can explode.
   // An honest client's change misses the identity by its rounding alone: the change computed in
   // double and stored as float (2^-24 of |change| <= |change + c| + |c| per value), the delta
   // rounded likewise, the learning rate as float. kSlack of (||delta|| / lr + ||c||), fifty times
   // their sum, covers them, and lets c grow to (1 + kSlack) / (1 - kSlack) M / lr at most.
-  Status CheckControlChange(const TensorSet& delta, const TensorSet& control) const {
+  // `unclip`: 1 over the factor the round clipped the delta by (ClientUpdate::clip_factor), so
+  // that the bound is the one of the delta the client sent and computed its change from.
+  Status CheckControlChange(const TensorSet& delta, const TensorSet& control, double unclip) const {
     constexpr double kSlack = 1e-5;
     double delta_squares = 0, change_squares = 0, sum_squares = 0, server_squares = 0;
     for (size_t i = 0; i < delta.size(); ++i) {
@@ -166,7 +177,7 @@ class ScaffoldRound final : public RoundAggregate {
         server_squares += static_cast<double>(c[j]) * c[j];
       }
     }
-    const double delta_norm = std::sqrt(delta_squares), sum_norm = std::sqrt(sum_squares);
+    const double delta_norm = std::sqrt(delta_squares) * unclip, sum_norm = std::sqrt(sum_squares);
     const double honest = delta_norm / learning_rate_;
     const double bound = honest + kSlack * (honest + std::sqrt(server_squares));
     if (sum_norm <= bound) return Status::Ok();
@@ -176,6 +187,23 @@ class ScaffoldRound final : public RoundAggregate {
         FormatNumber(std::sqrt(change_squares)) + "), expected at most " + FormatNumber(bound) +
         ": a change computed from this delta is (x - y_i) / (K lr) - c, so the sum is at most the delta's L2 norm " +
         FormatNumber(delta_norm) + " over the learning rate " + FormatNumber(learning_rate_) + " (K >= 1 local steps)");
+  }
+
+  // The change a client would have computed from its delta clipped by `factor` (s): with its
+  // change (x - y_i) / (K lr) - c from the delta it sent, s (x - y_i) / (K lr) - c =
+  // s (change + c) - c. Its ||change + c|| is then s times the sent one's, within the clipped
+  // delta's bound, so c stays within max_update_norm / lr as without clipping.
+  TensorSet ClippedChange(const TensorSet& sent, double factor) const {
+    TensorSet scaled = sent;
+    for (size_t i = 0; i < scaled.size(); ++i) {
+      if (is_buffer_[i]) continue;  // ignored: a buffer keeps no variate
+      float* dc = scaled[i].values.data();
+      const float* c = server_control_[i].values.data();
+      for (size_t j = 0; j < scaled[i].values.size(); ++j) {
+        dc[j] = static_cast<float>(factor * (static_cast<double>(dc[j]) + c[j]) - c[j]);
+      }
+    }
+    return scaled;
   }
 
   std::vector<std::vector<double>> model_sums_, control_sums_;  // a buffer's control sum is empty

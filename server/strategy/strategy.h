@@ -53,6 +53,11 @@ struct ClientUpdate {
   // (wire::ValidateJobSpec keeps the other rules and strategies out of asynchronous jobs);
   // the others refuse it.
   double scale = 1.0;
+  // The factor the round clipped the client's delta by (update_norm_policy "clip": the job's
+  // max_update_norm over the delta's L2 norm, in (0, 1)); 1 when it was not clipped. `delta`
+  // is the clipped one already; a strategy whose payload was computed from the delta the
+  // client sent (SCAFFOLD's variate change) scales it to match.
+  double clip_factor = 1.0;
   // The update's other sets, by name: those PayloadSets() names, each checked against the
   // model's layout (names, shapes, finite values); null when the strategy reads none.
   const std::map<std::string, TensorSet>* payload = nullptr;

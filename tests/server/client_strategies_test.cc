@@ -475,6 +475,38 @@ TEST(ScaffoldBoundTest, TheClaimedStepsAndNormaliserNeitherWidenTheBoundNorChang
   for (const TensorSet& state : states) EXPECT_EQ(Values(state), Values(states.front()));
 }
 
+// Under update_norm_policy "clip" the round scales a delta beyond max_update_norm by s = bound /
+// norm. The change the client computed from the delta it sent is checked against that delta,
+// then scaled to the one it would have computed from the clipped delta, s (change + c) - c, so
+// an honest one-step client is not refused for being clipped, and c keeps its bound.
+TEST(ScaffoldBoundTest, AClippedDeltasChangeIsCheckedAsSentAndScaledWithIt) {
+  auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
+  auto scaffold = Make(Spec("scaffold"), *global);
+  Round round("job-1", 1, 1, 0, global, scaffold->BeginRound(*global), 1, scaffold->PayloadSets(), 1.0,
+              Round::NormPolicy::kClip);
+  round.AddParticipant(0, {{"w0", 1}});
+  round.AddParticipant(1, {{"w1", 1}});
+  const TensorSet delta = Layout(3, 4, 0);  // norm 5: clipped by 1/5 to (0.6, 0.8, 0)
+
+  // Beyond the sent delta's bound of 50 (norm 5 over lr 0.1): refused, naming the sent norm.
+  const auto beyond = ControlDelta(Layout(-30, -40.01f, 0));
+  Status refused = round.Submit(ScaffoldHeader("w1", *global), delta, 1, &beyond);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  for (const char* expected : {"expected at most 50.0005", "the delta's L2 norm 5 over the learning rate 0.1"}) {
+    EXPECT_NE(refused.message().find(expected), std::string::npos) << expected << "\n" << refused.message();
+  }
+  // One local step's change from the sent delta folds, scaled by 1/5.
+  const auto one_step = ControlDelta(Layout(-30, -40, 0));
+  ASSERT_TRUE(round.Submit(ScaffoldHeader("w0", *global), delta, 1, &one_step).ok());
+  round.Close("done");
+  auto step = round.Finish(*scaffold);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  ExpectValues(step->model, {0.6f, 0.8f, 0}, "the model moved by the clipped delta");
+  ASSERT_EQ(step->state.size(), 4u);
+  // c = (1/4) of the scaled change (-6, -8, 0); c_0 the scaled change.
+  ExpectValues(step->state, {-1.5f, -2, 0, -6, -8, 0}, "c and c_0");
+}
+
 TEST(ScaffoldBoundTest, TheStrategyNeedsAPositiveLearningRate) {
   v1::JobSpec spec = Spec("scaffold");
   spec.mutable_optimizer()->set_learning_rate(0);
