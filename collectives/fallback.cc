@@ -1,8 +1,11 @@
 #include "collectives/fallback.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "collectives/reduce.h"
@@ -15,38 +18,57 @@ namespace {
 void CopyBytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
+
 // Tag of the framing messages the send/recv route exchanges through the backend.
 constexpr int kFramingTag = 0x7ffffff0;
+
+std::string RankName(int rank) { return "rank " + std::to_string(rank); }
+
 }  // namespace
 
-// MessageChannel over the wrapped backend's Send/Recv.
+// MessageChannel over the wrapped backend's Send/Recv. Each message is a header message and
+// a payload message on `tag`. In an exchange that both sends and receives, the send runs on
+// a helper thread while this one receives; waiting for it is bounded by the call's deadline,
+// after which the channel refuses every later exchange (see fallback.h).
 class FallbackCommunicator::SendRecvChannel final : public MessageChannel {
  public:
-  explicit SendRecvChannel(Communicator* base) : base_(base) {}
-  ~SendRecvChannel() override {
-    if (thread_.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        stop_ = true;
-      }
-      wake_.notify_all();
-      thread_.join();
-    }
-  }
+  SendRecvChannel(Communicator* base, int tag) : base_(base), tag_(tag) {}
+  ~SendRecvChannel() override { JoinSender(); }
 
   int rank() const override { return base_->rank(); }
   int size() const override { return base_->size(); }
 
+  // Starts a composed call: what its errors name as the time it had.
+  void BeginCall(Deadline deadline) {
+    call_budget_ = std::max(std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()),
+                            std::chrono::milliseconds(0));
+  }
+
+  // Stops the helper thread; waits for a send it has not finished, abandoned or not.
+  void JoinSender() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
   Status Exchange(const OutgoingMessage* out, const IncomingMessage* in,
                   Deadline deadline) override {
     if (out == nullptr && in == nullptr) return Status::Ok();
+    // A send abandoned at an earlier deadline may still be in the backend: the pair's messages
+    // are out of step, and a new job would overwrite the one in flight.
+    if (!abandoned_.ok()) return abandoned_;
     if (in == nullptr) return SendMessage(*out, deadline);
     if (out == nullptr) return ReceiveMessage(*in, deadline);
     if (!thread_.joinable()) thread_ = std::thread([this] { SendLoop(); });
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      job_ = out;
+      job_ = *out;  // a copy: the helper may outlive this call if the backend overruns
       job_deadline_ = deadline;
+      has_job_ = true;
       job_done_ = false;
     }
     wake_.notify_all();
@@ -54,30 +76,65 @@ class FallbackCommunicator::SendRecvChannel final : public MessageChannel {
     Status sent;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return job_done_; });
+      if (!wake_.wait_until(lock, deadline, [&] { return job_done_; })) {
+        abandoned_ = DeadlineExceededError(
+            RankName(rank()) + ": timed out waiting for " + RankName(out->peer) + " to take " +
+            DescribeHeader(out->header) + " " + Budget() + ": backend " +
+            std::string(base_->backend_name()) +
+            "'s send had not returned, so this communicator is out of step with its peers and "
+            "refuses every later call (destroying it waits for that send)");
+        if (received.ok()) return abandoned_;
+        return Status(received.code(), received.message() + "; and the send to " +
+                                           RankName(out->peer) + " had not returned either");
+      }
       sent = job_result_;
     }
     return received.ok() ? sent : received;
   }
 
  private:
+  // "before the call's deadline, 1000 ms after it began".
+  std::string Budget() const {
+    return "before the call's deadline, " + std::to_string(call_budget_.count()) +
+           " ms after it began";
+  }
+
+  // `failed` from the backend while this rank waited for `peer` to send (`sending`: to take)
+  // `header`: a deadline names the call, the peer and the deadline, whatever the backend said;
+  // other errors keep their code and gain the same context.
+  Status Explain(const Status& failed, int peer, bool sending, const MessageHeader& header) const {
+    const std::string waiting = "waiting for " + RankName(peer) +
+                                (sending ? " to take " : " to send ") + DescribeHeader(header);
+    if (failed.code() == StatusCode::kDeadlineExceeded) {
+      return DeadlineExceededError(RankName(rank()) + ": timed out " + waiting + " " + Budget() +
+                                   " (backend " + std::string(base_->backend_name()) + ": " +
+                                   failed.message() + ")");
+    }
+    return failed.WithContext(RankName(rank()) + ": " + waiting);
+  }
+
   Status SendMessage(const OutgoingMessage& out, Deadline deadline) {
-    RETURN_IF_ERROR(CallSend(*base_, &out.header, sizeof(MessageHeader), DataType::kUint8,
-                             out.peer, kFramingTag, deadline));
-    if (out.header.payload_bytes == 0) return Status::Ok();
-    return CallSend(*base_, out.data, out.header.payload_bytes, DataType::kUint8, out.peer,
-                    kFramingTag, deadline);
+    Status sent = CallSend(*base_, &out.header, sizeof(MessageHeader), DataType::kUint8,
+                           out.peer, tag_, deadline);
+    if (sent.ok() && out.header.payload_bytes > 0) {
+      sent = CallSend(*base_, out.data, out.header.payload_bytes, DataType::kUint8, out.peer,
+                      tag_, deadline);
+    }
+    return sent.ok() ? sent : Explain(sent, out.peer, /*sending=*/true, out.header);
   }
 
   Status ReceiveMessage(const IncomingMessage& in, Deadline deadline) {
     MessageHeader got;
-    RETURN_IF_ERROR(CallRecv(*base_, &got, sizeof(MessageHeader), DataType::kUint8, in.peer,
-                             kFramingTag, deadline));
+    Status received = CallRecv(*base_, &got, sizeof(MessageHeader), DataType::kUint8, in.peer,
+                               tag_, deadline);
+    if (!received.ok()) return Explain(received, in.peer, /*sending=*/false, in.expected);
+    // The payload's length is the one this rank expects: a peer's header that announces
+    // another is a mismatch, never a size to receive.
     RETURN_IF_ERROR(CheckHeader(in.expected, got, base_->rank(), in.peer));
     const size_t bytes = in.expected.payload_bytes;
     if (bytes == 0) return Status::Ok();
-    RETURN_IF_ERROR(CallRecv(*base_, in.data, bytes, DataType::kUint8, in.peer, kFramingTag,
-                             deadline));
+    received = CallRecv(*base_, in.data, bytes, DataType::kUint8, in.peer, tag_, deadline);
+    if (!received.ok()) return Explain(received, in.peer, /*sending=*/false, in.expected);
     if (in.sink != nullptr) in.sink->OnReceived(0, bytes);
     return Status::Ok();
   }
@@ -85,14 +142,14 @@ class FallbackCommunicator::SendRecvChannel final : public MessageChannel {
   void SendLoop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || job_ != nullptr; });
-      if (stop_) return;
-      const OutgoingMessage* job = job_;
+      wake_.wait(lock, [&] { return stop_ || has_job_; });
+      if (!has_job_) return;  // stopping, nothing in flight
+      const OutgoingMessage job = job_;
       const Deadline deadline = job_deadline_;
+      has_job_ = false;
       lock.unlock();
-      Status result = SendMessage(*job, deadline);
+      Status result = SendMessage(job, deadline);
       lock.lock();
-      job_ = nullptr;
       job_result_ = result;
       job_done_ = true;
       wake_.notify_all();
@@ -100,14 +157,18 @@ class FallbackCommunicator::SendRecvChannel final : public MessageChannel {
   }
 
   Communicator* base_;
+  const int tag_;
+  std::chrono::milliseconds call_budget_{0};
+  Status abandoned_;  // set once a send outlived its call's deadline; this thread only
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable wake_;
-  const OutgoingMessage* job_ = nullptr;  // guarded by mutex_
-  Deadline job_deadline_;                 // guarded by mutex_
-  Status job_result_;                     // guarded by mutex_
-  bool job_done_ = false;                 // guarded by mutex_
-  bool stop_ = false;                     // guarded by mutex_
+  OutgoingMessage job_;     // guarded by mutex_
+  Deadline job_deadline_;   // guarded by mutex_
+  bool has_job_ = false;    // guarded by mutex_
+  Status job_result_;       // guarded by mutex_
+  bool job_done_ = false;   // guarded by mutex_
+  bool stop_ = false;       // guarded by mutex_
 };
 
 FallbackCommunicator::FallbackCommunicator(std::unique_ptr<Communicator> base,
@@ -115,10 +176,17 @@ FallbackCommunicator::FallbackCommunicator(std::unique_ptr<Communicator> base,
     : Communicator(base->rank(), base->size(), base->default_timeout()),
       base_(std::move(base)),
       location_(location),
-      channel_(std::make_unique<SendRecvChannel>(base_.get())),
+      channel_(std::make_unique<SendRecvChannel>(base_.get(), kFramingTag)),
       algorithms_(std::make_unique<CollectiveAlgorithms>(channel_.get(), tuning)) {}
 
-FallbackCommunicator::~FallbackCommunicator() = default;
+// The helper thread may still be sending from the algorithms' or this object's scratch: it
+// stops before any of them is destroyed.
+FallbackCommunicator::~FallbackCommunicator() { channel_->JoinSender(); }
+
+CollectiveAlgorithms& FallbackCommunicator::SendRecvRoute(Deadline deadline) {
+  channel_->BeginCall(deadline);
+  return *algorithms_;
+}
 
 bool FallbackCommunicator::Needed(const CommunicatorCapabilities& base) {
   return base.native_ops != AllCollectiveOps() || base.native_reduce_ops != AllReduceOps();
@@ -187,7 +255,7 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
   }
   if (host && HasSendRecv()) {
     Count("allreduce <- send/recv");
-    return algorithms_->Allreduce(send, recv, count, type, op, sequence, deadline);
+    return SendRecvRoute(deadline).Allreduce(send, recv, count, type, op, sequence, deadline);
   }
   return NoRoute(CollectiveOp::kAllreduce, op);
 }
@@ -223,7 +291,7 @@ Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_
   }
   if (host && HasSendRecv()) {
     Count("reduce_scatter <- send/recv");
-    return algorithms_->ReduceScatter(send, recv, count, type, op, sequence, deadline);
+    return SendRecvRoute(deadline).ReduceScatter(send, recv, count, type, op, sequence, deadline);
   }
   return NoRoute(CollectiveOp::kReduceScatter, op);
 }
@@ -237,7 +305,7 @@ Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t co
   }
   if (host && HasSendRecv()) {
     Count("allgather <- send/recv");
-    return algorithms_->Allgather(send, recv, count, type, sequence, deadline);
+    return SendRecvRoute(deadline).Allgather(send, recv, count, type, sequence, deadline);
   }
   if (host && Has(CollectiveOp::kAllreduce) && HasReduce(ReduceOp::kSum)) {
     Count("allgather <- allreduce(sum) of zero-padded blocks");
@@ -267,7 +335,7 @@ Status FallbackCommunicator::DoBroadcast(void* buffer, size_t count, DataType ty
   }
   if (location_ == BufferLocation::kHost && HasSendRecv()) {
     Count("broadcast <- send/recv");
-    return algorithms_->Broadcast(buffer, count, type, root, sequence, deadline);
+    return SendRecvRoute(deadline).Broadcast(buffer, count, type, root, sequence, deadline);
   }
   return NoRoute(CollectiveOp::kBroadcast, ReduceOp::kSum);
 }
@@ -277,7 +345,7 @@ Status FallbackCommunicator::DoBarrier(Deadline deadline) {
   if (Has(CollectiveOp::kBarrier)) return CallBarrier(*base_, deadline);
   if (location_ == BufferLocation::kHost && HasSendRecv()) {
     Count("barrier <- send/recv");
-    return algorithms_->Barrier(sequence, deadline);
+    return SendRecvRoute(deadline).Barrier(sequence, deadline);
   }
   if (location_ == BufferLocation::kHost && Has(CollectiveOp::kAllreduce) &&
       HasReduce(ReduceOp::kSum)) {

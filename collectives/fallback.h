@@ -10,8 +10,21 @@
 //   Send/Recv      native only
 // The send/recv route runs CollectiveAlgorithms over the backend's own Send/Recv, framing
 // each message as a 40-byte header message plus a payload message (uint8, an internal tag),
-// so call mismatches are detected there too. Sends run on one helper thread while the
-// calling thread receives, so ring steps cannot deadlock on a backend whose Send blocks.
+// so call mismatches are detected there too.
+//
+// Sends run on one helper thread while the calling thread receives, so ring steps cannot
+// deadlock on a backend whose Send blocks. Every wait is bounded by the call's deadline (its
+// CallOptions::timeout, or CommunicatorOptions::timeout_ms): the backend's Send and Recv are
+// given it, and the wait for the helper's send ends at it even if the backend's send has not
+// returned. A peer that never sends, or never takes what is sent, gives DEADLINE_EXCEEDED
+// naming this rank, the peer, the message (op, call number, count, dtype) and the deadline:
+//   "rank 0: timed out waiting for rank 1 to send allreduce #0 (count 100, int32, sum,
+//    400-byte message) before the call's deadline, 1000 ms after it began (backend local:
+//    ...)"
+// Other failures of the backend keep their code and gain the same context. A send abandoned
+// at the deadline leaves the communicator out of step with its peers: every later call
+// returns that error, and destroying the communicator waits for the backend's send, which
+// may read the caller's buffer until it returns.
 //
 // Host arithmetic (divide, pad, copy) only happens for host buffers: a route that needs it
 // is refused for device buffers (UNIMPLEMENTED naming the op). A float16 average the backend
@@ -77,6 +90,8 @@ class FallbackCommunicator final : public Communicator {
   void Count(const char* route) { ++fallback_counts_[route]; }
   Status NoRoute(CollectiveOp op, ReduceOp reduce_op) const;
   std::byte* Scratch(size_t bytes);
+  // The send/recv algorithms, told that a call with this deadline begins (for its errors).
+  CollectiveAlgorithms& SendRecvRoute(Deadline deadline);
   // True when a float16 average of `collective` runs widened to float32 (see above).
   bool WidensHalfAverage(CollectiveOp collective, DataType type, ReduceOp op) const;
 
