@@ -69,6 +69,21 @@ Status Communicator::CheckPeer(int peer, std::string_view what) const {
   return Status::Ok();
 }
 
+Status Communicator::CheckTag(int tag, std::string_view what) const {
+  const int max_tag = capabilities().max_tag;
+  if (tag >= 0 && tag <= max_tag) return Status::Ok();
+  std::string message = "rank " + std::to_string(rank_) + ": " + std::string(what) + " tag " +
+                        std::to_string(tag) + " is out of range [0, " + std::to_string(max_tag) +
+                        "]";
+  if (tag > max_tag) {
+    message += ": backend " + std::string(backend_name()) + " takes tags up to " +
+               std::to_string(max_tag) +
+               " (its transport's bound, such as MPI's MPI_TAG_UB, less the tags above it that "
+               "carry this layer's own headers)";
+  }
+  return InvalidArgumentError(message);
+}
+
 Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type));
@@ -116,7 +131,7 @@ Status Communicator::Send(const void* buffer, size_t count, DataType type, int p
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "send"));
   RETURN_IF_ERROR(CheckPeer(peer, "send peer"));
   if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": send to self");
-  if (tag < 0) return InvalidArgumentError("send tag must be >= 0, got " + std::to_string(tag));
+  RETURN_IF_ERROR(CheckTag(tag, "send"));
   return DoSend(buffer, count, type, peer, tag, DeadlineFor(options));
 }
 
@@ -127,7 +142,7 @@ Status Communicator::Recv(void* buffer, size_t count, DataType type, int peer, i
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "recv"));
   RETURN_IF_ERROR(CheckPeer(peer, "recv peer"));
   if (peer == rank_) return InvalidArgumentError("rank " + std::to_string(rank_) + ": recv from self");
-  if (tag < 0) return InvalidArgumentError("recv tag must be >= 0, got " + std::to_string(tag));
+  RETURN_IF_ERROR(CheckTag(tag, "recv"));
   return DoRecv(buffer, count, type, peer, tag, DeadlineFor(options));
 }
 

@@ -94,8 +94,8 @@ class Communicator {
   virtual const CommunicatorCapabilities& capabilities() const = 0;
 
   // The public calls validate their arguments (INVALID_ARGUMENT for a null buffer with
-  // count > 0, a count whose buffers' bytes overflow, a root or peer out of range, a dtype
-  // the backend lacks) and turn the timeout into a deadline before calling the backend.
+  // count > 0, a count whose buffers' bytes overflow, a root, peer or tag out of range, a
+  // dtype the backend lacks) and turn the timeout into a deadline before calling the backend.
   Status Allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                    const CallOptions& options = {});
   Status Broadcast(void* buffer, size_t count, DataType type, int root,
@@ -105,7 +105,9 @@ class Communicator {
   Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                        const CallOptions& options = {});
   Status Barrier(const CallOptions& options = {});
-  // May block until the peer receives (like MPI_Send); tag >= 0.
+  // May block until the peer receives (like MPI_Send). Tags run from 0 to
+  // capabilities().max_tag (INT_MAX but for the few top tags this layer's own messages use,
+  // and on mpi below MPI_TAG_UB); another is INVALID_ARGUMENT naming the tag and the bound.
   Status Send(const void* buffer, size_t count, DataType type, int peer, int tag,
               const CallOptions& options = {});
   Status Recv(void* buffer, size_t count, DataType type, int peer, int tag,
@@ -187,6 +189,8 @@ class Communicator {
   // INVALID_ARGUMENT when blocks * count elements of `type` overflow or exceed PTRDIFF_MAX bytes.
   Status CheckBytes(size_t count, DataType type, size_t blocks, std::string_view what) const;
   Status CheckPeer(int peer, std::string_view what) const;
+  // INVALID_ARGUMENT naming the tag and the bound unless 0 <= tag <= capabilities().max_tag.
+  Status CheckTag(int tag, std::string_view what) const;
 
   const int rank_;
   const int size_;

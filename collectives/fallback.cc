@@ -19,9 +19,6 @@ void CopyBytes(void* to, const void* from, size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-// Tag of the framing messages the send/recv route exchanges through the backend.
-constexpr int kFramingTag = 0x7ffffff0;
-
 std::string RankName(int rank) { return "rank " + std::to_string(rank); }
 
 }  // namespace
@@ -175,8 +172,9 @@ FallbackCommunicator::FallbackCommunicator(std::unique_ptr<Communicator> base,
                                            BufferLocation location, AlgorithmTuning tuning)
     : Communicator(base->rank(), base->size(), base->default_timeout()),
       base_(std::move(base)),
+      capabilities_(ReserveTopTag(base_->capabilities(), &framing_tag_)),
       location_(location),
-      channel_(std::make_unique<SendRecvChannel>(base_.get(), kFramingTag)),
+      channel_(std::make_unique<SendRecvChannel>(base_.get(), framing_tag_)),
       algorithms_(std::make_unique<CollectiveAlgorithms>(channel_.get(), tuning)) {}
 
 // The helper thread may still be sending from the algorithms' or this object's scratch: it

@@ -9,8 +9,10 @@
 //   Barrier        native | one-element allreduce | send/recv (dissemination)
 //   Send/Recv      native only
 // The send/recv route runs CollectiveAlgorithms over the backend's own Send/Recv, framing
-// each message as a 40-byte header message plus a payload message (uint8, an internal tag),
-// so call mismatches are detected there too.
+// each message as a 40-byte header message plus a payload message (uint8), so call
+// mismatches are detected there too. The framing uses the backend's top tag
+// (ReserveTopTag): capabilities().max_tag is one less, so a caller's Send/Recv never shares
+// a tag with it.
 //
 // Sends run on one helper thread while the calling thread receives, so ring steps cannot
 // deadlock on a backend whose Send blocks. Every wait is bounded by the call's deadline (its
@@ -52,8 +54,9 @@ class FallbackCommunicator final : public Communicator {
   ~FallbackCommunicator() override;
 
   std::string_view backend_name() const override { return base_->backend_name(); }
-  // The wrapped backend's native capabilities: what is composed is exactly what is absent.
-  const CommunicatorCapabilities& capabilities() const override { return base_->capabilities(); }
+  // The wrapped backend's native capabilities (what is composed is exactly what is absent),
+  // but for max_tag: one less, the top tag carrying the framing.
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
   Communicator& base() { return *base_; }
   // Route description ("allreduce(avg) <- allreduce(sum) + divide") -> calls composed so far.
   const std::map<std::string, uint64_t>& fallback_counts() const { return fallback_counts_; }
@@ -96,6 +99,8 @@ class FallbackCommunicator final : public Communicator {
   bool WidensHalfAverage(CollectiveOp collective, DataType type, ReduceOp op) const;
 
   std::unique_ptr<Communicator> base_;
+  int framing_tag_ = 0;  // base_'s max_tag
+  CommunicatorCapabilities capabilities_;
   BufferLocation location_;
   std::unique_ptr<SendRecvChannel> channel_;
   std::unique_ptr<CollectiveAlgorithms> algorithms_;

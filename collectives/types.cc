@@ -28,7 +28,16 @@ std::string CommunicatorCapabilities::ToString() const {
   AppendSet(out, " dtypes", dtypes, DataTypeName);
   AppendSet(out, " locations", locations, BufferLocationName);
   if (verifies_calls) out += " verifies_calls";
+  if (max_tag < INT_MAX) out += " max_tag=" + std::to_string(max_tag);
   return out;
+}
+
+CommunicatorCapabilities ReserveTopTag(const CommunicatorCapabilities& base, int* reserved) {
+  CommunicatorCapabilities offered = base;
+  *reserved = base.max_tag;
+  // A base without tags to spare offers none: every caller's tag is then refused by name.
+  offered.max_tag = base.max_tag > 0 ? base.max_tag - 1 : -1;
+  return offered;
 }
 
 size_t DataTypeSize(DataType type) {

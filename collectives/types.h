@@ -5,6 +5,7 @@
 // needs to know where a buffer lives, not what device owns it.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <set>
@@ -54,14 +55,25 @@ struct CommunicatorCapabilities {
   // p2p and the send/recv fallback do through their message headers. CreateCommunicator
   // wraps every other backend in VerifiedCommunicator (collectives/verified.h).
   bool verifies_calls = false;
+  // Send/Recv take tags 0 to max_tag. A backend whose transport has a smaller bound says so
+  // (mpi: MPI's MPI_TAG_UB attribute); a wrapper that sends messages of its own through the
+  // backend takes the top tag of what it wraps for them and offers callers one less
+  // (ReserveTopTag), so that a caller's message and the layer's can never share a tag.
+  int max_tag = INT_MAX;
 
   bool HasOp(CollectiveOp op) const { return native_ops.count(op) != 0; }
   bool HasReduceOp(ReduceOp op) const { return native_reduce_ops.count(op) != 0; }
   bool HasDataType(DataType type) const { return dtypes.count(type) != 0; }
   bool HasLocation(BufferLocation location) const { return locations.count(location) != 0; }
-  // "ops=[allreduce,send,recv] reduce=[sum] dtypes=[float32] locations=[host]".
+  // "ops=[allreduce,send,recv] reduce=[sum] dtypes=[float32] locations=[host]", then
+  // " max_tag=N" when max_tag is below INT_MAX.
   std::string ToString() const;
 };
+
+// For a wrapper that sends messages of its own through `base` (the send/recv fallback's
+// framing, VerifiedCommunicator's headers): the tag it uses for them, base.max_tag, the top
+// one. Returns the capabilities the wrapper offers: base's with max_tag one less. Pure.
+CommunicatorCapabilities ReserveTopTag(const CommunicatorCapabilities& base, int* reserved);
 
 // Size of one element in bytes.
 size_t DataTypeSize(DataType type);

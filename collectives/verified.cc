@@ -44,6 +44,7 @@ std::string DescribeCall(const std::array<int64_t, 6>& call) {
 VerifiedCommunicator::VerifiedCommunicator(std::unique_ptr<Communicator> base)
     : Communicator(base->rank(), base->size(), base->default_timeout()),
       base_(std::move(base)),
+      capabilities_(ReserveTopTag(base_->capabilities(), &header_tag_)),
       sent_to_(static_cast<size_t>(size()), 0),
       received_from_(static_cast<size_t>(size()), 0) {}
 
@@ -157,7 +158,7 @@ Status VerifiedCommunicator::DoSend(const void* buffer, size_t count, DataType t
   const MessageHeader header =
       MakeHeader(CollectiveOp::kSend, type, ReduceOp::kSum, tag, sent_to_[peer]++, count,
                  count * DataTypeSize(type));
-  RETURN_IF_ERROR(CallHostSend(*base_, &header, sizeof(header), peer, kHeaderTag, deadline));
+  RETURN_IF_ERROR(CallHostSend(*base_, &header, sizeof(header), peer, header_tag_, deadline));
   if (count == 0) return Status::Ok();
   return CallSend(*base_, buffer, count, type, peer, tag, deadline);
 }
@@ -168,7 +169,7 @@ Status VerifiedCommunicator::DoRecv(void* buffer, size_t count, DataType type, i
       MakeHeader(CollectiveOp::kSend, type, ReduceOp::kSum, tag, received_from_[peer]++, count,
                  count * DataTypeSize(type));
   MessageHeader got;
-  RETURN_IF_ERROR(CallHostRecv(*base_, &got, sizeof(got), peer, kHeaderTag, deadline));
+  RETURN_IF_ERROR(CallHostRecv(*base_, &got, sizeof(got), peer, header_tag_, deadline));
   RETURN_IF_ERROR(CheckHeader(expected, got, rank(), peer));
   if (count == 0) return Status::Ok();
   return CallRecv(*base_, buffer, count, type, peer, tag, deadline);

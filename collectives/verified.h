@@ -16,7 +16,10 @@
 // communicator stays usable and the next call is verified normally.
 //
 // Send/Recv: each Send first sends a 40-byte header (MessageHeader: tag, dtype, count,
-// number of the message on this pair) on a reserved tag through DoHostSend; each Recv
+// number of the message on this pair) through DoHostSend on a tag of its own, the wrapped
+// communicator's top tag (ReserveTopTag: on mpi at most MPI_TAG_UB, which the standard only
+// guarantees to be 32767); callers get the tags below it, and a caller's tag at or above it
+// is INVALID_ARGUMENT naming the tag and the bound, so headers and messages never share one; each Recv
 // receives it and compares it with its own call before receiving the payload. A difference
 // is FAILED_PRECONDITION at the receiver, naming the sender and both calls ("call mismatch
 // with rank 0: this rank expected send #0 (count 10, ...), rank 0 sent send #0 (count 20,
@@ -47,15 +50,15 @@ class VerifiedCommunicator final : public Communicator {
   explicit VerifiedCommunicator(std::unique_ptr<Communicator> base);
 
   std::string_view backend_name() const override { return base_->backend_name(); }
-  // The wrapped backend's capabilities (verifies_calls stays as the backend declares it).
-  const CommunicatorCapabilities& capabilities() const override { return base_->capabilities(); }
+  // The wrapped backend's capabilities (verifies_calls stays as the backend declares it) but
+  // for max_tag: one less, the top tag carrying the headers.
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
   Communicator& base() { return *base_; }
   // Collectives verified so far (matching or not), for tests and accounting.
   uint64_t verified_calls() const { return sequence_; }
 
-  // Tag reserved for the Send/Recv headers (every backend accepts it; MPI guarantees tags up
-  // to 32767). A user message may use it too: headers and payloads alternate in order.
-  static constexpr int kHeaderTag = 32767;
+  // The tag of the Send/Recv headers: the wrapped communicator's max_tag.
+  int header_tag() const { return header_tag_; }
 
  protected:
   Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -90,6 +93,8 @@ class VerifiedCommunicator final : public Communicator {
                    int64_t root);
 
   std::unique_ptr<Communicator> base_;
+  int header_tag_ = 0;
+  CommunicatorCapabilities capabilities_;
   uint64_t sequence_ = 0;                 // collectives issued through this communicator
   std::vector<uint64_t> sent_to_;         // Send headers per peer
   std::vector<uint64_t> received_from_;   // Recv headers per peer

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "collectives/mpi/factory.h"
+
 namespace tessera::collectives {
 namespace {
 
@@ -50,8 +52,16 @@ void FinalizeAtExit() {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, int rank, int size,
-                                 std::chrono::milliseconds timeout)
-    : Communicator(rank, size, timeout), comm_(comm) {}
+                                 std::chrono::milliseconds timeout, int max_tag)
+    : Communicator(rank, size, timeout),
+      capabilities_{AllCollectiveOps(),
+                    {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin},
+                    {DataType::kUint8, DataType::kInt32, DataType::kInt64, DataType::kFloat32,
+                     DataType::kFloat64},
+                    {BufferLocation::kHost},
+                    /*verifies_calls=*/false,
+                    max_tag},
+      comm_(comm) {}
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
@@ -78,22 +88,22 @@ Result<std::unique_ptr<MpiCommunicator>> MpiCommunicator::Create(
                                    std::to_string(options.rank) + " of " +
                                    std::to_string(options.size));
   }
+  // The attribute's value is a pointer to an int that MPI owns; it is the same on every rank.
+  int* tag_upper_bound = nullptr;
+  int present = 0;
+  int rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_upper_bound, &present);
+  if (rc != MPI_SUCCESS) {
+    return UnavailableError("mpi: MPI_Comm_get_attr(MPI_TAG_UB) failed: " + MpiError(rc));
+  }
+  ASSIGN_OR_RETURN(const int max_tag,
+                   MpiMaxTag(present != 0 && tag_upper_bound != nullptr,
+                             present != 0 && tag_upper_bound != nullptr ? *tag_upper_bound : 0));
   MPI_Comm comm;
-  const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   if (rc != MPI_SUCCESS) return UnavailableError("MPI_Comm_dup failed: " + MpiError(rc));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  return std::unique_ptr<MpiCommunicator>(
-      new MpiCommunicator(comm, rank, size, std::chrono::milliseconds(options.timeout_ms)));
-}
-
-const CommunicatorCapabilities& MpiCommunicator::capabilities() const {
-  static const CommunicatorCapabilities kCapabilities{
-      AllCollectiveOps(),
-      {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin},
-      {DataType::kUint8, DataType::kInt32, DataType::kInt64, DataType::kFloat32,
-       DataType::kFloat64},
-      {BufferLocation::kHost}};
-  return kCapabilities;
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(
+      comm, rank, size, std::chrono::milliseconds(options.timeout_ms), max_tag));
 }
 
 Status MpiCommunicator::Wait(int started, MPI_Request* request, Deadline deadline,

@@ -8,7 +8,8 @@
 // send/recv. No float16 (MPI has no standard half type). MPI has no timeouts: each call is
 // started nonblocking and polled with MPI_Test until the deadline; a call that misses it
 // fails with DEADLINE_EXCEEDED and leaves the communicator unusable (the request cannot be
-// cancelled portably). Errors name MPI's error string; MPI_ERRORS_RETURN is set.
+// cancelled portably). Errors name MPI's error string; MPI_ERRORS_RETURN is set. Tags run up
+// to MPI_TAG_UB, read at creation (MpiMaxTag in mpi/factory.h): capabilities().max_tag.
 #pragma once
 
 #include <mpi.h>
@@ -23,7 +24,7 @@ class MpiCommunicator final : public Communicator {
   ~MpiCommunicator() override;
 
   std::string_view backend_name() const override { return "mpi"; }
-  const CommunicatorCapabilities& capabilities() const override;
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
 
  protected:
   Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -41,10 +42,12 @@ class MpiCommunicator final : public Communicator {
                 Deadline deadline) override;
 
  private:
-  MpiCommunicator(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout);
+  MpiCommunicator(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout,
+                  int max_tag);
   // Polls `request` until done or the deadline; `what` names the call in errors.
   Status Wait(int started, MPI_Request* request, Deadline deadline, const char* what);
 
+  const CommunicatorCapabilities capabilities_;
   MPI_Comm comm_;
   Status broken_;
 };

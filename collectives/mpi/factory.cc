@@ -64,6 +64,17 @@ class MpiBackend final : public CommunicatorBackend {
 
 }  // namespace
 
+Result<int> MpiMaxTag(bool present, int tag_upper_bound) {
+  constexpr int kStandardMinimum = 32767;  // MPI standard, "Tag values"
+  if (!present) return kStandardMinimum;
+  if (tag_upper_bound < kStandardMinimum) {
+    return FailedPreconditionError("mpi: MPI_TAG_UB is " + std::to_string(tag_upper_bound) +
+                                   ", below the " + std::to_string(kStandardMinimum) +
+                                   " the MPI standard guarantees");
+  }
+  return tag_upper_bound;
+}
+
 std::unique_ptr<CommunicatorBackend> MakeMpiBackend() { return std::make_unique<MpiBackend>(); }
 
 }  // namespace tessera::collectives

@@ -10,4 +10,12 @@ namespace tessera::collectives {
 
 std::unique_ptr<CommunicatorBackend> MakeMpiBackend();
 
+// The largest tag an mpi communicator's Send/Recv take (its capabilities' max_tag), from the
+// MPI_TAG_UB attribute of MPI_COMM_WORLD: `present` says whether MPI_Comm_get_attr found it,
+// `tag_upper_bound` is its value. The MPI standard guarantees at least 32767, so an absent
+// attribute counts as 32767 and a smaller value (a nonconforming MPI) is FAILED_PRECONDITION
+// naming it. Pure, so that it is tested without mpirun; the wrappers then reserve the top tags
+// (ReserveTopTag).
+Result<int> MpiMaxTag(bool present, int tag_upper_bound);
+
 }  // namespace tessera::collectives

@@ -361,6 +361,49 @@ TEST(MpiLaunchedTest, MismatchedCallsAreReportedUnderMpirun) {
   EXPECT_EQ(data[0], options.size);
 }
 
+// Tags on the MPI backend stop below MPI_TAG_UB, whose top tags carry the fallback's framing
+// and the call checks' headers: a caller's tag there is refused naming it and the bound, and
+// the tags below it travel, 32767 (the largest the MPI standard guarantees) among them.
+// mpirun -np 2 collectives_tests --gtest_filter='MpiLaunched*'.
+TEST(MpiLaunchedTest, TagsStopBelowTheTopTagsOfMpiTagUb) {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (size == nullptr || rank == nullptr) GTEST_SKIP() << "not launched by mpirun";
+  CommunicatorOptions options;
+  options.backend = "mpi";
+  options.rank = std::atoi(rank);
+  options.size = std::atoi(size);
+  if (options.size < 2) GTEST_SKIP() << "needs at least 2 ranks";
+  auto created = CreateCommunicator(options, std::make_shared<HashStore>());
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Communicator& c = **created;
+  // Two below MPI_TAG_UB (the fallback's framing, then the headers), which is at least 32767.
+  const int bound = c.capabilities().max_tag;
+  EXPECT_GE(bound, 32765);
+  EXPECT_LE(bound, INT_MAX - 2);
+  int64_t value = options.rank == 0 ? 7 : 0;
+  if (options.rank == 0) {
+    for (const int tag : {INT_MAX, bound + 1}) {
+      const Status refused = c.Send(&value, 1, DataType::kInt64, 1, tag, kShort);
+      EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument) << refused.ToString();
+      EXPECT_TRUE(Mentions(refused, "send tag " + std::to_string(tag) + " is out of range [0, " +
+                                        std::to_string(bound) + "]"))
+          << refused.ToString();
+    }
+    for (const int tag : {32767, bound}) {
+      ASSERT_TRUE(c.Send(&value, 1, DataType::kInt64, 1, tag, kShort).ok()) << "tag " << tag;
+      ++value;
+    }
+  } else if (options.rank == 1) {
+    for (const int tag : {32767, bound}) {
+      const Status received = c.Recv(&value, 1, DataType::kInt64, 0, tag, kShort);
+      ASSERT_TRUE(received.ok()) << "tag " << tag << ": " << received.ToString();
+      EXPECT_EQ(value, tag == 32767 ? 7 : 8);
+    }
+  }
+  ASSERT_TRUE(c.Barrier(kShort).ok());
+}
+
 TEST(P2PTest, RefusesAPeerFromAnotherCohort) {
   auto store = std::make_shared<HashStore>();
   Status rank1_status;

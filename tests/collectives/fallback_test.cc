@@ -1,14 +1,17 @@
 // FallbackCommunicator's own guarantees: its waits end at the call's deadline, naming the
-// call, the peer and the deadline.
+// call, the peer and the deadline; its framing and VerifiedCommunicator's headers keep tags of
+// their own.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <climits>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <regex>
 #include <thread>
 
+#include "collectives/mpi/factory.h"
 #include "test_backends.h"
 
 namespace tessera::collectives::testing {
@@ -157,6 +160,70 @@ TEST(FallbackDeadlineTest, ASendTheBackendHoldsPastTheDeadlineIsAbandonedThere) 
     gate.Open();
   }  // destroying the communicator waits for the released send
   watchdog.join();
+}
+
+TEST(TagTest, AWrapperTakesTheTopTagAndOffersTheRest) {
+  CommunicatorCapabilities base;
+  int reserved = 0;
+  EXPECT_EQ(ReserveTopTag(base, &reserved).max_tag, INT_MAX - 1);
+  EXPECT_EQ(reserved, INT_MAX);
+  // On MPI with only the standard's 32767: the fallback's framing, then the call checks'
+  // headers, both within MPI_TAG_UB.
+  base.max_tag = 32767;
+  int framing = 0, headers = 0;
+  const CommunicatorCapabilities framed = ReserveTopTag(base, &framing);
+  const CommunicatorCapabilities verified = ReserveTopTag(framed, &headers);
+  EXPECT_EQ(framing, 32767);
+  EXPECT_EQ(headers, 32766);
+  EXPECT_EQ(verified.max_tag, 32765);
+  EXPECT_TRUE(Mentions(InvalidArgumentError(verified.ToString()), "max_tag=32765"));
+  base.max_tag = 0;  // nothing left for callers: every tag of theirs is refused
+  EXPECT_EQ(ReserveTopTag(base, &reserved).max_tag, -1);
+  EXPECT_EQ(reserved, 0);
+}
+
+TEST(TagTest, MpisBoundIsItsTagUpperBoundAndNeverBelowTheStandardsMinimum) {
+  EXPECT_EQ(*MpiMaxTag(true, INT_MAX), INT_MAX);
+  EXPECT_EQ(*MpiMaxTag(true, 8388607), 8388607);  // 2^23 - 1, as some transports have
+  EXPECT_EQ(*MpiMaxTag(true, 32767), 32767);
+  EXPECT_EQ(*MpiMaxTag(false, 0), 32767);
+  const Result<int> low = MpiMaxTag(true, 4095);
+  ASSERT_FALSE(low.ok());
+  EXPECT_EQ(low.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(low.status(), "MPI_TAG_UB is 4095") && Mentions(low.status(), "32767"))
+      << low.status().ToString();
+}
+
+// The fallback's framing takes the backend's top tag; verified-local's headers the one below.
+// A caller's tag at or above them is refused naming the tag and the bound, before any traffic;
+// the tags below still travel.
+TEST(TagTest, TheLayersOwnTagsAreRefusedToCallersNamingTheTagAndTheBound) {
+  for (const std::string backend : {"sendrecv-local", "verified-local"}) {
+    const int bound = backend == "sendrecv-local" ? INT_MAX - 1 : INT_MAX - 2;
+    World world(2, RankMode::kThreads);
+    std::vector<Status> refused(2);
+    auto results = RunRanks(2, RankMode::kThreads, [&](int rank) -> Status {
+      ASSIGN_OR_RETURN(auto c, world.Create(backend, rank, 10000));
+      int32_t value = rank == 0 ? 42 : 0;
+      if (rank == 0) {
+        refused[0] = c->Send(&value, 1, DataType::kInt32, 1, INT_MAX);
+        RETURN_IF_ERROR(c->Send(&value, 1, DataType::kInt32, 1, bound));
+        return Status::Ok();
+      }
+      refused[1] = c->Recv(&value, 1, DataType::kInt32, 0, bound + 1);
+      RETURN_IF_ERROR(c->Recv(&value, 1, DataType::kInt32, 0, bound));
+      if (value != 42) return InternalError("received " + std::to_string(value));
+      return Status::Ok();
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(results[rank].ok()) << backend << " rank " << rank << ": " << results[rank].ToString();
+      EXPECT_EQ(refused[rank].code(), StatusCode::kInvalidArgument) << refused[rank].ToString();
+      const std::string tag = std::to_string(rank == 0 ? INT_MAX : bound + 1);
+      EXPECT_TRUE(Mentions(refused[rank], "tag " + tag + " is out of range [0, " +
+                                              std::to_string(bound) + "]"))
+          << backend << ": " << refused[rank].ToString();
+    }
+  }
 }
 
 }  // namespace
