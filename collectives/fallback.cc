@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -20,6 +22,39 @@ void CopyBytes(void* to, const void* from, size_t bytes) {
 }
 
 std::string RankName(int rank) { return "rank " + std::to_string(rank); }
+
+// `elements` elements of `element_bytes` each in *bytes; false when that is more bytes than
+// an object can hold (PTRDIFF_MAX), product overflow included.
+bool ScratchBytes(size_t elements, size_t element_bytes, size_t* bytes) {
+  return !__builtin_mul_overflow(elements, element_bytes, bytes) &&
+         *bytes <= static_cast<size_t>(PTRDIFF_MAX);
+}
+
+// Grows `buffer` to at least `elements`; RESOURCE_EXHAUSTED naming the route and the size when
+// the bytes do not fit an object or the memory cannot be had (a count whose buffers the caller
+// holds can still need more scratch than the host has).
+template <typename T>
+Result<T*> Grow(std::vector<T>& buffer, size_t elements, int rank, const char* route) {
+  size_t bytes = 0;
+  const bool fits = ScratchBytes(elements, sizeof(T), &bytes);
+  if (fits && buffer.size() >= elements) return buffer.data();
+  if (fits) {
+    try {
+      buffer.resize(elements);
+      return buffer.data();
+    } catch (const std::bad_alloc&) {
+    } catch (const std::length_error&) {
+    }
+  }
+  if (fits) {
+    return ResourceExhaustedError(RankName(rank) + ": " + route + " needs " +
+                                  std::to_string(bytes) +
+                                  " bytes of scratch, which could not be allocated");
+  }
+  return ResourceExhaustedError(RankName(rank) + ": " + route + " needs scratch of " +
+                                std::to_string(elements) + " x " + std::to_string(sizeof(T)) +
+                                " bytes, more than an object can hold");
+}
 
 }  // namespace
 
@@ -190,9 +225,16 @@ bool FallbackCommunicator::Needed(const CommunicatorCapabilities& base) {
   return base.native_ops != AllCollectiveOps() || base.native_reduce_ops != AllReduceOps();
 }
 
-std::byte* FallbackCommunicator::Scratch(size_t bytes) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
-  return scratch_.data();
+Result<std::byte*> FallbackCommunicator::Scratch(size_t elements, size_t element_bytes,
+                                                 const char* route) {
+  size_t bytes = 0;
+  if (!ScratchBytes(elements, element_bytes, &bytes)) {
+    return ResourceExhaustedError(RankName(rank()) + ": " + route + " needs scratch of " +
+                                  std::to_string(elements) + " x " +
+                                  std::to_string(element_bytes) +
+                                  " bytes, more than an object can hold");
+  }
+  return Grow(scratch_, bytes, rank(), route);
 }
 
 Status FallbackCommunicator::NoRoute(CollectiveOp op, ReduceOp reduce_op) const {
@@ -216,11 +258,12 @@ bool FallbackCommunicator::WidensHalfAverage(CollectiveOp collective, DataType t
 Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t count,
                                          DataType type, ReduceOp op, Deadline deadline) {
   if (WidensHalfAverage(CollectiveOp::kAllreduce, type, op)) {
-    Count("allreduce(avg) float16 <- allreduce(avg) float32");
-    wide_.resize(count);
-    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), count);
-    RETURN_IF_ERROR(DoAllreduce(wide_.data(), wide_.data(), count, DataType::kFloat32, op, deadline));
-    FloatToHalfElements(wide_.data(), static_cast<uint16_t*>(recv), count);
+    const char* route = "allreduce(avg) float16 <- allreduce(avg) float32";
+    ASSIGN_OR_RETURN(float* wide, Grow(wide_, count, rank(), route));
+    Count(route);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide, count);
+    RETURN_IF_ERROR(DoAllreduce(wide, wide, count, DataType::kFloat32, op, deadline));
+    FloatToHalfElements(wide, static_cast<uint16_t*>(recv), count);
     return Status::Ok();
   }
   const uint64_t sequence = sequence_++;
@@ -237,10 +280,18 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
   const ReduceOp native_op = op == ReduceOp::kAvg && !HasReduce(op) ? ReduceOp::kSum : op;
   if (host && Has(CollectiveOp::kReduceScatter) && Has(CollectiveOp::kAllgather) &&
       HasReduce(native_op)) {
-    Count("allreduce <- reduce_scatter + allgather");
+    const char* route = "allreduce <- reduce_scatter + allgather";
     const size_t element = DataTypeSize(type);
-    const size_t block = (count + size() - 1) / size();
-    std::byte* padded = Scratch((block * size() + block) * element);
+    // count / size rounded up, without the sum's overflow.
+    const size_t block = count / size() + (count % size() != 0 ? 1 : 0);
+    // The padded input (size blocks) and this rank's block; block * (size + 1) elements can
+    // exceed what an object holds where count elements did not.
+    size_t elements = 0;
+    if (__builtin_mul_overflow(block, static_cast<size_t>(size()) + 1, &elements)) {
+      elements = SIZE_MAX;
+    }
+    ASSIGN_OR_RETURN(std::byte* padded, Scratch(elements, element, route));
+    Count(route);
     std::byte* mine = padded + block * size() * element;
     CopyBytes(padded, send, count * element);
     std::memset(padded + count * element, 0, (block * size() - count) * element);
@@ -261,13 +312,15 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
 Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_t count,
                                              DataType type, ReduceOp op, Deadline deadline) {
   if (WidensHalfAverage(CollectiveOp::kReduceScatter, type, op)) {
-    Count("reduce_scatter(avg) float16 <- reduce_scatter(avg) float32");
+    const char* route = "reduce_scatter(avg) float16 <- reduce_scatter(avg) float32";
+    // count * size float16 elements fit (the call was checked), so neither sum wraps.
     const size_t all = count * static_cast<size_t>(size());
-    wide_.resize(all + count);
-    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), all);
-    RETURN_IF_ERROR(DoReduceScatter(wide_.data(), wide_.data() + all, count, DataType::kFloat32, op,
-                                    deadline));
-    FloatToHalfElements(wide_.data() + all, static_cast<uint16_t*>(recv), count);
+    ASSIGN_OR_RETURN(float* wide, Grow(wide_, all + count, rank(), route));
+    Count(route);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide, all);
+    RETURN_IF_ERROR(
+        DoReduceScatter(wide, wide + all, count, DataType::kFloat32, op, deadline));
+    FloatToHalfElements(wide + all, static_cast<uint16_t*>(recv), count);
     return Status::Ok();
   }
   const uint64_t sequence = sequence_++;
@@ -277,10 +330,11 @@ Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_
   }
   if (host && Has(CollectiveOp::kAllreduce) &&
       (HasReduce(op) || (op == ReduceOp::kAvg && HasReduce(ReduceOp::kSum)))) {
-    Count("reduce_scatter <- allreduce");
+    const char* route = "reduce_scatter <- allreduce";
     const ReduceOp native_op = HasReduce(op) ? op : ReduceOp::kSum;
     const size_t element = DataTypeSize(type);
-    std::byte* all = Scratch(count * size() * element);
+    ASSIGN_OR_RETURN(std::byte* all, Scratch(count * size(), element, route));
+    Count(route);
     RETURN_IF_ERROR(
         CallAllreduce(*base_, send, all, count * size(), type, native_op, deadline));
     CopyBytes(recv, all + rank() * count * element, count * element);
@@ -306,8 +360,10 @@ Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t co
     return SendRecvRoute(deadline).Allgather(send, recv, count, type, sequence, deadline);
   }
   if (host && Has(CollectiveOp::kAllreduce) && HasReduce(ReduceOp::kSum)) {
-    Count("allgather <- allreduce(sum) of zero-padded blocks");
+    const char* route = "allgather <- allreduce(sum) of zero-padded blocks";
     const size_t element = DataTypeSize(type);
+    ASSIGN_OR_RETURN(std::byte* mine, Scratch(count, element, route));
+    Count(route);
     // Summed as integers of the element's size where the backend has them: one rank's bytes
     // plus zeros are those bytes exactly, where a float sum turns -0.0 into +0.0 and may
     // change a NaN's payload. (Two-byte floats keep their own type.)
@@ -316,7 +372,6 @@ Status FallbackCommunicator::DoAllgather(const void* send, void* recv, size_t co
     if (element == 4 && caps.HasDataType(DataType::kInt32)) sum_type = DataType::kInt32;
     if (element == 8 && caps.HasDataType(DataType::kInt64)) sum_type = DataType::kInt64;
     auto* output = static_cast<std::byte*>(recv);
-    std::byte* mine = Scratch(count * element);
     CopyBytes(mine, send, count * element);
     std::memset(output, 0, count * size() * element);
     CopyBytes(output + rank() * count * element, mine, count * element);

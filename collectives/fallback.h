@@ -12,7 +12,8 @@
 // each message as a 40-byte header message plus a payload message (uint8), so call
 // mismatches are detected there too. The framing uses the backend's top tag
 // (ReserveTopTag): capabilities().max_tag is one less, so a caller's Send/Recv never shares
-// a tag with it.
+// a tag with it. A payload's length is always the one this rank expects; a peer's header that
+// says otherwise is a mismatch (FAILED_PRECONDITION), never a size to receive.
 //
 // Sends run on one helper thread while the calling thread receives, so ring steps cannot
 // deadlock on a backend whose Send blocks. Every wait is bounded by the call's deadline (its
@@ -29,7 +30,10 @@
 // may read the caller's buffer until it returns.
 //
 // Host arithmetic (divide, pad, copy) only happens for host buffers: a route that needs it
-// is refused for device buffers (UNIMPLEMENTED naming the op). A float16 average the backend
+// is refused for device buffers (UNIMPLEMENTED naming the op). Scratch a route needs beyond
+// the caller's buffers (padding, a float16 average's float32 copy) is sized with checked
+// arithmetic: more than an object can hold, or than can be allocated, is RESOURCE_EXHAUSTED
+// naming the route, before any data moves. A float16 average the backend
 // lacks natively runs as a float32 average (when the backend has float32) and is rounded to
 // float16 once: a float16 sum overflows at 65504 long before the average does.
 //
@@ -92,7 +96,9 @@ class FallbackCommunicator final : public Communicator {
   bool HasSendRecv() const { return Has(CollectiveOp::kSend) && Has(CollectiveOp::kRecv); }
   void Count(const char* route) { ++fallback_counts_[route]; }
   Status NoRoute(CollectiveOp op, ReduceOp reduce_op) const;
-  std::byte* Scratch(size_t bytes);
+  // Scratch of `elements` x `element_bytes` bytes, kept between calls; RESOURCE_EXHAUSTED
+  // naming `route` when the bytes overflow, exceed PTRDIFF_MAX or cannot be allocated.
+  Result<std::byte*> Scratch(size_t elements, size_t element_bytes, const char* route);
   // The send/recv algorithms, told that a call with this deadline begins (for its errors).
   CollectiveAlgorithms& SendRecvRoute(Deadline deadline);
   // True when a float16 average of `collective` runs widened to float32 (see above).

@@ -1,5 +1,7 @@
 #include "collectives/message.h"
 
+#include <string>
+
 namespace tessera::collectives {
 
 MessageHeader MakeHeader(CollectiveOp op, DataType type, ReduceOp reduce_op, int tag,
@@ -15,14 +17,51 @@ MessageHeader MakeHeader(CollectiveOp op, DataType type, ReduceOp reduce_op, int
   return header;
 }
 
+namespace {
+
+// A header may come from a peer that is not this build, or not Tessera: a field outside its
+// enum is printed as the number that came ("dtype 200"), not as a name it does not have.
+std::string DescribeOp(uint8_t op) {
+  if (op <= static_cast<uint8_t>(CollectiveOp::kRecv)) {
+    return std::string(CollectiveOpName(static_cast<CollectiveOp>(op)));
+  }
+  return "op " + std::to_string(op);
+}
+
+std::string DescribeDataType(uint8_t dtype) {
+  if (dtype <= static_cast<uint8_t>(DataType::kFloat64)) {
+    return std::string(DataTypeName(static_cast<DataType>(dtype)));
+  }
+  return "dtype " + std::to_string(dtype);
+}
+
+std::string DescribeReduceOp(uint8_t reduce_op) {
+  if (reduce_op <= static_cast<uint8_t>(ReduceOp::kMin)) {
+    return std::string(ReduceOpName(static_cast<ReduceOp>(reduce_op)));
+  }
+  return "reduce op " + std::to_string(reduce_op);
+}
+
+std::string Hex32(uint32_t value) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out = "0x";
+  for (int shift = 28; shift >= 0; shift -= 4) out += kDigits[(value >> shift) & 0xf];
+  return out;
+}
+
+}  // namespace
+
 std::string DescribeHeader(const MessageHeader& header) {
-  if (header.magic != kMessageMagic) return "a message with a corrupt header";
-  const auto op = static_cast<CollectiveOp>(header.op);
-  std::string out = std::string(CollectiveOpName(op)) + " #" + std::to_string(header.sequence) +
+  if (header.magic != kMessageMagic) {
+    return "a message with a corrupt header (magic " + Hex32(header.magic) + ", expected " +
+           Hex32(kMessageMagic) + ")";
+  }
+  std::string out = DescribeOp(header.op) + " #" + std::to_string(header.sequence) +
                     " (count " + std::to_string(header.count) + ", " +
-                    std::string(DataTypeName(static_cast<DataType>(header.dtype)));
+                    DescribeDataType(header.dtype);
+  const auto op = static_cast<CollectiveOp>(header.op);
   if (op == CollectiveOp::kAllreduce || op == CollectiveOp::kReduceScatter) {
-    out += ", " + std::string(ReduceOpName(static_cast<ReduceOp>(header.reduce_op)));
+    out += ", " + DescribeReduceOp(header.reduce_op);
   }
   if (op == CollectiveOp::kBroadcast) out += ", root " + std::to_string(header.tag);
   if (op == CollectiveOp::kSend) out += ", tag " + std::to_string(header.tag);

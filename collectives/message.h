@@ -40,7 +40,9 @@ static_assert(sizeof(MessageHeader) == 40, "MessageHeader is a wire format");
 
 MessageHeader MakeHeader(CollectiveOp op, DataType type, ReduceOp reduce_op, int tag,
                          uint64_t sequence, uint64_t count, uint64_t payload_bytes);
-// "allreduce #5 (count 100, float32, sum, 400-byte message)".
+// "allreduce #5 (count 100, float32, sum, 400-byte message)". The header may be a peer's:
+// a field outside its enum is printed as its number ("dtype 200"), a wrong magic as "a message
+// with a corrupt header (magic 0x..., expected 0x4d435354)".
 std::string DescribeHeader(const MessageHeader& header);
 // OK when `got` equals `expected`; otherwise FAILED_PRECONDITION:
 // "rank 1: call mismatch with rank 2: this rank is in <expected>, rank 2 sent <got>".

@@ -1,6 +1,7 @@
 // FallbackCommunicator's own guarantees: its waits end at the call's deadline, naming the
-// call, the peer and the deadline; its framing and VerifiedCommunicator's headers keep tags of
-// their own.
+// call, the peer and the deadline; the scratch it adds is sized without overflow; its framing
+// and VerifiedCommunicator's headers keep tags of their own. And the message header's
+// description of a peer's header that no build of this layer would send.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <regex>
 #include <thread>
 
+#include "collectives/message.h"
 #include "collectives/mpi/factory.h"
 #include "test_backends.h"
 
@@ -162,6 +164,93 @@ TEST(FallbackDeadlineTest, ASendTheBackendHoldsPastTheDeadlineIsAbandonedThere) 
   watchdog.join();
 }
 
+// Hides every op but reduce-scatter and allgather (sum): an allreduce pads its input.
+class ReduceScatterAllgatherOnly final : public Communicator {
+ public:
+  explicit ReduceScatterAllgatherOnly(std::unique_ptr<Communicator> base)
+      : Communicator(base->rank(), base->size(), base->default_timeout()), base_(std::move(base)) {
+    capabilities_ = base_->capabilities();
+    capabilities_.native_ops = {CollectiveOp::kReduceScatter, CollectiveOp::kAllgather};
+    capabilities_.native_reduce_ops = {ReduceOp::kSum};
+  }
+  std::string_view backend_name() const override { return "reduce-scatter-allgather-only"; }
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
+
+ protected:
+  Status DoReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         Deadline deadline) override {
+    return CallReduceScatter(*base_, send, recv, count, type, op, deadline);
+  }
+  Status DoAllgather(const void* send, void* recv, size_t count, DataType type,
+                     Deadline deadline) override {
+    return CallAllgather(*base_, send, recv, count, type, deadline);
+  }
+
+ private:
+  std::unique_ptr<Communicator> base_;
+  CommunicatorCapabilities capabilities_;
+};
+
+// Hides every op but allreduce (sum): an average of float16 runs widened to float32.
+class SumAllreduceOnly final : public Communicator {
+ public:
+  explicit SumAllreduceOnly(std::unique_ptr<Communicator> base)
+      : Communicator(base->rank(), base->size(), base->default_timeout()), base_(std::move(base)) {
+    capabilities_ = base_->capabilities();
+    capabilities_.native_ops = {CollectiveOp::kAllreduce};
+    capabilities_.native_reduce_ops = {ReduceOp::kSum};
+  }
+  std::string_view backend_name() const override { return "sum-allreduce-only"; }
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
+
+ protected:
+  Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                     Deadline deadline) override {
+    return CallAllreduce(*base_, send, recv, count, type, op, deadline);
+  }
+
+ private:
+  std::unique_ptr<Communicator> base_;
+  CommunicatorCapabilities capabilities_;
+};
+
+// Counts the caller's buffers could hold (the call's own check passes) but whose scratch
+// cannot be an object: refused by name before any byte is read, never an exception.
+TEST(FallbackScratchTest, PaddingMoreThanAnObjectHoldsIsRefusedNamingTheRoute) {
+  World world(1, RankMode::kThreads);
+  auto base = world.Create("p2p", 0, 5000);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  FallbackCommunicator c(std::make_unique<ReduceScatterAllgatherOnly>(std::move(*base)),
+                         BufferLocation::kHost);
+  // The padded input plus this rank's block: on one rank, twice the count.
+  float x = 0;
+  const size_t count = size_t{PTRDIFF_MAX} / sizeof(float);
+  const Status status = c.Allreduce(&x, &x, count, DataType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+  EXPECT_TRUE(Mentions(status, "allreduce <- reduce_scatter + allgather needs scratch") &&
+              Mentions(status, "more than an object can hold"))
+      << status.ToString();
+  EXPECT_TRUE(c.fallback_counts().empty());
+}
+
+TEST(FallbackScratchTest, AFloat16AverageWhoseFloat32CopyCannotBeAnObjectIsRefused) {
+  World world(1, RankMode::kThreads);
+  auto base = world.Create("p2p", 0, 5000);
+  ASSERT_TRUE(base.ok()) << base.status().ToString();
+  FallbackCommunicator c(std::make_unique<SumAllreduceOnly>(std::move(*base)),
+                         BufferLocation::kHost);
+  // Fits as float16, not widened to float32.
+  uint16_t half = FloatToHalf(3.0f);
+  const size_t count = size_t{PTRDIFF_MAX} / 2;
+  const Status status = c.Allreduce(&half, &half, count, DataType::kFloat16, ReduceOp::kAvg);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+  EXPECT_TRUE(Mentions(status, "allreduce(avg) float16 <- allreduce(avg) float32 needs scratch"))
+      << status.ToString();
+  // Still usable: the refusal moved nothing.
+  ASSERT_TRUE(c.Allreduce(&half, &half, 1, DataType::kFloat16, ReduceOp::kAvg).ok());
+  EXPECT_EQ(HalfToFloat(half), 3.0f);
+}
+
 TEST(TagTest, AWrapperTakesTheTopTagAndOffersTheRest) {
   CommunicatorCapabilities base;
   int reserved = 0;
@@ -224,6 +313,32 @@ TEST(TagTest, TheLayersOwnTagsAreRefusedToCallersNamingTheTagAndTheBound) {
           << backend << ": " << refused[rank].ToString();
     }
   }
+}
+
+MessageHeader Header(uint8_t op, uint8_t dtype, uint8_t reduce_op) {
+  MessageHeader header = MakeHeader(CollectiveOp::kAllreduce, DataType::kInt32, ReduceOp::kSum,
+                                    -1, 3, 10, 40);
+  header.op = op;
+  header.dtype = dtype;
+  header.reduce_op = reduce_op;
+  return header;
+}
+
+// A peer's header is described by what came, never by a name the value does not have.
+TEST(MessageHeaderTest, AFieldOutsideItsEnumIsDescribedByItsNumber) {
+  EXPECT_EQ(DescribeHeader(Header(0, 2, 3)),
+            "allreduce #3 (count 10, int64, min, 40-byte message)");
+  EXPECT_EQ(DescribeHeader(Header(0, 200, 77)),
+            "allreduce #3 (count 10, dtype 200, reduce op 77, 40-byte message)");
+  EXPECT_EQ(DescribeHeader(Header(99, 4, 0)), "op 99 #3 (count 10, float32, 40-byte message)");
+  MessageHeader corrupt = Header(0, 4, 0);
+  corrupt.magic = 0xdeadbeef;
+  EXPECT_EQ(DescribeHeader(corrupt),
+            "a message with a corrupt header (magic 0xdeadbeef, expected 0x4d435354)");
+  const Status mismatch = CheckHeader(Header(0, 4, 0), Header(0, 250, 0), 1, 0);
+  EXPECT_EQ(mismatch.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Mentions(mismatch, "rank 0 sent allreduce #3 (count 10, dtype 250, sum"))
+      << mismatch.ToString();
 }
 
 }  // namespace
