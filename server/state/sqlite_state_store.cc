@@ -51,6 +51,26 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
 };
 
+// Runs `sql` (statements that return no rows) on `db`.
+Status Exec(sqlite3* db, const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    if (message.find("full") != std::string::npos) return ResourceExhaustedError("SQLite: " + message);
+    return InternalError("SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
+  }
+  return Status::Ok();
+}
+
+// The text in the first column of the first row `sql` gives on `db`.
+Result<std::string> QueryText(sqlite3* db, const char* sql) {
+  Statement st(db, sql);
+  if (!st.ok()) return SqliteError(db, std::string("prepare ") + sql);
+  if (st.Step() != SQLITE_ROW) return SqliteError(db, sql);
+  return st.ColumnText(0);
+}
+
 Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   std::string message = what + " '" + path + "': " + std::strerror(err);
   if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(message + " (the disk is full)");
@@ -114,9 +134,15 @@ Status SyncDirectory(const std::string& dir) {
   return Status::Ok();
 }
 
-SqliteStateStore::SqliteStateStore(std::string state_dir, sqlite3* db) : state_dir_(std::move(state_dir)), db_(db) {}
+SqliteStateStore::SqliteStateStore(std::string state_dir, sqlite3* writer)
+    : state_dir_(std::move(state_dir)), writer_(writer) {}
 
-SqliteStateStore::~SqliteStateStore() { sqlite3_close(db_); }
+SqliteStateStore::~SqliteStateStore() {
+  // The reader first: the last connection to close folds the log into the database file,
+  // and only the writer may.
+  sqlite3_close(reader_);
+  sqlite3_close(writer_);
+}
 
 Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& state_dir) {
   std::error_code ec;
@@ -134,9 +160,19 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   }
   std::unique_ptr<SqliteStateStore> store(new SqliteStateStore(state_dir, db));
   sqlite3_busy_timeout(db, 5000);
-  RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
-  RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
-  RETURN_IF_ERROR(store->Exec(
+  // A file the process may not write opens read-only without a word: every write would fail.
+  if (sqlite3_db_readonly(db, "main") != 0) {
+    return PermissionDeniedError("cannot open '" + db_path + "' for writing: it is read-only to this process");
+  }
+  // The reads' connection relies on WAL: in another journal mode readers and the writer wait
+  // for each other, and a read could fail where it waited too long.
+  ASSIGN_OR_RETURN(std::string journal_mode, QueryText(db, "PRAGMA journal_mode=WAL"));
+  if (journal_mode != "wal") {
+    return FailedPreconditionError("cannot put '" + db_path + "' in WAL mode: its journal mode stays " +
+                                   QuoteUntrusted(journal_mode, 32));
+  }
+  RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=FULL"));
+  RETURN_IF_ERROR(Exec(db,
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL, round INTEGER NOT NULL, record BLOB NOT NULL,"
       "  checkpoint TEXT NOT NULL, PRIMARY KEY (job_id, round));"
@@ -147,16 +183,28 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
       "  bound_unix_ms INTEGER NOT NULL);"
       // A cancel asked for, apart from the job's row, which the job's thread writes over.
       "CREATE TABLE IF NOT EXISTS cancels (job_id TEXT PRIMARY KEY, requested_unix_ms INTEGER NOT NULL);"));
+  RETURN_IF_ERROR(store->OpenReader(db_path));
   return store;
 }
 
-Status SqliteStateStore::Exec(const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = error ? error : "unknown error";
-    sqlite3_free(error);
-    if (message.find("full") != std::string::npos) return ResourceExhaustedError("SQLite: " + message);
-    return InternalError("SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
+Status SqliteStateStore::OpenReader(const std::string& db_path) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  const int rc = sqlite3_open_v2(db_path.c_str(), &reader_, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string message = reader_ ? sqlite3_errmsg(reader_) : "out of memory";
+    sqlite3_close(reader_);
+    reader_ = nullptr;
+    return InternalError("cannot open '" + db_path + "' read-only, for the state store's reads: " + message);
+  }
+  // A reader waits only while SQLite recovers the log after a crash, or when a lock on the
+  // log's index is briefly held.
+  sqlite3_busy_timeout(reader_, 5000);
+  // A first read (of the schema, which the writer has read already), so that a log or an
+  // index the process cannot read is an error here, not at the first job listed.
+  Statement first(reader_, "SELECT COUNT(*) FROM sqlite_master");
+  if (!first.ok() || first.Step() != SQLITE_ROW) {
+    return InternalError("cannot read '" + db_path + "' read-only, for the state store's reads: " +
+                         sqlite3_errmsg(reader_));
   }
   return Status::Ok();
 }
@@ -166,34 +214,43 @@ std::string SqliteStateStore::CheckpointPath(const std::string& job_id, uint32_t
 }
 
 Status SqliteStateStore::InsertJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
-  if (!st.ok()) return SqliteError(db_, "prepare insert job");
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Statement st(writer_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
+  if (!st.ok()) return SqliteError(writer_, "prepare insert job");
   st.BindText(1, job.id());
   st.BindBlob(2, JobRow(job).SerializeAsString());
-  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert job " + job.id());
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job " + job.id());
   return Status::Ok();
 }
 
 Status SqliteStateStore::UpdateJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   return UpdateJobRowLocked(job);
 }
 
 Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
-  Statement st(db_, "UPDATE jobs SET job = ? WHERE id = ?");
-  if (!st.ok()) return SqliteError(db_, "prepare update job");
+  Statement st(writer_, "UPDATE jobs SET job = ? WHERE id = ?");
+  if (!st.ok()) return SqliteError(writer_, "prepare update job");
   st.BindBlob(1, JobRow(job).SerializeAsString());
   st.BindText(2, job.id());
-  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update job " + job.id());
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update job " + job.id());
   return Status::Ok();
 }
 
 Status SqliteStateStore::InTransactionLocked(const std::function<Status()>& body) {
-  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  RETURN_IF_ERROR(Exec(writer_, "BEGIN IMMEDIATE"));
   Status s = body();
-  if (s.ok()) s = Exec("COMMIT");
-  if (!s.ok()) Exec("ROLLBACK").ok();
+  if (s.ok()) s = Exec(writer_, "COMMIT");
+  if (!s.ok()) Exec(writer_, "ROLLBACK").ok();
+  return s;
+}
+
+Status SqliteStateStore::InReadTransactionLocked(const std::function<Status()>& body) {
+  RETURN_IF_ERROR(Exec(reader_, "BEGIN"));
+  Status s = body();
+  // Ending a read transaction writes nothing.
+  if (s.ok()) s = Exec(reader_, "COMMIT");
+  if (!s.ok()) Exec(reader_, "ROLLBACK").ok();
   return s;
 }
 
@@ -223,13 +280,13 @@ Status CheckJobRow(const std::string& key, const std::string& blob, v1::Job* job
 constexpr char kJobColumns[] = "j.id, j.job, EXISTS (SELECT 1 FROM cancels c WHERE c.job_id = j.id)";
 
 Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE j.id = ?");
-  if (!st.ok()) return SqliteError(db_, "prepare get job");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Statement st(reader_, std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE j.id = ?");
+  if (!st.ok()) return SqliteError(reader_, "prepare get job");
   st.BindText(1, job_id);
   const int rc = st.Step();
   if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
-  if (rc != SQLITE_ROW) return SqliteError(db_, "read job " + job_id);
+  if (rc != SQLITE_ROW) return SqliteError(reader_, "read job " + job_id);
   v1::Job job;
   RETURN_IF_ERROR(CheckJobRow(st.ColumnBlob(0), st.ColumnBlob(1), &job));
   if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
@@ -245,58 +302,65 @@ Result<std::vector<v1::Job>> SqliteStateStore::ListJobs() {
 }
 
 Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(read_mu_);
   JobList list;
-  {
-    Statement count(db_, "SELECT COUNT(*) FROM jobs");
-    if (!count.ok()) return SqliteError(db_, "prepare count jobs");
-    if (count.Step() != SQLITE_ROW) return SqliteError(db_, "count jobs");
-    list.total = static_cast<uint64_t>(count.ColumnInt(0));
-  }
-  Statement st(db_, std::string("SELECT ") + kJobColumns +
-                        " FROM (SELECT id, job, number FROM jobs ORDER BY number DESC LIMIT ?) j ORDER BY j.number");
-  if (!st.ok()) return SqliteError(db_, "prepare list jobs");
-  // A negative limit is none.
-  st.BindInt(1, max_jobs >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_jobs));
-  int rc;
-  while ((rc = st.Step()) == SQLITE_ROW) {
-    v1::Job job;
-    const std::string key = st.ColumnBlob(0);
-    if (!CheckJobRow(key, st.ColumnBlob(1), &job).ok()) {
-      list.damaged.push_back(key.substr(0, 128));
-      continue;
+  // One read, so that the total counts the rows listed.
+  RETURN_IF_ERROR(InReadTransactionLocked([&]() -> Status {
+    {
+      Statement count(reader_, "SELECT COUNT(*) FROM jobs");
+      if (!count.ok()) return SqliteError(reader_, "prepare count jobs");
+      if (count.Step() != SQLITE_ROW) return SqliteError(reader_, "count jobs");
+      list.total = static_cast<uint64_t>(count.ColumnInt(0));
     }
-    if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
-    list.jobs.push_back(std::move(job));
-  }
-  // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.
-  if (rc != SQLITE_DONE) return SqliteError(db_, "list jobs");
+    Statement st(reader_, std::string("SELECT ") + kJobColumns +
+                              " FROM (SELECT id, job, number FROM jobs ORDER BY number DESC LIMIT ?) j ORDER BY j.number");
+    if (!st.ok()) return SqliteError(reader_, "prepare list jobs");
+    // A negative limit is none.
+    st.BindInt(1, max_jobs >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_jobs));
+    int rc;
+    while ((rc = st.Step()) == SQLITE_ROW) {
+      v1::Job job;
+      const std::string key = st.ColumnBlob(0);
+      if (!CheckJobRow(key, st.ColumnBlob(1), &job).ok()) {
+        list.damaged.push_back(key.substr(0, 128));
+        continue;
+      }
+      if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
+      list.jobs.push_back(std::move(job));
+    }
+    // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.
+    if (rc != SQLITE_DONE) return SqliteError(reader_, "list jobs");
+    return Status::Ok();
+  }));
   return list;
 }
 
 Status SqliteStateStore::RequestCancel(const std::string& job_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "INSERT OR IGNORE INTO cancels (job_id, requested_unix_ms) SELECT id, ? FROM jobs WHERE id = ?");
-  if (!st.ok()) return SqliteError(db_, "prepare record cancel");
-  st.BindInt(1, std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch()).count());
-  st.BindText(2, job_id);
-  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "record the cancel of job " + job_id);
-  if (sqlite3_changes(db_) == 0) {
-    Statement known(db_, "SELECT 1 FROM cancels WHERE job_id = ?");
-    if (!known.ok()) return SqliteError(db_, "prepare read cancel");
-    known.BindText(1, job_id);
-    const int rc = known.Step();
-    if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
-    if (rc != SQLITE_ROW) return SqliteError(db_, "read the cancel of job " + job_id);
-  }
-  return Status::Ok();
+  std::lock_guard<std::mutex> lock(write_mu_);
+  // Whether the job is known is read in the write's own transaction.
+  return InTransactionLocked([&]() -> Status {
+    Statement st(writer_, "INSERT OR IGNORE INTO cancels (job_id, requested_unix_ms) SELECT id, ? FROM jobs WHERE id = ?");
+    if (!st.ok()) return SqliteError(writer_, "prepare record cancel");
+    st.BindInt(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                     std::chrono::system_clock::now().time_since_epoch()).count());
+    st.BindText(2, job_id);
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the cancel of job " + job_id);
+    if (sqlite3_changes(writer_) == 0) {
+      Statement known(writer_, "SELECT 1 FROM cancels WHERE job_id = ?");
+      if (!known.ok()) return SqliteError(writer_, "prepare read cancel");
+      known.BindText(1, job_id);
+      const int rc = known.Step();
+      if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
+      if (rc != SQLITE_ROW) return SqliteError(writer_, "read the cancel of job " + job_id);
+    }
+    return Status::Ok();
+  });
 }
 
 Result<uint64_t> SqliteStateStore::NextJobNumber() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT COALESCE(MAX(number), 0) + 1 FROM jobs");
-  if (!st.ok() || st.Step() != SQLITE_ROW) return SqliteError(db_, "next job number");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Statement st(reader_, "SELECT COALESCE(MAX(number), 0) + 1 FROM jobs");
+  if (!st.ok() || st.Step() != SQLITE_ROW) return SqliteError(reader_, "next job number");
   return static_cast<uint64_t>(st.ColumnInt(0));
 }
 
@@ -309,30 +373,30 @@ Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t rou
   {
     // Whatever was written for this job before is not what is being written now: a job
     // commits one round at a time, so it has at most one written checkpoint waiting.
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(write_mu_);
     std::erase_if(written_, [&](const auto& entry) { return entry.first == job_id; });
   }
   std::string header;
   RETURN_IF_ERROR(WriteFileAtomically(CheckpointPath(job_id, round), CheckpointPieces(global_model, &header)));
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   written_.insert({job_id, round});
   return Status::Ok();
 }
 
 Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) {
   const std::string path = CheckpointPath(job.id(), record.round());
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   if (!written_.count({job.id(), record.round()})) {
     return NoWrittenCheckpointError(job.id(), record.round());
   }
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
-    Statement st(db_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
-    if (!st.ok()) return SqliteError(db_, "prepare insert round");
+    Statement st(writer_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
+    if (!st.ok()) return SqliteError(writer_, "prepare insert round");
     st.BindText(1, job.id());
     st.BindInt(2, record.round());
     st.BindBlob(3, record.SerializeAsString());
     st.BindText(4, path);
-    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "insert round");
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert round");
     return UpdateJobRowLocked(job);
   }));
   written_.erase({job.id(), record.round()});
@@ -346,13 +410,13 @@ Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
 }
 
 Status SqliteStateStore::RewindJob(const v1::Job& job) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   return InTransactionLocked([&]() -> Status {
-    Statement st(db_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
-    if (!st.ok()) return SqliteError(db_, "prepare delete rounds");
+    Statement st(writer_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
+    if (!st.ok()) return SqliteError(writer_, "prepare delete rounds");
     st.BindText(1, job.id());
     st.BindInt(2, job.rounds_committed());
-    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "delete rounds of " + job.id());
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "delete rounds of " + job.id());
     return UpdateJobRowLocked(job);
   });
 }
@@ -391,15 +455,15 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
 }
 
 Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   // One transaction: the record and the job's row agree on the round's latency.
   return InTransactionLocked([&]() -> Status {
-    Statement st(db_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
-    if (!st.ok()) return SqliteError(db_, "prepare update round");
+    Statement st(writer_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
+    if (!st.ok()) return SqliteError(writer_, "prepare update round");
     st.BindBlob(1, record.SerializeAsString());
     st.BindText(2, job.id());
     st.BindInt(3, record.round());
-    if (st.Step() != SQLITE_DONE) return SqliteError(db_, "update round");
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update round");
     return UpdateJobRowLocked(job);
   });
 }
@@ -447,9 +511,9 @@ Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, ui
 
 Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::string& job_id, uint32_t from_round,
                                                                    size_t max_bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT record, round FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
-  if (!st.ok()) return SqliteError(db_, "prepare list rounds");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Statement st(reader_, "SELECT record, round FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
+  if (!st.ok()) return SqliteError(reader_, "prepare list rounds");
   st.BindText(1, job_id);
   st.BindInt(2, from_round);
   std::vector<v1::RoundRecord> rounds;
@@ -471,48 +535,55 @@ Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::str
     }
     rounds.push_back(std::move(record));
   }
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqliteError(db_, "list rounds of " + job_id);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqliteError(reader_, "list rounds of " + job_id);
   return rounds;
 }
 
 Status SqliteStateStore::SaveWorker(const v1::WorkerStatus& worker) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "INSERT OR REPLACE INTO workers (id, worker) VALUES (?, ?)");
-  if (!st.ok()) return SqliteError(db_, "prepare save worker");
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Statement st(writer_, "INSERT OR REPLACE INTO workers (id, worker) VALUES (?, ?)");
+  if (!st.ok()) return SqliteError(writer_, "prepare save worker");
   st.BindText(1, worker.worker_id());
   st.BindBlob(2, worker.SerializeAsString());
-  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save worker " + worker.worker_id());
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save worker " + worker.worker_id());
   return Status::Ok();
 }
 
 Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, const std::string& credential) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement insert(db_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
-  if (!insert.ok()) return SqliteError(db_, "prepare bind worker name");
-  insert.BindText(1, name);
-  insert.BindText(2, credential);
-  insert.BindInt(3, std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count());
-  if (insert.Step() != SQLITE_DONE) return SqliteError(db_, "bind worker name " + name);
-  Statement select(db_, "SELECT credential FROM worker_names WHERE name = ?");
-  if (!select.ok()) return SqliteError(db_, "prepare read worker name");
-  select.BindText(1, name);
-  if (select.Step() != SQLITE_ROW) return SqliteError(db_, "read worker name " + name);
-  return select.ColumnText(0);
+  std::lock_guard<std::mutex> lock(write_mu_);
+  std::string bound;
+  // The binding is read back in the write's own transaction: the credential returned is the
+  // one committed.
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+    Statement insert(writer_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
+    if (!insert.ok()) return SqliteError(writer_, "prepare bind worker name");
+    insert.BindText(1, name);
+    insert.BindText(2, credential);
+    insert.BindInt(3, std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count());
+    if (insert.Step() != SQLITE_DONE) return SqliteError(writer_, "bind worker name " + name);
+    Statement select(writer_, "SELECT credential FROM worker_names WHERE name = ?");
+    if (!select.ok()) return SqliteError(writer_, "prepare read worker name");
+    select.BindText(1, name);
+    if (select.Step() != SQLITE_ROW) return SqliteError(writer_, "read worker name " + name);
+    bound = select.ColumnText(0);
+    return Status::Ok();
+  }));
+  return bound;
 }
 
 Result<bool> SqliteStateStore::ForgetWorker(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(write_mu_);
   bool forgot = false;
   // Both rows or neither: a binding left without its worker would hold the name for a
   // token the operator meant to release.
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     for (const char* sql : {"DELETE FROM workers WHERE id = ?", "DELETE FROM worker_names WHERE name = ?"}) {
-      Statement st(db_, sql);
-      if (!st.ok()) return SqliteError(db_, "prepare forget worker");
+      Statement st(writer_, sql);
+      if (!st.ok()) return SqliteError(writer_, "prepare forget worker");
       st.BindText(1, name);
-      if (st.Step() != SQLITE_DONE) return SqliteError(db_, "forget worker " + QuoteUntrusted(name, 128));
-      forgot = forgot || sqlite3_changes(db_) > 0;
+      if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "forget worker " + QuoteUntrusted(name, 128));
+      forgot = forgot || sqlite3_changes(writer_) > 0;
     }
     return Status::Ok();
   }));
@@ -520,9 +591,9 @@ Result<bool> SqliteStateStore::ForgetWorker(const std::string& name) {
 }
 
 Result<std::vector<v1::WorkerStatus>> SqliteStateStore::LoadWorkers() {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "SELECT id, worker FROM workers ORDER BY id");
-  if (!st.ok()) return SqliteError(db_, "prepare load workers");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  Statement st(reader_, "SELECT id, worker FROM workers ORDER BY id");
+  if (!st.ok()) return SqliteError(reader_, "prepare load workers");
   std::vector<v1::WorkerStatus> workers;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
@@ -532,27 +603,27 @@ Result<std::vector<v1::WorkerStatus>> SqliteStateStore::LoadWorkers() {
     }
     workers.push_back(std::move(worker));
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "load workers");
+  if (rc != SQLITE_DONE) return SqliteError(reader_, "load workers");
   return workers;
 }
 
 Status SqliteStateStore::SaveSeat(const std::string& job_id, const std::string& worker_id, uint32_t party) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Statement st(db_, "INSERT OR REPLACE INTO seats (job_id, worker_id, party) VALUES (?, ?, ?)");
-  if (!st.ok()) return SqliteError(db_, "prepare save seat");
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Statement st(writer_, "INSERT OR REPLACE INTO seats (job_id, worker_id, party) VALUES (?, ?, ?)");
+  if (!st.ok()) return SqliteError(writer_, "prepare save seat");
   st.BindText(1, job_id);
   st.BindText(2, worker_id);
   st.BindInt(3, party);
-  if (st.Step() != SQLITE_DONE) return SqliteError(db_, "save seat");
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save seat");
   return Status::Ok();
 }
 
 Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeats(const std::string& job_id,
                                                                                   size_t max_seats) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(read_mu_);
   // One row past the bound tells a job that holds too many from one that holds exactly it.
-  Statement st(db_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party, worker_id LIMIT ?");
-  if (!st.ok()) return SqliteError(db_, "prepare load seats");
+  Statement st(reader_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party, worker_id LIMIT ?");
+  if (!st.ok()) return SqliteError(reader_, "prepare load seats");
   st.BindText(1, job_id);
   st.BindInt(2, max_seats >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_seats) + 1);
   std::vector<std::pair<std::string, uint32_t>> seats;
@@ -573,7 +644,7 @@ Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeat
     }
     seats.emplace_back(std::move(seat), static_cast<uint32_t>(party));
   }
-  if (rc != SQLITE_DONE) return SqliteError(db_, "load seats of " + job_id);
+  if (rc != SQLITE_DONE) return SqliteError(reader_, "load seats of " + job_id);
   return seats;
 }
 

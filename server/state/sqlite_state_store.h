@@ -4,8 +4,16 @@
 // A round counts as committed when its row is in the database; a checkpoint file without a
 // row is ignored on restart, and removed by RemoveLeftoverCheckpoints.
 //
-// Thread-safe: every method takes an internal mutex (one SQLite connection); a checkpoint
-// file is written before it, so a commit's fsync does not hold up other calls.
+// Thread-safe, on two connections to the database, each behind a lock of its own:
+//  - Writes go through one read-write connection under write_mu_, one at a time, each
+//    returning once its commit is synced. A write that reads in order to decide what to
+//    write (BindWorkerName, RequestCancel) reads on this connection, inside its transaction.
+//  - Reads go through a second, read-only connection under read_mu_. In WAL mode a reader
+//    sees the last committed state and neither waits for a write (its commit's fsync
+//    included) nor holds one up; a read that starts after a write returned sees that write.
+//    A read of more than one statement (ListNewestJobs) is one read transaction.
+// A checkpoint file is written before either lock is taken, so its fsync holds up no other
+// call either.
 #pragma once
 
 #include <sqlite3.h>
@@ -25,7 +33,9 @@ namespace tessera::server {
 
 class SqliteStateStore final : public StateStore {
  public:
-  // Opens (creating if needed) `state_dir`/coordinator.db and `state_dir`/checkpoints/.
+  // Opens (creating if needed) `state_dir`/coordinator.db and `state_dir`/checkpoints/: the
+  // database read-write, switched to WAL mode (an error naming the file when it cannot be),
+  // then again read-only for the reads. Either open failing is an error naming the file.
   static Result<std::unique_ptr<SqliteStateStore>> Open(const std::string& state_dir);
   ~SqliteStateStore() override;
   SqliteStateStore(const SqliteStateStore&) = delete;
@@ -68,20 +78,28 @@ class SqliteStateStore final : public StateStore {
   std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
 
  private:
-  SqliteStateStore(std::string state_dir, sqlite3* db);
-  Status Exec(const std::string& sql);
-  // Runs `body` in one IMMEDIATE transaction: committed when it returns Ok, rolled back
-  // otherwise (mu_ held).
+  SqliteStateStore(std::string state_dir, sqlite3* writer);
+  // Opens the read-only connection to `db_path`, once the writer has made its tables.
+  Status OpenReader(const std::string& db_path);
+  // Runs `body` in one IMMEDIATE transaction on the writer: committed when it returns Ok,
+  // rolled back otherwise (write_mu_ held).
   Status InTransactionLocked(const std::function<Status()>& body);
-  // Writes `job` over its row (mu_ held).
+  // Runs `body` in one read transaction on the reader, so that its statements all see the
+  // same committed state (read_mu_ held).
+  Status InReadTransactionLocked(const std::function<Status()>& body);
+  // Writes `job` over its row (write_mu_ held).
   Status UpdateJobRowLocked(const v1::Job& job);
 
   const std::string state_dir_;
-  std::mutex mu_;
-  sqlite3* db_;  // guarded by mu_
+  // Lock order: write_mu_ is never taken while read_mu_ is held, nor the other way round;
+  // no method holds both.
+  std::mutex write_mu_;
+  sqlite3* writer_;  // guarded by write_mu_; read-write
   // Checkpoints written and not yet committed, as (job id, round), at most one a job;
-  // guarded by mu_.
+  // guarded by write_mu_.
   std::set<std::pair<std::string, uint32_t>> written_;
+  std::mutex read_mu_;
+  sqlite3* reader_ = nullptr;  // guarded by read_mu_; read-only
 };
 
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of

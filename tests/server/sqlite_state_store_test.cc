@@ -1,6 +1,8 @@
 // The SQLite store's own side: jobs, committed rounds and checkpoints survive a reopen;
 // corrupt checkpoint files and unwritable paths are named; seats edited by hand are read
-// only as far as they can be trusted; files an interrupted coordinator left are removed. What every store does is in state_store_conformance_test.cc.
+// only as far as they can be trusted; files an interrupted coordinator left are removed;
+// reads do not wait for a write, and see it once it returned. What every store does is in
+// state_store_conformance_test.cc.
 #include "server/state/sqlite_state_store.h"
 #include "tests/server/test_directory.h"
 
@@ -8,9 +10,14 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
 
 namespace tessera::server {
 namespace {
@@ -447,6 +454,233 @@ TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"job-1-abc-round-0.ckpt", "job-1-abc-round-3.ckpt", "job-1-abc-round-4.ckpt",
                                             "job-1-abc-round-5.ckpt", "job-9-zzz-round-1.ckpt"}));
+}
+
+// A VFS over SQLite's default one, made the default while it lives, so that the connections
+// opened meanwhile (the store's too) go through it. It notes which threads sleep in SQLite
+// (its busy handler sleeps there while another connection holds the lock it waits for), and
+// can open the database the way the system does a file the process may only read, or refuse
+// to open it read-only.
+class WatchingVfs {
+ public:
+  enum class MainDatabase { kAsAsked, kReadOnlyToTheProcess, kNoReadOnlyOpen };
+
+  WatchingVfs() : base_(sqlite3_vfs_find(nullptr)) {
+    vfs_.iVersion = 2;
+    vfs_.szOsFile = base_->szOsFile;
+    vfs_.mxPathname = base_->mxPathname;
+    vfs_.zName = "tessera-test-watching";
+    vfs_.pAppData = this;
+    vfs_.xOpen = [](sqlite3_vfs* vfs, sqlite3_filename name, sqlite3_file* file, int flags, int* out_flags) {
+      WatchingVfs* self = Self(vfs);
+      if ((flags & SQLITE_OPEN_MAIN_DB) != 0) {
+        if (self->main_ == MainDatabase::kNoReadOnlyOpen && (flags & SQLITE_OPEN_READONLY) != 0) {
+          file->pMethods = nullptr;
+          return SQLITE_CANTOPEN;
+        }
+        // What SQLite does when the system refuses to open the file for writing.
+        if (self->main_ == MainDatabase::kReadOnlyToTheProcess) {
+          flags = (flags & ~(SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)) | SQLITE_OPEN_READONLY;
+        }
+      }
+      return self->base_->xOpen(self->base_, name, file, flags, out_flags);
+    };
+    vfs_.xDelete = [](sqlite3_vfs* vfs, const char* name, int sync) {
+      return Base(vfs)->xDelete(Base(vfs), name, sync);
+    };
+    vfs_.xAccess = [](sqlite3_vfs* vfs, const char* name, int flags, int* out) {
+      return Base(vfs)->xAccess(Base(vfs), name, flags, out);
+    };
+    vfs_.xFullPathname = [](sqlite3_vfs* vfs, const char* name, int size, char* out) {
+      return Base(vfs)->xFullPathname(Base(vfs), name, size, out);
+    };
+    vfs_.xDlOpen = [](sqlite3_vfs* vfs, const char* name) { return Base(vfs)->xDlOpen(Base(vfs), name); };
+    vfs_.xDlError = [](sqlite3_vfs* vfs, int size, char* out) { Base(vfs)->xDlError(Base(vfs), size, out); };
+    vfs_.xDlSym = [](sqlite3_vfs* vfs, void* handle, const char* symbol) {
+      return Base(vfs)->xDlSym(Base(vfs), handle, symbol);
+    };
+    vfs_.xDlClose = [](sqlite3_vfs* vfs, void* handle) { Base(vfs)->xDlClose(Base(vfs), handle); };
+    vfs_.xRandomness = [](sqlite3_vfs* vfs, int size, char* out) {
+      return Base(vfs)->xRandomness(Base(vfs), size, out);
+    };
+    vfs_.xSleep = [](sqlite3_vfs* vfs, int microseconds) {
+      Self(vfs)->Note(std::this_thread::get_id(), &Self(vfs)->sleepers_);
+      return Base(vfs)->xSleep(Base(vfs), microseconds);
+    };
+    vfs_.xCurrentTime = [](sqlite3_vfs* vfs, double* now) { return Base(vfs)->xCurrentTime(Base(vfs), now); };
+    vfs_.xGetLastError = [](sqlite3_vfs* vfs, int size, char* out) {
+      return Base(vfs)->xGetLastError(Base(vfs), size, out);
+    };
+    vfs_.xCurrentTimeInt64 = [](sqlite3_vfs* vfs, sqlite3_int64* now) {
+      return Base(vfs)->xCurrentTimeInt64(Base(vfs), now);
+    };
+    sqlite3_vfs_register(&vfs_, /*makeDflt=*/1);
+  }
+  ~WatchingVfs() {
+    sqlite3_vfs_unregister(&vfs_);
+    sqlite3_vfs_register(base_, /*makeDflt=*/1);
+  }
+  WatchingVfs(const WatchingVfs&) = delete;
+  WatchingVfs& operator=(const WatchingVfs&) = delete;
+
+  // How the next opens of a main database go.
+  void OpenMainDatabase(MainDatabase how) { main_ = how; }
+
+  // What a thread calls when it is done with the database, so that a wait for it ends.
+  void NoteReturn() { Note(std::this_thread::get_id(), &returned_); }
+
+  // Blocks until the thread `id` has slept in SQLite or said it returned; whether it slept.
+  bool WaitForSleepOf(std::thread::id id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return sleepers_.count(id) > 0 || returned_.count(id) > 0; });
+    return sleepers_.count(id) > 0;
+  }
+
+ private:
+  static WatchingVfs* Self(sqlite3_vfs* vfs) { return static_cast<WatchingVfs*>(vfs->pAppData); }
+  static sqlite3_vfs* Base(sqlite3_vfs* vfs) { return Self(vfs)->base_; }
+  void Note(std::thread::id id, std::set<std::thread::id>* into) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      into->insert(id);
+    }
+    changed_.notify_all();
+  }
+
+  sqlite3_vfs* const base_;
+  sqlite3_vfs vfs_{};
+  std::atomic<MainDatabase> main_{MainDatabase::kAsAsked};
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::set<std::thread::id> sleepers_;  // guarded by mu_
+  std::set<std::thread::id> returned_;  // guarded by mu_
+};
+
+// Another process's connection holds the database's write lock, and a write through the
+// store waits for it (as a commit's fsync would), holding the store's own write lock. Every
+// read answers meanwhile, with what was committed: not after the write, and not through
+// SQLite's busy timeout, which would run out for the write while a read waited for it.
+TEST_F(SqliteStateStoreTest, ReadsAnswerWithTheCommittedStateWhileAWriteWaits) {
+  WatchingVfs vfs;  // before the store, so that its connections go through it
+  auto opened = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  SqliteStateStore& store = **opened;
+  v1::Job job = RunningJob();
+  ASSERT_TRUE(store.InsertJob(job).ok());
+  CommitRounds(store, &job, 1);
+  v1::WorkerStatus w1, w2;
+  w1.set_worker_id("w1");
+  w2.set_worker_id("w2");
+  ASSERT_TRUE(store.SaveWorker(w1).ok());
+  ASSERT_TRUE(store.SaveSeat(job.id(), "w1", 0).ok());
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "coordinator.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other,
+                         "BEGIN IMMEDIATE; INSERT INTO jobs (id, number, job) VALUES ('job-9-xyz', 9, X'');"
+                         "INSERT INTO workers (id, worker) VALUES ('w9', X'')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(other);
+  Status saved;
+  std::thread writer([&] {
+    saved = store.SaveWorker(w2);
+    vfs.NoteReturn();
+  });
+  const bool waited = vfs.WaitForSleepOf(writer.get_id());
+
+  auto got = store.GetJob(job.id());
+  EXPECT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(store.GetJob("job-9-xyz").status().code(), StatusCode::kNotFound) << "a row never committed was read";
+  auto jobs = store.ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  EXPECT_EQ(jobs->size(), 1u);
+  auto newest = store.ListNewestJobs(10);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->total, 1u);
+  EXPECT_EQ(store.NextJobNumber().value(), 2u);
+  auto rounds = store.ListRounds(job.id());
+  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
+  EXPECT_EQ(rounds->size(), 1u);
+  auto workers = store.LoadWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  ASSERT_EQ(workers->size(), 1u);
+  EXPECT_EQ((*workers)[0].worker_id(), "w1");
+  auto seats = store.LoadSeats(job.id());
+  ASSERT_TRUE(seats.ok()) << seats.status().ToString();
+  EXPECT_EQ(*seats, (std::vector<std::pair<std::string, uint32_t>>{{"w1", 0}}));
+
+  // The other connection lets go: the write goes through, and is read at once.
+  EXPECT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  writer.join();
+  ASSERT_TRUE(waited) << "the write did not wait for the other connection's lock: " << saved.ToString();
+  ASSERT_TRUE(saved.ok()) << "the write gave up on the lock while the reads waited for it: " << saved.ToString();
+  workers = store.LoadWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  ASSERT_EQ(workers->size(), 2u);
+  EXPECT_EQ((*workers)[1].worker_id(), "w2");
+}
+
+// Each write is read back as soon as it returned, although the reads go through a
+// connection of their own.
+TEST_F(SqliteStateStoreTest, EveryWriteIsReadAsSoonAsItReturns) {
+  auto opened = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  SqliteStateStore& store = **opened;
+  v1::Job job = RunningJob();
+  ASSERT_TRUE(store.InsertJob(job).ok());
+  ASSERT_TRUE(store.GetJob(job.id()).ok());
+  EXPECT_EQ(store.ListNewestJobs(10).value().total, 1u);
+  EXPECT_EQ(store.NextJobNumber().value(), 2u);
+
+  job.set_error("changed");
+  ASSERT_TRUE(store.UpdateJob(job).ok());
+  EXPECT_EQ(store.GetJob(job.id()).value().error(), "changed");
+  ASSERT_TRUE(store.RequestCancel(job.id()).ok());
+  EXPECT_TRUE(store.GetJob(job.id()).value().cancel_requested());
+
+  CommitRounds(store, &job, 2);
+  EXPECT_EQ(store.GetJob(job.id()).value().rounds_committed(), 2u);
+  EXPECT_EQ(store.ListRounds(job.id()).value().size(), 2u);
+  v1::RoundRecord record;
+  record.set_round(2);
+  record.set_model_sha256("recorded again");
+  ASSERT_TRUE(store.UpdateRoundRecord(job, record).ok());
+  EXPECT_EQ(store.ListRounds(job.id(), 2).value().at(0).model_sha256(), "recorded again");
+  job.set_rounds_committed(1);
+  ASSERT_TRUE(store.RewindJob(job).ok());
+  EXPECT_EQ(store.ListRounds(job.id()).value().size(), 1u);
+  EXPECT_EQ(store.GetJob(job.id()).value().rounds_committed(), 1u);
+
+  v1::WorkerStatus worker;
+  worker.set_worker_id("w1");
+  ASSERT_TRUE(store.SaveWorker(worker).ok());
+  EXPECT_EQ(store.LoadWorkers().value().size(), 1u);
+  ASSERT_TRUE(store.ForgetWorker("w1").value());
+  EXPECT_TRUE(store.LoadWorkers().value().empty());
+  ASSERT_TRUE(store.SaveSeat(job.id(), "w1", 3).ok());
+  EXPECT_EQ(store.LoadSeats(job.id()).value(), (std::vector<std::pair<std::string, uint32_t>>{{"w1", 3}}));
+}
+
+TEST_F(SqliteStateStoreTest, ADatabaseTheProcessMayOnlyReadIsRefusedNamingIt) {
+  { ASSERT_TRUE(SqliteStateStore::Open(dir_.string()).ok()); }
+  WatchingVfs vfs;
+  vfs.OpenMainDatabase(WatchingVfs::MainDatabase::kReadOnlyToTheProcess);
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_FALSE(store.ok()) << "opened a database every write to would fail";
+  EXPECT_EQ(store.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(store.status().message(),
+            "cannot open '" + (dir_ / "coordinator.db").string() + "' for writing: it is read-only to this process");
+}
+
+TEST_F(SqliteStateStoreTest, AReadOnlyConnectionThatCannotBeOpenedIsAnErrorNamingTheFile) {
+  WatchingVfs vfs;
+  vfs.OpenMainDatabase(WatchingVfs::MainDatabase::kNoReadOnlyOpen);
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_FALSE(store.ok()) << "opened without a connection for reads";
+  EXPECT_EQ(store.status().message(), "cannot open '" + (dir_ / "coordinator.db").string() +
+                                          "' read-only, for the state store's reads: unable to open database file");
 }
 
 }  // namespace
