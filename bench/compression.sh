@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Update compression on the demo's federation: one coordinator and ten workers on loopback,
-# and the demo's job (examples/fmnist-fedavg.toml) once per update encoding, one after the
+# and the demo's job (examples/fmnist-fedavg.toml) once per encoding (of the updates, or of
+# the model sent, examples/fmnist-download-*.toml, when given), one after the
 # other on the same processes. Prints, per job, the update and model bytes of each round as
 # the round records give them, and the test accuracy; then one summary line per job.
 #
@@ -75,6 +76,8 @@ compression = spec.get("compression", {})
 encoding = compression.get("encoding", "ENCODING_FLOAT32").replace("ENCODING_", "").lower()
 if float(compression.get("fraction", 0)) > 0:
     encoding += " %g" % float(compression["fraction"])
+if "download" in compression:
+    encoding += ", model " + compression["download"].replace("ENCODING_", "").lower()
 rounds = status.get("rounds", [])
 print("%s (%s): state %s" % (job, encoding, status["job"].get("state", "?")), file=sys.stderr)
 for r in rounds:
@@ -83,9 +86,10 @@ for r in rounds:
         int(r.get("download_bytes", 0)), 100 * r.get("test_accuracy", 0)), file=sys.stderr)
 per_update = [int(r.get("upload_bytes", 0)) / max(1, r.get("clients_reported", 1)) for r in rounds]
 last = rounds[-1] if rounds else {}
-print("%-34s %-12s %6d rounds  %10.0f bytes/update  %10.0f update bytes/round  accuracy %.2f%%  %s s" % (
+print("%-40s %-22s %6d rounds  %10.0f bytes/update  %10.0f update bytes/round  %10.0f model bytes/round  accuracy %.2f%%  %s s" % (
     job, encoding, len(rounds), sum(per_update) / max(1, len(per_update)),
-    sum(int(r.get("upload_bytes", 0)) for r in rounds) / max(1, len(rounds)), 100 * last.get("test_accuracy", 0), seconds))
+    sum(int(r.get("upload_bytes", 0)) for r in rounds) / max(1, len(rounds)),
+    sum(int(r.get("download_bytes", 0)) for r in rounds) / max(1, len(rounds)), 100 * last.get("test_accuracy", 0), seconds))
 PY
 )")
 done

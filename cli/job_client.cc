@@ -218,6 +218,10 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
       << (wire::TopKFraction(job.spec()) > 0 ? Format(" (fraction %g, with error feedback)", wire::TopKFraction(job.spec()))
                                              : std::string())
       << "\n";
+  if (wire::JobDownloadEncoding(job.spec()) != UpdateEncoding::kFloat32) {
+    out << "downloads: " << UpdateEncodingName(wire::JobDownloadEncoding(job.spec()))
+        << " (the model as sent to the workers; kept in float32)\n";
+  }
   if (response.rounds_size() > 0) {
     out << "\n" << (async ? AsyncStepHeader() : RoundHeader()) << "\n";
     for (const auto& r : response.rounds()) out << (async ? AsyncStepRow(r) : RoundRow(r)) << "\n";

@@ -18,7 +18,7 @@ constexpr std::string_view kSelectionKeys[] = {"policy", "over_selection", "stra
 constexpr std::string_view kSelectionPolicies[] = {"random", "deadline", "utility"};
 constexpr std::string_view kServerKeys[] = {"learning_rate", "momentum", "beta1", "beta2", "tau"};
 constexpr std::string_view kAggregationKeys[] = {"rule", "trim_fraction", "byzantine_clients", "selected"};
-constexpr std::string_view kCompressionKeys[] = {"encoding", "fraction"};
+constexpr std::string_view kCompressionKeys[] = {"encoding", "fraction", "download"};
 constexpr std::string_view kAsyncKeys[] = {"buffer_size", "max_staleness", "staleness_weighting", "staleness_exponent",
                                            "concurrency"};
 constexpr std::string_view kAggregationRules[] = {"mean", "median", "trimmed-mean", "krum"};
@@ -153,23 +153,40 @@ Status ReadAggregation(const toml::table& root, SpecReader& reader, v1::JobSpec*
   return Status::Ok();
 }
 
-// [compression]: how the workers' updates travel. `fraction` applies to "topk" alone; where
-// compression cannot apply (scaffold, top-k under a robust rule) ValidateJobSpec says so.
+// The encoding named under `key` of [compression] ("float32" when absent), one of `allowed`.
+Result<v1::Encoding> ReadEncoding(const toml::table& table, SpecReader& reader, const std::string& key,
+                                  const std::vector<std::string_view>& allowed) {
+  std::string name = "float32";
+  RETURN_IF_ERROR(reader.String(table, "compression", key, &name));
+  name = Lowercase(name);
+  RETURN_IF_ERROR(CheckOneOf(reader, "compression." + key, name, allowed));
+  const auto* known = std::find_if(std::begin(job_spec_names::kEncodings), std::end(job_spec_names::kEncodings),
+                                   [&](const auto& e) { return e.name == name; });
+  return known->encoding;
+}
+
+// [compression]: how the workers' updates travel (`encoding`; `fraction` applies to "topk"
+// alone) and how the model travels to them (`download`, a dense encoding). Where compression
+// cannot apply (scaffold, top-k under a robust rule) ValidateJobSpec says so.
 Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec* spec) {
   ASSIGN_OR_RETURN(const toml::table* table, reader.Table(root, "", "compression"));
   if (table == nullptr) return Status::Ok();
   RETURN_IF_ERROR(reader.CheckKeys(*table, "compression", kCompressionKeys));
-  std::string name = "float32";
-  RETURN_IF_ERROR(reader.String(*table, "compression", "encoding", &name));
-  name = Lowercase(name);
-  std::vector<std::string_view> names;
-  for (const auto& known : job_spec_names::kEncodings) names.push_back(known.name);
-  RETURN_IF_ERROR(CheckOneOf(reader, "compression.encoding", name, names));
-  const auto* known = std::find_if(std::begin(job_spec_names::kEncodings), std::end(job_spec_names::kEncodings),
-                                   [&](const auto& e) { return e.name == name; });
+  std::vector<std::string_view> names, dense;
+  for (const auto& known : job_spec_names::kEncodings) {
+    names.push_back(known.name);
+    if (known.encoding != v1::ENCODING_TOPK) dense.push_back(known.name);
+  }
   v1::UpdateCompressionSpec* out = spec->mutable_compression();
-  out->set_encoding(known->encoding);
-  if (known->encoding != v1::ENCODING_TOPK) {
+  ASSIGN_OR_RETURN(const v1::Encoding download, ReadEncoding(*table, reader, "download", dense));
+  if (download != v1::ENCODING_FLOAT32) out->set_download(download);
+  ASSIGN_OR_RETURN(const v1::Encoding encoding, ReadEncoding(*table, reader, "encoding", names));
+  std::string name;
+  for (const auto& known : job_spec_names::kEncodings) {
+    if (known.encoding == encoding) name = known.name;
+  }
+  out->set_encoding(encoding);
+  if (encoding != v1::ENCODING_TOPK) {
     if (reader.Has(*table, "compression", "fraction")) {
       return reader.Error("compression.fraction", "applies to encoding \"topk\" only; encoding is \"" + EscapeUntrusted(name) + "\"");
     }

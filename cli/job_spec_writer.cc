@@ -219,11 +219,15 @@ std::string JobSpecToToml(const v1::JobSpec& spec) {
       out << "selected = " << aggregation.selected() << "\n";
     }
   }
-  if (spec.has_compression() && spec.compression().encoding() != v1::ENCODING_UNSPECIFIED) {
+  if (spec.has_compression() && (spec.compression().encoding() != v1::ENCODING_UNSPECIFIED ||
+                                 spec.compression().download() != v1::ENCODING_UNSPECIFIED)) {
     const v1::UpdateCompressionSpec& compression = spec.compression();
     out << "\n[compression]\n";
     out << "encoding = " << TomlString(std::string(EncodingText(compression.encoding()))) << "\n";
     if (compression.encoding() == v1::ENCODING_TOPK) out << "fraction = " << TomlFloat(compression.fraction()) << "\n";
+    if (compression.download() != v1::ENCODING_UNSPECIFIED) {
+      out << "download = " << TomlString(std::string(EncodingText(compression.download()))) << "\n";
+    }
   }
   if (spec.has_selection()) {
     out << "\n[selection]\n";

@@ -184,6 +184,10 @@ Result<int64_t> EstimateModelMemoryBytes(const v1::JobSpec& spec);
 // fraction. The spec must have passed ValidateJobSpec.
 UpdateEncoding JobUpdateEncoding(const v1::JobSpec& spec);
 double TopKFraction(const v1::JobSpec& spec);
+// How the coordinator encodes the job's model versions for the workers
+// (spec.compression.download; unset: float32): float32, float16, bfloat16 or int8. The spec
+// must have passed ValidateJobSpec.
+UpdateEncoding JobDownloadEncoding(const v1::JobSpec& spec);
 // The encodings a spec may name, for messages.
 inline constexpr char kEncodingNames[] = "\"float32\", \"float16\", \"bfloat16\", \"int8\" or \"topk\"";
 
@@ -194,7 +198,7 @@ inline constexpr char kEncodingNames[] = "\"float32\", \"float16\", \"bfloat16\"
 // an aggregation option of another rule), Krum only where n > 2f + 2 holds for a round of
 // min_clients updates, a robust rule's retained updates within kMaxRetainedUpdateBytes, a
 // compression that applies (top-k's fraction in (0, 1] and set for top-k alone; no compression
-// with scaffold; no top-k with a robust rule), and the selection policy one of
+// with scaffold, of updates or downloads; no top-k with a robust rule; downloads dense), and the selection policy one of
 // kSelectionPolicyNames with over_selection in [0, kMaxOverSelection] and straggler_penalty (for
 // "utility" only) in [0, kMaxStragglerPenalty]. An asynchronous spec's options are in range and
 // its strategy and rule fold a buffered mean (not fednova, scaffold or a robust rule; random

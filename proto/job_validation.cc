@@ -117,6 +117,16 @@ Status ValidateCompression(const v1::JobSpec& s) {
   auto bad = [](const std::string& field, const std::string& expected, const std::string& got) {
     return InvalidArgumentError("spec.compression." + field + ": expected " + expected + ", got " + got);
   };
+  const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
+  auto download = ToUpdateEncoding(c.download());
+  if (!download.ok() || *download == UpdateEncoding::kTopK) {
+    return bad("download", "one of \"float32\", \"float16\", \"bfloat16\" or \"int8\" (a dense encoding of the model)",
+               download.ok() ? std::string("\"topk\"") : std::to_string(c.download()));
+  }
+  if (*download != UpdateEncoding::kFloat32 && strategy == "scaffold") {
+    return bad("download", "\"float32\" for strategy \"scaffold\" (each participant downloads its own control variates "
+               "beside the model, in float32)", std::string("\"") + UpdateEncodingName(*download) + "\"");
+  }
   auto encoding = ToUpdateEncoding(c.encoding());
   if (!encoding.ok()) return bad("encoding", std::string("one of ") + kEncodingNames, std::to_string(c.encoding()));
   if (*encoding == UpdateEncoding::kTopK) {
@@ -130,7 +140,6 @@ Status ValidateCompression(const v1::JobSpec& s) {
                FormatNumber(c.fraction()));
   }
   if (*encoding == UpdateEncoding::kFloat32) return Status::Ok();
-  const std::string strategy = s.strategy().empty() ? "fedavg" : s.strategy();
   if (strategy == "scaffold") {
     return bad("encoding", "\"float32\" for strategy \"scaffold\" (its control variates need the exact delta)",
                std::string("\"") + UpdateEncodingName(*encoding) + "\"");
@@ -348,6 +357,11 @@ Status ValidateDataSpec(const v1::DataSpec& d) {
 UpdateEncoding JobUpdateEncoding(const v1::JobSpec& spec) {
   auto encoding = ToUpdateEncoding(spec.compression().encoding());
   return encoding.ok() ? *encoding : UpdateEncoding::kFloat32;
+}
+
+UpdateEncoding JobDownloadEncoding(const v1::JobSpec& spec) {
+  auto encoding = ToUpdateEncoding(spec.compression().download());
+  return encoding.ok() && *encoding != UpdateEncoding::kTopK ? *encoding : UpdateEncoding::kFloat32;
 }
 
 double TopKFraction(const v1::JobSpec& spec) {

@@ -2,12 +2,29 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "base/escape.h"
 #include "base/huge_pages.h"
+#include "base/sha256.h"
 #include "base/xxh3.h"
+#include "core/update_codec.h"
 
 namespace tessera::wire {
+namespace {
+
+// The dense encoding a model tensor's dtype names, where it is one of those.
+std::optional<UpdateEncoding> DenseEncodingOf(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32: return UpdateEncoding::kFloat32;
+    case v1::DTYPE_FLOAT16: return UpdateEncoding::kFloat16;
+    case v1::DTYPE_BFLOAT16: return UpdateEncoding::kBFloat16;
+    case v1::DTYPE_INT8: return UpdateEncoding::kInt8;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
 
 v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes, bool sha256) {
   v1::TensorManifest manifest;
@@ -50,7 +67,17 @@ Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t res
 }
 
 TensorAssembler::TensorAssembler(std::string what, uint64_t max_total_bytes)
-    : what_(std::move(what)), max_total_bytes_(max_total_bytes) {}
+    : what_(std::move(what)), max_total_bytes_(max_total_bytes), max_decoded_bytes_(max_total_bytes) {}
+
+void TensorAssembler::AcceptEncoded(uint64_t max_decoded_bytes) {
+  accept_encoded_ = true;
+  max_decoded_bytes_ = max_decoded_bytes;
+}
+
+uint8_t* TensorAssembler::WireBytes(size_t index) {
+  if (!encoded_[index].empty()) return reinterpret_cast<uint8_t*>(encoded_[index].data());
+  return reinterpret_cast<uint8_t*>(tensors_[index].values.data());
+}
 
 Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
   if (started_) return InvalidArgumentError(what_ + ": a second manifest arrived");
@@ -58,13 +85,18 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
     return InvalidArgumentError(what_ + ": manifest declares " + std::to_string(manifest.total_bytes()) +
                                 " bytes, more than the expected " + std::to_string(max_total_bytes_));
   }
-  uint64_t total = 0;
+  uint64_t total = 0, decoded = 0;
   tensors_.clear();
   tensors_.reserve(manifest.tensors_size());
+  wire_bytes_.clear();
+  encoded_.clear();
   for (const auto& info : manifest.tensors()) {
-    if (info.dtype() != v1::DTYPE_FLOAT32) {
-      return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": expected dtype FLOAT32, got " +
-                                  v1::DType_Name(info.dtype()));
+    const std::optional<UpdateEncoding> encoding = DenseEncodingOf(info.dtype());
+    if (!encoding || (*encoding != UpdateEncoding::kFloat32 && !accept_encoded_)) {
+      return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": expected dtype " +
+                                  (accept_encoded_ ? "FLOAT32, FLOAT16, BFLOAT16 or INT8" : "FLOAT32") + ", got " +
+                                  (v1::DType_IsValid(info.dtype()) ? v1::DType_Name(info.dtype())
+                                                                   : std::to_string(info.dtype())));
     }
     NamedTensor t;
     t.name = info.name();
@@ -76,28 +108,37 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
     }
     // The element count is bounded while it is multiplied, so that hostile dimensions cannot
     // wrap it around to a small number that matches byte_size.
-    const uint64_t max_elements = max_total_bytes_ / sizeof(float);
+    const uint64_t max_elements = max_decoded_bytes_ / sizeof(float);
     uint64_t elements = empty ? 0 : 1;
     for (size_t i = 0; i < t.shape.size() && elements > 0; ++i) {
       const uint64_t d = static_cast<uint64_t>(t.shape[i]);
       if (elements > max_elements / d) {
         return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": shape " +
                                     EscapeUntrusted(ShapeToString(t.shape)) + " holds more than the expected " +
-                                    std::to_string(max_total_bytes_) + " bytes");
+                                    std::to_string(max_decoded_bytes_) + " bytes of float32 values");
       }
       elements *= d;
     }
-    if (info.byte_size() != elements * sizeof(float)) {
+    // (Within max_elements, no encoding's byte count overflows.)
+    const uint64_t needs = *EncodedByteSize(*encoding, elements, 0);
+    if (info.byte_size() != needs) {
       return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(info.name()) + ": shape " + EscapeUntrusted(ShapeToString(t.shape)) +
-                                  " needs " + std::to_string(elements * sizeof(float)) + " bytes, manifest says " +
-                                  std::to_string(info.byte_size()));
+                                  " needs " + std::to_string(needs) + " bytes in " + UpdateEncodingName(*encoding) +
+                                  ", manifest says " + std::to_string(info.byte_size()));
     }
     total += info.byte_size();
     if (total > max_total_bytes_) {
       return InvalidArgumentError(what_ + ": tensors exceed the expected " + std::to_string(max_total_bytes_) + " bytes");
     }
+    decoded += elements * sizeof(float);
+    if (decoded > max_decoded_bytes_) {
+      return InvalidArgumentError(what_ + ": tensors' float32 values exceed the expected " +
+                                  std::to_string(max_decoded_bytes_) + " bytes");
+    }
     t.values = ZeroedFloats(static_cast<size_t>(elements));
     tensors_.push_back(std::move(t));
+    wire_bytes_.push_back(info.byte_size());
+    encoded_.emplace_back(*encoding == UpdateEncoding::kFloat32 ? 0 : static_cast<size_t>(info.byte_size()), '\0');
   }
   if (total != manifest.total_bytes()) {
     return InvalidArgumentError(what_ + ": manifest total_bytes " + std::to_string(manifest.total_bytes()) +
@@ -107,8 +148,8 @@ Status TensorAssembler::Start(const v1::TensorManifest& manifest) {
   started_ = true;
   current_tensor_ = 0;
   current_offset_ = 0;
-  // Skip empty tensors at the front.
-  while (current_tensor_ < tensors_.size() && tensors_[current_tensor_].values.empty()) ++current_tensor_;
+  // Skip tensors without bytes at the front.
+  while (current_tensor_ < tensors_.size() && wire_bytes_[current_tensor_] == 0) ++current_tensor_;
   return Status::Ok();
 }
 
@@ -131,15 +172,15 @@ Result<uint8_t*> TensorAssembler::BeginChunk(uint32_t index, uint64_t offset, ui
                                 " at offset " + std::to_string(current_offset_) + ", got tensor " +
                                 std::to_string(index) + " at offset " + std::to_string(offset));
   }
-  auto& t = tensors_[current_tensor_];
-  const uint64_t tensor_bytes = t.ByteSize();
+  const uint64_t tensor_bytes = wire_bytes_[current_tensor_];
   if (current_offset_ + size > tensor_bytes || size == 0) {
     return InvalidArgumentError(what_ + ": chunk of " + std::to_string(size) + " bytes at offset " +
-                                std::to_string(current_offset_) + " does not fit tensor " + QuoteUntrusted(t.name) +
-                                " of " + std::to_string(tensor_bytes) + " bytes");
+                                std::to_string(current_offset_) + " does not fit tensor " +
+                                QuoteUntrusted(tensors_[current_tensor_].name) + " of " + std::to_string(tensor_bytes) +
+                                " bytes");
   }
   pending_ = size;
-  return reinterpret_cast<uint8_t*>(t.values.data()) + current_offset_;
+  return WireBytes(current_tensor_) + current_offset_;
 }
 
 Status TensorAssembler::EndChunk() {
@@ -147,10 +188,10 @@ Status TensorAssembler::EndChunk() {
   current_offset_ += pending_;
   received_ += pending_;
   pending_ = 0;
-  if (current_offset_ == tensors_[current_tensor_].ByteSize()) {
+  if (current_offset_ == wire_bytes_[current_tensor_]) {
     ++current_tensor_;
     current_offset_ = 0;
-    while (current_tensor_ < tensors_.size() && tensors_[current_tensor_].values.empty()) ++current_tensor_;
+    while (current_tensor_ < tensors_.size() && wire_bytes_[current_tensor_] == 0) ++current_tensor_;
   }
   return Status::Ok();
 }
@@ -164,15 +205,21 @@ Result<TensorSet> TensorAssembler::Finish() {
   for (int i = 0; i < manifest_.tensors_size(); ++i) {
     // XXH3-128 where the manifest gives it (a coordinator's model versions do), else SHA-256.
     const v1::TensorInfo& info = manifest_.tensors(i);
-    const NamedTensor& t = tensors_[static_cast<size_t>(i)];
+    const size_t index = static_cast<size_t>(i);
+    NamedTensor& t = tensors_[index];
     const bool xxh3 = !info.xxh3_128().empty();
-    const std::string got = xxh3 ? Xxh3Hex(t.values.data(), t.ByteSize()) : t.Sha256();
+    const uint8_t* bytes = WireBytes(index);
+    const std::string got = xxh3 ? Xxh3Hex(bytes, wire_bytes_[index]) : Sha256Hex(bytes, wire_bytes_[index]);
     const std::string& expected = xxh3 ? info.xxh3_128() : info.sha256();
     if (got != expected) {
       return DataLossError(what_ + ": tensor " + QuoteUntrusted(t.name) + ": content " +
                            (xxh3 ? "checksum (xxh3_128) " : "hash ") + got.substr(0, 12) +
                            "... does not match the manifest's " + EscapeUntrusted(expected.substr(0, 12)) + "...");
     }
+    if (encoded_[index].empty()) continue;
+    Status decoded = DecodeValues(*DenseEncodingOf(info.dtype()), encoded_[index], 0, t.values);
+    if (!decoded.ok()) return InvalidArgumentError(what_ + ": tensor " + QuoteUntrusted(t.name) + ": " + decoded.message());
+    std::string().swap(encoded_[index]);
   }
   started_ = false;
   return std::move(tensors_);
@@ -191,6 +238,8 @@ Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::strin
   // Within that, the tensors are bounded by the bytes in hand too: a manifest whose tensors
   // outgrow the total_bytes it gives is refused at the first that does not fit.
   TensorAssembler assembler(what, model.manifest().total_bytes() > max_bytes ? max_bytes : std::min(max_bytes, carried));
+  // An encoded tensor's float32 values take up to four times its bytes (int8's one a value).
+  assembler.AcceptEncoded(std::min(max_bytes, carried > max_bytes / 4 ? max_bytes : 4 * carried));
   RETURN_IF_ERROR(assembler.Start(model.manifest()));
   for (const v1::TensorChunk& chunk : model.chunks()) RETURN_IF_ERROR(assembler.Add(chunk));
   return assembler.Finish();

@@ -34,12 +34,18 @@ Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t res
                     const std::function<Status(const v1::TensorChunk&)>& emit);
 
 // Rebuilds a TensorSet from a manifest and its chunks, checking as it goes: chunk sizes,
-// order and offsets, the declared byte sizes, and at the end each tensor's SHA-256.
+// order and offsets, the declared byte sizes, and at the end each tensor's checksum.
 // `what` names the transfer in errors ("update from worker w-2 for job j-1 round 3").
 // Not thread-safe.
 class TensorAssembler {
  public:
   TensorAssembler(std::string what, uint64_t max_total_bytes);
+
+  // Before Start(): tensors may also arrive in float16, bfloat16 or int8 (a model version sent
+  // compressed, JobSpec.compression.download), read back to float32 by Finish(). Their float32
+  // values may take `max_decoded_bytes` in all; `max_total_bytes` still bounds the bytes as
+  // sent. Without it, a tensor in any dtype but FLOAT32 is refused.
+  void AcceptEncoded(uint64_t max_decoded_bytes);
 
   Status Start(const v1::TensorManifest& manifest);
   Status Add(const v1::TensorChunk& chunk);
@@ -48,17 +54,24 @@ class TensorAssembler {
   // they are written there, EndChunk() (FAILED_PRECONDITION without a BeginChunk before it).
   Result<uint8_t*> BeginChunk(uint32_t index, uint64_t offset, uint64_t size);
   Status EndChunk();
-  // Verifies completeness and hashes, then hands over the tensors.
+  // Verifies completeness and hashes, decodes the encoded tensors, then hands over the tensors.
   Result<TensorSet> Finish();
 
   uint64_t bytes_received() const { return received_; }
 
  private:
+  // Where tensor `index`'s bytes as sent go: its values, or its encoded bytes.
+  uint8_t* WireBytes(size_t index);
+
   std::string what_;
   uint64_t max_total_bytes_;
+  bool accept_encoded_ = false;
+  uint64_t max_decoded_bytes_ = 0;
   bool started_ = false;
   v1::TensorManifest manifest_;
   TensorSet tensors_;
+  std::vector<uint64_t> wire_bytes_;           // per tensor: its bytes as sent
+  std::vector<std::string> encoded_;           // per tensor: its bytes when not float32, else empty
   uint32_t current_tensor_ = 0;
   uint64_t current_offset_ = 0;
   uint64_t received_ = 0;
@@ -69,6 +82,8 @@ class TensorAssembler {
 // manifest, then every chunk in order, then each tensor's SHA-256.
 // A manifest of more than `max_bytes`, or of more than the chunks carry, is refused before
 // anything is allocated for it.
+// Its tensors may be encoded (TensorAssembler::AcceptEncoded), their float32 values bounded by
+// `max_bytes` and by four times the bytes the chunks carry.
 Result<TensorSet> ReadInlineModel(const v1::InlineModel& model, const std::string& what, uint64_t max_bytes);
 
 }  // namespace tessera::wire

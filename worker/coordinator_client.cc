@@ -211,6 +211,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
         grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel_.get(), download_method_, &ctx, request));
     const std::string what = "model version " + std::to_string(request.model_version()) + " of job " + request.job_id();
     wire::TensorAssembler assembler(what, max_bytes);
+    assembler.AcceptEncoded(max_bytes);  // a job whose model travels compressed
     grpc::ByteBuffer message;
     Status status;
     bool have_manifest = false;

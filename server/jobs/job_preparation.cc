@@ -87,7 +87,7 @@ Status JobRunner::Prepare() {
   // Encoded (hashed and cut into chunks) before the runner's lock is taken: readers of its
   // state do not wait for a large model.
   auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
-                                      options_.chunk_bytes);
+                                      options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()));
   std::lock_guard<std::mutex> lock(mu_);
   model_bytes_ = static_cast<uint64_t>(bytes);
   current_ = std::move(encoded);

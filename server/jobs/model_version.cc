@@ -1,10 +1,15 @@
 #include "server/jobs/model_version.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
 
+#include "base/sha256.h"
 #include "base/xxh3.h"
 #include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
 
 namespace tessera::server {
 namespace {
@@ -15,10 +20,22 @@ grpc::ByteBuffer Serialized(const v1::ModelChunkMessage& message) {
   return buffer;
 }
 
+// `t`'s values in `encoding`, or nothing where the encoding cannot hold them: a value that
+// decodes to infinity (float16 past 65504; int8 with a scale near the float maximum).
+std::optional<std::string> EncodedIfItHolds(UpdateEncoding encoding, const NamedTensor& t) {
+  std::string bytes = EncodeValues(encoding, t.values, 0);
+  std::vector<float> decoded(t.values.size());
+  if (!DecodeValues(encoding, bytes, 0, decoded).ok()) return std::nullopt;
+  for (float v : decoded) {
+    if (!std::isfinite(v)) return std::nullopt;
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
-                                                         uint32_t chunk_bytes) {
+                                                         uint32_t chunk_bytes, UpdateEncoding download) {
   std::shared_ptr<ModelVersion> m(new ModelVersion());
   m->version_ = version;
   m->tensors_ = std::move(tensors);
@@ -34,12 +51,34 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
   std::vector<std::string> hashes;
   for (const auto& info : m->manifest_.manifest().tensors()) hashes.push_back(info.sha256());
   m->sha256_ = TensorSetSha256(set, hashes);  // from the manifest's hashes: the tensors are hashed once
+  if (download != UpdateEncoding::kFloat32 && download != UpdateEncoding::kTopK) {
+    // The tensors as sent: each encoded where the encoding holds it, its manifest entry
+    // describing the bytes sent.
+    uint64_t total = 0;
+    for (size_t i = 0; i < set.size(); ++i) {
+      v1::TensorInfo* info = m->manifest_.mutable_manifest()->mutable_tensors(static_cast<int>(i));
+      std::optional<std::string> encoded = EncodedIfItHolds(download, set[i]);
+      if (encoded) {
+        info->set_dtype(wire::EncodedDType(download));
+        info->set_byte_size(encoded->size());
+        info->set_sha256(Sha256Hex(encoded->data(), encoded->size()));
+        info->set_xxh3_128(Xxh3Hex(encoded->data(), encoded->size()));
+        ++m->encoded_tensors_;
+      } else {
+        encoded.emplace(reinterpret_cast<const char*>(set[i].values.data()), set[i].ByteSize());
+      }
+      total += encoded->size();
+      m->wire_tensors_.push_back(std::move(*encoded));
+    }
+    m->manifest_.mutable_manifest()->set_total_bytes(total);
+    m->total_bytes_ = total;
+  }
   m->manifest_.set_model_version(version);
   m->manifest_.set_model_sha256(m->sha256_);
   m->wire_manifest_ = Serialized(m->manifest_);
   m->chunk_bytes_ = m->manifest_.manifest().chunk_bytes();
   uint64_t position = 0;
-  wire::ForEachChunk(set, chunk_bytes, 0, [&](const v1::TensorChunk& chunk) {
+  m->ForEachWireChunk(0, [&](const v1::TensorChunk& chunk) {
     v1::ModelChunkMessage message;
     *message.mutable_chunk() = chunk;
     m->chunk_start_.push_back(position);
@@ -55,7 +94,7 @@ const std::shared_ptr<const std::string>& ModelVersion::inline_model() const {
     if (total_bytes_ > kMaxInlineBytes) return;
     v1::InlineModel model;
     *model.mutable_manifest() = manifest_.manifest();
-    wire::ForEachChunk(*tensors_, chunk_bytes_, 0, [&](const v1::TensorChunk& chunk) {
+    ForEachWireChunk(0, [&](const v1::TensorChunk& chunk) {
       *model.add_chunks() = chunk;
       return Status::Ok();
     }).ok();
@@ -83,7 +122,7 @@ Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) co
   } else if (skip < end - chunk_start_[index]) {
     // The rest of that chunk: the first chunk from the offset, cut at the chunk's end.
     v1::ModelChunkMessage part;
-    wire::ForEachChunk(*tensors_, chunk_bytes_, resume_offset, [&](const v1::TensorChunk& chunk) {
+    ForEachWireChunk(resume_offset, [&](const v1::TensorChunk& chunk) {
       *part.mutable_chunk() = chunk;
       return CancelledError("the first chunk is enough");
     }).ok();
@@ -92,6 +131,30 @@ Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) co
     plan.first_partial = std::make_unique<grpc::ByteBuffer>(Serialized(part));
   }
   return plan;
+}
+
+Status ModelVersion::ForEachWireChunk(uint64_t resume_offset,
+                                      const std::function<Status(const v1::TensorChunk&)>& emit) const {
+  if (wire_tensors_.empty()) return wire::ForEachChunk(*tensors_, chunk_bytes_, resume_offset, emit);
+  // As wire::ForEachChunk cuts float32 tensors, over the bytes as sent.
+  const uint64_t chunk_bytes = std::clamp<uint32_t>(chunk_bytes_, 4, wire::kMaxChunkBytes);
+  uint64_t global = 0;
+  v1::TensorChunk chunk;
+  for (size_t i = 0; i < wire_tensors_.size(); ++i) {
+    const std::string& bytes = wire_tensors_[i];
+    uint64_t offset = 0;
+    if (resume_offset > global) offset = std::min<uint64_t>(bytes.size(), resume_offset - global);
+    while (offset < bytes.size()) {
+      const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes.size() - offset);
+      chunk.set_tensor_index(static_cast<uint32_t>(i));
+      chunk.set_offset(offset);
+      chunk.mutable_data()->assign(bytes.data() + offset, n);
+      RETURN_IF_ERROR(emit(chunk));
+      offset += n;
+    }
+    global += bytes.size();
+  }
+  return Status::Ok();
 }
 
 }  // namespace tessera::server

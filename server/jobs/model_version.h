@@ -6,9 +6,16 @@
 // a message copy each.
 // Immutable once built; shared between the job runner and the downloads in flight, which
 // keep a version alive while they send it even after a newer one is committed.
+//
+// A job may have its versions travel compressed (spec.compression.download): each tensor is
+// then sent in float16, bfloat16 or int8 (its manifest entry's dtype, byte size and checksums
+// those of the encoded bytes), or in float32 where the encoding cannot hold its values. The
+// version's name (sha256()) and tensors() stay those of the float32 model, which the
+// coordinator evaluates, checkpoints and exports.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,21 +25,27 @@
 
 #include "base/status.h"
 #include "core/tensor.h"
+#include "core/update_codec.h"
 #include "tessera/v1/worker_service.pb.h"
 
 namespace tessera::server {
 
 class ModelVersion {
  public:
-  // Encodes `tensors` as model `version`, in chunks of `chunk_bytes` (clamped to 1 MiB).
+  // Encodes `tensors` as model `version`, in chunks of `chunk_bytes` (clamped to 1 MiB), each
+  // tensor in `download` (float32, float16, bfloat16 or int8; top-k reads as float32) where
+  // it holds the tensor's values (finite once decoded), else in float32.
   static std::shared_ptr<const ModelVersion> Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
-                                                    uint32_t chunk_bytes);
+                                                    uint32_t chunk_bytes,
+                                                    UpdateEncoding download = UpdateEncoding::kFloat32);
 
   uint64_t version() const { return version_; }
   const TensorSet& tensors() const { return *tensors_; }
   const std::shared_ptr<const TensorSet>& shared_tensors() const { return tensors_; }
   const std::string& sha256() const { return sha256_; }
-  uint64_t total_bytes() const { return total_bytes_; }
+  uint64_t total_bytes() const { return total_bytes_; }  // as sent: encoded where it is
+  // The tensors sent in an encoding other than float32 (0 for a float32 version).
+  size_t encoded_tensors() const { return encoded_tensors_; }
 
   // The messages of a download that resumes after `resume_offset` bytes: the manifest
   // message, then chunk messages. `first_partial` is set (and must be sent first after the
@@ -55,6 +68,8 @@ class ModelVersion {
 
  private:
   ModelVersion() = default;
+  // Calls `emit` for each chunk of the tensors as sent, from `resume_offset` bytes on.
+  Status ForEachWireChunk(uint64_t resume_offset, const std::function<Status(const v1::TensorChunk&)>& emit) const;
 
   uint64_t version_ = 0;
   std::shared_ptr<const TensorSet> tensors_;
@@ -65,6 +80,10 @@ class ModelVersion {
   grpc::ByteBuffer wire_manifest_;
   std::vector<grpc::ByteBuffer> wire_chunks_;
   std::vector<uint64_t> chunk_start_;  // byte offset of each chunk in the concatenated tensors
+  // Each tensor's bytes as sent, for a version with an encoding other than float32; empty for
+  // a float32 one, which sends tensors_' bytes.
+  std::vector<std::string> wire_tensors_;
+  size_t encoded_tensors_ = 0;
   mutable std::once_flag inline_once_;
   mutable std::shared_ptr<const std::string> inline_model_;
 };

@@ -135,5 +135,63 @@ TEST(CompressionSpecTest, TheCoordinatorChecksTheWireSpecAlike) {
   ExpectRefused(spec, "compression.encoding", "a dense encoding with aggregation rule \"median\"");
 }
 
+// `download`: how the model travels to the workers, a dense encoding, beside or without the
+// updates' encoding.
+TEST(CompressionSpecTest, TheModelsDownloadEncodingIsReadCheckedAndWrittenBack) {
+  Result<v1::JobSpec> plain = Parse(Spec("", "[compression]\nencoding = \"int8\"\n"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->compression().download(), v1::ENCODING_UNSPECIFIED);
+  EXPECT_EQ(wire::JobDownloadEncoding(*plain), UpdateEncoding::kFloat32);
+  const std::pair<const char*, UpdateEncoding> cases[] = {
+      {"float16", UpdateEncoding::kFloat16}, {"BFloat16", UpdateEncoding::kBFloat16}, {"int8", UpdateEncoding::kInt8}};
+  for (const auto& [name, encoding] : cases) {
+    SCOPED_TRACE(name);
+    Result<v1::JobSpec> spec = Parse(Spec("", std::string("[compression]\ndownload = \"") + name + "\"\n"));
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    EXPECT_EQ(wire::JobDownloadEncoding(*spec), encoding);
+    EXPECT_EQ(wire::JobUpdateEncoding(*spec), UpdateEncoding::kFloat32);  // the updates as they were
+    const std::string text = JobSpecToToml(*spec);
+    EXPECT_NE(text.find("download = "), std::string::npos) << text;
+    Result<v1::JobSpec> again = ParseJobSpecString(text, "shown.toml");
+    ASSERT_TRUE(again.ok()) << again.status().ToString() << "\n" << text;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*spec, *again)) << text;
+  }
+  Result<v1::JobSpec> both = Parse(Spec("", "[compression]\nencoding = \"topk\"\nfraction = 0.01\ndownload = \"int8\"\n"));
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(wire::JobUpdateEncoding(*both), UpdateEncoding::kTopK);
+  EXPECT_EQ(wire::JobDownloadEncoding(*both), UpdateEncoding::kInt8);
+
+  ExpectError(Spec("", "[compression]\ndownload = \"topk\"\n"),
+              {"job.toml:8:", "'compression.download'", "\"float32\", \"float16\", \"bfloat16\", \"int8\"", "found \"topk\""});
+  ExpectError(Spec("", "[compression]\ndownlaod = \"int8\"\n"),
+              {"unknown key 'compression.downlaod'", "allowed keys in [compression]: encoding, fraction, download"});
+  ExpectError(Spec("strategy = \"scaffold\"\n", "[compression]\ndownload = \"float16\"\n"),
+              {"spec.compression.download: expected \"float32\" for strategy \"scaffold\""});
+
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_compression()->set_download(v1::ENCODING_TOPK);
+  ExpectRefused(spec, "compression.download", "a dense encoding of the model");
+  spec.mutable_compression()->set_download(static_cast<v1::Encoding>(42));
+  ExpectRefused(spec, "compression.download", "got 42");
+  spec.mutable_compression()->set_download(v1::ENCODING_BFLOAT16);
+  EXPECT_TRUE(wire::ValidateJobSpec(spec).ok());
+
+  // examples/fmnist-download-{float16,int8}.toml: the demo with its model sent compressed.
+  const std::string examples = std::string(TESSERA_SOURCE_DIR) + "/examples/";
+  Result<v1::JobSpec> demo = ParseJobSpecFile(examples + "fmnist-fedavg.toml");
+  ASSERT_TRUE(demo.ok()) << demo.status().ToString();
+  for (const auto& [name, encoding] : {std::pair<const char*, v1::Encoding>{"float16", v1::ENCODING_FLOAT16},
+                                       {"int8", v1::ENCODING_INT8}}) {
+    Result<v1::JobSpec> example = ParseJobSpecFile(examples + "fmnist-download-" + name + ".toml");
+    ASSERT_TRUE(example.ok()) << example.status().ToString();
+    EXPECT_EQ(example->name(), std::string("fmnist-download-") + name);
+    EXPECT_EQ(example->compression().download(), encoding);
+    v1::JobSpec rest = *example;
+    rest.set_name(demo->name());
+    rest.clear_compression();
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(rest, *demo)) << JobSpecToToml(rest);
+  }
+}
+
 }  // namespace
 }  // namespace tessera

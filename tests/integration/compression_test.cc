@@ -2,7 +2,8 @@
 // one short job per encoding on real Fashion-MNIST. Every round commits with every update
 // accepted; the bytes the round records for its updates shrink by the encoding's ratio to
 // float32 (counted exactly from the model's layout); the models sent are the same whatever
-// the encoding; and the model learns.
+// the encoding; and the model learns. A model sent compressed (`download`) likewise: inside
+// the tasks and by DownloadModel, the bytes each worker downloads are the encoding's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -127,6 +128,70 @@ TEST(CompressionJobTest, EachEncodingCommitsAndSendsFewerBytes) {
     EXPECT_NEAR(accuracy[dense], accuracy["float32"], 0.03) << dense;
   }
   EXPECT_GT(accuracy["topk"], 0.3);
+}
+
+// The model sent in float16 inside the tasks (the MLP's 203,560 bytes fit them), then in int8
+// by DownloadModel (no model inside a task): each round commits, each worker's download is the
+// encoding's bytes, the updates stay float32, and the model learns.
+TEST(CompressionJobTest, AModelSentCompressedCommitsAndEachWorkerDownloadsTheEncodingsBytes) {
+  struct Case {
+    const char* name;
+    v1::Encoding download;
+    uint64_t inline_model_bytes;
+  };
+  for (const Case& c : {Case{"float16", v1::ENCODING_FLOAT16, uint64_t{256} << 10}, Case{"int8", v1::ENCODING_INT8, 0}}) {
+    SCOPED_TRACE(c.name);
+    TempDir dir(std::string("download-") + c.name);
+    auto options = TestCoordinatorOptions(dir.str());
+    options.chunk_bytes = 16384;
+    options.runner.inline_model_bytes = c.inline_model_bytes;
+    auto coordinator = server::Coordinator::Start(options);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+    std::vector<std::unique_ptr<WorkerThread>> workers;
+    for (uint32_t i = 1; i <= kWorkers; ++i) {
+      workers.push_back(std::make_unique<WorkerThread>(address, "w" + std::to_string(i)));
+    }
+    auto stub = JobStub((*coordinator)->port());
+    ASSERT_TRUE(WaitForWorkers(*stub, kWorkers, std::chrono::seconds(30)));
+
+    v1::JobSpec spec = SmallJob(kRounds, kWorkers, 3000);
+    spec.set_name(std::string("download-") + c.name);
+    spec.mutable_compression()->set_download(c.download);
+    auto parameters = CountParameters(wire::ToModelConfig(spec));
+    ASSERT_TRUE(parameters.ok());
+    const uint64_t n = static_cast<uint64_t>(*parameters);
+    const uint64_t download = c.download == v1::ENCODING_FLOAT16 ? 2 * n : n + 4 * 4;  // int8: a scale per tensor
+    auto job = (*coordinator)->SubmitJob(spec);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    const v1::GetJobResponse done = WaitForJob(*stub, job->id(), std::chrono::seconds(600));
+    std::string log = done.job().error();
+    for (const auto& r : done.rounds()) {
+      for (const auto& w : r.workers()) log += "\nround " + std::to_string(r.round()) + " " + w.worker_id() + ": " + w.outcome();
+    }
+    ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << log;
+    ASSERT_EQ(done.rounds_size(), static_cast<int>(kRounds)) << log;
+    for (const auto& r : done.rounds()) {
+      EXPECT_EQ(r.clients_reported(), kWorkers) << log;
+      for (const auto& w : r.workers()) {
+        EXPECT_EQ(w.outcome(), "accepted") << log;
+        EXPECT_EQ(w.download_bytes(), download) << w.worker_id();
+        EXPECT_EQ(w.upload_bytes(), 4 * n) << w.worker_id() << ": the updates travel in float32";
+      }
+      EXPECT_EQ(r.download_bytes(), kWorkers * download);
+    }
+    std::ostringstream status;
+    ASSERT_TRUE(cli::StatusCommand(*stub, job->id(), status).ok());
+    EXPECT_NE(status.str().find(std::string("downloads: ") + c.name + " (the model as sent to the workers"),
+              std::string::npos)
+        << status.str();
+    const double accuracy = done.rounds(static_cast<int>(kRounds) - 1).test_accuracy();
+    std::printf("model sent in %-8s %8llu bytes a worker (%.4f of float32), accuracy %.2f%% after %u rounds\n", c.name,
+                static_cast<unsigned long long>(download), static_cast<double>(download) / (4.0 * n), 100 * accuracy,
+                kRounds);
+    EXPECT_GT(accuracy, done.rounds(0).test_accuracy()) << log;
+    EXPECT_GT(accuracy, 0.65) << log;
+  }
 }
 
 }  // namespace

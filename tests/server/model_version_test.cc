@@ -1,5 +1,7 @@
 // A model version's serialized messages: a whole download reassembles to the tensors, and a
-// download resumed at any byte offset sends exactly the bytes after it, once.
+// download resumed at any byte offset sends exactly the bytes after it, once. A version sent
+// compressed decodes to the encoding's values, inside a task and by download, keeps the
+// float32 model's name, and sends a tensor the encoding cannot hold in float32.
 #include "server/jobs/model_version.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +9,7 @@
 #include <cstring>
 
 #include "base/xxh3.h"
+#include "core/update_codec.h"
 #include "proto/tensor_transfer.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -85,6 +88,108 @@ TEST(ModelVersionTest, AResumedDownloadSendsExactlyTheBytesAfterItsOffset) {
     EXPECT_EQ(sent, all.substr(offset));
   }
   EXPECT_EQ(version->PlanDownload(all.size() + 1).status().code(), StatusCode::kInvalidArgument);
+}
+
+// What `set` decodes to after a trip through `encoding`, tensor by tensor.
+TensorSet RoundTripped(const TensorSet& set, UpdateEncoding encoding) {
+  TensorSet out = set;
+  for (NamedTensor& t : out) {
+    EXPECT_TRUE(DecodeValues(encoding, EncodeValues(encoding, t.values, 0), 0, t.values).ok());
+  }
+  return out;
+}
+
+TEST(ModelVersionTest, ACompressedVersionDecodesToTheEncodingsValuesInsideATaskAndByDownload) {
+  TensorSet set = ThreeTensors();
+  for (NamedTensor& t : set) {
+    for (float& v : t.values) v += 1.0f / 3;  // none of them held exactly in 16 bits
+  }
+  const auto float32 = ModelVersion::Encode(std::make_shared<const TensorSet>(set), 3, 16);
+  const std::pair<UpdateEncoding, v1::DType> cases[] = {{UpdateEncoding::kFloat16, v1::DTYPE_FLOAT16},
+                                                        {UpdateEncoding::kBFloat16, v1::DTYPE_BFLOAT16},
+                                                        {UpdateEncoding::kInt8, v1::DTYPE_INT8}};
+  for (const auto& [encoding, dtype] : cases) {
+    SCOPED_TRACE(UpdateEncodingName(encoding));
+    auto version = ModelVersion::Encode(std::make_shared<const TensorSet>(set), 3, 16, encoding);
+    // Named, evaluated and exported as the float32 model.
+    EXPECT_EQ(version->sha256(), float32->sha256());
+    EXPECT_EQ(Bytes(version->tensors()), Bytes(set));
+    EXPECT_EQ(version->encoded_tensors(), 3u);
+    const v1::ModelChunkMessage manifest = Parse(version->wire_manifest());
+    EXPECT_EQ(manifest.model_sha256(), float32->sha256());
+    uint64_t total = 0;
+    for (int i = 0; i < 3; ++i) {
+      const v1::TensorInfo& info = manifest.manifest().tensors(i);
+      const NamedTensor& t = set[static_cast<size_t>(i)];
+      EXPECT_EQ(info.dtype(), dtype);
+      const uint64_t bytes = encoding == UpdateEncoding::kInt8 ? t.values.size() + 4 : 2 * t.values.size();
+      EXPECT_EQ(info.byte_size(), bytes);
+      total += bytes;
+    }
+    EXPECT_EQ(version->total_bytes(), total);
+    EXPECT_EQ(manifest.manifest().total_bytes(), total);
+    const std::string expected = Bytes(RoundTripped(set, encoding));
+    EXPECT_NE(expected, Bytes(set));  // the encodings are lossy for these values
+
+    // By download, in 16-byte chunks.
+    wire::TensorAssembler assembler("download", 1 << 20);
+    assembler.AcceptEncoded(1 << 20);
+    ASSERT_TRUE(assembler.Start(manifest.manifest()).ok());
+    for (const grpc::ByteBuffer& chunk : version->wire_chunks()) ASSERT_TRUE(assembler.Add(Parse(chunk).chunk()).ok());
+    auto downloaded = assembler.Finish();
+    ASSERT_TRUE(downloaded.ok()) << downloaded.status().ToString();
+    EXPECT_EQ(Bytes(*downloaded), expected);
+
+    // Inside a task.
+    ASSERT_NE(version->inline_model(), nullptr);
+    v1::InlineModel inside;
+    ASSERT_TRUE(inside.ParseFromString(*version->inline_model()));
+    auto read = wire::ReadInlineModel(inside, "task", 1 << 20);
+    ASSERT_TRUE(read.ok()) << read.status().ToString();
+    EXPECT_EQ(Bytes(*read), expected);
+
+    // A download resumed at any offset sends the encoded bytes after it.
+    std::string all;
+    for (const grpc::ByteBuffer& chunk : version->wire_chunks()) all += Parse(chunk).chunk().data();
+    ASSERT_EQ(all.size(), total);
+    for (uint64_t offset = 0; offset <= total; ++offset) {
+      auto plan = version->PlanDownload(offset);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      std::string sent;
+      if (plan->first_partial) sent += Parse(*plan->first_partial).chunk().data();
+      for (size_t i = plan->first_chunk; i < version->wire_chunks().size(); ++i) {
+        sent += Parse(version->wire_chunks()[i]).chunk().data();
+      }
+      EXPECT_EQ(sent, all.substr(offset)) << offset;
+    }
+
+    // A receiver that takes float32 alone refuses it, naming the tensor and the dtype.
+    wire::TensorAssembler plain("export", 1 << 20);
+    Status refused = plain.Start(manifest.manifest());
+    EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.message().find("tensor 'a': expected dtype FLOAT32, got " + v1::DType_Name(dtype)),
+              std::string::npos)
+        << refused.message();
+  }
+}
+
+TEST(ModelVersionTest, ATensorTheEncodingCannotHoldTravelsInFloat32) {
+  // float16's largest finite value is 65504: "big" would decode to infinity.
+  const TensorSet set = {{"small", {3}, {0.5f, -1.25f, 3.0f}}, {"big", {2}, {1e6f, -2.0f}}};
+  auto version = ModelVersion::Encode(std::make_shared<const TensorSet>(set), 1, 1024, UpdateEncoding::kFloat16);
+  EXPECT_EQ(version->encoded_tensors(), 1u);
+  const v1::ModelChunkMessage manifest = Parse(version->wire_manifest());
+  EXPECT_EQ(manifest.manifest().tensors(0).dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(manifest.manifest().tensors(1).dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(manifest.manifest().tensors(1).byte_size(), 8u);
+  EXPECT_EQ(manifest.manifest().tensors(1).sha256(), set[1].Sha256());
+  EXPECT_EQ(version->total_bytes(), 6u + 8u);
+  v1::InlineModel inside;
+  ASSERT_TRUE(inside.ParseFromString(*version->inline_model()));
+  auto read = wire::ReadInlineModel(inside, "task", 1 << 20);
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ((*read)[0].values, set[0].values);  // exact in float16
+  EXPECT_EQ((*read)[1].values, set[1].values);
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "base/xxh3.h"
+#include "core/update_codec.h"
 
 namespace tessera::wire {
 namespace {
@@ -238,6 +240,69 @@ TEST(TensorTransferTest, AnInlineModelDeclaringMoreThanItsChunksCarryIsRefusedBe
   auto tensors = ReadInlineModel(whole, "model", uint64_t{1} << 30);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   EXPECT_EQ(TensorSetSha256(*tensors), TensorSetSha256(small));
+}
+
+// A model sent compressed (JobSpec.compression.download): each tensor's dtype, byte size and
+// bytes are checked as a float32 one's are, against the encoding, and decoded at the end.
+TEST(TensorTransferTest, EncodedTensorsAreCheckedAgainstTheirEncodingAndDecoded) {
+  auto manifest_of = [](v1::DType dtype, int64_t elements, uint64_t bytes) {
+    v1::TensorManifest manifest;
+    v1::TensorInfo& info = *manifest.add_tensors();
+    info.set_name("w\n");
+    info.add_shape(elements);
+    info.set_dtype(dtype);
+    info.set_byte_size(bytes);
+    manifest.set_total_bytes(bytes);
+    return manifest;
+  };
+  auto refused = [](TensorAssembler& assembler, const v1::TensorManifest& manifest, const std::string& part) {
+    Status s = assembler.Start(manifest);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << part;
+    EXPECT_NE(s.message().find(part), std::string::npos) << s.message();
+  };
+  {
+    TensorAssembler assembler("model version 2 of job j", 1 << 20);
+    assembler.AcceptEncoded(1 << 20);
+    refused(assembler, manifest_of(v1::DTYPE_FLOAT16, 5, 20),
+            "model version 2 of job j: tensor 'w\\n': shape [5] needs 10 bytes in float16, manifest says 20");
+    refused(assembler, manifest_of(v1::DTYPE_INT8, 5, 5), "needs 9 bytes in int8");
+    refused(assembler, manifest_of(v1::DTYPE_INT32, 5, 20), "expected dtype FLOAT32, FLOAT16, BFLOAT16 or INT8, got DTYPE_INT32");
+    refused(assembler, manifest_of(static_cast<v1::DType>(77), 5, 20), "got 77");
+  }
+  {
+    // int8 sends about a byte a value: 90 values fit 100 bytes as sent but not 100 of float32.
+    TensorAssembler assembler("m", 100);
+    assembler.AcceptEncoded(100);
+    refused(assembler, manifest_of(v1::DTYPE_INT8, 90, 94), "holds more than the expected 100 bytes of float32 values");
+    TensorAssembler roomier("m", 100);
+    roomier.AcceptEncoded(360);
+    EXPECT_TRUE(roomier.Start(manifest_of(v1::DTYPE_INT8, 90, 94)).ok());
+  }
+  // The bytes decode at the end; a scale the encoder never sends is refused, naming the tensor.
+  const std::vector<float> values = {0.5f, -1.0f, 2.0f};
+  for (const float scale : {2.0f / 127, -1.0f}) {
+    std::string bytes = EncodeValues(UpdateEncoding::kInt8, values, 0);
+    std::memcpy(bytes.data(), &scale, 4);
+    v1::TensorManifest manifest = manifest_of(v1::DTYPE_INT8, 3, bytes.size());
+    manifest.mutable_tensors(0)->set_xxh3_128(Xxh3Hex(bytes.data(), bytes.size()));
+    TensorAssembler assembler("m", 1 << 10);
+    assembler.AcceptEncoded(1 << 10);
+    ASSERT_TRUE(assembler.Start(manifest).ok());
+    v1::TensorChunk chunk;
+    chunk.set_data(bytes);
+    ASSERT_TRUE(assembler.Add(chunk).ok());
+    auto got = assembler.Finish();
+    if (scale > 0) {
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_NEAR((*got)[0].values[0], 0.5f, 0.01f);
+      EXPECT_NEAR((*got)[0].values[2], 2.0f, 1e-6f);
+    } else {
+      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+      EXPECT_NE(got.status().message().find("m: tensor 'w\\n': int8 encoding: expected a finite scale >= 0"),
+                std::string::npos)
+          << got.status().ToString();
+    }
+  }
 }
 
 }  // namespace
