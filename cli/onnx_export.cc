@@ -131,7 +131,13 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
     }
     if (layer.kind == "layer_norm") {
       // Opset 13 has no LayerNormalization: (x - mean) / sqrt(var + epsilon) * weight + bias over
-      // every axis but the batch's, with the biased variance.
+      // every axis but the batch's, with the biased variance. Over [C, 1, 1] maps the weight and
+      // bias are [C] (LayerNormLayer), which a [batch, C, 1, 1] node would broadcast to
+      // [batch, C, 1, C]: such an input is flattened first.
+      if (!flat && layer.output.height == 1 && layer.output.width == 1) {
+        current = Flatten(graph, layer.name, current);
+        flat = true;
+      }
       std::vector<int64_t> axes = flat ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 2, 3};
       auto reduce_mean = [&](const std::string& input) {
         const std::string output = Node(graph, layer.name, "ReduceMean", {input});

@@ -254,6 +254,41 @@ parties = 2
   EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
 }
 
+// A layer norm over [C, 1, 1] maps (after a global average pool, or a convolution that leaves
+// 1x1) holds weights of [C]: on the [batch, C, 1, 1] node they broadcast to [batch, C, 1, C],
+// so the graph's shapes no longer reached logits [batch, classes].
+TEST(ExportTest, ALayerNormOverOneByOneMapsExportsToOnnx) {
+  if (!SystemPythonHas("onnx")) GTEST_SKIP() << "python3-onnx is not installed: scripts/setup.sh installs it";
+  TempDir dir("export-norm-1x1");
+  const auto [rc, text] = ExportAndCheckOnnx(dir, R"(name = "onnx-norm-1x1"
+rounds = 1
+
+[[model.layers]]
+type = "conv2d"
+out = 6
+kernel = 3
+
+[[model.layers]]
+type = "global_avg_pool"
+
+[[model.layers]]
+type = "layer_norm"
+
+[[model.layers]]
+type = "conv2d"
+out = 10
+kernel = 1
+
+[[model.layers]]
+type = "layer_norm"
+
+[data.partition]
+parties = 2
+)", "norm-1x1");
+  EXPECT_EQ(rc, 0) << text;
+  EXPECT_NE(text.find("onnx ok"), std::string::npos) << text;
+}
+
 // resnet8, trained a few steps so its running statistics are its own, exported as an .npz:
 // PyTorch's ResNet-8 (bench/torch_simplecnn.py) loads it by name and, in eval mode, gives
 // Tessera's inference logits.
