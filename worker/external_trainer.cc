@@ -102,7 +102,10 @@ Clock::time_point TrainerDeadline(int64_t deadline_unix_ms, int64_t now_unix_ms)
 ExternalTrainer::ExternalTrainer(TrainerCommand command, std::string work_dir)
     : command_(std::move(command)), work_dir_(std::move(work_dir)) {}
 
-ExternalTrainer::~ExternalTrainer() { StopProcess(std::chrono::seconds(5)); }
+ExternalTrainer::~ExternalTrainer() {
+  StopProcess(std::chrono::seconds(5));
+  if (!share_path_.empty()) std::remove(share_path_.c_str());
+}
 
 Status ExternalTrainer::Start() {
   // A write to a trainer that has just died must fail with EPIPE, not end the worker.
@@ -258,7 +261,6 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   const std::string suffix = std::to_string(request.round) + "-" + std::to_string(request.attempt) + ".npz";
   const std::string model_path = work_dir_ + "/model-" + suffix;
   const std::string out_path = work_dir_ + "/update-" + suffix;
-  const std::string share_path = work_dir_ + "/share.npz";
   // The round's files go whatever the round's end: an error, a deadline or a cancel left a
   // model-sized file in the private directory (often memory-backed) until the worker exited.
   struct RemoveOnExit {
@@ -271,6 +273,10 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   } remove_on_exit{model_path, out_path};
   RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global), /*sync=*/false).WithContext(what));
   if (share_written_ != share_key) {
+    // Under a name of its own: the work directory is shared by every trainer of the worker,
+    // and a trainer may keep the arrays it read by their file's name.
+    const std::string share_path =
+        work_dir_ + "/share-" + command_.name + "-" + std::to_string(++shares_written_) + ".npz";
     NumpyArray x, y;
     x.name = "x";
     x.dtype = "<f4";
@@ -283,6 +289,8 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
     std::vector<int64_t> labels(share.labels.begin(), share.labels.end());
     y.data.assign(reinterpret_cast<const char*>(labels.data()), labels.size() * sizeof(int64_t));
     RETURN_IF_ERROR(WriteNpz(share_path, {x, y}, /*sync=*/false).WithContext(what));
+    if (!share_path_.empty()) std::remove(share_path_.c_str());
+    share_path_ = share_path;
     share_written_ = share_key;
   }
   std::remove(out_path.c_str());
@@ -293,7 +301,7 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   const std::string line =
       "{\"type\": \"train\", \"job\": " + JsonQuote(request.job_id) + ", \"round\": " + std::to_string(request.round) +
       ", \"attempt\": " + std::to_string(request.attempt) + ", \"party\": " + std::to_string(request.party) +
-      ", \"model\": " + JsonQuote(model_path) + ", \"data\": " + JsonQuote(share_path) +
+      ", \"model\": " + JsonQuote(model_path) + ", \"data\": " + JsonQuote(share_path_) +
       ", \"out\": " + JsonQuote(out_path) + ", \"epochs\": " + std::to_string(request.epochs) +
       ", \"batch_size\": " + std::to_string(request.batch_size) + ", \"learning_rate\": " +
       JsonNumber(request.learning_rate) + ", \"momentum\": " + JsonNumber(request.momentum) +

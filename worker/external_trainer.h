@@ -8,12 +8,14 @@
 //     (replies, written by it), named in TESSERA_TRAINER_FDS=3,4. Its standard output goes to
 //     the worker's standard error, so that its prints never corrupt the channel.
 //   - Each request is one line of JSON: {"type": "train", "round": R, "party": P,
-//     "model": "DIR/model-R.npz", "data": "DIR/share.npz", "out": "DIR/update-R.npz",
+//     "model": "DIR/model-R-A.npz", "data": "DIR/share-NAME-K.npz", "out": "DIR/update-R-A.npz",
 //     "epochs": E, "batch_size": B, "learning_rate": .., "momentum": .., "weight_decay": ..,
 //     "seed": S, "job": "ID", "attempt": A}. The model archive holds the global model's
 //     tensors by name (PyTorch state_dict keys for the built-in models); the data archive
 //     holds this worker's share: "x" (float32, N x C x H x W, normalised as native training
-//     sees it) and "y" (int64 labels).
+//     sees it) and "y" (int64 labels). The data archive is written again, under a new K, only
+//     when the share changes (another job or party): a process may keep the arrays it read by
+//     the archive's name.
 //   - The process trains, writes the new model (every tensor, same names and shapes) to
 //     "out", and replies with one line: {"type": "update", "samples": N, "loss": L}; or
 //     {"type": "error", "message": "..."} when it cannot train.
@@ -109,7 +111,9 @@ class ExternalTrainer {
   int request_fd_ = -1;  // the worker's end of fd 3
   int reply_fd_ = -1;    // the worker's end of fd 4
   std::string pending_;  // bytes read past the last line
-  std::string share_written_;  // the share_key of DIR/share.npz
+  std::string share_written_;  // the share_key of share_path_
+  std::string share_path_;     // DIR/share-NAME-K.npz; empty before the first share
+  uint64_t shares_written_ = 0;  // K of the last share written
 };
 
 }  // namespace tessera::worker

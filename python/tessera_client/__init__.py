@@ -62,8 +62,14 @@ class Task:
         return {name: torch.from_numpy(array.copy()) for name, array in self.arrays.items()}
 
     def data(self):
-        """(x, y): this worker's share, float32 images N x C x H x W and int64 labels."""
-        stamp = os.stat(self._data_path).st_mtime_ns
+        """(x, y): this worker's share, float32 images N x C x H x W and int64 labels.
+
+        Read once per share: the worker hands a new share (another job or party) over under a
+        new file name, so the arrays are kept by that name (a file's modification time need not
+        change between two writes). The file's identity is checked as well, for a worker that
+        rewrote one name."""
+        info = os.stat(self._data_path)
+        stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
         cached = _data_cache.get(self._data_path)
         if cached is None or cached[0] != stamp:
             with np.load(self._data_path) as archive:

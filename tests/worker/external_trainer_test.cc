@@ -1,12 +1,18 @@
-// The external trainer's side of the worker that needs no process: the round's deadline on
-// the worker's clock.
+// The external trainer's side of the worker: the round's deadline on the worker's clock, and
+// rounds handed to a trainer written in sh (no Python needed) that copies the global model back
+// as its trained one.
 #include "worker/external_trainer.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+
+#include "core/data/numpy_format.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::worker {
 namespace {
@@ -39,6 +45,89 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
   EXPECT_LE(passed, after);
   EXPECT_GE(none, before + hours(24));
   EXPECT_LE(none, after + hours(24));
+}
+
+// Reads each request from fd 3, keeps a copy of the round's data archive as LOG/data-ROUND.npz,
+// copies the model to "out" and replies.
+constexpr char kCopyingTrainer[] = R"sh(log="$1"
+while IFS= read -r line <&3; do
+  field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
+  round=$(printf '%s\n' "$line" | sed -n 's/.*"round": \([0-9]*\).*/\1/p')
+  cp "$(field data)" "$log/data-$round.npz"
+  cp "$(field model)" "$(field out)"
+  printf '{"type": "update", "samples": 1}\n' >&4
+done
+)sh";
+
+class ExternalTrainerRoundTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::tessera::testing::FreshTestDirectory("tessera-external-trainer");
+    std::filesystem::create_directories(dir_ / "work");
+    std::ofstream(dir_ / "trainer.sh") << kCopyingTrainer;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The trainer `name`, which keeps its copies in DIR/NAME.
+  std::unique_ptr<ExternalTrainer> Trainer(const std::string& name) {
+    std::filesystem::create_directories(dir_ / name);
+    TrainerCommand command{name, {"/bin/sh", (dir_ / "trainer.sh").string(), (dir_ / name).string()}};
+    return std::make_unique<ExternalTrainer>(command, (dir_ / "work").string());
+  }
+
+  // Two samples of 1x1x2, labelled `label`.
+  static Dataset Share(uint8_t label) {
+    Dataset share;
+    share.count = 2;
+    share.channels = share.rows = 1;
+    share.cols = 2;
+    share.images = {1, 2, 3, 4};
+    share.labels = {label, label};
+    return share;
+  }
+
+  static Result<ExternalTrainerResult> Round(ExternalTrainer& trainer, uint32_t round, const Dataset& share,
+                                             const std::string& share_key) {
+    ExternalTrainerRequest request;
+    request.job_id = "job";
+    request.round = round;
+    request.attempt = 1;
+    const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
+    return trainer.Train(request, global, share, share_key, steady_clock::now() + std::chrono::minutes(2),
+                         [] { return false; });
+  }
+
+  // The labels of the data archive the trainer `name` was handed in `round`.
+  std::vector<int64_t> LabelsHandedOver(const std::string& name, uint32_t round) {
+    auto arrays = ReadNpz((dir_ / name / ("data-" + std::to_string(round) + ".npz")).string());
+    EXPECT_TRUE(arrays.ok()) << arrays.status().ToString();
+    if (!arrays.ok()) return {};
+    for (const NumpyArray& a : *arrays) {
+      if (a.name == "y") return a.ToInt64("y").value();
+    }
+    ADD_FAILURE() << "no array y";
+    return {};
+  }
+
+  std::filesystem::path dir_;
+};
+
+// The worker's trainers share one work directory. Each writes its share only when it changes:
+// under one name for all of them, trainer a's third round read trainer b's share, written over
+// a's in between.
+TEST_F(ExternalTrainerRoundTest, TwoTrainersOfOneWorkerEachHandOverTheirOwnShare) {
+  auto a = Trainer("a"), b = Trainer("b");
+  const Dataset first = Share(1), second = Share(2);
+  auto trained = Round(*a, 1, first, "job1#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  trained = Round(*b, 1, second, "job2#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  trained = Round(*a, 2, first, "job1#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  EXPECT_EQ(LabelsHandedOver("a", 1), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(LabelsHandedOver("b", 1), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(LabelsHandedOver("a", 2), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(trained->model[0].values, (std::vector<float>{0.5f, -0.5f}));
 }
 
 }  // namespace
