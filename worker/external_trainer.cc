@@ -250,6 +250,24 @@ Result<std::string> ExternalTrainer::ReadLine(Clock::time_point deadline, const 
   }
 }
 
+Status ExternalTrainer::CheckNoReplyUnasked(const std::string& what) {
+  while (pending_.size() <= kMaxReplyBytes) {
+    pollfd p{reply_fd_, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0 || (p.revents & POLLIN) == 0) break;
+    char buffer[4096];
+    const ssize_t n = read(reply_fd_, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    pending_.append(buffer, static_cast<size_t>(n));
+  }
+  if (pending_.empty()) return Status::Ok();
+  const std::string line = pending_.substr(0, pending_.find('\n'));
+  const pid_t pid = pid_;
+  StopProcess(std::chrono::milliseconds(0));
+  return InvalidArgumentError(what + ": the process (pid " + std::to_string(pid) +
+                              ") replied when no round was asked of it (one reply per request): " +
+                              QuoteUntrusted(line, 128) + "; stopped it, the next round starts a fresh one");
+}
+
 Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerRequest& request, const TensorSet& global,
                                                      const Dataset& share, const std::string& share_key,
                                                      Clock::time_point deadline,
@@ -298,6 +316,7 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
 
   const auto train_start = Clock::now();
   if (pid_ == 0) RETURN_IF_ERROR(Start());
+  RETURN_IF_ERROR(CheckNoReplyUnasked(what));
   const std::string line =
       "{\"type\": \"train\", \"job\": " + JsonQuote(request.job_id) + ", \"round\": " + std::to_string(request.round) +
       ", \"attempt\": " + std::to_string(request.attempt) + ", \"party\": " + std::to_string(request.party) +

@@ -19,6 +19,8 @@
 //   - The process trains, writes the new model (every tensor, same names and shapes) to
 //     "out", and replies with one line: {"type": "update", "samples": N, "loss": L}; or
 //     {"type": "error", "message": "..."} when it cannot train.
+//   - One reply per request: a line written when no round is asked of the process fails the
+//     next round and stops the process (the round after starts a fresh one).
 //   - The worker closes fd 3 when it no longer needs the process; it should then exit.
 // A process that crashes, hangs past the round's deadline, or replies with something
 // malformed fails that round for this worker with a message that says which; the next round
@@ -102,6 +104,12 @@ class ExternalTrainer {
   // Reads one reply line; `waiting` names what is awaited in errors.
   Result<std::string> ReadLine(std::chrono::steady_clock::time_point deadline, const std::function<bool()>& should_stop,
                                const std::string& waiting);
+  // Before a request: a process that has written to its reply channel since its last reply
+  // (a second reply to one round, a reply before any request) is out of step, and each later
+  // round would read the reply before its own: InvalidArgument quoting what it wrote, and the
+  // process is stopped. What it wrote is read without waiting; an end of the channel is left
+  // for the request's write to find.
+  Status CheckNoReplyUnasked(const std::string& what);
   // What became of a process that has gone: "exited with status 3", "killed by signal 9".
   std::string ExitDescription();
 

@@ -142,8 +142,13 @@ _MAX_MESSAGE_CHARS = 4096
 def fail(message):
     """Tells the worker this round cannot be trained; it reports the message for the round.
 
-    A message longer than 4096 characters is cut (the worker shows its first 512)."""
+    A message longer than 4096 characters is cut (the worker shows its first 512). Like
+    ``send``, it answers the task ``receive`` returned, once: a second answer would be read as
+    the next round's, so the worker stops a process that sends one."""
     global _current
+    if _current is None:
+        raise RuntimeError("tessera_client.fail: no task to answer (call receive() first; send() or fail() "
+                           "has answered this one)")
     _current = None
     text = str(message)
     if len(text) > _MAX_MESSAGE_CHARS:

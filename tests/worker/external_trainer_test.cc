@@ -48,14 +48,19 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
 }
 
 // Reads each request from fd 3, keeps a copy of the round's data archive as LOG/data-ROUND.npz,
-// copies the model to "out" and replies.
+// copies the model to "out" and replies; with "twice", round 1 is answered with a second line
+// in the same write, as a trainer that calls fail() after send() does.
 constexpr char kCopyingTrainer[] = R"sh(log="$1"
 while IFS= read -r line <&3; do
   field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
   round=$(printf '%s\n' "$line" | sed -n 's/.*"round": \([0-9]*\).*/\1/p')
   cp "$(field data)" "$log/data-$round.npz"
   cp "$(field model)" "$(field out)"
-  printf '{"type": "update", "samples": 1}\n' >&4
+  if [ "$2" = twice ] && [ "$round" = 1 ]; then
+    printf '{"type": "update", "samples": 1}\n{"type": "error", "message": "late"}\n' >&4
+  else
+    printf '{"type": "update", "samples": 1}\n' >&4
+  fi
 done
 )sh";
 
@@ -68,10 +73,10 @@ class ExternalTrainerRoundTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // The trainer `name`, which keeps its copies in DIR/NAME.
-  std::unique_ptr<ExternalTrainer> Trainer(const std::string& name) {
+  // The trainer `name`, which keeps its copies in DIR/NAME; `mode` as kCopyingTrainer reads it.
+  std::unique_ptr<ExternalTrainer> Trainer(const std::string& name, const std::string& mode = "copy") {
     std::filesystem::create_directories(dir_ / name);
-    TrainerCommand command{name, {"/bin/sh", (dir_ / "trainer.sh").string(), (dir_ / name).string()}};
+    TrainerCommand command{name, {"/bin/sh", (dir_ / "trainer.sh").string(), (dir_ / name).string(), mode}};
     return std::make_unique<ExternalTrainer>(command, (dir_ / "work").string());
   }
 
@@ -128,6 +133,29 @@ TEST_F(ExternalTrainerRoundTest, TwoTrainersOfOneWorkerEachHandOverTheirOwnShare
   EXPECT_EQ(LabelsHandedOver("b", 1), (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(LabelsHandedOver("a", 2), (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(trained->model[0].values, (std::vector<float>{0.5f, -0.5f}));
+}
+
+// A second reply to round 1 was read as round 2's, and round 2's as round 3's, for as long as
+// the process lived: every later round failed. It now fails the next round, naming what came,
+// and the round after runs on a fresh process.
+TEST_F(ExternalTrainerRoundTest, AReplyNoRoundAskedForFailsTheNextRoundAndRestartsTheProcess) {
+  auto trainer = Trainer("twice", "twice");
+  const Dataset share = Share(1);
+  auto trained = Round(*trainer, 1, share, "job#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  const pid_t first = trainer->pid();
+  trained = Round(*trainer, 2, share, "job#0");
+  ASSERT_FALSE(trained.ok());
+  EXPECT_EQ(trained.status().code(), StatusCode::kInvalidArgument) << trained.status().ToString();
+  EXPECT_NE(trained.status().message().find("replied when no round was asked of it"), std::string::npos)
+      << trained.status().ToString();
+  EXPECT_NE(trained.status().message().find("late"), std::string::npos) << trained.status().ToString();
+  EXPECT_EQ(trainer->pid(), 0);
+  trained = Round(*trainer, 3, share, "job#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  EXPECT_NE(trainer->pid(), first);
+  trained = Round(*trainer, 4, share, "job#0");
+  EXPECT_TRUE(trained.ok()) << trained.status().ToString();
 }
 
 }  // namespace
