@@ -24,6 +24,9 @@ namespace {
 constexpr uint32_t kLabelMagic = 0x00000801;  // unsigned bytes, one dimension
 constexpr uint32_t kImageMagic = 0x00000803;  // unsigned bytes, three dimensions
 constexpr uint64_t kMaxIdxElements = uint64_t{1} << 40;
+// The most elements a file read whole may hold (the row loaders, which keep only the rows
+// asked for, read up to kMaxIdxElements).
+constexpr uint64_t kMaxWholeIdxBytes = uint64_t{4} << 30;
 
 struct FileCloser {
   void operator()(std::FILE* f) const { std::fclose(f); }
@@ -51,12 +54,17 @@ void AppendBigEndian32(std::vector<uint8_t>& out, uint32_t v) {
   out.push_back(static_cast<uint8_t>(v));
 }
 
+// "60000x28x28".
+std::string DimsText(const std::vector<uint32_t>& dims) {
+  std::string text;
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? "x" : "") + std::to_string(dims[i]);
+  return text;
+}
+
 // With `at_least`, `found` is as far as the reader went: the data goes on past it.
 std::string SizeMismatch(const std::string& path, const std::vector<uint32_t>& dims, uint64_t expected_size,
                          uint64_t found, bool at_least = false) {
-  std::string shape;
-  for (size_t i = 0; i < dims.size(); ++i) shape += (i ? "x" : "") + std::to_string(dims[i]);
-  return path + ": " + (found < expected_size ? "truncated" : "trailing data") + ": header [" + shape +
+  return path + ": " + (found < expected_size ? "truncated" : "trailing data") + ": header [" + DimsText(dims) +
          "] expects " + std::to_string(expected_size) + " bytes, found " + std::to_string(found) +
          (at_least ? " or more" : "");
 }
@@ -95,9 +103,7 @@ Result<std::vector<uint32_t>> ReadIdxHeader(const std::string& path, const std::
   uint64_t elements = 1;
   for (size_t i = 0; i < ndims; ++i) {
     if (__builtin_mul_overflow(elements, uint64_t{dims[i]}, &elements) || elements > kMaxIdxElements) {
-      std::string shape;
-      for (size_t j = 0; j < ndims; ++j) shape += (j ? "x" : "") + std::to_string(dims[j]);
-      return InvalidArgumentError(path + ": header dimensions [" + shape +
+      return InvalidArgumentError(path + ": header dimensions [" + DimsText(dims) +
                                   "] are implausibly large: expected at most 2^40 elements in all");
     }
   }
@@ -166,6 +172,13 @@ Result<IdxContents> ReadIdx(ByteStream& stream, const std::string& path, uint32_
   ASSIGN_OR_RETURN(contents.dims, ReadHeader(stream, path, magic, kind));
   const uint64_t expected_size = IdxFileSize(contents.dims);
   const uint64_t body = expected_size - stream.Position();
+  // A plain file of the size promised (a sparse one costs nothing on disk) would be set aside
+  // whole, and a gzip stream grows its buffer as far as it goes: either is refused first.
+  if (body > kMaxWholeIdxBytes) {
+    return InvalidArgumentError(path + ": header [" + DimsText(contents.dims) + "] promises " + std::to_string(body) +
+                                " bytes of elements; a file read whole may hold at most " +
+                                std::to_string(kMaxWholeIdxBytes) + " (4 GiB)");
+  }
   std::vector<uint8_t>& out = contents.elements;
   out.reserve(static_cast<size_t>(stream.KnownSize() ? body : std::min<uint64_t>(body, kFirstReserve)));
   while (out.size() < body) {

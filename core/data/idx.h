@@ -61,7 +61,9 @@ Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path, uint64_t
 // Reads an idx3 unsigned-byte image file. The header is read first: a plain file whose size is
 // not what it promises is refused before its elements are read, and a gzip stream is inflated
 // no further than one byte past the promise (a stream that goes on is refused as trailing
-// data), so that neither a short file's header nor a gzip bomb sets the memory used.
+// data), so that neither a short file's header nor a gzip bomb sets the memory used. A header
+// promising more than 4 GiB of elements is kInvalidArgument before any is read (the row
+// loaders below, which keep only the rows asked for, read larger files).
 Result<IdxImages> ReadIdxImages(const std::string& path);
 // Reads an idx1 unsigned-byte label file, as ReadIdxImages reads images.
 Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);

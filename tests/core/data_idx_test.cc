@@ -378,6 +378,37 @@ TEST_F(IdxFilesTest, AFileLongerThanItsHeaderPromisesIsRefusedWithoutReadingItWh
       ::testing::ExitedWithCode(0), "");
 }
 
+// A sparse image file of the size its header promises, 5 GiB of pixels: read whole, the reader
+// set aside the promise (std::bad_alloc killed the coordinator inspecting a dataset), and a gzip
+// stream of it would have grown its buffer as far as it inflated. Both are refused by the header.
+TEST_F(IdxFilesTest, AFileReadWholeHoldsAtMostFourGiB) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::vector<uint8_t> header;
+  for (uint32_t v : {0x00000803u, 5u, 32768u, 32768u}) Append32(header, v);
+  WriteRaw(Path("img"), header);
+  fs::resize_file(Path("img"), header.size() + (uint64_t{5} << 30));
+  ASSERT_TRUE(WriteMaybeGzipFile(Path("img.gz"), header).ok());
+  std::vector<uint8_t> labels;
+  for (uint32_t v : {0x00000801u, 5u}) Append32(labels, v);
+  labels.resize(labels.size() + 5, 1);
+  WriteRaw(Path("lbl"), labels);
+  EXPECT_EXIT(
+      {
+        CapAddressSpace(uint64_t{1} << 30);
+        int bad = 0;
+        for (const std::string& images : {Path("img"), Path("img.gz")}) {
+          for (const Status& status : {ReadIdxImages(images).status(), LoadIdxPair(images, Path("lbl")).status()}) {
+            std::fprintf(stderr, "%s\n", status.ToString().c_str());
+            bad += status.code() != StatusCode::kInvalidArgument ||
+                   status.message().find(images + ": header [5x32768x32768] promises 5368709120 bytes of elements; "
+                                                  "a file read whole may hold at most 4294967296") == std::string::npos;
+          }
+        }
+        std::exit(bad);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 // 2^20 x 2^20 x 2^24 elements is 2^64, which wrapped to 0 in the product and made a 16-byte
 // file look complete; the product is checked before each step can wrap.
 TEST_F(IdxFilesTest, HeaderDimensionsWhoseProductWrapsAreRefused) {
