@@ -113,6 +113,13 @@ Status CheckLabel(int64_t label, const std::string& where) {
   return Status::Ok();
 }
 
+// A split with nothing in it: evaluated, it scored 0 on 0 samples round after round; trained
+// on, it sent updates of 0 samples.
+Status NoSamples(const std::string& path, bool train) {
+  return InvalidArgumentError(path + ": holds no samples; expected at least one in the " + SplitName(train) +
+                              " split");
+}
+
 // ---- idx ----
 
 Result<OpenSplit> OpenIdx(const DataSource& source, bool train) {
@@ -124,6 +131,7 @@ Result<OpenSplit> OpenIdx(const DataSource& source, bool train) {
     return InvalidArgumentError(paths.labels + ": " + std::to_string(labels.size()) + " labels for " +
                                 std::to_string(images->count) + " images in " + paths.images);
   }
+  if (images->count == 0) return NoSamples(paths.images, train);
   OpenSplit split;
   split.source = fs::path(paths.images).filename().string();
   split.shape = DataShape{1, images->rows, images->cols, images->count, -1};
@@ -273,6 +281,7 @@ Result<OpenSplit> OpenNpz(const DataSource& source, bool train) {
   if (channels < 1 || rows < 1 || cols < 1 || channels > kMaxDim || rows > kMaxDim || cols > kMaxDim) {
     return InvalidArgumentError(path + ": array 'x' has a sample dimension outside [1, 65536]");
   }
+  if (s[0] == 0) return NoSamples(path, train);
   if (y->shape.size() != 1 || y->shape[0] != s[0]) {
     return InvalidArgumentError(path + ": array 'y' must be one label per sample of 'x' (" + std::to_string(s[0]) +
                                 ")");

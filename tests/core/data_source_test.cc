@@ -308,6 +308,30 @@ TEST_F(DataSourceTest, NpzRefusesMissingArraysMismatchedLabelsAndBadValues) {
   EXPECT_NE(not_finite.status().message().find("x[1]"), std::string::npos) << not_finite.status().message();
 }
 
+// A split of no samples (an idx pair of count 0, an npz of (0, ...) arrays) is refused naming
+// its file, as a csv of no rows and a cifar10 batch of no records are: the coordinator
+// evaluated every round on it, scoring 0 on 0 samples.
+TEST_F(DataSourceTest, ASplitOfNoSamplesIsRefusedNamingItsFile) {
+  ASSERT_TRUE(WriteIdxPair(Path("t10k-images-idx3-ubyte"), Path("t10k-labels-idx1-ubyte"), 2, 2, {}, {}).ok());
+  auto idx = InspectSplit(Source(DataFormat::kIdx), /*train=*/false);
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(idx.status().message().find(Path("t10k-images-idx3-ubyte") + ": holds no samples; expected at least "
+                                        "one in the test split"),
+            std::string::npos)
+      << idx.status().message();
+
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {NumpyArray{"x", "<f4", {0, 1, 2, 2}, ""}, NumpyArray{"y", "|u1", {0}, ""}})
+                  .ok());
+  auto npz = LoadSplit(Source(DataFormat::kNpz), /*train=*/true, 2);
+  ASSERT_FALSE(npz.ok());
+  EXPECT_EQ(npz.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(npz.status().message().find(Path("train.npz") + ": holds no samples; expected at least one in the "
+                                        "training split"),
+            std::string::npos)
+      << npz.status().message();
+}
+
 // An archive without 'x' and 'y' is refused with the names it has: escaped, each cut short,
 // and only the first eight, however many arrays and however long their names.
 TEST_F(DataSourceTest, NpzWithoutXAndYListsAFewOfItsNamesEscaped) {
