@@ -2,6 +2,7 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <bit>
 #include <map>
 
 #include "base/whole_file.h"
@@ -148,7 +149,7 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       };
       const std::string centred = Node(graph, layer.name, "Sub", {current, reduce_mean(current)});
       const std::string variance = reduce_mean(Node(graph, layer.name, "Mul", {centred, centred}));
-      const float epsilon = static_cast<float>(attributes["epsilon_e9"]) * 1e-9f;
+      const float epsilon = std::bit_cast<float>(attributes.at("epsilon_bits"));
       const std::string deviation =
           Node(graph, layer.name, "Sqrt", {Node(graph, layer.name, "Add", {variance, Scalar(graph, layer.name, epsilon)})});
       const std::string normalised = Node(graph, layer.name, "Div", {centred, deviation});
@@ -200,7 +201,7 @@ Status EmitLayers(onnx::GraphProto* graph, const std::vector<LayerInfo>& layers,
       auto* epsilon = node->add_attribute();
       epsilon->set_name("epsilon");
       epsilon->set_type(onnx::AttributeProto::FLOAT);
-      epsilon->set_f(static_cast<float>(attributes["epsilon_e9"]) * 1e-9f);
+      epsilon->set_f(std::bit_cast<float>(attributes.at("epsilon_bits")));
     } else if (layer.kind == "max_pool") {
       node->set_op_type("MaxPool");
       node->add_input(current);

@@ -3,6 +3,7 @@
 #include "core/model/layers.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <utility>
 
@@ -93,7 +94,7 @@ BatchNormLayer::BatchNormLayer(std::string name, ActivationShape input, float ep
     : Layer(input), name_(std::move(name)), epsilon_(epsilon), momentum_(momentum), local_(local) {}
 
 std::vector<std::pair<std::string, int>> BatchNormLayer::attributes() const {
-  return {{"epsilon_e9", static_cast<int>(std::lround(static_cast<double>(epsilon_) * 1e9))}};
+  return {{"epsilon_bits", std::bit_cast<int>(epsilon_)}};
 }
 
 BatchNormShape BatchNormLayer::ShapeFor(int batch) const {
@@ -149,7 +150,7 @@ LayerNormLayer::LayerNormLayer(std::string name, ActivationShape input, float ep
     : Layer(input), name_(std::move(name)), epsilon_(epsilon) {}
 
 std::vector<std::pair<std::string, int>> LayerNormLayer::attributes() const {
-  return {{"epsilon_e9", static_cast<int>(std::lround(static_cast<double>(epsilon_) * 1e9))}};
+  return {{"epsilon_bits", std::bit_cast<int>(epsilon_)}};
 }
 
 std::vector<ParameterSpec> LayerNormLayer::parameters() const {

@@ -296,7 +296,7 @@ class BatchNormLayer final : public Layer {
   ActivationShape output_shape() const override { return input_shape(); }
   std::string_view kind() const override { return "batch_norm"; }
   std::string name() const override { return name_; }
-  // epsilon_e9: epsilon x 1e9, rounded (attributes are integers).
+  // epsilon_bits: epsilon's float bits (attributes are integers), std::bit_cast back.
   std::vector<std::pair<std::string, int>> attributes() const override;
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;
@@ -328,7 +328,7 @@ class LayerNormLayer final : public Layer {
   ActivationShape output_shape() const override { return input_shape(); }
   std::string_view kind() const override { return "layer_norm"; }
   std::string name() const override { return name_; }
-  // epsilon_e9: epsilon x 1e9, rounded (attributes are integers).
+  // epsilon_bits: epsilon's float bits (attributes are integers), std::bit_cast back.
   std::vector<std::pair<std::string, int>> attributes() const override;
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   std::vector<ParameterSpec> parameters() const override;

@@ -1,11 +1,13 @@
 // Writing an ONNX file: a write that fails is an error, never a file renamed into place and
-// success.
+// success; what the nodes say is what the layers compute.
 #include "cli/onnx_export.h"
 
 #include <gtest/gtest.h>
+#include <onnx/onnx_pb.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "device/cpu/factory.h"
 #include "tests/fresh_directory.h"
@@ -54,6 +56,43 @@ TEST_F(OnnxExportTest, AWriteThatFailsIsAnError) {
   EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
   EXPECT_EQ(written.message().rfind("cannot write " + path + ".tmp: ", 0), 0u) << written.message();
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+}
+
+// Epsilons are carried to the nodes exactly: in steps of 1e-9 one of 1e-10 (the job spec takes
+// any in (0, 1]) became 0, and the exported norms divided by a zero variance's root.
+TEST_F(OnnxExportTest, NormsKeepTheirEpsilonExactly) {
+  ModelConfig config;
+  config.name = "declared";
+  config.channels = 2;
+  config.rows = config.cols = 2;
+  LayerConfig batch_norm, layer_norm, linear;
+  batch_norm.type = "batch_norm";
+  batch_norm.name = "bn";
+  batch_norm.epsilon = 1e-10f;
+  layer_norm.type = "layer_norm";
+  layer_norm.name = "ln";
+  layer_norm.epsilon = 3.7e-7f;
+  linear.type = "linear";
+  config.layers = {batch_norm, layer_norm, linear};
+  auto model = CreateModel(config, device_.get());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string path = (dir_ / "norms.onnx").string();
+  Status written = WriteOnnx(**model, "norms", path);
+  ASSERT_TRUE(written.ok()) << written.ToString();
+  onnx::ModelProto proto;
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(proto.ParseFromIstream(&in));
+  std::vector<float> batch_norm_epsilons, layer_norm_constants;
+  for (const onnx::NodeProto& node : proto.graph().node()) {
+    for (const onnx::AttributeProto& a : node.attribute()) {
+      if (node.op_type() == "BatchNormalization" && a.name() == "epsilon") batch_norm_epsilons.push_back(a.f());
+      if (node.op_type() == "Constant" && node.name().starts_with("ln.") && a.t().float_data_size() == 1) {
+        layer_norm_constants.push_back(a.t().float_data(0));
+      }
+    }
+  }
+  EXPECT_EQ(batch_norm_epsilons, std::vector<float>{1e-10f});
+  EXPECT_EQ(layer_norm_constants, std::vector<float>{3.7e-7f});
 }
 
 }  // namespace
