@@ -25,14 +25,30 @@ namespace {
 
 using wire::FromGrpc;
 
+// printf into a string as long as the text needs: a trace event or a table row holds strings
+// from the coordinator (a worker's failure, a device's name) of several hundred bytes, and a
+// cut one is JSON that does not parse or a row without its line end.
 std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string Format(const char* format, ...) {
-  char buffer[512];
+  char buffer[512] = "";
   va_list args;
   va_start(args, format);
-  vsnprintf(buffer, sizeof(buffer), format, args);
+  va_list again;
+  va_copy(again, args);
+  const int length = vsnprintf(buffer, sizeof(buffer), format, args);
   va_end(args);
-  return buffer;
+  std::string out;
+  if (length < 0) {
+    out.clear();  // an encoding error: nothing to show
+  } else if (static_cast<size_t>(length) < sizeof(buffer)) {
+    out.assign(buffer, static_cast<size_t>(length));
+  } else {
+    out.resize(static_cast<size_t>(length) + 1);
+    vsnprintf(out.data(), out.size(), format, again);
+    out.resize(static_cast<size_t>(length));
+  }
+  va_end(again);
+  return out;
 }
 
 void SetDeadline(grpc::ClientContext* ctx) {

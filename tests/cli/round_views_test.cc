@@ -1,0 +1,108 @@
+// What `tessera trace` and `tessera workers` print from a coordinator's reply that carries long
+// strings (a worker's failure as the coordinator keeps it, escaped and cut at 512 characters; a
+// device's name): the trace still parses as JSON, and each worker keeps a line of its own.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "base/escape.h"
+#include "cli/job_client.h"
+
+namespace tessera::cli {
+namespace {
+
+// The failure text a worker sent, as the coordinator keeps it in the round's record.
+std::string KeptFailure() { return EscapeUntrusted(std::string(600, 'x') + "\x01", 512); }
+
+class FakeJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+    v1::Job& job = *response->mutable_job();
+    job.set_id(request->job_id());
+    job.set_state(v1::JOB_SUCCEEDED);
+    job.set_rounds_committed(1);
+    v1::RoundRecord& round = *response->add_rounds();
+    round.set_job_id(request->job_id());
+    round.set_round(1);
+    round.set_attempt(1);
+    round.set_committed_unix_ms(1'700'000'000'000);
+    round.mutable_latency()->set_selection_ms(1);
+    round.mutable_latency()->set_total_ms(100);
+    round.mutable_latency()->set_commit_ms(2);
+    round.mutable_latency()->set_critical_worker("w1");
+    v1::WorkerRoundReport& ok = *round.add_workers();
+    ok.set_worker_id("w1");
+    ok.set_outcome("accepted");
+    ok.set_compute_ms(50);
+    ok.set_reported_ms(60);
+    v1::WorkerRoundReport& failed = *round.add_workers();
+    failed.set_worker_id("w2");
+    failed.set_outcome("failed: " + KeptFailure());
+    failed.set_compute_ms(30);
+    failed.set_reported_ms(40);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override {
+    for (const char* name : {"w1", "w2"}) {
+      v1::WorkerStatus& w = *response->add_workers();
+      w.set_worker_id(name);
+      w.set_alive(true);
+      w.set_state("idle");
+      // As the coordinator keeps it: escaped, 128 characters of up to four bytes each.
+      w.mutable_device()->set_name(EscapeUntrusted(std::string(200, '\x7f'), 128));
+    }
+    return grpc::Status::OK;
+  }
+};
+
+class RoundViewsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    stub_ = v1::JobService::NewStub(server_->InProcessChannel(grpc::ChannelArguments()));
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  FakeJobService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+TEST_F(RoundViewsTest, ATraceWithALongFailureIsValidJsonThatKeepsTheWholeOutcome) {
+  std::ostringstream trace;
+  Status traced = TraceCommand(*stub_, "job-1-abc", std::nullopt, trace);
+  ASSERT_TRUE(traced.ok()) << traced.ToString();
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(trace.str(), &parsed).ok()) << trace.str();
+  bool found = false;
+  for (const auto& e : parsed.fields().at("traceEvents").list_value().values()) {
+    const auto& f = e.struct_value().fields();
+    if (f.at("ph").string_value() != "X" || f.at("name").string_value() != "compute") continue;
+    const auto& args = f.at("args").struct_value().fields();
+    if (args.at("outcome").string_value() == "failed: " + KeptFailure()) found = true;
+  }
+  EXPECT_TRUE(found) << "w2's compute span carries its whole outcome\n" << trace.str();
+}
+
+TEST_F(RoundViewsTest, EachWorkerHasALineOfItsOwnWhateverItsDeviceName) {
+  std::ostringstream out;
+  Status listed = WorkersCommand(*stub_, out);
+  ASSERT_TRUE(listed.ok()) << listed.ToString();
+  std::istringstream lines(out.str());
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u) << out.str();
+  EXPECT_EQ(rows[1].rfind("w1 ", 0), 0u) << out.str();
+  EXPECT_EQ(rows[2].rfind("w2 ", 0), 0u) << out.str();
+  EXPECT_NE(rows[1].find(EscapeUntrusted(std::string(200, '\x7f'), 128)), std::string::npos) << out.str();
+}
+
+}  // namespace
+}  // namespace tessera::cli
