@@ -116,6 +116,24 @@ bool HasHiddenCharacters(std::string_view text) {
   return false;
 }
 
+std::string ValidUtf8(std::string_view text, size_t max_bytes) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes));
+  size_t i = 0;
+  while (i < text.size()) {
+    size_t length = 1;
+    uint32_t cp = 0;
+    const bool ascii = static_cast<unsigned char>(text[i]) < 0x80;
+    if (!ascii) length = DecodeUtf8(text, i, &cp);
+    const std::string_view character = ascii || length > 0 ? text.substr(i, length) : kReplacement;
+    if (out.size() + character.size() > max_bytes) break;
+    out += character;
+    i += std::max<size_t>(length, 1);
+  }
+  return out;
+}
+
 std::string QuoteUntrusted(std::string_view text, size_t max_chars) {
   return "'" + EscapeUntrusted(text, max_chars) + "'";
 }

@@ -28,6 +28,11 @@ std::string EscapeUntrusted(std::string_view text, size_t max_chars = kUntrusted
 // hides text. Names and labels that are shown as they are (a job's name) must hold none.
 bool HasHiddenCharacters(std::string_view text);
 
+// `text` as valid UTF-8 of at most `max_bytes` bytes, for formats that must be UTF-8 but show
+// text as it is (a Prometheus label value): each byte that is not part of a valid UTF-8
+// character becomes U+FFFD, and the text is cut between characters, never inside one.
+std::string ValidUtf8(std::string_view text, size_t max_bytes);
+
 // "'<escaped>'": EscapeUntrusted in single quotes, as error messages name an input.
 std::string QuoteUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
 

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/escape.h"
+
 namespace tessera::metrics {
 namespace {
 
@@ -48,8 +50,7 @@ std::string LabelText(const Labels& names, const Labels& values, const std::stri
 
 std::string EscapeLabelValue(const std::string& value) {
   std::string out;
-  for (size_t i = 0; i < value.size() && i < 128; ++i) {
-    const char c = value[i];
+  for (const char c : ValidUtf8(value, kMaxLabelValueBytes)) {
     if (c == '\\') out += "\\\\";
     else if (c == '"') out += "\\\"";
     else if (c == '\n') out += "\\n";
@@ -103,9 +104,7 @@ FamilyBase::FamilyBase(std::string name, std::string help, Kind kind, Labels lab
 size_t FamilyBase::IndexOf(const Labels& given) {
   Labels values = given;
   values.resize(label_names_.size());
-  for (auto& v : values) {
-    if (v.size() > 128) v.resize(128);
-  }
+  for (auto& v : values) v = ValidUtf8(v, kMaxLabelValueBytes);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = index_.find(values); it != index_.end()) return it->second;
   if (index_.size() + 1 >= max_series_) {

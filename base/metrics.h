@@ -173,8 +173,12 @@ Registry& Global();
 // time) in `registry`, read from /proc at each scrape.
 void RegisterProcessMetrics(Registry& registry);
 
-// A label value as the text format writes it: backslash, quote and newline escaped, cut to
-// 128 bytes.
+// The longest label value kept, in bytes; a longer one is cut between characters.
+inline constexpr size_t kMaxLabelValueBytes = 128;
+
+// A label value as the text format writes it: valid UTF-8 (Prometheus refuses a page with a
+// value that is not; each stray byte becomes U+FFFD), cut to 128 bytes between characters,
+// backslash, quote and newline escaped.
 std::string EscapeLabelValue(const std::string& value);
 
 }  // namespace tessera::metrics

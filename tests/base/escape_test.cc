@@ -45,5 +45,15 @@ TEST(EscapeTest, LongTextIsCutAndSaysHowLongItWas) {
 
 TEST(EscapeTest, QuoteUntrustedQuotes) { EXPECT_EQ(QuoteUntrusted("a\nb"), "'a\\nb'"); }
 
+TEST(EscapeTest, ValidUtf8ReplacesStrayBytesAndCutsBetweenCharacters) {
+  EXPECT_EQ(ValidUtf8("caf\xC3\xA9 \"x\"\n", 64), "caf\xC3\xA9 \"x\"\n");
+  EXPECT_EQ(ValidUtf8("a\xFF" "b\xC3", 64), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80", 64), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD") << "a surrogate is not UTF-8";
+  // 3 bytes and then a 2-byte character that would end past 4: cut before it.
+  EXPECT_EQ(ValidUtf8("abc\xC3\xA9", 4), "abc");
+  EXPECT_EQ(ValidUtf8("abc\xC3\xA9", 5), "abc\xC3\xA9");
+  EXPECT_EQ(ValidUtf8("ab\xFF", 4), "ab") << "a replacement that does not fit is left out too";
+}
+
 }  // namespace
 }  // namespace tessera

@@ -6,6 +6,8 @@
 #include <ctime>
 #include <thread>
 
+#include "base/escape.h"
+
 namespace tessera::metrics {
 namespace {
 
@@ -59,6 +61,23 @@ TEST(MetricsTest, LabelValuesAreEscapedAndBounded) {
   const std::string text = registry.Render();
   EXPECT_NE(text.find("c_total{worker=\"a\\\"b\\\\c\\nd" + std::string(121, 'x') + "\"} 1\n"), std::string::npos)
       << text;
+}
+
+// Prometheus refuses a whole page that holds a label value that is not UTF-8: a value cut
+// inside a character, or with a stray byte (a device named after a path in another encoding).
+TEST(MetricsTest, LabelValuesStayUtf8WhenCutAndStrayBytesAreReplaced) {
+  Registry registry;
+  auto& family = registry.Counter("d_total", "d", {"device"});
+  family.With({std::string(127, 'x') + "\xC3\xA9" + "tail"}).Inc();
+  family.With({"emu:/profiles/\xE9t\xE9.toml"}).Inc(2);
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("d_total{device=\"" + std::string(127, 'x') + "\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("d_total{device=\"emu:/profiles/\xEF\xBF\xBDt\xEF\xBF\xBD.toml\"} 2\n"), std::string::npos)
+      << text;
+  EXPECT_EQ(ValidUtf8(text, text.size()), text) << "the whole page is UTF-8";
+  // The cut value is the series' key: the same long name finds the same series again.
+  family.With({std::string(127, 'x') + "\xC3\xA9" + "other tail"}).Inc();
+  EXPECT_NE(registry.Render().find("d_total{device=\"" + std::string(127, 'x') + "\"} 2\n"), std::string::npos);
 }
 
 TEST(MetricsTest, AFamilyStopsGrowingAtItsLimit) {
