@@ -98,7 +98,8 @@ function recentCompute(workerId) {
 }
 
 async function loadWorkers() {
-  const workers = (await (await api("/api/workers")).json()).workers || [];
+  const reply = await (await api("/api/workers")).json();
+  const workers = reply.workers || [];
   const body = document.querySelector("#workers tbody");
   body.replaceChildren();
   for (const w of workers) {
@@ -108,6 +109,15 @@ async function loadWorkers() {
                el("td", (w.device && w.device.name) || ""), el("td", w.cohort || ""),
                el("td", w.rounds_completed), el("td", w.updates_rejected), el("td", recentCompute(w.worker_id)),
                el("td", w.device ? Number(w.device.measured_gflops).toFixed(1) : ""));
+    body.append(row);
+  }
+  // The reply holds at most 1,000 workers (as `tessera workers`); it counts the others.
+  const more = Number(reply.more || 0);
+  if (more > 0) {
+    const cell = el("td", more + " more workers not shown", "muted");
+    cell.colSpan = 9;
+    const row = el("tr");
+    row.append(cell);
     body.append(row);
   }
 }

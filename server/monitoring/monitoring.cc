@@ -13,6 +13,7 @@
 #include "base/metrics.h"
 #include "proto/job_mapping.h"
 #include "proto/json.h"
+#include "proto/list_reply.h"
 #include "proto/revocation.h"
 #include "server/coordinator.h"
 #include "server/dashboard/assets.h"
@@ -143,8 +144,11 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                          },
                          nullptr});
   http.routes.push_back({"/api/workers", [c](const HttpRequest&) {
+                           // Bounded as the job service's ListWorkers: a federation of
+                           // 100,000 workers is not a reply of a gigabyte every 2 s.
+                           std::vector<v1::WorkerStatus> workers = c->registry().List();
                            v1::ListWorkersResponse response;
-                           for (auto& w : c->registry().List()) *response.add_workers() = std::move(w);
+                           response.set_more(wire::AddBounded(workers, response.mutable_workers()));
                            return JsonResponse(response);
                          },
                          nullptr});

@@ -29,7 +29,6 @@ using wire::ToGrpc;
 // at most this many entries and bytes; the reply's trailing metadata says how many more
 // there were (kMoreEntriesTrailer).
 using wire::kMaxListBytes;
-using wire::kMaxListEntries;
 
 // A watch reads the committed rounds from the state store a page at a time, as the watcher
 // takes them, so that a job of many rounds and many clients (a round's record is about 640
@@ -323,20 +322,6 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   std::shared_ptr<StreamDeadline> deadline_;
 };
 
-// Moves entries into `out` up to kMaxListEntries and kMaxListBytes; returns how many were left.
-template <typename T>
-size_t AddBounded(std::vector<T>& entries, google::protobuf::RepeatedPtrField<T>* out) {
-  size_t bytes = 0, taken = 0;
-  for (auto& entry : entries) {
-    const size_t size = entry.ByteSizeLong() + 8;  // and its tag and length
-    if (taken == kMaxListEntries || bytes + size > kMaxListBytes) break;
-    bytes += size;
-    *out->Add() = std::move(entry);
-    ++taken;
-  }
-  return entries.size() - taken;
-}
-
 class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<v1::JobService::Service> {
  public:
   explicit JobServiceImpl(Coordinator* c) : c_(c) {}
@@ -421,7 +406,8 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
                            v1::ListWorkersResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     std::vector<v1::WorkerStatus> workers = c_->registry().List();
-    const size_t more = AddBounded(workers, response->mutable_workers());
+    const size_t more = wire::AddBounded(workers, response->mutable_workers());
+    response->set_more(more);
     if (more > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(more));
     return grpc::Status::OK;
   }

@@ -3,6 +3,8 @@
 // and metrics that count what a real job did.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -239,6 +241,28 @@ TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
   auto listed = client->Get("/api/workers");
   ASSERT_TRUE(listed);
   EXPECT_NE(listed->body.find("\"worker_id\":\"m2\""), std::string::npos) << listed->body.substr(0, 400);
+}
+
+// The dashboard asks for /api/workers every 2 s: a federation of many workers, each with up to
+// 8 KiB of device properties, is listed as `tessera workers` lists it, 1,000 at most, the rest
+// counted.
+TEST_F(MonitoringTest, TheWorkersListIsBoundedAndCountsTheOthers) {
+  std::vector<v1::WorkerStatus> known;
+  for (int i = 0; i < 1003; ++i) {
+    v1::WorkerStatus w;
+    w.set_worker_id("site-" + std::to_string(10000 + i));
+    w.set_state("idle");
+    w.mutable_device()->set_name("cpu");
+    known.push_back(std::move(w));
+  }
+  coordinator_->registry().Restore(known);
+  auto listed = Client(operator_dir_)->Get("/api/workers");
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->status, 200);
+  google::protobuf::Struct reply;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed->body, &reply).ok()) << listed->body.substr(0, 300);
+  EXPECT_EQ(reply.fields().at("workers").list_value().values_size(), 1000);
+  EXPECT_EQ(reply.fields().at("more").string_value(), "3") << "a uint64 is a string in JSON";
 }
 
 TEST_F(MonitoringTest, EventsFollowAJobUntilItsStateSettles) {
