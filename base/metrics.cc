@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -106,16 +107,55 @@ size_t FamilyBase::IndexOf(const Labels& given) {
   values.resize(label_names_.size());
   for (auto& v : values) v = ValidUtf8(v, kMaxLabelValueBytes);
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = index_.find(values); it != index_.end()) return it->second;
+  if (auto it = index_.find(values); it != index_.end()) {
+    retired_[it->second] = 0;  // in use again
+    return it->second;
+  }
   if (index_.size() + 1 >= max_series_) {
-    // Full: everything new shares one series, so a flood of names cannot grow the process.
+    // Full: the longest retired series (an ended job's) makes room, its slot reused at zero.
+    while (!retired_order_.empty()) {
+      const size_t i = retired_order_.front();
+      retired_order_.pop_front();
+      if (!retired_[i]) continue;  // asked for again since, or gone already
+      retired_[i] = 0;
+      std::erase_if(index_, [i](const auto& entry) { return entry.second == i; });
+      ResetSeriesLocked(i);
+      index_.emplace(std::move(values), i);
+      return i;
+    }
+    // Nothing retired: everything new shares one series, so a flood of names cannot grow the
+    // process.
     Labels other(label_names_.size(), "other");
     if (auto it = index_.find(other); it != index_.end()) return it->second;
     values = other;
   }
   const size_t i = AddSeriesLocked();
+  if (retired_.size() <= i) retired_.resize(i + 1, 0);
   index_.emplace(values, i);
   return i;
+}
+
+void FamilyBase::Retire(const std::string& label_name, const std::string& value) {
+  const auto name = std::find(label_names_.begin(), label_names_.end(), label_name);
+  if (name == label_names_.end()) return;
+  const size_t k = static_cast<size_t>(name - label_names_.begin());
+  const std::string key = ValidUtf8(value, kMaxLabelValueBytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [values, i] : index_) {
+    if (values[k] != key || retired_[i]) continue;
+    retired_[i] = 1;
+    retired_order_.push_back(i);
+  }
+  // Series retired, asked for again and retired again leave stale entries: keep the queue
+  // within the series' number, each retired series once, in order.
+  if (retired_order_.size() > 2 * max_series_) {
+    std::vector<char> kept(retired_.size(), 0);
+    std::erase_if(retired_order_, [&](size_t i) {
+      if (!retired_[i] || kept[i]) return true;
+      kept[i] = 1;
+      return false;
+    });
+  }
 }
 
 void FamilyBase::Render(std::string* out) const {
@@ -133,6 +173,8 @@ size_t CounterFamily::AddSeriesLocked() {
   return series_.size() - 1;
 }
 
+void CounterFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Counter>(); }
+
 void GaugeFamily::RenderSeries(const std::string& labels, size_t index, std::string* out) const {
   out->append(name_).append(labels).append(" ").append(Number(series_[index]->value())).append("\n");
 }
@@ -141,6 +183,8 @@ size_t GaugeFamily::AddSeriesLocked() {
   series_.push_back(std::make_unique<metrics::Gauge>());
   return series_.size() - 1;
 }
+
+void GaugeFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Gauge>(); }
 
 HistogramFamily::HistogramFamily(std::string name, std::string help, Labels label_names, std::vector<double> bounds,
                                  size_t max_series)
@@ -169,6 +213,8 @@ size_t HistogramFamily::AddSeriesLocked() {
   series_.push_back(std::make_unique<metrics::Histogram>(&bounds_));
   return series_.size() - 1;
 }
+
+void HistogramFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Histogram>(&bounds_); }
 
 CounterFamily& Registry::Counter(const std::string& name, const std::string& help, Labels label_names,
                                  size_t max_series) {

@@ -4,15 +4,17 @@
 //
 // A family is declared once, with its name, help, unit-bearing name ("_seconds", "_bytes")
 // and label names; a series is looked up by its label values and kept for the life of the
-// process, so hot paths hold on to the series they use. Label values come from a bounded set
+// process unless retired, so hot paths hold on to the series they use. Label values come from a bounded set
 // (jobs, workers, phases, reasons), never per round; a family refuses to grow past
-// `max_series` and counts what it folded into the series whose labels are all "other".
+// `max_series` and counts what it folded into the series whose labels are all "other", once
+// the series retired (FamilyBase::Retire: an ended job's) have made room.
 //
 // Thread-safe. Updates are lock-free atomics; Render() takes each family's lock briefly.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,10 +78,19 @@ class FamilyBase {
   const std::string& name() const { return name_; }
   void Render(std::string* out) const;
 
+  // Says that the series whose label `label_name` holds `value` will not be updated again (the
+  // job they count has ended): they are still rendered, but once the family is full they make
+  // room for new label values, the longest retired first, instead of those new values being
+  // folded into "other". The caller must hold no reference to them from With() any more. A
+  // retired series asked for again by With() counts as live again.
+  void Retire(const std::string& label_name, const std::string& value);
+
  protected:
-  // The series' index for `values`; values.size() must equal the label names'.
   virtual void RenderSeries(const std::string& labels, size_t index, std::string* out) const = 0;
   virtual size_t AddSeriesLocked() = 0;
+  // Replaces series `index` with a new one, at zero.
+  virtual void ResetSeriesLocked(size_t index) = 0;
+  // The series' index for `values`; values.size() must equal the label names'.
   size_t IndexOf(const Labels& values);
 
   const std::string name_;
@@ -89,13 +100,16 @@ class FamilyBase {
   const size_t max_series_;
   mutable std::mutex mu_;
   std::map<Labels, size_t> index_;  // label values -> series
+  std::vector<char> retired_;        // by series: retired and not asked for since
+  std::deque<size_t> retired_order_;  // series in the order they were retired
 };
 
 template <typename Series>
 class Family : public FamilyBase {
  public:
   using FamilyBase::FamilyBase;
-  // The series for `values` (created on first use); the reference stays valid.
+  // The series for `values` (created on first use); the reference stays valid until the
+  // series is retired (Retire) and its room is taken.
   Series& With(const Labels& values = {}) {
     const size_t i = IndexOf(values);
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,6 +127,7 @@ class CounterFamily : public Family<Counter> {
  private:
   void RenderSeries(const std::string& labels, size_t index, std::string* out) const override;
   size_t AddSeriesLocked() override;
+  void ResetSeriesLocked(size_t index) override;
 };
 
 class GaugeFamily : public Family<Gauge> {
@@ -122,6 +137,7 @@ class GaugeFamily : public Family<Gauge> {
  private:
   void RenderSeries(const std::string& labels, size_t index, std::string* out) const override;
   size_t AddSeriesLocked() override;
+  void ResetSeriesLocked(size_t index) override;
 };
 
 class HistogramFamily : public Family<Histogram> {
@@ -132,6 +148,7 @@ class HistogramFamily : public Family<Histogram> {
  private:
   void RenderSeries(const std::string& labels, size_t index, std::string* out) const override;
   size_t AddSeriesLocked() override;
+  void ResetSeriesLocked(size_t index) override;
   const std::vector<double> bounds_;
   std::vector<std::string> bound_text_;  // le="..." of each bucket, +Inf last
 };

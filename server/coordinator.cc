@@ -11,6 +11,7 @@
 #include "proto/job_mapping.h"
 #include "proto/list_reply.h"
 #include "proto/revocation.h"
+#include "server/monitoring/coordinator_metrics.h"
 #include "server/rpc/services.h"
 #include "server/state/sqlite_state_store.h"
 
@@ -257,11 +258,13 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
       return UnavailableError("job " + job.id() + " is stored, but the coordinator is shutting down; it starts when "
                               "the coordinator starts again");
     }
-    // Ended jobs are read from the store; their runners (and the memory they held) go.
+    // Ended jobs are read from the store; their runners (and the memory they held) go, and
+    // their metrics make room for newer jobs' once the families are full.
     // (Job ids are new: the map has no runner for this one to replace.)
     std::erase_if(runners_, [this](const auto& entry) {
       if (!entry.second->finished()) return false;
       ++ended_[entry.second->state()];
+      RetireJob(entry.first);
       return true;
     });
     runners_[job.id()] = runner;

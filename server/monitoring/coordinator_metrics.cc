@@ -1,5 +1,7 @@
 #include "server/monitoring/coordinator_metrics.h"
 
+#include <initializer_list>
+
 #include "base/metrics.h"
 
 namespace tessera::server {
@@ -113,6 +115,14 @@ void RecordRound(const v1::RoundRecord& r) {
 }
 
 void RecordRetry(const std::string& job_id) { F().retried.With({job_id}).Inc(); }
+
+void RetireJob(const std::string& job_id) {
+  Families& f = F();
+  for (metrics::FamilyBase* family : std::initializer_list<metrics::FamilyBase*>{
+           &f.phase, &f.committed, &f.retried, &f.updates, &f.round_bytes, &f.stragglers, &f.communication}) {
+    family->Retire("job", job_id);
+  }
+}
 
 void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes) {
   F().download_bytes.With({worker_id}).Inc(static_cast<double>(bytes));

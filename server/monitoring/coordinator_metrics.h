@@ -17,6 +17,10 @@ namespace tessera::server {
 void RecordRound(const v1::RoundRecord& record);
 // An attempt of a round that did not commit and is tried again.
 void RecordRetry(const std::string& job_id);
+// The job has ended and its runner is gone: its series are shown until their families are
+// full, then make room for newer jobs' (metrics::FamilyBase::Retire), so that a coordinator
+// that has run hundreds of jobs still gives the running one series of its own.
+void RetireJob(const std::string& job_id);
 // Bytes of a finished model download or update upload of `worker_id`.
 void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes);
 void RecordUploadBytes(const std::string& worker_id, uint64_t bytes);

@@ -91,6 +91,32 @@ TEST(MetricsTest, AFamilyStopsGrowingAtItsLimit) {
   EXPECT_NE(text.find("names_total{name=\"other\"} 97\n"), std::string::npos) << text;
 }
 
+// An ended job's series are retired: shown until the family is full, then the first to make
+// room, so that a new job gets series of its own instead of sharing "other".
+TEST(MetricsTest, RetiredSeriesMakeRoomOnceTheFamilyIsFull) {
+  Registry registry;
+  auto& family = registry.Histogram("phase_seconds", "per job and phase", {"job", "phase"}, {1}, /*max_series=*/4);
+  for (const char* job : {"job-a", "job-b", "job-c"}) family.With({job, "total"}).Observe(2);
+  family.Retire("job", "job-b");
+  family.Retire("job", "job-a");
+  family.Retire("phase", "no-such-phase");
+  std::string text = registry.Render();
+  EXPECT_NE(text.find("phase_seconds_count{job=\"job-b\",phase=\"total\"} 1\n"), std::string::npos)
+      << "a retired series is shown until its room is needed\n" << text;
+  family.With({"job-d", "total"}).Observe(0.5);
+  family.With({"job-a", "total"}).Observe(0.5);  // asked for again: live again
+  family.With({"job-e", "total"}).Observe(0.5);
+  text = registry.Render();
+  EXPECT_EQ(text.find("job=\"job-b\""), std::string::npos) << "retired first, so it made room first\n" << text;
+  EXPECT_NE(text.find("phase_seconds_count{job=\"job-d\",phase=\"total\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("phase_seconds_bucket{job=\"job-d\",phase=\"total\",le=\"1\"} 1\n"), std::string::npos)
+      << "the reused series starts at zero\n" << text;
+  EXPECT_NE(text.find("phase_seconds_count{job=\"job-a\",phase=\"total\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("phase_seconds_count{job=\"other\",phase=\"other\"} 1\n"), std::string::npos)
+      << "with nothing retired left, job-e shares \"other\"\n" << text;
+  EXPECT_EQ(text.find("job=\"job-e\""), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
   Registry registry;
   auto& counter = registry.Counter("hits_total", "hits", {"t"});
