@@ -19,7 +19,7 @@ struct Families {
   metrics::CounterFamily& updates = metrics::Global().Counter(
       "tessera_updates_total",
       "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
-      "missed the deadline, left, or cancelled as over-selected once the round had its updates) and reason (none, "
+      "missed the deadline, failed, left, or cancelled as over-selected once the round had its updates) and reason (none, "
       "clipped, norm, samples, layout, not_finite, failed, deadline, over_selected, lost, other).",
       {"job", "outcome", "reason"});
   metrics::CounterFamily& round_bytes = metrics::Global().Counter(
@@ -58,25 +58,33 @@ Families& F() {
   return *families;
 }
 
+bool StartsWith(const std::string& text, const char* prefix) { return text.rfind(prefix, 0) == 0; }
+
+// The outcome's class, by the prefix the round writes (server/jobs/round.cc): "accepted...",
+// "rejected: ..." (a check refused it), "failed: ..." (the worker could not train: it leaves
+// the round, as a dropped participant does) or "dropped: ...".
 std::string Outcome(const std::string& outcome) {
-  if (outcome.rfind("accepted", 0) == 0) return "accepted";  // "accepted: clipped, ..." too
-  if (outcome.rfind("dropped", 0) == 0) return "dropped";
+  if (StartsWith(outcome, "accepted")) return "accepted";  // "accepted: clipped, ..." too
+  if (StartsWith(outcome, "dropped") || StartsWith(outcome, "failed")) return "dropped";
   return "refused";
 }
 
-// A bounded class of the outcome's reason (the text is free and from the wire in part).
+// A bounded class of the outcome's reason. What follows a prefix is partly from the wire (a
+// worker's own failure text, a worker's name): a failure or a drop is classed by its prefix
+// alone, so that a worker whose training says "not finite", or one named "deadline-7" that
+// left, is counted as what happened to it. A refusal is classed by its check's message.
 std::string Reason(const std::string& outcome) {
   auto has = [&](const char* text) { return outcome.find(text) != std::string::npos; };
   if (outcome == "accepted") return "none";
-  if (outcome.rfind("accepted: clipped", 0) == 0) return "clipped";
+  if (StartsWith(outcome, "accepted: clipped")) return "clipped";
+  if (StartsWith(outcome, "failed")) return "failed";
+  if (StartsWith(outcome, "dropped: over-selected")) return "over_selected";
+  if (StartsWith(outcome, "dropped: deadline")) return "deadline";
+  if (StartsWith(outcome, "dropped")) return "lost";
   if (has("max_update_norm")) return "norm";
   if (has("'samples'")) return "samples";
   if (has("finite")) return "not_finite";
   if (has("expected shape") || has("expected name") || has("tensors") || has("dtype") || has("set '")) return "layout";
-  if (outcome.rfind("dropped: over-selected", 0) == 0) return "over_selected";
-  if (has("deadline")) return "deadline";
-  if (has("could not train") || has("failed:") || has("cannot train")) return "failed";
-  if (outcome.rfind("dropped", 0) == 0) return "lost";
   return "other";
 }
 
@@ -102,8 +110,9 @@ void RecordRound(const v1::RoundRecord& r) {
   }
   for (const auto& w : r.workers()) {
     const std::string outcome = Outcome(w.outcome());
-    f.updates.With({job, outcome, Reason(w.outcome())}).Inc();
-    if (outcome == "dropped" && w.outcome().find("deadline") != std::string::npos) f.stragglers.With({job}).Inc();
+    const std::string reason = Reason(w.outcome());
+    f.updates.With({job, outcome, reason}).Inc();
+    if (reason == "deadline") f.stragglers.With({job}).Inc();
     if (outcome != "accepted") continue;
     f.compute.With({w.worker_id()}).Observe(w.compute_ms() / 1000.0);
     f.download.With({w.worker_id()}).Observe(w.download_ms() / 1000.0);

@@ -1,6 +1,7 @@
-// The coordinator's Prometheus metrics over a long life: jobs that ended make room for the ones
+// The coordinator's Prometheus metrics: over a long life, jobs that ended make room for the ones
 // that run now, so that a family's bound (2,000 series, twelve phases a job) does not fold
-// every job after the 166th into "other", where no rule or alert finds it.
+// every job after the 166th into "other", where no rule or alert finds it; and each update is
+// counted as what happened to it, whatever text a worker put in its report or its name.
 #include "server/monitoring/coordinator_metrics.h"
 
 #include <gtest/gtest.h>
@@ -41,6 +42,34 @@ TEST(CoordinatorMetricsTest, AJobAfterHundredsOfEndedOnesHasItsOwnLatencySeries)
             std::string::npos);
   EXPECT_NE(text.find("\ntessera_rounds_retried_total{" + job + "} 0\n"), std::string::npos);
   EXPECT_EQ(text.find("job=\"other\""), std::string::npos) << "nothing was folded while ended jobs made room";
+}
+
+// What follows an outcome's prefix is partly a worker's own text: a failure is a drop with
+// reason "failed" whatever it says, and a worker that left is "lost" whatever its name.
+TEST(CoordinatorMetricsTest, AWorkersOwnTextDoesNotChooseHowItsUpdateIsCounted) {
+  v1::RoundRecord r = CommittedRound("job-7-classes");
+  r.clear_workers();
+  for (const std::string& outcome :
+       {std::string("failed: INTERNAL: the loss is not finite at step 3, past the round's deadline (max_update_norm)"),
+        std::string("dropped: worker 'deadline-7' lost (no heartbeat, disconnected or restarted)"),
+        std::string("dropped: deadline passed"),
+        std::string("dropped: over-selected, the round had its 2 updates"),
+        std::string("rejected: update of worker 'w3' round 1: its delta's L2 norm 2e+09 is beyond max_update_norm 1000")}) {
+    v1::WorkerRoundReport& w = *r.add_workers();
+    w.set_worker_id("metrics-w2");
+    w.set_outcome(outcome);
+  }
+  RecordRound(r);
+  const std::string text = metrics::Global().Render();
+  const std::string job = "job=\"job-7-classes\"";
+  for (const char* series : {",outcome=\"dropped\",reason=\"failed\"} 1\n", ",outcome=\"dropped\",reason=\"lost\"} 1\n",
+                             ",outcome=\"dropped\",reason=\"deadline\"} 1\n",
+                             ",outcome=\"dropped\",reason=\"over_selected\"} 1\n",
+                             ",outcome=\"refused\",reason=\"norm\"} 1\n"}) {
+    EXPECT_NE(text.find("\ntessera_updates_total{" + job + series), std::string::npos) << series << "\n" << text;
+  }
+  EXPECT_NE(text.find("\ntessera_stragglers_total{" + job + "} 1\n"), std::string::npos)
+      << "only the one dropped at the deadline is a straggler";
 }
 
 }  // namespace
