@@ -1,7 +1,11 @@
 #include "collectives/algorithms.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
 
 #include "collectives/reduce.h"
 
@@ -38,6 +42,60 @@ size_t ChunkStart(size_t count, int n, int i) {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// The call a scratch buffer is for, named in its errors:
+// "rank 1: reduce_scatter #4 (count 10, float32, sum)".
+struct ScratchFor {
+  int rank;
+  CollectiveOp op;
+  uint64_t sequence;
+  size_t count;
+  DataType type;
+  ReduceOp reduce_op;
+  const char* use;  // what the scratch holds, e.g. "a received chunk"
+};
+
+std::string Decimal(unsigned __int128 value) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
+    value /= 10;
+  } while (value != 0);
+  return digits;
+}
+
+// Grows `buffer` to at least blocks x block_elements elements (it never shrinks, so steady
+// state allocates nothing). RESOURCE_EXHAUSTED naming the call when that is more bytes than an
+// object can hold (PTRDIFF_MAX) or than can be allocated: a count whose buffers the caller
+// holds can still need scratch beyond either, and an exception must not leave the call.
+template <typename T>
+Result<T*> GrowScratch(std::vector<T>& buffer, size_t blocks, size_t block_elements,
+                       const ScratchFor& call) {
+  // blocks is at most the rank count plus one: the product fits 128 bits with room to spare.
+  const unsigned __int128 bytes =
+      static_cast<unsigned __int128>(blocks) * block_elements * sizeof(T);
+  const bool fits = bytes <= static_cast<unsigned __int128>(PTRDIFF_MAX);
+  if (fits) {
+    const size_t elements = blocks * block_elements;
+    if (buffer.size() >= elements) return buffer.data();
+    try {
+      buffer.resize(elements);
+      return buffer.data();
+    } catch (const std::bad_alloc&) {
+    } catch (const std::length_error&) {
+    }
+  }
+  std::string call_name = "rank " + std::to_string(call.rank) + ": " +
+                          std::string(CollectiveOpName(call.op)) + " #" +
+                          std::to_string(call.sequence) + " (count " +
+                          std::to_string(call.count) + ", " +
+                          std::string(DataTypeName(call.type)) + ", " +
+                          std::string(ReduceOpName(call.reduce_op)) + ")";
+  return ResourceExhaustedError(call_name + " needs " + Decimal(bytes) + " bytes of scratch for " +
+                                call.use +
+                                (fits ? ", which could not be allocated"
+                                      : ", more than an object can hold"));
+}
+
 }  // namespace
 
 void ReducingSink::OnReceived(size_t offset, size_t bytes) {
@@ -72,20 +130,17 @@ CollectiveAlgorithms::CollectiveAlgorithms(MessageChannel* channel, AlgorithmTun
   tuning_.segment_bytes = std::max<size_t>(8, tuning_.segment_bytes / 8 * 8);
 }
 
-std::byte* CollectiveAlgorithms::Scratch(size_t bytes) {
-  if (scratch_.size() < bytes) scratch_.resize(bytes);
-  return scratch_.data();
-}
-
 Status CollectiveAlgorithms::Allreduce(const void* send, void* recv, size_t count,
                                        DataType type, ReduceOp op, uint64_t sequence,
                                        Deadline deadline) {
   if (type == DataType::kFloat16 && op == ReduceOp::kAvg) {
-    wide_.resize(count);
-    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), count);
-    RETURN_IF_ERROR(Allreduce(wide_.data(), wide_.data(), count, DataType::kFloat32, op, sequence,
-                              deadline));
-    FloatToHalfElements(wide_.data(), static_cast<uint16_t*>(recv), count);
+    ASSIGN_OR_RETURN(float* wide,
+                     GrowScratch(wide_, 1, count,
+                                 {channel_->rank(), CollectiveOp::kAllreduce, sequence, count,
+                                  type, op, "the float32 copy of a float16 average"}));
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide, count);
+    RETURN_IF_ERROR(Allreduce(wide, wide, count, DataType::kFloat32, op, sequence, deadline));
+    FloatToHalfElements(wide, static_cast<uint16_t*>(recv), count);
     return Status::Ok();
   }
   const size_t bytes = count * DataTypeSize(type);
@@ -107,6 +162,16 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
   // no copy; buffers that partly overlap are copied first and run in place.
   const auto* input = static_cast<const std::byte*>(send);
   const size_t bytes = count * element;
+  std::byte* incoming = nullptr;
+  if (n > 1) {
+    size_t largest_chunk = 0;
+    for (int i = 0; i < n; ++i) {
+      largest_chunk = std::max(largest_chunk, ChunkStart(count, n, i + 1) - ChunkStart(count, n, i));
+    }
+    ASSIGN_OR_RETURN(incoming, GrowScratch(scratch_, 1, largest_chunk * element,
+                                           {r, CollectiveOp::kAllreduce, sequence, count, type,
+                                            op, "a received chunk"}));
+  }
   if (input != buffer && n > 1 && input < buffer + bytes && buffer < input + bytes) {
     std::memmove(buffer, input, bytes);
     input = buffer;
@@ -115,11 +180,6 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
   if (n > 1) {
     const int right = Mod(r + 1, n);
     const int left = Mod(r - 1, n);
-    size_t largest_chunk = 0;
-    for (int i = 0; i < n; ++i) {
-      largest_chunk = std::max(largest_chunk, ChunkStart(count, n, i + 1) - ChunkStart(count, n, i));
-    }
-    std::byte* incoming = Scratch(largest_chunk * element);
     auto chunk_bytes = [&](int i) {
       return (ChunkStart(count, n, i + 1) - ChunkStart(count, n, i)) * element;
     };
@@ -174,11 +234,16 @@ Status CollectiveAlgorithms::RecursiveDoublingAllreduce(const void* send, void* 
   const int r = channel_->rank();
   const size_t bytes = count * DataTypeSize(type);
   auto* buffer = static_cast<std::byte*>(recv);
+  std::byte* incoming = nullptr;
+  if (n > 1) {
+    ASSIGN_OR_RETURN(incoming, GrowScratch(scratch_, 1, bytes,
+                                           {r, CollectiveOp::kAllreduce, sequence, count, type,
+                                            op, "a received copy of the buffer"}));
+  }
   if (send != recv && bytes > 0) std::memmove(buffer, send, bytes);
   if (n > 1) {
     const MessageHeader header =
         MakeHeader(CollectiveOp::kAllreduce, type, op, -1, sequence, count, bytes);
-    std::byte* incoming = Scratch(bytes);
     int power = 1;
     while (power * 2 <= n) power *= 2;
     const int extra = n - power;  // ranks below 2*extra pair up: evens fold into odds
@@ -317,12 +382,15 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
   const int r = channel_->rank();
   if (type == DataType::kFloat16 && op == ReduceOp::kAvg) {
     // [n blocks in | own block out], as float32.
+    ASSIGN_OR_RETURN(float* wide,
+                     GrowScratch(wide_, static_cast<size_t>(n) + 1, count,
+                                 {r, CollectiveOp::kReduceScatter, sequence, count, type, op,
+                                  "the float32 copy of a float16 average"}));
     const size_t all = count * static_cast<size_t>(n);
-    wide_.resize(all + count);
-    HalfToFloatElements(static_cast<const uint16_t*>(send), wide_.data(), all);
-    RETURN_IF_ERROR(ReduceScatter(wide_.data(), wide_.data() + all, count, DataType::kFloat32, op,
-                                  sequence, deadline));
-    FloatToHalfElements(wide_.data() + all, static_cast<uint16_t*>(recv), count);
+    HalfToFloatElements(static_cast<const uint16_t*>(send), wide, all);
+    RETURN_IF_ERROR(
+        ReduceScatter(wide, wide + all, count, DataType::kFloat32, op, sequence, deadline));
+    FloatToHalfElements(wide + all, static_cast<uint16_t*>(recv), count);
     return Status::Ok();
   }
   const size_t block = count * DataTypeSize(type);
@@ -331,8 +399,12 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
   if (n == 1) {
     if (output != input && block > 0) std::memmove(output, input, block);
   } else {
-    // Scratch: [incoming | accumulator A | accumulator B].
-    std::byte* incoming = Scratch(3 * block);
+    // Scratch: [incoming | accumulator A | accumulator B]. Three blocks can be more than an
+    // object holds where the caller's n blocks were not (two ranks).
+    ASSIGN_OR_RETURN(std::byte* incoming,
+                     GrowScratch(scratch_, 3, block,
+                                 {r, CollectiveOp::kReduceScatter, sequence, count, type, op,
+                                  "a received block and two accumulators"}));
     std::byte* accumulators[2] = {incoming + block, incoming + 2 * block};
     const MessageHeader header =
         MakeHeader(CollectiveOp::kReduceScatter, type, op, -1, sequence, count, block);

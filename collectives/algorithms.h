@@ -18,6 +18,12 @@
 // so the messages are float32) and is rounded to float16 once.
 //
 // Scratch memory is kept between calls and only grows: in steady state no call allocates.
+// It is sized with checked arithmetic before any data moves: scratch beyond what an object can
+// hold (reduce-scatter's three blocks, a float16 average's float32 copy), or that cannot be
+// allocated, is RESOURCE_EXHAUSTED naming the rank and the call ("rank 0: reduce_scatter #3
+// (count 10, float32, sum) needs ... bytes of scratch for ..."), never an exception. Every rank
+// that refuses stays in step with the others; one that refuses alone leaves its peers to fail
+// at their deadline.
 // Not thread-safe: one call at a time, like the Communicator that owns it.
 #pragma once
 
@@ -80,7 +86,6 @@ class CollectiveAlgorithms {
   size_t scratch_bytes() const { return scratch_.size(); }
 
  private:
-  std::byte* Scratch(size_t bytes);
   Status BinomialBroadcast(void* buffer, size_t count, DataType type, int root,
                            uint64_t sequence, Deadline deadline);
   Status ChainBroadcast(void* buffer, size_t count, DataType type, int root, uint64_t sequence,
