@@ -330,7 +330,9 @@ Status CollectiveAlgorithms::ChainBroadcast(void* buffer, size_t count, DataType
   const size_t element = DataTypeSize(type);
   const size_t segment = std::max<size_t>(element, tuning_.segment_bytes / element * element);
   const size_t bytes = count * element;
-  const size_t segments = (bytes + segment - 1) / segment;
+  // bytes / segment rounded up, without the sum's overflow (a segment of SIZE_MAX bytes asks
+  // for one piece; bytes + segment - 1 wrapped to no segments at all).
+  const size_t segments = bytes / segment + (bytes % segment != 0 ? 1 : 0);
   auto* data = static_cast<std::byte*>(buffer);
   auto header_for = [&](size_t i) {
     return MakeHeader(CollectiveOp::kBroadcast, type, ReduceOp::kSum, root, sequence, count,

@@ -1,12 +1,15 @@
 // CollectiveAlgorithms' own guarantees, on p2p and on the send/recv fallback over the in-memory
 // backend: the scratch it keeps is sized without overflow, and a call whose scratch cannot be
 // had is refused naming the call and the rank, never an exception; the refusal moves nothing,
-// so the ranks stay in step.
+// so the ranks stay in step. And a segment size as large as a size_t holds still moves every
+// byte.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "collectives/p2p/communicator.h"
 #include "test_backends.h"
 #include "tests/address_space.h"
 
@@ -97,6 +100,46 @@ TEST(AlgorithmScratchTest, ScratchThatCannotBeAllocatedIsRefusedNotThrown) {
                   Mentions(refused[rank], "could not be allocated"))
           << backend << ": " << refused[rank].ToString();
     }
+  }
+}
+
+// A segment of SIZE_MAX bytes asks for each message in one piece. The chain broadcast (three
+// ranks or more, 256 KiB or more) counted its segments as (bytes + segment - 1) / segment,
+// which wrapped to none: every rank returned OK and the others never got the root's data.
+TEST(AlgorithmSegmentTest, ASegmentAsLargeAsASizeTStillMovesEveryByte) {
+  const int n = 3;
+  const size_t count = 100000;  // int32: 400000 bytes, past the binomial tree
+  auto store = std::make_shared<HashStore>();
+  auto results = RunRanks(n, RankMode::kThreads, [&](int rank) -> Status {
+    TcpMeshOptions options;
+    options.rank = rank;
+    options.size = n;
+    ASSIGN_OR_RETURN(auto mesh, TcpMesh::Connect(options, *store));
+    AlgorithmTuning tuning;
+    tuning.segment_bytes = SIZE_MAX;
+    P2PCommunicator c(std::move(mesh), std::chrono::milliseconds(20000), tuning);
+    std::vector<int32_t> data(count, rank == 1 ? 0 : -1);
+    if (rank == 1) {
+      for (size_t i = 0; i < count; ++i) data[i] = static_cast<int32_t>(i);
+    }
+    RETURN_IF_ERROR(c.Broadcast(data.data(), count, DataType::kInt32, 1));
+    for (size_t i = 0; i < count; ++i) {
+      if (data[i] != static_cast<int32_t>(i)) {
+        return InternalError("broadcast: element " + std::to_string(i) + " is " +
+                             std::to_string(data[i]));
+      }
+    }
+    RETURN_IF_ERROR(c.Allreduce(data.data(), data.data(), count, DataType::kInt32, ReduceOp::kSum));
+    for (size_t i = 0; i < count; ++i) {
+      if (data[i] != static_cast<int32_t>(i) * n) {
+        return InternalError("allreduce: element " + std::to_string(i) + " is " +
+                             std::to_string(data[i]));
+      }
+    }
+    return Status::Ok();
+  });
+  for (int rank = 0; rank < n; ++rank) {
+    EXPECT_TRUE(results[rank].ok()) << "rank " << rank << ": " << results[rank].ToString();
   }
 }
 
