@@ -51,11 +51,17 @@ Status Communicator::CheckBytes(size_t count, DataType type, size_t blocks,
   return Status::Ok();
 }
 
-Status Communicator::CheckType(DataType type) const {
+Status Communicator::CheckType(DataType type, size_t count, std::string_view what) const {
   if (!capabilities().HasDataType(type)) {
-    return InvalidArgumentError("backend " + std::string(backend_name()) +
-                                " does not support dtype " + std::string(DataTypeName(type)) +
-                                " (it has " + capabilities().ToString() + ")");
+    // A value outside the enum is named by its number, not as "unknown-dtype".
+    const bool known = AllDataTypes().count(type) != 0;
+    const std::string number = "dtype " + std::to_string(static_cast<int>(type));
+    return InvalidArgumentError(
+        "rank " + std::to_string(rank_) + ": " + std::string(what) + " count " +
+        std::to_string(count) + " of " + (known ? std::string(DataTypeName(type)) : number) +
+        ": backend " + std::string(backend_name()) + " does not support " +
+        (known ? "dtype " + std::string(DataTypeName(type)) : number) + " (it has " +
+        capabilities().ToString() + ")");
   }
   return Status::Ok();
 }
@@ -86,7 +92,7 @@ Status Communicator::CheckTag(int tag, std::string_view what) const {
 
 Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "allreduce"));
   RETURN_IF_ERROR(CheckBytes(count, type, 1, "allreduce"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "allreduce send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "allreduce recv"));
@@ -95,7 +101,7 @@ Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::Broadcast(void* buffer, size_t count, DataType type, int root,
                                const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "broadcast"));
   RETURN_IF_ERROR(CheckBytes(count, type, 1, "broadcast"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "broadcast"));
   RETURN_IF_ERROR(CheckPeer(root, "broadcast root"));
@@ -104,7 +110,7 @@ Status Communicator::Broadcast(void* buffer, size_t count, DataType type, int ro
 
 Status Communicator::Allgather(const void* send, void* recv, size_t count, DataType type,
                                const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "allgather"));
   RETURN_IF_ERROR(CheckBytes(count, type, static_cast<size_t>(size_), "allgather"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "allgather send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "allgather recv"));
@@ -113,7 +119,7 @@ Status Communicator::Allgather(const void* send, void* recv, size_t count, DataT
 
 Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                    ReduceOp op, const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "reduce_scatter"));
   RETURN_IF_ERROR(CheckBytes(count, type, static_cast<size_t>(size_), "reduce_scatter"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "reduce_scatter send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "reduce_scatter recv"));
@@ -126,7 +132,7 @@ Status Communicator::Barrier(const CallOptions& options) {
 
 Status Communicator::Send(const void* buffer, size_t count, DataType type, int peer, int tag,
                           const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "send"));
   RETURN_IF_ERROR(CheckBytes(count, type, 1, "send"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "send"));
   RETURN_IF_ERROR(CheckPeer(peer, "send peer"));
@@ -137,7 +143,7 @@ Status Communicator::Send(const void* buffer, size_t count, DataType type, int p
 
 Status Communicator::Recv(void* buffer, size_t count, DataType type, int peer, int tag,
                           const CallOptions& options) {
-  RETURN_IF_ERROR(CheckType(type));
+  RETURN_IF_ERROR(CheckType(type, count, "recv"));
   RETURN_IF_ERROR(CheckBytes(count, type, 1, "recv"));
   RETURN_IF_ERROR(CheckBuffer(buffer, count, "recv"));
   RETURN_IF_ERROR(CheckPeer(peer, "recv peer"));

@@ -185,7 +185,8 @@ class Communicator {
 
  private:
   Status CheckBuffer(const void* buffer, size_t count, std::string_view what) const;
-  Status CheckType(DataType type) const;
+  // INVALID_ARGUMENT naming the rank, the call and its count unless capabilities() has `type`.
+  Status CheckType(DataType type, size_t count, std::string_view what) const;
   // INVALID_ARGUMENT when blocks * count elements of `type` overflow or exceed PTRDIFF_MAX bytes.
   Status CheckBytes(size_t count, DataType type, size_t blocks, std::string_view what) const;
   Status CheckPeer(int peer, std::string_view what) const;

@@ -464,6 +464,34 @@ TEST(CommunicatorTest, InvalidArgumentsAreRejectedBeforeAnyTraffic) {
   EXPECT_EQ((*c)->Recv(&x, 1, DataType::kFloat32, 0, -1).code(), StatusCode::kInvalidArgument);
 }
 
+// Takes float32 only.
+class Float32Only final : public Communicator {
+ public:
+  Float32Only() : Communicator(1, 2, milliseconds(1000)) {}
+  std::string_view backend_name() const override { return "float32-only"; }
+  const CommunicatorCapabilities& capabilities() const override {
+    static const CommunicatorCapabilities kCapabilities{
+        AllCollectiveOps(), AllReduceOps(), {DataType::kFloat32}, {BufferLocation::kHost},
+        /*verifies_calls=*/true};
+    return kCapabilities;
+  }
+};
+
+TEST(CommunicatorTest, ADtypeTheBackendLacksIsRefusedNamingTheRankTheCallAndItsCount) {
+  Float32Only c;
+  int64_t x[10] = {};
+  const Status allreduce = c.Allreduce(x, x, 10, DataType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(allreduce.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(allreduce, "rank 1: allreduce count 10 of int64: backend float32-only "
+                                  "does not support dtype int64 (it has ")) << allreduce.ToString();
+  const Status send = c.Send(x, 3, DataType::kFloat64, 0, 0);
+  EXPECT_TRUE(Mentions(send, "rank 1: send count 3 of float64")) << send.ToString();
+  const Status gather = c.Allgather(x, x, 2, static_cast<DataType>(9));
+  EXPECT_EQ(gather.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Mentions(gather, "rank 1: allgather count 2 of dtype 9: backend float32-only "
+                               "does not support dtype 9")) << gather.ToString();
+}
+
 TEST(CommunicatorTest, CountsWhoseBytesOverflowAreRejectedBeforeAnyTraffic) {
   for (const char* backend : {"p2p", "sendrecv-local"}) {
     World world(1, RankMode::kThreads);
