@@ -198,8 +198,11 @@ Status TcpMesh::Progress(std::span<const OutgoingMessage> outs,
       const OutgoingMessage& out = outs[next_out];
       const size_t total = kHeader + out.header.payload_bytes;
       size_t limit = total;
-      if (chained && next_out > 0 && next_out - 1 == next_in) {
-        limit = std::min(total, kHeader + delivered);  // forwards what has been delivered
+      // Forwards what has been delivered. An empty message can go before the one it follows
+      // has arrived, so the send side may be more than one step ahead: then nothing of the
+      // message it forwards is here yet.
+      if (chained && next_out > 0 && next_out - 1 >= next_in) {
+        limit = std::min(total, kHeader + (next_out - 1 == next_in ? delivered : 0));
       }
       if (sent >= limit) break;
       iovec iov[2];
