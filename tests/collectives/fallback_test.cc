@@ -191,29 +191,6 @@ class ReduceScatterAllgatherOnly final : public Communicator {
   CommunicatorCapabilities capabilities_;
 };
 
-// Hides every op but allreduce (sum): an average of float16 runs widened to float32.
-class SumAllreduceOnly final : public Communicator {
- public:
-  explicit SumAllreduceOnly(std::unique_ptr<Communicator> base)
-      : Communicator(base->rank(), base->size(), base->default_timeout()), base_(std::move(base)) {
-    capabilities_ = base_->capabilities();
-    capabilities_.native_ops = {CollectiveOp::kAllreduce};
-    capabilities_.native_reduce_ops = {ReduceOp::kSum};
-  }
-  std::string_view backend_name() const override { return "sum-allreduce-only"; }
-  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
-
- protected:
-  Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                     Deadline deadline) override {
-    return CallAllreduce(*base_, send, recv, count, type, op, deadline);
-  }
-
- private:
-  std::unique_ptr<Communicator> base_;
-  CommunicatorCapabilities capabilities_;
-};
-
 // Counts the caller's buffers could hold (the call's own check passes) but whose scratch
 // cannot be an object: refused by name before any byte is read, never an exception.
 TEST(FallbackScratchTest, PaddingMoreThanAnObjectHoldsIsRefusedNamingTheRoute) {

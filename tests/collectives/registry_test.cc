@@ -86,30 +86,6 @@ TEST(FallbackTest, CountsEveryComposedCall) {
   EXPECT_EQ(counts[0]["barrier <- send/recv"], 1u);
 }
 
-// Hides every op of a communicator but Allreduce with sum, so that an allgather must go
-// through the zero-padded allreduce route.
-class AllreduceOnly final : public Communicator {
- public:
-  explicit AllreduceOnly(std::unique_ptr<Communicator> base)
-      : Communicator(base->rank(), base->size(), base->default_timeout()), base_(std::move(base)) {
-    capabilities_ = base_->capabilities();
-    capabilities_.native_ops = {CollectiveOp::kAllreduce};
-    capabilities_.native_reduce_ops = {ReduceOp::kSum};
-  }
-  std::string_view backend_name() const override { return "allreduce-only"; }
-  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
-
- protected:
-  Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                     Deadline deadline) override {
-    return CallAllreduce(*base_, send, recv, count, type, op, deadline);
-  }
-
- private:
-  std::unique_ptr<Communicator> base_;
-  CommunicatorCapabilities capabilities_;
-};
-
 // An allgather composed from a sum of zero-padded blocks copies every rank's bytes exactly:
 // a -0.0 stays negative and a NaN keeps its payload (a float sum would give +0.0).
 TEST(FallbackTest, AnAllgatherThroughAllreduceCopiesEveryBitOfEachBlock) {
@@ -122,7 +98,7 @@ TEST(FallbackTest, AnAllgatherThroughAllreduceCopiesEveryBitOfEachBlock) {
   std::vector<uint64_t> routed(2, 0);
   auto results = testing::RunRanks(2, testing::RankMode::kThreads, [&](int rank) -> Status {
     ASSIGN_OR_RETURN(auto base, world.Create("p2p", rank, 10000));
-    FallbackCommunicator c(std::make_unique<AllreduceOnly>(std::move(base)), BufferLocation::kHost);
+    FallbackCommunicator c(std::make_unique<testing::SumAllreduceOnly>(std::move(base)), BufferLocation::kHost);
     RETURN_IF_ERROR(c.Allgather(blocks[rank], gathered[rank].data(), 2, DataType::kFloat32));
     const auto counts = c.fallback_counts();
     const auto it = counts.find("allgather <- allreduce(sum) of zero-padded blocks");

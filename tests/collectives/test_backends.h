@@ -62,6 +62,30 @@ class SendRecvOnly final : public Communicator {
   CommunicatorCapabilities capabilities_;
 };
 
+// Hides every op of a communicator but Allreduce with sum: an allgather must go through the
+// zero-padded allreduce route, and a float16 average is widened to float32 around it.
+class SumAllreduceOnly final : public Communicator {
+ public:
+  explicit SumAllreduceOnly(std::unique_ptr<Communicator> base)
+      : Communicator(base->rank(), base->size(), base->default_timeout()), base_(std::move(base)) {
+    capabilities_ = base_->capabilities();
+    capabilities_.native_ops = {CollectiveOp::kAllreduce};
+    capabilities_.native_reduce_ops = {ReduceOp::kSum};
+  }
+  std::string_view backend_name() const override { return "sum-allreduce-only"; }
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
+
+ protected:
+  Status DoAllreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                     Deadline deadline) override {
+    return CallAllreduce(*base_, send, recv, count, type, op, deadline);
+  }
+
+ private:
+  std::unique_ptr<Communicator> base_;
+  CommunicatorCapabilities capabilities_;
+};
+
 // True once a test in this process has run NCCL ranks as threads (CUDA is initialised here).
 inline std::atomic<bool>& CudaInitialisedHere() {
   static std::atomic<bool> initialised{false};
