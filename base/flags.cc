@@ -11,8 +11,9 @@
 
 namespace tessera {
 
-void FlagSet::String(const std::string& name, std::string* target, const std::string& help) {
+void FlagSet::String(const std::string& name, std::string* target, const std::string& help, EmptyValue empty) {
   flags_[name] = Flag{Kind::kString, target, help, *target};
+  flags_[name].allow_empty = empty == EmptyValue::kAllowed;
   order_.push_back(name);
 }
 void FlagSet::StringList(const std::string& name, std::vector<std::string>* target, const std::string& help) {
@@ -51,6 +52,9 @@ std::string JoinChoices(const std::vector<std::string>& choices) {
 Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& value) {
   char* end = nullptr;
   const std::string got = ", got " + QuoteUntrusted(value);
+  if (value.empty() && (flag.kind == Kind::kStringList || (flag.kind == Kind::kString && !flag.allow_empty))) {
+    return InvalidArgumentError("flag --" + name + ": expected a non-empty value, got ''");
+  }
   switch (flag.kind) {
     case Kind::kString:
       *static_cast<std::string*>(flag.target) = value;

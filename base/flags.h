@@ -2,8 +2,9 @@
 // boolean flags without a value or with one after '=' (`--insecure=false`), positional
 // arguments kept in order, and `--` ending the flags. A typo is an error,
 // never a silent default: unknown flags, a flag given twice, a malformed number, a number
-// out of its range and a value outside a choice flag's choices are errors that name the flag,
-// say what was expected, and show the value (escaped and bounded).
+// out of its range, a value outside a choice flag's choices and an empty value (`--name=`, or
+// `--name "$UNSET"`, which would otherwise leave the flag at its default) are errors that name
+// the flag, say what was expected, and show the value (escaped and bounded).
 #pragma once
 
 #include <cstdint>
@@ -22,17 +23,22 @@ struct IntRange {
   int64_t max = std::numeric_limits<int64_t>::max();
 };
 
+// Whether a string flag takes an empty value: refused unless the flag says what empty means
+// ("--fallback-device ''": none).
+enum class EmptyValue { kRefused, kAllowed };
+
 class FlagSet {
  public:
   // Declares flags; `help` lines are listed by Usage().
-  void String(const std::string& name, std::string* target, const std::string& help);
+  void String(const std::string& name, std::string* target, const std::string& help,
+              EmptyValue empty = EmptyValue::kRefused);
   // A string that must be one of `choices` (Usage lists them).
   void Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
               const std::string& help);
   void Int(const std::string& name, int64_t* target, const std::string& help, IntRange range = {});
   void Double(const std::string& name, double* target, const std::string& help);
   void Bool(const std::string& name, bool* target, const std::string& help);
-  // A flag that may be given more than once; each value is appended, in order.
+  // A flag that may be given more than once; each value (never empty) is appended, in order.
   void StringList(const std::string& name, std::vector<std::string>* target, const std::string& help);
 
   // Parses argv[first..]; positional arguments go to positional().
@@ -60,6 +66,7 @@ class FlagSet {
     std::vector<std::string> choices;  // kChoice
     IntRange range;                    // kInt
     bool seen = false;
+    bool allow_empty = false;          // kString
   };
   Status Set(const std::string& name, Flag& flag, const std::string& value);
   std::map<std::string, Flag> flags_;

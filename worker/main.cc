@@ -76,7 +76,9 @@ int main(int argc, char** argv) {
   flags.String("join-token", &options.join_token, "the coordinator's join token (visible to other users in ps: prefer the file)");
   flags.String("join-token-file", &token_file, "read the join token from this file (its first line)");
   flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices); an unknown name is an error");
-  flags.String("fallback-device", &options.fallback_device, "device to use when --device is known but not usable here (no GPU, no driver); empty for none");
+  flags.String("fallback-device", &options.fallback_device,
+               "device to use when --device is known but not usable here (no GPU, no driver); empty for none",
+               EmptyValue::kAllowed);
   flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
   flags.String("cohort-address", &options.cohort_address, "host (no port) this worker listens on for its cohort's peers, who dial it");

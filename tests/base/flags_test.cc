@@ -134,6 +134,29 @@ TEST(FlagsTest, AListFlagCollectsEveryValueInOrder) {
   EXPECT_EQ(ParseArgs(missing, {"--dataset"}).message(), "flag --dataset needs a value");
 }
 
+// "--tls-client-ca $CA" with CA unset would serve TLS without client certificates: an empty
+// value is refused, unless the flag says what empty means.
+TEST(FlagsTest, AnEmptyValueIsRefusedUnlessTheFlagSaysWhatItMeans) {
+  std::string ca = "default";
+  std::string fallback = "cpu";
+  std::vector<std::string> datasets;
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--tls-client-ca="},
+                                               std::vector<std::string>{"--tls-client-ca", ""}}) {
+    FlagSet flags;
+    flags.String("tls-client-ca", &ca, "");
+    EXPECT_EQ(ParseArgs(flags, args).message(), "flag --tls-client-ca: expected a non-empty value, got ''");
+    EXPECT_EQ(ca, "default");
+  }
+  FlagSet list;
+  list.StringList("dataset", &datasets, "");
+  EXPECT_EQ(ParseArgs(list, {"--dataset", "a=/x", "--dataset="}).message(),
+            "flag --dataset: expected a non-empty value, got ''");
+  FlagSet allowed;
+  allowed.String("fallback-device", &fallback, "", EmptyValue::kAllowed);
+  ASSERT_TRUE(ParseArgs(allowed, {"--fallback-device", ""}).ok());
+  EXPECT_EQ(fallback, "");
+}
+
 TEST(FlagsTest, ASingleDashIsAMistypedFlagButDashHAsksForHelp) {
   bool help = false;
   bool json = false;

@@ -99,6 +99,8 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--stream-window-kib", "-1"}, "flag --stream-window-kib: expected 0 to 65536, got '-1'"},
       {{"--metrics-listen", "localhost"}, "--metrics-listen 'localhost': the port is missing; expected HOST:PORT"},
       {{"--eval-device", "gpu"}, "--eval-device: unknown device 'gpu'; expected cpu, cuda, xrt, emu:PROFILE ("},
+      // An unset variable, which would otherwise serve TLS without client certificates.
+      {{"--tls-client-ca", ""}, "flag --tls-client-ca: expected a non-empty value, got ''"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
@@ -132,6 +134,7 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--fallback-device", "cpux"}, "--fallback-device: unknown device 'cpux'; expected cpu, "},
       {{"--log-level", "loud"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'loud'"},
       {{"--coordinator", "localhost"}, "--coordinator 'localhost': the port is missing"},
+      {{"--coordinator", ""}, "flag --coordinator: expected a non-empty value, got ''"},
       {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
       {{"--cohort", "site", "--cohort-timeout-s", "0"}, "flag --cohort-timeout-s: expected 1 to 604800, got '0'"},
       {{"--cohort", "site", "--cohort-timeout-s", "30s"}, "flag --cohort-timeout-s: expected an integer, got '30s'"},
