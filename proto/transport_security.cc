@@ -411,6 +411,11 @@ Result<TlsFlags> ResolveTlsDir(const TlsFlags& flags, TlsSide side) {
     return InvalidArgumentError("--insecure is plaintext: it cannot be given with --tls-dir, --tls-cert, --tls-key or " +
                                 std::string(side == TlsSide::kServer ? "--tls-client-ca" : "--tls-ca"));
   }
+  // The name the coordinator's certificate must carry: with no certificate, nothing checks it.
+  if (flags.insecure && !flags.server_name.empty()) {
+    return InvalidArgumentError("--insecure is plaintext: it cannot be given with --tls-server-name, which names the "
+                                "coordinator's certificate");
+  }
   if (flags.insecure_force && !flags.insecure) {
     return InvalidArgumentError("--insecure-force only widens --insecure; give both, or neither");
   }

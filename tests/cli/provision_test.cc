@@ -272,5 +272,18 @@ TEST_F(ProvisionTest, CertificatesThatWouldOutliveAKeptCaAreRefused) {
   EXPECT_TRUE(std::filesystem::exists(dir_ / "workers/site-a-01/tls.crt"));
 }
 
+// Plaintext checks no certificate: a flag that names what the certificate must carry is
+// refused beside --insecure, not ignored.
+TEST(TlsFlagsTest, PlaintextRefusesTheNameACertificateMustCarry) {
+  wire::TlsFlags client;
+  client.insecure = true;
+  client.server_name = "coordinator.example.org";
+  EXPECT_EQ(wire::LoadClientTls(client, {"127.0.0.1", 7070}, wire::kWorkerRole).status().message(),
+            "--insecure is plaintext: it cannot be given with --tls-server-name, which names the coordinator's "
+            "certificate");
+  client.server_name.clear();
+  EXPECT_TRUE(wire::LoadClientTls(client, {"127.0.0.1", 7070}, wire::kWorkerRole).ok());
+}
+
 }  // namespace
 }  // namespace tessera::cli
