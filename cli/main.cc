@@ -157,8 +157,9 @@ int main(int argc, char** argv) {
   using namespace tessera;
   const char* from_environment = std::getenv("TESSERA_COORDINATOR");
   std::string coordinator = from_environment != nullptr ? from_environment : "127.0.0.1:7070";
-  // `tessera bench collectives ...` hands the rest of the line to the benchmark's own flags.
-  if (argc >= 3 && std::string(argv[1]) == "bench") {
+  // `tessera bench collectives ...` hands the rest of the line to the benchmark's own flags;
+  // `tessera bench --help` (a flag where the benchmark goes) is parsed as any command's.
+  if (argc >= 3 && std::string(argv[1]) == "bench" && argv[2][0] != '-') {
     if (std::string(argv[2]) != "collectives") {
       std::cerr << "tessera bench: unknown benchmark '" << EscapeUntrusted(argv[2]) << "' (known: collectives)\n";
       return 2;

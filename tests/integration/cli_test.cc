@@ -297,6 +297,10 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_EQ(bench_typo_code, 2) << bench_typo;
   EXPECT_NE(bench_typo.find("flag --ranks: expected rank counts from 1 to 64, got 'x'"), std::string::npos)
       << bench_typo;
+  // `tessera bench --help` is bench's help, as `tessera CMD --help` is every command's.
+  auto [bench_flag_code, bench_flag] = RunCli(dir, {"bench", "--help"});
+  EXPECT_EQ(bench_flag_code, 0) << bench_flag;
+  EXPECT_NE(bench_flag.find("Usage: tessera bench collectives"), std::string::npos) << bench_flag;
   auto [provision_code, provisioned] =
       RunCli(dir, {"provision", "--out", (dir.path() / "made").string(), "--coordinator-host", "localhost",
                    "--workers", "a", "--operators", "o", "--json"});
