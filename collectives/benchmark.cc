@@ -20,10 +20,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -281,6 +284,41 @@ int MeasureTcpCeiling(bool json) {
   return 0;
 }
 
+// The rank and the world size mpirun gives each process it launches, checked as strictly as a
+// flag: a value that is not a whole number, or one of the pair alone, is an error naming the
+// variable. nullopt: not launched by mpirun.
+struct MpiWorld {
+  int size = 0;
+  int rank = 0;
+};
+
+Result<std::optional<MpiWorld>> MpiWorldFromEnvironment() {
+  const char* size_text = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const char* rank_text = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (size_text == nullptr && rank_text == nullptr) return std::optional<MpiWorld>();
+  if (size_text == nullptr || rank_text == nullptr) {
+    return InvalidArgumentError(std::string(size_text == nullptr ? "OMPI_COMM_WORLD_RANK" : "OMPI_COMM_WORLD_SIZE") +
+                                " is set without " +
+                                (size_text == nullptr ? "OMPI_COMM_WORLD_SIZE" : "OMPI_COMM_WORLD_RANK") +
+                                ": expected both (mpirun sets them) or neither");
+  }
+  const auto parse = [](const char* variable, const char* text, long min, long max) -> Result<int> {
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(text, &end, 10);
+    if (*text == '\0' || !std::isdigit(static_cast<unsigned char>(*text)) || *end != '\0' || errno == ERANGE ||
+        value < min || value > max) {
+      return InvalidArgumentError(std::string(variable) + ": expected " + std::to_string(min) + " to " +
+                                  std::to_string(max) + ", got " + QuoteUntrusted(text));
+    }
+    return static_cast<int>(value);
+  };
+  MpiWorld world;
+  ASSIGN_OR_RETURN(world.size, parse("OMPI_COMM_WORLD_SIZE", size_text, 1, 1 << 20));
+  ASSIGN_OR_RETURN(world.rank, parse("OMPI_COMM_WORLD_RANK", rank_text, 0, world.size - 1));
+  return std::optional<MpiWorld>(world);
+}
+
 }  // namespace
 
 int CollectivesBenchmarkMain(int argc, char** argv) {
@@ -301,7 +339,8 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   flags.Bool("no-verify", &no_verify, "gloo, mpi, nccl: skip the per-call agreement check, to measure its cost");
   flags.Bool("tcp-ceiling", &options.tcp_ceiling, "measure one loopback TCP stream's bandwidth instead");
   flags.Bool("json", &options.json, "one JSON object per measured row instead of the tables");
-  flags.String("store-dir", &options.store_dir, "under mpirun: a fresh directory every rank shares");
+  flags.String("store-dir", &options.store_dir,
+               "under mpirun (and only there): a fresh directory every rank shares; --ranks is then mpirun's -np");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
     std::fprintf(stderr, "tessera bench collectives: %s\n", s.message().c_str());
@@ -351,20 +390,31 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   options.verify_calls = !no_verify;
   if (options.tcp_ceiling) return MeasureTcpCeiling(options.json);
 
-  const char* world_size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  const char* world_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (world_size != nullptr && world_rank != nullptr) {  // launched by mpirun
+  auto world = MpiWorldFromEnvironment();
+  if (!world.ok()) {
+    std::fprintf(stderr, "tessera bench collectives: %s\n", world.status().message().c_str());
+    return 2;
+  }
+  if (world->has_value()) {  // launched by mpirun
     if (options.store_dir.empty()) {
-      std::fprintf(stderr, "under mpirun, pass --store-dir (a fresh shared directory)\n");
+      std::fprintf(stderr, "tessera bench collectives: under mpirun, pass --store-dir (a fresh shared directory)\n");
+      return 2;
+    }
+    if (flags.WasGiven("ranks")) {
+      std::fprintf(stderr, "tessera bench collectives: --ranks is for ranks forked here; under mpirun the rank count "
+                           "is mpirun's (OMPI_COMM_WORLD_SIZE is %d)\n", (*world)->size);
       return 2;
     }
     auto store = FileStore::Open(options.store_dir);
-    if (!store.ok()) return 1;
-    const int rank = std::atoi(world_rank);
+    if (!store.ok()) {
+      std::fprintf(stderr, "tessera bench collectives: --store-dir %s: %s\n",
+                   QuoteUntrusted(options.store_dir, 256).c_str(), store.status().message().c_str());
+      return 2;
+    }
+    const int rank = (*world)->rank;
     if (rank == 0) PrintHeader(options);
     for (const std::string& backend : options.backends) {
-      auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, std::atoi(world_size), options),
-                                  *store);
+      auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, (*world)->size, options), *store);
       if (!c.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
         return 1;
@@ -376,6 +426,11 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
       }
     }
     return 0;
+  }
+  if (!options.store_dir.empty()) {
+    std::fprintf(stderr, "tessera bench collectives: --store-dir is for ranks launched by mpirun, and "
+                         "OMPI_COMM_WORLD_SIZE is unset: the ranks forked here need no store directory\n");
+    return 2;
   }
 
   PrintHeader(options);

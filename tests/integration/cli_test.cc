@@ -301,6 +301,29 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   auto [bench_flag_code, bench_flag] = RunCli(dir, {"bench", "--help"});
   EXPECT_EQ(bench_flag_code, 0) << bench_flag;
   EXPECT_NE(bench_flag.find("Usage: tessera bench collectives"), std::string::npos) << bench_flag;
+
+  // mpirun's variables are checked as a flag is; --store-dir is for mpirun's ranks alone.
+  const std::vector<std::string> tiny{"bench", "collectives", "--backends", "p2p", "--min-bytes", "4",
+                                      "--max-bytes", "4", "--store-dir", (dir.path() / "store").string()};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> worlds = {
+      {{}, "--store-dir is for ranks launched by mpirun, and OMPI_COMM_WORLD_SIZE is unset"},
+      {{"OMPI_COMM_WORLD_SIZE=four", "OMPI_COMM_WORLD_RANK=0"},
+       "OMPI_COMM_WORLD_SIZE: expected 1 to 1048576, got 'four'"},
+      {{"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=2"}, "OMPI_COMM_WORLD_RANK: expected 0 to 1, got '2'"},
+      {{"OMPI_COMM_WORLD_RANK=0"}, "OMPI_COMM_WORLD_RANK is set without OMPI_COMM_WORLD_SIZE"},
+  };
+  for (const auto& [env, says] : worlds) {
+    auto [world_code, world] = RunCli(dir, tiny, env);
+    EXPECT_EQ(world_code, 2) << world;
+    EXPECT_NE(world.find("tessera bench collectives: " + says), std::string::npos) << world;
+  }
+  std::vector<std::string> ranks = tiny;
+  ranks.insert(ranks.end(), {"--ranks", "2"});
+  auto [ranks_code, ranks_said] = RunCli(dir, ranks, {"OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_RANK=0"});
+  EXPECT_EQ(ranks_code, 2) << ranks_said;
+  EXPECT_NE(ranks_said.find("--ranks is for ranks forked here; under mpirun the rank count is mpirun's"),
+            std::string::npos)
+      << ranks_said;
   auto [provision_code, provisioned] =
       RunCli(dir, {"provision", "--out", (dir.path() / "made").string(), "--coordinator-host", "localhost",
                    "--workers", "a", "--operators", "o", "--json"});
