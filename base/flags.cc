@@ -1,5 +1,7 @@
 #include "base/flags.h"
 
+#include <sys/stat.h>
+
 #include <cctype>
 #include <cmath>
 #include <cerrno>
@@ -209,8 +211,17 @@ std::string FlagSet::Usage(const std::vector<std::string>& only) const {
   return out.str();
 }
 
+Status RefuseDirectory(const std::string& named, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return InvalidArgumentError(named + ": expected a file, got a directory");
+  }
+  return Status::Ok();
+}
+
 Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path) {
   constexpr size_t kMaxSecretBytes = 1024;
+  RETURN_IF_ERROR(RefuseDirectory("--" + flag + " " + QuoteUntrusted(path, 256), path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgumentError("--" + flag + " " + QuoteUntrusted(path, 256) + ": cannot read it");
   std::string line;

@@ -79,7 +79,13 @@ std::string JoinChoices(const std::vector<std::string>& choices);
 
 // The secret in `path` (its first line, at most 1 KiB, trimmed of trailing whitespace), as a
 // --join-token-file flag names it. InvalidArgument naming the flag and the file when the file
-// cannot be read or the line is empty.
+// cannot be read, is a directory, or the line is empty.
 Result<std::string> ReadSecretFile(const std::string& flag, const std::string& path);
+
+// InvalidArgument "NAMED: expected a file, got a directory" when `path` is a directory, which
+// std::ifstream opens and then reads as empty (a reader would call the file empty or malformed);
+// OK otherwise, whatever else is wrong with the file being its reader's to say. `named` is the
+// flag and the file as the reader's errors name them ("--tls-ca '/etc/pki'").
+Status RefuseDirectory(const std::string& named, const std::string& path);
 
 }  // namespace tessera

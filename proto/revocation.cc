@@ -107,6 +107,7 @@ Result<RevocationList> RevocationFile::Load() const {
   const std::string named = flag_ + " " + QuoteUntrusted(path_, 256);
   struct stat st {};
   if (optional_ && ::lstat(path_.c_str(), &st) != 0 && errno == ENOENT) return RevocationList{};
+  RETURN_IF_ERROR(RefuseDirectory(named, path_));
   std::ifstream in(path_, std::ios::binary);
   if (!in) return InvalidArgumentError(named + ": cannot read it (" + std::strerror(errno) + ")");
   std::string text(kMaxRevocationListBytes + 1, '\0');

@@ -51,6 +51,7 @@ std::string NameEntry(X509_NAME* name, int nid) {
 // The file a flag names: at most 64 KiB. `flag` is "--tls-cert" and the like.
 Result<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
   const std::string named = flag + " " + QuoteUntrusted(path, 256);
+  RETURN_IF_ERROR(RefuseDirectory(named, path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgumentError(named + ": cannot read it");
   std::string text;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/flags.h"
 #include "base/names.h"
 
 namespace tessera::server {
@@ -112,6 +113,7 @@ Result<std::map<std::string, std::string>> ReadJoinTokenFile(const std::string& 
   constexpr size_t kMaxBytes = 256 * 1024;
   constexpr size_t kMaxTokens = 1000;
   const std::string named = "--join-token-file " + QuoteUntrusted(path, 256);
+  RETURN_IF_ERROR(RefuseDirectory(named, path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return InvalidArgumentError(named + ": cannot read it");
   std::string text(kMaxBytes + 1, '\0');

@@ -226,6 +226,9 @@ TEST(FlagsTest, ASecretFileIsBoundedAndNeverEchoed) {
                                             "': expected a secret of at most 1024 bytes on its first line, got more");
   auto missing = ReadSecretFile("join-token-file", (dir / "missing").string());
   EXPECT_EQ(missing.status().message(), "--join-token-file '" + (dir / "missing").string() + "': cannot read it");
+  // A directory opens, reads as empty, and would be called a file whose first line is empty.
+  EXPECT_EQ(ReadSecretFile("admin-token-file", dir.string()).status().message(),
+            "--admin-token-file '" + dir.string() + "': expected a file, got a directory");
   std::filesystem::remove_all(dir);
 }
 

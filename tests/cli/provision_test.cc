@@ -285,5 +285,19 @@ TEST(TlsFlagsTest, PlaintextRefusesTheNameACertificateMustCarry) {
   EXPECT_TRUE(wire::LoadClientTls(client, {"127.0.0.1", 7070}, wire::kWorkerRole).ok());
 }
 
+// A directory where a PEM file goes is named as one, not as a file without PEM in it.
+TEST_F(ProvisionTest, ADirectoryWhereACertificateGoesIsNamedAsOne) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  wire::TlsFlags client;
+  client.ca = (dir_ / "ca").string();
+  EXPECT_EQ(wire::LoadClientTls(client, {"coordinator.example.org", 7070}, wire::kWorkerRole).status().message(),
+            "--tls-ca '" + client.ca + "': expected a file, got a directory");
+  wire::TlsFlags server;
+  server.cert = (dir_ / "coordinator").string();
+  server.key = (dir_ / "coordinator/tls.key").string();
+  EXPECT_EQ(wire::LoadServerTls(server, {"0.0.0.0", 7070}).status().message(),
+            "--tls-cert '" + server.cert + "': expected a file, got a directory");
+}
+
 }  // namespace
 }  // namespace tessera::cli

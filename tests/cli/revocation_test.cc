@@ -112,6 +112,10 @@ TEST_F(RevocationFileTest, TheFileIsLookedAtNoMoreOftenThanAsked) {
 TEST_F(RevocationFileTest, AListThatCannotBeUsedIsRefusedAtOpen) {
   EXPECT_EQ(RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 0ms).status().message(),
             "--tls-crl '" + path_ + "': cannot read it (No such file or directory)");
+  std::filesystem::create_directory(path_);
+  EXPECT_EQ(RevocationFile::Open("--tls-crl", path_, ca_.cert_pem, 0ms).status().message(),
+            "--tls-crl '" + path_ + "': expected a file, got a directory");
+  std::filesystem::remove(path_);
   auto other = cli::CreateCertificateAuthority("Another CA", 0, 4102444800);
   ASSERT_TRUE(other.ok());
   auto foreign = cli::RevokeCertificates(*other, "", {certs_[0]}, 1700000000);

@@ -73,6 +73,8 @@ TEST(AccessPolicyTest, AJoinTokenFileHoldsOneTokenPerSite) {
             "5 bytes");
   std::ofstream(path) << "# nothing\n";
   EXPECT_EQ(ReadJoinTokenFile(path).status().message(), "--join-token-file '" + path + "': holds no token");
+  EXPECT_EQ(ReadJoinTokenFile(dir.string()).status().message(),
+            "--join-token-file '" + dir.string() + "': expected a file, got a directory");
   std::filesystem::remove_all(dir);
 }
 
