@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -216,6 +217,15 @@ Status RefuseDirectory(const std::string& named, const std::string& path) {
   if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
     return InvalidArgumentError(named + ": expected a file, got a directory");
   }
+  return Status::Ok();
+}
+
+Status CheckDirectory(const std::string& named, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return InvalidArgumentError(named + ": cannot read it (" + std::strerror(errno) + ")");
+  }
+  if (!S_ISDIR(st.st_mode)) return InvalidArgumentError(named + ": expected a directory, got a file");
   return Status::Ok();
 }
 

@@ -88,4 +88,9 @@ Result<std::string> ReadSecretFile(const std::string& flag, const std::string& p
 // flag and the file as the reader's errors name them ("--tls-ca '/etc/pki'").
 Status RefuseDirectory(const std::string& named, const std::string& path);
 
+// OK when `path` is a directory that exists; otherwise InvalidArgument "NAMED: expected a
+// directory, got a file" or "NAMED: cannot read it (No such file or directory)", so that a
+// mistyped directory stops a daemon at start rather than a job at its first round.
+Status CheckDirectory(const std::string& named, const std::string& path);
+
 }  // namespace tessera

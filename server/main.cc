@@ -183,6 +183,14 @@ int main(int argc, char** argv) {
     }
     options.runner.datasets = std::move(dirs.by_name);
   }
+  // Not given, Debian's directory may be missing on a coordinator that evaluates other datasets.
+  if (flags.WasGiven("data-dir")) {
+    const std::string& dir = options.runner.data_dir;
+    if (Status s = CheckDirectory("--data-dir " + QuoteUntrusted(dir, 256), dir); !s.ok()) {
+      std::cerr << "tessera-coordinator: " << s.message() << "\n";
+      return 2;
+    }
+  }
   if (Status s = CheckDeviceName("--eval-device", options.runner.evaluation_device); !s.ok()) {
     std::cerr << "tessera-coordinator: " << s.message() << "\n";
     return 2;

@@ -163,6 +163,12 @@ int main(int argc, char** argv) {
     EnableHugePageAdvice(huge_pages);
   }
 #endif
+  if (flags.WasGiven("data-dir")) {
+    if (Status s = CheckDirectory("--data-dir " + QuoteUntrusted(options.data_dir, 256), options.data_dir); !s.ok()) {
+      std::cerr << "tessera-worker: " << s.message() << "\n";
+      return 2;
+    }
+  }
   if (!trainer.empty()) {
     auto command = worker::ParseTrainerFlag(trainer);
     if (!command.ok()) {

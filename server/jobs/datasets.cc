@@ -1,6 +1,7 @@
 #include "server/jobs/datasets.h"
 
 #include "base/escape.h"
+#include "base/flags.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "proto/job_mapping.h"
@@ -34,9 +35,10 @@ Status AddDatasetFlag(const std::string& flag, DatasetDirs* dirs) {
     return InvalidArgumentError("--dataset: expected NAME=DIR with NAME 1 to 64 of [a-z0-9._-] (fashion-mnist has "
                                 "--data-dir), got \"" + EscapeUntrusted(flag.substr(0, 200)) + "\"");
   }
-  if (!dirs->by_name.emplace(name, flag.substr(eq + 1)).second) {
-    return InvalidArgumentError("--dataset: " + name + " is given twice");
-  }
+  if (dirs->by_name.count(name)) return InvalidArgumentError("--dataset: " + name + " is given twice");
+  const std::string dir = flag.substr(eq + 1);
+  RETURN_IF_ERROR(CheckDirectory("--dataset " + name + "=" + QuoteUntrusted(dir, 256), dir));
+  dirs->by_name.emplace(name, dir);
   return Status::Ok();
 }
 

@@ -20,7 +20,8 @@ struct DatasetDirs {
   std::map<std::string, std::string> by_name;  // --dataset NAME=DIR
 };
 
-// Parses one --dataset flag's NAME=DIR; InvalidArgument naming the flag otherwise.
+// Parses one --dataset flag's NAME=DIR, DIR a directory that exists; InvalidArgument naming
+// the flag otherwise.
 Status AddDatasetFlag(const std::string& flag, DatasetDirs* dirs);
 
 // Fills spec->data().input_shape() from the operator's copy of the job's dataset: the test

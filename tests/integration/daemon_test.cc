@@ -101,6 +101,10 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--eval-device", "gpu"}, "--eval-device: unknown device 'gpu'; expected cpu, cuda, xrt, emu:PROFILE ("},
       // An unset variable, which would otherwise serve TLS without client certificates.
       {{"--tls-client-ca", ""}, "flag --tls-client-ca: expected a non-empty value, got ''"},
+      {{"--data-dir", dir_.str() + "/no-such-data"},
+       "--data-dir '" + dir_.str() + "/no-such-data': cannot read it (No such file or directory)"},
+      {{"--dataset", "tab=" + dir_.str() + "/no-such-data"},
+       "--dataset tab='" + dir_.str() + "/no-such-data': cannot read it (No such file or directory)"},
   };
   int n = 0;
   for (const auto& [args, says] : cases) {
@@ -135,6 +139,8 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--log-level", "loud"}, "flag --log-level: expected trace, debug, info, warn, error or off, got 'loud'"},
       {{"--coordinator", "localhost"}, "--coordinator 'localhost': the port is missing"},
       {{"--coordinator", ""}, "flag --coordinator: expected a non-empty value, got ''"},
+      {{"--data-dir", dir_.str() + "/no-such-data"},
+       "--data-dir '" + dir_.str() + "/no-such-data': cannot read it (No such file or directory)"},
       {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
       {{"--cohort", "site", "--cohort-timeout-s", "0"}, "flag --cohort-timeout-s: expected 1 to 604800, got '0'"},
       {{"--cohort", "site", "--cohort-timeout-s", "30s"}, "flag --cohort-timeout-s: expected an integer, got '30s'"},

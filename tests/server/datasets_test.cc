@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/data/dataset_source.h"
 
@@ -12,9 +13,13 @@ namespace tessera::server {
 namespace {
 
 TEST(DatasetCatalogTest, TheFlagIsNameEqualsDirOnceEach) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / "tessera_server_dataset_flag";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "cifar");
+  const std::string cifar = (dir / "cifar").string();
   DatasetDirs dirs;
-  EXPECT_TRUE(AddDatasetFlag("cifar10=/srv/cifar", &dirs).ok());
-  EXPECT_EQ(dirs.by_name.at("cifar10"), "/srv/cifar");
+  EXPECT_TRUE(AddDatasetFlag("cifar10=" + cifar, &dirs).ok());
+  EXPECT_EQ(dirs.by_name.at("cifar10"), cifar);
   for (const char* bad : {"cifar10", "=/x", "x=", "Upper=/x", "../x=/y", "fashion-mnist=/x"}) {
     Status s = AddDatasetFlag(bad, &dirs);
     EXPECT_FALSE(s.ok()) << bad;
@@ -22,6 +27,15 @@ TEST(DatasetCatalogTest, TheFlagIsNameEqualsDirOnceEach) {
   }
   Status twice = AddDatasetFlag("cifar10=/other", &dirs);
   EXPECT_NE(twice.message().find("given twice"), std::string::npos) << twice.message();
+  // A mistyped directory stops the coordinator at start, not every job at its submission.
+  const std::string missing = (dir / "cifer").string();
+  EXPECT_EQ(AddDatasetFlag("tab=" + missing, &dirs).message(),
+            "--dataset tab='" + missing + "': cannot read it (No such file or directory)");
+  std::ofstream(dir / "file") << "not a directory";
+  EXPECT_EQ(AddDatasetFlag("tab=" + (dir / "file").string(), &dirs).message(),
+            "--dataset tab='" + (dir / "file").string() + "': expected a directory, got a file");
+  EXPECT_EQ(dirs.by_name.count("tab"), 0u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DatasetCatalogTest, TheShapeAndClassesComeFromTheOperatorsTestSplit) {
