@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -25,6 +26,11 @@ namespace {
 
 std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string& listen, int* port) {
   const std::string log = dir.str() + "/coordinator.log";
+  // A restarted coordinator appends to its predecessor's log: its own lines are those after
+  // the log's length before it starts (measured after, its "listening" line could be in it).
+  std::error_code no_log;
+  const uintmax_t length = std::filesystem::file_size(log, no_log);
+  const size_t before = no_log ? 0 : static_cast<size_t>(length);
   auto p = std::make_unique<Process>(
       std::vector<std::string>{TESSERA_COORDINATOR_BIN, "--listen", listen, "--state-dir", dir.str() + "/state",
                                "--join-token", kToken, "--tls-dir", TestPki::Get().WriteCoordinatorDir(dir.str()),
@@ -32,7 +38,6 @@ std::unique_ptr<Process> StartCoordinator(const TempDir& dir, const std::string&
       log);
   const std::regex listening("listening on port ([0-9]+)");
   std::smatch match;
-  const size_t before = p->Log().size();
   WaitUntil(
       [&] {
         const std::string text = p->Log().substr(std::min(before, p->Log().size()));
