@@ -20,10 +20,14 @@ grpc::ByteBuffer Serialized(const v1::ModelChunkMessage& message) {
   return buffer;
 }
 
-// `t`'s values in `encoding`, or nothing where the encoding cannot hold them: a value that
-// decodes to infinity (float16 past 65504; int8 with a scale near the float maximum).
+// `t`'s values in `encoding`, or nothing where the encoding cannot hold them (a value that
+// decodes to infinity: float16 past 65504; int8 with a scale near the float maximum) or would
+// not make them smaller (int8's scale takes 4 bytes: a tensor of one value, or of none, takes
+// more than in float32). A version as sent then never outgrows the float32 model, which is
+// what a worker bounds a download by (worker/round_download.h, DownloadBound).
 std::optional<std::string> EncodedIfItHolds(UpdateEncoding encoding, const NamedTensor& t) {
   std::string bytes = EncodeValues(encoding, t.values, 0);
+  if (bytes.size() >= t.ByteSize()) return std::nullopt;
   std::vector<float> decoded(t.values.size());
   if (!DecodeValues(encoding, bytes, 0, decoded).ok()) return std::nullopt;
   for (float v : decoded) {

@@ -101,6 +101,9 @@ TensorSet RoundTripped(const TensorSet& set, UpdateEncoding encoding) {
 
 TEST(ModelVersionTest, ACompressedVersionDecodesToTheEncodingsValuesInsideATaskAndByDownload) {
   TensorSet set = ThreeTensors();
+  // Two values in "c": int8 does not make a tensor of one value smaller (below).
+  set[2].shape = {2};
+  set[2].values.push_back(set[2].values[0] + 1.25f);
   for (NamedTensor& t : set) {
     for (float& v : t.values) v += 1.0f / 3;  // none of them held exactly in 16 bits
   }
@@ -190,6 +193,35 @@ TEST(ModelVersionTest, ATensorTheEncodingCannotHoldTravelsInFloat32) {
   ASSERT_TRUE(read.ok()) << read.status().ToString();
   EXPECT_EQ((*read)[0].values, set[0].values);  // exact in float16
   EXPECT_EQ((*read)[1].values, set[1].values);
+}
+
+// int8 takes a 4-byte scale beside a byte a value: a tensor of one value (or none) would take
+// more than in float32, and goes in float32, so that a version as sent is never larger than
+// the float32 model a worker bounds its download by (DownloadBound).
+TEST(ModelVersionTest, ATensorTheEncodingWouldNotMakeSmallerTravelsInFloat32) {
+  const TensorSet set = {{"weight", {1, 1}, {0.75f}}, {"bias", {1}, {-0.5f}}, {"none", {0}, {}}};
+  auto version = ModelVersion::Encode(std::make_shared<const TensorSet>(set), 1, 1024, UpdateEncoding::kInt8);
+  EXPECT_EQ(version->encoded_tensors(), 0u);
+  const v1::ModelChunkMessage manifest = Parse(version->wire_manifest());
+  for (const v1::TensorInfo& info : manifest.manifest().tensors()) {
+    EXPECT_EQ(info.dtype(), v1::DTYPE_FLOAT32) << info.name();
+  }
+  EXPECT_EQ(version->total_bytes(), 8u);
+  // A worker's bound for this model: its 2 parameters in float32.
+  wire::TensorAssembler assembler("download", 8);
+  assembler.AcceptEncoded(8);
+  Status started = assembler.Start(manifest.manifest());
+  ASSERT_TRUE(started.ok()) << started.ToString();
+  for (const grpc::ByteBuffer& chunk : version->wire_chunks()) ASSERT_TRUE(assembler.Add(Parse(chunk).chunk()).ok());
+  auto downloaded = assembler.Finish();
+  ASSERT_TRUE(downloaded.ok()) << downloaded.status().ToString();
+  EXPECT_EQ(Bytes(*downloaded), Bytes(set));
+
+  // Beside a tensor int8 does make smaller, only that one is encoded.
+  const TensorSet mixed = {{"weight", {8}, {0.5f, -1.0f, 2.0f, 0.25f, 1.0f, -2.0f, 0.0f, 1.5f}}, {"bias", {1}, {0.5f}}};
+  auto both = ModelVersion::Encode(std::make_shared<const TensorSet>(mixed), 1, 1024, UpdateEncoding::kInt8);
+  EXPECT_EQ(both->encoded_tensors(), 1u);
+  EXPECT_EQ(both->total_bytes(), 8u + 4u + 4u);
 }
 
 }  // namespace
