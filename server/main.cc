@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
   flags.Bool("trained-weights", &options.runner.take_trained_weights,
              "let workers send a float32 update as their trained model and subtract the round's model here "
              "(the same delta; a worker then keeps no copy of the global model while it trains; costs the "
-             "coordinator a write of each delta). On by default; --trained-weights=false: every update is a delta");
+             "coordinator a write of each delta; not for a job whose model travels compressed). On by default; "
+             "--trained-weights=false: every update is a delta");
   flags.Int("eval-threads", &evaluation_threads,
             "OpenBLAS threads for evaluating each round's model (0: OpenBLAS's default, every core); idle "
             "OpenBLAS threads spin between rounds and take CPU from the transfers",

@@ -451,10 +451,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   // A coordinator that takes the trained model subtracts the global one itself: for float32
   // updates (not SCAFFOLD's, whose variates need the global model here) no copy of it is kept
-  // while training.
+  // while training. Not for a model sent compressed: the delta is from the model as decoded
+  // here, which the coordinator does not hold.
   const bool scaffold = task.spec().strategy() == "scaffold";
   const bool send_trained = task.takes_trained_weights() && !scaffold &&
-                            wire::JobUpdateEncoding(task.spec()) == UpdateEncoding::kFloat32;
+                            wire::JobUpdateEncoding(task.spec()) == UpdateEncoding::kFloat32 &&
+                            wire::JobDownloadEncoding(task.spec()) == UpdateEncoding::kFloat32;
   if (send_trained) TensorSet().swap(global);
   // Federated evaluation: the global model as downloaded, on this worker's local test split.
   std::optional<EvalReport> local_eval;

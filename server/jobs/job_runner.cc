@@ -19,6 +19,16 @@ Status AsyncTakesDeltas(const v1::UpdateHeader& header) {
                               ": field 'trained_weights': asynchronous rounds take deltas only");
 }
 
+// A job whose model travels compressed (spec.compression.download) takes deltas only: a
+// worker trains from the model as it decoded it, which the coordinator does not hold, so a
+// trained model could not be made the delta the worker trained (it would carry the encoding's
+// rounding as if it were training). Its tasks never offer TrainTask.takes_trained_weights.
+Status DecodedModelTakesDeltas(const v1::UpdateHeader& header, UpdateEncoding download) {
+  return InvalidArgumentError("update from worker '" + header.worker_id() + "' for job " + header.job_id() +
+                              ": field 'trained_weights': this job's model travels in " + UpdateEncodingName(download) +
+                              "; its updates are deltas from the model as decoded");
+}
+
 }  // namespace
 
 JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, RendezvousStore* rendezvous,
@@ -165,6 +175,7 @@ Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
     return driver->Admit(header);
   }
   std::shared_ptr<Round> round;
+  UpdateEncoding download;
   {
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
@@ -173,8 +184,10 @@ Status JobRunner::AdmitUpload(const v1::UpdateHeader& header) const {
                                      " round " + std::to_string(header.round()) + ": no round is open (" +
                                      std::to_string(job_.rounds_committed()) + " rounds committed)");
     }
+    download = wire::JobDownloadEncoding(job_.spec());
   }
   RETURN_IF_ERROR(round->Admit(header));
+  if (header.trained_weights() && download != UpdateEncoding::kFloat32) return DecodedModelTakesDeltas(header, download);
   if (header.failure().empty()) RETURN_IF_ERROR(round->CheckManifest(header));
   return Status::Ok();
 }
@@ -529,7 +542,8 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   *task.mutable_spec() = spec;
   task.set_deadline_unix_ms(deadline_unix_ms);
   for (const std::string& set : model_sets) task.add_model_sets(set);
-  task.set_takes_trained_weights(options_.take_trained_weights);
+  task.set_takes_trained_weights(options_.take_trained_weights &&
+                                 wire::JobDownloadEncoding(spec) == UpdateEncoding::kFloat32);
   // Serialized once for the round; each worker's task adds its own fields to these bytes.
   const auto task_wire = std::make_shared<const std::string>(task.SerializeAsString());
   for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix, task_wire);

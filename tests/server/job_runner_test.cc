@@ -74,6 +74,30 @@ TEST_F(JobRunnerTest, ATrainedModelIsFoldedAsItsDelta) {
   EXPECT_EQ(ReportOf(Rounds()[0], "w2").outcome(), "accepted");
 }
 
+// A job whose model travels compressed takes deltas only: its workers train from the model as
+// they decoded it, which the coordinator does not hold, so it cannot subtract it from a trained
+// model. Its tasks do not offer to take one, and one sent anyway is refused.
+TEST_F(JobRunnerTest, AJobWhoseModelTravelsCompressedTakesDeltasOnly) {
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload(0.1f)));
+  FakeAction trained;
+  trained.delta = [](const TensorSet& global) { return global; };
+  trained.WithTamper([](v1::UpdateHeader* h, TensorSet*) { h->set_trained_weights(true); });
+  FakeWorker& w2 = AddWorker("w2", Always(trained));
+  v1::JobSpec spec = SmallSpec(2, 1);
+  spec.mutable_compression()->set_download(v1::ENCODING_FLOAT16);
+  v1::Job job = Run(spec);
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  ASSERT_FALSE(w1.received().empty());
+  EXPECT_FALSE(w1.received().front().train().takes_trained_weights());
+  ASSERT_EQ(w2.turns().size(), 1u);
+  EXPECT_EQ(w2.turns()[0].admitted->code(), StatusCode::kInvalidArgument);
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].clients_reported(), 1u);
+  const std::string outcome = ReportOf(rounds[0], "w2").outcome();
+  EXPECT_NE(outcome.find("field 'trained_weights': this job's model travels in float16"), std::string::npos) << outcome;
+}
+
 TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
   // The model the job served while it ran, watched without being held.
   std::mutex held_mu;

@@ -64,7 +64,8 @@ TEST_F(AgentTest, AModelInsideItsTaskIsTrainedWithoutADownload) {
 
 // A task whose coordinator takes the trained model (TrainTask.takes_trained_weights) gets it in
 // the "delta" set, marked so: the global model plus the delta the same training sends
-// otherwise, bit for bit. A compressed job's update stays a delta.
+// otherwise, bit for bit. A compressed job's update stays a delta, and so does one of a job
+// whose model travels compressed.
 // --keep-round-memory: a round's memory stays with the worker until it has been idle for
 // idle_release_ms, then goes back once; without the flag nothing is kept to hand back.
 TEST_F(AgentTest, KeptRoundMemoryIsHandedBackOnceTheWorkerIsIdle) {
@@ -100,9 +101,16 @@ TEST_F(AgentTest, ACoordinatorThatSubtractsGetsTheTrainedModel) {
   v1::Task int8 = Train(1, 1, "job-3");
   int8.mutable_train()->set_takes_trained_weights(true);
   int8.mutable_train()->mutable_spec()->mutable_compression()->set_encoding(v1::ENCODING_INT8);
-  Start({delta, trained, int8});
+  // A model sent compressed: the delta is from the model as decoded here, which the
+  // coordinator does not hold.
+  v1::Task decoded = Train(1, 1, "job-4");
+  decoded.mutable_train()->set_takes_trained_weights(true);
+  decoded.mutable_train()->mutable_spec()->mutable_compression()->set_download(v1::ENCODING_FLOAT16);
+  Start({delta, trained, int8, decoded});
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-3"));
+  EXPECT_FALSE(upload.trained_weights());
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-4"));
   EXPECT_FALSE(upload.trained_weights());
   const TensorSet global = ScriptedCoordinator({}, shared_).model();
   std::map<std::string, std::pair<v1::UpdateHeader, TensorSet>> by_job;
