@@ -9,6 +9,7 @@
 #include <google/protobuf/wire_format_lite.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include "core/update_codec.h"
 #include "proto/byte_buffers.h"
 #include "proto/tensor_transfer.h"
 
@@ -163,19 +164,35 @@ Status DownloadCheck::StartManifest(v1::ModelChunkMessage message) {
   }
   uint64_t total = 0;
   for (const auto& info : m.tensors()) {
-    if (info.dtype() != v1::DTYPE_FLOAT32) {
-      return DataLossError(what_ + ": tensor '" + info.name() + "': expected dtype FLOAT32, got " +
-                           v1::DType_Name(info.dtype()));
+    // float32, or a dense encoding of a model sent compressed (JobSpec.compression.download).
+    std::optional<UpdateEncoding> encoding;
+    switch (info.dtype()) {
+      case v1::DTYPE_FLOAT32: encoding = UpdateEncoding::kFloat32; break;
+      case v1::DTYPE_FLOAT16: encoding = UpdateEncoding::kFloat16; break;
+      case v1::DTYPE_BFLOAT16: encoding = UpdateEncoding::kBFloat16; break;
+      case v1::DTYPE_INT8: encoding = UpdateEncoding::kInt8; break;
+      default: break;
+    }
+    if (!encoding) {
+      return DataLossError(what_ + ": tensor '" + info.name() + "': expected dtype FLOAT32, FLOAT16, BFLOAT16 or INT8, got " +
+                           (v1::DType_IsValid(info.dtype()) ? v1::DType_Name(info.dtype()) : std::to_string(info.dtype())));
     }
     uint64_t elements = 1;
     for (int64_t d : info.shape()) {
       if (d < 0) return DataLossError(what_ + ": tensor '" + info.name() + "' has a negative dimension");
+      if (d > 0 && elements > std::numeric_limits<uint64_t>::max() / 8 / static_cast<uint64_t>(d)) {
+        return DataLossError(what_ + ": tensor '" + info.name() + "': its shape's element count overflows");
+      }
       elements *= static_cast<uint64_t>(d);
     }
-    if (info.byte_size() != elements * sizeof(float)) {
-      return DataLossError(what_ + ": tensor '" + info.name() + "': its shape needs " +
-                           std::to_string(elements * sizeof(float)) + " bytes, the manifest says " +
+    const uint64_t needs = *EncodedByteSize(*encoding, elements, 0);  // within 2^61 elements, no overflow
+    if (info.byte_size() != needs) {
+      return DataLossError(what_ + ": tensor '" + info.name() + "': its shape needs " + std::to_string(needs) +
+                           " bytes in " + UpdateEncodingName(*encoding) + ", the manifest says " +
                            std::to_string(info.byte_size()));
+    }
+    if (total > std::numeric_limits<uint64_t>::max() - info.byte_size()) {
+      return DataLossError(what_ + ": the manifest's tensors' bytes overflow");
     }
     total += info.byte_size();
   }

@@ -1,8 +1,9 @@
 // Checks one model download as it streams, against the manifest it starts with, without
 // keeping the model: what the real worker's wire::TensorAssembler checks, minus the copy.
 //
-//  - the first message is the manifest: float32 tensors whose byte sizes match their shapes
-//    and add up to its total, a chunk size of at most 1 MiB, the model version asked for;
+//  - the first message is the manifest: float32 tensors (or float16, bfloat16 or int8 ones, a
+//    model sent compressed) whose byte sizes match their shapes in their dtype and add up to
+//    its total, a chunk size of at most 1 MiB, the model version asked for;
 //  - then chunks in tensor order and offset order, none empty or larger than the chunk size,
 //    covering every tensor exactly;
 //  - with `verify_hashes`, each tensor's SHA-256 against the manifest's (costs a hash pass

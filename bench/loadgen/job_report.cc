@@ -46,6 +46,9 @@ v1::JobSpec MakeJobSpec(const JobSettings& s) {
   partition->set_kind(s.partition == "local-files" ? v1::PARTITION_LOCAL_FILES : v1::PARTITION_IID);
   partition->set_parties(s.clients);
   partition->set_seed(s.seed);
+  if (s.download != v1::ENCODING_UNSPECIFIED && s.download != v1::ENCODING_FLOAT32) {
+    spec.mutable_compression()->set_download(s.download);
+  }
   return spec;
 }
 

@@ -30,6 +30,9 @@ struct JobSettings {
   uint32_t batch_size = 1;
   uint32_t round_deadline_ms = 120000;
   uint64_t seed = 1;
+  // How the model travels to the clients (JobSpec.compression.download): float32 when
+  // unspecified, or float16, bfloat16 or int8.
+  v1::Encoding download = v1::ENCODING_UNSPECIFIED;
 };
 
 v1::JobSpec MakeJobSpec(const JobSettings& settings);

@@ -76,6 +76,7 @@ struct Settings {
   bool always_download = false;
   bool always_upload_call = false;
   bool trained_weights = false;
+  std::string download = "float32";
   int64_t compute_ms = 0;
   int64_t samples = 1;
   int64_t seed = 1;
@@ -151,6 +152,9 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   }
   if (s.update != "zero" && s.update != "random") {
     return InvalidArgumentError("--update: expected zero or random, got '" + s.update + "'");
+  }
+  if (s.download != "float32" && s.download != "float16" && s.download != "bfloat16" && s.download != "int8") {
+    return InvalidArgumentError("--download: expected float32, float16, bfloat16 or int8, got '" + s.download + "'");
   }
   RETURN_IF_ERROR(CheckRange("random-variants", s.random_variants, 1, 64));
   RETURN_IF_ERROR(CheckRange("chunk-kib", s.chunk_kib, 1, 1024));
@@ -356,6 +360,10 @@ int Run(Settings& s, const std::vector<uint32_t>& hidden) {
     js.batch_size = static_cast<uint32_t>(s.batch_size);
     js.round_deadline_ms = static_cast<uint32_t>(s.round_deadline_s * 1000);
     js.seed = static_cast<uint64_t>(s.seed);
+    js.download = s.download == "float16"    ? v1::ENCODING_FLOAT16
+                  : s.download == "bfloat16" ? v1::ENCODING_BFLOAT16
+                  : s.download == "int8"     ? v1::ENCODING_INT8
+                                             : v1::ENCODING_FLOAT32;
     v1::SubmitJobRequest request;
     *request.mutable_spec() = MakeJobSpec(js);
     auto parameters = ModelParameters(request.spec());
@@ -488,6 +496,9 @@ int main(int argc, char** argv) {
   flags.Bool("trained-weights", &s.trained_weights,
              "send each update as the trained model where the task offers it, as tessera-worker does (the "
              "coordinator subtracts its model on arrival); the bytes stay the --update values");
+  flags.String("download", &s.download,
+               "how the submitted job's model travels to the clients ([compression] download): float32, "
+               "float16, bfloat16 or int8");
   flags.Int("compute-ms", &s.compute_ms, "simulated local compute between download and upload");
   flags.Int("samples", &s.samples, "the sample count each update reports");
   flags.Int("seed", &s.seed, "seeds the job and the random updates");

@@ -5,7 +5,8 @@
 # Then 10 clients run another job with downloads checked in place (no hashes), as the
 # benchmark runs them, and two more that download the model instead of taking it inside
 # their tasks (--always-download), with and without hashes, and one whose updates are sent as
-# the trained model (--trained-weights).
+# the trained model (--trained-weights), and two of a job whose model travels compressed
+# (--download).
 # Then the same clients idle for a second: every heartbeat answered. No timing is asserted.
 #   loadgen_test.sh COORDINATOR_BIN LOADGEN_BIN
 set -euo pipefail
@@ -101,6 +102,22 @@ if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/toke
 fi
 grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/trained.log" ||
   fail "with --trained-weights: expected 2 committed rounds with all 10 clients accepted"
+
+# A job whose model travels compressed ([compression] download): its manifest gives each
+# tensor in int8 or float16, which the clients check against its shape, inside the tasks with
+# hashes and by DownloadModel in place; their updates keep the model's shapes.
+for download in "int8 --verify-downloads" "float16 --always-download"; do
+  if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 10 \
+      --name-prefix "download-${download%% *}" --rounds 2 --warmup 0 --update random --max-test-samples 100 --timeout-s 240 \
+      --download $download > "$dir/download.log" 2>&1; then
+    fail "the load generator with --download $download reported a failure"
+  fi
+  grep -q 'summary: .* state=JOB_SUCCEEDED rounds=2 .* clients=10 .*all_accepted=yes' "$dir/download.log" ||
+    fail "with --download $download: expected 2 committed rounds with all 10 clients accepted"
+  grep -q ' downloads=20 ' "$dir/download.log" || fail "with --download $download: expected 20 checked downloads"
+done
+if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --download topk \
+  > "$dir/usage.log" 2>&1; then fail "--download topk was accepted"; fi
 
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 \
     --name-prefix idle --idle-s 1 --timeout-s 60 > "$dir/idle.log" 2>&1; then
