@@ -340,6 +340,11 @@ int main(int argc, char** argv) {
     std::cerr << "tessera bench: expected a benchmark: tessera bench collectives [flags]\n";
     return 2;
   }
+  if (command == "workers" && args.size() >= 2 && args[1] == "forget" && all) {
+    std::cerr << "tessera workers forget: --all applies to the list (tessera workers --all); forget takes one "
+                 "worker's name\n";
+    return 2;
+  }
   const std::string source = from_environment != nullptr && coordinator == from_environment ? "$TESSERA_COORDINATOR"
                              : coordinator == "127.0.0.1:7070"                             ? "the default"
                                                                                            : "--coordinator";

@@ -297,6 +297,10 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_EQ(bench_typo_code, 2) << bench_typo;
   EXPECT_NE(bench_typo.find("flag --ranks: expected rank counts from 1 to 64, got 'x'"), std::string::npos)
       << bench_typo;
+  // --all lists the stopped workers too; with forget it is a mistake, not ignored.
+  auto [forget_all_code, forget_all] = RunCli(dir, {"workers", "forget", "w1", "--all"});
+  EXPECT_EQ(forget_all_code, 2) << forget_all;
+  EXPECT_NE(forget_all.find("tessera workers forget: --all applies to the list"), std::string::npos) << forget_all;
   // `tessera bench --help` is bench's help, as `tessera CMD --help` is every command's.
   auto [bench_flag_code, bench_flag] = RunCli(dir, {"bench", "--help"});
   EXPECT_EQ(bench_flag_code, 0) << bench_flag;
