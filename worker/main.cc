@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
              "fault the large buffers a round maps (4 MiB or more: a large model's tensors, its download and its "
              "update) in 2 MiB transparent huge pages where the kernel gives them on request (madvise): one fault "
              "where there were 512; only the whole huge pages inside a buffer, so what is resident is unchanged "
-             "(default true; not with --keep-round-memory, whose buffers stay in the heap; false where the kernel's "
+             "(default true; off with --keep-round-memory, whose buffers stay in the heap, and refused beside it when given; "
+             "false where the kernel's "
              "compaction for huge pages would stall a worker on a host short of free memory)");
   std::string trainer;
   flags.String("trainer", &trainer,
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
   if (version) {
     std::cout << "tessera-worker " << TESSERA_VERSION << "\n";
     return 0;
+  }
+  if (options.keep_round_memory && flags.WasGiven("huge-pages") && huge_pages) {
+    std::cerr << "tessera-worker: --huge-pages and --keep-round-memory: a kept round's buffers stay in the heap, "
+                 "where no huge page is asked for; give one\n";
+    return 2;
   }
 #ifdef __GLIBC__
   if (options.keep_round_memory) {

@@ -144,6 +144,7 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--chunk-kib", "2048"}, "flag --chunk-kib: expected 1 to 1024, got '2048'"},
       {{"--cohort", "site", "--cohort-timeout-s", "0"}, "flag --cohort-timeout-s: expected 1 to 604800, got '0'"},
       {{"--cohort", "site", "--cohort-timeout-s", "30s"}, "flag --cohort-timeout-s: expected an integer, got '30s'"},
+      {{"--keep-round-memory", "--huge-pages"}, "--huge-pages and --keep-round-memory: a kept round's buffers stay"},
       {{"--cohort-timeout-s", "600"},
        "--cohort-timeout-s bounds the waits of a cohort's members; give --cohort too"},
       {{"--pace-real-time", "--device", "cpu"},
