@@ -14,8 +14,7 @@
 namespace tessera::server {
 namespace {
 
-// Reports a step's record keeps besides its folded updates' (refused, failed, dropped tasks):
-// the rest are counted, not listed.
+// Reports a step's record keeps besides its folded updates' (refused, failed, dropped): the rest are counted.
 constexpr size_t kMaxReportsPerStep = 256;
 // A client whose task failed, was refused or dropped gets no new task before this passes, so
 // that one that cannot train does not spin through tasks.
