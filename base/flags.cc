@@ -88,8 +88,10 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
     }
     case Kind::kDouble: {
       double v = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !std::isfinite(v) || std::isspace(static_cast<unsigned char>(value[0]))) {
-        return InvalidArgumentError("flag --" + name + ": expected a finite number" + got);
+      // strtod also reads C's hexadecimal floats ("0x10" is 16): a decimal number only.
+      const bool hex = value.find_first_of("xX") != std::string::npos;
+      if (value.empty() || *end != '\0' || !std::isfinite(v) || hex || std::isspace(static_cast<unsigned char>(value[0]))) {
+        return InvalidArgumentError("flag --" + name + ": expected a finite decimal number" + got);
       }
       *static_cast<double*>(flag.target) = v;
       return Status::Ok();

@@ -204,11 +204,20 @@ TEST(FlagsTest, UsageCanListSomeFlags) {
   EXPECT_NE(flags.Usage().find("--alpha VALUE"), std::string::npos);
 }
 
-TEST(FlagsTest, NumbersMustBeFinite) {
+TEST(FlagsTest, NumbersMustBeFiniteAndDecimal) {
   double threshold = 0.5;
-  FlagSet flags;
-  flags.Double("threshold", &threshold, "");
-  EXPECT_EQ(ParseArgs(flags, {"--threshold=nan"}).message(), "flag --threshold: expected a finite number, got 'nan'");
+  auto parse = [&](std::vector<std::string> args) {
+    FlagSet flags;  // a flag set takes each flag once
+    flags.Double("threshold", &threshold, "");
+    return ParseArgs(flags, args);
+  };
+  EXPECT_EQ(parse({"--threshold=nan"}).message(), "flag --threshold: expected a finite decimal number, got 'nan'");
+  // strtod reads C's hexadecimal floats too: 0x10 would be 16.
+  EXPECT_EQ(parse({"--threshold=0x10"}).message(), "flag --threshold: expected a finite decimal number, got '0x10'");
+  EXPECT_EQ(parse({"--threshold", "0X1p-2"}).message(),
+            "flag --threshold: expected a finite decimal number, got '0X1p-2'");
+  ASSERT_TRUE(parse({"--threshold=2.5e-1"}).ok());
+  EXPECT_EQ(threshold, 0.25);
 }
 
 TEST(FlagsTest, ASecretFileIsBoundedAndNeverEchoed) {
