@@ -23,6 +23,7 @@ one JSON line per request and per reply, arrays in .npz files in a private direc
 the worker's log, not to the channel.
 """
 import json
+import math
 import os
 
 import numpy as np
@@ -109,7 +110,7 @@ def receive():
 
 def _reply(message):
     _, replies = _channel()
-    replies.write(json.dumps(message) + "\n")
+    replies.write(json.dumps(message, allow_nan=False) + "\n")  # NaN is no JSON the worker reads
     replies.flush()
 
 
@@ -122,13 +123,18 @@ def send(arrays, samples, loss=None):
     global _current
     if _current is None:
         raise RuntimeError("tessera_client.send: no task received (call receive() first)")
+    if loss is not None:
+        loss = float(loss)
+        if not math.isfinite(loss):
+            raise ValueError("tessera_client.send: loss must be a finite number, got %r (if training diverged, "
+                             "tessera_client.fail() reports the round as not trained)" % loss)
     converted = {name: np.ascontiguousarray(np.asarray(value, dtype=np.float32)) for name, value in arrays.items()}
     temporary = _current._out_path + ".tmp.npz"
     np.savez(temporary, **converted)
     os.replace(temporary, _current._out_path)
     message = {"type": "update", "samples": int(samples)}
     if loss is not None:
-        message["loss"] = float(loss)
+        message["loss"] = loss
     _current = None
     _reply(message)
 

@@ -79,14 +79,15 @@ TEST(ExternalTrainerTest, ATrainerThatCrashesHangsOrRepliesBadlyFailsOnlyItsWork
   ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
   const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
   const std::string script = "/usr/bin/python3 " + kSource + "/tests/integration/trainers/misbehaving.py ";
-  const std::vector<std::string> modes = {"identity", "identity", "crash", "hang", "garbage", "shape", "refuse"};
+  const std::vector<std::string> modes = {"identity", "identity", "crash",  "hang",
+                                          "garbage",  "shape",    "refuse", "nanloss"};
   std::vector<std::unique_ptr<WorkerThread>> workers;
   for (size_t i = 0; i < modes.size(); ++i) {
     workers.push_back(std::make_unique<WorkerThread>(address, "x" + std::to_string(i) + "-" + modes[i],
                                                      WithTrainer("custom=" + script + modes[i])));
   }
   // A worker without the trainer the job names.
-  workers.push_back(std::make_unique<WorkerThread>(address, "x7-none"));
+  workers.push_back(std::make_unique<WorkerThread>(address, "x8-none"));
   auto stub = JobStub((*coordinator)->port());
   ASSERT_TRUE(WaitForWorkers(*stub, modes.size() + 1, std::chrono::seconds(30)));
   v1::JobSpec spec = SmallJob(1, static_cast<uint32_t>(modes.size() + 1), 800);
@@ -114,7 +115,10 @@ TEST(ExternalTrainerTest, ATrainerThatCrashesHangsOrRepliesBadlyFailsOnlyItsWork
   expect("x5-shape", {"failed: ", "its trained model", "shape"});
   // Its message is far longer than a reply line may be: tessera_client cuts it, so it arrives.
   expect("x6-refuse", {"failed: ", "could not train", "no GPU memory left for this round"});
-  expect("x7-none", {"failed: ", "does not run", "--trainer flags: none"});
+  // A loss that is not a number is refused by tessera_client before anything is sent (JSON
+  // has no NaN), so the trainer can say so.
+  expect("x7-nanloss", {"failed: ", "could not train", "loss must be a finite number, got nan"});
+  expect("x8-none", {"failed: ", "does not run", "--trainer flags: none"});
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
   misbehaving.py shape      sends a model whose first tensor has the wrong shape
   misbehaving.py refuse     says it cannot train (tessera_client.fail), with a message far
                             longer than a reply line may be
+  misbehaving.py nanloss    sends a loss that is not a number; tessera_client refuses it, and
+                            the trainer reports the round with tessera_client.fail
   misbehaving.py identity   sends the global model back unchanged (a well-behaved trainer)
 """
 import os
@@ -31,6 +33,11 @@ while (task := tc.receive()) is not None:
         first = next(iter(arrays))
         arrays[first] = np.zeros((3, 3), np.float32)
         tc.send(arrays, samples=len(x))
+    elif mode == "nanloss":
+        try:
+            tc.send(task.arrays, samples=len(x), loss=float("nan"))
+        except ValueError as e:
+            tc.fail(str(e))
     elif mode == "refuse":
         tc.fail("no GPU memory left for this round\n" + "Traceback line\n" * 20000)
     else:
