@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,6 +93,33 @@ Result<TrainerCommand> ParseTrainerFlag(const std::string& value) {
   for (std::string word; words >> word;) command.argv.push_back(word);
   if (command.argv.empty()) return InvalidArgumentError("--trainer " + command.name + ": the command is empty");
   return command;
+}
+
+namespace {
+
+bool IsExecutableFile(const std::string& file) {
+  struct stat st {};
+  return ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(file.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+Status CheckTrainerProgram(const TrainerCommand& command, const std::string& path) {
+  const std::string& program = command.argv.front();
+  const std::string what = "--trainer " + command.name + ": the program " + QuoteUntrusted(program, 256);
+  if (program.find('/') != std::string::npos) {
+    if (IsExecutableFile(program)) return Status::Ok();
+    return InvalidArgumentError(what + " is not an executable file");
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t end = std::min(path.find(':', start), path.size());
+    const std::string dir = path.substr(start, end - start);
+    if (IsExecutableFile((dir.empty() ? "." : dir) + "/" + program)) return Status::Ok();
+    start = end + 1;
+  }
+  return InvalidArgumentError(what + " is not an executable file in any directory of PATH (" +
+                              QuoteUntrusted(path, 256) + "); give its path");
 }
 
 Clock::time_point TrainerDeadline(int64_t deadline_unix_ms, int64_t now_unix_ms) {

@@ -67,6 +67,10 @@ struct TrainerCommand {
   std::vector<std::string> argv;
 };
 Result<TrainerCommand> ParseTrainerFlag(const std::string& value);
+// Whether the command's program can be started: a path (with a '/') to an executable file, or
+// a name found as one in a directory of `path` (PATH's form; empty entries are the working
+// directory), as posix_spawnp looks it up. The error names the trainer and the program.
+Status CheckTrainerProgram(const TrainerCommand& command, const std::string& path);
 
 // The round's deadline for the process on this worker's steady clock: `deadline_unix_ms` on
 // the coordinator's clock (0 or less: none, and a day is allowed) against `now_unix_ms`, this

@@ -109,8 +109,9 @@ int main(int argc, char** argv) {
              "compaction for huge pages would stall a worker on a host short of free memory)");
   std::string trainer;
   flags.String("trainer", &trainer,
-               "NAME=COMMAND: run COMMAND (split on spaces, no shell) as the external trainer NAME for jobs whose "
-               "model.trainer is NAME; it trains each round through python/tessera_client (see docs/JOBS.md)");
+               "NAME=COMMAND: run COMMAND (split on spaces, no shell; its program, a path or a name in PATH, must be "
+               "an executable file at start) as the external trainer NAME for jobs whose model.trainer is NAME; it "
+               "trains each round through python/tessera_client (see docs/JOBS.md)");
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
@@ -179,6 +180,11 @@ int main(int argc, char** argv) {
     auto command = worker::ParseTrainerFlag(trainer);
     if (!command.ok()) {
       std::cerr << "tessera-worker: " << command.status().message() << "\n";
+      return 2;
+    }
+    const char* path = std::getenv("PATH");
+    if (Status s = worker::CheckTrainerProgram(*command, path != nullptr ? path : "/bin:/usr/bin"); !s.ok()) {
+      std::cerr << "tessera-worker: " << s.message() << "\n";
       return 2;
     }
     options.trainers.push_back(std::move(command).value());

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 
 #include "cli/job_spec.h"
 #include "tests/integration/harness.h"
@@ -24,6 +26,30 @@ worker::WorkerOptions WithTrainer(const std::string& flag) {
   EXPECT_TRUE(command.ok()) << command.status().ToString();
   options.trainers.push_back(*command);
   return options;
+}
+
+// A trainer's program is checked at the worker's start, as posix_spawnp would look it up.
+TEST(ExternalTrainerTest, TheProgramIsAnExecutableFileByPathOrInPath) {
+  auto command = worker::ParseTrainerFlag("t=sh -c true");
+  ASSERT_TRUE(command.ok());
+  EXPECT_TRUE(worker::CheckTrainerProgram(*command, "/nonexistent:/bin:/usr/bin").ok());
+  Status missing = worker::CheckTrainerProgram(*command, "/nonexistent::");
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("--trainer t: the program 'sh' is not an executable file in any directory of PATH "
+                                   "('/nonexistent::')"),
+            std::string::npos)
+      << missing.message();
+  command->argv[0] = "/bin/sh";
+  EXPECT_TRUE(worker::CheckTrainerProgram(*command, "").ok());
+  TempDir dir("trainer-program");
+  const std::string plain = dir.str() + "/train.py";  // a file, not executable
+  std::ofstream(plain) << "print('hi')\n";
+  std::filesystem::permissions(plain, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  command->argv[0] = plain;
+  EXPECT_NE(worker::CheckTrainerProgram(*command, "").message().find("train.py' is not an executable file"),
+            std::string::npos);
+  command->argv[0] = "/bin";  // a directory
+  EXPECT_FALSE(worker::CheckTrainerProgram(*command, "").ok());
 }
 
 TEST(ExternalTrainerTest, ThePyTorchMcMahanExampleTrainsFederatedOverTenWorkers) {
