@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <new>
-#include <stdexcept>
 #include <string>
 
 #include "collectives/reduce.h"
+#include "collectives/scratch.h"
 
 namespace tessera::collectives {
 namespace {
@@ -42,7 +41,7 @@ size_t ChunkStart(size_t count, int n, int i) {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-// The call a scratch buffer is for, named in its errors:
+// The call a scratch buffer is for, named in its errors (GrowScratch, scratch.h):
 // "rank 1: reduce_scatter #4 (count 10, float32, sum)".
 struct ScratchFor {
   int rank;
@@ -51,50 +50,12 @@ struct ScratchFor {
   size_t count;
   DataType type;
   ReduceOp reduce_op;
-  const char* use;  // what the scratch holds, e.g. "a received chunk"
-};
-
-std::string Decimal(unsigned __int128 value) {
-  std::string digits;
-  do {
-    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
-    value /= 10;
-  } while (value != 0);
-  return digits;
-}
-
-// Grows `buffer` to at least blocks x block_elements elements (it never shrinks, so steady
-// state allocates nothing). RESOURCE_EXHAUSTED naming the call when that is more bytes than an
-// object can hold (PTRDIFF_MAX) or than can be allocated: a count whose buffers the caller
-// holds can still need scratch beyond either, and an exception must not leave the call.
-template <typename T>
-Result<T*> GrowScratch(std::vector<T>& buffer, size_t blocks, size_t block_elements,
-                       const ScratchFor& call) {
-  // blocks is at most the rank count plus one: the product fits 128 bits with room to spare.
-  const unsigned __int128 bytes =
-      static_cast<unsigned __int128>(blocks) * block_elements * sizeof(T);
-  const bool fits = bytes <= static_cast<unsigned __int128>(PTRDIFF_MAX);
-  if (fits) {
-    const size_t elements = blocks * block_elements;
-    if (buffer.size() >= elements) return buffer.data();
-    try {
-      buffer.resize(elements);
-      return buffer.data();
-    } catch (const std::bad_alloc&) {
-    } catch (const std::length_error&) {
-    }
+  std::string operator()() const {
+    return "rank " + std::to_string(rank) + ": " + std::string(CollectiveOpName(op)) + " #" +
+           std::to_string(sequence) + " (count " + std::to_string(count) + ", " +
+           std::string(DataTypeName(type)) + ", " + std::string(ReduceOpName(reduce_op)) + ")";
   }
-  std::string call_name = "rank " + std::to_string(call.rank) + ": " +
-                          std::string(CollectiveOpName(call.op)) + " #" +
-                          std::to_string(call.sequence) + " (count " +
-                          std::to_string(call.count) + ", " +
-                          std::string(DataTypeName(call.type)) + ", " +
-                          std::string(ReduceOpName(call.reduce_op)) + ")";
-  return ResourceExhaustedError(call_name + " needs " + Decimal(bytes) + " bytes of scratch for " +
-                                call.use +
-                                (fits ? ", which could not be allocated"
-                                      : ", more than an object can hold"));
-}
+};
 
 }  // namespace
 
@@ -136,8 +97,8 @@ Status CollectiveAlgorithms::Allreduce(const void* send, void* recv, size_t coun
   if (type == DataType::kFloat16 && op == ReduceOp::kAvg) {
     ASSIGN_OR_RETURN(float* wide,
                      GrowScratch(wide_, 1, count,
-                                 {channel_->rank(), CollectiveOp::kAllreduce, sequence, count,
-                                  type, op, "the float32 copy of a float16 average"}));
+                         ScratchFor{channel_->rank(), CollectiveOp::kAllreduce, sequence, count, type, op},
+                         "the float32 copy of a float16 average"));
     HalfToFloatElements(static_cast<const uint16_t*>(send), wide, count);
     RETURN_IF_ERROR(Allreduce(wide, wide, count, DataType::kFloat32, op, sequence, deadline));
     FloatToHalfElements(wide, static_cast<uint16_t*>(recv), count);
@@ -169,8 +130,8 @@ Status CollectiveAlgorithms::RingAllreduce(const void* send, void* recv, size_t 
       largest_chunk = std::max(largest_chunk, ChunkStart(count, n, i + 1) - ChunkStart(count, n, i));
     }
     ASSIGN_OR_RETURN(incoming, GrowScratch(scratch_, 1, largest_chunk * element,
-                                           {r, CollectiveOp::kAllreduce, sequence, count, type,
-                                            op, "a received chunk"}));
+        ScratchFor{r, CollectiveOp::kAllreduce, sequence, count, type, op},
+        "a received chunk"));
   }
   if (input != buffer && n > 1 && input < buffer + bytes && buffer < input + bytes) {
     std::memmove(buffer, input, bytes);
@@ -237,8 +198,8 @@ Status CollectiveAlgorithms::RecursiveDoublingAllreduce(const void* send, void* 
   std::byte* incoming = nullptr;
   if (n > 1) {
     ASSIGN_OR_RETURN(incoming, GrowScratch(scratch_, 1, bytes,
-                                           {r, CollectiveOp::kAllreduce, sequence, count, type,
-                                            op, "a received copy of the buffer"}));
+        ScratchFor{r, CollectiveOp::kAllreduce, sequence, count, type, op},
+        "a received copy of the buffer"));
   }
   if (send != recv && bytes > 0) std::memmove(buffer, send, bytes);
   if (n > 1) {
@@ -386,8 +347,8 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
     // [n blocks in | own block out], as float32.
     ASSIGN_OR_RETURN(float* wide,
                      GrowScratch(wide_, static_cast<size_t>(n) + 1, count,
-                                 {r, CollectiveOp::kReduceScatter, sequence, count, type, op,
-                                  "the float32 copy of a float16 average"}));
+                         ScratchFor{r, CollectiveOp::kReduceScatter, sequence, count, type, op},
+                         "the float32 copy of a float16 average"));
     const size_t all = count * static_cast<size_t>(n);
     HalfToFloatElements(static_cast<const uint16_t*>(send), wide, all);
     RETURN_IF_ERROR(
@@ -405,8 +366,8 @@ Status CollectiveAlgorithms::ReduceScatter(const void* send, void* recv, size_t 
     // object holds where the caller's n blocks were not (two ranks).
     ASSIGN_OR_RETURN(std::byte* incoming,
                      GrowScratch(scratch_, 3, block,
-                                 {r, CollectiveOp::kReduceScatter, sequence, count, type, op,
-                                  "a received block and two accumulators"}));
+                         ScratchFor{r, CollectiveOp::kReduceScatter, sequence, count, type, op},
+                         "a received block and two accumulators"));
     std::byte* accumulators[2] = {incoming + block, incoming + 2 * block};
     const MessageHeader header =
         MakeHeader(CollectiveOp::kReduceScatter, type, op, -1, sequence, count, block);

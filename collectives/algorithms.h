@@ -21,9 +21,9 @@
 // It is sized with checked arithmetic before any data moves: scratch beyond what an object can
 // hold (reduce-scatter's three blocks, a float16 average's float32 copy), or that cannot be
 // allocated, is RESOURCE_EXHAUSTED naming the rank and the call ("rank 0: reduce_scatter #3
-// (count 10, float32, sum) needs ... bytes of scratch for ..."), never an exception. Every rank
-// that refuses stays in step with the others; one that refuses alone leaves its peers to fail
-// at their deadline.
+// (count 10, float32, sum) needs scratch of ... bytes for ...", scratch.h), never an
+// exception. Every rank that refuses stays in step with the others; one that refuses alone
+// leaves its peers to fail at their deadline.
 // Not thread-safe: one call at a time, like the Communicator that owns it.
 #pragma once
 

@@ -5,12 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
-#include <new>
-#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include "collectives/reduce.h"
+#include "collectives/scratch.h"
 
 namespace tessera::collectives {
 namespace {
@@ -23,37 +22,10 @@ void CopyBytes(void* to, const void* from, size_t bytes) {
 
 std::string RankName(int rank) { return "rank " + std::to_string(rank); }
 
-// `elements` elements of `element_bytes` each in *bytes; false when that is more bytes than
-// an object can hold (PTRDIFF_MAX), product overflow included.
-bool ScratchBytes(size_t elements, size_t element_bytes, size_t* bytes) {
-  return !__builtin_mul_overflow(elements, element_bytes, bytes) &&
-         *bytes <= static_cast<size_t>(PTRDIFF_MAX);
-}
-
-// Grows `buffer` to at least `elements`; RESOURCE_EXHAUSTED naming the route and the size when
-// the bytes do not fit an object or the memory cannot be had (a count whose buffers the caller
-// holds can still need more scratch than the host has).
-template <typename T>
-Result<T*> Grow(std::vector<T>& buffer, size_t elements, int rank, const char* route) {
-  size_t bytes = 0;
-  const bool fits = ScratchBytes(elements, sizeof(T), &bytes);
-  if (fits && buffer.size() >= elements) return buffer.data();
-  if (fits) {
-    try {
-      buffer.resize(elements);
-      return buffer.data();
-    } catch (const std::bad_alloc&) {
-    } catch (const std::length_error&) {
-    }
-  }
-  if (fits) {
-    return ResourceExhaustedError(RankName(rank) + ": " + route + " needs " +
-                                  std::to_string(bytes) +
-                                  " bytes of scratch, which could not be allocated");
-  }
-  return ResourceExhaustedError(RankName(rank) + ": " + route + " needs scratch of " +
-                                std::to_string(elements) + " x " + std::to_string(sizeof(T)) +
-                                " bytes, more than an object can hold");
+// What a route's scratch errors name (GrowScratch, scratch.h): "rank 0: ROUTE", built only
+// for an error.
+auto RouteOf(int rank, const char* route) {
+  return [rank, route] { return RankName(rank) + ": " + route; };
 }
 
 }  // namespace
@@ -227,14 +199,7 @@ bool FallbackCommunicator::Needed(const CommunicatorCapabilities& base) {
 
 Result<std::byte*> FallbackCommunicator::Scratch(size_t elements, size_t element_bytes,
                                                  const char* route) {
-  size_t bytes = 0;
-  if (!ScratchBytes(elements, element_bytes, &bytes)) {
-    return ResourceExhaustedError(RankName(rank()) + ": " + route + " needs scratch of " +
-                                  std::to_string(elements) + " x " +
-                                  std::to_string(element_bytes) +
-                                  " bytes, more than an object can hold");
-  }
-  return Grow(scratch_, bytes, rank(), route);
+  return GrowScratch(scratch_, elements, element_bytes, RouteOf(rank(), route));
 }
 
 Status FallbackCommunicator::NoRoute(CollectiveOp op, ReduceOp reduce_op) const {
@@ -259,7 +224,7 @@ Status FallbackCommunicator::DoAllreduce(const void* send, void* recv, size_t co
                                          DataType type, ReduceOp op, Deadline deadline) {
   if (WidensHalfAverage(CollectiveOp::kAllreduce, type, op)) {
     const char* route = "allreduce(avg) float16 <- allreduce(avg) float32";
-    ASSIGN_OR_RETURN(float* wide, Grow(wide_, count, rank(), route));
+    ASSIGN_OR_RETURN(float* wide, GrowScratch(wide_, 1, count, RouteOf(rank(), route)));
     Count(route);
     HalfToFloatElements(static_cast<const uint16_t*>(send), wide, count);
     RETURN_IF_ERROR(DoAllreduce(wide, wide, count, DataType::kFloat32, op, deadline));
@@ -315,7 +280,7 @@ Status FallbackCommunicator::DoReduceScatter(const void* send, void* recv, size_
     const char* route = "reduce_scatter(avg) float16 <- reduce_scatter(avg) float32";
     // count * size float16 elements fit (the call was checked), so neither sum wraps.
     const size_t all = count * static_cast<size_t>(size());
-    ASSIGN_OR_RETURN(float* wide, Grow(wide_, all + count, rank(), route));
+    ASSIGN_OR_RETURN(float* wide, GrowScratch(wide_, 1, all + count, RouteOf(rank(), route)));
     Count(route);
     HalfToFloatElements(static_cast<const uint16_t*>(send), wide, all);
     RETURN_IF_ERROR(

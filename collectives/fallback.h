@@ -97,7 +97,7 @@ class FallbackCommunicator final : public Communicator {
   void Count(const char* route) { ++fallback_counts_[route]; }
   Status NoRoute(CollectiveOp op, ReduceOp reduce_op) const;
   // Scratch of `elements` x `element_bytes` bytes, kept between calls; RESOURCE_EXHAUSTED
-  // naming `route` when the bytes overflow, exceed PTRDIFF_MAX or cannot be allocated.
+  // naming `route` when the bytes exceed PTRDIFF_MAX or cannot be allocated (scratch.h).
   Result<std::byte*> Scratch(size_t elements, size_t element_bytes, const char* route);
   // The send/recv algorithms, told that a call with this deadline begins (for its errors).
   CollectiveAlgorithms& SendRecvRoute(Deadline deadline);
