@@ -45,23 +45,30 @@ v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes,
 
 Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t resume_offset,
                     const std::function<Status(const v1::TensorChunk&)>& emit) {
+  std::vector<std::string_view> bytes;
+  bytes.reserve(tensors.size());
+  for (const NamedTensor& t : tensors) bytes.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  return ForEachChunk(bytes, chunk_bytes, resume_offset, emit);
+}
+
+Status ForEachChunk(std::span<const std::string_view> tensors, uint32_t chunk_bytes, uint64_t resume_offset,
+                    const std::function<Status(const v1::TensorChunk&)>& emit) {
   chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
   uint64_t global = 0;
   v1::TensorChunk chunk;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto* bytes = reinterpret_cast<const char*>(tensors[i].values.data());
-    const uint64_t size = tensors[i].ByteSize();
+    const std::string_view bytes = tensors[i];
     uint64_t offset = 0;
-    if (resume_offset > global) offset = std::min<uint64_t>(size, resume_offset - global);
-    while (offset < size) {
-      const uint64_t n = std::min<uint64_t>(chunk_bytes, size - offset);
+    if (resume_offset > global) offset = std::min<uint64_t>(bytes.size(), resume_offset - global);
+    while (offset < bytes.size()) {
+      const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes.size() - offset);
       chunk.set_tensor_index(static_cast<uint32_t>(i));
       chunk.set_offset(offset);
-      chunk.mutable_data()->assign(bytes + offset, n);  // the buffer reused chunk to chunk
+      chunk.mutable_data()->assign(bytes.data() + offset, n);  // the buffer reused chunk to chunk
       RETURN_IF_ERROR(emit(chunk));
       offset += n;
     }
-    global += size;
+    global += bytes.size();
   }
   return Status::Ok();
 }

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -31,6 +33,9 @@ v1::TensorManifest BuildManifest(const TensorSet& tensors, uint32_t chunk_bytes 
 // concatenated tensors (to resume a broken transfer). Stops at the first error `emit`
 // returns (a closed stream) and returns it.
 Status ForEachChunk(const TensorSet& tensors, uint32_t chunk_bytes, uint64_t resume_offset,
+                    const std::function<Status(const v1::TensorChunk&)>& emit);
+// The same over each tensor's bytes as sent (an encoded model version's, an update's).
+Status ForEachChunk(std::span<const std::string_view> tensors, uint32_t chunk_bytes, uint64_t resume_offset,
                     const std::function<Status(const v1::TensorChunk&)>& emit);
 
 // Rebuilds a TensorSet from a manifest and its chunks, checking as it goes: chunk sizes,

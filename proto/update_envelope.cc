@@ -180,19 +180,8 @@ Status ForEachChunkMessage(const std::shared_ptr<const UpdateBytes>& tensors, ui
 
 Status ForEachChunk(const UpdateBytes& tensors, uint32_t chunk_bytes,
                     const std::function<Status(const v1::TensorChunk&)>& emit) {
-  chunk_bytes = std::clamp<uint32_t>(chunk_bytes, 4, kMaxChunkBytes);
-  v1::TensorChunk chunk;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const std::string& bytes = tensors[i];
-    for (size_t offset = 0; offset < bytes.size(); offset += chunk_bytes) {
-      const size_t n = std::min<size_t>(chunk_bytes, bytes.size() - offset);
-      chunk.set_tensor_index(static_cast<uint32_t>(i));
-      chunk.set_offset(offset);
-      chunk.mutable_data()->assign(bytes.data() + offset, n);  // the buffer reused chunk to chunk
-      RETURN_IF_ERROR(emit(chunk));
-    }
-  }
-  return Status::Ok();
+  const std::vector<std::string_view> bytes(tensors.begin(), tensors.end());
+  return ForEachChunk(bytes, chunk_bytes, 0, emit);
 }
 
 }  // namespace tessera::wire

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 
 #include "base/sha256.h"
@@ -140,25 +139,8 @@ Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) co
 Status ModelVersion::ForEachWireChunk(uint64_t resume_offset,
                                       const std::function<Status(const v1::TensorChunk&)>& emit) const {
   if (wire_tensors_.empty()) return wire::ForEachChunk(*tensors_, chunk_bytes_, resume_offset, emit);
-  // As wire::ForEachChunk cuts float32 tensors, over the bytes as sent.
-  const uint64_t chunk_bytes = std::clamp<uint32_t>(chunk_bytes_, 4, wire::kMaxChunkBytes);
-  uint64_t global = 0;
-  v1::TensorChunk chunk;
-  for (size_t i = 0; i < wire_tensors_.size(); ++i) {
-    const std::string& bytes = wire_tensors_[i];
-    uint64_t offset = 0;
-    if (resume_offset > global) offset = std::min<uint64_t>(bytes.size(), resume_offset - global);
-    while (offset < bytes.size()) {
-      const uint64_t n = std::min<uint64_t>(chunk_bytes, bytes.size() - offset);
-      chunk.set_tensor_index(static_cast<uint32_t>(i));
-      chunk.set_offset(offset);
-      chunk.mutable_data()->assign(bytes.data() + offset, n);
-      RETURN_IF_ERROR(emit(chunk));
-      offset += n;
-    }
-    global += bytes.size();
-  }
-  return Status::Ok();
+  const std::vector<std::string_view> bytes(wire_tensors_.begin(), wire_tensors_.end());
+  return wire::ForEachChunk(bytes, chunk_bytes_, resume_offset, emit);
 }
 
 }  // namespace tessera::server
