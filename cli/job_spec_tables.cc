@@ -181,11 +181,8 @@ Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec*
   ASSIGN_OR_RETURN(const v1::Encoding download, ReadEncoding(*table, reader, "download", dense));
   if (download != v1::ENCODING_FLOAT32) out->set_download(download);
   ASSIGN_OR_RETURN(const v1::Encoding encoding, ReadEncoding(*table, reader, "encoding", names));
-  std::string name;
-  for (const auto& known : job_spec_names::kEncodings) {
-    if (known.encoding == encoding) name = known.name;
-  }
   out->set_encoding(encoding);
+  const std::string name = UpdateEncodingName(wire::JobUpdateEncoding(*spec));
   if (encoding != v1::ENCODING_TOPK) {
     if (reader.Has(*table, "compression", "fraction")) {
       return reader.Error("compression.fraction", "applies to encoding \"topk\" only; encoding is \"" + EscapeUntrusted(name) + "\"");

@@ -560,9 +560,11 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     }
     if (!own.empty()) KeepForSeat(local_tensors_, local_seat, std::move(own), kMaxResiduals);
   }
-  std::set<std::string> buffers;  // the model's running statistics, which no optimiser steps
-  for (const ParameterView& view : model->parameter_views()) {
-    if (!view.trainable) buffers.insert(view.name);
+  std::set<std::string> buffers;  // SCAFFOLD's: the model's running statistics, which no optimiser steps
+  if (scaffold) {
+    for (const ParameterView& view : model->parameter_views()) {
+      if (!view.trainable) buffers.insert(view.name);
+    }
   }
   model.reset();
   if (large_model_) device->ReleaseCachedMemory();  // the training state's blocks, cached by the pool

@@ -66,7 +66,6 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
         info->set_byte_size(encoded->size());
         info->set_sha256(Sha256Hex(encoded->data(), encoded->size()));
         info->set_xxh3_128(Xxh3Hex(encoded->data(), encoded->size()));
-        ++m->encoded_tensors_;
       } else {
         encoded.emplace(reinterpret_cast<const char*>(set[i].values.data()), set[i].ByteSize());
       }
@@ -134,6 +133,13 @@ Result<ModelVersion::Plan> ModelVersion::PlanDownload(uint64_t resume_offset) co
     plan.first_partial = std::make_unique<grpc::ByteBuffer>(Serialized(part));
   }
   return plan;
+}
+
+size_t ModelVersion::encoded_tensors() const {
+  const auto& tensors = manifest_.manifest().tensors();
+  return static_cast<size_t>(std::count_if(tensors.begin(), tensors.end(), [](const v1::TensorInfo& info) {
+    return info.dtype() != v1::DTYPE_FLOAT32;
+  }));
 }
 
 Status ModelVersion::ForEachWireChunk(uint64_t resume_offset,

@@ -45,7 +45,7 @@ class ModelVersion {
   const std::string& sha256() const { return sha256_; }
   uint64_t total_bytes() const { return total_bytes_; }  // as sent: encoded where it is
   // The tensors sent in an encoding other than float32 (0 for a float32 version).
-  size_t encoded_tensors() const { return encoded_tensors_; }
+  size_t encoded_tensors() const;
 
   // The messages of a download that resumes after `resume_offset` bytes: the manifest
   // message, then chunk messages. `first_partial` is set (and must be sent first after the
@@ -83,7 +83,6 @@ class ModelVersion {
   // Each tensor's bytes as sent, for a version with an encoding other than float32; empty for
   // a float32 one, which sends tensors_' bytes.
   std::vector<std::string> wire_tensors_;
-  size_t encoded_tensors_ = 0;
   mutable std::once_flag inline_once_;
   mutable std::shared_ptr<const std::string> inline_model_;
 };
