@@ -146,9 +146,11 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   http.routes.push_back({"/api/workers", [c](const HttpRequest&) {
                            // Bounded as the job service's ListWorkers: a federation of
                            // 100,000 workers is not a reply of a gigabyte every 2 s.
-                           std::vector<v1::WorkerStatus> workers = c->registry().List();
+                           size_t total = 0;
+                           std::vector<v1::WorkerStatus> workers = c->registry().List(wire::kMaxListEntries, &total);
                            v1::ListWorkersResponse response;
-                           response.set_more(wire::AddBounded(workers, response.mutable_workers()));
+                           const size_t listed = workers.size();
+                           response.set_more(total - listed + wire::AddBounded(workers, response.mutable_workers()));
                            return JsonResponse(response);
                          },
                          nullptr});
@@ -206,10 +208,9 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   server->collector_ = registry.AddCollector([c, &workers, &jobs, &streams, &queue, &buffered] {
     queue.With().Set(static_cast<double>(c->upload_budget().waiting()));
     buffered.With().Set(static_cast<double>(c->upload_budget().in_use()));
-    double alive = 0, gone = 0;
-    for (const auto& w : c->registry().List()) (w.alive() ? alive : gone) += 1;
-    workers.With({"alive"}).Set(alive);
-    workers.With({"gone"}).Set(gone);
+    const WorkerRegistry::Counts counts = c->registry().CountByLiveness();
+    workers.With({"alive"}).Set(static_cast<double>(counts.alive));
+    workers.With({"gone"}).Set(static_cast<double>(counts.gone));
     std::map<std::string, double> by_state;
     for (int s = v1::JobState_MIN; s <= v1::JobState_MAX; ++s) {
       if (s != v1::JOB_STATE_UNSPECIFIED && v1::JobState_IsValid(s)) by_state[wire::JobStateName(static_cast<v1::JobState>(s))] = 0;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -292,16 +293,26 @@ std::string WorkerRegistry::Cohort(const std::string& worker_id) const {
   return it == workers_.end() ? std::string() : it->second.status.cohort();
 }
 
-std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
+std::vector<v1::WorkerStatus> WorkerRegistry::List(size_t max_entries, size_t* total) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (total) *total = workers_.size();
   std::vector<v1::WorkerStatus> out;
+  out.reserve(std::min(max_entries, workers_.size()));
   for (const auto& [id, w] : workers_) {
+    if (out.size() == max_entries) break;
     v1::WorkerStatus s = w.status;
     s.set_alive(IsAliveLocked(w));
     s.set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
     out.push_back(std::move(s));
   }
   return out;
+}
+
+WorkerRegistry::Counts WorkerRegistry::CountByLiveness() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Counts counts;
+  for (const auto& [id, w] : workers_) ++(IsAliveLocked(w) ? counts.alive : counts.gone);
+  return counts;
 }
 
 Status WorkerRegistry::Forget(const std::string& name, v1::WorkerStatus* removed) {

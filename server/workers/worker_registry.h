@@ -137,7 +137,17 @@ class WorkerRegistry {
   void RecordRound(const std::string& worker_id, bool accepted);
   // The cohort the worker joined with ("" for none).
   std::string Cohort(const std::string& worker_id) const;
-  std::vector<v1::WorkerStatus> List() const;
+  // Every worker's status, in name order; with `max_entries`, only the first that many are
+  // copied and *total (when given) receives how many there are, so that a bounded listing
+  // of a large federation copies no more than it sends.
+  std::vector<v1::WorkerStatus> List(size_t max_entries = SIZE_MAX, size_t* total = nullptr) const;
+  // How many workers are alive and how many are not, without copying their statuses (what
+  // the metrics endpoint reads on every scrape).
+  struct Counts {
+    size_t alive = 0;
+    size_t gone = 0;
+  };
+  Counts CountByLiveness() const;
   const WorkerRegistryOptions& options() const { return options_; }
 
   // Removes a worker gone for good, so that its name no longer counts toward max_workers

@@ -211,6 +211,27 @@ TEST_F(WorkerRegistryTest, ASilentWorkerLeavesTheReadyList) {
   EXPECT_TRUE(listed_gone);
 }
 
+// A bounded listing copies only the first workers, in name order, and tells how many there
+// are; the liveness counts agree with the statuses without copying them.
+TEST_F(WorkerRegistryTest, ABoundedListCopiesItsFirstWorkersAndCountsTheRest) {
+  const v1::JoinResponse a = Join("a-worker");
+  Join("b-worker");
+  Join("c-worker");
+  clock_.Advance(milliseconds(20000));  // all three silent past the timeout
+  ASSERT_TRUE(registry_.Heartbeat(a.worker_id(), a.session(), "idle").ok());
+  size_t total = 0;
+  const std::vector<v1::WorkerStatus> first = registry_.List(2, &total);
+  EXPECT_EQ(total, 3u);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].name(), "a-worker");
+  EXPECT_EQ(first[1].name(), "b-worker");
+  EXPECT_EQ(registry_.List(0, &total).size(), 0u);
+  EXPECT_EQ(registry_.List().size(), 3u);
+  const WorkerRegistry::Counts counts = registry_.CountByLiveness();
+  EXPECT_EQ(counts.alive, 1u);
+  EXPECT_EQ(counts.gone, 2u);
+}
+
 // Whether a worker takes models inside its tasks is what its join said; a task queued with
 // one comes out of TakeTask as one message, with the model parsed in, and counts as written.
 TEST_F(WorkerRegistryTest, AnInlineModelIsForWorkersThatTakeItAndReadsAsOneMessage) {
