@@ -9,16 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "base/sha256.h"
+#include "base/xxh3.h"
 #include "cli/job_spec.h"
 #include "cli/provision.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/numpy_format.h"
+#include "core/update_codec.h"
 #include "fuzz_records.h"
 #include "proto/tensor_transfer.h"
 #include "proto/transport_security.h"
@@ -112,6 +115,31 @@ void TensorTransferCorpus(const fs::path& dir) {
   v1::TensorManifest negative = manifest;
   negative.mutable_tensors(0)->set_shape(0, -4);
   WriteFile(dir / "negative_dimension", Transfer(negative.SerializeAsString(), chunks));
+
+  // A model version sent compressed: each tensor in float16 or int8, checked by XXH3-128 of
+  // its bytes as sent.
+  for (UpdateEncoding encoding : {UpdateEncoding::kFloat16, UpdateEncoding::kInt8}) {
+    v1::TensorManifest sent;
+    sent.set_chunk_bytes(16);
+    std::vector<std::string> bytes;
+    for (const NamedTensor& t : model) {
+      bytes.push_back(EncodeValues(encoding, t.values, 0));
+      v1::TensorInfo* info = sent.add_tensors();
+      info->set_name(t.name);
+      for (int64_t d : t.shape) info->add_shape(d);
+      info->set_dtype(encoding == UpdateEncoding::kInt8 ? v1::DTYPE_INT8 : v1::DTYPE_FLOAT16);
+      info->set_byte_size(bytes.back().size());
+      info->set_xxh3_128(Xxh3Hex(bytes.back().data(), bytes.back().size()));
+      sent.set_total_bytes(sent.total_bytes() + bytes.back().size());
+    }
+    const std::vector<std::string_view> views(bytes.begin(), bytes.end());
+    std::vector<std::string> sent_chunks;
+    (void)wire::ForEachChunk(std::span<const std::string_view>(views), 16, 0, [&](const v1::TensorChunk& chunk) {
+      sent_chunks.push_back(chunk.SerializeAsString());
+      return Status::Ok();
+    });
+    WriteFile(dir / (std::string("valid_encoded_") + UpdateEncodingName(encoding)), Transfer(sent.SerializeAsString(), sent_chunks));
+  }
 }
 
 void UpdateEnvelopeCorpus(const fs::path& dir) {
