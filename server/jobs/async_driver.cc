@@ -372,7 +372,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   return Status::Ok();
 }
 
-void AsyncDriver::EndLostAndLateTasks() {
+void AsyncDriver::EndLostAndLateTasks(Clock::TimePoint now) {
   struct Look {
     std::string leader;
     uint32_t number;
@@ -380,7 +380,6 @@ void AsyncDriver::EndLostAndLateTasks() {
     bool late;
   };
   std::vector<Look> looks;
-  const auto now = clock_->Now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [leader, task] : tasks_) {
@@ -422,8 +421,7 @@ void AsyncDriver::EndLostAndLateTasks() {
   for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, "the task's deadline passed");
 }
 
-Result<size_t> AsyncDriver::FillTasks() {
-  const auto now = clock_->Now();
+Result<size_t> AsyncDriver::FillTasks(Clock::TimePoint now) {
   size_t want = 0;
   std::set<std::string> busy;
   {
@@ -657,14 +655,16 @@ Status AsyncDriver::Run() {
       }
       continue;
     }
-    EndLostAndLateTasks();
-    auto filled = FillTasks();
+    // One reading for the iteration: time that passes after the rests and deadlines were
+    // looked at is past the wait's deadline below, and ends it at once.
+    const auto now = clock_->Now();
+    EndLostAndLateTasks(now);
+    auto filled = FillTasks(now);
     if (!filled.ok()) {
       CancelAll("the job failed");
       return filled.status();
     }
     const size_t idle = *filled;
-    const auto now = clock_->Now();
     const size_t in_flight = tasks_in_flight(), buffered_now = buffered();
     if (in_flight == 0 && idle == 0) {
       // Nobody trains and nobody can: wait for workers as a synchronous round does.

@@ -156,11 +156,12 @@ class AsyncDriver {
   std::shared_ptr<Buffer> NewBuffer() const;
 
   // Parts of Run().
-  // Drops tasks whose workers were lost and ends those past their deadline.
-  void EndLostAndLateTasks();
-  // Hands a task on the current version to idle ready clients until `concurrency` train.
-  // Returns how many clients were ready and idle (0: none to give work to).
-  Result<size_t> FillTasks();
+  // Drops tasks whose workers were lost and ends those past their deadline at `now`.
+  void EndLostAndLateTasks(Clock::TimePoint now);
+  // Hands a task on the current version to idle ready clients until `concurrency` train;
+  // a client whose rest ends after `now` is not idle. Returns how many clients were ready
+  // and idle (0: none to give work to).
+  Result<size_t> FillTasks(Clock::TimePoint now);
   // Applies a sealed buffer: the next version, evaluated and committed. A model that is not
   // finite is not committed (the buffer is discarded); that happening max_round_attempts
   // times in a row ends the job.

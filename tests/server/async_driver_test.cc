@@ -498,5 +498,36 @@ TEST_F(AsyncDriverTest, AStepsRecordNamesItsFoldedUpdatesWhateverEndedBeforeThem
   EXPECT_DOUBLE_EQ(folded.staleness_weight(), 1.0);
 }
 
+// Time that passes while the job's thread is between its look at the clients' rests and its
+// sleep is not slept through: here the clock passes a failed client's rest while the thread
+// is held sending another client's task, and the rested client gets its next task at once.
+TEST_F(AsyncDriverTest, TimePassingWhileATaskIsSentEndsTheNextWait) {
+  FakeWorker& failing = AddWorker("failing", Always(FakeAction::Fail("its data is unreadable")));
+  GatedTasks good_tasks, other_tasks;
+  FakeWorker& good = AddWorker("good", good_tasks.Script());
+  FakeWorker& other = AddWorker("other", other_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(3, 1, /*buffer=*/2, /*max_staleness=*/1);
+  spec.set_round_deadline_ms(24 * 3600 * 1000);  // no task ends at its deadline here
+  Submit(spec);
+  TrainTask(good, 0);
+  TrainTask(other, 0);
+  const v1::TrainTask failed = TrainTask(failing, 0);
+  ASSERT_TRUE(failing.AwaitFinished(failed.round(), 1));  // it rests for a second from now
+  // other's update fills half the buffer and frees other: the job's thread, which finds
+  // failing still resting, hands other a new task and is held sending it.
+  auto held = std::make_shared<Gate>();
+  OpenAtExit release(held);
+  other.HoldNextDelivery(held);
+  other_tasks.Open(0);
+  ASSERT_TRUE(held->AwaitReached()) << "other's second task was never sent";
+  clock_.Advance(std::chrono::milliseconds(1100));  // past failing's rest
+  held->Open();
+  EXPECT_EQ(TrainTask(failing, 1).model_version(), 0u) << "the rested client got no new task";
+  good_tasks.OpenAll();
+  other_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -116,7 +116,10 @@ class FakeWorker::Channel final : public TaskChannelSink {
   explicit Channel(std::weak_ptr<FakeWorker> worker) : worker_(std::move(worker)) {}
   void TasksQueued() override {
     if (superseded_) return;
-    if (auto worker = worker_.lock()) worker->TasksQueued();
+    if (auto worker = worker_.lock()) {
+      worker->PassDeliveryGate();
+      worker->TasksQueued();
+    }
   }
   void Superseded() override { superseded_ = true; }
 
@@ -226,6 +229,22 @@ Status FakeWorker::Heartbeat() {
 uint64_t FakeWorker::generation() const {
   std::lock_guard<std::mutex> lock(mu_);
   return generation_;
+}
+
+void FakeWorker::HoldNextDelivery(std::shared_ptr<Gate> gate) {
+  std::lock_guard<std::mutex> lock(mu_);
+  gates_.push_back(gate);
+  if (stop_) gate->Open();
+  delivery_gate_ = std::move(gate);
+}
+
+void FakeWorker::PassDeliveryGate() {
+  std::shared_ptr<Gate> gate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate.swap(delivery_gate_);
+  }
+  if (gate) gate->Pass();
 }
 
 void FakeWorker::TasksQueued() {

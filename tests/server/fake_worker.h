@@ -146,6 +146,10 @@ class FakeWorker : public std::enable_shared_from_this<FakeWorker> {
   // Opens a second task channel in the same session, which supersedes the first; then the
   // first one's close arrives late, as over the network.
   Status ReopenChannel();
+  // The next task the coordinator sends this worker stops at `gate`, on the sender's thread
+  // (the job's, for a train task), before the worker learns of it: a test acts while the
+  // sender is held there. Stop() opens it.
+  void HoldNextDelivery(std::shared_ptr<Gate> gate);
   // One heartbeat in the current session (the fake sends none by itself: with the registry on
   // a clock that stands still, it needs none).
   Status Heartbeat();
@@ -168,6 +172,7 @@ class FakeWorker : public std::enable_shared_from_this<FakeWorker> {
  private:
   class Channel;
   void TasksQueued();
+  void PassDeliveryGate();  // on the sender's thread: HoldNextDelivery's gate, once
   void ReadLoop();
   void Act(size_t turn, v1::TrainTask task);
   void Record(size_t turn, const std::function<void(FakeTurn&)>& change);
@@ -188,6 +193,7 @@ class FakeWorker : public std::enable_shared_from_this<FakeWorker> {
   std::vector<v1::Task> received_;
   std::vector<FakeTurn> turns_;
   std::vector<std::shared_ptr<Gate>> gates_;  // of the actions in flight
+  std::shared_ptr<Gate> delivery_gate_;       // HoldNextDelivery's, until a delivery takes it
   std::thread reader_;
   std::vector<std::thread> trainers_;
 };

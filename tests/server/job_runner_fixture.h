@@ -57,8 +57,10 @@ class JobRunnerFixture : public ::testing::Test {
   void StopRunner();
   std::shared_ptr<JobRunner> runner();
 
-  // Blocks until the runner's thread waits on clock_ (exactly one waiter): what it waits
-  // for is fixed, so Advance() from now on is seen by that wait.
+  // Blocks until the runner's thread waits on clock_ (exactly one waiter): an Advance() from
+  // now on is seen by that wait, or, where the wait counted is one whose condition was just
+  // met and that is ending, by the next: the runner's wait ends by a deadline taken from
+  // the clock before it looked at what time decides.
   bool AwaitRunnerWaiting();
   // Blocks until a published note (or progress line, or "committed round N;" for a round's
   // record) contains `text`.
