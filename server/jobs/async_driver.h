@@ -19,9 +19,11 @@
 // concurrency + K), its attempt is 1, and its model_version is the version it trains from. An
 // update answers only the task its worker holds, on the version that task names.
 //
-// Memory O(model): the buffer is the strategy's streaming aggregate, never K copies of
-// updates; a version other than the current one is held only while a task sent on it has not
-// finished downloading it.
+// Memory: a buffer is the strategy's streaming aggregate, never K copies of updates. While a
+// step is applied, the buffers that fill meanwhile wait behind it, each one model-sized
+// aggregate: at most about concurrency / K of them (with K = 1 and many fast clients, that
+// many models), not O(model) alone. A version other than the current one is held only while
+// a task sent on it has not finished downloading it.
 //
 // Restarts: the driver keeps no durable state of its own. A job resumed after a crash starts
 // from the last committed version with the strategy's state restored (JobRunner::Prepare);
