@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "base/escape.h"
+#include "cli/client_text.h"
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
 #include "proto/job_mapping.h"
@@ -21,14 +23,9 @@
 #include "proto/list_reply.h"
 
 namespace tessera::cli {
-namespace {
 
 using wire::FromGrpc;
 
-// printf into a string as long as the text needs: a trace event or a table row holds strings
-// from the coordinator (a worker's failure, a device's name) of several hundred bytes, and a
-// cut one is JSON that does not parse or a row without its line end.
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 std::string Format(const char* format, ...) {
   char buffer[512] = "";
   va_list args;
@@ -51,6 +48,13 @@ std::string Format(const char* format, ...) {
   return out;
 }
 
+std::string Shown(std::string_view text, size_t max_chars) {
+  if (text.size() <= max_chars && !HasHiddenCharacters(text)) return std::string(text);
+  return EscapeUntrusted(text, max_chars);
+}
+
+namespace {
+
 void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
 }
@@ -67,7 +71,7 @@ struct Phase {
   double (*get)(const v1::PhaseLatency&);
 };
 
-const Phase kPhases[] = {
+const Phase kPhases[PhaseLatencies::kPhaseCount] = {
     {"selection", [](const v1::PhaseLatency& l) { return l.selection_ms(); }},
     {"distribution", [](const v1::PhaseLatency& l) { return l.distribution_ms(); }},
     {"compute (median worker)", [](const v1::PhaseLatency& l) { return l.compute_ms_median(); }},
@@ -144,18 +148,30 @@ std::string AsyncStepRow(const v1::RoundRecord& r) {
                 l.compute_ms_max(), l.aggregation_ms(), l.evaluation_ms(), l.total_ms());
 }
 
-std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {
+void PhaseLatencies::Add(const v1::PhaseLatency& latency) {
+  std::array<double, kPhaseCount> round{};
+  for (size_t i = 0; i < kPhaseCount; ++i) round[i] = kPhases[i].get(latency);
+  rounds_.push_back(round);
+}
+
+std::string PhaseLatencies::Summary() const {
   std::string out = Format("%-26s %12s %12s\n", "phase", "median ms", "max ms");
-  for (const Phase& phase : kPhases) {
-    std::vector<double> values;
-    for (const auto& r : rounds) values.push_back(phase.get(r.latency()));
-    if (values.empty()) continue;
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
-    const double median = n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-    out += Format("%-26s %12.1f %12.1f\n", phase.name, median, values.back());
+  if (rounds_.empty()) return out;
+  std::vector<double> phase(rounds_.size());
+  for (size_t i = 0; i < kPhaseCount; ++i) {
+    for (size_t r = 0; r < rounds_.size(); ++r) phase[r] = rounds_[r][i];
+    std::sort(phase.begin(), phase.end());
+    const size_t n = phase.size();
+    const double median = n % 2 ? phase[n / 2] : 0.5 * (phase[n / 2 - 1] + phase[n / 2]);
+    out += Format("%-26s %12.1f %12.1f\n", kPhases[i].name, median, phase.back());
   }
   return out;
+}
+
+std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {
+  PhaseLatencies latencies;
+  for (const auto& r : rounds) latencies.Add(r.latency());
+  return latencies.Summary();
 }
 
 Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out,
@@ -256,129 +272,6 @@ Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job
   v1::CancelJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, request, &response), "cancel " + job_id));
   out << (print.json ? wire::ToJson(response.job()) : "cancelling " + job_id) << "\n";
-  return Status::Ok();
-}
-
-namespace {
-
-bool Ended(v1::JobState state) {
-  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
-}
-
-}  // namespace
-
-Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
-                    const WatchOptions& options) {
-  const bool json = options.print.json;
-  std::vector<v1::RoundRecord> rounds;
-  std::set<std::string> notes_shown;  // a reconnected watch replays the job's notes
-  v1::Job last_job;
-  bool header_done = false;
-  uint32_t next_round = 0;
-  bool lost = false;
-  bool progress_shown = false;  // a live progress line is on screen, without its newline
-  std::chrono::steady_clock::time_point lost_since{};
-  auto backoff = std::chrono::milliseconds(250);
-  for (;;) {
-    grpc::ClientContext ctx;
-    v1::WatchJobRequest request;
-    request.set_job_id(job_id);
-    request.set_from_round(next_round);
-    auto reader = stub.WatchJob(&ctx, request);
-    v1::JobEvent event;
-    while (reader->Read(&event)) {
-      if (lost) {
-        if (!json) out << "  reconnected to the coordinator" << std::endl;
-        lost = false;
-        backoff = std::chrono::milliseconds(250);
-      }
-      last_job = event.job();
-      if (event.has_progress()) {
-        const auto& p = event.progress();
-        if (p.round() < next_round) continue;  // a round shown already (replayed after a reconnect)
-        if (json) {
-          out << wire::ToJson(event) << std::endl;
-          continue;
-        }
-        std::string waiting;
-        for (const auto& w : p.waiting_on()) waiting += (waiting.empty() ? "" : ", ") + w;
-        if (p.waiting_more() > 0) waiting += Format(" and %u more", p.waiting_more());
-        // An asynchronous job's progress is its open buffer: updates folded of the step's K,
-        // and the clients training.
-        const std::string line =
-            event.job().spec().has_async()
-                ? Format("  step %u: %u/%u updates buffered, training: %s", p.round(), p.reported(), p.selected(),
-                         waiting.empty() ? "nobody" : waiting.c_str())
-                : Format("  round %u: %u/%u reported, waiting on %s (%.0f s to the deadline)", p.round(),
-                         p.reported(), p.selected(), waiting.c_str(), p.deadline_in_ms() / 1000);
-        if (options.live) {
-          out << "\r\033[K" << line << std::flush;
-          progress_shown = true;
-        } else {
-          out << line << std::endl;
-        }
-        continue;
-      }
-      if (progress_shown) {
-        out << "\r\033[K";  // the live progress line gives way
-        progress_shown = false;
-      }
-      if (event.has_round()) {
-        if (event.round().round() < next_round) continue;  // shown before the coordinator restarted
-        next_round = event.round().round() + 1;
-        rounds.push_back(event.round());
-      } else if (!event.message().empty() && !notes_shown.insert(event.message()).second) {
-        continue;
-      }
-      if (json) {
-        out << wire::ToJson(event) << std::endl;
-      } else if (event.has_round()) {
-        const bool async = event.round().has_async_step();
-        if (!header_done) {
-          out << (async ? AsyncStepHeader() : RoundHeader()) << "\n";
-          header_done = true;
-        }
-        out << (async ? AsyncStepRow(event.round()) : RoundRow(event.round())) << std::endl;
-      } else if (!event.message().empty()) {
-        out << "  " << event.message() << std::endl;
-      }
-    }
-    Status finished = FromGrpc(reader->Finish(), "watch " + job_id);
-    if (Ended(last_job.state())) break;
-    // The stream ended before the job did: the coordinator stopped or cannot be reached.
-    // Anything else (no such job, not allowed) is final.
-    if (!finished.ok() && finished.code() != StatusCode::kUnavailable && finished.code() != StatusCode::kCancelled) {
-      return finished;
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (progress_shown) {
-      out << "\n";
-      progress_shown = false;
-    }
-    if (!lost) {
-      lost = true;
-      lost_since = now;
-      if (!json) out << "  lost the coordinator; reconnecting for up to " << options.reconnect_for.count() / 1000
-                     << " s (it resumes the job when it restarts)" << std::endl;
-    } else if (now - lost_since >= options.reconnect_for) {
-      return UnavailableError("job " + job_id + ": the coordinator did not come back within " +
-                              std::to_string(options.reconnect_for.count() / 1000) + " s" +
-                              (finished.ok() ? std::string() : " (" + finished.message() + ")"));
-    }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
-  }
-  if (progress_shown) out << "\r\033[K";
-  if (!rounds.empty() && !json) {
-    const char* unit = rounds.back().has_async_step() ? "steps" : "rounds";
-    out << "\nfinal test accuracy: " << Format("%.2f%%", 100 * rounds.back().test_accuracy()) << " after "
-        << rounds.back().round() << " " << unit << "\n\n" << (rounds.back().has_async_step() ? "step" : "round")
-        << " latency by phase (" << rounds.size() << " " << unit << "):\n" << LatencySummary(rounds);
-  }
-  if (last_job.state() == v1::JOB_FAILED || last_job.state() == v1::JOB_CANCELLED) {
-    return FailedPreconditionError("job " + job_id + " " + StateName(last_job.state()) +
-                                   (last_job.error().empty() ? "" : ": " + last_job.error()));
-  }
   return Status::Ok();
 }
 

@@ -7,11 +7,14 @@
 // object per line for `watch`.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "tessera/v1/job_service.grpc.pb.h"
@@ -68,6 +71,19 @@ Status ForgetWorkerCommand(v1::JobService::StubInterface& stub, const std::strin
 
 // Median and maximum of every latency phase over `rounds`, as a table.
 std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds);
+// What LatencySummary needs of each round, kept round by round: twelve numbers a round,
+// whatever else the round's record holds (its workers' reports and their strings).
+class PhaseLatencies {
+ public:
+  static constexpr size_t kPhaseCount = 12;
+  void Add(const v1::PhaseLatency& latency);
+  size_t rounds() const { return rounds_.size(); }
+  // LatencySummary of the rounds added.
+  std::string Summary() const;
+
+ private:
+  std::vector<std::array<double, kPhaseCount>> rounds_;
+};
 std::string RoundRow(const v1::RoundRecord& round);
 std::string RoundHeader();
 // An asynchronous job's server steps (RoundRecord.async_step set): updates folded of the

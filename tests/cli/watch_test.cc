@@ -1,0 +1,277 @@
+// `tessera watch` against a scripted coordinator (a stub whose WatchJob streams events made on
+// the fly, in the test's thread): what it prints of rounds, notes and progress, that its memory
+// does not grow with what each round's record holds, that a reconnected watch shows a replayed
+// note once, and that nothing the coordinator sends puts a control character on the terminal.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "cli/job_client.h"
+#include "proto/job_mapping.h"
+#include "tests/address_space.h"
+
+namespace tessera::cli {
+namespace {
+
+using v1::JobEvent;
+
+// One WatchJob stream: events from `next` until it returns false, then `status`.
+class ScriptedReader final : public grpc::ClientReaderInterface<JobEvent> {
+ public:
+  ScriptedReader(std::function<bool(JobEvent*)> next, grpc::Status status)
+      : next_(std::move(next)), status_(std::move(status)) {}
+  bool Read(JobEvent* event) override {
+    event->Clear();
+    return next_(event);
+  }
+  bool NextMessageSize(uint32_t* size) override {
+    *size = 64 << 20;
+    return true;
+  }
+  grpc::Status Finish() override { return status_; }
+  void WaitForInitialMetadata() override {}
+
+ private:
+  std::function<bool(JobEvent*)> next_;
+  grpc::Status status_;
+};
+
+// A JobService stub that answers WatchJob with the streams given, one per call, and nothing else.
+class ScriptedStub final : public v1::JobService::StubInterface {
+ public:
+  struct Stream {
+    std::function<bool(JobEvent*)> next;
+    grpc::Status status = grpc::Status::OK;
+  };
+  std::deque<Stream> streams;
+  std::vector<uint32_t> from_rounds;  // each WatchJob's from_round
+
+  grpc::ClientReaderInterface<JobEvent>* WatchJobRaw(grpc::ClientContext*, const v1::WatchJobRequest& request) override {
+    from_rounds.push_back(request.from_round());
+    if (streams.empty()) return new ScriptedReader([](JobEvent*) { return false; }, Unimplemented());
+    Stream s = std::move(streams.front());
+    streams.pop_front();
+    return new ScriptedReader(std::move(s.next), s.status);
+  }
+
+  grpc::Status SubmitJob(grpc::ClientContext*, const v1::SubmitJobRequest&, v1::SubmitJobResponse*) override { return Unimplemented(); }
+  grpc::Status GetJob(grpc::ClientContext*, const v1::GetJobRequest&, v1::GetJobResponse*) override { return Unimplemented(); }
+  grpc::Status ListJobs(grpc::ClientContext*, const v1::ListJobsRequest&, v1::ListJobsResponse*) override { return Unimplemented(); }
+  grpc::Status CancelJob(grpc::ClientContext*, const v1::CancelJobRequest&, v1::CancelJobResponse*) override { return Unimplemented(); }
+  grpc::Status ListWorkers(grpc::ClientContext*, const v1::ListWorkersRequest&, v1::ListWorkersResponse*) override { return Unimplemented(); }
+  grpc::Status ForgetWorker(grpc::ClientContext*, const v1::ForgetWorkerRequest&, v1::ForgetWorkerResponse*) override { return Unimplemented(); }
+
+ private:
+  template <typename T>
+  using Unary = grpc::ClientAsyncResponseReaderInterface<T>;
+  template <typename T>
+  using Streamed = grpc::ClientAsyncReaderInterface<T>;
+  using Cq = grpc::CompletionQueue;
+  using Ctx = grpc::ClientContext;
+  static grpc::Status Unimplemented() { return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not scripted"); }
+  Unary<v1::SubmitJobResponse>* AsyncSubmitJobRaw(Ctx*, const v1::SubmitJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::SubmitJobResponse>* PrepareAsyncSubmitJobRaw(Ctx*, const v1::SubmitJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::GetJobResponse>* AsyncGetJobRaw(Ctx*, const v1::GetJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::GetJobResponse>* PrepareAsyncGetJobRaw(Ctx*, const v1::GetJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ListJobsResponse>* AsyncListJobsRaw(Ctx*, const v1::ListJobsRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ListJobsResponse>* PrepareAsyncListJobsRaw(Ctx*, const v1::ListJobsRequest&, Cq*) override { return nullptr; }
+  Unary<v1::CancelJobResponse>* AsyncCancelJobRaw(Ctx*, const v1::CancelJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::CancelJobResponse>* PrepareAsyncCancelJobRaw(Ctx*, const v1::CancelJobRequest&, Cq*) override { return nullptr; }
+  Streamed<JobEvent>* AsyncWatchJobRaw(Ctx*, const v1::WatchJobRequest&, Cq*, void*) override { return nullptr; }
+  Streamed<JobEvent>* PrepareAsyncWatchJobRaw(Ctx*, const v1::WatchJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ListWorkersResponse>* AsyncListWorkersRaw(Ctx*, const v1::ListWorkersRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ListWorkersResponse>* PrepareAsyncListWorkersRaw(Ctx*, const v1::ListWorkersRequest&, Cq*) override { return nullptr; }
+  grpc::ClientReaderInterface<v1::ModelChunkMessage>* ExportModelRaw(Ctx*, const v1::ExportModelRequest&) override { return nullptr; }
+  Streamed<v1::ModelChunkMessage>* AsyncExportModelRaw(Ctx*, const v1::ExportModelRequest&, Cq*, void*) override { return nullptr; }
+  Streamed<v1::ModelChunkMessage>* PrepareAsyncExportModelRaw(Ctx*, const v1::ExportModelRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ForgetWorkerResponse>* AsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
+  Unary<v1::ForgetWorkerResponse>* PrepareAsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
+};
+
+// Round `n` of a job, its latencies made from n, with `workers` reports of `outcome_bytes` each.
+v1::RoundRecord Round(uint32_t n, int workers = 2, size_t outcome_bytes = 8) {
+  v1::RoundRecord r;
+  r.set_job_id("job-1-abc");
+  r.set_round(n);
+  r.set_attempt(1);
+  r.set_test_accuracy(0.5 + 0.0001 * n);
+  r.set_test_loss(1.0 / n);
+  r.set_clients_selected(static_cast<uint32_t>(workers));
+  r.set_clients_reported(static_cast<uint32_t>(workers));
+  auto& l = *r.mutable_latency();
+  l.set_selection_ms(1 + n % 3);
+  l.set_distribution_ms(2.5 * n);
+  l.set_compute_ms_median(10 + (n * 7) % 11);
+  l.set_compute_ms_max(20 + (n * 5) % 13);
+  l.set_upload_ms(3 + n % 4);
+  l.set_straggler_wait_ms(n % 2);
+  l.set_aggregation_ms(0.5 * n);
+  l.set_evaluation_ms(30 - n % 5);
+  l.set_commit_ms(1);
+  l.set_total_ms(100 + n);
+  for (int w = 0; w < workers; ++w) {
+    auto& report = *r.add_workers();
+    report.set_worker_id("w" + std::to_string(w));
+    report.set_outcome("accepted" + std::string(outcome_bytes, 'x'));
+  }
+  return r;
+}
+
+v1::Job Job(v1::JobState state, const std::string& error = "") {
+  v1::Job job;
+  job.set_id("job-1-abc");
+  job.set_state(state);
+  job.set_error(error);
+  job.mutable_spec()->set_rounds(100);
+  return job;
+}
+
+// A stream of rounds 1 to `rounds` of a running job, then its end.
+ScriptedStub::Stream Rounds(uint32_t rounds, int workers = 2, size_t outcome_bytes = 8) {
+  return {[=, n = uint32_t{0}](JobEvent* event) mutable {
+    if (n > rounds) return false;
+    ++n;
+    if (n > rounds) {
+      *event->mutable_job() = Job(v1::JOB_SUCCEEDED);
+      event->set_message("job job-1-abc succeeded");
+    } else {
+      *event->mutable_job() = Job(v1::JOB_RUNNING);
+      *event->mutable_round() = Round(n, workers, outcome_bytes);
+    }
+    return true;
+  }};
+}
+
+TEST(WatchTest, PrintsEachRoundThenTheFinalAccuracyAndTheLatencySummary) {
+  ScriptedStub stub;
+  stub.streams.push_back(Rounds(5));
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out);
+  ASSERT_TRUE(watched.ok()) << watched.ToString();
+  std::vector<v1::RoundRecord> rounds;
+  std::string expected = RoundHeader() + "\n";
+  for (uint32_t n = 1; n <= 5; ++n) {
+    rounds.push_back(Round(n));
+    expected += RoundRow(rounds.back()) + "\n";
+  }
+  expected += "  job job-1-abc succeeded\n\nfinal test accuracy: 50.05% after 5 rounds\n\nround latency by phase (5 "
+              "rounds):\n" + LatencySummary(rounds);
+  EXPECT_EQ(out.str(), expected);
+}
+
+TEST(WatchTest, ItsMemoryDoesNotGrowWithWhatEachRoundsRecordHolds) {
+  // 400 rounds of 1,000 workers' reports with 512-byte outcomes: about 600 KB of record a
+  // round, 240 MB in all, streamed one event at a time. The watch keeps twelve latencies a
+  // round; 64 MiB of address space more than it had at the start is room for one event and
+  // the output, not for the rounds' records.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        testing::CapAddressSpace(uint64_t{64} << 20);
+        ScriptedStub stub;
+        stub.streams.push_back(Rounds(400, 1000, 512));
+        std::ostringstream out;
+        Status watched = WatchCommand(stub, "job-1-abc", out);
+        const std::string text = out.str();
+        std::fprintf(stderr, "%s\n%s\n", watched.ToString().c_str(), text.substr(text.size() - std::min<size_t>(text.size(), 2000)).c_str());
+        // _Exit: the exit handlers (OpenBLAS's thread shutdown) have no business in this child.
+        std::_Exit(watched.ok() && text.find("final test accuracy: 54.00% after 400 rounds") != std::string::npos &&
+                          text.find("round latency by phase (400 rounds)") != std::string::npos
+                      ? 0
+                      : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(WatchTest, AReconnectedWatchShowsAReplayedNoteAndRoundOnce) {
+  ScriptedStub stub;
+  // The first stream: a note and round 1, then the coordinator goes away.
+  stub.streams.push_back({[n = 0](JobEvent* event) mutable {
+                            *event->mutable_job() = Job(v1::JOB_RUNNING);
+                            if (n == 0) event->set_message("refused w9: update norm 1e9");
+                            if (n == 1) *event->mutable_round() = Round(1);
+                            return n++ < 2;
+                          },
+                          grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")});
+  // The restarted coordinator replays its live log: the note, round 1, then round 2 and the end.
+  stub.streams.push_back({[n = 0](JobEvent* event) mutable {
+    *event->mutable_job() = Job(n == 4 ? v1::JOB_SUCCEEDED : v1::JOB_RUNNING);
+    if (n == 0) event->set_message("refused w9: update norm 1e9");
+    if (n == 1) *event->mutable_round() = Round(1);
+    if (n == 2) event->set_message("refused w8: update norm 2e9");
+    if (n == 3) *event->mutable_round() = Round(2);
+    if (n == 4) event->set_message("job job-1-abc succeeded");
+    return n++ < 5;
+  }});
+  WatchOptions options;
+  options.reconnect_for = std::chrono::seconds(60);
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out, options);
+  ASSERT_TRUE(watched.ok()) << watched.ToString() << "\n" << out.str();
+  const std::string text = out.str();
+  EXPECT_EQ(stub.from_rounds, (std::vector<uint32_t>{0, 2})) << "the second watch asks for the rounds after 1";
+  const auto count = [&text](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("refused w9"), 1u) << text;
+  EXPECT_EQ(count("refused w8"), 1u) << text;
+  EXPECT_EQ(count(RoundRow(Round(1))), 1u) << text;
+  EXPECT_EQ(count(RoundRow(Round(2))), 1u) << text;
+  EXPECT_NE(text.find("(2 rounds)"), std::string::npos) << text;
+}
+
+TEST(WatchTest, NothingTheCoordinatorSendsReachesTheTerminalAsAControlCharacter) {
+  ScriptedStub stub;
+  const std::string clear = "\x1b[2J\x1b]0;owned\x07";
+  stub.streams.push_back({[&, n = 0](JobEvent* event) mutable {
+    *event->mutable_job() = Job(n == 2 ? v1::JOB_FAILED : v1::JOB_RUNNING, n == 2 ? "diverged " + clear : "");
+    if (n == 0) {
+      auto& p = *event->mutable_progress();
+      p.set_round(1);
+      p.set_selected(2);
+      for (int i = 0; i < 20; ++i) p.add_waiting_on("w" + clear);
+    }
+    if (n == 1) event->set_message("note " + clear + std::string(100000, 'n'));
+    if (n == 2) event->set_message("job job-1-abc failed");
+    return n++ < 3;
+  }});
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out);
+  const std::string text = out.str();
+  EXPECT_EQ(watched.code(), StatusCode::kFailedPrecondition) << watched.ToString();
+  for (const std::string& shown : {text, watched.message()}) {
+    EXPECT_EQ(shown.find('\x1b'), std::string::npos) << shown;
+    EXPECT_EQ(shown.find('\x07'), std::string::npos) << shown;
+  }
+  EXPECT_NE(text.find("waiting on w\\x1b[2J"), std::string::npos) << text;
+  EXPECT_NE(text.find("and 12 more"), std::string::npos) << "the first 8 names, then a count:\n" << text;
+  EXPECT_NE(text.find("note \\x1b[2J"), std::string::npos) << text;
+  EXPECT_LT(text.size(), 10000u) << "a note is cut, not shown whole";
+  EXPECT_NE(watched.message().find("diverged \\x1b[2J"), std::string::npos) << watched.message();
+}
+
+TEST(WatchTest, ARoundNumberNoJobReachesIsRefused) {
+  ScriptedStub stub;
+  stub.streams.push_back({[n = 0](JobEvent* event) mutable {
+    *event->mutable_job() = Job(v1::JOB_RUNNING);
+    *event->mutable_round() = Round(n == 0 ? 1 : wire::kMaxRounds + 1);
+    return n++ < 2;
+  }});
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out);
+  EXPECT_EQ(watched.code(), StatusCode::kInvalidArgument) << watched.ToString();
+  EXPECT_NE(watched.message().find("the coordinator sent round 100001, past the most a job has (100000)"),
+            std::string::npos)
+      << watched.message();
+}
+
+}  // namespace
+}  // namespace tessera::cli
