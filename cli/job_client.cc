@@ -62,7 +62,7 @@ void SetDeadline(grpc::ClientContext* ctx) {
 
 std::string JobLine(const v1::Job& job) {
   std::string accuracy = job.rounds_committed() ? Format("%.2f%%", 100 * job.last_round().test_accuracy()) : "-";
-  return Format("%-18s %-10s %5u/%-5u %9s  %s", job.id().c_str(), StateName(job.state()).c_str(),
+  return Format("%-18s %-10s %5u/%-5u %9s  %s", Shown(job.id(), kShownNameChars).c_str(), StateName(job.state()).c_str(),
                 job.rounds_committed(), job.spec().rounds(), accuracy.c_str(), EscapeUntrusted(job.spec().name(), 128).c_str());
 }
 
@@ -229,21 +229,21 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
   }
   const v1::Job& job = response.job();
   const bool async = job.spec().has_async();
-  out << "job:       " << job.id() << " (" << EscapeUntrusted(job.spec().name(), 128) << ")\n"
+  out << "job:       " << Shown(job.id(), kShownNameChars) << " (" << EscapeUntrusted(job.spec().name(), 128) << ")\n"
       << "state:     " << StateName(job.state())
       << (job.cancel_requested() && (job.state() == v1::JOB_PENDING || job.state() == v1::JOB_RUNNING)
               ? " (cancel requested: it ends at its next step)"
               : "")
-      << (job.error().empty() ? "" : ": " + job.error()) << "\n";
+      << (job.error().empty() ? "" : ": " + Shown(job.error(), kShownTextChars)) << "\n";
   if (async) {
     const v1::AsyncSpec& a = job.spec().async();
     out << "steps:     " << job.rounds_committed() << " of " << job.spec().rounds()
         << " committed (asynchronous, FedBuff: a step every " << a.buffer_size() << " updates, max_staleness "
-        << a.max_staleness() << ", " << a.staleness_weighting() << " staleness weighting)\n"
-        << "model:     " << job.spec().model().name() << ", " << a.concurrency() << " clients training at once\n";
+        << a.max_staleness() << ", " << Shown(a.staleness_weighting(), kShownNameChars) << " staleness weighting)\n"
+        << "model:     " << Shown(job.spec().model().name(), kShownNameChars) << ", " << a.concurrency() << " clients training at once\n";
   } else {
     out << "rounds:    " << job.rounds_committed() << " of " << job.spec().rounds() << " committed\n"
-        << "model:     " << job.spec().model().name() << ", " << job.spec().clients_per_round()
+        << "model:     " << Shown(job.spec().model().name(), kShownNameChars) << ", " << job.spec().clients_per_round()
         << " clients per round (min " << job.spec().min_clients() << ")\n";
   }
   out << "updates:   " << UpdateEncodingName(wire::JobUpdateEncoding(job.spec()))
@@ -299,14 +299,21 @@ Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_i
 }
 
 // A string as a JSON string literal.
+// Control characters (C0, DEL and C1, which a terminal reading `trace -o -` would act on) are
+// escaped; the rest is the coordinator's UTF-8 as it is.
 std::string JsonString(const std::string& text) {
   std::string out = "\"";
-  for (unsigned char c : text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const unsigned char next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
     if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c < 0x20) {
+    } else if (c < 0x20 || c == 0x7F) {
       out += Format("\\u%04x", c);
+    } else if (c == 0xC2 && next >= 0x80 && next <= 0x9F) {  // U+0080 to U+009F
+      out += Format("\\u%04x", next);
+      ++i;
     } else {
       out += static_cast<char>(c);
     }
@@ -388,7 +395,7 @@ Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_
           span("download", tid, start, from - start, args);
         }
         if (w.outcome().rfind("dropped", 0) == 0) {
-          span("dropped: " + w.outcome().substr(0, 80), tid, from, t0 + l.total_ms() - from, args);
+          span("dropped: " + ValidUtf8(w.outcome(), 80), tid, from, t0 + l.total_ms() - from, args);
         }
       }
     }
@@ -446,7 +453,7 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
                   "LOAD", "COMPUTE", "UPLOAD", "REPORTED", "UP KiB", "DOWN KiB");
     for (int i = 0; i < r->workers_size(); ++i) {
       const auto& w = r->workers(i);
-      std::string outcome = w.outcome().substr(0, 40);
+      std::string outcome = Shown(w.outcome().substr(0, 40), 40);
       std::string note = i == critical ? "  <- critical path (last report)" : "";
       if (w.outcome().rfind("dropped: over-selected", 0) == 0) {
         outcome = "over-selected";  // the note says the rest
@@ -454,7 +461,7 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
       } else if (w.outcome().rfind("dropped", 0) == 0) {
         note = "  <- straggler, dropped";
       }
-      std::string name = w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)";
+      std::string name = Shown(w.cohort().empty() ? w.worker_id() : w.cohort() + " (cohort)", kShownNameChars);
       const std::string reported = w.reported_ms() > 0 ? Format("%8.1fms", w.reported_ms()) : "-";
       out << Format("  %-22s %-18s %8llu %8.1fms %8.1fms %8.1fms %8.1fms %10s %9.1f %9.1f%s\n", name.c_str(),
                     outcome.c_str(), static_cast<unsigned long long>(w.samples()), w.download_ms(), w.data_load_ms(),
@@ -466,7 +473,7 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
       out << Format("  critical path: selection %.1f + %s (download %.1f, data loading %.1f, compute %.1f, upload "
                     "%.1f) + waiting after the last report %.1f + aggregation %.1f + evaluation %.1f + commit %.1f "
                     "+ other %.1f = %.1f ms\n",
-                    l.selection_ms(), w.worker_id().c_str(), w.download_ms(), w.data_load_ms(), w.compute_ms(),
+                    l.selection_ms(), Shown(w.worker_id(), kShownNameChars).c_str(), w.download_ms(), w.data_load_ms(), w.compute_ms(),
                     w.upload_ms(), l.after_last_report_ms(), l.aggregation_ms(), l.evaluation_ms(), l.commit_ms(),
                     l.other_ms(), l.total_ms());
     }
@@ -509,13 +516,13 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
   out << Format("%-20s %-6s %-12s %9s %7s %8s %9s  %s\n", "WORKER", "ALIVE", "STATE", "LAST SEEN", "ROUNDS",
                 "REFUSED", "GFLOP/s", "DEVICE");
   for (const auto& w : response.workers()) {
-    std::string device = w.device().name();
+    std::string device = Shown(w.device().name(), kShownNameChars);
     if (w.device().emulated() && device.find("emulated") == std::string::npos) device += " (emulated)";
     const auto& p = w.device().properties();
     if (auto it = p.find("profile_peak_gflops"); it != p.end()) {
       device += Format(" [datasheet %.0f GFLOP/s]", std::atof(it->second.c_str()));
     }
-    if (!w.cohort().empty()) device += " cohort " + w.cohort();
+    if (!w.cohort().empty()) device += " cohort " + Shown(w.cohort(), kShownNameChars);
     std::string seen = "-";
     if (w.last_heartbeat_unix_ms() > 0) {
       const int64_t ago_s = std::max<int64_t>(0, now_ms - w.last_heartbeat_unix_ms()) / 1000;
@@ -523,8 +530,8 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
              : ago_s < 7200 ? Format("%lldm ago", static_cast<long long>(ago_s / 60))
                             : Format("%lldh ago", static_cast<long long>(ago_s / 3600));
     }
-    out << Format("%-20s %-6s %-12s %9s %7u %8u %9.1f  %s\n", w.worker_id().c_str(), w.alive() ? "yes" : "no",
-                  w.state().c_str(), seen.c_str(), w.rounds_completed(), w.updates_rejected(),
+    out << Format("%-20s %-6s %-12s %9s %7u %8u %9.1f  %s\n", Shown(w.worker_id(), kShownNameChars).c_str(),
+                  w.alive() ? "yes" : "no", Shown(w.state(), kShownNameChars).c_str(), seen.c_str(), w.rounds_completed(), w.updates_rejected(),
                   w.device().measured_gflops(), device.c_str());
   }
   if (hidden > 0) {

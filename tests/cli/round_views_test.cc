@@ -6,7 +6,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <sstream>
+#include <vector>
 
 #include "base/escape.h"
 #include "cli/job_client.h"
@@ -102,6 +104,87 @@ TEST_F(RoundViewsTest, EachWorkerHasALineOfItsOwnWhateverItsDeviceName) {
   EXPECT_EQ(rows[1].rfind("w1 ", 0), 0u) << out.str();
   EXPECT_EQ(rows[2].rfind("w2 ", 0), 0u) << out.str();
   EXPECT_NE(rows[1].find(EscapeUntrusted(std::string(200, '\x7f'), 128)), std::string::npos) << out.str();
+}
+
+// A coordinator whose replies carry terminal controls in every string a command shows: ESC
+// sequences, BEL, DEL and a C1 control (U+009B, CSI for a terminal that takes 8-bit controls).
+const std::string kControls = "\x1b[2J\x1b]0;owned\x07\x7f\xc2\x9b";
+
+class HostileJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
+    v1::Job& job = *response->mutable_job();
+    job.set_id(request->job_id() + kControls);
+    job.set_state(v1::JOB_FAILED);
+    job.set_error("diverged" + kControls);
+    job.set_rounds_committed(1);
+    job.mutable_spec()->mutable_model()->set_name("mlp" + kControls);
+    v1::RoundRecord& round = *response->add_rounds();
+    round.set_round(1);
+    round.set_attempt(1);
+    round.mutable_latency()->set_total_ms(100);
+    round.mutable_latency()->set_critical_worker("w1" + kControls);
+    for (const char* outcome : {"accepted", "dropped: late"}) {
+      v1::WorkerRoundReport& w = *round.add_workers();
+      w.set_worker_id("w1" + kControls);
+      w.set_cohort(std::string(outcome) == "accepted" ? "" : "c" + kControls);
+      w.set_outcome(outcome + kControls);
+      w.set_download_done_ms(5);
+      w.set_download_ms(5);
+      w.set_compute_ms(30);
+      w.set_reported_ms(std::string(outcome) == "accepted" ? 40 : 0);
+    }
+    return grpc::Status::OK;
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
+    response->add_jobs()->set_id("job-1" + kControls);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override {
+    v1::WorkerStatus& w = *response->add_workers();
+    w.set_worker_id("w1" + kControls);
+    w.set_alive(true);
+    w.set_state("idle" + kControls);
+    w.set_cohort("c" + kControls);
+    w.mutable_device()->set_name("gpu" + kControls);
+    return grpc::Status::OK;
+  }
+};
+
+TEST(HostileRepliesTest, NoCommandPutsTheCoordinatorsControlCharactersOnTheTerminal) {
+  HostileJobService service;
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  auto stub = v1::JobService::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  const std::vector<std::pair<std::string, std::function<Status(std::ostream&)>>> commands = {
+      {"status", [&](std::ostream& out) { return StatusCommand(*stub, "job-1", out); }},
+      {"rounds", [&](std::ostream& out) { return RoundsCommand(*stub, "job-1", std::nullopt, out); }},
+      {"trace", [&](std::ostream& out) { return TraceCommand(*stub, "job-1", std::nullopt, out); }},
+      {"jobs", [&](std::ostream& out) { return JobsCommand(*stub, out); }},
+      {"workers", [&](std::ostream& out) { return WorkersCommand(*stub, out); }},
+  };
+  for (const auto& [name, run] : commands) {
+    std::ostringstream out;
+    Status ran = run(out);
+    ASSERT_TRUE(ran.ok()) << name << ": " << ran.ToString();
+    const std::string text = out.str();
+    for (const std::string control : {"\x1b", "\x07", "\x7f", "\xc2\x9b"}) {
+      EXPECT_EQ(text.find(control), std::string::npos) << name << " shows a control character:\n" << text;
+    }
+    EXPECT_NE(text.find(name == "trace" ? "\\u001b[2J" : "\\x1b[2J"), std::string::npos) << name << " shows it escaped:\n" << text;
+  }
+  std::ostringstream trace;
+  ASSERT_TRUE(TraceCommand(*stub, "job-1", std::nullopt, trace).ok());
+  google::protobuf::Struct parsed;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(trace.str(), &parsed).ok()) << trace.str();
+  EXPECT_NE(trace.str().find("\\u001b[2J"), std::string::npos) << trace.str();
+  EXPECT_NE(trace.str().find("\\u009b"), std::string::npos) << trace.str();
+  std::ostringstream status;
+  ASSERT_TRUE(StatusCommand(*stub, "job-1", status).ok());
+  EXPECT_NE(status.str().find("diverged\\x1b[2J"), std::string::npos) << status.str();
+  server->Shutdown();
 }
 
 }  // namespace
