@@ -19,6 +19,7 @@
 
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/names.h"
 #include "cli/devices_command.h"
 #include "collectives/benchmark.h"
 #include "cli/export_command.h"
@@ -256,6 +257,15 @@ int main(int argc, char** argv) {
     }
     return true;
   };
+  // A job id or a worker's name is a name (base/names.h), as the coordinator takes it: anything
+  // else is a typo, refused here rather than echoed back.
+  auto need_name = [&](size_t at, const char* what, size_t max_bytes) -> bool {
+    if (IsName(args[at], max_bytes)) return true;
+    std::cerr << "tessera " << command << ": " << what << " " << QuoteUntrusted(args[at]) << ": expected 1 to "
+              << max_bytes << " letters, digits, '-', '_' or '.'" << (max_bytes == kMaxJobIdBytes ? " (a job id such as job-1-3fa9c2)" : "")
+              << "\n";
+    return false;
+  };
   const cli::PrintOptions print{json};
   if (command == "check") {
     if (!need_arguments(1, "one argument, the job spec file")) return 2;
@@ -381,14 +391,17 @@ int main(int argc, char** argv) {
     result = cli::JobsCommand(*stub, std::cout, print);
   } else if (command == "status") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::StatusCommand(*stub, args[1], std::cout, print);
   } else if (command == "rounds") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     std::optional<uint32_t> only;
     if (round >= 0) only = static_cast<uint32_t>(round);
     result = cli::RoundsCommand(*stub, args[1], only, std::cout, print);
   } else if (command == "trace") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     if (trace_file.empty()) {
       std::cerr << "tessera trace: give the file to write with -o FILE (- for standard output)\n";
       return 2;
@@ -414,6 +427,7 @@ int main(int argc, char** argv) {
     }
   } else if (command == "export") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     if (trace_file.empty() || trace_file == "-") {
       std::cerr << "tessera export: give the file to write with -o FILE.npz or -o FILE.onnx\n";
       return 2;
@@ -426,16 +440,19 @@ int main(int argc, char** argv) {
     result = cli::ExportCommand(*stub, export_options, std::cout);
   } else if (command == "watch") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     cli::WatchOptions watch;
     watch.print = print;
     watch.live = !json && ::isatty(STDOUT_FILENO);
     result = cli::WatchCommand(*stub, args[1], std::cout, watch);
   } else if (command == "cancel") {
     if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::CancelCommand(*stub, args[1], std::cout, print);
   } else if (command == "workers") {
     if (args.size() >= 2 && args[1] == "forget") {
       if (!need_arguments(2, "forget and one argument, the worker's name")) return 2;
+      if (!need_name(2, "worker", kMaxNameBytes)) return 2;
       result = cli::ForgetWorkerCommand(*stub, args[2], std::cout, print);
     } else {
       if (!need_arguments(0, "")) return 2;

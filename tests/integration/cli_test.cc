@@ -286,6 +286,16 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   auto [unknown_code, unknown] = RunCli(dir, {"wacth", "job-1"});
   EXPECT_EQ(unknown_code, 2);
   EXPECT_NE(unknown.find("unknown command 'wacth' (tessera help lists them)"), std::string::npos) << unknown;
+  // A job id or worker name that is no name is a typo: refused, and shown escaped.
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--insecure", "status", "job-1\x1b[2J"}, "tessera status: job 'job-1\\x1b[2J': expected 1 to 64 letters"},
+           {{"--insecure", "watch", std::string(65, 'j')}, "tessera watch: job 'jjjj"},
+           {{"--insecure", "workers", "forget", "a b"}, "tessera workers: worker 'a b': expected 1 to 128 letters"}}) {
+    auto [name_code, name_said] = RunCli(dir, args);
+    EXPECT_EQ(name_code, 2) << name_said;
+    EXPECT_NE(name_said.find(says), std::string::npos) << name_said;
+    EXPECT_EQ(name_said.find('\x1b'), std::string::npos) << name_said;
+  }
   auto [stray_code, stray] = RunCli(dir, {"jobs", "--round", "3"});
   EXPECT_EQ(stray_code, 2);
   EXPECT_NE(stray.find("--round does not apply"), std::string::npos) << stray;
