@@ -184,13 +184,13 @@ int main(int argc, char** argv) {
   flags.String("coordinator", &coordinator, "the coordinator's address (HOST:PORT)");
   wire::DeclareTlsFlags(flags, &tls_flags, wire::TlsSide::kClient);
   flags.String("admin-token-file", &admin_token_file, "the coordinator's admin token, for an operator without a certificate");
-  flags.Bool("json", &json, "print the coordinator's replies as JSON (one object per line for watch)");
+  flags.Bool("json", &json, "print JSON: the coordinator's replies (one object per line for watch), or this node's report");
   flags.Bool("all", &all, "workers: also the workers that stopped sending heartbeats");
   flags.Int("round", &round, "rounds, trace: only this round; export: this round's model", IntRange{0, UINT32_MAX});
   std::string trace_file;  // -o: trace and export
   flags.String("o", &trace_file, "the file to write: trace (- for standard output), export (FILE.npz or FILE.onnx)");
   flags.String("model", &devices.model,
-               "devices, align: a built-in model (simplecnn, mlp, mcmahan-cnn, resnet8) or a job file (.toml)\n"
+               "devices, align: a built-in model (simplecnn, mlp, mcmahan-cnn, resnet8) or a job file (.toml) "
                "whose model, declared layers included, is built for its data's shape");
   flags.String("device", &extra_devices, "devices: more device names to list, comma-separated (emu:FILE.toml)");
   flags.String("a", &align.device_a, "align: the reference device");

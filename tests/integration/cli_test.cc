@@ -277,6 +277,16 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_NE(help.find("--json"), std::string::npos) << help;
   EXPECT_NE(help.find("Connection flags:"), std::string::npos) << help;
   EXPECT_EQ(help.find("--coordinator-host"), std::string::npos) << "provision's flags are not watch's:\n" << help;
+  // Every flag's help stays in its column: a line of a flag list starts with a space.
+  for (const char* command : {"devices", "align", "watch", "provision"}) {
+    auto [code, text] = RunCli(dir, {command, "--help"});
+    EXPECT_EQ(code, 0) << text;
+    std::istringstream lines(text.substr(text.find("Flags:")));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty() || line.back() == ':') continue;
+      EXPECT_EQ(line.front(), ' ') << command << ": a help line out of its column: " << line;
+    }
+  }
   auto [help2_code, help2] = RunCli(dir, {"help", "rounds"});
   EXPECT_EQ(help2_code, 0) << help2;
   EXPECT_NE(help2.find("Usage: tessera rounds JOB"), std::string::npos) << help2;
