@@ -53,6 +53,19 @@ grep -q "TESSERA_ACCELERATOR_GROUPS='video;render': expected group names" "$pref
   { cat "$prefix/bad.log"; fail "a malformed TESSERA_ACCELERATOR_GROUPS is not named in the error"; }
 rm -rf "$prefix/named" "$prefix/bad" "$prefix/named.log" "$prefix/bad.log"
 
+# Every flag a unit names, on its ExecStart= or in a comment that says to add it, is one its
+# binary takes (other commands' flags, `cmake --install`, `systemctl enable --now` and the
+# command line's, are left out).
+for pair in tessera-coordinator.service:tessera-coordinator tessera-worker@.service:tessera-worker; do
+  unit="${pair%%:*}" bin="${pair#*:}"
+  help="$("$prefix/bin/$bin" --help 2>&1)"
+  flags="$(sed -E 's/(^|[ `#])(cmake|systemctl|tessera) [^`]*/\1/g' "$units/$unit" | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u)" ||
+    fail "$unit names no flag"
+  for flag in $flags; do
+    grep -qE -- "^ +$flag( |\$)" <<<"$help" || fail "$unit names $flag, which $bin --help does not list"
+  done
+done
+
 grep -q '^StateDirectory=tessera' "$units/tessera-coordinator.service" || fail "the coordinator's state is not under StateDirectory="
 # The revocation list is read in place by the daemon's own user: never from the root-only
 # directory (mode 0700) that holds the TLS files it gets through LoadCredential=.
