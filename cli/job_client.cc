@@ -183,7 +183,7 @@ Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spe
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.SubmitJob(&ctx, request, &response), "submit " + spec_path));
-  out << (print.json ? wire::ToJson(response.job()) : response.job().id()) << "\n";
+  out << (print.json ? wire::ToJson(response.job()) : Shown(response.job().id(), kShownNameChars)) << "\n";
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <sstream>
 #include <vector>
@@ -136,6 +137,10 @@ class HostileJobService final : public v1::JobService::Service {
     }
     return grpc::Status::OK;
   }
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest*, v1::SubmitJobResponse* response) override {
+    response->mutable_job()->set_id("job-1" + kControls);
+    return grpc::Status::OK;
+  }
   grpc::Status ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*, v1::ListJobsResponse* response) override {
     response->add_jobs()->set_id("job-1" + kControls);
     return grpc::Status::OK;
@@ -158,7 +163,10 @@ TEST(HostileRepliesTest, NoCommandPutsTheCoordinatorsControlCharactersOnTheTermi
   builder.RegisterService(&service);
   auto server = builder.BuildAndStart();
   auto stub = v1::JobService::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  const std::string spec = ::testing::TempDir() + "hostile-replies-job.toml";
+  std::ofstream(spec) << "name = \"t\"\nrounds = 2\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
   const std::vector<std::pair<std::string, std::function<Status(std::ostream&)>>> commands = {
+      {"submit", [&](std::ostream& out) { return SubmitCommand(*stub, spec, out); }},
       {"status", [&](std::ostream& out) { return StatusCommand(*stub, "job-1", out); }},
       {"rounds", [&](std::ostream& out) { return RoundsCommand(*stub, "job-1", std::nullopt, out); }},
       {"trace", [&](std::ostream& out) { return TraceCommand(*stub, "job-1", std::nullopt, out); }},
