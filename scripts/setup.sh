@@ -4,7 +4,9 @@
 #
 #   scripts/setup.sh            build, run and test dependencies (PyTorch, NumPy and ONNX on the
 #                               CPU included: the export tests load exported models into PyTorch
-#                               and check ONNX files, and the comparison benchmarks train with it)
+#                               and check ONNX files, and the comparison benchmarks train with it),
+#                               and clang with its libFuzzer runtime for scripts/fuzz.sh (clang
+#                               only recommends the runtime, which --no-install-recommends skips)
 # Then installs the dashboard test's npm packages (tests/monitoring, from its package-lock.json)
 # so that nothing is fetched when the tests run.
 set -euo pipefail
@@ -22,6 +24,7 @@ packages=(
   chromium prometheus jq curl
   python3-numpy python3-torch python3-onnx libonnx-dev
   python3-sklearn
+  clang libclang-rt-dev
 )
 # The dashboard test drives chromium with puppeteer-core under node. A node that already
 # brings its own npm (a vendor's nodejs package) is kept: Debian's npm conflicts with it.
