@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/format.h"
 #include "cli/job_spec.h"
 #include "core/data/idx.h"
 #include "device/measure.h"
@@ -326,16 +327,21 @@ Status AlignCommand(const AlignOptions& options, std::ostream& result_out) {
   std::ostringstream out;  // the text; with --json, `json` instead
   google::protobuf::Struct json;
   auto& j = *json.mutable_fields();
-  if (options.samples <= 0) return InvalidArgumentError("align: --samples must be positive");
-  if (!(options.divergence_threshold > 0)) return InvalidArgumentError("align: the divergence threshold must be positive");
+  if (options.samples <= 0) {
+    return InvalidArgumentError("--samples: expected a positive count, got " + std::to_string(options.samples));
+  }
+  if (!(options.divergence_threshold > 0) || !std::isfinite(options.divergence_threshold)) {
+    return InvalidArgumentError("--threshold: expected a positive finite number, got " +
+                                FormatNumber(options.divergence_threshold));
+  }
   const std::string names[2] = {options.device_a, options.device_b};
   // Both devices first, so a wrong name fails before the data is read.
   std::unique_ptr<Device> devices[2];
   for (int side = 0; side < 2; ++side) {
     auto created = CreateDevice(names[side]);
     if (!created.ok()) {
-      return Status(created.status().code(), "align: device " + std::string(side == 0 ? "--a" : "--b") + " '" +
-                                                 names[side] + "': " + created.status().message());
+      return Status(created.status().code(), "device " + std::string(side == 0 ? "--a" : "--b") + " " +
+                                                 QuoteUntrusted(names[side]) + ": " + created.status().message());
     }
     devices[side] = std::move(created).value();
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "tessera/config.h"
 
 #include "base/flags.h"
+#include "base/format.h"
 #include "base/host_port.h"
 #include "base/names.h"
 #include "cli/devices_command.h"
@@ -213,7 +215,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto& args = flags.positional();
-  if (version || (!args.empty() && args[0] == "version")) {
+  // "tessera version --help" is the command's help, as for every command.
+  if (version || (!args.empty() && args[0] == "version" && !help)) {
     if (args.size() > (version ? 0u : 1u) || flags.Given().size() > (version ? 1u : 0u)) {
       std::cerr << "tessera: version takes no arguments or other flags\n";
       return 2;
@@ -295,29 +298,23 @@ int main(int argc, char** argv) {
       }
       *list = *split;
     }
-    auto report = cli::Provision(provision);
+    auto report = cli::ProvisionIdentities(provision);
     if (!report.ok()) {
       std::cerr << "tessera provision: " << report.status().message() << "\n";
       return 1;
     }
     if (!json) {
-      std::cout << *report;
+      std::cout << report->Text();
       return 0;
     }
-    // One object per identity: "ca            DIR (made; keep ca.key offline)".
-    std::istringstream lines(*report);
-    for (std::string line; std::getline(lines, line);) {
-      const size_t gap = line.find(' ');
-      const size_t open = line.rfind(" (");
-      if (gap == std::string::npos || open == std::string::npos || open < gap) continue;
+    // One object per identity.
+    for (const cli::ProvisionedIdentity& entry : report->identities) {
       google::protobuf::Struct identity;
       auto& f = *identity.mutable_fields();
-      f["identity"].set_string_value(line.substr(0, gap));
-      const size_t dir = line.find_first_not_of(' ', gap);
-      f["dir"].set_string_value(line.substr(dir, open - dir));
-      const std::string state = line.substr(open + 2, line.size() - open - 3);
-      f["made"].set_bool_value(state.rfind("made", 0) == 0);
-      f["note"].set_string_value(state);
+      f["identity"].set_string_value(entry.identity);
+      f["dir"].set_string_value(entry.dir);
+      f["made"].set_bool_value(entry.made);
+      f["note"].set_string_value(entry.note);
       std::cout << wire::ToJson(identity) << "\n";
     }
     return 0;
@@ -335,6 +332,11 @@ int main(int argc, char** argv) {
       devices.json = json;
       local = DevicesCommand(devices, std::cout);
     } else {
+      if (!(align.divergence_threshold > 0) || !std::isfinite(align.divergence_threshold)) {  // a usage error
+        std::cerr << "tessera align: --threshold: expected a positive finite number, got "
+                  << FormatNumber(align.divergence_threshold) << "\n";
+        return 2;
+      }
       if (!devices.model.empty()) align.model = devices.model;
       align.samples = static_cast<int>(samples);
       align.json = json;

@@ -284,7 +284,21 @@ Result<std::vector<std::string>> SplitList(const std::string& flag, const std::s
   return parts;
 }
 
+std::string ProvisionReport::Text() const {
+  std::string text;
+  for (const ProvisionedIdentity& entry : identities) {
+    text += entry.identity + std::string(entry.identity.size() < 14 ? 14 - entry.identity.size() : 1, ' ') + entry.dir +
+            " (" + entry.note + ")\n";
+  }
+  return text;
+}
+
 Result<std::string> Provision(const ProvisionOptions& options) {
+  ASSIGN_OR_RETURN(ProvisionReport report, ProvisionIdentities(options));
+  return report.Text();
+}
+
+Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
   if (options.out_dir.empty()) return InvalidArgumentError("--out is required: the directory to write into");
   if (options.coordinator_hosts.empty() && !std::filesystem::exists(options.out_dir + "/coordinator/tls.crt")) {
     return InvalidArgumentError("--coordinator-host is required: the name (or names) workers dial the coordinator by");
@@ -325,7 +339,10 @@ Result<std::string> Provision(const ProvisionOptions& options) {
       }
     }
   }
-  std::string report;
+  ProvisionReport report;
+  auto add = [&report](std::string identity, std::string dir, bool made, std::string note) {
+    report.identities.push_back({std::move(identity), std::move(dir), made, std::move(note)});
+  };
   const int64_t now = static_cast<int64_t>(std::time(nullptr));
   const int64_t not_before = now - 300;  // a little slack for clocks that are slightly behind
   const int64_t not_after = now + options.days * 86400;
@@ -360,18 +377,18 @@ Result<std::string> Provision(const ProvisionOptions& options) {
                                   " days before them; expected at most " +
                                   std::to_string(std::max<int64_t>(0, options.days + days - (seconds < 0 ? 1 : 0))) + " days");
     }
-    report += "ca            " + ca_dir + " (kept)\n";
+    add("ca", ca_dir, false, "kept");
   } else {
     ASSIGN_OR_RETURN(ca, CreateCertificateAuthority("Tessera CA", not_before, now + std::max<int64_t>(options.days, 3650) * 86400));
     RETURN_IF_ERROR(MakePrivateDirectory(ca_dir));
     RETURN_IF_ERROR(WriteFile(ca_dir + "/ca.key", ca.key_pem, 0600));
     RETURN_IF_ERROR(WriteFile(ca_dir + "/ca.crt", ca.cert_pem, 0644));
-    report += "ca            " + ca_dir + " (made; keep ca.key offline)\n";
+    add("ca", ca_dir, true, "made; keep ca.key offline");
   }
 
   auto issue = [&](const std::string& label, const std::string& dir, CertificateRequest request) -> Status {
     if (std::filesystem::exists(dir + "/tls.crt")) {
-      report += label + dir + " (kept)\n";
+      add(label, dir, false, "kept");
       return Status::Ok();
     }
     RETURN_IF_ERROR(outlives_ca);
@@ -379,7 +396,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     request.not_after_unix = not_after;
     ASSIGN_OR_RETURN(IssuedCertificate issued, IssueCertificate(ca, request));
     RETURN_IF_ERROR(WriteIdentity(dir, ca.cert_pem, issued));
-    report += label + dir + " (made)\n";
+    add(label, dir, true, "made");
     return Status::Ok();
   };
   CertificateRequest coordinator;
@@ -393,15 +410,15 @@ Result<std::string> Provision(const ProvisionOptions& options) {
     if (!have) coordinator.hosts.push_back(local);
   }
   if (options.coordinator_hosts.empty()) {
-    report += "coordinator   " + out + "/coordinator (kept)\n";
+    add("coordinator", out + "/coordinator", false, "kept");
   } else {
-    RETURN_IF_ERROR(issue("coordinator   ", out + "/coordinator", coordinator));
+    RETURN_IF_ERROR(issue("coordinator", out + "/coordinator", coordinator));
   }
   for (const auto& name : options.workers) {
-    RETURN_IF_ERROR(issue("worker        ", out + "/workers/" + name, {name, wire::kWorkerRole, {}, false, 0, 0}));
+    RETURN_IF_ERROR(issue("worker", out + "/workers/" + name, {name, wire::kWorkerRole, {}, false, 0, 0}));
   }
   for (const auto& name : options.operators) {
-    RETURN_IF_ERROR(issue("operator      ", out + "/operators/" + name, {name, wire::kOperatorRole, {}, false, 0, 0}));
+    RETURN_IF_ERROR(issue("operator", out + "/operators/" + name, {name, wire::kOperatorRole, {}, false, 0, 0}));
   }
   if (options.revoke.empty()) return report;
   std::vector<std::string> revoked;
@@ -412,7 +429,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
       found = true;
       ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(dir + "/tls.crt"));
       ASSIGN_OR_RETURN(wire::CertificateInfo info, wire::ReadCertificate(pem, QuoteUntrusted(dir + "/tls.crt", 256)));
-      report += "revoked       " + dir + " (CN " + info.common_name + ", serial " + info.serial + ")\n";
+      add("revoked", dir, false, "CN " + info.common_name + ", serial " + info.serial);
       revoked.push_back(std::move(pem));
     }
     if (!found) {
@@ -429,7 +446,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   for (const std::string& path : {ca_dir + "/crl.pem", out + "/coordinator/crl.pem"}) {
     RETURN_IF_ERROR(WriteFile(path, crl, 0644));
   }
-  report += "crl           " + out + "/coordinator/crl.pem (the coordinator rereads it; copy it there)\n";
+  add("crl", out + "/coordinator/crl.pem", true, "the coordinator rereads it; copy it there");
   return report;
 }
 

@@ -82,8 +82,21 @@ struct ProvisionOptions {
 // addresses; --coordinator-host may be left out once the coordinator's certificate exists, and
 // names given then must be ones that certificate carries: it is kept, not reissued),
 // then creates or reuses the CA, issues what is missing and revokes what --revoke names.
-// Returns one line per identity, saying where it is and whether it was made now, kept or
+// Returns one entry per identity, saying where it is and whether it was made now, kept or
 // revoked.
+struct ProvisionedIdentity {
+  std::string identity;  // "ca", "coordinator", "worker", "operator", "revoked" or "crl"
+  std::string dir;       // where its files are (for "crl", the list's file)
+  bool made = false;     // made by this call
+  std::string note;      // "made", "kept", "made; keep ca.key offline", "CN x, serial y", ...
+};
+struct ProvisionReport {
+  std::vector<ProvisionedIdentity> identities;
+  // One line per identity: "worker        DIR (made)".
+  std::string Text() const;
+};
+Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options);
+// ProvisionIdentities(options).Text().
 Result<std::string> Provision(const ProvisionOptions& options);
 
 // Splits "a,b,c" (empty parts are an error naming `flag`).

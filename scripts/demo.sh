@@ -98,7 +98,10 @@ done
 
 # A demo stopped part-way (Ctrl-C) left its job in $state, and this coordinator resumed it:
 # cancelled, so that this demo's job trains alone.
-for left in $("${cli[@]}" jobs | awk '$2 == "pending" || $2 == "running" {print $1}'); do
+# (The listing goes through a variable: a failing `jobs` inside the loop's word list would not
+# stop the script.)
+listing=$("${cli[@]}" jobs)
+for left in $(awk '$2 == "pending" || $2 == "running" {print $1}' <<<"$listing"); do
   echo "== cancelling $left, left running by an earlier demo"
   "${cli[@]}" cancel "$left" >/dev/null
 done

@@ -293,6 +293,14 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   auto [version_code, version] = RunCli(dir, {"--version"});
   EXPECT_EQ(version_code, 0) << version;
   EXPECT_EQ(version.rfind("tessera ", 0), 0u) << version;
+  auto [version_help_code, version_help] = RunCli(dir, {"version", "--help"});
+  EXPECT_EQ(version_help_code, 0) << version_help;
+  EXPECT_NE(version_help.find("Usage: tessera version"), std::string::npos) << version_help;
+  // A local command's own error, said once after its name.
+  auto [threshold_code, threshold] = RunCli(dir, {"align", "--a", "cpu", "--b", "cpu", "--threshold", "0"});
+  EXPECT_EQ(threshold_code, 2) << threshold;
+  EXPECT_NE(threshold.find("tessera align: --threshold: expected a positive finite number, got 0"), std::string::npos)
+      << threshold;
   auto [unknown_code, unknown] = RunCli(dir, {"wacth", "job-1"});
   EXPECT_EQ(unknown_code, 2);
   EXPECT_NE(unknown.find("unknown command 'wacth' (tessera help lists them)"), std::string::npos) << unknown;
@@ -348,8 +356,11 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_NE(ranks_said.find("--ranks is for ranks forked here; under mpirun the rank count is mpirun's"),
             std::string::npos)
       << ranks_said;
+  // A directory whose name breaks the text report's lines and looks like its notes: each
+  // object still names it whole.
+  const std::string provision_out = (dir.path() / "made (\nhere)").string();
   auto [provision_code, provisioned] =
-      RunCli(dir, {"provision", "--out", (dir.path() / "made").string(), "--coordinator-host", "localhost",
+      RunCli(dir, {"provision", "--out", provision_out, "--coordinator-host", "localhost",
                    "--workers", "a", "--operators", "o", "--json"});
   EXPECT_EQ(provision_code, 0) << provisioned;
   size_t objects = 0;
@@ -358,6 +369,8 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
     google::protobuf::Struct identity;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(line, &identity).ok()) << line;
     EXPECT_TRUE(identity.fields().at("made").bool_value()) << line;
+    EXPECT_EQ(identity.fields().at("dir").string_value().rfind(provision_out + "/", 0), 0u) << line;
+    EXPECT_EQ(identity.fields().at("note").string_value().rfind("made", 0), 0u) << line;
     ++objects;
   }
   EXPECT_EQ(objects, 4u) << "the CA, the coordinator, a worker and an operator:\n" << provisioned;
