@@ -333,11 +333,14 @@ void WorkerAgent::TrainerLoop() {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
       // A broken connection or a cancelled round needs no report; anything else (unreadable
       // data, a device error) is told to the coordinator so the round does not wait for us.
-      if (task.cohort_rank() == 0 && s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
+      // A cohort's failure is its leader's to report; a lone worker's task reports its own,
+      // whatever rank a task refused for its cohort fields gave it.
+      const bool reports = task.cohort().empty() || task.cohort_rank() == 0;
+      if (reports && s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
           s.code() != StatusCode::kUnauthenticated) {
         ReportFailure(task, identity, s);
       }
-    } else if (task.cohort_rank() != 0) {
+    } else if (!task.cohort().empty() && task.cohort_rank() != 0) {
       spdlog::info("job {} round {}: trained my slice; the cohort's leader uploads", task.job_id(), task.round());
     } else if (Status up = Upload(task, std::move(header), std::move(parts)); !up.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), up.ToString());

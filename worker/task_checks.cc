@@ -21,13 +21,36 @@ Status CheckTask(const v1::TrainTask& task, const std::string& what) {
   if (Status valid = wire::ValidateJobSpec(task.spec()); !valid.ok()) {
     return valid.WithContext(what + ": the task's job spec");
   }
-  for (const std::string& set : task.model_sets()) {
+  for (int i = 0; i < task.model_sets_size(); ++i) {
+    const std::string& set = task.model_sets(i);
     if (!IsName(set)) {
       return InvalidArgumentError(what + ": the task names a model set " + QuoteUntrusted(set, 64) + ", expected 1 to " +
                                   std::to_string(kMaxNameBytes) + " letters, digits, '-', '_' or '.'");
     }
+    if (std::find(task.model_sets().begin(), task.model_sets().begin() + i, set) != task.model_sets().begin() + i) {
+      return InvalidArgumentError(what + ": the task names model set '" + set + "' twice; each set comes once");
+    }
   }
-  if (task.cohort().empty()) return Status::Ok();
+  // A partition's party: the worker would download the model before its data load found the
+  // party missing. Workers' own files give each client a seat of any number.
+  const v1::PartitionSpec& partition = task.spec().data().partition();
+  if (partition.kind() != v1::PARTITION_LOCAL_FILES && task.party_index() >= partition.parties()) {
+    return InvalidArgumentError(what + ": the task's party_index " + std::to_string(task.party_index()) +
+                                " is outside the job's partition of " + std::to_string(partition.parties()) +
+                                " parties (data.partition.parties)");
+  }
+  if (task.cohort().empty()) {
+    // A lone worker's task carries no cohort fields: with a cohort_rank other than 0 the
+    // worker would train and upload nothing, leaving its update to a leader that is not there.
+    if (task.cohort_rank() != 0 || task.cohort_size() != 0 || !task.rendezvous_prefix().empty() ||
+        !task.collective_backend().empty()) {
+      return InvalidArgumentError(what + ": the task has no cohort but gives cohort_rank " +
+                                  std::to_string(task.cohort_rank()) + ", cohort_size " +
+                                  std::to_string(task.cohort_size()) +
+                                  ", a rendezvous_prefix or a collective_backend; expected none of them");
+    }
+    return Status::Ok();
+  }
   if (!IsName(task.cohort())) {
     return InvalidArgumentError(what + ": the task's cohort " + QuoteUntrusted(task.cohort(), 64) + " is not a name");
   }

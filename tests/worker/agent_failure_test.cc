@@ -236,5 +236,38 @@ TEST_F(AgentTest, ATaskOutsideTheCoordinatorsBoundsIsReportedEscaped) {
   EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a task's field was logged whole";
 }
 
+// A task's fields that contradict each other or the job are refused before anything is
+// downloaded, naming the field. A lone worker's task that gave a cohort rank other than 0 was
+// trained and then left to a cohort leader that does not exist: nothing was uploaded or
+// reported, and the round waited for its deadline. A party outside the partition was found
+// only after the model's download, and a model set named twice only in the download.
+TEST_F(AgentTest, ATaskWhoseFieldsDisagreeIsReportedBeforeItsDownload) {
+  v1::Task rank = Train(1, 1, "job-e");
+  rank.mutable_train()->set_cohort_rank(3);
+  v1::Task party = Train(1, 1, "job-f");
+  party.mutable_train()->set_party_index(5);
+  v1::Task sets = Train(1, 1, "job-g");
+  sets.mutable_train()->add_model_sets("server_control");
+  sets.mutable_train()->add_model_sets("server_control");
+  Start({rank, party, sets, Train(1, 1, "job-z")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the others
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  for (const auto& [job, field] : {std::pair<std::string, std::string>{"job-e", "cohort_rank 3"},
+                                   {"job-f", "party_index 5"},
+                                   {"job-g", "model set 'server_control' twice"}}) {
+    SCOPED_TRACE(job);
+    const auto uploads = Uploads();
+    const auto found =
+        std::find_if(uploads.begin(), uploads.end(), [&](const v1::UpdateHeader& h) { return h.job_id() == job; });
+    ASSERT_NE(found, uploads.end()) << "nothing uploaded or reported";
+    EXPECT_EQ(found->failure().rfind("INVALID_ARGUMENT", 0), 0u) << found->failure();
+    EXPECT_NE(found->failure().find("job " + job + " round 1"), std::string::npos) << found->failure();
+    EXPECT_NE(found->failure().find(field), std::string::npos) << found->failure();
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "a task whose fields disagree was downloaded";
+}
+
 }  // namespace
 }  // namespace tessera::worker
