@@ -296,6 +296,50 @@ Status ExternalTrainer::CheckNoReplyUnasked(const std::string& what) {
                               QuoteUntrusted(line, 128) + "; stopped it, the next round starts a fresh one");
 }
 
+namespace {
+
+// The reply line to a round: "update" with its fields into *result, or the trainer's own
+// "error" (FailedPrecondition). InvalidArgument for a line that is neither.
+Status ReadReply(const std::string& reply, const Dataset& share, const std::string& what,
+                 ExternalTrainerResult* result) {
+  google::protobuf::Struct message;
+  if (!google::protobuf::util::JsonStringToMessage(reply, &message).ok()) {
+    return InvalidArgumentError(what + ": the reply is not a JSON object: " + QuoteUntrusted(reply, 128));
+  }
+  const auto& fields = message.fields();
+  auto text = [&](const char* key) -> std::string {
+    auto it = fields.find(key);
+    return it != fields.end() && it->second.has_string_value() ? it->second.string_value() : "";
+  };
+  const std::string type = text("type");
+  if (type == "error") {
+    return FailedPreconditionError(what + ": the trainer could not train: " + QuoteUntrusted(text("message"), 512));
+  }
+  if (type != "update") {
+    return InvalidArgumentError(what + ": reply field 'type': expected \"update\" or \"error\", got " +
+                                QuoteUntrusted(type, 64));
+  }
+  auto number = [&](const char* key, double* out) -> Status {
+    auto it = fields.find(key);
+    if (it == fields.end() || !it->second.has_number_value() || !std::isfinite(it->second.number_value())) {
+      return InvalidArgumentError(what + ": reply field '" + key + "': expected a finite number");
+    }
+    *out = it->second.number_value();
+    return Status::Ok();
+  };
+  double samples = 0;
+  RETURN_IF_ERROR(number("samples", &samples));
+  if (samples < 1 || samples != std::floor(samples) || samples > static_cast<double>(share.count)) {
+    return InvalidArgumentError(what + ": reply field 'samples': expected a whole number in [1, " +
+                                std::to_string(share.count) + "] (this worker's share), got " + JsonNumber(samples));
+  }
+  result->samples = static_cast<uint64_t>(samples);
+  if (fields.count("loss") > 0) RETURN_IF_ERROR(number("loss", &result->loss));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerRequest& request, const TensorSet& global,
                                                      const Dataset& share, const std::string& share_key,
                                                      Clock::time_point deadline,
@@ -365,40 +409,15 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   }
   ASSIGN_OR_RETURN(std::string reply, ReadLine(deadline, should_stop, "training round " + std::to_string(request.round)));
   result.train_ms = MillisSince(train_start);
-
-  google::protobuf::Struct message;
-  if (!google::protobuf::util::JsonStringToMessage(reply, &message).ok()) {
-    return InvalidArgumentError(what + ": the reply is not a JSON object: " + QuoteUntrusted(reply, 128));
+  if (Status read = ReadReply(reply, share, what, &result); !read.ok()) {
+    if (read.code() != StatusCode::kInvalidArgument) return read;  // the trainer's own error, a reply in step
+    // A malformed line (a library's print on the reply channel, say) may be followed by the
+    // process's real reply, which the next round would take for its own: the process goes.
+    const pid_t pid = pid_;
+    StopProcess(std::chrono::milliseconds(0));
+    return InvalidArgumentError(std::string(read.message()) + "; stopped the process (pid " + std::to_string(pid) +
+                                "), the next round starts a fresh one");
   }
-  const auto& fields = message.fields();
-  auto text = [&](const char* key) -> std::string {
-    auto it = fields.find(key);
-    return it != fields.end() && it->second.has_string_value() ? it->second.string_value() : "";
-  };
-  const std::string type = text("type");
-  if (type == "error") {
-    return FailedPreconditionError(what + ": the trainer could not train: " + QuoteUntrusted(text("message"), 512));
-  }
-  if (type != "update") {
-    return InvalidArgumentError(what + ": reply field 'type': expected \"update\" or \"error\", got " +
-                                QuoteUntrusted(type, 64));
-  }
-  auto number = [&](const char* key, double* out) -> Status {
-    auto it = fields.find(key);
-    if (it == fields.end() || !it->second.has_number_value() || !std::isfinite(it->second.number_value())) {
-      return InvalidArgumentError(what + ": reply field '" + key + "': expected a finite number");
-    }
-    *out = it->second.number_value();
-    return Status::Ok();
-  };
-  double samples = 0;
-  RETURN_IF_ERROR(number("samples", &samples));
-  if (samples < 1 || samples != std::floor(samples) || samples > static_cast<double>(share.count)) {
-    return InvalidArgumentError(what + ": reply field 'samples': expected a whole number in [1, " +
-                                std::to_string(share.count) + "] (this worker's share), got " + JsonNumber(samples));
-  }
-  result.samples = static_cast<uint64_t>(samples);
-  if (fields.count("loss") > 0) RETURN_IF_ERROR(number("loss", &result.loss));
 
   const auto takeback_start = Clock::now();
   // The trained model may not be larger than the global one by more than its headers.

@@ -22,9 +22,11 @@
 //   - One reply per request: a line written when no round is asked of the process fails the
 //     next round and stops the process (the round after starts a fresh one).
 //   - The worker closes fd 3 when it no longer needs the process; it should then exit.
-// A process that crashes, hangs past the round's deadline, or replies with something
-// malformed fails that round for this worker with a message that says which; the next round
-// starts a fresh process.
+// A process that crashes, hangs past the round's deadline, or replies a line that is not a
+// reply (not JSON, another type, a field out of range) fails that round for this worker with a
+// message that says which, and is stopped: what it writes next could be taken for the next
+// round's reply. The next round starts a fresh process. A reply in step whose trained model
+// does not match (a tensor missing, another shape) fails the round and keeps the process.
 //
 // Thread safety: one thread at a time (the worker's task thread).
 #pragma once
@@ -92,8 +94,8 @@ class ExternalTrainer {
   // process (started if none runs), waits for its reply until `deadline` or `should_stop`,
   // and reads the trained model back. Errors name the trainer and the round: a process that
   // could not start or exited (FailedPrecondition), replied late (DeadlineExceeded; it is
-  // killed), replied malformed (InvalidArgument), or was stopped (Cancelled). Each but the
-  // last is a failure the worker reports for the round.
+  // killed), replied malformed (InvalidArgument; a malformed reply line stops it), or was
+  // stopped (Cancelled). Each but the last is a failure the worker reports for the round.
   Result<ExternalTrainerResult> Train(const ExternalTrainerRequest& request, const TensorSet& global,
                                       const Dataset& share, const std::string& share_key,
                                       std::chrono::steady_clock::time_point deadline,

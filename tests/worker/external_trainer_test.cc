@@ -49,7 +49,8 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
 
 // Reads each request from fd 3, keeps a copy of the round's data archive as LOG/data-ROUND.npz,
 // copies the model to "out" and replies; with "twice", round 1 is answered with a second line
-// in the same write, as a trainer that calls fail() after send() does.
+// in the same write, as a trainer that calls fail() after send() does; with "chatty", round 1's
+// reply comes after a line that is not one, as a library's print on the reply channel.
 constexpr char kCopyingTrainer[] = R"sh(log="$1"
 while IFS= read -r line <&3; do
   field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
@@ -58,6 +59,8 @@ while IFS= read -r line <&3; do
   cp "$(field model)" "$(field out)"
   if [ "$2" = twice ] && [ "$round" = 1 ]; then
     printf '{"type": "update", "samples": 1}\n{"type": "error", "message": "late"}\n' >&4
+  elif [ "$2" = chatty ] && [ "$round" = 1 ]; then
+    printf 'loading weights\n{"type": "update", "samples": 1}\n' >&4
   else
     printf '{"type": "update", "samples": 1}\n' >&4
   fi
@@ -156,6 +159,26 @@ TEST_F(ExternalTrainerRoundTest, AReplyNoRoundAskedForFailsTheNextRoundAndRestar
   EXPECT_NE(trainer->pid(), first);
   trained = Round(*trainer, 4, share, "job#0");
   EXPECT_TRUE(trained.ok()) << trained.status().ToString();
+}
+
+// A reply line that is not one (here a print before the real reply) failed its round and left
+// the process running, out of step: its real reply was then taken for the next round's, or
+// failed it as unasked. The process is stopped with the round, and the next one starts afresh.
+TEST_F(ExternalTrainerRoundTest, AMalformedReplyFailsItsRoundAndRestartsTheProcess) {
+  auto trainer = Trainer("chatty", "chatty");
+  const Dataset share = Share(1);
+  auto trained = Round(*trainer, 1, share, "job#0");
+  ASSERT_FALSE(trained.ok());
+  EXPECT_EQ(trained.status().code(), StatusCode::kInvalidArgument) << trained.status().ToString();
+  EXPECT_NE(trained.status().message().find("the reply is not a JSON object: 'loading weights'"), std::string::npos)
+      << trained.status().ToString();
+  EXPECT_NE(trained.status().message().find("the next round starts a fresh one"), std::string::npos)
+      << trained.status().ToString();
+  EXPECT_EQ(trainer->pid(), 0);
+  for (uint32_t round : {2u, 3u}) {
+    trained = Round(*trainer, round, share, "job#0");
+    EXPECT_TRUE(trained.ok()) << "round " << round << ": " << trained.status().ToString();
+  }
 }
 
 }  // namespace
