@@ -44,14 +44,6 @@ namespace {
 // A job's seat on this worker, the key of what the worker keeps for it between rounds.
 std::string SeatOf(const v1::TrainTask& task) { return task.job_id() + "#" + std::to_string(task.party_index()); }
 
-// Stores `value` for `seat` and keeps at most `limit` seats, dropping the first others in key
-// order (never `seat` itself).
-template <typename Value>
-void KeepForSeat(std::map<std::string, Value>& kept, const std::string& seat, Value value, size_t limit) {
-  kept[seat] = std::move(value);
-  while (kept.size() > limit) kept.erase(kept.begin()->first == seat ? std::next(kept.begin()) : kept.begin());
-}
-
 // How much of a reason the coordinator gives (a cancel's, a refused update's) is logged.
 constexpr size_t kMaxReasonChars = 512;
 
@@ -439,18 +431,18 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   large_model_ = static_cast<uint64_t>(model->NumParameters()) * sizeof(float) >= kReleaseAboveBytes;
   // FedBN: tensors declared local keep this seat's own values from its last round.
   const std::string local_seat = SeatOf(task);
-  if (auto kept = local_tensors_.find(local_seat); kept != local_tensors_.end()) {
+  if (const TensorSet* kept = local_tensors_.Find(local_seat)) {
     ASSIGN_OR_RETURN(TensorSet state, model->GetState());
     size_t restored = 0;
     for (NamedTensor& tensor : state) {
-      for (const NamedTensor& own : kept->second) {
+      for (const NamedTensor& own : *kept) {
         if (own.name == tensor.name && own.shape == tensor.shape) {
           tensor.values = own.values;
           ++restored;
         }
       }
     }
-    if (restored == kept->second.size()) RETURN_IF_ERROR(model->SetState(state).WithContext(what + ": local tensors"));
+    if (restored == kept->size()) RETURN_IF_ERROR(model->SetState(state).WithContext(what + ": local tensors"));
   }
   // A coordinator that takes the trained model subtracts the global one itself: for float32
   // updates (not SCAFFOLD's, whose variates need the global model here) no copy of it is kept
@@ -561,7 +553,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
         if (tensor.name == view.name) own.push_back(tensor);
       }
     }
-    if (!own.empty()) KeepForSeat(local_tensors_, local_seat, std::move(own), kMaxResiduals);
+    if (!own.empty()) local_tensors_.Keep(local_seat, std::move(own));
   }
   std::set<std::string> buffers;  // SCAFFOLD's: the model's running statistics, which no optimiser steps
   if (scaffold) {
@@ -631,10 +623,10 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   for (auto& [name, tensors] : parts) {
     const bool delta = name == wire::kDeltaSet;
     if (delta && feedback) {
-      auto found = residuals_.find(seat);
-      if (found != residuals_.end() && CheckSameLayout(tensors, found->second, "residual").ok()) {
+      const TensorSet* found = residuals_.Find(seat);
+      if (found != nullptr && CheckSameLayout(tensors, *found, "residual").ok()) {
         for (size_t i = 0; i < tensors.size(); ++i) {
-          for (size_t j = 0; j < tensors[i].values.size(); ++j) tensors[i].values[j] += found->second[i].values[j];
+          for (size_t j = 0; j < tensors[i].values.size(); ++j) tensors[i].values[j] += (*found)[i].values[j];
         }
       }
       unsent = tensors;
@@ -659,9 +651,9 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
     const UploadOutcome outcome =
         !sent.ok() ? UploadOutcome::kUnknown : (sent->accepted() ? UploadOutcome::kTaken : UploadOutcome::kRefused);
     if (auto kept = ResidualAfterUpload(outcome, std::move(unsent))) {
-      KeepForSeat(residuals_, seat, std::move(*kept), kMaxResiduals);
+      residuals_.Keep(seat, std::move(*kept));
     } else {
-      residuals_.erase(seat);
+      residuals_.Erase(seat);
     }
   }
   if (cancelled_while_sending) {

@@ -25,6 +25,7 @@
 #include "proto/tensor_transfer.h"
 #include "worker/coordinator_client.h"
 #include "worker/external_trainer.h"
+#include "worker/seat_memory.h"
 
 namespace tessera::worker {
 
@@ -170,7 +171,8 @@ class WorkerAgent {
   std::string external_dir_;
   // Top-k's error feedback: what a job's seat ("JOB#PARTY") has not sent yet, in its delta's
   // layout. In memory only (a restarted worker starts from zero); a seat not selected keeps
-  // its residual until its next round. Bounded to kMaxResiduals seats. Only the task thread.
+  // its residual until its next round. Bounded to kMaxResiduals seats, the one used longest ago
+  // going first (worker/seat_memory.h). Only the task thread.
   static constexpr size_t kMaxResiduals = 8;
   // Models at least this large give their memory back after each round (WorkerAgent::Train).
   static constexpr uint64_t kReleaseAboveBytes = uint64_t{4} << 20;
@@ -184,11 +186,11 @@ class WorkerAgent {
   // no task for options_.idle_release_ms. Only the task thread.
   bool memory_kept_ = false;
   std::atomic<uint32_t> idle_releases_{0};
-  std::map<std::string, TensorSet> residuals_;
+  SeatMemory<TensorSet> residuals_{kMaxResiduals};
   // FedBN: a seat's own values of the model's local tensors (batch norms declared local),
   // restored over each round's global model. In memory only, bounded like residuals_. Only
   // the task thread.
-  std::map<std::string, TensorSet> local_tensors_;
+  SeatMemory<TensorSet> local_tensors_{kMaxResiduals};
   // Trains `task` with its job's external trainer on `share`; fills what Train fills.
   Status TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
                          const Dataset& share, v1::UpdateHeader* header, UpdateParts* upload, double download_ms,

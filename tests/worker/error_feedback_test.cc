@@ -1,5 +1,6 @@
 // What a seat carries into its next top-k update after each way an upload can end.
 #include "worker/error_feedback.h"
+#include "worker/seat_memory.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,28 @@ TEST(ErrorFeedbackTest, AResidualThatIsNotFiniteIsNeverKept) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_FALSE(ResidualAfterUpload(UploadOutcome::kTaken, Unsent(nan, 1.0f)).has_value());
   EXPECT_FALSE(ResidualAfterUpload(UploadOutcome::kUnknown, Unsent(1.0f, -inf)).has_value());
+}
+
+// Past its limit a worker's seat memory dropped the first seat in key order: a running job's
+// seat ("a#0", used every round) went when a new job came, while the seats of jobs that had
+// ended stayed. The seat used longest ago goes now.
+TEST(SeatMemoryTest, TheSeatUsedLongestAgoGoesNotTheFirstByName) {
+  SeatMemory<int> kept(3);
+  kept.Keep("a#0", 1);
+  kept.Keep("b#0", 2);  // jobs that end after this round
+  kept.Keep("c#0", 3);
+  ASSERT_NE(kept.Find("a#0"), nullptr);  // the running job's next round
+  kept.Keep("a#0", 4);
+  kept.Keep("d#0", 5);  // a new job
+  EXPECT_TRUE(kept.Holds("a#0"));
+  EXPECT_FALSE(kept.Holds("b#0"));
+  EXPECT_TRUE(kept.Holds("c#0"));
+  EXPECT_TRUE(kept.Holds("d#0"));
+  ASSERT_NE(kept.Find("a#0"), nullptr);
+  EXPECT_EQ(*kept.Find("a#0"), 4);
+  kept.Keep("e#0", 6);
+  EXPECT_FALSE(kept.Holds("c#0"));
+  EXPECT_EQ(kept.size(), 3u);
 }
 
 }  // namespace
