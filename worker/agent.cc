@@ -516,7 +516,13 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     const CohortWait wait = CohortWaitFor(options_.cohort_timeout_s, task.deadline_unix_ms(),
                                           std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
     comm.timeout_ms = static_cast<int>(wait.timeout.count());
-    auto store = std::make_shared<CoordinatorStore>(client_.get(), worker_id, session);
+    // A cancel or a stop ends the wait for members that will not come (not the deadline,
+    // which bounds the wait itself and is reported as such).
+    auto store = std::make_shared<CoordinatorStore>(client_.get(), worker_id, session, [this, job, round, attempt] {
+      if (stop_) return true;
+      std::lock_guard<std::mutex> lock(mu_);
+      return IsCancelledLocked(job, round, attempt);
+    });
     auto created = collectives::CreateCommunicator(comm, store);
     if (!created.ok()) {
       return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous, waiting " +

@@ -12,8 +12,9 @@
 
 namespace tessera::worker {
 
-CoordinatorStore::CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session)
-    : client_(client), worker_id_(std::move(worker_id)), session_(std::move(session)) {}
+CoordinatorStore::CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session,
+                                   std::function<bool()> stopped)
+    : client_(client), worker_id_(std::move(worker_id)), session_(std::move(session)), stopped_(std::move(stopped)) {}
 
 v1::StoreRequest CoordinatorStore::Request(const std::string& key) const {
   v1::StoreRequest request;
@@ -32,6 +33,9 @@ Status CoordinatorStore::Set(const std::string& key, const std::string& value) {
 Result<std::string> CoordinatorStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
+    if (stopped_ && stopped_()) {
+      return CancelledError("store get '" + key + "': the task was cancelled or the worker is stopping");
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     v1::StoreRequest request = Request(key);
     request.set_wait_ms(static_cast<uint32_t>(std::clamp<int64_t>(left.count(), 0, 5000)));

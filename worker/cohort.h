@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,9 +19,13 @@ namespace tessera::worker {
 
 // A collectives::Store over the coordinator's rendezvous RPCs. Keys are confined by the
 // coordinator to the worker's own cohort. Thread-safe as the client is.
+// A Get waits in calls of up to 5 s each; when `stopped` (the task was cancelled, the worker is
+// stopping) says so before a call, it ends CANCELLED instead of waiting out its timeout (up to
+// --cohort-timeout-s, a week at most) for members that will not come.
 class CoordinatorStore final : public collectives::Store {
  public:
-  CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session);
+  CoordinatorStore(CoordinatorClient* client, std::string worker_id, std::string session,
+                   std::function<bool()> stopped = {});
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
@@ -30,6 +35,7 @@ class CoordinatorStore final : public collectives::Store {
   CoordinatorClient* client_;
   std::string worker_id_;
   std::string session_;
+  std::function<bool()> stopped_;
 };
 
 // How long a cohort member waits for the others, in the rendezvous and in each collective:

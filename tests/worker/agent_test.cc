@@ -422,6 +422,27 @@ TEST_F(AgentTest, ACohortRendezvousEndsAtTheRoundsDeadline) {
       << upload.failure();
 }
 
+// A member cancelled as it meets its cohort stops waiting for the others: it waited out
+// --cohort-timeout-s (here 150 s, up to a week) for a leader whose round was cancelled too,
+// and the worker's next task waited with it.
+TEST_F(AgentTest, ACancelEndsAMembersWaitForItsCohort) {
+  shared_->store = std::make_shared<collectives::HashStore>();
+  shared_->before_download = [this](const v1::DownloadModelRequest& request) {
+    if (request.job_id() == "job-1") EXPECT_TRUE(Deliver(Cancel(1, 1)));
+    return Status::Ok();
+  };
+  WorkerOptions options;
+  options.cohort = "site";
+  options.cohort_timeout_s = 150;
+  v1::Task member = LoneCohortTask(0);
+  member.mutable_train()->set_cohort_rank(1);  // waits for the leader's address
+  Start({member, Train(1, 1, "job-z")}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  for (const v1::UpdateHeader& h : Uploads()) EXPECT_NE(h.job_id(), "job-1") << h.failure();
+}
+
 // --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
 TEST_F(AgentTest, PacingReachesTheEmulatedDevice) {
   WorkerOptions options;
