@@ -235,8 +235,17 @@ Status WorkerAgent::RunSession() {
       tasks_.push_back(task.train());
     } else if (task.has_cancel()) {
       const v1::CancelTask& cancel = task.cancel();
-      cancelled_.push_back({cancel.job_id(), cancel.round(), cancel.attempt()});
-      while (cancelled_.size() > 16) cancelled_.pop_front();
+      const CancelledTask cancelled{cancel.job_id(), cancel.round(), cancel.attempt()};
+      // A queued task it covers goes now: past kMaxCancels later cancels, it would be trained.
+      std::erase_if(tasks_,
+                    [&](const v1::TrainTask& q) { return cancelled.Covers(q.job_id(), q.round(), q.attempt()); });
+      cancelled_.push_back(cancelled);
+      while (cancelled_.size() > kMaxCancels) {
+        const auto other = std::find_if(cancelled_.begin(), cancelled_.end(), [&](const CancelledTask& c) {
+          return !in_hand_ || !c.Covers(in_hand_->job, in_hand_->round, in_hand_->attempt);
+        });
+        cancelled_.erase(other != cancelled_.end() ? other : cancelled_.begin());
+      }
       // An upload of the task in flight stops now: the coordinator would refuse it, and its
       // remaining chunks (up to the whole model's size) would hold the link and the
       // coordinator's admission for nothing.
@@ -284,6 +293,7 @@ void WorkerAgent::TrainerLoop() {
         continue;
       }
       state_ = "training " + task.job_id() + " round " + std::to_string(task.round());
+      in_hand_ = CancelledTask{task.job_id(), task.round(), task.attempt()};
       // Every queued task is this session's: a new session clears the queue.
       identity = {worker_id_, session_};
     }
@@ -340,6 +350,7 @@ void WorkerAgent::TrainerLoop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       state_ = "idle";
+      in_hand_.reset();
     }
 #ifdef __GLIBC__
     // The round's buffers (model copies, the update's bytes) are freed; for a large model, hand
@@ -352,9 +363,8 @@ void WorkerAgent::TrainerLoop() {
 }
 
 bool WorkerAgent::IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const {
-  return std::any_of(cancelled_.begin(), cancelled_.end(), [&](const CancelledTask& c) {
-    return c.job == job && c.round == round && (c.attempt == 0 || c.attempt == attempt);
-  });
+  return std::any_of(cancelled_.begin(), cancelled_.end(),
+                     [&](const CancelledTask& c) { return c.Covers(job, round, attempt); });
 }
 
 bool WorkerAgent::UploadCancelled(const v1::TrainTask& task) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,14 +150,21 @@ class WorkerAgent {
   std::string session_;
   std::deque<v1::TrainTask> tasks_;  // at most one per job, at most kMaxQueuedTasks
   static constexpr size_t kMaxQueuedTasks = 64;
-  // Recent cancels, newest last (a few; a cancel only matters to the task it names).
+  // Recent cancels, newest last (a few; a cancel only matters to the task it names). A cancel
+  // drops the queued tasks it covers at once, and past kMaxCancels the oldest goes, never one
+  // that covers the task in hand: however many cancels come while it trains, its own stays.
   // Attempt 0 (from a coordinator that does not send it) cancels every attempt of the round.
   struct CancelledTask {
     std::string job;
     uint32_t round = 0;
     uint32_t attempt = 0;
+    bool Covers(const std::string& j, uint32_t r, uint32_t a) const {
+      return job == j && round == r && (attempt == 0 || attempt == a);
+    }
   };
+  static constexpr size_t kMaxCancels = 16;
   std::deque<CancelledTask> cancelled_;
+  std::optional<CancelledTask> in_hand_;  // the task the task thread holds (its job, round, attempt)
   bool IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const;
   std::string state_ = "idle";
 

@@ -269,5 +269,43 @@ TEST_F(AgentTest, ATaskWhoseFieldsDisagreeIsReportedBeforeItsDownload) {
   EXPECT_EQ(shared_->downloads, 1) << "a task whose fields disagree was downloaded";
 }
 
+// Cancels were kept sixteen at a time, and a queued task's cancel was looked up only when the
+// task was taken: a worker behind on twenty jobs whose rounds were all cancelled forgot the
+// first cancels and trained and uploaded those tasks, and the task in hand, cancelled before
+// them, was trained and uploaded too. A cancel now drops the queued tasks it covers, and the
+// cancel of the task in hand is kept however many come after it.
+TEST_F(AgentTest, ManyCancelsForgetNeitherAQueuedTasksNorTheOneInHand) {
+  constexpr int kQueued = 20;
+  std::vector<v1::Task> script = {Train(1, 1)};
+  for (int i = 0; i < kQueued; ++i) script.push_back(Train(1, 1, "job-q" + std::to_string(i)));
+  script.push_back(Cancel(1, 1));
+  for (int i = 0; i < kQueued; ++i) {
+    v1::Task cancel = Cancel(1, 1);
+    cancel.mutable_cancel()->set_job_id("job-q" + std::to_string(i));
+    script.push_back(cancel);
+  }
+  script.push_back(Train(1, 1, "job-z"));
+  // The cancels come once job-1 is in hand, which waits in its download until all have come.
+  shared_->before_task = [this](size_t index) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (index == kQueued + 1) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads > 0; });
+  };
+  shared_->before_download = [this](const v1::DownloadModelRequest& request) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (request.job_id() == "job-1") shared_->cv.wait_for(lock, kWait, [&] { return shared_->scripts_delivered > 0; });
+    return Status::Ok();
+  };
+  Start(script);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // queued after the others
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  for (const v1::UpdateHeader& h : Uploads()) {
+    EXPECT_EQ(h.job_id(), "job-z") << "a cancelled task was uploaded: " << h.failure();
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 2) << "a cancelled queued task was trained";
+  EXPECT_EQ(shared_->uploads_cancelled, 0) << "a cancelled task was trained to its upload";
+}
+
 }  // namespace
 }  // namespace tessera::worker
