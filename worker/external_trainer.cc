@@ -170,7 +170,10 @@ Status ExternalTrainer::Start() {
   for (int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&defaults, signal);
   posix_spawnattr_setsigmask(&attributes, &none);
   posix_spawnattr_setsigdefault(&attributes, &defaults);
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // In a process group of its own, so that what it starts (a shell script's commands, data
+  // loader workers) ends with it (EndProcessGroup).
+  posix_spawnattr_setpgroup(&attributes, 0);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, argv[0], &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);
@@ -191,25 +194,38 @@ Status ExternalTrainer::Start() {
   return Status::Ok();
 }
 
+namespace {
+
+// Waits up to `grace` for process `pid` (a group leader) to exit, then kills its whole group
+// (the leader too, if it has not exited) and reaps it; its wait status, or -1 when it could not
+// be waited for. The group is killed before the leader is reaped: until then its id cannot be
+// another process's.
+int EndProcessGroup(pid_t pid, std::chrono::milliseconds grace) {
+  const auto until = Clock::now() + grace;
+  while (true) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      return -1;  // not our child any more
+    }
+    if (info.si_pid == pid || Clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return -1;
+  }
+  return status;
+}
+
+}  // namespace
+
 void ExternalTrainer::StopProcess(std::chrono::milliseconds grace) {
   if (request_fd_ >= 0) close(request_fd_);
   request_fd_ = -1;
   if (pid_ > 0) {
-    const auto until = Clock::now() + grace;
-    bool reaped = false;
-    while (!reaped) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_ || (r < 0 && errno == ECHILD)) {
-        reaped = true;
-      } else if (Clock::now() >= until) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-        reaped = true;
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
+    EndProcessGroup(pid_, grace);
     pid_ = 0;
   }
   if (reply_fd_ >= 0) close(reply_fd_);
@@ -219,19 +235,9 @@ void ExternalTrainer::StopProcess(std::chrono::milliseconds grace) {
 
 std::string ExternalTrainer::ExitDescription() {
   // It has closed its end of the channel; give it 2 s to exit before killing it.
-  int status = 0;
-  pid_t r = 0;
-  for (const auto until = Clock::now() + std::chrono::seconds(2); r == 0;) {
-    r = waitpid(pid_, &status, WNOHANG);
-    if (r == 0 && Clock::now() >= until) {
-      kill(pid_, SIGKILL);
-      r = waitpid(pid_, &status, 0);
-    } else if (r == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  const int status = EndProcessGroup(pid_, std::chrono::seconds(2));
   pid_ = 0;
-  if (r < 0) return "ended";
+  if (status < 0) return "ended";
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
   return "ended";

@@ -22,6 +22,9 @@
 //   - One reply per request: a line written when no round is asked of the process fails the
 //     next round and stops the process (the round after starts a fresh one).
 //   - The worker closes fd 3 when it no longer needs the process; it should then exit.
+//   - The process runs in a process group of its own: when the worker stops it (a closed
+//     channel and a grace period, or a kill mid-round), the whole group is killed, so that
+//     what it started (a shell script's commands, data loader workers) does not outlive it.
 // A process that crashes, hangs past the round's deadline, or replies a line that is not a
 // reply (not JSON, another type, a field out of range) fails that round for this worker with a
 // message that says which, and is stopped: what it writes next could be taken for the next
@@ -105,7 +108,8 @@ class ExternalTrainer {
 
  private:
   Status Start();
-  // Ends the process: closes its request pipe, waits up to `grace`, then SIGKILLs it.
+  // Ends the process: closes its request pipe, waits up to `grace` for it to exit, then
+  // SIGKILLs its process group (whatever of it is left).
   void StopProcess(std::chrono::milliseconds grace);
   // Reads one reply line; `waiting` names what is awaited in errors.
   Result<std::string> ReadLine(std::chrono::steady_clock::time_point deadline, const std::function<bool()>& should_stop,

@@ -4,11 +4,13 @@
 #include "worker/external_trainer.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <limits>
 
 #include "core/data/numpy_format.h"
@@ -50,7 +52,8 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
 // Reads each request from fd 3, keeps a copy of the round's data archive as LOG/data-ROUND.npz,
 // copies the model to "out" and replies; with "twice", round 1 is answered with a second line
 // in the same write, as a trainer that calls fail() after send() does; with "chatty", round 1's
-// reply comes after a line that is not one, as a library's print on the reply channel.
+// reply comes after a line that is not one, as a library's print on the reply channel; with
+// "spawn", it starts two children (their pids in LOG/child-N.pid) and never replies.
 constexpr char kCopyingTrainer[] = R"sh(log="$1"
 while IFS= read -r line <&3; do
   field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
@@ -61,6 +64,10 @@ while IFS= read -r line <&3; do
     printf '{"type": "update", "samples": 1}\n{"type": "error", "message": "late"}\n' >&4
   elif [ "$2" = chatty ] && [ "$round" = 1 ]; then
     printf 'loading weights\n{"type": "update", "samples": 1}\n' >&4
+  elif [ "$2" = spawn ]; then
+    sleep 600 & echo $! > "$log/child-1.pid"
+    sleep 600 & echo $! > "$log/child-2.pid"
+    wait
   else
     printf '{"type": "update", "samples": 1}\n' >&4
   fi
@@ -178,6 +185,47 @@ TEST_F(ExternalTrainerRoundTest, AMalformedReplyFailsItsRoundAndRestartsTheProce
   for (uint32_t round : {2u, 3u}) {
     trained = Round(*trainer, round, share, "job#0");
     EXPECT_TRUE(trained.ok()) << "round " << round << ": " << trained.status().ToString();
+  }
+}
+
+// Whether process `pid` has ended (gone, or a zombie not yet reaped by its new parent).
+bool Ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+// A trainer killed mid-round (a cancel, the round's deadline) took only its own process with it:
+// what it had started (a shell's command, PyTorch's data loader workers) went on running, and
+// holding what it held, for as long as it liked. The trainer runs in a process group of its own,
+// killed whole.
+TEST_F(ExternalTrainerRoundTest, ATrainerKilledMidRoundTakesItsChildrenWithIt) {
+  auto trainer = Trainer("spawn", "spawn");
+  const Dataset share = Share(1);
+  ExternalTrainerRequest request;
+  request.job_id = "job";
+  request.round = 1;
+  request.attempt = 1;
+  const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
+  const auto children_started = [&] {
+    std::error_code error;
+    return std::filesystem::file_size(dir_ / "spawn" / "child-2.pid", error) > 0 && !error;
+  };
+  auto trained = trainer->Train(request, global, share, "job#0", steady_clock::now() + std::chrono::minutes(2),
+                                [&] { return children_started(); });  // stopped once both children run
+  ASSERT_FALSE(trained.ok());
+  EXPECT_EQ(trained.status().code(), StatusCode::kCancelled) << trained.status().ToString();
+  EXPECT_EQ(trainer->pid(), 0);
+  for (const char* file : {"child-1.pid", "child-2.pid"}) {
+    pid_t child = 0;
+    std::ifstream(dir_ / "spawn" / file) >> child;
+    ASSERT_GT(child, 0) << file;
+    const auto until = steady_clock::now() + std::chrono::seconds(30);
+    while (!Ended(child) && steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+    EXPECT_TRUE(Ended(child)) << file << ": the trainer's child " << child << " outlived it";
+    if (!Ended(child)) kill(child, SIGKILL);
   }
 }
 
