@@ -392,6 +392,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   const std::string& session = identity.session;
   reached_device_ = false;
   RETURN_IF_ERROR(CheckTask(task, what));
+  RETURN_IF_ERROR(CheckDeadline(task, what, std::chrono::system_clock::now()));
   // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
   ASSIGN_OR_RETURN(const uint64_t max_download, DownloadBound(task, what));

@@ -71,6 +71,17 @@ Status CheckTask(const v1::TrainTask& task, const std::string& what) {
   return Status::Ok();
 }
 
+Status CheckDeadline(const v1::TrainTask& task, const std::string& what, std::chrono::system_clock::time_point now) {
+  const int64_t deadline = task.deadline_unix_ms();
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+  if (deadline <= 0 || now_ms <= deadline) return Status::Ok();
+  return DeadlineExceededError(what + ": the task's deadline_unix_ms " + std::to_string(deadline) +
+                               " has passed on this worker's clock (" + std::to_string(now_ms) + ", " +
+                               std::to_string(now_ms - deadline) + " ms later); it is neither downloaded nor trained "
+                               "(if every task arrives past its deadline, this worker's clock runs ahead of the "
+                               "coordinator's)");
+}
+
 bool IsDeviceClass(const std::string& name) {
   const std::vector<DeviceBackend> backends = RegisteredDeviceBackends();
   return std::any_of(backends.begin(), backends.end(), [&](const DeviceBackend& b) { return b.name == name; });

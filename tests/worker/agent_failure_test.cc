@@ -307,5 +307,31 @@ TEST_F(AgentTest, ManyCancelsForgetNeitherAQueuedTasksNorTheOneInHand) {
   EXPECT_EQ(shared_->uploads_cancelled, 0) << "a cancelled task was trained to its upload";
 }
 
+// A task whose deadline has passed on this worker's clock as it arrives (the round is over, or
+// this worker's clock runs ahead of the coordinator's) was downloaded and set up only to stop at
+// its first step, and nothing was said: a worker whose clock ran ahead silently did no round.
+// It is reported now, naming the deadline and this worker's clock, and nothing is downloaded.
+TEST_F(AgentTest, ATaskPastItsDeadlineOnArrivalIsReportedWithoutADownload) {
+  const int64_t now_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  v1::Task late = Train(1, 1);
+  late.mutable_train()->set_deadline_unix_ms(now_unix_ms - 60000);
+  Start({late, Train(1, 1, "job-z")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // queued after job-1's
+  const auto uploads = Uploads();
+  const auto found =
+      std::find_if(uploads.begin(), uploads.end(), [](const v1::UpdateHeader& h) { return h.job_id() == "job-1"; });
+  ASSERT_NE(found, uploads.end()) << "job-1's task was not reported";
+  upload = *found;
+  EXPECT_EQ(upload.failure().rfind("DEADLINE_EXCEEDED", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("job job-1 round 1: the task's deadline_unix_ms " +
+                                  std::to_string(now_unix_ms - 60000) + " has passed on this worker's clock"),
+            std::string::npos)
+      << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "a task past its deadline was downloaded";
+}
+
 }  // namespace
 }  // namespace tessera::worker
