@@ -77,8 +77,14 @@ Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& 
   if (!manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length))) {
     return DataLossError(source + ": corrupt manifest");
   }
+  // Everything the assembler refuses here came from the file: a manifest that parses but
+  // does not describe its tensors (a shape, a size or a dtype damaged) is as much DataLoss as
+  // a changed value, so that a resume falls back to the checkpoint before it.
+  const auto damaged = [](const Status& why) {
+    return why.code() == StatusCode::kDataLoss ? why : DataLossError(why.message());
+  };
   wire::TensorAssembler assembler(source, bytes.size());
-  RETURN_IF_ERROR(assembler.Start(manifest));
+  if (Status s = assembler.Start(manifest); !s.ok()) return damaged(s);
   uint64_t offset = 16 + length;
   if (bytes.size() - offset != manifest.total_bytes()) {
     return DataLossError(source + ": expected " + std::to_string(manifest.total_bytes()) + " bytes of tensors, found " +
@@ -94,12 +100,14 @@ Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& 
       const uint64_t n = std::min<uint64_t>(wire::kMaxChunkBytes, size - done);
       chunk.set_offset(done);
       chunk.set_data(bytes.data() + offset + done, n);
-      RETURN_IF_ERROR(assembler.Add(chunk));
+      if (Status s = assembler.Add(chunk); !s.ok()) return damaged(s);
       done += n;
     }
     offset += size;
   }
-  return assembler.Finish();
+  auto tensors = assembler.Finish();
+  if (!tensors.ok()) return damaged(tensors.status());
+  return tensors;
 }
 
 Result<StateStore::Checkpoint> StateStore::LoadNewestCheckpoint(const std::string& job_id, uint32_t round,

@@ -160,6 +160,45 @@ TEST_F(SqliteStateStoreTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss
       << decoded.status().message();
 }
 
+// A manifest that still parses but no longer describes the tensors after it (a shape or a
+// dtype damaged) is DataLoss, as a changed value is: a resume falls back to the checkpoint
+// before it instead of failing the job.
+TEST_F(SqliteStateStoreTest, ACheckpointWhoseManifestDoesNotFitItsTensorsIsDataLoss) {
+  const std::string bytes = EncodeCheckpoint(Model(1));
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, sizeof(length));
+  v1::TensorManifest manifest;
+  ASSERT_TRUE(manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length)));
+  const auto rewritten = [&](const v1::TensorManifest& changed) {
+    const std::string m = changed.SerializeAsString();
+    std::string out = bytes.substr(0, 8);
+    const uint64_t n = m.size();
+    out.append(reinterpret_cast<const char*>(&n), sizeof(n));
+    return out + m + bytes.substr(16 + length);
+  };
+  v1::TensorManifest reshaped = manifest;
+  reshaped.mutable_tensors(0)->set_shape(0, 3);
+  v1::TensorManifest retyped = manifest;
+  retyped.mutable_tensors(1)->set_dtype(v1::DTYPE_INT8);
+  for (const v1::TensorManifest& changed : {reshaped, retyped}) {
+    auto decoded = DecodeCheckpoint(rewritten(changed), "changed.ckpt");
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss) << decoded.status().ToString();
+    EXPECT_NE(decoded.status().message().find("changed.ckpt"), std::string::npos) << decoded.status().message();
+  }
+  // In the store, the checkpoint before it is taken.
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->SaveInitialModel("job-z", Model(0)).ok());
+  ASSERT_TRUE((*store)->WriteCheckpoint("job-z", 1, Model(1)).ok());
+  std::ofstream(dir_ / "checkpoints" / "job-z-round-1.ckpt", std::ios::binary | std::ios::trunc) << rewritten(reshaped);
+  std::vector<Status> damaged;
+  auto newest = (*store)->LoadNewestCheckpoint("job-z", 1, &damaged);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->round, 0u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].message().find("job-z-round-1.ckpt"), std::string::npos) << damaged[0].message();
+}
+
 TEST_F(SqliteStateStoreTest, AnUnwritablePathIsNamedAndTheOldFileStays) {
   std::filesystem::create_directories(dir_);
   const std::string path = (dir_ / "file").string();
