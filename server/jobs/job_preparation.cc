@@ -72,6 +72,15 @@ Status JobRunner::Prepare() {
   } else {
     ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global, evaluator_->BufferNames()));
   }
+  // A committed round of a strategy that keeps state wrote that state beside its model: a
+  // checkpoint without it (its tensors cut out of the file, with the manifest) would start the
+  // strategy afresh in the middle of the job, its momentum or control variates lost.
+  if (job.rounds_committed() > 0 && strategy_state.empty() && !strategy_->state().empty()) {
+    return DataLossError("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed()) +
+                         ": it holds no " + std::string(strategy_->name()) + " state; expected its " +
+                         std::to_string(strategy_->state().size()) + " tensors named '" +
+                         std::string(kStrategyStatePrefix) + "...'");
+  }
   RETURN_IF_ERROR(strategy_->Restore(std::move(strategy_state))
                       .WithContext("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed())));
   std::vector<Status> dropped_seats;

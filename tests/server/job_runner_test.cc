@@ -13,6 +13,7 @@
 #include "device/cpu/factory.h"
 #include "job_runner_fixture.h"
 #include "proto/job_mapping.h"
+#include "server/strategy/strategy.h"
 
 namespace tessera::server {
 namespace {
@@ -247,6 +248,34 @@ TEST_F(JobRunnerTest, AResumedJobsSelectionRemembersAClientLastTimedLongAgo) {
   EXPECT_EQ(ended.rounds_committed(), 151u);
   EXPECT_EQ(fast.turns().size(), 1u);
   EXPECT_TRUE(slow.turns().empty()) << "the slow client was taken for one never timed";
+}
+
+// A committed round of a strategy that keeps state wrote it beside the model. A checkpoint
+// without it (its tensors cut out, with the manifest: the file still loads) is refused,
+// naming the job, the round and the state expected, instead of restarting the momentum.
+TEST_F(JobRunnerTest, AResumedCheckpointWithoutItsStrategysStateIsRefusedNamingIt) {
+  AddWorker("w1", Always(FakeAction::Upload(0.1f)));
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_strategy("fedavgm");
+  spec.mutable_server()->set_learning_rate(1.0);
+  spec.mutable_server()->set_momentum(0.9);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  auto tensors = store_.LoadCheckpoint(kJobId, 1);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  TensorSet state;
+  const TensorSet model = SplitModelAndState(std::move(tensors).value(), &state);
+  ASSERT_FALSE(state.empty()) << "fedavgm keeps its momentum in the checkpoint";
+  v1::Job stored = Stored();
+  ASSERT_TRUE(store_.CommitRound(stored, Rounds().back(), model).ok());
+  stored.set_state(v1::JOB_RUNNING);
+  stored.mutable_spec()->set_rounds(2);
+  ASSERT_TRUE(store_.UpdateJob(stored).ok());
+  StartRunner(stored);
+  const v1::Job ended = AwaitEnd();
+  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
+  EXPECT_NE(ended.error().find("job job-1-test checkpoint of round 1: it holds no fedavgm state"), std::string::npos)
+      << ended.error();
+  EXPECT_EQ(ended.rounds_committed(), 1u);
 }
 
 TEST_F(JobRunnerTest, AnExceptionInTheJobsThreadEndsTheJobFailedDurably) {
