@@ -19,10 +19,11 @@ Status JobRunner::Prepare() {
   RETURN_IF_ERROR(LoadPartySizes(spec));
   TensorSet global;
   TensorSet strategy_state;
+  TensorSet selection_state;
   if (job.rounds_committed() == 0) {
     auto initial = store_->LoadCheckpoint(job.id(), 0);
     if (initial.ok()) {
-      global = SplitModelAndState(std::move(initial).value(), &strategy_state);
+      global = SplitModelAndState(std::move(initial).value(), &strategy_state, &selection_state);
     } else if (initial.status().code() == StatusCode::kNotFound || initial.status().code() == StatusCode::kDataLoss) {
       // No round was committed from it: a missing or damaged initial model is made again.
       if (initial.status().code() == StatusCode::kDataLoss) {
@@ -63,7 +64,7 @@ Status JobRunner::Prepare() {
       }
       Note(message);
     }
-    global = SplitModelAndState(std::move(checkpoint.tensors), &strategy_state);
+    global = SplitModelAndState(std::move(checkpoint.tensors), &strategy_state, &selection_state);
     spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
   }
   RETURN_IF_ERROR(evaluator_->CheckFits(global).WithContext("job " + job.id() + " checkpoint"));
@@ -89,7 +90,7 @@ Status JobRunner::Prepare() {
     spdlog::warn("{}", why.message());
     Note(why.message());
   }
-  RETURN_IF_ERROR(RestoreSelectionHistory(job));
+  RETURN_IF_ERROR(RestoreSelectionHistory(job, selection_state));
   update_sets_ = 1 + strategy_->PayloadSets().size();
   int64_t bytes = 0;
   for (const auto& t : global) bytes += static_cast<int64_t>(t.ByteSize());
@@ -103,22 +104,45 @@ Status JobRunner::Prepare() {
   return Status::Ok();
 }
 
-Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
+Status JobRunner::RestoreSelectionHistory(const v1::Job& job, const TensorSet& checkpointed) {
   if (!selection_->LearnsFromRounds() || job.rounds_committed() == 0) return Status::Ok();
   const uint32_t committed = job.rounds_committed();
+  ClientHistory* const learned = selection_->learned();
+  if (learned != nullptr && !checkpointed.empty()) {
+    // What the policy knew when the round was committed, all of it, as an uninterrupted job's
+    // policy knows it now.
+    const std::string source = "job " + job.id() + " checkpoint of round " + std::to_string(committed);
+    Result<ClientHistory> history = DataLossError(source + ": tensor '" + std::string(ClientHistory::kTensorName) +
+                                                  "': expected it to be the checkpoint's one selection tensor");
+    if (checkpointed.size() == 1 && checkpointed[0].name == ClientHistory::kTensorName) {
+      history = ClientHistory::FromTensor(checkpointed[0], source);
+    }
+    if (history.ok()) {
+      *learned = std::move(history).value();
+      spdlog::info("job {}: client selection knows {} clients from its checkpoint", job.id(), learned->clients());
+      return Status::Ok();
+    }
+    // It only steers which clients are asked: the records in the store teach it again.
+    spdlog::warn("job {}: {}; learning from the committed rounds' records instead", job.id(),
+                 history.status().message());
+    Note("selection history not usable, learned again from the round records: " + history.status().message());
+  }
+  // A checkpoint written before checkpoints carried the history: the records of the newest
+  // rounds teach it, from nothing (a Prepare tried again observes no round twice).
+  if (learned != nullptr) *learned = ClientHistory();
   ASSIGN_OR_RETURN(auto newest, store_->ListRounds(job.id(), committed, /*max_bytes=*/0));  // its record only
   const uint64_t record_bytes = newest.empty() ? 1 : std::max<uint64_t>(1, newest.front().ByteSizeLong());
   const uint64_t window = std::min<uint64_t>(
       committed, std::max<uint64_t>(kSelectionHistoryRounds, kSelectionHistoryBytes / record_bytes));
   uint32_t from = static_cast<uint32_t>(committed - window + 1);
-  size_t learned = 0;
+  size_t observed = 0;
   while (from <= committed) {
     ASSIGN_OR_RETURN(auto page, store_->ListRounds(job.id(), from, kSelectionHistoryPageBytes));
     if (page.empty()) break;
     for (const v1::RoundRecord& record : page) {
       if (record.round() > committed) break;
       selection_->Observe(record, job.spec());
-      ++learned;
+      ++observed;
     }
     // Pages move forward only: a record at or past the last committed round ends the history
     // (one numbered 2^32 - 1 would wrap `from` to 0 and read the pages again for ever), and
@@ -127,7 +151,7 @@ Status JobRunner::RestoreSelectionHistory(const v1::Job& job) {
     if (last >= committed || last < from) break;
     from = last + 1;
   }
-  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), learned);
+  spdlog::info("job {}: client selection learned from {} committed rounds", job.id(), observed);
   return Status::Ok();
 }
 

@@ -186,8 +186,10 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // Each party's size (samples), for bounding the sample counts updates claim.
   Status LoadPartySizes(const v1::JobSpec& spec);
   // What a resumed job's selection policy learns from, when it learns from rounds at all:
-  // what it knew before a restart is rebuilt from the records in the store, so it needs no
-  // state of its own. The newest committed rounds whose records come to about
+  // the history its checkpoint carries (`checkpointed`, the checkpoint's selection tensors),
+  // all the policy knew when the round was committed. From a checkpoint without it (written
+  // before checkpoints carried it) or one whose history cannot be read, the records in the
+  // store teach it again: the newest committed rounds whose records come to about
   // kSelectionHistoryBytes (sized by the newest record), at least kSelectionHistoryRounds of
   // them, read a page of kSelectionHistoryPageBytes at a time: every round of most jobs (256
   // MiB is 400 rounds of 1,000 clients, 40,000 of ten).
@@ -196,7 +198,7 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   static constexpr size_t kSelectionHistoryPageBytes = size_t{4} << 20;
   // Prepare() tried again after an Unavailable error (a checkpoint that could not be read).
   static constexpr int kPrepareRetries = 4;
-  Status RestoreSelectionHistory(const v1::Job& job);
+  Status RestoreSelectionHistory(const v1::Job& job, const TensorSet& checkpointed);
   uint64_t MaxSamples(uint32_t party) const;
   // How one attempt at a round ended. kTooFewClients and kNonFiniteModel are retried (the
   // latter without the clients blamed for it); kFailed ends the job.

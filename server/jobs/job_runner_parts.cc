@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <future>
+#include <optional>
 
 #include "proto/job_mapping.h"
 #include "server/jobs/async_driver.h"
@@ -129,12 +130,22 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   // checkpoint's write (mostly waiting for the disk's sync) and the evaluation each run on a
   // thread of their own while this one encodes the model for download (hashes, chunk
   // messages). The commit waits for the longest of the three, not for all of them.
-  // The strategy's next state goes into the same checkpoint file as the model: both are of
-  // this round, or neither is. (A stateless strategy's checkpoint is the model itself: no
-  // copy of it to join.)
-  auto written = std::async(std::launch::async, [this, &job, round, next, &step] {
-    return step.state.empty() ? store_->WriteCheckpoint(job.id(), round, *next)
-                              : store_->WriteCheckpoint(job.id(), round, JoinModelAndState(*next, step.state));
+  // The strategy's next state and what the selection policy knows after this round go into
+  // the same checkpoint file as the model: all are of this round, or none is. They are
+  // written after the model's tensors, which are not copied to join them.
+  // A synchronous round's timings teach the selection policy (an asynchronous step has none
+  // to give); a policy that keeps a ClientHistory takes it in only once the round is
+  // committed, as the strategy its state.
+  ClientHistory* const learned = selection_->learned();
+  std::optional<ClientHistory> next_history;
+  TensorSet extra = JoinModelAndState({}, step.state);
+  if (learned != nullptr) {
+    next_history = *learned;
+    if (!record.has_async_step()) next_history->Observe(record, job.spec());
+    extra.push_back(next_history->ToTensor());
+  }
+  auto written = std::async(std::launch::async, [this, &job, round, next, &extra] {
+    return store_->WriteCheckpoint(job.id(), round, *next, extra);
   });
   auto evaluated = std::async(std::launch::async, [this, next] {
     const auto eval_start = clock_->Now();
@@ -175,8 +186,11 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   if (Status s = store_->UpdateRoundRecord(committed, record); !s.ok()) {
     spdlog::warn("job {}: round {} committed, but its commit latency was not recorded: {}", job.id(), round, s.ToString());
   }
-  // A synchronous round's timings teach the selection policy (an asynchronous step has none to give).
-  if (!record.has_async_step()) selection_->Observe(record, job.spec());
+  if (learned != nullptr) {
+    *learned = std::move(*next_history);
+  } else if (!record.has_async_step()) {
+    selection_->Observe(record, job.spec());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_rounds_committed(round);

@@ -16,6 +16,10 @@
 //  - the last round it was selected in, whatever came of it.
 // Its expected time is the upper median of its kept times (of two, the slower).
 //
+// What it holds travels in each committed round's checkpoint (ToTensor, FromTensor), so that a
+// resumed job's selection knows every client an uninterrupted one would, however many rounds
+// ago it was last seen.
+//
 // Not thread-safe: the job's thread owns it. Memory: kKeptTimes times and a few numbers per
 // client that took part in the job.
 #pragma once
@@ -25,7 +29,10 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 
+#include "base/status.h"
+#include "core/tensor.h"
 #include "tessera/v1/job.pb.h"
 
 namespace tessera::server {
@@ -42,11 +49,13 @@ class ClientHistory {
     bool operator<(const ReportTime& other) const {
       return ms != other.ms ? ms < other.ms : (!at_least && other.at_least);
     }
+    bool operator==(const ReportTime& other) const = default;
   };
   // Its last accepted update: the mean train loss it reported and its samples.
   struct Training {
     double train_loss = 0;
     uint64_t samples = 0;
+    bool operator==(const Training& other) const = default;
   };
 
   // Takes in a committed round's reports, in round order.
@@ -57,12 +66,32 @@ class ClientHistory {
   std::optional<Training> LastAccepted(const std::string& seat) const;
   // The last round it was selected in; 0 when never.
   uint32_t LastSelected(const std::string& seat) const;
+  size_t clients() const { return clients_.size(); }
+  bool operator==(const ClientHistory& other) const = default;
+
+  // The history as bytes ("TSRHIST1", then each client in seat order), and back. Decode reads
+  // `bytes` as hostile: a count past what the bytes can hold, a seat longer than kMaxSeatBytes
+  // or out of order (each seat once), more than kKeptTimes times, a time or loss out of the
+  // range Observe keeps, a flag other than 0 or 1, or bytes left over are DataLoss naming
+  // `source`, the client and the field.
+  static constexpr size_t kMaxSeatBytes = 1024;
+  std::string Encode() const;
+  static Result<ClientHistory> Decode(std::string_view bytes, const std::string& source);
+  // The encoding as a float32 tensor named kTensorName, for a checkpoint: its length in its
+  // first two values (24 bits each), then three bytes a value, each value an integer below
+  // 2^24 (exact in float32, and never a NaN a copy could change). FromTensor refuses, as
+  // DataLoss naming `source` and the field, a tensor of another shape, a value that is no
+  // such integer, or a length that does not fit the values, then decodes.
+  static constexpr std::string_view kTensorName = "selection/history";
+  NamedTensor ToTensor() const;
+  static Result<ClientHistory> FromTensor(const NamedTensor& tensor, const std::string& source);
 
  private:
   struct Entry {
     std::deque<ReportTime> times;  // oldest first
     std::optional<Training> accepted;
     uint32_t last_selected = 0;
+    bool operator==(const Entry& other) const = default;
   };
   std::map<std::string, Entry> clients_;
 };

@@ -32,6 +32,7 @@ class DeadlineSelection final : public SelectionPolicy {
                              uint32_t attempt) override;
   void Observe(const v1::RoundRecord& record, const v1::JobSpec& spec) override { history_.Observe(record, spec); }
   bool LearnsFromRounds() const override { return true; }
+  ClientHistory* learned() override { return &history_; }
 
   const ClientHistory& history() const { return history_; }
 

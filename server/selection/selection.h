@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/selection/client_history.h"
 #include "server/state/state_store.h"
 #include "server/workers/worker_registry.h"
 #include "tessera/v1/job.pb.h"
@@ -85,6 +86,10 @@ class SelectionPolicy {
   }
   // Whether Observe learns anything: the runner reads past rounds from the store only then.
   virtual bool LearnsFromRounds() const { return false; }
+  // What Observe has learned, for a policy that learns it all in a ClientHistory: the runner
+  // checkpoints it with each round and gives it back on resume. Null (the default) for the
+  // others.
+  virtual ClientHistory* learned() { return nullptr; }
 };
 
 // The policy spec.selection names (wire::SelectionPolicy): RandomSelection for "random",

@@ -38,6 +38,7 @@ class UtilitySelection final : public SelectionPolicy {
                              uint32_t attempt) override;
   void Observe(const v1::RoundRecord& record, const v1::JobSpec& spec) override { history_.Observe(record, spec); }
   bool LearnsFromRounds() const override { return true; }
+  ClientHistory* learned() override { return &history_; }
 
   // The score of each timed candidate for `round`, by seat (never-timed ones are absent).
   std::map<std::string, double> Scores(const std::vector<Client>& candidates, const v1::JobSpec& spec,

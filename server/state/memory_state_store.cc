@@ -137,14 +137,15 @@ Result<uint64_t> MemoryStateStore::NextJobNumber() {
   return last_job_number_ + 1;
 }
 
-Status MemoryStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
+Status MemoryStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
+                                         const TensorSet& extra) {
   {
     // As the SQLite store: at most one written checkpoint a job, the latest.
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(written_, [&](const auto& entry) { return entry.first.first == job_id; });
   }
   RETURN_IF_ERROR(BeginWrite(StateWrite::kWriteCheckpoint));
-  std::string checkpoint = EncodeCheckpoint(global_model);
+  std::string checkpoint = EncodeCheckpoint(global_model, extra);
   std::lock_guard<std::mutex> lock(mu_);
   written_[{job_id, round}] = std::move(checkpoint);
   return Status::Ok();

@@ -54,7 +54,9 @@ class MemoryStateStore final : public StateStore {
   Result<uint64_t> NextJobNumber() override;
   Result<JobList> ListNewestJobs(size_t max_jobs) override;
   Status RequestCancel(const std::string& job_id) override;
-  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;
+  using StateStore::WriteCheckpoint;
+  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
+                         const TensorSet& extra) override;
   // The kCommitRound write.
   Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) override;
   Status SaveInitialModel(const std::string& job_id, const TensorSet& model) override;

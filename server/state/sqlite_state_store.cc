@@ -366,10 +366,11 @@ Result<uint64_t> SqliteStateStore::NextJobNumber() {
 
 Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const TensorSet& model) {
   std::string header;
-  return WriteFileAtomically(CheckpointPath(job_id, 0), CheckpointPieces(model, &header));
+  return WriteFileAtomically(CheckpointPath(job_id, 0), CheckpointPieces(model, {}, &header));
 }
 
-Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
+Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
+                                         const TensorSet& extra) {
   {
     // Whatever was written for this job before is not what is being written now: a job
     // commits one round at a time, so it has at most one written checkpoint waiting.
@@ -377,7 +378,7 @@ Status SqliteStateStore::WriteCheckpoint(const std::string& job_id, uint32_t rou
     std::erase_if(written_, [&](const auto& entry) { return entry.first == job_id; });
   }
   std::string header;
-  RETURN_IF_ERROR(WriteFileAtomically(CheckpointPath(job_id, round), CheckpointPieces(global_model, &header)));
+  RETURN_IF_ERROR(WriteFileAtomically(CheckpointPath(job_id, round), CheckpointPieces(global_model, extra, &header)));
   std::lock_guard<std::mutex> lock(write_mu_);
   written_.insert({job_id, round});
   return Status::Ok();

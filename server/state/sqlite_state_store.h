@@ -52,7 +52,9 @@ class SqliteStateStore final : public StateStore {
   Status RequestCancel(const std::string& job_id) override;
   // The checkpoint file, atomically and without the database's lock; then, in
   // CommitWrittenRound, the record and the job's row in one transaction.
-  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) override;
+  using StateStore::WriteCheckpoint;
+  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
+                         const TensorSet& extra) override;
   Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) override;
   Status SaveInitialModel(const std::string& job_id, const TensorSet& model) override;
   Status UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) override;

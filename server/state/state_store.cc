@@ -13,14 +13,22 @@ constexpr char kCheckpointMagic[] = "TSRCKPT1";
 
 }  // namespace
 
-std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::string* header) {
+std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, const TensorSet& extra, std::string* header) {
   // Each tensor checked by its XXH3-128 on load: a damaged file is found as surely as by
   // SHA-256 for a tenth of the CPU, on the commit's path. (A checkpoint is no proof against
   // whoever can write the state directory, whatever its hash; files written with SHA-256
   // still load.)
   v1::TensorManifest built = wire::BuildManifest(tensors, wire::kMaxChunkBytes, /*sha256=*/false);
+  if (!extra.empty()) {
+    const v1::TensorManifest more = wire::BuildManifest(extra, wire::kMaxChunkBytes, /*sha256=*/false);
+    for (const auto& info : more.tensors()) *built.add_tensors() = info;
+    built.set_total_bytes(built.total_bytes() + more.total_bytes());
+  }
+  const auto tensor = [&](size_t i) -> const NamedTensor& {
+    return i < tensors.size() ? tensors[i] : extra[i - tensors.size()];
+  };
   for (int i = 0; i < built.tensors_size(); ++i) {
-    const NamedTensor& t = tensors[static_cast<size_t>(i)];
+    const NamedTensor& t = tensor(static_cast<size_t>(i));
     built.mutable_tensors(i)->set_xxh3_128(Xxh3Hex(t.values.data(), t.ByteSize()));
   }
   const std::string manifest = built.SerializeAsString();
@@ -30,9 +38,11 @@ std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::st
   header->append(reinterpret_cast<const char*>(&length), sizeof(length));
   header->append(manifest);
   std::vector<std::string_view> pieces;
-  pieces.reserve(tensors.size() + 1);
+  pieces.reserve(tensors.size() + extra.size() + 1);
   pieces.emplace_back(*header);
-  for (const auto& t : tensors) pieces.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  for (const TensorSet* set : {&tensors, &extra}) {
+    for (const auto& t : *set) pieces.emplace_back(reinterpret_cast<const char*>(t.values.data()), t.ByteSize());
+  }
   return pieces;
 }
 
@@ -52,9 +62,9 @@ v1::Job JobRow(const v1::Job& job) {
   return row;
 }
 
-std::string EncodeCheckpoint(const TensorSet& tensors) {
+std::string EncodeCheckpoint(const TensorSet& tensors, const TensorSet& extra) {
   std::string header;
-  const std::vector<std::string_view> pieces = CheckpointPieces(tensors, &header);
+  const std::vector<std::string_view> pieces = CheckpointPieces(tensors, extra, &header);
   size_t size = 0;
   for (std::string_view piece : pieces) size += piece.size();
   std::string out;

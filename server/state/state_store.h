@@ -82,16 +82,22 @@ class StateStore {
   // A round's commit in two steps, so that the checkpoint's write and sync can run while the
   // round's record is still being made (its evaluation, its model's hash):
   //  - WriteCheckpoint puts the checkpoint of `round` in place, durably, without committing
-  //    the round. A job commits one round at a time: it replaces whatever was written for the
-  //    job before and not committed, and while it runs, or after it failed, there is none to
-  //    commit.
+  //    the round: `global_model`'s tensors, then `extra`'s (what the job keeps beside the
+  //    model: its strategy's state, its selection's history), written one after the other
+  //    without joining them in memory first. A job commits one round at a time: it replaces
+  //    whatever was written for the job before and not committed, and while it runs, or
+  //    after it failed, there is none to commit.
   //  - CommitWrittenRound commits round record.round() of job.id(): the checkpoint written for
   //    it, the record and the job's new row together (see the contract above), then drops the
   //    checkpoint that falls out of the kept ones. FailedPrecondition, naming the job and the
   //    round, when no checkpoint was written for that round.
   // A checkpoint written and never committed is no part of the job: the SQLite store removes
   // its file at the next start.
-  virtual Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) = 0;
+  virtual Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
+                                 const TensorSet& extra) = 0;
+  Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model) {
+    return WriteCheckpoint(job_id, round, global_model, TensorSet());
+  }
   virtual Status CommitWrittenRound(const v1::Job& job, const v1::RoundRecord& record) = 0;
   // Both steps, one after the other.
   Status CommitRound(const v1::Job& job, const v1::RoundRecord& record, const TensorSet& global_model) {
@@ -165,11 +171,12 @@ v1::Job JobRow(const v1::Job& job);
 // float32 bytes of each tensor in manifest order. Each tensor's checksum is verified on load:
 // its XXH3-128 (xxh3_128; what EncodeCheckpoint writes), or its SHA-256 in files written
 // before; `source` names where the bytes came from in errors.
-std::string EncodeCheckpoint(const TensorSet& tensors);
+// With `extra`: the checkpoint of `tensors` followed by `extra`'s tensors, as if they were one set.
+std::string EncodeCheckpoint(const TensorSet& tensors, const TensorSet& extra = {});
 // The same bytes as pieces to write one after another, without copying the tensors: `header`
 // (filled here: the magic, the manifest's length and the manifest), then each tensor's
 // values, which must outlive the pieces.
-std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, std::string* header);
+std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, const TensorSet& extra, std::string* header);
 Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& source);
 
 }  // namespace tessera::server

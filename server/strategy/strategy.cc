@@ -130,11 +130,14 @@ TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state) {
   return all;
 }
 
-TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state) {
+TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state, TensorSet* selection) {
   TensorSet model;
   state->clear();
+  if (selection) selection->clear();
   for (auto& t : tensors) {
-    if (t.name.rfind(kStrategyStatePrefix, 0) == 0) {
+    if (t.name.rfind(kSelectionStatePrefix, 0) == 0) {
+      if (selection) selection->push_back(std::move(t));
+    } else if (t.name.rfind(kStrategyStatePrefix, 0) == 0) {
       t.name.erase(0, kStrategyStatePrefix.size());
       state->push_back(std::move(t));
     } else {

@@ -136,10 +136,13 @@ std::string_view KnownStrategies();
 // Per tensor of `layout`, whether `buffers` names it: the mask every strategy steps buffers by.
 std::vector<bool> BufferMask(const TensorSet& layout, const std::vector<std::string>& buffers);
 
-// Checkpoints hold the model's tensors, then the strategy's under this prefix.
+// Checkpoints hold the model's tensors, then the strategy's under this prefix, then what the
+// job's client selection learned under kSelectionStatePrefix (ClientHistory::ToTensor).
 inline constexpr std::string_view kStrategyStatePrefix = "strategy/";
+inline constexpr std::string_view kSelectionStatePrefix = "selection/";
 TensorSet JoinModelAndState(const TensorSet& model, const TensorSet& state);
-// Splits a checkpoint's tensors into the model (returned) and the strategy's state.
-TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state);
+// Splits a checkpoint's tensors into the model (returned), the strategy's state (without its
+// prefix) and the selection's tensors (with theirs; left out when `selection` is null).
+TensorSet SplitModelAndState(TensorSet tensors, TensorSet* state, TensorSet* selection = nullptr);
 
 }  // namespace tessera::server

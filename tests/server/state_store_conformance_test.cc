@@ -201,6 +201,31 @@ TEST_P(StateStoreConformanceTest, ACommittedRoundHasItsRecordCheckpointAndJobRow
   EXPECT_EQ(store_->LoadCheckpoint(job.id(), 3).status().code(), StatusCode::kNotFound);
 }
 
+// What a job keeps beside its model (a strategy's state, a selection's history) is written
+// after the model's tensors, as one checkpoint, and read back with them in that order.
+TEST_P(StateStoreConformanceTest, ACheckpointHoldsTheModelThenTheTensorsWrittenBesideIt) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  ASSERT_TRUE(store_->SaveInitialModel(job.id(), Model(0)).ok());
+  const TensorSet extra = {{"strategy/momentum/w", {2, 2}, {9, 8, 7, 6}}, {"selection/history", {3}, {1, 2, 3}}};
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 1, Model(1), extra).ok());
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(1);
+  job.set_rounds_committed(1);
+  ASSERT_TRUE(store_->CommitWrittenRound(job, record).ok());
+  auto checkpoint = store_->LoadCheckpoint(job.id(), 1);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  TensorSet expected = Model(1);
+  expected.insert(expected.end(), extra.begin(), extra.end());
+  ASSERT_EQ(checkpoint->size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ((*checkpoint)[i].name, expected[i].name);
+    EXPECT_EQ((*checkpoint)[i].shape, expected[i].shape);
+    EXPECT_EQ((*checkpoint)[i].values, expected[i].values) << expected[i].name;
+  }
+}
+
 TEST_P(StateStoreConformanceTest, AWrittenCheckpointIsPartOfTheJobOnlyOnceItsRoundIsCommitted) {
   v1::Job job = RunningJob("job-1-abc");
   ASSERT_TRUE(store_->InsertJob(job).ok());
