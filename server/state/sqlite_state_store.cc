@@ -14,9 +14,13 @@
 
 #include "base/escape.h"
 #include "base/names.h"
+#include "proto/job_mapping.h"
 
 namespace tessera::server {
 namespace {
+
+static_assert(kMaxCheckpointBytes >= static_cast<uint64_t>(wire::kMaxModelMemoryBytes) + (uint64_t{512} << 20),
+              "a checkpoint holds at most the model memory a job may take, and its selection history");
 
 Status SqliteError(sqlite3* db, const std::string& what) {
   return InternalError("SQLite: " + what + ": " + sqlite3_errmsg(db));
@@ -484,6 +488,13 @@ Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, ui
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
     return DataLossError("checkpoint '" + path + "' is not a regular file");
+  }
+  // Sized before a byte is read (or a buffer made): a file of terabytes, sparse, is as
+  // damaged as a cut one.
+  if (static_cast<uint64_t>(info.st_size) > kMaxCheckpointBytes) {
+    ::close(fd);
+    return DataLossError("checkpoint '" + path + "': " + std::to_string(info.st_size) + " bytes; expected at most " +
+                         std::to_string(kMaxCheckpointBytes) + " (a job's model and state)");
   }
   std::string bytes;
   try {

@@ -41,6 +41,12 @@ namespace tessera::server {
 // Checkpoints kept per job besides the initial model's.
 inline constexpr uint32_t kKeptCheckpoints = 3;
 
+// The largest checkpoint file a store reads. A job's model and its strategy's state fit in
+// the coordinator's model memory (wire::kMaxModelMemoryBytes, 2 GiB, checked again when a job
+// resumes), and its selection's history in a small part of the rest: a larger file was not
+// written by the coordinator, and reading it could take all of the coordinator's memory.
+inline constexpr uint64_t kMaxCheckpointBytes = uint64_t{3} << 30;
+
 // The most seats LoadSeats reads for a job by default. A job seats one client a party, and a
 // partition has at most 10,000 parties (wire::kMaxParties); with workers' own files each
 // client that ever trained for the job holds a seat. A table holding more for one job was
