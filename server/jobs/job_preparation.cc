@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "base/escape.h"
 #include "proto/job_mapping.h"
 #include "server/jobs/job_runner.h"
 
@@ -98,6 +99,16 @@ Status JobRunner::Prepare() {
   // state do not wait for a large model.
   auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
                                       options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()));
+  // The committed round's record names its model by its hash. Each checkpoint file checks its
+  // tensors only against its own manifest: one of another round or job put in its place loads,
+  // and would go on from the wrong model.
+  const v1::RoundRecord& last = job.last_round();
+  if (job.rounds_committed() > 0 && last.round() == job.rounds_committed() && !last.model_sha256().empty() &&
+      encoded->sha256() != last.model_sha256()) {
+    return DataLossError("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed()) +
+                         ": its model's SHA-256 is " + encoded->sha256() + "; expected " +
+                         QuoteUntrusted(last.model_sha256(), 64) + ", the round record's field 'model_sha256'");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   model_bytes_ = static_cast<uint64_t>(bytes);
   current_ = std::move(encoded);

@@ -278,6 +278,35 @@ TEST_F(JobRunnerTest, AResumedCheckpointWithoutItsStrategysStateIsRefusedNamingI
   EXPECT_EQ(ended.rounds_committed(), 1u);
 }
 
+// A checkpoint file checks its tensors against its own manifest only: round 1's model put in
+// place of round 2's loads. The round's record names its model by its hash, and the resume
+// is refused, naming the job, the round and both hashes.
+TEST_F(JobRunnerTest, AResumedCheckpointHoldingAnotherRoundsModelIsRefusedNamingIt) {
+  AddWorker("w1", Always(FakeAction::Upload(0.1f)));
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_rounds(2);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  auto first = store_.LoadCheckpoint(kJobId, 1);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  v1::Job stored = Stored();
+  const v1::RoundRecord second = Rounds().back();
+  ASSERT_EQ(second.round(), 2u);
+  ASSERT_FALSE(second.model_sha256().empty());
+  ASSERT_TRUE(store_.CommitRound(stored, second, *first).ok());
+  stored.set_state(v1::JOB_RUNNING);
+  stored.mutable_spec()->set_rounds(3);
+  ASSERT_TRUE(store_.UpdateJob(stored).ok());
+  StartRunner(stored);
+  const v1::Job ended = AwaitEnd();
+  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
+  EXPECT_NE(ended.error().find("job job-1-test checkpoint of round 2: its model's SHA-256 is "), std::string::npos)
+      << ended.error();
+  EXPECT_NE(ended.error().find("expected '" + second.model_sha256() + "', the round record's field 'model_sha256'"),
+            std::string::npos)
+      << ended.error();
+  EXPECT_EQ(ended.rounds_committed(), 2u);
+}
+
 TEST_F(JobRunnerTest, AnExceptionInTheJobsThreadEndsTheJobFailedDurably) {
   options_.strategy_factory = [](const v1::JobSpec&, const TensorSet&) -> Result<std::unique_ptr<Strategy>> {
     throw std::runtime_error("scripted: the strategy cannot be made");
