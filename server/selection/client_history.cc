@@ -221,26 +221,30 @@ NamedTensor ClientHistory::ToTensor() const {
 
 Result<ClientHistory> ClientHistory::FromTensor(const NamedTensor& tensor, const std::string& source) {
   const std::string where = source + ": tensor '" + std::string(kTensorName) + "'";
+  constexpr uint64_t kMaxValues = 2 + (kMaxEncodedBytes + 2) / 3;
+  if (tensor.shape.size() == 1 && tensor.shape[0] >= 0 && static_cast<uint64_t>(tensor.shape[0]) > kMaxValues) {
+    return DataLossError(where + ": field 'shape': " + std::to_string(tensor.shape[0]) + " values; expected at most " +
+                         std::to_string(kMaxValues) + " (" + std::to_string(kMaxEncodedBytes) + " bytes of history)");
+  }
   const size_t n = tensor.values.size();
   if (tensor.shape.size() != 1 || tensor.shape[0] < 2 || static_cast<uint64_t>(tensor.shape[0]) != n) {
     return DataLossError(where + ": field 'shape': " + EscapeUntrusted(ShapeToString(tensor.shape)) +
                          "; expected one dimension of at least 2, its values' count");
   }
-  std::vector<uint32_t> words(n);
   for (size_t i = 0; i < n; ++i) {
     const float v = tensor.values[i];
     if (!(v >= 0 && v < 16777216.0f) || v != std::floor(v)) {
       return DataLossError(where + ": value " + std::to_string(i) + ": expected an integer from 0 to 2^24 - 1");
     }
-    words[i] = static_cast<uint32_t>(v);
   }
-  const uint64_t length = uint64_t{words[0]} | (uint64_t{words[1]} << 24);
+  const auto word = [&](size_t i) { return static_cast<uint32_t>(tensor.values[i]); };
+  const uint64_t length = uint64_t{word(0)} | (uint64_t{word(1)} << 24);
   if ((length + 2) / 3 != n - 2) {
     return DataLossError(where + ": field 'length': " + std::to_string(length) + " bytes; the tensor holds " +
                          std::to_string(n - 2) + " values of three bytes after it");
   }
   std::string bytes(static_cast<size_t>(length), '\0');
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((words[2 + i / 3] >> (8 * (i % 3))) & 0xff);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((word(2 + i / 3) >> (8 * (i % 3))) & 0xff);
   return Decode(bytes, source);
 }
 

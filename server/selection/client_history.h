@@ -80,8 +80,10 @@ class ClientHistory {
   // The encoding as a float32 tensor named kTensorName, for a checkpoint: its length in its
   // first two values (24 bits each), then three bytes a value, each value an integer below
   // 2^24 (exact in float32, and never a NaN a copy could change). FromTensor refuses, as
-  // DataLoss naming `source` and the field, a tensor of another shape, a value that is no
-  // such integer, or a length that does not fit the values, then decodes.
+  // DataLoss naming `source` and the field, a tensor of another shape or of more than
+  // kMaxEncodedBytes, a value that is no such integer, or a length that does not fit the
+  // values, then decodes. (A history of 100,000 clients takes about 20 MB.)
+  static constexpr uint64_t kMaxEncodedBytes = uint64_t{256} << 20;
   static constexpr std::string_view kTensorName = "selection/history";
   NamedTensor ToTensor() const;
   static Result<ClientHistory> FromTensor(const NamedTensor& tensor, const std::string& source);

@@ -138,6 +138,10 @@ TEST(ClientHistoryTest, AHostileEncodingIsDataLossNamingTheSourceAndTheField) {
   NamedTensor reshaped = tensor;
   reshaped.shape = {1, static_cast<int64_t>(tensor.values.size())};
   ExpectRefused(ClientHistory::FromTensor(reshaped, "ckpt-7"), "field 'shape'");
+  // More than a history can take is refused by its shape, before its values are read.
+  NamedTensor huge = tensor;
+  huge.shape = {static_cast<int64_t>(3 + (ClientHistory::kMaxEncodedBytes + 2) / 3)};
+  ExpectRefused(ClientHistory::FromTensor(huge, "ckpt-7"), "bytes of history");
 }
 
 class SelectionHistoryJobTest : public JobRunnerFixture {
