@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "base/escape.h"
 #include "base/format.h"
 #include "server/strategy/factories.h"
 
@@ -346,9 +347,10 @@ class Scaffold final : public Strategy {
         const NamedTensor& t = state[at + i];
         if (t.name != prefix + layout_[i].name || t.shape != layout_[i].shape ||
             t.values.size() != layout_[i].values.size()) {
-          return InvalidArgumentError(what + ": tensor " + std::to_string(at + i) + " is '" + t.name + "' " +
-                                      ShapeToString(t.shape) + ", expected '" + prefix + layout_[i].name + "' " +
-                                      ShapeToString(layout_[i].shape));
+          // The checkpoint's name and shape, escaped and bounded: the file may have been edited.
+          return InvalidArgumentError(what + ": tensor " + std::to_string(at + i) + " is " + QuoteUntrusted(t.name) +
+                                      " " + EscapeUntrusted(ShapeToString(t.shape)) + ", expected '" + prefix +
+                                      layout_[i].name + "' " + ShapeToString(layout_[i].shape));
         }
       }
       return Status::Ok();
@@ -366,8 +368,8 @@ class Scaffold final : public Strategy {
                            digits.find_first_not_of("0123456789") == std::string::npos;
       const int64_t party = numeric ? std::stoll(digits) : -1;
       if (!numeric || party <= previous || party >= parties_) {
-        return InvalidArgumentError(what + ": tensor " + std::to_string(at) + " is '" + name +
-                                    "', expected a party's variate 'control/party/P/...' with P in (" +
+        return InvalidArgumentError(what + ": tensor " + std::to_string(at) + " is " + QuoteUntrusted(name) +
+                                    ", expected a party's variate 'control/party/P/...' with P in (" +
                                     std::to_string(previous) + ", " + std::to_string(parties_) + ")");
       }
       RETURN_IF_ERROR(check(at, PartyPrefix(static_cast<uint32_t>(party))));

@@ -269,6 +269,21 @@ TEST(ScaffoldStrategyTest, PerPartyStateSurvivesTheCheckpointAndAWrongOneIsRefus
   TensorSet infinite = state;
   infinite[3].values[0] = std::numeric_limits<float>::infinity();
   refused(infinite, "scaffold state in the checkpoint");
+  // A name or shape edited into the checkpoint is named escaped and bounded, not echoed.
+  for (size_t at : {size_t{0}, size_t{2}}) {
+    TensorSet hostile = state;
+    hostile[at].name = (at == 0 ? "control/server/" : "control/party/0/") + std::string(100000, 'w') + "\n\x1b[2J";
+    Status why = Make(Spec("scaffold"), model)->Restore(std::move(hostile));
+    EXPECT_EQ(why.code(), StatusCode::kInvalidArgument);
+    EXPECT_LT(why.message().size(), 2000u) << "tensor " << at;
+    EXPECT_EQ(why.message().find('\n'), std::string::npos) << "tensor " << at;
+    EXPECT_EQ(why.message().find('\x1b'), std::string::npos) << "tensor " << at;
+  }
+  TensorSet deep = state;
+  deep[0].shape.assign(100000, 1);
+  Status why = Make(Spec("scaffold"), model)->Restore(std::move(deep));
+  EXPECT_EQ(why.code(), StatusCode::kInvalidArgument);
+  EXPECT_LT(why.message().size(), 2000u);
 }
 
 TEST(ScaffoldStrategyTest, TheRoundWantsTheVariatesSetWithTheModelsLayout) {
