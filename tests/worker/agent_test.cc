@@ -428,7 +428,9 @@ TEST_F(AgentTest, ACohortRendezvousEndsAtTheRoundsDeadline) {
 TEST_F(AgentTest, ACancelEndsAMembersWaitForItsCohort) {
   shared_->store = std::make_shared<collectives::HashStore>();
   shared_->before_download = [this](const v1::DownloadModelRequest& request) {
-    if (request.job_id() == "job-1") EXPECT_TRUE(Deliver(Cancel(1, 1)));
+    if (request.job_id() == "job-1") {
+      EXPECT_TRUE(Deliver(Cancel(1, 1)));
+    }
     return Status::Ok();
   };
   WorkerOptions options;
