@@ -50,9 +50,12 @@ class NormalizedMean final : public RoundAggregate {
                                   " epochs of " + std::to_string(update.samples) + " samples in batches of " +
                                   std::to_string(batch_size_) + "), got " + std::to_string(update.local_steps));
     }
-    // a_i sums one coefficient (1 - rho^k) / (1 - rho) in [1, 1 / (1 - rho)) per step.
+    // a_i sums one coefficient (1 - rho^k) / (1 - rho) in [1, 1 / (1 - rho)) per step, rho
+    // the momentum the worker trains with and computes a_i at: the spec's rounded to float
+    // (TrainOptions), which may lie above the spec's own (0.99 is 0.9900000095 as a float).
+    const double rho = static_cast<float>(momentum_);
     const double steps = static_cast<double>(update.local_steps);
-    const double low = steps, high = steps / (1.0 - momentum_);
+    const double low = steps, high = steps / (1.0 - rho);
     const double slack = 1e-9 * high;
     const double a = update.step_normalizer;
     if (!std::isfinite(a) || a < low - slack || a > high + slack) {

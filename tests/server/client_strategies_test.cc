@@ -135,6 +135,27 @@ TEST(FedNovaStrategyTest, ClaimsOutOfRangeAreRefusedNamingTheField) {
   EXPECT_TRUE(agg->CheckClaims(Update(d, 5, 4, 5.61 + 1.0)).ok());
 }
 
+// A worker trains with the spec's momentum as a float and computes a_i at it: 0.99 is
+// 0.9900000095 there, so after tau = 1.04e8 steps (1000 epochs of 104000 samples in batches of
+// 1) a_i = tau / q - rho (1 - rho^tau) / q^2 with q = 9.9999905e-3 is 10400000018.2, above
+// tau / 0.01 = 1.04e10 (and its slack of 10.4) but below tau / q = 10400009918.2.
+TEST(FedNovaStrategyTest, TheNormaliserIsBoundedAtTheMomentumTheWorkerTrainsWith) {
+  v1::JobSpec spec = Spec("fednova");
+  spec.set_local_epochs(1000);
+  spec.mutable_optimizer()->set_momentum(0.99);
+  const TensorSet global = Layout(0, 0, 0);
+  auto fednova = Make(spec, global);
+  auto agg = fednova->BeginRound(global);
+  const uint64_t steps = 104000000;
+  const double reported = FedNovaNormalizer(steps, static_cast<float>(0.99)).value();
+  EXPECT_NEAR(reported, 10400000018.2, 0.1);
+  const TensorSet d = Layout(1, 1, 1);
+  Status s = agg->CheckClaims(Update(d, 104000, steps, reported));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  // Past tau / q it is refused still.
+  EXPECT_FALSE(agg->CheckClaims(Update(d, 104000, steps, 10400009918.3 + 11)).ok());
+}
+
 TEST(FedNovaStrategyTest, TheRoundRefusesABadClaimAtTheHeader) {
   auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
   auto fednova = Make(Spec("fednova"), *global);
