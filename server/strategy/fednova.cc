@@ -11,6 +11,7 @@
 // FedAvg's step, x <- x + sum p_i delta_i: no optimiser steps them, so dividing their change
 // by the steps taken and rescaling it by tau_eff would only misweigh it. Stateless.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -22,6 +23,13 @@
 
 namespace tessera::server {
 namespace {
+
+// The fewest digits that read back as `value` exactly.
+std::string Shortest(double value) {
+  char text[32];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, end.ec == std::errc() ? end.ptr : text);
+}
 
 // Running sums of p_i-weighted normalised deltas (of p_i-weighted deltas for a buffer), and
 // of the weights and weighted a_i, in double; one lock per tensor so that concurrent folds
@@ -59,9 +67,16 @@ class NormalizedMean final : public RoundAggregate {
     const double slack = 1e-9 * high;
     const double a = update.step_normalizer;
     if (!std::isfinite(a) || a < low - slack || a > high + slack) {
+      // Six digits, or as many as tell the claim from the bound it passed (1.04e+10 both).
+      std::string low_text = FormatNumber(low), high_text = FormatNumber(high), got = FormatNumber(a);
+      if (got == low_text || got == high_text) {
+        low_text = Shortest(low);
+        high_text = Shortest(high);
+        got = Shortest(a);
+      }
       return InvalidArgumentError("field 'step_normalizer': expected FedNova's a_i for " +
                                   std::to_string(update.local_steps) + " local steps at momentum " + FormatNumber(momentum_) +
-                                  ", a number in [" + FormatNumber(low) + ", " + FormatNumber(high) + "], got " + FormatNumber(a));
+                                  ", a number in [" + low_text + ", " + high_text + "], got " + got);
     }
     return Status::Ok();
   }

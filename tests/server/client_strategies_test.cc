@@ -156,6 +156,24 @@ TEST(FedNovaStrategyTest, TheNormaliserIsBoundedAtTheMomentumTheWorkerTrainsWith
   EXPECT_FALSE(agg->CheckClaims(Update(d, 104000, steps, 10400009918.3 + 11)).ok());
 }
 
+// Six digits print the bound and a claim just past it alike (1.04e+10, 1.04e+10): the message
+// then gives as many as tell them apart. The bound is 1.04e8 / (1 - 0.99 as a float).
+TEST(FedNovaStrategyTest, ARefusedNormaliserIsToldApartFromItsBound) {
+  v1::JobSpec spec = Spec("fednova");
+  spec.set_local_epochs(1000);
+  spec.mutable_optimizer()->set_momentum(0.99);
+  const TensorSet global = Layout(0, 0, 0);
+  auto agg = Make(spec, global)->BeginRound(global);
+  const TensorSet d = Layout(1, 1, 1);
+  Status s = agg->CheckClaims(Update(d, 104000, 104000000, 10400009929.3));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("a number in [1.04e+08, 10400009918.22235], got 10400009929.3"), std::string::npos)
+      << s.message();
+  // Figures that differ in six digits keep them.
+  s = agg->CheckClaims(Update(d, 104000, 4, 401));
+  EXPECT_NE(s.message().find("at momentum 0.99, a number in [4, 400], got 401"), std::string::npos) << s.message();
+}
+
 TEST(FedNovaStrategyTest, TheRoundRefusesABadClaimAtTheHeader) {
   auto global = std::make_shared<const TensorSet>(Layout(0, 0, 0));
   auto fednova = Make(Spec("fednova"), *global);
