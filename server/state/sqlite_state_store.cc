@@ -15,65 +15,18 @@
 #include "base/escape.h"
 #include "base/names.h"
 #include "proto/job_mapping.h"
+#include "server/state/sqlite_statement.h"
 
 namespace tessera::server {
 namespace {
 
+using sqlite::Exec;
+using sqlite::QueryText;
+using sqlite::SqliteError;
+using sqlite::Statement;
+
 static_assert(kMaxCheckpointBytes >= static_cast<uint64_t>(wire::kMaxModelMemoryBytes) + (uint64_t{512} << 20),
               "a checkpoint holds at most the model memory a job may take, and its selection history");
-
-Status SqliteError(sqlite3* db, const std::string& what) {
-  return InternalError("SQLite: " + what + ": " + sqlite3_errmsg(db));
-}
-
-// A prepared statement that finalises itself.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK) stmt_ = nullptr;
-  }
-  Statement(sqlite3* db, const std::string& sql) : Statement(db, sql.c_str()) {}
-  ~Statement() { sqlite3_finalize(stmt_); }
-  bool ok() const { return stmt_ != nullptr; }
-  void BindText(int i, const std::string& s) { sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
-  void BindBlob(int i, const std::string& s) { sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT); }
-  void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  int Step() { return sqlite3_step(stmt_); }
-  std::string ColumnBlob(int i) {
-    const void* p = sqlite3_column_blob(stmt_, i);
-    return std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(stmt_, i)));
-  }
-  std::string ColumnText(int i) {
-    const unsigned char* p = sqlite3_column_text(stmt_, i);
-    return p ? std::string(reinterpret_cast<const char*>(p)) : std::string();
-  }
-  int64_t ColumnInt(int i) { return sqlite3_column_int64(stmt_, i); }
-  int ColumnType(int i) { return sqlite3_column_type(stmt_, i); }  // SQLITE_INTEGER, ...; before a read converts it
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-// Runs `sql` (statements that return no rows) on `db`.
-Status Exec(sqlite3* db, const std::string& sql) {
-  char* error = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = error ? error : "unknown error";
-    sqlite3_free(error);
-    if (message.find("full") != std::string::npos) return ResourceExhaustedError("SQLite: " + message);
-    return InternalError("SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
-  }
-  return Status::Ok();
-}
-
-// The text in the first column of the first row `sql` gives on `db`.
-Result<std::string> QueryText(sqlite3* db, const char* sql) {
-  Statement st(db, sql);
-  if (!st.ok()) return SqliteError(db, std::string("prepare ") + sql);
-  if (st.Step() != SQLITE_ROW) return SqliteError(db, sql);
-  return st.ColumnText(0);
-}
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
   std::string message = what + " '" + path + "': " + std::strerror(err);
@@ -217,14 +170,42 @@ std::string SqliteStateStore::CheckpointPath(const std::string& job_id, uint32_t
   return state_dir_ + "/checkpoints/" + job_id + "-round-" + std::to_string(round) + ".ckpt";
 }
 
+namespace {
+
+// The number the next job takes on `db`: one past the largest stored, 1 for the first job.
+// The largest must be an integer from 0 to INT64_MAX - 1: past it the sum would overflow
+// (SQLite makes it a real, which reads back as INT64_MAX for every later job), and text or
+// a blob (which SQLite ranks above every number) would give 1 again.
+Result<int64_t> NextNumber(sqlite3* db, const std::string& db_path) {
+  Statement st(db, "SELECT MAX(number) FROM jobs");
+  if (!st.ok()) return SqliteError(db, "prepare next job number");
+  if (st.Step() != SQLITE_ROW) return SqliteError(db, "next job number");
+  const int type = st.ColumnType(0);
+  if (type == SQLITE_NULL) return 1;
+  const int64_t largest = type == SQLITE_INTEGER ? st.ColumnInt(0) : -1;
+  if (type != SQLITE_INTEGER || largest < 0 || largest == INT64_MAX) {
+    return DataLossError("'" + db_path + "': jobs table, column 'number': the largest is " + st.Shown(0, type) +
+                         "; expected a number from 0 to " + std::to_string(INT64_MAX - 1) +
+                         ", so that the next job's number fits");
+  }
+  return largest + 1;
+}
+
+}  // namespace
+
 Status SqliteStateStore::InsertJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(write_mu_);
-  Statement st(writer_, "INSERT INTO jobs (id, number, job) VALUES (?, (SELECT COALESCE(MAX(number), 0) + 1 FROM jobs), ?)");
-  if (!st.ok()) return SqliteError(writer_, "prepare insert job");
-  st.BindText(1, job.id());
-  st.BindBlob(2, JobRow(job).SerializeAsString());
-  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job " + job.id());
-  return Status::Ok();
+  // The number is read in the insert's own transaction.
+  return InTransactionLocked([&]() -> Status {
+    ASSIGN_OR_RETURN(const int64_t number, NextNumber(writer_, state_dir_ + "/coordinator.db"));
+    Statement st(writer_, "INSERT INTO jobs (id, number, job) VALUES (?, ?, ?)");
+    if (!st.ok()) return SqliteError(writer_, "prepare insert job");
+    RETURN_IF_ERROR(st.BindText(1, "id", job.id()));
+    RETURN_IF_ERROR(st.BindInt(2, "number", number));
+    RETURN_IF_ERROR(st.BindBlob(3, "job", JobRow(job).SerializeAsString()));
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
+    return Status::Ok();
+  });
 }
 
 Status SqliteStateStore::UpdateJob(const v1::Job& job) {
@@ -235,9 +216,9 @@ Status SqliteStateStore::UpdateJob(const v1::Job& job) {
 Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
   Statement st(writer_, "UPDATE jobs SET job = ? WHERE id = ?");
   if (!st.ok()) return SqliteError(writer_, "prepare update job");
-  st.BindBlob(1, JobRow(job).SerializeAsString());
-  st.BindText(2, job.id());
-  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update job " + job.id());
+  RETURN_IF_ERROR(st.BindBlob(1, "job", JobRow(job).SerializeAsString()));
+  RETURN_IF_ERROR(st.BindText(2, "id", job.id()));
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update job " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
   return Status::Ok();
 }
 
@@ -287,10 +268,10 @@ Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(read_mu_);
   Statement st(reader_, std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE j.id = ?");
   if (!st.ok()) return SqliteError(reader_, "prepare get job");
-  st.BindText(1, job_id);
+  RETURN_IF_ERROR(st.BindText(1, "id", job_id));
   const int rc = st.Step();
-  if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
-  if (rc != SQLITE_ROW) return SqliteError(reader_, "read job " + job_id);
+  if (rc == SQLITE_DONE) return NotFoundError("no job " + QuoteUntrusted(job_id, kMaxJobIdBytes));
+  if (rc != SQLITE_ROW) return SqliteError(reader_, "read job " + QuoteUntrusted(job_id, kMaxJobIdBytes));
   v1::Job job;
   RETURN_IF_ERROR(CheckJobRow(st.ColumnBlob(0), st.ColumnBlob(1), &job));
   if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
@@ -320,7 +301,8 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
                               " FROM (SELECT id, job, number FROM jobs ORDER BY number DESC LIMIT ?) j ORDER BY j.number");
     if (!st.ok()) return SqliteError(reader_, "prepare list jobs");
     // A negative limit is none.
-    st.BindInt(1, max_jobs >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_jobs));
+    RETURN_IF_ERROR(
+        st.BindInt(1, "limit", max_jobs >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_jobs)));
     int rc;
     while ((rc = st.Step()) == SQLITE_ROW) {
       v1::Job job;
@@ -345,17 +327,18 @@ Status SqliteStateStore::RequestCancel(const std::string& job_id) {
   return InTransactionLocked([&]() -> Status {
     Statement st(writer_, "INSERT OR IGNORE INTO cancels (job_id, requested_unix_ms) SELECT id, ? FROM jobs WHERE id = ?");
     if (!st.ok()) return SqliteError(writer_, "prepare record cancel");
-    st.BindInt(1, std::chrono::duration_cast<std::chrono::milliseconds>(
-                     std::chrono::system_clock::now().time_since_epoch()).count());
-    st.BindText(2, job_id);
-    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the cancel of job " + job_id);
+    RETURN_IF_ERROR(st.BindInt(1, "requested_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count()));
+    RETURN_IF_ERROR(st.BindText(2, "id", job_id));
+    const std::string job = QuoteUntrusted(job_id, kMaxJobIdBytes);
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the cancel of job " + job);
     if (sqlite3_changes(writer_) == 0) {
       Statement known(writer_, "SELECT 1 FROM cancels WHERE job_id = ?");
       if (!known.ok()) return SqliteError(writer_, "prepare read cancel");
-      known.BindText(1, job_id);
+      RETURN_IF_ERROR(known.BindText(1, "job_id", job_id));
       const int rc = known.Step();
-      if (rc == SQLITE_DONE) return NotFoundError("no job '" + job_id + "'");
-      if (rc != SQLITE_ROW) return SqliteError(writer_, "read the cancel of job " + job_id);
+      if (rc == SQLITE_DONE) return NotFoundError("no job " + job);
+      if (rc != SQLITE_ROW) return SqliteError(writer_, "read the cancel of job " + job);
     }
     return Status::Ok();
   });
@@ -363,9 +346,8 @@ Status SqliteStateStore::RequestCancel(const std::string& job_id) {
 
 Result<uint64_t> SqliteStateStore::NextJobNumber() {
   std::lock_guard<std::mutex> lock(read_mu_);
-  Statement st(reader_, "SELECT COALESCE(MAX(number), 0) + 1 FROM jobs");
-  if (!st.ok() || st.Step() != SQLITE_ROW) return SqliteError(reader_, "next job number");
-  return static_cast<uint64_t>(st.ColumnInt(0));
+  ASSIGN_OR_RETURN(const int64_t number, NextNumber(reader_, state_dir_ + "/coordinator.db"));
+  return static_cast<uint64_t>(number);
 }
 
 Status SqliteStateStore::SaveInitialModel(const std::string& job_id, const TensorSet& model) {
@@ -397,10 +379,10 @@ Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement st(writer_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
     if (!st.ok()) return SqliteError(writer_, "prepare insert round");
-    st.BindText(1, job.id());
-    st.BindInt(2, record.round());
-    st.BindBlob(3, record.SerializeAsString());
-    st.BindText(4, path);
+    RETURN_IF_ERROR(st.BindText(1, "job_id", job.id()));
+    RETURN_IF_ERROR(st.BindInt(2, "round", record.round()));
+    RETURN_IF_ERROR(st.BindBlob(3, "record", record.SerializeAsString()));
+    RETURN_IF_ERROR(st.BindText(4, "checkpoint", path));
     if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert round");
     return UpdateJobRowLocked(job);
   }));
@@ -419,9 +401,11 @@ Status SqliteStateStore::RewindJob(const v1::Job& job) {
   return InTransactionLocked([&]() -> Status {
     Statement st(writer_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
     if (!st.ok()) return SqliteError(writer_, "prepare delete rounds");
-    st.BindText(1, job.id());
-    st.BindInt(2, job.rounds_committed());
-    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "delete rounds of " + job.id());
+    RETURN_IF_ERROR(st.BindText(1, "job_id", job.id()));
+    RETURN_IF_ERROR(st.BindInt(2, "round", job.rounds_committed()));
+    if (st.Step() != SQLITE_DONE) {
+      return SqliteError(writer_, "delete rounds of " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
+    }
     return UpdateJobRowLocked(job);
   });
 }
@@ -465,9 +449,9 @@ Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRe
   return InTransactionLocked([&]() -> Status {
     Statement st(writer_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
     if (!st.ok()) return SqliteError(writer_, "prepare update round");
-    st.BindBlob(1, record.SerializeAsString());
-    st.BindText(2, job.id());
-    st.BindInt(3, record.round());
+    RETURN_IF_ERROR(st.BindBlob(1, "record", record.SerializeAsString()));
+    RETURN_IF_ERROR(st.BindText(2, "job_id", job.id()));
+    RETURN_IF_ERROR(st.BindInt(3, "round", record.round()));
     if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update round");
     return UpdateJobRowLocked(job);
   });
@@ -526,28 +510,33 @@ Result<std::vector<v1::RoundRecord>> SqliteStateStore::ListRounds(const std::str
   std::lock_guard<std::mutex> lock(read_mu_);
   Statement st(reader_, "SELECT record, round FROM rounds WHERE job_id = ? AND round >= ? ORDER BY round");
   if (!st.ok()) return SqliteError(reader_, "prepare list rounds");
-  st.BindText(1, job_id);
-  st.BindInt(2, from_round);
+  RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
+  RETURN_IF_ERROR(st.BindInt(2, "round", from_round));
   std::vector<v1::RoundRecord> rounds;
   size_t bytes = 0;
   int rc = SQLITE_DONE;
   while (bytes <= max_bytes && (rc = st.Step()) == SQLITE_ROW) {
     const std::string blob = st.ColumnBlob(0);
     bytes += blob.size();
-    const std::string where = "rounds table: job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ", round " +
-                              QuoteUntrusted(st.ColumnText(1), 32);
+    // The round's type is asked before anything reads it: a read converts it.
+    const int round_type = st.ColumnType(1);
+    const int64_t round = round_type == SQLITE_INTEGER ? st.ColumnInt(1) : -1;
+    const std::string where =
+        "rounds table: job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ", round " + st.Shown(1, round_type);
     v1::RoundRecord record;
     if (!record.ParseFromString(blob)) return DataLossError(where + ": corrupt row");
     // Callers page on the records' rounds (the next page starts past the last one) and take
     // a record for the round its row is filed under: a record of another round, copied or
     // edited in by hand, is no record of this one.
-    if (st.ColumnType(1) != SQLITE_INTEGER || st.ColumnInt(1) != int64_t{record.round()}) {
+    if (round_type != SQLITE_INTEGER || round != int64_t{record.round()}) {
       return DataLossError(where + ": field 'round': the record is of round " + std::to_string(record.round()) +
                            "; expected the row's own round");
     }
     rounds.push_back(std::move(record));
   }
-  if (rc != SQLITE_DONE && rc != SQLITE_ROW) return SqliteError(reader_, "list rounds of " + job_id);
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    return SqliteError(reader_, "list rounds of " + QuoteUntrusted(job_id, kMaxJobIdBytes));
+  }
   return rounds;
 }
 
@@ -555,9 +544,9 @@ Status SqliteStateStore::SaveWorker(const v1::WorkerStatus& worker) {
   std::lock_guard<std::mutex> lock(write_mu_);
   Statement st(writer_, "INSERT OR REPLACE INTO workers (id, worker) VALUES (?, ?)");
   if (!st.ok()) return SqliteError(writer_, "prepare save worker");
-  st.BindText(1, worker.worker_id());
-  st.BindBlob(2, worker.SerializeAsString());
-  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save worker " + worker.worker_id());
+  RETURN_IF_ERROR(st.BindText(1, "id", worker.worker_id()));
+  RETURN_IF_ERROR(st.BindBlob(2, "worker", worker.SerializeAsString()));
+  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save worker " + QuoteUntrusted(worker.worker_id(), 128));
   return Status::Ok();
 }
 
@@ -569,15 +558,15 @@ Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, co
   RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
     Statement insert(writer_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
     if (!insert.ok()) return SqliteError(writer_, "prepare bind worker name");
-    insert.BindText(1, name);
-    insert.BindText(2, credential);
-    insert.BindInt(3, std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count());
-    if (insert.Step() != SQLITE_DONE) return SqliteError(writer_, "bind worker name " + name);
+    RETURN_IF_ERROR(insert.BindText(1, "name", name));
+    RETURN_IF_ERROR(insert.BindText(2, "credential", credential));
+    RETURN_IF_ERROR(insert.BindInt(3, "bound_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch()).count()));
+    if (insert.Step() != SQLITE_DONE) return SqliteError(writer_, "bind worker name " + QuoteUntrusted(name, 128));
     Statement select(writer_, "SELECT credential FROM worker_names WHERE name = ?");
     if (!select.ok()) return SqliteError(writer_, "prepare read worker name");
-    select.BindText(1, name);
-    if (select.Step() != SQLITE_ROW) return SqliteError(writer_, "read worker name " + name);
+    RETURN_IF_ERROR(select.BindText(1, "name", name));
+    if (select.Step() != SQLITE_ROW) return SqliteError(writer_, "read worker name " + QuoteUntrusted(name, 128));
     bound = select.ColumnText(0);
     return Status::Ok();
   }));
@@ -593,7 +582,7 @@ Result<bool> SqliteStateStore::ForgetWorker(const std::string& name) {
     for (const char* sql : {"DELETE FROM workers WHERE id = ?", "DELETE FROM worker_names WHERE name = ?"}) {
       Statement st(writer_, sql);
       if (!st.ok()) return SqliteError(writer_, "prepare forget worker");
-      st.BindText(1, name);
+      RETURN_IF_ERROR(st.BindText(1, "name", name));
       if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "forget worker " + QuoteUntrusted(name, 128));
       forgot = forgot || sqlite3_changes(writer_) > 0;
     }
@@ -623,9 +612,9 @@ Status SqliteStateStore::SaveSeat(const std::string& job_id, const std::string& 
   std::lock_guard<std::mutex> lock(write_mu_);
   Statement st(writer_, "INSERT OR REPLACE INTO seats (job_id, worker_id, party) VALUES (?, ?, ?)");
   if (!st.ok()) return SqliteError(writer_, "prepare save seat");
-  st.BindText(1, job_id);
-  st.BindText(2, worker_id);
-  st.BindInt(3, party);
+  RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
+  RETURN_IF_ERROR(st.BindText(2, "worker_id", worker_id));
+  RETURN_IF_ERROR(st.BindInt(3, "party", party));
   if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save seat");
   return Status::Ok();
 }
@@ -636,8 +625,9 @@ Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeat
   // One row past the bound tells a job that holds too many from one that holds exactly it.
   Statement st(reader_, "SELECT worker_id, party FROM seats WHERE job_id = ? ORDER BY party, worker_id LIMIT ?");
   if (!st.ok()) return SqliteError(reader_, "prepare load seats");
-  st.BindText(1, job_id);
-  st.BindInt(2, max_seats >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_seats) + 1);
+  RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
+  RETURN_IF_ERROR(
+      st.BindInt(2, "limit", max_seats >= static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(max_seats) + 1));
   std::vector<std::pair<std::string, uint32_t>> seats;
   int rc;
   while ((rc = st.Step()) == SQLITE_ROW) {
@@ -647,16 +637,16 @@ Result<std::vector<std::pair<std::string, uint32_t>>> SqliteStateStore::LoadSeat
     std::string seat = st.ColumnBlob(0);
     // SQLite reads a party stored as text or a real as a number (0 for "abc"): only an
     // integer is a party. Its type is asked before the read converts it.
-    const bool integer = st.ColumnType(1) == SQLITE_INTEGER;
-    const int64_t party = integer ? st.ColumnInt(1) : -1;
-    if (!integer || party < 0 || party > int64_t{UINT32_MAX}) {
-      return DataLossError("seats table: job '" + job_id + "', seat " + QuoteUntrusted(seat, 128) + ": party " +
-                           QuoteUntrusted(st.ColumnText(1), 32) + ": expected a number from 0 to " +
-                           std::to_string(UINT32_MAX));
+    const int type = st.ColumnType(1);
+    const int64_t party = type == SQLITE_INTEGER ? st.ColumnInt(1) : -1;
+    if (type != SQLITE_INTEGER || party < 0 || party > int64_t{UINT32_MAX}) {
+      return DataLossError("seats table: job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ", seat " +
+                           QuoteUntrusted(seat, 128) + ": party " + st.Shown(1, type) +
+                           ": expected a number from 0 to " + std::to_string(UINT32_MAX));
     }
     seats.emplace_back(std::move(seat), static_cast<uint32_t>(party));
   }
-  if (rc != SQLITE_DONE) return SqliteError(reader_, "load seats of " + job_id);
+  if (rc != SQLITE_DONE) return SqliteError(reader_, "load seats of " + QuoteUntrusted(job_id, kMaxJobIdBytes));
   return seats;
 }
 

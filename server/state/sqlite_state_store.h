@@ -43,6 +43,11 @@ class SqliteStateStore final : public StateStore {
 
   const std::string& state_dir() const { return state_dir_; }
 
+  // The job takes one past the largest number stored: a largest that has none after it
+  // (INT64_MAX, or a value that is no integer, edited in by hand) is DataLoss naming the
+  // database file and the column, from NextJobNumber too. A value longer than the
+  // connection's length limit is refused naming the statement and the parameter, by every
+  // write.
   Status InsertJob(const v1::Job& job) override;
   Status UpdateJob(const v1::Job& job) override;
   Result<v1::Job> GetJob(const std::string& job_id) override;

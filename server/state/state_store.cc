@@ -3,6 +3,8 @@
 #include <cstring>
 #include <limits>
 
+#include "base/escape.h"
+#include "base/names.h"
 #include "base/xxh3.h"
 #include "proto/tensor_transfer.h"
 
@@ -47,13 +49,13 @@ std::vector<std::string_view> CheckpointPieces(const TensorSet& tensors, const T
 }
 
 Status NoWrittenCheckpointError(const std::string& job_id, uint32_t round) {
-  return FailedPreconditionError("commit of round " + std::to_string(round) + " of job " + job_id +
-                                 ": no checkpoint was written for it");
+  return FailedPreconditionError("commit of round " + std::to_string(round) + " of job " +
+                                 QuoteUntrusted(job_id, kMaxJobIdBytes) + ": no checkpoint was written for it");
 }
 
 Status TooManySeatsError(const std::string& job_id, size_t max_seats) {
-  return DataLossError("seats table: job '" + job_id + "': more than " + std::to_string(max_seats) +
-                       " seats stored; expected at most " + std::to_string(max_seats));
+  return DataLossError("seats table: job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ": more than " +
+                       std::to_string(max_seats) + " seats stored; expected at most " + std::to_string(max_seats));
 }
 
 v1::Job JobRow(const v1::Job& job) {

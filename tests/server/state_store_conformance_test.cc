@@ -239,7 +239,7 @@ TEST_P(StateStoreConformanceTest, AWrittenCheckpointIsPartOfTheJobOnlyOnceItsRou
   // No checkpoint written: the commit is refused, naming the round and the job, and changes nothing.
   Status refused = store_->CommitWrittenRound(committed, record);
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
-  EXPECT_NE(refused.message().find("round 1 of job job-1-abc"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("round 1 of job 'job-1-abc'"), std::string::npos) << refused.message();
   EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 0u);
   // Written and not committed: the job has no round 1.
   ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 1, Model(1)).ok());
