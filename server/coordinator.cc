@@ -93,7 +93,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   if (!removed.ok()) {
     spdlog::warn("state directory: {}", removed.status().ToString());
   } else {
-    for (const std::string& path : *removed) spdlog::info("removed leftover checkpoint file '{}'", path);
+    // A file's name is whatever was put in the directory: escaped and bounded, as any input.
+    for (const std::string& path : *removed) {
+      const std::filesystem::path removed_path(path);
+      spdlog::info("removed leftover checkpoint file {} from {}", QuoteUntrusted(removed_path.filename().string(), 128),
+                   QuoteUntrusted(removed_path.parent_path().string(), 256));
+    }
   }
   c->store_ = std::move(store);
   c->services_.push_back(MakeWorkerService(c.get()));

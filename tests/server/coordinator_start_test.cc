@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "server/coordinator.h"
+#include "tests/captured_log.h"
 #include "tests/server/test_directory.h"
 
 namespace tessera::server {
@@ -81,6 +83,29 @@ TEST_F(CoordinatorStartTest, AnAddressThatIsNotThisMachinesIsNamed) {
   ASSERT_FALSE(elsewhere.ok());
   EXPECT_EQ(elsewhere.status().message(),
             "cannot listen on '192.0.2.1:7070': '192.0.2.1' is not an address of this machine");
+}
+
+TEST_F(CoordinatorStartTest, ALeftoverFileIsLoggedEscapedAndBounded) {
+  // Whoever can write the state directory names its files: a name that moves the cursor and
+  // starts a line of its own, and one of 250 bytes.
+  const std::filesystem::path checkpoints = dir_ / "state" / "checkpoints";
+  std::filesystem::create_directories(checkpoints);
+  std::ofstream(checkpoints / "a\x1b[2J\nforged line.tmp") << "left";
+  std::ofstream(checkpoints / (std::string(246, 'b') + ".tmp")) << "left";
+  testing::CapturedLog log;
+  auto coordinator = Coordinator::Start(Options("state"));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string text = log.text();
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\nforged line"), std::string::npos) << text;
+  EXPECT_NE(text.find("removed leftover checkpoint file 'a\\x1b[2J\\nforged line.tmp' from '" + checkpoints.string() +
+                      "'"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("removed leftover checkpoint file '" + std::string(128, 'b') + "…(250 bytes)' from"),
+            std::string::npos)
+      << text;
+  EXPECT_FALSE(std::filesystem::exists(checkpoints / "a\x1b[2J\nforged line.tmp"));
 }
 
 }  // namespace
