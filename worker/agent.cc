@@ -236,6 +236,7 @@ Status WorkerAgent::RunSession() {
     } else if (task.has_cancel()) {
       const v1::CancelTask& cancel = task.cancel();
       const CancelledTask cancelled{cancel.job_id(), cancel.round(), cancel.attempt()};
+      if (cancel.round() == 0 && ended_jobs_.size() < kMaxCancels) ended_jobs_.insert(cancel.job_id());
       // A queued task it covers goes now: past kMaxCancels later cancels, it would be trained.
       std::erase_if(tasks_,
                     [&](const v1::TrainTask& q) { return cancelled.Covers(q.job_id(), q.round(), q.attempt()); });
@@ -272,7 +273,7 @@ void WorkerAgent::TrainerLoop() {
     Identity identity;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      const auto ready = [&] { return stop_.load() || !tasks_.empty(); };
+      const auto ready = [&] { return stop_.load() || !tasks_.empty() || !ended_jobs_.empty(); };
       if (memory_kept_ && !cv_.wait_for(lock, std::chrono::milliseconds(options_.idle_release_ms), ready)) {
 #ifdef __GLIBC__
         lock.unlock();
@@ -284,6 +285,11 @@ void WorkerAgent::TrainerLoop() {
       }
       cv_.wait(lock, ready);
       if (stop_) return;
+      if (!ended_jobs_.empty()) {  // a job ended: what was held for it goes first
+        lock.unlock();
+        ReleaseEndedJobs();
+        continue;
+      }
       // The queue holds the newest task of each job only (a newer one replaces it as it comes).
       task = std::move(tasks_.front());
       tasks_.pop_front();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,8 @@ class WorkerAgent {
   uint32_t updates_refused() const { return updates_refused_.load(); }
   // How many times memory kept between rounds was handed back after idle_release_ms.
   uint32_t idle_releases() const { return idle_releases_.load(); }
+  // The jobs whose data (training share, test share, partition) this worker holds now.
+  std::vector<std::string> JobsHeld() const;
   std::string device_name() const;
 
  private:
@@ -144,7 +147,7 @@ class WorkerAgent {
   // the update's manifest gives them instead of SHA-256.
   std::atomic<bool> upload_xxh3_{false};
   uint64_t metrics_collector_ = 0;  // scrape-time device metrics (worker/worker_metrics.h)
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::string worker_id_;
   std::string session_;
@@ -158,8 +161,9 @@ class WorkerAgent {
     std::string job;
     uint32_t round = 0;
     uint32_t attempt = 0;
+    // Round 0: the job ended (JobRunner::Finish), and every task of it is over.
     bool Covers(const std::string& j, uint32_t r, uint32_t a) const {
-      return job == j && round == r && (attempt == 0 || attempt == a);
+      return job == j && (round == 0 || round == r) && (attempt == 0 || attempt == a);
     }
   };
   static constexpr size_t kMaxCancels = 16;
@@ -168,8 +172,13 @@ class WorkerAgent {
   bool IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const;
   std::string state_ = "idle";
 
+  // Jobs the coordinator said ended (a cancel of round 0) whose data the task thread is yet
+  // to release (ReleaseEndedJobs); at most kMaxCancels.
+  std::set<std::string> ended_jobs_;
+  void ReleaseEndedJobs();  // only the task thread
   std::shared_ptr<const Dataset> share_;                                     // the last share loaded
   std::string share_key_;                                                    // what it is the share of
+  std::string share_job_;                                                    // the job that loaded it last
   std::shared_ptr<const Dataset> test_share_;                                // federated evaluation's last test share
   std::string test_share_key_;
   std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // the current job's, by job id

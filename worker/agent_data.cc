@@ -4,7 +4,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 
+#include <spdlog/spdlog.h>
+#ifdef __GLIBC__
+#include <malloc.h>  // malloc_trim
+#endif
+
+#include "base/escape.h"
 #include "core/data/dataset_source.h"
 #include "core/data/idx.h"
 #include "core/data/partition.h"
@@ -89,6 +96,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
   std::lock_guard<std::mutex> lock(mu_);
   share_ = share;  // the previous share (another job or party) is released
   share_key_ = key;
+  share_job_ = task.job_id();
   return share;
 }
 
@@ -141,6 +149,50 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::Tra
   test_share_ = share;
   test_share_key_ = key;
   return share;
+}
+
+// A job that ended gives back what the worker held for it: its share (unless another job
+// loaded the same files since), its test share, its partition and its seats' residuals and
+// local tensors. External trainers stay: they are the worker's, not the job's.
+void WorkerAgent::ReleaseEndedJobs() {
+  std::set<std::string> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ended.swap(ended_jobs_);
+    for (const std::string& job : ended) {
+      partitions_.erase(job);
+      if (share_ && share_job_ == job) {
+        share_.reset();
+        share_key_.clear();
+      }
+      // A test share's key ends with "#JOB#PARTY".
+      if (test_share_ && test_share_key_.find("#" + job + "#") != std::string::npos) {
+        test_share_.reset();
+        test_share_key_.clear();
+      }
+    }
+  }
+  for (const std::string& job : ended) {
+    residuals_.EraseJob(job);
+    local_tensors_.EraseJob(job);
+    spdlog::info("job {} ended: the data and seats' memory held for it are released", QuoteUntrusted(job));
+  }
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+std::vector<std::string> WorkerAgent::JobsHeld() const {
+  std::set<std::string> jobs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [job, parts] : partitions_) jobs.insert(job);
+    if (share_) jobs.insert(share_job_);
+    const size_t end = test_share_key_.rfind('#');
+    const size_t start = end == std::string::npos || end == 0 ? std::string::npos : test_share_key_.rfind('#', end - 1);
+    if (test_share_ && start != std::string::npos) jobs.insert(test_share_key_.substr(start + 1, end - start - 1));
+  }
+  return {jobs.begin(), jobs.end()};
 }
 
 }  // namespace tessera::worker

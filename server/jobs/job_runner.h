@@ -282,6 +282,9 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   std::unique_ptr<SelectionPolicy> selection_;
   std::vector<uint64_t> party_sizes_;     // only the job's thread uses these two; empty: local files
   std::set<std::string> excluded_;        // workers left out of the current round's next attempts
+  // Workers this process sent a task of the job: told when it ends (a cancel of round 0), so
+  // that they let go of its data. Only the job's thread.
+  std::set<std::string> tasked_;
 
   std::shared_ptr<AsyncDriver> async_;   // an asynchronous job's driver, while it runs
   const std::string job_id_;             // job_.id(), readable without mu_

@@ -91,6 +91,7 @@ void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, c
       own.set_rendezvous_prefix(rendezvous_prefix + client.cohort + "/");
     }
     const std::string& worker = client.members[rank];
+    tasked_.insert(worker);
     OutgoingTask outgoing;
     outgoing.train_shared = shared;
     own.SerializeToString(&outgoing.train_own);

@@ -123,6 +123,36 @@ TEST_F(JobRunnerTest, AFinishedJobReleasesItsModel) {
   EXPECT_EQ(runner()->Model(1).status().code(), StatusCode::kFailedPrecondition);
 }
 
+// The workers that trained for a job are told when it ends, by a cancel of round 0 (no task
+// has it), so that they let go of its data; a worker that never had a task of it is not.
+TEST_F(JobRunnerTest, TheWorkersOfAnEndedJobAreToldItEnded) {
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload()));
+  FakeWorker& w2 = AddWorker("w2", Always(FakeAction::Upload()));
+  v1::Job job = Run(SmallSpec(1, 1));  // one client a round: one of the two trains
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  auto ended = [](const std::vector<v1::Task>& received) {
+    bool trained = false, told = false;
+    for (const auto& task : received) {
+      trained |= task.has_train();
+      if (task.has_cancel() && task.cancel().round() == 0) {
+        told = task.cancel().job_id() == kJobId && task.cancel().attempt() == 0 &&
+               task.cancel().reason() == "the job succeeded";
+      }
+    }
+    return std::pair{trained, told};
+  };
+  for (FakeWorker* w : {&w1, &w2}) {
+    if (!ended(w->received()).first) continue;
+    EXPECT_TRUE(w->Await([&](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+      return ended(received).second;
+    })) << w->name() << " trained for the job and was not told it ended";
+  }
+  for (FakeWorker* w : {&w1, &w2}) {
+    const auto [trained, told] = ended(w->received());
+    EXPECT_EQ(told, trained) << w->name();
+  }
+}
+
 TEST_F(JobRunnerTest, WatchersAreToldWhoARoundIsWaitingFor) {
   FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload()));
   AddWorker("w2", Always(FakeAction::Hang()));

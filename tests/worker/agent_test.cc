@@ -84,6 +84,32 @@ TEST_F(AgentTest, KeptRoundMemoryIsHandedBackOnceTheWorkerIsIdle) {
   EXPECT_EQ(agent_->idle_releases(), 1u) << "released again with nothing kept";
 }
 
+// A job the coordinator says ended (a cancel of round 0) gives back the data the worker held
+// for it, and a task of it still queued is not trained.
+TEST_F(AgentTest, AJobThatEndedLetsGoOfItsData) {
+  Start({Train(1, 1)});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  auto holds = [&](const std::string& job) {
+    const std::vector<std::string> held = agent_->JobsHeld();
+    return std::find(held.begin(), held.end(), job) != held.end();
+  };
+  EXPECT_TRUE(holds("job-1")) << "the share of a running job is kept between its rounds";
+  v1::Task ended = Cancel(0, 0);
+  ended.mutable_cancel()->set_reason("the job succeeded");
+  ASSERT_TRUE(Deliver(ended));
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (holds("job-1") && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(holds("job-1")) << "the ended job's data is still held";
+  // A task of the ended job that comes late is not trained; another job's is.
+  ASSERT_TRUE(Deliver(Train(2, 1)));
+  ASSERT_TRUE(Deliver(Train(1, 1, "job-2")));
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));  // tasks are taken in order: job-1's came first
+  for (const auto& h : Uploads()) EXPECT_FALSE(h.job_id() == "job-1" && h.round() == 2) << "the ended job trained";
+}
+
 TEST_F(AgentTest, WithoutKeptRoundMemoryNothingIsHandedBackWhenIdle) {
   WorkerOptions options;
   options.idle_release_ms = 50;
