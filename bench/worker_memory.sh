@@ -5,7 +5,8 @@
 # Once the worker has joined and sits idle: its VmRSS and how many of its mappings name a
 # CUDA, cuBLAS or NCCL library. Then one round of the demo job as this worker's share
 # (examples/fmnist-fedavg.toml with one client per round: a tenth of Fashion-MNIST, SimpleCNN,
-# two local epochs) and its VmRSS and VmHWM after it. Environment: PORT (default 7391), MODEL
+# two local epochs) and its VmRSS and VmHWM after it, and once more when the worker has
+# released the ended job's data. Environment: PORT (default 7391), MODEL
 # (simplecnn, the default, or mlp10: the round overhead benchmark's 10 MiB MLP, 784-3297-10),
 # WORKER_FLAGS (added to the worker's command line, e.g. --keep-round-memory), IDLE_AFTER_S
 # (default 0: when set, the worker's VmRSS once more after that many seconds without a task).
@@ -63,6 +64,13 @@ echo "after one round (a tenth of Fashion-MNIST, $model, 2 epochs): VmRSS $(figu
      "VmHWM $(figure $worker VmHWM) kB, $(cuda_mappings $worker) CUDA/cuBLAS/NCCL mappings," \
      "$(module_mappings $worker) Gloo/ibverbs/XRT/MPI mappings"
 grep -v "reported, waiting" "$work/watch.log" | sed -n "1,3p"
+# The coordinator tells the worker the job ended; the worker then releases what it held for it.
+for _ in $(seq 100); do grep -q "ended: the data" "$work/worker.log" && break; sleep 0.1; done
+if grep -q "ended: the data" "$work/worker.log"; then
+  echo "after the job ended (the worker released its data): VmRSS $(figure $worker VmRSS) kB"
+else
+  echo "the worker did not say it released the ended job's data (an older worker)"
+fi
 if [ "${IDLE_AFTER_S:-0}" -gt 0 ]; then
   sleep "$IDLE_AFTER_S"
   echo "after ${IDLE_AFTER_S} s idle: VmRSS $(figure $worker VmRSS) kB"
