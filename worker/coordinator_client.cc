@@ -26,7 +26,6 @@ namespace {
 using wire::FromGrpc;
 
 constexpr auto kCallDeadline = std::chrono::seconds(10);
-constexpr auto kTransferDeadline = std::chrono::minutes(5);
 // WorkerService.DownloadModel's full name, for reading its messages raw.
 constexpr char kDownloadModelMethod[] = "/tessera.v1.WorkerService/DownloadModel";
 constexpr char kUploadUpdateMethod[] = "/tessera.v1.WorkerService/UploadUpdate";
@@ -37,9 +36,11 @@ void SetDeadline(grpc::ClientContext* ctx, std::chrono::system_clock::duration d
 
 class GrpcCoordinatorClient final : public CoordinatorClient {
  public:
-  GrpcCoordinatorClient(const std::string& address, const wire::ClientTls& tls, std::shared_ptr<grpc::Channel> channel)
+  GrpcCoordinatorClient(const std::string& address, const wire::ClientTls& tls, std::shared_ptr<grpc::Channel> channel,
+                        GrpcClientOptions options)
       : address_(address),
         tls_(tls),
+        options_(options),
         channel_(std::move(channel)),
         stub_(v1::WorkerService::NewStub(channel_)),
         download_method_(kDownloadModelMethod, grpc::internal::RpcMethod::SERVER_STREAMING, channel_) {}
@@ -77,7 +78,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     if (!s.ok()) return FromGrpc(s, "join " + address_);
     upload_admission_ = response.upload_admission();
     upload_connection_min_bytes_ = response.upload_connection_min_bytes();
-    inline_update_max_bytes_ = response.inline_update_max_bytes();
+    // Bounded here: a coordinator's offer past what a receiver takes in one message would have
+    // any update sent as one (see kMaxInlineUpdateBytes).
+    inline_update_max_bytes_ = std::min(response.inline_update_max_bytes(), kMaxInlineUpdateBytes);
     return response;
   }
 
@@ -202,7 +205,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, kTransferDeadline);
+    SetDeadline(&ctx, options_.transfer_deadline);
     TransferScope in_flight(this, &ctx);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
     // (wire::AddModelChunkMessage), where a parsed message would first copy them into a
@@ -408,9 +411,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (written) {
-      inline_cv_.wait_for(lock, kTransferDeadline, [&] { return wait->verdict.has_value() || wait->ended; });
+      inline_cv_.wait_for(lock, options_.transfer_deadline, [&] { return wait->verdict.has_value() || wait->ended; });
     }
     if (inline_wait_ == wait) inline_wait_.reset();
+    if (!wait->verdict && written && !wait->ended) {
+      // The session still stands: the coordinator has not answered in time (as an upload call
+      // that ran past the same deadline).
+      return Result<v1::UploadResult>(DeadlineExceededError(
+          "upload inside the task session: no verdict from the coordinator within the transfer deadline of " +
+          std::to_string(options_.transfer_deadline.count()) + " ms"));
+    }
     if (!wait->verdict) {
       return Result<v1::UploadResult>(UnavailableError(
           "upload inside the task session: " + std::string(written ? "the session ended before the coordinator's verdict"
@@ -443,7 +453,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                         const std::shared_ptr<const wire::UpdateBytes>& tensors, uint32_t chunk_bytes,
                         v1::UploadResult* result) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, kTransferDeadline);
+    SetDeadline(&ctx, options_.transfer_deadline);
     TransferScope in_flight(this, &ctx);
     UploadScope upload(this, &ctx, header);
     const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
@@ -472,6 +482,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
   std::string address_;
   wire::ClientTls tls_;
+  const GrpcClientOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   // DownloadModel as a method of raw messages, registered with the channel once, as the
@@ -503,10 +514,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 }  // namespace
 
 Result<std::unique_ptr<CoordinatorClient>> MakeGrpcCoordinatorClient(const std::string& address,
-                                                                     const wire::ClientTls& tls) {
+                                                                     const wire::ClientTls& tls,
+                                                                     GrpcClientOptions options) {
+  if (options.transfer_deadline <= std::chrono::milliseconds::zero()) {
+    return InvalidArgumentError("coordinator client: the transfer deadline must be positive, not " +
+                                std::to_string(options.transfer_deadline.count()) + " ms");
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                    wire::MakeChannel(address, tls, GrpcCoordinatorClient::Arguments()));
-  return std::unique_ptr<CoordinatorClient>(std::make_unique<GrpcCoordinatorClient>(address, tls, std::move(channel)));
+  return std::unique_ptr<CoordinatorClient>(
+      std::make_unique<GrpcCoordinatorClient>(address, tls, std::move(channel), options));
 }
 
 }  // namespace tessera::worker

@@ -8,6 +8,8 @@
 // between: it was for the session that ended).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,7 +44,8 @@ class CoordinatorClient {
   // Sends the header then the chunks of `tensors`; returns the coordinator's verdict. The
   // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
   // in set order; a failure header comes with no tensors. The gRPC client sends an update that
-  // fits the coordinator's JoinResponse.inline_update_max_bytes inside the open task session
+  // fits the coordinator's JoinResponse.inline_update_max_bytes (at most
+  // kMaxInlineUpdateBytes) inside the open task session
   // and waits for its verdict there, unless it is called from the thread that runs
   // RunTaskChannel (inside on_task); any other update goes by an UploadUpdate call.
   // `tensors` is shared: the transport may still hold some of its bytes after the call ends.
@@ -54,10 +57,24 @@ class CoordinatorClient {
   virtual Result<int64_t> StoreAdd(const v1::StoreRequest& request) = 0;
 };
 
+// The gRPC client's settings; the defaults are the daemon's.
+struct GrpcClientOptions {
+  // How long a download or an upload may take, and how long an update sent inside the task
+  // session waits for its verdict.
+  std::chrono::milliseconds transfer_deadline = std::chrono::minutes(5);
+};
+
+// The most JoinResponse.inline_update_max_bytes the gRPC client takes from a coordinator:
+// gRPC's default receive limit, 4 MiB, so that no coordinator can make the worker send an
+// update as one message a receiver refuses (the coordinator itself offers at most 1 MiB). A
+// larger offer counts as this much; an update above it goes by an UploadUpdate call.
+inline constexpr uint64_t kMaxInlineUpdateBytes = uint64_t{4} << 20;
+
 // A client over one gRPC channel to `address` (HOST:PORT) secured by `tls`
 // (proto/transport_security.h). InvalidArgument for an address that does not parse, or
 // plaintext to a coordinator that is not on loopback without tls.insecure_remote.
 Result<std::unique_ptr<CoordinatorClient>> MakeGrpcCoordinatorClient(const std::string& address,
-                                                                     const wire::ClientTls& tls);
+                                                                     const wire::ClientTls& tls,
+                                                                     GrpcClientOptions options = {});
 
 }  // namespace tessera::worker

@@ -6,7 +6,8 @@
 // connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
 // is in inline_model_test.cc. A cancel that finds no task channel open ends only the next
 // channel of its own session; a cancel of a task ends that task's upload in flight, and no
-// other.
+// other. An update inside the task session waits for its verdict no longer than the client's
+// transfer deadline, and the coordinator's inline limit is taken up to kMaxInlineUpdateBytes.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
 
@@ -42,6 +43,7 @@ class StandInService final : public v1::WorkerService::Service {
     response->set_worker_id("w1");
     response->set_session("s1");
     response->set_upload_connection_min_bytes(own_from_);
+    response->set_inline_update_max_bytes(inline_update_max_bytes);
     std::lock_guard<std::mutex> lock(mu_);
     join_peer_ = ctx->peer();
     return grpc::Status::OK;
@@ -92,6 +94,45 @@ class StandInService final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
 
+  // Opened by `open`, hands over one task, then takes inline updates, each answered by an
+  // accepting verdict unless `answer_inline_updates` is false (then none is ever answered).
+  grpc::Status TaskSession(grpc::ServerContext*, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>* stream)
+      override {
+    v1::TaskSessionMessage message;
+    if (!stream->Read(&message) || !message.has_open()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "stand-in: the session must open first");
+    }
+    v1::Task task;
+    task.mutable_train()->set_job_id("job-1");
+    task.mutable_train()->set_round(1);
+    stream->Write(task);
+    while (stream->Read(&message)) {
+      if (!message.has_update()) continue;
+      uint64_t bytes = 0;
+      for (const auto& chunk : message.update().chunks()) bytes += chunk.data().size();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        inline_bytes_.push_back(bytes);
+      }
+      if (!answer_inline_updates) continue;
+      v1::Task verdict;
+      verdict.mutable_verdict()->set_job_id(message.update().header().job_id());
+      verdict.mutable_verdict()->set_round(message.update().header().round());
+      verdict.mutable_verdict()->set_attempt(message.update().header().attempt());
+      verdict.mutable_verdict()->set_accepted(true);
+      stream->Write(verdict);
+    }
+    return grpc::Status::OK;
+  }
+
+  // What Join offers as JoinResponse.inline_update_max_bytes (set before the join).
+  uint64_t inline_update_max_bytes = 0;
+  bool answer_inline_updates = true;
+
+  std::vector<uint64_t> inline_bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inline_bytes_;
+  }
   std::string join_peer() {
     std::lock_guard<std::mutex> lock(mu_);
     return join_peer_;
@@ -112,6 +153,7 @@ class StandInService final : public v1::WorkerService::Service {
   std::string join_peer_;
   std::vector<std::string> upload_peers_;  // every upload's, refused ones too
   std::vector<uint64_t> upload_bytes_;     // the taken ones'
+  std::vector<uint64_t> inline_bytes_;     // each inline update's
   std::condition_variable uploads_done_;
 };
 
@@ -395,6 +437,95 @@ TEST(UploadCancelTest, ACancelBeforeTheUploadStopsItUntilTheNextJoin) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_FALSE(stand_in.service.upload_bytes().empty());
   EXPECT_EQ(stand_in.service.upload_bytes().back(), 8192u);
+}
+
+// A client joined to `stand_in` (with `options`) whose task session is open: its first task
+// has arrived. The session ends, and its thread with it, when the value goes.
+class OpenSession {
+ public:
+  OpenSession(StandIn& stand_in, worker::GrpcClientOptions options) {
+    auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(stand_in.port),
+                                                    TestPki::Get().WorkerTls("w1"), options);
+    EXPECT_TRUE(client.ok()) << client.status().ToString();
+    if (!client.ok()) return;
+    client_ = std::move(client).value();
+    v1::JoinRequest join;
+    join.set_name("w1");
+    auto joined = client_->Join(join);
+    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+    reader_ = std::thread([this] {
+      v1::TaskChannelRequest open;
+      open.set_worker_id("w1");
+      open.set_session("s1");
+      client_->RunTaskChannel(open, [this](const v1::Task&) {
+        std::lock_guard<std::mutex> lock(mu_);
+        open_ = true;
+        cv_.notify_all();
+      });
+    });
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+  ~OpenSession() {
+    if (client_) client_->CancelTaskChannel();
+    if (reader_.joinable()) reader_.join();
+  }
+
+  // Uploads an update of `bytes` bytes for job-1 round 1 attempt 1 of session s1.
+  Result<v1::UploadResult> Upload(size_t bytes) {
+    v1::UpdateHeader header;
+    header.set_job_id("job-1");
+    header.set_round(1);
+    header.set_attempt(1);
+    header.set_session("s1");
+    header.add_sets()->set_name("delta");
+    return client_->UploadUpdate(
+        header, std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(bytes, '\x01')}), 64 << 10);
+  }
+
+ private:
+  std::unique_ptr<worker::CoordinatorClient> client_;
+  std::thread reader_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// A coordinator that never answers an update sent inside the session: the upload fails at the
+// client's transfer deadline, saying so, where it used to claim that the session had ended.
+TEST(SessionUploadTest, AnUpdateWithoutAVerdictFailsAtTheTransferDeadlineNamingIt) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  stand_in.service.inline_update_max_bytes = 1 << 20;
+  stand_in.service.answer_inline_updates = false;
+  OpenSession session(stand_in, worker::GrpcClientOptions{.transfer_deadline = std::chrono::milliseconds(300)});
+  const auto result = session.Upload(8192);
+  EXPECT_EQ(result.status().code(), StatusCode::kDeadlineExceeded) << result.status().ToString();
+  EXPECT_NE(result.status().message().find("within the transfer deadline of 300 ms"), std::string::npos)
+      << result.status().ToString();
+  EXPECT_EQ(result.status().message().find("session ended"), std::string::npos) << result.status().ToString();
+  EXPECT_EQ(stand_in.service.inline_bytes(), (std::vector<uint64_t>{8192}));
+  EXPECT_TRUE(stand_in.service.upload_bytes().empty()) << "the update went by an upload call";
+}
+
+// A coordinator offering more than gRPC's default receive limit does not get an update larger
+// than that as one message: it goes by an upload call, where it used to go inside the session
+// and be refused there. A small one still rides inside the session.
+TEST(SessionUploadTest, AnInlineLimitPastFourMebibytesIsTakenAsFour) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  stand_in.service.inline_update_max_bytes = uint64_t{1} << 40;
+  OpenSession session(stand_in, worker::GrpcClientOptions{});
+  const size_t large = worker::kMaxInlineUpdateBytes + (64 << 10);
+  auto result = session.Upload(large);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->accepted());
+  EXPECT_EQ(stand_in.service.upload_bytes(), (std::vector<uint64_t>{large}));
+  EXPECT_TRUE(stand_in.service.inline_bytes().empty()) << "the large update went inside the session";
+  result = session.Upload(8192);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->accepted());
+  EXPECT_EQ(stand_in.service.inline_bytes(), (std::vector<uint64_t>{8192}));
 }
 
 }  // namespace
