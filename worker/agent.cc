@@ -147,10 +147,14 @@ Status WorkerAgent::Run() {
   Status result;
   while (!stop_) {
     const auto started = Clock::now();
-    Status s = RunSession();
+    bool joined = false;
+    Status s = RunSession(&joined);
     if (stop_) break;
-    if (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument) {
-      result = s;  // a wrong token or a bad name will not fix itself
+    // A join refused for a wrong token, a bad name or a certificate will not fix itself. The
+    // same codes from a channel the join opened (a coordinator of another version) are retried:
+    // a credential refused since is refused again at the next join.
+    if (!joined && (s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument)) {
+      result = s;
       break;
     }
     if (Clock::now() - started > std::chrono::seconds(10)) backoff = options_.backoff_initial_ms;
@@ -166,7 +170,7 @@ Status WorkerAgent::Run() {
   return result;
 }
 
-Status WorkerAgent::RunSession() {
+Status WorkerAgent::RunSession(bool* joined_out) {
   v1::JoinRequest join;
   join.set_join_token(options_.join_token);
   join.set_name(options_.name);
@@ -175,6 +179,7 @@ Status WorkerAgent::RunSession() {
   join.set_accepts_inline_model(true);
   *join.mutable_device() = device_info_;
   ASSIGN_OR_RETURN(v1::JoinResponse joined, client_->Join(join));
+  *joined_out = true;
   {
     std::lock_guard<std::mutex> lock(mu_);
     worker_id_ = joined.worker_id();

@@ -4,7 +4,10 @@
 // and uploads the model delta with its sample count and timings.
 //
 // When the coordinator goes away it reconnects with exponential backoff and rejoins under
-// the same name, which keeps its seat. A wrong join token is fatal: Run() returns it.
+// the same name, which keeps its seat. A join refused (a wrong join token, a bad name, a
+// certificate the coordinator does not take: PERMISSION_DENIED or INVALID_ARGUMENT) is fatal:
+// Run() returns it. The same codes from the task channel after a join are retried like any
+// other break.
 //
 // Thread-safe: Stop() may be called from any thread (a signal handler's waiter).
 #pragma once
@@ -71,8 +74,8 @@ class WorkerAgent {
   WorkerAgent(WorkerOptions options, std::unique_ptr<CoordinatorClient> client);
   ~WorkerAgent();
 
-  // Runs until Stop() (returns OK) or a fatal error (a refused join token, an unusable
-  // device and no fallback).
+  // Runs until Stop() (returns OK) or a fatal error (a refused join, an unusable device and
+  // no fallback).
   Status Run();
   void Stop();
 
@@ -89,8 +92,9 @@ class WorkerAgent {
   // The named device, paced when options_.pace_real_time and it is emulated.
   Result<std::unique_ptr<Device>> CreateWorkerDevice(const std::string& name) const;
   Status OpenDevice();
-  // One connected session: join, heartbeat and task channel until something breaks.
-  Status RunSession();
+  // One connected session: join, heartbeat and task channel until something breaks. Sets
+  // *joined once the join has succeeded: an error after it is the session's, not the join's.
+  Status RunSession(bool* joined);
   // Sets stop_ and wakes every waiter.
   void SetStopped();
   void TrainerLoop();

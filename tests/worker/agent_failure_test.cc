@@ -1,5 +1,6 @@
 // The worker agent when something fails (agent_fixture.h): its device, a download, a session
-// replaced while it trained, and what the coordinator's reasons look like in its log.
+// replaced while it trained, what the coordinator's reasons look like in its log, and which
+// refusals end the worker.
 #include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
@@ -331,6 +332,40 @@ TEST_F(AgentTest, ATaskPastItsDeadlineOnArrivalIsReportedWithoutADownload) {
       << upload.failure();
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 1) << "a task past its deadline was downloaded";
+}
+
+// A join refused (a wrong token, a certificate the coordinator does not take) will not fix
+// itself: Run() returns the refusal.
+TEST_F(AgentTest, ARefusedJoinEndsTheWorker) {
+  shared_->join_refusal = PermissionDeniedError("join: wrong join token for worker 'w1'");
+  Start({});
+  thread_.join();
+  EXPECT_EQ(run_status_.code(), StatusCode::kPermissionDenied) << run_status_.ToString();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 1u);
+}
+
+// The same codes from the task channel of a session that joined (a coordinator of another
+// version refusing what the worker says there) end the session, not the worker: it joins
+// again after its backoff and trains what the next session hands it.
+TEST_F(AgentTest, AnInvalidArgumentFromTheTaskChannelIsRetried) {
+  shared_->next_session = std::vector<v1::Task>{Train(1, 1)};
+  shared_->first_channel_end = InvalidArgumentError("task session: the first message must be 'open'");
+  Start({});
+  v1::UpdateHeader header;
+  ASSERT_TRUE(WaitForUpload(1, 1, &header)) << "the worker did not join again";
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 2u);
+}
+
+TEST_F(AgentTest, APermissionDeniedFromTheTaskChannelIsRetried) {
+  shared_->next_session = std::vector<v1::Task>{Train(1, 1)};
+  shared_->first_channel_end = PermissionDeniedError("task channel: a coordinator of another version");
+  Start({});
+  v1::UpdateHeader header;
+  ASSERT_TRUE(WaitForUpload(1, 1, &header)) << "the worker did not join again";
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 2u);
 }
 
 }  // namespace

@@ -106,9 +106,11 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // Called before each download is served, outside the lock; a status that is not OK is
     // that download's answer.
     std::function<Status(const v1::DownloadModelRequest&)> before_download;
-    // When set, the first task channel ends after its script (the coordinator went away) and
-    // the next one gets these tasks.
+    // When set, the first task channel ends after its script with `first_channel_end` (the
+    // coordinator went away) and the next one gets these tasks.
     std::optional<std::vector<v1::Task>> next_session;
+    Status first_channel_end = UnavailableError("the coordinator went away");
+    Status join_refusal;  // when not OK, every join is answered with it
     // Tasks the open channel hands over after its script, in order (AgentTest::Deliver), and
     // how many it has handed over.
     std::deque<v1::Task> later;
@@ -148,6 +150,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
       shared_->joins.push_back(request);
       shared_->upload_cancels.clear();
       shared_->cv.notify_all();
+      if (!shared_->join_refusal.ok()) return shared_->join_refusal;
     }
     v1::JoinResponse response;
     response.set_worker_id(request.name());
@@ -175,7 +178,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     if (shared_->next_session) {
       script_ = std::move(*shared_->next_session);
       shared_->next_session.reset();
-      return UnavailableError("the coordinator went away");
+      return shared_->first_channel_end;
     }
     while (true) {
       shared_->cv.wait(lock, [&] { return shared_->cancelled || !shared_->later.empty(); });
