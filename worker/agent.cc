@@ -252,9 +252,9 @@ Status WorkerAgent::RunSession(bool* joined_out) {
         });
         cancelled_.erase(other != cancelled_.end() ? other : cancelled_.begin());
       }
-      // An upload of the task in flight stops now: the coordinator would refuse it, and its
-      // remaining chunks (up to the whole model's size) would hold the link and the
-      // coordinator's admission for nothing.
+      // The task's download or upload in flight stops now: the coordinator would refuse its
+      // update, and the remaining chunks (up to the whole model's size) would hold the link and
+      // the coordinator's admission for nothing.
       client_->CancelUpload(cancel.job_id(), cancel.round(), cancel.attempt());
       // The coordinator's words, escaped and bounded: a reason may quote what a job or a
       // worker said, and a line break in it would forge log lines.
@@ -419,7 +419,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     request.set_session(session);
     request.set_job_id(task.job_id());
     request.set_model_version(task.model_version());
-    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request, max_download));
+    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request, max_download, task.round(), task.attempt()));
   }
   const double download_ms = MillisSince(download_start);
 #ifdef __GLIBC__

@@ -198,15 +198,17 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     // encoded); a few are enough, as a cancel only matters to the task it names.
     cancelled_uploads_.push_back(cancel);
     while (cancelled_uploads_.size() > kMaxCancelledUploads) cancelled_uploads_.pop_front();
-    for (UploadScope* upload : uploads_) {
-      if (cancel.Covers(upload->header())) upload->Cancel();
+    for (TaskScope* transfer : task_transfers_) {
+      if (cancel.Covers(transfer->job_id(), transfer->round(), transfer->attempt())) transfer->Cancel();
     }
   }
 
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
+                                  uint32_t attempt) override {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.transfer_deadline);
     TransferScope in_flight(this, &ctx);
+    TaskScope task(this, &ctx, request.job_id(), round, attempt);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
     // (wire::AddModelChunkMessage), where a parsed message would first copy them into a
     // 1 MiB string of its own, mapped and faulted in again for every chunk.
@@ -239,6 +241,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
     grpc::Status finished = reader->Finish();
     if (!status.ok()) return status;  // what was wrong with it, not the cancel that followed
+    if (task.cancelled()) return CancelledError("download " + what + ": the coordinator cancelled the task");
     if (!finished.ok()) return FromGrpc(finished, "download " + what);
     return assembler.Finish();
   }
@@ -308,35 +311,41 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     std::string job_id;
     uint32_t round = 0;
     uint32_t attempt = 0;
-    bool Covers(const v1::UpdateHeader& header) const {
-      return header.job_id() == job_id && header.round() == round && (attempt == 0 || header.attempt() == attempt);
+    bool Covers(const std::string& j, uint32_t r, uint32_t a) const {
+      return j == job_id && r == round && (attempt == 0 || a == attempt);
     }
   };
 
-  // Whether `header`'s task has been cancelled in this session. Under mu_.
-  bool UploadCancelledLocked(const v1::UpdateHeader& header) const {
+  // Whether the task (job, round, attempt) has been cancelled in this session. Under mu_.
+  bool TaskCancelledLocked(const std::string& job_id, uint32_t round, uint32_t attempt) const {
     return std::any_of(cancelled_uploads_.begin(), cancelled_uploads_.end(),
-                       [&](const CancelledTask& c) { return c.Covers(header); });
+                       [&](const CancelledTask& c) { return c.Covers(job_id, round, attempt); });
+  }
+  bool UploadCancelledLocked(const v1::UpdateHeader& header) const {
+    return TaskCancelledLocked(header.job_id(), header.round(), header.attempt());
   }
 
-  // An upload call in flight, known to CancelUpload() by its header for as long as it runs;
-  // one whose task is cancelled already starts cancelled.
-  class UploadScope {
+  // An upload or download call in flight, known to CancelUpload() by its task for as long as
+  // it runs; one whose task is cancelled already starts cancelled.
+  class TaskScope {
    public:
-    UploadScope(GrpcCoordinatorClient* client, grpc::ClientContext* ctx, const v1::UpdateHeader& header)
-        : client_(client), ctx_(ctx), header_(header) {
+    TaskScope(GrpcCoordinatorClient* client, grpc::ClientContext* ctx, std::string job_id, uint32_t round,
+              uint32_t attempt)
+        : client_(client), ctx_(ctx), job_id_(std::move(job_id)), round_(round), attempt_(attempt) {
       std::lock_guard<std::mutex> lock(client_->mu_);
-      client_->uploads_.insert(this);
-      if (client_->UploadCancelledLocked(header_)) Cancel();
+      client_->task_transfers_.insert(this);
+      if (client_->TaskCancelledLocked(job_id_, round_, attempt_)) Cancel();
     }
-    ~UploadScope() {
+    ~TaskScope() {
       std::lock_guard<std::mutex> lock(client_->mu_);
-      client_->uploads_.erase(this);
+      client_->task_transfers_.erase(this);
     }
-    UploadScope(const UploadScope&) = delete;
-    UploadScope& operator=(const UploadScope&) = delete;
+    TaskScope(const TaskScope&) = delete;
+    TaskScope& operator=(const TaskScope&) = delete;
 
-    const v1::UpdateHeader& header() const { return header_; }
+    const std::string& job_id() const { return job_id_; }
+    uint32_t round() const { return round_; }
+    uint32_t attempt() const { return attempt_; }
     // Under the client's mu_.
     void Cancel() {
       cancelled_ = true;
@@ -347,7 +356,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
    private:
     GrpcCoordinatorClient* const client_;
     grpc::ClientContext* const ctx_;
-    const v1::UpdateHeader& header_;
+    const std::string job_id_;
+    const uint32_t round_;
+    const uint32_t attempt_;
     std::atomic<bool> cancelled_{false};
   };
 
@@ -455,7 +466,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext ctx;
     SetDeadline(&ctx, options_.transfer_deadline);
     TransferScope in_flight(this, &ctx);
-    UploadScope upload(this, &ctx, header);
+    TaskScope upload(this, &ctx, header.job_id(), header.round(), header.attempt());
     const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
     std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
         grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx, result));
@@ -494,7 +505,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
   std::set<grpc::ClientContext*> transfers_;  // downloads and uploads in flight (guarded by mu_)
   bool transfers_cancelled_ = false;          // CancelTransfers() was called (guarded by mu_)
-  std::set<UploadScope*> uploads_;            // upload calls in flight (guarded by mu_)
+  std::set<TaskScope*> task_transfers_;       // upload and download calls in flight (guarded by mu_)
   // CancelUpload's tasks in this session, newest last (guarded by mu_).
   static constexpr size_t kMaxCancelledUploads = 16;
   std::deque<CancelledTask> cancelled_uploads_;

@@ -34,13 +34,16 @@ class CoordinatorClient {
   // worker); each returns CANCELLED.
   virtual void CancelTransfers() {}
   // The coordinator cancelled the task (job, round, attempt; attempt 0: every attempt of the
-  // round): its upload in flight ends at once, no further chunk sent, and returns CANCELLED;
-  // one for it that starts later in this session does not start. Uploads of other tasks go
-  // on. A Join forgets these cancels with the session they came in.
+  // round): its upload or model download in flight ends at once, no further chunk sent or
+  // waited for, and returns CANCELLED; one for it that starts later in this session does not
+  // start. Transfers of other tasks go on. A Join forgets these cancels with the session they
+  // came in.
   virtual void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) {}
   // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
-  // manifest of more than `max_bytes` is refused before anything is allocated for it.
-  virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes) = 0;
+  // manifest of more than `max_bytes` is refused before anything is allocated for it. For the
+  // task (request.job_id(), round, attempt), which CancelUpload may end.
+  virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
+                                          uint32_t attempt) = 0;
   // Sends the header then the chunks of `tensors`; returns the coordinator's verdict. The
   // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
   // in set order; a failure header comes with no tensors. The gRPC client sends an update that

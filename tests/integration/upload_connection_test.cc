@@ -6,7 +6,7 @@
 // connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
 // is in inline_model_test.cc. A cancel that finds no task channel open ends only the next
 // channel of its own session; a cancel of a task ends that task's upload in flight, and no
-// other. An update inside the task session waits for its verdict no longer than the client's
+// other; the same goes for a model download. An update inside the task session waits for its verdict no longer than the client's
 // transfer deadline, and the coordinator's inline limit is taken up to kMaxInlineUpdateBytes.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
@@ -94,6 +94,24 @@ class StandInService final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
 
+  // Holds every download: sends nothing until the client ends it.
+  grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest*,
+                             grpc::ServerWriter<v1::ModelChunkMessage>*) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++downloads_started_;
+      uploads_done_.notify_all();
+    }
+    while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return grpc::Status(grpc::StatusCode::CANCELLED, "stand-in: the client ended the download");
+  }
+
+  // Waits until `count` downloads have reached the stand-in.
+  void WaitForDownloads(int count) {
+    std::unique_lock<std::mutex> lock(mu_);
+    uploads_done_.wait(lock, [&] { return downloads_started_ >= count; });
+  }
+
   // Opened by `open`, hands over one task, then takes inline updates, each answered by an
   // accepting verdict unless `answer_inline_updates` is false (then none is ever answered).
   grpc::Status TaskSession(grpc::ServerContext*, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>* stream)
@@ -154,6 +172,7 @@ class StandInService final : public v1::WorkerService::Service {
   std::vector<std::string> upload_peers_;  // every upload's, refused ones too
   std::vector<uint64_t> upload_bytes_;     // the taken ones'
   std::vector<uint64_t> inline_bytes_;     // each inline update's
+  int downloads_started_ = 0;
   std::condition_variable uploads_done_;
 };
 
@@ -361,9 +380,9 @@ HeldUpload UploadHeld(StandIn& stand_in, worker::CoordinatorClient& client, bool
   return held;
 }
 
-std::unique_ptr<worker::CoordinatorClient> JoinedClient(StandIn& stand_in) {
+std::unique_ptr<worker::CoordinatorClient> JoinedClient(StandIn& stand_in, worker::GrpcClientOptions options = {}) {
   auto client = worker::MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(stand_in.port),
-                                                  TestPki::Get().WorkerTls("w1"));
+                                                  TestPki::Get().WorkerTls("w1"), options);
   EXPECT_TRUE(client.ok()) << client.status().ToString();
   if (!client.ok()) return nullptr;
   v1::JoinRequest join;
@@ -437,6 +456,57 @@ TEST(UploadCancelTest, ACancelBeforeTheUploadStopsItUntilTheNextJoin) {
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_FALSE(stand_in.service.upload_bytes().empty());
   EXPECT_EQ(stand_in.service.upload_bytes().back(), 8192u);
+}
+
+// The coordinator cancels a task while its model downloads: the download ends there,
+// CANCELLED, where it used to run on (up to its five-minute deadline) until training's first
+// step looked for the cancel. A cancel of another task leaves it be; a download of the
+// cancelled task that starts later ends at once.
+TEST(DownloadCancelTest, ACancelOfTheTaskEndsItsModelDownload) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  client->CancelUpload("job-1", 1, 2);  // another attempt's
+  v1::DownloadModelRequest request;
+  request.set_job_id("job-1");
+  std::mutex mu;
+  std::condition_variable cv;
+  bool returned = false;
+  Result<TensorSet> result = InternalError("not run");
+  std::thread download([&] {
+    auto downloaded = client->DownloadModel(request, 1 << 20, 1, 1);
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(downloaded);
+    returned = true;
+    cv.notify_all();
+  });
+  stand_in.service.WaitForDownloads(1);
+  client->CancelUpload("job-1", 1, 1);
+  {
+    // Bounded only so that a failure ends before the download's own five-minute deadline.
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return returned; }))
+        << "the download did not end at its task's cancel";
+  }
+  client->CancelTransfers();  // when the cancel did not end it
+  download.join();
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+  EXPECT_NE(result.status().message().find("the coordinator cancelled the task"), std::string::npos)
+      << result.status().ToString();
+}
+
+TEST(DownloadCancelTest, ADownloadOfACancelledTaskDoesNotStart) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  // The deadline bounds only a failure: the stand-in holds a download that starts.
+  auto client = JoinedClient(stand_in, worker::GrpcClientOptions{.transfer_deadline = std::chrono::seconds(60)});
+  ASSERT_NE(client, nullptr);
+  client->CancelUpload("job-1", 1, 0);  // every attempt of round 1
+  v1::DownloadModelRequest request;
+  request.set_job_id("job-1");
+  const auto result = client->DownloadModel(request, 1 << 20, 1, 3);
+  EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
 }
 
 // A client joined to `stand_in` (with `options`) whose task session is open: its first task
