@@ -122,7 +122,12 @@ class WorkerAgent {
   // One that comes while the update is being sent ends the upload there
   // (CoordinatorClient::CancelUpload): no further chunk goes, and as some may have arrived,
   // the residual is kept as for an upload whose fate is unknown.
-  Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);
+  Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);  // agent_upload.cc
+  // A job's seat on this worker ("JOB#PARTY"), the key of what the worker keeps for it
+  // between rounds.
+  static std::string SeatOf(const v1::TrainTask& task);
+  // How much of a reason the coordinator gives (a cancel's, a refused update's) is logged.
+  static constexpr size_t kMaxReasonChars = 512;
   // Whether `task` is cancelled, logged when it is: the caller then drops its update.
   bool UploadCancelled(const v1::TrainTask& task);
   // Tells the coordinator this worker cannot do `task`, so the round need not wait for it.
