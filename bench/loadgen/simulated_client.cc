@@ -202,6 +202,7 @@ void SimulatedClient::OnTask(uint64_t epoch, v1::Task task, grpc::ByteBuffer* in
     }
     StartWork(std::move(*task.mutable_train()), inline_model);
   } else if (task.has_cancel()) {
+    if (task.cancel().round() == 0) return;  // the job ended: a simulated client holds nothing for it
     fleet_->Add(Counter::kCancels);
     std::lock_guard<std::mutex> lock(mu_);
     const auto& cancel = task.cancel();

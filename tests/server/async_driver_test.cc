@@ -256,7 +256,7 @@ TEST_F(AsyncDriverTest, FastClientsContributeMoreAndStaleUpdatesAreWeightedOrRef
   ASSERT_TRUE(AwaitCommitted(3));
   // Version 3 makes slowest's task (version 0) three versions stale: cancelled.
   ASSERT_TRUE(s2.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   EXPECT_NE(s2.cancels().front().reason().find("too stale"), std::string::npos) << s2.cancels().front().reason();
   slowest.Open(0);  // its upload comes anyway, and is refused before its tensors are read
@@ -362,7 +362,7 @@ TEST_F(AsyncDriverTest, AnUploadBeingCheckedWhenTheJobIsCancelledIsRefusedBefore
   ASSERT_TRUE(hold.AwaitEntered()) << "the upload was never checked";
   runner()->Cancel();
   EXPECT_TRUE(a.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
   })) << "the cancelled job's worker is told";
   hold.Release();
   const v1::Job end = AwaitEnd();

@@ -416,7 +416,7 @@ TEST_F(OverSelectionJobTest, TheRoundClosesWithItsTargetAndCancelsTheOverSelecte
   v1::Job job = AwaitEnd();
   ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
   ASSERT_TRUE(w3.Await([&](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   ASSERT_EQ(w3.cancels().size(), 1u);
   EXPECT_EQ(w3.cancels()[0].round(), 1u);

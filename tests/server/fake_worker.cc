@@ -385,7 +385,7 @@ std::vector<v1::CancelTask> FakeWorker::cancels() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::CancelTask> cancels;
   for (const auto& task : received_) {
-    if (task.has_cancel()) cancels.push_back(task.cancel());
+    if (IsTaskCancel(task)) cancels.push_back(task.cancel());
   }
   return cancels;
 }

@@ -121,6 +121,10 @@ struct FakeTurn {
   bool finished = false;             // the worker is done with the task (a hang never is)
 };
 
+// A cancel of one task (job, round, attempt), not the cancel of round 0 that says a whole job
+// ended (JobRunner::Finish), which every worker that trained for the job gets at its end.
+inline bool IsTaskCancel(const v1::Task& t) { return t.has_cancel() && t.cancel().round() != 0; }
+
 class FakeWorker : public std::enable_shared_from_this<FakeWorker> {
  public:
   using Script = std::function<FakeAction(const v1::TrainTask&)>;
@@ -160,7 +164,7 @@ class FakeWorker : public std::enable_shared_from_this<FakeWorker> {
   // Every task received (train, cancel, verdict), in order.
   std::vector<v1::Task> received() const;
   std::vector<FakeTurn> turns() const;
-  // The cancels received, in order.
+  // The task cancels received, in order (IsTaskCancel: not the cancel that ends a job).
   std::vector<v1::CancelTask> cancels() const;
   // Blocks (at most `limit`) until `done(received, turns)` is true; returns whether it is.
   bool Await(const std::function<bool(const std::vector<v1::Task>&, const std::vector<FakeTurn>&)>& done,

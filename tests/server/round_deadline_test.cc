@@ -34,7 +34,7 @@ class RoundDeadlineTest : public JobRunnerFixture {
 
   static bool HasCancel(const FakeWorker& worker) {
     return worker.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-      return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+      return std::any_of(received.begin(), received.end(), IsTaskCancel);
     });
   }
 };

@@ -45,7 +45,7 @@ TEST_F(RoundRetryTest, ARoundShortOfReportsIsRetriedAsANewAttemptAndTheStraggler
     EXPECT_EQ(TrainTasks(*w), (std::vector<std::pair<uint32_t, uint32_t>>{{1, 1}, {1, 2}})) << w->name();
   }
   ASSERT_TRUE(w3.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   ASSERT_EQ(w3.cancels().size(), 1u);
   EXPECT_EQ(w3.cancels()[0].job_id(), kJobId);
@@ -97,7 +97,7 @@ TEST_F(RoundRetryTest, TooFewReportsEveryAttemptFailsTheJobNamingTheRound) {
   EXPECT_EQ(job.state(), v1::JOB_FAILED);
   EXPECT_NE(job.error().find("round 1 failed after 2 attempt(s)"), std::string::npos) << job.error();
   ASSERT_TRUE(w2.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::count_if(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); }) == 2;
+    return std::count_if(received.begin(), received.end(), IsTaskCancel) == 2;
   }));
   EXPECT_NE(job.error().find("min_clients is 2"), std::string::npos) << job.error();
   EXPECT_EQ(Stored().state(), v1::JOB_FAILED);

@@ -150,7 +150,7 @@ TEST_F(RunnerShutdownTest, ACancelWhileARoundIsOpenEndsTheJobAtOnceWithoutCommit
   EXPECT_EQ(Stored().state(), v1::JOB_CANCELLED);
   EXPECT_TRUE(Rounds().empty());
   ASSERT_TRUE(w1.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_cancel(); });
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   EXPECT_EQ(w1.cancels()[0].attempt(), 1u);
 }
