@@ -523,6 +523,8 @@ PeerIdentity IdentifyPeer(const grpc::AuthContext* context) {
   peer.has_certificate = true;
   peer.common_name.assign(name.front().data(), name.front().size());
   peer.role.assign(role.front().data(), role.front().size());
+  const auto serial = context->FindPropertyValues(kVerifiedSerial);
+  if (!serial.empty()) peer.serial.assign(serial.front().data(), serial.front().size());
   return peer;
 }
 

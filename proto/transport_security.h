@@ -126,6 +126,7 @@ struct PeerIdentity {
   bool has_certificate = false;
   std::string common_name;
   std::string role;
+  std::string serial;  // the certificate's serial number in hex, as revocation lists name it
 };
 PeerIdentity IdentifyPeer(const grpc::AuthContext* context);
 

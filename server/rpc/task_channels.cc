@@ -13,7 +13,9 @@
 #include "base/escape.h"
 #include "proto/byte_buffers.h"
 #include "proto/grpc_status.h"
+#include "proto/revocation.h"
 #include "proto/task_wire.h"
+#include "proto/transport_security.h"
 #include "proto/update_chunk_reader.h"
 #include "server/coordinator.h"
 #include "server/rpc/service_doors.h"
@@ -58,11 +60,25 @@ class TaskChannel final : public TaskChannelSink {
   void TasksQueued() override { Pump(); }
   void Superseded() override { Close(); }
 
+  // Under mutual TLS with a revocation list: the channel's certificate (its serial), checked
+  // before each task goes down the channel. A call is checked as it starts; a channel is one
+  // long call, so without this a certificate revoked after the channel opened would still be
+  // sent tasks, and the models inside them, until its refused heartbeats lost the worker.
+  void WatchRevocation(wire::RevocationFile* list, std::string serial) {
+    revocation_ = list;
+    serial_ = std::move(serial);
+  }
+
   // Writes the next queued task, or finishes once closing, unless a write is in flight.
   void Pump() {
+    const std::optional<grpc::Status> revoked = Revoked();  // outside the lock: may reread the list
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (revoked && !finish_called_) {
+        finish_status_ = *revoked;
+        closing_ = true;
+      }
       if (done_ || writing_ || finish_called_) return;
       while (!closing_) {
         bool closed = false;
@@ -135,6 +151,17 @@ class TaskChannel final : public TaskChannelSink {
 
   const std::string& worker_id() const { return worker_id_; }
 
+  // PERMISSION_DENIED naming the revocation when the channel's certificate is revoked now.
+  std::optional<grpc::Status> Revoked() {
+    if (revocation_ == nullptr) return std::nullopt;
+    std::string problem;
+    const bool revoked = revocation_->Revoked(serial_, &problem);
+    if (!problem.empty()) spdlog::error("{}", problem);  // a changed list that does not load
+    if (!revoked) return std::nullopt;
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "task channel of worker '" + worker_id_ + "': its certificate " + revocation_->RevokedReason(serial_));
+  }
+
   void WriteDone(bool ok) {
     std::function<void()> written;
     {
@@ -175,6 +202,8 @@ class TaskChannel final : public TaskChannelSink {
   const std::string worker_id_;
   const uint64_t generation_;
   const TaskStream stream_;
+  wire::RevocationFile* revocation_ = nullptr;  // set before the channel is shared; null: not watched
+  std::string serial_;
   std::mutex mu_;  // guards the fields below; held while taking a task from the registry
   bool done_ = false;                             // the stream is done: nothing may touch it
   grpc::CallbackServerContext* const ctx_;       // valid until done
@@ -212,6 +241,10 @@ Status OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx, const
   OpenedChannel opened;
   ASSIGN_OR_RETURN(opened.slot, c->streams().Open(CallerOf(ctx), "task channel of worker '" + request.worker_id() + "'"));
   auto channel = std::make_shared<TaskChannel>(&registry, request.worker_id(), generation, std::move(stream), ctx);
+  if (c->revocation() != nullptr) {
+    const wire::PeerIdentity peer = wire::IdentifyPeer(ctx->auth_context().get());
+    if (peer.has_certificate) channel->WatchRevocation(c->revocation(), peer.serial);
+  }
   // Idle by nature: it ends when a write is not taken for the idle timeout, when its worker
   // has stopped heartbeating by then, or at the channel's maximum age.
   std::weak_ptr<TaskChannel> weak = channel;

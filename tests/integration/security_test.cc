@@ -182,7 +182,8 @@ TEST_F(SecurityTest, TheJobServiceIsForOperatorsAndJoiningForWorkers) {
 }
 
 // Revocation: a list signed by the client CA refuses a revoked worker at its join, and a worker
-// revoked while joined at its next call on the connection it already had.
+// revoked while joined at its next call on the connection it already had, and on the task
+// channel it had opened before.
 TEST(RevocationTest, ARevokedCertificateIsRefusedAtJoinAndOnAConnectionAdmittedBefore) {
   TempDir dir("revocation");
   const std::string crl_path = dir.str() + "/crl.pem";
@@ -221,7 +222,25 @@ TEST(RevocationTest, ARevokedCertificateIsRefusedAtJoinAndOnAConnectionAdmittedB
     grpc::ClientContext ctx;
     ASSERT_TRUE(as_kept->Join(&ctx, join, &joined).ok());
   }
+  // The task channel kept opened before the revocation: one long call, checked again before
+  // each task goes down it.
+  grpc::ClientContext channel_ctx;
+  v1::TaskChannelRequest open;
+  open.set_worker_id("kept");
+  open.set_session(joined.session());
+  auto channel = as_kept->OpenTaskChannel(&channel_ctx, open);
+  channel->WaitForInitialMetadata();
   write_list({gone, kept});
+  v1::Task queued;
+  queued.mutable_cancel()->set_job_id("job-1-x");
+  queued.mutable_cancel()->set_round(1);
+  ASSERT_TRUE(coordinator->registry().Send("kept", queued).ok());
+  v1::Task received;
+  EXPECT_FALSE(channel->Read(&received)) << "a task reached a revoked certificate: " << received.ShortDebugString();
+  const grpc::Status channel_end = channel->Finish();
+  EXPECT_EQ(channel_end.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(channel_end.error_message(), "task channel of worker 'kept': its certificate " +
+                                             refusal("kept", kept).substr(refusal("kept", kept).find("it is revoked")));
   grpc::ClientContext ctx;
   v1::HeartbeatRequest beat;
   beat.set_worker_id("kept");

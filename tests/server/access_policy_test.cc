@@ -10,7 +10,7 @@
 namespace tessera::server {
 namespace {
 
-wire::PeerIdentity Certificate(const std::string& cn, const std::string& role) { return {true, cn, role}; }
+wire::PeerIdentity Certificate(const std::string& cn, const std::string& role) { return {true, cn, role, ""}; }
 
 TEST(AccessPolicyTest, SomeCredentialIsNeededForWorkersAndForOperators) {
   EXPECT_EQ(AccessPolicy({}, "admin-token", false).Validate().message(),
