@@ -256,8 +256,13 @@ Status WorkerAgent::RunSession(bool* joined_out) {
       client_->CancelUpload(cancel.job_id(), cancel.round(), cancel.attempt());
       // The coordinator's words, escaped and bounded: a reason may quote what a job or a
       // worker said, and a line break in it would forge log lines.
-      spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
-                   QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
+      if (cancel.round() == 0) {
+        spdlog::info("job {} is over ({}): what this worker holds for it goes", QuoteUntrusted(cancel.job_id()),
+                     EscapeUntrusted(cancel.reason(), kMaxReasonChars));
+      } else {
+        spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
+                     QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
+      }
     } else if (task.has_verdict() && !task.verdict().accepted()) {
       spdlog::warn("update for job {} round {} refused: {}", QuoteUntrusted(task.verdict().job_id()),
                    task.verdict().round(), EscapeUntrusted(task.verdict().reason(), kMaxReasonChars));
