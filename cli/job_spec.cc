@@ -125,17 +125,17 @@ Status ReadLayers(SpecReader& reader, const toml::table& table, const std::strin
     double value = 0;
     if (reader.Has(*layer, at, "probability")) {
       RETURN_IF_ERROR(reader.Number(*layer, at, "probability", &value));
-      if (!(value >= 0 && value < 1)) return reader.Error(at + ".probability", "must be in [0, 1), got " + SpecReader::ToText(value));
+      if (!(value >= 0 && value < 1)) return reader.Error(at + ".probability", "must be in [0, 1), got " + FormatExact(value));
       spec->set_probability(value);
     }
     if (reader.Has(*layer, at, "epsilon")) {
       RETURN_IF_ERROR(reader.Number(*layer, at, "epsilon", &value));
-      if (!(value > 0 && value <= 1)) return reader.Error(at + ".epsilon", "must be in (0, 1], got " + SpecReader::ToText(value));
+      if (!(value > 0 && value <= 1)) return reader.Error(at + ".epsilon", "must be in (0, 1], got " + FormatExact(value));
       spec->set_epsilon(value);
     }
     if (reader.Has(*layer, at, "momentum")) {
       RETURN_IF_ERROR(reader.Number(*layer, at, "momentum", &value));
-      if (!(value >= 0 && value <= 1)) return reader.Error(at + ".momentum", "must be in [0, 1], got " + SpecReader::ToText(value));
+      if (!(value >= 0 && value <= 1)) return reader.Error(at + ".momentum", "must be in [0, 1], got " + FormatExact(value));
       spec->set_momentum(value);
     }
     if (reader.Has(*layer, at, "bias")) {
@@ -192,8 +192,8 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.Number(root, "", "round_deadline_s", &deadline_s));
   const double max_deadline_s = static_cast<double>(wire::kMaxRoundDeadlineMs) / 1000.0;
   if (deadline_s < 0.001 || deadline_s > max_deadline_s) {
-    return reader.Error("round_deadline_s", "must be between 0.001 and " + SpecReader::ToText(max_deadline_s) +
-                                                " seconds, got " + SpecReader::ToText(deadline_s));
+    return reader.Error("round_deadline_s", "must be between 0.001 and " + FormatExact(max_deadline_s) +
+                                                " seconds, got " + FormatExact(deadline_s));
   }
   spec.set_round_deadline_ms(static_cast<uint32_t>(std::llround(deadline_s * 1000.0)));
 
@@ -206,8 +206,8 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   double max_update_norm = wire::kDefaultMaxUpdateNorm;
   RETURN_IF_ERROR(reader.Number(root, "", "max_update_norm", &max_update_norm));
   if (!(max_update_norm > 0.0 && max_update_norm <= wire::kMaxUpdateNormLimit)) {
-    return reader.Error("max_update_norm", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxUpdateNormLimit) +
-                                               ", got " + SpecReader::ToText(max_update_norm));
+    return reader.Error("max_update_norm", "must be > 0 and at most " + FormatExact(wire::kMaxUpdateNormLimit) +
+                                               ", got " + FormatExact(max_update_norm));
   }
   spec.set_max_update_norm(max_update_norm);
   std::string norm_policy = "refuse";
@@ -341,14 +341,14 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   }
   for (size_t i = 0; i < mean.size(); ++i) {
     if (!(std_dev[i] > 0)) {
-      return reader.Error("data.std[" + std::to_string(i) + "]", "must be positive, got " + SpecReader::ToText(std_dev[i]));
+      return reader.Error("data.std[" + std::to_string(i) + "]", "must be positive, got " + FormatExact(std_dev[i]));
     }
     // Stored as float: a value beyond float's range is refused here, with the value given,
     // rather than by the wire check as "inf".
     for (const auto& [key, value] : {std::pair{"data.mean", mean[i]}, std::pair{"data.std", std_dev[i]}}) {
       if (std::fabs(value) > std::numeric_limits<float>::max()) {
         return reader.Error(std::string(key) + "[" + std::to_string(i) + "]",
-                            "must be within float's range (about 3.4e38), got " + SpecReader::ToText(value));
+                            "must be within float's range (about 3.4e38), got " + FormatExact(value));
       }
     }
     // A std that is positive as a double can be subnormal or 0 as the float it is stored as,
@@ -356,7 +356,7 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
     if (!std::isnormal(static_cast<float>(std_dev[i]))) {
       return reader.Error("data.std[" + std::to_string(i) + "]",
                           "must be at least about 1.2e-38 (float's smallest normal number, so that 1/std is finite), "
-                          "got " + SpecReader::ToText(std_dev[i]));
+                          "got " + FormatExact(std_dev[i]));
     }
     data_spec->add_mean(static_cast<float>(mean[i]));
     data_spec->add_std(static_cast<float>(std_dev[i]));
@@ -414,10 +414,10 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   double beta = 0.5;
   RETURN_IF_ERROR(reader.Number(*partition, "data.partition", "beta", &beta));
   if (!(beta >= kMinBeta && beta <= wire::kMaxBeta)) {
-    return reader.Error("data.partition.beta", "must be at least " + SpecReader::ToText(kMinBeta) +
+    return reader.Error("data.partition.beta", "must be at least " + FormatExact(kMinBeta) +
                                                    " (no smaller beta skews more) and at most " +
-                                                   SpecReader::ToText(wire::kMaxBeta) + ", got " +
-                                                   SpecReader::ToText(beta));
+                                                   FormatExact(wire::kMaxBeta) + ", got " +
+                                                   FormatExact(beta));
   }
   partition_spec->set_beta(beta);
   u = 2;
@@ -499,22 +499,22 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   double learning_rate = 0.01, momentum = 0.9, weight_decay = 0.0;
   RETURN_IF_ERROR(reader.Number(*train, "train", "learning_rate", &learning_rate));
   if (!(learning_rate > 0.0 && learning_rate <= wire::kMaxLearningRate)) {
-    return reader.Error("train.learning_rate", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxLearningRate) +
-                                                   ", got " + SpecReader::ToText(learning_rate));
+    return reader.Error("train.learning_rate", "must be > 0 and at most " + FormatExact(wire::kMaxLearningRate) +
+                                                   ", got " + FormatExact(learning_rate));
   }
   RETURN_IF_ERROR(reader.Number(*train, "train", "momentum", &momentum));
   if (!(momentum >= 0.0 && momentum < 1.0)) {
-    return reader.Error("train.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
+    return reader.Error("train.momentum", "must be in [0, 1), got " + FormatExact(momentum));
   }
   // Trained with as a float: a value just below 1 would round to 1 there.
   if (!(static_cast<float>(momentum) < 1.0f)) {
     return reader.Error("train.momentum", "must stay below 1 as a float (at most 0.99999994), got " +
-                                              SpecReader::ToText(momentum));
+                                              FormatExact(momentum));
   }
   RETURN_IF_ERROR(reader.Number(*train, "train", "weight_decay", &weight_decay));
   if (!(weight_decay >= 0.0 && weight_decay <= wire::kMaxWeightDecay)) {
-    return reader.Error("train.weight_decay", "must be in [0, " + SpecReader::ToText(wire::kMaxWeightDecay) +
-                                                  "], got " + SpecReader::ToText(weight_decay));
+    return reader.Error("train.weight_decay", "must be in [0, " + FormatExact(wire::kMaxWeightDecay) +
+                                                  "], got " + FormatExact(weight_decay));
   }
   optimizer->set_learning_rate(learning_rate);
   optimizer->set_momentum(momentum);
@@ -530,8 +530,8 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   RETURN_IF_ERROR(reader.Number(root, "", "proximal_mu", &proximal_mu));
   if (spec.strategy() == "fedprox") {
     if (!(proximal_mu > 0.0 && proximal_mu <= wire::kMaxProximalMu)) {
-      return reader.Error("proximal_mu", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxProximalMu) +
-                                             ", got " + SpecReader::ToText(proximal_mu));
+      return reader.Error("proximal_mu", "must be > 0 and at most " + FormatExact(wire::kMaxProximalMu) +
+                                             ", got " + FormatExact(proximal_mu));
     }
     spec.set_proximal_mu(proximal_mu);
   } else if (reader.Present("proximal_mu")) {

@@ -6,7 +6,6 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "base/escape.h"
+#include "base/format.h"
 #include "base/status.h"
 #include "tessera/v1/job.pb.h"
 
@@ -139,7 +139,7 @@ class SpecReader {
     } else {
       return TypeError(prefix, key, *node, "a float");
     }
-    if (!std::isfinite(*out)) return Error(Dotted(prefix, key), "expected a finite number, found " + ToText(*out));
+    if (!std::isfinite(*out)) return Error(Dotted(prefix, key), "expected a finite number, found " + FormatExact(*out));
     return Status::Ok();
   }
 
@@ -176,7 +176,7 @@ class SpecReader {
         return InvalidArgumentError(Where(dotted) + ": key '" + dotted + "': expected a number, found " +
                                     std::string(TypeName(element)));
       }
-      if (!std::isfinite(value)) return Error(dotted, "expected a finite number, found " + ToText(value));
+      if (!std::isfinite(value)) return Error(dotted, "expected a finite number, found " + FormatExact(value));
       out->push_back(value);
     }
     return Status::Ok();
@@ -243,14 +243,6 @@ class SpecReader {
       }
     }
     return Status::Ok();
-  }
-
-  // The shortest text that reads back as `value`: a message never rounds the value it names
-  // (604800.0004 is not shown as 604800).
-  static std::string ToText(double value) {
-    char text[32];
-    const auto [end, error] = std::to_chars(text, text + sizeof(text), value);
-    return error == std::errc() ? std::string(text, end) : "?";
   }
 
  private:

@@ -61,32 +61,32 @@ Status ReadServer(const toml::table& root, SpecReader& reader, v1::JobSpec* spec
   double learning_rate = wire::DefaultServerLearningRate(strategy);
   RETURN_IF_ERROR(reader.Number(*server, "server", "learning_rate", &learning_rate));
   if (!(learning_rate > 0.0 && learning_rate <= wire::kMaxServerLearningRate)) {
-    return reader.Error("server.learning_rate", "must be in (0, " + SpecReader::ToText(wire::kMaxServerLearningRate) +
-                                                    "], got " + SpecReader::ToText(learning_rate));
+    return reader.Error("server.learning_rate", "must be in (0, " + FormatExact(wire::kMaxServerLearningRate) +
+                                                    "], got " + FormatExact(learning_rate));
   }
   out->set_learning_rate(learning_rate);
   if (strategy == "fedavgm") {
     double momentum = 0.9;
     RETURN_IF_ERROR(reader.Number(*server, "server", "momentum", &momentum));
     if (!(momentum >= 0.0 && momentum < 1.0)) {
-      return reader.Error("server.momentum", "must be in [0, 1), got " + SpecReader::ToText(momentum));
+      return reader.Error("server.momentum", "must be in [0, 1), got " + FormatExact(momentum));
     }
     out->set_momentum(momentum);
     return Status::Ok();
   }
   double beta1 = wire::kDefaultBeta1, beta2 = wire::kDefaultBeta2, tau = wire::kDefaultTau;
   RETURN_IF_ERROR(reader.Number(*server, "server", "beta1", &beta1));
-  if (!(beta1 >= 0.0 && beta1 < 1.0)) return reader.Error("server.beta1", "must be in [0, 1), got " + SpecReader::ToText(beta1));
+  if (!(beta1 >= 0.0 && beta1 < 1.0)) return reader.Error("server.beta1", "must be in [0, 1), got " + FormatExact(beta1));
   out->set_beta1(beta1);
   if (strategy != "fedadagrad") {
     RETURN_IF_ERROR(reader.Number(*server, "server", "beta2", &beta2));
-    if (!(beta2 >= 0.0 && beta2 < 1.0)) return reader.Error("server.beta2", "must be in [0, 1), got " + SpecReader::ToText(beta2));
+    if (!(beta2 >= 0.0 && beta2 < 1.0)) return reader.Error("server.beta2", "must be in [0, 1), got " + FormatExact(beta2));
     out->set_beta2(beta2);
   }
   RETURN_IF_ERROR(reader.Number(*server, "server", "tau", &tau));
   if (!(tau > 0.0 && tau <= wire::kMaxTau)) {
-    return reader.Error("server.tau", "must be > 0 and at most " + SpecReader::ToText(wire::kMaxTau) + ", got " +
-                                          SpecReader::ToText(tau));
+    return reader.Error("server.tau", "must be > 0 and at most " + FormatExact(wire::kMaxTau) + ", got " +
+                                          FormatExact(tau));
   }
   out->set_tau(tau);
   return Status::Ok();
@@ -134,7 +134,7 @@ Status ReadAggregation(const toml::table& root, SpecReader& reader, v1::JobSpec*
     RETURN_IF_ERROR(reader.Number(*table, "aggregation", "trim_fraction", &fraction));
     if (!(fraction > 0.0 && fraction < 0.5)) {
       return reader.Error("aggregation.trim_fraction",
-                          "must be > 0 and below 0.5 (the fraction cut from each side), got " + SpecReader::ToText(fraction));
+                          "must be > 0 and below 0.5 (the fraction cut from each side), got " + FormatExact(fraction));
     }
     out->set_trim_fraction(fraction);
   }
@@ -197,7 +197,7 @@ Status ReadCompression(const toml::table& root, SpecReader& reader, v1::JobSpec*
   }
   if (!(fraction > 0.0 && fraction <= 1.0)) {
     return reader.Error("compression.fraction", "must be in (0, 1] (the share of each tensor's entries sent), got " +
-                                                    SpecReader::ToText(fraction));
+                                                    FormatExact(fraction));
   }
   out->set_fraction(fraction);
   return Status::Ok();
@@ -220,8 +220,8 @@ Status ReadSelection(const toml::table& root, SpecReader& reader, v1::JobSpec* s
   RETURN_IF_ERROR(reader.Number(*table, "selection", "over_selection", &over_selection));
   if (!(over_selection >= 0.0 && over_selection <= wire::kMaxOverSelection)) {
     return reader.Error("selection.over_selection", "must be a fraction in [0, " +
-                                                        SpecReader::ToText(wire::kMaxOverSelection) + "], got " +
-                                                        SpecReader::ToText(over_selection));
+                                                        FormatExact(wire::kMaxOverSelection) + "], got " +
+                                                        FormatExact(over_selection));
   }
   out->set_over_selection(over_selection);
   if (policy != "utility") {
@@ -234,8 +234,8 @@ Status ReadSelection(const toml::table& root, SpecReader& reader, v1::JobSpec* s
   RETURN_IF_ERROR(reader.Number(*table, "selection", "straggler_penalty", &alpha));
   if (!(alpha >= 0.0 && alpha <= wire::kMaxStragglerPenalty)) {
     return reader.Error("selection.straggler_penalty", "must be in [0, " +
-                                                           SpecReader::ToText(wire::kMaxStragglerPenalty) + "], got " +
-                                                           SpecReader::ToText(alpha));
+                                                           FormatExact(wire::kMaxStragglerPenalty) + "], got " +
+                                                           FormatExact(alpha));
   }
   out->set_straggler_penalty(alpha);
   return Status::Ok();
@@ -288,8 +288,8 @@ Status ReadAsync(const toml::table& root, SpecReader& reader, v1::JobSpec* spec)
     return reader.Error("async.staleness_exponent", "applies to staleness_weighting = \"polynomial\" only");
   }
   if (!(exponent >= 0.0 && exponent <= wire::kMaxStalenessExponent)) {
-    return reader.Error("async.staleness_exponent", "must be in [0, " + SpecReader::ToText(wire::kMaxStalenessExponent) +
-                                                        "], got " + SpecReader::ToText(exponent));
+    return reader.Error("async.staleness_exponent", "must be in [0, " + FormatExact(wire::kMaxStalenessExponent) +
+                                                        "], got " + FormatExact(exponent));
   }
   out->set_staleness_exponent(exponent);
   return Status::Ok();

@@ -1,11 +1,11 @@
 // JobSpecToToml (cli/job_spec.h): a spec written back as the job.toml the reader accepts.
-#include <charconv>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/format.h"
 #include "cli/job_spec.h"
 #include "cli/job_spec_names.h"
 
@@ -19,9 +19,7 @@ using job_spec_names::IsOneOf;
 
 // Shortest text that reads back as the same double, always with a '.' or an exponent.
 std::string TomlFloat(double value) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
-  std::string out(buf, end);
+  std::string out = FormatExact(value);
   if (out.find_first_of(".eEn") == std::string::npos) out += ".0";  // 'n': nan and inf
   return out;
 }

@@ -11,7 +11,6 @@
 // FedAvg's step, x <- x + sum p_i delta_i: no optimiser steps them, so dividing their change
 // by the steps taken and rescaling it by tau_eff would only misweigh it. Stateless.
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
@@ -23,13 +22,6 @@
 
 namespace tessera::server {
 namespace {
-
-// The fewest digits that read back as `value` exactly.
-std::string Shortest(double value) {
-  char text[32];
-  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
-  return std::string(text, end.ec == std::errc() ? end.ptr : text);
-}
 
 // Running sums of p_i-weighted normalised deltas (of p_i-weighted deltas for a buffer), and
 // of the weights and weighted a_i, in double; one lock per tensor so that concurrent folds
@@ -70,9 +62,9 @@ class NormalizedMean final : public RoundAggregate {
       // Six digits, or as many as tell the claim from the bound it passed (1.04e+10 both).
       std::string low_text = FormatNumber(low), high_text = FormatNumber(high), got = FormatNumber(a);
       if (got == low_text || got == high_text) {
-        low_text = Shortest(low);
-        high_text = Shortest(high);
-        got = Shortest(a);
+        low_text = FormatExact(low);
+        high_text = FormatExact(high);
+        got = FormatExact(a);
       }
       return InvalidArgumentError("field 'step_normalizer': expected FedNova's a_i for " +
                                   std::to_string(update.local_steps) + " local steps at momentum " + FormatNumber(momentum_) +
