@@ -146,11 +146,8 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   http.routes.push_back({"/api/workers", [c](const HttpRequest&) {
                            // Bounded as the job service's ListWorkers: a federation of
                            // 100,000 workers is not a reply of a gigabyte every 2 s.
-                           size_t total = 0;
-                           std::vector<v1::WorkerStatus> workers = c->registry().List(wire::kMaxListEntries, &total);
                            v1::ListWorkersResponse response;
-                           const size_t listed = workers.size();
-                           response.set_more(total - listed + wire::AddBounded(workers, response.mutable_workers()));
+                           response.set_more(c->registry().ListInto(response.mutable_workers()));
                            return JsonResponse(response);
                          },
                          nullptr});

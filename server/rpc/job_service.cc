@@ -405,10 +405,7 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
   grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
-    size_t total = 0;
-    std::vector<v1::WorkerStatus> workers = c_->registry().List(wire::kMaxListEntries, &total);
-    const size_t listed = workers.size();
-    const size_t more = total - listed + wire::AddBounded(workers, response->mutable_workers());
+    const size_t more = c_->registry().ListInto(response->mutable_workers());
     response->set_more(more);
     if (more > 0) ctx->AddTrailingMetadata(wire::kMoreEntriesTrailer, std::to_string(more));
     return grpc::Status::OK;

@@ -293,19 +293,34 @@ std::string WorkerRegistry::Cohort(const std::string& worker_id) const {
   return it == workers_.end() ? std::string() : it->second.status.cohort();
 }
 
-std::vector<v1::WorkerStatus> WorkerRegistry::List(size_t max_entries, size_t* total) const {
+std::vector<v1::WorkerStatus> WorkerRegistry::List() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (total) *total = workers_.size();
   std::vector<v1::WorkerStatus> out;
-  out.reserve(std::min(max_entries, workers_.size()));
-  for (const auto& [id, w] : workers_) {
-    if (out.size() == max_entries) break;
-    v1::WorkerStatus s = w.status;
-    s.set_alive(IsAliveLocked(w));
-    s.set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
-    out.push_back(std::move(s));
-  }
+  out.reserve(workers_.size());
+  for (const auto& [id, w] : workers_) out.push_back(StatusLocked(w));
   return out;
+}
+
+size_t WorkerRegistry::ListInto(google::protobuf::RepeatedPtrField<v1::WorkerStatus>* out, size_t max_entries) const {
+  std::vector<v1::WorkerStatus> first;
+  size_t total = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    total = workers_.size();
+    first.reserve(std::min(max_entries, total));
+    for (auto it = workers_.begin(); it != workers_.end() && first.size() < max_entries; ++it) {
+      first.push_back(StatusLocked(it->second));
+    }
+  }
+  const size_t listed = first.size();
+  return total - listed + wire::AddBounded(first, out);
+}
+
+v1::WorkerStatus WorkerRegistry::StatusLocked(const Worker& w) const {
+  v1::WorkerStatus s = w.status;
+  s.set_alive(IsAliveLocked(w));
+  s.set_last_heartbeat_unix_ms(w.last_heard_unix_ms);
+  return s;
 }
 
 WorkerRegistry::Counts WorkerRegistry::CountByLiveness() const {

@@ -22,6 +22,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "proto/list_reply.h"
 #include "tessera/v1/job_service.pb.h"
 #include "tessera/v1/worker_service.pb.h"
 
@@ -137,10 +138,13 @@ class WorkerRegistry {
   void RecordRound(const std::string& worker_id, bool accepted);
   // The cohort the worker joined with ("" for none).
   std::string Cohort(const std::string& worker_id) const;
-  // Every worker's status, in name order; with `max_entries`, only the first that many are
-  // copied and *total (when given) receives how many there are, so that a bounded listing
-  // of a large federation copies no more than it sends.
-  std::vector<v1::WorkerStatus> List(size_t max_entries = SIZE_MAX, size_t* total = nullptr) const;
+  // Every worker's status, in name order.
+  std::vector<v1::WorkerStatus> List() const;
+  // The first workers' statuses, in name order, as one list reply carries them (at most
+  // `max_entries`, and bounded as every list reply is, proto/list_reply.h), copying no more
+  // than it sends; returns how many workers were left out.
+  size_t ListInto(google::protobuf::RepeatedPtrField<v1::WorkerStatus>* out,
+                  size_t max_entries = wire::kMaxListEntries) const;
   // How many workers are alive and how many are not, without copying their statuses (what
   // the metrics endpoint reads on every scrape).
   struct Counts {
@@ -175,6 +179,8 @@ class WorkerRegistry {
   };
   Status AdmitsLocked(const std::string& name) const;  // Admits(), under mu_
   bool IsAliveLocked(const Worker& w) const;
+  // The worker's status as List() shows it. Under mu_.
+  v1::WorkerStatus StatusLocked(const Worker& w) const;
 
   WorkerRegistryOptions options_;
   mutable std::mutex mu_;  // guards everything below; never held while calling a sink

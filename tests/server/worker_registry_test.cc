@@ -219,13 +219,14 @@ TEST_F(WorkerRegistryTest, ABoundedListCopiesItsFirstWorkersAndCountsTheRest) {
   Join("c-worker");
   clock_.Advance(milliseconds(20000));  // all three silent past the timeout
   ASSERT_TRUE(registry_.Heartbeat(a.worker_id(), a.session(), "idle").ok());
-  size_t total = 0;
-  const std::vector<v1::WorkerStatus> first = registry_.List(2, &total);
-  EXPECT_EQ(total, 3u);
-  ASSERT_EQ(first.size(), 2u);
+  google::protobuf::RepeatedPtrField<v1::WorkerStatus> first;
+  EXPECT_EQ(registry_.ListInto(&first, 2), 1u);  // 3 workers, 2 listed
+  ASSERT_EQ(first.size(), 2);
   EXPECT_EQ(first[0].name(), "a-worker");
   EXPECT_EQ(first[1].name(), "b-worker");
-  EXPECT_EQ(registry_.List(0, &total).size(), 0u);
+  google::protobuf::RepeatedPtrField<v1::WorkerStatus> none;
+  EXPECT_EQ(registry_.ListInto(&none, 0), 3u);
+  EXPECT_EQ(none.size(), 0);
   EXPECT_EQ(registry_.List().size(), 3u);
   const WorkerRegistry::Counts counts = registry_.CountByLiveness();
   EXPECT_EQ(counts.alive, 1u);
