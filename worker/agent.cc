@@ -256,10 +256,8 @@ Status WorkerAgent::RunSession(bool* joined_out) {
       client_->CancelUpload(cancel.job_id(), cancel.round(), cancel.attempt());
       // The coordinator's words, escaped and bounded: a reason may quote what a job or a
       // worker said, and a line break in it would forge log lines.
-      if (cancel.round() == 0) {
-        spdlog::info("job {} is over ({}): what this worker holds for it goes", QuoteUntrusted(cancel.job_id()),
-                     EscapeUntrusted(cancel.reason(), kMaxReasonChars));
-      } else {
+      // A job's end (round 0) is logged by ReleaseEndedJobs, once its data is released.
+      if (cancel.round() != 0) {
         spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
                      QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
       }

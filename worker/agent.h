@@ -28,6 +28,7 @@
 #include "core/data/dataset.h"
 #include "device/device.h"
 #include "proto/tensor_transfer.h"
+#include "worker/cancelled_task.h"
 #include "worker/coordinator_client.h"
 #include "worker/external_trainer.h"
 #include "worker/seat_memory.h"
@@ -165,16 +166,7 @@ class WorkerAgent {
   // Recent cancels, newest last (a few; a cancel only matters to the task it names). A cancel
   // drops the queued tasks it covers at once, and past kMaxCancels the oldest goes, never one
   // that covers the task in hand: however many cancels come while it trains, its own stays.
-  // Attempt 0 (from a coordinator that does not send it) cancels every attempt of the round.
-  struct CancelledTask {
-    std::string job;
-    uint32_t round = 0;
-    uint32_t attempt = 0;
-    // Round 0: the job ended (JobRunner::Finish), and every task of it is over.
-    bool Covers(const std::string& j, uint32_t r, uint32_t a) const {
-      return job == j && (round == 0 || round == r) && (attempt == 0 || attempt == a);
-    }
-  };
+  // What each one covers: worker/cancelled_task.h.
   static constexpr size_t kMaxCancels = 16;
   std::deque<CancelledTask> cancelled_;
   std::optional<CancelledTask> in_hand_;  // the task the task thread holds (its job, round, attempt)
@@ -190,6 +182,7 @@ class WorkerAgent {
   std::string share_job_;                                                    // the job that loaded it last
   std::shared_ptr<const Dataset> test_share_;                                // federated evaluation's last test share
   std::string test_share_key_;
+  std::string test_share_job_;                                               // the job it is of
   std::map<std::string, std::vector<std::vector<int64_t>>> partitions_;      // the current job's, by job id
   // External trainers started so far, by name, and the private directory they exchange
   // archives through (made on first use, removed with the agent). Only the task thread.

@@ -148,6 +148,7 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::Tra
   std::lock_guard<std::mutex> lock(mu_);
   test_share_ = share;
   test_share_key_ = key;
+  test_share_job_ = task.job_id();
   return share;
 }
 
@@ -165,8 +166,7 @@ void WorkerAgent::ReleaseEndedJobs() {
         share_.reset();
         share_key_.clear();
       }
-      // A test share's key ends with "#JOB#PARTY".
-      if (test_share_ && test_share_key_.find("#" + job + "#") != std::string::npos) {
+      if (test_share_ && test_share_job_ == job) {
         test_share_.reset();
         test_share_key_.clear();
       }
@@ -188,9 +188,7 @@ std::vector<std::string> WorkerAgent::JobsHeld() const {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [job, parts] : partitions_) jobs.insert(job);
     if (share_) jobs.insert(share_job_);
-    const size_t end = test_share_key_.rfind('#');
-    const size_t start = end == std::string::npos || end == 0 ? std::string::npos : test_share_key_.rfind('#', end - 1);
-    if (test_share_ && start != std::string::npos) jobs.insert(test_share_key_.substr(start + 1, end - start - 1));
+    if (test_share_) jobs.insert(test_share_job_);
   }
   return {jobs.begin(), jobs.end()};
 }

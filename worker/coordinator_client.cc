@@ -19,6 +19,7 @@
 #include "proto/tensor_transfer.h"
 #include "proto/update_chunk_reader.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
+#include "worker/cancelled_task.h"
 
 namespace tessera::worker {
 namespace {
@@ -305,16 +306,6 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext* const ctx_;
   };
 
-  // A task the coordinator cancelled; attempt 0 (from a coordinator that does not send it)
-  // covers every attempt of the round.
-  struct CancelledTask {
-    std::string job_id;
-    uint32_t round = 0;
-    uint32_t attempt = 0;
-    bool Covers(const std::string& j, uint32_t r, uint32_t a) const {
-      return j == job_id && r == round && (attempt == 0 || a == attempt);
-    }
-  };
 
   // Whether the task (job, round, attempt) has been cancelled in this session. Under mu_.
   bool TaskCancelledLocked(const std::string& job_id, uint32_t round, uint32_t attempt) const {

@@ -8,7 +8,6 @@
 #include <map>
 #include <string>
 #include <utility>
-#include <vector>
 
 namespace tessera::worker {
 
@@ -41,12 +40,7 @@ class SeatMemory {
   void EraseJob(const std::string& job) {
     std::erase_if(entries_, [&](const auto& entry) { return entry.first.rfind(job + "#", 0) == 0; });
   }
-  // The seats kept, in name order.
-  std::vector<std::string> Seats() const {
-    std::vector<std::string> seats;
-    for (const auto& [seat, entry] : entries_) seats.push_back(seat);
-    return seats;
-  }
+
   bool Holds(const std::string& seat) const { return entries_.count(seat) > 0; }
   size_t size() const { return entries_.size(); }
 
