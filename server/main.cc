@@ -10,11 +10,12 @@
 #include <iostream>
 #include <thread>
 
-#include "base/flags.h"
 #include "base/escape.h"
+#include "base/flags.h"
 #include "base/host_port.h"
 #include "base/logging.h"
 #include "base/metrics.h"
+#include "base/open_files.h"
 #include "base/shutdown_signal.h"
 #include "device/registry.h"
 #include "server/coordinator.h"
@@ -22,6 +23,10 @@
 #include "tessera/config.h"
 
 namespace {
+
+// Descriptors the coordinator keeps for itself beside its workers' connections: its state
+// store, checkpoints being written, listening sockets, metrics and dashboard clients.
+constexpr uint64_t kReservedDescriptors = 1024;
 
 const char kUsage[] = R"(tessera-coordinator: schedules federated rounds for the workers that join it.
 
@@ -44,6 +49,10 @@ operators call the job service. A revoked certificate (`tessera provision --revo
 may also (or instead, without mutual TLS) need a join token (--join-token-file: one per line,
 LABEL TOKEN per site); operators without certificates need the admin token
 (--admin-token-file). Plaintext is only with --insecure, on loopback.
+
+Each connected worker takes a file descriptor or two: at start the coordinator raises its soft
+open-file limit to the hard one and logs a warning where that is below the 16,384 streams it
+serves at once plus 1,024 for itself (raise LimitNOFILE or `ulimit -Hn`).
 
 Usage: tessera-coordinator --state-dir DIR (--tls-dir DIR | --tls-cert FILE --tls-key FILE ...) [flags]
 
@@ -253,6 +262,17 @@ int main(int argc, char** argv) {
   options.runner.inline_model_bytes = static_cast<uint64_t>(inline_model_kib) << 10;
   options.upload_connection_min_bytes = static_cast<uint64_t>(upload_connection_kib) << 10;
   options.inline_update_max_bytes = static_cast<uint64_t>(inline_update_kib) << 10;
+
+  // Every connected worker holds a connection (two while it sends a large update) and at least
+  // one stream; open streams are bounded by options.streams.max_streams. The soft open-file
+  // limit goes up to the hard one, and a hard limit below the streams the coordinator serves
+  // (plus room for its own files) is said at start rather than found at the worker past it.
+  if (auto limit = RaiseOpenFileLimit(); !limit.ok()) {
+    spdlog::warn("{}", limit.status().message());
+  } else if (auto shortfall = OpenFileShortfall(*limit, uint64_t{options.streams.max_streams} + kReservedDescriptors,
+                                                "the workers connected at once (about one descriptor each)")) {
+    spdlog::warn("{}", *shortfall);
+  }
 
   // SIGINT and SIGTERM drain and exit 0, whichever thread takes them (OpenBLAS's threads,
   // started before main(), included); the coordinator's own threads leave them to the waiter.

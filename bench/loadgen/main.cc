@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "base/flags.h"
+#include "base/open_files.h"
 #include "bench/loadgen/client_fleet.h"
 #include "bench/loadgen/job_report.h"
 #include "bench/loadgen/process_stats.h"
@@ -534,6 +535,16 @@ int main(int argc, char** argv) {
   std::vector<uint32_t> hidden;
   if (Status st = Validate(s, &hidden); !st.ok()) {
     std::cerr << "tessera-loadgen: " << st.message() << "\n";
+    return 2;
+  }
+  // One connection per channel: a shell's soft open-file limit (often 1,024) goes up to the
+  // hard one, and a run that still would not fit is refused here rather than failing at the
+  // first client past it.
+  const uint64_t connections = static_cast<uint64_t>(s.channels == 0 ? s.clients : std::min(s.channels, s.clients));
+  if (auto limit = RaiseOpenFileLimit(); !limit.ok()) {
+    std::cerr << "tessera-loadgen: " << limit.status().message() << "\n";
+  } else if (auto shortfall = OpenFileShortfall(*limit, connections + 256, "--clients / --channels connections")) {
+    std::cerr << "tessera-loadgen: " << *shortfall << "\n";
     return 2;
   }
   // Debian's Abseil is built with mutex deadlock detection on, so every lock gRPC takes
