@@ -348,8 +348,8 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   events_.End();
   rendezvous_->ClearPrefix("rendezvous/" + job.id() + "/");  // a cohort's keys of the round it ended in
   // The workers that trained for it let go of what they hold for it (a cancel of round 0, which
-  // no task has; a worker that does not know it ignores it).
-  for (const std::string& worker : std::exchange(tasked_, {})) SendCancel(worker, 0, 0, "the job " + state_name);
+  // no task has; a worker that does not know it ignores it), those tasked before a restart too.
+  for (const std::string& worker : WorkersToTellOfTheEnd()) SendCancel(worker, 0, 0, "the job " + state_name);
   // An ended job keeps only its record (in the store): its model, evaluation data and device
   // are released now, and the coordinator drops the runner.
   {

@@ -227,6 +227,10 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   void SendTrainTask(const Client& client, const v1::TrainTask& task, const std::string& rendezvous_prefix,
                      const std::shared_ptr<const std::string>& task_wire = nullptr);
   void SendCancel(const std::string& worker, uint32_t round, uint32_t attempt, const std::string& reason);
+  // The workers to tell that the job ended: those this process tasked (tasked_), and the joined
+  // workers on a seat the store holds for the job, whom a coordinator process before this one
+  // may have tasked (a cohort's seat names each of its members).
+  std::set<std::string> WorkersToTellOfTheEnd();
   // Evaluates `step`'s model, commits it with its state and `record` (checkpoint and record
   // together), adopts the state, makes it the current version and tells watchers and
   // metrics. `started`: when the round (or the step) began, for its total latency.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <future>
 #include <optional>
+#include <utility>
 
 #include "proto/job_mapping.h"
 #include "server/jobs/async_driver.h"
@@ -207,6 +208,24 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   *event.mutable_round() = std::move(record);
   events_.Publish(std::move(event));
   return Status::Ok();
+}
+
+std::set<std::string> JobRunner::WorkersToTellOfTheEnd() {
+  std::set<std::string> workers = std::exchange(tasked_, {});
+  auto stored = store_->LoadSeats(job_id_, kMaxStoredSeats);
+  if (!stored.ok()) {
+    // Only the workers this process tasked are told; the others keep the job's data until they
+    // restart.
+    spdlog::warn("job {}: its seats could not be read to tell their workers it ended: {}", job_id_,
+                 stored.status().message());
+    return workers;
+  }
+  std::set<std::string> seats;
+  for (auto& [seat, party] : *stored) seats.insert(std::move(seat));
+  for (const auto& [seat, client] : GroupClients(*registry_)) {
+    if (seats.count(seat) > 0) workers.insert(client.members.begin(), client.members.end());
+  }
+  return workers;
 }
 
 }  // namespace tessera::server

@@ -66,6 +66,40 @@ TEST_F(RunnerShutdownTest, StopWhileAnUpdateIsMidFoldWaitsForTheFoldAndCommitsNo
   EXPECT_EQ(rounds[0].clients_reported(), 2u);
 }
 
+// A job's end is told to the workers that trained for it (a cancel of round 0), and those a
+// coordinator process before a restart tasked are no exception: the seats the store holds for
+// the job name them. Here the first runner trains round 1 and stops while round 2 waits; the
+// job's cancel is then asked for in the store, so the resumed runner ends it without a task.
+TEST_F(RunnerShutdownTest, AResumedJobsEndReachesTheWorkersTaskedBeforeTheRestart) {
+  FakeWorker& w1 = AddWorker("w1", [](const v1::TrainTask& t) {
+    return t.round() == 1 ? FakeAction::Upload() : FakeAction::Hang();
+  });
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_rounds(2);
+  Submit(spec);
+  ASSERT_TRUE(w1.AwaitFinished(1, 1));
+  ASSERT_TRUE(AwaitEvent("committed round 1;")) << Events();
+  ASSERT_TRUE(AwaitRunnerWaiting());  // for w1's round 2
+  StopRunner();
+  ASSERT_EQ(Stored().state(), v1::JOB_RUNNING);
+  ASSERT_EQ(Stored().rounds_committed(), 1u);
+  auto told = [](const std::vector<v1::Task>& received) {
+    return std::count_if(received.begin(), received.end(), [](const v1::Task& t) {
+      return t.has_cancel() && t.cancel().round() == 0 && t.cancel().job_id() == kJobId;
+    });
+  };
+  EXPECT_EQ(told(w1.received()), 0) << "a stop does not end the job";
+  const size_t tasks_before = w1.turns().size();
+
+  ASSERT_TRUE(store_.RequestCancel(kJobId).ok());
+  v1::Job job = Resume();
+  ASSERT_EQ(job.state(), v1::JOB_CANCELLED) << job.error();
+  EXPECT_EQ(w1.turns().size(), tasks_before) << "the resumed runner tasked no one";
+  EXPECT_TRUE(w1.Await([&](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return told(received) == 1;
+  })) << "w1 trained for the job before the restart and was not told it ended";
+}
+
 TEST_F(RunnerShutdownTest, StopWithAnUploadAdmittedButNotSubmittedCommitsNothingAndTheUploadIsRefused) {
   auto submit = std::make_shared<Gate>();
   std::atomic<bool> resumed{false};
