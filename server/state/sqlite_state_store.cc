@@ -417,7 +417,9 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
   for (const auto& job : jobs.jobs) committed[job.id()] = job.rounds_committed();
   std::vector<std::string> removed;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/checkpoints", ec)) {
+  // Stepped with an error code: a range-for's increment throws on a directory read that fails.
+  for (std::filesystem::directory_iterator it(state_dir_ + "/checkpoints", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     bool leftover = false;
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
@@ -439,7 +441,7 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
     std::error_code remove_error;
     if (std::filesystem::remove(entry.path(), remove_error)) removed.push_back(entry.path().string());
   }
-  if (ec) return InternalError("cannot list '" + state_dir_ + "/checkpoints': " + ec.message());
+  if (ec) return InternalError("cannot list " + QuoteUntrusted(state_dir_ + "/checkpoints") + ": " + ec.message());
   return removed;
 }
 
