@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """NIID-Bench's FedAvg / FedProx on Fashion-MNIST in plain PyTorch, for comparing Tessera's
-table cells with the same computation outside Tessera (docs/BENCHMARKS.md, "NIID-Bench").
+table cells with the same computation outside Tessera (docs/benchmarks/accuracy.md, "NIID-Bench").
 
 The setting of the paper and of Flower's rerun: 10 parties all training every round, SimpleCNN,
 10 local epochs, batch 64 (shuffled, last batch kept), SGD lr 0.01 momentum 0.9 weight decay

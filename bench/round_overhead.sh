@@ -17,7 +17,8 @@
 #           (default: tiny:10,tiny:50,tiny:100,tiny:1000,mlp10:10,mlp10:50,mlp10:100)
 #   ROUNDS  rounds per row (default 14); the first WARMUP (default 6) are left out of the medians:
 #           with 100 clients of the small model, rounds 1-6 are 1.5-4x slower than the later ones
-#           while the connections' TCP buffers grow (docs/BENCHMARKS.md)
+#           while the connections' TCP buffers grow
+#           (docs/benchmarks/round-overhead-history-2026-12-01-02.md)
 #   UPDATE  zero or random: what every client uploads (default random)
 #   CHANNELS  gRPC channels (TCP connections) the simulated clients share (default 0: one per
 #           client, as real workers; shared connections make heartbeats wait behind transfers)
@@ -34,7 +35,8 @@
 #           generator to (default: unset, the scheduler's choice). COORDINATOR_CPUS=0 LOADGEN_CPUS=1
 #           gives each process a core of its own, as on machines of their own: no thread of one
 #           waits for a core the other holds, and a wake-up inside a process stays on its core
-#           (docs/BENCHMARKS.md). The floor's two threads are not held.
+#           (docs/benchmarks/round-overhead-history-2026-12-03.md). The floor's two threads are
+#           not held.
 #   FLOOR_REPEAT  transfers the floor is the median of (default 9)
 #   KEEP=1  keep the logs (their directory is printed)
 set -euo pipefail

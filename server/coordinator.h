@@ -51,15 +51,16 @@ struct CoordinatorOptions {
   // HTTP/2 receive window per stream in KiB; 0: gRPC's, grown by probing the link's
   // bandwidth-delay product. gRPC's probing lets a hundred 10 MiB uploads hold about a GB of
   // receive buffers; a fixed 1 MiB window holds the coordinator near 300 MB, and caps each
-  // upload at a window per round trip (10 MB/s at 100 ms; docs/BENCHMARKS.md).
+  // upload at a window per round trip (10 MB/s at 100 ms;
+  // docs/benchmarks/round-overhead-history-2026-12-01-02.md).
   uint32_t stream_window_kib = 1024;
   // Workers send an update of at least this many bytes on a connection of their own, closed
   // when the upload ends (JoinResponse.upload_connection_min_bytes): gRPC keeps each
   // connection's read buffers at the size of the largest transfer it carried, so large
   // uploads on the workers' own connections would hold 0.5-0.7 MiB here per worker. A new
   // connection costs a TLS handshake (about 3 ms of the coordinator's CPU here), which a
-  // 4 MiB update's transfer outweighs (docs/BENCHMARKS.md). 0: every upload on the worker's
-  // connection.
+  // 4 MiB update's transfer outweighs (docs/benchmarks/round-overhead-history-2026-12-01-02.md).
+  // 0: every upload on the worker's connection.
   uint64_t upload_connection_min_bytes = uint64_t{4} << 20;
   // Workers open a task session (WorkerService.TaskSession) and send an update of at most
   // this many bytes inside it, with no upload call (JoinResponse.inline_update_max_bytes):

@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
 #ifdef __GLIBC__
   // Two malloc arenas, not eight per core: gRPC's threads allocate transfer buffers on one
   // thread and free them on another, and many arenas hold hundreds of MB of freed pages at 100
-  // workers' uploads (docs/BENCHMARKS.md, "Round overhead"). MALLOC_ARENA_MAX still decides.
+  // workers' uploads (docs/benchmarks/round-overhead-history-2026-12-01-02.md).
+  // MALLOC_ARENA_MAX still decides.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 #endif
   server::CoordinatorOptions options;

@@ -159,14 +159,15 @@ int main(int argc, char** argv) {
     // round's freed task, model and update buffers (a small model's are each under 256 KiB)
     // were handed back to the kernel (madvise, brk) and faulted in again by the next round. On
     // a virtual machine each hand-back flushes the TLB of every core: a third of a worker's
-    // CPU per round went there and 100 workers' rounds took 3.7x as long (docs/BENCHMARKS.md,
-    // "Round overhead"). The heap keeps up to 8 MiB free per arena; a large model's round
-    // still ends in malloc_trim.
+    // CPU per round went there and 100 workers' rounds took 3.7x as long
+    // (docs/benchmarks/round-overhead-history-2026-12-03.md). The heap keeps up to 8 MiB
+    // free per arena; a large model's round still ends in malloc_trim.
     mallopt(M_TRIM_THRESHOLD, 8 * 1024 * 1024);
     // Those mappings are faulted in a page at a time, every round: 2,600 faults for a 10 MiB
     // tensor, each a trip through the hypervisor on a virtual machine. Asked for huge pages
     // before they are touched, the whole 2 MiB pages inside them come in one fault each
-    // (base/huge_pages.h; 10 MiB rounds of 10 workers 25-35% shorter, docs/BENCHMARKS.md).
+    // (base/huge_pages.h; 10 MiB rounds of 10 workers 25-35% shorter,
+    // docs/benchmarks/round-overhead-history-2026-12-03.md).
     EnableHugePageAdvice(huge_pages);
   }
 #endif
