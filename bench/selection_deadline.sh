@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Time to a target test accuracy with slow devices in the federation: random selection against
-# deadline-aware selection with over-selection ([selection] in docs/JOBS.md), in one sitting.
+# deadline-aware selection with over-selection ([selection] in docs/jobs/algorithms.md), in one
+# sitting.
 #
 # For each policy a fresh coordinator (plaintext on loopback, its state in a temporary
 # directory) and WORKERS tessera-worker processes, SLOW of them on a paced emulated device
