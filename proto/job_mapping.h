@@ -122,7 +122,7 @@ bool ClipsToUpdateNorm(const v1::JobSpec& spec);
 // The strategies a spec may name (each a server optimiser, server/strategy/), for messages.
 inline constexpr char kStrategyNames[] = "fedavg, fedavgm, fedadam, fedyogi, fedadagrad, fedprox, fednova, scaffold";
 // Their options' defaults (spec.server) and bounds. The adaptive optimisers' learning rates
-// and tau were measured on Fashion-MNIST with SimpleCNN (docs/JOBS.md gives the runs): Flower's
+// and tau were measured on Fashion-MNIST with SimpleCNN (docs/jobs/algorithms.md gives the runs): Flower's
 // eta 0.1 with tau 1e-9 collapses the demo's job to chance; these train as well as FedAvg.
 inline constexpr double kDefaultFedAvgMLearningRate = 1.0;
 inline constexpr double kDefaultAdamLearningRate = 0.03;     // fedadam, fedyogi
@@ -161,7 +161,7 @@ double StragglerPenalty(const v1::JobSpec& spec);
 // OverSelection(spec))), at most `candidates`.
 uint32_t SelectionCount(const v1::JobSpec& spec, size_t candidates);
 // Asynchronous jobs (spec.async set; job.toml mode = "async"): FedBuff's options, their
-// defaults and bounds (docs/JOBS.md). buffer_size defaults to min(10, concurrency),
+// defaults and bounds (docs/jobs/algorithms.md). buffer_size defaults to min(10, concurrency),
 // concurrency to clients_per_round.
 inline constexpr uint32_t kDefaultAsyncBufferSize = 10;
 inline constexpr uint32_t kDefaultMaxStaleness = 10;

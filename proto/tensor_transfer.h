@@ -22,7 +22,8 @@ inline constexpr uint32_t kMaxChunkBytes = 1u << 20;  // 1 MiB
 // one buffer and keeps a connection's read buffer at about the size of its messages, so the
 // coordinator holds about a chunk per connected uploader: 100 uploaders of a 10 MiB model
 // peaked at 336 MiB with 1 MiB chunks, 269 with 512 KiB, 244-257 with 256 KiB; 256 KiB
-// made 50 uploaders' rounds 15% slower, 512 KiB did not (docs/BENCHMARKS.md).
+// made 50 uploaders' rounds 15% slower, 512 KiB did not
+// (docs/benchmarks/round-overhead-history-2026-12-01-02.md).
 inline constexpr uint32_t kDefaultUploadChunkBytes = 512u << 10;
 
 // Manifest of `tensors` (float32), stamped with `chunk_bytes`, each tensor with its SHA-256
