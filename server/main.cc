@@ -286,7 +286,10 @@ int main(int argc, char** argv) {
   auto coordinator = server::Coordinator::Start(options);
   if (!coordinator.ok()) {
     std::cerr << "tessera-coordinator: " << coordinator.status().ToString() << "\n";
-    return 1;
+    // Options that do not fit together (no credential for workers or operators, a token
+    // labelled twice) are a bad command line, as a bad flag is: exit 2, which its service unit
+    // does not restart. A held lock or a busy port may clear: exit 1.
+    return coordinator.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::printf("tessera-coordinator listening on port %d\n", (*coordinator)->port());
   std::unique_ptr<server::MonitoringServer> monitoring;

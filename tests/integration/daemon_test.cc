@@ -120,6 +120,17 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
   }
 }
 
+// Options that cannot serve anyone are a bad command line (exit 2, which the service unit does
+// not restart), not a failure that may clear.
+TEST_F(DaemonTest, ACoordinatorWithoutCredentialsForWorkersExits2) {
+  Process p({TESSERA_COORDINATOR_BIN, "--listen", "127.0.0.1:0", "--state-dir", dir_.str() + "/state", "--insecure"},
+            dir_.str() + "/no-credential.log");
+  auto status = p.WaitExit(kExitWait);
+  ASSERT_TRUE(status.has_value()) << p.Log();
+  EXPECT_EQ(DescribeExit(*status), "exited with 2") << p.Log();
+  EXPECT_NE(p.Log().find("workers need a credential to join"), std::string::npos) << p.Log();
+}
+
 TEST_F(DaemonTest, ACoordinatorWhoseEvaluationDeviceCannotBeMadeExitsAtStart) {
   const std::string missing = dir_.str() + "/no-such-profile.toml";
   int port = 0;
