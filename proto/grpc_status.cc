@@ -51,7 +51,9 @@ Status FromGrpc(const grpc::Status& status, const std::string& context) {
   std::string message = HasHiddenCharacters(said) || said.size() > kMaxPeerMessageChars
                             ? EscapeUntrusted(said, kMaxPeerMessageChars)
                             : said;
-  if (!context.empty()) message = context + ": " + message;
+  // A peer that names the call as the caller does ("forget worker 'w1': it is alive") is not
+  // named twice.
+  if (!context.empty() && message.rfind(context + ": ", 0) != 0) message = context + ": " + message;
   return Status(code, message);
 }
 

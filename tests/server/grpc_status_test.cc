@@ -16,6 +16,15 @@ TEST(GrpcStatusTest, AnHonestMessageComesThroughUnchangedWithItsCode) {
   EXPECT_EQ(s.message(), "join 127.0.0.1:7070: " + said);
 }
 
+TEST(GrpcStatusTest, AMessageThatAlreadyNamesTheCallIsNotPrefixedTwice) {
+  const std::string said = "forget worker 'w1': it is alive; stop it first";
+  const Status s = FromGrpc(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, said), "forget worker 'w1'");
+  EXPECT_EQ(s.message(), said);
+  // Only a whole prefix counts: another worker's name is still named.
+  const Status other = FromGrpc(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, said), "forget worker 'w'");
+  EXPECT_EQ(other.message(), "forget worker 'w': " + said);
+}
+
 TEST(GrpcStatusTest, AMessageThatCouldForgeALogLineIsEscapedAndALongOneCut) {
   const Status forged =
       FromGrpc(grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone\n[2026-01-01 00:00:00] [info] all is well\x1b[2J"));
