@@ -307,11 +307,17 @@ Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::
                          std::to_string(wanted) + " has no model yet");
   }
   auto tensors = store_->LoadCheckpoint(job_id, wanted);
-  if (!tensors.ok()) {
+  if (!tensors.ok() && tensors.status().code() == StatusCode::kNotFound) {
     return NotFoundError("job " + job_id + ": the model of round " + std::to_string(wanted) +
                          " is not kept (the coordinator keeps the initial model and the newest " +
                          std::to_string(kKeptCheckpoints) + " rounds' checkpoints; the newest is round " +
-                         std::to_string(committed) + "): " + tensors.status().message());
+                         std::to_string(committed) + ")");
+  }
+  if (!tensors.ok()) {
+    // A checkpoint that is there but cannot be read (damaged, an I/O error) is not "not kept":
+    // its error, with the file it names, is the operator's to see.
+    return Status(tensors.status().code(), "job " + job_id + ": the model of round " + std::to_string(wanted) +
+                                               " cannot be read: " + tensors.status().message());
   }
   TensorSet state;
   auto model = std::make_shared<const TensorSet>(SplitModelAndState(std::move(tensors).value(), &state));

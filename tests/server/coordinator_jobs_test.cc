@@ -133,6 +133,28 @@ TEST_F(CoordinatorJobsTest, AJobRowThatCannotBeReadStopsNoOtherJobAndKeepsItsFil
   EXPECT_NE(damaged.status().message().find("job-2-bbb"), std::string::npos) << damaged.status().ToString();
 }
 
+// An export names why a round's model cannot be had: a round whose checkpoint is no longer
+// kept is NotFound saying what is kept, a checkpoint that is there but damaged is its own error.
+TEST_F(CoordinatorJobsTest, AnExportTellsARoundNotKeptFromADamagedCheckpoint) {
+  v1::Job job = StoredJob("job-1-aaa", v1::JOB_SUCCEEDED);
+  job.set_rounds_committed(5);
+  Store({job});
+  { std::ofstream(dir_ / "checkpoints" / "job-1-aaa-round-5.ckpt") << "not a checkpoint"; }
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto gone = (*c)->ExportModel("job-1-aaa", 1u, 1u << 20);
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.status().message().find("the model of round 1 is not kept"), std::string::npos)
+      << gone.status().ToString();
+  EXPECT_EQ(gone.status().message().find(dir_.string()), std::string::npos)
+      << "a round not kept needs no path on the coordinator's disk: " << gone.status().ToString();
+  auto damaged = (*c)->ExportModel("job-1-aaa", std::nullopt, 1u << 20);
+  EXPECT_FALSE(damaged.ok());
+  EXPECT_NE(damaged.status().code(), StatusCode::kNotFound) << damaged.status().ToString();
+  EXPECT_NE(damaged.status().message().find("the model of round 5 cannot be read"), std::string::npos)
+      << damaged.status().ToString();
+}
+
 TEST_F(CoordinatorJobsTest, NoJobStartsOnceShutdownHasBegun) {
   auto c = Coordinator::Start(Options());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
