@@ -139,6 +139,16 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   ASSIGN_OR_RETURN(auto known, c->store_->LoadWorkers());
   c->registry_.Restore(known);
   RETURN_IF_ERROR(c->ResumeJobs());
+  if (c->options_.ended_job_retention.count() > 0) {
+    Coordinator* self = c.get();
+    c->retention_ = std::make_unique<JobRetention>(c->store_.get(), c->options_.ended_job_retention,
+                                                   [self](const ExpiredJob& job) {
+                                                     std::lock_guard<std::mutex> lock(self->mu_);
+                                                     uint64_t& count = self->ended_[job.state];
+                                                     if (count > 0) --count;
+                                                   });
+    c->retention_->Start(c->options_.retention_sweep_interval);
+  }
   const ServerTlsMode mode = ModeOf(c->options_.tls);
   spdlog::info("coordinator listening on port {} ({}); state in {}; evaluating on the dataset in {} on device {}",
                c->port_, mode.description, c->options_.state_dir, c->options_.runner.data_dir,
@@ -188,6 +198,7 @@ void Coordinator::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  if (retention_) retention_->Stop();  // a sweep under way ends first
   registry_.Shutdown();  // task channels finish
   std::map<std::string, std::shared_ptr<JobRunner>> runners;
   {

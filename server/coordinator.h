@@ -21,6 +21,7 @@
 
 #include "base/lock_file.h"
 #include "proto/transport_security.h"
+#include "server/jobs/job_retention.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/model_version.h"
 #include "server/rpc/access_policy.h"
@@ -74,6 +75,10 @@ struct CoordinatorOptions {
   RendezvousLimits rendezvous;
   WorkerRegistryOptions registry;
   JobRunnerOptions runner;
+  // Ended jobs are deleted once their last activity is this old (server/jobs/job_retention.h),
+  // swept at start and every `retention_sweep_interval`; 0: kept for good.
+  std::chrono::hours ended_job_retention{0};
+  std::chrono::milliseconds retention_sweep_interval{std::chrono::hours(1)};
 };
 
 class Coordinator {
@@ -163,6 +168,7 @@ class Coordinator {
   ByteBudget upload_budget_;
   StreamCounter streams_;     // outlives the server and its streams' slots
   StreamWatchdog watchdog_;
+  std::unique_ptr<JobRetention> retention_;  // with a retention set, once jobs are resumed
   std::shared_mutex names_mu_;  // joins shared, ForgetWorker exclusive
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;

@@ -92,6 +92,7 @@ int main(int argc, char** argv) {
   std::string metrics_listen;
   int64_t stream_window_kib = options.stream_window_kib;
   int64_t upload_buffer_mib = static_cast<int64_t>(options.upload_buffer_bytes >> 20);
+  int64_t retention_days = 0;
   int64_t evaluation_threads = options.runner.evaluation_threads;
   int64_t inline_model_kib = static_cast<int64_t>(options.runner.inline_model_bytes >> 10);
   int64_t upload_connection_kib = static_cast<int64_t>(options.upload_connection_min_bytes >> 10);
@@ -134,6 +135,11 @@ int main(int argc, char** argv) {
             "memory for updates being received at once, in MiB; more wait their turn in the workers (one update "
             "is always let through, whatever its size). Raise it for many workers on slow links",
             IntRange{16, 65536});
+  flags.Int("ended-job-retention-days", &retention_days,
+            "delete a job that ended (succeeded, failed or cancelled) once its last round, or its creation, is "
+            "this many days old: its checkpoints, record, rounds and seats, swept at start and hourly (the newest "
+            "job is always kept). 0: ended jobs are kept for good",
+            IntRange{0, 36500});
   flags.Int("inline-model-kib", &inline_model_kib,
             "a model of at most this many KiB travels inside each worker's task instead of by a download call "
             "(workers that take it; a round then costs each worker one call less). 0: always downloaded",
@@ -249,6 +255,7 @@ int main(int argc, char** argv) {
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
+  options.ended_job_retention = std::chrono::hours(retention_days * 24);
   options.runner.evaluation_threads = static_cast<int>(evaluation_threads);
   if (options.runner.evaluation_device != "cpu") {
     // Made once here, so that a GPU that is missing stops the coordinator at start rather than

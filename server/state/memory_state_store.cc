@@ -18,6 +18,7 @@ std::string_view StateWriteName(StateWrite kind) {
     case StateWrite::kSaveSeat: return "SaveSeat";
     case StateWrite::kRequestCancel: return "RequestCancel";
     case StateWrite::kForgetWorker: return "ForgetWorker";
+    case StateWrite::kDeleteJob: return "DeleteJob";
   }
   return "unknown write";
 }
@@ -238,6 +239,19 @@ Result<std::string> MemoryStateStore::BindWorkerName(const std::string& name, co
   RETURN_IF_ERROR(BeginWrite(StateWrite::kBindWorkerName));
   std::lock_guard<std::mutex> lock(mu_);
   return worker_names_.emplace(name, credential).first->second;
+}
+
+Result<bool> MemoryStateStore::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(BeginWrite(StateWrite::kDeleteJob));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto of_job = [&](const auto& entry) { return entry.first.first == job_id; };
+  std::erase_if(checkpoints_, of_job);
+  std::erase_if(written_, of_job);
+  std::erase_if(rounds_, of_job);
+  seats_.erase(job_id);
+  cancels_.erase(job_id);
+  damaged_jobs_.erase(job_id);
+  return jobs_.erase(job_id) > 0;
 }
 
 Result<bool> MemoryStateStore::ForgetWorker(const std::string& name) {

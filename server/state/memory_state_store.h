@@ -39,8 +39,9 @@ enum class StateWrite {
   kSaveSeat,
   kRequestCancel,
   kForgetWorker,
+  kDeleteJob,
 };
-inline constexpr size_t kStateWriteKinds = 12;
+inline constexpr size_t kStateWriteKinds = 13;
 std::string_view StateWriteName(StateWrite kind);  // "CommitRound"
 
 class MemoryStateStore final : public StateStore {
@@ -54,6 +55,8 @@ class MemoryStateStore final : public StateStore {
   Result<uint64_t> NextJobNumber() override;
   Result<JobList> ListNewestJobs(size_t max_jobs) override;
   Status RequestCancel(const std::string& job_id) override;
+  // The kDeleteJob write.
+  Result<bool> DeleteJob(const std::string& job_id) override;
   using StateStore::WriteCheckpoint;
   Status WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
                          const TensorSet& extra) override;

@@ -84,6 +84,11 @@ class StateStore {
   // job with cancel_requested set, whatever UpdateJob writes after. NotFound for a job never
   // inserted.
   virtual Status RequestCancel(const std::string& job_id) = 0;
+  // Deletes a job for good: its checkpoints first, then its row, round records, seats and
+  // recorded cancel together, so that a delete cut short leaves a job that can be deleted
+  // again, never files no row names. Whether the job may go (ended, past its retention) is the
+  // caller's to decide. False for a job with no row.
+  virtual Result<bool> DeleteJob(const std::string& job_id) = 0;
 
   // A round's commit in two steps, so that the checkpoint's write and sync can run while the
   // round's record is still being made (its evaluation, its model's hash):

@@ -1,0 +1,89 @@
+#include "server/jobs/job_retention.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "proto/job_mapping.h"
+
+namespace tessera::server {
+namespace {
+
+bool Ended(v1::JobState state) {
+  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
+}
+
+int64_t NowUnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, std::chrono::hours keep) {
+  std::vector<ExpiredJob> expired;
+  if (jobs.size() < 2 || keep.count() <= 0) return expired;
+  const int64_t keep_ms = std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
+  for (size_t i = 0; i + 1 < jobs.size(); ++i) {  // the newest, last, stays
+    const v1::Job& job = jobs[i];
+    if (!Ended(job.state())) continue;
+    const int64_t last_active = std::max(job.created_unix_ms(), job.last_round().committed_unix_ms());
+    // A time in the future (a clock set back) is no age at all.
+    if (last_active > now_unix_ms || now_unix_ms - last_active < keep_ms) continue;
+    expired.push_back(ExpiredJob{job.id(), job.state(), last_active});
+  }
+  return expired;
+}
+
+JobRetention::JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted)
+    : store_(store), keep_(keep), deleted_(std::move(deleted)) {}
+
+JobRetention::~JobRetention() { Stop(); }
+
+std::vector<std::string> JobRetention::Sweep(int64_t now_unix_ms) {
+  std::lock_guard<std::mutex> sweeping(sweep_mu_);
+  std::vector<std::string> deleted;
+  auto listed = store_->ListNewestJobs(SIZE_MAX);
+  if (!listed.ok()) {
+    spdlog::warn("ended jobs past their retention are not deleted now: {}", listed.status().message());
+    return deleted;
+  }
+  for (const ExpiredJob& job : ExpiredJobs(listed->jobs, now_unix_ms, keep_)) {
+    auto gone = store_->DeleteJob(job.id);
+    if (!gone.ok()) {
+      spdlog::warn("job {}: not deleted, tried again at the next sweep: {}", job.id, gone.status().message());
+      continue;
+    }
+    if (!*gone) continue;  // deleted meanwhile
+    spdlog::info("job {} deleted: it ended {} and was last active {} days ago (retention: {} days)", job.id,
+                 wire::JobStateName(job.state), (now_unix_ms - job.last_active_unix_ms) / 86400000, keep_.count() / 24);
+    deleted.push_back(job.id);
+    if (deleted_) deleted_(job);
+  }
+  return deleted;
+}
+
+void JobRetention::Start(std::chrono::milliseconds interval) {
+  thread_ = std::thread([this, interval] {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      Sweep(NowUnixMillis());
+      lock.lock();
+      cv_.wait_for(lock, interval, [this] { return stop_; });
+    }
+  });
+}
+
+void JobRetention::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,62 @@
+// How long ended jobs are kept. With a retention set (--ended-job-retention-days), the
+// coordinator deletes a job that ended (succeeded, failed or cancelled) once its last
+// activity is that old: its checkpoints, its row, its round records and its seats
+// (StateStore::DeleteJob). Without one, the default, every job's record and kept models stay
+// for good, and the state directory grows with every job run.
+//
+// Thread-safe: Sweep() may be called while the periodic thread runs.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/state/state_store.h"
+#include "tessera/v1/job.pb.h"
+
+namespace tessera::server {
+
+struct ExpiredJob {
+  std::string id;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  int64_t last_active_unix_ms = 0;
+};
+
+// The jobs of `jobs` (a store's list, oldest first) that a sweep at `now_unix_ms` deletes: the
+// ended ones whose last activity (the newest round's commit, or the job's creation where it
+// committed none) is at least `keep` before it. The newest job is never one of them, whatever
+// its state: the next job takes one past the largest number stored.
+std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, std::chrono::hours keep);
+
+class JobRetention {
+ public:
+  // `deleted` is told of each job deleted, after its deletion (the coordinator's counts).
+  JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted);
+  ~JobRetention();  // Stop()
+  JobRetention(const JobRetention&) = delete;
+  JobRetention& operator=(const JobRetention&) = delete;
+
+  // Deletes the jobs ExpiredJobs gives at `now_unix_ms`, each logged; the ids deleted. A job
+  // whose deletion fails is logged and tried again at the next sweep.
+  std::vector<std::string> Sweep(int64_t now_unix_ms);
+  // A thread that sweeps at once, then every `interval`, until Stop().
+  void Start(std::chrono::milliseconds interval);
+  void Stop();
+
+ private:
+  StateStore* const store_;
+  const std::chrono::hours keep_;
+  const std::function<void(const ExpiredJob&)> deleted_;
+  std::mutex sweep_mu_;  // one sweep at a time
+  std::mutex mu_;        // guards stop_
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,68 @@
+// SqliteStateStore::DeleteJob: a job's checkpoint files, then its rows.
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "base/escape.h"
+#include "base/names.h"
+#include "server/state/sqlite_state_store.h"
+#include "server/state/sqlite_statement.h"
+
+namespace tessera::server {
+
+using sqlite::SqliteError;
+using sqlite::Statement;
+namespace {
+
+// Whether `file` is a checkpoint of `job_id` as CheckpointPath names them ("ID-round-N.ckpt"),
+// or one an interrupted write left ("ID-round-N.ckpt.tmp").
+bool IsCheckpointOf(const std::string& file, const std::string& job_id) {
+  const std::string prefix = job_id + "-round-";
+  if (file.compare(0, prefix.size(), prefix) != 0) return false;
+  size_t at = prefix.size();
+  const size_t digits = at;
+  while (at < file.size() && file[at] >= '0' && file[at] <= '9') ++at;
+  if (at == digits || at - digits > 10) return false;
+  const std::string rest = file.substr(at);
+  return rest == ".ckpt" || rest == ".ckpt.tmp";
+}
+
+}  // namespace
+
+Result<bool> SqliteStateStore::DeleteJob(const std::string& job_id) {
+  if (!IsName(job_id, kMaxJobIdBytes)) {
+    return InvalidArgumentError("delete job " + QuoteUntrusted(job_id, kMaxJobIdBytes) + ": not a job id");
+  }
+  std::lock_guard<std::mutex> lock(write_mu_);
+  // The files first: a delete cut short leaves the rows, and the job is deleted again later.
+  const std::string dir = state_dir_ + "/checkpoints";
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (IsCheckpointOf(it->path().filename().string(), job_id)) files.push_back(it->path());
+  }
+  if (ec) return InternalError("delete job " + job_id + ": cannot list " + QuoteUntrusted(dir) + ": " + ec.message());
+  for (const auto& file : files) {
+    std::error_code removed;
+    if (!std::filesystem::remove(file, removed) && removed) {
+      return InternalError("delete job " + job_id + ": cannot remove " + QuoteUntrusted(file.string()) + ": " +
+                           removed.message());
+    }
+  }
+  bool deleted = false;
+  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+    for (const char* sql : {"DELETE FROM rounds WHERE job_id = ?", "DELETE FROM seats WHERE job_id = ?",
+                            "DELETE FROM cancels WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
+      Statement st(writer_, sql);
+      if (!st.ok()) return SqliteError(writer_, std::string("prepare ") + sql);
+      RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
+      if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "delete job " + job_id);
+      deleted = sqlite3_changes(writer_) > 0;  // the last statement's: the job's row
+    }
+    return Status::Ok();
+  }));
+  return deleted;
+}
+
+}  // namespace tessera::server
