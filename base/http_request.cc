@@ -105,6 +105,9 @@ HttpHeadReader::State HttpHeadReader::Feed(std::string_view bytes) {
     }
     if (length == 0) {  // the head's end
       ++scanned_;
+      if (scanned_ > limits_.max_head_bytes) {  // its last byte was the one kept past the limit
+        return Refuse(431, "the request's head is longer than " + std::to_string(limits_.max_head_bytes) + " bytes");
+      }
       rest_.assign(buffer_, scanned_);
       rest_.append(bytes_held);
       return Parse();

@@ -122,6 +122,20 @@ TEST(HttpHeadReaderTest, BoundsLinesTheirNumberAndTheWholeHead) {
     HttpHeadReader reader(limits);
     EXPECT_EQ(reader.Feed(std::string(300, '\n')), State::kRefused) << "blank lines count toward the head too";
   }
+  // A head of exactly 200 bytes is read; one of 201, fed whole or a byte at a time, is not.
+  for (const size_t size : {size_t{200}, size_t{201}}) {
+    std::string head = "GET / HTTP/1.1\r\n";
+    for (int i = 0; i < 3; ++i) head += "X: " + std::string(40, 'v') + "\r\n";
+    head += "X: " + std::string(size - head.size() - 7, 'v') + "\r\n\r\n";
+    ASSERT_EQ(head.size(), size);
+    HttpHeadReader whole(limits);
+    EXPECT_EQ(whole.Feed(head), size == 200 ? State::kDone : State::kRefused) << size;
+    HttpHeadReader bytes(limits);
+    State state = State::kNeedMore;
+    for (size_t i = 0; i < head.size() && state == State::kNeedMore; ++i) state = bytes.Feed(head.substr(i, 1));
+    EXPECT_EQ(state, size == 200 ? State::kDone : State::kRefused) << size;
+    if (size == 201) EXPECT_EQ(bytes.reason(), "the request's head is longer than 200 bytes");
+  }
 }
 
 TEST(HttpHeadReaderTest, PercentDecoding) {
