@@ -37,6 +37,17 @@ std::string Number(double value) {
 
 void AtomicAdd(std::atomic<double>& target, double delta) { target.fetch_add(delta, std::memory_order_relaxed); }
 
+// HELP text as the text format writes it: backslash and line feed escaped.
+std::string EscapeHelp(const std::string& help) {
+  std::string out;
+  for (const char c : help) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
 // "{a="x",b="y"}" (empty when there are no labels), with `extra` (such as le="0.5") last.
 std::string LabelText(const Labels& names, const Labels& values, const std::string& extra = "") {
   std::string out;
@@ -159,7 +170,7 @@ void FamilyBase::Retire(const std::string& label_name, const std::string& value)
 }
 
 void FamilyBase::Render(std::string* out) const {
-  *out += "# HELP " + name_ + " " + help_ + "\n# TYPE " + name_ + " " + KindName(kind_) + "\n";
+  *out += "# HELP " + name_ + " " + EscapeHelp(help_) + "\n# TYPE " + name_ + " " + KindName(kind_) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [values, index] : index_) RenderSeries(LabelText(label_names_, values), index, out);
 }

@@ -63,6 +63,17 @@ TEST(MetricsTest, LabelValuesAreEscapedAndBounded) {
       << text;
 }
 
+// HELP text escapes a backslash and a line feed, as the text format asks: a line break in it
+// would start a line Prometheus cannot parse. A double quote stays as it is there.
+TEST(MetricsTest, HelpTextIsEscaped) {
+  Registry registry;
+  registry.Counter("e_total", "A path like C:\\tmp,\nthen \"quoted\".").With().Inc();
+  const std::string text = registry.Render();
+  EXPECT_NE(text.find("# HELP e_total A path like C:\\\\tmp,\\nthen \"quoted\".\n# TYPE e_total counter\n"),
+            std::string::npos)
+      << text;
+}
+
 // Prometheus refuses a whole page that holds a label value that is not UTF-8: a value cut
 // inside a character, or with a stray byte (a device named after a path in another encoding).
 TEST(MetricsTest, LabelValuesStayUtf8WhenCutAndStrayBytesAreReplaced) {
