@@ -486,11 +486,12 @@ void HttpEndpoint::Shared::Stream(Connection& connection, const HttpRoute& route
       frame = ": keep-alive\n\n";
     } else {
       if (!name.empty()) frame += "event: " + name + "\n";
+      // A reader ends a line at CR, LF or CR LF: each starts a data line of its own.
       size_t start = 0;
-      for (size_t nl = data.find('\n');; nl = data.find('\n', start)) {
+      for (size_t nl = data.find_first_of("\r\n");; nl = data.find_first_of("\r\n", start)) {
         frame += "data: " + data.substr(start, nl == std::string::npos ? std::string::npos : nl - start) + "\n";
         if (nl == std::string::npos) break;
-        start = nl + 1;
+        start = nl + (data.compare(nl, 2, "\r\n") == 0 ? 2 : 1);
       }
       frame += "\n";
     }

@@ -45,7 +45,8 @@ struct HttpResponse {
 };
 
 // An event stream's writer: send() one `data:` event (false once the client is gone or the
-// endpoint stops); the handler returns when it is done or send() fails.
+// endpoint stops); the handler returns when it is done or send() fails. Each line break in
+// the data (CR, LF or CR LF) starts a `data:` line of its own.
 using EventSender = std::function<bool(const std::string& event_name, const std::string& data)>;
 
 struct HttpRoute {

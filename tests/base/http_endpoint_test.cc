@@ -173,6 +173,21 @@ TEST(HttpEndpointTest, EventStreamsSendEventsAndAreBounded) {
   EXPECT_EQ(again, 200) << "the slot is free again once the held stream ends";
 }
 
+// An event stream's reader ends a line at CR, LF or CR LF: each of them in an event's data
+// starts a new data line, so that no text inside it is read as a field of its own.
+TEST(HttpEndpointTest, EveryLineBreakInAnEventsDataStartsADataLine) {
+  auto options = Options();
+  options.routes.push_back({"/breaks", nullptr, [](const HttpRequest&, const EventSender& send) {
+                              send("note", "a\rretry: 1\r\nb\nc\r");
+                            }});
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  httplib::Client client("127.0.0.1", (*endpoint)->port());
+  auto events = client.Get("/breaks");
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->body, "event: note\ndata: a\ndata: retry: 1\ndata: b\ndata: c\ndata: \n\n");
+}
+
 TEST(HttpEndpointTest, APortInUseIsRefused) {
   auto first = HttpEndpoint::Start(Options());
   ASSERT_TRUE(first.ok());
