@@ -194,6 +194,8 @@ Status WorkerAgent::RunSession(bool* joined_out) {
   std::atomic<bool> session_over{false};
   std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
                          interval = std::clamp<uint32_t>(joined.heartbeat_interval_ms(), 100, 60000)] {
+    uint64_t failed_beats = 0;  // in a row
+    StatusCode last_failure = StatusCode::kOk;
     while (!stop_ && !session_over) {
       v1::HeartbeatRequest beat;
       beat.set_worker_id(id);
@@ -209,6 +211,18 @@ Status WorkerAgent::RunSession(bool* joined_out) {
         // finds the channel closed is forgotten at the next join).
         if (!session_over) client_->CancelTaskChannel();
         return;
+      }
+      // Any other failure (the coordinator unreachable, a refused certificate) is tried again
+      // at the next beat: said when it starts or changes, and when beats get through again.
+      if (!s.ok()) {
+        if (failed_beats++ == 0 || s.code() != last_failure) {
+          spdlog::warn("heartbeat failed: {} (tried again every {} ms; a coordinator that hears nothing for its "
+                       "heartbeat timeout drops this worker from its rounds)", s.message(), interval);
+        }
+        last_failure = s.code();
+      } else if (failed_beats > 0) {
+        spdlog::info("heartbeats reach the coordinator again, after {} failed", failed_beats);
+        failed_beats = 0;
       }
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(interval), [&] { return stop_.load() || session_over.load(); });

@@ -111,6 +111,9 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::optional<std::vector<v1::Task>> next_session;
     Status first_channel_end = UnavailableError("the coordinator went away");
     Status join_refusal;  // when not OK, every join is answered with it
+    // Each heartbeat's answer, by its number (from 1); without it every beat is OK.
+    std::function<Status(int)> heartbeat;
+    int heartbeats = 0;
     // Tasks the open channel hands over after its script, in order (AgentTest::Deliver), and
     // how many it has handed over.
     std::deque<v1::Task> later;
@@ -159,7 +162,15 @@ class ScriptedCoordinator final : public CoordinatorClient {
     response.set_heartbeat_timeout_ms(600000);
     return response;
   }
-  Status Heartbeat(const v1::HeartbeatRequest&) override { return Status::Ok(); }
+  Status Heartbeat(const v1::HeartbeatRequest&) override {
+    int number = 0;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      number = ++shared_->heartbeats;
+      shared_->cv.notify_all();
+    }
+    return shared_->heartbeat ? shared_->heartbeat(number) : Status::Ok();
+  }
 
   Status RunTaskChannel(const v1::TaskChannelRequest&, const std::function<void(const v1::Task&)>& on_task) override {
     {

@@ -110,6 +110,27 @@ TEST_F(AgentTest, AJobThatEndedLetsGoOfItsData) {
   for (const auto& h : Uploads()) EXPECT_FALSE(h.job_id() == "job-1" && h.round() == 2) << "the ended job trained";
 }
 
+// A heartbeat that fails for another reason than an unknown session (the coordinator
+// unreachable, a refused certificate) is retried at the next beat: said once when it starts,
+// not at every beat, and said again when beats get through.
+TEST_F(AgentTest, FailedHeartbeatsAreSaidOnceAndTheirEnd) {
+  tessera::testing::CapturedLog log;
+  shared_->heartbeat = [](int number) {
+    return number <= 3 ? PermissionDeniedError("the caller's certificate was revoked") : Status::Ok();
+  };
+  Start({});
+  {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return shared_->heartbeats >= 5; }));
+  }
+  const std::string text = log.text();
+  const std::string failed = "heartbeat failed: the caller's certificate was revoked";
+  const size_t first = text.find(failed);
+  ASSERT_NE(first, std::string::npos) << text;
+  EXPECT_EQ(text.find(failed, first + 1), std::string::npos) << "said at every beat:\n" << text;
+  EXPECT_NE(text.find("heartbeats reach the coordinator again, after 3 failed"), std::string::npos) << text;
+}
+
 TEST_F(AgentTest, WithoutKeptRoundMemoryNothingIsHandedBackWhenIdle) {
   WorkerOptions options;
   options.idle_release_ms = 50;
