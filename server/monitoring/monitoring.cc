@@ -111,8 +111,12 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
     http.routes.push_back({a.path, [a](const HttpRequest&) {
                              return HttpResponse{200, a.content_type, std::string(a.data, a.size),
                                                  {{"Cache-Control", "no-cache"},
+                                                  // No other site may frame the dashboard
+                                                  // (clickjacking an operator's session).
                                                   {"Content-Security-Policy",
-                                                   "default-src 'self'; style-src 'self' 'unsafe-inline'"},
+                                                   "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                                   "frame-ancestors 'none'"},
+                                                  {"X-Frame-Options", "DENY"},
                                                   {"X-Content-Type-Options", "nosniff"}}};
                            },
                            nullptr});

@@ -82,6 +82,9 @@ TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
   ASSERT_TRUE(page) << httplib::to_string(page.error());
   EXPECT_EQ(page->status, 200);
   EXPECT_NE(page->body.find("<title>Tessera coordinator</title>"), std::string::npos);
+  EXPECT_NE(page->get_header_value("Content-Security-Policy").find("frame-ancestors 'none'"), std::string::npos)
+      << "another site may frame the dashboard";
+  EXPECT_EQ(page->get_header_value("X-Frame-Options"), "DENY");
   auto script = anyone->Get("/vendor/uPlot.iife.min.js");
   ASSERT_TRUE(script);
   EXPECT_EQ(script->status, 200);
