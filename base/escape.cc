@@ -116,6 +116,28 @@ bool HasHiddenCharacters(std::string_view text) {
   return false;
 }
 
+std::string EscapeHiddenInJson(std::string_view json) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(json.size());
+  size_t i = 0;
+  while (i < json.size()) {
+    const unsigned char c = static_cast<unsigned char>(json[i]);
+    uint32_t cp = 0;
+    const size_t length = c < 0x80 ? 0 : DecodeUtf8(json, i, &cp);
+    if (length > 0 && IsHiddenCharacter(cp)) {  // every one is below U+10000: one escape
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out += kHex[(cp >> shift) & 0xF];
+      i += length;
+      continue;
+    }
+    const size_t keep = length > 0 ? length : 1;
+    out.append(json.substr(i, keep));
+    i += keep;
+  }
+  return out;
+}
+
 std::string ValidUtf8(std::string_view text, size_t max_bytes) {
   static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
   std::string out;

@@ -33,6 +33,12 @@ bool HasHiddenCharacters(std::string_view text);
 // character becomes U+FFFD, and the text is cut between characters, never inside one.
 std::string ValidUtf8(std::string_view text, size_t max_bytes);
 
+// JSON text with every C1 control and character that reorders or hides text (as
+// HasHiddenCharacters finds them) written as a "\uXXXX" escape: the same JSON to a parser, and
+// nothing a terminal acts on or a reader cannot see when it is printed. Other bytes are kept
+// as they are (the input is JSON: C0 controls are escaped already).
+std::string EscapeHiddenInJson(std::string_view json);
+
 // "'<escaped>'": EscapeUntrusted in single quotes, as error messages name an input.
 std::string QuoteUntrusted(std::string_view text, size_t max_chars = kUntrustedMaxChars);
 

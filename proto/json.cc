@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "base/escape.h"
+
 namespace tessera::wire {
 
 std::string ToJson(const google::protobuf::Message& message) {
@@ -10,7 +12,9 @@ std::string ToJson(const google::protobuf::Message& message) {
   options.always_print_primitive_fields = true;
   std::string out;
   if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
-  return out;
+  // Strings from a peer may hold C1 controls or characters that reorder text; printed to a
+  // terminal (tessera --json), they are escapes, not text.
+  return EscapeHiddenInJson(out);
 }
 
 }  // namespace tessera::wire

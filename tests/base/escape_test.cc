@@ -55,5 +55,13 @@ TEST(EscapeTest, ValidUtf8ReplacesStrayBytesAndCutsBetweenCharacters) {
   EXPECT_EQ(ValidUtf8("ab\xFF", 4), "ab") << "a replacement that does not fit is left out too";
 }
 
+TEST(EscapeTest, HiddenCharactersInJsonBecomeUnicodeEscapes) {
+  // U+009B (CSI, a terminal escape), U+202E (right-to-left override), U+FEFF; "é" and the
+  // JSON's own escapes stay.
+  const std::string json = "{\"name\":\"a\xC2\x9B" "2Jb\xE2\x80\xAE" "cd\xEF\xBB\xBF\xC3\xA9\\n\"}";
+  EXPECT_EQ(EscapeHiddenInJson(json), "{\"name\":\"a\\u009b2Jb\\u202ecd\\ufeff\xC3\xA9\\n\"}");
+  EXPECT_EQ(EscapeHiddenInJson("{\"a\":1}"), "{\"a\":1}");
+}
+
 }  // namespace
 }  // namespace tessera
