@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "base/escape.h"
 #include "cli/job_spec_names.h"
@@ -159,6 +160,26 @@ Status ReadLayers(SpecReader& reader, const toml::table& table, const std::strin
     }
   }
   return Status::Ok();
+}
+
+// The key of the file that a wire check's "spec.FIELD" stands for: FIELD itself, or its name
+// in the file ([train]'s keys are the wire's optimizer fields, round_deadline_s its
+// round_deadline_ms), else the nearest enclosing key the file has (aggregation.rule written as
+// `aggregation = "median"`, a defaulted field of a table that is there); "" when none is.
+std::string FileKey(const SpecReader& reader, std::string field) {
+  static constexpr std::pair<std::string_view, std::string_view> kRenamed[] = {
+      {"optimizer.name", "train.optimizer"},          {"optimizer.learning_rate", "train.learning_rate"},
+      {"optimizer.momentum", "train.momentum"},       {"optimizer.weight_decay", "train.weight_decay"},
+      {"local_epochs", "train.local_epochs"},         {"batch_size", "train.batch_size"},
+      {"round_deadline_ms", "round_deadline_s"}};
+  for (const auto& [wire_name, file_name] : kRenamed) {
+    if (field == wire_name) field = file_name;
+  }
+  while (!field.empty() && !reader.Present(field)) {
+    const size_t cut = field.find_last_of(".[");
+    field.resize(cut == std::string::npos ? 0 : cut);
+  }
+  return field;
 }
 
 Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
@@ -544,14 +565,14 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   // What the keys cannot say one by one (the model's estimated memory, ...), as the
   // coordinator will check it.
   if (Status valid = wire::ValidateJobSpec(spec); !valid.ok()) {
-    // "spec.FIELD: ..." points at FIELD's line when the file has that key.
     const std::string& message = valid.message();
-    std::string where = reader.Where("");
-    if (message.rfind("spec.", 0) == 0 && message.find(':') != std::string::npos) {
-      const std::string field = message.substr(5, message.find(':') - 5);
-      if (reader.Present(field)) where = reader.Where(field);
+    if (message.rfind("spec.", 0) != 0 || message.find(':') == std::string::npos) {
+      return InvalidArgumentError(reader.Where("") + ": " + message);
     }
-    return InvalidArgumentError(where + ": " + message);
+    const std::string key = FileKey(reader, message.substr(5, message.find(':') - 5));
+    if (key.empty()) return InvalidArgumentError(reader.Where("") + ": " + message);
+    const bool same = message.compare(5, key.size() + 1, key + ":") == 0;
+    return InvalidArgumentError(reader.Where(key) + ": " + (same ? "" : "key '" + key + "': ") + message);
   }
   return spec;
 }

@@ -88,6 +88,21 @@ TEST(HostileSpecTest, NumbersInErrorsAreTheValuesGiven) {
   ExpectError(std::string(kMinimal) + "[data]\nmean = [0.5]\nstd = [-1e39]\n", {"'data.std[0]'", "got -1e+39"});
 }
 
+// What the coordinator's checks refuse comes back pointing at the key as the file writes it:
+// [train]'s keys are the wire's optimizer fields, and a rule written as `aggregation = "median"`
+// is the wire's aggregation.rule.
+TEST(HostileSpecTest, ACoordinatorCheckNamesTheKeyOfTheFile) {
+  ExpectError("strategy = \"scaffold\"\n" + std::string(kMinimal) + "\n[train]\nlearning_rate = 1e-7\n",
+              {"job.toml:12:17: key 'train.learning_rate': spec.optimizer.learning_rate: expected at least 1e-6"});
+  ExpectError("strategy = \"fednova\"\naggregation = \"median\"\n" + std::string(kMinimal),
+              {"job.toml:2:15: key 'aggregation': spec.aggregation.rule: expected \"mean\" for strategy \"fednova\""});
+  ExpectError("mode = \"async\"\n" + std::string(kMinimal) + "\n[aggregation]\nrule = \"median\"\n",
+              {"job.toml:12:8: spec.aggregation.rule: expected \"mean\" with an asynchronous job"});
+  // A field the file left at its default points at the table that holds it.
+  ExpectError("clients_per_round = 2\n" + std::string(kMinimal) + "\n[aggregation]\nrule = \"trimmed-mean\"\n",
+              {"job.toml:11:1: key 'aggregation': spec.aggregation.trim_fraction: expected a fraction that cuts"});
+}
+
 // Only a regular file of at most kMaxJobSpecBytes is read; the path in the message is escaped.
 TEST(HostileSpecTest, OnlyARegularFileOfBoundedSizeIsRead) {
   const std::filesystem::path dir =
