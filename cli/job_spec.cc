@@ -481,6 +481,13 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
   u = spec.seed();
   RETURN_IF_ERROR(reader.Unsigned(*partition, "data.partition", "seed", 0, kMaxUint64, &u));
   partition_spec->set_seed(u);
+  // Each worker reads its share of a shared partition from data.path (Fashion-MNIST has a
+  // default directory; "local-files" reads each worker's --data-dir).
+  if (!fashion && found->kind != v1::PARTITION_LOCAL_FILES && path.empty()) {
+    return reader.Error("data.path", "is required for dataset \"" + dataset + "\" with partition kind \"" + kind +
+                                         "\": the workers' directory of it (only kind \"local-files\" reads each "
+                                         "worker's own --data-dir instead)");
+  }
   if (data_spec->max_train_samples() != 0 && data_spec->max_train_samples() < parties) {
     return reader.Error("data.max_train_samples", std::to_string(data_spec->max_train_samples()) +
                                                       " samples cannot be split among " + std::to_string(parties) +

@@ -225,6 +225,21 @@ TEST(DataSpecTest, FederatedEvaluationIsAKeyOfItsOwnTable) {
   ExpectRefused(external, "evaluation.federated", "false with an external trainer");
 }
 
+// A shared partition of a dataset other than Fashion-MNIST is read by each worker from
+// data.path: a spec without it is refused, not left for every worker to fail its rounds on.
+TEST(DataSpecTest, ASharedPartitionOfAnotherDatasetNeedsItsPath) {
+  ExpectError(WithData("dataset = \"cifar\"\nformat = \"cifar10\"\n"),
+              {"job.toml: key 'data.path': is required for dataset \"cifar\" with partition kind \"iid\"",
+               "\"local-files\""});
+  ExpectError(WithData("dataset = \"cifar\"\nformat = \"cifar10\"\npath = \"\"\n"), {"job.toml:8:8: key 'data.path'"});
+  // The workers' own files need none, and Fashion-MNIST has its default directory.
+  Result<v1::JobSpec> local =
+      ParseJobSpecString(WithData("dataset = \"cifar\"\nformat = \"cifar10\"\n", "kind = \"local-files\"\n"), "job.toml");
+  EXPECT_TRUE(local.ok()) << local.status().ToString();
+  Result<v1::JobSpec> fashion = ParseJobSpecString(WithData(""), "job.toml");
+  EXPECT_TRUE(fashion.ok()) << fashion.status().ToString();
+}
+
 TEST(DataSpecTest, TheCsvExampleReads) {
   Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();

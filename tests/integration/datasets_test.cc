@@ -212,6 +212,7 @@ type = "linear"
 [data]
 dataset = "cifar-like"
 format = "cifar10"
+path = "set below"
 mean = [0.5]
 std = [0.25]
 
@@ -219,7 +220,7 @@ std = [0.25]
 parties = 2
 )", "declared.toml");
   ASSERT_TRUE(declared.ok()) << declared.status().ToString();
-  declared->mutable_data()->set_path(data.string());
+  declared->mutable_data()->set_path(data.string());  // where this test's workers have it
   auto second = (*coordinator)->SubmitJob(*declared);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   auto finished = WaitForJob(*stub, second->id(), std::chrono::seconds(180));
