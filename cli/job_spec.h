@@ -6,6 +6,9 @@
 // "<source>:<line>:<column>: " pointing at the offending key or value, names the dotted key
 // ("train.batch_size"), and says what was expected and what was found; an unknown key's message
 // lists the keys its table allows. A missing required key is reported as "<source>: ...".
+// What wire::ValidateJobSpec refuses keeps its "spec.FIELD: ..." message, after the position
+// of the file's key for FIELD (or of the nearest key that holds it) and, where the file names
+// it otherwise ("train.learning_rate" for spec.optimizer.learning_rate), "key '...': ".
 //
 // Defaults are filled in, so the returned spec is complete: strategy "fedavg", clients_per_round
 // = data.partition.parties, min_clients = clients_per_round, round deadline 300 s, one local
