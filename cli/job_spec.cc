@@ -127,11 +127,19 @@ Status ReadLayers(SpecReader& reader, const toml::table& table, const std::strin
     if (reader.Has(*layer, at, "probability")) {
       RETURN_IF_ERROR(reader.Number(*layer, at, "probability", &value));
       if (!(value >= 0 && value < 1)) return reader.Error(at + ".probability", "must be in [0, 1), got " + FormatExact(value));
+      // Used as a float: a value just below 1 would round to 1 there.
+      if (!(static_cast<float>(value) < 1.0f)) {
+        return reader.Error(at + ".probability", "must stay below 1 as a float (at most 0.99999994), got " + FormatExact(value));
+      }
       spec->set_probability(value);
     }
     if (reader.Has(*layer, at, "epsilon")) {
       RETURN_IF_ERROR(reader.Number(*layer, at, "epsilon", &value));
       if (!(value > 0 && value <= 1)) return reader.Error(at + ".epsilon", "must be in (0, 1], got " + FormatExact(value));
+      // Used as a float: a value below float's range would round to 0 there.
+      if (!(static_cast<float>(value) > 0.0f)) {
+        return reader.Error(at + ".epsilon", "must stay above 0 as a float (at least about 1.4e-45), got " + FormatExact(value));
+      }
       spec->set_epsilon(value);
     }
     if (reader.Has(*layer, at, "momentum")) {

@@ -103,6 +103,20 @@ TEST(HostileSpecTest, ACoordinatorCheckNamesTheKeyOfTheFile) {
               {"job.toml:11:1: key 'aggregation': spec.aggregation.trim_fraction: expected a fraction that cuts"});
 }
 
+// A layer's probability and epsilon are used as floats: a value in range as a double that
+// rounds out of it as a float (to 1, to 0) is refused at its key with the value given.
+TEST(HostileSpecTest, ALayersNumbersAreCheckedAsTheFloatsTheyBecome) {
+  ExpectError(Declared("{ type = \"flatten\" }, { type = \"dropout\", probability = 0.99999999 }, { type = \"linear\" }"),
+              {"job.toml:8:", "key 'model.layers[1].probability'", "below 1 as a float", "got 0.99999999"});
+  ExpectError(Declared("{ type = \"flatten\" }, { type = \"layer_norm\", epsilon = 1e-50 }, { type = \"linear\" }"),
+              {"job.toml:8:", "key 'model.layers[1].epsilon'", "above 0 as a float", "got 1e-50"});
+  Result<v1::JobSpec> spec = ParseJobSpecString(
+      Declared("{ type = \"flatten\" }, { type = \"dropout\", probability = 0.9999999 }, { type = \"layer_norm\", "
+               "epsilon = 1e-30 }, { type = \"linear\" }"),
+      "job.toml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+}
+
 // Only a regular file of at most kMaxJobSpecBytes is read; the path in the message is escaped.
 TEST(HostileSpecTest, OnlyARegularFileOfBoundedSizeIsRead) {
   const std::filesystem::path dir =
