@@ -496,7 +496,10 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
                                          "\": the workers' directory of it (only kind \"local-files\" reads each "
                                          "worker's own --data-dir instead)");
   }
-  if (data_spec->max_train_samples() != 0 && data_spec->max_train_samples() < parties) {
+  // A shared partition cuts the first max_train_samples among the parties; "local-files"
+  // cuts each worker's own files to that many.
+  if (found->kind != v1::PARTITION_LOCAL_FILES && data_spec->max_train_samples() != 0 &&
+      data_spec->max_train_samples() < parties) {
     return reader.Error("data.max_train_samples", std::to_string(data_spec->max_train_samples()) +
                                                       " samples cannot be split among " + std::to_string(parties) +
                                                       " parties");

@@ -240,6 +240,16 @@ TEST(DataSpecTest, ASharedPartitionOfAnotherDatasetNeedsItsPath) {
   EXPECT_TRUE(fashion.ok()) << fashion.status().ToString();
 }
 
+// max_train_samples cuts the training split a shared partition is cut from, so it must hold a
+// sample per party; with "local-files" it cuts each worker's own files, whatever their number.
+TEST(DataSpecTest, ACutOfTheTrainingSamplesMustFeedEveryPartyOfASharedPartition) {
+  ExpectError(WithData("max_train_samples = 3\n"),
+              {"job.toml:6:21: key 'data.max_train_samples': 3 samples cannot be split among 4 parties"});
+  Result<v1::JobSpec> local = ParseJobSpecString(WithData("max_train_samples = 3\n", "kind = \"local-files\"\n"), "job.toml");
+  ASSERT_TRUE(local.ok()) << local.status().ToString();
+  EXPECT_EQ(local->data().max_train_samples(), 3u);
+}
+
 TEST(DataSpecTest, TheCsvExampleReads) {
   Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
