@@ -527,21 +527,29 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     RETURN_IF_ERROR(range("model.hidden[" + std::to_string(i) + "]", m.hidden(i), 1, kMaxHiddenWidth));
   }
   RETURN_IF_ERROR(ValidateDataSpec(s.data()));  // first: the model is built for the data's shape
-  // Counted from the layers' shapes: nothing is allocated before the size is known to fit.
-  auto parameters = CountParameters(ToModelConfig(s));
-  if (!parameters.ok()) return bad("model", "a model that can be built", parameters.status().message());
-  auto memory = EstimateModelMemoryBytes(s);
-  if (!memory.ok() || *memory > kMaxModelMemoryBytes) {
-    return bad("model", "a model the coordinator can hold: parameters x 4 bytes x " +
-                            std::to_string(CoordinatorModelCopies(s)) + " copies" +
-                            (s.strategy() == "scaffold" ? " (scaffold: " + std::to_string(kScaffoldModelCopiesPerParty) +
-                                                              " per party)"
-                                                        : std::string()) +
-                            " within " + Mebibytes(kMaxModelMemoryBytes),
-               std::to_string(*parameters) + " parameters (an estimated " +
-                   (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
+  // A dataset other than Fashion-MNIST has its shape once the coordinator has read its copy
+  // (data.input_shape, filled at submit, where the spec is checked again with it): until then
+  // the model is not built against Fashion-MNIST's 1x28x28, which would refuse models made for
+  // the dataset (a grouped convolution over three channels, a kernel over 28).
+  int64_t parameters = 0;
+  if (s.data().has_input_shape() || IsFashionMnist(s)) {
+    // Counted from the layers' shapes: nothing is allocated before the size is known to fit.
+    auto counted = CountParameters(ToModelConfig(s));
+    if (!counted.ok()) return bad("model", "a model that can be built", counted.status().message());
+    parameters = *counted;
+    auto memory = EstimateModelMemoryBytes(s);
+    if (!memory.ok() || *memory > kMaxModelMemoryBytes) {
+      return bad("model", "a model the coordinator can hold: parameters x 4 bytes x " +
+                              std::to_string(CoordinatorModelCopies(s)) + " copies" +
+                              (s.strategy() == "scaffold" ? " (scaffold: " + std::to_string(kScaffoldModelCopiesPerParty) +
+                                                                " per party)"
+                                                          : std::string()) +
+                              " within " + Mebibytes(kMaxModelMemoryBytes),
+                 std::to_string(parameters) + " parameters (an estimated " +
+                     (memory.ok() ? Mebibytes(*memory) : std::string("uncountable amount")) + ")");
+    }
   }
-  RETURN_IF_ERROR(ValidateAggregation(s, *parameters));
+  RETURN_IF_ERROR(ValidateAggregation(s, parameters));
   RETURN_IF_ERROR(ValidateCompression(s));
   const auto& p = s.data().partition();
   RETURN_IF_ERROR(range("data.partition.parties", p.parties(), p.kind() == v1::PARTITION_LOCAL_FILES ? 0 : 1, kMaxParties));

@@ -250,6 +250,25 @@ TEST(DataSpecTest, ACutOfTheTrainingSamplesMustFeedEveryPartyOfASharedPartition)
   EXPECT_EQ(local->data().max_train_samples(), 3u);
 }
 
+// A dataset other than Fashion-MNIST has its shape once the coordinator has read it: the model
+// is built for that shape at submit, not for Fashion-MNIST's 1x28x28 before.
+TEST(DataSpecTest, AModelForAnotherDatasetIsBuiltForItsShapeOnceKnown) {
+  const std::string depthwise = "name = \"t\"\nrounds = 5\n[model]\nlayers = [{ type = \"conv2d\", out = 6, kernel = 30, "
+                                "groups = 3 }, { type = \"flatten\" }, { type = \"linear\" }]\n[data]\ndataset = "
+                                "\"cifar\"\nformat = \"cifar10\"\npath = \"/d\"\n[data.partition]\nparties = 4\n";
+  Result<v1::JobSpec> spec = ParseJobSpecString(depthwise, "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  v1::JobSpec shaped = *spec;
+  v1::InputShape* shape = shaped.mutable_data()->mutable_input_shape();
+  shape->set_channels(3);
+  shape->set_rows(32);
+  shape->set_cols(32);
+  shape->set_classes(10);
+  EXPECT_TRUE(wire::ValidateJobSpec(shaped).ok()) << wire::ValidateJobSpec(shaped).ToString();
+  shape->set_channels(1);
+  ExpectRefused(shaped, "model", "groups 3 must divide its 1 input channels");
+}
+
 TEST(DataSpecTest, TheCsvExampleReads) {
   Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
