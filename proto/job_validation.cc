@@ -576,6 +576,22 @@ Status ValidateJobSpec(const v1::JobSpec& s) {
     }
     auto partition = ToPartitionConfig(s);
     if (!partition.ok()) return partition.status();
+    // A shared partition cuts the first max_train_samples among the parties ("local-files"
+    // cuts each worker's own files to that many), and each worker reads its share from
+    // data.path (Fashion-MNIST has a default directory): as tessera check says, for a spec
+    // that came another way.
+    if (s.data().max_train_samples() != 0 && s.data().max_train_samples() < p.parties()) {
+      return bad("data.max_train_samples",
+                 "0 (all) or at least data.partition.parties (" + std::to_string(p.parties()) +
+                     "): a shared partition gives each party at least one sample",
+                 std::to_string(s.data().max_train_samples()));
+    }
+    if (!IsFashionMnist(s) && s.data().path().empty()) {
+      return bad("data.path",
+                 "the workers' directory of dataset " + Shown(s.data().dataset()) +
+                     " for a shared partition (only kind \"local-files\" reads each worker's own --data-dir)",
+                 "none");
+    }
   }
   for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"device", &s.device()},
                                      {"fallback_device", &s.fallback_device()},

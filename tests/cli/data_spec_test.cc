@@ -174,6 +174,7 @@ TEST(DataSpecTest, AStdTooSmallForItsReciprocalToBeFiniteIsRefused) {
 TEST(DataSpecTest, TheWireChecksTheSameAndTheShapeTheCoordinatorFills) {
   v1::JobSpec spec = WireSpec();
   spec.mutable_data()->set_dataset("cifar");
+  spec.mutable_data()->set_path("/srv/cifar");  // the workers' copy, for a shared partition
   ExpectRefused(spec, "data.format", "the format of dataset");
   spec.mutable_data()->set_format("tar");
   ExpectRefused(spec, "data.format", "\"cifar10\"");
@@ -267,6 +268,27 @@ TEST(DataSpecTest, AModelForAnotherDatasetIsBuiltForItsShapeOnceKnown) {
   EXPECT_TRUE(wire::ValidateJobSpec(shaped).ok()) << wire::ValidateJobSpec(shaped).ToString();
   shape->set_channels(1);
   ExpectRefused(shaped, "model", "groups 3 must divide its 1 input channels");
+}
+
+// What tessera check refuses of a shared partition, the coordinator refuses of a spec sent
+// another way: too few samples for its parties, and no directory for a dataset that has no
+// default one.
+TEST(DataSpecTest, TheCoordinatorRefusesASharedPartitionItsWorkersCouldNotRead) {
+  const std::string local = "name = \"t\"\nrounds = 5\n[model]\nname = \"mlp\"\n[data]\ndataset = \"cifar\"\n"
+                            "format = \"cifar10\"\n[data.partition]\nkind = \"local-files\"\nparties = 4\n";
+  Result<v1::JobSpec> spec = ParseJobSpecString(local, "job.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  v1::JobSpec shared = *spec;
+  shared.mutable_data()->mutable_partition()->set_kind(v1::PARTITION_IID);
+  ExpectRefused(shared, "data.path", "the workers' directory of dataset \"cifar\" for a shared partition");
+  shared.mutable_data()->set_path("/srv/cifar");
+  EXPECT_TRUE(wire::ValidateJobSpec(shared).ok()) << wire::ValidateJobSpec(shared).ToString();
+  shared.mutable_data()->set_max_train_samples(3);
+  ExpectRefused(shared, "data.max_train_samples", "0 (all) or at least data.partition.parties (4)");
+  // Each worker's own files are cut to that many: any count fits.
+  v1::JobSpec own = *spec;
+  own.mutable_data()->set_max_train_samples(3);
+  EXPECT_TRUE(wire::ValidateJobSpec(own).ok()) << wire::ValidateJobSpec(own).ToString();
 }
 
 TEST(DataSpecTest, TheCsvExampleReads) {

@@ -125,6 +125,7 @@ TEST(MemoryStateStoreTest, EveryKindOfWriteCanBeMadeToFail) {
       {StateWrite::kSaveSeat, [&] { return store.SaveSeat(job.id(), "w1", 0); }},
       {StateWrite::kRequestCancel, [&] { return store.RequestCancel(job.id()); }},
       {StateWrite::kForgetWorker, [&] { return store.ForgetWorker("w1").status(); }},
+      {StateWrite::kDeleteJob, [&] { return store.DeleteJob(job.id()).status(); }},  // last: the job goes
   };
   ASSERT_EQ(writes.size(), kStateWriteKinds);
   for (const auto& [kind, write] : writes) {
