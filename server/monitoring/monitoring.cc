@@ -202,7 +202,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   auto& workers = registry.Gauge("tessera_workers", "Workers known to the coordinator by state: alive or gone.", {"state"});
   auto& jobs = registry.Gauge("tessera_jobs", "Jobs by state.", {"state"});
   auto& streams = registry.Gauge("tessera_open_streams",
-                                 "Streams open at the coordinator: task channels, downloads, uploads, watches, waits.");
+                                 "Streams open at the coordinator: task channels, downloads, uploads, watches, exports, rendezvous waits.");
   auto& queue = registry.Gauge("tessera_upload_queue",
                                "Uploads waiting for the upload memory budget before their bytes are read.");
   auto& buffered = registry.Gauge("tessera_upload_buffer_bytes", "Bytes of the upload memory budget held now.");
