@@ -1,5 +1,8 @@
 #include "core/data/numpy_format.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -313,17 +315,30 @@ Result<std::string> MemberBytes(std::string_view bytes, const ZipEntry& e, const
   return out;
 }
 
+// A regular file only, opened without blocking: a FIFO in the file's place (an external
+// trainer's "out", say) held the open until some writer came, which might be never.
 Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return NotFoundError("cannot open " + path + ": " + std::strerror(errno));
-  const std::streamoff size = in.tellg();
-  if (size < 0) return InvalidArgumentError("cannot size " + path);
-  if (static_cast<uint64_t>(size) > max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return NotFoundError("cannot open " + path + ": " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) return InvalidArgumentError("cannot size " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(info.st_mode)) return InvalidArgumentError(path + ": not a regular file");
+  const auto size = static_cast<uint64_t>(info.st_size);
+  if (size > max_bytes) {
     return InvalidArgumentError(path + ": " + std::to_string(size) + " bytes; the limit is " + std::to_string(max_bytes));
   }
   std::string bytes(static_cast<size_t>(size), '\0');
-  in.seekg(0);
-  if (!in.read(bytes.data(), size)) return DataLossError("cannot read " + path);
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return DataLossError("cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) return DataLossError("cannot read " + path + ": it ended after " + std::to_string(done) + " bytes");
+    done += static_cast<size_t>(n);
+  }
   return bytes;
 }
 

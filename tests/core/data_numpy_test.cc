@@ -2,7 +2,9 @@
 // tests/core/testdata/numpy, made by tests/core/testdata/numpy/make.py with numpy 1.24), and
 // hostile files refused with a message naming what is wrong.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "core/data/numpy_format.h"
 #include "tests/address_space.h"
@@ -189,6 +192,26 @@ TEST(NumpyFormatTest, WriteNpzReplacesTheFileAtomically) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->at(0).name, "x");
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  std::remove(path.c_str());
+}
+
+// A FIFO where an archive should be (a trainer's "out", a data path) held the reader's open
+// until a writer came, which might be never. It is refused as not a regular file. A writer
+// waits on it here so that a reader that does block is let through, and fails the test.
+TEST(NumpyFormatTest, AFifoInPlaceOfAnArchiveIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = ::testing::TempDir() + "/fifo-" + std::to_string(getpid()) + ".npz";
+  std::remove(path.c_str());
+  ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
+  std::thread writer([&] {
+    const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);  // until some reader opens it
+    if (fd >= 0) close(fd);
+  });
+  const Status read = ReadNpz(path).status();
+  EXPECT_EQ(read.code(), StatusCode::kInvalidArgument) << read.ToString();
+  EXPECT_EQ(read.message(), path + ": not a regular file");
+  const int reader = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the writer go
+  writer.join();
+  if (reader >= 0) close(reader);
   std::remove(path.c_str());
 }
 
