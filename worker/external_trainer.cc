@@ -359,14 +359,19 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   const std::string out_path = work_dir_ + "/update-" + suffix;
   // The round's files go whatever the round's end: an error, a deadline or a cancel left a
   // model-sized file in the private directory (often memory-backed) until the worker exited.
+  // So does "out" + kTrainerTemporarySuffix, where tessera_client writes the trained model
+  // before renaming it to "out": a process killed mid-write (the round's deadline) left it.
+  const std::string out_temporary = out_path + kTrainerTemporarySuffix;
   struct RemoveOnExit {
     const std::string& model;
     const std::string& out;
+    const std::string& out_temporary;
     ~RemoveOnExit() {
       std::remove(out.c_str());
+      std::remove(out_temporary.c_str());
       std::remove(model.c_str());
     }
-  } remove_on_exit{model_path, out_path};
+  } remove_on_exit{model_path, out_path, out_temporary};
   RETURN_IF_ERROR(WriteNpz(model_path, ToNumpy(global), /*sync=*/false).WithContext(what));
   if (share_written_ != share_key) {
     // Under a name of its own: the work directory is shared by every trainer of the worker,

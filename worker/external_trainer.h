@@ -17,7 +17,7 @@
 //     when the share changes (another job or party): a process may keep the arrays it read by
 //     the archive's name.
 //   - The process trains, writes the new model (every tensor, same names and shapes) to
-//     "out", and replies with one line: {"type": "update", "samples": N, "loss": L}; or
+//     "out" (or to "out" + kTrainerTemporarySuffix, renamed to "out" once whole), and replies with one line: {"type": "update", "samples": N, "loss": L}; or
 //     {"type": "error", "message": "..."} when it cannot train.
 //   - One reply per request: a line written when no round is asked of the process fails the
 //     next round and stops the process (the round after starts a fresh one).
@@ -47,6 +47,10 @@
 #include "core/tensor.h"
 
 namespace tessera::worker {
+
+// Where a process may write its trained model before renaming it to "out" (tessera_client
+// does): the worker removes it with the round's other files, however the round ended.
+inline constexpr char kTrainerTemporarySuffix[] = ".tmp.npz";
 
 struct ExternalTrainerRequest {
   std::string job_id;

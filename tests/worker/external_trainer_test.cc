@@ -53,7 +53,8 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
 // copies the model to "out" and replies; with "twice", round 1 is answered with a second line
 // in the same write, as a trainer that calls fail() after send() does; with "chatty", round 1's
 // reply comes after a line that is not one, as a library's print on the reply channel; with
-// "spawn", it starts two children (their pids in LOG/child-N.pid) and never replies.
+// "spawn", it starts two children (their pids in LOG/child-N.pid) and never replies; with
+// "partial", it writes OUT.tmp.npz (as tessera_client does before its rename) and never replies.
 constexpr char kCopyingTrainer[] = R"sh(log="$1"
 while IFS= read -r line <&3; do
   field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
@@ -64,6 +65,9 @@ while IFS= read -r line <&3; do
     printf '{"type": "update", "samples": 1}\n{"type": "error", "message": "late"}\n' >&4
   elif [ "$2" = chatty ] && [ "$round" = 1 ]; then
     printf 'loading weights\n{"type": "update", "samples": 1}\n' >&4
+  elif [ "$2" = partial ]; then
+    cp "$(field model)" "$(field out).tmp.npz"
+    sleep 600
   elif [ "$2" = spawn ]; then
     sleep 600 & echo $! > "$log/child-1.pid"
     sleep 600 & echo $! > "$log/child-2.pid"
@@ -226,6 +230,28 @@ TEST_F(ExternalTrainerRoundTest, ATrainerKilledMidRoundTakesItsChildrenWithIt) {
     while (!Ended(child) && steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
     EXPECT_TRUE(Ended(child)) << file << ": the trainer's child " << child << " outlived it";
     if (!Ended(child)) kill(child, SIGKILL);
+  }
+}
+
+// A trainer killed mid-write (the round's deadline, a cancel) left tessera_client's temporary,
+// OUT.tmp.npz, a model-sized file, in the work directory until the worker exited: one more for
+// each such round. It goes with the round's other files.
+TEST_F(ExternalTrainerRoundTest, ATrainerKilledWhileWritingItsModelLeavesNoTemporaryBehind) {
+  auto trainer = Trainer("partial", "partial");
+  const Dataset share = Share(1);
+  ExternalTrainerRequest request;
+  request.job_id = "job";
+  request.round = 1;
+  request.attempt = 1;
+  const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
+  const auto temporary = dir_ / "work" / "update-1-1.npz.tmp.npz";
+  auto trained = trainer->Train(request, global, share, "job#0", steady_clock::now() + std::chrono::minutes(2),
+                                [&] { return std::filesystem::exists(temporary); });
+  ASSERT_FALSE(trained.ok());
+  EXPECT_EQ(trained.status().code(), StatusCode::kCancelled) << trained.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(temporary));
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ / "work")) {
+    EXPECT_EQ(entry.path().filename().string().rfind("share-", 0), 0u) << entry.path();
   }
 }
 
