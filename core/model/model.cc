@@ -487,6 +487,15 @@ Result<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelConfig& confi
   if (config.channels <= 0 || config.rows <= 0 || config.cols <= 0 || config.classes <= 0) {
     return InvalidArgumentError("model '" + config.name + "': channels, rows, cols and classes must be positive");
   }
+  // One sample's values, as a layer's output is bounded: the product in int64 wrapped for
+  // dimensions near INT_MAX (65536 x 2^24 x 2^24 is 2^64, taken for 0 values).
+  int64_t values = 0;
+  if (__builtin_mul_overflow(int64_t{config.channels} * config.rows, int64_t{config.cols}, &values) ||
+      values > kMaxActivationValues) {
+    return InvalidArgumentError("model '" + config.name + "': an input of " + std::to_string(config.channels) + "x" +
+                                std::to_string(config.rows) + "x" + std::to_string(config.cols) + " exceeds " +
+                                std::to_string(kMaxActivationValues) + " values per sample");
+  }
   const ActivationShape input = InputShape(config);
   std::vector<std::unique_ptr<Layer>> layers;
   auto add = [&layers](std::unique_ptr<Layer> layer) -> ActivationShape {

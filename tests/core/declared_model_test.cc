@@ -188,6 +188,20 @@ TEST_F(DeclaredModelTest, AConvolutionWhoseUnfoldedInputIsTooLargeIsRefused) {
   EXPECT_TRUE(CountParameters(resnet).ok());
 }
 
+// An input's values per sample were multiplied in int64 unchecked: 65536 x 2^24 x 2^24 wrapped
+// to 0, passed every layer's bound, and declared a linear layer of no inputs. The input is
+// bounded as every layer's output is.
+TEST_F(DeclaredModelTest, AnInputOfMoreValuesThanALayerMayGiveIsRefused) {
+  auto counted = CountParameters(Declared({L("relu"), L("linear")}, 65536, 1 << 24));
+  ASSERT_FALSE(counted.ok());
+  EXPECT_EQ(counted.status().message(),
+            "model 'declared': an input of 65536x16777216x16777216 exceeds 16777216 values per sample");
+  counted = CountParameters(Declared({L("relu"), L("linear")}, 5, 2048));
+  ASSERT_FALSE(counted.ok());
+  EXPECT_NE(counted.status().message().find("an input of 5x2048x2048 exceeds"), std::string::npos);
+  EXPECT_TRUE(CountParameters(Declared({L("global_avg_pool"), L("linear")}, 1, 4096)).ok());
+}
+
 // Inputs and labels for `batch` samples of the config's shape.
 struct Batch {
   DeviceBuffer images, labels, loss;
