@@ -70,6 +70,11 @@ Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& o
   if (TensorSetSha256(tensors) != sha256) {
     return DataLossError(what + ": the tensors do not hash to the model's SHA-256 " + QuoteUntrusted(sha256, 64));
   }
+  // A file named for round R holds round R's model, whatever the coordinator sent.
+  if (options.round && version != *options.round) {
+    return DataLossError(what + ": the coordinator sent the model of round " + std::to_string(version));
+  }
+  const int64_t parameters = TotalElements(tensors);
   if (onnx) {
     // The graph comes from the job's model spec; the parameters from the export.
     v1::GetJobRequest get;
@@ -77,15 +82,26 @@ Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& o
     v1::GetJobResponse job;
     grpc::ClientContext get_ctx;
     if (grpc::Status s = stub.GetJob(&get_ctx, get, &job); !s.ok()) return wire::FromGrpc(s);
+    // The spec's model is built only once its size is the export's: a spec that declares
+    // more (another job's, a coordinator's mistake) would otherwise be allocated, and filled
+    // with initial weights, before the layouts were compared.
+    const ModelConfig config = wire::ToModelConfig(job.job().spec());
+    auto declared = CountParameters(config);
+    if (!declared.ok()) return declared.status().WithContext(what + ": the job's model spec");
+    if (*declared != parameters) {
+      return DataLossError(what + ": the job's model spec (" + QuoteUntrusted(config.name, 64) + ") has " +
+                           std::to_string(*declared) + " values; the exported model has " +
+                           std::to_string(parameters));
+    }
     auto device = CreateCpuDevice(CpuDeviceOptions{.num_threads = 1});
-    ASSIGN_OR_RETURN(auto model, CreateModel(wire::ToModelConfig(job.job().spec()), device.get()));
-    RETURN_IF_ERROR(model->SetState(tensors).WithContext(what));
-    RETURN_IF_ERROR(WriteOnnx(*model, job.job().spec().name().empty() ? options.job_id : job.job().spec().name(),
-                              options.path));
+    auto model = CreateModelWithState(config, device.get(), tensors);
+    if (!model.ok()) return model.status().WithContext(what);
+    RETURN_IF_ERROR(WriteOnnx(**model, job.job().spec().name().empty() ? options.job_id : job.job().spec().name(),
+                              options.path)
+                        .WithContext(what));
   } else {
-    RETURN_IF_ERROR(WriteNpz(options.path, ToNumpy(tensors)));
+    RETURN_IF_ERROR(WriteNpz(options.path, ToNumpy(tensors)).WithContext(what));
   }
-  const int64_t parameters = TotalElements(tensors);
   if (options.json) {
     google::protobuf::Struct summary;
     auto& f = *summary.mutable_fields();

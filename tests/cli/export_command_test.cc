@@ -36,6 +36,12 @@ class FakeJobService final : public v1::JobService::Service {
     });
     return sent.ok() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::INTERNAL, sent.message());
   }
+
+  grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest*, v1::GetJobResponse* response) override {
+    *response->mutable_job()->mutable_spec() = spec;
+    return grpc::Status::OK;
+  }
+  v1::JobSpec spec;
 };
 
 class ExportCommandTest : public ::testing::Test {
@@ -52,8 +58,8 @@ class ExportCommandTest : public ::testing::Test {
     server_->Shutdown();
     std::filesystem::remove_all(dir_);
   }
-  Status Export(std::ostream& out) {
-    return ExportCommand(*stub_, {"job-1", std::nullopt, (dir_ / "model.npz").string(), false}, out);
+  Status Export(std::ostream& out, std::optional<uint32_t> round = std::nullopt, const std::string& file = "model.npz") {
+    return ExportCommand(*stub_, {"job-1", round, (dir_ / file).string(), false}, out);
   }
 
   FakeJobService service_;
@@ -94,6 +100,49 @@ TEST_F(ExportCommandTest, AWrongDigestIsRefusedAndShownEscapedAndCut) {
       << exported.message();
   EXPECT_LT(exported.message().size(), 256u);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "model.npz"));
+}
+
+// Asked for round 2, the coordinator's model of round 3 was written as the export of round 2.
+TEST_F(ExportCommandTest, AModelOfAnotherRoundThanTheOneAskedForIsRefused) {
+  service_.sha256 = TensorSetSha256(service_.tensors);
+  std::ostringstream out;
+  Status exported = Export(out, 2);
+  EXPECT_EQ(exported.code(), StatusCode::kDataLoss) << exported.ToString();
+  EXPECT_EQ(exported.message(), "model of job job-1 round 2: the coordinator sent the model of round 3");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "model.npz"));
+  EXPECT_TRUE(Export(out, 3).ok());
+}
+
+// The ONNX graph comes from the job's spec: one that declares another model than the export's
+// (here 3,256,330 values against 8) was built, its weights drawn, before the layouts were
+// compared, however large it was. It is refused by its size, naming the job.
+TEST_F(ExportCommandTest, AnOnnxExportWhoseSpecDeclaresAnotherModelIsRefusedBeforeItIsBuilt) {
+  service_.sha256 = TensorSetSha256(service_.tensors);
+  service_.spec.mutable_model()->set_name("mlp");
+  service_.spec.mutable_model()->add_hidden(4096);
+  std::ostringstream out;
+  Status exported = Export(out, std::nullopt, "model.onnx");
+  EXPECT_EQ(exported.code(), StatusCode::kDataLoss) << exported.ToString();
+  EXPECT_EQ(exported.message(), "model of job job-1 (newest round): the job's model spec ('mlp') has 3256330 values; "
+                                "the exported model has 8");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "model.onnx"));
+}
+
+// The spec that matches the export (a linear layer from 3 inputs to 2 classes) is written.
+TEST_F(ExportCommandTest, AnOnnxExportWhoseSpecMatchesIsWritten) {
+  service_.sha256 = TensorSetSha256(service_.tensors);
+  service_.spec.mutable_model()->set_name("declared");
+  service_.spec.mutable_model()->add_layers()->set_type("linear");
+  service_.spec.mutable_model()->mutable_layers(0)->set_name("fc");
+  auto* shape = service_.spec.mutable_data()->mutable_input_shape();
+  shape->set_channels(1);
+  shape->set_rows(1);
+  shape->set_cols(3);
+  shape->set_classes(2);
+  std::ostringstream out;
+  Status exported = Export(out, std::nullopt, "model.onnx");
+  ASSERT_TRUE(exported.ok()) << exported.ToString();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "model.onnx"));
 }
 
 }  // namespace
