@@ -321,6 +321,10 @@ class DeclaredBuilder {
                                       const std::string& named_prefix, const std::string& index_prefix, size_t index,
                                       int depth) {
     const std::string& type = layer.type;
+    // A setting the type has no use for is refused, not ignored: a job sent over the wire
+    // (the CLI's TOML reader refuses it too) would otherwise train another model than it says.
+    if (layer.local && type != "batch_norm") return InvalidArgumentError(at + ": local applies to batch_norm only");
+    if (!layer.bias && type != "conv2d") return InvalidArgumentError(at + ": bias = false applies to conv2d only");
     if (type == "conv2d") {
       ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
       RETURN_IF_ERROR(InRange(at, "out", layer.out, 1, kMaxLayerWidth));
@@ -359,7 +363,6 @@ class DeclaredBuilder {
       ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
       const int out = layer.out == 0 ? config_.classes : layer.out;
       RETURN_IF_ERROR(InRange(at, "out", out, 1, kMaxLayerWidth));
-      if (!layer.bias) return InvalidArgumentError(at + ": bias = false applies to conv2d only");
       if (in.size() > INT_MAX / kMaxLayerWidth) {
         return InvalidArgumentError(at + ": its input of " + Describe(in) + " is too large for a linear layer");
       }
@@ -391,7 +394,6 @@ class DeclaredBuilder {
         return InvalidArgumentError(at + ": epsilon must be in (0, 1], got " + std::to_string(layer.epsilon));
       }
       if (type == "layer_norm") {
-        if (layer.local) return InvalidArgumentError(at + ": local applies to batch_norm only");
         return std::unique_ptr<Layer>(std::make_unique<LayerNormLayer>(name, in, layer.epsilon));
       }
       if (!(layer.momentum >= 0.0f && layer.momentum <= 1.0f)) {

@@ -155,6 +155,22 @@ TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
   EXPECT_NE(ErrorOf(Declared({pool, L("linear")})).find("window 9 is larger than its 1x8x8 input"), std::string::npos);
   std::vector<LayerConfig> many(kMaxDeclaredLayers + 1, L("relu"));
   EXPECT_NE(ErrorOf(Declared(many)).find("at most 256 layers"), std::string::npos);
+  // Settings a type has no use for were ignored (but for these two on linear and layer_norm):
+  // a job sent over the wire with a "local" convolution trained it global.
+  LayerConfig local_conv = Conv("c", 4, 3);
+  local_conv.local = true;
+  EXPECT_NE(ErrorOf(Declared({local_conv, L("linear")})).find("model.layers[0] (conv2d): local applies to batch_norm"),
+            std::string::npos);
+  LayerConfig local_norm = L("layer_norm");
+  local_norm.local = true;
+  EXPECT_NE(ErrorOf(Declared({local_norm, L("linear")})).find("model.layers[0] (layer_norm): local applies to"),
+            std::string::npos);
+  LayerConfig unbiased_relu = L("relu"), unbiased_linear = L("linear");
+  unbiased_relu.bias = unbiased_linear.bias = false;
+  EXPECT_NE(ErrorOf(Declared({unbiased_relu, L("linear")})).find("model.layers[0] (relu): bias = false applies to"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Declared({unbiased_linear})).find("model.layers[0] (linear): bias = false applies to conv2d"),
+            std::string::npos);
   LayerConfig bad_name = L("linear", "fc\n1");
   EXPECT_NE(ErrorOf(Declared({bad_name})).find("name must be at most 64 letters"), std::string::npos);
   EXPECT_NE(ErrorOf(Declared({L("softmax_cross_entropy"), L("linear")})).find("the loss may only be the model's last"),
