@@ -248,6 +248,42 @@ namespace {
 bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.'; }
 
 // Turns declared layers into Layers, inferring each one's input from the one before.
+// A setting given a value on a layer type that has no use for it (a kernel on a linear layer,
+// a window on a convolution) is refused, naming the layer, the setting and the types it
+// applies to: ignored, it would leave the job training another model than its spec reads.
+Status RefuseUnusedSettings(const LayerConfig& layer, const std::string& at) {
+  const LayerConfig defaults;
+  struct Setting {
+    const char* name;
+    bool given;
+    std::vector<const char*> types;
+  };
+  const Setting settings[] = {
+      {"out", layer.out != defaults.out, {"conv2d", "linear"}},
+      {"kernel", layer.kernel != defaults.kernel, {"conv2d"}},
+      {"padding", layer.padding != defaults.padding, {"conv2d"}},
+      {"groups", layer.groups != defaults.groups, {"conv2d"}},
+      {"stride", layer.stride != defaults.stride, {"conv2d", "max_pool", "avg_pool"}},
+      {"window", layer.window != defaults.window, {"max_pool", "avg_pool"}},
+      {"probability", layer.probability != defaults.probability, {"dropout"}},
+      {"epsilon", layer.epsilon != defaults.epsilon, {"batch_norm", "layer_norm"}},
+      {"momentum", layer.momentum != defaults.momentum, {"batch_norm"}},
+      {"body", !layer.body.empty(), {"residual"}},
+      {"shortcut", !layer.shortcut.empty(), {"residual"}},
+  };
+  for (const Setting& setting : settings) {
+    if (!setting.given) continue;
+    bool used = false;
+    std::string types;
+    for (const char* type : setting.types) {
+      used = used || layer.type == type;
+      types += std::string(types.empty() ? "" : ", ") + type;
+    }
+    if (!used) return InvalidArgumentError(at + ": " + setting.name + " applies to " + types + " only");
+  }
+  return Status::Ok();
+}
+
 class DeclaredBuilder {
  public:
   DeclaredBuilder(const ModelConfig& config) : config_(config) {}
@@ -325,6 +361,7 @@ class DeclaredBuilder {
     // (the CLI's TOML reader refuses it too) would otherwise train another model than it says.
     if (layer.local && type != "batch_norm") return InvalidArgumentError(at + ": local applies to batch_norm only");
     if (!layer.bias && type != "conv2d") return InvalidArgumentError(at + ": bias = false applies to conv2d only");
+    RETURN_IF_ERROR(RefuseUnusedSettings(layer, at));
     if (type == "conv2d") {
       ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));
       RETURN_IF_ERROR(InRange(at, "out", layer.out, 1, kMaxLayerWidth));

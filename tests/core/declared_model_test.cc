@@ -179,6 +179,24 @@ TEST_F(DeclaredModelTest, ErrorsNameTheLayerAndWhatWasExpected) {
   auto with_loss = Build(Declared({L("flatten"), L("linear"), L("softmax_cross_entropy")}));
   ASSERT_NE(with_loss, nullptr);
   EXPECT_EQ(with_loss->DescribeLayers(1).size(), 2u);
+  // Every other setting on a type with no use for it is refused likewise, naming it.
+  LayerConfig kernel_linear = L("linear");
+  kernel_linear.kernel = 3;
+  EXPECT_NE(ErrorOf(Declared({L("flatten"), kernel_linear})).find("model.layers[1] (linear): kernel applies to conv2d only"),
+            std::string::npos);
+  LayerConfig window_conv = Conv("c", 4, 3);
+  window_conv.window = 2;
+  EXPECT_NE(ErrorOf(Declared({window_conv, L("linear")}))
+                .find("model.layers[0] (conv2d): window applies to max_pool, avg_pool only"),
+            std::string::npos);
+  LayerConfig body_relu = L("relu");
+  body_relu.body = {L("relu")};
+  EXPECT_NE(ErrorOf(Declared({body_relu, L("linear")})).find("model.layers[0] (relu): body applies to residual only"),
+            std::string::npos);
+  LayerConfig momentum_norm = L("layer_norm");
+  momentum_norm.momentum = 0.2f;
+  EXPECT_NE(ErrorOf(Declared({momentum_norm, L("linear")})).find("momentum applies to batch_norm only"),
+            std::string::npos);
 }
 
 // A kernel near the size of its padded input keeps the output within its bound while the
