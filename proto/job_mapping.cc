@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <tuple>
 
 #include "base/escape.h"
@@ -25,6 +26,14 @@ namespace {
 
 int Saturated(uint32_t value) { return static_cast<int>(std::min<uint32_t>(value, INT32_MAX)); }
 
+// A double from the wire as a float: past float's range it is an infinity (a cast would be
+// undefined), which the model's checks then refuse as out of range; NaN stays NaN.
+float ToFloat(double value) {
+  if (value > std::numeric_limits<float>::max()) return std::numeric_limits<float>::infinity();
+  if (value < -std::numeric_limits<float>::max()) return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(value);
+}
+
 LayerConfig ToLayerConfig(const v1::LayerSpec& spec) {
   LayerConfig layer;
   layer.type = spec.type();
@@ -36,9 +45,9 @@ LayerConfig ToLayerConfig(const v1::LayerSpec& spec) {
   layer.groups = spec.groups() == 0 ? 1 : Saturated(spec.groups());
   layer.bias = spec.has_bias() ? spec.bias() : true;
   layer.window = Saturated(spec.window());
-  if (spec.has_probability()) layer.probability = static_cast<float>(spec.probability());
-  if (spec.has_epsilon()) layer.epsilon = static_cast<float>(spec.epsilon());
-  if (spec.has_momentum()) layer.momentum = static_cast<float>(spec.momentum());
+  if (spec.has_probability()) layer.probability = ToFloat(spec.probability());
+  if (spec.has_epsilon()) layer.epsilon = ToFloat(spec.epsilon());
+  if (spec.has_momentum()) layer.momentum = ToFloat(spec.momentum());
   layer.local = spec.local();
   for (const v1::LayerSpec& sub : spec.body()) layer.body.push_back(ToLayerConfig(sub));
   for (const v1::LayerSpec& sub : spec.shortcut()) layer.shortcut.push_back(ToLayerConfig(sub));

@@ -291,6 +291,22 @@ TEST(DataSpecTest, TheCoordinatorRefusesASharedPartitionItsWorkersCouldNotRead) 
   EXPECT_TRUE(wire::ValidateJobSpec(own).ok()) << wire::ValidateJobSpec(own).ToString();
 }
 
+// A layer's double from the wire past float's range is refused as out of range (it becomes an
+// infinity, never an undefined cast).
+TEST(DataSpecTest, ALayersNumberPastFloatsRangeIsRefused) {
+  v1::JobSpec spec = WireSpec();
+  spec.mutable_model()->set_name("declared");
+  spec.mutable_model()->clear_hidden();
+  v1::LayerSpec* dropout = spec.mutable_model()->add_layers();
+  dropout->set_type("dropout");
+  dropout->set_probability(1e300);
+  spec.mutable_model()->add_layers()->set_type("flatten");
+  spec.mutable_model()->add_layers()->set_type("linear");
+  ExpectRefused(spec, "model", "probability must be in [0, 1), got inf");
+  dropout->set_probability(-1e300);
+  ExpectRefused(spec, "model", "probability must be in [0, 1), got -inf");
+}
+
 TEST(DataSpecTest, TheCsvExampleReads) {
   Result<v1::JobSpec> spec = ParseJobSpecFile(std::string(TESSERA_SOURCE_DIR) + "/examples/breast-cancer-csv.toml");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
