@@ -398,6 +398,18 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
   result.handover_ms = MillisSince(handover_start);
 
   const auto train_start = Clock::now();
+  // A process that exited since its last round (a crash, an out-of-memory kill) is replaced
+  // now, rather than failing this round at its request.
+  if (pid_ > 0) {
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_) {
+      const pid_t gone = pid_;
+      const std::string how = ExitDescription();  // reaps it
+      StopProcess(std::chrono::milliseconds(0));
+      spdlog::warn("external trainer '{}' (pid {}) {} since its last round; starting a fresh one", command_.name, gone,
+                   how);
+    }
+  }
   if (pid_ == 0) RETURN_IF_ERROR(Start());
   RETURN_IF_ERROR(CheckNoReplyUnasked(what));
   const std::string line =

@@ -54,7 +54,8 @@ TEST(TrainerDeadlineTest, ANearDeadlineIsKeptAndNoneAllowsADay) {
 // in the same write, as a trainer that calls fail() after send() does; with "chatty", round 1's
 // reply comes after a line that is not one, as a library's print on the reply channel; with
 // "spawn", it starts two children (their pids in LOG/child-N.pid) and never replies; with
-// "partial", it writes OUT.tmp.npz (as tessera_client does before its rename) and never replies.
+// "partial", it writes OUT.tmp.npz (as tessera_client does before its rename) and never replies;
+// with "once", it exits after its first reply.
 constexpr char kCopyingTrainer[] = R"sh(log="$1"
 while IFS= read -r line <&3; do
   field() { printf '%s\n' "$line" | sed -n "s/.*\"$1\": \"\([^\"]*\)\".*/\1/p"; }
@@ -75,6 +76,7 @@ while IFS= read -r line <&3; do
   else
     printf '{"type": "update", "samples": 1}\n' >&4
   fi
+  if [ "$2" = once ]; then exit 0; fi
 done
 )sh";
 
@@ -253,6 +255,23 @@ TEST_F(ExternalTrainerRoundTest, ATrainerKilledWhileWritingItsModelLeavesNoTempo
   for (const auto& entry : std::filesystem::directory_iterator(dir_ / "work")) {
     EXPECT_EQ(entry.path().filename().string().rfind("share-", 0), 0u) << entry.path();
   }
+}
+
+// A trainer that exited between rounds (a crash, an out-of-memory kill) failed the next round
+// at its request; the next round now starts a fresh one.
+TEST_F(ExternalTrainerRoundTest, ATrainerThatExitedBetweenRoundsIsReplacedAtTheNext) {
+  auto trainer = Trainer("once", "once");
+  const Dataset share = Share(1);
+  auto trained = Round(*trainer, 1, share, "job#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  const pid_t first = trainer->pid();
+  ASSERT_GT(first, 0);
+  const auto until = steady_clock::now() + std::chrono::seconds(30);
+  while (!Ended(first) && steady_clock::now() < until) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(Ended(first)) << "the trainer did not exit after its reply";
+  trained = Round(*trainer, 2, share, "job#0");
+  ASSERT_TRUE(trained.ok()) << trained.status().ToString();
+  EXPECT_NE(trainer->pid(), first);
 }
 
 }  // namespace
