@@ -268,7 +268,11 @@ Result<std::string> ExternalTrainer::ReadLine(Clock::time_point deadline, const 
     }
     pollfd p{reply_fd_, POLLIN, 0};
     const int ready = poll(&p, 1, 100);
-    if (ready < 0 && errno != EINTR) return FailedPreconditionError(who + ": poll: " + std::strerror(errno));
+    if (ready < 0 && errno != EINTR) {
+      const std::string why = std::strerror(errno);
+      StopProcess(std::chrono::milliseconds(0));  // its reply would be taken for the next round's
+      return FailedPreconditionError(who + ": poll: " + why + "; stopped it");
+    }
     if (ready <= 0) continue;
     char buffer[4096];
     const ssize_t n = read(reply_fd_, buffer, sizeof(buffer));
