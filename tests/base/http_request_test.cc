@@ -134,7 +134,9 @@ TEST(HttpHeadReaderTest, BoundsLinesTheirNumberAndTheWholeHead) {
     State state = State::kNeedMore;
     for (size_t i = 0; i < head.size() && state == State::kNeedMore; ++i) state = bytes.Feed(head.substr(i, 1));
     EXPECT_EQ(state, size == 200 ? State::kDone : State::kRefused) << size;
-    if (size == 201) EXPECT_EQ(bytes.reason(), "the request's head is longer than 200 bytes");
+    if (size == 201) {
+      EXPECT_EQ(bytes.reason(), "the request's head is longer than 200 bytes");
+    }
   }
 }
 
