@@ -15,17 +15,17 @@
 namespace tessera {
 
 void FlagSet::String(const std::string& name, std::string* target, const std::string& help, EmptyValue empty) {
-  flags_[name] = Flag{Kind::kString, target, help, *target};
+  flags_[name] = Flag{Kind::kString, target, help, *target, {}, {}};
   flags_[name].allow_empty = empty == EmptyValue::kAllowed;
   order_.push_back(name);
 }
 void FlagSet::StringList(const std::string& name, std::vector<std::string>* target, const std::string& help) {
-  flags_[name] = Flag{Kind::kStringList, target, help + " (repeatable)", ""};
+  flags_[name] = Flag{Kind::kStringList, target, help + " (repeatable)", "", {}, {}};
   order_.push_back(name);
 }
 void FlagSet::Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
                      const std::string& help) {
-  flags_[name] = Flag{Kind::kChoice, target, help, *target, std::move(choices)};
+  flags_[name] = Flag{Kind::kChoice, target, help, *target, std::move(choices), {}};
   order_.push_back(name);
 }
 void FlagSet::Int(const std::string& name, int64_t* target, const std::string& help, IntRange range) {
@@ -35,11 +35,11 @@ void FlagSet::Int(const std::string& name, int64_t* target, const std::string& h
 void FlagSet::Double(const std::string& name, double* target, const std::string& help) {
   std::ostringstream v;
   v << *target;
-  flags_[name] = Flag{Kind::kDouble, target, help, v.str()};
+  flags_[name] = Flag{Kind::kDouble, target, help, v.str(), {}, {}};
   order_.push_back(name);
 }
 void FlagSet::Bool(const std::string& name, bool* target, const std::string& help) {
-  flags_[name] = Flag{Kind::kBool, target, help, *target ? "true" : "false"};
+  flags_[name] = Flag{Kind::kBool, target, help, *target ? "true" : "false", {}, {}};
   order_.push_back(name);
 }
 
