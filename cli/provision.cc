@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
@@ -361,8 +362,14 @@ Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
     ASSIGN_OR_RETURN(ca.cert_pem, ReadSmallFile(ca_dir + "/ca.crt"));
     ASSIGN_OR_RETURN(ca.key_pem, ReadSmallFile(ca_dir + "/ca.key"));
     X509Ptr ca_cert = PemToCert(ca.cert_pem);
-    if (!ca_cert || !PemToKey(ca.key_pem)) {
+    KeyPtr ca_key = PemToKey(ca.key_pem);
+    if (!ca_cert || !ca_key) {
       return FailedPreconditionError("the CA in " + QuoteUntrusted(ca_dir, 256) + " does not parse");
+    }
+    // Another CA's key would sign certificates that name this CA as issuer and verify nowhere.
+    if (X509_check_private_key(ca_cert.get(), ca_key.get()) != 1) {
+      ERR_clear_error();
+      return FailedPreconditionError("the CA in " + QuoteUntrusted(ca_dir, 256) + ": ca.key is not the key of ca.crt");
     }
     // A certificate the kept CA issues is verified only as long as the CA itself is valid:
     // one meant to outlive it would stop working, unannounced, when the CA expires.

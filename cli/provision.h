@@ -19,7 +19,7 @@
 // place, an identity's tls.crt last, as it marks the identity as made. Running it again on the
 // same OUT reuses the CA and keeps every identity that exists, so adding a worker later is the
 // same command; it needs ca.key back beside ca.crt (a CA certificate without its key is
-// refused, never replaced).
+// refused, never replaced; so is a ca.key that is not the certificate's).
 // --revoke NAME adds the certificates of the worker or operator NAME to the revocation list,
 // signed by the CA, which the coordinator reads with --tls-dir (or --tls-crl) and rereads when
 // it changes; to give NAME a new certificate, delete its directory and provision it again.

@@ -120,6 +120,21 @@ TEST_F(ProvisionTest, ACaWhoseKeyIsOfflineIsNeitherReplacedNorUsed) {
   EXPECT_EQ(Read("workers/site-c-01/ca.crt"), ca);
 }
 
+// A ca.key that is not ca.crt's (another CA's, put back in the wrong directory) would sign
+// certificates that name this CA as issuer and fail verification everywhere: it is refused
+// before anything is issued.
+TEST_F(ProvisionTest, ACaKeyThatIsNotTheCertificatesIsRefused) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  auto other = CreateCertificateAuthority("Another CA", 0, 4102444800);
+  ASSERT_TRUE(other.ok());
+  std::ofstream(dir_ / "ca/ca.key", std::ios::trunc) << other->key_pem;
+  ProvisionOptions more = Options();
+  more.workers.push_back("site-c-01");
+  EXPECT_EQ(Provision(more).status().message(),
+            "the CA in '" + dir_.string() + "/ca': ca.key is not the key of ca.crt");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "workers/site-c-01"));
+}
+
 // An identity whose files could not all be written is made again by the next run, not kept
 // without its ca.crt: tls.crt, which marks it as made, is written last.
 TEST_F(ProvisionTest, AnIdentityLeftHalfWrittenIsMadeAgain) {
