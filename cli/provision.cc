@@ -436,7 +436,7 @@ Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
       found = true;
       ASSIGN_OR_RETURN(std::string pem, ReadSmallFile(dir + "/tls.crt"));
       ASSIGN_OR_RETURN(wire::CertificateInfo info, wire::ReadCertificate(pem, QuoteUntrusted(dir + "/tls.crt", 256)));
-      add("revoked", dir, false, "CN " + info.common_name + ", serial " + info.serial);
+      add("revoked", dir, false, "CN " + EscapeUntrusted(info.common_name) + ", serial " + info.serial);
       revoked.push_back(std::move(pem));
     }
     if (!found) {

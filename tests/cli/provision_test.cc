@@ -229,6 +229,25 @@ TEST_F(ProvisionTest, RevokingAWorkerWritesARevocationListTheCoordinatorReads) {
             "coordinator's client CA");
 }
 
+// The report shows a revoked certificate's CN, which is the file's to say: escaped, so that a
+// certificate put in an identity's directory cannot write to the terminal.
+TEST_F(ProvisionTest, ARevokedCertificatesNameIsShownEscaped) {
+  ASSERT_TRUE(Provision(Options()).ok());
+  CertificateAuthority ca{Read("ca/ca.crt"), Read("ca/ca.key")};
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+  auto issued = IssueCertificate(ca, {"evil\x1b]0;owned\x07\nrevoked       x", wire::kWorkerRole, {}, false, now - 60,
+                                      now + 3600});
+  ASSERT_TRUE(issued.ok()) << issued.status().ToString();
+  ASSERT_TRUE(WriteIdentity((dir_ / "workers/evil").string(), ca.cert_pem, *issued).ok());
+  ProvisionOptions revoke;
+  revoke.out_dir = dir_.string();
+  revoke.revoke = {"evil"};
+  auto report = Provision(revoke);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->find('\x1b'), std::string::npos) << *report;
+  EXPECT_NE(report->find("(CN evil\\x1b]0;owned\\x07\\nrevoked       x, serial "), std::string::npos) << *report;
+}
+
 TEST_F(ProvisionTest, BadNamesAndHostsAreRefused) {
   ProvisionOptions options = Options();
   options.workers = {"../etc"};
