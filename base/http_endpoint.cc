@@ -524,7 +524,13 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
       ERR_clear_error();
       return InvalidArgumentError("the HTTP endpoint's TLS certificate, key or client CA did not load");
     }
-    SSL_CTX_set_options(shared->ssl_ctx, SSL_OP_NO_RENEGOTIATION);
+    SSL_CTX_set_options(shared->ssl_ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_TICKET);
+    // No session is resumed: every connection's certificate is verified afresh (a resumed one
+    // would skip that, letting an expired certificate back in). With client certificates asked
+    // for, OpenSSL fails the handshake of a client that offers a session this context could
+    // resume; with none issued or cached, an offered session is a full handshake.
+    SSL_CTX_set_session_cache_mode(shared->ssl_ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_num_tickets(shared->ssl_ctx, 0);
     SSL_CTX_set_mode(shared->ssl_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     endpoint->tls_ = true;
   }

@@ -59,7 +59,8 @@ struct HttpEndpointOptions {
   std::string host = "127.0.0.1";
   int port = 0;  // 0 picks one
   // TLS when cert_pem is set; with client_ca_pem, clients may (not must) present a
-  // certificate, which `authorize` then sees.
+  // certificate, which `authorize` then sees. No session is resumed: each connection is
+  // verified afresh.
   std::string cert_pem;
   std::string key_pem;
   std::string client_ca_pem;

@@ -1,12 +1,15 @@
 // The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
 // the JSON for operators only (certificate or admin token; a revoked certificate is refused),
-// and metrics that count what a real job did.
+// a client that offers to resume its TLS session served with a full handshake, and metrics
+// that count what a real job did.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -143,6 +146,64 @@ TEST_F(MonitoringTest, OverTlsAHeadIsBoundedBeforeTheOperatorCheckAndAStalledHan
   auto after = Client(operator_dir_)->Get("/metrics");
   ASSERT_TRUE(after);
   EXPECT_EQ(after->status, 200);
+}
+
+// One GET /metrics over a new TLS connection (exactly `version`) with the certificate in `dir`,
+// offering `offer` (null: none) to resume. The response's status line, "" when the handshake
+// failed; `*reused` says whether the session was resumed, `*next` is the session to offer next.
+std::string RequestOnNewConnection(int port, const std::string& dir, int version, SSL_SESSION* offer, bool* reused,
+                                   SSL_SESSION** next) {
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx(SSL_CTX_new(TLS_client_method()), SSL_CTX_free);
+  EXPECT_TRUE(ctx && SSL_CTX_set_min_proto_version(ctx.get(), version) == 1 &&
+              SSL_CTX_set_max_proto_version(ctx.get(), version) == 1 &&
+              SSL_CTX_use_certificate_file(ctx.get(), (dir + "/tls.crt").c_str(), SSL_FILETYPE_PEM) == 1 &&
+              SSL_CTX_use_PrivateKey_file(ctx.get(), (dir + "/tls.key").c_str(), SSL_FILETYPE_PEM) == 1 &&
+              SSL_CTX_load_verify_locations(ctx.get(), (dir + "/ca.crt").c_str(), nullptr) == 1);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  std::unique_ptr<SSL, void (*)(SSL*)> ssl(SSL_new(ctx.get()), SSL_free);
+  SSL_set_fd(ssl.get(), fd);
+  if (offer != nullptr) SSL_set_session(ssl.get(), offer);
+  std::string response;
+  if (SSL_connect(ssl.get()) == 1) {
+    *reused = SSL_session_reused(ssl.get()) == 1;
+    const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    EXPECT_EQ(SSL_write(ssl.get(), request.data(), static_cast<int>(request.size())), static_cast<int>(request.size()));
+    char buffer[4096];
+    for (int n; (n = SSL_read(ssl.get(), buffer, sizeof(buffer))) > 0;) response.append(buffer, static_cast<size_t>(n));
+    *next = SSL_get1_session(ssl.get());  // TLS 1.3 tickets come after the handshake: read them first
+    SSL_shutdown(ssl.get());  // a session freed without it is no longer offered
+  }
+  ERR_clear_error();
+  ssl.reset();
+  ::close(fd);
+  return response.substr(0, response.find("\r\n"));
+}
+
+// A client that offers to resume its last session (browsers, most HTTP libraries) is served:
+// it gets a full handshake, its certificate verified again (an expired one is not let back in
+// on a session from before), never a failed handshake.
+TEST_F(MonitoringTest, AClientThatOffersToResumeItsSessionIsVerifiedAgainAndServed) {
+  for (const int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SSL_SESSION* session = nullptr;
+    bool reused = true;
+    EXPECT_EQ(RequestOnNewConnection(monitoring_->port(), operator_dir_, version, nullptr, &reused, &session),
+              "HTTP/1.1 200 OK") << version;
+    EXPECT_FALSE(reused);
+    ASSERT_NE(session, nullptr);
+    SSL_SESSION* again = nullptr;
+    reused = true;
+    EXPECT_EQ(RequestOnNewConnection(monitoring_->port(), operator_dir_, version, session, &reused, &again),
+              "HTTP/1.1 200 OK") << version;
+    EXPECT_FALSE(reused) << version;
+    SSL_SESSION_free(session);
+    SSL_SESSION_free(again);
+  }
 }
 
 TEST_F(MonitoringTest, ARevokedOperatorIsRefusedHereAsOnTheGrpcPort) {
