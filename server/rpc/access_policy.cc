@@ -131,6 +131,11 @@ Result<std::map<std::string, std::string>> ReadJoinTokenFile(const std::string& 
     fields >> first >> second >> third;
     if (first.empty() || first[0] == '#') continue;
     if (!third.empty()) return InvalidArgumentError(where + ": expected TOKEN or LABEL TOKEN, got more fields");
+    // "TOKEN #note" would make the note the token and the token its label.
+    if (!second.empty() && second[0] == '#') {
+      return InvalidArgumentError(where + ": expected TOKEN or LABEL TOKEN, got a second field starting with '#' "
+                                          "(a comment goes on a line of its own)");
+    }
     const std::string label = second.empty() ? "default" : first;
     const std::string token = second.empty() ? first : second;
     if (tokens.count(label)) return InvalidArgumentError(where + ": label " + QuoteUntrusted(label) + " is given twice");

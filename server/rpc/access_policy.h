@@ -53,7 +53,8 @@ class AccessPolicy {
 };
 
 // The coordinator's --join-token-file: one token per line, "LABEL TOKEN" (one label per site),
-// or a lone "TOKEN" (labelled "default"); blank lines and lines starting with '#' are skipped.
+// or a lone "TOKEN" (labelled "default"); blank lines and lines starting with '#' are skipped,
+// and a token may not start with '#' (a comment after a token is refused, not taken as one).
 // At most 256 KiB and 1000 tokens. InvalidArgument naming the file and line otherwise; a
 // token is never echoed.
 Result<std::map<std::string, std::string>> ReadJoinTokenFile(const std::string& path);

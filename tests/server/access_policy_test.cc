@@ -67,6 +67,11 @@ TEST(AccessPolicyTest, AJoinTokenFileHoldsOneTokenPerSite) {
   std::ofstream(path) << "site-a token-of-site-a extra\n";
   EXPECT_EQ(ReadJoinTokenFile(path).status().message(),
             "--join-token-file '" + path + "':1: expected TOKEN or LABEL TOKEN, got more fields");
+  // A comment after a token would be taken as the token, the token as its label.
+  std::ofstream(path) << "3f9c0a6e2b7d41c8 #site-a's\n";
+  EXPECT_EQ(ReadJoinTokenFile(path).status().message(),
+            "--join-token-file '" + path + "':1: expected TOKEN or LABEL TOKEN, got a second field starting with '#' "
+            "(a comment goes on a line of its own)");
   std::ofstream(path) << "site-a short\n";
   EXPECT_EQ(ReadJoinTokenFile(path).status().message(),
             "--join-token-file '" + path + "':1: join token 'site-a': expected 8 to 1024 bytes without whitespace, got "
