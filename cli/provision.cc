@@ -163,7 +163,10 @@ Status MakePrivateDirectory(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return FailedPreconditionError("cannot create " + QuoteUntrusted(dir, 256) + ": " + ec.message());
-  ::chmod(dir.c_str(), 0700);
+  if (::chmod(dir.c_str(), 0700) != 0) {
+    return FailedPreconditionError("cannot make " + QuoteUntrusted(dir, 256) + " private (mode 0700): " +
+                                   std::strerror(errno));
+  }
   return Status::Ok();
 }
 
@@ -179,7 +182,9 @@ Result<CertificateAuthority> CreateCertificateAuthority(const std::string& name,
   RETURN_IF_ERROR(AddExtension(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign"));
   RETURN_IF_ERROR(AddExtension(cert.get(), cert.get(), NID_subject_key_identifier, "hash"));
   if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) return OpenSslError("signing the CA");
-  return CertificateAuthority{CertToPem(cert.get()), KeyToPem(key.get())};
+  CertificateAuthority made{CertToPem(cert.get()), KeyToPem(key.get())};
+  if (made.cert_pem.empty() || made.key_pem.empty()) return OpenSslError("writing the CA as PEM");
+  return made;
 }
 
 Result<IssuedCertificate> IssueCertificate(const CertificateAuthority& ca, const CertificateRequest& request) {
@@ -204,7 +209,9 @@ Result<IssuedCertificate> IssueCertificate(const CertificateAuthority& ca, const
     RETURN_IF_ERROR(AddExtension(cert.get(), ca_cert.get(), NID_subject_alt_name, names));
   }
   if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return OpenSslError("signing");
-  return IssuedCertificate{CertToPem(cert.get()), KeyToPem(key.get())};
+  IssuedCertificate issued{CertToPem(cert.get()), KeyToPem(key.get())};
+  if (issued.cert_pem.empty() || issued.key_pem.empty()) return OpenSslError("writing the certificate as PEM");
+  return issued;
 }
 
 Result<std::string> RevokeCertificates(const CertificateAuthority& ca, const std::string& existing_crl_pem,
