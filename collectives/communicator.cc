@@ -75,6 +75,16 @@ Status Communicator::CheckPeer(int peer, std::string_view what) const {
   return Status::Ok();
 }
 
+Status Communicator::CheckReduceOp(ReduceOp op, size_t count, std::string_view what) const {
+  if (AllReduceOps().count(op) != 0) return Status::Ok();
+  // A value outside the enum reached the backends' arithmetic, which reduces none of it: the
+  // call returned OK with its output unwritten.
+  return InvalidArgumentError("rank " + std::to_string(rank_) + ": " + std::string(what) +
+                              " count " + std::to_string(count) + ": reduce op " +
+                              std::to_string(static_cast<int>(op)) +
+                              " is not one of sum, avg, max, min");
+}
+
 Status Communicator::CheckTag(int tag, std::string_view what) const {
   const int max_tag = capabilities().max_tag;
   if (tag >= 0 && tag <= max_tag) return Status::Ok();
@@ -93,6 +103,7 @@ Status Communicator::CheckTag(int tag, std::string_view what) const {
 Status Communicator::Allreduce(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type, count, "allreduce"));
+  RETURN_IF_ERROR(CheckReduceOp(op, count, "allreduce"));
   RETURN_IF_ERROR(CheckBytes(count, type, 1, "allreduce"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "allreduce send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "allreduce recv"));
@@ -120,6 +131,7 @@ Status Communicator::Allgather(const void* send, void* recv, size_t count, DataT
 Status Communicator::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                    ReduceOp op, const CallOptions& options) {
   RETURN_IF_ERROR(CheckType(type, count, "reduce_scatter"));
+  RETURN_IF_ERROR(CheckReduceOp(op, count, "reduce_scatter"));
   RETURN_IF_ERROR(CheckBytes(count, type, static_cast<size_t>(size_), "reduce_scatter"));
   RETURN_IF_ERROR(CheckBuffer(send, count, "reduce_scatter send"));
   RETURN_IF_ERROR(CheckBuffer(recv, count, "reduce_scatter recv"));

@@ -95,7 +95,7 @@ class Communicator {
 
   // The public calls validate their arguments (INVALID_ARGUMENT for a null buffer with
   // count > 0, a count whose buffers' bytes overflow, a root, peer or tag out of range, a
-  // dtype the backend lacks) and turn the timeout into a deadline before calling the backend.
+  // dtype the backend lacks, a reduce op outside ReduceOp) and turn the timeout into a deadline before calling the backend.
   Status Allreduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                    const CallOptions& options = {});
   Status Broadcast(void* buffer, size_t count, DataType type, int root,
@@ -190,6 +190,8 @@ class Communicator {
   // INVALID_ARGUMENT when blocks * count elements of `type` overflow or exceed PTRDIFF_MAX bytes.
   Status CheckBytes(size_t count, DataType type, size_t blocks, std::string_view what) const;
   Status CheckPeer(int peer, std::string_view what) const;
+  // INVALID_ARGUMENT naming the rank, the call and the value unless `op` is one of ReduceOp's.
+  Status CheckReduceOp(ReduceOp op, size_t count, std::string_view what) const;
   // INVALID_ARGUMENT naming the tag and the bound unless 0 <= tag <= capabilities().max_tag.
   Status CheckTag(int tag, std::string_view what) const;
 

@@ -464,6 +464,25 @@ TEST(CommunicatorTest, InvalidArgumentsAreRejectedBeforeAnyTraffic) {
   EXPECT_EQ((*c)->Recv(&x, 1, DataType::kFloat32, 0, -1).code(), StatusCode::kInvalidArgument);
 }
 
+// A reduce op outside the enum reduced nothing: the call returned OK with its output as it was.
+TEST(CommunicatorTest, AReduceOpOutsideTheEnumIsRefusedNamingTheRankTheCallAndTheValue) {
+  for (const char* backend : {"p2p", "sendrecv-local"}) {
+    SCOPED_TRACE(backend);
+    World world(1, RankMode::kThreads);
+    auto c = world.Create(backend, 0, 1000);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    float in[2] = {1, 2};
+    float out[2] = {0, 0};
+    const Status allreduce = (*c)->Allreduce(in, out, 2, DataType::kFloat32, static_cast<ReduceOp>(7));
+    EXPECT_EQ(allreduce.code(), StatusCode::kInvalidArgument) << allreduce.ToString();
+    EXPECT_TRUE(Mentions(allreduce, "rank 0: allreduce count 2: reduce op 7 is not one of sum, avg, max, min"))
+        << allreduce.ToString();
+    const Status scatter = (*c)->ReduceScatter(in, out, 2, DataType::kFloat32, static_cast<ReduceOp>(200));
+    EXPECT_EQ(scatter.code(), StatusCode::kInvalidArgument) << scatter.ToString();
+    EXPECT_TRUE(Mentions(scatter, "rank 0: reduce_scatter count 2: reduce op 200")) << scatter.ToString();
+  }
+}
+
 // Takes float32 only.
 class Float32Only final : public Communicator {
  public:
