@@ -14,6 +14,11 @@ namespace {
 // The coordinator's rendezvous prefix for a cohort's round ("rendezvous/JOB/ROUND/ATTEMPT/"),
 // at most this long.
 constexpr size_t kMaxRendezvousPrefixBytes = 256;
+// The most members a cohort can have: every member publishes at least one rendezvous key,
+// and the coordinator keeps at most 4096 under a cohort's round prefix (RendezvousLimits, which
+// no flag changes). A size past INT_MAX turned negative in the communicator's options, and one
+// just below it had the p2p transport allocate a connection slot per rank before any peer came.
+constexpr uint32_t kMaxCohortSize = 4096;
 
 }  // namespace
 
@@ -54,9 +59,13 @@ Status CheckTask(const v1::TrainTask& task, const std::string& what) {
   if (!IsName(task.cohort())) {
     return InvalidArgumentError(what + ": the task's cohort " + QuoteUntrusted(task.cohort(), 64) + " is not a name");
   }
-  if (!task.collective_backend().empty() && !IsName(task.collective_backend())) {
-    return InvalidArgumentError(what + ": the task's collectives backend " +
-                                QuoteUntrusted(task.collective_backend(), 64) + " is not a name");
+  // What a job may name (ValidateJobSpec) and the coordinator sends: an unknown backend was
+  // found only by the rendezvous, after the model's download.
+  const std::string& backend = task.collective_backend();
+  if (!backend.empty() && backend != "auto" && backend != "gloo" && backend != "mpi" && backend != "nccl" &&
+      backend != "p2p") {
+    return InvalidArgumentError(what + ": the task's collectives backend " + QuoteUntrusted(backend, 64) +
+                                ", expected auto, gloo, mpi, nccl or p2p");
   }
   if (task.rendezvous_prefix().empty() || task.rendezvous_prefix().size() > kMaxRendezvousPrefixBytes ||
       HasHiddenCharacters(task.rendezvous_prefix())) {
@@ -64,9 +73,10 @@ Status CheckTask(const v1::TrainTask& task, const std::string& what) {
                                 " is empty, longer than " + std::to_string(kMaxRendezvousPrefixBytes) +
                                 " bytes or holds control characters");
   }
-  if (task.cohort_size() == 0 || task.cohort_rank() >= task.cohort_size()) {
+  if (task.cohort_size() == 0 || task.cohort_size() > kMaxCohortSize || task.cohort_rank() >= task.cohort_size()) {
     return InvalidArgumentError(what + ": the task gives this worker rank " + std::to_string(task.cohort_rank()) +
-                                " of a cohort of " + std::to_string(task.cohort_size()));
+                                " of a cohort of " + std::to_string(task.cohort_size()) + ", expected a rank below a size of 1 to " +
+                                std::to_string(kMaxCohortSize));
   }
   return Status::Ok();
 }

@@ -270,6 +270,43 @@ TEST_F(AgentTest, ATaskWhoseFieldsDisagreeIsReportedBeforeItsDownload) {
   EXPECT_EQ(shared_->downloads, 1) << "a task whose fields disagree was downloaded";
 }
 
+// A cohort task's size and backend are checked against what a coordinator can send before
+// anything is downloaded. A size past INT_MAX went into the communicator as a negative int, one
+// below it had the p2p transport allocate a slot per rank, and an unknown backend was found
+// only by the rendezvous, after the model's download.
+TEST_F(AgentTest, ACohortTaskOutsideTheCoordinatorsBoundsIsReportedBeforeItsDownload) {
+  auto cohort_task = [](const std::string& job, uint32_t size, const std::string& backend) {
+    v1::Task task = Train(1, 1, job);
+    v1::TrainTask* train = task.mutable_train();
+    train->set_cohort("site");
+    train->set_cohort_rank(0);
+    train->set_cohort_size(size);
+    train->set_collective_backend(backend);
+    train->set_rendezvous_prefix("rendezvous/" + job + "/1/1/site/");
+    return task;
+  };
+  Start({cohort_task("job-h", 4097, "p2p"), cohort_task("job-i", 0x80000001u, "p2p"),
+         cohort_task("job-j", 2, "local"), Train(1, 1, "job-z")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the others
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  for (const auto& [job, field] :
+       {std::pair<std::string, std::string>{"job-h", "rank 0 of a cohort of 4097, expected a rank below a size of 1 to 4096"},
+        {"job-i", "of a cohort of 2147483649"},
+        {"job-j", "collectives backend 'local', expected auto, gloo, mpi, nccl or p2p"}}) {
+    SCOPED_TRACE(job);
+    const auto uploads = Uploads();
+    const auto found =
+        std::find_if(uploads.begin(), uploads.end(), [&](const v1::UpdateHeader& h) { return h.job_id() == job; });
+    ASSERT_NE(found, uploads.end()) << "nothing uploaded or reported";
+    EXPECT_EQ(found->failure().rfind("INVALID_ARGUMENT", 0), 0u) << found->failure();
+    EXPECT_NE(found->failure().find("job " + job + " round 1"), std::string::npos) << found->failure();
+    EXPECT_NE(found->failure().find(field), std::string::npos) << found->failure();
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "a cohort task outside the bounds was downloaded";
+}
+
 // Cancels were kept sixteen at a time, and a queued task's cancel was looked up only when the
 // task was taken: a worker behind on twenty jobs whose rounds were all cancelled forgot the
 // first cancels and trained and uploaded those tasks, and the task in hand, cancelled before
