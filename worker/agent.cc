@@ -359,13 +359,14 @@ void WorkerAgent::TrainerLoop() {
     if (s.ok() && options_.after_training) options_.after_training(task);
     if (!s.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
-      // A broken connection or a cancelled round needs no report; anything else (unreadable
-      // data, a device error) is told to the coordinator so the round does not wait for us.
-      // A cohort's failure is its leader's to report; a lone worker's task reports its own,
-      // whatever rank a task refused for its cohort fields gave it.
+      // A broken connection to the coordinator or a cancelled round needs no report; anything
+      // else (unreadable data, a device error, a cohort peer's closed connection) is told to
+      // the coordinator so the round does not wait for us. A cohort's failure is its leader's
+      // to report; a lone worker's task reports its own, whatever rank a task refused for its
+      // cohort fields gave it.
       const bool reports = task.cohort().empty() || task.cohort_rank() == 0;
-      if (reports && s.code() != StatusCode::kCancelled && s.code() != StatusCode::kUnavailable &&
-          s.code() != StatusCode::kUnauthenticated) {
+      if (reports && s.code() != StatusCode::kCancelled &&
+          (s.code() != StatusCode::kUnavailable || cohort_failed_) && s.code() != StatusCode::kUnauthenticated) {
         ReportFailure(task, identity, s);
       }
     } else if (!task.cohort().empty() && task.cohort_rank() != 0) {
@@ -417,6 +418,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   const std::string& worker_id = identity.worker_id;
   const std::string& session = identity.session;
   reached_device_ = false;
+  cohort_failed_ = false;
   RETURN_IF_ERROR(CheckTask(task, what));
   RETURN_IF_ERROR(CheckDeadline(task, what, std::chrono::system_clock::now()));
   // The global model: inside the task when it is small, else downloaded.
@@ -575,7 +577,17 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
-  ASSIGN_OR_RETURN(TrainReport report, TrainLocal(*model, *data, indices, options));
+  auto local = TrainLocal(*model, *data, indices, options);
+  if (!local.ok()) {
+    if (!sync || !sync->failed()) return local.status();
+    // The cohort's collective failed: a peer stalled, left or called differently. Its leader
+    // reports that, whatever the code (a peer's closed connection is UNAVAILABLE).
+    cohort_failed_ = true;
+    return local.status().WithContext(what + ": cohort '" + task.cohort() + "' rank " +
+                                      std::to_string(task.cohort_rank()) + " of " +
+                                      std::to_string(task.cohort_size()));
+  }
+  TrainReport report = std::move(local).value();
   if (large_model_) device->ReleaseCachedMemory();  // the optimiser's state, freed by now
   RecordTraining(report.compute_ms / 1000.0, download_ms / 1000.0);
   if (sync) {

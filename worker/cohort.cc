@@ -91,6 +91,7 @@ Status CohortGradientSync::OnGradients(Device& device, DeviceBuffer& flat_gradie
   const auto start = std::chrono::steady_clock::now();
   Status s = Reduce(device, flat_gradients, count, step);
   collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  failed_ = failed_ || !s.ok();
   return s;
 }
 

@@ -77,6 +77,8 @@ class CohortGradientSync final : public GradientHook {
   Status OnGradients(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step) override;
   // Time spent in allreduce so far, copies to and from the host included.
   double collective_seconds() const { return collective_seconds_; }
+  // Whether an OnGradients call has failed (a peer stalled, left or called differently).
+  bool failed() const { return failed_; }
 
  private:
   Status Reduce(Device& device, DeviceBuffer& flat_gradients, int64_t count, int64_t step);
@@ -86,6 +88,7 @@ class CohortGradientSync final : public GradientHook {
   std::vector<float> local_;
   std::vector<float> averaged_;
   double collective_seconds_ = 0;
+  bool failed_ = false;
 };
 
 }  // namespace tessera::worker

@@ -1,5 +1,6 @@
 // The worker agent against a scripted coordinator (agent_fixture.h): what it does with the
 // tasks, cancels and verdicts it is sent, on real data and a real CPU device.
+#include "collectives/registry.h"
 #include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
@@ -490,6 +491,38 @@ TEST_F(AgentTest, ACancelEndsAMembersWaitForItsCohort) {
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));
   EXPECT_TRUE(upload.failure().empty()) << upload.failure();
   for (const v1::UpdateHeader& h : Uploads()) EXPECT_NE(h.job_id(), "job-1") << h.failure();
+}
+
+// A member that leaves its cohort mid-round (its own training failed; it reports nothing, its
+// leader does) closes its connections, and the leader's allreduce ends UNAVAILABLE naming it.
+// The failure names the job, the round, the cohort, both ranks and the step.
+// The leader took that code for a lost coordinator and reported nothing either, so the round
+// waited out its deadline for a cohort whose members were all idle.
+TEST_F(AgentTest, ALeaderReportsAPeerThatLeftTheCohortMidRound) {
+  shared_->store = std::make_shared<collectives::HashStore>();
+  WorkerOptions options;
+  options.cohort = "site";
+  Start({LoneCohortTask(0)}, {}, options);
+  collectives::CommunicatorOptions peer;
+  peer.backend = "p2p";
+  peer.rank = 1;
+  peer.size = 2;
+  peer.prefix = "rendezvous/job-1/1/1/site/";
+  peer.timeout_ms = 60000;
+  auto joined = collectives::CreateCommunicator(peer, shared_->store);
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  joined->reset();  // rank 1 leaves before its first allreduce
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("UNAVAILABLE", 0), 0u) << upload.failure();
+  EXPECT_NE(upload.failure().find("job job-1 round 1: cohort 'site' rank 0 of 2: cohort gradient allreduce"),
+            std::string::npos)
+      << upload.failure();
+  // The peer's close reads as an end of stream or, when it left data unread, as a reset.
+  const std::string& failure = upload.failure();
+  EXPECT_TRUE(failure.find("rank 0: rank 1 closed the connection") != std::string::npos ||
+              failure.find("rank 0: connection to rank 1 failed") != std::string::npos)
+      << failure;
 }
 
 // --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
