@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "collectives/reduce.h"
+#include "collectives/scratch.h"
 
 namespace tessera::collectives {
 namespace {
@@ -159,9 +160,10 @@ Status GlooCommunicator::DoAllgather(const void* send, void* recv, size_t count,
   const size_t block = count * DataTypeSize(type);
   const void* input = send;
   if (static_cast<std::byte*>(recv) + rank() * block == send) {  // in place: copy aside
-    if (scratch_.size() < block) scratch_.resize(block);
-    std::memcpy(scratch_.data(), send, block);
-    input = scratch_.data();
+    auto who = [&] { return "gloo rank " + std::to_string(rank()) + ": allgather count " + std::to_string(count); };
+    ASSIGN_OR_RETURN(std::byte * aside, GrowScratch(scratch_, 1, block, who, "the in-place input's copy"));
+    std::memcpy(aside, send, block);
+    input = aside;
   }
   try {
     gloo::AllgatherOptions options(context_);

@@ -12,6 +12,7 @@
 #include "collectives/p2p/communicator.h"
 #include "collectives/p2p/tcp_mesh.h"
 #include "test_backends.h"
+#include "tests/address_space.h"
 
 namespace tessera::collectives::testing {
 namespace {
@@ -481,6 +482,28 @@ TEST(CommunicatorTest, AReduceOpOutsideTheEnumIsRefusedNamingTheRankTheCallAndTh
     EXPECT_EQ(scatter.code(), StatusCode::kInvalidArgument) << scatter.ToString();
     EXPECT_TRUE(Mentions(scatter, "rank 0: reduce_scatter count 2: reduce op 200")) << scatter.ToString();
   }
+}
+
+// Gloo's in-place allgather copies this rank's block aside first. Its copy was a resize
+// outside the call's try: a block no allocator can give threw std::bad_alloc out of the call.
+TEST(CommunicatorTest, GlooScratchThatCannotBeAllocatedIsRefusedNotThrown) {
+  if (const std::string reason = SkipReason("gloo"); !reason.empty()) GTEST_SKIP() << reason;
+  if (tessera::testing::kSanitizerRuntime) {
+    GTEST_SKIP() << "a sanitizer's allocator stops the process on an allocation this large "
+                    "instead of failing it";
+  }
+  World world(1, RankMode::kThreads);
+  auto c = world.Create("gloo", 0, 5000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  float x = 1.0f;
+  const size_t count = size_t{1} << 60;  // 4 EiB of float32: the block copied aside
+  Status refused;
+  EXPECT_NO_THROW(refused = (*c)->Allgather(&x, &x, count, DataType::kFloat32));
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.ToString();
+  EXPECT_TRUE(Mentions(refused, "gloo rank 0: allgather count 1152921504606846976 needs scratch of "
+                                "4611686018427387904 bytes for the in-place input's copy, which could "
+                                "not be allocated"))
+      << refused.ToString();
 }
 
 // Takes float32 only.
