@@ -16,8 +16,7 @@ namespace {
 
 // Reports a step's record keeps besides its folded updates' (refused, failed, dropped): the rest are counted.
 constexpr size_t kMaxReportsPerStep = 256;
-// A client whose task failed, was refused or dropped gets no new task before this passes, so
-// that one that cannot train does not spin through tasks.
+// A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
 constexpr std::chrono::milliseconds kRestAfterFailure{1000};
 
 }  // namespace
@@ -473,6 +472,7 @@ Result<size_t> AsyncDriver::FillTasks(Clock::TimePoint now) {
       if (!client.cohort.empty()) {
         prefix = "rendezvous/" + runner_.job_id_ + "/" + std::to_string(task.number) + "/1/";
         task.rendezvous_prefix = prefix + client.cohort + "/";
+        runner_.rendezvous_->Open(task.rendezvous_prefix);  // closed with its keys when the task ends
       }
       train.set_job_id(runner_.job_id_);
       train.set_round(task.number);

@@ -550,6 +550,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
                                  wire::JobDownloadEncoding(spec) == UpdateEncoding::kFloat32);
   // Serialized once for the round; each worker's task adds its own fields to these bytes.
   const auto task_wire = std::make_shared<const std::string>(task.SerializeAsString());
+  rendezvous_->Open(rendezvous_prefix);  // closed by the ClearPrefix below, with its keys
   for (const Client& client : selected) SendTrainTask(client, task, rendezvous_prefix, task_wire);
   if (selected.size() > spec.clients_per_round()) {
     spdlog::info("job {}: round {} attempt {}: {} clients selected, {} over clients_per_round; it closes at {} updates",

@@ -98,10 +98,25 @@ void RendezvousStore::ForgetLocked(const std::string& key, size_t value_bytes) {
   total_.bytes -= std::min(bytes, total_.bytes);
 }
 
+void RendezvousStore::Open(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.insert(prefix);
+}
+
+Status RendezvousStore::CheckOpenLocked(const std::string& key) const {
+  // Open prefixes end in '/': each of the key's prefixes up to a '/' may be one.
+  for (size_t slash = key.find('/'); slash != std::string::npos; slash = key.find('/', slash + 1)) {
+    if (open_.count(key.substr(0, slash + 1)) != 0) return Status::Ok();
+  }
+  return FailedPreconditionError("rendezvous key " + Shown(key) +
+                                 " refused: no round in progress holds it (its round has closed)");
+}
+
 Status RendezvousStore::Set(const std::string& key, std::string value) {
   std::vector<Waiter> ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(CheckOpenLocked(key));
     RETURN_IF_ERROR(ReserveLocked(key, value.size()));
     values_[key] = value;
     ready = TakeWaitersLocked(key);
@@ -195,6 +210,7 @@ Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
   std::string text;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(CheckOpenLocked(key));
     auto existing = values_.find(key);
     if (existing != values_.end() && !existing->second.empty()) {
       const std::string& slot = existing->second;
@@ -219,6 +235,9 @@ Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
 
 void RendezvousStore::ClearPrefix(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = open_.lower_bound(prefix); it != open_.end() && it->compare(0, prefix.size(), prefix) == 0;) {
+    it = open_.erase(it);
+  }
   for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
     ForgetLocked(it->first, it->second.size());
     it = values_.erase(it);

@@ -1,7 +1,10 @@
 // The key-value store the coordinator serves to site cohorts for their rendezvous: members
 // publish their addresses and ids under the round's prefix and wait for each other's.
 // Entries live in memory; a round's keys are dropped when the round closes, and a job's when
-// it ends.
+// it ends. Keys are written only under a prefix that is open: a round opens its prefix
+// (Open) before its tasks go out, and ClearPrefix closes it with its keys, in one step under
+// the store's lock, so that a write admitted just before the round closed cannot land after
+// its keys were dropped and stay until the job ends.
 //
 // Bounded (RendezvousLimits): a key's and a value's size, the keys and bytes under one
 // cohort's round prefix ("rendezvous/JOB/ROUND/ATTEMPT/COHORT/", a key's first five
@@ -20,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +58,10 @@ class RendezvousStore {
   // or the whole key when it has fewer.
   static std::string PrefixOf(const std::string& key);
 
+  // Lets keys under `prefix` ("rendezvous/JOB/ROUND/ATTEMPT/", or a cohort's prefix below
+  // it) be written, until a ClearPrefix that covers it.
+  void Open(const std::string& prefix);
+  // FAILED_PRECONDITION, changing nothing, for a key under no open prefix.
   Status Set(const std::string& key, std::string value);
   // The value of `key`, waiting up to `timeout` for it to be set, without a waiting thread:
   // `done` is called exactly once, with the value, with
@@ -65,6 +73,7 @@ class RendezvousStore {
   // Adds `delta` to the counter at `key` (0 when unset); refuses a value that is not a
   // counter, and an overflow.
   Result<int64_t> Add(const std::string& key, int64_t delta);
+  // Drops the keys under `prefix` and closes the open prefixes under it.
   void ClearPrefix(const std::string& prefix);
   size_t size() const;
   size_t bytes() const;
@@ -86,6 +95,8 @@ class RendezvousStore {
   // limit, and accounts for it.
   Status ReserveLocked(const std::string& key, size_t value_bytes);
   void ForgetLocked(const std::string& key, size_t value_bytes);
+  // FAILED_PRECONDITION unless an open prefix holds `key`.
+  Status CheckOpenLocked(const std::string& key) const;
   void TimerLoop();
 
   const RendezvousLimits limits_;
@@ -94,6 +105,7 @@ class RendezvousStore {
   Usage total_;
   std::condition_variable timer_cv_;  // the timer thread
   std::map<std::string, std::string> values_;
+  std::set<std::string> open_;  // prefixes of the rounds (or async tasks) in progress
   std::multimap<std::string, Waiter> waiters_;  // by key
   std::thread timer_;                           // started with the first waiter
   bool shutdown_ = false;

@@ -118,6 +118,27 @@ TEST(ClientAlgorithmJobTest, ScaffoldCommitsAndImprovesWithASiteCohort) {
   EXPECT_TRUE(cohort_seen) << run.log;
 }
 
+// An asynchronous job whose one client is a site cohort: each of its tasks opens a rendezvous
+// prefix of its own (rendezvous/JOB/TASK/1/COHORT/), which the store must take the members'
+// keys under, and the cohort's updates are folded like a lone worker's.
+TEST(ClientAlgorithmJobTest, AnAsynchronousJobFoldsASiteCohortsUpdates) {
+  v1::JobSpec spec = SmallJob(3, 1, 4000);
+  auto* async = spec.mutable_async();
+  async->set_buffer_size(1);
+  async->set_max_staleness(3);
+  async->set_staleness_weighting("constant");
+  async->set_concurrency(1);
+  const JobRun run = RunJob("async-cohort", spec, {{"cpu", "site"}, {"cpu", "site"}});
+  ASSERT_EQ(run.done.job().state(), v1::JOB_SUCCEEDED) << run.log;
+  ASSERT_EQ(run.done.rounds_size(), 3) << run.log;
+  for (const auto& r : run.done.rounds()) {
+    ASSERT_EQ(r.workers_size(), 1) << run.log;
+    EXPECT_EQ(r.workers(0).cohort(), "site") << run.log;
+    EXPECT_EQ(r.workers(0).members_size(), 2) << run.log;
+    EXPECT_EQ(r.workers(0).outcome().rfind("accepted", 0), 0u) << run.log;
+  }
+}
+
 // FedNova and SCAFFOLD on a model with a batch norm, whose running statistics (buffers) take
 // the sample-weighted mean of the deltas: over parties of different sizes, every client's
 // update is accepted (SCAFFOLD's variate changes within the bound their deltas set) and the

@@ -37,6 +37,7 @@ struct Answer {
 
 TEST(RendezvousStoreTest, AnAsynchronousGetIsAnsweredBySetWithoutAThreadOfItsOwn) {
   RendezvousStore store;
+  store.Open("rendezvous/j/1/1/");
   Answer answer;
   store.GetAsync("rendezvous/j/1/1/c/addr0", std::chrono::seconds(10), answer.Callback());
   {
@@ -52,9 +53,10 @@ TEST(RendezvousStoreTest, AnAsynchronousGetIsAnsweredBySetWithoutAThreadOfItsOwn
 
 TEST(RendezvousStoreTest, AKeyAlreadySetAnswersAtOnce) {
   RendezvousStore store;
-  ASSERT_TRUE(store.Set("k", "v").ok());
+  store.Open("rendezvous/j/1/1/c/");
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/c/k", "v").ok());
   Answer answer;
-  store.GetAsync("k", std::chrono::milliseconds(0), answer.Callback());
+  store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::milliseconds(0), answer.Callback());
   ASSERT_TRUE(answer.Wait());
   EXPECT_EQ(**answer.value, "v");
 }
@@ -83,22 +85,25 @@ TEST(RendezvousStoreTest, ShutdownAnswersEveryWaiter) {
 
 TEST(RendezvousStoreTest, CountersAddAndRefuseWhatIsNotACounter) {
   RendezvousStore store;
+  store.Open("rendezvous/j/1/1/");
+  const std::string at = "rendezvous/j/1/1/c/";
   Answer answer;
-  store.GetAsync("n", std::chrono::seconds(10), answer.Callback());
-  ASSERT_EQ(*store.Add("n", 2), 2);
+  store.GetAsync(at + "n", std::chrono::seconds(10), answer.Callback());
+  ASSERT_EQ(*store.Add(at + "n", 2), 2);
   ASSERT_TRUE(answer.Wait());
   EXPECT_EQ(**answer.value, "2");
-  EXPECT_EQ(*store.Add("n", 3), 5);
-  ASSERT_TRUE(store.Set("text", "not a number").ok());
-  auto refused = store.Add("text", 1);
+  EXPECT_EQ(*store.Add(at + "n", 3), 5);
+  ASSERT_TRUE(store.Set(at + "text", "not a number").ok());
+  auto refused = store.Add(at + "text", 1);
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
-  ASSERT_TRUE(store.Set("big", std::to_string(std::numeric_limits<int64_t>::max())).ok());
-  EXPECT_EQ(store.Add("big", 1).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store.Set(at + "big", std::to_string(std::numeric_limits<int64_t>::max())).ok());
+  EXPECT_EQ(store.Add(at + "big", 1).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(RendezvousStoreTest, KeysAndValuesLargerThanTheirLimitsAreRefused) {
   RendezvousStore store;
-  Status s = store.Set(std::string(513, 'k'), "v");
+  store.Open("rendezvous/j/1/1/");
+  Status s = store.Set("rendezvous/j/1/1/c/" + std::string(513 - 19, 'k'), "v");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("of 513 bytes: the limit (max_key_bytes) is 512"), std::string::npos) << s.message();
   s = store.Set("rendezvous/j/1/1/c/x", std::string((64 << 10) + 1, 'v'));
@@ -113,6 +118,7 @@ TEST(RendezvousStoreTest, ACohortsRoundPrefixHasAQuotaOfKeysAndBytesAndSoDoesThe
   limits.max_keys = 5;
   limits.max_value_bytes = 600;
   RendezvousStore store(limits);
+  store.Open("rendezvous/j/1/1/");
   EXPECT_EQ(RendezvousStore::PrefixOf("rendezvous/j/1/1/c/rank0/addr"), "rendezvous/j/1/1/c/");
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(store.Set("rendezvous/j/1/1/a/" + std::to_string(i), "v").ok());
   Status s = store.Set("rendezvous/j/1/1/a/3", "v");
@@ -136,6 +142,32 @@ TEST(RendezvousStoreTest, ACohortsRoundPrefixHasAQuotaOfKeysAndBytesAndSoDoesThe
   EXPECT_EQ(store.size(), 2u);
   EXPECT_TRUE(store.Set("rendezvous/j/1/1/a/3", "v").ok());
   store.ClearPrefix("rendezvous/j/");
+  EXPECT_EQ(store.size(), 0u);
+  EXPECT_EQ(store.bytes(), 0u);
+}
+
+// A write admitted while its round was open (the coordinator checks the caller first) can
+// arrive after the round closed and its keys were dropped: it used to land then, and stay,
+// counted against the store's quota, until the job ended. Clearing a prefix closes it with
+// its keys, in one step, and a write under no open prefix is refused, changing nothing.
+TEST(RendezvousStoreTest, AKeyWrittenAfterItsRoundClosedIsRefused) {
+  RendezvousStore store;
+  store.Open("rendezvous/j/1/1/");
+  store.Open("rendezvous/j/7/1/c/");  // an asynchronous task's cohort
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/c/0", "v").ok());
+  ASSERT_TRUE(store.Set("rendezvous/j/7/1/c/0", "v").ok());
+  store.ClearPrefix("rendezvous/j/1/1/");
+  Status s = store.Set("rendezvous/j/1/1/c/1", "v");
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "rendezvous key 'rendezvous/j/1/1/c/1' refused: no round in progress holds it (its round "
+                         "has closed)");
+  EXPECT_EQ(store.Add("rendezvous/j/1/1/c/n", 1).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.Set("rendezvous/j/2/1/c/0", "v").code(), StatusCode::kFailedPrecondition);  // never opened
+  EXPECT_EQ(store.Set("rendezvous/j/7/1/d/0", "v").code(), StatusCode::kFailedPrecondition);  // another cohort's
+  EXPECT_EQ(store.size(), 1u);
+  ASSERT_TRUE(store.Set("rendezvous/j/7/1/c/1", "v").ok());  // the other round is still open
+  store.ClearPrefix("rendezvous/j/");  // the job ends
+  EXPECT_EQ(store.Set("rendezvous/j/7/1/c/2", "v").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.size(), 0u);
   EXPECT_EQ(store.bytes(), 0u);
 }
