@@ -564,6 +564,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     });
     auto created = collectives::CreateCommunicator(comm, store);
     if (!created.ok()) {
+      cohort_failed_ = true;  // Gloo's rendezvous gives UNAVAILABLE for any failure
       return created.status().WithContext(what + ": cohort '" + task.cohort() + "' rendezvous, waiting " +
                                           wait.Describe());
     }

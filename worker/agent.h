@@ -201,7 +201,8 @@ class WorkerAgent {
   // device to retry. A download's or a data load's (a transport's INTERNAL) is not. Only the
   // task thread.
   bool reached_device_ = false;
-  // Whether the last Train() failed in its cohort's gradient allreduce. Only the task thread.
+  // Whether the last Train() failed in its cohort's rendezvous or gradient allreduce. Only the
+  // task thread.
   bool cohort_failed_ = false;
   // With keep_round_memory: the heap holds a round's freed buffers until the worker has had
   // no task for options_.idle_release_ms. Only the task thread.

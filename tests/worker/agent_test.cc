@@ -525,6 +525,21 @@ TEST_F(AgentTest, ALeaderReportsAPeerThatLeftTheCohortMidRound) {
       << failure;
 }
 
+// Gloo turns every rendezvous failure into UNAVAILABLE (here the store's refusal), which the
+// leader took for a lost coordinator: it reported nothing and the round waited out its deadline.
+TEST_F(AgentTest, ALeaderReportsAGlooRendezvousThatFailed) {
+  WorkerOptions options;
+  options.cohort = "site";
+  v1::Task task = LoneCohortTask(0);
+  task.mutable_train()->set_collective_backend("gloo");
+  Start({task}, {}, options);  // no store: every store call fails
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_EQ(upload.failure().rfind("UNAVAILABLE: job job-1 round 1: cohort 'site' rendezvous", 0), 0u)
+      << upload.failure();
+  EXPECT_NE(upload.failure().find("gloo rank 0 rendezvous failed"), std::string::npos) << upload.failure();
+}
+
 // --pace-real-time reaches the emulated device the worker opens, which says so when it joins.
 TEST_F(AgentTest, PacingReachesTheEmulatedDevice) {
   WorkerOptions options;
