@@ -1,6 +1,8 @@
 #include "core/data/byte_stream.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -10,9 +12,11 @@
 
 namespace tessera {
 
+// A regular file only, opened without blocking: a FIFO in the file's place held the open
+// until some writer came, which might be never (a job's data.path names the directory).
 Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     const int err = errno;
     std::string message = "cannot open " + path + ": " + std::strerror(err);
     if (err == ENOENT) return NotFoundError(std::move(message));
@@ -20,11 +24,20 @@ Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
     return InvalidArgumentError(std::move(message));
   }
   struct stat info {};
-  const bool regular = fstat(fileno(file.get()), &info) == 0 && S_ISREG(info.st_mode);
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(path + ": not a regular file");
+  }
+  FilePtr file(::fdopen(fd, "rb"));
+  if (!file) {
+    const int err = errno;
+    ::close(fd);
+    return InvalidArgumentError("cannot open " + path + ": " + std::strerror(err));
+  }
   std::unique_ptr<ByteStream> stream(new ByteStream(path, std::move(file)));
   RETURN_IF_ERROR(stream->Fill());
   std::optional<uint64_t> size;
-  if (regular && info.st_size >= 0) size = static_cast<uint64_t>(info.st_size);
+  if (info.st_size >= 0) size = static_cast<uint64_t>(info.st_size);
   RETURN_IF_ERROR(stream->Start(size));
   return stream;
 }

@@ -25,7 +25,8 @@ namespace tessera {
 // 64 KiB of input at a time, whatever the file's size, and never more output than it reads.
 class ByteStream {
  public:
-  // kNotFound or kPermissionDenied when the file cannot be opened.
+  // A regular file, opened without blocking: kInvalidArgument for anything else (a FIFO, a
+  // directory, a device); kNotFound or kPermissionDenied when the file cannot be opened.
   static Result<std::unique_ptr<ByteStream>> Open(const std::string& path);
   // Over `bytes`, which must outlive the stream; `source` stands for them in messages.
   static Result<std::unique_ptr<ByteStream>> OverBytes(const std::string& source, std::span<const uint8_t> bytes);
@@ -34,7 +35,7 @@ class ByteStream {
   ByteStream& operator=(const ByteStream&) = delete;
 
   // The number of bytes Read will give in all, where that is known before reading them: a
-  // plain regular file's size, or plain bytes in memory. Nothing for a gzip stream or a pipe.
+  // plain file's size, or plain bytes in memory. Nothing for a gzip stream.
   std::optional<uint64_t> KnownSize() const { return known_size_; }
   // The bytes Read has given so far.
   uint64_t Position() const { return position_; }

@@ -5,7 +5,8 @@
 // image datasets use: idx1 unsigned-byte labels (magic 0x00000801, dims [count]) and idx3
 // unsigned-byte images (magic 0x00000803, dims [count, rows, cols]).
 //
-// Every check is strict: a wrong magic, a zero row or column size (a count of 0 items
+// Every check is strict: a path that is not a regular file (a FIFO, opened without waiting for
+// a writer), a wrong magic, a zero row or column size (a count of 0 items
 // reads as an empty file), a file shorter or longer than its
 // header promises, a corrupt or cut-off gzip stream, an image/label count mismatch and a label
 // outside [0, num_classes) are each refused with a Status that names the file and says what

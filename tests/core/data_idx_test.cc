@@ -1,5 +1,7 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -10,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/data/idx.h"
@@ -438,6 +441,31 @@ TEST_F(IdxFilesTest, ReadMaybeGzipFileStopsOneBytePastItsLimit) {
     EXPECT_NE(cut.status().message().find(Path(name)), std::string::npos) << cut.status().message();
     EXPECT_NE(cut.status().message().find("the limit is 12"), std::string::npos) << cut.status().message();
   }
+}
+
+// A FIFO where a file should be (a job's data.path names the directory) held the reader's
+// open until a writer came, which might be never. It is refused as not a regular file, as a
+// directory is. A writer waits on the FIFO here so that a reader that does block is let
+// through, and fails the test.
+TEST_F(IdxFilesTest, AFifoOrADirectoryInPlaceOfAFileIsRefusedWithoutWaitingForAWriter) {
+  WriteSmall("img", "lbl", 4);
+  const std::string fifo = Path("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    const int fd = open(fifo.c_str(), O_WRONLY | O_CLOEXEC);  // until some reader opens it
+    if (fd >= 0) close(fd);
+  });
+  const Status labels = ReadIdxLabels(fifo).status();
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // lets the writer go
+  writer.join();
+  if (reader >= 0) close(reader);
+  EXPECT_EQ(labels.code(), StatusCode::kInvalidArgument) << labels.ToString();
+  EXPECT_EQ(labels.message(), fifo + ": not a regular file");
+
+  fs::create_directories(Path("dir"));
+  const Status rows = LoadIdxPairRows(Path("dir"), Path("lbl"), {0, 1}).status();
+  EXPECT_EQ(rows.code(), StatusCode::kInvalidArgument) << rows.ToString();
+  EXPECT_EQ(rows.message(), Path("dir") + ": not a regular file");
 }
 
 TEST_F(IdxFilesTest, WrongMagicIsInvalidArgument) {
