@@ -378,6 +378,8 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
   std::string line;
   ASSIGN_OR_RETURN(bool has_header, ReadCsvLine(in, path, 1, &line));
   if (!has_header) return InvalidArgumentError(path + ": empty; expected a header row");
+  // A UTF-8 byte-order mark (spreadsheets' "CSV UTF-8") is not part of the first column's name.
+  if (line.starts_with("\xEF\xBB\xBF")) line.erase(0, 3);
   std::vector<std::string> header;  // owned: `line` is read into again below
   for (std::string_view field : SplitFields(line, kMaxCsvColumns)) header.emplace_back(field);
   if (header.size() < 2 || header.size() > kMaxCsvColumns) {

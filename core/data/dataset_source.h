@@ -17,9 +17,10 @@
 //            (N,F) is F features, read as F channels of 1x1.
 //   csv      train.csv and test.csv: a header row naming the columns, then one sample a row;
 //            one column (label_column) holds integer labels, every other a number. F feature
-//            columns are read as F channels of 1x1. Comma-separated, no quoting. A file of
-//            more than 4 GiB, a line of more than 64 MiB, or more than 2^30 values in all
-//            (4 GiB as floats) is refused.
+//            columns are read as F channels of 1x1. Comma-separated, no quoting; a UTF-8
+//            byte-order mark before the header is skipped. A file of more than 4 GiB, a
+//            line of more than 64 MiB, or more than 2^30 values in all (4 GiB as floats)
+//            is refused.
 //
 // Pixels stored as bytes (idx, cifar10, uint8 npz) are scaled to [0, 1]; then each channel c
 // becomes (x - mean[c]) / std[c] when the source gives a mean and std (one value applies to

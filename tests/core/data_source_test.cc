@@ -381,6 +381,23 @@ TEST_F(DataSourceTest, CsvTabularWithANamedLabelColumn) {
   EXPECT_FLOAT_EQ(test->ImageValues(0)[0], 0.125f);
 }
 
+// Spreadsheets save "CSV UTF-8" with a byte-order mark before the header: the first column's
+// name was read with the mark in it, and a label column there was not found.
+TEST_F(DataSourceTest, CsvHeaderAfterAUtf8ByteOrderMarkNamesItsFirstColumn) {
+  WriteText("train.csv", "\xEF\xBB\xBFlabel,a\r\n1,0.5\r\n0,2\r\n");
+  auto data = LoadSplit(Source(DataFormat::kCsv), true, 2);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  EXPECT_EQ(data->labels, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(data->channels, 1);
+  EXPECT_FLOAT_EQ(data->ImageValues(1)[0], 2.0f);
+  // Only before the header: a mark inside a row is not a number.
+  WriteText("train.csv", "label,a\n1,\xEF\xBB\xBF0.5\n");
+  auto inside = InspectSplit(Source(DataFormat::kCsv), true);
+  ASSERT_FALSE(inside.ok());
+  EXPECT_NE(inside.status().message().find("line 2, column 'a': expected a finite number"), std::string::npos)
+      << inside.status().message();
+}
+
 TEST_F(DataSourceTest, CsvErrorsNameTheFileLineAndColumn) {
   DataSource source = Source(DataFormat::kCsv);
   const struct {
