@@ -276,7 +276,15 @@ Status CheckLabels(const std::string& images_path, int64_t count, const std::str
   return Status::Ok();
 }
 
-// Reads and cross-checks an image/label file pair; the labels must be in [0, num_classes).
+// A pair of no images read as a split of no samples: evaluated, it scored 0 on 0 samples;
+// trained on (a worker's own files), it sent updates of 0 samples.
+Status CheckSomeImages(const std::string& images_path, int64_t count) {
+  if (count == 0) return InvalidArgumentError(images_path + ": holds no images; expected at least one");
+  return Status::Ok();
+}
+
+// Reads and cross-checks an image/label file pair; the labels must be in [0, num_classes),
+// and there must be at least one image.
 Status ReadCheckedPair(const std::string& images_path, const std::string& labels_path, int num_classes,
                        IdxImages* images, std::vector<uint8_t>* labels) {
   if (num_classes < 1 || num_classes > 256) {
@@ -284,7 +292,8 @@ Status ReadCheckedPair(const std::string& images_path, const std::string& labels
   }
   ASSIGN_OR_RETURN(*images, ReadIdxImages(images_path));
   ASSIGN_OR_RETURN(*labels, ReadIdxLabels(labels_path));
-  return CheckLabels(images_path, images->count, labels_path, *labels, num_classes);
+  RETURN_IF_ERROR(CheckLabels(images_path, images->count, labels_path, *labels, num_classes));
+  return CheckSomeImages(images_path, images->count);
 }
 
 // The float each pixel byte stands for. A std so small that dividing by it overflows (a
@@ -378,6 +387,7 @@ Result<Dataset> LoadRows(const std::string& images_path, const std::string& labe
   shape.rows = static_cast<int>(dims[1]);
   shape.cols = static_cast<int>(dims[2]);
   RETURN_IF_ERROR(CheckLabels(images_path, shape.count, labels_path, labels, num_classes));
+  RETURN_IF_ERROR(CheckSomeImages(images_path, shape.count));
   const size_t sample = static_cast<size_t>(shape.rows) * static_cast<size_t>(shape.cols);
   const uint64_t expected_size = IdxFileSize(dims);
   // (row, position in the result), in file order.

@@ -76,7 +76,8 @@ Result<std::vector<uint8_t>> ParseIdxLabels(std::vector<uint8_t> bytes, const st
 
 // Loads an image file and its label file into a Dataset with one channel, pixels normalised
 // with the Fashion-MNIST statistics above. `source` is the image file's name without its
-// directory. Fails when the counts differ or a label is not in [0, num_classes).
+// directory. Fails when the counts differ, a label is not in [0, num_classes), or the files
+// hold no images (kInvalidArgument naming the image file; so do the row loaders below).
 Result<Dataset> LoadIdxPair(const std::string& images_path, const std::string& labels_path,
                             int num_classes = 10, PixelNormalisation normalisation = {});
 

@@ -468,6 +468,30 @@ TEST_F(IdxFilesTest, AFifoOrADirectoryInPlaceOfAFileIsRefusedWithoutWaitingForAW
   EXPECT_EQ(rows.message(), Path("dir") + ": not a regular file");
 }
 
+// A pair of files holding no images was read as a split of no samples: a coordinator
+// evaluated every round on it, scoring 0 on 0 samples, and a worker's own files (local-files)
+// sent updates of 0 samples, which the coordinator refuses as malformed. Every loader of a
+// pair refuses it, naming the image file.
+TEST_F(IdxFilesTest, APairOfNoImagesIsRefusedByEveryPairLoader) {
+  ASSERT_TRUE(WriteIdxPair(Path("t10k-images-idx3-ubyte"), Path("t10k-labels-idx1-ubyte"), 28, 28, {}, {}).ok());
+  const std::string images = Path("t10k-images-idx3-ubyte"), labels = Path("t10k-labels-idx1-ubyte");
+  const std::string expected = images + ": holds no images; expected at least one";
+  const Status statuses[] = {
+      LoadFashionMnist(dir_.string(), /*train=*/false).status(),
+      LoadIdxPair(images, labels).status(),
+      LoadIdxPairFirst(images, labels, 0).status(),
+      LoadIdxPairRows(images, labels, {}).status(),
+  };
+  for (const Status& status : statuses) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_EQ(status.message(), expected);
+  }
+  // The files alone still read as empty.
+  Result<IdxImages> alone = ReadIdxImages(images);
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(alone->count, 0);
+}
+
 TEST_F(IdxFilesTest, WrongMagicIsInvalidArgument) {
   WriteSmall("img", "lbl", 10);
   // The label file where the image file belongs.
