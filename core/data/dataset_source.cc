@@ -295,22 +295,28 @@ Result<OpenSplit> OpenNpz(const DataSource& source, bool train) {
   split.shape = DataShape{static_cast<int>(channels), static_cast<int>(rows), static_cast<int>(cols), s[0], -1};
   const int64_t sample = channels * rows * cols;
   split.read = [x, sample, path](int64_t row, float* out) -> Status {
+    // A value that is not a number, infinite, or (float64) past float's range, named with
+    // what it is: a float64 of 1e300 is finite in the file but not as a float.
+    const auto refuse = [&](int64_t j, double v) {
+      return InvalidArgumentError(path + ": x[" + std::to_string(row) + "], value " + std::to_string(j) + ": " +
+                                  FormatNumber(v) + "; expected a finite number within float's range (magnitude " +
+                                  "at most " + FormatNumber(std::numeric_limits<float>::max()) + ")");
+    };
     const char* base = x->data.data();
     if (x->dtype == "|u1") {
       const auto* in = reinterpret_cast<const uint8_t*>(base) + row * sample;
       for (int64_t j = 0; j < sample; ++j) out[j] = static_cast<float>(in[j]) / 255.0f;
     } else if (x->dtype == "<f4") {
       std::memcpy(out, base + row * sample * 4, static_cast<size_t>(sample) * 4);
+      for (int64_t j = 0; j < sample; ++j) {
+        if (!std::isfinite(out[j])) return refuse(j, out[j]);
+      }
     } else {
       for (int64_t j = 0; j < sample; ++j) {
         double v;
         std::memcpy(&v, base + (row * sample + j) * 8, 8);
+        if (!std::isfinite(v) || std::fabs(v) > std::numeric_limits<float>::max()) return refuse(j, v);
         out[j] = static_cast<float>(v);
-      }
-    }
-    for (int64_t j = 0; j < sample; ++j) {
-      if (!std::isfinite(out[j])) {
-        return InvalidArgumentError(path + ": x[" + std::to_string(row) + "] holds a value that is not finite");
       }
     }
     return Status::Ok();

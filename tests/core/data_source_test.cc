@@ -305,7 +305,18 @@ TEST_F(DataSourceTest, NpzRefusesMissingArraysMismatchedLabelsAndBadValues) {
   ASSERT_TRUE(WriteNpz(Path("train.npz"), {bad_x, y}).ok());
   auto not_finite = LoadSplit(source, true, 2);
   ASSERT_FALSE(not_finite.ok());
-  EXPECT_NE(not_finite.status().message().find("x[1]"), std::string::npos) << not_finite.status().message();
+  EXPECT_NE(not_finite.status().message().find("x[1], value 0: nan; expected a finite number"), std::string::npos)
+      << not_finite.status().message();
+
+  // A float64 value past float's range is finite in the file: the message says what it is and
+  // what was expected, not that it is not finite.
+  std::vector<double> wide = {1.0, 2.0, -1e300, 3.0};
+  NumpyArray wide_x{"x", "<f8", {2, 2}, std::string(reinterpret_cast<const char*>(wide.data()), 32)};
+  ASSERT_TRUE(WriteNpz(Path("train.npz"), {wide_x, y}).ok());
+  auto too_large = LoadSplit(source, true, 2);
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_EQ(too_large.status().message(), Path("train.npz") + ": x[1], value 0: -1e+300; expected a finite number "
+                                          "within float's range (magnitude at most 3.40282e+38)");
 }
 
 // A split of no samples (an idx pair of count 0, an npz of (0, ...) arrays) is refused naming
