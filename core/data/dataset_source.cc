@@ -102,6 +102,8 @@ struct OpenSplit {
   DataShape shape;
   std::vector<uint8_t> labels;
   SampleReader read;
+  // Where set (idx), the samples at `rows` in one pass, in place of `read`.
+  std::function<Status(const std::vector<int64_t>& rows, float* out)> read_rows;
   // Whatever the reader needs to stay alive.
   std::shared_ptr<void> keep;
 };
@@ -122,27 +124,39 @@ Status NoSamples(const std::string& path, bool train) {
 
 // ---- idx ----
 
+// An idx split is read as Fashion-MNIST's is: its labels whole, its shape from the image
+// file's header, and a share by streaming the image file and keeping only the rows asked for
+// (read_rows). The whole image file is never held: it may be far larger than a share.
 Result<OpenSplit> OpenIdx(const DataSource& source, bool train) {
   ASSIGN_OR_RETURN(IdxPairPaths paths, FindIdxSplit(source.dir, train, "idx dataset"));
-  auto images = std::make_shared<IdxImages>();
-  ASSIGN_OR_RETURN(*images, ReadIdxImages(paths.images));
-  ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(paths.labels));
-  if (static_cast<int64_t>(labels.size()) != images->count) {
-    return InvalidArgumentError(paths.labels + ": " + std::to_string(labels.size()) + " labels for " +
-                                std::to_string(images->count) + " images in " + paths.images);
+  ASSIGN_OR_RETURN(IdxImages images, ReadIdxImagesHeader(paths.images));
+  // The header bounds the product to 2^40: it does not wrap.
+  const uint64_t pixels = static_cast<uint64_t>(images.count) * static_cast<uint64_t>(images.rows) *
+                          static_cast<uint64_t>(images.cols);
+  if (pixels > kMaxSplitBytes) {
+    return InvalidArgumentError(paths.images + ": header promises " + std::to_string(images.count) + " images of " +
+                                std::to_string(images.rows) + "x" + std::to_string(images.cols) + ", " +
+                                std::to_string(pixels) + " pixels; an idx split may hold at most " +
+                                std::to_string(kMaxSplitBytes) + " (4 GiB)");
   }
-  if (images->count == 0) return NoSamples(paths.images, train);
+  ASSIGN_OR_RETURN(std::vector<uint8_t> labels, ReadIdxLabels(paths.labels));
+  if (static_cast<int64_t>(labels.size()) != images.count) {
+    return InvalidArgumentError(paths.labels + ": " + std::to_string(labels.size()) + " labels for " +
+                                std::to_string(images.count) + " images in " + paths.images);
+  }
+  if (images.count == 0) return NoSamples(paths.images, train);
   OpenSplit split;
   split.source = fs::path(paths.images).filename().string();
-  split.shape = DataShape{1, images->rows, images->cols, images->count, -1};
+  split.shape = DataShape{1, images.rows, images.cols, images.count, -1};
   split.labels = std::move(labels);
-  const int64_t sample = static_cast<int64_t>(images->rows) * images->cols;
-  split.read = [images, sample](int64_t row, float* out) {
-    const uint8_t* in = images->pixels.data() + row * sample;
-    for (int64_t j = 0; j < sample; ++j) out[j] = static_cast<float>(in[j]) / 255.0f;
+  split.read_rows = [paths](const std::vector<int64_t>& rows, float* out) -> Status {
+    // Pixels as x / 255: the source's own normalisation follows.
+    ASSIGN_OR_RETURN(Dataset share, LoadIdxPairRows(paths.images, paths.labels, rows, /*num_classes=*/256,
+                                                    PixelNormalisation{0.0f, 1.0f}));
+    const int64_t sample = share.SampleSize();
+    for (int64_t i = 0; i < share.count; ++i) share.CopyImage(i, out + i * sample);
     return Status::Ok();
   };
-  split.keep = images;
   return split;
 }
 
@@ -533,10 +547,17 @@ Result<Dataset> LoadSplitRows(const DataSource& source, bool train, const std::v
                                   std::to_string(label) + "; expected one in [0, " + std::to_string(num_classes) +
                                   ") (data.classes)");
     }
+    data.labels[i] = label;
+    if (split.read_rows) continue;
     float* out = data.images.data() + static_cast<int64_t>(i) * sample;
     RETURN_IF_ERROR(split.read(row, out));
     RETURN_IF_ERROR(norm.Apply(out, split.source, row));
-    data.labels[i] = label;
+  }
+  if (split.read_rows) {
+    RETURN_IF_ERROR(split.read_rows(rows, data.images.data()));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      RETURN_IF_ERROR(norm.Apply(data.images.data() + static_cast<int64_t>(i) * sample, split.source, rows[i]));
+    }
   }
   return data;
 }

@@ -6,7 +6,9 @@
 //
 //   idx      MNIST's format: train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-
 //            idx3-ubyte, t10k-labels-idx1-ubyte, each plain or gzip (".gz"). One channel.
-//            An image file whose header promises more than 4 GiB of pixels is refused.
+//            An image file whose header promises more than 4 GiB of pixels is refused. Its
+//            labels and shape are read without its pixels; rows are loaded by reading the
+//            image file through once, keeping only those asked for.
 //   cifar10  CIFAR-10's binary version: data_batch_1.bin ... data_batch_5.bin (those present,
 //            from the first without a gap: a missing batch before a present one is kNotFound
 //            naming it) and test_batch.bin; each record one label byte then 3,072

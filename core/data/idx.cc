@@ -248,6 +248,17 @@ Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path) {
   return ReadLabels(*stream, path);
 }
 
+Result<IdxImages> ReadIdxImagesHeader(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::Open(path));
+  ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadHeader(*stream, path, kImageMagic, kImageKind));
+  IdxImages images;
+  images.source = path;
+  images.count = dims[0];
+  images.rows = static_cast<int>(dims[1]);
+  images.cols = static_cast<int>(dims[2]);
+  return images;
+}
+
 Result<IdxImages> ParseIdxImages(std::vector<uint8_t> bytes, const std::string& source) {
   ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream, ByteStream::OverBytes(source, bytes));
   return ReadImages(*stream, source);

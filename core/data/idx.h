@@ -68,6 +68,10 @@ Result<std::vector<uint8_t>> ReadMaybeGzipFile(const std::string& path, uint64_t
 Result<IdxImages> ReadIdxImages(const std::string& path);
 // Reads an idx1 unsigned-byte label file, as ReadIdxImages reads images.
 Result<std::vector<uint8_t>> ReadIdxLabels(const std::string& path);
+// Only the header of an idx3 unsigned-byte image file, checked as ReadIdxImages checks it (a
+// plain file's size included): an IdxImages without pixels. A gzip stream's length is not
+// checked; the row loaders below check it as they read.
+Result<IdxImages> ReadIdxImagesHeader(const std::string& path);
 
 // The same readers over a file's bytes already in memory, gzip-compressed or plain, with the
 // same checks and errors; `source` stands for the file in messages and in IdxImages::source.

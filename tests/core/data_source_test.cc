@@ -115,6 +115,62 @@ TEST_F(DataSourceTest, IdxAnyMnistFormatSetWithItsOwnNormalisation) {
   EXPECT_NE(outside.status().message().find("row 3"), std::string::npos) << outside.status().message();
 }
 
+// An idx split is read as Fashion-MNIST's is: its labels and shape from its label file and
+// its image file's header, a share of it by streaming the image file and keeping only the
+// rows asked for. A worker read the whole image file into memory once for the labels and again
+// for its share. Here 1 GiB of (sparse) images is read under an address space that may grow
+// by 256 MiB.
+TEST_F(DataSourceTest, AnIdxSplitIsStreamedNotHeldWhole) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  constexpr uint32_t kCount = (uint32_t{1} << 30) / 784;
+  std::vector<uint8_t> header;
+  std::vector<uint8_t> labels;
+  for (uint32_t v : {0x00000803u, kCount, 28u, 28u}) {
+    for (int shift = 24; shift >= 0; shift -= 8) header.push_back(static_cast<uint8_t>(v >> shift));
+  }
+  for (uint32_t v : {0x00000801u, kCount}) {
+    for (int shift = 24; shift >= 0; shift -= 8) labels.push_back(static_cast<uint8_t>(v >> shift));
+  }
+  for (uint32_t i = 0; i < kCount; ++i) labels.push_back(static_cast<uint8_t>(i % 10));
+  const std::string images = Path("train-images-idx3-ubyte");
+  {
+    std::ofstream out(images, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  }
+  std::error_code ec;
+  fs::resize_file(images, header.size() + uint64_t{kCount} * 784 - 1, ec);
+  if (ec) GTEST_SKIP() << "no sparse file of 1 GiB here: " << ec.message();
+  {
+    std::ofstream out(images, std::ios::binary | std::ios::app);
+    out.put(static_cast<char>(255));  // the last image's last pixel
+  }
+  {
+    std::ofstream out(Path("train-labels-idx1-ubyte"), std::ios::binary);
+    out.write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(labels.size()));
+  }
+  const DataSource source = Source(DataFormat::kIdx);
+  EXPECT_EXIT(
+      {
+        CapAddressSpace(uint64_t{256} << 20);
+        auto read = ReadSplitLabels(source, /*train=*/true);
+        if (!read.ok() || read->size() != kCount) std::exit(1);
+        auto shape = InspectSplit(source, /*train=*/true);
+        if (!shape.ok() || shape->count != kCount || shape->rows != 28 || shape->max_label != 9) std::exit(2);
+        auto share = LoadSplitRows(source, /*train=*/true, {kCount - 1, 0}, 10);
+        if (!share.ok()) {
+          std::fprintf(stderr, "%s\n", share.status().ToString().c_str());
+          std::exit(3);
+        }
+        if (share->count != 2 || share->ImageValues(0)[783] != 1.0f || share->ImageValues(1)[783] != 0.0f ||
+            share->labels != std::vector<uint8_t>{static_cast<uint8_t>((kCount - 1) % 10), 0}) {
+          std::exit(4);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  fs::remove(images);
+}
+
 // A std whose reciprocal is not finite is refused before any sample is read; one that is
 // finite but, with the mean, sends values past float's range is refused at the first such value.
 // Either way the message names data.std instead of handing out infinite inputs.
