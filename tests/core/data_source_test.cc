@@ -458,7 +458,7 @@ TEST_F(DataSourceTest, CsvHeaderAfterAUtf8ByteOrderMarkNamesItsFirstColumn) {
   EXPECT_EQ(data->channels, 1);
   EXPECT_FLOAT_EQ(data->ImageValues(1)[0], 2.0f);
   // Only before the header: a mark inside a row is not a number.
-  WriteText("train.csv", "label,a\n1,\xEF\xBB\xBF0.5\n");
+  WriteText("train.csv", "label,a\n1,\xEF\xBB\xBF" "0.5\n");
   auto inside = InspectSplit(Source(DataFormat::kCsv), true);
   ASSERT_FALSE(inside.ok());
   EXPECT_NE(inside.status().message().find("line 2, column 'a': expected a finite number"), std::string::npos)
