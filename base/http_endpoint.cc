@@ -242,8 +242,12 @@ class Connection {
 
   bool Wait(short events, Clock::time_point deadline) {
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return false;
+      // Rounded up: with under a millisecond left, a truncated wait of 0 ended it before the
+      // deadline, and a caller that then asks whether the deadline has passed (to answer 408)
+      // was told no, and closed without a word.
+      const Clock::time_point now = Clock::now();
+      if (now >= deadline) return false;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
       pollfd p[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
       const int n = ::poll(p, 2, static_cast<int>(std::min<long long>(left + 1, 60'000)));
       if (n < 0 && errno == EINTR) continue;
