@@ -12,6 +12,18 @@ namespace tessera {
 namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
+// A profile file is a few tables of figures: anything larger is not one (or is a device file
+// such as /dev/zero that never ends), and is refused before it is parsed.
+constexpr size_t kMaxProfileFileBytes = size_t{1} << 20;
+// memory_bytes is read as a double and held as a uint64_t; from 2^63 up the conversion is
+// undefined, and no pool size class reaches past it either.
+constexpr double kMaxMemoryBytes = 9223372036854775808.0;  // 2^63, exclusive
+// Bounds of the rates (TFLOPS, TOPS, GB/s, W): far past any chip, yet a peak x 1e12 stays
+// finite; and a bandwidth of at least 1 KB/s, so that no copy is modelled as taking longer
+// than the steady clock can count.
+constexpr double kMaxRate = 1e9;
+constexpr double kMinRate = 1e-6;
+constexpr char kMinRateText[] = "0.000001";
 
 std::set<Op> Without(std::set<Op> ops, std::initializer_list<Op> removed) {
   for (Op op : removed) ops.erase(op);
@@ -147,6 +159,27 @@ class ProfileReader {
     return Status::Ok();
   }
 
+  // A required byte count: an integer as written (past 2^53 a double would round it, and
+  // toml++ will not give such an integer as one), or a number such as 16e9, below 2^63.
+  Status Bytes(std::string_view field, uint64_t* out) const {
+    const toml::node* node = table_.get(field);
+    if (node == nullptr) return Error(field, "is missing");
+    if (std::optional<int64_t> integer = node->value_exact<int64_t>()) {
+      if (*integer < 0) return Error(field, "must be a number >= 0, got " + std::to_string(*integer));
+      *out = static_cast<uint64_t>(*integer);
+      return Status::Ok();
+    }
+    double value = 0;
+    RETURN_IF_ERROR(Number(field, true, &value));
+    if (!(value < kMaxMemoryBytes)) {
+      std::ostringstream text;
+      text << "must be below 2^63 bytes, got " << value;
+      return Error(field, text.str());
+    }
+    *out = static_cast<uint64_t>(value);
+    return Status::Ok();
+  }
+
   Status Strings(std::string_view field, bool required, std::vector<std::string>* out, bool* present) const {
     const toml::node* node = table_.get(field);
     *present = node != nullptr;
@@ -201,9 +234,7 @@ Result<DeviceProfile> ReadProfile(const std::string& path, const std::string& na
   RETURN_IF_ERROR(reader.Number("peak_tflops_bf16", false, &profile.peak_tflops_bf16));
   RETURN_IF_ERROR(reader.Number("peak_tops_int8", false, &profile.peak_tops_int8));
   RETURN_IF_ERROR(reader.Number("memory_bandwidth_gbps", true, &profile.memory_bandwidth_gbps));
-  double memory_bytes = 0;
-  RETURN_IF_ERROR(reader.Number("memory_bytes", true, &memory_bytes));
-  profile.memory_bytes = static_cast<uint64_t>(memory_bytes);
+  RETURN_IF_ERROR(reader.Bytes("memory_bytes", &profile.memory_bytes));
   RETURN_IF_ERROR(reader.Number("host_link_gbps", true, &profile.host_link_gbps));
   RETURN_IF_ERROR(reader.Number("power_watts", true, &profile.power_watts));
 
@@ -302,12 +333,21 @@ Status ValidateProfile(const DeviceProfile& profile, const std::string& origin) 
       {"power_watts", profile.power_watts}};
   for (const auto& [field, value] : non_negative) {
     if (!(value >= 0) || !std::isfinite(value)) return error(field, "must be a finite number >= 0");
+    if (value > kMaxRate) return error(field, "must be at most " + std::to_string(int64_t(kMaxRate)));
   }
   const std::pair<const char*, double> positive[] = {{"memory_bandwidth_gbps", profile.memory_bandwidth_gbps},
                                                      {"host_link_gbps", profile.host_link_gbps},
                                                      {"memory_bytes", static_cast<double>(profile.memory_bytes)}};
   for (const auto& [field, value] : positive) {
     if (!(value > 0) || !std::isfinite(value)) return error(field, "must be a finite number > 0");
+  }
+  // The rates are scaled to per-second figures (x 1e9, x 1e12) and divided into byte and FLOP
+  // counts: bounded on both sides, every modelled time stays finite.
+  for (const auto& [field, value] : {positive[0], positive[1]}) {
+    if (value < kMinRate || value > kMaxRate) {
+      return error(field, "must lie between " + std::string(kMinRateText) + " and " +
+                              std::to_string(int64_t(kMaxRate)));
+    }
   }
   if (!(profile.PeakFlops(profile.precision) > 0)) {
     return error("precision", "is " + std::string(PrecisionName(profile.precision)) +
@@ -320,13 +360,18 @@ Status ValidateProfile(const DeviceProfile& profile, const std::string& origin) 
 }
 
 Result<std::vector<DeviceProfile>> LoadProfiles(const std::string& path) {
-  std::ifstream file(path);
+  std::ifstream file(path, std::ios::binary);
   if (!file) return NotFoundError("device profile file " + QuoteUntrusted(path, 256) + " cannot be opened");
-  std::stringstream text;
-  text << file.rdbuf();
+  std::string text(kMaxProfileFileBytes + 1, '\0');
+  file.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(file.gcount()));
+  if (text.size() > kMaxProfileFileBytes) {
+    return InvalidArgumentError("device profile file " + QuoteUntrusted(path, 256) + " is larger than " +
+                                std::to_string(kMaxProfileFileBytes) + " bytes");
+  }
   toml::table root;
   try {
-    root = toml::parse(text.str(), path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& parse_error) {
     std::ostringstream message;
     message << path << ":" << parse_error.source().begin.line << ": " << parse_error.description();

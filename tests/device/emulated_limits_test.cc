@@ -1,0 +1,68 @@
+// Limits of the emulated backend: what a profile file may hold (its size and the range of
+// each figure).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "device/emulated/profile.h"
+
+namespace tessera {
+namespace {
+
+std::string WriteProfile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string Profile(const std::string& field, const std::string& value) {
+  std::string text =
+      "[npu]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\nmemory_bandwidth_gbps = 100\n"
+      "memory_bytes = 1048576\nhost_link_gbps = 4\npower_watts = 20\nnative_ops = [\"gemm\"]\n";
+  const size_t at = text.find(field + " = ");
+  const size_t end = text.find('\n', at);
+  return text.replace(at, end - at, field + " = " + value);
+}
+
+TEST(EmulatedLimitsTest, FiguresOutOfRangeAreRefusedNamingFileProfileAndField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"memory_bytes", "1e30"},          // past uint64_t: the conversion was undefined
+      {"memory_bytes", "2e19"},
+      {"peak_tflops_fp32", "1e300"},     // x 1e12 is infinite
+      {"peak_tflops_fp16", "1e300"},
+      {"power_watts", "1e300"},
+      {"memory_bandwidth_gbps", "1e300"},
+      {"memory_bandwidth_gbps", "1e-300"},  // a copy modelled past the clock's range
+      {"host_link_gbps", "1e-300"},
+  };
+  for (const auto& [field, value] : cases) {
+    const std::string path = WriteProfile("range_profile.toml", Profile(field, value));
+    auto profiles = LoadProfiles(path);
+    ASSERT_EQ(profiles.status().code(), StatusCode::kInvalidArgument) << field << " = " << value;
+    for (const std::string& part : {std::string("range_profile.toml"), std::string("'npu'"), "'" + field + "'"}) {
+      EXPECT_NE(profiles.status().message().find(part), std::string::npos) << profiles.status().ToString();
+    }
+  }
+  // The bounds themselves are accepted.
+  EXPECT_TRUE(LoadProfiles(WriteProfile("edge_profile.toml", Profile("host_link_gbps", "0.000001"))).ok());
+  EXPECT_TRUE(LoadProfiles(WriteProfile("edge_profile.toml", Profile("peak_tflops_fp32", "1e9"))).ok());
+  auto largest = LoadProfiles(WriteProfile("edge_profile.toml", Profile("memory_bytes", "9223372036854775807")));
+  ASSERT_TRUE(largest.ok()) << largest.status().ToString();
+  EXPECT_EQ(largest->front().memory_bytes, uint64_t{9223372036854775807u});
+}
+
+TEST(EmulatedLimitsTest, AProfileFilePastOneMebibyteIsRefusedUnparsed) {
+  std::string text = Profile("power_watts", "20");
+  text += std::string((size_t{1} << 20), '#') + "\n";  // one long comment: valid TOML
+  const std::string path = WriteProfile("large_profile.toml", text);
+  auto profiles = LoadProfiles(path);
+  ASSERT_EQ(profiles.status().code(), StatusCode::kInvalidArgument) << profiles.status().ToString();
+  EXPECT_NE(profiles.status().message().find("large_profile.toml"), std::string::npos);
+  EXPECT_NE(profiles.status().message().find("larger than 1048576 bytes"), std::string::npos)
+      << profiles.status().ToString();
+}
+
+}  // namespace
+}  // namespace tessera
