@@ -578,7 +578,11 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
+  // A paced emulated device asks the same while it sleeps: a cancel, a stop or the deadline
+  // ends its pacing at once instead of after the step's modelled time.
+  SetEmulatedPacingStop(*device, options.should_stop);
   auto local = TrainLocal(*model, *data, indices, options);
+  SetEmulatedPacingStop(*device, nullptr);
   if (!local.ok()) {
     if (!sync || !sync->failed()) return local.status();
     // The cohort's collective failed: a peer stalled, left or called differently. Its leader

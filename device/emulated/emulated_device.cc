@@ -20,6 +20,11 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 constexpr uint64_t kFloat = sizeof(float);
+// Pacing sleeps in slices of this length, asking the pacing stop between them; and never
+// aims further than kMaxPacedMs past the clock's origin (about 35 years), so that the target
+// stays within the steady clock's range whatever the modelled time.
+constexpr auto kPacingSlice = std::chrono::milliseconds(20);
+constexpr double kMaxPacedMs = double(int64_t{1} << 40);
 
 double MillisecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -239,8 +244,12 @@ void EmulatedDevice::AddModelledTime(double milliseconds) {
   modelled_ms_ += milliseconds;
   if (!options_.pace_real_time) return;
   const auto target = clock_origin_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                          std::chrono::duration<double, std::milli>(modelled_ms_));
-  std::this_thread::sleep_until(target);
+                                          std::chrono::duration<double, std::milli>(
+                                              std::min(modelled_ms_, kMaxPacedMs)));
+  for (auto now = std::chrono::steady_clock::now(); now < target; now = std::chrono::steady_clock::now()) {
+    if (pacing_stop_ && pacing_stop_()) return;
+    std::this_thread::sleep_until(std::min(target, now + kPacingSlice));
+  }
 }
 
 template <typename Compute>

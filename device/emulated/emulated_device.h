@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -28,6 +29,7 @@ class EmulatedDevice final : public Device {
   void ResetClock();
   double modelled_ms() const { return modelled_ms_; }
   bool paces_real_time() const { return options_.pace_real_time; }
+  void set_pacing_stop(std::function<bool()> stop) { pacing_stop_ = std::move(stop); }
 
   Result<DeviceBuffer> Allocate(size_t bytes) override;
   MemoryPoolStats pool_stats() const override { return pool_.stats(); }
@@ -99,6 +101,7 @@ class EmulatedDevice final : public Device {
   OpPlacement placement_;
   std::chrono::steady_clock::time_point clock_origin_;
   double modelled_ms_ = 0;
+  std::function<bool()> pacing_stop_;  // true ends the pacing sleep in progress (and skips later ones)
 };
 
 }  // namespace tessera

@@ -94,6 +94,10 @@ double EmulatedModelledMs(const Device& device) {
   return emulated == nullptr ? 0 : emulated->modelled_ms();
 }
 
+void SetEmulatedPacingStop(Device& device, std::function<bool()> stop) {
+  if (auto* emulated = dynamic_cast<EmulatedDevice*>(&device)) emulated->set_pacing_stop(std::move(stop));
+}
+
 bool EmulatedPacesRealTime(const Device& device) {
   const auto* emulated = dynamic_cast<const EmulatedDevice*>(&device);
   return emulated != nullptr && emulated->paces_real_time();

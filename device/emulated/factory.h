@@ -13,7 +13,7 @@
 // + its measured host time + bytes written / host link. Copies to and from the host take
 // bytes / host link. With `pace_real_time`, every op and copy sleeps until the modelled time
 // since the device was created (or since ResetEmulatedClock) has elapsed, so a slow emulated
-// node is really slow.
+// node is really slow; SetEmulatedPacingStop ends such a sleep early.
 //
 // Memory. Buffers are host memory behind a MemoryPool limited to the profile's
 // memory_bytes; past it Allocate returns ResourceExhausted naming the device and the bytes.
@@ -25,6 +25,7 @@
 // Thread safety: as Device (one thread at a time); placement() may be read from any thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,12 @@ const DeviceProfile* EmulatedProfile(const Device& device);
 void ResetEmulatedClock(Device& device);
 // Modelled milliseconds since creation or the last ResetEmulatedClock: ops and host copies.
 double EmulatedModelledMs(const Device& device);
+// Sets what a paced emulated device asks, every few milliseconds while it sleeps, whether to
+// stop pacing (a cancel, a stop, a deadline passed): once `stop` returns true the sleep ends at
+// once and the op returns; the modelled time is still counted. An empty function (the
+// default) never stops. Called from the thread that runs the device's ops; no-op for other
+// devices.
+void SetEmulatedPacingStop(Device& device, std::function<bool()> stop);
 // Whether an emulated device was created with pace_real_time; false for any other device.
 bool EmulatedPacesRealTime(const Device& device);
 

@@ -1,11 +1,13 @@
 // Limits of the emulated backend: what a profile file may hold (its size and the range of
-// each figure).
+// each figure) and how far a paced device sleeps.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "device/device.h"
+#include "device/emulated/factory.h"
 #include "device/emulated/profile.h"
 
 namespace tessera {
@@ -62,6 +64,30 @@ TEST(EmulatedLimitsTest, AProfileFilePastOneMebibyteIsRefusedUnparsed) {
   EXPECT_NE(profiles.status().message().find("large_profile.toml"), std::string::npos);
   EXPECT_NE(profiles.status().message().find("larger than 1048576 bytes"), std::string::npos)
       << profiles.status().ToString();
+}
+
+TEST(EmulatedLimitsTest, APacingStopEndsTheSleepAndKeepsTheModelledTime) {
+  DeviceProfile slow = *FindBuiltinProfile("generic");
+  slow.host_link_gbps = 1e-6;  // 1 KB/s: 4 KB is modelled at 4 s
+  auto paced = CreateEmulatedDevice(slow, EmulatedDeviceOptions{.pace_real_time = true});
+  ASSERT_TRUE(paced.ok()) << paced.status().ToString();
+  std::vector<float> host(1000, 1.0f);
+  auto buffer = (*paced)->Allocate(host.size() * sizeof(float));
+  ASSERT_TRUE(buffer.ok());
+  int asked = 0;
+  SetEmulatedPacingStop(**paced, [&] { return ++asked >= 2; });  // the second look says stop
+  ResetEmulatedClock(**paced);
+  ASSERT_TRUE((*paced)->CopyHostToDevice(host.data(), *buffer, 0, host.size() * sizeof(float)).ok());
+  EXPECT_EQ(asked, 2);
+  EXPECT_NEAR(EmulatedModelledMs(**paced), 4000.0, 1e-6);
+
+  // Once told to stop, every later sleep ends at its first look.
+  ASSERT_TRUE((*paced)->CopyHostToDevice(host.data(), *buffer, 0, host.size() * sizeof(float)).ok());
+  EXPECT_EQ(asked, 3);
+  SetEmulatedPacingStop(**paced, nullptr);
+  auto cpu = CreateDevice("cpu");
+  ASSERT_TRUE(cpu.ok());
+  SetEmulatedPacingStop(**cpu, [] { return true; });  // not emulated: no-op
 }
 
 }  // namespace
