@@ -18,7 +18,9 @@
 //   native_ops = ["gemm", "relu"]   # required: Op names (device.h OpName) or ["all"]
 //   dtypes = ["float32", "float16"] # optional (default: float32, int32 and the precision's)
 //
-// Every error names the file, the profile and the field.
+// Rates (peaks, power, bandwidths) are at most 1e9; the bandwidths at least 1e-6; memory_bytes
+// below 2^63. A file over 1 MiB is refused unparsed. Every error names the file, the profile
+// and the field.
 //
 // Thread safety: the functions share no mutable state.
 #pragma once
