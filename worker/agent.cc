@@ -119,7 +119,12 @@ Status WorkerAgent::OpenDevice() {
   device_info_.set_kind(caps.kind);
   device_info_.set_name(caps.name);
   device_info_.set_emulated(caps.emulated);
-  if (auto measured = MeasureDevice(*device_, 256); measured.ok()) {
+  // A paced emulated device measures at its modelled speed, which a slow profile makes minutes:
+  // a stop of the worker ends the wait.
+  SetEmulatedPacingStop(*device_, [this] { return stop_.load(); });
+  auto measured = MeasureDevice(*device_, 256);
+  SetEmulatedPacingStop(*device_, nullptr);
+  if (measured.ok()) {
     device_info_.set_measured_gflops(measured->gemm_gflops);
     device_info_.set_measured_bandwidth_gbps(measured->copy_gbps);
   }
@@ -421,6 +426,23 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   cohort_failed_ = false;
   RETURN_IF_ERROR(CheckTask(task, what));
   RETURN_IF_ERROR(CheckDeadline(task, what, std::chrono::system_clock::now()));
+  // Whether to give up the round: a stop, its deadline passed, or a cancel of it. Training asks
+  // between its steps; a paced emulated device asks while it sleeps, from the model's copy to
+  // the device on, so that its modelled time does not hold the round past any of them.
+  const std::function<bool()> round_over = [this, job = task.job_id(), round = task.round(),
+                                            attempt = task.attempt(), deadline = task.deadline_unix_ms()] {
+    if (stop_) return true;
+    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+    if (deadline > 0 && now > deadline) return true;
+    std::lock_guard<std::mutex> lock(mu_);
+    return IsCancelledLocked(job, round, attempt);
+  };
+  SetEmulatedPacingStop(*device, round_over);
+  struct PacingStopReset {
+    Device* device;
+    ~PacingStopReset() { SetEmulatedPacingStop(*device, nullptr); }
+  } pacing_stop_reset{device};
   // The global model: inside the task when it is small, else downloaded.
   const auto download_start = Clock::now();
   ASSIGN_OR_RETURN(const uint64_t max_download, DownloadBound(task, what));
@@ -520,15 +542,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   const std::string job = task.job_id();
   const uint32_t round = task.round();
   const uint32_t attempt = task.attempt();
-  const int64_t deadline = task.deadline_unix_ms();
-  options.should_stop = [&, job, round, attempt, deadline] {
-    if (stop_) return true;
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count();
-    if (deadline > 0 && now > deadline) return true;
-    std::lock_guard<std::mutex> lock(mu_);
-    return IsCancelledLocked(job, round, attempt);
-  };
+  options.should_stop = round_over;
   // A site cohort trains as one client: each member takes its slice of every batch and the
   // gradients are averaged across the cohort at each step.
   std::unique_ptr<collectives::Communicator> communicator;
@@ -578,11 +592,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
-  // A paced emulated device asks the same while it sleeps: a cancel, a stop or the deadline
-  // ends its pacing at once instead of after the step's modelled time.
-  SetEmulatedPacingStop(*device, options.should_stop);
   auto local = TrainLocal(*model, *data, indices, options);
-  SetEmulatedPacingStop(*device, nullptr);
   if (!local.ok()) {
     if (!sync || !sync->failed()) return local.status();
     // The cohort's collective failed: a peer stalled, left or called differently. Its leader

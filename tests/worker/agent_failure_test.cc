@@ -16,6 +16,49 @@ std::string WriteProfile(const std::string& file, const std::string& name, uint6
   return path;
 }
 
+// A profile with a host link of 1 KB/s whose native ops are `native_ops` (the rest are host
+// fallbacks, which pay the link): paced, what crosses the link is modelled at minutes.
+std::string WriteSlowLinkProfile(const std::string& file, const std::string& native_ops) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / file).string();
+  std::ofstream(path) << "[slow-link]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\nmemory_bandwidth_gbps = 100\n"
+                      << "memory_bytes = 1073741824\nhost_link_gbps = 0.000001\npower_watts = 20\n"
+                      << "native_ops = [" << native_ops << "]\n";
+  return path;
+}
+
+// The worker measures its device as it opens it: with the GEMM a host fallback over a slow
+// link, that is modelled at minutes; a stop ends it.
+TEST_F(AgentTest, AStopEndsThePacedMeasurementOfTheDevice) {
+  WorkerOptions options;
+  options.device = "emu:" + WriteSlowLinkProfile("agent_test_slow_measure.toml", "\"fill\"");
+  options.pace_real_time = true;
+  Start({}, {}, options);
+  agent_->Stop();
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_.ToString();
+}
+
+// A paced round modelled at minutes (the model's copies and every op but the GEMM cross the
+// slow link) stops pacing once the round's deadline passes: the worker is free for its next
+// task instead of sleeping out the modelled time.
+TEST_F(AgentTest, ThePacingOfARoundEndsAtItsDeadline) {
+  const std::string path = WriteSlowLinkProfile("agent_test_slow_link.toml", "\"gemm\", \"fill\"");
+  WorkerOptions options;
+  options.device = "emu:" + path;
+  options.pace_real_time = true;
+  v1::Task slow = Train(1, 1);
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  slow.mutable_train()->set_deadline_unix_ms(now_ms + 1000);
+  // The next task is refused before it reaches the device: its report shows the worker took it.
+  v1::Task next = Train(1, 1, "job-2");
+  next.mutable_train()->mutable_spec()->set_fallback_device("emu:" + path);
+  Start({slow, next}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2")) << "the paced round held the worker past its deadline";
+  EXPECT_EQ(upload.failure().rfind("INVALID_ARGUMENT", 0), 0u) << upload.failure();
+}
+
 // A device that fails (out of memory, a driver error) sends the round to the job's fallback
 // device class. A job names a class, never a file: "emu:FILE.toml" would have the worker read
 // a file the job chose. Such a task is refused as the coordinator refuses such a spec, before
