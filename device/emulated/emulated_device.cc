@@ -193,9 +193,12 @@ Result<DeviceBuffer> EmulatedDevice::Allocate(size_t bytes) {
   size_t class_bytes = 0;
   Result<void*> address = pool_.Acquire(bytes, &class_bytes);
   if (!address.ok()) {
+    // A request past the largest size class has no class: the pool's message says so.
+    const std::string size_class = class_bytes == 0 ? address.status().message()
+                                                    : "size class " + std::to_string(class_bytes);
     return ResourceExhaustedError(capabilities_.name + ": out of device memory: cannot allocate " +
-                                  std::to_string(bytes) + " bytes (size class " + std::to_string(class_bytes) +
-                                  "); " + std::to_string(driver_bytes_.load()) + " of " +
+                                  std::to_string(bytes) + " bytes (" + size_class + "); " +
+                                  std::to_string(driver_bytes_.load()) + " of " +
                                   std::to_string(profile_.memory_bytes) + " bytes are held");
   }
   return DeviceBuffer(this, &pool_, *address, bytes, class_bytes);

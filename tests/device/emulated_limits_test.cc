@@ -2,6 +2,7 @@
 // each figure) and how far a paced device sleeps.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -88,6 +89,17 @@ TEST(EmulatedLimitsTest, APacingStopEndsTheSleepAndKeepsTheModelledTime) {
   auto cpu = CreateDevice("cpu");
   ASSERT_TRUE(cpu.ok());
   SetEmulatedPacingStop(**cpu, [] { return true; });  // not emulated: no-op
+}
+
+TEST(EmulatedLimitsTest, ARequestPastTheLargestSizeClassSaysSoInsteadOfSizeClassZero) {
+  auto device = CreateDevice("emu:edge-npu");
+  ASSERT_TRUE(device.ok()) << device.status().ToString();
+  auto huge = (*device)->Allocate(SIZE_MAX);
+  ASSERT_EQ(huge.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("emu:edge-npu (emulated)"), std::string::npos) << huge.status().ToString();
+  EXPECT_NE(huge.status().message().find("larger than the largest size class"), std::string::npos)
+      << huge.status().ToString();
+  EXPECT_EQ(huge.status().message().find("size class 0"), std::string::npos) << huge.status().ToString();
 }
 
 }  // namespace
