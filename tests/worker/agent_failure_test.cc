@@ -26,6 +26,21 @@ std::string WriteSlowLinkProfile(const std::string& file, const std::string& nat
   return path;
 }
 
+// Each (job, text) of `cases` was reported, not trained: its round 1's upload is an
+// INVALID_ARGUMENT failure naming the job's round and `text`.
+void ExpectReportedInvalid(const std::vector<v1::UpdateHeader>& uploads,
+                           const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [job, text] : cases) {
+    SCOPED_TRACE(job);
+    const auto found =
+        std::find_if(uploads.begin(), uploads.end(), [&](const v1::UpdateHeader& h) { return h.job_id() == job; });
+    ASSERT_NE(found, uploads.end()) << "nothing uploaded or reported";
+    EXPECT_EQ(found->failure().rfind("INVALID_ARGUMENT", 0), 0u) << found->failure();
+    EXPECT_NE(found->failure().find("job " + job + " round 1"), std::string::npos) << found->failure();
+    EXPECT_NE(found->failure().find(text), std::string::npos) << found->failure();
+  }
+}
+
 // The worker measures its device as it opens it: with the GEMM a host fallback over a slow
 // link, that is modelled at minutes; a stop ends it.
 TEST_F(AgentTest, AStopEndsThePacedMeasurementOfTheDevice) {
@@ -297,18 +312,9 @@ TEST_F(AgentTest, ATaskWhoseFieldsDisagreeIsReportedBeforeItsDownload) {
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the others
   EXPECT_TRUE(upload.failure().empty()) << upload.failure();
-  for (const auto& [job, field] : {std::pair<std::string, std::string>{"job-e", "cohort_rank 3"},
-                                   {"job-f", "party_index 5"},
-                                   {"job-g", "model set 'server_control' twice"}}) {
-    SCOPED_TRACE(job);
-    const auto uploads = Uploads();
-    const auto found =
-        std::find_if(uploads.begin(), uploads.end(), [&](const v1::UpdateHeader& h) { return h.job_id() == job; });
-    ASSERT_NE(found, uploads.end()) << "nothing uploaded or reported";
-    EXPECT_EQ(found->failure().rfind("INVALID_ARGUMENT", 0), 0u) << found->failure();
-    EXPECT_NE(found->failure().find("job " + job + " round 1"), std::string::npos) << found->failure();
-    EXPECT_NE(found->failure().find(field), std::string::npos) << found->failure();
-  }
+  ExpectReportedInvalid(Uploads(), {{"job-e", "cohort_rank 3"},
+                                     {"job-f", "party_index 5"},
+                                     {"job-g", "model set 'server_control' twice"}});
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 1) << "a task whose fields disagree was downloaded";
 }
@@ -333,19 +339,10 @@ TEST_F(AgentTest, ACohortTaskOutsideTheCoordinatorsBoundsIsReportedBeforeItsDown
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the others
   EXPECT_TRUE(upload.failure().empty()) << upload.failure();
-  for (const auto& [job, field] :
-       {std::pair<std::string, std::string>{"job-h", "rank 0 of a cohort of 4097, expected a rank below a size of 1 to 4096"},
-        {"job-i", "of a cohort of 2147483649"},
-        {"job-j", "collectives backend 'local', expected auto, gloo, mpi, nccl or p2p"}}) {
-    SCOPED_TRACE(job);
-    const auto uploads = Uploads();
-    const auto found =
-        std::find_if(uploads.begin(), uploads.end(), [&](const v1::UpdateHeader& h) { return h.job_id() == job; });
-    ASSERT_NE(found, uploads.end()) << "nothing uploaded or reported";
-    EXPECT_EQ(found->failure().rfind("INVALID_ARGUMENT", 0), 0u) << found->failure();
-    EXPECT_NE(found->failure().find("job " + job + " round 1"), std::string::npos) << found->failure();
-    EXPECT_NE(found->failure().find(field), std::string::npos) << found->failure();
-  }
+  ExpectReportedInvalid(Uploads(),
+                        {{"job-h", "rank 0 of a cohort of 4097, expected a rank below a size of 1 to 4096"},
+                         {"job-i", "of a cohort of 2147483649"},
+                         {"job-j", "collectives backend 'local', expected auto, gloo, mpi, nccl or p2p"}});
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 1) << "a cohort task outside the bounds was downloaded";
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <limits>
 
@@ -107,15 +108,16 @@ class ExternalTrainerRoundTest : public ::testing::Test {
     return share;
   }
 
+  // `should_stop` as the worker's round passes it: a cancel or the deadline.
   static Result<ExternalTrainerResult> Round(ExternalTrainer& trainer, uint32_t round, const Dataset& share,
-                                             const std::string& share_key) {
+                                             const std::string& share_key,
+                                             const std::function<bool()>& should_stop = [] { return false; }) {
     ExternalTrainerRequest request;
     request.job_id = "job";
     request.round = round;
     request.attempt = 1;
     const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
-    return trainer.Train(request, global, share, share_key, steady_clock::now() + std::chrono::minutes(2),
-                         [] { return false; });
+    return trainer.Train(request, global, share, share_key, steady_clock::now() + std::chrono::minutes(2), should_stop);
   }
 
   // The labels of the data archive the trainer `name` was handed in `round`.
@@ -209,18 +211,11 @@ bool Ended(pid_t pid) {
 // killed whole.
 TEST_F(ExternalTrainerRoundTest, ATrainerKilledMidRoundTakesItsChildrenWithIt) {
   auto trainer = Trainer("spawn", "spawn");
-  const Dataset share = Share(1);
-  ExternalTrainerRequest request;
-  request.job_id = "job";
-  request.round = 1;
-  request.attempt = 1;
-  const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
   const auto children_started = [&] {
     std::error_code error;
     return std::filesystem::file_size(dir_ / "spawn" / "child-2.pid", error) > 0 && !error;
   };
-  auto trained = trainer->Train(request, global, share, "job#0", steady_clock::now() + std::chrono::minutes(2),
-                                [&] { return children_started(); });  // stopped once both children run
+  auto trained = Round(*trainer, 1, Share(1), "job#0", children_started);  // stopped once both children run
   ASSERT_FALSE(trained.ok());
   EXPECT_EQ(trained.status().code(), StatusCode::kCancelled) << trained.status().ToString();
   EXPECT_EQ(trainer->pid(), 0);
@@ -240,15 +235,8 @@ TEST_F(ExternalTrainerRoundTest, ATrainerKilledMidRoundTakesItsChildrenWithIt) {
 // each such round. It goes with the round's other files.
 TEST_F(ExternalTrainerRoundTest, ATrainerKilledWhileWritingItsModelLeavesNoTemporaryBehind) {
   auto trainer = Trainer("partial", "partial");
-  const Dataset share = Share(1);
-  ExternalTrainerRequest request;
-  request.job_id = "job";
-  request.round = 1;
-  request.attempt = 1;
-  const TensorSet global = {{"w", {2}, {0.5f, -0.5f}}};
   const auto temporary = dir_ / "work" / "update-1-1.npz.tmp.npz";
-  auto trained = trainer->Train(request, global, share, "job#0", steady_clock::now() + std::chrono::minutes(2),
-                                [&] { return std::filesystem::exists(temporary); });
+  auto trained = Round(*trainer, 1, Share(1), "job#0", [&] { return std::filesystem::exists(temporary); });
   ASSERT_FALSE(trained.ok());
   EXPECT_EQ(trained.status().code(), StatusCode::kCancelled) << trained.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(temporary));
