@@ -259,6 +259,8 @@ Status RefuseUnusedSettings(const LayerConfig& layer, const std::string& at) {
     std::vector<const char*> types;
   };
   const Setting settings[] = {
+      {"local", layer.local != defaults.local, {"batch_norm"}},
+      {"bias = false", layer.bias != defaults.bias, {"conv2d"}},
       {"out", layer.out != defaults.out, {"conv2d", "linear"}},
       {"kernel", layer.kernel != defaults.kernel, {"conv2d"}},
       {"padding", layer.padding != defaults.padding, {"conv2d"}},
@@ -359,8 +361,6 @@ class DeclaredBuilder {
     const std::string& type = layer.type;
     // A setting the type has no use for is refused, not ignored: a job sent over the wire
     // (the CLI's TOML reader refuses it too) would otherwise train another model than it says.
-    if (layer.local && type != "batch_norm") return InvalidArgumentError(at + ": local applies to batch_norm only");
-    if (!layer.bias && type != "conv2d") return InvalidArgumentError(at + ": bias = false applies to conv2d only");
     RETURN_IF_ERROR(RefuseUnusedSettings(layer, at));
     if (type == "conv2d") {
       ASSIGN_OR_RETURN(std::string name, NameFor(layer, at, named_prefix, index_prefix, index));

@@ -7,17 +7,13 @@
 #include <utility>
 
 #include "proto/job_mapping.h"
+#include "server/workers/worker_registry.h"  // UnixMillis
 
 namespace tessera::server {
 namespace {
 
 bool Ended(v1::JobState state) {
   return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
-}
-
-int64_t NowUnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -70,7 +66,7 @@ void JobRetention::Start(std::chrono::milliseconds interval) {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();
-      Sweep(NowUnixMillis());
+      Sweep(UnixMillis());
       lock.lock();
       cv_.wait_for(lock, interval, [this] { return stop_; });
     }

@@ -13,22 +13,6 @@ namespace tessera::server {
 
 using sqlite::SqliteError;
 using sqlite::Statement;
-namespace {
-
-// Whether `file` is a checkpoint of `job_id` as CheckpointPath names them ("ID-round-N.ckpt"),
-// or one an interrupted write left ("ID-round-N.ckpt.tmp").
-bool IsCheckpointOf(const std::string& file, const std::string& job_id) {
-  const std::string prefix = job_id + "-round-";
-  if (file.compare(0, prefix.size(), prefix) != 0) return false;
-  size_t at = prefix.size();
-  const size_t digits = at;
-  while (at < file.size() && file[at] >= '0' && file[at] <= '9') ++at;
-  if (at == digits || at - digits > 10) return false;
-  const std::string rest = file.substr(at);
-  return rest == ".ckpt" || rest == ".ckpt.tmp";
-}
-
-}  // namespace
 
 Result<bool> SqliteStateStore::DeleteJob(const std::string& job_id) {
   if (!IsName(job_id, kMaxJobIdBytes)) {
@@ -40,7 +24,8 @@ Result<bool> SqliteStateStore::DeleteJob(const std::string& job_id) {
   std::vector<std::filesystem::path> files;
   std::error_code ec;
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (IsCheckpointOf(it->path().filename().string(), job_id)) files.push_back(it->path());
+    const auto file = ParseCheckpointFileName(it->path().filename().string());
+    if (file && file->job_id == job_id) files.push_back(it->path());
   }
   if (ec) return InternalError("delete job " + job_id + ": cannot list " + QuoteUntrusted(dir) + ": " + ec.message());
   for (const auto& file : files) {

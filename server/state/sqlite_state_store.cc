@@ -170,6 +170,25 @@ std::string SqliteStateStore::CheckpointPath(const std::string& job_id, uint32_t
   return state_dir_ + "/checkpoints/" + job_id + "-round-" + std::to_string(round) + ".ckpt";
 }
 
+std::optional<SqliteStateStore::CheckpointFileName> SqliteStateStore::ParseCheckpointFileName(const std::string& name) {
+  constexpr std::string_view kRound = "-round-", kExtension = ".ckpt", kTemporary = ".tmp";
+  CheckpointFileName file;
+  std::string_view rest(name);
+  file.temporary = rest.size() > kTemporary.size() && rest.substr(rest.size() - kTemporary.size()) == kTemporary;
+  if (file.temporary) rest.remove_suffix(kTemporary.size());
+  if (rest.size() < kExtension.size() || rest.substr(rest.size() - kExtension.size()) != kExtension) return std::nullopt;
+  rest.remove_suffix(kExtension.size());
+  const size_t at = rest.rfind(kRound);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = rest.substr(at + kRound.size());
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  file.job_id = std::string(rest.substr(0, at));
+  for (const char c : digits) file.round = file.round * 10 + static_cast<uint32_t>(c - '0');
+  return file;
+}
+
 namespace {
 
 // The number the next job takes on `db`: one past the largest stored, 1 for the first job.
@@ -425,16 +444,11 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
       leftover = true;  // an atomic write that never reached its rename
     } else {
-      const size_t at = name.rfind("-round-");
-      const size_t dot = name.rfind(".ckpt");
-      if (at == std::string::npos || dot == std::string::npos || dot + 5 != name.size() || dot <= at + 7) continue;
-      auto job = committed.find(name.substr(0, at));
+      const auto file = ParseCheckpointFileName(name);
+      if (!file) continue;
+      auto job = committed.find(file->job_id);
       if (job == committed.end()) continue;
-      uint64_t round = 0;
-      const std::string digits = name.substr(at + 7, dot - at - 7);
-      if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
-      round = std::stoull(digits);
-      const uint64_t newest = job->second;
+      const uint64_t round = file->round, newest = job->second;
       leftover = round > newest || (round > 0 && round + kKeptCheckpoints <= newest);
     }
     if (!leftover) continue;

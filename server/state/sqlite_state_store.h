@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -86,6 +87,15 @@ class SqliteStateStore final : public StateStore {
 
   // Where the checkpoint of `round` of `job_id` is kept.
   std::string CheckpointPath(const std::string& job_id, uint32_t round) const;
+  // A file name of the checkpoint directory read back: CheckpointPath's "JOB-round-R.ckpt"
+  // (JOB before the last "-round-", R of 1 to 9 digits), or a write of one left unfinished
+  // ("...ckpt.tmp", `temporary`); nullopt for any other name.
+  struct CheckpointFileName {
+    std::string job_id;
+    uint32_t round = 0;
+    bool temporary = false;
+  };
+  static std::optional<CheckpointFileName> ParseCheckpointFileName(const std::string& name);
 
  private:
   SqliteStateStore(std::string state_dir, sqlite3* writer);

@@ -12,6 +12,7 @@
 
 #include "server/state/sqlite_state_store.h"
 #include "server/state/sqlite_statement.h"
+#include "tests/server/edit_database.h"
 #include "tests/server/test_directory.h"
 
 namespace tessera::server {
@@ -23,15 +24,7 @@ class SqliteStateStoreRowsTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Runs `sql` on the store's database, as a hand edit would, with the store closed.
-  void EditDatabase(const char* sql) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open((dir_ / "coordinator.db").c_str(), &db), SQLITE_OK);
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-    EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
-    sqlite3_free(error);
-    sqlite3_close(db);
-  }
+  void EditDatabase(const char* sql) { ::tessera::server::EditDatabase(dir_, sql); }
 
   std::filesystem::path dir_;
 };

@@ -4,6 +4,7 @@
 // reads do not wait for a write, and see it once it returned. What every store does is in
 // state_store_conformance_test.cc.
 #include "server/state/sqlite_state_store.h"
+#include "tests/server/edit_database.h"
 #include "tests/server/test_directory.h"
 
 #include <gtest/gtest.h>
@@ -232,17 +233,6 @@ TEST_F(SqliteStateStoreTest, ARowThatDoesNotParseIsNamedAndHidesNoOtherJob) {
   auto removed = (*store)->RemoveLeftoverCheckpoints();
   ASSERT_TRUE(removed.ok()) << removed.status().ToString();
   EXPECT_TRUE(std::filesystem::exists(dir_ / "checkpoints" / "job-2-abc-round-7.ckpt"));
-}
-
-// Runs `sql` on the store's database, as a hand edit would, with the store closed.
-void EditDatabase(const std::filesystem::path& dir, const char* sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir / "coordinator.db").c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-  EXPECT_EQ(rc, SQLITE_OK) << (error ? error : "");
-  sqlite3_free(error);
-  sqlite3_close(db);
 }
 
 TEST_F(SqliteStateStoreTest, ASeatWhosePartyIsNotANumberIsDataLossNamingIt) {
