@@ -1,6 +1,7 @@
 #include "server/rpc/access_policy.h"
 
 #include <openssl/crypto.h>
+#include <openssl/sha.h>
 
 #include <cctype>
 #include <fstream>
@@ -13,8 +14,15 @@
 namespace tessera::server {
 namespace {
 
+// Compares the two secrets' SHA-256 digests in constant time: comparing the secrets
+// themselves would return early on a length mismatch, and so tell a caller who times its
+// attempts how long the token is.
 bool SecretEquals(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+  unsigned char da[SHA256_DIGEST_LENGTH];
+  unsigned char db[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
+  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
+  return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
 }
 
 Status CheckSecret(const std::string& what, const std::string& secret) {

@@ -52,6 +52,18 @@ TEST(AccessPolicyTest, OperatorsShowACertificateOrTheAdminToken) {
       << "no admin token is configured: none matches";
 }
 
+TEST(AccessPolicyTest, OnlyTheWholeTokenMatchesNotAPrefixOrAnExtensionOfIt) {
+  AccessPolicy policy({{"site-a", "token-of-site-a"}}, "the-admin-token", false);
+  for (const std::string token : {"token-of-site-", "token-of-site-a2", "token-of-site-b", "", "TOKEN-OF-SITE-A"}) {
+    EXPECT_EQ(policy.CheckJoin({}, "w1", token).status().code(), StatusCode::kPermissionDenied) << token;
+  }
+  for (const std::string header : {"Bearer the-admin-toke", "Bearer the-admin-tokens", "Bearer ", "the-admin-token"}) {
+    EXPECT_EQ(policy.CheckOperator({}, &header).code(), StatusCode::kPermissionDenied) << header;
+  }
+  const std::string good = "Bearer the-admin-token";
+  EXPECT_TRUE(policy.CheckOperator({}, &good).ok());
+}
+
 TEST(AccessPolicyTest, AJoinTokenFileHoldsOneTokenPerSite) {
   const auto dir = std::filesystem::temp_directory_path() / ("tessera-tokens-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
