@@ -295,17 +295,26 @@ async function loadJob(id) {
   renderTimeline(rounds);
 }
 
-// Server-sent events read with fetch (so that the Authorization header goes too).
+// Server-sent events read with fetch (so that the Authorization header goes too). A stream
+// that fails is asked for again after 1 s, then 2, 4... up to 30 s; one the server ended
+// with an error event (the job is gone, the caller's credential no longer holds), or that
+// was refused (401, 403), is not asked for again: the status line says why.
 async function follow(id) {
   if (streamAbort) streamAbort.abort();
   const abort = new AbortController();
   streamAbort = abort;
+  let wait = 1000;
   while (!abort.signal.aborted) {
     try {
       const headers = token() ? { Authorization: "Bearer " + token() } : {};
       const response = await fetch("/api/events?job=" + encodeURIComponent(id), { headers, signal: abort.signal });
+      if (response.status === 401 || response.status === 403) {
+        setStatus("events refused (" + response.status + "): " + (await response.text()).slice(0, 300));
+        return;
+      }
       if (!response.ok) throw new Error("events: " + response.status);
       setStatus("live");
+      wait = 1000;
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       let buffer = "";
@@ -324,6 +333,10 @@ async function follow(id) {
           } else if (/^event: end$/m.test(frame)) {
             setStatus("job ended");  // it changes no more: nothing left to follow
             return;
+          } else if (/^event: error$/m.test(frame)) {
+            const data = frame.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join(" ");
+            setStatus("events stopped: " + data.slice(0, 300));
+            return;
           }
         }
       }
@@ -331,7 +344,8 @@ async function follow(id) {
       if (abort.signal.aborted) return;
       setStatus("reconnecting…");
     }
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, wait));
+    wait = Math.min(wait * 2, 30000);
   }
 }
 

@@ -91,7 +91,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
     http.key_pem = options.tls.key_pem;
     http.client_ca_pem = options.tls.client_ca_pem;
   }
-  http.authorize = [c](const HttpRequest& request) -> Status {
+  const auto authorize = [c](const HttpRequest& request) -> Status {
     if (IsPublic(request.path)) return Status::Ok();
     if (request.client_certificate && c->revocation() != nullptr &&
         c->revocation()->Revoked(request.client_serial, nullptr)) {
@@ -106,6 +106,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
     std::string authorization = request.authorization.substr(0, 2048);
     return c->access().CheckOperator(peer, request.authorization.empty() ? nullptr : &authorization);
   };
+  http.authorize = authorize;
   for (const auto& asset : DashboardAssets()) {
     const DashboardAsset a = asset;
     http.routes.push_back({a.path, [a](const HttpRequest&) {
@@ -157,7 +158,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                          nullptr});
   // The job each time its state or committed rounds change; a comment line every 15 s
   // otherwise. The page then fetches /api/job for the rounds.
-  http.routes.push_back({"/api/events", nullptr, [c](const HttpRequest& request, const EventSender& send) {
+  http.routes.push_back({"/api/events", nullptr, [c, authorize](const HttpRequest& request, const EventSender& send) {
                            auto id = JobParam(request, "job");
                            if (!id.ok()) {
                              send("error", id.status().message());
@@ -165,6 +166,13 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                            }
                            std::string last;
                            for (;;) {
+                             // Asked again on every pass: a certificate revoked while its stream is
+                             // open loses the stream within one pass, as its next request would be
+                             // refused.
+                             if (Status allowed = authorize(request); !allowed.ok()) {
+                               send("error", allowed.message());
+                               return;
+                             }
                              // Without the last round's reports (about 640 bytes a client): the page
                              // reads the rounds from /api/job.
                              auto job = c->ListedJob(*id);

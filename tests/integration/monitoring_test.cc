@@ -1,7 +1,7 @@
 // The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
 // the JSON for operators only (certificate or admin token; a revoked certificate is refused),
-// a client that offers to resume its TLS session served with a full handshake, and metrics
-// that count what a real job did.
+// an event stream ends once its certificate is revoked, a client that offers to resume its TLS
+// session served with a full handshake, and metrics that count what a real job did.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <google/protobuf/struct.pb.h>
@@ -232,6 +232,38 @@ TEST_F(MonitoringTest, ARevokedOperatorIsRefusedHereAsOnTheGrpcPort) {
   auto token = Client()->Get("/metrics", {{"Authorization", std::string("Bearer ") + kAdminToken}});
   ASSERT_TRUE(token);
   EXPECT_EQ(token->status, 200) << "the admin token is not a certificate";
+}
+
+TEST_F(MonitoringTest, AnEventStreamEndsWhenItsCertificateIsRevoked) {
+  auto job = coordinator_->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok());
+  auto client = Client(operator_dir_);
+  std::string received;
+  bool revoked = false;
+  int after_revocation = 0;  // pieces read since: one every 250 ms while the stream runs
+  // The job waits for workers that never come: its stream would run on. Once the first event
+  // is in, the operator's certificate is revoked; the stream must then end with an error.
+  auto result = client->Get(("/api/events?job=" + job->id()).c_str(), [&](const char* data, size_t n) {
+    received.append(data, n);
+    if (!revoked && received.find("\n\n") != std::string::npos) {
+      auto crl = cli::RevokeCertificates(TestPki::Get().ca(), "", {TestPki::Get().OperatorTls().cert_pem},
+                                         static_cast<int64_t>(std::time(nullptr)));
+      EXPECT_TRUE(crl.ok()) << crl.status().ToString();
+      std::ofstream(crl_path_) << *crl;
+      revoked = true;
+    } else if (revoked) {
+      ++after_revocation;
+    }
+    return after_revocation < 40;
+  });
+  ASSERT_TRUE(result) << "the stream did not end after its certificate was revoked";
+  ASSERT_TRUE(revoked);
+  EXPECT_NE(received.find("event: error\ndata: the monitoring port refuses the caller's certificate (CN "
+                          "'test-operator'"),
+            std::string::npos)
+      << received.substr(0, 600);
+  EXPECT_EQ(received.find("event: end"), std::string::npos) << "the job did not end";
+  ASSERT_TRUE(coordinator_->CancelJob(job->id()).ok());
 }
 
 TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {

@@ -286,6 +286,19 @@ momentum = 0.9
   await sleep(300);  // let the last render settle
   await page.screenshot({ path: screenshotPath, fullPage: true });
   console.log("screenshot: " + screenshotPath);
+
+  // A stream the server ends with an error (a job that is not there) is not asked for again.
+  const eventRequests = [];
+  page.on("request", (request) => {
+    if (request.url().includes("/api/events?job=job-404-000000")) eventRequests.push(Date.now());
+  });
+  await page.evaluate(() => { follow("job-404-000000"); });
+  await waitFor(() => page.evaluate(() => document.getElementById("status").textContent.startsWith("events stopped: ")),
+                "the status line saying why the events stopped", 15000);
+  await sleep(3500);  // the page asked again every second before
+  const status = await page.evaluate(() => document.getElementById("status").textContent);
+  console.log(`after an error event: ${eventRequests.length} request(s); status "${status}"`);
+  expect(eventRequests.length === 1, `an event stream ended by an error was asked for ${eventRequests.length} times`);
   expect(consoleErrors.length === 0, "console errors:\n  " + consoleErrors.join("\n  "));
 }
 
