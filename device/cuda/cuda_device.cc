@@ -5,19 +5,25 @@
 namespace tessera {
 namespace {
 
+// Each call's errors are taken off the thread's last-error slot here: one left there would be
+// reported by the next kernel launch's check (CheckLaunch) as that launch's failure.
 DriverAllocator CudaAllocator(int device_index) {
   return DriverAllocator{[device_index](size_t bytes) -> void* {
                            void* address = nullptr;
-                           cudaSetDevice(device_index);
-                           if (cudaMalloc(&address, bytes) != cudaSuccess) {
-                             (void)cudaGetLastError();  // out of memory is reported by the pool
+                           // A device that cannot be made current gives no memory; the pool
+                           // reports the allocation as failed.
+                           if (cudaSetDevice(device_index) != cudaSuccess ||
+                               cudaMalloc(&address, bytes) != cudaSuccess) {
+                             (void)cudaGetLastError();
                              return nullptr;
                            }
                            return address;
                          },
                          [device_index](void* address, size_t) {
-                           cudaSetDevice(device_index);
-                           cudaFree(address);
+                           // cudaFree finds the pointer's device itself (unified addressing); the
+                           // current device only matters for its implicit synchronisation.
+                           if (cudaSetDevice(device_index) != cudaSuccess) (void)cudaGetLastError();
+                           if (cudaFree(address) != cudaSuccess) (void)cudaGetLastError();
                          }};
 }
 
