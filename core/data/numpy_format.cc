@@ -554,7 +554,9 @@ Result<std::string> EncodeNpz(const std::vector<NumpyArray>& arrays) {
     Put32(&directory, offset);
     directory += name;
   }
-  if (arrays.size() > 0xffff || out.size() + directory.size() + 22 >= 0xffffffffull) {
+  // 0xffff entries is the end record's mark for "see the zip64 record", which is not written:
+  // readers (ParseNpz among them) would look for it and refuse the archive.
+  if (arrays.size() >= 0xffff || out.size() + directory.size() + 22 >= 0xffffffffull) {
     return InvalidArgumentError("npz: too many arrays or bytes for an archive without zip64");
   }
   const auto dir_offset = static_cast<uint32_t>(out.size());

@@ -160,6 +160,28 @@ TEST(NumpyFormatTest, RefusesDamagedArchives) {
   EXPECT_NE(twice.status().message().find("twice"), std::string::npos);
 }
 
+// 65,534 arrays fit an archive without zip64 and read back; 65,535 is the count's zip64 mark,
+// so the encoder refuses it rather than write an archive that readers take for zip64.
+TEST(NumpyFormatTest, AnArchiveWithoutZip64HoldsAtMost65534ArraysAndReadsBack) {
+  std::vector<NumpyArray> arrays(65534);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    arrays[i].name = "a" + std::to_string(i);
+    arrays[i].dtype = "<f4";
+    arrays[i].shape = {1};
+    arrays[i].data.assign(4, '\0');
+  }
+  auto most = EncodeNpz(arrays);
+  ASSERT_TRUE(most.ok()) << most.status().ToString();
+  auto read = ParseNpz(*most, "most.npz");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->size(), 65534u);
+  arrays.push_back(arrays.back());
+  arrays.back().name = "one-more";
+  auto over = EncodeNpz(arrays);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().message(), "npz: too many arrays or bytes for an archive without zip64");
+}
+
 // A deflated member whose directory claims 3 GiB (under the 4 GiB default limit) but whose
 // data is a few hundred bytes is refused as damaged without setting 3 GiB aside first.
 TEST(NumpyFormatTest, ADeflatedMemberClaimingGigabytesIsRefusedWithoutAllocatingThem) {
