@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <new>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -421,6 +422,15 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
   }
   const int64_t features = static_cast<int64_t>(header.size()) - 1;
   auto values = std::make_shared<std::vector<float>>();
+  // A value takes at least two bytes of the file (a digit and a separator), so this many never
+  // grow the vector: no reallocation holds the old values and twice as many new ones at once.
+  // Reserved, not touched: pages are used as rows fill them.
+  try {
+    values->reserve(static_cast<size_t>(std::min<uint64_t>(kMaxCsvValues, (static_cast<uint64_t>(size) + 1) / 2)));
+  } catch (const std::bad_alloc&) {
+    return ResourceExhaustedError(path + ": cannot set memory aside for the values of a " + std::to_string(size) +
+                                  "-byte file");
+  }
   OpenSplit split;
   split.source = fs::path(path).filename().string();
   int64_t line_number = 1, count = 0;
@@ -434,6 +444,11 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
     if (fields.size() != header.size()) {
       return InvalidArgumentError(where + ": expected " + std::to_string(header.size()) + " fields as the header has, got " +
                                   (fields.size() > header.size() ? "more" : std::to_string(fields.size())));
+    }
+    // Refused before the row goes in, so that the vector never grows past the bound.
+    if (values->size() + static_cast<uint64_t>(features) > kMaxCsvValues) {
+      return InvalidArgumentError(where + ": more than " + std::to_string(kMaxCsvValues) +
+                                  " feature values in all (4 GiB as floats)");
     }
     for (size_t c = 0; c < fields.size(); ++c) {
       const std::string_view f = fields[c];
@@ -457,10 +472,6 @@ Result<OpenSplit> OpenCsv(const DataSource& source, bool train) {
       values->push_back(static_cast<float>(v));
     }
     ++count;
-    if (values->size() > kMaxCsvValues) {
-      return InvalidArgumentError(path + ": line " + std::to_string(line_number) + ": more than " +
-                                  std::to_string(kMaxCsvValues) + " feature values in all (4 GiB as floats)");
-    }
   }
   if (count == 0) return InvalidArgumentError(path + ": no samples after the header");
   split.shape = DataShape{static_cast<int>(features), 1, 1, count, -1};
