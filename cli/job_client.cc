@@ -275,6 +275,23 @@ Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job
   return Status::Ok();
 }
 
+Status DeleteCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  v1::DeleteJobResponse response;
+  RETURN_IF_ERROR(FromGrpc(stub.DeleteJob(&ctx, request, &response), "delete " + job_id));
+  if (print.json) {
+    out << wire::ToJson(response.job()) << "\n";
+  } else {
+    out << "deleted " << job_id << " (it had ended " << wire::JobStateName(response.job().state()) << " after "
+        << response.job().rounds_committed() << " committed rounds): its record, rounds and kept models are gone\n";
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 // The job with its committed rounds, and those of them to show: every one, or `round` alone.

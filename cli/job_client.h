@@ -32,6 +32,9 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
                      const PrintOptions& print = {});
 Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print = {});
+// Deletes an ended job for good: its record, round records and kept checkpoints.
+Status DeleteCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
+                     const PrintOptions& print = {});
 
 // Every worker of each committed round (or of round `round` alone): its outcome, samples,
 // download, compute and upload times, its update's and model's bytes, the slowest reporting worker marked as the round's

@@ -101,6 +101,8 @@ const std::vector<Command>& Commands() {
                        "by phase, KiB on the wire), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts", {"json"}, true},
       {"cancel", "JOB", "cancel a running job", {"json"}, true},
+      {"delete", "JOB", "delete an ended job for good: its record, its rounds and its kept models\n"
+                        "(the newest job is kept, so that job numbers are never given twice)", {"json"}, true},
       {"workers", "[forget NAME]", "the workers sending heartbeats: state, when last seen, rounds, device\n"
                       "(--all: also those that stopped). `forget NAME` forgets a worker gone for\n"
                       "good: it no longer counts toward the coordinator's --max-workers and its\n"
@@ -451,6 +453,10 @@ int main(int argc, char** argv) {
     if (!need_arguments(1, "one argument, the job id")) return 2;
     if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::CancelCommand(*stub, args[1], std::cout, print);
+  } else if (command == "delete") {
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
+    result = cli::DeleteCommand(*stub, args[1], std::cout, print);
   } else if (command == "workers") {
     if (args.size() >= 2 && args[1] == "forget") {
       if (!need_arguments(2, "forget and one argument, the worker's name")) return 2;

@@ -143,9 +143,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
     Coordinator* self = c.get();
     c->retention_ = std::make_unique<JobRetention>(c->store_.get(), c->options_.ended_job_retention,
                                                    [self](const ExpiredJob& job) {
-                                                     std::lock_guard<std::mutex> lock(self->mu_);
-                                                     uint64_t& count = self->ended_[job.state];
-                                                     if (count > 0) --count;
+                                                     self->ForgetDeletedJob(job.id, job.state);
                                                    });
     c->retention_->Start(c->options_.retention_sweep_interval);
   }
@@ -414,6 +412,45 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
                                    " before the cancel took effect");
   }
   return now;
+}
+
+Result<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
+  RETURN_IF_ERROR(Accepting("deletion of job " + job_id));
+  auto runner = Runner(job_id);
+  if (runner && !runner->finished()) {
+    return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(runner->state()) +
+                                   "; only an ended job can be deleted (cancel it first: tessera cancel " + job_id + ")");
+  }
+  ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+  const v1::JobState state = job.state();
+  if (state != v1::JOB_SUCCEEDED && state != v1::JOB_FAILED && state != v1::JOB_CANCELLED) {
+    return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(state) +
+                                   "; only an ended job can be deleted (cancel it first: tessera cancel " + job_id + ")");
+  }
+  ASSIGN_OR_RETURN(StateStore::JobList newest, store_->ListNewestJobs(1));
+  if (!newest.jobs.empty() && newest.jobs.back().id() == job_id) {
+    return FailedPreconditionError("job " + job_id +
+                                   " is the newest job: it is kept so that its number is not given to another job; "
+                                   "it can be deleted once a newer job is submitted");
+  }
+  ASSIGN_OR_RETURN(bool deleted, store_->DeleteJob(job_id));
+  if (!deleted) return NotFoundError("job " + job_id + " was deleted meanwhile");
+  ForgetDeletedJob(job_id, state);
+  spdlog::info("job {} deleted by an operator: it had ended {} after {} committed rounds", job_id,
+               wire::JobStateName(state), job.rounds_committed());
+  return job;
+}
+
+void Coordinator::ForgetDeletedJob(const std::string& job_id, v1::JobState state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = runners_.find(job_id);
+  if (it != runners_.end() && it->second->finished()) {
+    runners_.erase(it);  // it was counted as its runner, not in ended_
+    RetireJob(job_id);
+    return;
+  }
+  uint64_t& count = ended_[state];
+  if (count > 0) --count;
 }
 
 Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round,

@@ -118,6 +118,11 @@ class Coordinator {
   // Records the cancel durably, then tells the job's runner: once this returns Ok, the job
   // ends CANCELLED, also if the coordinator is killed first (it ends at the next start).
   Result<v1::Job> CancelJob(const std::string& job_id);
+  // Deletes a job that ended (tessera delete): StateStore::DeleteJob, then its runner, metrics
+  // and count. The job as last stored. FAILED_PRECONDITION while it is pending or running, and
+  // for the newest job (the next job takes one past the largest number stored); NOT_FOUND for
+  // an unknown job.
+  Result<v1::Job> DeleteJob(const std::string& job_id);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round,
                                                   size_t max_bytes = SIZE_MAX);
   // The job and a page of its committed rounds from `from_round`: at most `page_bytes` in
@@ -157,6 +162,10 @@ class Coordinator {
   // Ok between the end of ResumeJobs and the start of Shutdown; UNAVAILABLE naming `what`
   // otherwise.
   Status Accepting(const std::string& what);
+  // After a job's deletion from the store (by DeleteJob or the retention): its ended runner,
+  // if this process still holds it, is dropped with its metrics; otherwise the count of jobs
+  // ended in `state` loses it.
+  void ForgetDeletedJob(const std::string& job_id, v1::JobState state);
 
   CoordinatorOptions options_;
   std::unique_ptr<LockFile> state_lock_;  // held for the coordinator's whole life

@@ -374,6 +374,16 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     return grpc::Status::OK;
   }
 
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse* response) override {
+    if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
+    if (Status s = CheckJobId("delete job", request->job_id()); !s.ok()) return ToGrpc(s);
+    auto job = c_->DeleteJob(request->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    *response->mutable_job() = std::move(*job);
+    return grpc::Status::OK;
+  }
+
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* ctx,
                                                    const v1::WatchJobRequest* request) override {
     return new WatchJobReactor(c_, ctx, *request, CheckOperator(ctx));

@@ -66,6 +66,7 @@ class ScriptedStub final : public v1::JobService::StubInterface {
   grpc::Status CancelJob(grpc::ClientContext*, const v1::CancelJobRequest&, v1::CancelJobResponse*) override { return Unimplemented(); }
   grpc::Status ListWorkers(grpc::ClientContext*, const v1::ListWorkersRequest&, v1::ListWorkersResponse*) override { return Unimplemented(); }
   grpc::Status ForgetWorker(grpc::ClientContext*, const v1::ForgetWorkerRequest&, v1::ForgetWorkerResponse*) override { return Unimplemented(); }
+  grpc::Status DeleteJob(grpc::ClientContext*, const v1::DeleteJobRequest&, v1::DeleteJobResponse*) override { return Unimplemented(); }
 
  private:
   template <typename T>
@@ -92,6 +93,8 @@ class ScriptedStub final : public v1::JobService::StubInterface {
   Streamed<v1::ModelChunkMessage>* PrepareAsyncExportModelRaw(Ctx*, const v1::ExportModelRequest&, Cq*) override { return nullptr; }
   Unary<v1::ForgetWorkerResponse>* AsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
   Unary<v1::ForgetWorkerResponse>* PrepareAsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
+  Unary<v1::DeleteJobResponse>* AsyncDeleteJobRaw(Ctx*, const v1::DeleteJobRequest&, Cq*) override { return nullptr; }
+  Unary<v1::DeleteJobResponse>* PrepareAsyncDeleteJobRaw(Ctx*, const v1::DeleteJobRequest&, Cq*) override { return nullptr; }
 };
 
 // Round `n` of a job, its latencies made from n, with `workers` reports of `outcome_bytes` each.

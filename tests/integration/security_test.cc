@@ -8,6 +8,7 @@
 
 #include <ctime>
 #include <sstream>
+#include <thread>
 #include <fstream>
 #include <sys/stat.h>
 
@@ -389,6 +390,41 @@ TEST_F(TokenSecurityTest, TheJobServiceNeedsTheAdminToken) {
   EXPECT_EQ(wrong.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(wrong.error_message(), "the job service refused the call: its admin token does not match the coordinator's");
   EXPECT_TRUE(list("the-admin-token").ok());
+}
+
+// `tessera delete` through the job service: an operator's call only; an ended job that is not
+// the newest goes, a running one and the newest stay.
+TEST_F(TokenSecurityTest, AnOperatorDeletesAnEndedJobThatIsNotTheNewest) {
+  auto coordinator = server::Coordinator::Start(Options());
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const std::string address = "127.0.0.1:" + std::to_string((*coordinator)->port());
+  auto first = (*coordinator)->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = (*coordinator)->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  auto stub = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying("the-admin-token")));
+  std::ostringstream out;
+  Status running = cli::DeleteCommand(*stub, first->id(), out);
+  EXPECT_EQ(running.code(), StatusCode::kFailedPrecondition) << running.ToString();
+  EXPECT_NE(running.message().find("only an ended job can be deleted"), std::string::npos) << running.ToString();
+  ASSERT_TRUE((*coordinator)->CancelJob(first->id()).ok());
+  ASSERT_TRUE((*coordinator)->CancelJob(second->id()).ok());
+  for (int i = 0; i < 500 && (*coordinator)->GetJob(first->id())->state() != v1::JOB_CANCELLED; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto refused = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying("token-of-site-a")));
+  EXPECT_EQ(cli::DeleteCommand(*refused, first->id(), out).code(), StatusCode::kPermissionDenied)
+      << "a join token is no operator's credential";
+  Status deleted = cli::DeleteCommand(*stub, first->id(), out);
+  ASSERT_TRUE(deleted.ok()) << deleted.ToString();
+  EXPECT_EQ(out.str(), "deleted " + first->id() +
+                           " (it had ended cancelled after 0 committed rounds): its record, rounds and kept models are "
+                           "gone\n");
+  EXPECT_EQ((*coordinator)->GetJob(first->id()).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(cli::DeleteCommand(*stub, first->id(), out).code(), StatusCode::kNotFound);
+  Status newest = cli::DeleteCommand(*stub, second->id(), out);
+  EXPECT_EQ(newest.code(), StatusCode::kFailedPrecondition) << newest.ToString();
+  EXPECT_NE(newest.message().find("is the newest job"), std::string::npos) << newest.ToString();
 }
 
 TEST(TransportSecurityTest, PlaintextIsRefusedOffLoopbackUnlessForced) {

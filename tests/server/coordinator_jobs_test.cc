@@ -1,6 +1,7 @@
 // A coordinator's jobs across its own restarts and shutdown: a cancel answered Ok is never
 // lost, a stored row that cannot be read stops no other job, no job starts once shutdown has
-// begun, and the lists and the job counts come from memory and stay bounded.
+// begun, the lists and the job counts come from memory and stay bounded, and only an ended job
+// that is not the newest is deleted.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -177,6 +178,52 @@ TEST_F(CoordinatorJobsTest, ACancelAfterShutdownBeganIsRefusedAndAnEndedJobsIsNa
   (*c)->Shutdown();
   auto late = (*c)->CancelJob("job-1-aaa");
   EXPECT_EQ(late.status().code(), StatusCode::kUnavailable) << late.status().ToString();
+}
+
+TEST_F(CoordinatorJobsTest, OnlyAnEndedJobThatIsNotTheNewestIsDeletedAndItsCountGoesWithIt) {
+  Store({StoredJob("job-1-aaa", v1::JOB_SUCCEEDED), StoredJob("job-2-bbb", v1::JOB_PENDING),
+         StoredJob("job-3-ccc", v1::JOB_PENDING)});
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // Running (it waits for workers): refused, and it runs on.
+  auto running = (*c)->DeleteJob("job-2-bbb");
+  EXPECT_EQ(running.status().code(), StatusCode::kFailedPrecondition) << running.status().ToString();
+  EXPECT_NE(running.status().message().find("only an ended job can be deleted (cancel it first: tessera cancel "
+                                            "job-2-bbb)"),
+            std::string::npos)
+      << running.status().ToString();
+  // Ended before this start: deleted, and no longer counted.
+  auto deleted = (*c)->DeleteJob("job-1-aaa");
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(deleted->state(), v1::JOB_SUCCEEDED);
+  EXPECT_EQ((*c)->GetJob("job-1-aaa").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*c)->DeleteJob("job-1-aaa").status().code(), StatusCode::kNotFound);
+  auto counts = (*c)->JobCounts();
+  EXPECT_EQ(counts.count(v1::JOB_SUCCEEDED) ? counts.at(v1::JOB_SUCCEEDED) : 0u, 0u);
+  // Ended in this process, its runner still held: the runner goes with the job.
+  ASSERT_TRUE((*c)->CancelJob("job-2-bbb").ok());
+  ASSERT_EQ(AwaitState(**c, "job-2-bbb", v1::JOB_CANCELLED).state(), v1::JOB_CANCELLED);
+  ASSERT_NE((*c)->Runner("job-2-bbb"), nullptr);
+  ASSERT_TRUE((*c)->DeleteJob("job-2-bbb").ok());
+  EXPECT_EQ((*c)->Runner("job-2-bbb"), nullptr);
+  EXPECT_EQ((*c)->GetJob("job-2-bbb").status().code(), StatusCode::kNotFound);
+  counts = (*c)->JobCounts();
+  EXPECT_EQ(counts.count(v1::JOB_CANCELLED) ? counts.at(v1::JOB_CANCELLED) : 0u, 0u);
+  // The newest is kept, ended or not.
+  ASSERT_TRUE((*c)->CancelJob("job-3-ccc").ok());
+  ASSERT_EQ(AwaitState(**c, "job-3-ccc", v1::JOB_CANCELLED).state(), v1::JOB_CANCELLED);
+  auto newest = (*c)->DeleteJob("job-3-ccc");
+  EXPECT_EQ(newest.status().code(), StatusCode::kFailedPrecondition) << newest.status().ToString();
+  EXPECT_NE(newest.status().message().find("is the newest job"), std::string::npos) << newest.status().ToString();
+  EXPECT_TRUE((*c)->GetJob("job-3-ccc").ok());
+  // After a restart, the deleted jobs stay deleted.
+  (*c)->Shutdown();
+  c->reset();
+  auto again = Coordinator::Start(Options());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->GetJob("job-1-aaa").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*again)->GetJob("job-2-bbb").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ((*again)->JobCounts().at(v1::JOB_CANCELLED), 1u);
 }
 
 TEST_F(CoordinatorJobsTest, TheJobsReplyListsTheNewestWithinItsBoundsAndCountsTheRest) {
