@@ -16,6 +16,8 @@
 #include <limits>
 #include <thread>
 
+#include "base/escape.h"
+
 namespace tessera::collectives {
 namespace {
 
@@ -199,13 +201,16 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   const std::string service = std::to_string(port);
+  // The host may be what a peer published (a p2p rank's address in the store): shown escaped
+  // and bounded.
+  const std::string shown = EscapeUntrusted(host, 256);
   std::string last_error;
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
     addrinfo* found = nullptr;
     const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
     if (rc != 0) {
-      last_error = std::string("cannot resolve '") + host + "': " + ::gai_strerror(rc);
+      last_error = "cannot resolve '" + shown + "': " + ::gai_strerror(rc);
     } else {
       for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
         TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
@@ -222,7 +227,7 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
         }
         if (connected.code() == StatusCode::kDeadlineExceeded) {
           ::freeaddrinfo(found);
-          return DeadlineExceededError("could not connect to " + who + " at " + host + ":" + service +
+          return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" + service +
                                        " before the deadline (" + connected.message() + ")");
         }
         last_error = connected.message();
@@ -230,7 +235,7 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
       ::freeaddrinfo(found);
     }
     if (std::chrono::steady_clock::now() + backoff >= deadline) {
-      return DeadlineExceededError("could not connect to " + who + " at " + host + ":" +
+      return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" +
                                    service + " before the deadline (" + last_error + ")");
     }
     std::this_thread::sleep_for(backoff);
@@ -241,7 +246,7 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
 Result<std::pair<std::string, int>> ParseHostPort(const std::string& text) {
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon + 1 == text.size()) {
-    return InvalidArgumentError("expected host:port, got '" + text + "'");
+    return InvalidArgumentError("expected host:port, got " + QuoteUntrusted(text, 256));
   }
   std::string host = text.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -252,7 +257,7 @@ Result<std::pair<std::string, int>> ParseHostPort(const std::string& text) {
   const char* last = text.data() + text.size();
   const auto [end, error] = std::from_chars(first, last, port);
   if (error != std::errc() || end != last || port < 0 || port > 65535) {
-    return InvalidArgumentError("expected a port number in [0, 65535] in '" + text + "'");
+    return InvalidArgumentError("expected a port number in [0, 65535] in " + QuoteUntrusted(text, 256));
   }
   return std::make_pair(host, port);
 }

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/escape.h"
+
 namespace tessera::collectives {
 namespace {
 
@@ -36,8 +38,14 @@ Status ConnectToLower(const TcpMeshOptions& options, Store& store, int peer, Dea
   auto address = store.Get("p2p/addr/" + std::to_string(peer),
                            std::chrono::milliseconds(MillisecondsLeft(deadline)));
   if (!address.ok()) return address.status().WithContext("waiting for the address of " + who);
-  ASSIGN_OR_RETURN(auto host_port, ParseHostPort(*address));
-  ASSIGN_OR_RETURN(*socket, ConnectTcp(host_port.first, host_port.second, deadline, who));
+  // What the store holds is anyone's to write: the address is shown escaped and bounded.
+  const std::string shown = QuoteUntrusted(*address, 256);
+  auto host_port = ParseHostPort(*address);
+  if (!host_port.ok()) {
+    return InvalidArgumentError("the address " + who + " published is not host:port: " +
+                                host_port.status().message());
+  }
+  ASSIGN_OR_RETURN(*socket, ConnectTcp(host_port->first, host_port->second, deadline, who));
   Hello hello{kHelloMagic, kProtocolVersion, options.rank, peer, options.size,
               static_cast<uint32_t>(options.cohort.size())};
   RETURN_IF_ERROR(socket->SendAll(&hello, sizeof(hello), deadline, who));
@@ -47,13 +55,13 @@ Status ConnectToLower(const TcpMeshOptions& options, Store& store, int peer, Dea
   switch (reply) {
     case kAccepted: return Status::Ok();
     case kWrongCohort:
-      return FailedPreconditionError(who + " at " + *address + " belongs to another cohort than '" +
+      return FailedPreconditionError(who + " at " + shown + " belongs to another cohort than '" +
                                      options.cohort + "'");
     case kWrongSize:
-      return FailedPreconditionError(who + " at " + *address + " expects a different rank count than " +
+      return FailedPreconditionError(who + " at " + shown + " expects a different rank count than " +
                                      std::to_string(options.size));
     default:
-      return FailedPreconditionError(who + " at " + *address + " refused rank " +
+      return FailedPreconditionError(who + " at " + shown + " refused rank " +
                                      std::to_string(options.rank));
   }
 }

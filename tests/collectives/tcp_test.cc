@@ -9,6 +9,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -93,6 +94,26 @@ TEST(ParseHostPortTest, APortThatIsNotANumberInRangeIsInvalid) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->first, "::1");
   EXPECT_EQ(parsed->second, 8080);
+}
+
+// A rank's address comes from the store, which anyone who reaches it may write: an error that
+// quotes it shows it escaped and bounded, whether it is not host:port or does not resolve.
+TEST(TcpMeshTest, AnAddressFromTheStoreIsQuotedEscapedAndBoundedInErrors) {
+  const std::string huge(100000, 'a');
+  for (const std::string& address : {"\x1b[2J" + huge + ":port", "\x1b[2J" + huge + ":1"}) {
+    HashStore store;
+    ASSERT_TRUE(store.Set("p2p/addr/0", address).ok());
+    TcpMeshOptions options;
+    options.rank = 1;
+    options.size = 2;
+    options.connect_timeout = milliseconds(200);
+    auto mesh = TcpMesh::Connect(options, store);
+    ASSERT_FALSE(mesh.ok());
+    const std::string& message = mesh.status().message();
+    EXPECT_LT(message.size(), 2000u) << message.substr(0, 300);
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message.substr(0, 300);
+    EXPECT_NE(message.find("\\x1b[2Jaaaa"), std::string::npos) << message.substr(0, 300);
+  }
 }
 
 TEST(TcpMeshTest, ConnectionsThatNeverFinishAHelloDoNotHoldUpTheRendezvous) {
