@@ -98,6 +98,12 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::Connect(const TcpMeshOptions& options,
     return InvalidArgumentError("p2p: rank " + std::to_string(options.rank) +
                                 " out of range for size " + std::to_string(options.size));
   }
+  // A longer one would be sent, and every peer would drop the connection as a stranger's.
+  if (options.cohort.size() > kMaxCohortBytes) {
+    return InvalidArgumentError("p2p: the cohort identifier (the communicator's prefix) is " +
+                                std::to_string(options.cohort.size()) + " bytes, over the limit of " +
+                                std::to_string(kMaxCohortBytes));
+  }
   std::unique_ptr<TcpMesh> mesh(new TcpMesh(options.rank, options.size));
   if (options.size == 1) return mesh;
   const Deadline deadline = Clock::now() + options.connect_timeout;

@@ -34,7 +34,7 @@ namespace tessera::collectives {
 struct TcpMeshOptions {
   int rank = 0;
   int size = 1;
-  std::string cohort = "tessera";          // identity checked in the handshake
+  std::string cohort = "tessera";          // identity checked in the handshake; <= 4096 bytes
   std::string bind_address = "127.0.0.1";  // must be reachable by the peers
   // SO_SNDBUF/SO_RCVBUF; 0 (the default) keeps the kernel's autotuning, which measured
   // faster on loopback than fixed 1 or 4 MiB buffers.

@@ -116,6 +116,24 @@ TEST(TcpMeshTest, AnAddressFromTheStoreIsQuotedEscapedAndBoundedInErrors) {
   }
 }
 
+// The hello carries the cohort in at most 4096 bytes; a longer one is refused at once rather
+// than sent to peers that drop it as a stranger's.
+TEST(TcpMeshTest, ACohortOverTheHelloLimitIsRefusedBeforeConnecting) {
+  HashStore store;
+  TcpMeshOptions options;
+  options.size = 2;
+  options.cohort = std::string(4097, 'c');
+  options.connect_timeout = milliseconds(1000);
+  auto mesh = TcpMesh::Connect(options, store);
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_EQ(mesh.status().code(), StatusCode::kInvalidArgument) << mesh.status().ToString();
+  EXPECT_NE(mesh.status().message().find("4097 bytes, over the limit of 4096"), std::string::npos)
+      << mesh.status().ToString();
+  options.cohort = std::string(4096, 'c');
+  options.size = 1;
+  EXPECT_TRUE(TcpMesh::Connect(options, store).ok());
+}
+
 TEST(TcpMeshTest, ConnectionsThatNeverFinishAHelloDoNotHoldUpTheRendezvous) {
   auto store = std::make_shared<HashStore>();
   TcpMeshOptions options;
