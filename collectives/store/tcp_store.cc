@@ -27,6 +27,11 @@ constexpr size_t kFieldStepBytes = 1u << 20;
 // Shutdown() is what ends that wait when the server stops.
 constexpr auto kNoIdleLimit = std::chrono::hours(24 * 365);
 const std::string kClient = "store client";
+// The longest a client's round trip may take, and the least a Get's may have: a Get whose time
+// is up still asks once (Store::Wait's later keys), and a round trip cut short closes the
+// connection.
+constexpr auto kRoundTripLimit = std::chrono::seconds(60);
+constexpr auto kRoundTripFloor = std::chrono::seconds(1);
 
 // A client whose host died (or whose network went) without closing the connection is noticed
 // by keepalive probes: after a minute of silence, six probes ten seconds apart.
@@ -297,14 +302,15 @@ Result<std::shared_ptr<TcpStore>> TcpStore::Connect(const std::string& host, int
 }
 
 Result<std::pair<uint8_t, std::string>> TcpStore::Call(uint8_t command, const std::string& key,
-                                                       const std::string& value) {
+                                                       const std::string& value,
+                                                       std::chrono::steady_clock::time_point deadline) {
   if (key.size() > kMaxFieldBytes || value.size() > kMaxFieldBytes) {
     return InvalidArgumentError("store key " + QuoteUntrusted(key) + ": a key or value of " +
                                 std::to_string(std::max(key.size(), value.size())) +
                                 " bytes is over the limit of " + std::to_string(kMaxFieldBytes));
   }
   // A store round trip is short; a server that does not answer in this long is gone.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  deadline = std::min(deadline, std::chrono::steady_clock::now() + kRoundTripLimit);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!socket_.valid()) {
     return UnavailableError(where_ + ": the connection was closed after an earlier error");
@@ -360,7 +366,7 @@ Status TcpStore::Busy(const std::string& reason) const {
 }
 
 Status TcpStore::Set(const std::string& key, const std::string& value) {
-  ASSIGN_OR_RETURN(auto reply, Call(kSet, key, value));
+  ASSIGN_OR_RETURN(auto reply, Call(kSet, key, value, std::chrono::steady_clock::now() + kRoundTripLimit));
   if (reply.first == kError) return Refused(reply.second);
   return Status::Ok();
 }
@@ -369,9 +375,16 @@ Result<std::string> TcpStore::Get(const std::string& key, std::chrono::milliseco
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
-    ASSIGN_OR_RETURN(auto reply, Call(kGet, key, ""));
-    if (reply.first == kOk) return std::move(reply.second);
-    if (reply.first == kError) return Refused(reply.second);
+    // A server that does not answer makes the Get fail at its timeout, not at the round
+    // trip's own limit.
+    auto reply = Call(kGet, key, "", std::max(deadline, std::chrono::steady_clock::now() + kRoundTripFloor));
+    if (!reply.ok() && reply.status().code() == StatusCode::kDeadlineExceeded) {
+      return DeadlineExceededError("store key " + QuoteUntrusted(key, 256) + " not set within " +
+                                   std::to_string(timeout.count()) + " ms: " + reply.status().message());
+    }
+    if (!reply.ok()) return reply.status();
+    if (reply->first == kOk) return std::move(reply->second);
+    if (reply->first == kError) return Refused(reply->second);
     if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError("store key " + QuoteUntrusted(key, 256) + " not set within " +
                                    std::to_string(timeout.count()) + " ms (" + where_ + ")");
@@ -382,7 +395,8 @@ Result<std::string> TcpStore::Get(const std::string& key, std::chrono::milliseco
 }
 
 Result<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
-  ASSIGN_OR_RETURN(auto reply, Call(kAdd, key, std::to_string(delta)));
+  ASSIGN_OR_RETURN(auto reply,
+                   Call(kAdd, key, std::to_string(delta), std::chrono::steady_clock::now() + kRoundTripLimit));
   if (reply.first == kError) return Refused(reply.second);
   Result<int64_t> value = ParseCounter(reply.second, where_ + "'s answer to add on '" + key + "'");
   if (!value.ok()) return DataLossError(value.status().message());

@@ -16,7 +16,10 @@
 // INVALID_ARGUMENT). The server drops a connection that sends an unknown command or an
 // oversized field. A client call that fails part way (I/O error, deadline, malformed reply)
 // closes the client's connection, and every later call on it is UNAVAILABLE.
-// Get waits on the client side by polling (1 to 20 ms backoff) until the deadline.
+// Get waits on the client side by polling (1 to 20 ms backoff) until the deadline; each of its
+// round trips ends at that deadline too, but has at least 1 s (so that a Get with no time left
+// still asks once), and a server that does not answer in time makes the Get DEADLINE_EXCEEDED
+// naming the key and the timeout. Set and Add give a round trip 60 s.
 //
 // Connections are bounded (TcpStoreServerOptions): at most max_connections at once; one
 // beyond is answered "busy" with the limit as the value and closed (the client's call is
@@ -125,10 +128,11 @@ class TcpStore final : public Store {
  private:
   TcpStore(TcpSocket socket, std::string where)
       : socket_(std::move(socket)), where_(std::move(where)) {}
-  // One request/response round trip; returns {code, value}. Closes the connection when the
-  // round trip fails part way.
+  // One request/response round trip, ending at `deadline` or 60 s from now, whichever comes
+  // first; returns {code, value}. Closes the connection when the round trip fails part way.
   Result<std::pair<uint8_t, std::string>> Call(uint8_t command, const std::string& key,
-                                               const std::string& value);
+                                               const std::string& value,
+                                               std::chrono::steady_clock::time_point deadline);
   Result<std::pair<uint8_t, std::string>> RoundTrip(uint8_t command, const std::string& key,
                                                     const std::string& value,
                                                     std::chrono::steady_clock::time_point deadline);

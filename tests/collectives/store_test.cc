@@ -405,6 +405,32 @@ TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBy
   fake.join();
 }
 
+// A server that takes the request and never answers: Get fails at its own timeout, naming the
+// key, not at the round trip's 60 s limit; the connection is closed after the cut-short trip.
+TEST(TcpStoreTest, GetFromAServerThatNeverAnswersEndsAtTheGetsTimeout) {
+  auto listening = ListenTcp("127.0.0.1", 0, 4);
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  std::thread silent([&listener = listening->first] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    auto connection = AcceptTcp(listener, deadline);
+    if (!connection.ok()) return;
+    char drain[64];
+    while (connection->RecvAll(drain, 1, deadline, "client").ok()) {
+    }
+  });
+  auto client = TcpStore::Connect("127.0.0.1", listening->second, milliseconds(5000));
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto value = (*client)->Get("rendezvous/key", milliseconds(300));
+  ASSERT_FALSE(value.ok());
+  EXPECT_EQ(value.status().code(), StatusCode::kDeadlineExceeded) << value.status().ToString();
+  EXPECT_NE(value.status().message().find("store key 'rendezvous/key' not set within 300 ms"), std::string::npos)
+      << value.status().ToString();
+  auto later = (*client)->Set("k", "v");
+  EXPECT_EQ(later.code(), StatusCode::kUnavailable) << later.ToString();
+  client->reset();
+  silent.join();
+}
+
 // A rank that holds the file store's lock for good (stopped, hung) does not hang the others:
 // Add gives up at the store's lock timeout, naming the lock file and the timeout.
 TEST(FileStoreTest, AddGivesUpOnALockHeldElsewhereNamingTheLockFile) {
