@@ -2,8 +2,12 @@
 // sum allreduce over loopback, ranks as forked processes.
 //
 //   tessera bench collectives [--ranks 2,4] [--backends p2p,gloo] [--min-bytes 4096]
-//                     [--max-bytes 67108864] [--repeat 1] [--no-verify] [--tcp-ceiling]
+//                     [--max-bytes 67108864] [--repeat 1] [--no-verify]
+//   tessera bench collectives --tcp-ceiling [--json]
 //   mpirun -np 2 bench_collectives --store-dir DIR [--backends mpi,p2p] [--max-bytes 4096]
+//
+// Sizes are multiples of 4 bytes (float32 elements). A flag that does not apply to the mode
+// it is given in (--repeat under mpirun, a sweep flag with --tcp-ceiling) is an error.
 //
 // For each size: 10 warm-up iterations (fewer for the largest sizes), then timed ones; the
 // reported time is the mean over timed iterations of the slowest rank, with rank 0's P95.
@@ -333,8 +337,8 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   FlagSet flags;
   flags.String("ranks", &ranks, "rank counts to run, comma-separated (1 to 64 each)");
   flags.String("backends", &backends, "backends to run, comma-separated (p2p, gloo, mpi, nccl)");
-  flags.Int("min-bytes", &min_bytes, "the smallest message, bytes (sizes grow by four)", IntRange{4, int64_t{1} << 30});
-  flags.Int("max-bytes", &max_bytes, "the largest message, bytes", IntRange{4, int64_t{1} << 30});
+  flags.Int("min-bytes", &min_bytes, "the smallest message, bytes, a multiple of 4 (sizes grow by four)", IntRange{4, int64_t{1} << 30});
+  flags.Int("max-bytes", &max_bytes, "the largest message, bytes, a multiple of 4", IntRange{4, int64_t{1} << 30});
   flags.Int("repeat", &repeat, "sweeps, backends interleaved within each; medians over them", IntRange{1, 100});
   flags.Bool("no-verify", &no_verify, "gloo, mpi, nccl: skip the per-call agreement check, to measure its cost");
   flags.Bool("tcp-ceiling", &options.tcp_ceiling, "measure one loopback TCP stream's bandwidth instead");
@@ -355,6 +359,16 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   if (!flags.positional().empty()) {
     std::fprintf(stderr, "tessera bench collectives: takes no arguments, only flags (see --help)\n");
     return 2;
+  }
+  // Messages are float32 elements: a size that is not a multiple of four would move fewer
+  // bytes than its row reports.
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"min-bytes", min_bytes},
+                                    std::pair<const char*, int64_t>{"max-bytes", max_bytes}}) {
+    if (value % 4 != 0) {
+      std::fprintf(stderr, "tessera bench collectives: flag --%s: expected a multiple of 4 (float32 elements), got %lld\n",
+                   name, static_cast<long long>(value));
+      return 2;
+    }
   }
   if (min_bytes > max_bytes) {
     std::fprintf(stderr, "tessera bench collectives: flag --min-bytes: expected at most --max-bytes (%lld), got %lld\n",
@@ -388,7 +402,17 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
   options.max_bytes = static_cast<size_t>(max_bytes);
   options.repeat = static_cast<int>(repeat);
   options.verify_calls = !no_verify;
-  if (options.tcp_ceiling) return MeasureTcpCeiling(options.json);
+  if (options.tcp_ceiling) {
+    // One TCP stream between two processes: no sweep, so the sweep's flags would be ignored.
+    for (const char* sweep : {"ranks", "backends", "min-bytes", "max-bytes", "repeat", "no-verify", "store-dir"}) {
+      if (flags.WasGiven(sweep)) {
+        std::fprintf(stderr, "tessera bench collectives: --%s does not apply to --tcp-ceiling, which measures one "
+                             "loopback TCP stream and runs no sweep\n", sweep);
+        return 2;
+      }
+    }
+    return MeasureTcpCeiling(options.json);
+  }
 
   auto world = MpiWorldFromEnvironment();
   if (!world.ok()) {
@@ -403,6 +427,11 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
     if (flags.WasGiven("ranks")) {
       std::fprintf(stderr, "tessera bench collectives: --ranks is for ranks forked here; under mpirun the rank count "
                            "is mpirun's (OMPI_COMM_WORLD_SIZE is %d)\n", (*world)->size);
+      return 2;
+    }
+    if (repeat > 1) {
+      std::fprintf(stderr, "tessera bench collectives: --repeat is for ranks forked here; under mpirun each backend's "
+                           "sweep runs once (run mpirun again to repeat it)\n");
       return 2;
     }
     auto store = FileStore::Open(options.store_dir);
