@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,8 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
+
+#include "base/escape.h"
 
 namespace tessera::collectives {
 namespace {
@@ -71,11 +73,41 @@ std::string FileStore::PathFor(const std::string& key) const {
 }
 
 Result<std::string> FileStore::TryRead(const std::string& path) const {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
+  // Anyone who can write the directory decides what a key's file is. Opened without blocking
+  // (a FIFO would block open(2) until a writer came, past every timeout) and read only when
+  // it is a regular file of at most kMaxValueBytes.
+  struct File {
+    int fd;
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  } file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
+  if (file.fd < 0) {
+    if (errno == ENOENT) return NotFoundError(path);
+    return UnavailableError("cannot open store file " + path + ": " + std::strerror(errno));
+  }
+  struct stat info {};
+  if (::fstat(file.fd, &info) != 0) {
+    return UnavailableError("cannot stat store file " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return FailedPreconditionError("store file " + path + " is not a regular file");
+  }
+  if (info.st_size > static_cast<off_t>(kMaxValueBytes)) {
+    return FailedPreconditionError("store file " + path + " is " + std::to_string(info.st_size) +
+                                   " bytes, over the limit of " + std::to_string(kMaxValueBytes));
+  }
+  std::string content(static_cast<size_t>(info.st_size), '\0');
+  size_t have = 0;
+  while (have < content.size()) {
+    const ssize_t n = ::read(file.fd, content.data() + have, content.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return UnavailableError("cannot read store file " + path + ": " + std::strerror(errno));
+    if (n == 0) break;  // shorter than it was: files are replaced whole, never truncated
+    have += static_cast<size_t>(n);
+  }
+  content.resize(have);
+  return content;
 }
 
 Status FileStore::Set(const std::string& key, const std::string& value) {
@@ -89,6 +121,9 @@ Result<std::string> FileStore::Get(const std::string& key, std::chrono::millisec
   for (;;) {
     auto value = TryRead(path);
     if (value.ok()) return value;
+    if (value.status().code() != StatusCode::kNotFound) {
+      return value.status().WithContext("store key " + QuoteUntrusted(key, 256));
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       return DeadlineExceededError("store key '" + key + "' not set within " +
                                    std::to_string(timeout.count()) + " ms (file store " +
@@ -127,6 +162,9 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
   }
   int64_t value = 0;
   auto current = TryRead(PathFor(key));
+  if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
+    return current.status().WithContext("store key " + QuoteUntrusted(key, 256));
+  }
   if (current.ok() && !current->empty()) {
     ASSIGN_OR_RETURN(value, ParseCounter(*current, "store key '" + key + "' (" + PathFor(key) + ")"));
   }

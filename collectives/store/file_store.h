@@ -6,8 +6,13 @@
 // to `lock_timeout`: a process that holds it for good (stopped, hung) makes Add
 // DEADLINE_EXCEEDED naming the lock file and the timeout instead of hanging every other rank.
 // Get polls with the same backoff. Remove the directory when the job is done.
+//
+// A key's file is read only when it is a regular file of at most kMaxValueBytes; anything else
+// there (a FIFO, a directory, a larger file) makes Get and Add FAILED_PRECONDITION naming the
+// file, at once, never a read that blocks or a value held whole.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "collectives/store/store.h"
@@ -17,6 +22,8 @@ namespace tessera::collectives {
 class FileStore final : public Store {
  public:
   static constexpr std::chrono::milliseconds kDefaultLockTimeout{30000};
+  // The largest value a key's file may hold when read (a TcpStore field's limit).
+  static constexpr size_t kMaxValueBytes = size_t{64} << 20;
 
   // Creates `directory` if needed. `lock_timeout` (> 0) bounds how long Add waits for the lock.
   static Result<std::shared_ptr<FileStore>> Open(

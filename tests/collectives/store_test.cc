@@ -2,12 +2,16 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <limits>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "collectives/store/file_store.h"
 #include "collectives/store/hash_store.h"
@@ -452,6 +456,42 @@ TEST(FileStoreTest, AddGivesUpOnALockHeldElsewhereNamingTheLockFile) {
   auto later = (*store)->Add("counter", 1);
   ASSERT_TRUE(later.ok()) << later.status().ToString();
   EXPECT_EQ(*later, 1);
+  std::filesystem::remove_all(directory);
+}
+
+// Whoever writes the shared directory decides what a key's file is: a FIFO (whose open would
+// block until a writer came, past any timeout) or a file over the value limit is refused at
+// once, naming the file, by Get and Add alike.
+TEST(FileStoreTest, AKeyFileThatIsNotARegularFileOrIsTooLargeIsRefusedAtOnce) {
+  const std::filesystem::path directory =
+      std::filesystem::temp_directory_path() / ("tessera-file-store-hostile-" + std::to_string(::getpid()));
+  auto store = FileStore::Open(directory.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const std::string fifo = (directory / "fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string large = (directory / "large").string();
+  {
+    const int fd = ::open(large.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(FileStore::kMaxValueBytes) + 1), 0) << std::strerror(errno);
+    ::close(fd);
+  }
+  for (const auto& [key, path] : {std::pair<std::string, std::string>{"fifo", fifo}, {"large", large}}) {
+    // On a thread of its own, so that a read that blocks fails the test instead of hanging it.
+    auto result = std::make_shared<std::promise<std::pair<Status, Status>>>();
+    std::future<std::pair<Status, Status>> done = result->get_future();
+    std::thread([result, shared = *store, key = key] {
+      auto got = shared->Get(key, milliseconds(30000));
+      auto added = shared->Add(key, 1);
+      result->set_value({got.status(), added.status()});
+    }).detach();
+    ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready) << key << ": the read blocked";
+    const auto [got, added] = done.get();
+    for (const Status& status : {got, added}) {
+      EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << key << ": " << status.ToString();
+      EXPECT_NE(status.message().find(path), std::string::npos) << status.ToString();
+    }
+  }
   std::filesystem::remove_all(directory);
 }
 
