@@ -409,8 +409,10 @@ TEST_F(TokenSecurityTest, AnOperatorDeletesAnEndedJobThatIsNotTheNewest) {
   EXPECT_NE(running.message().find("only an ended job can be deleted"), std::string::npos) << running.ToString();
   ASSERT_TRUE((*coordinator)->CancelJob(first->id()).ok());
   ASSERT_TRUE((*coordinator)->CancelJob(second->id()).ok());
-  for (int i = 0; i < 500 && (*coordinator)->GetJob(first->id())->state() != v1::JOB_CANCELLED; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (const auto& id : {first->id(), second->id()}) {
+    for (int i = 0; i < 500 && (*coordinator)->GetJob(id)->state() != v1::JOB_CANCELLED; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
   auto refused = v1::JobService::NewStub(*wire::MakeChannel(address, Verifying("token-of-site-a")));
   EXPECT_EQ(cli::DeleteCommand(*refused, first->id(), out).code(), StatusCode::kPermissionDenied)
