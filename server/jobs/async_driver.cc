@@ -270,10 +270,20 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
       d.cv_.notify_all();
     }
   } done{*this};
-  // Checked outside the lock: other uploads are checked and folded meanwhile.
-  CheckedDelta checked =
-      CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what);
-  if (checked_hook_) checked_hook_();
+  // Checked outside the lock: other uploads are checked and folded meanwhile. The task is
+  // marked folding from here on, so nothing else ends it: whatever is thrown until its fold is
+  // done is the update's refusal, never a task left in flight for good.
+  CheckedDelta checked;
+  try {
+    checked = CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what);
+    if (checked_hook_) checked_hook_();
+  } catch (const std::exception& e) {
+    checked = CheckedDelta();
+    checked.verdict = InternalError(what + ": checking it failed: " + e.what());
+  } catch (...) {
+    checked = CheckedDelta();
+    checked.verdict = InternalError(what + ": checking it failed with an exception of unknown type");
+  }
   std::shared_ptr<Buffer> buffer;
   ClientUpdate update;
   uint64_t staleness = 0;
@@ -305,6 +315,19 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
                                         " versions behind the model it would be folded into; max_staleness is " +
                                         std::to_string(options_.max_staleness()));
     }
+    // The buffer after the one this update fills, opened before anything is counted: when it
+    // cannot be (its model-sized sums not allocated), the update is refused and the open
+    // buffer stays open, instead of a sealed buffer waiting for a fold that never ends.
+    std::shared_ptr<Buffer> next;
+    if (verdict.ok() && buffer_->reserved + 1 >= options_.buffer_size()) {
+      try {
+        next = NewBuffer();
+      } catch (const std::exception& e) {
+        verdict = InternalError(what + ": opening the next step's buffer failed: " + e.what());
+      } catch (...) {
+        verdict = InternalError(what + ": opening the next step's buffer failed with an exception of unknown type");
+      }
+    }
     if (!verdict.ok()) {
       report.set_outcome("rejected: " + verdict.message());
       EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
@@ -314,10 +337,10 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
     buffer = buffer_;
     ++buffer->reserved;
     ++buffer->folding;
-    if (buffer->reserved >= options_.buffer_size()) {
+    if (next) {
       // Full: the next updates go to a new buffer while the job's thread applies this one.
       sealed_.push_back(buffer_);
-      buffer_ = NewBuffer();
+      buffer_ = std::move(next);
     }
     update.client = h.worker_id();
     update.party = task.party;

@@ -4,16 +4,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <map>
 #include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "job_runner_fixture.h"
 #include "server/jobs/async_driver.h"
 #include "server/strategy/aggregation.h"
+#include "test_strategies.h"
 
 namespace tessera::server {
 namespace {
@@ -175,6 +178,27 @@ class AsyncDriverTest : public JobRunnerFixture {
       return false;
     })) << worker.name() << " never received train task " << n;
     return found;
+  }
+
+  // `worker`'s first update refused, its verdict holding `expected`; the worker, past its rest,
+  // trains again and its next update makes the job's one step. An update refused between its
+  // check and its fold leaves neither its task nor a buffer waiting for a fold that never ends.
+  void ExpectRefusedAndTrainedAgain(FakeWorker& worker, const std::string& expected) {
+    const v1::TrainTask first = TrainTask(worker, 0);
+    ASSERT_TRUE(worker.AwaitFinished(first.round(), 1));
+    const auto turns = worker.turns();
+    ASSERT_FALSE(turns.empty());
+    ASSERT_TRUE(turns.front().verdict.has_value());
+    EXPECT_NE(turns.front().verdict->message().find(expected), std::string::npos) << turns.front().verdict->ToString();
+    ASSERT_TRUE(AwaitRunnerWaiting());
+    clock_.Advance(std::chrono::milliseconds(1100));  // past the refused client's rest
+    EXPECT_GT(TrainTask(worker, 1).round(), first.round());
+    const v1::Job end = AwaitEnd();
+    EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+    const auto rounds = Rounds();
+    ASSERT_EQ(rounds.size(), 1u);
+    EXPECT_EQ(rounds[0].async_step().updates_folded(), 1u);
+    EXPECT_EQ(rounds[0].async_step().updates_refused(), 1u);
   }
 
   bool AwaitCommitted(uint32_t version) { return AwaitEvent("committed round " + std::to_string(version) + ";"); }
@@ -527,6 +551,54 @@ TEST_F(AsyncDriverTest, TimePassingWhileATaskIsSentEndsTheNextWait) {
   other_tasks.OpenAll();
   const v1::Job end = AwaitEnd();
   EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+}
+
+// The job's strategy, whose `throw_at`-th BeginRound (counting from 1) throws, as a model-sized
+// allocation that fails would.
+class ThrowingBeginRound final : public Strategy {
+ public:
+  ThrowingBeginRound(std::unique_ptr<Strategy> inner, int throw_at) : inner_(std::move(inner)), throw_at_(throw_at) {}
+  std::string_view name() const override { return inner_->name(); }
+  Status Restore(TensorSet state) override { return inner_->Restore(std::move(state)); }
+  const TensorSet& state() const override { return inner_->state(); }
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    if (++calls_ == throw_at_) throw std::bad_alloc();
+    return inner_->BeginRound(global);
+  }
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    return inner_->Finish(global, aggregate);
+  }
+  void Adopt(TensorSet state) override { inner_->Adopt(std::move(state)); }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+  const int throw_at_;
+  mutable std::atomic<int> calls_{0};
+};
+
+// The one update `worker` had refused for `expected`, its client's next task taken up: what
+// is thrown between an update's check and its fold refuses that update, and leaves neither its
+// task nor a buffer waiting for a fold that never ends. The job then makes its step.
+
+// Thrown after the update's check (here by the test's hook, as by a clipped copy that cannot
+// be allocated): the update is refused, its client rests, trains again and makes the step.
+TEST_F(AsyncDriverTest, AnExceptionAfterTheCheckRefusesTheUpdateAndItsClientTrainsAgain) {
+  auto thrown = std::make_shared<std::atomic<bool>>(false);
+  options_.async_checked_hook = [thrown] {
+    if (!thrown->exchange(true)) throw std::runtime_error("no memory left (test)");
+  };
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  ExpectRefusedAndTrainedAgain(a, "checking it failed: no memory left (test)");
+}
+
+// The next step's buffer cannot be opened when an update fills the one before: the update is
+// refused, the open buffer is not sealed, and the next update fills it.
+TEST_F(AsyncDriverTest, ANextBufferThatCannotBeOpenedRefusesTheUpdateThatFillsTheOpenOne) {
+  options_.strategy_factory = WrapStrategy<ThrowingBeginRound>(/*throw_at=*/2);  // the first upload's
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  ExpectRefusedAndTrainedAgain(a, "opening the next step's buffer failed: std::bad_alloc");
 }
 
 }  // namespace
