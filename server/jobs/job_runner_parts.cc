@@ -32,7 +32,15 @@ void JobRunner::RunAsync() {
     async_ = driver;
   }
   if (stopping()) driver->Interrupt();  // a Stop() or Cancel() before the driver was there
-  const Status ended = driver->Run();
+  Status ended;
+  try {
+    ended = driver->Run();
+  } catch (...) {
+    // The job ends failed (Run() says so, durably), and Finish() releases the strategy: no
+    // upload may still be between its check and its fold then, nor a task left to take one.
+    driver->End("the job failed");
+    throw;
+  }
   // Nothing is folded once Run() has returned, and no upload is left inside the driver when
   // Finish() releases the strategy.
   driver->End(cancel_ ? "the job was cancelled" : "");

@@ -601,5 +601,57 @@ TEST_F(AsyncDriverTest, ANextBufferThatCannotBeOpenedRefusesTheUpdateThatFillsTh
   ExpectRefusedAndTrainedAgain(a, "opening the next step's buffer failed: std::bad_alloc");
 }
 
+// The job's strategy, whose Finish throws, as a model-sized copy that fails would.
+class ThrowingFinish final : public Strategy {
+ public:
+  explicit ThrowingFinish(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  Status Restore(TensorSet state) override { return inner_->Restore(std::move(state)); }
+  const TensorSet& state() const override { return inner_->state(); }
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return inner_->BeginRound(global);
+  }
+  Result<StrategyStep> Finish(const TensorSet&, const RoundAggregate&) const override {
+    throw std::runtime_error("the step cannot be made (test)");
+  }
+  void Adopt(TensorSet state) override { inner_->Adopt(std::move(state)); }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+};
+
+// An exception that ends the job's thread (here from its strategy's Finish) ends the job
+// failed only once no upload is inside the driver: the tasks still out are cancelled, and an
+// upload between its check and its fold is refused before the job releases its strategy.
+TEST_F(AsyncDriverTest, AnExceptionInTheJobsThreadEndsTheJobOnlyOnceNoUploadIsInsideTheDriver) {
+  options_.strategy_factory = WrapStrategy<ThrowingFinish>();
+  HeldThread hold;
+  options_.async_checked_hook = hold.Hook(/*first_only=*/true);
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  Submit(AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1));
+  TrainTask(a, 0);
+  const v1::TrainTask b_first = TrainTask(b, 0);
+  b_tasks.Open(0);
+  ASSERT_TRUE(hold.AwaitEntered()) << "b's upload was never checked";
+  a_tasks.Open(0);  // fills the buffer; the step's Finish throws
+  EXPECT_TRUE(b.Await([&](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(),
+                       [&](const v1::Task& t) { return IsTaskCancel(t) && t.cancel().round() == b_first.round(); });
+  })) << "b's task was never cancelled";
+  EXPECT_EQ(Stored().state(), v1::JOB_RUNNING) << "the job ended while b's upload was inside its driver";
+  hold.Release();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_FAILED);
+  EXPECT_NE(end.error().find("the step cannot be made (test)"), std::string::npos) << end.error();
+  ASSERT_TRUE(b.AwaitFinished(b_first.round(), 1));
+  const auto turns = b.turns();
+  ASSERT_FALSE(turns.empty());
+  ASSERT_TRUE(turns.front().verdict.has_value());
+  EXPECT_NE(turns.front().verdict->message().find("the job ended while the update was checked"), std::string::npos)
+      << turns.front().verdict->ToString();
+}
+
 }  // namespace
 }  // namespace tessera::server
