@@ -18,6 +18,8 @@ namespace {
 constexpr size_t kMaxReportsPerStep = 256;
 // A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
 constexpr std::chrono::milliseconds kRestAfterFailure{1000};
+// Workers a discarded step's message names; the others are counted.
+constexpr size_t kNamedDiscarded = 8;
 
 }  // namespace
 
@@ -436,10 +438,15 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
   if (usable.ok()) usable = CheckFinite(next->state, "the strategy's next state");
   if (!usable.ok()) {
     // Not committed: the buffer is discarded and the clients go on training.
+    // The first kNamedDiscarded of them by name, the rest counted: a buffer holds up to
+    // 10,000, and the message may become the job's error.
     std::string workers;
+    size_t accepted = 0;
     for (const auto& report : record.workers()) {
-      if (report.outcome().rfind("accepted", 0) == 0) workers += (workers.empty() ? "'" : ", '") + report.worker_id() + "'";
+      if (report.outcome().rfind("accepted", 0) != 0 || accepted++ >= kNamedDiscarded) continue;
+      workers += (workers.empty() ? "'" : ", '") + report.worker_id() + "'";
     }
+    if (accepted > kNamedDiscarded) workers += " and " + std::to_string(accepted - kNamedDiscarded) + " more";
     const std::string message = "step " + std::to_string(step) + ": " + usable.message() + "; not committed, its " +
                                 std::to_string(buffer->folded) + " buffered updates (" + workers + ") discarded";
     spdlog::warn("job {}: {}", job.id(), message);

@@ -653,5 +653,32 @@ TEST_F(AsyncDriverTest, AnExceptionInTheJobsThreadEndsTheJobOnlyOnceNoUploadIsIn
       << turns.front().verdict->ToString();
 }
 
+// A step whose model is not finite is discarded, not committed, and max_round_attempts of them
+// in a row end the job. Its message names the first eight of the step's updates and counts the
+// rest: a buffer may hold 10,000, and the message becomes the job's error.
+TEST_F(AsyncDriverTest, ADiscardedStepNamesEightOfItsUpdatesAndCountsTheRest) {
+  options_.strategy_factory = WrapStrategy<AmplifiedFedAvg>();  // every update amplified past float
+  // Each worker answers its first task only: the step's ten updates come from ten workers.
+  std::vector<std::string> names;
+  for (int i = 0; i < 10; ++i) {
+    names.push_back("w" + std::to_string(i));
+    AddWorker(names.back(), [first = std::make_shared<std::atomic<bool>>(true)](const v1::TrainTask&) {
+      return first->exchange(false) ? FakeAction::Upload(10.0f) : FakeAction::Hang();
+    });
+  }
+  v1::JobSpec spec = AsyncSpec(10, 1, /*buffer=*/10, /*max_staleness=*/1);
+  spec.set_max_round_attempts(1);
+  Submit(spec);
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_FAILED);
+  const std::string& error = end.error();
+  EXPECT_NE(error.find("not committed, its 10 buffered updates ('"), std::string::npos) << error;
+  EXPECT_NE(error.find(" and 2 more) discarded; 1 steps in a row discarded"), std::string::npos) << error;
+  size_t named = 0;
+  for (const std::string& name : names) named += error.find("'" + name + "'") != std::string::npos ? 1 : 0;
+  EXPECT_EQ(named, 8u) << error;
+  EXPECT_EQ(Stored().rounds_committed(), 0u);
+}
+
 }  // namespace
 }  // namespace tessera::server
