@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "base/format.h"
 #include "proto/job_mapping.h"
 
 namespace tessera::server {
@@ -83,7 +84,7 @@ class AdaptiveStep final : public ServerOptimizer {
       const auto& v = state[i].values;
       for (size_t j = 0; j < v.size(); ++j) {
         if (!(v[j] >= 0)) {
-          return InvalidArgumentError("tensor '" + state[i].name + "' holds " + std::to_string(v[j]) + " at index " +
+          return InvalidArgumentError("tensor '" + state[i].name + "' holds " + FormatNumber(v[j]) + " at index " +
                                       std::to_string(j) + ": expected a second moment, never negative");
         }
       }

@@ -230,6 +230,13 @@ TEST(AdaptiveOptimizerTest, ACheckpointStateThatCannotBeTheirsIsRefusedNamingThe
   EXPECT_NE(s.message().find("'v/b'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("never negative"), std::string::npos) << s.message();
 
+  // A negative moment too small for six decimals is shown as it is, not as -0.000000.
+  TensorSet tiny = adam->state();
+  tiny[2].values[1] = -1e-30f;  // v/w
+  s = adam->Restore(tiny);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'v/w' holds -1e-30 at index 1"), std::string::npos) << s.message();
+
   TensorSet nan = adam->state();
   nan[0].values[1] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(adam->Restore(nan).code(), StatusCode::kInvalidArgument);
