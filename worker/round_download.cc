@@ -14,6 +14,18 @@ Result<uint64_t> DownloadBound(const v1::TrainTask& task, const std::string& wha
   }
   auto parameters = CountParameters(wire::ToModelConfig(task.spec()));
   if (!parameters.ok()) return parameters.status().WithContext(what + ": the task's model");
+  // The coordinator bounds a job's model when it has the data's shape (every job it runs has
+  // it: it fills data.input_shape at submit). A task without it skipped that bound, and the
+  // download's bound followed any model it named: hundreds of GiB, each allocated and zeroed as
+  // the manifest declared it. The same bound holds here, with or without the shape.
+  auto memory = wire::EstimateModelMemoryBytes(task.spec());
+  if (!memory.ok()) return memory.status().WithContext(what + ": the task's model");
+  if (*memory > wire::kMaxModelMemoryBytes) {
+    return InvalidArgumentError(what + ": the task's model has " + std::to_string(*parameters) +
+                                " parameters, an estimated " + std::to_string(*memory) +
+                                " bytes at the coordinator, more than the " + std::to_string(wire::kMaxModelMemoryBytes) +
+                                " bytes a job's model may take");
+  }
   return static_cast<uint64_t>(*parameters) * sizeof(float) * static_cast<uint64_t>(1 + task.model_sets_size());
 }
 

@@ -20,7 +20,9 @@ inline constexpr char kControlDeltaSet[] = "control_delta";
 
 // What a round's download may hold: the job's model and the sets the task names, each of the
 // model's layout, counted from the job's model without building it. A manifest that declares
-// more is refused before anything is allocated for it. A task may name at most kMaxModelSets.
+// more is refused before anything is allocated for it. A task may name at most kMaxModelSets,
+// and its model must fit the coordinator's bound on a job's model (wire::kMaxModelMemoryBytes,
+// as wire::EstimateModelMemoryBytes counts it), whether or not the task gives the data's shape.
 inline constexpr int kMaxModelSets = 8;
 Result<uint64_t> DownloadBound(const v1::TrainTask& task, const std::string& what);
 

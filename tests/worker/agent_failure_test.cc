@@ -347,6 +347,28 @@ TEST_F(AgentTest, ACohortTaskOutsideTheCoordinatorsBoundsIsReportedBeforeItsDown
   EXPECT_EQ(shared_->downloads, 1) << "a cohort task outside the bounds was downloaded";
 }
 
+// The coordinator bounds a job's model once it knows the data's shape, and fills that shape
+// into every job it runs. A task of another dataset without it passed the worker's checks with
+// any model, and the download was allowed as many bytes as that model named (here 16 GiB), each
+// allocated and zeroed as a manifest declared it. The model is bounded before the download now.
+TEST_F(AgentTest, ATaskWhoseModelIsPastTheCoordinatorsBoundIsReportedBeforeItsDownload) {
+  v1::Task big = Train(1, 1, "job-k");
+  v1::JobSpec* spec = big.mutable_train()->mutable_spec();
+  spec->mutable_data()->set_dataset("tabular");
+  spec->mutable_data()->set_format("idx");
+  spec->mutable_data()->set_path("/nonexistent/tabular");
+  spec->mutable_model()->clear_hidden();
+  spec->mutable_model()->add_hidden(wire::kMaxHiddenWidth);
+  spec->mutable_model()->add_hidden(wire::kMaxHiddenWidth);
+  Start({big, Train(1, 1, "job-z")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the other
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  ExpectReportedInvalid(Uploads(), {{"job-k", "the task's model has 4347133962 parameters"}});
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "a model past the bound was downloaded";
+}
+
 // Cancels were kept sixteen at a time, and a queued task's cancel was looked up only when the
 // task was taken: a worker behind on twenty jobs whose rounds were all cancelled forgot the
 // first cancels and trained and uploaded those tasks, and the task in hand, cancelled before
