@@ -138,8 +138,9 @@ class WorkerAgent {
   // round; another job's or party's replaces it.
   Result<std::shared_ptr<const Dataset>> TrainingShare(const v1::TrainTask& task);
   // The rows of the training split this task's party holds: the job's partition of the labels
-  // `read_labels` gives, computed once per job and kept.
-  Result<std::vector<int64_t>> PartyRows(const v1::TrainTask& task,
+  // `read_labels` gives, computed once per job and kept. `labels_from` names the files they
+  // come from, in the partition's errors (a label outside the job's classes).
+  Result<std::vector<int64_t>> PartyRows(const v1::TrainTask& task, const std::string& labels_from,
                                          const std::function<Result<std::vector<uint8_t>>()>& read_labels);
   // Federated evaluation's data: the test split of the worker's own files (local-files jobs),
   // or its party's share of the test split, cut as the job cuts the training split. NotFound

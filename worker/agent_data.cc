@@ -20,14 +20,31 @@
 
 namespace tessera::worker {
 
-Result<std::vector<int64_t>> WorkerAgent::PartyRows(const v1::TrainTask& task,
+namespace {
+
+// The files a split's labels are read from, for errors about them.
+std::string LabelFiles(const DataSource& source, bool train) {
+  auto files = SplitFiles(source, train);
+  if (!files.ok() || files->empty()) return source.dir;
+  // An idx split's labels have a file of their own, after its images.
+  if (source.format == DataFormat::kIdx) return files->back();
+  std::string joined;
+  for (const std::string& file : *files) joined += (joined.empty() ? "" : ", ") + file;
+  return joined;
+}
+
+}  // namespace
+
+Result<std::vector<int64_t>> WorkerAgent::PartyRows(const v1::TrainTask& task, const std::string& labels_from,
                                                     const std::function<Result<std::vector<uint8_t>>()>& read_labels) {
   std::unique_lock<std::mutex> lock(mu_);
   auto it = partitions_.find(task.job_id());
   if (it == partitions_.end()) {
     lock.unlock();
     ASSIGN_OR_RETURN(std::vector<uint8_t> labels, read_labels());
-    ASSIGN_OR_RETURN(auto parts, wire::PartitionTrainingSet(task.spec(), std::move(labels)));
+    auto partitioned = wire::PartitionTrainingSet(task.spec(), std::move(labels));
+    if (!partitioned.ok()) return partitioned.status().WithContext(labels_from);
+    auto parts = std::move(partitioned).value();
     lock.lock();
     partitions_.clear();  // one job's partition at a time
     it = partitions_.emplace(task.job_id(), std::move(parts)).first;
@@ -82,14 +99,16 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
     // The partition needs every label; only this party's samples are converted and kept.
     ASSIGN_OR_RETURN(DataSource source, wire::ToDataSource(spec, dir));
     ASSIGN_OR_RETURN(std::vector<int64_t> rows,
-                     PartyRows(task, [&] { return ReadSplitLabels(source, /*train=*/true); }));
+                     PartyRows(task, LabelFiles(source, /*train=*/true),
+                               [&] { return ReadSplitLabels(source, /*train=*/true); }));
     ASSIGN_OR_RETURN(Dataset data, LoadSplitRows(source, /*train=*/true, rows, classes));
     share = std::make_shared<const Dataset>(std::move(data));
   } else {
     // The partition needs every label but only this party's images: the worker keeps its
     // share of the training set, not the whole of it.
     ASSIGN_OR_RETURN(IdxPairPaths paths, FindFashionMnist(dir, /*train=*/true));
-    ASSIGN_OR_RETURN(std::vector<int64_t> rows, PartyRows(task, [&] { return ReadIdxLabels(paths.labels); }));
+    ASSIGN_OR_RETURN(std::vector<int64_t> rows,
+                     PartyRows(task, paths.labels, [&] { return ReadIdxLabels(paths.labels); }));
     ASSIGN_OR_RETURN(Dataset data, LoadIdxPairRows(paths.images, paths.labels, rows, 10, wire::FashionNormalisation(spec)));
     share = std::make_shared<const Dataset>(std::move(data));
   }
@@ -132,7 +151,9 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::LocalTestShare(const v1::Tra
   } else {
     // The party's share of the test split, cut by the job's partition as the training split is.
     ASSIGN_OR_RETURN(PartitionConfig config, wire::ToPartitionConfig(spec));
-    ASSIGN_OR_RETURN(auto parts, PartitionIndices(labels, classes, config));
+    auto partitioned = PartitionIndices(labels, classes, config);
+    if (!partitioned.ok()) return partitioned.status().WithContext(fashion ? paths.labels : LabelFiles(source, false));
+    auto parts = std::move(partitioned).value();
     if (task.party_index() >= parts.size()) {
       return InvalidArgumentError("the test split's partition has no party " + std::to_string(task.party_index()));
     }

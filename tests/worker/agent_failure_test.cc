@@ -1,6 +1,7 @@
 // The worker agent when something fails (agent_fixture.h): its device, a download, a session
 // replaced while it trained, what the coordinator's reasons look like in its log, and which
 // refusals end the worker.
+#include "core/data/idx.h"
 #include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
@@ -367,6 +368,38 @@ TEST_F(AgentTest, ATaskWhoseModelIsPastTheCoordinatorsBoundIsReportedBeforeItsDo
   ExpectReportedInvalid(Uploads(), {{"job-k", "the task's model has 4347133962 parameters"}});
   std::lock_guard<std::mutex> lock(shared_->mu);
   EXPECT_EQ(shared_->downloads, 1) << "a model past the bound was downloaded";
+}
+
+// A label outside the job's classes is found by the partition of the training split, whose
+// error said only "partition: label 12 at index 2": the operator of a worker could not tell
+// which of its files held it. It names the labels' file now, for Fashion-MNIST and for a
+// dataset in another format.
+TEST_F(AgentTest, ALabelOutsideTheClassesIsReportedWithItsFile) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "agent_test_bad_labels";
+  std::filesystem::create_directories(dir);
+  const std::string labels = (dir / "train-labels-idx1-ubyte").string();
+  ASSERT_TRUE(WriteIdxPair((dir / "train-images-idx3-ubyte").string(), labels, 28, 28,
+                           std::vector<uint8_t>(4 * 28 * 28, 7), {1, 2, 12, 3})
+                  .ok());
+  v1::Task fashion = Train(1, 1, "job-l");
+  fashion.mutable_train()->mutable_spec()->mutable_data()->set_path(dir.string());
+  v1::Task idx = Train(1, 1, "job-m");
+  v1::DataSpec* data = idx.mutable_train()->mutable_spec()->mutable_data();
+  data->set_dataset("digits");
+  data->set_format("idx");
+  data->set_path(dir.string());
+  data->mutable_input_shape()->set_channels(1);
+  data->mutable_input_shape()->set_rows(28);
+  data->mutable_input_shape()->set_cols(28);
+  data->mutable_input_shape()->set_classes(10);
+  Start({fashion, idx});
+  for (const std::string job : {"job-l", "job-m"}) {
+    SCOPED_TRACE(job);
+    v1::UpdateHeader upload;
+    ASSERT_TRUE(WaitForUpload(1, 1, &upload, job));
+    EXPECT_NE(upload.failure().find(labels + ": partition: label 12 at index 2 is outside [0, 10)"), std::string::npos)
+        << upload.failure();
+  }
 }
 
 // Cancels were kept sixteen at a time, and a queued task's cancel was looked up only when the
