@@ -23,6 +23,11 @@ constexpr uint32_t kMaxCohortSize = 4096;
 }  // namespace
 
 Status CheckTask(const v1::TrainTask& task, const std::string& what) {
+  // A cancel of round 0 ends the whole job (worker/cancelled_task.h): a task of round 0 could
+  // not be cancelled on its own, and a coordinator numbers rounds and tasks from 1.
+  if (task.round() == 0) {
+    return InvalidArgumentError(what + ": the task's round is 0; rounds are numbered from 1");
+  }
   if (Status valid = wire::ValidateJobSpec(task.spec()); !valid.ok()) {
     return valid.WithContext(what + ": the task's job spec");
   }

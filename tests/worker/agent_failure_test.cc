@@ -402,6 +402,21 @@ TEST_F(AgentTest, ALabelOutsideTheClassesIsReportedWithItsFile) {
   }
 }
 
+// A cancel of round 0 ends a whole job, so a task of round 0 could not be cancelled on its own:
+// a coordinator numbers rounds from 1, and such a task was trained and uploaded as any other.
+// It is reported now, before its download.
+TEST_F(AgentTest, ATaskOfRoundZeroIsReportedBeforeItsDownload) {
+  v1::Task zero = Train(0, 1, "job-n");
+  zero.mutable_train()->set_model_version(0);
+  Start({zero, Train(1, 1, "job-z")});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-z"));  // trained after the other
+  ASSERT_TRUE(WaitForUpload(0, 1, &upload, "job-n"));
+  EXPECT_EQ(upload.failure(), "INVALID_ARGUMENT: job job-n round 0: the task's round is 0; rounds are numbered from 1");
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->downloads, 1) << "the task of round 0 was downloaded";
+}
+
 // Cancels were kept sixteen at a time, and a queued task's cancel was looked up only when the
 // task was taken: a worker behind on twenty jobs whose rounds were all cancelled forgot the
 // first cancels and trained and uploaded those tasks, and the task in hand, cancelled before
