@@ -244,6 +244,16 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-worker: " << s.message() << "\n";
       return 2;
     }
+    // A profile file is read now, so that one missing or malformed stops the worker naming its
+    // flag: --device's was found only as the device opened, after the metrics endpoint started,
+    // and --fallback-device's only once --device turned out unusable.
+    if (IsEmulatedDeviceName(device) && device.find(".toml") != std::string::npos) {
+      if (auto made = CreateEmulatedDeviceByName(device); !made.ok()) {
+        std::cerr << "tessera-worker: " << flag << " " << QuoteUntrusted(device, 256)
+                  << " cannot be used here: " << made.status().message() << "\n";
+        return 1;
+      }
+    }
   }
   if (options.pace_real_time && !IsEmulatedDeviceName(options.device)) {
     std::cerr << "tessera-worker: --pace-real-time paces an emulated device; --device " << QuoteUntrusted(options.device)

@@ -181,16 +181,25 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
   }
 }
 
+// A profile file that cannot be read stops the worker at start, naming its flag: --device's
+// was found only as the device opened (its error named no flag), and --fallback-device's only
+// once --device turned out unusable.
 TEST_F(DaemonTest, AWorkerWhoseDeviceCannotBeMadeExitsInsteadOfTrainingOnTheCpu) {
   const std::string missing = dir_.str() + "/no-such-profile.toml";
-  Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure", "--coordinator", "127.0.0.1:1", "--device",
-             "emu:" + missing},
-            dir_.str() + "/worker.log");
-  auto status = p.WaitExit(kExitWait);
-  ASSERT_TRUE(status.has_value()) << "the worker fell back to another device:\n" << p.Log();
-  EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
-  EXPECT_NE(p.Log().find(missing), std::string::npos) << p.Log();
-  EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
+  for (const std::string flag : {"--device", "--fallback-device"}) {
+    SCOPED_TRACE(flag);
+    Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure", "--coordinator", "127.0.0.1:1",
+               flag, "emu:" + missing},
+              dir_.str() + "/worker" + flag + ".log");
+    auto status = p.WaitExit(kExitWait);
+    ASSERT_TRUE(status.has_value()) << "the worker fell back to another device:\n" << p.Log();
+    EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
+    EXPECT_NE(p.Log().find("tessera-worker: " + flag + " 'emu:" + missing + "' cannot be used here: device profile file '" +
+                           missing + "' cannot be opened"),
+              std::string::npos)
+        << p.Log();
+    EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
+  }
 }
 
 // OpenBLAS starts its threads from its constructor, before main() can block any signal,
