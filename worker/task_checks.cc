@@ -7,6 +7,7 @@
 #include "base/names.h"
 #include "device/registry.h"
 #include "proto/job_mapping.h"
+#include "worker/round_download.h"
 
 namespace tessera::worker {
 namespace {
@@ -30,6 +31,13 @@ Status CheckTask(const v1::TrainTask& task, const std::string& what) {
   }
   if (Status valid = wire::ValidateJobSpec(task.spec()); !valid.ok()) {
     return valid.WithContext(what + ": the task's job spec");
+  }
+  // Counted first: each set is compared with those before it, and a task of a few hundred
+  // thousand sets (what fits in one message) held the task thread for minutes in those
+  // comparisons.
+  if (task.model_sets_size() > kMaxModelSets) {
+    return InvalidArgumentError(what + ": the task names " + std::to_string(task.model_sets_size()) +
+                                " model sets, expected at most " + std::to_string(kMaxModelSets));
   }
   for (int i = 0; i < task.model_sets_size(); ++i) {
     const std::string& set = task.model_sets(i);

@@ -424,6 +424,20 @@ TEST_F(AgentTest, ATaskNamingTooManyModelSetsIsReportedAsAFailure) {
   EXPECT_EQ(shared_->downloads, 0);
 }
 
+// The sets' count is checked before their names: each name was compared with every one before
+// it, so a task of a few hundred thousand sets held the task thread for minutes before the
+// count refused it. Here the last name is not a name, which the comparisons reached first.
+TEST_F(AgentTest, AModelSetsCountIsCheckedBeforeTheirNames) {
+  v1::Task task = Train(1, 1);
+  for (int i = 0; i < 9999; ++i) task.mutable_train()->add_model_sets("set" + std::to_string(i));
+  task.mutable_train()->add_model_sets("not a name");
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_NE(upload.failure().find("the task names 10000 model sets, expected at most 8"), std::string::npos)
+      << upload.failure();
+}
+
 // Round 1 for this worker as rank 0 of a two-member cohort whose other member never comes.
 v1::Task LoneCohortTask(int64_t deadline_unix_ms) {
   v1::Task task = Train(1, 1);
