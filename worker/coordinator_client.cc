@@ -233,6 +233,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       v1::ModelChunkMessage first;
       if (!wire::FromByteBuffer(message, &first)) {
         status = DataLossError(what + ": a message that is not a ModelChunkMessage");
+      } else if (first.has_manifest() && first.model_version() != request.model_version()) {
+        // Another version than the task's would be trained from, and the update reported as
+        // based on the task's.
+        status = DataLossError(what + ": the coordinator sent model version " + std::to_string(first.model_version()));
       } else if (first.has_manifest()) {
         status = assembler.Start(first.manifest());
         have_manifest = true;

@@ -40,7 +40,8 @@ class CoordinatorClient {
   // came in.
   virtual void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) {}
   // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
-  // manifest of more than `max_bytes` is refused before anything is allocated for it. For the
+  // manifest of more than `max_bytes` is refused before anything is allocated for it, and a
+  // download whose first message names another model version is refused (DATA_LOSS). For the
   // task (request.job_id(), round, attempt), which CancelUpload may end.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
                                           uint32_t attempt) = 0;

@@ -6,7 +6,8 @@
 // connection (UNAVAILABLE) goes on the worker's. The coordinator's side, with real workers,
 // is in inline_model_test.cc. A cancel that finds no task channel open ends only the next
 // channel of its own session; a cancel of a task ends that task's upload in flight, and no
-// other; the same goes for a model download. An update inside the task session waits for its verdict no longer than the client's
+// other; the same goes for a model download, which is refused when it holds another model
+// version than asked for. An update inside the task session waits for its verdict no longer than the client's
 // transfer deadline, and the coordinator's inline limit is taken up to kMaxInlineUpdateBytes.
 #include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "proto/tensor_transfer.h"
 #include "proto/transport_security.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "tests/integration/harness.h"
@@ -94,9 +96,16 @@ class StandInService final : public v1::WorkerService::Service {
     return grpc::Status::OK;
   }
 
-  // Holds every download: sends nothing until the client ends it.
+  // When set, writes each download's messages; else every download is held: nothing is sent
+  // until the client ends it.
+  std::function<void(grpc::ServerWriter<v1::ModelChunkMessage>*)> serve_download;
+
   grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest*,
-                             grpc::ServerWriter<v1::ModelChunkMessage>*) override {
+                             grpc::ServerWriter<v1::ModelChunkMessage>* writer) override {
+    if (serve_download) {
+      serve_download(writer);
+      return grpc::Status::OK;
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       ++downloads_started_;
@@ -507,6 +516,42 @@ TEST(DownloadCancelTest, ADownloadOfACancelledTaskDoesNotStart) {
   request.set_job_id("job-1");
   const auto result = client->DownloadModel(request, 1 << 20, 1, 3);
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+}
+
+// The first message of a download names the model version it holds: one other than the task's
+// is refused, where it used to be trained from, its update reported as based on the task's.
+TEST(DownloadVersionTest, AModelOfAnotherVersionThanAskedForIsRefused) {
+  StandIn stand_in(/*own_from=*/0);
+  ASSERT_NE(stand_in.server, nullptr);
+  const TensorSet model = {NamedTensor{"w", {2}, {1.0f, 2.0f}}};
+  uint64_t served = 0;
+  stand_in.service.serve_download = [&](grpc::ServerWriter<v1::ModelChunkMessage>* writer) {
+    v1::ModelChunkMessage first;
+    *first.mutable_manifest() = wire::BuildManifest(model);
+    first.set_model_version(served);
+    writer->Write(first);
+    wire::ForEachChunk(model, wire::kMaxChunkBytes, 0, [&](const v1::TensorChunk& chunk) {
+      v1::ModelChunkMessage message;
+      *message.mutable_chunk() = chunk;
+      writer->Write(message);
+      return Status::Ok();
+    }).ok();
+  };
+  auto client = JoinedClient(stand_in);
+  ASSERT_NE(client, nullptr);
+  v1::DownloadModelRequest request;
+  request.set_job_id("job-1");
+  request.set_model_version(5);
+  served = 5;
+  auto same = client->DownloadModel(request, 1 << 20, 6, 1);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ((*same)[0].values, model[0].values);
+  served = 6;
+  auto other = client->DownloadModel(request, 1 << 20, 6, 1);
+  EXPECT_EQ(other.status().code(), StatusCode::kDataLoss) << other.status().ToString();
+  EXPECT_NE(other.status().message().find("model version 5 of job job-1: the coordinator sent model version 6"),
+            std::string::npos)
+      << other.status().ToString();
 }
 
 // A client joined to `stand_in` (with `options`) whose task session is open: its first task
