@@ -59,6 +59,16 @@ void SetDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(15));
 }
 
+// One unary call of the job service within the command line's deadline; its failure as a
+// Status prefixed with `what`.
+template <typename Request, typename Response>
+Status Call(v1::JobService::StubInterface& stub,
+            grpc::Status (v1::JobService::StubInterface::*rpc)(grpc::ClientContext*, const Request&, Response*),
+            const Request& request, Response* response, const std::string& what) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  return FromGrpc((stub.*rpc)(&ctx, request, response), what);
+}
 
 std::string JobLine(const v1::Job& job) {
   std::string accuracy = job.rounds_committed() ? Format("%.2f%%", 100 * job.last_round().test_accuracy()) : "-";
@@ -177,12 +187,10 @@ std::string LatencySummary(const std::vector<v1::RoundRecord>& rounds) {
 Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spec_path, std::ostream& out,
                      const PrintOptions& print) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecFile(spec_path));
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.SubmitJob(&ctx, request, &response), "submit " + spec_path));
+  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::SubmitJob, request, &response, "submit " + spec_path));
   out << (print.json ? wire::ToJson(response.job()) : Shown(response.job().id(), kShownNameChars)) << "\n";
   return Status::Ok();
 }
@@ -204,7 +212,7 @@ std::string MoreEntries(const grpc::ClientContext& ctx) {
 }  // namespace
 
 Status JobsCommand(v1::JobService::StubInterface& stub, std::ostream& out, const PrintOptions& print) {
-  grpc::ClientContext ctx;
+  grpc::ClientContext ctx;  // its trailers count the jobs left out
   SetDeadline(&ctx);
   v1::ListJobsResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListJobs(&ctx, v1::ListJobsRequest(), &response), "list jobs"));
@@ -265,24 +273,20 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
 
 Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::CancelJobRequest request;
   request.set_job_id(job_id);
   v1::CancelJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.CancelJob(&ctx, request, &response), "cancel " + job_id));
+  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::CancelJob, request, &response, "cancel " + job_id));
   out << (print.json ? wire::ToJson(response.job()) : "cancelling " + job_id) << "\n";
   return Status::Ok();
 }
 
 Status DeleteCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::DeleteJobRequest request;
   request.set_job_id(job_id);
   v1::DeleteJobResponse response;
-  RETURN_IF_ERROR(FromGrpc(stub.DeleteJob(&ctx, request, &response), "delete " + job_id));
+  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::DeleteJob, request, &response, "delete " + job_id));
   if (print.json) {
     out << wire::ToJson(response.job()) << "\n";
   } else {
@@ -299,13 +303,11 @@ Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_i
                    v1::GetJobResponse* response, std::vector<const v1::RoundRecord*>* shown) {
   if (round) {
     // One page from the round asked for holds it (a page holds at least one round).
-    grpc::ClientContext ctx;
-    SetDeadline(&ctx);
     v1::GetJobRequest request;
     request.set_job_id(job_id);
     request.set_include_rounds(true);
     request.set_from_round(*round);
-    RETURN_IF_ERROR(FromGrpc(stub.GetJob(&ctx, request, response), "job " + job_id));
+    RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::GetJob, request, response, "job " + job_id));
   } else {
     RETURN_IF_ERROR(FromGrpc(wire::GetJobWithRounds(stub, job_id, SetDeadline, response), "job " + job_id));
   }
@@ -501,19 +503,18 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
 
 Status ForgetWorkerCommand(v1::JobService::StubInterface& stub, const std::string& name, std::ostream& out,
                            const PrintOptions& print) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::ForgetWorkerRequest request;
   request.set_name(name);
   v1::ForgetWorkerResponse response;
   const std::string quoted = QuoteUntrusted(name, 128);
-  RETURN_IF_ERROR(FromGrpc(stub.ForgetWorker(&ctx, request, &response), "forget worker " + quoted));
+  RETURN_IF_ERROR(
+      Call(stub, &v1::JobService::StubInterface::ForgetWorker, request, &response, "forget worker " + quoted));
   out << (print.json ? wire::ToJson(response) : "forgot worker " + quoted + "; its name may join again as a new worker") << "\n";
   return Status::Ok();
 }
 
 Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bool all, const PrintOptions& print) {
-  grpc::ClientContext ctx;
+  grpc::ClientContext ctx;  // its trailers count the workers left out
   SetDeadline(&ctx);
   v1::ListWorkersResponse response;
   RETURN_IF_ERROR(FromGrpc(stub.ListWorkers(&ctx, v1::ListWorkersRequest(), &response), "list workers"));
