@@ -70,6 +70,16 @@ Status Call(v1::JobService::StubInterface& stub,
   return FromGrpc((stub.*rpc)(&ctx, request, response), what);
 }
 
+// Call() with a request that names one job: `verb` and the job's id prefix a failure.
+template <typename Request, typename Response>
+Status CallForJob(v1::JobService::StubInterface& stub,
+                  grpc::Status (v1::JobService::StubInterface::*rpc)(grpc::ClientContext*, const Request&, Response*),
+                  const std::string& job_id, Response* response, const std::string& verb) {
+  Request request;
+  request.set_job_id(job_id);
+  return Call(stub, rpc, request, response, verb + " " + job_id);
+}
+
 std::string JobLine(const v1::Job& job) {
   std::string accuracy = job.rounds_committed() ? Format("%.2f%%", 100 * job.last_round().test_accuracy()) : "-";
   return Format("%-18s %-10s %5u/%-5u %9s  %s", Shown(job.id(), kShownNameChars).c_str(), StateName(job.state()).c_str(),
@@ -273,20 +283,16 @@ Status StatusCommand(v1::JobService::StubInterface& stub, const std::string& job
 
 Status CancelCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print) {
-  v1::CancelJobRequest request;
-  request.set_job_id(job_id);
   v1::CancelJobResponse response;
-  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::CancelJob, request, &response, "cancel " + job_id));
+  RETURN_IF_ERROR(CallForJob(stub, &v1::JobService::StubInterface::CancelJob, job_id, &response, "cancel"));
   out << (print.json ? wire::ToJson(response.job()) : "cancelling " + job_id) << "\n";
   return Status::Ok();
 }
 
 Status DeleteCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                      const PrintOptions& print) {
-  v1::DeleteJobRequest request;
-  request.set_job_id(job_id);
   v1::DeleteJobResponse response;
-  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::DeleteJob, request, &response, "delete " + job_id));
+  RETURN_IF_ERROR(CallForJob(stub, &v1::JobService::StubInterface::DeleteJob, job_id, &response, "delete"));
   if (print.json) {
     out << wire::ToJson(response.job()) << "\n";
   } else {
