@@ -9,7 +9,8 @@
 # end (one line per round: accuracy, loss, clients, latency by phase), prints the final test
 # accuracy and a round-latency summary, and shuts everything down.
 #
-#   scripts/demo.sh [JOB.toml]        default: examples/fmnist-fedavg.toml
+#   scripts/demo.sh [JOB.toml]        default: examples/fmnist-fedavg.toml (JOB.toml is taken
+#                                     from the directory the demo is started in)
 # The coordinator also serves its dashboard and /metrics on METRICS_PORT (https, an operator
 # certificate or the admin token in ./var/admin-token); the demo prints where.
 # Environment: WORKERS (default 10), PORT (default 7070), METRICS_PORT (default 9464),
@@ -19,9 +20,12 @@
 # FALLBACK_DEVICE (default cpu; empty: a worker whose device cannot run fails instead),
 # EVAL_DEVICE (default cpu) for the coordinator's --eval-device.
 set -euo pipefail
+# A job file given relative to where the demo was started, before moving to the repository.
+job_file="${1:-}"
+if [[ -n "$job_file" && "$job_file" != /* ]]; then job_file="$PWD/$job_file"; fi
 cd "$(dirname "$0")/.."
 root=$(pwd)
-job_file="${1:-examples/fmnist-fedavg.toml}"
+job_file="${job_file:-$root/examples/fmnist-fedavg.toml}"
 workers="${WORKERS:-10}"
 port="${PORT:-7070}"
 metrics_port="${METRICS_PORT:-9464}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs scripts/demo.sh against stand-ins for the build, the coordinator, the workers and the CLI
 # (in a scratch copy of the repository, so nothing is built or installed) and checks how it
-# runs them: a BUILD_DIR given as an absolute path (with a space in it), a worker listing that
+# runs them: a BUILD_DIR given as an absolute path (with a space in it), a job file named relative
+# to the directory it is started from, a worker listing that
 # fails while the coordinator starts, and that every process it started is stopped when the
 # job ends, when watching it fails, on Ctrl-C and on SIGTERM to the script alone; that a job an interrupted demo left running
 # is cancelled first; and that DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD reach the workers,
@@ -14,7 +15,8 @@ trap 'rm -rf "$scratch"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 root="$scratch/repo"
-mkdir -p "$root/scripts"
+mkdir -p "$root/scripts" "$root/examples"
+echo 'name = "default"' >"$root/examples/fmnist-fedavg.toml"
 cp "$src/scripts/demo.sh" "$root/scripts/"
 printf '#!/usr/bin/env bash\necho built >>"$STUB_PIDS.built"\n' >"$root/scripts/build.sh"
 printf '#!/usr/bin/env bash\necho "setup must not run with SKIP_SETUP=1" >&2; exit 1\n' >"$root/scripts/setup.sh"
@@ -54,7 +56,9 @@ for arg in "$@"; do
       fi
       exit 0 ;;
     cancel) echo "${*: -1}" >>"$STUB_PIDS.cancelled"; exit 0 ;;
-    submit) echo "job-1"; exit 0 ;;
+    submit)
+      [[ -r "${*: -1}" ]] || { echo "stub tessera: cannot read ${*: -1}" >&2; exit 2; }
+      echo "${*: -1}" >>"$STUB_PIDS.submitted"; echo "job-1"; exit 0 ;;
     watch)
       case $STUB_WATCH in
         ok) echo "final test accuracy: 86.70% after 8 rounds"; exit 0 ;;
@@ -72,11 +76,13 @@ demo() {
   local name=$1 watch=$2
   shift 2
   export STUB_PIDS="$scratch/$name.pids"
-  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled" "$STUB_PIDS.args" "$STUB_PIDS.built" "$STUB_PIDS.coordinator-args"
+  rm -f "$STUB_PIDS" "$STUB_PIDS.listed" "$STUB_PIDS.watch" "$STUB_PIDS.cancelled" "$STUB_PIDS.args" "$STUB_PIDS.built" \
+    "$STUB_PIDS.coordinator-args" "$STUB_PIDS.submitted"
   rc=0
   STUB_WATCH=$watch SKIP_SETUP=1 BUILD_DIR="$bin" STATE_DIR="$scratch/state $name" WORKERS=3 \
-    timeout 60 "$@" "$root/scripts/demo.sh" >"$scratch/$name.log" 2>&1 || rc=$?
+    timeout 60 "$@" "$root/scripts/demo.sh" ${demo_args[@]+"${demo_args[@]}"} >"$scratch/$name.log" 2>&1 || rc=$?
 }
+demo_args=()
 # None of the processes the demo started is left running.
 all_stopped() {
   local name=$1 pid
@@ -98,7 +104,22 @@ demo ok ok
 grep -q "final test accuracy" "$scratch/ok.log" || { cat "$scratch/ok.log"; fail "the demo did not watch its job"; }
 all_stopped ok
 
+[[ "$(cat "$scratch/ok.pids.submitted")" == *examples/fmnist-fedavg.toml ]] ||
+  fail "the demo did not submit examples/fmnist-fedavg.toml by default: $(cat "$scratch/ok.pids.submitted")"
 [[ ! -e "$scratch/ok.pids.cancelled" ]] || fail "the demo cancelled a job when none was left running"
+
+# A job file named relative to the directory the demo is started from, outside the repository.
+mkdir -p "$scratch/elsewhere"
+echo 'name = "mine"' >"$scratch/elsewhere/my job.toml"
+demo_args=("my job.toml")
+cd "$scratch/elsewhere"
+demo relative ok
+cd - >/dev/null
+demo_args=()
+[[ $rc -eq 0 ]] || { cat "$scratch/relative.log"; fail "the demo failed with a job file relative to where it was started"; }
+[[ "$(cat "$scratch/relative.pids.submitted")" == "$scratch/elsewhere/my job.toml" ]] ||
+  { cat "$scratch/relative.log"; fail "the demo did not submit the job file relative to where it was started"; }
+all_stopped relative
 [[ -e "$scratch/ok.pids.built" ]] || fail "the demo did not build"
 [[ $(grep -c -- '--device cpu --fallback-device cpu$' "$scratch/ok.pids.args") -eq 3 ]] ||
   { cat "$scratch/ok.pids.args"; fail "the workers were not started on the CPU with the CPU as fallback"; }
@@ -158,4 +179,4 @@ all_stopped terminate
 watcher=$(cat "$scratch/terminate.pids.watch")
 for _ in $(seq 50); do kill -0 "$watcher" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$watcher" 2>/dev/null; then kill -KILL "$watcher"; fail "the watch outlived the demo stopped by SIGTERM"; fi
-echo "demo.sh: absolute BUILD_DIR, a failed first listing, and every daemon stopped on success, failure, Ctrl-C and SIGTERM, a job left running cancelled, DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD honoured"
+echo "demo.sh: absolute BUILD_DIR, a job file relative to the caller, a failed first listing, and every daemon stopped on success, failure, Ctrl-C and SIGTERM, a job left running cancelled, DEVICE, FALLBACK_DEVICE, EVAL_DEVICE and SKIP_BUILD honoured"
