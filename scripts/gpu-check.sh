@@ -130,21 +130,21 @@ pack() {
   local name target
   while read -r name target; do
     if [[ "$name" =~ $SYSTEM_LIBS || "$name" =~ $CUDA_LIBS ]]; then continue; fi
-    [ -e "$stage/lib/$name" ] || cp -L "$target" "$stage/lib/$name"
+    [ -e "$stage/lib/$name" ] || cp -L "$target" "$stage/lib/$name" || { echo "cannot copy $target"; return 1; }
   done < <(for object in "$stage"/bin/* "$stage"/lib/tessera/*.so; do ldd "$object"; done |
            awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u)
   strip --strip-unneeded "$stage"/lib/*.so* 2>/dev/null
   # The compiler's runtime, used there only when that machine's is older than this build needs.
   for name in libstdc++.so.6 libgcc_s.so.1; do
     target="$(ldconfig -p | awk -v n="$name" '$1 == n && /x86-64/ { print $NF; exit }')"
-    [ -n "$target" ] && cp -L "$target" "$stage/lib/compiler/$name"
+    if [ -n "$target" ]; then cp -L "$target" "$stage/lib/compiler/$name" || { echo "cannot copy $target"; return 1; }; fi
   done
   # Fashion-MNIST, from Debian's dataset-fashion-mnist.
   local data
   data="$(dpkg -L dataset-fashion-mnist 2>/dev/null | grep -E 'idx[13]-ubyte(\.gz)?$' || true)"
   [ -n "$data" ] || data="$(ls "$FASHION_DIR"/*-ubyte* 2>/dev/null || true)"
   [ -n "$data" ] || { echo "Fashion-MNIST not found (apt-get install dataset-fashion-mnist)"; return 1; }
-  cp $data "$PACK/data/fashion-mnist/"
+  cp $data "$PACK/data/fashion-mnist/" || { echo "cannot copy Fashion-MNIST into $PACK/data"; return 1; }
   {
     echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with uncommitted changes)')"
     echo "packed $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), build $build_dir, sm_$ARCH, $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo 'nvcc ?')"

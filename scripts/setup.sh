@@ -21,7 +21,7 @@ packages=(
   libxrt-dev
   dataset-fashion-mnist
   systemd
-  chromium prometheus jq curl strace
+  chromium prometheus jq curl strace xz-utils
   python3-numpy python3-torch python3-onnx libonnx-dev
   python3-sklearn
   clang libclang-rt-dev
