@@ -142,6 +142,13 @@ Status WorkerAgent::OpenDevice() {
 }
 
 Status WorkerAgent::Run() {
+  // A backoff of 0 would rejoin a coordinator that is down with no wait at all, and keep
+  // doing so: doubling 0 gives 0.
+  if (options_.backoff_initial_ms == 0 || options_.backoff_max_ms < options_.backoff_initial_ms) {
+    return InvalidArgumentError("worker options: backoff_initial_ms must be at least 1 and backoff_max_ms at least "
+                                "backoff_initial_ms; got " + std::to_string(options_.backoff_initial_ms) + " and " +
+                                std::to_string(options_.backoff_max_ms));
+  }
   RETURN_IF_ERROR(OpenDevice());
   spdlog::info("worker {} on device {}", options_.name, device_name());
   trainer_ = std::thread([this] { TrainerLoop(); });
@@ -166,7 +173,7 @@ Status WorkerAgent::Run() {
     const uint32_t wait = backoff / 2 + static_cast<uint32_t>(jitter() % (backoff / 2 + 1));
     spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), wait);
     SleepFor(wait);
-    backoff = std::min(backoff * 2, options_.backoff_max_ms);
+    backoff = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{backoff} * 2, options_.backoff_max_ms));
   }
   SetStopped();
   if (trainer_.joinable()) trainer_.join();

@@ -47,6 +47,9 @@ struct WorkerOptions {
   // never past the round's deadline (worker/cohort.h, CohortWait).
   uint32_t cohort_timeout_s = 30;
   uint32_t chunk_bytes = wire::kDefaultUploadChunkBytes;  // upload chunk size, at most 1 MiB
+  // The wait before joining again after a session ends (jittered: half of it to all of it). It
+  // doubles, up to backoff_max_ms, while sessions end within 10 s of their start. Run()
+  // refuses an initial backoff of 0 or a maximum below it.
   uint32_t backoff_initial_ms = 200;
   uint32_t backoff_max_ms = 5000;
   // An emulated device (emu:...) sleeps until each op's modelled time has passed, so a slow
@@ -76,7 +79,7 @@ class WorkerAgent {
   ~WorkerAgent();
 
   // Runs until Stop() (returns OK) or a fatal error (a refused join, an unusable device and
-  // no fallback).
+  // no fallback, backoff options it refuses: INVALID_ARGUMENT, before anything starts).
   Status Run();
   void Stop();
 

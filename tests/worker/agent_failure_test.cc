@@ -492,6 +492,34 @@ TEST_F(AgentTest, ARefusedJoinEndsTheWorker) {
   EXPECT_EQ(shared_->joins.size(), 1u);
 }
 
+// A backoff of 0 rejoined a coordinator that was down with no wait at all, for ever (doubling 0
+// gives 0). Run() refuses it, and a maximum below the initial backoff, before it joins.
+TEST_F(AgentTest, ABackoffOfZeroIsRefused) {
+  // Without the check the worker would join at once: the first join ends it, so Run() returns OK.
+  shared_->before_join = [this](int) { agent_->Stop(); };
+  shared_->join_refusal = UnavailableError("join: the coordinator is down");
+  WorkerOptions options;
+  options.backoff_initial_ms = 0;
+  Start({}, {}, options);
+  thread_.join();
+  EXPECT_EQ(run_status_.code(), StatusCode::kInvalidArgument) << run_status_.ToString();
+  EXPECT_EQ(run_status_.message(),
+            "worker options: backoff_initial_ms must be at least 1 and backoff_max_ms at least backoff_initial_ms; "
+            "got 0 and 5000");
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_EQ(shared_->joins.size(), 0u);
+  }
+  agent_.reset();
+  options.backoff_initial_ms = 100;
+  options.backoff_max_ms = 50;
+  Start({}, {}, options);
+  thread_.join();
+  EXPECT_EQ(run_status_.code(), StatusCode::kInvalidArgument) << run_status_.ToString();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  EXPECT_EQ(shared_->joins.size(), 0u);
+}
+
 // The same codes from the task channel of a session that joined (a coordinator of another
 // version refusing what the worker says there) end the session, not the worker: it joins
 // again after its backoff and trains what the next session hands it.
