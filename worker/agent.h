@@ -122,7 +122,9 @@ class WorkerAgent {
   // the update was accepted or its fate is unknown, nothing when it was refused.
   // A task cancelled by the time its update is encoded (its job, round and attempt; a cancel
   // that came during its last training step or after it) uploads nothing: the coordinator
-  // would refuse it and count it against this worker. The seat's residual stays as it was.
+  // would refuse it and count it against this worker. So does a task of a session that has
+  // ended (the worker joined again while it trained): the coordinator refuses an update of any
+  // session but its current one. The seat's residual stays as it was.
   // One that comes while the update is being sent ends the upload there
   // (CoordinatorClient::CancelUpload): no further chunk goes, and as some may have arrived,
   // the residual is kept as for an upload whose fate is unknown.

@@ -50,6 +50,19 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
   // after it or while the update was encoded is seen here, the last moment before anything is
   // sent. Nothing has been, so the seat's residual is left as it was.
   if (UploadCancelled(task)) return Status::Ok();
+  // A worker that joined again since the task came (the coordinator restarted, or refused the
+  // session's heartbeat) has forgotten the old session's cancels with it, and the coordinator
+  // refuses any update of a session that is not its current one: nothing is sent.
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (header.session() != session_) {
+      lock.unlock();
+      spdlog::info("job {} round {} attempt {}: trained in a session that has ended (the worker joined again since); "
+                   "its update is not uploaded, as the coordinator takes a session's own updates only",
+                   QuoteUntrusted(task.job_id()), task.round(), task.attempt());
+      return Status::Ok();
+    }
+  }
   auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
   // A cancel that came while the update was on its way ended the upload there (its outcome is
   // unknown to the error feedback below: some of it may have reached the coordinator).

@@ -155,6 +155,42 @@ TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
 
 using ::tessera::testing::CapturedLog;
 
+// A worker that joins again while it trains forgets the old session's cancels with it: a task
+// cancelled before the join was uploaded under the old session, which the coordinator refuses
+// (it takes only its current session's updates). No update of an ended session is uploaded
+// now, and the log says why.
+TEST_F(AgentTest, AnUpdateOfASessionThatEndedIsNotUploaded) {
+  CapturedLog log;
+  shared_->numbered_sessions = true;
+  shared_->next_session = std::vector<v1::Task>{Train(2, 1)};  // the first channel ends after its script
+  bool trained = false;
+  // Round 1 is cancelled once trained; its upload waits until the second session's channel is open.
+  WorkerOptions options;
+  options.after_training = [this, &trained](const v1::TrainTask& task) {
+    if (task.round() != 1) return;
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    trained = true;
+    shared_->cv.notify_all();
+    shared_->cv.wait_for(lock, kWait, [&] { return shared_->channels >= 2; });
+  };
+  shared_->before_task = [this, &trained](size_t index) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (index == 1) shared_->cv.wait_for(lock, kWait, [&] { return trained; });
+  };
+  Start({Train(1, 1), Cancel(1, 1)}, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(2, 1, &upload)) << "the new session's task was not uploaded";  // taken after round 1
+  EXPECT_EQ(upload.session(), "session-2");
+  for (const v1::UpdateHeader& h : Uploads()) {
+    EXPECT_NE(h.round(), 1u) << "round 1 was uploaded under " << h.session();
+  }
+  EXPECT_NE(log.text().find("job 'job-1' round 1 attempt 1: trained in a session that has ended (the worker "
+                            "joined again since); its update is not uploaded, as the coordinator takes a session's "
+                            "own updates only"),
+            std::string::npos)
+      << log.text();
+}
+
 // What the coordinator says about a cancel or a refused update is logged on one line, escaped
 // and bounded: a reason that quotes a job or a worker cannot forge log lines or fill the log.
 TEST_F(AgentTest, TheCoordinatorsReasonsAreLoggedEscapedAndBounded) {
