@@ -265,7 +265,10 @@ Status WorkerAgent::RunSession(bool* joined_out) {
     } else if (task.has_cancel()) {
       const v1::CancelTask& cancel = task.cancel();
       const CancelledTask cancelled{cancel.job_id(), cancel.round(), cancel.attempt()};
-      if (cancel.round() == 0 && ended_jobs_.size() < kMaxCancels) ended_jobs_.insert(cancel.job_id());
+      // A job's end matters only where something is held for it (or its task is in hand, which
+      // may keep some for it yet); that bounds ended_jobs_ without dropping the end of a job
+      // whose data is held.
+      if (cancel.round() == 0 && HoldsJobLocked(cancel.job_id())) ended_jobs_.insert(cancel.job_id());
       // A queued task it covers goes now: past kMaxCancels later cancels, it would be trained.
       std::erase_if(tasks_,
                     [&](const v1::TrainTask& q) { return cancelled.Covers(q.job_id(), q.round(), q.attempt()); });
@@ -390,6 +393,7 @@ void WorkerAgent::TrainerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       state_ = "idle";
       in_hand_.reset();
+      PublishSeatJobsLocked();  // in the same step: a job's seats are in hand or published
     }
 #ifdef __GLIBC__
     // The round's buffers (model copies, the update's bytes) are freed; for a large model, hand

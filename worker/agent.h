@@ -88,7 +88,8 @@ class WorkerAgent {
   uint32_t updates_refused() const { return updates_refused_.load(); }
   // How many times memory kept between rounds was handed back after idle_release_ms.
   uint32_t idle_releases() const { return idle_releases_.load(); }
-  // The jobs whose data (training share, test share, partition) this worker holds now.
+  // The jobs whose data (training share, test share, partition) or seats' memory (top-k's
+  // residual, FedBN's local tensors) this worker holds now.
   std::vector<std::string> JobsHeld() const;
   std::string device_name() const;
 
@@ -180,9 +181,19 @@ class WorkerAgent {
   std::string state_ = "idle";
 
   // Jobs the coordinator said ended (a cancel of round 0) whose data the task thread is yet
-  // to release (ReleaseEndedJobs); at most kMaxCancels.
+  // to release (ReleaseEndedJobs). Only a job this worker holds something for (HoldsJobLocked)
+  // or trains now is kept here, so there are never more than the jobs it can hold at once:
+  // one partition, a training and a test share, and the seats of seat_jobs_ (at most
+  // 2 * kMaxResiduals), and the task in hand.
   std::set<std::string> ended_jobs_;
   void ReleaseEndedJobs();  // only the task thread
+  // The jobs with a seat in residuals_ or local_tensors_, as the task thread last published
+  // them (PublishSeatJobsLocked, after each task and each release), for the task channel's
+  // thread to read.
+  std::set<std::string> seat_jobs_;
+  void PublishSeatJobsLocked();  // only the task thread, under mu_
+  // Whether this worker holds data or seats' memory for `job`, or trains a task of it now.
+  bool HoldsJobLocked(const std::string& job) const;
   std::shared_ptr<const Dataset> share_;                                     // the last share loaded
   std::string share_key_;                                                    // what it is the share of
   std::string share_job_;                                                    // the job that loaded it last

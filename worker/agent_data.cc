@@ -198,9 +198,23 @@ void WorkerAgent::ReleaseEndedJobs() {
     local_tensors_.EraseJob(job);
     spdlog::info("job {} ended: the data and seats' memory held for it are released", QuoteUntrusted(job));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    PublishSeatJobsLocked();
+  }
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif
+}
+
+void WorkerAgent::PublishSeatJobsLocked() {
+  seat_jobs_ = residuals_.Jobs();
+  seat_jobs_.merge(local_tensors_.Jobs());
+}
+
+bool WorkerAgent::HoldsJobLocked(const std::string& job) const {
+  return partitions_.count(job) > 0 || (share_ && share_job_ == job) || (test_share_ && test_share_job_ == job) ||
+         seat_jobs_.count(job) > 0 || (in_hand_ && in_hand_->job == job);
 }
 
 std::vector<std::string> WorkerAgent::JobsHeld() const {
@@ -210,6 +224,7 @@ std::vector<std::string> WorkerAgent::JobsHeld() const {
     for (const auto& [job, parts] : partitions_) jobs.insert(job);
     if (share_) jobs.insert(share_job_);
     if (test_share_) jobs.insert(test_share_job_);
+    jobs.insert(seat_jobs_.begin(), seat_jobs_.end());
   }
   return {jobs.begin(), jobs.end()};
 }

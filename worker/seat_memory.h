@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -39,6 +40,13 @@ class SeatMemory {
   // Drops every seat of `job` ("JOB#PARTY").
   void EraseJob(const std::string& job) {
     std::erase_if(entries_, [&](const auto& entry) { return entry.first.rfind(job + "#", 0) == 0; });
+  }
+
+  // The jobs that have a seat kept: each seat's name before its '#' (a job id has none).
+  std::set<std::string> Jobs() const {
+    std::set<std::string> jobs;
+    for (const auto& [seat, entry] : entries_) jobs.insert(seat.substr(0, seat.find('#')));
+    return jobs;
   }
 
   bool Holds(const std::string& seat) const { return entries_.count(seat) > 0; }

@@ -111,6 +111,46 @@ TEST_F(AgentTest, AJobThatEndedLetsGoOfItsData) {
   for (const auto& h : Uploads()) EXPECT_FALSE(h.job_id() == "job-1" && h.round() == 2) << "the ended job trained";
 }
 
+// Ended jobs wait for the task thread to release them. Once sixteen waited, a further job's end
+// was dropped and its data held until something replaced it. Only ends of jobs the worker holds
+// something for wait now, and however many others come, the end of one it holds is kept.
+TEST_F(AgentTest, TheEndOfAJobWhoseDataIsHeldIsKeptPastManyOtherEnds) {
+  bool in_hook = false, ends_delivered = false;
+  WorkerOptions options;
+  options.after_training = [this, &in_hook, &ends_delivered](const v1::TrainTask&) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    in_hook = true;
+    shared_->cv.notify_all();
+    shared_->cv.wait_for(lock, kWait, [&] { return ends_delivered; });
+  };
+  Start({Train(1, 1)}, {}, options);
+  {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return in_hook; }));
+  }
+  const std::vector<std::string> held = agent_->JobsHeld();
+  EXPECT_NE(std::find(held.begin(), held.end(), "job-1"), held.end()) << "job-1's share is not held as it trains";
+  // While job-1's task is in hand, twenty jobs this worker never held end, then job-1.
+  for (int i = 0; i < 20; ++i) {
+    v1::Task ended = Cancel(0, 0);
+    ended.mutable_cancel()->set_job_id("job-e" + std::to_string(i));
+    ASSERT_TRUE(Deliver(ended));
+  }
+  ASSERT_TRUE(Deliver(Cancel(0, 0)));
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    ends_delivered = true;
+    shared_->cv.notify_all();
+  }
+  // The ended jobs are released before the next task is taken: a task of round 0, reported
+  // before anything is loaded for it.
+  ASSERT_TRUE(Deliver(Train(0, 1, "job-2")));
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(0, 1, &upload, "job-2"));
+  EXPECT_FALSE(upload.failure().empty());
+  EXPECT_TRUE(agent_->JobsHeld().empty()) << "the data of job " << agent_->JobsHeld().front() << " is still held";
+}
+
 // A heartbeat that fails for another reason than an unknown session (the coordinator
 // unreachable, a refused certificate) is retried at the next beat: said once when it starts,
 // not at every beat, and said again when beats get through.
