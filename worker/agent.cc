@@ -34,6 +34,7 @@
 #include "proto/update_envelope.h"
 #include "worker/cohort.h"
 #include "worker/error_feedback.h"
+#include "worker/join_retry.h"
 #include "worker/round_download.h"
 #include "worker/task_checks.h"
 #include "worker/worker_metrics.h"
@@ -155,6 +156,7 @@ Status WorkerAgent::Run() {
   uint32_t backoff = options_.backoff_initial_ms;
   std::minstd_rand jitter(static_cast<uint32_t>(std::random_device{}()));
   Status result;
+  JoinRetryLog join_log;
   while (!stop_) {
     const auto started = Clock::now();
     bool joined = false;
@@ -171,7 +173,12 @@ Status WorkerAgent::Run() {
     // Jittered (half to all of the backoff), so that the workers of a restarted coordinator do
     // not all rejoin at the same instants.
     const uint32_t wait = backoff / 2 + static_cast<uint32_t>(jitter() % (backoff / 2 + 1));
-    spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), wait);
+    if (joined) {
+      join_log.Joined();
+      spdlog::warn("disconnected from the coordinator ({}); retrying in {} ms", s.message(), wait);
+    } else if (auto line = join_log.Failed(s, wait, Clock::now())) {
+      spdlog::warn("{}", *line);  // said when it starts or changes, then once a minute (worker/join_retry.h)
+    }
     SleepFor(wait);
     backoff = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{backoff} * 2, options_.backoff_max_ms));
   }

@@ -7,7 +7,9 @@
 // the same name, which keeps its seat. A join refused (a wrong join token, a bad name, a
 // certificate the coordinator does not take: PERMISSION_DENIED or INVALID_ARGUMENT) is fatal:
 // Run() returns it. The same codes from the task channel after a join are retried like any
-// other break.
+// other break. Any other failed join (UNAVAILABLE: the coordinator down, or a TLS handshake
+// that fails, which gRPC does not tell apart by its code) is tried again after the backoff,
+// and logged as worker/join_retry.h says: with a hint at the TLS flags for a failed handshake.
 //
 // Thread-safe: Stop() may be called from any thread (a signal handler's waiter).
 #pragma once

@@ -1,6 +1,6 @@
 // The coordinator's credentials, as the people who hold them meet them: a worker whose
 // certificate comes from another CA, has expired, or is missing is refused with a message that
-// says which; a certificate is one worker's name and no other's; the job service is for
+// says which; a worker that does not trust the coordinator's certificate logs what to check; a certificate is one worker's name and no other's; the job service is for
 // operators; a name joined with one site's token cannot be taken with another's, even after a
 // restart, until an operator forgets the worker; a revoked certificate is refused, also on a connection admitted before; plaintext
 // is refused off loopback.
@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "cli/job_client.h"
+#include "tests/captured_log.h"
 #include "tests/integration/harness.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 
@@ -85,6 +86,37 @@ TEST_F(SecurityTest, AWorkerWithACertificateFromAnotherCaIsRefused) {
   Status s = run.Finish();
   EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
   EXPECT_EQ(s.message(), Refusal("outsider", "it is not issued by this coordinator's client CA"));
+  EXPECT_TRUE(coordinator_->registry().List().empty());
+}
+
+// A worker that does not trust the coordinator's certificate (another CA in --tls-ca) fails the
+// TLS handshake at each join. gRPC gives UNAVAILABLE for it, as for a coordinator that is down,
+// so the worker keeps trying; its log says what gRPC says of the handshake, and what to check.
+TEST_F(SecurityTest, AWorkerThatDoesNotTrustTheCoordinatorSaysWhatToCheck) {
+  CapturedLog log;
+  auto other_ca = cli::CreateCertificateAuthority("Another CA", Now() - 60, Now() + 3600);
+  ASSERT_TRUE(other_ca.ok());
+  wire::ClientTls tls = TestPki::Get().WorkerTls("w1");
+  tls.ca_pem = other_ca->cert_pem;
+  AgentRun run(address_, "w1", tls);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string text = log.text();
+        return text.find("trying again in") != std::string::npos || text.find("retrying in") != std::string::npos;
+      },
+      std::chrono::seconds(120)))
+      << "no failed join was logged";
+  const std::string text = log.text();
+  EXPECT_NE(text.find("could not join the coordinator: join " + address_ + ": failed to connect to all addresses"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Ssl handshake failed: SSL_ERROR_SSL"), std::string::npos) << text;
+  EXPECT_NE(text.find("certificate verify failed (the TLS handshake with the coordinator failed, which trying again "
+                      "does not mend: check that --tls-ca (or ca.crt in --tls-dir) is the CA that issued the "
+                      "coordinator's certificate, and that the certificate names the host in --coordinator (or "
+                      "--tls-server-name)); trying again in "),
+            std::string::npos)
+      << text;
   EXPECT_TRUE(coordinator_->registry().List().empty());
 }
 
