@@ -418,7 +418,13 @@ Result<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
   RETURN_IF_ERROR(Accepting("deletion of job " + job_id));
   auto runner = Runner(job_id);
   if (runner && !runner->finished()) {
-    return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(runner->state()) +
+    const v1::JobState now = runner->state();
+    if (now == v1::JOB_SUCCEEDED || now == v1::JOB_FAILED || now == v1::JOB_CANCELLED) {
+      // Between its end and its runner's last step: its end is being recorded.
+      return UnavailableError("job " + job_id + " has just ended " + wire::JobStateName(now) +
+                              " and is still recording its end; try again in a moment");
+    }
+    return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(now) +
                                    "; only an ended job can be deleted (cancel it first: tessera cancel " + job_id + ")");
   }
   ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));

@@ -441,8 +441,11 @@ TEST_F(TokenSecurityTest, AnOperatorDeletesAnEndedJobThatIsNotTheNewest) {
   EXPECT_NE(running.message().find("only an ended job can be deleted"), std::string::npos) << running.ToString();
   ASSERT_TRUE((*coordinator)->CancelJob(first->id()).ok());
   ASSERT_TRUE((*coordinator)->CancelJob(second->id()).ok());
+  // Each ended, its end recorded (its runner finished).
   for (const auto& id : {first->id(), second->id()}) {
-    for (int i = 0; i < 500 && (*coordinator)->GetJob(id)->state() != v1::JOB_CANCELLED; ++i) {
+    for (int i = 0; i < 500; ++i) {
+      auto runner = (*coordinator)->Runner(id);
+      if (runner == nullptr || runner->finished()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }

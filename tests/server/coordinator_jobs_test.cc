@@ -68,6 +68,15 @@ class CoordinatorJobsTest : public ::testing::Test {
     return job;
   }
 
+  // Waits until the job's runner, if this process holds one, has finished (its end recorded).
+  static void AwaitFinished(Coordinator& c, const std::string& id) {
+    for (int i = 0; i < 500; ++i) {
+      auto runner = c.Runner(id);
+      if (runner == nullptr || runner->finished()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
   std::filesystem::path dir_;
 };
 
@@ -203,6 +212,7 @@ TEST_F(CoordinatorJobsTest, OnlyAnEndedJobThatIsNotTheNewestIsDeletedAndItsCount
   // Ended in this process, its runner still held: the runner goes with the job.
   ASSERT_TRUE((*c)->CancelJob("job-2-bbb").ok());
   ASSERT_EQ(AwaitState(**c, "job-2-bbb", v1::JOB_CANCELLED).state(), v1::JOB_CANCELLED);
+  AwaitFinished(**c, "job-2-bbb");
   ASSERT_NE((*c)->Runner("job-2-bbb"), nullptr);
   ASSERT_TRUE((*c)->DeleteJob("job-2-bbb").ok());
   EXPECT_EQ((*c)->Runner("job-2-bbb"), nullptr);
@@ -212,6 +222,7 @@ TEST_F(CoordinatorJobsTest, OnlyAnEndedJobThatIsNotTheNewestIsDeletedAndItsCount
   // The newest is kept, ended or not.
   ASSERT_TRUE((*c)->CancelJob("job-3-ccc").ok());
   ASSERT_EQ(AwaitState(**c, "job-3-ccc", v1::JOB_CANCELLED).state(), v1::JOB_CANCELLED);
+  AwaitFinished(**c, "job-3-ccc");
   auto newest = (*c)->DeleteJob("job-3-ccc");
   EXPECT_EQ(newest.status().code(), StatusCode::kFailedPrecondition) << newest.status().ToString();
   EXPECT_NE(newest.status().message().find("is the newest job"), std::string::npos) << newest.status().ToString();
