@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "base/escape.h"
 #include "collectives/fallback.h"
 #include "collectives/gloo/factory.h"
 #include "collectives/mpi/factory.h"
@@ -74,6 +75,56 @@ Result<const CommunicatorBackend*> CommunicatorRegistry::Choose(
                                  reasons);
 }
 
+namespace {
+
+// Where rank 0 publishes the backend it chose for "auto", and where a member that cannot use
+// it says why. "auto" names no backend, so these keys never meet a backend's own.
+std::string AutoChoiceKey(const std::string& prefix) { return prefix + "/auto/backend"; }
+std::string AutoRefusedKey(const std::string& prefix) { return prefix + "/auto/refused"; }
+
+// The backend every rank of the cohort uses for "auto": rank 0's choice, which it publishes
+// and the others read. Members built or launched differently may each prefer another backend;
+// one that cannot use rank 0's fails at once, naming both choices, and leaves its reason for
+// rank 0.
+Result<const CommunicatorBackend*> AgreeOnAuto(const CommunicatorRegistry& registry,
+                                               const CommunicatorOptions& options, Store& store) {
+  if (options.rank == 0) {
+    ASSIGN_OR_RETURN(const CommunicatorBackend* chosen, registry.Choose(options));
+    Status published = store.Set(AutoChoiceKey(options.prefix), std::string(chosen->name()));
+    if (!published.ok()) {
+      return published.WithContext("rank 0 publishing its choice of backend '" +
+                                   std::string(chosen->name()) + "' for 'auto'");
+    }
+    return chosen;
+  }
+  const std::string who =
+      "rank " + std::to_string(options.rank) + " of " + std::to_string(options.size);
+  auto published = store.Get(AutoChoiceKey(options.prefix),
+                             std::chrono::milliseconds(options.timeout_ms));
+  if (!published.ok()) {
+    return published.status().WithContext(
+        who + ": waiting for the backend rank 0 chose for 'auto' (every member of a cohort "
+              "choosing 'auto' uses rank 0's choice)");
+  }
+  const std::string& name = *published;
+  const CommunicatorBackend* backend = registry.Find(name);
+  Status viable = backend == nullptr
+                      ? UnimplementedError("this build has no backend of that name")
+                      : backend->Viable(options);
+  if (viable.ok()) return backend;
+  auto local = registry.Choose(options);
+  const std::string here =
+      local.ok() ? "'auto' here would choose '" + std::string((*local)->name()) + "'"
+                 : "no backend is viable here either";
+  const std::string why = who + ": backend " + QuoteUntrusted(name) +
+                          ", which rank 0 chose for 'auto', is not viable here (" +
+                          viable.ToString() + "); " + here;
+  (void)store.Set(AutoRefusedKey(options.prefix), why);  // for rank 0's error; best effort
+  return FailedPreconditionError(why);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptions& options,
                                                          std::shared_ptr<Store> store) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
@@ -84,12 +135,25 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptio
     return InvalidArgumentError("timeout_ms must be > 0, got " + std::to_string(options.timeout_ms));
   }
   if (store == nullptr) return InvalidArgumentError("CreateCommunicator needs a store");
-  ASSIGN_OR_RETURN(const CommunicatorBackend* backend, CommunicatorRegistry::Global().Choose(options));
+  const CommunicatorRegistry& registry = CommunicatorRegistry::Global();
+  const bool agree = options.backend == "auto" && options.size > 1;
+  ASSIGN_OR_RETURN(const CommunicatorBackend* backend,
+                   agree ? AgreeOnAuto(registry, options, *store) : registry.Choose(options));
   auto scoped =
       std::make_shared<PrefixStore>(options.prefix + "/" + std::string(backend->name()), store);
   auto created = backend->Create(options, scoped);
   if (!created.ok()) {
-    return created.status().WithContext("creating " + std::string(backend->name()) +
+    Status failed = created.status();
+    if (agree && options.rank == 0) {
+      // A member that could not use this rank's choice never joined the rendezvous: say why.
+      auto refused = store->Get(AutoRefusedKey(options.prefix), std::chrono::milliseconds(0));
+      if (refused.ok()) {
+        failed = failed.WithContext("rank 0 chose '" + std::string(backend->name()) +
+                                    "' for 'auto' and another member refused it: " +
+                                    EscapeUntrusted(*refused, 512));
+      }
+    }
+    return failed.WithContext("creating " + std::string(backend->name()) +
                                         " communicator for rank " + std::to_string(options.rank) +
                                         " of " + std::to_string(options.size));
   }

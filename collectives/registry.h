@@ -19,9 +19,19 @@
 // gloo, mpi, nccl) is wrapped, outermost, in VerifiedCommunicator unless
 // options.verify_calls is false (collectives/verified.h).
 //
+// Viability is decided by each rank alone (its build, its environment: mpirun, a GPU), so
+// ranks may differ in their "auto" choice. With "auto" and more than one rank, rank 0 chooses
+// and publishes its choice at "<options.prefix>/auto/backend"; the others wait for it (up to
+// options.timeout_ms) and use it. A rank that cannot use it fails at once with
+// FAILED_PRECONDITION naming the backend, why it is not viable there and what "auto" would
+// choose there; it leaves that reason at "<options.prefix>/auto/refused", and rank 0's error,
+// when its rendezvous then fails, carries it. A named backend skips this step.
+//
 // Rendezvous keys live under "<options.prefix>/<backend>/" in the store, so cohorts sharing a
-// store do not collide. Every rank must create its communicator within options.timeout_ms of
-// the others.
+// store do not collide. A prefix that ends in '/' (the coordinator's "rendezvous/JOB/ROUND/
+// ATTEMPT/COHORT/") gives keys with "//" before the backend's name: every rank builds the same
+// keys from the same prefix, and no store refuses them. Every rank must create its
+// communicator within options.timeout_ms of the others.
 #pragma once
 
 #include <memory>
@@ -58,8 +68,9 @@ class CommunicatorRegistry {
   const CommunicatorBackend* Find(std::string_view name) const;
   // Highest priority first.
   std::vector<const CommunicatorBackend*> Backends() const;
-  // The backend CreateCommunicator would use for `options`; for "auto", the first viable by
-  // priority. On failure the message lists every backend's reason.
+  // The backend this rank would use for `options` on its own; for "auto", the first viable by
+  // priority (CreateCommunicator then takes rank 0's choice on every rank). On failure the
+  // message lists every backend's reason.
   Result<const CommunicatorBackend*> Choose(const CommunicatorOptions& options) const;
 
  private:
