@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "collectives/fallback.h"
+#include "collectives/mpi/factory.h"
 #include "collectives/registry.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/verified.h"
@@ -44,6 +45,54 @@ TEST(RegistryTest, NonViableBackendsSayWhy) {
   options.location = BufferLocation::kDevice;
   Status p2p = CommunicatorRegistry::Global().Find("p2p")->Viable(options);
   EXPECT_FALSE(p2p.ok());
+}
+
+// mpirun's variables are parsed whole: "2abc" is not 2, and the value is shown escaped.
+TEST(RegistryTest, MpiWorldVariablesAreParsedStrictlyNamingTheVariable) {
+  EXPECT_TRUE(CheckMpiWorld("2", "1", 1, 2).ok());
+  EXPECT_TRUE(CheckMpiWorld("1", "0", 0, 1).ok());
+  const struct {
+    const char* size;
+    const char* rank;
+    const char* expected;
+  } cases[] = {
+      {"2abc", "0", "OMPI_COMM_WORLD_SIZE is '2abc': expected a whole number from 1 to 2147483647"},
+      {"", "0", "OMPI_COMM_WORLD_SIZE is '': expected"},
+      {" 2", "0", "OMPI_COMM_WORLD_SIZE is ' 2': expected"},
+      {"+2", "0", "OMPI_COMM_WORLD_SIZE is '+2': expected"},
+      {"0", "0", "OMPI_COMM_WORLD_SIZE is '0': expected"},
+      {"99999999999", "0", "OMPI_COMM_WORLD_SIZE is '99999999999': expected"},
+      {"2", "0x1", "OMPI_COMM_WORLD_RANK is '0x1': expected a whole number from 0 to 1"},
+      {"2", "-0", "OMPI_COMM_WORLD_RANK is '-0': expected"},
+      {"2", "2", "OMPI_COMM_WORLD_RANK is '2': expected a whole number from 0 to 1"},
+      {"2", "1\n", "OMPI_COMM_WORLD_RANK is '1\\n': expected"},
+      {"2", "1\x1b[2J", "OMPI_COMM_WORLD_RANK is '1\\x1b[2J': expected"},
+      {"3", "0", "mpirun launched rank 0 of 3, options ask for rank 0 of 2"},
+      {nullptr, "0", "not launched by mpirun (OMPI_COMM_WORLD_SIZE is unset)"},
+      {"2", nullptr, "not launched by mpirun (OMPI_COMM_WORLD_RANK is unset)"},
+  };
+  for (const auto& c : cases) {
+    Status checked = CheckMpiWorld(c.size, c.rank, 0, 2);
+    EXPECT_EQ(checked.code(), StatusCode::kFailedPrecondition) << (c.size ? c.size : "null");
+    EXPECT_NE(checked.message().find(c.expected), std::string::npos) << checked.ToString();
+  }
+}
+
+// The mpi backend takes its viability from that check: "2abc" ranks are not mpirun's.
+TEST(RegistryTest, MpiIsNotViableWhenMpirunsVariablesAreMalformed) {
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) GTEST_SKIP() << "running under mpirun";
+  CommunicatorOptions options;
+  options.size = 2;
+  if (CommunicatorRegistry::Global().Find("mpi")->Viable(options).code() == StatusCode::kUnimplemented) {
+    GTEST_SKIP() << "built without MPI";
+  }
+  ::setenv("OMPI_COMM_WORLD_SIZE", "2abc", 1);
+  ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+  Status viable = CommunicatorRegistry::Global().Find("mpi")->Viable(options);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(viable.code(), StatusCode::kFailedPrecondition) << viable.ToString();
+  EXPECT_NE(viable.message().find("OMPI_COMM_WORLD_SIZE is '2abc'"), std::string::npos) << viable.ToString();
 }
 
 TEST(RegistryTest, UnknownOrNonViableNamedBackendIsAnError) {
