@@ -44,17 +44,23 @@ void KeepAlive(TcpSocket& socket) {
 }
 
 // Reads `bytes` into `field`, growing it a step at a time as they arrive: a header that
-// announces 64 MiB and sends nothing more holds one step, not 64 MiB.
-bool RecvField(TcpSocket& socket, uint32_t bytes, std::string& field,
-               std::chrono::steady_clock::time_point deadline) {
+// announces 64 MiB and sends nothing more holds one step, not 64 MiB. `peer` names the other
+// end in errors.
+Status RecvGrowing(TcpSocket& socket, uint32_t bytes, std::string& field,
+                   std::chrono::steady_clock::time_point deadline, const std::string& peer) {
   field.clear();
   while (field.size() < bytes) {
     const size_t have = field.size();
     const size_t step = std::min<size_t>(bytes - have, kFieldStepBytes);
     field.resize(have + step);
-    if (!socket.RecvAll(field.data() + have, step, deadline, kClient).ok()) return false;
+    RETURN_IF_ERROR(socket.RecvAll(field.data() + have, step, deadline, peer));
   }
-  return true;
+  return Status::Ok();
+}
+
+bool RecvField(TcpSocket& socket, uint32_t bytes, std::string& field,
+               std::chrono::steady_clock::time_point deadline) {
+  return RecvGrowing(socket, bytes, field, deadline, kClient).ok();
 }
 
 // Reads and drops `bytes`, a piece at a time: a field over the server's limit is taken off the
@@ -346,12 +352,13 @@ Result<std::pair<uint8_t, std::string>> TcpStore::RoundTrip(
   if (reply_bytes > kMaxFieldBytes) {
     return DataLossError(where_ + " sent a " + std::to_string(reply_bytes) + "-byte value");
   }
-  std::string reply(reply_bytes, '\0');
-  RETURN_IF_ERROR(socket_.RecvAll(reply.data(), reply.size(), deadline, where_));
   if (response[0] != kOk && response[0] != kNotFound && response[0] != kError &&
       response[0] != kBusy) {
     return DataLossError(where_ + " answered with unknown code " + std::to_string(response[0]));
   }
+  // Held as it arrives: a server that announces 64 MiB and sends less costs one step.
+  std::string reply;
+  RETURN_IF_ERROR(RecvGrowing(socket_, reply_bytes, reply, deadline, where_));
   return std::make_pair(response[0], std::move(reply));
 }
 

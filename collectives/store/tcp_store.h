@@ -15,7 +15,9 @@
 // the reason as the value, keeps the counter and goes on serving (the client's Add returns
 // INVALID_ARGUMENT). The server drops a connection that sends an unknown command or an
 // oversized field. A client call that fails part way (I/O error, deadline, malformed reply)
-// closes the client's connection, and every later call on it is UNAVAILABLE.
+// closes the client's connection, and every later call on it is UNAVAILABLE. The client, too,
+// holds a reply's value only as its bytes arrive (1 MiB ahead at most), not all that the
+// reply's header announces.
 // Get waits on the client side by polling (1 to 20 ms backoff) until the deadline; each of its
 // round trips ends at that deadline too, but has at least 1 s (so that a Get with no time left
 // still asks once), and a server that does not answer in time makes the Get DEADLINE_EXCEEDED

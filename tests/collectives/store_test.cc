@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -16,6 +17,7 @@
 #include "collectives/store/file_store.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/tcp_store.h"
+#include "tests/address_space.h"
 
 namespace tessera::collectives {
 namespace {
@@ -407,6 +409,58 @@ TEST(TcpStoreTest, AMalformedReplyClosesTheConnectionSoTheNextCallReadsNoStaleBy
       << (second.ok() ? "read " + std::to_string(*second) + " left from the first answer" : second.status().ToString());
   client->reset();  // closes the connection (if the client had not): the fake server's read ends
   fake.join();
+}
+
+// A reply is held as its bytes arrive: a server that announces a 64 MiB value and then closes
+// the connection costs the client a step, not 64 MiB. The client runs in a child whose address
+// space has 32 MiB to spare, where taking the whole announced value at once fails
+// (std::bad_alloc, which kills it).
+TEST(TcpStoreTest, AnAnnouncedReplyIsHeldAsItArrivesNotAllAtOnce) {
+  if (tessera::testing::kSanitizerRuntime) {
+    GTEST_SKIP() << "a sanitizer's runtime reserves more address space than any cap holds";
+  }
+  auto listening = ListenTcp("127.0.0.1", 0, 4);
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  const int port = listening->second;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    // The child leaves here, never through the test framework, whatever happens.
+    try {
+      tessera::testing::CapAddressSpace(uint64_t{32} << 20);
+      auto client = TcpStore::Connect("127.0.0.1", port, milliseconds(10000));
+      if (!client.ok()) ::_exit(2);
+      auto value = (*client)->Get("key", milliseconds(10000));
+      // The server closed the connection part way through the value.
+      ::_exit(!value.ok() && value.status().code() == StatusCode::kUnavailable ? 0 : 3);
+    } catch (const std::bad_alloc&) {
+      ::_exit(4);
+    } catch (...) {
+      ::_exit(5);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto connection = AcceptTcp(listening->first, deadline);
+  ASSERT_TRUE(connection.ok()) << connection.status().ToString();
+  uint8_t header[9];
+  ASSERT_TRUE(connection->RecvAll(header, sizeof(header), deadline, "client").ok());
+  uint32_t key_bytes, value_bytes;
+  std::memcpy(&key_bytes, header + 1, 4);
+  std::memcpy(&value_bytes, header + 5, 4);
+  std::string rest(key_bytes + value_bytes, '\0');
+  ASSERT_TRUE(connection->RecvAll(rest.data(), rest.size(), deadline, "client").ok());
+  EXPECT_EQ(rest, "key");
+  const uint32_t announced = 64u << 20;
+  uint8_t answer[5 + 16] = {0};
+  std::memcpy(answer + 1, &announced, 4);
+  ASSERT_TRUE(connection->SendAll(answer, sizeof(answer), deadline, "client").ok());
+  connection->Close();
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(pid, &wstatus, 0), pid);
+  EXPECT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+      << (WIFSIGNALED(wstatus) ? "killed by signal " + std::to_string(WTERMSIG(wstatus))
+                               : "exited with " + std::to_string(WEXITSTATUS(wstatus)) +
+                                     " (2: no connection, 3: another result, 4: std::bad_alloc)");
 }
 
 // A server that takes the request and never answers: Get fails at its own timeout, naming the
