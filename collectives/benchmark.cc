@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -161,48 +162,58 @@ void PrintHeader(const BenchOptions& options) {
 }
 
 // Forks `ranks` processes that rendezvous through a TcpStore served here. Appends rank 0's
-// per-size results to `results`.
+// per-size results to `results`. Every failure of this process's own is said on stderr; a
+// rank says its own.
 int RunForked(const std::string& backend, int ranks, BenchOptions options,
               std::vector<SizeResult>* results) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) return 1;
+  const std::string run = "tessera bench collectives: " + backend + " with " + std::to_string(ranks) + " ranks";
   auto server = TcpStoreServer::Start("127.0.0.1", 0);
   if (!server.ok()) {
-    std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
+    std::fprintf(stderr, "%s: starting the store server: %s\n", run.c_str(), server.status().ToString().c_str());
     return 1;
   }
   const int port = (*server)->port();
-  std::vector<pid_t> children;
-  for (int rank = 0; rank < ranks; ++rank) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(pipe_fds[0]);
-      options.result_fd = rank == 0 ? pipe_fds[1] : -1;
-      auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
-      if (!store.ok()) ::_exit(2);
-      auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, ranks, options), *store);
-      if (!c.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
-        ::_exit(3);
-      }
-      Status status = RunSweep(**c, options);
-      if (!status.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
-      std::fflush(stdout);
-      ::_exit(status.ok() ? 0 : 4);
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) {
+    std::fprintf(stderr, "%s: pipe for rank 0's results: %s\n", run.c_str(), std::strerror(errno));
+    return 1;
+  }
+  auto children = ForkChildren(ranks, [&](int rank) {
+    ::close(pipe_fds[0]);
+    if (rank != 0) ::close(pipe_fds[1]);
+    options.result_fd = rank == 0 ? pipe_fds[1] : -1;
+    auto store = TcpStore::Connect("127.0.0.1", port, std::chrono::seconds(10));
+    if (!store.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, store.status().ToString().c_str());
+      ::_exit(2);
     }
-    children.push_back(pid);
-  }
+    auto c = CreateCommunicator(BenchCommunicatorOptions(backend, rank, ranks, options), *store);
+    if (!c.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, c.status().ToString().c_str());
+      ::_exit(3);
+    }
+    Status status = RunSweep(**c, options);
+    if (!status.ok()) std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+    std::fflush(stdout);
+    ::_exit(status.ok() ? 0 : 4);
+  });
   ::close(pipe_fds[1]);
-  SizeResult result;
-  while (::read(pipe_fds[0], &result, sizeof(result)) == sizeof(result)) results->push_back(result);
-  ::close(pipe_fds[0]);
-  int failures = 0;
-  for (pid_t pid : children) {
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!children.ok()) {
+    ::close(pipe_fds[0]);
+    std::fprintf(stderr, "%s: %s\n", run.c_str(), children.status().ToString().c_str());
+    return 1;
   }
-  return failures == 0 ? 0 : 1;
+  SizeResult result;
+  for (;;) {
+    const ssize_t got = ::read(pipe_fds[0], &result, sizeof(result));
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof(result))) break;
+    results->push_back(result);
+  }
+  ::close(pipe_fds[0]);
+  const std::vector<std::string> failed = WaitForChildren(*children);
+  for (const std::string& line : failed) std::fprintf(stderr, "%s: %s\n", run.c_str(), line.c_str());
+  return failed.empty() ? 0 : 1;
 }
 
 double Median(std::vector<double> values) {
@@ -246,15 +257,19 @@ void PrintMedians(const BenchOptions& options,
   std::fflush(stdout);
 }
 
-// One sender process, one receiver: the bandwidth one loopback TCP stream reaches.
+// One sender process, one receiver: the bandwidth one loopback TCP stream reaches. A failure
+// is said on stderr; the sender is reaped whatever happens.
 int MeasureTcpCeiling(bool json) {
+  const char* const what = "tessera bench collectives: --tcp-ceiling";
   auto listening = ListenTcp("127.0.0.1", 0, 1);
-  if (!listening.ok()) return 1;
+  if (!listening.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, listening.status().ToString().c_str());
+    return 1;
+  }
   const int port = listening->second;
   const size_t chunk = 4u << 20;
   const size_t total = size_t{4} << 30;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  auto sender = ForkChildren(1, [&](int) {
     auto socket = ConnectTcp("127.0.0.1", port, Clock::now() + std::chrono::seconds(10), "sink");
     if (!socket.ok()) ::_exit(1);
     (void)socket->Tune(0);
@@ -265,19 +280,32 @@ int MeasureTcpCeiling(bool json) {
       }
     }
     ::_exit(0);
+  });
+  if (!sender.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, sender.status().ToString().c_str());
+    return 1;
   }
+  // Ends the sender (when it is still sending) and reaps it.
+  auto fail = [&](const Status& status) {
+    ::kill(sender->front(), SIGKILL);
+    (void)WaitForChildren(*sender);
+    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+    return 1;
+  };
   auto accepted = AcceptTcp(listening->first, Clock::now() + std::chrono::seconds(10));
-  if (!accepted.ok()) return 1;
+  if (!accepted.ok()) return fail(accepted.status().WithContext("accepting the sender's connection"));
   std::vector<char> data(chunk);
   const auto start = Clock::now();
   for (size_t got = 0; got < total; got += chunk) {
-    if (!accepted->RecvAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "source").ok()) {
-      return 1;
-    }
+    Status received = accepted->RecvAll(data.data(), chunk, Clock::now() + std::chrono::seconds(60), "source");
+    if (!received.ok()) return fail(received);
   }
   const double seconds = Seconds(Clock::now() - start);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  const std::vector<std::string> failed = WaitForChildren(*sender);
+  if (!failed.empty()) {
+    std::fprintf(stderr, "%s: the sending process failed: %s\n", what, failed.front().c_str());
+    return 1;
+  }
   if (json) {
     std::printf("{\"tcp_ceiling_gbps\":%.3f,\"bytes\":%zu,\"seconds\":%.3f}\n",
                 static_cast<double>(total) / seconds / 1e9, total, seconds);
@@ -324,6 +352,50 @@ Result<std::optional<MpiWorld>> MpiWorldFromEnvironment() {
 }
 
 }  // namespace
+
+Result<std::vector<pid_t>> ForkChildren(int count, const std::function<void(int)>& body,
+                                        const ForkFunction& fork_function) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    const pid_t pid = fork_function();
+    if (pid == 0) {
+      body(i);
+      ::_exit(1);
+    }
+    if (pid < 0) {
+      const int error = errno;
+      for (pid_t child : children) ::kill(child, SIGKILL);
+      (void)WaitForChildren(children);
+      return UnavailableError("fork for rank " + std::to_string(i) + " of " + std::to_string(count) + ": " +
+                              std::strerror(error) + (children.empty() ? "" : "; the ranks forked before it were ended"));
+    }
+    children.push_back(pid);
+  }
+  return children;
+}
+
+std::vector<std::string> WaitForChildren(const std::vector<pid_t>& children, const WaitFunction& wait_function) {
+  std::vector<std::string> failed;
+  for (size_t rank = 0; rank < children.size(); ++rank) {
+    const std::string who = "rank " + std::to_string(rank);
+    int status = 0;
+    pid_t waited = -1;
+    do {
+      waited = wait_function(children[rank], &status, 0);
+    } while (waited < 0 && errno == EINTR);
+    if (waited != children[rank]) {
+      failed.push_back(who + " (pid " + std::to_string(children[rank]) + ") could not be waited for: " +
+                       (waited < 0 ? std::strerror(errno) : "waitpid answered pid " + std::to_string(waited)));
+    } else if (WIFSIGNALED(status)) {
+      failed.push_back(who + " was killed by signal " + std::to_string(WTERMSIG(status)));
+    } else if (!WIFEXITED(status)) {
+      failed.push_back(who + " ended with wait status " + std::to_string(status));
+    } else if (WEXITSTATUS(status) != 0) {
+      failed.push_back(who + " exited with " + std::to_string(WEXITSTATUS(status)));
+    }
+  }
+  return failed;
+}
 
 int CollectivesBenchmarkMain(int argc, char** argv) {
   BenchOptions options;

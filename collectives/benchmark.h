@@ -4,8 +4,35 @@
 // program name. Returns a process exit code.
 #pragma once
 
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
 namespace tessera::collectives {
 
 int CollectivesBenchmarkMain(int argc, char** argv);
+
+// The benchmark's handling of its forked processes, with fork and waitpid passed in so that
+// their failures can be tested.
+using ForkFunction = std::function<pid_t()>;
+using WaitFunction = std::function<pid_t(pid_t pid, int* status, int options)>;
+
+// Forks `count` children; child i runs body(i), which must end the process (the child exits 1
+// if it returns). When a fork fails, the children forked so far are killed and reaped and the
+// error names the child and errno; no pid of a failed fork is ever returned.
+Result<std::vector<pid_t>> ForkChildren(int count, const std::function<void(int)>& body,
+                                        const ForkFunction& fork_function = ::fork);
+
+// Waits for every child (a wait a signal interrupts is retried) and returns one line for each
+// that did not exit with 0: "rank 1 exited with 3", "rank 0 was killed by signal 9", or why
+// it could not be waited for. `children[i]` is rank i.
+std::vector<std::string> WaitForChildren(const std::vector<pid_t>& children,
+                                         const WaitFunction& wait_function = ::waitpid);
 
 }  // namespace tessera::collectives

@@ -2,9 +2,14 @@
 // not apply to the mode it is given in, is exit code 2 with a message naming the flag, never a
 // run that quietly does something else.
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -69,6 +74,68 @@ TEST(CollectivesBenchmarkFlagsTest, RepeatUnderMpirunIsRefused) {
   EXPECT_EQ(outcome.code, 2) << outcome.stderr_text;
   EXPECT_NE(outcome.stderr_text.find("--repeat is for ranks forked here"), std::string::npos)
       << outcome.stderr_text;
+}
+
+// A wait that a signal interrupts is retried: it was counted as a child that exited with 0.
+TEST(CollectivesBenchmarkChildrenTest, AnInterruptedWaitIsRetriedAndTheChildsExitCounts) {
+  const pid_t failing = ::fork();
+  ASSERT_GE(failing, 0);
+  if (failing == 0) ::_exit(3);
+  const pid_t passing = ::fork();
+  ASSERT_GE(passing, 0);
+  if (passing == 0) ::_exit(0);
+  int interrupted = 0;
+  auto wait_once_interrupted = [&](pid_t pid, int* status, int options) -> pid_t {
+    if (interrupted++ % 2 == 0) {
+      errno = EINTR;
+      return -1;
+    }
+    return ::waitpid(pid, status, options);
+  };
+  const std::vector<std::string> failed = WaitForChildren({failing, passing}, wait_once_interrupted);
+  EXPECT_EQ(failed, std::vector<std::string>{"rank 0 exited with 3"});
+  EXPECT_EQ(interrupted, 4);
+}
+
+// A child that cannot be waited for is a failure that says why, never a success.
+TEST(CollectivesBenchmarkChildrenTest, AChildThatCannotBeWaitedForIsAFailure) {
+  const pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);  // reaped here: no longer this process's child
+  const std::vector<std::string> failed = WaitForChildren({gone});
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0], "rank 0 (pid " + std::to_string(gone) + ") could not be waited for: " + std::strerror(ECHILD));
+}
+
+// A fork that fails ends the ranks forked before it: none is left waiting for a rank that
+// never came, and no pid -1 (which waitpid takes for "any child") is handed back.
+TEST(CollectivesBenchmarkChildrenTest, AFailedForkEndsTheRanksForkedBeforeIt) {
+  std::vector<pid_t> forked;
+  int calls = 0;
+  auto fork_twice = [&]() -> pid_t {
+    if (calls++ == 1) {
+      errno = EAGAIN;
+      return -1;
+    }
+    const pid_t pid = ::fork();
+    if (pid > 0) forked.push_back(pid);
+    return pid;
+  };
+  auto children = ForkChildren(3, [](int) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test, whatever it finds
+    for (;;) ::pause();                  // a rank waiting for its peers
+  }, fork_twice);
+  ASSERT_FALSE(children.ok());
+  EXPECT_EQ(children.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(children.status().message(), std::string("fork for rank 1 of 3: ") + std::strerror(EAGAIN) +
+                                             "; the ranks forked before it were ended");
+  EXPECT_EQ(calls, 2);
+  ASSERT_EQ(forked.size(), 1u);
+  // Killed and reaped already.
+  errno = 0;
+  EXPECT_EQ(::waitpid(forked[0], nullptr, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
 }
 
 }  // namespace
