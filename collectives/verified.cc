@@ -57,12 +57,14 @@ VerifiedCommunicator::Fingerprint VerifiedCommunicator::Make(CollectiveOp op, in
 
 Status VerifiedCommunicator::Verify(const Fingerprint& mine, Deadline deadline) {
   if (size() == 1) return Status::Ok();
-  // Each field and its negation: after max, values[f] is the largest and -values[kFields + f]
-  // the smallest any rank holds.
+  // Each field and its complement (~x == -x - 1, which reverses the order as negation does
+  // but has no value that overflows): after max, values[f] is the largest and
+  // ~values[kFields + f] the smallest any rank holds. The results come from peers (a ring
+  // hands on a peer's reduction), so they may be any int64, INT64_MIN included.
   std::array<int64_t, 2 * kFields> values;
   for (size_t f = 0; f < kFields; ++f) {
     values[f] = mine[f];
-    values[kFields + f] = -mine[f];
+    values[kFields + f] = ~mine[f];
   }
   Status exchanged = CallHostAllreduce(*base_, values.data(), values.size(), ReduceOp::kMax,
                                        deadline);
@@ -73,7 +75,7 @@ Status VerifiedCommunicator::Verify(const Fingerprint& mine, Deadline deadline) 
   std::array<bool, kFields> differs{};
   bool any = false;
   for (size_t f = 0; f < kFields; ++f) {
-    differs[f] = values[f] != -values[kFields + f];
+    differs[f] = values[f] != ~values[kFields + f];
     any = any || differs[f];
   }
   if (!any) return Status::Ok();

@@ -4,9 +4,10 @@
 // !verifies_calls, unless CommunicatorOptions::verify_calls is false.
 //
 // Collectives: before each call every rank contributes a fingerprint of the call (sequence
-// number, op, dtype, count, reduce op, root) and its negation to ONE allreduce(max) of 12
-// int64 values through the wrapped backend (its DoHostAllreduce); max == -min per field means
-// every rank is making the same call, and only then does the call itself run. Otherwise no
+// number, op, dtype, count, reduce op, root) and its bitwise complement (~x, the negation
+// less one, which no value overflows) to ONE allreduce(max) of 12 int64 values through the
+// wrapped backend (its DoHostAllreduce); max == min per field means every rank is making the
+// same call, and only then does the call itself run. Otherwise no
 // data moves and every rank returns INVALID_ARGUMENT:
 //   "rank 1: allreduce call mismatch across ranks (count differs): this rank called
 //    allreduce #0 (count 20, float32, sum); rank 0 called allreduce #0 (count 10, float32,

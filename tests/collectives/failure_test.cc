@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "collectives/p2p/communicator.h"
@@ -127,6 +128,43 @@ INSTANTIATE_TEST_SUITE_P(Backends, StalledPeerTest,
                            }
                            return name;
                          });
+
+// A peer's side of a call check as the backend delivers it: the reduction of the first
+// exchange holds INT64_MIN where the check's inverted fields go (a ring hands every rank a
+// reduction a peer computed, so a faulty or hostile peer decides it). The check inverted the
+// reduction by negating it, which overflows there (undefined; a sanitizer build stops on it).
+class PeerSendsInt64Min final : public Communicator {
+ public:
+  PeerSendsInt64Min() : Communicator(0, 2, std::chrono::milliseconds(1000)) {
+    capabilities_.native_ops = {CollectiveOp::kAllreduce, CollectiveOp::kBarrier};
+    capabilities_.native_reduce_ops = {ReduceOp::kSum, ReduceOp::kMax};
+    capabilities_.dtypes = {DataType::kInt64};
+    capabilities_.locations = {BufferLocation::kHost};
+  }
+  std::string_view backend_name() const override { return "peer-sends-int64-min"; }
+  const CommunicatorCapabilities& capabilities() const override { return capabilities_; }
+
+ protected:
+  Status DoHostAllreduce(int64_t* values, size_t count, ReduceOp op, Deadline) override {
+    if (op == ReduceOp::kMax) {
+      for (size_t i = count / 2; i < count; ++i) values[i] = std::numeric_limits<int64_t>::min();
+    }
+    return Status::Ok();  // the mismatch's gather: rank 1's block stays zero
+  }
+  Status DoBarrier(Deadline) override { return Status::Ok(); }
+
+ private:
+  CommunicatorCapabilities capabilities_;
+};
+
+TEST(VerifiedCommunicatorTest, APeersInt64MinInTheCallCheckIsAMismatchNotAnOverflow) {
+  VerifiedCommunicator verified(std::make_unique<PeerSendsInt64Min>());
+  Status checked = verified.Barrier();
+  EXPECT_EQ(checked.code(), StatusCode::kInvalidArgument) << checked.ToString();
+  EXPECT_TRUE(Mentions(checked, "rank 0: barrier call mismatch across ranks (sequence number, op, dtype, count, "
+                                "reduce op, root differs): this rank called barrier #0"))
+      << checked.ToString();
+}
 
 // Backends whose mismatches VerifiedCommunicator detects: every rank fails with
 // INVALID_ARGUMENT before any data moves. The others (header-checked) fail at least on one
