@@ -22,7 +22,7 @@
 // Viability is decided by each rank alone (its build, its environment: mpirun, a GPU), so
 // ranks may differ in their "auto" choice. With "auto" and more than one rank, rank 0 chooses
 // and publishes its choice at "<options.prefix>/auto/backend"; the others wait for it (up to
-// options.timeout_ms) and use it. A rank that cannot use it fails at once with
+// options.timeout_ms, before the backend's rendezvous, which has its own) and use it. A rank that cannot use it fails at once with
 // FAILED_PRECONDITION naming the backend, why it is not viable there and what "auto" would
 // choose there; it leaves that reason at "<options.prefix>/auto/refused", and rank 0's error,
 // when its rendezvous then fails, carries it. A named backend skips this step.
