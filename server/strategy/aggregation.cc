@@ -5,6 +5,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "base/format.h"
 #include "base/target_clones.h"
 #include "proto/job_mapping.h"
 
@@ -35,7 +36,7 @@ std::string_view AggregationRuleName(AggregationRule rule) {
 Status CheckUpdateFits(const ClientUpdate& update, const std::vector<size_t>& sizes) {
   if (update.samples == 0) return InvalidArgumentError("update with 0 samples: expected a positive sample count");
   if (!(update.scale > 0 && update.scale <= 1)) {
-    return InvalidArgumentError("update from '" + update.client + "': its scale " + std::to_string(update.scale) +
+    return InvalidArgumentError("update from '" + update.client + "': its scale " + FormatNumber(update.scale) +
                                 " is not in (0, 1]");
   }
   const TensorSet& delta = *update.delta;

@@ -78,6 +78,24 @@ TEST(FedAvgTest, RefusesZeroWeightOverflowAndNothingToApply) {
   EXPECT_EQ(agg->updates(), 1u);  // the refused update left the aggregate as it was
 }
 
+// A scale out of (0, 1] is refused naming it with its significant digits: a tiny one is not
+// shown as 0.
+TEST(FedAvgTest, RefusesAScaleOutOfRangeNamingIt) {
+  const TensorSet global = Layout(0, 0, 0);
+  auto fedavg = Make(Spec("fedavg"), global);
+  auto agg = fedavg->BeginRound(global);
+  const TensorSet delta = Layout(1, 1, 1);
+  ClientUpdate update;
+  update.client = "w";
+  update.samples = 1;
+  update.delta = &delta;
+  update.scale = -1e-9;
+  const Status refused = agg->Fold(update);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("its scale -1e-09 is not in (0, 1]"), std::string::npos) << refused.message();
+  EXPECT_EQ(agg->updates(), 0u);
+}
+
 TEST(FedAvgTest, ConcurrentFoldsAddUp) {
   TensorSet global = {{"big", {4096}, std::vector<float>(4096, 0.0f)}};
   auto fedavg = Make(Spec("fedavg"), global);
