@@ -614,15 +614,12 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   Status finite = CheckFinite(step.model, "the aggregated model");
   if (finite.ok()) finite = CheckFinite(step.state, "the strategy's next state");
   if (!finite.ok()) {
-    std::string blamed;
-    for (const Round::Suspect& suspect : open->NonFiniteSuspects()) {
-      excluded_.insert(suspect.workers.begin(), suspect.workers.end());
-      blamed += (blamed.empty() ? "" : ", ") + suspect.description;
-    }
+    const std::vector<Round::Suspect> suspects = open->NonFiniteSuspects();
+    for (const Round::Suspect& suspect : suspects) excluded_.insert(suspect.workers.begin(), suspect.workers.end());
     return {Kind::kNonFiniteModel,
             DataLossError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
                           finite.message() + "; not committed; left out of the round's next attempts: " +
-                          (blamed.empty() ? std::string("nobody") : blamed))};
+                          Round::DescribeSuspects(suspects))};
   }
 
   RETURN_IF_ERROR(CommitStep(std::move(record), std::move(step), round_start));

@@ -387,6 +387,16 @@ std::vector<Round::Suspect> Round::NonFiniteSuspects() const {
   return suspects;
 }
 
+std::string Round::DescribeSuspects(const std::vector<Suspect>& suspects) {
+  if (suspects.empty()) return "nobody";
+  std::string described;
+  for (size_t i = 0; i < suspects.size() && i < kNamedSuspects; ++i) {
+    described += (i == 0 ? "" : ", ") + suspects[i].description;
+  }
+  if (suspects.size() > kNamedSuspects) described += " and " + std::to_string(suspects.size() - kNamedSuspects) + " more";
+  return described;
+}
+
 double Round::aggregation_ms() const {
   std::lock_guard<std::mutex> lock(mu_);
   return aggregation_ms_;

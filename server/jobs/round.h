@@ -159,6 +159,10 @@ class Round {
     std::string description;
   };
   std::vector<Suspect> NonFiniteSuspects() const;
+  // The suspects for a message: the first kNamedSuspects described, the rest counted (a round
+  // may have thousands, and the message may become the job's error). "nobody" when empty.
+  static constexpr size_t kNamedSuspects = 8;
+  static std::string DescribeSuspects(const std::vector<Suspect>& suspects);
 
  private:
   // Submit's second half: records the checked update and folds it when it is valid.

@@ -570,5 +570,26 @@ TEST(RoundBoundsTest, TheUpdatesBehindAModelThatIsNotFiniteAreNamed) {
   EXPECT_NE(suspects[0].description.find("alone overflows"), std::string::npos) << suspects[0].description;
 }
 
+// Every suspect is left out, but a message names the first eight and counts the rest: a round
+// may have thousands, and the message may become the job's error.
+TEST(RoundBoundsTest, AMessageNamesEightSuspectsAndCountsTheRest) {
+  auto global = std::make_shared<const TensorSet>(Layout(3e38f, 1, 1));
+  auto fedavg = FedAvg(*global);
+  Round round("job-1", 4, 1, 3, global, fedavg->BeginRound(*global), 1);
+  for (uint32_t i = 0; i < 11; ++i) round.AddParticipant(i, {{"w" + std::to_string(i), 1}});
+  for (uint32_t i = 0; i < 11; ++i) {
+    ASSERT_TRUE(round.Submit(HeaderFor("w" + std::to_string(i), 10), Layout(3e38f, 0, 0), 1).ok());
+  }
+  round.Close("test");
+  const auto suspects = round.NonFiniteSuspects();
+  ASSERT_EQ(suspects.size(), 11u);
+  const std::string described = Round::DescribeSuspects(suspects);
+  size_t named = 0;
+  for (size_t at = described.find("worker '"); at != std::string::npos; at = described.find("worker '", at + 1)) ++named;
+  EXPECT_EQ(named, 8u) << described;
+  EXPECT_NE(described.find(" and 3 more"), std::string::npos) << described;
+  EXPECT_EQ(Round::DescribeSuspects({}), "nobody");
+}
+
 }  // namespace
 }  // namespace tessera::server
