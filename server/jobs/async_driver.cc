@@ -35,7 +35,8 @@ AsyncDriver::AsyncDriver(JobRunner& runner)
       clock_(runner.clock_),
       max_update_norm_(wire::MaxUpdateNorm(spec_)),
       clip_(wire::ClipsToUpdateNorm(spec_)),
-      checked_hook_(runner.options_.async_checked_hook) {}
+      checked_hook_(runner.options_.async_checked_hook),
+      folded_hook_(runner.options_.async_folded_hook) {}
 
 std::shared_ptr<AsyncDriver::Buffer> AsyncDriver::NewBuffer() const {
   auto buffer = std::make_shared<Buffer>();
@@ -66,11 +67,25 @@ std::string AsyncDriver::Describe(const v1::UpdateHeader& h) const {
   return "update from worker '" + h.worker_id() + "' for job " + runner_.job_id_ + " task " + std::to_string(h.round());
 }
 
+AsyncDriver::Buffer& AsyncDriver::JoinedLocked() const {
+  for (const auto& sealed : sealed_) {
+    if (sealed->reserved < options_.buffer_size()) return *sealed;
+  }
+  return *buffer_;
+}
+
 uint64_t AsyncDriver::StalenessLocked(uint64_t version) const {
   // The version an update folded now goes into: one past every step still to be made before
   // its buffer's, the one being applied included.
-  const uint64_t target = current_->version() + (applying_ ? 1 : 0) + sealed_.size();
+  const Buffer* joined = &JoinedLocked();
+  size_t before = 0;  // sealed buffers ahead of it
+  while (before < sealed_.size() && sealed_[before].get() != joined) ++before;
+  const uint64_t target = current_->version() + (applying_ ? 1 : 0) + before;
   return version >= target ? 0 : target - version;
+}
+
+bool AsyncDriver::StepReadyLocked() const {
+  return !sealed_.empty() && sealed_.front()->folding == 0 && sealed_.front()->reserved >= options_.buffer_size();
 }
 
 Result<const AsyncDriver::Task*> AsyncDriver::FindTaskLocked(const v1::UpdateHeader& h) const {
@@ -178,22 +193,50 @@ void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, 
   buffer.reports.push_back(std::move(report));
 }
 
-void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused) {
+void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused, bool rest) {
   auto it = tasks_.find(leader);
   if (it == tasks_.end()) return;
   const Task& task = it->second;
-  const auto rest_until = clock_->Now() + kRestAfterFailure;
-  for (const auto& [worker, generation] : task.members) {
-    leader_of_.erase(worker);
-    resting_[worker] = rest_until;
+  Buffer& filling = JoinedLocked();
+  (refused ? filling.refused : filling.dropped) += 1;
+  // What allocates comes first, while the task is at hand; the task ends whatever it throws
+  // (a task left in flight would keep its client idle, and one marked folding, for good).
+  try {
+    if (rest) {
+      const auto rest_until = clock_->Now() + kRestAfterFailure;
+      for (const auto& [worker, generation] : task.members) resting_[worker] = rest_until;
+    }
+    report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
+    AddReportLocked(filling, std::move(report), /*folded=*/false);
+  } catch (const std::exception& e) {
+    spdlog::error("job {}: the report of worker '{}' is lost: {}", runner_.job_id_, leader, e.what());
+  } catch (...) {
+    spdlog::error("job {}: the report of worker '{}' is lost", runner_.job_id_, leader);
   }
-  if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
-  (refused ? buffer_->refused : buffer_->dropped) += 1;
-  report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
-  AddReportLocked(*buffer_, std::move(report), /*folded=*/false);
+  RemoveTaskLocked(it);
+}
+
+void AsyncDriver::RemoveTaskLocked(std::map<std::string, Task>::iterator it) {
+  for (const auto& [worker, generation] : it->second.members) leader_of_.erase(worker);
+  if (!it->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(it->second.rendezvous_prefix);
   tasks_.erase(it);
   client_freed_ = true;
   cv_.notify_all();  // a client is free for a new task
+}
+
+bool AsyncDriver::RefuseStale(const v1::UpdateHeader& h, const Status& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (h.job_id() != runner_.job_id_ || !current_ || h.base_model_version() > current_->version()) return false;
+  auto it = tasks_.find(h.worker_id());
+  // The task it answers, still held: Admit refuses such an update (outside a malformation)
+  // only as too stale, even if a discarded step has made it fresh again since.
+  const bool answers = it != tasks_.end() && !it->second.folding && it->second.number == h.round() &&
+                       h.attempt() == 1 && it->second.version == h.base_model_version();
+  if (!answers) return StalenessLocked(h.base_model_version()) > options_.max_staleness();
+  v1::WorkerRoundReport report = BaseReport(it->second, h.worker_id());
+  report.set_outcome("rejected: " + why.message());
+  EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true, /*rest=*/false);
+  return true;
 }
 
 void AsyncDriver::End(const std::string& cancel_reason) {
@@ -248,7 +291,7 @@ Status AsyncDriver::Fail(const v1::UpdateHeader& h) {
 }
 
 Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
-                           const std::map<std::string, TensorSet>& payload) {
+                           const std::map<std::string, TensorSet>& payload, bool* stale) {
   RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h);
   std::shared_ptr<const ModelVersion> current;
@@ -311,17 +354,21 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
     // Staleness as of now: a step may have been committed while the delta was checked.
     staleness = StalenessLocked(task.version);
     Status verdict = checked.verdict;
-    if (verdict.ok() && staleness > options_.max_staleness()) {
+    const bool too_stale = verdict.ok() && staleness > options_.max_staleness();
+    if (too_stale) {
       verdict = FailedPreconditionError(what + ": too stale: trained from model version " +
                                         std::to_string(task.version) + ", " + std::to_string(staleness) +
                                         " versions behind the model it would be folded into; max_staleness is " +
                                         std::to_string(options_.max_staleness()));
+      if (stale != nullptr) *stale = true;
     }
+    // The buffer it joins: the open one, or a sealed one where a fold failed.
+    Buffer& joined = JoinedLocked();
     // The buffer after the one this update fills, opened before anything is counted: when it
     // cannot be (its model-sized sums not allocated), the update is refused and the open
     // buffer stays open, instead of a sealed buffer waiting for a fold that never ends.
     std::shared_ptr<Buffer> next;
-    if (verdict.ok() && buffer_->reserved + 1 >= options_.buffer_size()) {
+    if (verdict.ok() && &joined == buffer_.get() && buffer_->reserved + 1 >= options_.buffer_size()) {
       try {
         next = NewBuffer();
       } catch (const std::exception& e) {
@@ -332,11 +379,15 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
     }
     if (!verdict.ok()) {
       report.set_outcome("rejected: " + verdict.message());
-      EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
+      // A stale update is no failure of its client's: it may train again at once.
+      EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true, /*rest=*/!too_stale);
       return verdict;
     }
     weight = StalenessWeight(options_, staleness);
-    buffer = buffer_;
+    for (const auto& sealed : sealed_) {
+      if (sealed.get() == &joined) buffer = sealed;
+    }
+    if (!buffer) buffer = buffer_;
     ++buffer->reserved;
     ++buffer->folding;
     if (next) {
@@ -370,7 +421,8 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(staleness, UINT32_MAX)));
   report.set_staleness_weight(weight);
   if (!folded.ok()) {
-    // The buffer is applied with one update fewer.
+    // Its place is free again: the step waits for another update to fold in it.
+    --buffer->reserved;
     report.set_outcome("rejected: " + folded.message());
     EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);
     return folded.WithContext(what);
@@ -380,19 +432,22 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   buffer->max_staleness = std::max<uint32_t>(buffer->max_staleness, report.staleness());
   buffer->weighted_loss += static_cast<double>(h.samples()) * h.train_loss();
   buffer->samples += h.samples();
-  report.set_outcome(!checked.clipped ? std::string("accepted")
-                                      : "accepted: clipped, its delta's L2 norm " + FormatNumber(checked.norm) +
-                                            " scaled down to the job's max_update_norm " +
-                                            FormatNumber(max_update_norm_));
-  // The folded update's report belongs to the step that applies it.
-  AddReportLocked(*buffer, std::move(report), /*folded=*/true);
-  if (auto done = tasks_.find(h.worker_id()); done != tasks_.end()) {
-    for (const auto& [worker, generation] : done->second.members) leader_of_.erase(worker);
-    if (!done->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(done->second.rendezvous_prefix);
-    tasks_.erase(done);
+  // The task ends before its report is made: whatever that throws, the update stays folded and
+  // its client is free (cv_ is notified: a client is free, and perhaps a buffer is ready).
+  if (auto done = tasks_.find(h.worker_id()); done != tasks_.end()) RemoveTaskLocked(done);
+  try {
+    if (folded_hook_) folded_hook_();
+    report.set_outcome(!checked.clipped ? std::string("accepted")
+                                        : "accepted: clipped, its delta's L2 norm " + FormatNumber(checked.norm) +
+                                              " scaled down to the job's max_update_norm " +
+                                              FormatNumber(max_update_norm_));
+    // The folded update's report belongs to the step that applies it.
+    AddReportLocked(*buffer, std::move(report), /*folded=*/true);
+  } catch (const std::exception& e) {
+    spdlog::error("job {}: the report of folded {} is lost: {}", runner_.job_id_, what, e.what());
+  } catch (...) {
+    spdlog::error("job {}: the report of folded {} is lost", runner_.job_id_, what);
   }
-  client_freed_ = true;
-  cv_.notify_all();  // a client is free, and perhaps a buffer is ready
   return Status::Ok();
 }
 
@@ -483,10 +538,9 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
       v1::WorkerRoundReport report = BaseReport(task, leader);
       report.set_outcome("dropped: too stale to be folded (trained from version " + std::to_string(task.version) +
                          ", max_staleness " + std::to_string(options_.max_staleness()) + ")");
-      EndTaskLocked(leader, std::move(report), /*refused=*/false);
+      // A client dropped for staleness has done nothing wrong: it may train again at once.
+      EndTaskLocked(leader, std::move(report), /*refused=*/false, /*rest=*/false);
     }
-    // A client dropped for staleness has done nothing wrong: it may train again at once.
-    for (const auto& [worker, number] : cancels) resting_.erase(worker);
   }
   for (const auto& [worker, number] : cancels) {
     runner_.SendCancel(worker, number, 1, "its model version is too stale to be folded");
@@ -551,7 +605,7 @@ Status AsyncDriver::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       client_freed_ = false;  // a client freed from here on ends this iteration's wait at once
-      if (!sealed_.empty() && sealed_.front()->folding == 0) {
+      if (StepReadyLocked()) {
         ready = sealed_.front();
         sealed_.pop_front();
         applying_ = true;
@@ -606,7 +660,7 @@ Status AsyncDriver::Run() {
     // A task whose update is being checked or folded is not ended at its deadline: waking for it would spin.
     for (const auto& [leader, task] : tasks_) until = task.folding ? until : std::min(until, task.deadline);
     clock_->WaitUntil(lock, cv_, until, [&] {
-      return interrupted_ || (!sealed_.empty() && sealed_.front()->folding == 0) || client_freed_;
+      return interrupted_ || StepReadyLocked() || client_freed_;
     });
   }
 }

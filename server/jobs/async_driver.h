@@ -12,7 +12,9 @@
 // server step, with the folded clients and each one's staleness), and the freed clients get
 // new tasks on the newest version. An update whose base is more than `max_staleness` versions
 // behind is refused, and a task that can no longer be folded is cancelled when the version
-// that makes it so is committed.
+// that makes it so is committed. A stale update is the protocol at work, not the client's
+// fault: its task ends when it is refused, its client is given work again at once, and the
+// refusal is not held against the worker.
 //
 // A task's identity: its round is its number in the job (the n-th task handed out; the count
 // is carried in each step's AsyncStepRecord, and a resumed job numbers on from it plus
@@ -99,8 +101,14 @@ class AsyncDriver {
   void RecordDownload(const std::string& worker_id, uint64_t version);
   Status Admit(const v1::UpdateHeader& header) const;
   void Reject(const v1::UpdateHeader& header, const Status& why);
+  // `stale` (when given) is set when the update is refused as too stale.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
-                const std::map<std::string, TensorSet>& payload);
+                const std::map<std::string, TensorSet>& payload, bool* stale = nullptr);
+  // An update refused on arrival for another reason than its malformation (Admit's verdict
+  // `why`, not an InvalidArgument): when it is too stale, the task it answers, if its worker
+  // still holds it, ends with `why` as its refusal, and its client may train again at once.
+  // Returns whether the update is too stale.
+  bool RefuseStale(const v1::UpdateHeader& header, const Status& why);
   Status Fail(const v1::UpdateHeader& header);
 
   // For watchers and tests: tasks in flight, and updates in the buffer being filled.
@@ -124,10 +132,10 @@ class AsyncDriver {
     std::string rendezvous_prefix;
   };
   // The updates of one server step. Reports of tasks that ended without being folded
-  // (refused, failed, dropped) go to the buffer being filled when they ended.
+  // (refused, failed, dropped) go to the buffer being filled when they ended (JoinedLocked).
   struct Buffer {
     std::unique_ptr<RoundAggregate> aggregate;
-    uint32_t reserved = 0;  // folded, or being folded
+    uint32_t reserved = 0;  // folded, or being folded (a fold that fails frees its place)
     uint32_t folding = 0;
     uint32_t folded = 0;
     uint32_t refused = 0;
@@ -144,12 +152,20 @@ class AsyncDriver {
   std::string Describe(const v1::UpdateHeader& header) const;
   // The task `header` answers, or why it answers none. Under mu_.
   Result<const Task*> FindTaskLocked(const v1::UpdateHeader& header) const;
-  // How many versions an update from `version` lags the model the open buffer will be
-  // applied to. Under mu_.
+  // The buffer an update folded now goes into: the oldest sealed one with a free place (one
+  // whose fold failed), else the one being filled. Under mu_.
+  Buffer& JoinedLocked() const;
+  // How many versions an update from `version` lags the model the buffer it would join
+  // (JoinedLocked) will be applied to. Under mu_.
   uint64_t StalenessLocked(uint64_t version) const;
-  // Ends the task of `leader` with `report` (its outcome set) added to the open buffer,
-  // counted as refused or dropped; its members rest for a while before a new task. Under mu_.
-  void EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused);
+  // Whether the oldest sealed buffer has its K updates folded, none still folding. Under mu_.
+  bool StepReadyLocked() const;
+  // Ends the task of `leader` with `report` (its outcome set) added to the buffer being filled,
+  // counted as refused or dropped; with `rest`, its members rest for a while before a new
+  // task. Whatever its report's making throws, the task ends. Under mu_.
+  void EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused, bool rest = true);
+  // Removes the task of `leader` (an iterator of tasks_) and frees its members. Under mu_.
+  void RemoveTaskLocked(std::map<std::string, Task>::iterator task);
   // `folded`: the report of an update folded into `buffer`, always listed.
   void AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, bool folded);
   v1::WorkerRoundReport BaseReport(const Task& task, const std::string& leader) const;
@@ -184,13 +200,16 @@ class AsyncDriver {
   bool ended_ = false;   // End(): uploads are refused
   int submitting_ = 0;   // uploads in Submit() past their first check, not yet done
   const std::function<void()> checked_hook_;  // JobRunnerOptions::async_checked_hook
+  const std::function<void()> folded_hook_;   // JobRunnerOptions::async_folded_hook
   bool client_freed_ = false;  // a task ended since the job's thread last looked for idle clients
   std::shared_ptr<const ModelVersion> current_;  // the newest committed version
   std::map<std::string, Task> tasks_;            // by leader
   std::map<std::string, std::string> leader_of_;  // every member of a task -> its leader
   std::map<std::string, Clock::TimePoint> resting_;  // workers whose task failed: no new task before then
   std::shared_ptr<Buffer> buffer_;               // being filled
-  std::deque<std::shared_ptr<Buffer>> sealed_;   // full, waiting to be applied, oldest first
+  // Full, waiting to be applied, oldest first; one whose fold failed waits for an update in
+  // its place.
+  std::deque<std::shared_ptr<Buffer>> sealed_;
   bool applying_ = false;  // the job's thread took a sealed buffer and has not yet made (or dropped) its step
   uint32_t tasks_sent_ = 0;                      // the last task's number
   uint32_t consecutive_discards_ = 0;

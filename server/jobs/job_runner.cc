@@ -214,6 +214,12 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
   }
 }
 
+void JobRunner::RefuseArrival(const v1::UpdateHeader& header, const Status& why) {
+  if (why.code() == StatusCode::kInvalidArgument) return RejectUpload(header, why);
+  if (auto driver = Driver(); driver && driver->RefuseStale(header, why)) return;
+  if (!CancelledAsOverSelected(header)) registry_->RecordRound(header.worker_id(), false);
+}
+
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta, double upload_ms,
                                const std::map<std::string, TensorSet>& payload, uint64_t upload_bytes,
                                const TensorScans* delta_scans) {
@@ -226,9 +232,11 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
   if (!round && !driver) return AdmitUpload(header);
   // Called on a gRPC thread: an exception is the update's refusal, not the process's end.
   Status verdict;
+  bool stale = false;  // an asynchronous update too stale to be folded: the protocol, not the worker's fault
   try {
     if (driver) {
-      verdict = header.trained_weights() ? AsyncTakesDeltas(header) : driver->Submit(header, delta, upload_ms, payload);
+      verdict = header.trained_weights() ? AsyncTakesDeltas(header)
+                                         : driver->Submit(header, delta, upload_ms, payload, &stale);
     } else {
       // A trained model becomes its delta as the round checks it.
       // The delta's buffers go with it: the aggregate may fold it later beside others and
@@ -243,7 +251,9 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
                             ": checking it failed: " + e.what());
   }
   // An update that crossed its worker's cancel as over-selected is not the worker's fault.
-  if (verdict.ok() || !CancelledAsOverSelected(header)) registry_->RecordRound(header.worker_id(), verdict.ok());
+  if (verdict.ok() || !(stale || CancelledAsOverSelected(header))) {
+    registry_->RecordRound(header.worker_id(), verdict.ok());
+  }
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
     Note("refused " + verdict.message());

@@ -81,6 +81,9 @@ struct JobRunnerOptions {
   // Runs in an asynchronous job's upload between the update's check and its fold. A seam for
   // tests, which hold an upload there.
   std::function<void()> async_checked_hook;
+  // Runs in an asynchronous job's upload after its fold, as its report is made. A seam for
+  // tests, which throw there.
+  std::function<void()> async_folded_hook;
   // How long the first retry of a job's final state waits when it cannot be written; each
   // further retry waits twice as long, up to max_record_retry_delay.
   std::chrono::milliseconds record_retry_delay{100};
@@ -154,6 +157,11 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   bool CancelledAsOverSelected(const v1::UpdateHeader& header) const;
   // Records that a selected worker's upload was refused before it could be submitted.
   void RejectUpload(const v1::UpdateHeader& header, const Status& why);
+  // An upload AdmitUpload refused (`why`): a selected worker's malformed one (INVALID_ARGUMENT)
+  // is rejected (RejectUpload); any other counts against its worker, unless it is late by the
+  // protocol: it crossed its worker's cancel as over-selected, or, in an asynchronous job, it
+  // is too stale to be folded (which ends the task it answers: AsyncDriver::RefuseStale).
+  void RefuseArrival(const v1::UpdateHeader& header, const Status& why);
   // `update`: the delta, or with header.trained_weights the trained model, made the delta from
   // the round's model version in place as it is checked (Round::SubmitTrained; synchronous
   // rounds only).

@@ -24,14 +24,10 @@ std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header)
   if (!runner_) return Refuse(NotFoundError("job '" + header_.job_id() + "' is not running on this coordinator"));
   // Refused early, before any tensor is read, when the header alone disqualifies it.
   if (Status admitted = runner_->AdmitUpload(header_); !admitted.ok()) {
-    if (admitted.code() == StatusCode::kInvalidArgument) {
-      runner_->RejectUpload(header_, admitted);  // a selected worker's malformed update
-    } else {
-      checks_.refused(admitted.message());
-      // An update that crossed its worker's cancel as over-selected is late by design, not
-      // the worker's fault: it is refused without counting against the worker.
-      if (!runner_->CancelledAsOverSelected(header_)) c_->registry().RecordRound(header_.worker_id(), false);
-    }
+    if (admitted.code() != StatusCode::kInvalidArgument) checks_.refused(admitted.message());
+    // A selected worker's malformed update is rejected; one late by the protocol (crossing
+    // an over-selected cancel, too stale) is refused without counting against the worker.
+    runner_->RefuseArrival(header_, admitted);
     return Refuse(admitted);
   }
   if (!header_.failure().empty()) {

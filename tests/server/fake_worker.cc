@@ -322,6 +322,7 @@ void FakeWorker::Act(size_t turn, v1::TrainTask task) {
     // A failure header takes the upload's path: admitted, then noted.
     header.set_failure(action.failure);
     Status admitted = runner->AdmitUpload(header);
+    if (!admitted.ok()) runner->RefuseArrival(header, admitted);
     Status noted = admitted.ok() ? runner->ReportFailure(header) : admitted;
     Record(turn, [&](FakeTurn& t) {
       t.admitted = admitted;
@@ -355,11 +356,12 @@ void FakeWorker::Act(size_t turn, v1::TrainTask task) {
   if (action.before_admit) action.before_admit->Pass();
 
   // The upload: its header is checked before its tensors are read; a malformed one from a
-  // selected worker is recorded as refused (server/rpc/transfers.cc does the same).
+  // selected worker is recorded as refused, and one late by the protocol is not held against
+  // it (server/rpc/update_intake.cc does the same).
   Status admitted = runner->AdmitUpload(header);
   Record(turn, [&](FakeTurn& t) { t.admitted = admitted; });
   if (!admitted.ok()) {
-    if (admitted.code() == StatusCode::kInvalidArgument) runner->RejectUpload(header, admitted);
+    runner->RefuseArrival(header, admitted);
     Record(turn, [](FakeTurn& t) { t.finished = true; });
     return;
   }

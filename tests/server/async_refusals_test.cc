@@ -1,0 +1,199 @@
+// The asynchronous driver's refusals and failures around a fold: an update too stale to be
+// folded (on arrival, or found so after its check), a fold that fails, and an exception while
+// a folded update's report is made. Each leaves no task in flight and no step short of its
+// updates.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "async_driver_fixture.h"
+#include "test_strategies.h"
+
+namespace tessera::server {
+namespace {
+
+// The job's strategy, whose first fold (of any buffer) fails, as an aggregate that cannot take
+// the update would; the aggregate is left as it was.
+class FailingFirstFold final : public Strategy {
+ public:
+  explicit FailingFirstFold(std::unique_ptr<Strategy> inner) : inner_(std::move(inner)) {}
+  std::string_view name() const override { return inner_->name(); }
+  Status Restore(TensorSet state) override { return inner_->Restore(std::move(state)); }
+  const TensorSet& state() const override { return inner_->state(); }
+  std::unique_ptr<RoundAggregate> BeginRound(const TensorSet& global) const override {
+    return std::make_unique<Aggregate>(inner_->BeginRound(global), failed_);
+  }
+  Result<StrategyStep> Finish(const TensorSet& global, const RoundAggregate& aggregate) const override {
+    return inner_->Finish(global, *static_cast<const Aggregate&>(aggregate).inner);
+  }
+  void Adopt(TensorSet state) override { inner_->Adopt(std::move(state)); }
+
+ private:
+  struct Aggregate final : RoundAggregate {
+    Aggregate(std::unique_ptr<RoundAggregate> a, std::shared_ptr<std::atomic<bool>> f)
+        : inner(std::move(a)), failed(std::move(f)) {}
+    Status Fold(const ClientUpdate& update) override {
+      if (!failed->exchange(true)) return InternalError("the fold failed (test)");
+      return inner->Fold(update);
+    }
+    uint64_t updates() const override { return inner->updates(); }
+    std::unique_ptr<RoundAggregate> inner;
+    std::shared_ptr<std::atomic<bool>> failed;
+  };
+
+  std::unique_ptr<Strategy> inner_;
+  std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+class AsyncRefusalsTest : public AsyncDriverTest {
+ protected:
+  // The updates of `worker` refused as its fault so far (the registry's count).
+  uint64_t UpdatesRejected(const std::string& worker) {
+    for (const auto& status : registry_.List()) {
+      if (status.worker_id() == worker) return status.updates_rejected();
+    }
+    ADD_FAILURE() << "no worker '" << worker << "'";
+    return 0;
+  }
+  // Whether `worker` was sent a cancel of task `number`.
+  static bool CancelledTask(const FakeWorker& worker, uint32_t number) {
+    for (const auto& cancel : worker.cancels()) {
+      if (cancel.round() == number) return true;
+    }
+    return false;
+  }
+};
+
+// b's update reaches the coordinator while step 1 is committed: with max_staleness 0 it is too
+// stale for step 2. Its task ends with the refusal (not later, as dropped, by the commit), it
+// is not held against b, and b is given a new task without resting.
+TEST_F(AsyncRefusalsTest, AnUpdateTooStaleOnArrivalEndsItsTaskAndIsNotHeldAgainstItsWorker) {
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  HeldThread hold;  // step 1's checkpoint write waits for the test
+  store_.SetWriteHook(StateWrite::kWriteCheckpoint, hold.Hook(/*first_only=*/true));
+  Submit(AsyncSpec(2, 2, /*buffer=*/1, /*max_staleness=*/0));
+  TrainTask(a, 0);
+  const v1::TrainTask b_first = TrainTask(b, 0);
+  a_tasks.Open(0);  // fills the buffer: step 1 is applied, and its commit waits
+  ASSERT_TRUE(hold.AwaitEntered()) << "step 1 was never committed";
+  b_tasks.Open(0);
+  const bool b_done = b.AwaitFinished(b_first.round(), 1);
+  hold.Release();
+  ASSERT_TRUE(b_done);
+  const FakeTurn refused = b.turns().front();
+  ASSERT_TRUE(refused.admitted.has_value());
+  EXPECT_NE(refused.admitted->message().find("too stale"), std::string::npos) << refused.admitted->ToString();
+  // The clock does not move: b does not rest.
+  EXPECT_EQ(TrainTask(b, 1).model_version(), 1u);
+  EXPECT_FALSE(CancelledTask(b, b_first.round())) << "b's task was left in flight, and cancelled later";
+  EXPECT_EQ(UpdatesRejected("b"), 0u);
+  a_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  b_tasks.OpenAll();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 2u);
+  const std::string outcome = ReportOf(rounds[1], "b").outcome();
+  EXPECT_EQ(outcome.rfind("rejected: ", 0), 0u) << outcome;
+  EXPECT_NE(outcome.find("too stale"), std::string::npos) << outcome;
+  EXPECT_EQ(rounds[1].async_step().updates_refused(), 1u);
+  EXPECT_EQ(rounds[1].async_step().tasks_dropped(), 0u);
+}
+
+// b's update is admitted, and step 1 is committed while it is checked: it is then too stale.
+// b is given a new task without resting, and the refusal is not held against it.
+TEST_F(AsyncRefusalsTest, AnUpdateFoundTooStaleAfterItsCheckLetsItsClientTrainAgainAtOnce) {
+  HeldThread hold;
+  options_.async_checked_hook = hold.Hook(/*first_only=*/true);  // b's upload, after its check
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  Submit(AsyncSpec(2, 2, /*buffer=*/1, /*max_staleness=*/0));
+  TrainTask(a, 0);
+  const v1::TrainTask b_first = TrainTask(b, 0);
+  b_tasks.Open(0);
+  ASSERT_TRUE(hold.AwaitEntered()) << "b's upload was never checked";
+  a_tasks.Open(0);  // step 1
+  const bool committed = AwaitCommitted(1);
+  hold.Release();
+  ASSERT_TRUE(committed);
+  ASSERT_TRUE(b.AwaitFinished(b_first.round(), 1));
+  const FakeTurn refused = b.turns().front();
+  ASSERT_TRUE(refused.verdict.has_value());
+  EXPECT_NE(refused.verdict->message().find("too stale"), std::string::npos) << refused.verdict->ToString();
+  EXPECT_EQ(TrainTask(b, 1).model_version(), 1u);  // the clock does not move: b does not rest
+  EXPECT_EQ(UpdatesRejected("b"), 0u);
+  a_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  b_tasks.OpenAll();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+}
+
+// The fold of the update that filled the buffer (K = 1) fails: its place is free again, and
+// the step waits for the client's next update, instead of being made of no update and
+// discarded (which, with max_round_attempts 1, would fail the job). max_staleness 0: the next
+// update, on the same version, is not too stale for the buffer it fills.
+TEST_F(AsyncRefusalsTest, AFoldThatFailsFreesItsPlaceAndTheStepWaitsForItsUpdates) {
+  options_.strategy_factory = WrapStrategy<FailingFirstFold>();
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
+  v1::JobSpec spec = AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/0);
+  spec.set_max_round_attempts(1);
+  Submit(spec);
+  ExpectRefusedAndTrainedAgain(a, "the fold failed (test)");
+  EXPECT_EQ(Rounds().at(0).clients_reported(), 1u);
+}
+
+// The same with K = 2: the step is made of two folded updates, not of one.
+TEST_F(AsyncRefusalsTest, AFoldThatFailsInTheOpenBufferLeavesItsPlaceToAnother) {
+  options_.strategy_factory = WrapStrategy<FailingFirstFold>();
+  GatedTasks a_tasks, b_tasks;
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", b_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/2, /*max_staleness=*/1);
+  Submit(spec);
+  const v1::TrainTask a_first = TrainTask(a, 0);
+  TrainTask(b, 0);
+  a_tasks.Open(0);  // its fold fails
+  ASSERT_TRUE(a.AwaitFinished(a_first.round(), 1));
+  b_tasks.Open(0);  // one folded update of two
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  clock_.Advance(std::chrono::milliseconds(1100));  // past a's rest
+  TrainTask(a, 1);
+  a_tasks.Open(1);  // the second
+  const v1::Job end = AwaitEnd();
+  b_tasks.OpenAll();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].async_step().updates_folded(), 2u);
+  EXPECT_EQ(rounds[0].async_step().updates_refused(), 1u);
+}
+
+// Thrown after the update was folded, as its report is made (here by the test's hook): the
+// update stays folded and accepted, and its task ends, so that its client trains again.
+TEST_F(AsyncRefusalsTest, AnExceptionWhileAFoldedUpdatesReportIsMadeLeavesItsTaskEnded) {
+  auto thrown = std::make_shared<std::atomic<bool>>(false);
+  options_.async_folded_hook = [thrown] {
+    if (!thrown->exchange(true)) throw std::runtime_error("no memory left (test)");
+  };
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
+  Submit(AsyncSpec(1, 2, /*buffer=*/1, /*max_staleness=*/1));
+  const v1::TrainTask first = TrainTask(a, 0);
+  ASSERT_TRUE(a.AwaitFinished(first.round(), 1));
+  const FakeTurn turn = a.turns().front();
+  ASSERT_TRUE(turn.verdict.has_value());
+  EXPECT_TRUE(turn.verdict->ok()) << turn.verdict->ToString();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 2u);
+  for (const auto& record : rounds) EXPECT_EQ(record.async_step().updates_folded(), 1u) << record.round();
+}
+
+}  // namespace
+}  // namespace tessera::server
