@@ -20,7 +20,7 @@ struct Families {
       "tessera_updates_total",
       "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
       "missed the deadline, failed, left, or cancelled as over-selected once the round had its updates) and reason (none, "
-      "clipped, norm, samples, layout, not_finite, failed, deadline, over_selected, lost, other).",
+      "clipped, norm, samples, layout, not_finite, failed, deadline, over_selected, stale, lost, other).",
       {"job", "outcome", "reason"});
   metrics::CounterFamily& round_bytes = metrics::Global().Counter(
       "tessera_round_bytes_total",
@@ -80,7 +80,11 @@ std::string Reason(const std::string& outcome) {
   if (StartsWith(outcome, "failed")) return "failed";
   if (StartsWith(outcome, "dropped: over-selected")) return "over_selected";
   if (StartsWith(outcome, "dropped: deadline")) return "deadline";
+  // An asynchronous update past max_staleness: the protocol's bound, not the worker's fault.
+  // A name cannot hold the refusal's words (names have no spaces or colons).
+  if (StartsWith(outcome, "dropped: too stale")) return "stale";
   if (StartsWith(outcome, "dropped")) return "lost";
+  if (has(": too stale: trained from model version")) return "stale";
   if (has("max_update_norm")) return "norm";
   if (has("'samples'")) return "samples";
   if (has("finite")) return "not_finite";

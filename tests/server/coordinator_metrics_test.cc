@@ -54,6 +54,9 @@ TEST(CoordinatorMetricsTest, AWorkersOwnTextDoesNotChooseHowItsUpdateIsCounted) 
         std::string("dropped: worker 'deadline-7' lost (no heartbeat, disconnected or restarted)"),
         std::string("dropped: deadline passed"),
         std::string("dropped: over-selected, the round had its 2 updates"),
+        std::string("dropped: too stale to be folded (trained from version 3, 5 versions behind)"),
+        std::string("rejected: update of worker 'w4' step 9: too stale: trained from model version 2, 6 versions "
+                    "behind the model it would be folded into; max_staleness is 4"),
         std::string("rejected: update of worker 'w3' round 1: its delta's L2 norm 2e+09 is beyond max_update_norm 1000")}) {
     v1::WorkerRoundReport& w = *r.add_workers();
     w.set_worker_id("metrics-w2");
@@ -65,6 +68,7 @@ TEST(CoordinatorMetricsTest, AWorkersOwnTextDoesNotChooseHowItsUpdateIsCounted) 
   for (const char* series : {",outcome=\"dropped\",reason=\"failed\"} 1\n", ",outcome=\"dropped\",reason=\"lost\"} 1\n",
                              ",outcome=\"dropped\",reason=\"deadline\"} 1\n",
                              ",outcome=\"dropped\",reason=\"over_selected\"} 1\n",
+                             ",outcome=\"dropped\",reason=\"stale\"} 1\n", ",outcome=\"refused\",reason=\"stale\"} 1\n",
                              ",outcome=\"refused\",reason=\"norm\"} 1\n"}) {
     EXPECT_NE(text.find("\ntessera_updates_total{" + job + series), std::string::npos) << series << "\n" << text;
   }
