@@ -198,7 +198,7 @@ class WorkerAgent {
   bool HoldsJobLocked(const std::string& job) const;
   std::shared_ptr<const Dataset> share_;                                     // the last share loaded
   std::string share_key_;                                                    // what it is the share of
-  std::string share_job_;                                                    // the job that loaded it last
+  std::string share_job_;                                                    // the job that used it last
   std::shared_ptr<const Dataset> test_share_;                                // federated evaluation's last test share
   std::string test_share_key_;
   std::string test_share_job_;                                               // the job it is of

@@ -71,7 +71,10 @@ Result<std::shared_ptr<const Dataset>> WorkerAgent::TrainingShare(const v1::Trai
                                  : "#" + task.job_id() + "#" + std::to_string(task.party_index()));
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (share_ && share_key_ == key) return share_;
+    if (share_ && share_key_ == key) {
+      share_job_ = task.job_id();  // the job using it now: its end releases it
+      return share_;
+    }
   }
   std::shared_ptr<const Dataset> share;
   const bool fashion = wire::IsFashionMnist(spec);

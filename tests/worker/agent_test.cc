@@ -151,6 +151,32 @@ TEST_F(AgentTest, TheEndOfAJobWhoseDataIsHeldIsKeptPastManyOtherEnds) {
   EXPECT_TRUE(agent_->JobsHeld().empty()) << "the data of job " << agent_->JobsHeld().front() << " is still held";
 }
 
+// Two jobs on the worker's own files share one load; the share belongs to the job that used it
+// last, so that job's end releases it.
+TEST_F(AgentTest, ASharedLocalShareIsReleasedByTheEndOfTheLastJobThatUsedIt) {
+  WorkerOptions options;
+  options.data_dir = wire::DatasetDirectory(TinyJob());
+  std::vector<v1::Task> script;
+  for (const char* job : {"job-1", "job-2"}) {
+    v1::Task task = Train(1, 1, job);
+    task.mutable_train()->mutable_spec()->mutable_data()->mutable_partition()->set_kind(v1::PARTITION_LOCAL_FILES);
+    task.mutable_train()->mutable_spec()->mutable_data()->mutable_partition()->set_parties(0);
+    script.push_back(task);
+  }
+  Start(script, {}, options);
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload, "job-2"));
+  ASSERT_TRUE(upload.failure().empty()) << upload.failure();
+  v1::Task ended = Cancel(0, 0);
+  ended.mutable_cancel()->set_job_id("job-2");
+  ASSERT_TRUE(Deliver(ended));
+  // Ended jobs are released before the next task: one of round 0, refused before any load.
+  ASSERT_TRUE(Deliver(Train(0, 1, "job-3")));
+  ASSERT_TRUE(WaitForUpload(0, 1, &upload, "job-3"));
+  const std::vector<std::string> held = agent_->JobsHeld();
+  EXPECT_TRUE(held.empty()) << "the share is still held, under job " << held.front();
+}
+
 // A heartbeat that fails for another reason than an unknown session (the coordinator
 // unreachable, a refused certificate) is retried at the next beat: said once when it starts,
 // not at every beat, and said again when beats get through.
