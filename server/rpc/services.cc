@@ -242,6 +242,8 @@ class WorkerServiceImpl final
   }
 
   Coordinator* c_;
+  // Every upload call's and task session's update on its way in (update_intake.h).
+  const std::shared_ptr<UpdatesInFlight> updates_in_flight_ = std::make_shared<UpdatesInFlight>();
   RefusalLog refused_joins_;
   RefusalLog refused_calls_;
   RefusalLog refused_uploads_;
@@ -274,6 +276,7 @@ UploadChecks WorkerServiceImpl::UploadChecksFor(const grpc::ServerContextBase* c
     return CheckJobId("upload", header.job_id());
   };
   checks.refused = [this](const std::string& message) { refused_uploads_.Warn("refused {}", message); };
+  checks.in_flight = updates_in_flight_;
   return checks;
 }
 

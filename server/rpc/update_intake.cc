@@ -14,11 +14,43 @@ namespace tessera::server {
 
 using wire::ToGrpc;
 
+bool UpdatesInFlight::Claim(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.insert(key).second;
+}
+
+void UpdatesInFlight::Release(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  keys_.erase(key);
+}
+
+size_t UpdatesInFlight::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keys_.size();
+}
+
+UpdateIntake::~UpdateIntake() {
+  if (!claimed_.empty()) checks_.in_flight->Release(claimed_);
+}
+
 std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header) {
   header_ = std::move(header);
   Status checked = checks_.header(header_);
   if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
   if (!checked.ok()) return Answer{ToGrpc(checked), {}, false};
+  if (checks_.in_flight) {
+    // The worker id and the job id are names (checked above): no '/' in either.
+    std::string key = header_.worker_id() + "/" + header_.job_id() + "/" + std::to_string(header_.round()) + "/" +
+                      std::to_string(header_.attempt());
+    if (!checks_.in_flight->Claim(key)) {
+      return Answer{ToGrpc(AlreadyExistsError("update from worker '" + header_.worker_id() + "' for job " +
+                                              header_.job_id() + " round " + std::to_string(header_.round()) +
+                                              " attempt " + std::to_string(header_.attempt()) +
+                                              ": an upload of it is already open; a worker sends its update once")),
+                    {}, false};
+    }
+    claimed_ = std::move(key);
+  }
   header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
   runner_ = c_->Runner(header_.job_id());
   if (!runner_) return Refuse(NotFoundError("job '" + header_.job_id() + "' is not running on this coordinator"));

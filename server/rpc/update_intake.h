@@ -9,7 +9,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -21,11 +23,30 @@ namespace tessera::server {
 class Coordinator;
 class JobRunner;
 
+// The updates on their way in, each named by its worker, job, round and attempt. A worker's
+// update travels once: a second upload of it while the first is open is refused before it
+// reaches the job, so that copies of one update cannot queue for the upload memory ahead of
+// other workers' updates, nor be refused (as incomplete, say) in the name of the one still
+// arriving. Thread-safe.
+class UpdatesInFlight {
+ public:
+  // False when the update is already claimed.
+  bool Claim(const std::string& key);
+  void Release(const std::string& key);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> keys_;
+};
+
 // What the service checks of an upload's header (the caller's credential, the fields' form),
-// and where a refusal not tied to a selected worker is logged (rate-limited).
+// where a refusal not tied to a selected worker is logged (rate-limited), and the updates in
+// flight, shared by every call and session of the service (none: not tracked).
 struct UploadChecks {
   std::function<Status(const v1::UpdateHeader&)> header;
   std::function<void(const std::string&)> refused;
+  std::shared_ptr<UpdatesInFlight> in_flight;
 };
 
 class UpdateIntake {
@@ -42,9 +63,14 @@ class UpdateIntake {
   // `way`: how the update travels, "call" or "session" (the metric of updates received).
   UpdateIntake(Coordinator* c, UploadChecks checks, std::string way)
       : c_(c), checks_(std::move(checks)), way_(std::move(way)) {}
+  ~UpdateIntake();  // the update is no longer in flight
+  UpdateIntake(const UpdateIntake&) = delete;
+  UpdateIntake& operator=(const UpdateIntake&) = delete;
 
   // Checks `header`; nullopt when the update is admitted: its sets are known, its assembler
-  // started (no tensor memory yet), budget_bytes() what it may take. Otherwise the answer.
+  // started (no tensor memory yet), budget_bytes() what it may take. Otherwise the answer;
+  // ALREADY_EXISTS, with nothing down the task channel, while an upload of the same update
+  // (worker, job, round, attempt) is open.
   std::optional<Answer> Admit(v1::UpdateHeader header);
 
   // After an admitted header.
@@ -74,6 +100,7 @@ class UpdateIntake {
   std::string what_;
   uint64_t budget_bytes_ = 0;
   std::unique_ptr<wire::UpdateAssembler> assembler_;  // started once the header is admitted
+  std::string claimed_;  // this update's key in checks_.in_flight, once claimed
 };
 
 }  // namespace tessera::server

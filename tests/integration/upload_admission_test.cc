@@ -1,7 +1,8 @@
 // Upload admission: the coordinator tells workers at join that it admits uploads, and answers
 // an upload's header with the stream's initial metadata only once the update fits its upload
 // memory. With room for one update at a time, the second upload is admitted only after the
-// first has been received, and both are accepted.
+// first has been received, and both are accepted. A second upload of an update still arriving
+// is refused at its header, and the first is taken.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -130,6 +131,47 @@ TEST(UploadAdmissionTest, AnUpdateIsAdmittedBeforeItsTensorsAndOneWaitsWhileTheM
   auto stub = JobStub(port);
   auto done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
   EXPECT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+}
+
+// Waits for an upload's admission (the stream's initial metadata); false if none came.
+bool AwaitAdmission(HandUpload& up) {
+  auto admitted = std::async(std::launch::async, [&] { up.writer->WaitForInitialMetadata(); });
+  return admitted.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+}
+
+TEST(UploadAdmissionTest, ASecondUploadOfAnUpdateStillArrivingIsRefusedAndTheFirstIsTaken) {
+  TempDir dir("admission-twice");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  ManualWorker w1(port, "w1"), w2(port, "w2");
+  auto job = (*coordinator)->SubmitJob(SmallJob(1, 2));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return w1.task() && w2.task(); }, std::chrono::seconds(60)));
+  v1::UpdateChunkMessage header;
+  wire::UpdateBytes bytes;
+  w1.BuildUpdate(*w1.task(), &header, &bytes);
+
+  HandUpload first(w1.stub());
+  ASSERT_TRUE(first.writer->Write(header));
+  ASSERT_TRUE(AwaitAdmission(first));
+
+  // The same update again, with nothing after its header, while the first is open.
+  HandUpload second(w1.stub());
+  ASSERT_TRUE(second.writer->Write(header));
+  second.writer->WritesDone();
+  grpc::Status refused = second.writer->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS) << refused.error_message();
+  EXPECT_EQ(refused.error_message(), "update from worker 'w1' for job " + job->id() + " round 1 attempt " +
+                                         std::to_string(w1.task()->attempt()) +
+                                         ": an upload of it is already open; a worker sends its update once");
+
+  // The first is taken whole, and nothing was held against the worker.
+  first.SendAndFinish(bytes);
+  EXPECT_TRUE(first.result.accepted()) << first.result.reason();
+  auto status = (*coordinator)->registry().Describe("w1");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->updates_rejected(), 0u);
 }
 
 }  // namespace
