@@ -93,7 +93,11 @@ std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header)
 }
 
 UpdateIntake::Answer UpdateIntake::Reject(const Status& why) {
-  runner_->RejectUpload(header_, why);
+  if (runner_->CancelledAsOverSelected(header_)) {
+    checks_.refused(why.message());
+  } else {
+    runner_->RejectUpload(header_, why);
+  }
   return Refuse(why);
 }
 

@@ -80,7 +80,10 @@ class UpdateIntake {
   uint64_t budget_bytes() const { return budget_bytes_; }
   wire::UpdateAssembler& assembler() { return *assembler_; }
 
-  // A chunk was refused (`why`): the job is told, and so is the worker.
+  // A chunk was refused (`why`), or the update ended incomplete: the job is told, and so is
+  // the worker. An over-selected worker's update (its round closed with enough updates and
+  // cancelled it) is refused without counting against the worker, as AdmitUpload and
+  // SubmitUpdate refuse it: among them, one whose upload the worker stopped at the cancel.
   Answer Reject(const Status& why);
   // Every chunk is in: the update decoded and submitted; its buffers serve the job's next ones.
   // `started`: when its transfer began (its upload time runs to the end of the decoding).

@@ -2,7 +2,8 @@
 // an upload's header with the stream's initial metadata only once the update fits its upload
 // memory. With room for one update at a time, the second upload is admitted only after the
 // first has been received, and both are accepted. A second upload of an update still arriving
-// is refused at its header, and the first is taken.
+// is refused at its header, and the first is taken. An over-selected worker that stops its
+// upload at the cancel is not counted as refused.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -170,6 +171,54 @@ TEST(UploadAdmissionTest, ASecondUploadOfAnUpdateStillArrivingIsRefusedAndTheFir
   first.SendAndFinish(bytes);
   EXPECT_TRUE(first.result.accepted()) << first.result.reason();
   auto status = (*coordinator)->registry().Describe("w1");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->updates_rejected(), 0u);
+}
+
+TEST(UploadAdmissionTest, AnOverSelectedWorkerThatStopsItsUploadAtTheCancelIsNotCountedAsRefused) {
+  TempDir dir("admission-over-selected");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  ManualWorker w1(port, "w1"), w2(port, "w2");
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 2, std::chrono::seconds(60)));
+  // One update a round, two workers selected: the second is over-selected once the first's is in.
+  v1::JobSpec spec = SmallJob(2, 2);
+  spec.set_clients_per_round(1);
+  spec.set_min_clients(1);
+  spec.mutable_selection()->set_over_selection(1);
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return w1.task() && w2.task(); }, std::chrono::seconds(60)));
+  v1::UpdateChunkMessage header1, header2;
+  wire::UpdateBytes bytes1, bytes2;
+  w1.BuildUpdate(*w1.task(), &header1, &bytes1);
+  w2.BuildUpdate(*w2.task(), &header2, &bytes2);
+
+  // w2's update is admitted while the round is open; its tensors have not come yet.
+  HandUpload late(w2.stub());
+  ASSERT_TRUE(late.writer->Write(header2));
+  ASSERT_TRUE(AwaitAdmission(late));
+
+  // w1's update closes the round, and w2 is cancelled as over-selected.
+  HandUpload taken(w1.stub());
+  ASSERT_TRUE(taken.writer->Write(header1));
+  taken.SendAndFinish(bytes1);
+  EXPECT_TRUE(taken.result.accepted()) << taken.result.reason();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto runner = (*coordinator)->Runner(job->id());
+        return runner && runner->CancelledAsOverSelected(header2.header());
+      },
+      std::chrono::seconds(60)));
+
+  // As a worker does at the cancel, w2 stops its upload.
+  late.ctx.TryCancel();
+  EXPECT_EQ(late.writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Once the upload has ended at the coordinator, only the two task channels are open.
+  ASSERT_TRUE(WaitUntil([&] { return (*coordinator)->streams().open() == 2; }, std::chrono::seconds(60)));
+  auto status = (*coordinator)->registry().Describe("w2");
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->updates_rejected(), 0u);
 }
