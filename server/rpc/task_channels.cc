@@ -229,9 +229,10 @@ struct OpenedChannel {
 // channel handed to `keep` (before anything can write to the stream, so that the reactor's
 // completions find it), then registered with the registry and watched. `send_metadata`
 // starts the stream's initial metadata (the worker's sign that the channel is open) before
-// any task is written. An error: nothing was kept, and the caller finishes its stream with
-// it. Once kept, every end of the stream goes through the channel (a refused registration
-// closes it).
+// the channel is kept: from then on another thread may finish the stream (a session's
+// cancel), and gRPC aborts the process when initial metadata is started after a finish. An
+// error: nothing was kept, and the caller finishes its stream with it. Once kept, every end
+// of the stream goes through the channel (a refused registration closes it).
 Status OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx, const v1::TaskChannelRequest& request,
                          TaskStream stream, const std::function<void()>& send_metadata,
                          const std::function<void(OpenedChannel)>& keep) {
@@ -259,8 +260,8 @@ Status OpenTaskChannelOn(Coordinator* c, grpc::CallbackServerContext* ctx, const
   });
   opened.channel = channel;
   opened.deadline = deadline;
-  keep(std::move(opened));
   send_metadata();
+  keep(std::move(opened));
   if (Status s = registry.OpenChannel(request.worker_id(), generation, channel); !s.ok()) {
     channel->CloseWith(ToGrpc(s));
     return Status::Ok();

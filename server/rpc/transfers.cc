@@ -224,21 +224,26 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
  private:
-  // The upload's bytes are reserved: its buffers may be allocated and its chunks read.
+  // The upload's bytes are reserved: its buffers may be allocated and its chunks read. The
+  // watchdog is held until the admission and the read are started: its Finish() sends the
+  // initial metadata when none was sent, and gRPC aborts the process when it is started again.
   void Granted() {
     holding_budget_ = true;
-    deadline_->Release();
+    deadline_->Progress();  // the wait was not the worker's doing
     if (cancelled_) {
       End(ToGrpc(CancelledError("the worker went away while its upload waited for memory")));
       return;
     }
-    if (auto expired = deadline_->Expired(std::chrono::steady_clock::now())) {
+    if (auto expired = deadline_->Expired()) {
       End(ToGrpc(*expired));
       return;
     }
+    // Kept here: once the read is started, the reactor may finish and be gone.
+    const std::shared_ptr<StreamDeadline> deadline = deadline_;
     // The admission: a worker told of it at join sends no chunk before this metadata.
     StartSendInitialMetadata();
     StartRead(&raw_);
+    deadline->Release();
   }
 
   // The intake's answer ends the call: its status, or its result in the reply.
