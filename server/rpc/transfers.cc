@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "base/escape.h"
@@ -177,6 +178,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         Reply(*answer);
         return;
       }
+      admitted_ = true;
       const v1::UpdateHeader& header = intake_.header();
       deadline_->Rename("upload from worker '" + header.worker_id() + "'");
       // A selected worker's upload ends at its round's deadline, buffers and all.
@@ -198,6 +200,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       // checked and folded must not answer DEADLINE_EXCEEDED for an update the round took (the
       // worker would count it as not taken, and its error feedback would send it again).
       if (!deadline_->ClaimFinish()) return;  // the watchdog ended it first
+      judged_ = true;
       const UpdateIntake::Answer answer = intake_.Complete(start_);
       result_ = answer.result;
       FinishClaimed(answer.status);
@@ -207,6 +210,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     Status added = wire::AddChunkMessage(raw_, intake_.assembler(), intake_.what());
     raw_.Clear();
     if (!added.ok()) {
+      judged_ = true;
       Reply(intake_.Reject(added));
       return;
     }
@@ -218,6 +222,10 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void OnCancel() override { cancelled_ = true; }
 
   void OnDone() override {
+    // An admitted update whose upload the watchdog ended is refused in its job as any
+    // incomplete one is: its worker does not send it again, and its round must not wait for it
+    // until the deadline. (Here rather than on the watchdog's thread, which must not block.)
+    if (expired_ && admitted_ && !judged_) intake_.Reject(*expired_);
     intake_.Abandon();
     if (holding_budget_) c_->upload_budget().Release(intake_.budget_bytes());
     delete this;
@@ -274,7 +282,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // On the watchdog's thread, which has claimed the finish; a read is in flight, and fails
   // once the status is sent.
   void Expire(const Status& why) {
-    refused_(why.message());
+    expired_ = why;  // read in OnDone, which follows Finish()
+    if (!admitted_) refused_(why.message());  // an admitted update's refusal is its job's to log
     Finish(ToGrpc(why));
   }
 
@@ -286,6 +295,9 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   const std::chrono::steady_clock::time_point start_;
   grpc::ByteBuffer raw_;  // the message being read
   bool have_header_ = false;
+  std::atomic<bool> admitted_{false};  // the header was admitted: the job knows of the update
+  bool judged_ = false;                // the update was completed or refused by the reactor
+  std::optional<Status> expired_;      // why the watchdog ended the upload, if it did
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};
   std::unique_ptr<StreamCounter::Slot> slot_;

@@ -9,7 +9,9 @@
 // Limits (server/rpc/stream_limits.h): a transfer that makes no progress for the idle timeout
 // (an upload's header included), or that is open longer than the transfer timeout, is ended
 // with DEADLINE_EXCEEDED naming the limit; so is an upload still open at its round's
-// deadline, and a download of a round's model at that round's deadline. A download is
+// deadline, and a download of a round's model at that round's deadline. An update admitted
+// at its header whose upload is so ended is refused in its job, as an incomplete one is (its
+// worker does not send it again). A download is
 // served only to a worker that takes part in the job's open round and has not reported yet,
 // and only that round's model version.
 #pragma once

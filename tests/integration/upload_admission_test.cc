@@ -3,7 +3,8 @@
 // memory. With room for one update at a time, the second upload is admitted only after the
 // first has been received, and both are accepted. A second upload of an update still arriving
 // is refused at its header, and the first is taken. An over-selected worker that stops its
-// upload at the cancel is not counted as refused.
+// upload at the cancel is not counted as refused. An admitted update whose upload stalls
+// until the coordinator ends it is refused in its round, which then no longer waits for it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -221,6 +222,48 @@ TEST(UploadAdmissionTest, AnOverSelectedWorkerThatStopsItsUploadAtTheCancelIsNot
   auto status = (*coordinator)->registry().Describe("w2");
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->updates_rejected(), 0u);
+}
+
+TEST(UploadAdmissionTest, AnUpdateWhoseUploadStallsIsRefusedInItsRoundWhenTheUploadIsEnded) {
+  TempDir dir("admission-stalled");
+  auto options = TestCoordinatorOptions(dir.str());
+  options.streams.idle_timeout = std::chrono::milliseconds(2000);
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  ManualWorker w1(port, "w1");
+  v1::JobSpec spec = SmallJob(1, 1);
+  spec.set_round_deadline_ms(3600000);  // far past the test: only a refusal ends w1's part in the round
+  auto job = (*coordinator)->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return w1.task().has_value(); }, std::chrono::seconds(60)));
+  v1::UpdateChunkMessage header;
+  wire::UpdateBytes bytes;
+  w1.BuildUpdate(*w1.task(), &header, &bytes);
+  ASSERT_EQ(w1.task()->attempt(), 1u);
+
+  // Admitted, then nothing: the coordinator ends the upload at its idle timeout.
+  HandUpload stalled(w1.stub());
+  ASSERT_TRUE(stalled.writer->Write(header));
+  ASSERT_TRUE(AwaitAdmission(stalled));
+  grpc::Status ended = stalled.writer->Finish();
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << ended.error_message();
+  EXPECT_EQ(ended.error_message(),
+            "upload from worker 'w1': nothing received or taken for 2000 ms, its idle timeout (idle_timeout)");
+
+  // The worker does not send that update again: its round stops waiting for it.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        auto runner = (*coordinator)->Runner(job->id());
+        if (!runner) return true;
+        auto open = runner->SelectedRound("w1", "check");
+        return !open.ok() || open->attempt != 1;
+      },
+      std::chrono::seconds(60)))
+      << "w1 is still to report in attempt 1 of round 1";
+  auto status = (*coordinator)->registry().Describe("w1");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->updates_rejected(), 1u);
 }
 
 }  // namespace
