@@ -283,7 +283,7 @@ UploadChecks WorkerServiceImpl::UploadChecksFor(const grpc::ServerContextBase* c
 grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::UploadUpdate(grpc::CallbackServerContext* ctx,
                                                                            grpc::ByteBuffer* response) {
   const std::string caller = CallerOf(ctx);
-  return StartUpload(c_, response, UploadChecksFor(ctx), caller, c_->streams().Open(caller, "upload"));
+  return StartUpload(c_, ctx, response, UploadChecksFor(ctx), caller, c_->streams().Open(caller, "upload"));
 }
 
 }  // namespace

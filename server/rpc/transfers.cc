@@ -146,9 +146,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
 class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   // `slot`: this upload's place among the coordinator's open streams, or why it has none.
-  UploadReactor(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks, const std::string& caller,
-                Result<std::unique_ptr<StreamCounter::Slot>> slot)
-      : c_(c), response_(response), refused_(checks.refused), intake_(c, std::move(checks), "call"),
+  UploadReactor(Coordinator* c, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response, UploadChecks checks,
+                const std::string& caller, Result<std::unique_ptr<StreamCounter::Slot>> slot)
+      : c_(c), ctx_(ctx), response_(response), refused_(checks.refused), intake_(c, std::move(checks), "call"),
         start_(std::chrono::steady_clock::now()) {
     const StreamLimits& limits = c->options().streams;
     deadline_ = StreamDeadline::Create("upload from " + caller, limits.idle_timeout, limits.transfer_timeout,
@@ -174,7 +174,13 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         return;
       }
       have_header_ = true;
-      if (auto answer = intake_.Admit(std::move(*first.mutable_header()))) {
+      // A newer upload of the same update ends this one (UpdatesInFlight): the call is
+      // cancelled, and the read in flight, or the wait for memory, ends with it.
+      auto superseded = [this] {
+        superseded_ = true;
+        ctx_->TryCancel();
+      };
+      if (auto answer = intake_.Admit(std::move(*first.mutable_header()), superseded)) {
         Reply(*answer);
         return;
       }
@@ -201,6 +207,12 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       // worker would count it as not taken, and its error feedback would send it again).
       if (!deadline_->ClaimFinish()) return;  // the watchdog ended it first
       judged_ = true;
+      // A newer upload replaced this one: the update is not judged (the newer carries it).
+      if (superseded_) {
+        FinishClaimed(ToGrpc(CancelledError(intake_.what() + ": the upload ended before its last chunk" +
+                                            (superseded_ ? ", replaced by a newer upload of it" : ""))));
+        return;
+      }
       const UpdateIntake::Answer answer = intake_.Complete(start_);
       result_ = answer.result;
       FinishClaimed(answer.status);
@@ -225,7 +237,8 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     // An admitted update whose upload the watchdog ended is refused in its job as any
     // incomplete one is: its worker does not send it again, and its round must not wait for it
     // until the deadline. (Here rather than on the watchdog's thread, which must not block.)
-    if (expired_ && admitted_ && !judged_) intake_.Reject(*expired_);
+    intake_.ReleaseClaim();  // first: a newer upload no longer ends this one
+    if (expired_ && admitted_ && !judged_ && !superseded_) intake_.Reject(*expired_);
     intake_.Abandon();
     if (holding_budget_) c_->upload_budget().Release(intake_.budget_bytes());
     delete this;
@@ -288,6 +301,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   Coordinator* const c_;
+  grpc::CallbackServerContext* const ctx_;
   grpc::ByteBuffer* const response_;  // the serialized UploadResult, once it ends OK
   v1::UploadResult result_;
   const std::function<void(const std::string&)> refused_;
@@ -300,6 +314,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::optional<Status> expired_;      // why the watchdog ended the upload, if it did
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> superseded_{false};  // a newer upload of the update ended this one
   std::unique_ptr<StreamCounter::Slot> slot_;
   std::shared_ptr<StreamDeadline> deadline_;
 };
@@ -313,10 +328,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::
   return new DownloadReactor(c, ctx, request, admitted, std::move(slot));
 }
 
-grpc::ServerReadReactor<grpc::ByteBuffer>* StartUpload(Coordinator* c, grpc::ByteBuffer* response, UploadChecks checks,
+grpc::ServerReadReactor<grpc::ByteBuffer>* StartUpload(Coordinator* c, grpc::CallbackServerContext* ctx,
+                                                      grpc::ByteBuffer* response, UploadChecks checks,
                                                       const std::string& caller,
                                                       Result<std::unique_ptr<StreamCounter::Slot>> slot) {
-  return new UploadReactor(c, response, std::move(checks), caller, std::move(slot));
+  return new UploadReactor(c, ctx, response, std::move(checks), caller, std::move(slot));
 }
 
 }  // namespace tessera::server

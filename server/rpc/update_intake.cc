@@ -14,42 +14,43 @@ namespace tessera::server {
 
 using wire::ToGrpc;
 
-bool UpdatesInFlight::Claim(const std::string& key) {
+uint64_t UpdatesInFlight::Claim(const std::string& key, std::function<void()> end) {
   std::lock_guard<std::mutex> lock(mu_);
-  return keys_.insert(key).second;
+  Claimed& claimed = claims_[key];
+  // Under the lock: the older upload cannot release its claim, and so cannot be gone, meanwhile.
+  if (claimed.end) claimed.end();
+  claimed.id = next_id_++;
+  claimed.end = std::move(end);
+  return claimed.id;
 }
 
-void UpdatesInFlight::Release(const std::string& key) {
+void UpdatesInFlight::Release(const std::string& key, uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
-  keys_.erase(key);
+  auto it = claims_.find(key);
+  if (it != claims_.end() && it->second.id == id) claims_.erase(it);
 }
 
 size_t UpdatesInFlight::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return keys_.size();
+  return claims_.size();
 }
 
-UpdateIntake::~UpdateIntake() {
-  if (!claimed_.empty()) checks_.in_flight->Release(claimed_);
+void UpdateIntake::ReleaseClaim() {
+  if (claimed_.empty()) return;
+  checks_.in_flight->Release(claimed_, claim_id_);
+  claimed_.clear();
 }
 
-std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header) {
+std::optional<UpdateIntake::Answer> UpdateIntake::Admit(v1::UpdateHeader header, std::function<void()> superseded) {
   header_ = std::move(header);
   Status checked = checks_.header(header_);
   if (checked.ok()) checked = c_->registry().Authenticate(header_.worker_id(), header_.session());
   if (!checked.ok()) return Answer{ToGrpc(checked), {}, false};
   if (checks_.in_flight) {
     // The worker id and the job id are names (checked above): no '/' in either.
-    std::string key = header_.worker_id() + "/" + header_.job_id() + "/" + std::to_string(header_.round()) + "/" +
-                      std::to_string(header_.attempt());
-    if (!checks_.in_flight->Claim(key)) {
-      return Answer{ToGrpc(AlreadyExistsError("update from worker '" + header_.worker_id() + "' for job " +
-                                              header_.job_id() + " round " + std::to_string(header_.round()) +
-                                              " attempt " + std::to_string(header_.attempt()) +
-                                              ": an upload of it is already open; a worker sends its update once")),
-                    {}, false};
-    }
-    claimed_ = std::move(key);
+    claimed_ = header_.worker_id() + "/" + header_.job_id() + "/" + std::to_string(header_.round()) + "/" +
+               std::to_string(header_.attempt());
+    claim_id_ = checks_.in_flight->Claim(claimed_, std::move(superseded));
   }
   header_.set_failure(EscapeUntrusted(header_.failure(), 512));  // kept in the round's record
   runner_ = c_->Runner(header_.job_id());

@@ -9,9 +9,9 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 
 #include "base/status.h"
@@ -23,21 +23,31 @@ namespace tessera::server {
 class Coordinator;
 class JobRunner;
 
-// The updates on their way in, each named by its worker, job, round and attempt. A worker's
-// update travels once: a second upload of it while the first is open is refused before it
-// reaches the job, so that copies of one update cannot queue for the upload memory ahead of
-// other workers' updates, nor be refused (as incomplete, say) in the name of the one still
-// arriving. Thread-safe.
+// The updates on their way in, each named by its worker, job, round and attempt. One upload
+// of an update is open at a time: a newer one ends the older before it reaches the job. So a
+// worker whose upload broke on one connection sends it again on another, even while the old
+// call still looks open here (a connection that broke on the worker's side only); and copies
+// of one update cannot queue for the upload memory ahead of other workers' updates. Thread-safe.
 class UpdatesInFlight {
  public:
-  // False when the update is already claimed.
-  bool Claim(const std::string& key);
-  void Release(const std::string& key);
+  // Claims `key` for an upload now arriving, and returns the claim's id. `end` ends that
+  // upload without judging its update, when a newer one of the same update comes: called at
+  // most once, under this object's lock, so it must not block nor call back in. A claim
+  // already held for `key` is ended so, and replaced.
+  uint64_t Claim(const std::string& key, std::function<void()> end);
+  // Drops the claim `id` of `key`, unless a newer one replaced it. After it, its `end` is not
+  // called.
+  void Release(const std::string& key, uint64_t id);
   size_t size() const;
 
  private:
+  struct Claimed {
+    uint64_t id = 0;
+    std::function<void()> end;
+  };
   mutable std::mutex mu_;
-  std::set<std::string> keys_;
+  std::map<std::string, Claimed> claims_;
+  uint64_t next_id_ = 1;
 };
 
 // What the service checks of an upload's header (the caller's credential, the fields' form),
@@ -63,15 +73,17 @@ class UpdateIntake {
   // `way`: how the update travels, "call" or "session" (the metric of updates received).
   UpdateIntake(Coordinator* c, UploadChecks checks, std::string way)
       : c_(c), checks_(std::move(checks)), way_(std::move(way)) {}
-  ~UpdateIntake();  // the update is no longer in flight
+  ~UpdateIntake() { ReleaseClaim(); }
   UpdateIntake(const UpdateIntake&) = delete;
   UpdateIntake& operator=(const UpdateIntake&) = delete;
 
   // Checks `header`; nullopt when the update is admitted: its sets are known, its assembler
-  // started (no tensor memory yet), budget_bytes() what it may take. Otherwise the answer;
-  // ALREADY_EXISTS, with nothing down the task channel, while an upload of the same update
-  // (worker, job, round, attempt) is open.
-  std::optional<Answer> Admit(v1::UpdateHeader header);
+  // started (no tensor memory yet), budget_bytes() what it may take. Otherwise the answer.
+  // Once the caller is authenticated, the update is claimed in checks.in_flight: an upload of
+  // it still open is ended, and `superseded` (when set) ends this one if a newer comes.
+  std::optional<Answer> Admit(v1::UpdateHeader header, std::function<void()> superseded = nullptr);
+  // The update is no longer in flight: a newer upload of it no longer ends this one.
+  void ReleaseClaim();
 
   // After an admitted header.
   const v1::UpdateHeader& header() const { return header_; }
@@ -104,6 +116,7 @@ class UpdateIntake {
   uint64_t budget_bytes_ = 0;
   std::unique_ptr<wire::UpdateAssembler> assembler_;  // started once the header is admitted
   std::string claimed_;  // this update's key in checks_.in_flight, once claimed
+  uint64_t claim_id_ = 0;
 };
 
 }  // namespace tessera::server
