@@ -201,14 +201,17 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       c_->upload_budget().Acquire(intake_.budget_bytes(), [this] { Granted(); });
       return;
     }
-    if (!ok) {  // the worker has sent everything
+    if (!ok) {  // the worker has sent everything, or the call went away
       // The finish is claimed before the update is judged: a deadline that passes while it is
       // checked and folded must not answer DEADLINE_EXCEEDED for an update the round took (the
       // worker would count it as not taken, and its error feedback would send it again).
       if (!deadline_->ClaimFinish()) return;  // the watchdog ended it first
       judged_ = true;
-      // A newer upload replaced this one: the update is not judged (the newer carries it).
-      if (superseded_) {
+      // The worker cancelled the call or its connection broke (gRPC says so on the failed
+      // read), or a newer upload replaced this one: the update is not judged. The worker may
+      // send it again (on its own connection's failure it does, on its main one), and a
+      // refusal now would have its round refuse that too.
+      if (superseded_ || ctx_->IsCancelled()) {
         FinishClaimed(ToGrpc(CancelledError(intake_.what() + ": the upload ended before its last chunk" +
                                             (superseded_ ? ", replaced by a newer upload of it" : ""))));
         return;
@@ -310,7 +313,7 @@ class UploadReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer raw_;  // the message being read
   bool have_header_ = false;
   std::atomic<bool> admitted_{false};  // the header was admitted: the job knows of the update
-  bool judged_ = false;                // the update was completed or refused by the reactor
+  bool judged_ = false;                // the reactor itself ended the update (judged or not)
   std::optional<Status> expired_;      // why the watchdog ended the upload, if it did
   bool holding_budget_ = false;
   std::atomic<bool> cancelled_{false};

@@ -42,8 +42,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StartDownload(Coordinator* c, grpc::
 // `caller` names the caller in messages until its header names the worker. UploadUpdate is
 // a raw method too (ByteBuffers in, the UploadResult serialized into `response`): the
 // chunks are read from the transport's slices into the update's tensors
-// (proto/update_chunk_reader.h). An upload that a newer upload of the same update replaces
-// (UpdatesInFlight) ends without its update being judged.
+// (proto/update_chunk_reader.h). An upload that the worker cancels, whose connection breaks,
+// or that a newer upload of the same update replaces (UpdatesInFlight) ends without its
+// update being judged.
 grpc::ServerReadReactor<grpc::ByteBuffer>* StartUpload(Coordinator* c, grpc::CallbackServerContext* ctx,
                                                       grpc::ByteBuffer* response, UploadChecks checks,
                                                       const std::string& caller,

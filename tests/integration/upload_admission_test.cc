@@ -2,9 +2,10 @@
 // an upload's header with the stream's initial metadata only once the update fits its upload
 // memory. With room for one update at a time, the second upload is admitted only after the
 // first has been received, and both are accepted. A newer upload of an update ends the older
-// one still open, and is taken. An over-selected worker that stops its upload at the cancel is
-// not counted as refused. An admitted update whose upload stalls until the coordinator ends it
-// is refused in its round, which then no longer waits for it.
+// one still open, and is taken; an upload stopped midway is not judged, and its update is taken
+// when sent again. An over-selected worker that stops its upload at the cancel is not counted
+// as refused. An admitted update whose upload stalls until the coordinator ends it is refused
+// in its round, which then no longer waits for it.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -168,6 +169,37 @@ TEST(UploadAdmissionTest, ANewerUploadOfAnUpdateEndsTheOlderOneAndIsTaken) {
   // The older was ended without its update being judged: nothing is held against the worker.
   older.writer->WritesDone();
   EXPECT_EQ(older.writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  auto status = (*coordinator)->registry().Describe("w1");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->updates_rejected(), 0u);
+}
+
+TEST(UploadAdmissionTest, AnUploadStoppedMidwayIsNotJudgedAndItsUpdateIsTakenWhenSentAgain) {
+  TempDir dir("admission-again");
+  auto coordinator = server::Coordinator::Start(TestCoordinatorOptions(dir.str()));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  ManualWorker w1(port, "w1");
+  auto job = (*coordinator)->SubmitJob(SmallJob(1, 1));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return w1.task().has_value(); }, std::chrono::seconds(60)));
+  v1::UpdateChunkMessage header;
+  wire::UpdateBytes bytes;
+  w1.BuildUpdate(*w1.task(), &header, &bytes);
+
+  // Admitted, then the call goes away before any tensor came (a connection that broke).
+  HandUpload broken(w1.stub());
+  ASSERT_TRUE(broken.writer->Write(header));
+  ASSERT_TRUE(AwaitAdmission(broken));
+  broken.ctx.TryCancel();
+  EXPECT_EQ(broken.writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  // Once it has ended at the coordinator, only the task channel is open.
+  ASSERT_TRUE(WaitUntil([&] { return (*coordinator)->streams().open() == 1; }, std::chrono::seconds(60)));
+
+  HandUpload again(w1.stub());
+  ASSERT_TRUE(again.writer->Write(header));
+  again.SendAndFinish(bytes);
+  EXPECT_TRUE(again.result.accepted()) << again.result.reason();
   auto status = (*coordinator)->registry().Describe("w1");
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->updates_rejected(), 0u);
