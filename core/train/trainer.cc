@@ -153,8 +153,12 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   } else {
     RETURN_IF_ERROR(model.EnsureGradients());
   }
+  // Staging for the largest batch the data gives, not the spec's batch size: a party with
+  // fewer samples than a batch holds only what it loads.
   BatchBuffers batch;
-  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), options.batch_size));
+  const uint32_t largest_batch = static_cast<uint32_t>(
+      std::clamp<uint64_t>(indices.size(), 1, options.batch_size));
+  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), largest_batch));
   ASSIGN_OR_RETURN(DeviceBuffer velocity, device.Allocate(sizeof(float) * parameter_count));
   device.Fill(parameter_count, 0.0f, velocity.f32());
   const size_t parameter_bytes = sizeof(float) * static_cast<size_t>(parameter_count);
@@ -266,11 +270,13 @@ Result<EvalReport> Evaluate(Model& model, const Dataset& data, uint32_t batch_si
   if (batch_size == 0) return InvalidArgumentError("Evaluate: batch_size must be positive, got 0");
   const int64_t total = max_samples > 0 ? std::min(max_samples, data.count) : data.count;
   Device& device = model.device();
+  // Sized for the largest batch evaluated, which the test set may keep below batch_size.
+  const uint32_t largest_batch = static_cast<uint32_t>(std::clamp<int64_t>(total, 1, batch_size));
   BatchBuffers batch;
-  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), batch_size));
+  RETURN_IF_ERROR(batch.Allocate(device, data.SampleSize(), largest_batch));
   const int classes = model.classes();
-  std::vector<float> logits_host(static_cast<size_t>(batch_size) * classes);
-  std::vector<int64_t> order(batch_size);
+  std::vector<float> logits_host(static_cast<size_t>(largest_batch) * classes);
+  std::vector<int64_t> order(largest_batch);
 
   EvalReport report;
   double loss_sum = 0.0;
