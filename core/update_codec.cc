@@ -158,7 +158,10 @@ std::string EncodeValues(UpdateEncoding encoding, std::span<const float> values,
         largest = std::max(largest, std::fabs(v));
       }
       // A NaN or an infinity makes the scale non-finite, which every decoder refuses.
-      const float scale = nan ? std::numeric_limits<float>::quiet_NaN() : largest / 127.0f;
+      float scale = nan ? std::numeric_limits<float>::quiet_NaN() : largest / 127.0f;
+      // At the top of the float range 127 s can round past it, which the decoder refuses:
+      // one step down keeps the largest value's 127 s finite.
+      if (std::isfinite(scale) && !std::isfinite(127.0f * scale)) scale = std::nextafter(scale, 0.0f);
       out.reserve(values.size() + 4);
       PutU32(&out, std::bit_cast<uint32_t>(scale));
       for (float v : values) {

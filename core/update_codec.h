@@ -8,8 +8,9 @@
 //              range become +-inf, NaN stays NaN (the coordinator refuses non-finite updates).
 //   kBFloat16  2 n bytes, the upper half of the float32 after rounding to nearest even; NaN
 //              stays NaN.
-//   kInt8      4 + n bytes: a float32 scale s = max|x| / 127 (0 for an all-zero tensor),
-//              then q_i = round(x_i / s) in [-127, 127] as int8; x_i is read back as s q_i.
+//   kInt8      4 + n bytes: a float32 scale s = max|x| / 127 (0 for an all-zero tensor; one
+//              float step lower where 127 s would round past the float range), then
+//              q_i = round(x_i / s) in [-127, 127] as int8; x_i is read back as s q_i.
 //   kTopK      8 k bytes, k = TopKCount(n, fraction): (uint32 index, float32 value) pairs of
 //              the k entries largest in magnitude (ties: the lower index), in strictly
 //              increasing index order; every other entry is read back as 0.

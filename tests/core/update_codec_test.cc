@@ -113,6 +113,28 @@ TEST(Int8Test, OneScalePerTensorAndSymmetricValues) {
   EXPECT_EQ(zero_back, zeros);
 }
 
+// The largest float over 127, times 127, rounds past the float range: the encoder wrote a
+// scale its own decoder refuses. Every finite tensor's encoding decodes, to finite values.
+TEST(Int8Test, TheLargestFiniteValuesEncodeToWhatDecodes) {
+  const float top = std::numeric_limits<float>::max();
+  for (const std::vector<float>& values : {std::vector<float>{top, -1.0f, 0.0f}, std::vector<float>{-top, top / 2},
+                                           std::vector<float>{std::nextafter(top, 0.0f), 3.0f}}) {
+    const std::string bytes = EncodeValues(UpdateEncoding::kInt8, values, 0);
+    std::vector<float> back(values.size());
+    const Status decoded = DecodeValues(UpdateEncoding::kInt8, bytes, 0, back);
+    ASSERT_TRUE(decoded.ok()) << values[0] << ": " << decoded.ToString();
+    const float scale = std::bit_cast<float>(static_cast<uint32_t>(static_cast<uint8_t>(bytes[0])) |
+                                             static_cast<uint32_t>(static_cast<uint8_t>(bytes[1])) << 8 |
+                                             static_cast<uint32_t>(static_cast<uint8_t>(bytes[2])) << 16 |
+                                             static_cast<uint32_t>(static_cast<uint8_t>(bytes[3])) << 24);
+    for (size_t i = 0; i < values.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(back[i])) << i;
+      EXPECT_LE(std::fabs(back[i] - values[i]), scale) << i;
+    }
+    for (float residual : EncodingResidual(UpdateEncoding::kInt8, values, 0)) EXPECT_TRUE(std::isfinite(residual));
+  }
+}
+
 TEST(TopKTest, CountsAreTheCeilingWithinOneAndN) {
   EXPECT_EQ(TopKCount(100, 0.01), 1u);
   EXPECT_EQ(TopKCount(1000, 0.01), 10u);
