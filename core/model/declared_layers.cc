@@ -196,12 +196,21 @@ Status DropoutLayer::Reserve(Device& device, int batch) {
   return Grow(device, mask_, static_cast<size_t>(batch) * input_shape().size() * sizeof(float));
 }
 
+void DropoutLayer::SkipStep() {
+  if (training() && probability_ > 0.0f) ++step_;
+}
+
 void DropoutLayer::Forward(Device& device, int batch, const float* x, float* y) {
   const int64_t count = batch * input_shape().size();
   masked_ = training() && probability_ > 0.0f;
   if (masked_) {
     // A fresh draw per step; the step counter makes a resumed run draw what it would have.
-    const uint64_t step_seed = seed_ ^ ((step_++ + 1) * 0xD1B54A32D192ED03ull);
+    uint64_t step_seed = seed_ ^ ((step_++ + 1) * 0xD1B54A32D192ED03ull);
+    // Element i's draw mixes seed + (i + 1) * 0x9E3779B97F4A7C15 (DropoutUniform): moving the
+    // seed by the slice's first element times that constant draws the whole batch's elements
+    // from there on.
+    step_seed += static_cast<uint64_t>(first_sample_) * static_cast<uint64_t>(input_shape().size()) *
+                 0x9E3779B97F4A7C15ull;
     device.Dropout(count, probability_, step_seed, x, y, mask_.f32());
   } else {
     device.Axpby(count, 1.0f, x, 0.0f, y);
@@ -303,6 +312,18 @@ void ResidualLayer::set_training(bool training) {
   Layer::set_training(training);
   for (Path* path : {&body_path_, &shortcut_path_}) {
     for (auto& layer : path->layers) layer->set_training(training);
+  }
+}
+
+void ResidualLayer::set_batch_slice(int64_t first_sample) {
+  for (Path* path : {&body_path_, &shortcut_path_}) {
+    for (auto& layer : path->layers) layer->set_batch_slice(first_sample);
+  }
+}
+
+void ResidualLayer::SkipStep() {
+  for (Path* path : {&body_path_, &shortcut_path_}) {
+    for (auto& layer : path->layers) layer->SkipStep();
   }
 }
 

@@ -89,6 +89,14 @@ class Layer {
   // Training (the default) or inference: a batch norm's statistics and dropout depend on it.
   virtual void set_training(bool training) { training_ = training; }
   bool training() const { return training_; }
+  // Where the samples of the next training forwards sit in the batch their step trains: a
+  // site cohort member computes samples first_sample.. of each batch (0, the default: all of
+  // it). A layer that draws per sample (dropout) draws what those samples get in the whole
+  // batch.
+  virtual void set_batch_slice(int64_t first_sample) {}
+  // A training step that gives this model no samples (a cohort member's empty slice): a layer
+  // that draws per step (dropout) moves to the next step's draw as a forward would.
+  virtual void SkipStep() {}
   // Makes room for batches of up to `batch` samples (layer-private device state, such as a
   // max pool's argmax). Allocates only when `batch` exceeds what was reserved before.
   virtual Status Reserve(Device& device, int batch) { return Status::Ok(); }
@@ -354,6 +362,8 @@ class DropoutLayer final : public Layer {
   DropoutLayer(ActivationShape input, float probability, uint64_t seed);
   ActivationShape output_shape() const override { return input_shape(); }
   std::string_view kind() const override { return "dropout"; }
+  void set_batch_slice(int64_t first_sample) override { first_sample_ = first_sample; }
+  void SkipStep() override;
   std::vector<LayerOp> StepOps(int batch, bool input_gradient) const override;
   Status Reserve(Device& device, int batch) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
@@ -363,7 +373,8 @@ class DropoutLayer final : public Layer {
   float probability_;
   uint64_t seed_;
   uint64_t step_ = 0;
-  bool masked_ = false;  // the last Forward drew a mask
+  int64_t first_sample_ = 0;  // set_batch_slice
+  bool masked_ = false;       // the last Forward drew a mask
   DeviceBuffer mask_;
 };
 
@@ -396,6 +407,8 @@ class ResidualLayer final : public Layer {
   void Bind(float* parameters, float* gradients) override;
   void BindBuffers(float* buffers) override;
   void set_training(bool training) override;
+  void set_batch_slice(int64_t first_sample) override;
+  void SkipStep() override;
   Status Reserve(Device& device, int batch) override;
   void Forward(Device& device, int batch, const float* x, float* y) override;
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;

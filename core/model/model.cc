@@ -54,6 +54,14 @@ void Model::SetTraining(bool training) {
   for (auto& layer : layers_) layer->set_training(training);
 }
 
+void Model::SetBatchSlice(int64_t first_sample) {
+  for (auto& layer : layers_) layer->set_batch_slice(first_sample);
+}
+
+void Model::SkipStep() {
+  for (auto& layer : layers_) layer->SkipStep();
+}
+
 Result<TensorSet> Model::GetState() const {
   // Tensor by tensor straight into the result: no flat copy of the whole model on the way.
   TensorSet state;

@@ -114,6 +114,12 @@ class Model {
   // dropout), for every layer, as PyTorch's train() / eval().
   void SetTraining(bool training);
   bool training() const { return training_; }
+  // For a site cohort member training samples first_sample.. of each batch: the next training
+  // forwards draw dropout as the whole batch would for those samples (0: whole batches, the
+  // default). SkipStep moves the draws on by one step for a step whose slice is empty, so that
+  // every member stays at the same step.
+  void SetBatchSlice(int64_t first_sample);
+  void SkipStep();
   // The flat buffers, NumParameters() floats each. Gradients hold the last Backward's values
   // (always zero over the buffers); empty before the first Backward and after
   // ReleaseGradients.

@@ -200,6 +200,12 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   };
   TrainReport report;
   double loss_sum = 0.0;
+  // A shard's forwards draw dropout for its samples' places in the whole batch; the model is
+  // left drawing for whole batches on every return.
+  struct SliceGuard {
+    Model& model;
+    ~SliceGuard() { model.SetBatchSlice(0); }
+  } slice_guard{model};
   const auto began = std::chrono::steady_clock::now();
   std::vector<int64_t> order = indices;
   for (uint32_t epoch = 0; epoch < options.epochs; ++epoch) {
@@ -224,6 +230,7 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
         } else {
           RETURN_IF_ERROR(batch.Load(device, data, order.data() + first + begin, count));
         }
+        model.SetBatchSlice(begin);
         ASSIGN_OR_RETURN(const float* logits, model.Forward(batch.images.f32(), count));
         (void)logits;
         if (in_pieces) {
@@ -232,6 +239,7 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
           RETURN_IF_ERROR(model.Backward(batch.labels.i32(), batch.loss.f32()));
         }
       } else {
+        model.SkipStep();  // the members whose slices are not empty drew this step's dropout
         device.Fill(parameter_count, 0.0f, model.flat_gradients().f32());
         device.Fill(1, 0.0f, batch.loss.f32());
       }

@@ -53,7 +53,9 @@ struct TrainOptions {
   // (same seed), and member `shard_index` of `shard_count` computes the gradient of its slice
   // of each batch. The slice's gradient is scaled by slice/batch * shard_count before the
   // hook, so that averaging it over the members (the hook's allreduce) gives exactly the
-  // gradient of the whole batch. A member whose slice is empty contributes zeros.
+  // gradient of the whole batch. A member whose slice is empty contributes zeros. Dropout
+  // drops for each sample what it would drop in the whole batch (Model::SetBatchSlice); batch
+  // norms see their slice's statistics, not the batch's.
   uint32_t shard_index = 0;
   uint32_t shard_count = 1;
   // Client-side terms of federated algorithms, on the device (Device::AddScaledDifference):

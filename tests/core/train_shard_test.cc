@@ -4,6 +4,7 @@
 
 #include <barrier>
 #include <cmath>
+#include <random>
 #include <thread>
 
 #include "core/data/idx.h"
@@ -114,6 +115,87 @@ TEST(ShardedTrainingTest, TwoShardsFollowTheWholeBatchTrajectory) {
       // (batch 37) adds a rescaling rounding.
       EXPECT_LT(worst, batch == 64 ? 1e-3 : 5e-3) << "batch " << batch << ", shard " << r;
     }
+  }
+}
+
+// With dropout each member drew its slice's masks from the start of the step's draws: every
+// member dropped the units the batch's first samples lose, for other samples, and a member
+// with an empty slice fell a step behind. Each sample now loses what it loses in the whole
+// batch, so the cohort follows the whole-batch trajectory with dropout too.
+TEST(ShardedTrainingTest, DropoutDropsWhatTheWholeBatchDrops) {
+  Dataset data;
+  data.source = "synthetic";
+  data.count = 49;  // in batches of 16, the last batch has one sample: one member's slice is empty
+  data.rows = data.cols = 4;
+  data.num_classes = 3;
+  std::mt19937 engine(3);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < data.count * 16; ++i) data.images.push_back(normal(engine));
+  for (int64_t i = 0; i < data.count; ++i) data.labels.push_back(static_cast<uint8_t>(i % 3));
+  ModelConfig config;
+  config.name = "declared";
+  config.rows = config.cols = 4;
+  config.classes = 3;
+  config.seed = 8;
+  LayerConfig flatten, hidden, relu, dropout, out;
+  flatten.type = "flatten";
+  hidden.type = "linear";
+  hidden.out = 32;
+  hidden.name = "hidden";
+  relu.type = "relu";
+  dropout.type = "dropout";
+  dropout.probability = 0.5f;
+  out.type = "linear";
+  out.name = "out";
+  LayerConfig block;  // dropout inside a residual block, too
+  block.type = "residual";
+  block.name = "block";
+  block.body = {dropout};
+  config.layers = {flatten, hidden, relu, dropout, block, out};
+  std::vector<int64_t> indices(static_cast<size_t>(data.count));
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+  TrainOptions options;
+  options.epochs = 3;
+  options.batch_size = 16;
+  options.learning_rate = 0.1f;
+  options.seed = 2;
+
+  auto device = CreateCpuDevice();
+  auto whole = std::move(CreateModel(config, device.get())).value();
+  ASSERT_TRUE(TrainLocal(*whole, data, indices, options).ok());
+
+  ThreadAverage average(2);
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<ThreadAverage::Hook> hooks(2, ThreadAverage::Hook(&average));
+  for (int r = 0; r < 2; ++r) {
+    devices.push_back(CreateCpuDevice());
+    models.push_back(std::move(CreateModel(config, devices.back().get())).value());
+  }
+  std::vector<Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      TrainOptions shard = options;
+      shard.shard_index = static_cast<uint32_t>(r);
+      shard.shard_count = 2;
+      shard.gradient_hook = &hooks[static_cast<size_t>(r)];
+      results[static_cast<size_t>(r)] = TrainLocal(*models[static_cast<size_t>(r)], data, indices, shard).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
+  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
+  const TensorSet expected = whole->GetState().value();
+  for (int r = 0; r < 2; ++r) {
+    const TensorSet got = models[static_cast<size_t>(r)]->GetState().value();
+    double worst = 0;
+    for (size_t t = 0; t < expected.size(); ++t) {
+      for (size_t j = 0; j < expected[t].values.size(); ++j) {
+        worst = std::max(worst, static_cast<double>(std::fabs(expected[t].values[j] - got[t].values[j])));
+      }
+    }
+    EXPECT_LT(worst, 1e-4) << "shard " << r;
   }
 }
 
