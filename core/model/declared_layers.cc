@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <climits>
 #include <cmath>
 #include <utility>
 
@@ -68,26 +69,49 @@ Status GlobalAvgPoolLayer::Reserve(Device& device, int batch) {
   return Status::Ok();
 }
 
-// y [batch C, 1] = x [batch C, H W] * (1 / (H W)) [H W, 1].
+int GlobalAvgPoolLayer::SamplesPerGemm(int batch) const {
+  return static_cast<int>(std::min<int64_t>(batch, INT_MAX / input_shape().channels));
+}
+
+// y [batch C, 1] = x [batch C, H W] * (1 / (H W)) [H W, 1], in as few Gemms as keep their
+// batch C rows within int (one unless the channels are many).
 void GlobalAvgPoolLayer::Forward(Device& device, int batch, const float* x, float* y) {
+  const int channels = input_shape().channels;
   const int plane = input_shape().height * input_shape().width;
-  device.Gemm(false, false, batch * input_shape().channels, 1, plane, 1.0f, x, averaging_.f32(), 0.0f, y);
+  const int per_gemm = SamplesPerGemm(batch);
+  for (int first = 0; first < batch; first += per_gemm) {
+    const int64_t rows = static_cast<int64_t>(first) * channels;
+    device.Gemm(false, false, std::min(per_gemm, batch - first) * channels, 1, plane, 1.0f, x + rows * plane,
+                averaging_.f32(), 0.0f, y + rows);
+  }
 }
 
 // dx [batch C, H W] = dy [batch C, 1] * (1 / (H W)) [1, H W].
 void GlobalAvgPoolLayer::Backward(Device& device, int batch, const float* x, const float* y, const float* dy,
                                   float* dx) {
   if (dx == nullptr) return;
+  const int channels = input_shape().channels;
   const int plane = input_shape().height * input_shape().width;
-  device.Gemm(false, false, batch * input_shape().channels, plane, 1, 1.0f, dy, averaging_.f32(), 0.0f, dx);
+  const int per_gemm = SamplesPerGemm(batch);
+  for (int first = 0; first < batch; first += per_gemm) {
+    const int64_t rows = static_cast<int64_t>(first) * channels;
+    device.Gemm(false, false, std::min(per_gemm, batch - first) * channels, plane, 1, 1.0f, dy + rows,
+                averaging_.f32(), 0.0f, dx + rows * plane);
+  }
 }
 
 std::vector<LayerOp> GlobalAvgPoolLayer::StepOps(int batch, bool input_gradient) const {
-  const int rows = batch * input_shape().channels;
+  const int channels = input_shape().channels;
   const int plane = input_shape().height * input_shape().width;
-  std::vector<LayerOp> ops = {{Op::kGemm, GemmCost(rows, 1, plane, false), false}};
-  if (input_gradient) ops.push_back({Op::kGemm, GemmCost(rows, plane, 1, false), true});
-  return ops;
+  const int per_gemm = SamplesPerGemm(batch);
+  std::vector<LayerOp> forward, backward;
+  for (int first = 0; first < batch; first += per_gemm) {
+    const int rows = std::min(per_gemm, batch - first) * channels;
+    forward.push_back({Op::kGemm, GemmCost(rows, 1, plane, false), false});
+    if (input_gradient) backward.push_back({Op::kGemm, GemmCost(rows, plane, 1, false), true});
+  }
+  forward.insert(forward.end(), backward.begin(), backward.end());
+  return forward;
 }
 
 BatchNormLayer::BatchNormLayer(std::string name, ActivationShape input, float epsilon, float momentum, bool local)

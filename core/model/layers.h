@@ -280,7 +280,8 @@ class AvgPoolLayer final : public Layer {
 };
 
 // The mean of each channel over its plane: [C, H, W] -> [C, 1, 1]. A GEMM against a vector
-// of 1 / (H W), so every backend that multiplies matrices runs it natively.
+// of 1 / (H W), so every backend that multiplies matrices runs it natively; a batch of more
+// than INT_MAX rows (batch x C) runs as several, each of whole samples.
 class GlobalAvgPoolLayer final : public Layer {
  public:
   explicit GlobalAvgPoolLayer(ActivationShape input) : Layer(input) {}
@@ -292,6 +293,7 @@ class GlobalAvgPoolLayer final : public Layer {
   void Backward(Device& device, int batch, const float* x, const float* y, const float* dy, float* dx) override;
 
  private:
+  int SamplesPerGemm(int batch) const;  // whole samples of at most INT_MAX rows in all
   DeviceBuffer averaging_;  // H W values of 1 / (H W)
 };
 

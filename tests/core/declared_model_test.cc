@@ -236,6 +236,32 @@ TEST_F(DeclaredModelTest, AnInputOfMoreValuesThanALayerMayGiveIsRefused) {
   EXPECT_TRUE(CountParameters(Declared({L("global_avg_pool"), L("linear")}, 1, 4096)).ok());
 }
 
+// A global average pool is one Gemm of batch x channels rows, which the Gemm takes as an int:
+// 8192 samples of 262,144 channels (a flattened 512x512 image) made 2^31 rows, which wrapped
+// negative, and the CPU device's Gemm did nothing, leaving the output unwritten. The pool now
+// runs as several Gemms of whole samples where the rows pass INT_MAX.
+TEST_F(DeclaredModelTest, AGlobalAveragePoolOfMoreRowsThanAnIntSplitsItsGemm) {
+  const ModelConfig config = Declared({L("flatten"), L("global_avg_pool"), Conv("c", 3, 1)}, 1, 512);
+  auto model = Build(config);
+  ASSERT_NE(model, nullptr);
+  const int batch = 8192;
+  const std::vector<LayerInfo> layers = model->DescribeLayers(batch);
+  ASSERT_EQ(layers[1].kind, "global_avg_pool");
+  double forward_flops = 0, backward_flops = 0;
+  int forward_gemms = 0;
+  for (const LayerOp& op : layers[1].ops) {
+    EXPECT_EQ(op.op, Op::kGemm);
+    EXPECT_GT(op.cost.flops, 0);
+    (op.backward ? backward_flops : forward_flops) += op.cost.flops;
+    forward_gemms += op.backward ? 0 : 1;
+  }
+  EXPECT_EQ(forward_gemms, 2);  // 8191 samples of 262,144 rows fit an int, then the last one
+  EXPECT_EQ(forward_flops, 2.0 * batch * 512 * 512);
+  EXPECT_EQ(backward_flops, 2.0 * batch * 512 * 512);
+  // A batch within the bound stays one Gemm each way.
+  EXPECT_EQ(model->DescribeLayers(64)[1].ops.size(), 2u);
+}
+
 // Inputs and labels for `batch` samples of the config's shape.
 struct Batch {
   DeviceBuffer images, labels, loss;
