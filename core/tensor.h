@@ -32,10 +32,12 @@ std::string TensorSetSha256(const TensorSet& tensors);
 // so that a set whose tensors were hashed for a manifest is not hashed again.
 std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::string>& tensor_hashes);
 
-// Checks that `candidate` has exactly the names, shapes and order of `reference`, and that
-// every value is finite. The error names the first offending tensor and what was expected;
-// `what` prefixes it ("update from worker w-3 for round 4").
+// Checks that `candidate` has exactly the names, shapes and order of `reference`, and as many
+// values as its shapes hold; it does not look at the values (CheckFinite does). The error
+// names the first offending tensor and what was expected; `what` prefixes it ("update from
+// worker w-3 for round 4").
 Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, const std::string& what);
+// Checks that every value is finite, naming the first that is not.
 Status CheckFinite(const TensorSet& tensors, const std::string& what);
 // `trained` minus `global`, value by value, in `trained`'s place: the change a round made.
 // The two have the same layout (checked by the caller).
