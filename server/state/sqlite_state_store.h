@@ -56,8 +56,8 @@ class SqliteStateStore final : public StateStore {
   Result<uint64_t> NextJobNumber() override;
   Result<JobList> ListNewestJobs(size_t max_jobs) override;
   Status RequestCancel(const std::string& job_id) override;
-  // Its checkpoint files (those of every round, and temporary ones), then its rows
-  // (sqlite_job_deletion.cc).
+  // Its checkpoint files (those of every round, and temporary ones), the directory synced,
+  // then its rows (sqlite_job_deletion.cc).
   Result<bool> DeleteJob(const std::string& job_id) override;
   // The checkpoint file, atomically and without the database's lock; then, in
   // CommitWrittenRound, the record and the job's row in one transaction.

@@ -263,6 +263,28 @@ TEST_P(StateStoreConformanceTest, AWrittenCheckpointIsPartOfTheJobOnlyOnceItsRou
   EXPECT_EQ(store_->GetJob(job.id())->rounds_committed(), 1u);
 }
 
+// A deletion takes the checkpoint written for the job and not committed with the rest: a
+// commit of it afterwards is refused and records no round of a job that is gone.
+TEST_P(StateStoreConformanceTest, ADeletedJobsWrittenCheckpointCannotBeCommitted) {
+  v1::Job job = RunningJob("job-1-abc");
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  ASSERT_TRUE(store_->SaveInitialModel(job.id(), Model(0)).ok());
+  ASSERT_TRUE(store_->WriteCheckpoint(job.id(), 1, Model(1)).ok());
+  auto deleted = store_->DeleteJob(job.id());
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_TRUE(*deleted);
+  v1::RoundRecord record;
+  record.set_job_id(job.id());
+  record.set_round(1);
+  job.set_rounds_committed(1);
+  Status refused = store_->CommitWrittenRound(job, record);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  auto rounds = store_->ListRounds(job.id());
+  ASSERT_TRUE(rounds.ok()) << rounds.status().ToString();
+  EXPECT_TRUE(rounds->empty());
+  EXPECT_EQ(store_->LoadCheckpoint(job.id(), 1).status().code(), StatusCode::kNotFound);
+}
+
 TEST_P(StateStoreConformanceTest, TheNewestCheckpointsAreKeptAndADamagedOneFallsBackNamingIt) {
   v1::Job job = RunningJob("job-1-abc");
   ASSERT_TRUE(store_->InsertJob(job).ok());
