@@ -43,13 +43,13 @@ Result<bool> SqliteStateStore::DeleteJob(const std::string& job_id) {
   // now would name a file that is gone.
   std::erase_if(written_, [&](const auto& entry) { return entry.first == job_id; });
   bool deleted = false;
-  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+  RETURN_IF_ERROR(InTransactionLocked("delete job " + job_id, [&]() -> Status {
     for (const char* sql : {"DELETE FROM rounds WHERE job_id = ?", "DELETE FROM seats WHERE job_id = ?",
                             "DELETE FROM cancels WHERE job_id = ?", "DELETE FROM jobs WHERE id = ?"}) {
       Statement st(writer_, sql);
       if (!st.ok()) return SqliteError(writer_, std::string("prepare ") + sql);
       RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
-      if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "delete job " + job_id);
+      if (st.Step() != SQLITE_DONE) return SqliteError(writer_, sql);
       deleted = sqlite3_changes(writer_) > 0;  // the last statement's: the job's row
     }
     return Status::Ok();

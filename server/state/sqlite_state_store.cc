@@ -215,14 +215,14 @@ Result<int64_t> NextNumber(sqlite3* db, const std::string& db_path) {
 Status SqliteStateStore::InsertJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(write_mu_);
   // The number is read in the insert's own transaction.
-  return InTransactionLocked([&]() -> Status {
+  return InTransactionLocked("insert job " + QuoteUntrusted(job.id(), kMaxJobIdBytes), [&]() -> Status {
     ASSIGN_OR_RETURN(const int64_t number, NextNumber(writer_, state_dir_ + "/coordinator.db"));
     Statement st(writer_, "INSERT INTO jobs (id, number, job) VALUES (?, ?, ?)");
     if (!st.ok()) return SqliteError(writer_, "prepare insert job");
     RETURN_IF_ERROR(st.BindText(1, "id", job.id()));
     RETURN_IF_ERROR(st.BindInt(2, "number", number));
     RETURN_IF_ERROR(st.BindBlob(3, "job", JobRow(job).SerializeAsString()));
-    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job");
     return Status::Ok();
   });
 }
@@ -241,12 +241,14 @@ Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
   return Status::Ok();
 }
 
-Status SqliteStateStore::InTransactionLocked(const std::function<Status()>& body) {
-  RETURN_IF_ERROR(Exec(writer_, "BEGIN IMMEDIATE"));
-  Status s = body();
-  if (s.ok()) s = Exec(writer_, "COMMIT");
-  if (!s.ok()) Exec(writer_, "ROLLBACK").ok();
-  return s;
+Status SqliteStateStore::InTransactionLocked(const std::string& what, const std::function<Status()>& body) {
+  Status s = Exec(writer_, "BEGIN IMMEDIATE");
+  if (s.ok()) {
+    s = body();
+    if (s.ok()) s = Exec(writer_, "COMMIT");
+    if (!s.ok()) Exec(writer_, "ROLLBACK").ok();
+  }
+  return s.WithContext(what);
 }
 
 Status SqliteStateStore::InReadTransactionLocked(const std::function<Status()>& body) {
@@ -343,21 +345,20 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
 Status SqliteStateStore::RequestCancel(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(write_mu_);
   // Whether the job is known is read in the write's own transaction.
-  return InTransactionLocked([&]() -> Status {
+  return InTransactionLocked("record the cancel of job " + QuoteUntrusted(job_id, kMaxJobIdBytes), [&]() -> Status {
     Statement st(writer_, "INSERT OR IGNORE INTO cancels (job_id, requested_unix_ms) SELECT id, ? FROM jobs WHERE id = ?");
     if (!st.ok()) return SqliteError(writer_, "prepare record cancel");
     RETURN_IF_ERROR(st.BindInt(1, "requested_unix_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
                                    std::chrono::system_clock::now().time_since_epoch()).count()));
     RETURN_IF_ERROR(st.BindText(2, "id", job_id));
-    const std::string job = QuoteUntrusted(job_id, kMaxJobIdBytes);
-    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the cancel of job " + job);
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the cancel");
     if (sqlite3_changes(writer_) == 0) {
       Statement known(writer_, "SELECT 1 FROM cancels WHERE job_id = ?");
       if (!known.ok()) return SqliteError(writer_, "prepare read cancel");
       RETURN_IF_ERROR(known.BindText(1, "job_id", job_id));
       const int rc = known.Step();
-      if (rc == SQLITE_DONE) return NotFoundError("no job " + job);
-      if (rc != SQLITE_ROW) return SqliteError(writer_, "read the cancel of job " + job);
+      if (rc == SQLITE_DONE) return NotFoundError("no such job");
+      if (rc != SQLITE_ROW) return SqliteError(writer_, "read the cancel");
     }
     return Status::Ok();
   });
@@ -395,7 +396,9 @@ Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   if (!written_.count({job.id(), record.round()})) {
     return NoWrittenCheckpointError(job.id(), record.round());
   }
-  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+  const std::string what = "commit round " + std::to_string(record.round()) + " of job " +
+                           QuoteUntrusted(job.id(), kMaxJobIdBytes);
+  RETURN_IF_ERROR(InTransactionLocked(what, [&]() -> Status {
     Statement st(writer_, "INSERT OR REPLACE INTO rounds (job_id, round, record, checkpoint) VALUES (?, ?, ?, ?)");
     if (!st.ok()) return SqliteError(writer_, "prepare insert round");
     RETURN_IF_ERROR(st.BindText(1, "job_id", job.id()));
@@ -417,14 +420,14 @@ Status SqliteStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
 
 Status SqliteStateStore::RewindJob(const v1::Job& job) {
   std::lock_guard<std::mutex> lock(write_mu_);
-  return InTransactionLocked([&]() -> Status {
+  const std::string what = "rewind job " + QuoteUntrusted(job.id(), kMaxJobIdBytes) + " to round " +
+                           std::to_string(job.rounds_committed());
+  return InTransactionLocked(what, [&]() -> Status {
     Statement st(writer_, "DELETE FROM rounds WHERE job_id = ? AND round > ?");
     if (!st.ok()) return SqliteError(writer_, "prepare delete rounds");
     RETURN_IF_ERROR(st.BindText(1, "job_id", job.id()));
     RETURN_IF_ERROR(st.BindInt(2, "round", job.rounds_committed()));
-    if (st.Step() != SQLITE_DONE) {
-      return SqliteError(writer_, "delete rounds of " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
-    }
+    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "delete rounds");
     return UpdateJobRowLocked(job);
   });
 }
@@ -462,7 +465,9 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
 Status SqliteStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRecord& record) {
   std::lock_guard<std::mutex> lock(write_mu_);
   // One transaction: the record and the job's row agree on the round's latency.
-  return InTransactionLocked([&]() -> Status {
+  const std::string what = "update the record of round " + std::to_string(record.round()) + " of job " +
+                           QuoteUntrusted(job.id(), kMaxJobIdBytes);
+  return InTransactionLocked(what, [&]() -> Status {
     Statement st(writer_, "UPDATE rounds SET record = ? WHERE job_id = ? AND round = ?");
     if (!st.ok()) return SqliteError(writer_, "prepare update round");
     RETURN_IF_ERROR(st.BindBlob(1, "record", record.SerializeAsString()));
@@ -571,7 +576,7 @@ Result<std::string> SqliteStateStore::BindWorkerName(const std::string& name, co
   std::string bound;
   // The binding is read back in the write's own transaction: the credential returned is the
   // one committed.
-  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+  RETURN_IF_ERROR(InTransactionLocked("bind worker name " + QuoteUntrusted(name, 128), [&]() -> Status {
     Statement insert(writer_, "INSERT OR IGNORE INTO worker_names (name, credential, bound_unix_ms) VALUES (?, ?, ?)");
     if (!insert.ok()) return SqliteError(writer_, "prepare bind worker name");
     RETURN_IF_ERROR(insert.BindText(1, "name", name));
@@ -594,7 +599,7 @@ Result<bool> SqliteStateStore::ForgetWorker(const std::string& name) {
   bool forgot = false;
   // Both rows or neither: a binding left without its worker would hold the name for a
   // token the operator meant to release.
-  RETURN_IF_ERROR(InTransactionLocked([&]() -> Status {
+  RETURN_IF_ERROR(InTransactionLocked("forget worker " + QuoteUntrusted(name, 128), [&]() -> Status {
     for (const char* sql : {"DELETE FROM workers WHERE id = ?", "DELETE FROM worker_names WHERE name = ?"}) {
       Statement st(writer_, sql);
       if (!st.ok()) return SqliteError(writer_, "prepare forget worker");
@@ -631,7 +636,10 @@ Status SqliteStateStore::SaveSeat(const std::string& job_id, const std::string& 
   RETURN_IF_ERROR(st.BindText(1, "job_id", job_id));
   RETURN_IF_ERROR(st.BindText(2, "worker_id", worker_id));
   RETURN_IF_ERROR(st.BindInt(3, "party", party));
-  if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "save seat");
+  if (st.Step() != SQLITE_DONE) {
+    return SqliteError(writer_, "save the seat of " + QuoteUntrusted(worker_id, 128) + " for job " +
+                                    QuoteUntrusted(job_id, kMaxJobIdBytes));
+  }
   return Status::Ok();
 }
 

@@ -102,8 +102,10 @@ class SqliteStateStore final : public StateStore {
   // Opens the read-only connection to `db_path`, once the writer has made its tables.
   Status OpenReader(const std::string& db_path);
   // Runs `body` in one IMMEDIATE transaction on the writer: committed when it returns Ok,
-  // rolled back otherwise (write_mu_ held).
-  Status InTransactionLocked(const std::function<Status()>& body);
+  // rolled back otherwise (write_mu_ held). An error, the transaction's own (a lock held
+  // elsewhere, a full disk) or the body's, is given in the context of `what`, which names
+  // the job or worker written.
+  Status InTransactionLocked(const std::string& what, const std::function<Status()>& body);
   // Runs `body` in one read transaction on the reader, so that its statements all see the
   // same committed state (read_mu_ held).
   Status InReadTransactionLocked(const std::function<Status()>& body);

@@ -9,14 +9,29 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "base/escape.h"
 #include "base/status.h"
 
 namespace tessera::server::sqlite {
 
+// `message` as the status SQLite's result code `rc` calls for: a lock another connection
+// held past the busy timeout is Unavailable (tried again later, the call may pass), a full
+// disk ResourceExhausted, a damaged database file DataLoss, anything else Internal.
+inline Status SqliteStatus(int rc, std::string message) {
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return UnavailableError(std::move(message) + " (another connection holds the database's lock)");
+    case SQLITE_FULL: return ResourceExhaustedError(std::move(message) + " (the disk is full)");
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return DataLossError(std::move(message));
+    default: return InternalError(std::move(message));
+  }
+}
+
 inline Status SqliteError(sqlite3* db, const std::string& what) {
-  return InternalError("SQLite: " + what + ": " + sqlite3_errmsg(db));
+  return SqliteStatus(sqlite3_extended_errcode(db), "SQLite: " + what + ": " + sqlite3_errmsg(db));
 }
 
 // A prepared statement that finalises itself.
@@ -92,11 +107,11 @@ class Statement {
 // Runs `sql` (statements that return no rows) on `db`.
 inline Status Exec(sqlite3* db, const std::string& sql) {
   char* error = nullptr;
-  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-    std::string message = error ? error : "unknown error";
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  if (rc != SQLITE_OK) {
+    std::string message = error ? error : sqlite3_errstr(rc);
     sqlite3_free(error);
-    if (message.find("full") != std::string::npos) return ResourceExhaustedError("SQLite: " + message);
-    return InternalError("SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
+    return SqliteStatus(rc, "SQLite: " + message + " (in: " + sql.substr(0, 60) + ")");
   }
   return Status::Ok();
 }

@@ -107,7 +107,7 @@ TEST_F(SqliteStateStoreRowsTest, AJobNumberWithNoSuccessorIsRefusedNamingTheFile
     EXPECT_EQ(next.status().message(), expected);
     const Status inserted = (*store)->InsertJob(NewJob("job-2-abc"));
     EXPECT_EQ(inserted.code(), StatusCode::kDataLoss);
-    EXPECT_EQ(inserted.message(), expected);
+    EXPECT_EQ(inserted.message(), "insert job 'job-2-abc': " + expected);
     EXPECT_EQ((*store)->GetJob("job-2-abc").status().code(), StatusCode::kNotFound);
   }
   // Text ranks above every number in SQLite: MAX would be it, and the next number 1 again.

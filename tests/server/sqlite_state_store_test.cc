@@ -173,6 +173,33 @@ TEST_F(SqliteStateStoreTest, ACheckpointThatCannotBeReadForAnotherReasonDoesNotS
   EXPECT_TRUE(damaged.empty());
 }
 
+// A commit that finds the database's lock held by another connection past the busy timeout
+// is Unavailable (a later try may pass), naming the job and the round; it changes nothing,
+// and the written checkpoint is committed once the lock is let go.
+TEST_F(SqliteStateStoreTest, ACommitThatFindsTheDatabaseLockedIsUnavailableNamingTheJob) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  v1::Job job = RunningJob();
+  ASSERT_TRUE((*store)->InsertJob(job).ok());
+  ASSERT_TRUE((*store)->SaveInitialModel(job.id(), Model(0)).ok());
+  ASSERT_TRUE((*store)->WriteCheckpoint(job.id(), 1, Model(1)).ok());
+  v1::RoundRecord record;
+  record.set_round(1);
+  job.set_rounds_committed(1);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "coordinator.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  Status locked = (*store)->CommitWrittenRound(job, record);
+  EXPECT_EQ(locked.code(), StatusCode::kUnavailable) << locked.ToString();
+  EXPECT_NE(locked.message().find("commit round 1 of job 'job-1-abc'"), std::string::npos) << locked.message();
+  EXPECT_EQ((*store)->GetJob(job.id())->rounds_committed(), 0u);
+  EXPECT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  Status committed = (*store)->CommitWrittenRound(job, record);
+  EXPECT_TRUE(committed.ok()) << committed.ToString();
+  EXPECT_EQ((*store)->GetJob(job.id())->rounds_committed(), 1u);
+}
+
 TEST_F(SqliteStateStoreTest, ADamagedTableIsAnErrorNotAShorterList) {
   {
     auto store = SqliteStateStore::Open(dir_.string());
