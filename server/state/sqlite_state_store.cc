@@ -123,12 +123,17 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   }
   // The reads' connection relies on WAL: in another journal mode readers and the writer wait
   // for each other, and a read could fail where it waited too long.
-  ASSIGN_OR_RETURN(std::string journal_mode, QueryText(db, "PRAGMA journal_mode=WAL"));
+  // Every statement's error names the file: one that is no database, or a damaged one, fails
+  // the first of them.
+  const std::string where = "'" + db_path + "'";
+  auto queried = QueryText(db, "PRAGMA journal_mode=WAL");
+  if (!queried.ok()) return queried.status().WithContext(where);
+  const std::string journal_mode = std::move(queried).value();
   if (journal_mode != "wal") {
     return FailedPreconditionError("cannot put '" + db_path + "' in WAL mode: its journal mode stays " +
                                    QuoteUntrusted(journal_mode, 32));
   }
-  RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=FULL"));
+  RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=FULL").WithContext(where));
   RETURN_IF_ERROR(Exec(db,
       "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
       "CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL, round INTEGER NOT NULL, record BLOB NOT NULL,"
@@ -139,7 +144,8 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
       "CREATE TABLE IF NOT EXISTS worker_names (name TEXT PRIMARY KEY, credential TEXT NOT NULL,"
       "  bound_unix_ms INTEGER NOT NULL);"
       // A cancel asked for, apart from the job's row, which the job's thread writes over.
-      "CREATE TABLE IF NOT EXISTS cancels (job_id TEXT PRIMARY KEY, requested_unix_ms INTEGER NOT NULL);"));
+      "CREATE TABLE IF NOT EXISTS cancels (job_id TEXT PRIMARY KEY, requested_unix_ms INTEGER NOT NULL);")
+                      .WithContext(where));
   RETURN_IF_ERROR(store->OpenReader(db_path));
   return store;
 }

@@ -200,6 +200,18 @@ TEST_F(SqliteStateStoreTest, ACommitThatFindsTheDatabaseLockedIsUnavailableNamin
   EXPECT_EQ((*store)->GetJob(job.id())->rounds_committed(), 1u);
 }
 
+// A database file that is no SQLite database (overwritten, or another file put in its place)
+// is DataLoss naming it, from the first statement the open runs.
+TEST_F(SqliteStateStoreTest, ADatabaseFileThatIsNoDatabaseIsDataLossNamingIt) {
+  std::filesystem::create_directories(dir_);
+  const auto db = dir_ / "coordinator.db";
+  std::ofstream(db, std::ios::binary) << std::string(8192, '\xa5');
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kDataLoss) << store.status().ToString();
+  EXPECT_NE(store.status().message().find(db.string()), std::string::npos) << store.status().message();
+}
+
 TEST_F(SqliteStateStoreTest, ADamagedTableIsAnErrorNotAShorterList) {
   {
     auto store = SqliteStateStore::Open(dir_.string());
