@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/names.h"
+
 namespace tessera::server {
 
 std::string_view StateWriteName(StateWrite kind) {
@@ -63,8 +65,8 @@ std::string MemoryStateStore::CheckpointName(const std::string& job_id, uint32_t
 Status MemoryStateStore::InsertJob(const v1::Job& job) {
   RETURN_IF_ERROR(BeginWrite(StateWrite::kInsertJob));
   std::lock_guard<std::mutex> lock(mu_);
-  if (jobs_.count(job.id())) return AlreadyExistsError("insert job " + job.id() + ": the job exists already");
-  jobs_[job.id()] = {++last_job_number_, JobRow(job)};
+  if (jobs_.count(job.id())) return AlreadyExistsError("insert job '" + job.id() + "': the job exists already");
+  jobs_[job.id()] = {NextNumberLocked(), JobRow(job)};
   return Status::Ok();
 }
 
@@ -133,9 +135,15 @@ bool MemoryStateStore::DamageJobRow(const std::string& job_id) {
   return true;
 }
 
+uint64_t MemoryStateStore::NextNumberLocked() const {
+  uint64_t largest = 0;
+  for (const auto& [id, entry] : jobs_) largest = std::max(largest, entry.first);
+  return largest + 1;
+}
+
 Result<uint64_t> MemoryStateStore::NextJobNumber() {
   std::lock_guard<std::mutex> lock(mu_);
-  return last_job_number_ + 1;
+  return NextNumberLocked();
 }
 
 Status MemoryStateStore::WriteCheckpoint(const std::string& job_id, uint32_t round, const TensorSet& global_model,
@@ -243,6 +251,7 @@ Result<std::string> MemoryStateStore::BindWorkerName(const std::string& name, co
 
 Result<bool> MemoryStateStore::DeleteJob(const std::string& job_id) {
   RETURN_IF_ERROR(BeginWrite(StateWrite::kDeleteJob));
+  if (!IsName(job_id, kMaxJobIdBytes)) return InvalidArgumentError("delete job '" + job_id + "': not a job id");
   std::lock_guard<std::mutex> lock(mu_);
   auto of_job = [&](const auto& entry) { return entry.first.first == job_id; };
   std::erase_if(checkpoints_, of_job);

@@ -107,6 +107,8 @@ class MemoryStateStore final : public StateStore {
   // Counts the write, runs its hook, and takes an injected failure if one is due.
   Status BeginWrite(StateWrite kind);
   static std::string CheckpointName(const std::string& job_id, uint32_t round);
+  // One past the largest number of a job stored, as the SQLite store numbers jobs.
+  uint64_t NextNumberLocked() const;
   // The job as read: its row, with cancel_requested from the cancels recorded.
   v1::Job ReadRowLocked(const std::string& job_id, const v1::Job& row) const;
 
@@ -115,7 +117,6 @@ class MemoryStateStore final : public StateStore {
   std::map<std::string, std::pair<uint64_t, v1::Job>> jobs_;  // id -> (number, job row)
   std::set<std::string> damaged_jobs_;                          // rows DamageJobRow made unreadable
   std::set<std::string> cancels_;                               // jobs whose cancel was asked for
-  uint64_t last_job_number_ = 0;
   std::map<RoundKey, v1::RoundRecord> rounds_;
   std::map<RoundKey, std::string> checkpoints_;  // EncodeCheckpoint's bytes
   std::map<RoundKey, std::string> written_;      // written, not yet committed (one a job)

@@ -228,7 +228,12 @@ Status SqliteStateStore::InsertJob(const v1::Job& job) {
     RETURN_IF_ERROR(st.BindText(1, "id", job.id()));
     RETURN_IF_ERROR(st.BindInt(2, "number", number));
     RETURN_IF_ERROR(st.BindBlob(3, "job", JobRow(job).SerializeAsString()));
-    if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "insert job");
+    if (st.Step() != SQLITE_DONE) {
+      if (sqlite3_extended_errcode(writer_) == SQLITE_CONSTRAINT_PRIMARYKEY) {
+        return AlreadyExistsError("the job exists already");
+      }
+      return SqliteError(writer_, "insert job");
+    }
     return Status::Ok();
   });
 }

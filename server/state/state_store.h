@@ -57,11 +57,13 @@ class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Jobs. InsertJob numbers the job (1, 2, ...); UpdateJob writes over the job's row (its
-  // state, rounds_committed, error, last_round) and changes nothing for a job never
-  // inserted. A job's row holds its last round without the per-worker reports (JobRow(): a
-  // round of 1,000 clients is about 640 KB of them, and they are in the round's record), so
-  // GetJob and the lists give it so. GetJob of an unknown job is NotFound; ListJobs gives
+  // Jobs. InsertJob numbers the job one past the largest number stored (1 for the first), so
+  // that the newest job's number is given again once it is deleted; AlreadyExists for a job
+  // inserted before. NextJobNumber is the number the next insert gives. UpdateJob writes
+  // over the job's row (its state, rounds_committed, error, last_round) and changes nothing
+  // for a job never inserted. A job's row holds its last round without the per-worker
+  // reports (JobRow(): a round of 1,000 clients is about 640 KB of them, and they are in the
+  // round's record), so GetJob and the lists give it so. GetJob of an unknown job is NotFound; ListJobs gives
   // every job in the order inserted, and a row that cannot be read is DataLoss naming it. A
   // row cannot be read when it does not parse, or when its key is not a job id (base/names.h)
   // or not the id of the job it holds (a hand edit): the runner makes its files' paths from
@@ -87,7 +89,8 @@ class StateStore {
   // Deletes a job for good: its checkpoints first, then its row, round records, seats and
   // recorded cancel together, so that a delete cut short leaves a job that can be deleted
   // again, never files no row names. Whether the job may go (ended, past its retention) is the
-  // caller's to decide. False for a job with no row.
+  // caller's to decide. False for a job with no row; InvalidArgument for a name that is no
+  // job id (base/names.h).
   virtual Result<bool> DeleteJob(const std::string& job_id) = 0;
 
   // A round's commit in two steps, so that the checkpoint's write and sync can run while the

@@ -94,7 +94,9 @@ TEST_P(StateStoreConformanceTest, JobsAreNumberedListedInOrderAndUpdated) {
   EXPECT_EQ(store_->NextJobNumber().value(), 1u);
   for (const char* id : {"job-1-b", "job-2-a", "job-3-c"}) ASSERT_TRUE(store_->InsertJob(RunningJob(id)).ok());
   EXPECT_EQ(store_->NextJobNumber().value(), 4u);
-  EXPECT_FALSE(store_->InsertJob(RunningJob("job-2-a")).ok()) << "a job is inserted once";
+  const Status twice = store_->InsertJob(RunningJob("job-2-a"));
+  EXPECT_EQ(twice.code(), StatusCode::kAlreadyExists) << "a job is inserted once: " << twice.ToString();
+  EXPECT_NE(twice.message().find("job-2-a"), std::string::npos) << twice.message();
   auto jobs = store_->ListJobs();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 3u);
@@ -110,6 +112,25 @@ TEST_P(StateStoreConformanceTest, JobsAreNumberedListedInOrderAndUpdated) {
   EXPECT_TRUE(store_->UpdateJob(RunningJob("job-9-never")).ok());
   EXPECT_EQ(store_->GetJob("job-9-never").status().code(), StatusCode::kNotFound);
   EXPECT_EQ(store_->ListJobs()->size(), 3u) << "updating a job never inserted inserts nothing";
+}
+
+// A job takes one past the largest number stored: the newest job's number, once it is
+// deleted, is given again (the coordinator keeps the newest job for that reason); an older
+// deleted job's is not. Only a job id is deleted.
+TEST_P(StateStoreConformanceTest, AJobTakesOnePastTheLargestNumberStored) {
+  for (const char* id : {"job-1-b", "job-2-a", "job-3-c"}) ASSERT_TRUE(store_->InsertJob(RunningJob(id)).ok());
+  ASSERT_TRUE(store_->DeleteJob("job-3-c").value());
+  EXPECT_EQ(store_->NextJobNumber().value(), 3u);
+  ASSERT_TRUE(store_->DeleteJob("job-1-b").value());
+  EXPECT_EQ(store_->NextJobNumber().value(), 3u);
+  ASSERT_TRUE(store_->InsertJob(RunningJob("job-3-d")).ok());
+  EXPECT_EQ(store_->NextJobNumber().value(), 4u);
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[1].id(), "job-3-d");
+  EXPECT_EQ(store_->DeleteJob("../job-2-a").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store_->GetJob("job-2-a").ok());
 }
 
 TEST_P(StateStoreConformanceTest, TheNewestJobsAreListedOldestFirstWithTheTotal) {
