@@ -85,6 +85,10 @@ Result<TensorSet> DecodeCheckpoint(const std::string& bytes, const std::string& 
     return DataLossError(source + ": truncated manifest: its length field says " + std::to_string(length) +
                          " bytes, the file holds " + std::to_string(bytes.size() - 16) + " after the header");
   }
+  if (length > kMaxCheckpointManifestBytes) {
+    return DataLossError(source + ": manifest length field: " + std::to_string(length) + " bytes; expected at most " +
+                         std::to_string(kMaxCheckpointManifestBytes) + " (any checkpoint's manifest)");
+  }
   v1::TensorManifest manifest;
   if (!manifest.ParseFromArray(bytes.data() + 16, static_cast<int>(length))) {
     return DataLossError(source + ": corrupt manifest");

@@ -47,6 +47,14 @@ inline constexpr uint32_t kKeptCheckpoints = 3;
 // written by the coordinator, and reading it could take all of the coordinator's memory.
 inline constexpr uint64_t kMaxCheckpointBytes = uint64_t{3} << 30;
 
+// The longest manifest a checkpoint's reader parses. A model's manifest reaches the workers in
+// one message of at most 2 MiB, and a checkpoint's lists, besides the model's tensors, at most
+// twice as many of its strategy's and one of its selection's, each entry without the SHA-256
+// the workers' has: a few MiB at most. A longer one was not written by the coordinator, and
+// parsing it could take many times its size in memory (an entry of a few bytes parses to an
+// object of a hundred or more).
+inline constexpr uint64_t kMaxCheckpointManifestBytes = uint64_t{16} << 20;
+
 // The most seats LoadSeats reads for a job by default. A job seats one client a party, and a
 // partition has at most 10,000 parties (wire::kMaxParties); with workers' own files each
 // client that ever trained for the job holds a seat. A table holding more for one job was

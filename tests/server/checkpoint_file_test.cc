@@ -113,6 +113,30 @@ TEST_F(CheckpointFileTest, ACheckpointWithAnImpossibleManifestLengthIsDataLoss) 
       << decoded.status().message();
 }
 
+// A manifest longer than any the coordinator writes is refused by its length, before it is
+// parsed: a long one of tiny entries would parse to many times its size in memory.
+TEST_F(CheckpointFileTest, ACheckpointWithAManifestLongerThanAnyWrittenIsDataLossBeforeItIsParsed) {
+  v1::TensorManifest manifest;
+  v1::TensorInfo* info = manifest.add_tensors();
+  info->set_name(std::string(kMaxCheckpointManifestBytes, 'n'));
+  info->add_shape(1);
+  info->set_byte_size(4);
+  manifest.set_total_bytes(4);
+  const std::string serialized = manifest.SerializeAsString();
+  ASSERT_GT(serialized.size(), kMaxCheckpointManifestBytes);
+  std::string bytes = "TSRCKPT1";
+  const uint64_t length = serialized.size();
+  bytes.append(reinterpret_cast<const char*>(&length), sizeof(length));
+  bytes += serialized;
+  bytes.append(4, '\0');
+  auto decoded = DecodeCheckpoint(bytes, "long.ckpt");
+  EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(decoded.status().message().find("long.ckpt: manifest length field: " + std::to_string(length) +
+                                            " bytes; expected at most " + std::to_string(kMaxCheckpointManifestBytes)),
+            std::string::npos)
+      << decoded.status().message().substr(0, 200);
+}
+
 // A manifest that still parses but no longer describes the tensors after it (a shape or a
 // dtype damaged) is DataLoss, as a changed value is: a resume falls back to the checkpoint
 // before it instead of failing the job.
