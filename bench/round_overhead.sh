@@ -94,7 +94,7 @@ for row in ${rows//,/ }; do
   print_row "$log" "$model" "$n"
   cp "$log" "$work/loadgen-$model-$n.log"
   references+=("$(printf '%-6s %5s %11s %7s %9s | %-20s | %-20s | %s' "$model" "$n" "${row_round_ms:-?} ms" \
-    "${row_ratio}x" "$coordinator_peak_mib MiB" "$(flower_reference "$model" "$n")" \
+    "${row_ratio_shown}x" "$coordinator_peak_mib MiB" "$(flower_reference "$model" "$n")" \
     "$(previous_reference "$model" "$n")" \
     "$(target_check "$model" "$n" "$row_round_ms" "$row_ratio" "$coordinator_peak_mib" "$row_ok")")")
 done
