@@ -4,6 +4,7 @@
 
 #include <barrier>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -57,6 +58,49 @@ class ThreadAverage {
   std::barrier<> read_barrier_;
 };
 
+// Trains `config` on `indices` of `data` once on whole batches and once as two shards on
+// threads with their gradients averaged; `worst[r]` is the largest difference of any parameter
+// between the whole-batch model and shard r's (infinite when a training failed).
+void TrainWholeAndSharded(const ModelConfig& config, const Dataset& data, const std::vector<int64_t>& indices,
+                          const TrainOptions& options, double worst[2]) {
+  worst[0] = worst[1] = std::numeric_limits<double>::infinity();
+  auto device = CreateCpuDevice();
+  auto whole = std::move(CreateModel(config, device.get())).value();
+  ASSERT_TRUE(TrainLocal(*whole, data, indices, options).ok());
+  ThreadAverage average(2);
+  std::vector<std::unique_ptr<Device>> devices;
+  std::vector<std::unique_ptr<Model>> models;
+  std::vector<ThreadAverage::Hook> hooks(2, ThreadAverage::Hook(&average));
+  for (int r = 0; r < 2; ++r) {
+    devices.push_back(CreateCpuDevice());
+    models.push_back(std::move(CreateModel(config, devices.back().get())).value());
+  }
+  std::vector<Status> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      TrainOptions shard = options;
+      shard.shard_index = static_cast<uint32_t>(r);
+      shard.shard_count = 2;
+      shard.gradient_hook = &hooks[static_cast<size_t>(r)];
+      results[static_cast<size_t>(r)] = TrainLocal(*models[static_cast<size_t>(r)], data, indices, shard).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
+  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
+  const TensorSet expected = whole->GetState().value();
+  for (int r = 0; r < 2; ++r) {
+    const TensorSet got = models[static_cast<size_t>(r)]->GetState().value();
+    worst[r] = 0;
+    for (size_t t = 0; t < expected.size(); ++t) {
+      for (size_t j = 0; j < expected[t].values.size(); ++j) {
+        worst[r] = std::max(worst[r], static_cast<double>(std::fabs(expected[t].values[j] - got[t].values[j])));
+      }
+    }
+  }
+}
+
 TEST(ShardedTrainingTest, TwoShardsFollowTheWholeBatchTrajectory) {
   auto data = LoadFashionMnist("", true);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
@@ -74,46 +118,12 @@ TEST(ShardedTrainingTest, TwoShardsFollowTheWholeBatchTrajectory) {
     ModelConfig config;
     config.seed = 4;
 
-    auto device = CreateCpuDevice();
-    auto whole = std::move(CreateModel(config, device.get())).value();
-    ASSERT_TRUE(TrainLocal(*whole, *data, indices, options).ok());
-
-    ThreadAverage average(2);
-    std::vector<std::unique_ptr<Device>> devices;
-    std::vector<std::unique_ptr<Model>> models;
-    std::vector<ThreadAverage::Hook> hooks(2, ThreadAverage::Hook(&average));
+    double worst[2];
+    TrainWholeAndSharded(config, *data, indices, options, worst);
     for (int r = 0; r < 2; ++r) {
-      devices.push_back(CreateCpuDevice());
-      models.push_back(std::move(CreateModel(config, devices.back().get())).value());
-    }
-    std::vector<Status> results(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        TrainOptions shard = options;
-        shard.shard_index = static_cast<uint32_t>(r);
-        shard.shard_count = 2;
-        shard.gradient_hook = &hooks[static_cast<size_t>(r)];
-        auto report = TrainLocal(*models[static_cast<size_t>(r)], *data, indices, shard);
-        results[static_cast<size_t>(r)] = report.status();
-      });
-    }
-    for (auto& t : threads) t.join();
-    ASSERT_TRUE(results[0].ok()) << results[0].ToString();
-    ASSERT_TRUE(results[1].ok()) << results[1].ToString();
-
-    const TensorSet expected = whole->GetState().value();
-    for (int r = 0; r < 2; ++r) {
-      const TensorSet got = models[static_cast<size_t>(r)]->GetState().value();
-      double worst = 0;
-      for (size_t t = 0; t < expected.size(); ++t) {
-        for (size_t j = 0; j < expected[t].values.size(); ++j) {
-          worst = std::max(worst, static_cast<double>(std::fabs(expected[t].values[j] - got[t].values[j])));
-        }
-      }
       // Float sums in a different order drift apart a little over 30 steps; an uneven split
       // (batch 37) adds a rescaling rounding.
-      EXPECT_LT(worst, batch == 64 ? 1e-3 : 5e-3) << "batch " << batch << ", shard " << r;
+      EXPECT_LT(worst[r], batch == 64 ? 1e-3 : 5e-3) << "batch " << batch << ", shard " << r;
     }
   }
 }
@@ -160,42 +170,10 @@ TEST(ShardedTrainingTest, DropoutDropsWhatTheWholeBatchDrops) {
   options.learning_rate = 0.1f;
   options.seed = 2;
 
-  auto device = CreateCpuDevice();
-  auto whole = std::move(CreateModel(config, device.get())).value();
-  ASSERT_TRUE(TrainLocal(*whole, data, indices, options).ok());
-
-  ThreadAverage average(2);
-  std::vector<std::unique_ptr<Device>> devices;
-  std::vector<std::unique_ptr<Model>> models;
-  std::vector<ThreadAverage::Hook> hooks(2, ThreadAverage::Hook(&average));
+  double worst[2];
+  TrainWholeAndSharded(config, data, indices, options, worst);
   for (int r = 0; r < 2; ++r) {
-    devices.push_back(CreateCpuDevice());
-    models.push_back(std::move(CreateModel(config, devices.back().get())).value());
-  }
-  std::vector<Status> results(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      TrainOptions shard = options;
-      shard.shard_index = static_cast<uint32_t>(r);
-      shard.shard_count = 2;
-      shard.gradient_hook = &hooks[static_cast<size_t>(r)];
-      results[static_cast<size_t>(r)] = TrainLocal(*models[static_cast<size_t>(r)], data, indices, shard).status();
-    });
-  }
-  for (auto& t : threads) t.join();
-  ASSERT_TRUE(results[0].ok()) << results[0].ToString();
-  ASSERT_TRUE(results[1].ok()) << results[1].ToString();
-  const TensorSet expected = whole->GetState().value();
-  for (int r = 0; r < 2; ++r) {
-    const TensorSet got = models[static_cast<size_t>(r)]->GetState().value();
-    double worst = 0;
-    for (size_t t = 0; t < expected.size(); ++t) {
-      for (size_t j = 0; j < expected[t].values.size(); ++j) {
-        worst = std::max(worst, static_cast<double>(std::fabs(expected[t].values[j] - got[t].values[j])));
-      }
-    }
-    EXPECT_LT(worst, 1e-4) << "shard " << r;
+    EXPECT_LT(worst[r], 1e-4) << "shard " << r;
   }
 }
 
