@@ -80,6 +80,8 @@ TEST_F(RunnerShutdownTest, AResumedJobsEndReachesTheWorkersTaskedBeforeTheRestar
   ASSERT_TRUE(w1.AwaitFinished(1, 1));
   ASSERT_TRUE(AwaitEvent("committed round 1;")) << Events();
   ASSERT_TRUE(AwaitRunnerWaiting());  // for w1's round 2
+  // w1 has taken round 2's task: counted below before the restart, not after it.
+  ASSERT_TRUE(w1.AwaitTrainTask(2, 1));
   StopRunner();
   ASSERT_EQ(Stored().state(), v1::JOB_RUNNING);
   ASSERT_EQ(Stored().rounds_committed(), 1u);
