@@ -14,17 +14,6 @@
 namespace tessera::server {
 namespace {
 
-// Compares the two secrets' SHA-256 digests in constant time: comparing the secrets
-// themselves would return early on a length mismatch, and so tell a caller who times its
-// attempts how long the token is.
-bool SecretEquals(const std::string& a, const std::string& b) {
-  unsigned char da[SHA256_DIGEST_LENGTH];
-  unsigned char db[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(a.data()), a.size(), da);
-  SHA256(reinterpret_cast<const unsigned char*>(b.data()), b.size(), db);
-  return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
-}
-
 Status CheckSecret(const std::string& what, const std::string& secret) {
   bool ok = secret.size() >= 8 && secret.size() <= 1024;
   for (char c : secret) ok = ok && !std::isspace(static_cast<unsigned char>(c)) && c != '\0';
@@ -38,7 +27,19 @@ Status CheckSecret(const std::string& what, const std::string& secret) {
 }  // namespace
 
 AccessPolicy::AccessPolicy(std::map<std::string, std::string> join_tokens, std::string admin_token, bool mutual_tls)
-    : join_tokens_(std::move(join_tokens)), admin_token_(std::move(admin_token)), mutual_tls_(mutual_tls) {}
+    : join_tokens_(std::move(join_tokens)), admin_token_(std::move(admin_token)), mutual_tls_(mutual_tls) {
+  for (const auto& [label, token] : join_tokens_) join_digests_.emplace_back(label, DigestOf(token));
+  admin_digest_ = DigestOf(admin_token_);
+}
+
+// Secrets are compared by their SHA-256 digests in constant time: comparing the secrets
+// themselves would return early on a length mismatch, and so tell a caller who times its
+// attempts how long the token is.
+AccessPolicy::Digest AccessPolicy::DigestOf(std::string_view secret) {
+  Digest digest{};
+  SHA256(reinterpret_cast<const unsigned char*>(secret.data()), secret.size(), digest.data());
+  return digest;
+}
 
 Status AccessPolicy::Validate() const {
   for (const auto& [label, token] : join_tokens_) {
@@ -66,9 +67,11 @@ Result<std::string> AccessPolicy::CheckJoin(const wire::PeerIdentity& peer, cons
                                             const std::string& token) const {
   const std::string who = "join refused for worker " + QuoteUntrusted(name);
   std::string label;
-  if (!join_tokens_.empty()) {
-    for (const auto& [l, t] : join_tokens_) {
-      if (SecretEquals(token, t)) label = l;  // every token is compared: no early exit
+  if (!join_digests_.empty()) {
+    const Digest presented = DigestOf(token);
+    for (const auto& [l, digest] : join_digests_) {
+      // Every token is compared: no early exit.
+      if (CRYPTO_memcmp(presented.data(), digest.data(), digest.size()) == 0) label = l;
     }
     if (label.empty()) return PermissionDeniedError(who + ": the join token does not match the coordinator's");
   }
@@ -102,7 +105,8 @@ Status AccessPolicy::CheckOperator(const wire::PeerIdentity& peer, const std::st
   if (authorization != nullptr) {
     const std::string prefix = "Bearer ";
     if (!admin_token_.empty() && authorization->rfind(prefix, 0) == 0 &&
-        SecretEquals(authorization->substr(prefix.size()), admin_token_)) {
+        CRYPTO_memcmp(DigestOf(std::string_view(*authorization).substr(prefix.size())).data(), admin_digest_.data(),
+                      admin_digest_.size()) == 0) {
       return Status::Ok();
     }
     return PermissionDeniedError("the job service refused the call: its admin token does not match the "

@@ -14,8 +14,12 @@
 // was expected, never a secret. Thread-safe (immutable after construction).
 #pragma once
 
+#include <array>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "base/status.h"
 #include "proto/transport_security.h"
@@ -47,9 +51,15 @@ class AccessPolicy {
   bool mutual_tls() const { return mutual_tls_; }
 
  private:
+  using Digest = std::array<unsigned char, 32>;  // SHA-256
+  static Digest DigestOf(std::string_view secret);
+
   std::map<std::string, std::string> join_tokens_;
   std::string admin_token_;
   bool mutual_tls_;
+  // The configured tokens' digests, made once: a call hashes only the secret it presents.
+  std::vector<std::pair<std::string, Digest>> join_digests_;  // label, digest
+  Digest admin_digest_{};
 };
 
 // The coordinator's --join-token-file: one token per line, "LABEL TOKEN" (one label per site),
