@@ -25,10 +25,6 @@
 namespace tessera::cli {
 namespace {
 
-bool Ended(v1::JobState state) {
-  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
-}
-
 // The notes a watch has shown lately, so that those a reconnected watch is sent again (the
 // coordinator replays its live log, at most its last 1,000 events: server/jobs/job_events.h)
 // are not shown twice. A note seen again counts as seen anew, so that the last kCapacity
@@ -161,7 +157,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
       }
     }
     Status finished = wire::FromGrpc(reader->Finish(), "watch " + job_id);
-    if (Ended(last_job.state())) break;
+    if (wire::JobEnded(last_job.state())) break;
     // The stream ended before the job did: the coordinator stopped or cannot be reached.
     // Anything else (no such job, not allowed) is final.
     if (!finished.ok() && finished.code() != StatusCode::kUnavailable && finished.code() != StatusCode::kCancelled) {

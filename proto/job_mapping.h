@@ -55,6 +55,10 @@ Status ValidateDataSpec(const v1::DataSpec& data);
 // "pending", "running", "succeeded", "failed", "cancelled": a job's state as every message,
 // table and metric label shows it.
 std::string JobStateName(v1::JobState state);
+// Succeeded, failed or cancelled: a state a job never leaves.
+inline bool JobEnded(v1::JobState state) {
+  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
+}
 
 // The indices of the training set each party holds: `labels` (the whole training split's,
 // in file order) cut to spec.data.max_train_samples, then split by the spec's partition. The

@@ -419,7 +419,7 @@ Result<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
   auto runner = Runner(job_id);
   if (runner && !runner->finished()) {
     const v1::JobState now = runner->state();
-    if (now == v1::JOB_SUCCEEDED || now == v1::JOB_FAILED || now == v1::JOB_CANCELLED) {
+    if (wire::JobEnded(now)) {
       // Between its end and its runner's last step: its end is being recorded.
       return UnavailableError("job " + job_id + " has just ended " + wire::JobStateName(now) +
                               " and is still recording its end; try again in a moment");
@@ -429,7 +429,7 @@ Result<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
   }
   ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
   const v1::JobState state = job.state();
-  if (state != v1::JOB_SUCCEEDED && state != v1::JOB_FAILED && state != v1::JOB_CANCELLED) {
+  if (!wire::JobEnded(state)) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(state) +
                                    "; only an ended job can be deleted (cancel it first: tessera cancel " + job_id + ")");
   }

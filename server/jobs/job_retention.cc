@@ -10,21 +10,13 @@
 #include "server/workers/worker_registry.h"  // UnixMillis
 
 namespace tessera::server {
-namespace {
-
-bool Ended(v1::JobState state) {
-  return state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED;
-}
-
-}  // namespace
-
 std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, std::chrono::hours keep) {
   std::vector<ExpiredJob> expired;
   if (jobs.size() < 2 || keep.count() <= 0) return expired;
   const int64_t keep_ms = std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
   for (size_t i = 0; i + 1 < jobs.size(); ++i) {  // the newest, last, stays
     const v1::Job& job = jobs[i];
-    if (!Ended(job.state())) continue;
+    if (!wire::JobEnded(job.state())) continue;
     const int64_t last_active = std::max(job.created_unix_ms(), job.last_round().committed_unix_ms());
     // A time in the future (a clock set back) is no age at all.
     if (last_active > now_unix_ms || now_unix_ms - last_active < keep_ms) continue;

@@ -194,7 +194,7 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                              // connection back to the endpoint's few threads (the page stops
                              // following at "end").
                              const v1::JobState state = job->state();
-                             if (state == v1::JOB_SUCCEEDED || state == v1::JOB_FAILED || state == v1::JOB_CANCELLED) {
+                             if (wire::JobEnded(state)) {
                                send("end", "");
                                return;
                              }
