@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # Runs the coordinator under strace, serving TLS and its metrics port from start to SIGTERM, and
 # checks that it makes no call the confinement of deploy/systemd/tessera-coordinator.service
-# refuses, where systemd would kill it (SIGSYS) or it would fail:
-#   - every system call is in the unit's SystemCallFilter= set (its lines applied in order, as
-#     systemd does: an allow list, with @default always in it, then removals and additions);
-#   - every socket() is of a family RestrictAddressFamilies= allows;
-#   - under MemoryDenyWriteExecute=yes, no mprotect() adds PROT_EXEC and no mmap() asks for
-#     PROT_WRITE|PROT_EXEC.
+# refuses, where systemd would kill it (SIGSYS) or it would fail: its system calls, socket
+# families, memory mappings and /proc paths (unit_confinement_lib.sh says how each is read).
 #   unit_confinement_test.sh COORDINATOR_BIN CLI_BIN UNIT_FILE
 # Exit 77 (skipped) where strace or systemd-analyze is absent, or strace cannot trace here.
 set -euo pipefail
@@ -15,9 +11,9 @@ cli_bin=$2
 unit=$3
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
-command -v strace >/dev/null || skip "no strace (scripts/setup.sh installs it)"
-command -v systemd-analyze >/dev/null || skip "no systemd-analyze (Debian's systemd package)"
-strace -f -qq -o /dev/null true 2>/dev/null || skip "strace cannot trace processes here"
+# shellcheck source=tests/deploy/unit_confinement_lib.sh
+source "$(dirname "$0")/unit_confinement_lib.sh"
+confinement_preconditions
 
 dir=$(mktemp -d)
 pid=
@@ -38,36 +34,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# expand NAME...: the system calls each name stands for, a @group expanded to its members.
-expand() {
-  local name member
-  for name in "$@"; do
-    if [[ $name == @* ]]; then
-      # One member per indented line; nested groups are named, not expanded, so expand them here.
-      for member in $(systemd-analyze syscall-filter "$name" </dev/null 2>/dev/null | awk '/^ +@?[a-z0-9_-]+$/ { print $1 }'); do
-        expand "$member"
-      done
-    else
-      echo "$name"
-    fi
-  done
-}
-
-declare -A allowed=()
-mapfile -t filters < <(sed -n 's/^SystemCallFilter=//p' "$unit")
-((${#filters[@]})) || fail "$unit has no SystemCallFilter= line"
-[[ ${filters[0]:0:1} != "~" ]] || fail "$unit's first SystemCallFilter= is a deny list; this test reads allow lists only"
-for call in $(expand @default); do allowed[$call]=1; done
-for line in "${filters[@]}"; do
-  if [[ $line == "~"* ]]; then
-    # shellcheck disable=SC2086
-    for call in $(expand ${line#"~"}); do unset "allowed[$call]"; done
-  else
-    # shellcheck disable=SC2086
-    for call in $(expand $line); do allowed[$call]=1; done
-  fi
-done
-((${#allowed[@]} > 100)) || fail "the filter of $unit expanded to ${#allowed[@]} calls: systemd-analyze syscall-filter gave too little"
+unit_allowed_calls "$unit"
 
 "$cli_bin" provision --out "$dir/pki" --coordinator-host 127.0.0.1 --workers w1 --operators ops >"$dir/provision.log" 2>&1 ||
   { cat "$dir/provision.log"; fail "tessera provision"; }
@@ -100,24 +67,5 @@ wait "$pid" || rc=$?
 pid=
 [[ $rc -eq 0 ]] || { cat "$dir/coordinator.log"; fail "the coordinator exited $rc on SIGTERM"; }
 
-failures=()
-# Each call's name, from lines such as `1234 mbind(0x7f.., 134217728, MPOL_PREFERRED, NULL, 0, 0) = 0`.
-for call in $(sed -nE 's/^[0-9]+ +([a-z0-9_]+)\(.*/\1/p' "$dir/trace" | sort -u); do
-  [[ -n ${allowed[$call]:-} ]] || failures+=("system call $call: not in the unit's SystemCallFilter=")
-done
-families=$(sed -n 's/^RestrictAddressFamilies=//p' "$unit")
-for family in $(sed -nE 's/^[0-9]+ +socket\((AF_[A-Z0-9]+),.*/\1/p' "$dir/trace" | sort -u); do
-  if [[ -n $families ]] && ! grep -qw "$family" <<<"$families"; then
-    failures+=("socket family $family: not in the unit's RestrictAddressFamilies=")
-  fi
-done
-if grep -q '^MemoryDenyWriteExecute=yes' "$unit"; then
-  while IFS= read -r line; do failures+=("under MemoryDenyWriteExecute=yes: $line"); done < <(
-    grep -E '^[0-9]+ +(mprotect|pkey_mprotect)\([^)]*PROT_EXEC|^[0-9]+ +mmap\([^)]*(PROT_WRITE\|PROT_EXEC|PROT_EXEC\|PROT_WRITE)' "$dir/trace" |
-      sed -E 's/^[0-9]+ +//' | cut -c1-120 | sort -u)
-fi
-if ((${#failures[@]})); then
-  printf '  %s\n' "${failures[@]}" >&2
-  fail "the coordinator does what $(basename "$unit") forbids: systemd would stop or kill it"
-fi
-echo "the coordinator, started and stopped under strace, made $(sed -nE 's/^[0-9]+ +([a-z0-9_]+)\(.*/\1/p' "$dir/trace" | sort -u | wc -l) kinds of call, all allowed by $(basename "$unit")"
+check_trace "$dir/trace" "$unit" "the coordinator"
+echo "the coordinator, started and stopped under strace, made $(traced_calls "$dir/trace" | wc -l) kinds of call, all allowed by $(basename "$unit")"
