@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${SKIP_SETUP:-0}" != 1 ]]; then
+  echo "== setting up"
   scripts/setup.sh
 fi
 echo "== building"
