@@ -10,10 +10,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "base/escape.h"
@@ -67,7 +72,75 @@ Status ConnectBefore(TcpSocket& socket, const sockaddr* address, socklen_t lengt
   return Status::Ok();
 }
 
+std::atomic<HostResolver> host_resolver{nullptr};
+
+using AddressList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// One name lookup, shared by the caller and the helper thread that runs it. Whoever comes
+// last frees the answer: the caller once it has taken it, or the thread when the caller has
+// given up waiting.
+struct Lookup {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;       // guarded by mutex
+  bool abandoned = false;  // guarded by mutex
+  int rc = 0;              // guarded by mutex
+  addrinfo* found = nullptr;  // guarded by mutex
+};
+
+// host:service's addresses, looked up no later than the deadline. A numeric host needs no
+// lookup; a name is looked up on a detached helper thread, waited for until the deadline.
+// DEADLINE_EXCEEDED when the lookup has not finished by then, UNAVAILABLE with the
+// resolver's reason when it fails.
+Result<AddressList> Resolve(const std::string& host, const std::string& service,
+                            std::chrono::steady_clock::time_point deadline,
+                            const std::string& shown) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) == 0) {
+    return AddressList(found, &::freeaddrinfo);
+  }
+  hints.ai_flags = AI_NUMERICSERV;
+  HostResolver resolver = host_resolver.load();
+  if (resolver == nullptr) resolver = &::getaddrinfo;
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, resolver, host, service, hints] {
+      addrinfo* answer = nullptr;
+      const int rc = resolver(host.c_str(), service.c_str(), &hints, &answer);
+      std::lock_guard<std::mutex> lock(lookup->mutex);
+      if (lookup->abandoned) {
+        if (rc == 0 && answer != nullptr) ::freeaddrinfo(answer);
+        return;
+      }
+      lookup->rc = rc;
+      lookup->found = rc == 0 ? answer : nullptr;
+      lookup->done = true;
+      lookup->finished.notify_all();
+    }).detach();
+  } catch (const std::system_error& error) {
+    return UnavailableError("cannot resolve '" + shown + "': no thread for the lookup: " +
+                            error.what());
+  }
+  std::unique_lock<std::mutex> lock(lookup->mutex);
+  if (!lookup->finished.wait_until(lock, deadline, [&] { return lookup->done; })) {
+    lookup->abandoned = true;
+    return DeadlineExceededError("resolving '" + shown +
+                                 "' did not finish before the deadline (the name resolver did "
+                                 "not answer; give a numeric address to skip the lookup)");
+  }
+  if (lookup->rc != 0) {
+    return UnavailableError("cannot resolve '" + shown + "': " + ::gai_strerror(lookup->rc));
+  }
+  return AddressList(std::exchange(lookup->found, nullptr), &::freeaddrinfo);
+}
+
 }  // namespace
+
+void SetHostResolverForTesting(HostResolver resolver) { host_resolver.store(resolver); }
 
 void TcpSocket::Close() {
   if (fd_ >= 0) {
@@ -196,10 +269,6 @@ Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time
 Result<TcpSocket> ConnectTcp(const std::string& host, int port,
                              std::chrono::steady_clock::time_point deadline,
                              const std::string& who) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
   const std::string service = std::to_string(port);
   // The host may be what a peer published (a p2p rank's address in the store): shown escaped
   // and bounded.
@@ -207,12 +276,16 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
   std::string last_error;
   auto backoff = std::chrono::milliseconds(1);
   for (;;) {
-    addrinfo* found = nullptr;
-    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
-    if (rc != 0) {
-      last_error = "cannot resolve '" + shown + "': " + ::gai_strerror(rc);
+    auto found = Resolve(host, service, deadline, shown);
+    if (!found.ok() && found.status().code() == StatusCode::kDeadlineExceeded) {
+      return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" +
+                                   service + " before the deadline (" +
+                                   found.status().message() + ")");
+    }
+    if (!found.ok()) {
+      last_error = found.status().message();
     } else {
-      for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      for (addrinfo* ai = found->get(); ai != nullptr; ai = ai->ai_next) {
         TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                                   ai->ai_protocol));
         if (!socket.valid()) {
@@ -221,18 +294,13 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
         }
         Status connected = ConnectBefore(socket, ai->ai_addr, ai->ai_addrlen, deadline, who);
         if (connected.ok()) connected = socket.SetNonBlocking(false);
-        if (connected.ok()) {
-          ::freeaddrinfo(found);
-          return socket;
-        }
+        if (connected.ok()) return socket;
         if (connected.code() == StatusCode::kDeadlineExceeded) {
-          ::freeaddrinfo(found);
           return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" + service +
                                        " before the deadline (" + connected.message() + ")");
         }
         last_error = connected.message();
       }
-      ::freeaddrinfo(found);
     }
     if (std::chrono::steady_clock::now() + backoff >= deadline) {
       return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" +

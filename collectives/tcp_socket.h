@@ -11,6 +11,8 @@
 
 #include "base/status.h"
 
+struct addrinfo;  // <netdb.h>
+
 namespace tessera::collectives {
 
 class TcpSocket {
@@ -56,9 +58,23 @@ Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time
 // Connects to host:port, retrying refused connections until the deadline. Every attempt is
 // bounded by the deadline too (a peer that drops SYNs, or whose accept queue is full, is
 // DEADLINE_EXCEEDED then, not after the kernel's minutes of retries). The socket is blocking.
+// A numeric host (IPv4 or IPv6 literal) is used as it is, with no lookup. A name is looked
+// up (getaddrinfo) on a helper thread that the call waits for until the deadline: a resolver
+// that does not answer by then makes the call DEADLINE_EXCEEDED naming the host, and the
+// thread is left to finish on its own and free its answer. A name that does not resolve is
+// looked up again after each backoff until the deadline, like a refused connection (a peer's
+// name may be published in DNS after the peer starts); the error then carries the
+// resolver's reason.
 Result<TcpSocket> ConnectTcp(const std::string& host, int port,
                              std::chrono::steady_clock::time_point deadline,
                              const std::string& who);
+// The lookup ConnectTcp uses for a host that is not numeric: getaddrinfo's signature and
+// result. Tests replace it (nullptr restores getaddrinfo); lookups that start afterwards use
+// the new one.
+using HostResolver = int (*)(const char* host, const char* service, const ::addrinfo* hints,
+                             ::addrinfo** found);
+void SetHostResolverForTesting(HostResolver resolver);
+
 // Splits "host:port"; INVALID_ARGUMENT unless the port is a decimal number in [0, 65535].
 Result<std::pair<std::string, int>> ParseHostPort(const std::string& text);
 
