@@ -12,6 +12,7 @@
 #include <signal.h>
 
 #include <cstring>
+#include <optional>
 
 #include "collectives/reduce.h"
 #include "collectives/scratch.h"
@@ -19,30 +20,40 @@
 namespace tessera::collectives {
 namespace {
 
-// Gloo's rendezvous store interface over a Tessera Store. Gloo expects exceptions.
+// Gloo's rendezvous store interface over a Tessera Store. Gloo expects exceptions. Gloo waits
+// for each peer's key in turn, each wait given the context's whole timeout; every wait here
+// ends instead by one deadline, `timeout` from the adaptor's construction, so that the
+// rendezvous as a whole takes no longer. The first failure is kept as a Status, so that Create
+// can return the deadline's own message rather than Gloo's text of it.
 class GlooStoreAdaptor final : public gloo::rendezvous::Store {
  public:
   GlooStoreAdaptor(collectives::Store& store, std::chrono::milliseconds timeout)
-      : store_(store), timeout_(timeout) {}
+      : store_(store, timeout, "gloo rendezvous"), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
-    Status status = store_.Set(key, std::string(data.begin(), data.end()));
-    if (!status.ok()) throw gloo::IoException(status.ToString());
+    Check(store_.Set(key, std::string(data.begin(), data.end())));
   }
   std::vector<char> get(const std::string& key) override {
     auto value = store_.Get(key, timeout_);
-    if (!value.ok()) throw gloo::IoException(value.status().ToString());
+    Check(value.status());
     return std::vector<char>(value->begin(), value->end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    Status status = store_.Wait(keys, timeout);
-    if (!status.ok()) throw gloo::IoException(status.ToString());
+    Check(store_.Wait(keys, timeout));
   }
+  const Status& failure() const { return failure_; }
 
  private:
-  collectives::Store& store_;
+  void Check(const Status& status) {
+    if (status.ok()) return;
+    if (failure_.ok()) failure_ = status;
+    throw gloo::IoException(status.ToString());
+  }
+
+  DeadlineStore store_;
   std::chrono::milliseconds timeout_;
+  Status failure_;
 };
 
 Status FromException(const std::exception& error, int rank, const char* what) {
@@ -85,17 +96,24 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
   }
+  std::optional<GlooStoreAdaptor> adaptor;
   try {
+    adaptor.emplace(store, timeout);  // the rendezvous's deadline starts here
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_address;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(timeout);
-    GlooStoreAdaptor adaptor(store, timeout);
-    context->connectFullMesh(adaptor, device);
+    context->connectFullMesh(*adaptor, device);
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), options.rank, options.size, timeout));
   } catch (const std::exception& error) {
+    // The rendezvous's deadline, as the adaptor describes it; any other failure is
+    // UNAVAILABLE, as before.
+    if (adaptor.has_value() && adaptor->failure().code() == StatusCode::kDeadlineExceeded) {
+      return adaptor->failure().WithContext("gloo rank " + std::to_string(options.rank) +
+                                            " rendezvous failed");
+    }
     return FromException(error, options.rank, "rendezvous failed");
   }
 }

@@ -49,6 +49,44 @@ Status PrefixStore::Wait(const std::vector<std::string>& keys,
   return base_->Wait(prefixed, timeout);
 }
 
+DeadlineStore::DeadlineStore(Store& base, std::chrono::milliseconds budget, std::string what)
+    : base_(base),
+      start_(std::chrono::steady_clock::now()),
+      budget_(std::max(budget, std::chrono::milliseconds(0))),
+      what_(std::move(what)) {}
+
+Result<std::string> DeadlineStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto left = std::max(std::chrono::milliseconds(0),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 start_ + budget_ - now));
+  const bool bounded_here = left <= timeout;
+  auto value = base_.Get(key, std::min(timeout, left));
+  if (value.ok() || !bounded_here || value.status().code() != StatusCode::kDeadlineExceeded) {
+    return value;
+  }
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start_);
+  return DeadlineExceededError(what_ + " timed out waiting for key '" + key + "': waited " +
+                               std::to_string(waited.count()) + " ms in all, for a deadline of " +
+                               std::to_string(budget_.count()) + " ms (" +
+                               value.status().message() + ")");
+}
+
+Status DeadlineStore::Wait(const std::vector<std::string>& keys,
+                           std::chrono::milliseconds timeout) {
+  // No wait here outlasts the budget, and capping first keeps now() + timeout from overflowing.
+  const auto deadline = std::chrono::steady_clock::now() + std::min(timeout, budget_);
+  for (const std::string& key : keys) {
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - std::chrono::steady_clock::now()));
+    auto value = Get(key, left);
+    if (!value.ok()) return value.status();
+  }
+  return Status::Ok();
+}
+
 Status StoreBarrier(Store& store, const std::string& key, int size,
                     std::chrono::milliseconds timeout) {
   ASSIGN_OR_RETURN(int64_t arrived, store.Add(key + "/arrived", 1));

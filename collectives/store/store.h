@@ -55,6 +55,32 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> base_;
 };
 
+// A view of `base` whose waits all end by one deadline, `budget` from its construction: a
+// rendezvous that waits for several keys in turn (Gloo's, one key per peer) takes at most
+// the budget as a whole, whatever each wait asks for. A key missing when the deadline comes is
+// DEADLINE_EXCEEDED naming `what`, the key, how long this view has waited in all and the
+// budget; a wait that ends earlier at its own, shorter timeout returns base's error as it is.
+// Set and Add pass through. Does not own `base`, which must outlive it.
+class DeadlineStore final : public Store {
+ public:
+  DeadlineStore(Store& base, std::chrono::milliseconds budget, std::string what);
+  Status Set(const std::string& key, const std::string& value) override {
+    return base_.Set(key, value);
+  }
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override {
+    return base_.Add(key, delta);
+  }
+  // Gets each key in turn, so that an error names the key that was missing.
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  Store& base_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::milliseconds budget_;
+  std::string what_;
+};
+
 // The counter arithmetic behind every store's Add. A counter's text comes from a store or a
 // peer, so it is parsed strictly: an optional '-' and decimal digits that fit int64, nothing
 // else (INVALID_ARGUMENT naming `what` and the start of the text). AddToCounter is
