@@ -44,6 +44,8 @@
 
 namespace tessera::collectives {
 
+class Store;
+
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
@@ -195,9 +197,14 @@ class Communicator {
   // INVALID_ARGUMENT naming the tag and the bound unless 0 <= tag <= capabilities().max_tag.
   Status CheckTag(int tag, std::string_view what) const;
 
+  // Gives a backend's Create only what is left of options.timeout_ms, then sets the
+  // communicator's default back to the whole of it.
+  friend Result<std::unique_ptr<Communicator>> CreateCommunicator(
+      const CommunicatorOptions& options, std::shared_ptr<Store> store);
+
   const int rank_;
   const int size_;
-  const std::chrono::milliseconds default_timeout_;
+  std::chrono::milliseconds default_timeout_;
 };
 
 // Milliseconds left until `deadline` (0 when past), for messages and poll().

@@ -87,10 +87,12 @@ std::string AutoRefusedKey(const std::string& prefix) { return prefix + "/auto/r
 // one that cannot use rank 0's fails at once, naming both choices, and leaves its reason for
 // rank 0.
 Result<const CommunicatorBackend*> AgreeOnAuto(const CommunicatorRegistry& registry,
-                                               const CommunicatorOptions& options, Store& store) {
+                                               const CommunicatorOptions& options, Store& store,
+                                               Deadline deadline) {
+  const std::string key = AutoChoiceKey(options.prefix);
   if (options.rank == 0) {
     ASSIGN_OR_RETURN(const CommunicatorBackend* chosen, registry.Choose(options));
-    Status published = store.Set(AutoChoiceKey(options.prefix), std::string(chosen->name()));
+    Status published = store.Set(key, std::string(chosen->name()));
     if (!published.ok()) {
       return published.WithContext("rank 0 publishing its choice of backend '" +
                                    std::string(chosen->name()) + "' for 'auto'");
@@ -99,8 +101,15 @@ Result<const CommunicatorBackend*> AgreeOnAuto(const CommunicatorRegistry& regis
   }
   const std::string who =
       "rank " + std::to_string(options.rank) + " of " + std::to_string(options.size);
-  auto published = store.Get(AutoChoiceKey(options.prefix),
-                             std::chrono::milliseconds(options.timeout_ms));
+  auto published = store.Get(key, std::chrono::milliseconds(MillisecondsLeft(deadline)));
+  if (!published.ok() && published.status().code() == StatusCode::kDeadlineExceeded) {
+    return DeadlineExceededError(
+        who + ": rank 0 did not publish a backend choice for 'auto' at " + QuoteUntrusted(key) +
+        " within " + std::to_string(options.timeout_ms) +
+        " ms: rank 0 may run an older version that does not publish one, or may not have "
+        "started (every member of a cohort choosing 'auto' uses rank 0's choice; naming a "
+        "backend skips this step): " + published.status().message());
+  }
   if (!published.ok()) {
     return published.status().WithContext(
         who + ": waiting for the backend rank 0 chose for 'auto' (every member of a cohort "
@@ -135,13 +144,23 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptio
     return InvalidArgumentError("timeout_ms must be > 0, got " + std::to_string(options.timeout_ms));
   }
   if (store == nullptr) return InvalidArgumentError("CreateCommunicator needs a store");
+  // One deadline for the whole creation: the wait for rank 0's "auto" choice and the
+  // backend's rendezvous share timeout_ms.
+  const Deadline deadline = Clock::now() + std::chrono::milliseconds(options.timeout_ms);
   const CommunicatorRegistry& registry = CommunicatorRegistry::Global();
   const bool agree = options.backend == "auto" && options.size > 1;
   ASSIGN_OR_RETURN(const CommunicatorBackend* backend,
-                   agree ? AgreeOnAuto(registry, options, *store) : registry.Choose(options));
+                   agree ? AgreeOnAuto(registry, options, *store, deadline)
+                         : registry.Choose(options));
   auto scoped =
       std::make_shared<PrefixStore>(options.prefix + "/" + std::string(backend->name()), store);
-  auto created = backend->Create(options, scoped);
+  // The backend bounds its rendezvous by timeout_ms: give it what is left, rounded up (at
+  // least 1 ms, so that it still looks once), and its communicator's default back afterwards.
+  CommunicatorOptions backend_options = options;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  backend_options.timeout_ms =
+      static_cast<int>(std::clamp<int64_t>(left.count(), 1, options.timeout_ms));
+  auto created = backend->Create(backend_options, scoped);
   if (!created.ok()) {
     Status failed = created.status();
     if (agree && options.rank == 0) {
@@ -158,6 +177,7 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const CommunicatorOptio
                                         " of " + std::to_string(options.size));
   }
   std::unique_ptr<Communicator> communicator = std::move(created).value();
+  communicator->default_timeout_ = std::chrono::milliseconds(options.timeout_ms);
   const bool verify = options.verify_calls && !communicator->capabilities().verifies_calls;
   if (FallbackCommunicator::Needed(communicator->capabilities())) {
     communicator =

@@ -21,8 +21,9 @@
 //
 // Viability is decided by each rank alone (its build, its environment: mpirun, a GPU), so
 // ranks may differ in their "auto" choice. With "auto" and more than one rank, rank 0 chooses
-// and publishes its choice at "<options.prefix>/auto/backend"; the others wait for it (up to
-// options.timeout_ms, before the backend's rendezvous, which has its own) and use it. A rank that cannot use it fails at once with
+// and publishes its choice at "<options.prefix>/auto/backend"; the others wait for it and use
+// it. A rank 0 that never publishes one (an older version, or one not started) makes the
+// others DEADLINE_EXCEEDED saying so and naming the key. A rank that cannot use it fails at once with
 // FAILED_PRECONDITION naming the backend, why it is not viable there and what "auto" would
 // choose there; it leaves that reason at "<options.prefix>/auto/refused", and rank 0's error,
 // when its rendezvous then fails, carries it. A named backend skips this step.
@@ -32,6 +33,11 @@
 // ATTEMPT/COHORT/") gives keys with "//" before the backend's name: every rank builds the same
 // keys from the same prefix, and no store refuses them. Every rank must create its
 // communicator within options.timeout_ms of the others.
+//
+// Creation as a whole is bounded by options.timeout_ms from the call: the wait for rank 0's
+// "auto" choice and the backend's rendezvous share that one deadline (the backend's Create is
+// given what is left). The communicator's default call timeout is options.timeout_ms all the
+// same.
 #pragma once
 
 #include <memory>

@@ -5,9 +5,11 @@
 // registry of this process (and the other tests in it) keeps only the built-in backends.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "collectives/registry.h"
 #include "collectives/store/hash_store.h"
@@ -124,6 +126,75 @@ TEST(AutoChoiceTest, ANamedBackendNeedsNoChoiceFromRankZero) {
     return c->Barrier();
   });
   for (int rank = 0; rank < 2; ++rank) EXPECT_TRUE(results[rank].ok()) << results[rank].ToString();
+}
+
+TEST(AutoChoiceTest, ARankZeroThatNeverPublishesAChoiceIsNamedWithTheKey) {
+  auto store = std::make_shared<HashStore>();
+  CommunicatorOptions options;
+  options.rank = 1;
+  options.size = 2;
+  options.prefix = "cohort";
+  options.timeout_ms = 200;
+  auto created = CreateCommunicator(options, store);
+  ASSERT_FALSE(created.ok());
+  EXPECT_EQ(created.status().code(), StatusCode::kDeadlineExceeded) << created.status().ToString();
+  EXPECT_NE(created.status().message().find(
+                "rank 1 of 2: rank 0 did not publish a backend choice for 'auto' at "
+                "'cohort/auto/backend' within 200 ms: rank 0 may run an older version that does "
+                "not publish one, or may not have started"),
+            std::string::npos)
+      << created.status().ToString();
+}
+
+// A backend that records the timeout its Create is given. Viable only for its own cohort, and
+// below every built-in backend, so that nothing else chooses it.
+std::atomic<int> recorded_timeout_ms{0};
+
+class RecordingBackend final : public CommunicatorBackend {
+ public:
+  std::string_view name() const override { return "recording"; }
+  int priority() const override { return 1; }
+  Status Viable(const CommunicatorOptions& options) const override {
+    if (options.prefix == "recorded") return Status::Ok();
+    return FailedPreconditionError("only for the recorded cohort");
+  }
+  Result<std::unique_ptr<Communicator>> Create(const CommunicatorOptions& options,
+                                               std::shared_ptr<Store>) const override {
+    recorded_timeout_ms = options.timeout_ms;
+    auto hub = std::make_shared<LocalHub>(options.size);
+    return std::unique_ptr<Communicator>(new LocalCommunicator(
+        hub, options.rank, std::chrono::milliseconds(options.timeout_ms)));
+  }
+};
+
+TEST(AutoChoiceTest, WaitingForRankZerosChoiceComesOutOfTheTimeoutNotOnTopOfIt) {
+  auto results = testing::RunRanks(1, testing::RankMode::kProcesses, [](int) -> Status {
+    CommunicatorRegistry::Global().Register(std::make_unique<RecordingBackend>());
+    auto store = std::make_shared<HashStore>();
+    // Rank 0 publishes its choice 300 ms into rank 1's creation.
+    std::thread rank0([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      (void)store->Set("recorded/auto/backend", "recording");
+    });
+    CommunicatorOptions options;
+    options.rank = 1;
+    options.size = 2;
+    options.prefix = "recorded";
+    options.timeout_ms = 60000;
+    auto created = CreateCommunicator(options, store);
+    rank0.join();
+    if (!created.ok()) return created.status();
+    if (recorded_timeout_ms > 60000 - 300) {
+      return InternalError("the backend's rendezvous was given " +
+                           std::to_string(recorded_timeout_ms) + " ms of the 60000");
+    }
+    if ((*created)->default_timeout() != std::chrono::milliseconds(60000)) {
+      return InternalError("the default call timeout is " +
+                           std::to_string((*created)->default_timeout().count()) + " ms");
+    }
+    return Status::Ok();
+  });
+  EXPECT_TRUE(results[0].ok()) << results[0].ToString();
 }
 
 }  // namespace
