@@ -72,6 +72,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     }
     plan_ = std::move(plan).value();
     next_ = plan_.first_chunk;
+    open_ = *open;
+    what_ = what;
+    job_id_ = request.job_id();
     const StreamLimits& limits = c->options().streams;
     // A write the worker does not take for the idle timeout ends the download: the worker is
     // not reading, so the call is cancelled as well as finished.
@@ -91,6 +94,12 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     deadline_->Progress();
     if (!ok) {
       End(ToGrpc(CancelledError("the worker went away mid-download")));
+      return;
+    }
+    // A round that has ended (committed, failed, cancelled, or closed to this worker) takes
+    // no update from it: the download stops at this chunk boundary, and its model goes.
+    if (Status open = StillOpen(); !open.ok()) {
+      End(ToGrpc(open));
       return;
     }
     const grpc::ByteBuffer* message = nullptr;
@@ -119,6 +128,18 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
     if (deadline_->ClaimFinish()) Finish(status);
   }
 
+  // FAILED_PRECONDITION, as for an update that comes after its round closed, unless the
+  // worker still takes part in the round the download started in.
+  Status StillOpen() const {
+    auto now = runner_->SelectedRound(worker_id_, what_);
+    if (now.ok() && now->round == open_.round && now->attempt == open_.attempt &&
+        now->model_version == open_.model_version) {
+      return Status::Ok();
+    }
+    return FailedPreconditionError(what_ + " by worker '" + worker_id_ + "' stopped: job " + job_id_ + " round " +
+                                   std::to_string(open_.round) + " attempt " + std::to_string(open_.attempt) +
+                                   " has ended for this worker");
+  }
 
   // On the watchdog's thread, which has claimed the finish; a write is in flight.
   void Expire(const Status& why) {
@@ -136,6 +157,9 @@ class DownloadReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
   ModelVersion::Plan plan_;
   std::unique_ptr<grpc::ByteBuffer> partial_;  // the resumed first chunk, while it is written
   size_t next_ = 0;
+  JobRunner::OpenRound open_;  // the round the download serves
+  std::string what_;           // "download of model version 3 of job J"
+  std::string job_id_;
   std::shared_ptr<StreamDeadline> deadline_;  // set once the download starts writing
 };
 

@@ -13,7 +13,9 @@
 // at its header whose upload is so ended is refused in its job, as an incomplete one is (its
 // worker does not send it again). A download is
 // served only to a worker that takes part in the job's open round and has not reported yet,
-// and only that round's model version.
+// and only that round's model version; once that round ends for the worker (committed,
+// failed, cancelled, or the worker dropped from it), the download stops at the next chunk
+// boundary with FAILED_PRECONDITION naming the job and the round.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
