@@ -1,6 +1,7 @@
 #include "server/rpc/services.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -51,6 +52,52 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
   *device->mutable_properties() = std::move(properties);
   return Status::Ok();
 }
+
+// A StoreGet waiting for its key, with no thread parked. It holds its place among the
+// caller's open streams until it is answered: by whoever sets the key, by the store's timer at
+// the deadline, or at once when its caller goes away (cancels, disconnects): the store then
+// forgets the wait and the call ends CANCELLED.
+class StoreGetReactor final : public grpc::ServerUnaryReactor {
+ public:
+  StoreGetReactor(RendezvousStore* store, v1::StoreResponse* response) : store_(store), response_(response) {}
+
+  // Waits for `key` up to `wait`, holding `slot` until the answer. In the method handler,
+  // before the reactor is returned (so before OnCancel may run).
+  void Wait(const std::string& key, std::chrono::milliseconds wait, std::unique_ptr<StreamCounter::Slot> slot) {
+    slot_ = std::move(slot);
+    key_ = key;
+    id_ = store_->GetAsync(key, wait, [this](Result<std::string> value) { Answer(std::move(value)); });
+  }
+
+  void OnCancel() override {
+    // Still waiting: the store will not call back, so the call ends here. Otherwise the
+    // answer is on its way and finishes the call.
+    const uint64_t id = id_.load();
+    if (id == 0 || !store_->CancelGet(key_, id)) return;
+    slot_.reset();
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the rendezvous wait ended: its caller went away"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // The store's answer, called once unless CancelGet took the wait first.
+  void Answer(Result<std::string> value) {
+    slot_.reset();
+    if (!value.ok()) {
+      Finish(ToGrpc(value.status()));
+      return;
+    }
+    response_->set_value(std::move(value).value());
+    Finish(grpc::Status::OK);
+  }
+
+  RendezvousStore* const store_;
+  v1::StoreResponse* const response_;
+  std::unique_ptr<StreamCounter::Slot> slot_;  // released by whichever ends the wait
+  std::string key_;
+  std::atomic<uint64_t> id_{0};  // the store's id of the wait; 0: answered at once
+};
 
 // OpenTaskChannel, DownloadModel, UploadUpdate, StoreGet and Heartbeat use the callback API
 // (no thread waits in them); Join, StoreSet and StoreAdd the synchronous one. DownloadModel
@@ -189,11 +236,10 @@ class WorkerServiceImpl final
     return ToGrpc(c_->rendezvous().Set(request->key(), request->value()));
   }
 
-  // Waits for the key without holding a thread: the reply is sent by whoever sets the key,
-  // or by the store's timer at the deadline.
+  // Waits for the key without holding a thread (StoreGetReactor).
   grpc::ServerUnaryReactor* StoreGet(grpc::CallbackServerContext* ctx, const v1::StoreRequest* request,
                                      v1::StoreResponse* response) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    auto* reactor = new StoreGetReactor(&c_->rendezvous(), response);
     if (Status s = CheckStoreAccess(ctx, *request); !s.ok()) {
       reactor->Finish(ToGrpc(s));
       return reactor;
@@ -205,15 +251,7 @@ class WorkerServiceImpl final
       return reactor;
     }
     const auto wait = std::min(std::chrono::milliseconds(request->wait_ms()), c_->rendezvous().limits().max_wait);
-    std::shared_ptr<StreamCounter::Slot> held = std::move(slot).value();
-    c_->rendezvous().GetAsync(request->key(), wait, [reactor, response, held](Result<std::string> value) {
-      if (!value.ok()) {
-        reactor->Finish(ToGrpc(value.status()));
-        return;
-      }
-      response->set_value(std::move(value).value());
-      reactor->Finish(grpc::Status::OK);
-    });
+    reactor->Wait(request->key(), wait, std::move(slot).value());
     return reactor;
   }
 

@@ -135,7 +135,7 @@ std::vector<RendezvousStore::Waiter> RendezvousStore::TakeWaitersLocked(const st
   return taken;
 }
 
-void RendezvousStore::GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done) {
+uint64_t RendezvousStore::GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done) {
   std::optional<Result<std::string>> now;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -144,13 +144,28 @@ void RendezvousStore::GetAsync(const std::string& key, std::chrono::milliseconds
     } else if (auto it = values_.find(key); it != values_.end()) {
       now = it->second;
     } else {
-      waiters_.emplace(key, Waiter{key, std::chrono::steady_clock::now() + timeout, timeout, std::move(done)});
+      const uint64_t id = next_waiter_++;
+      waiters_.emplace(key, Waiter{id, key, std::chrono::steady_clock::now() + timeout, timeout, std::move(done)});
       if (!timer_.joinable()) timer_ = std::thread([this] { TimerLoop(); });
       timer_cv_.notify_all();
-      return;
+      return id;
     }
   }
   done(std::move(*now));
+  return 0;
+}
+
+bool RendezvousStore::CancelGet(const std::string& key, uint64_t id) {
+  GetCallback dropped;  // destroyed after the lock is released: it may hold what its caller owns
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [begin, end] = waiters_.equal_range(key);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.id != id) continue;
+    dropped = std::move(it->second.done);
+    waiters_.erase(it);
+    return true;
+  }
+  return false;
 }
 
 void RendezvousStore::TimerLoop() {

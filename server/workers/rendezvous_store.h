@@ -66,8 +66,12 @@ class RendezvousStore {
   // The value of `key`, waiting up to `timeout` for it to be set, without a waiting thread:
   // `done` is called exactly once, with the value, with
   // DeadlineExceeded after `timeout`, or with Unavailable at Shutdown(). Never under the
-  // store's lock, possibly before GetAsync returns.
-  void GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done);
+  // store's lock, possibly before GetAsync returns. Returns the wait's id for CancelGet, or
+  // 0 when `done` was called at once.
+  uint64_t GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done);
+  // Ends the wait `id` for `key` (its caller went away): true when it was still waiting, and
+  // then its `done` is never called; false when `done` has been called or is being called.
+  bool CancelGet(const std::string& key, uint64_t id);
   // Fails every pending GetAsync (the coordinator is stopping) and stops the timer thread.
   void Shutdown();
   // Adds `delta` to the counter at `key` (0 when unset); refuses a value that is not a
@@ -80,6 +84,7 @@ class RendezvousStore {
 
  private:
   struct Waiter {
+    uint64_t id = 0;
     std::string key;
     std::chrono::steady_clock::time_point deadline;
     std::chrono::milliseconds timeout;
@@ -107,6 +112,7 @@ class RendezvousStore {
   std::map<std::string, std::string> values_;
   std::set<std::string> open_;  // prefixes of the rounds (or async tasks) in progress
   std::multimap<std::string, Waiter> waiters_;  // by key
+  uint64_t next_waiter_ = 1;
   std::thread timer_;                           // started with the first waiter
   bool shutdown_ = false;
 };

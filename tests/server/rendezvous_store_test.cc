@@ -51,6 +51,27 @@ TEST(RendezvousStoreTest, AnAsynchronousGetIsAnsweredBySetWithoutAThreadOfItsOwn
   EXPECT_EQ(answer.calls, 1);
 }
 
+TEST(RendezvousStoreTest, ACancelledWaitIsNeverAnsweredAndACancelAfterTheAnswerChangesNothing) {
+  RendezvousStore store;
+  store.Open("rendezvous/j/1/1/");
+  Answer cancelled, answered;
+  const uint64_t first = store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::seconds(600), cancelled.Callback());
+  const uint64_t second = store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::seconds(600), answered.Callback());
+  ASSERT_NE(first, 0u);
+  ASSERT_NE(second, 0u);
+  EXPECT_NE(first, second);
+  EXPECT_TRUE(store.CancelGet("rendezvous/j/1/1/c/k", first));
+  EXPECT_FALSE(store.CancelGet("rendezvous/j/1/1/c/k", first)) << "cancelled twice";
+  ASSERT_TRUE(store.Set("rendezvous/j/1/1/c/k", "v").ok());
+  ASSERT_TRUE(answered.Wait());
+  EXPECT_EQ(**answered.value, "v");
+  EXPECT_FALSE(store.CancelGet("rendezvous/j/1/1/c/k", second)) << "its answer was given";
+  std::lock_guard<std::mutex> lock(cancelled.mu);
+  EXPECT_EQ(cancelled.calls, 0);
+  // A key already set answers at once, with no wait to cancel.
+  EXPECT_EQ(store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::seconds(1), Answer().Callback()), 0u);
+}
+
 TEST(RendezvousStoreTest, AKeyAlreadySetAnswersAtOnce) {
   RendezvousStore store;
   store.Open("rendezvous/j/1/1/c/");
