@@ -84,6 +84,9 @@ struct JobRunnerOptions {
   // Runs in an asynchronous job's upload after its fold, as its report is made. A seam for
   // tests, which throw there.
   std::function<void()> async_folded_hook;
+  // Runs in a synchronous round's upload after its fold, as the round counts it
+  // (Round::SetFoldedHook). A seam for tests, which throw there.
+  std::function<void()> round_folded_hook;
   // How long the first retry of a job's final state waits when it cannot be written; each
   // further retry waits twice as long, up to max_record_retry_delay.
   std::chrono::milliseconds record_retry_delay{100};

@@ -1,5 +1,7 @@
 #include "server/jobs/round.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <exception>
 
@@ -161,6 +163,8 @@ void Round::Reject(const std::string& worker_id, const Status& why) {
   NotifyWaitersLocked();
 }
 
+void Round::SetFoldedHook(std::function<void()> hook) { folded_hook_ = std::move(hook); }
+
 void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
   delta_encoding_ = encoding;
   topk_fraction_ = topk_fraction;
@@ -195,6 +199,11 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
   const double norm = checked.norm;
   const bool non_finite_alone = checked.non_finite_alone;
   const std::optional<TensorSet>& clipped = checked.clipped;
+  // The report's outcome once folded, made before the fold: once the update is in the
+  // aggregate, nothing thrown may keep it from being counted and reported.
+  std::string accepted = !clipped ? std::string("accepted")
+                                  : "accepted: clipped, its delta's L2 norm " + FormatNumber(norm) +
+                                        " scaled down to the job's max_update_norm " + FormatNumber(max_update_norm_);
   uint32_t party = 0;  // the participant's seat, read under the lock
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -259,13 +268,22 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
     p.outcome = Outcome::kRejected;
     p.report.set_outcome("rejected: " + folded.message());
   } else {
+    // Counted and reported first, with nothing that allocates (the outcome moves into the
+    // string AddParticipant set): the update is in the aggregate, so the round's record must
+    // say so whatever the rest throws.
     p.outcome = Outcome::kAccepted;
-    p.report.set_outcome(!clipped ? std::string("accepted")
-                                  : "accepted: clipped, its delta's L2 norm " + FormatNumber(norm) +
-                                        " scaled down to the job's max_update_norm " + FormatNumber(max_update_norm_));
-    upload_ms_.push_back(upload_ms);
+    p.report.set_outcome(std::move(accepted));
     ++accepted_;
     if (!quorum_at_ && accepted_ >= min_clients_) quorum_at_ = clock_->Now();
+    try {
+      if (folded_hook_) folded_hook_();
+      upload_ms_.push_back(upload_ms);
+    } catch (const std::exception& e) {
+      spdlog::error("job {}: the upload time of folded {} is left out of the round's median: {}", job_id_, what,
+                    e.what());
+    } catch (...) {
+      spdlog::error("job {}: the upload time of folded {} is left out of the round's median", job_id_, what);
+    }
   }
   NotifyWaitersLocked();
   return folded.ok() ? folded : folded.WithContext(what);

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -85,6 +86,10 @@ class Round {
   // top-k's fraction. Set before the round is dispatched; every other set stays float32.
   void SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction);
   UpdateEncoding delta_encoding() const { return delta_encoding_; }
+  // Runs in an upload after its update was folded, as the round counts it; what it throws is
+  // logged, and the update stays accepted with its report. A seam for tests (set before
+  // dispatch).
+  void SetFoldedHook(std::function<void()> hook);
   double topk_fraction() const { return topk_fraction_; }
 
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
@@ -187,6 +192,7 @@ class Round {
   const Clock* const clock_;
   UpdateEncoding delta_encoding_ = UpdateEncoding::kFloat32;  // set before dispatch
   double topk_fraction_ = 0;
+  std::function<void()> folded_hook_;  // set before dispatch
 
   // Wakes WaitComplete() and Close() when what they wait for holds; mu_ held.
   void NotifyWaitersLocked();

@@ -6,7 +6,9 @@
 // runner_state_failure_test.cc).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 #include "core/model/model.h"
@@ -41,6 +43,33 @@ TEST_F(JobRunnerTest, TheCommittedModelIsTheSampleWeightedMeanOfTheAcceptedUpdat
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0].clients_reported(), 2u);
   EXPECT_EQ(ReportOf(rounds[0], "w1").outcome(), "accepted");
+  EXPECT_EQ(ReportOf(rounds[0], "w2").samples(), 300u);
+}
+
+// Thrown after an update was folded, as the round counts it (here by the test's hook): the
+// update stays accepted, its worker is told so, and the round's record keeps its report and
+// counts it.
+TEST_F(JobRunnerTest, AnExceptionAfterAnUpdateIsFoldedKeepsItsReportInTheRoundsRecord) {
+  auto thrown = std::make_shared<std::atomic<bool>>(false);
+  options_.round_folded_hook = [thrown] {
+    if (!thrown->exchange(true)) throw std::runtime_error("no memory left (test)");
+  };
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload(0.1f).WithSamples(100)));
+  FakeWorker& w2 = AddWorker("w2", Always(FakeAction::Upload(0.1f).WithSamples(300)));
+  v1::Job job = Run(SmallSpec(2, 2));
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  EXPECT_TRUE(thrown->load());
+  for (FakeWorker* w : {&w1, &w2}) {
+    ASSERT_EQ(w->turns().size(), 1u) << w->name();
+    ASSERT_TRUE(w->turns()[0].verdict.has_value()) << w->name();
+    EXPECT_TRUE(w->turns()[0].verdict->ok()) << w->name() << ": " << w->turns()[0].verdict->ToString();
+  }
+  auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].clients_reported(), 2u);
+  EXPECT_EQ(ReportOf(rounds[0], "w1").outcome(), "accepted");
+  EXPECT_EQ(ReportOf(rounds[0], "w2").outcome(), "accepted");
+  EXPECT_EQ(ReportOf(rounds[0], "w1").samples(), 100u);
   EXPECT_EQ(ReportOf(rounds[0], "w2").samples(), 300u);
 }
 
