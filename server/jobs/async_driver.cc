@@ -275,7 +275,12 @@ void AsyncDriver::CancelAll(const std::string& reason) {
 void AsyncDriver::Reject(const v1::UpdateHeader& h, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tasks_.find(h.worker_id());
-  if (it == tasks_.end() || it->second.folding || it->second.number != h.round()) return;
+  // Only the task the update answers, as FindTaskLocked names it: a task number may come
+  // again after a restart, on another version.
+  if (it == tasks_.end() || it->second.folding || h.job_id() != runner_.job_id_ || it->second.number != h.round() ||
+      h.attempt() != 1 || it->second.version != h.base_model_version()) {
+    return;
+  }
   v1::WorkerRoundReport report = BaseReport(it->second, h.worker_id());
   report.set_outcome("rejected: " + why.message());
   EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true);

@@ -195,5 +195,43 @@ TEST_F(AsyncRefusalsTest, AnExceptionWhileAFoldedUpdatesReportIsMadeLeavesItsTas
   for (const auto& record : rounds) EXPECT_EQ(record.async_step().updates_folded(), 1u) << record.round();
 }
 
+// Reports that name another task than the one the worker holds (an older number, or its number
+// on another version, as after a restart) leave the worker's task alone: a failure report is
+// refused, and a malformed update's refusal ends nothing. The worker's own update is then
+// taken.
+TEST_F(AsyncRefusalsTest, AReportOfAnotherTaskLeavesTheWorkersTaskAlone) {
+  GatedTasks tasks;
+  FakeWorker& a = AddWorker("a", tasks.Script());
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  const v1::TrainTask task = TrainTask(a, 0);
+  ASSERT_GT(task.round(), 0u);
+  v1::UpdateHeader other;
+  other.set_job_id(task.job_id());
+  other.set_worker_id("a");
+  other.set_attempt(1);
+  other.set_failure("its data is unreadable");
+  // An older task's failure.
+  other.set_round(task.round() - 1);
+  other.set_base_model_version(task.model_version());
+  EXPECT_EQ(runner()->ReportFailure(other).code(), StatusCode::kFailedPrecondition);
+  // Its number, on another version: the failure, then a malformed update's refusal.
+  other.set_round(task.round());
+  other.set_base_model_version(task.model_version() + 1);
+  EXPECT_EQ(runner()->ReportFailure(other).code(), StatusCode::kFailedPrecondition);
+  other.clear_failure();
+  runner()->RejectUpload(other, InvalidArgumentError("a malformed update of another task (test)"));
+  tasks.Open(0);
+  ASSERT_TRUE(a.AwaitFinished(task.round(), 1));
+  const FakeTurn turn = a.turns().front();
+  ASSERT_TRUE(turn.verdict.has_value());
+  EXPECT_TRUE(turn.verdict->ok()) << turn.verdict->ToString();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].async_step().updates_folded(), 1u);
+  EXPECT_EQ(rounds[0].async_step().updates_refused(), 0u);
+}
+
 }  // namespace
 }  // namespace tessera::server
