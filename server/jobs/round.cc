@@ -242,15 +242,15 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
   // Folded outside the round's lock: other uploads fold concurrently, and the runner's
   // waits and liveness checks are not held up by an update's arithmetic.
   const auto start = clock_->Now();
-  ClientUpdate update = Claims(h, party);
-  update.delta = clipped ? &*clipped : &delta;
-  if (clipped) update.clip_factor = max_update_norm_ / norm;
-  update.payload = payload;
-  update.handed = handed;  // taken only where it is the delta folded (not a clipped copy)
   // Called on a gRPC thread: nothing thrown may leave it, and the participant must not stay
-  // "folding" (Close() waits for it).
+  // "folding" (Close() waits for it), so building the update's claims is inside the try too.
   Status folded;
   try {
+    ClientUpdate update = Claims(h, party);
+    update.delta = clipped ? &*clipped : &delta;
+    if (clipped) update.clip_factor = max_update_norm_ / norm;
+    update.payload = payload;
+    update.handed = handed;  // taken only where it is the delta folded (not a clipped copy)
     folded = aggregate_->Fold(update);
   } catch (const std::exception& e) {
     folded = InternalError(std::string("folding it failed: ") + e.what());
