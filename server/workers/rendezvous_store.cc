@@ -249,13 +249,32 @@ Result<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
 }
 
 void RendezvousStore::ClearPrefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto it = open_.lower_bound(prefix); it != open_.end() && it->compare(0, prefix.size(), prefix) == 0;) {
-    it = open_.erase(it);
+  std::vector<Waiter> ended;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = open_.lower_bound(prefix); it != open_.end() && it->compare(0, prefix.size(), prefix) == 0;) {
+      it = open_.erase(it);
+    }
+    for (auto it = values_.lower_bound(prefix);
+         it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      ForgetLocked(it->first, it->second.size());
+      it = values_.erase(it);
+    }
+    // A wait for a key of the closed round can no longer be answered (no write under the
+    // prefix is admitted now): it ends here rather than at its deadline.
+    for (auto it = waiters_.lower_bound(prefix);
+         it != waiters_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+      ended.push_back(std::move(it->second));
+      it = waiters_.erase(it);
+    }
   }
-  for (auto it = values_.lower_bound(prefix); it != values_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
-    ForgetLocked(it->first, it->second.size());
-    it = values_.erase(it);
+  for (Waiter& w : ended) {
+    try {
+      w.done(FailedPreconditionError("rendezvous key " + Shown(w.key) +
+                                     " will not be set: its round has closed"));
+    } catch (const std::exception& e) {
+      spdlog::error("rendezvous: a waiter's callback failed: {}", EscapeUntrusted(e.what()));
+    }
   }
 }
 

@@ -65,7 +65,8 @@ class RendezvousStore {
   Status Set(const std::string& key, std::string value);
   // The value of `key`, waiting up to `timeout` for it to be set, without a waiting thread:
   // `done` is called exactly once, with the value, with
-  // DeadlineExceeded after `timeout`, or with Unavailable at Shutdown(). Never under the
+  // DeadlineExceeded after `timeout`, with FailedPrecondition when a ClearPrefix drops its
+  // key's round, or with Unavailable at Shutdown(). Never under the
   // store's lock, possibly before GetAsync returns. Returns the wait's id for CancelGet, or
   // 0 when `done` was called at once.
   uint64_t GetAsync(const std::string& key, std::chrono::milliseconds timeout, GetCallback done);
@@ -77,7 +78,8 @@ class RendezvousStore {
   // Adds `delta` to the counter at `key` (0 when unset); refuses a value that is not a
   // counter, and an overflow.
   Result<int64_t> Add(const std::string& key, int64_t delta);
-  // Drops the keys under `prefix` and closes the open prefixes under it.
+  // Drops the keys under `prefix` and closes the open prefixes under it; a GetAsync waiting
+  // for a key under it ends at once with FAILED_PRECONDITION (no write can answer it now).
   void ClearPrefix(const std::string& prefix);
   size_t size() const;
   size_t bytes() const;

@@ -72,6 +72,33 @@ TEST(RendezvousStoreTest, ACancelledWaitIsNeverAnsweredAndACancelAfterTheAnswerC
   EXPECT_EQ(store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::seconds(1), Answer().Callback()), 0u);
 }
 
+// A wait for a key of a round that closes can never be answered (no write under its prefix
+// is admitted any more): it used to hold its caller, and a StoreGet stream slot, until its
+// own deadline. Clearing the round's prefix ends it at once; a wait under another round's
+// prefix is left alone.
+TEST(RendezvousStoreTest, ClearingARoundsPrefixEndsTheWaitsForItsKeys) {
+  RendezvousStore store;
+  store.Open("rendezvous/j/1/1/");
+  store.Open("rendezvous/j/2/1/");
+  Answer closed, other;
+  ASSERT_NE(store.GetAsync("rendezvous/j/1/1/c/k", std::chrono::seconds(600), closed.Callback()), 0u);
+  ASSERT_NE(store.GetAsync("rendezvous/j/2/1/c/k", std::chrono::seconds(600), other.Callback()), 0u);
+  store.ClearPrefix("rendezvous/j/1/1/");
+  ASSERT_TRUE(closed.Wait());
+  ASSERT_FALSE(closed.value->ok());
+  EXPECT_EQ(closed.value->status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(closed.value->status().message(),
+            "rendezvous key 'rendezvous/j/1/1/c/k' will not be set: its round has closed");
+  {
+    std::lock_guard<std::mutex> lock(other.mu);
+    EXPECT_FALSE(other.value.has_value()) << "a wait of a round still open ended";
+  }
+  ASSERT_TRUE(store.Set("rendezvous/j/2/1/c/k", "v").ok());
+  ASSERT_TRUE(other.Wait());
+  EXPECT_EQ(**other.value, "v");
+  EXPECT_EQ(closed.calls, 1);
+}
+
 TEST(RendezvousStoreTest, AKeyAlreadySetAnswersAtOnce) {
   RendezvousStore store;
   store.Open("rendezvous/j/1/1/c/");
