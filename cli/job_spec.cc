@@ -25,6 +25,8 @@ using job_spec_names::KindName;
 using job_spec_names::kPartitionKinds;
 
 constexpr uint64_t kMaxUint64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+// The longest TOML syntax error shown as the parser wrote it.
+constexpr size_t kMaxParseErrorChars = 256;
 
 constexpr std::string_view kTopKeys[] = {
     "name", "strategy", "rounds", "clients_per_round", "min_clients", "round_deadline_s", "seed",
@@ -603,7 +605,13 @@ Result<v1::JobSpec> ParseJobSpecString(std::string_view text, std::string_view s
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& error) {
-    return InvalidArgumentError(reader.At(error.source().begin) + ": " + std::string(error.description()));
+    // toml++ quotes what it saw ("saw '...'", a key redefined) as it is: a character that
+    // reorders or hides text, or a long key, is escaped and cut as any value in a message.
+    const std::string_view description = error.description();
+    return InvalidArgumentError(reader.At(error.source().begin) + ": " +
+                                (description.size() <= kMaxParseErrorChars && !HasHiddenCharacters(description)
+                                     ? std::string(description)
+                                     : EscapeUntrusted(description, kMaxParseErrorChars)));
   }
   return ReadSpec(root, reader);
 }

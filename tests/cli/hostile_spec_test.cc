@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/escape.h"
 #include "job_spec_expectations.h"
 
 namespace tessera {
@@ -76,6 +77,23 @@ TEST(HostileSpecTest, ValuesAndKeysInErrorsAreEscapedAndBounded) {
   ASSERT_FALSE(huge.ok());
   EXPECT_LT(huge.status().message().size(), 1000u);
   EXPECT_NE(huge.status().message().find("(5242880 bytes)"), std::string::npos) << huge.status().message().substr(0, 300);
+}
+
+// A TOML syntax error quotes what the parser saw: a character that reorders text (U+202E) or
+// a C1 control there is escaped, as in every other message, and a plain one is kept as it is.
+TEST(HostileSpecTest, ASyntaxErrorShowsWhatItSawEscaped) {
+  const std::string reorder = "\xe2\x80\xae";  // U+202E, right-to-left override
+  for (const std::string& text : {std::string(kMinimal) + "x = 1 " + reorder + "\n",
+                                  "[" + reorder + "x]\n" + std::string(kMinimal),
+                                  "\"" + reorder + "k\" = 1\n\"" + reorder + "k\" = 2\n" + std::string(kMinimal),
+                                  std::string(kMinimal) + "x = 1 \xc2\x9b\n"}) {
+    Result<v1::JobSpec> spec = ParseJobSpecString(text, "job.toml");
+    ASSERT_FALSE(spec.ok()) << text;
+    const std::string& message = spec.status().message();
+    EXPECT_FALSE(HasHiddenCharacters(message)) << message;
+    EXPECT_NE(message.find("job.toml:"), std::string::npos) << message;
+  }
+  ExpectError("[data\n" + std::string(kMinimal), {"job.toml:1:6: Error while parsing table header"});
 }
 
 // A number in a message is the value given, never rounded; one beyond float's range is refused
