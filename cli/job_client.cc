@@ -10,10 +10,12 @@
 #include <map>
 #include <ostream>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "base/escape.h"
+#include "base/whole_file.h"
 #include "cli/client_text.h"
 #include "cli/job_spec.h"
 #include "proto/grpc_status.h"
@@ -435,6 +437,17 @@ Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_
   }
   for (const auto& e : events) out << ",\n" << e;
   out << "\n]}\n";
+  return Status::Ok();
+}
+
+Status TraceToFile(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                   const std::string& path, std::ostream& note) {
+  std::ostringstream trace;
+  RETURN_IF_ERROR(TraceCommand(stub, job_id, round, trace));
+  const std::string bytes = trace.str();
+  RETURN_IF_ERROR(WriteFileWhole(path, bytes));
+  note << "wrote " << bytes.size() << " bytes to " << QuoteUntrusted(path, 256)
+       << " (open it in ui.perfetto.dev or chrome://tracing)\n";
   return Status::Ok();
 }
 

@@ -48,6 +48,13 @@ Status RoundsCommand(v1::JobService::StubInterface& stub, const std::string& job
 Status TraceCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
                     std::ostream& out);
 
+// TraceCommand's trace written to `path` whole or not at all (base/whole_file.h): into a
+// temporary beside it, then renamed over it, so that a failed write leaves what was at `path`
+// as it was and a link at `path` is replaced, never followed. Says on `note` how many bytes it
+// wrote where.
+Status TraceToFile(v1::JobService::StubInterface& stub, const std::string& job_id, std::optional<uint32_t> round,
+                   const std::string& path, std::ostream& note);
+
 struct WatchOptions {
   PrintOptions print;
   // While the coordinator is unreachable, try again for this long (it may be restarting:

@@ -7,10 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -415,19 +413,7 @@ int main(int argc, char** argv) {
     if (trace_file == "-") {
       result = cli::TraceCommand(*stub, args[1], only, std::cout);
     } else {
-      std::ostringstream trace;
-      result = cli::TraceCommand(*stub, args[1], only, trace);
-      if (result.ok()) {
-        std::ofstream file(trace_file, std::ios::binary | std::ios::trunc);
-        file << trace.str();
-        file.close();
-        if (!file) {
-          std::cerr << "tessera trace: cannot write " << EscapeUntrusted(trace_file, 256) << "\n";
-          return 1;
-        }
-        std::cerr << "wrote " << trace.str().size() << " bytes to " << EscapeUntrusted(trace_file, 256)
-                  << " (open it in ui.perfetto.dev or chrome://tracing)\n";
-      }
+      result = cli::TraceToFile(*stub, args[1], only, trace_file, std::cerr);
     }
   } else if (command == "export") {
     if (!need_arguments(1, "one argument, the job id")) return 2;

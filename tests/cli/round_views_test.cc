@@ -6,13 +6,16 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <sstream>
 #include <vector>
 
 #include "base/escape.h"
 #include "cli/job_client.h"
+#include "tests/fresh_directory.h"
 
 namespace tessera::cli {
 namespace {
@@ -92,6 +95,35 @@ TEST_F(RoundViewsTest, ATraceWithALongFailureIsValidJsonThatKeepsTheWholeOutcome
     if (args.at("outcome").string_value() == "failed: " + KeptFailure()) found = true;
   }
   EXPECT_TRUE(found) << "w2's compute span carries its whole outcome\n" << trace.str();
+}
+
+// trace -o FILE writes the file whole: a link at FILE is replaced, not followed (the file it
+// points to keeps its bytes), and a trace that fails leaves FILE as it was.
+TEST_F(RoundViewsTest, ATraceFileReplacesALinkAndAFailedTraceLeavesTheFileAlone) {
+  const std::filesystem::path dir = testing::FreshTestDirectory("tessera-trace-file");
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path victim = dir / "victim.txt", path = dir / "trace.json";
+  std::ofstream(victim) << "keep";
+  std::filesystem::create_symlink(victim, path);
+  std::ostringstream note;
+  Status traced = TraceToFile(*stub_, "job-1-abc", std::nullopt, path.string(), note);
+  ASSERT_TRUE(traced.ok()) << traced.ToString();
+  std::ifstream kept(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(kept), {}), "keep");
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  std::ifstream written(path);
+  const std::string trace{std::istreambuf_iterator<char>(written), {}};
+  google::protobuf::Struct parsed;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(trace, &parsed).ok()) << trace;
+  EXPECT_NE(note.str().find("wrote " + std::to_string(trace.size()) + " bytes to"), std::string::npos) << note.str();
+
+  // Round 9 was never committed: nothing is written.
+  Status missing = TraceToFile(*stub_, "job-1-abc", 9, path.string(), note);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.ToString();
+  std::ifstream again(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(again), {}), trace);
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(RoundViewsTest, EachWorkerHasALineOfItsOwnWhateverItsDeviceName) {
