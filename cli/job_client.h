@@ -65,7 +65,8 @@ struct WatchOptions {
   bool live = false;
 };
 // Streams the job's rounds as a table until the job ends; then prints the latency summary.
-// Reconnects when the coordinator goes away, printing each round once. Returns an error
+// Reconnects when the coordinator goes away, printing each round once; a first connection
+// that fails is returned at once. Returns an error
 // when the job ended failed or cancelled.
 Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_id, std::ostream& out,
                     const WatchOptions& options = {});

@@ -79,6 +79,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   bool header_done = false;
   uint32_t next_round = 0;
   bool lost = false;
+  bool answered = false;  // the coordinator has sent an event: a stream that fails later lost it
   bool progress_shown = false;  // a live progress line is on screen, without its newline
   std::chrono::steady_clock::time_point lost_since{};
   auto backoff = std::chrono::milliseconds(250);
@@ -90,6 +91,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     auto reader = stub.WatchJob(&ctx, request);
     v1::JobEvent event;
     while (reader->Read(&event)) {
+      answered = true;
       if (lost) {
         if (!json) out << "  reconnected to the coordinator" << std::endl;
         lost = false;
@@ -163,6 +165,9 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     if (!finished.ok() && finished.code() != StatusCode::kUnavailable && finished.code() != StatusCode::kCancelled) {
       return finished;
     }
+    // No coordinator has answered yet (a mistyped address, a TLS setup it refuses): that is
+    // said now, as every other command says it, not after reconnect_for.
+    if (!finished.ok() && !answered) return finished;
     const auto now = std::chrono::steady_clock::now();
     if (progress_shown) {
       out << "\n";

@@ -276,5 +276,36 @@ TEST(WatchTest, ARoundNumberNoJobReachesIsRefused) {
       << watched.message();
 }
 
+// A watch whose first stream fails before the coordinator sent anything (a mistyped address)
+// says so at once, as every other command does, rather than reconnecting to what it never had;
+// once the coordinator has answered, the same failure is a coordinator gone away.
+TEST(WatchTest, AFirstConnectionThatFailsIsReturnedAtOnce) {
+  ScriptedStub stub;
+  stub.streams.push_back({[](JobEvent*) { return false; }, grpc::Status(grpc::StatusCode::UNAVAILABLE, "refused")});
+  stub.streams.push_back(Rounds(1));
+  WatchOptions options;
+  options.reconnect_for = std::chrono::seconds(60);
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out, options);
+  EXPECT_EQ(watched.code(), StatusCode::kUnavailable) << watched.ToString();
+  EXPECT_EQ(stub.from_rounds.size(), 1u);
+  EXPECT_EQ(out.str().find("lost the coordinator"), std::string::npos) << out.str();
+
+  ScriptedStub answered;
+  answered.streams.push_back({[n = 0](JobEvent* event) mutable {
+                                *event->mutable_job() = Job(v1::JOB_RUNNING);
+                                *event->mutable_round() = Round(1);
+                                return n++ < 1;
+                              },
+                              grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")});
+  answered.streams.push_back({[](JobEvent*) { return false; }, grpc::Status(grpc::StatusCode::UNAVAILABLE, "down")});
+  answered.streams.push_back(Rounds(2));
+  std::ostringstream followed;
+  Status resumed = WatchCommand(answered, "job-1-abc", followed, options);
+  EXPECT_TRUE(resumed.ok()) << resumed.ToString() << "\n" << followed.str();
+  EXPECT_EQ(answered.from_rounds.size(), 3u);
+  EXPECT_NE(followed.str().find("lost the coordinator"), std::string::npos) << followed.str();
+}
+
 }  // namespace
 }  // namespace tessera::cli
