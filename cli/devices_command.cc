@@ -49,7 +49,8 @@ Result<ModelConfig> ModelFor(const std::string& model) {
   if (model.size() > 5 && model.compare(model.size() - 5, 5, ".toml") == 0) {
     ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecFile(model));
     if (!spec.model().trainer().empty()) {
-      return InvalidArgumentError("--model " + model + ": the job trains with an external trainer, not a native model");
+      return InvalidArgumentError("--model " + QuoteUntrusted(model, 256) +
+                                  ": the job trains with an external trainer, not a native model");
     }
     return wire::ToModelConfig(spec);
   }
@@ -180,9 +181,9 @@ void LayerRiskList(Device& device, const Model& model, int batch, double host_gf
   }
 }
 
-Status RiskList(Device& device, const DevicesOptions& options, double host_gflops, std::ostream& out) {
+Status RiskList(Device& device, const ModelConfig& config, const DevicesOptions& options, double host_gflops,
+                std::ostream& out) {
   OpPlacement* placement = device.placement();
-  ASSIGN_OR_RETURN(ModelConfig config, ModelFor(options.model));
   ASSIGN_OR_RETURN(auto model, CreateModel(config, &device));
   LayerRiskList(device, *model, options.batch, host_gflops, out);
   Dataset data = RandomData(*model, options.batch);
@@ -251,6 +252,20 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
       return InvalidArgumentError("unknown device " + QuoteUntrusted(name) + "; known devices: " + known +
                                   ", or emu:<profile.toml>");
     }
+    // An emulated device's profile (built in, or a file) is read now: one misspelt or that does
+    // not load is refused before another device is measured.
+    if (IsEmulatedDeviceName(name)) {
+      auto device = CreateDevice(name);
+      if (!device.ok() && (device.status().code() == StatusCode::kInvalidArgument ||
+                           device.status().code() == StatusCode::kNotFound)) {
+        return device.status();
+      }
+    }
+  }
+  // So is the model of the risk list: a misspelt name or a job file that does not read.
+  ModelConfig model_config;
+  if (!options.model.empty()) {
+    ASSIGN_OR_RETURN(model_config, ModelFor(options.model));
   }
   for (const std::string& name : names) {
     // With --json, one object per device in place of its lines.
@@ -318,7 +333,7 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
     }
     text << "\n";
     emit();
-    if (!options.model.empty()) RETURN_IF_ERROR(RiskList(**device, options, measured->gemm_gflops, out));
+    if (!options.model.empty()) RETURN_IF_ERROR(RiskList(**device, model_config, options, measured->gemm_gflops, out));
   }
   return Status::Ok();
 }

@@ -8,8 +8,9 @@
 // across the host link, the layer's arithmetic intensity against the device's balance point
 // (compute- or bandwidth-bound) and its modelled time; then the per-op account of a real
 // training step on the device and the modelled step time. A name given in `devices` or
-// `extra_devices` that no backend knows is InvalidArgument naming it, before any device is
-// measured or anything printed.
+// `extra_devices` that no backend knows, an emulated profile that does not load, and a `model`
+// that is not a built-in model or a job file that reads, are InvalidArgument naming them,
+// before any device is measured or anything printed.
 //
 // AlignCommand runs the same samples with the same weights through two devices and reports the
 // per-sample MAE of the logits, top-1 agreement, the worst 5% of samples, each layer's

@@ -98,6 +98,19 @@ TEST(DevicesToolsTest, UnknownDeviceNamesAreErrorsNamingThem) {
   EXPECT_EQ(DevicesCommand(options, nothing).message().rfind("unknown device ''; known devices: ", 0), 0u);
   EXPECT_EQ(nothing.str(), "");
 
+  // So are an emulated device's profile and the risk list's model.
+  options.extra_devices = {"emu:no-such-chip"};
+  EXPECT_FALSE(DevicesCommand(options, nothing).ok());
+  EXPECT_EQ(nothing.str(), "");
+  options.extra_devices = {};
+  options.model = "simplecnm";
+  status = DevicesCommand(options, nothing);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_EQ(nothing.str(), "");
+  options.model = "/no/such/job.toml";
+  EXPECT_EQ(DevicesCommand(options, nothing).code(), StatusCode::kNotFound);
+  EXPECT_EQ(nothing.str(), "");
+
   AlignOptions align;
   align.device_b = "npu-x";
   status = AlignCommand(align, report);
