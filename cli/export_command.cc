@@ -23,12 +23,15 @@ constexpr uint64_t kMaxExportBytes = uint64_t{4} << 30;
 
 }  // namespace
 
+Status CheckExportPath(const std::string& path) {
+  if (path.ends_with(".onnx") || path.ends_with(".npz")) return Status::Ok();
+  return InvalidArgumentError("-o " + QuoteUntrusted(path, 256) +
+                              ": expected a file ending in .npz (a NumPy archive keyed by parameter names) or .onnx");
+}
+
 Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out) {
   const bool onnx = options.path.ends_with(".onnx");
-  if (!onnx && !options.path.ends_with(".npz")) {
-    return InvalidArgumentError("-o " + QuoteUntrusted(options.path, 256) +
-                                ": expected a file ending in .npz (a NumPy archive keyed by parameter names) or .onnx");
-  }
+  RETURN_IF_ERROR(CheckExportPath(options.path));
   v1::ExportModelRequest request;
   request.set_job_id(options.job_id);
   if (options.round) request.set_round(*options.round);

@@ -22,6 +22,10 @@ struct ExportOptions {
   bool json = false;              // the summary line as a JSON object
 };
 
+// OK when `path` names a file ExportCommand writes (it ends in .npz or .onnx); otherwise
+// InvalidArgument naming -o and the path, escaped, and the endings it takes.
+Status CheckExportPath(const std::string& path);
+
 // Downloads the model (its manifest's SHA-256 checked), writes it, and prints what was
 // written. The file's extension must be .npz or .onnx.
 Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& options, std::ostream& out);

@@ -357,6 +357,36 @@ int main(int argc, char** argv) {
                  "worker's name\n";
     return 2;
   }
+  // The arguments of a command that speaks to the coordinator are checked before the
+  // connection's settings: a usage error is said as one (exit 2), whatever else is missing.
+  const bool forget = command == "workers" && args.size() >= 2 && args[1] == "forget";
+  if (command == "submit") {
+    if (!need_arguments(1, "one argument, the job spec file")) return 2;
+  } else if (command == "jobs" || (command == "workers" && !forget)) {
+    if (!need_arguments(0, "")) return 2;
+  } else if (forget) {
+    if (!need_arguments(2, "forget and one argument, the worker's name")) return 2;
+    if (!need_name(2, "worker", kMaxNameBytes)) return 2;
+  } else {  // status, rounds, trace, export, watch, cancel, delete: one job
+    if (!need_arguments(1, "one argument, the job id")) return 2;
+    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
+  }
+  if (command == "trace" && trace_file.empty()) {
+    std::cerr << "tessera trace: give the file to write with -o FILE (- for standard output)\n";
+    return 2;
+  }
+  if (command == "export") {
+    if (trace_file.empty() || trace_file == "-") {
+      std::cerr << "tessera export: give the file to write with -o FILE.npz or -o FILE.onnx\n";
+      return 2;
+    }
+    if (Status path = cli::CheckExportPath(trace_file); !path.ok()) {
+      std::cerr << "tessera export: " << path.message() << "\n";
+      return 2;
+    }
+  }
+  std::optional<uint32_t> only;  // --round, for rounds, trace and export
+  if (round >= 0) only = static_cast<uint32_t>(round);
   const std::string source = from_environment != nullptr && coordinator == from_environment ? "$TESSERA_COORDINATOR"
                              : coordinator == "127.0.0.1:7070"                             ? "the default"
                                                                                            : "--coordinator";
@@ -386,72 +416,39 @@ int main(int argc, char** argv) {
   auto stub = v1::JobService::NewStub(*channel);
   Status result;
   if (command == "submit") {
-    if (!need_arguments(1, "one argument, the job spec file")) return 2;
     result = cli::SubmitCommand(*stub, args[1], std::cout, print);
   } else if (command == "jobs") {
-    if (!need_arguments(0, "")) return 2;
     result = cli::JobsCommand(*stub, std::cout, print);
   } else if (command == "status") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::StatusCommand(*stub, args[1], std::cout, print);
   } else if (command == "rounds") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
-    std::optional<uint32_t> only;
-    if (round >= 0) only = static_cast<uint32_t>(round);
     result = cli::RoundsCommand(*stub, args[1], only, std::cout, print);
   } else if (command == "trace") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
-    if (trace_file.empty()) {
-      std::cerr << "tessera trace: give the file to write with -o FILE (- for standard output)\n";
-      return 2;
-    }
-    std::optional<uint32_t> only;
-    if (round >= 0) only = static_cast<uint32_t>(round);
     if (trace_file == "-") {
       result = cli::TraceCommand(*stub, args[1], only, std::cout);
     } else {
       result = cli::TraceToFile(*stub, args[1], only, trace_file, std::cerr);
     }
   } else if (command == "export") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
-    if (trace_file.empty() || trace_file == "-") {
-      std::cerr << "tessera export: give the file to write with -o FILE.npz or -o FILE.onnx\n";
-      return 2;
-    }
     cli::ExportOptions export_options;
     export_options.job_id = args[1];
-    if (round >= 0) export_options.round = static_cast<uint32_t>(round);
+    export_options.round = only;
     export_options.path = trace_file;
     export_options.json = json;
     result = cli::ExportCommand(*stub, export_options, std::cout);
   } else if (command == "watch") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     cli::WatchOptions watch;
     watch.print = print;
     watch.live = !json && ::isatty(STDOUT_FILENO);
     result = cli::WatchCommand(*stub, args[1], std::cout, watch);
   } else if (command == "cancel") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::CancelCommand(*stub, args[1], std::cout, print);
   } else if (command == "delete") {
-    if (!need_arguments(1, "one argument, the job id")) return 2;
-    if (!need_name(1, "job", kMaxJobIdBytes)) return 2;
     result = cli::DeleteCommand(*stub, args[1], std::cout, print);
+  } else if (forget) {
+    result = cli::ForgetWorkerCommand(*stub, args[2], std::cout, print);
   } else if (command == "workers") {
-    if (args.size() >= 2 && args[1] == "forget") {
-      if (!need_arguments(2, "forget and one argument, the worker's name")) return 2;
-      if (!need_name(2, "worker", kMaxNameBytes)) return 2;
-      result = cli::ForgetWorkerCommand(*stub, args[2], std::cout, print);
-    } else {
-      if (!need_arguments(0, "")) return 2;
-      result = cli::WorkersCommand(*stub, std::cout, all, print);
-    }
+    result = cli::WorkersCommand(*stub, std::cout, all, print);
   }
   if (!result.ok()) {
     std::cerr << "tessera: " << cli::DescribeFailure(result, coordinator, source) << "\n";

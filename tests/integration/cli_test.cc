@@ -314,6 +314,18 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
     EXPECT_NE(name_said.find(says), std::string::npos) << name_said;
     EXPECT_EQ(name_said.find('\x1b'), std::string::npos) << name_said;
   }
+  // A remote command's usage error is said as one before its connection's settings are looked
+  // at (here there are none: no --tls-dir, no --insecure).
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"export", "job-1", "-o", "model.txt"}, "tessera export: -o 'model.txt': expected a file ending in .npz"},
+           {{"workers", "forget"}, "tessera workers: expected forget and one argument, the worker's name, got 1"},
+           {{"status"}, "tessera status: expected one argument, the job id, got 0"},
+           {{"trace", "job-1"}, "tessera trace: give the file to write with -o FILE"}}) {
+    auto [usage_code, usage] = RunCli(dir, args);
+    EXPECT_EQ(usage_code, 2) << usage;
+    EXPECT_NE(usage.find(says), std::string::npos) << usage;
+    EXPECT_EQ(usage.find("verified with TLS"), std::string::npos) << usage;
+  }
   auto [stray_code, stray] = RunCli(dir, {"jobs", "--round", "3"});
   EXPECT_EQ(stray_code, 2);
   EXPECT_NE(stray.find("--round does not apply"), std::string::npos) << stray;
