@@ -3,7 +3,8 @@
 // A watch may follow a job of up to wire::kMaxRounds rounds for days, so it keeps nothing of a
 // round once its row is printed but what the summary needs: twelve latencies a round
 // (PhaseLatencies), not the round's record with its workers' reports. The notes it has shown
-// are remembered by hash, and only the latest of them (RecentNotes).
+// are remembered by hash with how many times each was shown, and only the latest of them
+// (NoteCounts).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <ostream>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "base/escape.h"
 #include "cli/client_text.h"
@@ -25,33 +27,35 @@
 namespace tessera::cli {
 namespace {
 
-// The notes a watch has shown lately, so that those a reconnected watch is sent again (the
-// coordinator replays its live log, at most its last 1,000 events: server/jobs/job_events.h)
-// are not shown twice. A note seen again counts as seen anew, so that the last kCapacity
-// distinct notes are remembered: every note a replay can hold. Kept as 64-bit hashes, a few
-// dozen bytes a note whatever its length.
-class RecentNotes {
+// How many times each of the latest notes was seen, so that those a reconnected watch is sent
+// again (the coordinator replays its live log, at most its last 1,000 events:
+// server/jobs/job_events.h) are not shown twice, while a note that happens again (a worker
+// refused for the same reason in another round) is shown again. A note seen counts as seen
+// anew, so that the last kCapacity distinct notes are remembered: every note a replay can
+// hold. Kept as 64-bit hashes with a count, a few dozen bytes a note whatever its length.
+class NoteCounts {
  public:
   static constexpr size_t kCapacity = 4096;
 
-  // Whether `note` was seen before; remembers it either way.
-  bool SeenBefore(const std::string& note) {
-    const uint64_t hash = std::hash<std::string>()(note);
+  // The count of the note hashed to `hash` (0 when it is not remembered), which the caller may
+  // change; it becomes the latest note, the oldest being forgotten to make room.
+  uint32_t& At(uint64_t hash) {
     if (auto it = index_.find(hash); it != index_.end()) {
-      order_.splice(order_.end(), order_, it->second);
-      return true;
+      order_.splice(order_.end(), order_, it->second.first);
+      return it->second.second;
     }
     if (order_.size() == kCapacity) {
       index_.erase(order_.front());
       order_.pop_front();
     }
-    index_.emplace(hash, order_.insert(order_.end(), hash));
-    return false;
+    auto& entry = index_[hash];
+    entry = {order_.insert(order_.end(), hash), 0};
+    return entry.second;
   }
 
  private:
   std::list<uint64_t> order_;  // oldest first
-  std::unordered_map<uint64_t, std::list<uint64_t>::iterator> index_;
+  std::unordered_map<uint64_t, std::pair<std::list<uint64_t>::iterator, uint32_t>> index_;
 };
 
 // The names the coordinator says a round waits on, at most the first 8 of them (as many as it
@@ -74,7 +78,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   const bool json = options.print.json;
   PhaseLatencies latencies;  // of the rounds shown, for the summary
   v1::RoundRecord last_round;  // the last round shown, without its workers
-  RecentNotes notes;
+  NoteCounts shown_notes;  // how many times each note was shown, over every stream
   v1::Job last_job;
   bool header_done = false;
   uint32_t next_round = 0;
@@ -89,6 +93,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     request.set_job_id(job_id);
     request.set_from_round(next_round);
     auto reader = stub.WatchJob(&ctx, request);
+    NoteCounts stream_notes;  // how many times each note came in this stream
     v1::JobEvent event;
     while (reader->Read(&event)) {
       answered = true;
@@ -142,8 +147,14 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         } else {
           last_round.clear_async_step();
         }
-      } else if (!event.message().empty() && notes.SeenBefore(event.message())) {
-        continue;
+      } else if (!event.message().empty()) {
+        // The n-th time a stream sends a note is shown if no stream showed it n times before:
+        // a replay's notes were shown, a note that happens again was not.
+        const uint64_t hash = std::hash<std::string>()(event.message());
+        const uint32_t here = ++stream_notes.At(hash);
+        uint32_t& shown = shown_notes.At(hash);
+        if (here <= shown) continue;
+        shown = here;
       }
       if (json) {
         out << wire::ToJson(event) << std::endl;

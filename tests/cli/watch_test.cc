@@ -276,6 +276,38 @@ TEST(WatchTest, ARoundNumberNoJobReachesIsRefused) {
       << watched.message();
 }
 
+// A note that happens again (the same refusal in another round) is shown each time; only a
+// reconnected watch's replay of notes shown already is skipped.
+TEST(WatchTest, ANoteThatHappensAgainIsShownAgain) {
+  const std::string refused = "refused update from worker 'w3' for job job-1-abc: field 'trained_weights'";
+  ScriptedStub stub;
+  stub.streams.push_back({[&, n = 0](JobEvent* event) mutable {
+                            *event->mutable_job() = Job(v1::JOB_RUNNING);
+                            if (n == 0 || n == 2) event->set_message(refused);
+                            if (n == 1) *event->mutable_round() = Round(1);
+                            return n++ < 3;
+                          },
+                          grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")});
+  // The replay: both refusals and round 1 again, then a third refusal, round 2 and the end.
+  stub.streams.push_back({[&, n = 0](JobEvent* event) mutable {
+    *event->mutable_job() = Job(n == 5 ? v1::JOB_SUCCEEDED : v1::JOB_RUNNING);
+    if (n == 0 || n == 2 || n == 3) event->set_message(refused);
+    if (n == 1) *event->mutable_round() = Round(1);
+    if (n == 4) *event->mutable_round() = Round(2);
+    if (n == 5) event->set_message("job job-1-abc succeeded");
+    return n++ < 6;
+  }});
+  WatchOptions options;
+  options.reconnect_for = std::chrono::seconds(60);
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out, options);
+  ASSERT_TRUE(watched.ok()) << watched.ToString() << "\n" << out.str();
+  const std::string text = out.str();
+  size_t count = 0;
+  for (size_t at = text.find(refused); at != std::string::npos; at = text.find(refused, at + 1)) ++count;
+  EXPECT_EQ(count, 3u) << text;
+}
+
 // A watch whose first stream fails before the coordinator sent anything (a mistyped address)
 // says so at once, as every other command does, rather than reconnecting to what it never had;
 // once the coordinator has answered, the same failure is a coordinator gone away.
