@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -34,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 // Connections accepted while every thread is busy wait in a queue of at most this many; more
 // are closed at once.
 constexpr size_t kMaxWaitingConnections = 64;
+// Connections accepted that have sent nothing yet wait in the accepting thread's poll, not on
+// a thread of their own, for at most the read timeout; past this many the oldest is closed.
+constexpr size_t kMaxSilentConnections = 256;
 // Requests on one connection before it is closed, and the longest a response may take to write
 // (a client that reads a byte now and then holds a thread no longer).
 constexpr int kMaxRequestsPerConnection = 20;
@@ -324,11 +328,49 @@ struct HttpEndpoint::Shared {
 };
 
 void HttpEndpoint::Shared::Accept() {
+  // A connection is handed to a thread only once its first bytes (a request, or a TLS
+  // ClientHello) have arrived: connections that send nothing cannot hold every thread, nor
+  // fill the queue, each for a read timeout, while a scrape waits behind them.
+  struct Silent {
+    int fd;
+    Clock::time_point deadline;
+  };
+  std::deque<Silent> silent;  // in the order accepted, so by deadline
+  std::vector<pollfd> polled;
   for (;;) {
-    pollfd p[2] = {{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
-    const int n = ::poll(p, 2, -1);
-    if (stopping.load() || (n > 0 && p[1].revents != 0)) return;
-    if (n <= 0) continue;
+    polled.assign({{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}});
+    for (const Silent& c : silent) polled.push_back({c.fd, POLLIN, 0});
+    int wait_ms = -1;
+    if (!silent.empty()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(silent.front().deadline - Clock::now()).count();
+      wait_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
+    }
+    const int n = ::poll(polled.data(), polled.size(), wait_ms);
+    if (stopping.load() || (n > 0 && polled[1].revents != 0)) {
+      for (const Silent& c : silent) ::close(c.fd);
+      return;
+    }
+    if (n < 0) continue;
+    // Those that sent something go to the threads; those silent past the read timeout close.
+    const Clock::time_point now = Clock::now();
+    std::deque<Silent> still;
+    for (size_t i = 0; i < silent.size(); ++i) {
+      if (polled[i + 2].revents != 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (waiting.size() >= kMaxWaitingConnections) {
+          ::close(silent[i].fd);
+          continue;
+        }
+        waiting.push_back(silent[i].fd);
+        waiting_changed.notify_one();
+      } else if (now >= silent[i].deadline) {
+        ::close(silent[i].fd);
+      } else {
+        still.push_back(silent[i]);
+      }
+    }
+    silent.swap(still);
+    if ((polled[0].revents & POLLIN) == 0) continue;
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       // Out of descriptors: wait a little rather than spin on the same refusal.
@@ -338,13 +380,11 @@ void HttpEndpoint::Shared::Accept() {
       }
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    if (waiting.size() >= kMaxWaitingConnections) {
-      ::close(fd);
-      continue;
+    if (silent.size() >= kMaxSilentConnections) {
+      ::close(silent.front().fd);
+      silent.pop_front();
     }
-    waiting.push_back(fd);
-    waiting_changed.notify_one();
+    silent.push_back({fd, Clock::now() + options.read_timeout});
   }
 }
 

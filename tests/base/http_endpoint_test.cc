@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace tessera {
 namespace {
@@ -270,6 +272,31 @@ TEST(HttpEndpointTest, AnIdleConnectionIsClosedAfterTheReadTimeout) {
   bool closed = false;
   EXPECT_EQ(client.ReadUntilClosed(std::chrono::seconds(20), &closed), "") << "nothing was asked";
   EXPECT_TRUE(closed);
+}
+
+// Clients that connect and send nothing hold no thread and take no place in the queue: with
+// one thread and more silent connections than the queue holds, a request is still answered,
+// long before their read timeout.
+TEST(HttpEndpointTest, ConnectionsThatSendNothingDoNotKeepARequestWaiting) {
+  auto options = Options();
+  options.threads = 1;
+  options.read_timeout = std::chrono::seconds(600);
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 80; ++i) {
+    silent.push_back(std::make_unique<RawClient>((*endpoint)->port()));
+    ASSERT_TRUE(silent.back()->connected());
+  }
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  bool closed = false;
+  const std::string answer = client.ReadUntilClosed(std::chrono::seconds(60), &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("\r\n\r\nup 1\n"), std::string::npos) << answer;
+  EXPECT_TRUE(closed);
+  EXPECT_FALSE(silent.back()->ClosedByServer()) << "a silent client within its read timeout stays connected";
 }
 
 TEST(HttpEndpointTest, KeepsAConnectionForSeveralRequestsIncludingPipelinedOnes) {
