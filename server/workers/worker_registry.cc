@@ -152,7 +152,11 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
 }
 
 bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
-  return !w.channel_lost && options_.clock->Now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  // A worker known from before a restart and not joined since (generation 0) is never alive,
+  // however early the clock reads: the steady clock counts from boot, so a coordinator started
+  // within a heartbeat timeout of boot would otherwise find its restored workers alive.
+  return w.generation != 0 && !w.channel_lost &&
+         options_.clock->Now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
 }
 
 uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {

@@ -135,6 +135,44 @@ TEST(WorkerRegistryForgetTest, OnlyAWorkerNoLongerAliveIsForgottenAndItsNameIsFr
   EXPECT_EQ(registry.List().size(), 1u);
 }
 
+// A clock that reads a few seconds past its epoch, as the steady clock does just after boot
+// (a coordinator a service manager starts as the machine comes up). It never waits.
+class JustBootedClock final : public Clock {
+ public:
+  TimePoint Now() const override { return TimePoint{} + std::chrono::seconds(3); }
+  bool WaitUntil(std::unique_lock<std::mutex>&, std::condition_variable&, TimePoint,
+                 const std::function<bool()>& done) const override {
+    return done();
+  }
+};
+
+// Workers known from before a restart are listed as not alive until they join, whatever the
+// clock reads: not alive, not counted alive, not ready.
+TEST(WorkerRegistryRestoreTest, ARestoredWorkerIsNotAliveUntilItJoinsEvenJustAfterBoot) {
+  JustBootedClock clock;
+  WorkerRegistryOptions options;
+  options.clock = &clock;
+  options.heartbeat_timeout_ms = 15000;
+  WorkerRegistry registry(options);
+  v1::WorkerStatus before_restart;
+  before_restart.set_worker_id("old");
+  before_restart.set_name("old");
+  registry.Restore({before_restart});
+  EXPECT_FALSE(registry.IsAlive("old"));
+  const WorkerRegistry::Counts counts = registry.CountByLiveness();
+  EXPECT_EQ(counts.alive, 0u);
+  EXPECT_EQ(counts.gone, 1u);
+  const std::vector<v1::WorkerStatus> listed = registry.List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_FALSE(listed[0].alive());
+  EXPECT_EQ(listed[0].state(), "not joined since restart");
+  v1::JoinRequest request;
+  request.set_name("old");
+  ASSERT_TRUE(registry.Join(request).ok());
+  EXPECT_TRUE(registry.IsAlive("old")) << "joined: alive again";
+  EXPECT_EQ(registry.CountByLiveness().alive, 1u);
+}
+
 // A worker that reads nothing while messages keep coming for it (verdicts of calls it keeps
 // making, tasks) holds at most kMaxOutbox of them: the oldest go, the newest stay in order.
 TEST_F(WorkerRegistryTest, AWorkersOutboxIsBoundedAndKeepsTheNewest) {
