@@ -242,6 +242,7 @@ Status Coordinator::ForgetWorker(const std::string& name) {
                                                 in_store.status().message());
   }
   if (!in_registry.ok() && !*in_store) return in_registry;  // NOT_FOUND, naming it
+  RetireWorker(name);
   spdlog::info("worker {} forgotten by an operator: its name is free to join again with any join token",
                QuoteUntrusted(name, kMaxNameBytes));
   return Status::Ok();

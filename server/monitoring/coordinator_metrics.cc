@@ -137,6 +137,14 @@ void RetireJob(const std::string& job_id) {
   }
 }
 
+void RetireWorker(const std::string& worker_id) {
+  Families& f = F();
+  for (metrics::FamilyBase* family : std::initializer_list<metrics::FamilyBase*>{
+           &f.compute, &f.download, &f.upload, &f.download_bytes, &f.upload_bytes}) {
+    family->Retire("worker", worker_id);
+  }
+}
+
 void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes) {
   F().download_bytes.With({worker_id}).Inc(static_cast<double>(bytes));
 }

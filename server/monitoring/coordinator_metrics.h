@@ -21,6 +21,10 @@ void RecordRetry(const std::string& job_id);
 // full, then make room for newer jobs' (metrics::FamilyBase::Retire), so that a coordinator
 // that has run hundreds of jobs still gives the running one series of its own.
 void RetireJob(const std::string& job_id);
+// The worker was forgotten (its name is free to join again as a new worker): its series
+// are retired as an ended job's are, so that a federation whose workers come and go keeps
+// giving new workers series of their own instead of folding them into "other".
+void RetireWorker(const std::string& worker_id);
 // Bytes of a finished model download or update upload of `worker_id`.
 void RecordDownloadBytes(const std::string& worker_id, uint64_t bytes);
 void RecordUploadBytes(const std::string& worker_id, uint64_t bytes);

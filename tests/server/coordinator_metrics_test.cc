@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "base/metrics.h"
+#include "server/coordinator.h"
+#include "tests/server/test_directory.h"
 
 namespace tessera::server {
 namespace {
@@ -74,6 +78,34 @@ TEST(CoordinatorMetricsTest, AWorkersOwnTextDoesNotChooseHowItsUpdateIsCounted) 
   }
   EXPECT_NE(text.find("\ntessera_stragglers_total{" + job + "} 1\n"), std::string::npos)
       << "only the one dropped at the deadline is a straggler";
+}
+
+// A worker an operator forgets leaves its series to be taken by newer workers once the
+// family is full, as an ended job does: it is not kept for good at the cost of a new worker's.
+TEST(CoordinatorMetricsTest, AForgottenWorkersSeriesMakeRoomForNewWorkers) {
+  const std::filesystem::path dir = FreshTestDirectory("tessera-metrics-forget");
+  {
+    auto coordinator = Coordinator::Start(LoopbackCoordinatorOptions(dir / "state", "metrics"));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+    Coordinator& c = **coordinator;
+    v1::JoinRequest join;
+    join.set_name("forgotten-w1");
+    ASSERT_TRUE(c.registry().Join(join).ok());
+    RecordDownloadBytes("forgotten-w1", 1000);
+    RecordUploadBytes("forgotten-w1", 500);
+    c.registry().CloseChannel("forgotten-w1", c.registry().Generation("forgotten-w1"));  // lost: may be forgotten
+    ASSERT_TRUE(c.ForgetWorker("forgotten-w1").ok());
+    EXPECT_NE(metrics::Global().Render().find("worker=\"forgotten-w1\""), std::string::npos)
+        << "shown until its room is needed";
+    for (size_t i = 0; i < metrics::Registry::kDefaultMaxSeries; ++i) {
+      const std::string worker = "later-w" + std::to_string(i);
+      RecordDownloadBytes(worker, 1);
+      RecordUploadBytes(worker, 1);
+    }
+    const std::string text = metrics::Global().Render();
+    EXPECT_EQ(text.find("worker=\"forgotten-w1\""), std::string::npos) << "its room went to a newer worker";
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
