@@ -35,9 +35,10 @@ using Clock = std::chrono::steady_clock;
 // Connections accepted while every thread is busy wait in a queue of at most this many; more
 // are closed at once.
 constexpr size_t kMaxWaitingConnections = 64;
-// Connections accepted that have sent nothing yet wait in the accepting thread's poll, not on
-// a thread of their own, for at most the read timeout; past this many the oldest is closed.
-constexpr size_t kMaxSilentConnections = 256;
+// Connections with nothing to answer (new ones that have sent nothing yet, kept-alive ones
+// between requests) wait in the accepting thread's poll, not on a thread of their own, for at
+// most the read timeout; past this many the oldest is closed.
+constexpr size_t kMaxIdleConnections = 256;
 // Requests on one connection before it is closed, and the longest a response may take to write
 // (a client that reads a byte now and then holds a thread no longer).
 constexpr int kMaxRequestsPerConnection = 20;
@@ -229,6 +230,15 @@ class Connection {
     }
   }
 
+  // Whether bytes are there to read now: on the socket, or decrypted and held by TLS.
+  bool HasInput() const {
+    if (ssl_ != nullptr && SSL_pending(ssl_) > 0) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  int fd() const { return fd_; }
+
   // The peer closed or reset its side (an event stream's reader went away).
   bool PeerGone() const {
     pollfd p{fd_, POLLRDHUP, 0};
@@ -299,6 +309,18 @@ std::string ResponseHead(int status, const std::string& content_type, const std:
   return head;
 }
 
+// A connection and where it stands between the threads that serve it and the poll it waits
+// in while idle.
+struct Client {
+  Client(int fd, int stop_fd) : connection(fd, stop_fd) {}
+  Connection connection;
+  bool started = false;  // its TLS handshake (if any) done, its peer read
+  HttpRequest peer;
+  HttpHeadReader reader;
+  int served = 0;                // requests answered
+  Clock::time_point idle_until;  // while idle: when the read timeout closes it
+};
+
 }  // namespace
 
 struct HttpEndpoint::Shared {
@@ -306,14 +328,18 @@ struct HttpEndpoint::Shared {
   SSL_CTX* ssl_ctx = nullptr;
   int listen_fd = -1;
   int stop_fd = -1;
+  int wake_fd = -1;  // tells the accepting thread that connections came back idle
   std::atomic<bool> stopping{false};
   std::atomic<int> streams{0};
   std::mutex mu;
   std::condition_variable waiting_changed;
-  std::deque<int> waiting;  // accepted connections no thread has taken yet
+  std::deque<std::unique_ptr<Client>> waiting;   // connections with input no thread has taken yet
+  std::vector<std::unique_ptr<Client>> returned;  // idle again after a request, for the poll
 
   ~Shared() {
-    for (const int fd : waiting) ::close(fd);
+    waiting.clear();
+    returned.clear();
+    if (wake_fd >= 0) ::close(wake_fd);
     if (listen_fd >= 0) ::close(listen_fd);
     if (stop_fd >= 0) ::close(stop_fd);
     if (ssl_ctx != nullptr) SSL_CTX_free(ssl_ctx);
@@ -321,55 +347,64 @@ struct HttpEndpoint::Shared {
 
   void Accept();
   void Serve();
-  void ServeConnection(int fd);
+  // Answers the client's requests while they arrive; true when it is to wait in the poll for
+  // its next one (nothing has arrived yet), false when it is to close.
+  bool ServeConnection(Client& client);
   // Answers one request; false when the connection is to close after it.
   bool Answer(Connection& connection, const HttpRequestHead& head, const HttpRequest& peer, bool last);
   void Stream(Connection& connection, const HttpRoute& route, const HttpRequest& request, bool chunked);
 };
 
 void HttpEndpoint::Shared::Accept() {
-  // A connection is handed to a thread only once its first bytes (a request, or a TLS
-  // ClientHello) have arrived: connections that send nothing cannot hold every thread, nor
-  // fill the queue, each for a read timeout, while a scrape waits behind them.
-  struct Silent {
-    int fd;
-    Clock::time_point deadline;
-  };
-  std::deque<Silent> silent;  // in the order accepted, so by deadline
+  // A connection is handed to a thread only once bytes have arrived on it (a request, or a TLS
+  // ClientHello): connections that send nothing, new or kept alive, cannot hold every thread,
+  // nor fill the queue, each for a read timeout, while a scrape waits behind them.
+  std::deque<std::unique_ptr<Client>> idle;  // roughly in the order their timeouts end
   std::vector<pollfd> polled;
   for (;;) {
-    polled.assign({{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}});
-    for (const Silent& c : silent) polled.push_back({c.fd, POLLIN, 0});
+    polled.assign({{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}});
+    auto next = Clock::time_point::max();
+    for (const auto& c : idle) {
+      polled.push_back({c->connection.fd(), POLLIN, 0});
+      next = std::min(next, c->idle_until);
+    }
     int wait_ms = -1;
-    if (!silent.empty()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(silent.front().deadline - Clock::now()).count();
+    if (next != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
       wait_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
     }
     const int n = ::poll(polled.data(), polled.size(), wait_ms);
-    if (stopping.load() || (n > 0 && polled[1].revents != 0)) {
-      for (const Silent& c : silent) ::close(c.fd);
-      return;
-    }
+    if (stopping.load() || (n > 0 && polled[1].revents != 0)) return;  // `idle` closes them
     if (n < 0) continue;
-    // Those that sent something go to the threads; those silent past the read timeout close.
+    // Those with input go to the threads; those idle past the read timeout close.
     const Clock::time_point now = Clock::now();
-    std::deque<Silent> still;
-    for (size_t i = 0; i < silent.size(); ++i) {
-      if (polled[i + 2].revents != 0) {
+    std::deque<std::unique_ptr<Client>> still;
+    for (size_t i = 0; i < idle.size(); ++i) {
+      if (polled[i + 3].revents != 0) {
         std::lock_guard<std::mutex> lock(mu);
-        if (waiting.size() >= kMaxWaitingConnections) {
-          ::close(silent[i].fd);
-          continue;
+        if (waiting.size() < kMaxWaitingConnections) {
+          waiting.push_back(std::move(idle[i]));
+          waiting_changed.notify_one();
         }
-        waiting.push_back(silent[i].fd);
-        waiting_changed.notify_one();
-      } else if (now >= silent[i].deadline) {
-        ::close(silent[i].fd);
-      } else {
-        still.push_back(silent[i]);
+      } else if (now < idle[i]->idle_until) {
+        still.push_back(std::move(idle[i]));
       }
     }
-    silent.swap(still);
+    idle.swap(still);
+    auto keep = [&](std::unique_ptr<Client> client) {
+      if (idle.size() >= kMaxIdleConnections) idle.pop_front();
+      idle.push_back(std::move(client));
+    };
+    if (polled[2].revents != 0) {
+      uint64_t count = 0;
+      [[maybe_unused]] const ssize_t drained = ::read(wake_fd, &count, sizeof(count));
+      std::vector<std::unique_ptr<Client>> back;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        back.swap(returned);
+      }
+      for (auto& client : back) keep(std::move(client));
+    }
     if ((polled[0].revents & POLLIN) == 0) continue;
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -380,50 +415,58 @@ void HttpEndpoint::Shared::Accept() {
       }
       continue;
     }
-    if (silent.size() >= kMaxSilentConnections) {
-      ::close(silent.front().fd);
-      silent.pop_front();
-    }
-    silent.push_back({fd, Clock::now() + options.read_timeout});
+    auto client = std::make_unique<Client>(fd, stop_fd);
+    client->idle_until = Clock::now() + options.read_timeout;
+    keep(std::move(client));
   }
 }
 
 void HttpEndpoint::Shared::Serve() {
   for (;;) {
-    int fd = -1;
+    std::unique_ptr<Client> client;
     {
       std::unique_lock<std::mutex> lock(mu);
       waiting_changed.wait(lock, [&] { return stopping.load() || !waiting.empty(); });
       if (stopping.load()) return;
-      fd = waiting.front();
+      client = std::move(waiting.front());
       waiting.pop_front();
     }
-    ServeConnection(fd);
+    if (!ServeConnection(*client)) continue;  // closed as `client` goes
+    client->idle_until = Clock::now() + options.read_timeout;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      returned.push_back(std::move(client));
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(wake_fd, &one, sizeof(one));
   }
 }
 
-void HttpEndpoint::Shared::ServeConnection(int fd) {
-  Connection connection(fd, stop_fd);
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+bool HttpEndpoint::Shared::ServeConnection(Client& client) {
+  Connection& connection = client.connection;
   const auto read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
-  if (ssl_ctx != nullptr && !connection.Handshake(ssl_ctx, Clock::now() + read_timeout)) return;
-  HttpRequest peer;
-  FillPeer(connection.ssl(), peer);
-  HttpHeadReader reader;
+  if (!client.started) {
+    client.started = true;
+    int one = 1;
+    ::setsockopt(connection.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (ssl_ctx != nullptr && !connection.Handshake(ssl_ctx, Clock::now() + read_timeout)) return false;
+    FillPeer(connection.ssl(), client.peer);
+  }
+  HttpHeadReader& reader = client.reader;
   char chunk[kReadChunk];
-  for (int served = 0; served < kMaxRequestsPerConnection; ++served) {
-    // An idle connection waits for its next request's first byte as long as a read may take;
-    // then the whole head must arrive within the read timeout.
+  for (; client.served < kMaxRequestsPerConnection; ++client.served) {
+    // Between requests the connection waits in the poll, not here, until its next request's
+    // first bytes arrive; then the whole head must arrive within the read timeout.
     if (reader.empty()) {
+      if (!connection.HasInput()) return !stopping.load();
       const ssize_t n = connection.Read(chunk, sizeof(chunk), Clock::now() + read_timeout);
-      if (n <= 0) return;
+      if (n <= 0) return false;
       reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
     }
     const Clock::time_point head_deadline = Clock::now() + read_timeout;
     while (reader.state() == HttpHeadReader::State::kNeedMore) {
       const ssize_t n = connection.Read(chunk, sizeof(chunk), head_deadline);
-      if (n == 0) return;
+      if (n == 0) return false;
       if (n < 0) {
         if (!stopping.load() && Clock::now() >= head_deadline) {
           const std::string body = "the request's head did not arrive within " +
@@ -432,7 +475,7 @@ void HttpEndpoint::Shared::ServeConnection(int fd) {
                               read_timeout, Clock::now() + read_timeout);
           connection.LingeringClose();
         }
-        return;
+        return false;
       }
       reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
     }
@@ -441,11 +484,12 @@ void HttpEndpoint::Shared::ServeConnection(int fd) {
       connection.WriteAll(ResponseHead(reader.status(), "text/plain; charset=utf-8", &body, {}, false, false) + body,
                           read_timeout, Clock::now() + read_timeout);
       connection.LingeringClose();
-      return;
+      return false;
     }
-    if (!Answer(connection, reader.head(), peer, served + 1 == kMaxRequestsPerConnection)) return;
+    if (!Answer(connection, reader.head(), client.peer, client.served + 1 == kMaxRequestsPerConnection)) return false;
     reader.Restart(reader.rest());
   }
+  return false;
 }
 
 bool HttpEndpoint::Shared::Answer(Connection& connection, const HttpRequestHead& head, const HttpRequest& peer,
@@ -611,7 +655,8 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
   endpoint->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
                                                       : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   shared->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (shared->stop_fd < 0) return UnavailableError("cannot serve HTTP on " + where + ": " + std::strerror(errno));
+  shared->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (shared->stop_fd < 0 || shared->wake_fd < 0) return UnavailableError("cannot serve HTTP on " + where + ": " + std::strerror(errno));
   shared->options = std::move(options);
   const int threads = std::max(1, shared->options.threads);
   for (int i = 0; i < threads; ++i) endpoint->threads_.emplace_back([shared] { shared->Serve(); });

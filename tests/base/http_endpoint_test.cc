@@ -299,6 +299,39 @@ TEST(HttpEndpointTest, ConnectionsThatSendNothingDoNotKeepARequestWaiting) {
   EXPECT_FALSE(silent.back()->ClosedByServer()) << "a silent client within its read timeout stays connected";
 }
 
+// A kept-alive connection between its requests holds no thread either: with one thread, a
+// client that keeps its connection open after a request leaves the next client served, and
+// is served again itself on the same connection.
+TEST(HttpEndpointTest, AKeptAliveConnectionBetweenRequestsDoesNotKeepOthersWaiting) {
+  auto options = Options();
+  options.threads = 1;
+  options.read_timeout = std::chrono::seconds(600);
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  RawClient kept((*endpoint)->port());
+  ASSERT_TRUE(kept.connected());
+  ASSERT_TRUE(kept.Send("GET /api/echo?q=first HTTP/1.1\r\n\r\n"));
+  std::string first;
+  for (int i = 0; i < 600 && first.find("\r\n\r\nfirst") == std::string::npos; ++i) {
+    first += kept.ReadUntilClosed(std::chrono::milliseconds(100));
+  }
+  ASSERT_NE(first.find("Connection: keep-alive\r\n\r\nfirst"), std::string::npos) << first;
+
+  RawClient other((*endpoint)->port());
+  ASSERT_TRUE(other.connected());
+  ASSERT_TRUE(other.Send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  bool closed = false;
+  const std::string answer = other.ReadUntilClosed(std::chrono::seconds(60), &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  EXPECT_TRUE(closed);
+
+  ASSERT_TRUE(kept.Send("GET /api/echo?q=second HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  closed = false;
+  const std::string second = kept.ReadUntilClosed(std::chrono::seconds(60), &closed);
+  EXPECT_NE(second.find("\r\n\r\nsecond"), std::string::npos) << second;
+  EXPECT_TRUE(closed);
+}
+
 TEST(HttpEndpointTest, KeepsAConnectionForSeveralRequestsIncludingPipelinedOnes) {
   auto endpoint = HttpEndpoint::Start(Options());
   ASSERT_TRUE(endpoint.ok());
