@@ -147,7 +147,10 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
   }
   w.last_heard = options_.clock->Now();
   w.last_heard_unix_ms = UnixMillis();
-  if (!state.empty() && state != w.status.state()) w.status.set_state(state);  // escaped and capped by the service
+  // Escaped and capped by the service. A worker whose task channel closed stays listed as
+  // "disconnected", whatever its heartbeats say, until it reopens its channel or joins again:
+  // it is not alive, and a state such as "idle" beside that would read as if it were.
+  if (!w.channel_lost && !state.empty() && state != w.status.state()) w.status.set_state(state);
   return Status::Ok();
 }
 

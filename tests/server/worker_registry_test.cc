@@ -225,6 +225,13 @@ TEST_F(WorkerRegistryTest, AClosedTaskChannelLosesAWorkerAtOnceWhateverItsHeartb
   registry_.CloseChannel(w.worker_id(), generation, sink.get());
   EXPECT_FALSE(registry_.IsAlive(w.worker_id())) << "no waiting for the heartbeat timeout";
   EXPECT_TRUE(registry_.ReadyWorkers().empty());
+  // Its heartbeats go on, saying "idle": it is still listed as not alive and disconnected.
+  ASSERT_TRUE(registry_.Heartbeat(w.worker_id(), w.session(), "idle").ok());
+  EXPECT_FALSE(registry_.IsAlive(w.worker_id()));
+  const std::vector<v1::WorkerStatus> listed = registry_.List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_FALSE(listed[0].alive());
+  EXPECT_EQ(listed[0].state(), "disconnected");
   // Reopening the channel in the same session brings it back.
   ASSERT_TRUE(registry_.OpenChannel(w.worker_id(), generation, std::make_shared<NullSink>()).ok());
   EXPECT_TRUE(registry_.IsAlive(w.worker_id()));
