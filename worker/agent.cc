@@ -187,6 +187,7 @@ Status WorkerAgent::RunSession(bool* joined_out) {
     std::lock_guard<std::mutex> lock(mu_);
     worker_id_ = joined.worker_id();
     session_ = joined.session();
+    session_ended_ = false;
     // What the previous session said is over with it: its queued tasks are not this session's,
     // and its cancels must not stop a task this session hands out again under the same
     // (job, round, attempt), as a restarted coordinator does when it resumes a round.
@@ -289,6 +290,11 @@ Status WorkerAgent::RunSession(bool* joined_out) {
     }
     cv_.notify_all();
   });
+  {
+    // The task in hand stops at its next step (WorkerAgent::Train): its update would be refused.
+    std::lock_guard<std::mutex> lock(mu_);
+    session_ended_ = true;
+  }
   session_over = true;
   cv_.notify_all();
   heartbeat.join();
@@ -365,6 +371,7 @@ void WorkerAgent::TrainerLoop() {
       }
     }
     if (s.ok() && options_.after_training) options_.after_training(task);
+    if (!s.ok() && options_.after_failed_training) options_.after_failed_training(task, s);
     if (!s.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), s.ToString());
       // A broken connection to the coordinator or a cancelled round needs no report; anything

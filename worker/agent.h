@@ -70,6 +70,10 @@ struct WorkerOptions {
   // looks for the task's cancel and uploads (a test delivers a cancel there). Empty in the
   // daemon.
   std::function<void(const v1::TrainTask&)> after_training;
+  // Tests only: runs on the task thread when a task's training failed or stopped (a cancel,
+  // its session's end), with why, before the failure is logged or reported. Empty in the
+  // daemon.
+  std::function<void(const v1::TrainTask&, const Status&)> after_failed_training;
 };
 
 // An update before it is encoded: its named sets in upload order, "delta" first.
@@ -180,6 +184,13 @@ class WorkerAgent {
   std::deque<CancelledTask> cancelled_;
   std::optional<CancelledTask> in_hand_;  // the task the task thread holds (its job, round, attempt)
   bool IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const;
+  // Set when the session's task channel ends, cleared by the next join: the session is over,
+  // and the coordinator counts this worker lost until it joins again.
+  bool session_ended_ = false;
+  // Whether a task handed out in `session` ended with it: its task channel closed, or the
+  // worker joined again since. Its training stops at the next step, as a cancel's does: the
+  // coordinator takes no update of a session that is not its current one.
+  bool SessionEndedLocked(const std::string& session) const { return session_ended_ || session != session_; }
   std::string state_ = "idle";
 
   // Jobs the coordinator said ended (a cancel of round 0) whose data the task thread is yet

@@ -71,7 +71,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& i
   auto should_stop = [&, job, round, attempt] {
     if (stop_) return true;
     std::lock_guard<std::mutex> lock(mu_);
-    return IsCancelledLocked(job, round, attempt);
+    return IsCancelledLocked(job, round, attempt) || SessionEndedLocked(identity.session);
   };
   std::string share_key;
   {

@@ -47,17 +47,18 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   cohort_failed_ = false;
   RETURN_IF_ERROR(CheckTask(task, what));
   RETURN_IF_ERROR(CheckDeadline(task, what, std::chrono::system_clock::now()));
-  // Whether to give up the round: a stop, its deadline passed, or a cancel of it. Training asks
+  // Whether to give up the round: a stop, its deadline passed, a cancel of it or of its job, or
+  // the end of the session that handed it out. Training asks
   // between its steps; a paced emulated device asks while it sleeps, from the model's copy to
   // the device on, so that its modelled time does not hold the round past any of them.
   const std::function<bool()> round_over = [this, job = task.job_id(), round = task.round(),
-                                            attempt = task.attempt(), deadline = task.deadline_unix_ms()] {
+                                            attempt = task.attempt(), deadline = task.deadline_unix_ms(), session] {
     if (stop_) return true;
     const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
     if (deadline > 0 && now > deadline) return true;
     std::lock_guard<std::mutex> lock(mu_);
-    return IsCancelledLocked(job, round, attempt);
+    return IsCancelledLocked(job, round, attempt) || SessionEndedLocked(session);
   };
   SetEmulatedPacingStop(*device, round_over);
   struct PacingStopReset {
@@ -192,11 +193,12 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     comm.timeout_ms = static_cast<int>(wait.timeout.count());
     // A cancel or a stop ends the wait for members that will not come (not the deadline,
     // which bounds the wait itself and is reported as such).
-    auto store = std::make_shared<CoordinatorStore>(client_.get(), worker_id, session, [this, job, round, attempt] {
-      if (stop_) return true;
-      std::lock_guard<std::mutex> lock(mu_);
-      return IsCancelledLocked(job, round, attempt);
-    });
+    auto store =
+        std::make_shared<CoordinatorStore>(client_.get(), worker_id, session, [this, job, round, attempt, session] {
+          if (stop_) return true;
+          std::lock_guard<std::mutex> lock(mu_);
+          return IsCancelledLocked(job, round, attempt) || SessionEndedLocked(session);
+        });
     auto created = collectives::CreateCommunicator(comm, store);
     if (!created.ok()) {
       cohort_failed_ = true;  // Gloo's rendezvous gives UNAVAILABLE for any failure
@@ -214,6 +216,13 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   spdlog::info("{}: training party {} ({} samples, {} epochs)", what, task.party_index(), indices.size(),
                options.epochs);
   auto local = TrainLocal(*model, *data, indices, options);
+  if (!local.ok() && local.status().code() == StatusCode::kCancelled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (SessionEndedLocked(session)) {
+      return local.status().WithContext(what + ": its session ended (the task channel closed or the worker joined "
+                                               "again), so its update would be refused");
+    }
+  }
   if (!local.ok()) {
     if (!sync || !sync->failed()) return local.status();
     // The cohort's collective failed: a peer stalled, left or called differently. Its leader

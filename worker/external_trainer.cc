@@ -260,7 +260,8 @@ Result<std::string> ExternalTrainer::ReadLine(Clock::time_point deadline, const 
     }
     if (should_stop && should_stop()) {
       StopProcess(std::chrono::milliseconds(0));
-      return CancelledError(who + ": stopped while " + waiting + " (cancelled or past the round's deadline)");
+      return CancelledError(who + ": stopped while " + waiting +
+                            " (the task cancelled, its session ended or the worker stopping)");
     }
     if (Clock::now() >= deadline) {
       StopProcess(std::chrono::milliseconds(0));

@@ -191,6 +191,85 @@ TEST_F(AgentTest, AnUpdateOfASessionThatEndedIsNotUploaded) {
       << log.text();
 }
 
+// A worker whose session ended (the coordinator closed its task channel) trained the task in
+// hand to its end, for an update the coordinator would refuse, and held its device meanwhile.
+// Training now stops at its next step, as at a cancel: here the first, as the channel closed
+// while the model was downloading. With the session ended and no new one yet (its second join
+// waits until the task is done with), and with the worker joined again.
+TEST_F(AgentTest, TheEndOfItsSessionStopsATasksTraining) {
+  for (const bool rejoined : {false, true}) {
+    SCOPED_TRACE(rejoined ? "joined again" : "between sessions");
+    shared_ = std::make_shared<ScriptedCoordinator::Shared>();
+    shared_->numbered_sessions = true;
+    shared_->next_session = std::vector<v1::Task>{};  // the first channel ends after its task
+    std::optional<Status> failed;
+    bool trained = false;
+    WorkerOptions options;
+    options.after_training = [this, &trained](const v1::TrainTask&) {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      trained = true;
+      shared_->cv.notify_all();
+    };
+    options.after_failed_training = [this, &failed](const v1::TrainTask&, const Status& why) {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      failed = why;
+      shared_->cv.notify_all();
+    };
+    // The second join starts once the first session is over; without `rejoined` it is answered
+    // once the task is done with.
+    bool joining = false;
+    shared_->before_join = [&, this](int number) {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      if (number != 2) return;
+      joining = true;
+      shared_->cv.notify_all();
+      if (!rejoined) shared_->cv.wait_for(lock, kWait, [&] { return trained || failed.has_value(); });
+    };
+    shared_->before_download = [&, this](const v1::DownloadModelRequest&) {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      shared_->cv.wait_for(lock, kWait, [&] { return rejoined ? shared_->joins.size() >= 2 : joining; });
+      return Status::Ok();
+    };
+    Start({Train(1, 1)}, {}, options);
+    {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return trained || failed.has_value(); }));
+      EXPECT_FALSE(trained) << "the task of an ended session was trained to its end";
+      ASSERT_TRUE(failed.has_value());
+      EXPECT_EQ(failed->code(), StatusCode::kCancelled) << failed->ToString();
+      EXPECT_NE(failed->message().find("job job-1 round 1: its session ended"), std::string::npos)
+          << failed->ToString();
+      EXPECT_NE(failed->message().find("stopped after 0 steps"), std::string::npos) << failed->ToString();
+    }
+    agent_->Stop();
+    thread_.join();
+    EXPECT_TRUE(Uploads().empty()) << "an ended session's task uploaded or reported something";
+    agent_.reset();
+  }
+}
+
+// The end of a job (a cancel of its round 0: the job was cancelled or finished) stops the
+// training of its task in hand at the next step, as a cancel of the task's own round does.
+TEST_F(AgentTest, TheEndOfItsJobStopsATasksTraining) {
+  std::optional<Status> failed;
+  WorkerOptions options;
+  options.after_failed_training = [this, &failed](const v1::TrainTask&, const Status& why) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    failed = why;
+    shared_->cv.notify_all();
+  };
+  shared_->before_download = [this](const v1::DownloadModelRequest&) {
+    EXPECT_TRUE(Deliver(Cancel(0, 0)));
+    return Status::Ok();
+  };
+  Start({Train(1, 1)}, {}, options);
+  std::unique_lock<std::mutex> lock(shared_->mu);
+  ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return failed.has_value() || !shared_->uploads.empty(); }));
+  ASSERT_TRUE(failed.has_value()) << "the task of an ended job was trained and uploaded";
+  EXPECT_EQ(failed->code(), StatusCode::kCancelled) << failed->ToString();
+  EXPECT_NE(failed->message().find("stopped after 0 steps"), std::string::npos) << failed->ToString();
+}
+
 // What the coordinator says about a cancel or a refused update is logged on one line, escaped
 // and bounded: a reason that quotes a job or a worker cannot forge log lines or fill the log.
 TEST_F(AgentTest, TheCoordinatorsReasonsAreLoggedEscapedAndBounded) {
