@@ -471,6 +471,9 @@ Result<ExternalTrainerResult> ExternalTrainer::Train(const ExternalTrainerReques
                                 QuoteUntrusted(by_name.begin()->first, 64));
   }
   RETURN_IF_ERROR(CheckSameLayout(global, trained, what + ": its trained model"));
+  // A NaN or an infinity would become the update's delta: the round fails here, naming the
+  // tensor and its first bad element, rather than at the coordinator's check of the delta.
+  RETURN_IF_ERROR(CheckFinite(trained, what + ": its trained model"));
   result.model = std::move(trained);
   result.takeback_ms = MillisSince(takeback_start);
   return result;

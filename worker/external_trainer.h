@@ -29,7 +29,9 @@
 // reply (not JSON, another type, a field out of range) fails that round for this worker with a
 // message that says which, and is stopped: what it writes next could be taken for the next
 // round's reply. The next round starts a fresh process. A reply in step whose trained model
-// does not match (a tensor missing, another shape) fails the round and keeps the process.
+// does not match (a tensor missing, another shape) or holds a value that is not finite (NaN,
+// an infinity: the error names the tensor and its first such element) fails the round and
+// keeps the process.
 //
 // Thread safety: one thread at a time (the worker's task thread).
 #pragma once
@@ -61,7 +63,7 @@ struct ExternalTrainerRequest {
 };
 
 struct ExternalTrainerResult {
-  TensorSet model;       // the trained model, checked against the global model's layout
+  TensorSet model;       // the trained model, checked against the global model's layout, all finite
   uint64_t samples = 0;  // as the trainer reported it, at most the share's size
   double loss = 0;
   double handover_ms = 0;  // writing the model and the share for the process

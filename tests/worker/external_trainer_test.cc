@@ -196,6 +196,33 @@ TEST_F(ExternalTrainerRoundTest, AMalformedReplyFailsItsRoundAndRestartsTheProce
   }
 }
 
+// A trained model holding a NaN or an infinity (here the copying trainer hands back a global
+// model that holds them) was taken as it was and became the update's delta. The round fails,
+// naming the trainer, the tensor and its first bad element; the process, in step, is kept.
+TEST_F(ExternalTrainerRoundTest, ATrainedModelThatIsNotFiniteFailsItsRound) {
+  auto trainer = Trainer("copy");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  ExternalTrainerRequest request;
+  request.job_id = "job";
+  request.round = 1;
+  request.attempt = 1;
+  for (const auto& [global, said] :
+       {std::pair<TensorSet, std::string>{{{"a", {1}, {1.0f}}, {"w", {3}, {0.5f, nan, inf}}},
+                                          "tensor 'w' element 1 is NaN"},
+        {{{"a", {1}, {1.0f}}, {"w", {3}, {0.5f, -0.5f, -inf}}}, "tensor 'w' element 2 is infinite"}}) {
+    auto trained = trainer->Train(request, global, Share(1), "job#0", steady_clock::now() + std::chrono::minutes(2),
+                                  [] { return false; });
+    ASSERT_FALSE(trained.ok()) << said;
+    EXPECT_EQ(trained.status().code(), StatusCode::kInvalidArgument) << trained.status().ToString();
+    const std::string expected =
+        "external trainer 'copy', job job round " + std::to_string(request.round) + ": its trained model: " + said;
+    EXPECT_NE(trained.status().message().find(expected), std::string::npos) << trained.status().ToString();
+    EXPECT_GT(trainer->pid(), 0) << "the process in step was stopped";
+    ++request.round;
+  }
+  EXPECT_TRUE(Round(*trainer, 3, Share(1), "job#0").ok());
+}
+
 // Whether process `pid` has ended (gone, or a zombie not yet reaped by its new parent).
 bool Ended(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
