@@ -109,4 +109,16 @@ Status CheckFinite(const TensorSet& tensors, const std::string& what) {
   return Status::Ok();
 }
 
+Status CheckNotNegative(const NamedTensor& tensor, const std::string& what) {
+  for (size_t j = 0; j < tensor.values.size(); ++j) {
+    if (tensor.values[j] < 0.0f) {
+      std::ostringstream value;
+      value << tensor.values[j];
+      return InvalidArgumentError(what + ": tensor " + QuoteUntrusted(tensor.name) + " element " + std::to_string(j) +
+                                  " is " + value.str() + "; expected a value of 0 or more");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace tessera

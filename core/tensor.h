@@ -39,6 +39,8 @@ std::string TensorSetSha256(const TensorSet& tensors, const std::vector<std::str
 Status CheckSameLayout(const TensorSet& reference, const TensorSet& candidate, const std::string& what);
 // Checks that every value is finite, naming the first that is not.
 Status CheckFinite(const TensorSet& tensors, const std::string& what);
+// Checks that no value of `tensor` is below zero, naming the first that is and its value.
+Status CheckNotNegative(const NamedTensor& tensor, const std::string& what);
 // `trained` minus `global`, value by value, in `trained`'s place: the change a round made.
 // The two have the same layout (checked by the caller).
 TensorSet DeltaFrom(TensorSet trained, const TensorSet& global);

@@ -134,7 +134,7 @@ std::vector<ParameterSpec> BatchNormLayer::parameters() const {
 std::vector<ParameterSpec> BatchNormLayer::buffers() const {
   const int64_t c = input_shape().channels;
   return {{name_ + ".running_mean", {c}, 1, ParameterInit::kZeros, local_},
-          {name_ + ".running_var", {c}, 1, ParameterInit::kOnes, local_}};
+          {name_ + ".running_var", {c}, 1, ParameterInit::kOnes, local_, /*non_negative=*/true}};
 }
 
 void BatchNormLayer::Bind(float* parameters, float* gradients) {

@@ -38,6 +38,9 @@ struct ParameterSpec {
   ParameterInit init = ParameterInit::kFanInUniform;
   // Kept on each worker rather than averaged into the global model (FedBN's batch norms).
   bool local = false;
+  // A value below zero is refused when a model's state is set (a batch norm's running
+  // variance: evaluation takes its square root).
+  bool non_negative = false;
 
   int64_t Count() const {  // values: the product of the shape
     int64_t count = 1;

@@ -20,7 +20,8 @@ Model::Model(std::string name, Device* device, ActivationShape input, std::vecto
     for (const auto& layer : layers_) {
       for (const ParameterSpec& spec : trainable ? layer->parameters() : layer->buffers()) {
         const int64_t count = spec.Count();
-        views_.push_back({spec.name, spec.shape, num_parameters_, count, spec.fan_in, spec.init, trainable, spec.local});
+        views_.push_back({spec.name, spec.shape, num_parameters_, count, spec.fan_in, spec.init, trainable, spec.local,
+                          spec.non_negative});
         num_parameters_ += count;
       }
     }
@@ -83,6 +84,9 @@ Status Model::SetState(const TensorSet& state) {
   const std::string what = "state for model '" + name_ + "'";
   RETURN_IF_ERROR(CheckSameLayout(reference, state, what));
   RETURN_IF_ERROR(CheckFinite(state, what));
+  for (size_t i = 0; i < views_.size(); ++i) {  // a negative running variance: NaN in every evaluation
+    if (views_[i].non_negative) RETURN_IF_ERROR(CheckNotNegative(state[i], what));
+  }
   for (size_t i = 0; i < views_.size(); ++i) {
     RETURN_IF_ERROR(device_->CopyHostToDevice(state[i].values.data(), parameters_,
                                               views_[i].offset * sizeof(float), state[i].ByteSize()));

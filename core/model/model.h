@@ -75,6 +75,7 @@ struct ParameterView {
   ParameterInit init = ParameterInit::kFanInUniform;
   bool trainable = true;  // false: a buffer (running statistics), not moved by the optimiser
   bool local = false;     // kept on each worker (ParameterSpec::local)
+  bool non_negative = false;  // no value below zero (ParameterSpec::non_negative)
 };
 
 // A read-only description of one layer of a model.
@@ -135,7 +136,8 @@ class Model {
   // (a CUDA or XRT error) is the error, never zeros.
   Result<TensorSet> GetState() const;
   // Replaces every parameter. InvalidArgument (nothing changed) when names, shapes or order
-  // differ from GetState()'s, or a value is not finite.
+  // differ from GetState()'s, a value is not finite, or a value that must not be negative (a
+  // batch norm's running variance) is; the error names the tensor and the element.
   Status SetState(const TensorSet& state);
 
   // Runs the forward pass over `batch` samples at `input` (device address, [batch, C, H, W]).

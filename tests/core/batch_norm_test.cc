@@ -1,0 +1,106 @@
+// Batch norms at the edges of their statistics: a state whose running variance is negative,
+// refused where a model's state is set.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "core/model/model.h"
+#include "core/train/trainer.h"
+#include "device/cpu/factory.h"
+
+namespace tessera {
+namespace {
+
+LayerConfig L(std::string type, std::string name = "", int out = 0) {
+  LayerConfig layer;
+  layer.type = std::move(type);
+  layer.name = std::move(name);
+  layer.out = out;
+  return layer;
+}
+
+// On 1x4x4 samples of two classes.
+ModelConfig Declared(std::vector<LayerConfig> layers) {
+  ModelConfig config;
+  config.name = "declared";
+  config.layers = std::move(layers);
+  config.channels = 1;
+  config.rows = config.cols = 4;
+  config.classes = 2;
+  config.seed = 3;
+  return config;
+}
+
+// A batch norm after a linear layer: its input is [8, 1, 1].
+ModelConfig NormAfterLinear() {
+  return Declared({L("flatten"), L("linear", "fc", 8), L("batch_norm", "bn"), L("relu"), L("linear", "out")});
+}
+
+// `count` samples of 1x4x4, labels alternating.
+Dataset Samples(int64_t count) {
+  Dataset data;
+  data.source = "synthetic";
+  data.count = count;
+  data.rows = data.cols = 4;
+  data.num_classes = 2;
+  for (int64_t i = 0; i < count * 16; ++i) data.images.push_back(static_cast<float>((i * 7) % 11) * 0.1f - 0.4f);
+  for (int64_t i = 0; i < count; ++i) data.labels.push_back(static_cast<uint8_t>(i % 2));
+  return data;
+}
+
+class BatchNormTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Model> Build(const ModelConfig& config) {
+    auto model = CreateModel(config, device_.get());
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+  Result<TrainReport> Train(Model& model, int64_t count, uint32_t batch_size, uint32_t epochs) {
+    data_ = Samples(count);
+    std::vector<int64_t> indices(static_cast<size_t>(count));
+    std::iota(indices.begin(), indices.end(), 0);
+    TrainOptions options;
+    options.batch_size = batch_size;
+    options.epochs = epochs;
+    options.learning_rate = 0.1f;
+    return TrainLocal(model, data_, indices, options);
+  }
+  std::unique_ptr<Device> device_ = CreateCpuDevice();
+  Dataset data_;
+};
+
+// A negative running variance was taken (from a checkpoint, a model file, a download), and
+// every evaluation then gave NaN: the square root of variance plus epsilon. Refused, naming
+// the tensor and the element; nothing of the state is set.
+TEST_F(BatchNormTest, ANegativeRunningVarianceIsRefused) {
+  auto model = Build(NormAfterLinear());
+  ASSERT_NE(model, nullptr);
+  const TensorSet before = model->GetState().value();
+  TensorSet state = before;
+  for (NamedTensor& tensor : state) {
+    if (tensor.name == "bn.running_var") tensor.values[5] = -0.25f;
+    if (tensor.name == "fc.bias") tensor.values[0] = 7.0f;
+  }
+  const Status set = model->SetState(state);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(set.message().find("tensor 'bn.running_var' element 5 is -0.25; expected a value of 0 or more"),
+            std::string::npos)
+      << set.ToString();
+  const TensorSet after = model->GetState().value();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].values, before[i].values) << after[i].name;
+  // A model built from such a state (a worker's round) is refused alike.
+  auto created = CreateModelWithState(NormAfterLinear(), device_.get(), state);
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.status().message().find("'bn.running_var' element 5"), std::string::npos)
+      << created.status().ToString();
+  // Zero is a variance (a channel that never varied); a negative mean or weight is no matter.
+  for (NamedTensor& tensor : state) {
+    if (tensor.name == "bn.running_var") tensor.values[5] = 0.0f;
+    if (tensor.name == "bn.running_mean" || tensor.name == "bn.weight") tensor.values[1] = -3.0f;
+  }
+  EXPECT_TRUE(model->SetState(state).ok());
+}
+
+}  // namespace
+}  // namespace tessera
