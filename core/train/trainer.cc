@@ -26,6 +26,18 @@ Status CheckDataMatchesModel(const Model& model, const Dataset& data) {
   return Status::Ok();
 }
 
+// The first batch norm (residual blocks' included) whose channels hold one value per sample:
+// its input is [C, 1, 1]. Empty when there is none.
+std::string OneValueBatchNorm(const std::vector<LayerInfo>& layers) {
+  for (const LayerInfo& layer : layers) {
+    if (layer.kind == "batch_norm" && layer.output.height * layer.output.width == 1) return layer.name;
+    for (const auto& path : layer.paths) {
+      if (std::string found = OneValueBatchNorm(path); !found.empty()) return found;
+    }
+  }
+  return "";
+}
+
 // SplitMix64: a sample's random bits from (seed, epoch, position), the same on every platform.
 uint64_t Mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -128,6 +140,8 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   const int64_t parameter_count = model.NumParameters();
   const int64_t trainable_count = model.NumTrainable();
   model.SetTraining(true);
+  // A batch of one sample is skipped when this batch norm would see one value per channel.
+  const std::string one_value_norm = OneValueBatchNorm(model.DescribeLayers(1));
   if (!(options.proximal_mu >= 0.0f) || !std::isfinite(options.proximal_mu)) {
     return InvalidArgumentError("TrainLocal: proximal_mu must be a finite number >= 0, got " +
                                 std::to_string(options.proximal_mu));
@@ -217,6 +231,11 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
                               std::to_string(report.steps) + " steps");
       }
       const int whole = static_cast<int>(std::min<size_t>(options.batch_size, order.size() - first));
+      if (whole == 1 && !one_value_norm.empty()) {
+        ++report.skipped_batches;
+        report.skipped_for = one_value_norm;
+        continue;
+      }
       // This shard's slice of the batch (all of it when not sharded).
       const int begin = static_cast<int>(static_cast<int64_t>(whole) * options.shard_index / options.shard_count);
       const int end = static_cast<int>(static_cast<int64_t>(whole) * (options.shard_index + 1) / options.shard_count);

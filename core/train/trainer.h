@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -80,15 +81,26 @@ struct TrainReport {
   uint64_t steps = 0;
   double mean_loss = 0;     // sample-weighted mean of the step losses
   double compute_ms = 0;    // wall time of the step loop, milliseconds
+  // Batches of one sample not trained (TrainLocal), over all epochs, and the batch norm that
+  // made them so (its name), when there were any.
+  uint64_t skipped_batches = 0;
+  std::string skipped_for;
 };
 
 // SGD with momentum (PyTorch semantics) over data[indices], `epochs` times. Each epoch visits
 // the indices in an order shuffled deterministically from options.seed and the epoch number;
-// the last partial batch is included. Momentum buffers start at zero in every call (the
-// optimiser is re-created each round, as in NIID-Bench). InvalidArgument when the data's
-// sample shape does not match the model's input, an index is out of range, the batch size
-// is zero, proximal_mu is negative or not finite, or a control variate is given alone or
-// with another length than the model's parameters; Cancelled when should_stop returned true.
+// the last partial batch is included, unless it holds one sample and the model has a batch
+// norm whose input is [C, 1, 1] (after a linear layer or a global pool): each channel would
+// then hold one value, whose batch variance is 0 and which normalises to the layer's bias
+// alone, passing no gradient back. Such a batch is skipped whole (no forward, no step, no
+// change to the running statistics; not counted in steps or samples) and counted in
+// TrainReport::skipped_batches; PyTorch refuses it in training mode. In a site cohort the
+// rule looks at the whole batch, which every member sees alike. Momentum buffers start at
+// zero in every call (the optimiser is re-created each round, as in NIID-Bench).
+// InvalidArgument when the data's sample shape does not match the model's input, an index is
+// out of range, the batch size is zero, proximal_mu is negative or not finite, or a control
+// variate is given alone or with another length than the model's parameters; Cancelled when
+// should_stop returned true.
 Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vector<int64_t>& indices,
                                const TrainOptions& options);
 

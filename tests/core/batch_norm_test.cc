@@ -1,5 +1,6 @@
 // Batch norms at the edges of their statistics: a state whose running variance is negative,
-// refused where a model's state is set.
+// refused where a model's state is set, and a training batch of one sample, which gives a
+// batch norm on a [C, 1, 1] input one value per channel and is skipped (core/train/trainer.h).
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -100,6 +101,56 @@ TEST_F(BatchNormTest, ANegativeRunningVarianceIsRefused) {
     if (tensor.name == "bn.running_mean" || tensor.name == "bn.weight") tensor.values[1] = -3.0f;
   }
   EXPECT_TRUE(model->SetState(state).ok());
+}
+
+// A batch of one sample (a share of one, or the last batch of an epoch) gave the batch norm one
+// value per channel: variance 0, an output of the bias alone, no gradient back, and running
+// variances pulled toward 0. Such a batch is skipped and counted; the model is as it was.
+TEST_F(BatchNormTest, ABatchOfOneSampleIsSkippedWhenANormSeesOneValuePerChannel) {
+  auto model = Build(NormAfterLinear());
+  ASSERT_NE(model, nullptr);
+  const TensorSet before = model->GetState().value();
+  auto report = Train(*model, 1, 4, 3);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->steps, 0u);
+  EXPECT_EQ(report->samples, 0u);
+  EXPECT_EQ(report->skipped_batches, 3u);
+  EXPECT_EQ(report->skipped_for, "bn");
+  const TensorSet after = model->GetState().value();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i].values, before[i].values) << after[i].name;
+}
+
+// Five samples in batches of two: the last batch of each epoch holds one and is skipped; the
+// others train as before.
+TEST_F(BatchNormTest, OnlyTheBatchesOfOneSampleAreSkipped) {
+  auto model = Build(NormAfterLinear());
+  ASSERT_NE(model, nullptr);
+  auto report = Train(*model, 5, 2, 2);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->steps, 4u);
+  EXPECT_EQ(report->samples, 8u);
+  EXPECT_EQ(report->skipped_batches, 2u);
+  EXPECT_EQ(report->skipped_for, "bn");
+}
+
+// A batch norm after a convolution holds a sample's positions per channel: a batch of one
+// trains. So does any batch of a model without a batch norm.
+TEST_F(BatchNormTest, ABatchOfOneTrainsWhereEachChannelHoldsMoreThanOneValue) {
+  LayerConfig conv = L("conv2d", "conv", 2);
+  conv.kernel = 3;
+  for (const ModelConfig& config :
+       {Declared({conv, L("batch_norm", "bn"), L("relu"), L("flatten"), L("linear", "out")}),
+        Declared({L("flatten"), L("linear", "fc", 8), L("relu"), L("linear", "out")})}) {
+    auto model = Build(config);
+    ASSERT_NE(model, nullptr);
+    const TensorSet before = model->GetState().value();
+    auto report = Train(*model, 1, 4, 2);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->steps, 2u);
+    EXPECT_EQ(report->skipped_batches, 0u);
+    EXPECT_TRUE(report->skipped_for.empty());
+    EXPECT_NE(model->GetState().value()[0].values, before[0].values);
+  }
 }
 
 }  // namespace
