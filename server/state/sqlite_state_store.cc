@@ -1,6 +1,5 @@
 #include "server/state/sqlite_state_store.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,68 +27,7 @@ using sqlite::Statement;
 static_assert(kMaxCheckpointBytes >= static_cast<uint64_t>(wire::kMaxModelMemoryBytes) + (uint64_t{512} << 20),
               "a checkpoint holds at most the model memory a job may take, and its selection history");
 
-Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
-  std::string message = what + " '" + path + "': " + std::strerror(err);
-  if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(message + " (the disk is full)");
-  return InternalError(message);
-}
-
 }  // namespace
-
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  return WriteFileAtomically(path, std::vector<std::string_view>{bytes});
-}
-
-Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
-  for (std::string_view bytes : pieces) {
-    size_t written = 0;
-    while (written < bytes.size()) {
-      ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return ErrnoStatus("cannot write", tmp, err);
-      }
-      written += static_cast<size_t>(n);
-    }
-  }
-  if (::fsync(fd) != 0) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot sync", tmp, err);
-  }
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot close", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot rename into", path, err);
-  }
-  // The rename is durable once the directory is: until then a power cut may undo it.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncDirectory(dir.empty() ? "." : dir);
-}
-
-Status SyncDirectory(const std::string& dir) {
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return ErrnoStatus("cannot open directory", dir, errno);
-  if (::fsync(dfd) != 0) {
-    const int err = errno;
-    ::close(dfd);
-    return ErrnoStatus("cannot sync directory", dir, err);
-  }
-  ::close(dfd);
-  return Status::Ok();
-}
 
 SqliteStateStore::SqliteStateStore(std::string state_dir, sqlite3* writer)
     : state_dir_(std::move(state_dir)), writer_(writer) {}
@@ -493,18 +431,11 @@ Result<TensorSet> SqliteStateStore::LoadCheckpoint(const std::string& job_id, ui
   const std::string path = CheckpointPath(job_id, round);
   // Only a file that is not there is "missing": a read that fails for another reason (too
   // many open files, permissions, an I/O error) says nothing about the checkpoint, and must
-  // not send a resume back to an older one.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return NotFoundError("checkpoint '" + path + "' is missing");
-    return UnavailableError("cannot open checkpoint '" + path + "': " + std::strerror(err));
-  }
+  // not send a resume back to an older one. A FIFO in the file's place fails at once (the
+  // open does not wait for a writer), and anything but a regular file is DataLoss, as a
+  // damaged file is.
   struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return DataLossError("checkpoint '" + path + "' is not a regular file");
-  }
+  ASSIGN_OR_RETURN(const int fd, OpenRegularFileForReading(path, "checkpoint", &info));
   // Sized before a byte is read (or a buffer made): a file of terabytes, sparse, is as
   // damaged as a cut one.
   if (static_cast<uint64_t>(info.st_size) > kMaxCheckpointBytes) {

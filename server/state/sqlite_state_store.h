@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/state/state_files.h"
 #include "server/state/state_store.h"
 
 namespace tessera::server {
@@ -123,15 +124,5 @@ class SqliteStateStore final : public StateStore {
   std::mutex read_mu_;
   sqlite3* reader_ = nullptr;  // guarded by read_mu_; read-only
 };
-
-// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
-// the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
-// The same for the concatenation of `pieces`, written one after another (a checkpoint's
-// header and tensors, without copying them into one buffer first).
-Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
-// fsync of a directory, so that the names created or renamed in it survive a power cut. An
-// error names the directory.
-Status SyncDirectory(const std::string& dir);
 
 }  // namespace tessera::server

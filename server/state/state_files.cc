@@ -1,0 +1,113 @@
+#include "server/state/state_files.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace tessera::server {
+namespace {
+
+Status ErrnoStatus(const std::string& what, const std::string& path, int err) {
+  std::string message = what + " '" + path + "': " + std::strerror(err);
+  if (err == ENOSPC || err == EDQUOT) return ResourceExhaustedError(message + " (the disk is full)");
+  return InternalError(message);
+}
+
+// What a file that is not a regular one is, in words.
+std::string FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  return WriteFileAtomically(path, std::vector<std::string_view>{bytes});
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
+  for (std::string_view bytes : pieces) {
+    size_t written = 0;
+    while (written < bytes.size()) {
+      ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return ErrnoStatus("cannot write", tmp, err);
+      }
+      written += static_cast<size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot sync", tmp, err);
+  }
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot close", tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("cannot rename into", path, err);
+  }
+  // The rename is durable once the directory is: until then a power cut may undo it.
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return SyncDirectory(dir.empty() ? "." : dir);
+}
+
+Status SyncDirectory(const std::string& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return ErrnoStatus("cannot open directory", dir, errno);
+  if (::fsync(dfd) != 0) {
+    const int err = errno;
+    ::close(dfd);
+    return ErrnoStatus("cannot sync directory", dir, err);
+  }
+  ::close(dfd);
+  return Status::Ok();
+}
+
+Status CheckRegularFile(int fd, const std::string& path, const std::string& what, struct stat* info) {
+  if (::fstat(fd, info) != 0) {
+    return UnavailableError("cannot stat " + what + " '" + path + "': " + std::strerror(errno));
+  }
+  if (!S_ISREG(info->st_mode)) {
+    return DataLossError(what + " '" + path + "' is " + FileKind(info->st_mode) + "; expected a regular file");
+  }
+  return Status::Ok();
+}
+
+Result<int> OpenRegularFileForReading(const std::string& path, const std::string& what, struct stat* info) {
+  // O_NONBLOCK changes nothing for a regular file's reads; it only keeps a FIFO's open from
+  // waiting for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFoundError(what + " '" + path + "' is missing");
+    return UnavailableError("cannot open " + what + " '" + path + "': " + std::strerror(err));
+  }
+  if (Status s = CheckRegularFile(fd, path, what, info); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  return fd;
+}
+
+}  // namespace tessera::server

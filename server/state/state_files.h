@@ -1,0 +1,38 @@
+// The state directory's files as the SQLite store writes and reads them: each file written
+// whole (a temporary beside it, fsync, rename, fsync of the directory), and files opened for
+// reading without waiting on something that is not a regular file.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace tessera::server {
+
+// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
+// the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
+Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// The same for the concatenation of `pieces`, written one after another (a checkpoint's
+// header and tensors, without copying them into one buffer first).
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
+// fsync of a directory, so that the names created or renamed in it survive a power cut. An
+// error names the directory.
+Status SyncDirectory(const std::string& dir);
+
+// Opens `path`, a `what` ("checkpoint") of the state directory, for reading: O_NONBLOCK, so
+// that a FIFO in its place fails at once instead of waiting for a writer that may never come,
+// then CheckRegularFile. Returns the descriptor, for the caller to close; `*info` is its
+// fstat. NotFound when there is no file; Unavailable, naming the file and the errno's text,
+// when the open fails for another reason (permissions, too many open files, a loop of links):
+// that says nothing about the file's content.
+Result<int> OpenRegularFileForReading(const std::string& path, const std::string& what, struct stat* info);
+// fstat of `fd`, opened from `path`: Unavailable naming the file and the errno's text when
+// fstat fails (an I/O failure, not damage), DataLoss naming the file, what it is (a FIFO, a
+// directory, ...) and that a regular file was expected when it is not a regular file.
+Status CheckRegularFile(int fd, const std::string& path, const std::string& what, struct stat* info);
+
+}  // namespace tessera::server

@@ -1,0 +1,76 @@
+// The state directory's files (server/state/state_files.h): a FIFO or another file that is
+// not a regular one where a checkpoint is read fails at once, naming it; an fstat that fails
+// is an I/O error, not damage.
+#include "server/state/state_files.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "server/state/sqlite_state_store.h"
+#include "tests/server/test_directory.h"
+
+namespace tessera::server {
+namespace {
+
+class StateFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = FreshTestDirectory("tessera-state-files"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+TensorSet Model(float v) { return {{"w", {2, 2}, {v, v + 1, v + 2, v + 3}}, {"b", {2}, {v, -v}}}; }
+
+std::string Contents(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The open waited for a writer that never came: the coordinator hung at start. It now fails
+// at once, as a checkpoint that is not one, and the job falls back to the one before.
+TEST_F(StateFilesTest, AFifoWhereACheckpointIsExpectedFailsAtOnceNamingIt) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->SaveInitialModel("job-1-abc", Model(0)).ok());
+  const std::string fifo = (*store)->CheckpointPath("job-1-abc", 1);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  auto loaded = (*store)->LoadCheckpoint("job-1-abc", 1);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss) << loaded.status().ToString();
+  EXPECT_EQ(loaded.status().message(), "checkpoint '" + fifo + "' is a FIFO; expected a regular file");
+  std::vector<Status> damaged;
+  auto newest = (*store)->LoadNewestCheckpoint("job-1-abc", 1, &damaged);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->round, 0u);
+  ASSERT_EQ(damaged.size(), 1u);
+  EXPECT_NE(damaged[0].message().find(fifo), std::string::npos) << damaged[0].message();
+}
+
+TEST_F(StateFilesTest, ADirectoryWhereACheckpointIsExpectedIsNamedAsOne) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const std::string path = (*store)->CheckpointPath("job-1-abc", 2);
+  std::filesystem::create_directory(path);
+  auto loaded = (*store)->LoadCheckpoint("job-1-abc", 2);
+  EXPECT_EQ(loaded.status().code(), StatusCode::kDataLoss) << loaded.status().ToString();
+  EXPECT_EQ(loaded.status().message(), "checkpoint '" + path + "' is a directory; expected a regular file");
+}
+
+// An fstat that fails says nothing about the file's content: Unavailable, not DataLoss (which
+// would send a resume back to an older checkpoint), naming the file and the errno's text.
+TEST_F(StateFilesTest, AnFstatThatFailsIsAnIoErrorNamingTheFile) {
+  struct stat info {};
+  const Status s = CheckRegularFile(-1, "/state/checkpoints/x.ckpt", "checkpoint", &info);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ(s.message(), std::string("cannot stat checkpoint '/state/checkpoints/x.ckpt': ") + std::strerror(EBADF));
+}
+
+}  // namespace
+}  // namespace tessera::server
