@@ -33,37 +33,42 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   return WriteFileAtomically(path, std::vector<std::string_view>{bytes});
 }
 
-Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
+Status WritePieces(int fd, const std::string& path, const std::vector<std::string_view>& pieces) {
   for (std::string_view bytes : pieces) {
     size_t written = 0;
     while (written < bytes.size()) {
-      ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return ErrnoStatus("cannot write", tmp, err);
-      }
+      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus("cannot write", path, errno);
+      if (n == 0) return ErrnoStatus("cannot write", path, EIO);
       written += static_cast<size_t>(n);
     }
   }
-  if (::fsync(fd) != 0) {
-    int err = errno;
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
+  const std::string tmp = path + ".tmp";
+  // A temporary left by a write cut short, or a link put in its place: removed (a link's
+  // target untouched), and the temporary made new. O_EXCL fails on any name there, a link
+  // included, so whatever appears between the two calls is never written through either.
+  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove the stale", tmp, errno);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
+  const auto failed = [&](Status why) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot sync", tmp, err);
-  }
+    return why;
+  };
+  if (Status s = WritePieces(fd, tmp, pieces); !s.ok()) return failed(s);
+  if (::fsync(fd) != 0) return failed(ErrnoStatus("cannot sync", tmp, errno));
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("cannot close", tmp, err);
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
+    const int err = errno;
     ::unlink(tmp.c_str());
     return ErrnoStatus("cannot rename into", path, err);
   }

@@ -13,12 +13,18 @@
 
 namespace tessera::server {
 
-// Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
-// the directory. A full disk gives ResourceExhausted naming the path, and the old file stays.
+// Writes `bytes` to `path` atomically: a temporary file beside it (PATH.tmp), fsync, rename,
+// fsync of the directory. Whatever is at PATH.tmp first (a write cut short, or a link put
+// there) is removed, and the temporary is created new (O_EXCL | O_NOFOLLOW): a link in its
+// place is never written through. A full disk gives ResourceExhausted naming the path, and
+// the old file stays; another failure is Internal naming the path and the step.
 Status WriteFileAtomically(const std::string& path, const std::string& bytes);
 // The same for the concatenation of `pieces`, written one after another (a checkpoint's
 // header and tensors, without copying them into one buffer first).
 Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
+// Writes `pieces` to `fd` one after another, as WriteFileAtomically does to its temporary;
+// an error names `path` (ResourceExhausted for a full disk).
+Status WritePieces(int fd, const std::string& path, const std::vector<std::string_view>& pieces);
 // fsync of a directory, so that the names created or renamed in it survive a power cut. An
 // error names the directory.
 Status SyncDirectory(const std::string& dir);

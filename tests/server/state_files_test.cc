@@ -1,8 +1,10 @@
 // The state directory's files (server/state/state_files.h): a FIFO or another file that is
 // not a regular one where a checkpoint is read fails at once, naming it; an fstat that fails
-// is an I/O error, not damage.
+// is an I/O error, not damage; a link planted at a checkpoint's temporary path is never
+// written through.
 #include "server/state/state_files.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +72,42 @@ TEST_F(StateFilesTest, AnFstatThatFailsIsAnIoErrorNamingTheFile) {
   const Status s = CheckRegularFile(-1, "/state/checkpoints/x.ckpt", "checkpoint", &info);
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
   EXPECT_EQ(s.message(), std::string("cannot stat checkpoint '/state/checkpoints/x.ckpt': ") + std::strerror(EBADF));
+}
+
+// A link at the temporary path was followed: the checkpoint's bytes went into whatever file
+// it named. The link is now replaced, its target left as it was.
+TEST_F(StateFilesTest, ALinkAtACheckpointsTemporaryPathIsNotWrittenThrough) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto victim = dir_ / "victim";
+  std::ofstream(victim) << "keep me";
+  const std::string path = (*store)->CheckpointPath("job-1-abc", 1);
+  std::filesystem::create_symlink(victim, path + ".tmp");
+  ASSERT_TRUE((*store)->WriteCheckpoint("job-1-abc", 1, Model(1)).ok());
+  EXPECT_EQ(Contents(victim), "keep me");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path + ".tmp")));
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
+  EXPECT_EQ(Contents(path), EncodeCheckpoint(Model(1)));
+  auto loaded = (*store)->LoadCheckpoint("job-1-abc", 1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ((*loaded)[0].values, Model(1)[0].values);
+  // A link to a device that takes every byte (or none) is not written through either.
+  std::filesystem::create_symlink("/dev/full", path + ".tmp");
+  ASSERT_TRUE(WriteFileAtomically(path, "plain").ok());
+  EXPECT_EQ(Contents(path), "plain");
+}
+
+// A full disk is ResourceExhausted naming the file; the writes of WriteFileAtomically's
+// temporary go through the same code.
+TEST_F(StateFilesTest, AFullDiskIsResourceExhaustedNamingTheFile) {
+  const int fd = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  const std::string bytes(1 << 16, 'x');
+  const Status s = WritePieces(fd, "/state/model.ckpt.tmp", {bytes});
+  ::close(fd);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("model.ckpt.tmp"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("disk is full"), std::string::npos) << s.message();
 }
 
 }  // namespace
