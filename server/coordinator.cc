@@ -78,9 +78,10 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   c->access_ = std::move(access);
   c->revocation_ = std::move(revocation);
   const std::string& dir = c->options_.state_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return FailedPreconditionError("cannot create --state-dir " + QuoteUntrusted(dir, 256) + ": " + ec.message());
+  // Durable before anything is written in it: a new directory's parent is synced after its mkdir.
+  if (Status made = CreateDirectoriesDurably(dir); !made.ok()) {
+    return FailedPreconditionError("cannot create --state-dir " + QuoteUntrusted(dir, 256) + ": " + made.message());
+  }
   auto lock = LockFile::Acquire(dir + "/coordinator.lock", "state directory " + QuoteUntrusted(dir, 256));
   if (!lock.ok()) {
     return Status(lock.status().code(), lock.status().message() + "; stop that coordinator first, or use another --state-dir");

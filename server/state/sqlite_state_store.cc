@@ -40,11 +40,11 @@ SqliteStateStore::~SqliteStateStore() {
 }
 
 Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& state_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(state_dir + "/checkpoints", ec);
-  if (ec) return InvalidArgumentError("state directory '" + state_dir + "': " + ec.message());
-  // The checkpoints' directory itself is durable before any checkpoint is written in it.
-  RETURN_IF_ERROR(SyncDirectory(state_dir));
+  // Each directory made here is durable before any file is written in it: its parent is
+  // synced after its mkdir.
+  if (Status made = CreateDirectoriesDurably(state_dir + "/checkpoints"); !made.ok()) {
+    return InvalidArgumentError("state directory '" + state_dir + "': " + made.message());
+  }
   const std::string db_path = state_dir + "/coordinator.db";
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,

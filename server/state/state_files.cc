@@ -89,6 +89,35 @@ Status SyncDirectory(const std::string& dir) {
   return Status::Ok();
 }
 
+Status CreateDirectoriesDurably(const std::string& dir) {
+  std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
+  if (!path.has_filename() && path.has_parent_path()) path = path.parent_path();  // "a/b/" is "a/b"
+  // The directories missing, the deepest first.
+  std::vector<std::filesystem::path> missing;
+  for (std::filesystem::path p = path; !p.empty(); p = p.parent_path()) {
+    struct stat info {};
+    if (::stat(p.c_str(), &info) == 0) {
+      if (!S_ISDIR(info.st_mode)) {
+        return FailedPreconditionError("cannot create directory '" + dir + "': '" + p.string() + "' is " +
+                                       FileKind(info.st_mode) + "; expected a directory");
+      }
+      break;
+    }
+    if (errno != ENOENT) return ErrnoStatus("cannot create directory", p.string(), errno);
+    missing.push_back(p);
+    if (p == p.parent_path()) break;  // the root
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    // A directory made meanwhile by another process is as good; its parent is synced all the same.
+    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+      return ErrnoStatus("cannot create directory", it->string(), errno);
+    }
+    const std::string parent = it->parent_path().string();
+    RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent));
+  }
+  return Status::Ok();
+}
+
 Status CheckRegularFile(int fd, const std::string& path, const std::string& what, struct stat* info) {
   if (::fstat(fd, info) != 0) {
     return UnavailableError("cannot stat " + what + " '" + path + "': " + std::strerror(errno));

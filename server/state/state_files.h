@@ -1,6 +1,7 @@
 // The state directory's files as the SQLite store writes and reads them: each file written
-// whole (a temporary beside it, fsync, rename, fsync of the directory), and files opened for
-// reading without waiting on something that is not a regular file.
+// whole (a temporary beside it, fsync, rename, fsync of the directory), directories created
+// so that their names survive a power cut, and files opened for reading without waiting on
+// something that is not a regular file.
 #pragma once
 
 #include <sys/stat.h>
@@ -28,6 +29,10 @@ Status WritePieces(int fd, const std::string& path, const std::vector<std::strin
 // fsync of a directory, so that the names created or renamed in it survive a power cut. An
 // error names the directory.
 Status SyncDirectory(const std::string& dir);
+// Creates `dir` and each missing directory above it, from the top down, syncing each new
+// directory's parent after its mkdir, so that the new name survives a power cut. Ok when
+// `dir` is a directory already. An error names the directory and the errno's text.
+Status CreateDirectoriesDurably(const std::string& dir);
 
 // Opens `path`, a `what` ("checkpoint") of the state directory, for reading: O_NONBLOCK, so
 // that a FIFO in its place fails at once instead of waiting for a writer that may never come,

@@ -1,7 +1,7 @@
 // The state directory's files (server/state/state_files.h): a FIFO or another file that is
 // not a regular one where a checkpoint is read fails at once, naming it; an fstat that fails
 // is an I/O error, not damage; a link planted at a checkpoint's temporary path is never
-// written through.
+// written through; directories are made with every missing parent.
 #include "server/state/state_files.h"
 
 #include <fcntl.h>
@@ -108,6 +108,17 @@ TEST_F(StateFilesTest, AFullDiskIsResourceExhaustedNamingTheFile) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("model.ckpt.tmp"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("disk is full"), std::string::npos) << s.message();
+}
+
+TEST_F(StateFilesTest, DirectoriesAreMadeWithEveryMissingParent) {
+  const auto deep = dir_ / "a" / "b" / "c";
+  ASSERT_TRUE(CreateDirectoriesDurably(deep.string() + "/").ok());
+  EXPECT_TRUE(std::filesystem::is_directory(deep));
+  EXPECT_TRUE(CreateDirectoriesDurably(deep.string()).ok()) << "one that is there already is Ok";
+  std::ofstream(dir_ / "file") << "x";
+  const Status s = CreateDirectoriesDurably((dir_ / "file" / "d").string());
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find((dir_ / "file").string()), std::string::npos) << s.message();
 }
 
 }  // namespace
