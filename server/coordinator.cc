@@ -258,14 +258,20 @@ Result<v1::Job> Coordinator::SubmitJob(const v1::JobSpec& submitted) {
   v1::JobSpec spec = submitted;
   RETURN_IF_ERROR(InferInputShape(options_.runner.Datasets(), &spec));
   RETURN_IF_ERROR(wire::ValidateJobSpec(spec));  // the model, the classes and the augmentation against the shape
-  ASSIGN_OR_RETURN(uint64_t number, store_->NextJobNumber());
   v1::Job job;
-  job.set_id("job-" + std::to_string(number) + "-" + RandomHex(3));
-  *job.mutable_spec() = spec;
-  job.set_state(v1::JOB_PENDING);
-  job.set_created_unix_ms(UnixMillis());
-  RETURN_IF_ERROR(Accepting("job submission"));
-  RETURN_IF_ERROR(store_->InsertJob(job));
+  {
+    // The number read and the row that takes it stored as one step: two submissions between
+    // the read and the insert would both read the same number (the store numbers the rows
+    // apart, but the ids would share it).
+    std::lock_guard<std::mutex> numbering(submit_mu_);
+    ASSIGN_OR_RETURN(uint64_t number, store_->NextJobNumber());
+    job.set_id("job-" + std::to_string(number) + "-" + RandomHex(3));
+    *job.mutable_spec() = spec;
+    job.set_state(v1::JOB_PENDING);
+    job.set_created_unix_ms(UnixMillis());
+    RETURN_IF_ERROR(Accepting("job submission"));
+    RETURN_IF_ERROR(store_->InsertJob(job));
+  }
   auto runner = std::make_shared<JobRunner>(job, store_.get(), &registry_, &rendezvous_, options_.runner);
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -179,6 +179,9 @@ class Coordinator {
   StreamWatchdog watchdog_;
   std::unique_ptr<JobRetention> retention_;  // with a retention set, once jobs are resumed
   std::shared_mutex names_mu_;  // joins shared, ForgetWorker exclusive
+  // Held by SubmitJob from reading the next job number to storing the job, so that no two
+  // jobs read the same number; taken before mu_, never while it is held.
+  std::mutex submit_mu_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobRunner>> runners_;
   std::map<v1::JobState, uint64_t> ended_;  // jobs ended with no runner left in runners_

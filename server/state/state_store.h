@@ -67,7 +67,9 @@ class StateStore {
 
   // Jobs. InsertJob numbers the job one past the largest number stored (1 for the first), so
   // that the newest job's number is given again once it is deleted; AlreadyExists for a job
-  // inserted before. NextJobNumber is the number the next insert gives. UpdateJob writes
+  // inserted before. NextJobNumber is the number the next insert gives, until another insert:
+  // a caller that names a job after it holds its own lock from the read to the insert (as
+  // Coordinator::SubmitJob does), or two jobs read the same number. UpdateJob writes
   // over the job's row (its state, rounds_committed, error, last_round) and changes nothing
   // for a job never inserted. A job's row holds its last round without the per-worker
   // reports (JobRow(): a round of 1,000 clients is about 640 KB of them, and they are in the

@@ -1,7 +1,7 @@
 // A coordinator's jobs across its own restarts and shutdown: a cancel answered Ok is never
 // lost, a stored row that cannot be read stops no other job, no job starts once shutdown has
-// begun, the lists and the job counts come from memory and stay bounded, and only an ended job
-// that is not the newest is deleted.
+// begun, the lists and the job counts come from memory and stay bounded, only an ended job
+// that is not the newest is deleted, and jobs submitted at once get numbers of their own.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -9,8 +9,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
@@ -250,6 +253,42 @@ TEST_F(CoordinatorJobsTest, TheJobsReplyListsTheNewestWithinItsBoundsAndCountsTh
   EXPECT_EQ(reply->jobs(999).id(), "job-1005-abc");
   EXPECT_EQ(reply->more(), 5u);
   EXPECT_EQ((*c)->JobCounts().at(v1::JOB_SUCCEEDED), 1005u);
+}
+
+// A job's number (job-N-...) is read and stored in one step: submissions racing one
+// another each get a number of their own, 1 to N with none skipped.
+TEST_F(CoordinatorJobsTest, JobsSubmittedAtOnceGetDistinctNumbers) {
+  auto c = Coordinator::Start(Options());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  constexpr int kThreads = 8, kEach = 4;
+  std::mutex mu;
+  std::vector<std::string> ids;
+  std::vector<std::string> errors;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        auto job = (*c)->SubmitJob(JobRunnerFixture::SmallSpec(2, 2));
+        std::lock_guard<std::mutex> lock(mu);
+        if (job.ok()) {
+          ids.push_back(job->id());
+        } else {
+          errors.push_back(job.status().ToString());
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  ASSERT_TRUE(errors.empty()) << errors.front();
+  std::set<uint64_t> numbers;
+  for (const std::string& id : ids) {
+    ASSERT_EQ(id.rfind("job-", 0), 0u) << id;
+    numbers.insert(std::stoull(id.substr(4, id.find('-', 4) - 4)));
+  }
+  std::set<uint64_t> expected;
+  for (uint64_t n = 1; n <= kThreads * kEach; ++n) expected.insert(n);
+  EXPECT_EQ(numbers, expected) << "a number was given to two jobs, or one was skipped";
+  (*c)->Shutdown();
 }
 
 }  // namespace
