@@ -75,16 +75,9 @@ Result<std::string> DeadlineStore::Get(const std::string& key, std::chrono::mill
 
 Status DeadlineStore::Wait(const std::vector<std::string>& keys,
                            std::chrono::milliseconds timeout) {
-  // No wait here outlasts the budget, and capping first keeps now() + timeout from overflowing.
-  const auto deadline = std::chrono::steady_clock::now() + std::min(timeout, budget_);
-  for (const std::string& key : keys) {
-    const auto left = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - std::chrono::steady_clock::now()));
-    auto value = Get(key, left);
-    if (!value.ok()) return value.status();
-  }
-  return Status::Ok();
+  // No wait here outlasts the budget, and capping first keeps now() + timeout from overflowing;
+  // each key's Get is this store's, bounded by what is left of the budget.
+  return Store::Wait(keys, std::min(timeout, budget_));
 }
 
 Status StoreBarrier(Store& store, const std::string& key, int size,
