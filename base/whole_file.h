@@ -26,8 +26,9 @@ struct WholeFileOptions {
   std::string suffix = ".tmp";
 };
 
-// DataLoss naming the file and the failing step ("cannot write PATH.tmp: No space left on
-// device", "cannot rename PATH.tmp to PATH: ...").
+// DataLoss naming the file and the failing step ("cannot write 'PATH.tmp': No space left on
+// device", "cannot rename 'PATH.tmp' to 'PATH': ..."), each path as QuoteUntrusted shows it
+// (escaped, its first 256 characters).
 Status WriteFileWhole(const std::string& path, std::string_view bytes, const WholeFileOptions& options = {});
 
 }  // namespace tessera

@@ -59,7 +59,7 @@ TEST_F(WholeFileTest, ALinkInTheTemporarysPlaceIsNotFollowed) {
   std::filesystem::create_symlink(target, path + ".tmp");
   Status written = WriteFileWhole(path, "bytes");
   EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
-  EXPECT_EQ(written.message().rfind("cannot write " + path + ".tmp: ", 0), 0u) << written.message();
+  EXPECT_EQ(written.message().rfind("cannot write '" + path + ".tmp': ", 0), 0u) << written.message();
   EXPECT_EQ(Read(target), "untouched");
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
 }
@@ -70,6 +70,23 @@ TEST_F(WholeFileTest, AFolderThatDoesNotExistIsAnErrorNamingTheFile) {
   EXPECT_EQ(written.code(), StatusCode::kDataLoss);
   EXPECT_NE(written.message().find(path + ".tmp"), std::string::npos) << written.message();
   EXPECT_NE(written.message().find("No such file or directory"), std::string::npos) << written.message();
+}
+
+// The path comes from a command line (export -o, trace -o): its error shows it escaped, on one
+// line, and bounded, never a terminal escape or a megabyte of name.
+TEST_F(WholeFileTest, AnErrorShowsThePathEscapedAndBounded) {
+  const std::string hostile = (dir_ / "missing\x1b[2J\nforged line" / "file").string();
+  Status written = WriteFileWhole(hostile, "bytes");
+  EXPECT_EQ(written.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(written.message().find('\x1b'), std::string::npos) << written.message();
+  EXPECT_EQ(written.message().find('\n'), std::string::npos) << written.message();
+  EXPECT_NE(written.message().find("missing\\x1b[2J\\nforged line/file.tmp'"), std::string::npos) << written.message();
+
+  const std::string long_name = (dir_ / "missing" / std::string(200, 'd') / std::string(200, 'f')).string();
+  Status long_written = WriteFileWhole(long_name, "bytes");
+  EXPECT_EQ(long_written.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(long_written.message().find(std::string(200, 'f')), std::string::npos) << long_written.message();
+  EXPECT_LT(long_written.message().size(), 400u) << long_written.message();
 }
 
 }  // namespace

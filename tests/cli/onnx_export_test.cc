@@ -54,7 +54,7 @@ TEST_F(OnnxExportTest, AWriteThatFailsIsAnError) {
   std::filesystem::create_symlink("/dev/full", path + ".tmp");
   Status written = WriteOnnx(*model_, "small", path);
   EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
-  EXPECT_EQ(written.message().rfind("cannot write " + path + ".tmp: ", 0), 0u) << written.message();
+  EXPECT_EQ(written.message().rfind("cannot write '" + path + ".tmp': ", 0), 0u) << written.message();
   EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
 }
 
