@@ -116,7 +116,7 @@ Status ExportCommand(v1::JobService::StubInterface& stub, const ExportOptions& o
     f["model_sha256"].set_string_value(sha256);
     out << wire::ToJson(summary) << "\n";
   } else {
-    out << "wrote " << options.path << ": job " << options.job_id << " round " << version << ", " << tensors.size()
+    out << "wrote " << QuoteUntrusted(options.path, 256) << ": job " << options.job_id << " round " << version << ", " << tensors.size()
         << " tensors, " << parameters << " parameters (model SHA-256 " << sha256.substr(0, 16) << "...)\n";
   }
   return Status::Ok();

@@ -202,7 +202,8 @@ Status SubmitCommand(v1::JobService::StubInterface& stub, const std::string& spe
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
   v1::SubmitJobResponse response;
-  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::SubmitJob, request, &response, "submit " + spec_path));
+  RETURN_IF_ERROR(Call(stub, &v1::JobService::StubInterface::SubmitJob, request, &response,
+                       "submit " + QuoteUntrusted(spec_path, 256)));
   out << (print.json ? wire::ToJson(response.job()) : Shown(response.job().id(), kShownNameChars)) << "\n";
   return Status::Ok();
 }

@@ -79,6 +79,22 @@ TEST_F(ExportCommandTest, AModelWithItsDigestIsWritten) {
       << out.str();
 }
 
+// The file's name is the user's -o: the line that says it was written shows it escaped, on
+// one line.
+TEST_F(ExportCommandTest, TheFileWrittenIsNamedEscaped) {
+  service_.sha256 = TensorSetSha256(service_.tensors);
+  const std::string file = "model\x1b[2J\nforged.npz";
+  std::ostringstream out;
+  Status exported = Export(out, std::nullopt, file);
+  ASSERT_TRUE(exported.ok()) << exported.ToString();
+  EXPECT_TRUE(std::filesystem::exists(dir_ / file));
+  const std::string said = out.str();
+  EXPECT_EQ(said.find('\x1b'), std::string::npos) << said;
+  EXPECT_EQ(said.find('\n'), said.size() - 1) << said;
+  EXPECT_EQ(said.rfind("wrote '" + (dir_ / "model\\x1b[2J\\nforged.npz").string() + "': job job-1 round 3", 0), 0u)
+      << said;
+}
+
 TEST_F(ExportCommandTest, AModelWithoutItsDigestIsRefused) {
   std::ostringstream out;
   Status exported = Export(out);

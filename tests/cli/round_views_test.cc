@@ -126,6 +126,22 @@ TEST_F(RoundViewsTest, ATraceFileReplacesALinkAndAFailedTraceLeavesTheFileAlone)
   std::filesystem::remove_all(dir);
 }
 
+// A submit the coordinator refuses names the spec's file as the user gave it: escaped.
+TEST_F(RoundViewsTest, ASubmitThatFailsNamesItsFileEscaped) {
+  const std::filesystem::path dir = testing::FreshTestDirectory("tessera-submit-name");
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path spec = dir / "job\x1b[2J\nforged.toml";
+  std::ofstream(spec) << "name = \"t\"\nrounds = 2\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
+  std::ostringstream out;
+  Status submitted = SubmitCommand(*stub_, spec.string(), out);  // the fake coordinator has no SubmitJob
+  ASSERT_FALSE(submitted.ok());
+  EXPECT_EQ(submitted.message().find('\x1b'), std::string::npos) << submitted.message();
+  EXPECT_EQ(submitted.message().find('\n'), std::string::npos) << submitted.message();
+  EXPECT_EQ(submitted.message().rfind("submit '" + (dir / "job\\x1b[2J\\nforged.toml").string() + "'", 0), 0u)
+      << submitted.message();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(RoundViewsTest, EachWorkerHasALineOfItsOwnWhateverItsDeviceName) {
   std::ostringstream out;
   Status listed = WorkersCommand(*stub_, out);

@@ -401,6 +401,15 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("--coordinator HOST:PORT or TESSERA_COORDINATOR=HOST:PORT"), std::string::npos) << text;
+  // A submit that fails names the spec's file as the user gave it, escaped.
+  const std::string spec = (dir.path() / "job\x1b[2J.toml").string();
+  std::ofstream(spec) << "name = \"t\"\nrounds = 2\n[model]\nname = \"mlp\"\n[data.partition]\nparties = 2\n";
+  auto [submit_code, submitted] =
+      RunCli(dir, {"--tls-dir", pki, "submit", spec}, {"TESSERA_COORDINATOR=127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(submit_code, 1) << submitted;
+  EXPECT_EQ(submitted.find('\x1b'), std::string::npos) << submitted;
+  EXPECT_NE(submitted.find("tessera: submit '" + (dir.path() / "job\\x1b[2J.toml").string() + "': "), std::string::npos)
+      << submitted;
 }
 
 }  // namespace
