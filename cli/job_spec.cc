@@ -256,6 +256,12 @@ Result<v1::JobSpec> ReadSpec(const toml::table& root, SpecReader& reader) {
       return reader.Error(key, "expected a device class (\"cpu\", \"cuda\", \"xrt\" or \"emu:PROFILE\"), found \"" +
                                    EscapeUntrusted(device) + "\"");
     }
+    // "emu:" alone names no profile: a typo the coordinator would record as the job's device.
+    // (A fallback is held to a built-in profile's name by wire::ValidateJobSpec, further on.)
+    if (device == "emu:" && std::string_view(key) == "device") {
+      return reader.Error(key, "expected emu: and a profile's name (emu:PROFILE, such as \"emu:edge-npu\"; "
+                               "tessera devices lists the built-in profiles), found \"emu:\"");
+    }
     if (std::string_view(key) == "device") {
       spec.set_device(device);
     } else {

@@ -291,6 +291,9 @@ TEST(JobSpecTest, DevicesMustBeADeviceClass) {
                 {"job.toml:1:", "fallback_device", "a built-in profile's name"});
   }
   ASSERT_TRUE(ParseJobSpecString(std::string("fallback_device = \"emu:edge-npu\"\n") + kMinimal, "job.toml").ok());
+  // A device of "emu:" alone names no profile.
+  ExpectError(std::string("device = \"emu:\"\n") + kMinimal,
+              {"job.toml:1:", "'device'", "expected emu: and a profile's name (emu:PROFILE", "found \"emu:\""});
   for (const char* device : {"cpu", "cuda", "xrt", "emu:t4"}) {
     Result<v1::JobSpec> spec = ParseJobSpecString(std::string("device = \"") + device + "\"\n" + kMinimal, "job.toml");
     ASSERT_TRUE(spec.ok()) << device << ": " << spec.status().ToString();
