@@ -234,10 +234,15 @@ Status RiskList(Device& device, const ModelConfig& config, const DevicesOptions&
 
 }  // namespace
 
-Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
+Status CheckDevicesOptions(const DevicesOptions& options) {
   if (options.json && !options.model.empty()) {
-    return InvalidArgumentError("devices: --json lists the devices without a risk list; drop --model, or --json");
+    return InvalidArgumentError("--json lists the devices without a risk list; drop --model or --json");
   }
+  return Status::Ok();
+}
+
+Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
+  RETURN_IF_ERROR(CheckDevicesOptions(options));
   std::vector<std::string> names = options.devices;
   if (names.empty()) {
     for (const auto& backend : RegisteredDeviceBackends()) names.push_back(backend.name);

@@ -38,6 +38,9 @@ struct DevicesOptions {
   int batch = 64;                         // the risk list's training-step batch
   bool json = false;                      // one JSON object per device (without the risk list)
 };
+// The options' usage errors, before anything is measured: --json with a model (the JSON has no
+// risk list) is InvalidArgument naming both flags.
+Status CheckDevicesOptions(const DevicesOptions& options);
 Status DevicesCommand(const DevicesOptions& options, std::ostream& out);
 
 struct AlignOptions {

@@ -298,6 +298,10 @@ int main(int argc, char** argv) {
       }
       *list = *split;
     }
+    if (Status usage = cli::CheckProvisionOptions(provision); !usage.ok()) {
+      std::cerr << "tessera provision: " << usage.message() << "\n";
+      return 2;
+    }
     auto report = cli::ProvisionIdentities(provision);
     if (!report.ok()) {
       std::cerr << "tessera provision: " << report.status().message() << "\n";
@@ -330,6 +334,10 @@ int main(int argc, char** argv) {
       }
       devices.extra_devices = *extra;
       devices.json = json;
+      if (Status usage = CheckDevicesOptions(devices); !usage.ok()) {
+        std::cerr << "tessera devices: " << usage.message() << "\n";
+        return 2;
+      }
       local = DevicesCommand(devices, std::cout);
     } else {
       if (!(align.divergence_threshold > 0) || !std::isfinite(align.divergence_threshold)) {  // a usage error

@@ -306,7 +306,7 @@ Result<std::string> Provision(const ProvisionOptions& options) {
   return report.Text();
 }
 
-Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
+Status CheckProvisionOptions(const ProvisionOptions& options) {
   if (options.out_dir.empty()) return InvalidArgumentError("--out is required: the directory to write into");
   if (options.coordinator_hosts.empty() && !std::filesystem::exists(options.out_dir + "/coordinator/tls.crt")) {
     return InvalidArgumentError("--coordinator-host is required: the name (or names) workers dial the coordinator by");
@@ -327,6 +327,11 @@ Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
       seen.push_back(what + "/" + name);
     }
   }
+  return Status::Ok();
+}
+
+Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options) {
+  RETURN_IF_ERROR(CheckProvisionOptions(options));
   const std::string& out = options.out_dir;
   // A coordinator certificate that exists is kept: one that lacks a name asked for now would
   // leave whoever dials that name failing verification, far from here. Checked before anything

@@ -96,6 +96,10 @@ struct ProvisionReport {
   std::string Text() const;
 };
 Result<ProvisionReport> ProvisionIdentities(const ProvisionOptions& options);
+// The checks of the options ProvisionIdentities makes before it reads or writes a file (--out
+// given, --coordinator-host given or its certificate there, --days, the hosts' and names' form,
+// a name listed twice): each a usage error, InvalidArgument naming its flag.
+Status CheckProvisionOptions(const ProvisionOptions& options);
 // ProvisionIdentities(options).Text().
 Result<std::string> Provision(const ProvisionOptions& options);
 

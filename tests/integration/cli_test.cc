@@ -412,5 +412,25 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
       << submitted;
 }
 
+// A local command's usage error exits 2, as a remote one's does, with one message that names
+// the command once.
+TEST(CliTest, ALocalCommandsUsageErrorExitsTwo) {
+  TempDir dir("cli-usage");
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"devices", "--model", "mlp", "--json"},
+            "tessera devices: --json lists the devices without a risk list; drop --model or --json\n"},
+           {{"provision", "--coordinator-host", "localhost", "--workers", "a"},
+            "tessera provision: --out is required: the directory to write into\n"},
+           {{"provision", "--out", (dir.path() / "pki").string(), "--coordinator-host", "localhost", "--workers",
+             "a,a"},
+            "tessera provision: --workers: 'a' is listed twice\n"}}) {
+    auto [code, said] = RunCli(dir, args);
+    EXPECT_EQ(code, 2) << said;
+    EXPECT_EQ(said.rfind(says, 0), 0u) << said;
+    EXPECT_EQ(said.find("devices: devices:"), std::string::npos) << said;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "pki")) << "nothing is written for a usage error";
+}
+
 }  // namespace
 }  // namespace tessera::testing
