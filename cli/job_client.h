@@ -58,8 +58,12 @@ Status TraceToFile(v1::JobService::StubInterface& stub, const std::string& job_i
 struct WatchOptions {
   PrintOptions print;
   // While the coordinator is unreachable, try again for this long (it may be restarting:
-  // a restarted coordinator resumes the job) before giving up.
+  // a restarted coordinator resumes the job) before giving up. It is back once a stream shows
+  // a new round or a new note, or sends events and stays open for steady_for: a coordinator
+  // that sends events (a replay of what was shown) and closes each stream at once does not
+  // start the time again.
   std::chrono::milliseconds reconnect_for{std::chrono::minutes(5)};
+  std::chrono::milliseconds steady_for{std::chrono::minutes(1)};
   // Progress while a round waits ("7/10 reported, waiting on ...") rewrites one line of a
   // terminal; otherwise each is a line of its own.
   bool live = false;

@@ -97,7 +97,9 @@ const std::vector<Command>& Commands() {
        {"round", "o", "json"}, true},
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
                        "by phase, KiB on the wire), notes as they happen, then the final accuracy and a latency\n"
-                       "summary; reconnects while the coordinator restarts", {"json"}, true},
+                       "summary; reconnects while the coordinator restarts, giving up after 5 minutes in\n"
+                       "which no stream brought a new round or note, or answered and stayed open a minute",
+       {"json"}, true},
       {"cancel", "JOB", "cancel a running job", {"json"}, true},
       {"delete", "JOB", "delete an ended job for good: its record, its rounds and its kept models\n"
                         "(the newest job is kept, so that job numbers are never given twice)", {"json"}, true},

@@ -82,12 +82,19 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
   v1::Job last_job;
   bool header_done = false;
   uint32_t next_round = 0;
+  // Lost since lost_since: no stream since then has shown a new round or a new note, nor sent
+  // events and stayed open for options.steady_for. A coordinator that answers and then closes each stream at once
+  // (cleanly or not) is no more back than one that does not answer: its reconnects count toward
+  // options.reconnect_for together.
   bool lost = false;
   bool answered = false;  // the coordinator has sent an event: a stream that fails later lost it
   bool progress_shown = false;  // a live progress line is on screen, without its newline
   std::chrono::steady_clock::time_point lost_since{};
   auto backoff = std::chrono::milliseconds(250);
   for (;;) {
+    const auto opened = std::chrono::steady_clock::now();
+    bool moved_on = false;  // this stream showed a new round or a new note
+    bool reconnected = false;  // this stream sent an event while the coordinator was lost
     grpc::ClientContext ctx;
     v1::WatchJobRequest request;
     request.set_job_id(job_id);
@@ -97,10 +104,9 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
     v1::JobEvent event;
     while (reader->Read(&event)) {
       answered = true;
-      if (lost) {
+      if (lost && !reconnected) {
         if (!json) out << "  reconnected to the coordinator" << std::endl;
-        lost = false;
-        backoff = std::chrono::milliseconds(250);
+        reconnected = true;
       }
       last_job = event.job();
       if (event.has_progress()) {
@@ -139,6 +145,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
                                       std::to_string(wire::kMaxRounds) + ")");
         }
         next_round = event.round().round() + 1;
+        moved_on = true;
         latencies.Add(event.round().latency());
         last_round.set_round(event.round().round());
         last_round.set_test_accuracy(event.round().test_accuracy());
@@ -155,6 +162,7 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         uint32_t& shown = shown_notes.At(hash);
         if (here <= shown) continue;
         shown = here;
+        moved_on = true;
       }
       if (json) {
         out << wire::ToJson(event) << std::endl;
@@ -184,6 +192,10 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
       out << "\n";
       progress_shown = false;
     }
+    if (lost && (moved_on || (reconnected && now - opened >= options.steady_for))) {
+      lost = false;  // the coordinator came back: a loss now is a new one
+      backoff = std::chrono::milliseconds(250);
+    }
     if (!lost) {
       lost = true;
       lost_since = now;
@@ -193,6 +205,10 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
       return UnavailableError("job " + job_id + ": the coordinator did not come back within " +
                               std::to_string(options.reconnect_for.count() / 1000) + " s" +
                               (finished.ok() ? std::string() : " (" + finished.message() + ")"));
+    } else if (reconnected && !json) {
+      const auto left = std::chrono::duration_cast<std::chrono::seconds>(options.reconnect_for - (now - lost_since));
+      out << "  lost the coordinator again before it sent a new round or note; reconnecting for up to "
+          << left.count() << " s more" << std::endl;
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));

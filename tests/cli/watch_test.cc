@@ -15,87 +15,12 @@
 #include "cli/job_client.h"
 #include "proto/job_mapping.h"
 #include "tests/address_space.h"
+#include "tests/cli/scripted_stub.h"
 
 namespace tessera::cli {
 namespace {
 
 using v1::JobEvent;
-
-// One WatchJob stream: events from `next` until it returns false, then `status`.
-class ScriptedReader final : public grpc::ClientReaderInterface<JobEvent> {
- public:
-  ScriptedReader(std::function<bool(JobEvent*)> next, grpc::Status status)
-      : next_(std::move(next)), status_(std::move(status)) {}
-  bool Read(JobEvent* event) override {
-    event->Clear();
-    return next_(event);
-  }
-  bool NextMessageSize(uint32_t* size) override {
-    *size = 64 << 20;
-    return true;
-  }
-  grpc::Status Finish() override { return status_; }
-  void WaitForInitialMetadata() override {}
-
- private:
-  std::function<bool(JobEvent*)> next_;
-  grpc::Status status_;
-};
-
-// A JobService stub that answers WatchJob with the streams given, one per call, and nothing else.
-class ScriptedStub final : public v1::JobService::StubInterface {
- public:
-  struct Stream {
-    std::function<bool(JobEvent*)> next;
-    grpc::Status status = grpc::Status::OK;
-  };
-  std::deque<Stream> streams;
-  std::vector<uint32_t> from_rounds;  // each WatchJob's from_round
-
-  grpc::ClientReaderInterface<JobEvent>* WatchJobRaw(grpc::ClientContext*, const v1::WatchJobRequest& request) override {
-    from_rounds.push_back(request.from_round());
-    if (streams.empty()) return new ScriptedReader([](JobEvent*) { return false; }, Unimplemented());
-    Stream s = std::move(streams.front());
-    streams.pop_front();
-    return new ScriptedReader(std::move(s.next), s.status);
-  }
-
-  grpc::Status SubmitJob(grpc::ClientContext*, const v1::SubmitJobRequest&, v1::SubmitJobResponse*) override { return Unimplemented(); }
-  grpc::Status GetJob(grpc::ClientContext*, const v1::GetJobRequest&, v1::GetJobResponse*) override { return Unimplemented(); }
-  grpc::Status ListJobs(grpc::ClientContext*, const v1::ListJobsRequest&, v1::ListJobsResponse*) override { return Unimplemented(); }
-  grpc::Status CancelJob(grpc::ClientContext*, const v1::CancelJobRequest&, v1::CancelJobResponse*) override { return Unimplemented(); }
-  grpc::Status ListWorkers(grpc::ClientContext*, const v1::ListWorkersRequest&, v1::ListWorkersResponse*) override { return Unimplemented(); }
-  grpc::Status ForgetWorker(grpc::ClientContext*, const v1::ForgetWorkerRequest&, v1::ForgetWorkerResponse*) override { return Unimplemented(); }
-  grpc::Status DeleteJob(grpc::ClientContext*, const v1::DeleteJobRequest&, v1::DeleteJobResponse*) override { return Unimplemented(); }
-
- private:
-  template <typename T>
-  using Unary = grpc::ClientAsyncResponseReaderInterface<T>;
-  template <typename T>
-  using Streamed = grpc::ClientAsyncReaderInterface<T>;
-  using Cq = grpc::CompletionQueue;
-  using Ctx = grpc::ClientContext;
-  static grpc::Status Unimplemented() { return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "not scripted"); }
-  Unary<v1::SubmitJobResponse>* AsyncSubmitJobRaw(Ctx*, const v1::SubmitJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::SubmitJobResponse>* PrepareAsyncSubmitJobRaw(Ctx*, const v1::SubmitJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::GetJobResponse>* AsyncGetJobRaw(Ctx*, const v1::GetJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::GetJobResponse>* PrepareAsyncGetJobRaw(Ctx*, const v1::GetJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ListJobsResponse>* AsyncListJobsRaw(Ctx*, const v1::ListJobsRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ListJobsResponse>* PrepareAsyncListJobsRaw(Ctx*, const v1::ListJobsRequest&, Cq*) override { return nullptr; }
-  Unary<v1::CancelJobResponse>* AsyncCancelJobRaw(Ctx*, const v1::CancelJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::CancelJobResponse>* PrepareAsyncCancelJobRaw(Ctx*, const v1::CancelJobRequest&, Cq*) override { return nullptr; }
-  Streamed<JobEvent>* AsyncWatchJobRaw(Ctx*, const v1::WatchJobRequest&, Cq*, void*) override { return nullptr; }
-  Streamed<JobEvent>* PrepareAsyncWatchJobRaw(Ctx*, const v1::WatchJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ListWorkersResponse>* AsyncListWorkersRaw(Ctx*, const v1::ListWorkersRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ListWorkersResponse>* PrepareAsyncListWorkersRaw(Ctx*, const v1::ListWorkersRequest&, Cq*) override { return nullptr; }
-  grpc::ClientReaderInterface<v1::ModelChunkMessage>* ExportModelRaw(Ctx*, const v1::ExportModelRequest&) override { return nullptr; }
-  Streamed<v1::ModelChunkMessage>* AsyncExportModelRaw(Ctx*, const v1::ExportModelRequest&, Cq*, void*) override { return nullptr; }
-  Streamed<v1::ModelChunkMessage>* PrepareAsyncExportModelRaw(Ctx*, const v1::ExportModelRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ForgetWorkerResponse>* AsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
-  Unary<v1::ForgetWorkerResponse>* PrepareAsyncForgetWorkerRaw(Ctx*, const v1::ForgetWorkerRequest&, Cq*) override { return nullptr; }
-  Unary<v1::DeleteJobResponse>* AsyncDeleteJobRaw(Ctx*, const v1::DeleteJobRequest&, Cq*) override { return nullptr; }
-  Unary<v1::DeleteJobResponse>* PrepareAsyncDeleteJobRaw(Ctx*, const v1::DeleteJobRequest&, Cq*) override { return nullptr; }
-};
 
 // Round `n` of a job, its latencies made from n, with `workers` reports of `outcome_bytes` each.
 v1::RoundRecord Round(uint32_t n, int workers = 2, size_t outcome_bytes = 8) {
@@ -337,6 +262,49 @@ TEST(WatchTest, AFirstConnectionThatFailsIsReturnedAtOnce) {
   EXPECT_TRUE(resumed.ok()) << resumed.ToString() << "\n" << followed.str();
   EXPECT_EQ(answered.from_rounds.size(), 3u);
   EXPECT_NE(followed.str().find("lost the coordinator"), std::string::npos) << followed.str();
+}
+
+// A coordinator that answers and closes each stream at once, sending only what was shown
+// already, is not back: its reconnects count toward reconnect_for together and the watch gives
+// up, where it used to reconnect for ever. A stream that brings a new round starts the time
+// again, as does one that stays open for steady_for.
+TEST(WatchTest, StreamsThatBringNothingNewDoNotStartTheReconnectTimeAgain) {
+  // A running job's round `n`, then the stream closes cleanly.
+  const auto closing_after = [](uint32_t n) {
+    return ScriptedStub::Stream{[=, sent = false](JobEvent* event) mutable {
+      if (sent) return false;
+      *event->mutable_job() = Job(v1::JOB_RUNNING);
+      *event->mutable_round() = Round(n);
+      sent = true;
+      return true;
+    }};
+  };
+  const auto script = [&](ScriptedStub& stub) {
+    stub.streams.push_back(closing_after(1));
+    stub.streams.push_back(closing_after(2));  // a new round: the coordinator is back
+    for (int i = 0; i < 4; ++i) stub.streams.push_back(closing_after(2));  // round 2 again, and again
+  };
+  ScriptedStub stub;
+  script(stub);
+  WatchOptions options;
+  options.reconnect_for = std::chrono::milliseconds(0);  // no second try without progress
+  options.steady_for = std::chrono::hours(1);
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out, options);
+  EXPECT_EQ(watched.code(), StatusCode::kUnavailable) << watched.ToString() << "\n" << out.str();
+  EXPECT_NE(watched.message().find("the coordinator did not come back within 0 s"), std::string::npos)
+      << watched.ToString();
+  EXPECT_EQ(stub.from_rounds, (std::vector<uint32_t>{0, 2, 3})) << out.str();
+
+  // Each stream that stays open for steady_for (here: any) counts as the coordinator back: the
+  // watch follows it to the end of its script (the stub's "not scripted", a final error).
+  ScriptedStub steady;
+  script(steady);
+  options.steady_for = std::chrono::milliseconds(0);
+  std::ostringstream followed;
+  Status ended = WatchCommand(steady, "job-1-abc", followed, options);
+  EXPECT_EQ(ended.code(), StatusCode::kUnimplemented) << ended.ToString() << "\n" << followed.str();
+  EXPECT_EQ(steady.from_rounds.size(), 7u) << followed.str();
 }
 
 }  // namespace
