@@ -327,9 +327,11 @@ Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_i
 }
 
 // A string as a JSON string literal.
-// Control characters (C0, DEL and C1, which a terminal reading `trace -o -` would act on) are
-// escaped; the rest is the coordinator's UTF-8 as it is.
-std::string JsonString(const std::string& text) {
+// JSON text is UTF-8: each byte that is not part of a valid UTF-8 character (a worker's outcome
+// need not be UTF-8) becomes U+FFFD. Control characters (C0, DEL and C1, which a terminal
+// reading `trace -o -` would act on) are escaped; the rest is the coordinator's UTF-8 as it is.
+std::string JsonString(const std::string& raw) {
+  const std::string text = ValidUtf8(raw, 3 * raw.size());  // U+FFFD is 3 bytes
   std::string out = "\"";
   for (size_t i = 0; i < text.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(text[i]);

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,6 +16,7 @@
 
 #include "base/escape.h"
 #include "cli/job_client.h"
+#include "tests/cli/scripted_stub.h"
 #include "tests/fresh_directory.h"
 
 namespace tessera::cli {
@@ -25,6 +27,8 @@ std::string KeptFailure() { return EscapeUntrusted(std::string(600, 'x') + "\x01
 
 class FakeJobService final : public v1::JobService::Service {
  public:
+  std::string failed_outcome = "failed: " + KeptFailure();  // w2's
+
   grpc::Status GetJob(grpc::ServerContext*, const v1::GetJobRequest* request, v1::GetJobResponse* response) override {
     v1::Job& job = *response->mutable_job();
     job.set_id(request->job_id());
@@ -46,7 +50,7 @@ class FakeJobService final : public v1::JobService::Service {
     ok.set_reported_ms(60);
     v1::WorkerRoundReport& failed = *round.add_workers();
     failed.set_worker_id("w2");
-    failed.set_outcome("failed: " + KeptFailure());
+    failed.set_outcome(failed_outcome);
     failed.set_compute_ms(30);
     failed.set_reported_ms(40);
     return grpc::Status::OK;
@@ -95,6 +99,30 @@ TEST_F(RoundViewsTest, ATraceWithALongFailureIsValidJsonThatKeepsTheWholeOutcome
     if (args.at("outcome").string_value() == "failed: " + KeptFailure()) found = true;
   }
   EXPECT_TRUE(found) << "w2's compute span carries its whole outcome\n" << trace.str();
+}
+
+// A round record's strings reach the trace as they came: should one not be UTF-8 (a worker's
+// outcome), the trace file is still valid JSON (a strict parser, Python's, reads it), each byte
+// that is not part of a UTF-8 character shown as U+FFFD.
+TEST_F(RoundViewsTest, ATraceOfAnOutcomeThatIsNotUtf8IsValidJson) {
+  service_.failed_outcome = "failed: \xff\xfe \"quoted\" \xc3 \xe2\x82 end \xc3\xa9";
+  // Handed over without the wire, which would refuse a string that is not UTF-8.
+  ScriptedStub stub;
+  v1::GetJobRequest request;
+  request.set_job_id("job-1-abc");
+  ASSERT_TRUE(service_.GetJob(nullptr, &request, &stub.job.emplace()).ok());
+  const std::filesystem::path dir = testing::FreshTestDirectory("tessera-trace-utf8");
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / "trace.json";
+  std::ostringstream note;
+  Status traced = TraceToFile(stub, "job-1-abc", std::nullopt, path.string(), note);
+  ASSERT_TRUE(traced.ok()) << traced.ToString();
+  const std::string check = "python3 -c 'import json, sys; t = json.load(open(sys.argv[1], encoding=\"utf-8\")); "
+                            "sys.exit(0 if any(e.get(\"args\", {}).get(\"outcome\") == "
+                            "\"failed: \\ufffd\\ufffd \\\"quoted\\\" \\ufffd \\ufffd\\ufffd end \\u00e9\" "
+                            "for e in t[\"traceEvents\"]) else 3)' " + path.string();
+  EXPECT_EQ(std::system(check.c_str()), 0) << check;
+  std::filesystem::remove_all(dir);
 }
 
 // trace -o FILE writes the file whole: a link at FILE is replaced, not followed (the file it
