@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "base/escape.h"
 #include "tessera/config.h"
 
 #if TESSERA_HAVE_XRT
@@ -18,6 +19,19 @@ std::string XclbinPath(const XrtDeviceOptions& options) {
   if (!options.xclbin_path.empty()) return options.xclbin_path;
   const char* from_environment = std::getenv("TESSERA_XRT_XCLBIN");
   return from_environment == nullptr ? "" : from_environment;
+}
+
+// NotFound unless `path` is a regular file, naming it escaped and bounded (it comes from a
+// variable of the environment). std::filesystem::exists would throw, and end the process, on a
+// name too long, a loop of links or a directory it may not search.
+Status CheckXclbinFile(const std::string& path) {
+  const std::string named = "xclbin " + QuoteUntrusted(path, 256);
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (status.type() == std::filesystem::file_type::not_found) return NotFoundError(named + " does not exist");
+  if (error) return NotFoundError(named + " cannot be read (" + error.message() + ")");
+  if (!std::filesystem::is_regular_file(status)) return NotFoundError(named + " is not a regular file");
+  return Status::Ok();
 }
 
 #if TESSERA_HAVE_XRT
@@ -53,7 +67,7 @@ std::string XrtEmulationMode() {
 Viability XrtViability(const XrtDeviceOptions& options) {
   const std::string path = XclbinPath(options);
   if (path.empty()) return {false, "no xclbin: set TESSERA_XRT_XCLBIN or XrtDeviceOptions::xclbin_path"};
-  if (!std::filesystem::exists(path)) return {false, "xclbin '" + path + "' does not exist"};
+  if (Status file = CheckXclbinFile(path); !file.ok()) return {false, file.message()};
   const Result<const XrtModule*>& module = LoadedXrtModule();
   if (!module.ok()) return {false, module.status().message()};
   return (*module)->viability(options);
@@ -62,7 +76,7 @@ Viability XrtViability(const XrtDeviceOptions& options) {
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options) {
   const std::string path = XclbinPath(options);
   if (path.empty()) return NotFoundError("XRT device: no xclbin given (set TESSERA_XRT_XCLBIN)");
-  if (!std::filesystem::exists(path)) return NotFoundError("XRT device: xclbin '" + path + "' does not exist");
+  RETURN_IF_ERROR(CheckXclbinFile(path).WithContext("XRT device"));
   const Result<const XrtModule*>& module = LoadedXrtModule();
   if (!module.ok()) return UnavailableError("XRT device: " + module.status().message());
   return (*module)->create(options, path);

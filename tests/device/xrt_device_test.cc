@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "device/placement.h"
@@ -139,6 +140,32 @@ TEST(XrtViabilityTest, SaysWhyWithoutAnXclbin) {
   EXPECT_FALSE(viability.viable);
   EXPECT_FALSE(viability.reason.empty());
 }
+
+#if TESSERA_HAVE_XRT
+// TESSERA_XRT_XCLBIN comes from the environment: a name the kernel refuses to look up (too
+// long here) is a reason, shown bounded and escaped, never an exception that ends the process.
+TEST(XrtViabilityTest, AnXclbinPathThatCannotBeLookedUpIsAReasonNotACrash) {
+  const std::string long_path = "/" + std::string(5000, 'a') + "\x1b[31m.xclbin";
+  test_support::ScopedEnvironmentVariable xclbin("TESSERA_XRT_XCLBIN", long_path);
+  Viability viability;
+  ASSERT_NO_THROW(viability = XrtViability());
+  EXPECT_FALSE(viability.viable);
+  EXPECT_NE(viability.reason.find("cannot be read"), std::string::npos) << viability.reason;
+  EXPECT_LT(viability.reason.size(), 600u) << viability.reason;
+  EXPECT_EQ(viability.reason.find('\x1b'), std::string::npos) << viability.reason;
+
+  std::optional<Status> created;
+  ASSERT_NO_THROW(created = CreateXrtDevice().status());
+  EXPECT_EQ(created->code(), StatusCode::kNotFound) << created->ToString();
+  EXPECT_LT(created->message().size(), 600u) << created->ToString();
+
+  // A directory is not an xclbin either.
+  auto directory = CreateXrtDevice(XrtDeviceOptions{.xclbin_path = ::testing::TempDir()});
+  EXPECT_EQ(directory.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(directory.status().message().find("not a regular file"), std::string::npos)
+      << directory.status().ToString();
+}
+#endif  // TESSERA_HAVE_XRT
 
 }  // namespace
 }  // namespace tessera
