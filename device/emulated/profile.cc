@@ -1,9 +1,14 @@
 #include "device/emulated/profile.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <toml++/toml.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <sstream>
 
 #include "base/escape.h"
@@ -15,6 +20,12 @@ constexpr uint64_t kGiB = uint64_t{1} << 30;
 // A profile file is a few tables of figures: anything larger is not one (or is a device file
 // such as /dev/zero that never ends), and is refused before it is parsed.
 constexpr size_t kMaxProfileFileBytes = size_t{1} << 20;
+// A profile's name becomes part of a device's name ("emu:<path.toml>#<name>") and is shown
+// wherever the device is: a short word.
+constexpr size_t kMaxProfileNameChars = 64;
+// What a file's path and its words are shown as in messages: escaped, and cut this short.
+constexpr size_t kShownPathChars = 256;
+constexpr size_t kShownWordChars = 64;
 // memory_bytes is read as a double and held as a uint64_t; from 2^63 up the conversion is
 // undefined, and no pool size class reaches past it either.
 constexpr double kMaxMemoryBytes = 9223372036854775808.0;  // 2^63, exclusive
@@ -135,6 +146,19 @@ std::string KnownNames() {
   return names;
 }
 
+// The file as messages name it: escaped and bounded.
+std::string ShownPath(const std::string& path) { return EscapeUntrusted(path, kShownPathChars); }
+// A word the file holds (a value, a key), quoted as messages show it.
+std::string ShownWord(std::string_view word) { return QuoteUntrusted(word, kShownWordChars); }
+
+bool IsProfileName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxProfileNameChars) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  return true;
+}
+
 // Reads the typed fields of one profile table, naming file, profile and field in every error.
 class ProfileReader {
  public:
@@ -142,7 +166,8 @@ class ProfileReader {
       : path_(std::move(path)), profile_(std::move(profile)), table_(table) {}
 
   Status Error(std::string_view field, const std::string& what) const {
-    return InvalidArgumentError(path_ + ": profile '" + profile_ + "': field '" + std::string(field) + "' " + what);
+    return InvalidArgumentError(ShownPath(path_) + ": profile " + ShownWord(profile_) + ": field " +
+                                ShownWord(field) + " " + what);
   }
 
   Status Number(std::string_view field, bool required, double* out) const {
@@ -213,7 +238,7 @@ Result<DType> ParseDType(std::string_view text) {
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kInt32}) {
     if (DTypeName(dtype) == text) return dtype;
   }
-  return InvalidArgumentError("is not a dtype (float32, float16, bfloat16, int8, int32): '" + std::string(text) + "'");
+  return InvalidArgumentError("is not a dtype (float32, float16, bfloat16, int8, int32): " + ShownWord(text));
 }
 
 Result<DeviceProfile> ReadProfile(const std::string& path, const std::string& name, const toml::table& table) {
@@ -246,7 +271,7 @@ Result<DeviceProfile> ReadProfile(const std::string& path, const std::string& na
     for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt8}) {
       if (PrecisionName(dtype) == precision) profile.precision = dtype, matched = true;
     }
-    if (!matched) return reader.Error("precision", "must be fp32, fp16, bf16 or int8, got '" + precision + "'");
+    if (!matched) return reader.Error("precision", "must be fp32, fp16, bf16 or int8, got " + ShownWord(precision));
   }
 
   std::vector<std::string> ops;
@@ -260,7 +285,7 @@ Result<DeviceProfile> ReadProfile(const std::string& path, const std::string& na
     for (Op op : AllOps()) {
       if (OpName(op) == op_name) profile.native_ops.insert(op), matched = true;
     }
-    if (!matched) return reader.Error("native_ops", "names an unknown op '" + op_name + "'");
+    if (!matched) return reader.Error("native_ops", "names an unknown op " + ShownWord(op_name));
   }
 
   std::vector<std::string> dtypes;
@@ -277,7 +302,7 @@ Result<DeviceProfile> ReadProfile(const std::string& path, const std::string& na
   std::string notes;
   RETURN_IF_ERROR(reader.Text("notes", &notes, &present));
   profile.notes = present ? notes : "loaded from " + path;
-  RETURN_IF_ERROR(ValidateProfile(profile, path + ": "));
+  RETURN_IF_ERROR(ValidateProfile(profile, ShownPath(path) + ": "));
   return profile;
 }
 
@@ -324,7 +349,8 @@ Result<DeviceProfile> FindBuiltinProfile(const std::string& name) {
 
 Status ValidateProfile(const DeviceProfile& profile, const std::string& origin) {
   auto error = [&](std::string_view field, const std::string& what) {
-    return InvalidArgumentError(origin + "profile '" + profile.name + "': field '" + std::string(field) + "' " + what);
+    return InvalidArgumentError(origin + "profile " + ShownWord(profile.name) + ": field '" + std::string(field) + "' " +
+                                what);
   };
   if (profile.name.empty()) return InvalidArgumentError(origin + "a profile has an empty name");
   const std::pair<const char*, double> non_negative[] = {
@@ -360,34 +386,61 @@ Status ValidateProfile(const DeviceProfile& profile, const std::string& origin) 
 }
 
 Result<std::vector<DeviceProfile>> LoadProfiles(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return NotFoundError("device profile file " + QuoteUntrusted(path, 256) + " cannot be opened");
+  const std::string named = "device profile file " + QuoteUntrusted(path, kShownPathChars);
+  // Opened without blocking and read only when a regular file: a FIFO or a terminal named as a
+  // profile would otherwise hold its reader (a worker at start) until someone wrote to it, and
+  // a directory would read as an empty file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return NotFoundError(named + " cannot be opened (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgumentError(named + ": expected a regular file");
+  }
   std::string text(kMaxProfileFileBytes + 1, '\0');
-  file.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(file.gcount()));
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return NotFoundError(named + " cannot be read (" + std::strerror(error) + ")");
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(got);
   if (text.size() > kMaxProfileFileBytes) {
-    return InvalidArgumentError("device profile file " + QuoteUntrusted(path, 256) + " is larger than " +
-                                std::to_string(kMaxProfileFileBytes) + " bytes");
+    return InvalidArgumentError(named + " is larger than " + std::to_string(kMaxProfileFileBytes) + " bytes");
   }
   toml::table root;
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& parse_error) {
     std::ostringstream message;
-    message << path << ":" << parse_error.source().begin.line << ": " << parse_error.description();
+    message << ShownPath(path) << ":" << parse_error.source().begin.line << ": "
+            << EscapeUntrusted(parse_error.description(), kShownPathChars);
     return InvalidArgumentError(message.str());
   }
   std::vector<DeviceProfile> profiles;
   for (const auto& [key, node] : root) {
     const toml::table* table = node.as_table();
     if (table == nullptr) {
-      return InvalidArgumentError(path + ": '" + std::string(key.str()) +
-                                  "' must be a table [profile-name] holding a profile's fields");
+      return InvalidArgumentError(ShownPath(path) + ": " + ShownWord(key.str()) +
+                                  " must be a table [profile-name] holding a profile's fields");
+    }
+    if (!IsProfileName(key.str())) {
+      return InvalidArgumentError(ShownPath(path) + ": profile " + ShownWord(key.str()) + ": expected a name of 1 to " +
+                                  std::to_string(kMaxProfileNameChars) + " letters, digits, '-', '_' or '.'");
     }
     ASSIGN_OR_RETURN(DeviceProfile profile, ReadProfile(path, std::string(key.str()), *table));
     profiles.push_back(std::move(profile));
   }
-  if (profiles.empty()) return InvalidArgumentError(path + ": holds no profile (expected a [profile-name] table)");
+  if (profiles.empty()) {
+    return InvalidArgumentError(ShownPath(path) + ": holds no profile (expected a [profile-name] table)");
+  }
   return profiles;
 }
 

@@ -18,9 +18,11 @@
 //   native_ops = ["gemm", "relu"]   # required: Op names (device.h OpName) or ["all"]
 //   dtypes = ["float32", "float16"] # optional (default: float32, int32 and the precision's)
 //
-// Rates (peaks, power, bandwidths) are at most 1e9; the bandwidths at least 1e-6; memory_bytes
-// below 2^63. A file over 1 MiB is refused unparsed. Every error names the file, the profile
-// and the field.
+// A profile's name is 1 to 64 letters, digits, '-', '_' or '.' (one with a '.' is a quoted key:
+// ["npu.v2"]). Rates (peaks, power, bandwidths) are at most 1e9; the bandwidths at least 1e-6;
+// memory_bytes below 2^63. The file must be a regular file (a FIFO or a device is refused
+// without waiting for it); one over 1 MiB is refused unparsed. Every error names the file, the
+// profile and the field, and shows what the file holds escaped and bounded.
 //
 // Thread safety: the functions share no mutable state.
 #pragma once
@@ -64,8 +66,8 @@ const std::vector<DeviceProfile>& BuiltinProfiles();
 Result<DeviceProfile> FindBuiltinProfile(const std::string& name);
 
 // Every profile in a TOML file, sorted by name. NotFound when the file cannot be read;
-// InvalidArgument for a parse error or a missing, negative or malformed field (naming the
-// file, the profile and the field).
+// InvalidArgument for a file that is not a regular one, a parse error, a malformed profile
+// name, or a missing, negative or malformed field (naming the file, the profile and the field).
 Result<std::vector<DeviceProfile>> LoadProfiles(const std::string& path);
 // Checks the figures of one profile; `origin` prefixes the message ("file.toml: ").
 Status ValidateProfile(const DeviceProfile& profile, const std::string& origin);

@@ -1,10 +1,18 @@
 // Limits of the emulated backend: what a profile file may hold (its size and the range of
 // each figure) and how far a paced device sleeps.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/device.h"
@@ -65,6 +73,72 @@ TEST(EmulatedLimitsTest, AProfileFilePastOneMebibyteIsRefusedUnparsed) {
   EXPECT_NE(profiles.status().message().find("large_profile.toml"), std::string::npos);
   EXPECT_NE(profiles.status().message().find("larger than 1048576 bytes"), std::string::npos)
       << profiles.status().ToString();
+}
+
+// A FIFO named as a profile file held its reader (a worker at start) until something wrote to
+// it; a directory read as an empty file ("holds no profile").
+TEST(EmulatedLimitsTest, AProfileThatIsNotARegularFileIsRefusedWithoutWaitingForAWriter) {
+  const std::string fifo = ::testing::TempDir() + "fifo_profile.toml";
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  // A writer that hands a valid profile to whoever opens the FIFO to read, so that a load that
+  // waits for it returns (and fails this test) rather than hanging.
+  std::thread writer([&] {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);  // a reader gone is EPIPE here, not a signal
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd < 0) return;
+    const std::string text = Profile("power_watts", "20");
+    (void)!::write(fd, text.data(), text.size());
+    ::close(fd);
+  });
+  auto profiles = LoadProfiles(fifo);
+  const int release = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // the writer, if still waiting
+  writer.join();
+  if (release >= 0) ::close(release);
+  ASSERT_EQ(profiles.status().code(), StatusCode::kInvalidArgument) << profiles.status().ToString();
+  EXPECT_NE(profiles.status().message().find("fifo_profile.toml"), std::string::npos);
+  EXPECT_NE(profiles.status().message().find("expected a regular file"), std::string::npos)
+      << profiles.status().ToString();
+
+  auto directory = LoadProfiles(::testing::TempDir());
+  ASSERT_EQ(directory.status().code(), StatusCode::kInvalidArgument) << directory.status().ToString();
+  EXPECT_NE(directory.status().message().find("expected a regular file"), std::string::npos)
+      << directory.status().ToString();
+}
+
+// A profile's name becomes part of a device's name: a short word. What the file holds is shown
+// escaped and bounded in every message.
+TEST(EmulatedLimitsTest, ProfileNamesAreShortWords) {
+  const std::string body = Profile("power_watts", "20").substr(std::string("[npu]").size());
+  for (const std::string& name : {std::string("\"evil\\u001b[31m\""), std::string(65, 'n'), std::string("\"a b\"")}) {
+    auto profiles = LoadProfiles(WriteProfile("named_profile.toml", "[" + name + "]" + body));
+    ASSERT_EQ(profiles.status().code(), StatusCode::kInvalidArgument) << name;
+    const std::string& message = profiles.status().message();
+    EXPECT_NE(message.find("expected a name of 1 to 64 letters, digits, '-', '_' or '.'"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  }
+  EXPECT_TRUE(LoadProfiles(WriteProfile("named_profile.toml", "[" + std::string(64, 'n') + "]" + body)).ok());
+  EXPECT_TRUE(LoadProfiles(WriteProfile("named_profile.toml", "[\"my_npu-2.1\"]" + body)).ok());
+}
+
+TEST(EmulatedLimitsTest, WhatAProfileFileHoldsIsShownEscapedAndBounded) {
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"native_ops", "[\"gemm\\u001b[31m\"]"},
+      {"power_watts", "20\nprecision = \"\\u001b[31m\""},
+      {"power_watts", "20\ndtypes = [\"float32\", \"\\u001b[31m\"]"},
+      {"power_watts", "20\n\"\\u001b[31m\" = 1"},
+      {"power_watts", "20\nprecision = \"" + std::string(100000, 'x') + "\""},
+  };
+  for (const auto& [field, value] : fields) {
+    auto profiles = LoadProfiles(WriteProfile("words_profile.toml", Profile(field, value)));
+    ASSERT_EQ(profiles.status().code(), StatusCode::kInvalidArgument) << value.substr(0, 80);
+    const std::string& message = profiles.status().message();
+    EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+    EXPECT_LT(message.size(), 1000u) << message.substr(0, 1000);
+  }
 }
 
 TEST(EmulatedLimitsTest, APacingStopEndsTheSleepAndKeepsTheModelledTime) {
