@@ -24,6 +24,7 @@
 #include "base/shutdown_signal.h"
 #include "device/emulated/factory.h"
 #include "device/registry.h"
+#include "device/xrt/factory.h"
 #include "proto/transport_security.h"
 #include "tessera/config.h"
 #include "worker/agent.h"
@@ -251,6 +252,14 @@ int main(int argc, char** argv) {
       if (auto made = CreateEmulatedDeviceByName(device); !made.ok()) {
         std::cerr << "tessera-worker: " << flag << " " << QuoteUntrusted(device, 256)
                   << " cannot be used here: " << made.status().message() << "\n";
+        return 1;
+      }
+    }
+    // So is the xclbin TESSERA_XRT_XCLBIN names: one missing is a mistake to fix, which the
+    // fallback device would otherwise hide (no xclbin named, no card, no XRT: those fall back).
+    if (device == "xrt") {
+      if (Status s = CheckXrtXclbinVariable(); !s.ok()) {
+        std::cerr << "tessera-worker: " << flag << " 'xrt' cannot be used here: " << s.message() << "\n";
         return 1;
       }
     }

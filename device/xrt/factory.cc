@@ -54,6 +54,15 @@ const Result<const XrtModule*>& LoadedXrtModule() {
 
 }  // namespace
 
+Status CheckXrtXclbinVariable() {
+  const char* path = std::getenv("TESSERA_XRT_XCLBIN");
+  if (path == nullptr || *path == '\0') return Status::Ok();
+  if (Status file = CheckXclbinFile(path); !file.ok()) {
+    return InvalidArgumentError("TESSERA_XRT_XCLBIN: " + file.message());
+  }
+  return Status::Ok();
+}
+
 bool XrtUsesNoopShim() { return XrtEmulationMode() == "noop"; }
 
 std::string XrtEmulationMode() {

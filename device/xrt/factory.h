@@ -43,6 +43,11 @@ Viability XrtViability(const XrtDeviceOptions& options = {});
 // Unavailable when no device can be opened or the backend's module cannot be loaded;
 // Unimplemented in a build without XRT.
 Result<std::unique_ptr<Device>> CreateXrtDevice(const XrtDeviceOptions& options = {});
+// OK when TESSERA_XRT_XCLBIN is unset or empty, or names a regular file; otherwise
+// InvalidArgument naming the variable and the file (escaped and bounded) and what is wrong. A
+// worker asked for "xrt" checks it at start: an xclbin named but missing is a mistake to fix,
+// not a card missing here to fall back from.
+Status CheckXrtXclbinVariable();
 // True when XRT runs on its no-op shim in this process.
 bool XrtUsesNoopShim();
 // XCL_EMULATION_MODE when it is set and not empty (XRT then runs on an emulation shim: noop,

@@ -202,6 +202,26 @@ TEST_F(DaemonTest, AWorkerWhoseDeviceCannotBeMadeExitsInsteadOfTrainingOnTheCpu)
   }
 }
 
+// An xclbin that TESSERA_XRT_XCLBIN names but that is missing (a typo, a file not deployed) is
+// a mistake to fix: the worker fell back to the CPU with a warning, as if this host had no card.
+TEST_F(DaemonTest, AWorkerAskedForXrtWithAMissingXclbinExitsInsteadOfTrainingOnTheCpu) {
+  const std::string missing = dir_.str() + "/no-such.xclbin";
+  for (const std::string flag : {"--device", "--fallback-device"}) {
+    SCOPED_TRACE(flag);
+    Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure", "--coordinator", "127.0.0.1:1",
+               flag, "xrt"},
+              dir_.str() + "/worker-xrt" + flag + ".log", {"TESSERA_XRT_XCLBIN=" + missing});
+    auto status = p.WaitExit(kExitWait);
+    ASSERT_TRUE(status.has_value()) << "the worker fell back to another device:\n" << p.Log();
+    EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
+    EXPECT_NE(p.Log().find("tessera-worker: " + flag + " 'xrt' cannot be used here: TESSERA_XRT_XCLBIN: xclbin '" +
+                           missing + "' does not exist"),
+              std::string::npos)
+        << p.Log();
+    EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
+  }
+}
+
 // OpenBLAS starts its threads from its constructor, before main() can block any signal,
 // unless OPENBLAS_NUM_THREADS=1. The kernel gives a process-directed SIGTERM to a thread that
 // does not block it: one of those.
