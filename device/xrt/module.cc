@@ -6,17 +6,28 @@
 
 #include <filesystem>
 
+#include "base/escape.h"
 #include "device/xrt/xrt_device.h"
 
 namespace tessera {
 namespace {
+
+// What the xclbin, XRT and the environment say is shown escaped and bounded: a file's path and
+// kernel names, an exception's text, XCL_EMULATION_MODE.
+constexpr size_t kShownPathChars = 256;
+constexpr size_t kShownNameChars = 64;
+constexpr size_t kShownErrorChars = 512;
+constexpr size_t kShownKernels = 16;
+
+std::string Shown(std::string_view text, size_t max_chars) { return EscapeUntrusted(text, max_chars); }
 
 Viability ModuleViability(const XrtDeviceOptions& options) {
   try {
     xrt::device device(options.device_index);
     (void)device;
   } catch (const std::exception& error) {
-    return {false, "XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what()};
+    return {false, "XRT cannot open device " + std::to_string(options.device_index) + ": " +
+                       Shown(error.what(), kShownErrorChars)};
   }
   return {true, ""};
 }
@@ -27,40 +38,49 @@ Result<std::unique_ptr<Device>> ModuleCreate(const XrtDeviceOptions& options, co
   try {
     device = xrt::device(options.device_index);
   } catch (const std::exception& error) {
-    return UnavailableError("XRT cannot open device " + std::to_string(options.device_index) + ": " + error.what());
+    return UnavailableError("XRT cannot open device " + std::to_string(options.device_index) + ": " +
+                            Shown(error.what(), kShownErrorChars));
   }
+  const std::string shown_path = QuoteUntrusted(path, kShownPathChars);
+  const std::string shown_kernel = QuoteUntrusted(options.kernel_name, kShownNameChars);
   try {
     xrt::xclbin xclbin(path);
     bool has_kernel = false;
     std::string kernels;
+    size_t listed = 0;
     for (const auto& kernel : xclbin.get_kernels()) {
-      kernels += (kernels.empty() ? "" : ", ") + kernel.get_name();
       has_kernel = has_kernel || kernel.get_name() == options.kernel_name;
+      if (listed++ < kShownKernels) {
+        kernels += (kernels.empty() ? "" : ", ") + Shown(kernel.get_name(), kShownNameChars);
+      } else if (listed == kShownKernels + 1) {
+        kernels += ", ...";
+      }
     }
     if (!has_kernel) {
-      return NotFoundError("xclbin '" + path + "' has no kernel '" + options.kernel_name + "' (it has: " +
+      return NotFoundError("xclbin " + shown_path + " has no kernel " + shown_kernel + " (it has: " +
                            (kernels.empty() ? "none" : kernels) + ")");
     }
     uuid = device.load_xclbin(xclbin);
   } catch (const std::exception& error) {
-    return InvalidArgumentError("xclbin '" + path + "' cannot be loaded: " + error.what());
+    return InvalidArgumentError("xclbin " + shown_path + " cannot be loaded: " + Shown(error.what(), kShownErrorChars));
   }
   xrt::kernel kernel;
   try {
     kernel = xrt::kernel(device, uuid, options.kernel_name);
   } catch (const std::exception& error) {
-    return NotFoundError("xclbin '" + path + "': kernel '" + options.kernel_name + "': " + error.what());
+    return NotFoundError("xclbin " + shown_path + ": kernel " + shown_kernel + ": " + Shown(error.what(), kShownErrorChars));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Device> host, CreateDevice("cpu"));
-  std::string description = "xrt #" + std::to_string(options.device_index) + " (" + options.kernel_name + " from " +
-                            std::filesystem::path(path).filename().string() + ")";
+  std::string description = "xrt #" + std::to_string(options.device_index) + " (" +
+                            Shown(options.kernel_name, kShownNameChars) + " from " +
+                            Shown(std::filesystem::path(path).filename().string(), kShownNameChars) + ")";
   // An emulation shim (any XCL_EMULATION_MODE) stands in for the card: the device says so, and
   // which mode, so nothing it reports is mistaken for a card's.
   const std::string mode = XrtEmulationMode();
   if (mode == "noop") {
     description += " (no-op shim) (emulated: XCL_EMULATION_MODE=noop)";
   } else if (!mode.empty()) {
-    description += " (emulated: XCL_EMULATION_MODE=" + mode + ")";
+    description += " (emulated: XCL_EMULATION_MODE=" + Shown(mode, kShownNameChars) + ")";
   }
   return std::unique_ptr<Device>(std::make_unique<XrtDevice>(std::move(device), std::move(uuid), std::move(kernel),
                                                              std::move(description), !mode.empty(),

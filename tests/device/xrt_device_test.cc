@@ -122,6 +122,17 @@ TEST_F(XrtNoopTest, AMissingXclbinOrKernelIsNamed) {
   }
 }
 
+// The xclbin's path and the kernel names it holds are the file's to choose: shown escaped.
+TEST_F(XrtNoopTest, TheXclbinsPathAndKernelNamesAreShownEscaped) {
+  const std::string forged = ::testing::TempDir() + "forged\x1b[2J.xclbin";
+  ASSERT_TRUE(xrt_backend::WriteXclbin(xrt_backend::GemmKernelSpec("vadd\x1b[31m"), forged).ok());
+  auto wrong = CreateXrtDevice(XrtDeviceOptions{.xclbin_path = forged});
+  ASSERT_FALSE(wrong.ok());
+  const std::string& message = wrong.status().message();
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  EXPECT_NE(message.find("forged\\x1b[2J.xclbin"), std::string::npos) << message;
+}
+
 #endif  // TESSERA_HAVE_XRT
 
 TEST(XrtEmulationModeTest, EveryEmulationModeCountsNotOnlyTheNoopShim) {
