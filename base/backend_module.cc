@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "base/escape.h"
+
 // Both come from cmake/TesseraModules.cmake, for this file only.
 #ifndef TESSERA_MODULE_BUILD_DIR
 #error "TESSERA_MODULE_BUILD_DIR (the build tree's module directory) must be defined"
@@ -19,13 +21,14 @@ namespace tessera {
 namespace {
 
 constexpr size_t kMaxLinkerMessage = 512;
+// A directory or a module's path as messages show it: it may come from TESSERA_MODULE_DIR.
+constexpr size_t kShownPathChars = 256;
 
-// dlerror()'s text, bounded: a chain of missing libraries or a long symbol can run on.
+// dlerror()'s text, escaped and bounded: it names the module's path, and a chain of missing
+// libraries or a long symbol can run on.
 std::string LinkerMessage() {
   const char* said = dlerror();
-  std::string message = said != nullptr ? said : "no reason given by the dynamic linker";
-  if (message.size() > kMaxLinkerMessage) message = message.substr(0, kMaxLinkerMessage - 3) + "...";
-  return message;
+  return said != nullptr ? EscapeUntrusted(said, kMaxLinkerMessage) : "no reason given by the dynamic linker";
 }
 
 std::filesystem::path ExecutableDirectory() {
@@ -63,7 +66,7 @@ Result<void*> LoadBackendModule(std::string_view file_name, const char* entry, M
     const std::filesystem::path path = std::filesystem::path(directory) / file_name;
     std::error_code error;
     if (!std::filesystem::is_regular_file(path, error)) {
-      looked_in += (looked_in.empty() ? "" : ", ") + directory;
+      looked_in += (looked_in.empty() ? "" : ", ") + EscapeUntrusted(directory, kShownPathChars);
       continue;
     }
     void* module =
@@ -72,7 +75,8 @@ Result<void*> LoadBackendModule(std::string_view file_name, const char* entry, M
     dlerror();
     void* function = dlsym(module, entry);
     if (function == nullptr) {
-      return UnavailableError(path.string() + " has no entry point " + entry + " (a module from another build?): " +
+      return UnavailableError(EscapeUntrusted(path.string(), kShownPathChars) + " has no entry point " + entry +
+                              " (a module from another build?): " +
                               LinkerMessage());
     }
     return function;

@@ -65,6 +65,18 @@ TEST(BackendModuleTest, TheEnvironmentChoosesTheOnlyDirectory) {
       << loaded.status().ToString();
 }
 
+// TESSERA_MODULE_DIR comes from the environment, and its text reaches a device's reason for
+// not being usable (a worker's log, `tessera devices`): escaped and bounded there.
+TEST(BackendModuleTest, TheChosenDirectoryIsShownEscapedAndBounded) {
+  ModuleDirectoryOverride chosen("/opt/\x1b[31m" + std::string(5000, 'm'));
+  auto loaded = LoadBackendModule("libtessera_cuda.so", "tessera_cuda_module_v1");
+  ASSERT_EQ(loaded.status().code(), StatusCode::kNotFound) << loaded.status().ToString();
+  const std::string& message = loaded.status().message();
+  EXPECT_EQ(message.find('\x1b'), std::string::npos) << message;
+  EXPECT_NE(message.find("libtessera_cuda.so is in none of /opt/\\x1b[31m"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 600u) << message.substr(0, 600);
+}
+
 TEST(BackendModuleTest, AModuleResolvesTesseraSymbolsAgainstTheExecutable) {
   ModuleDirectoryOverride chosen(TESSERA_FIXTURE_MODULE_DIR);
   auto loaded = LoadBackendModule("libtessera_fixture_module.so", "tessera_fixture_module_v1");
