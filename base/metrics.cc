@@ -84,6 +84,12 @@ void Histogram::Observe(double value) {
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Histogram::Reset() {
+  for (size_t i = 0; i <= bounds_->size(); ++i) buckets_[i].store(0, std::memory_order_relaxed);
+  sum_.store(0, std::memory_order_relaxed);
+  count_.store(0, std::memory_order_relaxed);
+}
+
 std::vector<uint64_t> Histogram::CumulativeCounts() const {
   std::vector<uint64_t> counts(bounds_->size() + 1);
   uint64_t running = 0;
@@ -184,7 +190,7 @@ size_t CounterFamily::AddSeriesLocked() {
   return series_.size() - 1;
 }
 
-void CounterFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Counter>(); }
+void CounterFamily::ResetSeriesLocked(size_t index) { series_[index]->Reset(); }
 
 void GaugeFamily::RenderSeries(const std::string& labels, size_t index, std::string* out) const {
   out->append(name_).append(labels).append(" ").append(Number(series_[index]->value())).append("\n");
@@ -195,7 +201,7 @@ size_t GaugeFamily::AddSeriesLocked() {
   return series_.size() - 1;
 }
 
-void GaugeFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Gauge>(); }
+void GaugeFamily::ResetSeriesLocked(size_t index) { series_[index]->Reset(); }
 
 HistogramFamily::HistogramFamily(std::string name, std::string help, Labels label_names, std::vector<double> bounds,
                                  size_t max_series)
@@ -225,7 +231,7 @@ size_t HistogramFamily::AddSeriesLocked() {
   return series_.size() - 1;
 }
 
-void HistogramFamily::ResetSeriesLocked(size_t index) { series_[index] = std::make_unique<metrics::Histogram>(&bounds_); }
+void HistogramFamily::ResetSeriesLocked(size_t index) { series_[index]->Reset(); }
 
 CounterFamily& Registry::Counter(const std::string& name, const std::string& help, Labels label_names,
                                  size_t max_series) {

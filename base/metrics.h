@@ -4,7 +4,8 @@
 //
 // A family is declared once, with its name, help, unit-bearing name ("_seconds", "_bytes")
 // and label names; a series is looked up by its label values and kept for the life of the
-// process unless retired, so hot paths hold on to the series they use. Label values come from a bounded set
+// process (once retired, it may be reused for new label values), so hot paths hold on to the
+// series they use. Label values come from a bounded set
 // (jobs, workers, phases, reasons), never per round; a family refuses to grow past
 // `max_series` and counts what it folded into the series whose labels are all "other", once
 // the series retired (FamilyBase::Retire: an ended job's) have made room.
@@ -32,6 +33,8 @@ class Counter {
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
+  friend class CounterFamily;
+  void Reset() { value_.store(0, std::memory_order_relaxed); }
   std::atomic<double> value_{0};
 };
 
@@ -42,6 +45,8 @@ class Gauge {
   double value() const { return value_.load(std::memory_order_relaxed); }
 
  private:
+  friend class GaugeFamily;
+  void Reset() { value_.store(0, std::memory_order_relaxed); }
   std::atomic<double> value_{0};
 };
 
@@ -55,6 +60,8 @@ class Histogram {
   uint64_t count() const { return count_.load(std::memory_order_relaxed); }
 
  private:
+  friend class HistogramFamily;
+  void Reset();
   const std::vector<double>* bounds_;  // ascending, owned by the family
   std::unique_ptr<std::atomic<uint64_t>[]> buckets_;  // bounds_->size() + 1 (+Inf)
   std::atomic<double> sum_{0};
@@ -81,14 +88,17 @@ class FamilyBase {
   // Says that the series whose label `label_name` holds `value` will not be updated again (the
   // job they count has ended): they are still rendered, but once the family is full they make
   // room for new label values, the longest retired first, instead of those new values being
-  // folded into "other". The caller must hold no reference to them from With() any more. A
-  // retired series asked for again by With() counts as live again.
+  // folded into "other". A series that makes room is set back to zero in place, never freed,
+  // so a reference from With() that a writer still holds stays valid; an update made through
+  // it after that counts toward the new label values. A retired series asked for again by
+  // With() counts as live again.
   void Retire(const std::string& label_name, const std::string& value);
 
  protected:
   virtual void RenderSeries(const std::string& labels, size_t index, std::string* out) const = 0;
   virtual size_t AddSeriesLocked() = 0;
-  // Replaces series `index` with a new one, at zero.
+  // Sets series `index` back to zero in place: the object stays where it is, since a writer
+  // may still hold a reference to it.
   virtual void ResetSeriesLocked(size_t index) = 0;
   // The series' index for `values`; values.size() must equal the label names'.
   size_t IndexOf(const Labels& values);
@@ -108,8 +118,9 @@ template <typename Series>
 class Family : public FamilyBase {
  public:
   using FamilyBase::FamilyBase;
-  // The series for `values` (created on first use); the reference stays valid until the
-  // series is retired (Retire) and its room is taken.
+  // The series for `values` (created on first use). The reference stays valid for the life
+  // of the family; once the series is retired (Retire) and its room taken by new label
+  // values, it counts for those.
   Series& With(const Labels& values = {}) {
     const size_t i = IndexOf(values);
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,7 +128,7 @@ class Family : public FamilyBase {
   }
 
  protected:
-  std::vector<std::unique_ptr<Series>> series_;  // grows under mu_
+  std::vector<std::unique_ptr<Series>> series_;  // grows under mu_; never replaced or freed
 };
 
 class CounterFamily : public Family<Counter> {

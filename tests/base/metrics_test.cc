@@ -128,6 +128,37 @@ TEST(MetricsTest, RetiredSeriesMakeRoomOnceTheFamilyIsFull) {
   EXPECT_EQ(text.find("job=\"job-e\""), std::string::npos) << text;
 }
 
+// A writer may still hold a series from With() when its job is retired and the slot is taken
+// for new label values: the series is set back to zero in place, never freed, so the held
+// reference stays valid (the address sanitizer build would report a use after free otherwise)
+// and what it adds counts toward the new values.
+TEST(MetricsTest, AHeldSeriesStaysValidWhenItsRoomIsTaken) {
+  Registry registry;
+  auto& counters = registry.Counter("done_total", "per job", {"job"}, /*max_series=*/2);
+  auto& histograms = registry.Histogram("took_seconds", "per job", {"job"}, {1}, /*max_series=*/2);
+  Counter& counter = counters.With({"job-a"});
+  Histogram& histogram = histograms.With({"job-a"});
+  counter.Inc(5);
+  histogram.Observe(2);
+  counters.Retire("job", "job-a");
+  histograms.Retire("job", "job-a");
+  Counter& reused_counter = counters.With({"job-b"});
+  Histogram& reused_histogram = histograms.With({"job-b"});
+  EXPECT_EQ(&reused_counter, &counter) << "the retired series was reused in place";
+  EXPECT_EQ(&reused_histogram, &histogram) << "the retired series was reused in place";
+  EXPECT_EQ(counter.value(), 0);
+  EXPECT_EQ(histogram.count(), 0u);
+  EXPECT_EQ(histogram.sum(), 0);
+  EXPECT_EQ(histogram.CumulativeCounts(), (std::vector<uint64_t>{0, 0}));
+  counter.Inc();  // the late writer's update
+  histogram.Observe(0.5);
+  const std::string text = registry.Render();
+  EXPECT_EQ(text.find("job=\"job-a\""), std::string::npos) << text;
+  EXPECT_NE(text.find("done_total{job=\"job-b\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("took_seconds_bucket{job=\"job-b\",le=\"1\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("took_seconds_sum{job=\"job-b\"} 0.5\n"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
   Registry registry;
   auto& counter = registry.Counter("hits_total", "hits", {"t"});
