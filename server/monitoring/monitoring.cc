@@ -104,7 +104,8 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
     peer.common_name = request.client_cn;
     peer.role = request.client_ou;
     std::string authorization = request.authorization.substr(0, 2048);
-    return c->access().CheckOperator(peer, request.authorization.empty() ? nullptr : &authorization);
+    return c->access().CheckOperator(peer, request.authorization.empty() ? nullptr : &authorization,
+                                     AccessPolicy::Door::kMonitoringPort);
   };
   http.authorize = authorize;
   for (const auto& asset : DashboardAssets()) {

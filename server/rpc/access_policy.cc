@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "base/escape.h"
@@ -22,6 +23,21 @@ Status CheckSecret(const std::string& what, const std::string& secret) {
                                 std::to_string(secret.size()) + " bytes");
   }
   return Status::Ok();
+}
+
+// The token of an Authorization value "Bearer TOKEN": the scheme's name in any case, then one
+// or more spaces (RFC 9110 section 11.4: 1*SP). "" when the scheme stands alone; nullopt for
+// another scheme.
+std::optional<std::string_view> BearerToken(std::string_view value) {
+  constexpr std::string_view kScheme = "bearer";
+  if (value.size() < kScheme.size()) return std::nullopt;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(value[i])) != kScheme[i]) return std::nullopt;
+  }
+  std::string_view rest = value.substr(kScheme.size());
+  if (!rest.empty() && rest[0] != ' ') return std::nullopt;  // "Bearerish ..."
+  const size_t start = rest.find_first_not_of(' ');
+  return start == std::string_view::npos ? std::string_view() : rest.substr(start);
 }
 
 }  // namespace
@@ -100,25 +116,33 @@ Status AccessPolicy::CheckWorkerCall(const wire::PeerIdentity& peer, const std::
   return Status::Ok();
 }
 
-Status AccessPolicy::CheckOperator(const wire::PeerIdentity& peer, const std::string* authorization) const {
+Status AccessPolicy::CheckOperator(const wire::PeerIdentity& peer, const std::string* authorization,
+                                   Door door) const {
   if (peer.has_certificate && peer.role == wire::kOperatorRole) return Status::Ok();
-  if (authorization != nullptr) {
-    const std::string prefix = "Bearer ";
-    if (!admin_token_.empty() && authorization->rfind(prefix, 0) == 0 &&
-        CRYPTO_memcmp(DigestOf(std::string_view(*authorization).substr(prefix.size())).data(), admin_digest_.data(),
-                      admin_digest_.size()) == 0) {
+  const bool monitoring = door == Door::kMonitoringPort;
+  const std::string where = monitoring ? "the monitoring port" : "the job service";
+  const std::string refused = where + (monitoring ? " refused the request: " : " refused the call: ");
+  const std::optional<std::string_view> token =
+      authorization != nullptr ? BearerToken(*authorization) : std::optional<std::string_view>();
+  if (authorization != nullptr && !token.has_value()) {
+    return PermissionDeniedError(refused + "expected an Authorization of \"Bearer TOKEN\" with the admin token, "
+                                 "got another scheme");
+  }
+  if (token.has_value() && !token->empty()) {
+    if (!admin_token_.empty() &&
+        CRYPTO_memcmp(DigestOf(*token).data(), admin_digest_.data(), admin_digest_.size()) == 0) {
       return Status::Ok();
     }
-    return PermissionDeniedError("the job service refused the call: its admin token does not match the "
-                                 "coordinator's");
+    return PermissionDeniedError(refused + "its admin token does not match the coordinator's");
   }
   if (peer.has_certificate) {
-    return PermissionDeniedError("the job service needs an operator: a " + std::string(wire::kOperatorRole) +
+    return PermissionDeniedError(where + " needs an operator: a " + std::string(wire::kOperatorRole) +
                                  " certificate or the admin token; this caller's certificate is " +
                                  QuoteUntrusted(peer.common_name) + " (OU=" + EscapeUntrusted(peer.role) + ")");
   }
-  return UnauthenticatedError("the job service needs an operator credential: a " + std::string(wire::kOperatorRole) +
-                              " certificate (mutual TLS) or the admin token (tessera --admin-token-file)");
+  return UnauthenticatedError(where + " needs an operator credential: a " + std::string(wire::kOperatorRole) +
+                              " certificate (mutual TLS) or the admin token (" +
+                              (monitoring ? "\"Authorization: Bearer TOKEN\"" : "tessera --admin-token-file") + ")");
 }
 
 Result<std::map<std::string, std::string>> ReadJoinTokenFile(const std::string& path) {

@@ -43,10 +43,16 @@ class AccessPolicy {
                                 const std::string& token) const;
   // Under mutual TLS: the caller is the worker `worker_id` itself. OK otherwise.
   Status CheckWorkerCall(const wire::PeerIdentity& peer, const std::string& worker_id) const;
+  // Where an operator's call arrives: the refusals name it and say how to give the token.
+  enum class Door { kJobService, kMonitoringPort };
   // An operator: a tessera-operator certificate, or `authorization` ("Bearer TOKEN", null
-  // when the call has none) holding the admin token. Unauthenticated when the call carries
-  // no operator credential, PermissionDenied when it carries a wrong one.
-  Status CheckOperator(const wire::PeerIdentity& peer, const std::string* authorization) const;
+  // when the call has none) holding the admin token. The scheme's name is matched in any
+  // case and followed by one or more spaces (RFC 9110 section 11). Unauthenticated when the
+  // call carries no operator credential (no header, or "Bearer" with no token after it),
+  // PermissionDenied when it carries a wrong one (another token, another scheme, a
+  // certificate of another role).
+  Status CheckOperator(const wire::PeerIdentity& peer, const std::string* authorization,
+                       Door door = Door::kJobService) const;
 
   bool mutual_tls() const { return mutual_tls_; }
 

@@ -96,7 +96,14 @@ TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
   auto metrics = anyone->Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 401);
-  EXPECT_NE(metrics->body.find("needs an operator credential"), std::string::npos) << metrics->body;
+  EXPECT_EQ(metrics->body,
+            "the monitoring port needs an operator credential: a tessera-operator certificate (mutual TLS) or the "
+            "admin token (\"Authorization: Bearer TOKEN\")\n");
+  EXPECT_EQ(metrics->get_header_value("WWW-Authenticate"), "Bearer");
+  auto empty = anyone->Get("/metrics", {{"Authorization", "Bearer"}});
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->status, 401) << "a scheme with no token is no credential";
+  EXPECT_EQ(empty->get_header_value("WWW-Authenticate"), "Bearer");
   auto jobs = anyone->Get("/api/jobs");
   ASSERT_TRUE(jobs);
   EXPECT_EQ(jobs->status, 401);
@@ -108,9 +115,14 @@ TEST_F(MonitoringTest, ThePageIsPublicAndEverythingElseIsForOperators) {
   auto wrong = anyone->Get("/metrics", {{"Authorization", "Bearer not-the-token"}});
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 403);
+  EXPECT_EQ(wrong->body, "the monitoring port refused the request: its admin token does not match the coordinator's\n");
   auto token = anyone->Get("/metrics", {{"Authorization", std::string("Bearer ") + kAdminToken}});
   ASSERT_TRUE(token);
   EXPECT_EQ(token->status, 200);
+  // The scheme's name is case-insensitive, and more than one space may follow it.
+  auto lower = anyone->Get("/metrics", {{"Authorization", std::string("bearer   ") + kAdminToken}});
+  ASSERT_TRUE(lower);
+  EXPECT_EQ(lower->status, 200) << lower->body;
   auto certificate = Client(operator_dir_)->Get("/metrics");
   ASSERT_TRUE(certificate);
   EXPECT_EQ(certificate->status, 200);

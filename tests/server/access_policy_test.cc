@@ -57,11 +57,51 @@ TEST(AccessPolicyTest, OnlyTheWholeTokenMatchesNotAPrefixOrAnExtensionOfIt) {
   for (const std::string token : {"token-of-site-", "token-of-site-a2", "token-of-site-b", "", "TOKEN-OF-SITE-A"}) {
     EXPECT_EQ(policy.CheckJoin({}, "w1", token).status().code(), StatusCode::kPermissionDenied) << token;
   }
-  for (const std::string header : {"Bearer the-admin-toke", "Bearer the-admin-tokens", "Bearer ", "the-admin-token"}) {
+  for (const std::string header : {"Bearer the-admin-toke", "Bearer the-admin-tokens", "the-admin-token"}) {
     EXPECT_EQ(policy.CheckOperator({}, &header).code(), StatusCode::kPermissionDenied) << header;
   }
   const std::string good = "Bearer the-admin-token";
   EXPECT_TRUE(policy.CheckOperator({}, &good).ok());
+}
+
+// The scheme's name is case-insensitive and one or more spaces follow it (RFC 9110 section 11);
+// anything else is refused.
+TEST(AccessPolicyTest, TheBearerSchemeIsMatchedInAnyCaseWithOneOrMoreSpaces) {
+  AccessPolicy policy({}, "the-admin-token", true);
+  for (const std::string header : {"Bearer the-admin-token", "bearer the-admin-token", "BEARER the-admin-token",
+                                   "bEaReR   the-admin-token"}) {
+    EXPECT_TRUE(policy.CheckOperator({}, &header).ok()) << header;
+  }
+  for (const std::string header : {"Bearerthe-admin-token", "Bearer\tthe-admin-token", "Basic the-admin-token",
+                                   "Bearer the-admin-token ", " Bearer the-admin-token", "Bear the-admin-token"}) {
+    EXPECT_EQ(policy.CheckOperator({}, &header).code(), StatusCode::kPermissionDenied) << header;
+  }
+  const std::string basic = "Basic dXNlcjpwYXNz";
+  EXPECT_EQ(policy.CheckOperator({}, &basic).message(),
+            "the job service refused the call: expected an Authorization of \"Bearer TOKEN\" with the admin token, "
+            "got another scheme");
+}
+
+// No token at all is a missing credential (401 on the monitoring port), not a wrong one; the
+// refusals name the door the call came in by.
+TEST(AccessPolicyTest, ABearerWithoutATokenIsAMissingCredential) {
+  AccessPolicy policy({}, "the-admin-token", true);
+  using Door = AccessPolicy::Door;
+  for (const std::string header : {"Bearer", "Bearer ", "bearer   "}) {
+    EXPECT_EQ(policy.CheckOperator({}, &header).code(), StatusCode::kUnauthenticated) << header;
+  }
+  EXPECT_EQ(policy.CheckOperator({}, nullptr, Door::kMonitoringPort).message(),
+            "the monitoring port needs an operator credential: a tessera-operator certificate (mutual TLS) or the "
+            "admin token (\"Authorization: Bearer TOKEN\")");
+  EXPECT_EQ(policy.CheckOperator({}, nullptr).message(),
+            "the job service needs an operator credential: a tessera-operator certificate (mutual TLS) or the admin "
+            "token (tessera --admin-token-file)");
+  const std::string wrong = "Bearer nope";
+  EXPECT_EQ(policy.CheckOperator({}, &wrong, Door::kMonitoringPort).message(),
+            "the monitoring port refused the request: its admin token does not match the coordinator's");
+  EXPECT_EQ(policy.CheckOperator(Certificate("w1", wire::kWorkerRole), nullptr, Door::kMonitoringPort).message(),
+            "the monitoring port needs an operator: a tessera-operator certificate or the admin token; this caller's "
+            "certificate is 'w1' (OU=tessera-worker)");
 }
 
 TEST(AccessPolicyTest, AJoinTokenFileHoldsOneTokenPerSite) {
