@@ -24,20 +24,22 @@
 #include <mutex>
 
 #include "base/escape.h"
+#include "base/http_connection.h"
 #include "base/http_request.h"
 
 namespace tessera {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using http_internal::Clock;
+using http_internal::Connection;
 
 // Connections accepted while every thread is busy wait in a queue of at most this many; more
 // are closed at once.
 constexpr size_t kMaxWaitingConnections = 64;
-// Connections with nothing to answer (new ones that have sent nothing yet, kept-alive ones
-// between requests) wait in the accepting thread's poll, not on a thread of their own, for at
-// most the read timeout; past this many the oldest is closed.
+// Connections with nothing to answer yet (new ones, those whose TLS handshake or request head
+// is still arriving, kept-alive ones between requests) wait in the accepting thread's poll, not
+// on a thread of their own; past this many the oldest is closed.
 constexpr size_t kMaxIdleConnections = 256;
 // Requests on one connection before it is closed, and the longest a response may take to write
 // (a client that reads a byte now and then holds a thread no longer).
@@ -131,151 +133,6 @@ bool SafeHeader(const std::string& name, const std::string& value) {
 
 // One accepted connection: a non-blocking socket, TLS over it when the endpoint has TLS. Every
 // wait also watches the endpoint's stop descriptor, so Stop() ends every wait at once.
-class Connection {
- public:
-  Connection(int fd, int stop_fd) : fd_(fd), stop_fd_(stop_fd) {}
-  ~Connection() {
-    if (ssl_ != nullptr) {
-      ERR_clear_error();
-      if (handshaken_) SSL_shutdown(ssl_);  // one try at close_notify; never waits
-      SSL_free(ssl_);
-    }
-    ::close(fd_);
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  // The TLS handshake, whole, before the deadline.
-  bool Handshake(SSL_CTX* ctx, Clock::time_point deadline) {
-    ssl_ = SSL_new(ctx);
-    if (ssl_ == nullptr || SSL_set_fd(ssl_, fd_) != 1) return false;
-    for (;;) {
-      ERR_clear_error();
-      const int done = SSL_accept(ssl_);
-      if (done == 1) {
-        handshaken_ = true;
-        return true;
-      }
-      if (!WaitFor(SSL_get_error(ssl_, done), deadline)) return false;
-    }
-  }
-
-  // What has arrived, up to `size` bytes, waiting until the deadline: > 0 bytes read, 0 the
-  // peer closed, -1 the deadline passed, the endpoint stops, or the connection failed.
-  ssize_t Read(char* data, size_t size, Clock::time_point deadline) {
-    for (;;) {
-      if (ssl_ != nullptr) {
-        ERR_clear_error();
-        const int n = SSL_read(ssl_, data, static_cast<int>(std::min<size_t>(size, 1 << 30)));
-        if (n > 0) return n;
-        const int error = SSL_get_error(ssl_, n);
-        if (error == SSL_ERROR_ZERO_RETURN) return 0;
-        if (error == SSL_ERROR_SYSCALL && ERR_peek_error() == 0 && (n == 0 || errno == 0)) return 0;
-        if (!WaitFor(error, deadline)) return -1;
-      } else {
-        const ssize_t n = ::recv(fd_, data, size, 0);
-        if (n >= 0) return n;
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
-        if (!Wait(POLLIN, deadline)) return -1;
-      }
-    }
-  }
-
-  // Writes it all: each wait for room at most `stall`, the whole before `deadline`.
-  bool WriteAll(std::string_view data, std::chrono::milliseconds stall, Clock::time_point deadline) {
-    while (!data.empty()) {
-      const Clock::time_point until = std::min(deadline, Clock::now() + stall);
-      if (ssl_ != nullptr) {
-        ERR_clear_error();
-        const int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
-        if (n > 0) {
-          data.remove_prefix(static_cast<size_t>(n));
-          continue;
-        }
-        if (!WaitFor(SSL_get_error(ssl_, n), until)) return false;
-      } else {
-        const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
-        if (n > 0) {
-          data.remove_prefix(static_cast<size_t>(n));
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return false;
-        if (!Wait(POLLOUT, until)) return false;
-      }
-    }
-    return true;
-  }
-
-  // After a refusal whose request was not read to its end: the write side is closed and what
-  // the client still sends is read and dropped for a moment, so that the close is not a reset
-  // that would discard the refusal before the client reads it.
-  void LingeringClose() {
-    if (ssl_ != nullptr && handshaken_) {
-      ERR_clear_error();
-      SSL_shutdown(ssl_);
-      handshaken_ = false;
-    }
-    ::shutdown(fd_, SHUT_WR);
-    const Clock::time_point until = Clock::now() + std::chrono::seconds(1);
-    char sink[4096];
-    for (size_t dropped = 0; dropped < (size_t{256} << 10);) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-      pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-      if (left <= 0 || ::poll(p, 2, static_cast<int>(left)) <= 0 || p[1].revents != 0) return;
-      const ssize_t n = ::recv(fd_, sink, sizeof(sink), 0);
-      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) return;
-      if (n > 0) dropped += static_cast<size_t>(n);
-    }
-  }
-
-  // Whether bytes are there to read now: on the socket, or decrypted and held by TLS.
-  bool HasInput() const {
-    if (ssl_ != nullptr && SSL_pending(ssl_) > 0) return true;
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, 0) > 0;
-  }
-
-  int fd() const { return fd_; }
-
-  // The peer closed or reset its side (an event stream's reader went away).
-  bool PeerGone() const {
-    pollfd p{fd_, POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
-  }
-
-  SSL* ssl() const { return ssl_; }
-
- private:
-  bool WaitFor(int ssl_error, Clock::time_point deadline) {
-    if (ssl_error == SSL_ERROR_WANT_READ) return Wait(POLLIN, deadline);
-    if (ssl_error == SSL_ERROR_WANT_WRITE) return Wait(POLLOUT, deadline);
-    return false;
-  }
-
-  bool Wait(short events, Clock::time_point deadline) {
-    for (;;) {
-      // Rounded up: with under a millisecond left, a truncated wait of 0 ended it before the
-      // deadline, and a caller that then asks whether the deadline has passed (to answer 408)
-      // was told no, and closed without a word.
-      const Clock::time_point now = Clock::now();
-      if (now >= deadline) return false;
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count();
-      pollfd p[2] = {{fd_, events, 0}, {stop_fd_, POLLIN, 0}};
-      const int n = ::poll(p, 2, static_cast<int>(std::min<long long>(left + 1, 60'000)));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 || p[1].revents != 0) return false;
-      if (p[0].revents != 0) return (p[0].revents & POLLNVAL) == 0;
-    }
-  }
-
-  int fd_;
-  int stop_fd_;
-  SSL* ssl_ = nullptr;
-  bool handshaken_ = false;
-};
-
 void FillPeer(SSL* ssl, HttpRequest& out) {
   if (ssl == nullptr) return;
   X509* peer = SSL_get1_peer_certificate(ssl);
@@ -314,11 +171,12 @@ std::string ResponseHead(int status, const std::string& content_type, const std:
 struct Client {
   Client(int fd, int stop_fd) : connection(fd, stop_fd) {}
   Connection connection;
-  bool started = false;  // its TLS handshake (if any) done, its peer read
-  HttpRequest peer;
+  bool started = false;  // its first bytes arrived (its TLS handshake, if any, begun)
+  HttpRequest peer;      // filled once the handshake is done
   HttpHeadReader reader;
   int served = 0;                // requests answered
-  Clock::time_point idle_until;  // while idle: when the read timeout closes it
+  Clock::time_point idle_until;  // while in the poll: when the read timeout closes it
+  bool closing = false;          // refused: its input is dropped until it closes or idle_until
 };
 
 }  // namespace
@@ -346,9 +204,15 @@ struct HttpEndpoint::Shared {
   }
 
   void Accept();
+  // In the accepting thread: reads what has arrived of the client's TLS handshake and request
+  // head, without waiting. kReady once a head is whole (or refused), for a thread to answer.
+  enum class Step { kWait, kReady, kClose };
+  Step Progress(Client& client);
+  // In the accepting thread: the client's read timeout has passed. True while it lingers.
+  bool TimedOut(Client& client);
   void Serve();
-  // Answers the client's requests while they arrive; true when it is to wait in the poll for
-  // its next one (nothing has arrived yet), false when it is to close.
+  // Answers the client's requests whose heads have arrived whole; true when it is to wait in
+  // the poll for its next one, false when it is to close.
   bool ServeConnection(Client& client);
   // Answers one request; false when the connection is to close after it.
   bool Answer(Connection& connection, const HttpRequestHead& head, const HttpRequest& peer, bool last);
@@ -356,16 +220,17 @@ struct HttpEndpoint::Shared {
 };
 
 void HttpEndpoint::Shared::Accept() {
-  // A connection is handed to a thread only once bytes have arrived on it (a request, or a TLS
-  // ClientHello): connections that send nothing, new or kept alive, cannot hold every thread,
-  // nor fill the queue, each for a read timeout, while a scrape waits behind them.
+  // A connection is handed to a thread only once a request's head has arrived whole: the TLS
+  // handshake and the head are read here, as their bytes arrive, so that connections that send
+  // nothing, or send a head a byte at a time, cannot hold every thread, nor fill the queue, each
+  // for a read timeout, while a scrape waits behind them.
   std::deque<std::unique_ptr<Client>> idle;  // roughly in the order their timeouts end
   std::vector<pollfd> polled;
   for (;;) {
     polled.assign({{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}});
     auto next = Clock::time_point::max();
     for (const auto& c : idle) {
-      polled.push_back({c->connection.fd(), POLLIN, 0});
+      polled.push_back({c->connection.fd(), c->closing ? short{POLLIN} : c->connection.want(), 0});
       next = std::min(next, c->idle_until);
     }
     int wait_ms = -1;
@@ -376,25 +241,29 @@ void HttpEndpoint::Shared::Accept() {
     const int n = ::poll(polled.data(), polled.size(), wait_ms);
     if (stopping.load() || (n > 0 && polled[1].revents != 0)) return;  // `idle` closes them
     if (n < 0) continue;
-    // Those with input go to the threads; those idle past the read timeout close.
-    const Clock::time_point now = Clock::now();
+    // Those whose head is whole go to the threads; those idle past the read timeout close.
     std::deque<std::unique_ptr<Client>> still;
-    for (size_t i = 0; i < idle.size(); ++i) {
-      if (polled[i + 3].revents != 0) {
+    auto place = [&](std::unique_ptr<Client> client) {
+      const Step step = Progress(*client);
+      if (step == Step::kWait) {
+        // A head that goes on trickling in is cut off at its deadline all the same.
+        if (Clock::now() < client->idle_until || TimedOut(*client)) still.push_back(std::move(client));
+      } else if (step == Step::kReady) {
         std::lock_guard<std::mutex> lock(mu);
         if (waiting.size() < kMaxWaitingConnections) {
-          waiting.push_back(std::move(idle[i]));
+          waiting.push_back(std::move(client));
           waiting_changed.notify_one();
         }
-      } else if (now < idle[i]->idle_until) {
+      }
+    };
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < idle.size(); ++i) {
+      if (polled[i + 3].revents != 0) {
+        place(std::move(idle[i]));
+      } else if (now < idle[i]->idle_until || TimedOut(*idle[i])) {
         still.push_back(std::move(idle[i]));
       }
     }
-    idle.swap(still);
-    auto keep = [&](std::unique_ptr<Client> client) {
-      if (idle.size() >= kMaxIdleConnections) idle.pop_front();
-      idle.push_back(std::move(client));
-    };
     if (polled[2].revents != 0) {
       uint64_t count = 0;
       [[maybe_unused]] const ssize_t drained = ::read(wake_fd, &count, sizeof(count));
@@ -403,22 +272,70 @@ void HttpEndpoint::Shared::Accept() {
         std::lock_guard<std::mutex> lock(mu);
         back.swap(returned);
       }
-      for (auto& client : back) keep(std::move(client));
+      // Read at once: bytes of the next request may already be held (by TLS, or pipelined).
+      for (auto& client : back) place(std::move(client));
     }
-    if ((polled[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      // Out of descriptors: wait a little rather than spin on the same refusal.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+    if ((polled[0].revents & POLLIN) != 0) {
+      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd >= 0) {
+        auto client = std::make_unique<Client>(fd, stop_fd);
+        client->idle_until = Clock::now() + options.read_timeout;
+        still.push_back(std::move(client));
+      } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: wait a little rather than spin on the same refusal.
         pollfd s{stop_fd, POLLIN, 0};
         ::poll(&s, 1, 50);
       }
-      continue;
     }
-    auto client = std::make_unique<Client>(fd, stop_fd);
-    client->idle_until = Clock::now() + options.read_timeout;
-    keep(std::move(client));
+    while (still.size() > kMaxIdleConnections) still.pop_front();
+    idle.swap(still);
   }
+}
+
+HttpEndpoint::Shared::Step HttpEndpoint::Shared::Progress(Client& client) {
+  Connection& connection = client.connection;
+  if (client.closing) return connection.DropInput() ? Step::kWait : Step::kClose;
+  if (!client.started) {
+    client.started = true;
+    int one = 1;
+    ::setsockopt(connection.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (ssl_ctx != nullptr) {
+      if (!connection.StartTls(ssl_ctx)) return Step::kClose;
+      client.idle_until = Clock::now() + options.read_timeout;  // the handshake, from its first byte
+    }
+  }
+  if (ssl_ctx != nullptr && !connection.handshaken()) {
+    const int done = connection.TryHandshake();
+    if (done <= 0) return done == 0 ? Step::kWait : Step::kClose;
+    FillPeer(connection.ssl(), client.peer);
+    client.idle_until = Clock::now() + options.read_timeout;  // the wait for the first request
+  }
+  HttpHeadReader& reader = client.reader;
+  char chunk[kReadChunk];
+  while (reader.state() == HttpHeadReader::State::kNeedMore) {
+    const ssize_t n = connection.TryRead(chunk, sizeof(chunk));
+    if (n == Connection::kWouldBlock) return Step::kWait;
+    if (n <= 0) return Step::kClose;
+    // The whole head must arrive within the read timeout from its first byte.
+    if (reader.empty()) client.idle_until = Clock::now() + options.read_timeout;
+    reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
+  }
+  return Step::kReady;
+}
+
+bool HttpEndpoint::Shared::TimedOut(Client& client) {
+  // Only a head cut off part way is told why; a connection silent since its last answer (or
+  // its handshake) just closes.
+  if (client.closing || client.reader.empty() || stopping.load()) return false;
+  const std::string body =
+      "the request's head did not arrive within " + std::to_string(options.read_timeout.count()) + " s\n";
+  // A few hundred bytes into an empty send buffer: written at once, or not at all.
+  client.connection.WriteAll(ResponseHead(408, "text/plain; charset=utf-8", &body, {}, false, false) + body,
+                             std::chrono::milliseconds(0), Clock::now());
+  client.connection.StartLingeringClose();
+  client.closing = true;
+  client.idle_until = Clock::now() + Connection::kLinger;
+  return true;
 }
 
 void HttpEndpoint::Shared::Serve() {
@@ -445,40 +362,10 @@ void HttpEndpoint::Shared::Serve() {
 bool HttpEndpoint::Shared::ServeConnection(Client& client) {
   Connection& connection = client.connection;
   const auto read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
-  if (!client.started) {
-    client.started = true;
-    int one = 1;
-    ::setsockopt(connection.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (ssl_ctx != nullptr && !connection.Handshake(ssl_ctx, Clock::now() + read_timeout)) return false;
-    FillPeer(connection.ssl(), client.peer);
-  }
   HttpHeadReader& reader = client.reader;
-  char chunk[kReadChunk];
   for (; client.served < kMaxRequestsPerConnection; ++client.served) {
-    // Between requests the connection waits in the poll, not here, until its next request's
-    // first bytes arrive; then the whole head must arrive within the read timeout.
-    if (reader.empty()) {
-      if (!connection.HasInput()) return !stopping.load();
-      const ssize_t n = connection.Read(chunk, sizeof(chunk), Clock::now() + read_timeout);
-      if (n <= 0) return false;
-      reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
-    }
-    const Clock::time_point head_deadline = Clock::now() + read_timeout;
-    while (reader.state() == HttpHeadReader::State::kNeedMore) {
-      const ssize_t n = connection.Read(chunk, sizeof(chunk), head_deadline);
-      if (n == 0) return false;
-      if (n < 0) {
-        if (!stopping.load() && Clock::now() >= head_deadline) {
-          const std::string body = "the request's head did not arrive within " +
-                                   std::to_string(options.read_timeout.count()) + " s\n";
-          connection.WriteAll(ResponseHead(408, "text/plain; charset=utf-8", &body, {}, false, false) + body,
-                              read_timeout, Clock::now() + read_timeout);
-          connection.LingeringClose();
-        }
-        return false;
-      }
-      reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
-    }
+    // The next request's head goes on arriving in the poll, not here.
+    if (reader.state() == HttpHeadReader::State::kNeedMore) return !stopping.load();
     if (reader.state() == HttpHeadReader::State::kRefused) {
       const std::string body = reader.reason() + "\n";
       connection.WriteAll(ResponseHead(reader.status(), "text/plain; charset=utf-8", &body, {}, false, false) + body,

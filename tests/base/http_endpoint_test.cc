@@ -299,6 +299,38 @@ TEST(HttpEndpointTest, ConnectionsThatSendNothingDoNotKeepARequestWaiting) {
   EXPECT_FALSE(silent.back()->ClosedByServer()) << "a silent client within its read timeout stays connected";
 }
 
+// Heads that arrive a byte at a time are read in the poll, not on a thread: with one thread
+// and clients that have sent part of a head and nothing since, a whole request is still
+// answered, long before their read timeout.
+TEST(HttpEndpointTest, HeadsStillArrivingDoNotKeepARequestWaiting) {
+  auto options = Options();
+  options.threads = 1;
+  options.read_timeout = std::chrono::seconds(600);
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok());
+  std::vector<std::unique_ptr<RawClient>> slow;
+  for (const std::string part : {"G", "GET /metrics HTTP/1.1\r\n", "GET /metrics HTTP/1.1\r\nX-A: b\r\n"}) {
+    slow.push_back(std::make_unique<RawClient>((*endpoint)->port()));
+    ASSERT_TRUE(slow.back()->connected());
+    ASSERT_TRUE(slow.back()->Send(part));
+  }
+  RawClient client((*endpoint)->port());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send("GET /metrics HTTP/1.1\r\n"));
+  ASSERT_TRUE(client.Send("Connection: close\r\n\r\n"));
+  bool closed = false;
+  const std::string answer = client.ReadUntilClosed(std::chrono::seconds(60), &closed);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  EXPECT_TRUE(closed);
+  // The slow ones are answered once their heads are whole.
+  ASSERT_TRUE(slow.back()->Send("Connection: close\r\n\r\n"));
+  closed = false;
+  const std::string late = slow.back()->ReadUntilClosed(std::chrono::seconds(60), &closed);
+  EXPECT_EQ(late.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << late;
+  EXPECT_TRUE(closed);
+  EXPECT_FALSE(slow.front()->ClosedByServer()) << "a slow client within its read timeout stays connected";
+}
+
 // A kept-alive connection between its requests holds no thread either: with one thread, a
 // client that keeps its connection open after a request leaves the next client served, and
 // is served again itself on the same connection.
