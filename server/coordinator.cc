@@ -414,7 +414,7 @@ Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
     return job;
   }
   runner->Cancel();
-  v1::Job now = runner->Snapshot();
+  v1::Job now = runner->Listed();  // the reply: without the last round's per-worker reports
   if (now.state() == v1::JOB_SUCCEEDED || now.state() == v1::JOB_FAILED) {
     return FailedPreconditionError("job " + job_id + " ended " + wire::JobStateName(now.state()) +
                                    " before the cancel took effect");
@@ -475,7 +475,7 @@ Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& 
 Result<v1::GetJobResponse> Coordinator::JobWithRounds(const std::string& job_id, uint32_t from_round,
                                                       size_t page_bytes) {
   v1::GetJobResponse response;
-  ASSIGN_OR_RETURN(*response.mutable_job(), GetJob(job_id));
+  ASSIGN_OR_RETURN(*response.mutable_job(), ListedJob(job_id));  // the reports are in the rounds
   size_t bytes = response.job().ByteSizeLong();
   ASSIGN_OR_RETURN(auto rounds, ListRounds(job_id, from_round, page_bytes > bytes ? page_bytes - bytes : 0));
   for (auto& r : rounds) {

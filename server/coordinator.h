@@ -116,7 +116,8 @@ class Coordinator {
   // oldest of them first; `more` counts the jobs left out.
   Result<v1::ListJobsResponse> JobsReply();
   // Records the cancel durably, then tells the job's runner: once this returns Ok, the job
-  // ends CANCELLED, also if the coordinator is killed first (it ends at the next start).
+  // ends CANCELLED, also if the coordinator is killed first (it ends at the next start). The
+  // job as ListedJob gives it.
   Result<v1::Job> CancelJob(const std::string& job_id);
   // Deletes a job that ended (tessera delete): StateStore::DeleteJob, then its runner, metrics
   // and count. The job as last stored. FAILED_PRECONDITION while it is pending or running, and
@@ -125,9 +126,10 @@ class Coordinator {
   Result<v1::Job> DeleteJob(const std::string& job_id);
   Result<std::vector<v1::RoundRecord>> ListRounds(const std::string& job_id, uint32_t from_round,
                                                   size_t max_bytes = SIZE_MAX);
-  // The job and a page of its committed rounds from `from_round`: at most `page_bytes` in
-  // all, the job's own bytes counted, and always the first round (a round's record is bounded
-  // by the workers a round takes); next_round is set to the first round left out. Read by
+  // The job (as ListedJob gives it) and a page of its committed rounds from `from_round`: at
+  // most `page_bytes` in all, the job's own bytes counted, and always the first round (a
+  // round's record is bounded by the workers a round takes); next_round is set to the first
+  // round left out. Read by
   // GetJob and the dashboard's /api/job; the store parses at most a page and one record.
   Result<v1::GetJobResponse> JobWithRounds(const std::string& job_id, uint32_t from_round, size_t page_bytes);
   // The global model of `round` of a job (its newest committed round when unset), from its

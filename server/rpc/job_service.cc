@@ -339,7 +339,9 @@ class JobServiceImpl final : public v1::JobService::WithCallbackMethod_WatchJob<
     if (Status s = CheckOperator(ctx); !s.ok()) return ToGrpc(s);
     if (Status s = CheckJobId("get job", request->job_id()); !s.ok()) return ToGrpc(s);
     if (!request->include_rounds()) {
-      auto job = c_->GetJob(request->job_id());
+      // Without the last round's per-worker reports, as the list gives it: the round's own
+      // record holds them, and a round of thousands of clients would pass 4 MiB.
+      auto job = c_->ListedJob(request->job_id());
       if (!job.ok()) return ToGrpc(job.status());
       *response->mutable_job() = *job;
       return grpc::Status::OK;
