@@ -145,6 +145,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
     c->retention_ = std::make_unique<JobRetention>(c->store_.get(), c->options_.ended_job_retention,
                                                    [self](const ExpiredJob& job) {
                                                      self->ForgetDeletedJob(job.id, job.state);
+                                                   },
+                                                   // As DeleteJob: a job whose end is recorded
+                                                   // but whose runner has not finished waits.
+                                                   [self](const std::string& id) {
+                                                     auto runner = self->Runner(id);
+                                                     return runner != nullptr && !runner->finished();
                                                    });
     c->retention_->Start(c->options_.retention_sweep_interval);
   }

@@ -25,8 +25,9 @@ std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t no
   return expired;
 }
 
-JobRetention::JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted)
-    : store_(store), keep_(keep), deleted_(std::move(deleted)) {}
+JobRetention::JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted,
+                           std::function<bool(const std::string& job_id)> busy)
+    : store_(store), keep_(keep), deleted_(std::move(deleted)), busy_(std::move(busy)) {}
 
 JobRetention::~JobRetention() { Stop(); }
 
@@ -39,6 +40,7 @@ std::vector<std::string> JobRetention::Sweep(int64_t now_unix_ms) {
     return deleted;
   }
   for (const ExpiredJob& job : ExpiredJobs(listed->jobs, now_unix_ms, keep_)) {
+    if (busy_ && busy_(job.id)) continue;  // still finishing: its runner would outlive its deletion
     auto gone = store_->DeleteJob(job.id);
     if (!gone.ok()) {
       spdlog::warn("job {}: not deleted, tried again at the next sweep: {}", job.id, gone.status().message());

@@ -36,13 +36,17 @@ std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t no
 class JobRetention {
  public:
   // `deleted` is told of each job deleted, after its deletion (the coordinator's counts).
-  JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted);
+  // `busy`, when given, is asked of each expired job before its deletion: a job it names busy
+  // is left for a later sweep (the coordinator's: a job whose row says it ended while its
+  // runner is still finishing, telling its workers).
+  JobRetention(StateStore* store, std::chrono::hours keep, std::function<void(const ExpiredJob&)> deleted,
+               std::function<bool(const std::string& job_id)> busy = nullptr);
   ~JobRetention();  // Stop()
   JobRetention(const JobRetention&) = delete;
   JobRetention& operator=(const JobRetention&) = delete;
 
   // Deletes the jobs ExpiredJobs gives at `now_unix_ms`, each logged; the ids deleted. A job
-  // whose deletion fails is logged and tried again at the next sweep.
+  // whose deletion fails, or that is busy, is tried again at the next sweep.
   std::vector<std::string> Sweep(int64_t now_unix_ms);
   // A thread that sweeps at once, then every `interval`, until Stop().
   void Start(std::chrono::milliseconds interval);
@@ -52,6 +56,7 @@ class JobRetention {
   StateStore* const store_;
   const std::chrono::hours keep_;
   const std::function<void(const ExpiredJob&)> deleted_;
+  const std::function<bool(const std::string&)> busy_;
   std::mutex sweep_mu_;  // one sweep at a time
   std::mutex mu_;        // guards stop_
   std::condition_variable cv_;

@@ -57,6 +57,27 @@ TEST(JobRetentionTest, OnlyEndedJobsLastActiveBeforeTheRetentionExpireAndNeverTh
   EXPECT_TRUE(ExpiredJobs({jobs[0]}, kNow, std::chrono::hours(24)).empty()) << "a lone job is the newest";
 }
 
+// A job whose row says it ended while its runner is still finishing (telling its workers) is
+// busy: a sweep leaves it, as DeleteJob does, and deletes it once it is not. Deleted under its
+// runner, the job would still be answered (and counted) from that runner.
+TEST(JobRetentionTest, ABusyJobIsLeftForALaterSweep) {
+  MemoryStateStore store;
+  for (const std::string id : {"job-1-busy", "job-2-idle", "job-3-newest"}) {
+    ASSERT_TRUE(store.InsertJob(MakeJob(id, v1::JOB_CANCELLED, kNow - 40 * kDay)).ok());
+  }
+  bool finishing = true;
+  std::vector<std::string> told;
+  JobRetention retention(
+      &store, std::chrono::hours(30 * 24), [&told](const ExpiredJob& job) { told.push_back(job.id); },
+      [&finishing](const std::string& id) { return finishing && id == "job-1-busy"; });
+  EXPECT_EQ(retention.Sweep(kNow), std::vector<std::string>{"job-2-idle"});
+  EXPECT_TRUE(store.GetJob("job-1-busy").ok()) << "deleted while its runner was finishing";
+  finishing = false;
+  EXPECT_EQ(retention.Sweep(kNow), std::vector<std::string>{"job-1-busy"});
+  EXPECT_EQ(store.GetJob("job-1-busy").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(told, (std::vector<std::string>{"job-2-idle", "job-1-busy"}));
+}
+
 class SqliteDeleteJobTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = FreshTestDirectory("tessera-retention"); }
