@@ -165,6 +165,8 @@ void Round::Reject(const std::string& worker_id, const Status& why) {
 
 void Round::SetFoldedHook(std::function<void()> hook) { folded_hook_ = std::move(hook); }
 
+void Round::SetReportHook(std::function<void()> hook) { report_hook_ = std::move(hook); }
+
 void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
   delta_encoding_ = encoding;
   topk_fraction_ = topk_fraction;
@@ -173,22 +175,61 @@ void Round::SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction) {
 Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
                      const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
                      const TensorScans* delta_scans, HandedDelta handed) {
-  RETURN_IF_ERROR(Admit(h));
-  const std::string what = Describe(h.worker_id());
-  CheckedDelta checked =
-      CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
-                 ScanHints{&global_max_abs_, delta_scans});
-  return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes, handed);
+  // Called on a gRPC thread. What the checks throw (a copy of the model to clip it that finds
+  // no memory, say) refuses the update in the round too: its participant must not stay
+  // pending, or the round would wait for it until the deadline.
+  try {
+    RETURN_IF_ERROR(Admit(h));
+    const std::string what = Describe(h.worker_id());
+    CheckedDelta checked =
+        CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
+                   ScanHints{&global_max_abs_, delta_scans});
+    return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes, handed);
+  } catch (const std::exception& e) {
+    return RefuseThrown(h, e.what());
+  } catch (...) {
+    return RefuseThrown(h, "an exception of unknown type");
+  }
 }
 
 Status Round::SubmitTrained(const v1::UpdateHeader& h, TensorSet& trained, double upload_ms,
                             const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes,
                             HandedDelta handed) {
-  RETURN_IF_ERROR(Admit(h));
-  const std::string what = Describe(h.worker_id());
-  CheckedDelta checked = CheckTrainedDelta(*global_, trained, payload, extra_sets_, max_update_norm_,
-                                           norm_policy_ == NormPolicy::kClip, what);
-  return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes, handed);
+  try {  // as in Submit
+    RETURN_IF_ERROR(Admit(h));
+    const std::string what = Describe(h.worker_id());
+    CheckedDelta checked = CheckTrainedDelta(*global_, trained, payload, extra_sets_, max_update_norm_,
+                                             norm_policy_ == NormPolicy::kClip, what);
+    return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes, handed);
+  } catch (const std::exception& e) {
+    return RefuseThrown(h, e.what());
+  } catch (...) {
+    return RefuseThrown(h, "an exception of unknown type");
+  }
+}
+
+Status Round::RefuseThrown(const v1::UpdateHeader& h, const char* error) {
+  // Only this round's participant: a header for another job, round or attempt says nothing
+  // about the worker's seat here.
+  if (h.job_id() == job_id_ && h.round() == round_ && h.attempt() == attempt_ &&
+      h.base_model_version() == model_version_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = participants_.find(h.worker_id());
+    // A participant folding, accepted or rejected is left as it is: the exception came after
+    // its outcome was decided, or from a second upload of the same worker.
+    if (!closed_ && it != participants_.end() && it->second.outcome == Outcome::kPending && !it->second.folding) {
+      Participant& p = it->second;
+      p.outcome = Outcome::kRejected;  // counted first, with nothing that allocates
+      --pending_;
+      try {
+        p.report.set_outcome(std::string("rejected: checking it failed: ") + error);
+      } catch (...) {
+        p.report.mutable_outcome()->assign("rejected");  // short: kept in the string itself
+      }
+      NotifyWaitersLocked();
+    }
+  }
+  return InternalError(Describe(h.worker_id()) + ": checking it failed: " + error);
 }
 
 Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, CheckedDelta checked, double upload_ms,
@@ -228,6 +269,7 @@ Status Round::FoldChecked(const v1::UpdateHeader& h, const TensorSet& delta, Che
     p.report.set_update_norm(norm);
     p.update_norm = norm;
     p.non_finite_alone = non_finite_alone;
+    if (report_hook_) report_hook_();
     if (!valid.ok()) {
       p.outcome = Outcome::kRejected;  // never folded in
       p.report.set_outcome("rejected: " + valid.message());

@@ -90,6 +90,10 @@ class Round {
   // logged, and the update stays accepted with its report. A seam for tests (set before
   // dispatch).
   void SetFoldedHook(std::function<void()> hook);
+  // Runs in an upload as its participant's report is filled, under the round's lock, before
+  // the fold. What it throws refuses the update, as an exception in its checks does. A seam
+  // for tests (set before dispatch).
+  void SetReportHook(std::function<void()> hook);
   double topk_fraction() const { return topk_fraction_; }
 
   // Checks an upload's header before its tensors arrive: the right job, round, attempt and
@@ -106,12 +110,14 @@ class Round {
   void Reject(const std::string& worker_id, const Status& why);
   // Validates the delta (layout, finite values, its L2 norm within the bound, or clipped to
   // it) and folds it into the aggregate. A refused update never touches the aggregate; its
-  // participant is marked rejected with the reason. `upload_bytes`: the update's bytes as
-  // they came on the wire (encoded), for the round's record. `delta_scans`: the delta's
-  // tensors as the assembler scanned them on arrival (ScanHints), or null. `handed`: the
-  // caller gives up `delta`'s buffers (handed.tensors == &delta), which the aggregate may
-  // keep to fold later beside others (ClientUpdate::handed); an update clipped to the bound
-  // is folded from its clipped copy at once.
+  // participant is marked rejected with the reason. An exception thrown before the fold (in
+  // the checks, or as the report is filled) refuses the update the same way, with an
+  // internal error that names what was thrown: the round does not wait for it any longer.
+  // `upload_bytes`: the update's bytes as they came on the wire (encoded), for the round's
+  // record. `delta_scans`: the delta's tensors as the assembler scanned them on arrival
+  // (ScanHints), or null. `handed`: the caller gives up `delta`'s buffers (handed.tensors ==
+  // &delta), which the aggregate may keep to fold later beside others (ClientUpdate::handed);
+  // an update clipped to the bound is folded from its clipped copy at once.
   Status Submit(const v1::UpdateHeader& header, const TensorSet& delta, double upload_ms,
                 const std::map<std::string, TensorSet>* payload = nullptr, uint64_t upload_bytes = 0,
                 const TensorScans* delta_scans = nullptr, HandedDelta handed = {});
@@ -173,6 +179,10 @@ class Round {
   // Submit's second half: records the checked update and folds it when it is valid.
   Status FoldChecked(const v1::UpdateHeader& header, const TensorSet& delta, CheckedDelta checked, double upload_ms,
                      const std::map<std::string, TensorSet>* payload, uint64_t upload_bytes, HandedDelta handed);
+  // An exception thrown while the update was admitted, checked or reported, before its fold:
+  // the participant, if the header is for this round and it is still pending, is rejected
+  // with `error` (pending count decremented, waiters woken). Returns the update's refusal.
+  Status RefuseThrown(const v1::UpdateHeader& header, const char* error);
   std::string Describe(const std::string& worker_id) const;
   // What the header claims, as the strategy's aggregate reads it (no tensors yet).
   static ClientUpdate Claims(const v1::UpdateHeader& header, uint32_t party);
@@ -193,6 +203,7 @@ class Round {
   UpdateEncoding delta_encoding_ = UpdateEncoding::kFloat32;  // set before dispatch
   double topk_fraction_ = 0;
   std::function<void()> folded_hook_;  // set before dispatch
+  std::function<void()> report_hook_;  // set before dispatch
 
   // Wakes WaitComplete() and Close() when what they wait for holds; mu_ held.
   void NotifyWaitersLocked();
