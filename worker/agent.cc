@@ -292,8 +292,15 @@ Status WorkerAgent::RunSession(bool* joined_out) {
   });
   {
     // The task in hand stops at its next step (WorkerAgent::Train): its update would be refused.
+    // The queued tasks go now: each would download its model only to stop before its first
+    // step, and the next join would clear them anyway.
     std::lock_guard<std::mutex> lock(mu_);
     session_ended_ = true;
+    if (!tasks_.empty()) {
+      spdlog::info("the task session ended: {} queued task(s) dropped, as the coordinator takes no update of an ended "
+                   "session", tasks_.size());
+      tasks_.clear();
+    }
   }
   session_over = true;
   cv_.notify_all();
@@ -334,7 +341,7 @@ void WorkerAgent::TrainerLoop() {
       }
       state_ = "training " + task.job_id() + " round " + std::to_string(task.round());
       in_hand_ = CancelledTask{task.job_id(), task.round(), task.attempt()};
-      // Every queued task is this session's: a new session clears the queue.
+      // Every queued task is this session's: the end of a session and a new one clear the queue.
       identity = {worker_id_, session_};
     }
     v1::UpdateHeader header;

@@ -185,7 +185,8 @@ class WorkerAgent {
   std::optional<CancelledTask> in_hand_;  // the task the task thread holds (its job, round, attempt)
   bool IsCancelledLocked(const std::string& job, uint32_t round, uint32_t attempt) const;
   // Set when the session's task channel ends, cleared by the next join: the session is over,
-  // and the coordinator counts this worker lost until it joins again.
+  // and the coordinator counts this worker lost until it joins again. Its queued tasks are
+  // dropped as it ends.
   bool session_ended_ = false;
   // Whether a task handed out in `session` ended with it: its task channel closed, or the
   // worker joined again since. Its training stops at the next step, as a cancel's does: the

@@ -144,7 +144,12 @@ TEST_F(AgentTest, AFailureIsReportedUnderTheSessionThatHandedTheTaskOut) {
     shared_->cv.wait_for(lock, kWait, [&] { return shared_->channels >= 2; });
     return DataLossError("model version 0 of job job-1: tensor 'fc1.weight': content checksum does not match");
   };
-  Start({Train(1, 1)});
+  // The first session ends once the task is in hand.
+  shared_->before_task = [this](size_t index) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (index == 1) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads > 0; });
+  };
+  Start({Train(1, 1), AcceptedVerdict()});
   v1::UpdateHeader upload;
   ASSERT_TRUE(WaitForUpload(1, 1, &upload));
   EXPECT_EQ(upload.failure().rfind("DATA_LOSS", 0), 0u) << upload.failure();
@@ -230,7 +235,12 @@ TEST_F(AgentTest, TheEndOfItsSessionStopsATasksTraining) {
       shared_->cv.wait_for(lock, kWait, [&] { return rejoined ? shared_->joins.size() >= 2 : joining; });
       return Status::Ok();
     };
-    Start({Train(1, 1)}, {}, options);
+    // The first session ends once the task is in hand.
+    shared_->before_task = [this](size_t index) {
+      std::unique_lock<std::mutex> lock(shared_->mu);
+      if (index == 1) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads > 0; });
+    };
+    Start({Train(1, 1), AcceptedVerdict()}, {}, options);
     {
       std::unique_lock<std::mutex> lock(shared_->mu);
       ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return trained || failed.has_value(); }));

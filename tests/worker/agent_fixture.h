@@ -80,6 +80,16 @@ inline v1::Task Cancel(uint32_t round, uint32_t attempt) {
   return task;
 }
 
+// A task that asks nothing of the worker (an accepted update's verdict): put after a train task
+// in a script, its before_task hook can wait until the worker has taken that task in hand
+// (the tasks still queued when a session ends are dropped).
+inline v1::Task AcceptedVerdict() {
+  v1::Task task;
+  task.mutable_verdict()->set_job_id("job-1");
+  task.mutable_verdict()->set_accepted(true);
+  return task;
+}
+
 // A coordinator that hands out a script of tasks on the first task channel, serves the
 // model, and records every upload.
 class ScriptedCoordinator final : public CoordinatorClient {

@@ -1,0 +1,66 @@
+// The worker agent at the end of a task session (agent_fixture.h): what it had queued then.
+#include "tests/captured_log.h"
+#include "tests/worker/agent_fixture.h"
+
+namespace tessera::worker {
+namespace {
+
+// The tasks queued when a session ends are dropped with it: the coordinator takes no update of
+// an ended session, so one taken before the next join would download its model only to stop
+// before its first step. Here job-1's task is in hand (its download waits for the session's
+// end) and job-2's is queued behind it when the task channel ends; the next join waits until
+// the test is done. The worker keeps its round's memory, so once job-1's task is done with it
+// hands the memory back only after idle_release_ms with nothing to do: that release comes,
+// with job-2's model never downloaded.
+TEST_F(AgentTest, TheTasksQueuedWhenASessionEndsAreDropped) {
+  testing::CapturedLog log;
+  shared_->numbered_sessions = true;
+  shared_->next_session = std::vector<v1::Task>{};  // the first channel ends after its script
+  std::vector<std::string> failed;                  // the jobs whose training failed or stopped
+  bool joining = false;                             // the second join has started: the session is over
+  bool release = false;                             // the second join may be answered
+  WorkerOptions options;
+  options.keep_round_memory = true;
+  options.idle_release_ms = 10;
+  options.after_failed_training = [this, &failed](const v1::TrainTask& task, const Status&) {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    failed.push_back(task.job_id());
+    shared_->cv.notify_all();
+  };
+  shared_->before_task = [&, this](size_t index) {  // job-2's task comes once job-1's is in hand
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (index == 1) shared_->cv.wait_for(lock, kWait, [&] { return shared_->downloads >= 1; });
+  };
+  shared_->before_download = [&, this](const v1::DownloadModelRequest& request) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (request.job_id() == "job-1") shared_->cv.wait_for(lock, kWait, [&] { return joining; });
+    return Status::Ok();
+  };
+  shared_->before_join = [&, this](int number) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    if (number != 2) return;
+    joining = true;
+    shared_->cv.notify_all();
+    shared_->cv.wait_for(lock, kWait, [&] { return release; });
+  };
+  Start({Train(1, 1, "job-1"), Train(1, 1, "job-2")}, {}, options);
+  const auto until = std::chrono::steady_clock::now() + kWait;
+  while (agent_->idle_releases() == 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(agent_->idle_releases(), 1u);
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    EXPECT_EQ(shared_->downloads, 1) << "the queued task of an ended session downloaded its model";
+    EXPECT_EQ(failed, std::vector<std::string>{"job-1"});
+    release = true;
+    shared_->cv.notify_all();
+  }
+  agent_->Stop();
+  thread_.join();
+  EXPECT_TRUE(Uploads().empty()) << "an ended session's task uploaded or reported something";
+  EXPECT_NE(log.text().find("the task session ended: 1 queued task(s) dropped"), std::string::npos) << log.text();
+}
+
+}  // namespace
+}  // namespace tessera::worker
