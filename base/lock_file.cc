@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -26,10 +27,30 @@ std::string HolderPid(int fd) {
 }  // namespace
 
 Result<std::unique_ptr<LockFile>> LockFile::Acquire(const std::string& path, const std::string& what) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a symbolic link: one planted at the lock's path would have this process
+  // create or lock (and truncate, to write its PID) a file of the link's choosing. Not blocking
+  // either: a FIFO there must not hold the open before it is refused below.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
   if (fd < 0) {
+    const int error = errno;
+    if (error == ELOOP) {
+      return FailedPreconditionError("the lock file " + QuoteUntrusted(path, 256) + " of " + what +
+                                     " is a symbolic link, which is not followed; remove it");
+    }
     return FailedPreconditionError("cannot open the lock file " + QuoteUntrusted(path, 256) + " of " + what + ": " +
-                                   std::strerror(errno));
+                                   std::strerror(error));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int error = errno;
+    ::close(fd);
+    return FailedPreconditionError("cannot stat the lock file " + QuoteUntrusted(path, 256) + " of " + what + ": " +
+                                   std::strerror(error));
+  }
+  if (!S_ISREG(st.st_mode)) {  // a FIFO, a device, a socket
+    ::close(fd);
+    return FailedPreconditionError("the lock file " + QuoteUntrusted(path, 256) + " of " + what +
+                                   " is not a regular file; remove it");
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;

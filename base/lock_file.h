@@ -23,6 +23,8 @@ class LockFile {
   // `what` names the thing locked in the error, e.g. "state directory './var'".
   // FailedPrecondition naming `what`, the holder's PID (as written in the file) and the lock
   // file when it is held; an error naming the path when it cannot be opened or written.
+  // A symbolic link at `path` is not followed, and anything there but a regular file is
+  // refused: FailedPrecondition naming the path and saying which.
   static Result<std::unique_ptr<LockFile>> Acquire(const std::string& path, const std::string& what);
   ~LockFile();  // releases the lock; the file stays
 

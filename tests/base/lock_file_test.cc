@@ -2,6 +2,7 @@
 #include "base/lock_file.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,41 @@ TEST_F(LockFileTest, AProcessThatDiesReleasesItsLockAndAStaleFileDoesNotBlock) {
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+// A symbolic link planted at the lock's path is not followed: neither the file it names nor a
+// new one where it points is created, locked or written. Its error names the path and says it
+// is a link.
+TEST_F(LockFileTest, ASymbolicLinkAtTheLockPathIsRefused) {
+  const std::string target = (dir_ / "elsewhere").string();
+  std::ofstream(target) << "keep me\n";
+  std::filesystem::create_symlink(target, path_);
+  auto refused = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "the lock file '" + path_ + "' of state directory 'x' is a symbolic link, which is not followed; remove it");
+  std::ifstream in(target);
+  std::string kept;
+  std::getline(in, kept);
+  EXPECT_EQ(kept, "keep me") << "the link's target was written";
+
+  // A dangling link: no file is created where it points.
+  const std::string missing = (dir_ / "missing").string();
+  std::filesystem::remove(path_);
+  std::filesystem::create_symlink(missing, path_);
+  EXPECT_FALSE(LockFile::Acquire(path_, "x").ok());
+  EXPECT_FALSE(std::filesystem::exists(missing)) << "the lock followed the link and created its target";
+}
+
+// Anything at the lock's path but a regular file is refused, without blocking on a FIFO.
+TEST_F(LockFileTest, ANonRegularFileAtTheLockPathIsRefused) {
+  ASSERT_EQ(::mkfifo(path_.c_str(), 0644), 0);
+  auto refused = LockFile::Acquire(path_, "state directory 'x'");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "the lock file '" + path_ + "' of state directory 'x' is not a regular file; remove it");
 }
 
 }  // namespace
