@@ -84,7 +84,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   }
   auto lock = LockFile::Acquire(dir + "/coordinator.lock", "state directory " + QuoteUntrusted(dir, 256));
   if (!lock.ok()) {
-    return Status(lock.status().code(), lock.status().message() + "; stop that coordinator first, or use another --state-dir");
+    // The hint is for a directory another coordinator holds, not for a lock file refused (a
+    // link, a FIFO) or one that cannot be opened.
+    const bool held = lock.status().message().find(" is in use by another process") != std::string::npos;
+    return held ? Status(lock.status().code(),
+                         lock.status().message() + "; stop that coordinator first, or use another --state-dir")
+                : lock.status();
   }
   c->state_lock_ = std::move(lock).value();
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteStateStore> store, SqliteStateStore::Open(dir));
