@@ -98,11 +98,17 @@ Status ProbeListen(const HostPort& address) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string port = std::to_string(address.port);
-  if (int error = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found); error != 0) {
-    return UnavailableError("cannot resolve " + QuoteUntrusted(address.host) + ": " + ::gai_strerror(error));
+  // A numeric host is used as it is. A name is looked up with no deadline: this runs once, at
+  // the coordinator's start, which has nothing to do until it listens, and waits for the
+  // system's resolver as the listening server itself would.
+  if (::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found) != 0) {
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    if (int error = ::getaddrinfo(address.host.c_str(), port.c_str(), &hints, &found); error != 0) {
+      return UnavailableError("cannot resolve " + QuoteUntrusted(address.host) + ": " + ::gai_strerror(error));
+    }
   }
   Status result;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {

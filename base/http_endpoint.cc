@@ -514,11 +514,15 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (options.port < 0 || options.port > 65535 ||
-      ::getaddrinfo(options.host.c_str(), std::to_string(options.port).c_str(), &hints, &found) != 0) {
-    return UnavailableError(refused);
+  if (options.port < 0 || options.port > 65535) return UnavailableError(refused);
+  // A numeric host is used as it is. A name is looked up with no deadline: the endpoint starts
+  // with its daemon, which waits for it before it serves.
+  const std::string service = std::to_string(options.port);
+  if (::getaddrinfo(options.host.c_str(), service.c_str(), &hints, &found) != 0) {
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    if (::getaddrinfo(options.host.c_str(), service.c_str(), &hints, &found) != 0) return UnavailableError(refused);
   }
   for (addrinfo* a = found; a != nullptr && shared->listen_fd < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);

@@ -18,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 
@@ -214,19 +215,46 @@ Status TcpSocket::RecvAll(void* data, size_t bytes,
   return Status::Ok();
 }
 
-Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog) {
+namespace {
+
+// The addresses to listen on at address:service. A numeric host (or none: every address of
+// this machine) is used as it is, with no lookup. A name is looked up before `deadline` when
+// the caller has one (Resolve); without one, getaddrinfo is called as it is and takes as long
+// as the system's resolver does: that is a server started at start-up, with no deadline to
+// honour and nothing else to do until it listens.
+Result<AddressList> ListenAddresses(const std::string& address, const std::string& service,
+                                    std::optional<std::chrono::steady_clock::time_point> deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+  const char* host = address.empty() ? nullptr : address.c_str();
   addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  const int rc = ::getaddrinfo(address.empty() ? nullptr : address.c_str(), service.c_str(),
-                               &hints, &found);
-  if (rc != 0) {
-    return InvalidArgumentError("cannot resolve bind address '" + address +
-                                "': " + ::gai_strerror(rc));
+  if (::getaddrinfo(host, service.c_str(), &hints, &found) == 0) return AddressList(found, &::freeaddrinfo);
+  const std::string shown = EscapeUntrusted(address, 256);
+  if (deadline) {
+    auto resolved = Resolve(address, service, *deadline, shown);
+    if (!resolved.ok()) return resolved.status().WithContext("bind address '" + shown + "'");
+    return resolved;
   }
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  if (const int rc = ::getaddrinfo(host, service.c_str(), &hints, &found); rc != 0) {
+    return InvalidArgumentError("cannot resolve bind address '" + shown + "': " + ::gai_strerror(rc));
+  }
+  return AddressList(found, &::freeaddrinfo);
+}
+
+}  // namespace
+
+Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog) {
+  return ListenTcp(address, port, backlog, std::nullopt);
+}
+
+Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog,
+                                            std::optional<std::chrono::steady_clock::time_point> deadline) {
+  const std::string service = std::to_string(port);
+  ASSIGN_OR_RETURN(AddressList addresses, ListenAddresses(address, service, deadline));
+  addrinfo* found = addresses.release();
   std::string last_error = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     TcpSocket socket(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));

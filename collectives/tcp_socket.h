@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -52,7 +53,14 @@ class TcpSocket {
 };
 
 // Listens on `address`:`port` (port 0: any free port). Returns the socket and bound port.
+// A numeric address (IPv4 or IPv6 literal, or "" for every address) is used as it is, with no
+// lookup. A name is looked up as ConnectTcp looks one up: with `deadline`, on a helper thread
+// waited for until then (DEADLINE_EXCEEDED naming the address when the resolver has not
+// answered); without one, getaddrinfo blocks for as long as the resolver takes, and a name
+// that does not resolve is INVALID_ARGUMENT.
 Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog);
+Result<std::pair<TcpSocket, int>> ListenTcp(const std::string& address, int port, int backlog,
+                                            std::optional<std::chrono::steady_clock::time_point> deadline);
 // Accepts one connection before the deadline.
 Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time_point deadline);
 // Connects to host:port, retrying refused connections until the deadline. Every attempt is

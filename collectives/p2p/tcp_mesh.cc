@@ -108,7 +108,8 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::Connect(const TcpMeshOptions& options,
   if (options.size == 1) return mesh;
   const Deadline deadline = Clock::now() + options.connect_timeout;
 
-  ASSIGN_OR_RETURN(auto listening, ListenTcp(options.bind_address, 0, options.size + 16));
+  // A bind address given as a name is looked up within the rendezvous' deadline too.
+  ASSIGN_OR_RETURN(auto listening, ListenTcp(options.bind_address, 0, options.size + 16, deadline));
   TcpSocket listener = std::move(listening.first);
   const std::string host = options.bind_address.find(':') != std::string::npos
                                ? "[" + options.bind_address + "]"

@@ -98,6 +98,8 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
         std::to_string(options.max_keys) + ") and max_stored_bytes >= 1 (got " +
         std::to_string(options.max_stored_bytes) + ")");
   }
+  // No deadline to honour: the server starts with its program, which waits for it. A name
+  // as `address` is looked up blocking (ListenTcp); a numeric address is not looked up.
   ASSIGN_OR_RETURN(auto listening, ListenTcp(address, port, 128));
   std::unique_ptr<TcpStoreServer> server(new TcpStoreServer());
   server->address_ = address;

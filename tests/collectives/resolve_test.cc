@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/p2p/tcp_mesh.h"
+#include "collectives/store/hash_store.h"
 #include "collectives/store/tcp_store.h"
 #include "collectives/tcp_socket.h"
 
@@ -114,6 +116,53 @@ TEST(ResolveTest, AStoreAtANameThatDoesNotResolveFailsNamingIt) {
               message.find("resolving 'tessera-no-such-host.invalid' did not finish") !=
                   std::string::npos)
       << message;
+}
+
+// Listening: a numeric address is not looked up either, with a deadline or without.
+TEST(ResolveTest, ANumericBindAddressIsNotLookedUp) {
+  ResolverGuard guard(&CountingResolver);
+  lookups = 0;
+  for (const std::string address : {"127.0.0.1", "::1", ""}) {
+    auto listening = ListenTcp(address, 0, 4, steady_clock::now() + std::chrono::seconds(30));
+    // "::1" may be missing where IPv6 is off; the lookup is what is checked.
+    if (address != "::1") EXPECT_TRUE(listening.ok()) << address << ": " << listening.status().ToString();
+  }
+  EXPECT_EQ(lookups.load(), 0);
+}
+
+// A p2p rank's bind address given as a name is looked up within the rendezvous' deadline:
+// a resolver that does not answer ends the rendezvous at its connect_timeout, naming the
+// address, instead of holding the round's training until it answers.
+TEST(ResolveTest, ABindAddressLookupThatDoesNotAnswerEndsAtTheRendezvousDeadline) {
+  ResolverGuard guard(&StuckResolver);
+  {
+    std::lock_guard<std::mutex> lock(stuck_mutex);
+    stuck_released = false;
+    stuck_returned = false;
+  }
+  HashStore store;
+  TcpMeshOptions options;
+  options.rank = 0;
+  options.size = 2;
+  options.bind_address = "slow-cohort-host.invalid";
+  options.connect_timeout = milliseconds(200);
+  auto mesh = TcpMesh::Connect(options, store);
+  bool returned_first = false;
+  {
+    std::lock_guard<std::mutex> lock(stuck_mutex);
+    returned_first = stuck_returned;
+    stuck_released = true;
+    stuck_changed.notify_all();
+  }
+  EXPECT_FALSE(returned_first) << "the rendezvous waited for the resolver past its deadline";
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_EQ(mesh.status().code(), StatusCode::kDeadlineExceeded) << mesh.status().ToString();
+  EXPECT_NE(mesh.status().message().find("bind address 'slow-cohort-host.invalid': resolving "
+                                         "'slow-cohort-host.invalid' did not finish before the deadline"),
+            std::string::npos)
+      << mesh.status().ToString();
+  std::unique_lock<std::mutex> lock(stuck_mutex);
+  stuck_changed.wait(lock, [] { return stuck_returned; });
 }
 
 }  // namespace
