@@ -368,7 +368,10 @@ void WorkerAgent::TrainerLoop() {
       } else {
         spdlog::warn("job {} round {}: device {} failed ({}); falling back to '{}' for this round", task.job_id(),
                      task.round(), device_name(), s.message(), fallback);
-        if (auto other = CreateDevice(fallback); other.ok()) {
+        // Made as this worker's own device is: an emulated fallback is paced as that one is.
+        if (auto other = CreateWorkerDevice(fallback); other.ok()) {
+          spdlog::info("job {} round {}: training on the fallback device {}{}", task.job_id(), task.round(),
+                       (*other)->capabilities().name, EmulatedPacesRealTime(**other) ? ", paced in real time" : "");
           header.Clear();
           parts.clear();
           s = Train(task, identity, &header, &parts, other->get());

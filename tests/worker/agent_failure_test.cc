@@ -8,15 +8,6 @@
 namespace tessera::worker {
 namespace {
 
-// An emulated device profile written to a file; `memory_bytes` its capacity.
-std::string WriteProfile(const std::string& file, const std::string& name, uint64_t memory_bytes) {
-  const std::string path = (std::filesystem::path(::testing::TempDir()) / file).string();
-  std::ofstream(path) << "[" << name << "]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\n"
-                      << "memory_bandwidth_gbps = 100\nmemory_bytes = " << memory_bytes << "\nhost_link_gbps = 4\n"
-                      << "power_watts = 20\nprecision = \"fp32\"\nnative_ops = [\"all\"]\n";
-  return path;
-}
-
 // A profile with a host link of 1 KB/s whose native ops are `native_ops` (the rest are host
 // fallbacks, which pay the link): paced, what crosses the link is modelled at minutes.
 std::string WriteSlowLinkProfile(const std::string& file, const std::string& native_ops) {

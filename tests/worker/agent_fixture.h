@@ -38,6 +38,15 @@ namespace tessera::worker {
 
 constexpr auto kWait = std::chrono::seconds(120);
 
+// An emulated device profile written to a file; `memory_bytes` its capacity.
+inline std::string WriteProfile(const std::string& file, const std::string& name, uint64_t memory_bytes) {
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / file).string();
+  std::ofstream(path) << "[" << name << "]\npeak_tflops_fp32 = 1.0\npeak_tflops_fp16 = 8.0\n"
+                      << "memory_bandwidth_gbps = 100\nmemory_bytes = " << memory_bytes << "\nhost_link_gbps = 4\n"
+                      << "power_watts = 20\nprecision = \"fp32\"\nnative_ops = [\"all\"]\n";
+  return path;
+}
+
 inline v1::JobSpec TinyJob() {
   v1::JobSpec spec;
   spec.set_name("tiny");
