@@ -97,6 +97,14 @@ function recentCompute(workerId) {
   return "-";
 }
 
+// A worker's device as the table shows it: an emulated device is labelled so from the
+// registry's `emulated` field, whatever its name says or where the name was cut.
+function deviceName(device) {
+  if (!device) return "";
+  const name = device.name || "";
+  return device.emulated && !name.includes("(emulated)") ? name + " (emulated)" : name;
+}
+
 async function loadWorkers() {
   const reply = await (await api("/api/workers")).json();
   const workers = reply.workers || [];
@@ -106,7 +114,7 @@ async function loadWorkers() {
     const row = el("tr");
     row.append(el("td", w.worker_id), el("td", w.alive ? w.state : "gone (" + w.state + ")"),
                el("td", ago(w.last_heartbeat_unix_ms)),
-               el("td", (w.device && w.device.name) || ""), el("td", w.cohort || ""),
+               el("td", deviceName(w.device)), el("td", w.cohort || ""),
                el("td", w.rounds_completed), el("td", w.updates_rejected), el("td", recentCompute(w.worker_id)),
                el("td", w.device ? Number(w.device.measured_gflops).toFixed(1) : ""));
     body.append(row);

@@ -37,6 +37,11 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
   }
   device->set_kind(EscapeUntrusted(device->kind()));
   device->set_name(EscapeUntrusted(device->name(), 128));
+  // An emulated device is labelled so wherever it is shown: a name cut before its
+  // "(emulated)" (a long profile path) gets the label back after the cut.
+  if (device->emulated() && device->name().find("(emulated)") == std::string::npos) {
+    device->set_name(device->name() + " (emulated)");
+  }
   google::protobuf::Map<std::string, std::string> properties;
   size_t bytes = 0;
   for (const auto& [key, value] : device->properties()) {

@@ -84,6 +84,24 @@ TEST_F(HostileInputTest, WhatAWorkerSaysAboutItsDeviceIsEscapedAndBoundedBeforeO
   EXPECT_EQ(log_.text().find("\x1b[2J"), std::string::npos);
 }
 
+// An emulated device is labelled so wherever it appears. One with a long profile path had its
+// name cut before its "(emulated)": the label comes back after the cut.
+TEST_F(HostileInputTest, AnEmulatedDevicesNameCutShortKeepsItsLabel) {
+  v1::JoinRequest join;
+  join.set_name("w1");
+  const std::string path = "/" + std::string(200, 'p') + ".toml";
+  join.mutable_device()->set_name("emu:" + path + " (emulated)");
+  join.mutable_device()->set_emulated(true);
+  ASSERT_TRUE(Join(join).ok());
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &listed).ok());
+  ASSERT_EQ(listed.workers_size(), 1);
+  EXPECT_EQ(listed.workers(0).device().name(),
+            "emu:/" + std::string(123, 'p') + "\xE2\x80\xA6(221 bytes) (emulated)");
+  EXPECT_TRUE(listed.workers(0).device().emulated());
+}
+
 TEST_F(HostileInputTest, AMegabyteJobIdIsRefusedWithoutBeingEchoed) {
   grpc::ClientContext ctx;
   v1::GetJobRequest request;

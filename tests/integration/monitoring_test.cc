@@ -16,6 +16,7 @@
 
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <regex>
 
 #include "base/metrics.h"
@@ -371,6 +372,30 @@ TEST_F(MonitoringTest, TheWorkersListIsBoundedAndCountsTheOthers) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed->body, &reply).ok()) << listed->body.substr(0, 300);
   EXPECT_EQ(reply.fields().at("workers").list_value().values_size(), 1000);
   EXPECT_EQ(reply.fields().at("more").string_value(), "3") << "a uint64 is a string in JSON";
+}
+
+// The dashboard labels an emulated device from the `emulated` field of /api/workers, not from
+// its name's text, which a long name may have lost.
+TEST_F(MonitoringTest, TheWorkersListSaysWhichDevicesAreEmulated) {
+  std::vector<v1::WorkerStatus> known(2);
+  known[0].set_worker_id("site-emulated");
+  known[0].mutable_device()->set_name("emu:/" + std::string(123, 'p'));
+  known[0].mutable_device()->set_emulated(true);
+  known[1].set_worker_id("site-cpu");
+  known[1].mutable_device()->set_name("cpu");
+  coordinator_->registry().Restore(known);
+  auto listed = Client(operator_dir_)->Get("/api/workers");
+  ASSERT_TRUE(listed);
+  ASSERT_EQ(listed->status, 200);
+  google::protobuf::Struct reply;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(listed->body, &reply).ok()) << listed->body.substr(0, 300);
+  std::map<std::string, bool> emulated;
+  for (const auto& w : reply.fields().at("workers").list_value().values()) {
+    const auto& fields = w.struct_value().fields();
+    emulated[fields.at("worker_id").string_value()] =
+        fields.at("device").struct_value().fields().at("emulated").bool_value();
+  }
+  EXPECT_EQ(emulated, (std::map<std::string, bool>{{"site-cpu", false}, {"site-emulated", true}})) << listed->body;
 }
 
 TEST_F(MonitoringTest, EventsFollowAJobUntilItsStateSettles) {
