@@ -306,9 +306,11 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
   for (;;) {
     auto found = Resolve(host, service, deadline, shown);
     if (!found.ok() && found.status().code() == StatusCode::kDeadlineExceeded) {
+      // A retried lookup cut off by the deadline says less than the earlier attempt's failure
+      // (the resolver's reason, or a refused connection): that one is shown when there was one.
       return DeadlineExceededError("could not connect to " + who + " at " + shown + ":" +
                                    service + " before the deadline (" +
-                                   found.status().message() + ")");
+                                   (last_error.empty() ? found.status().message() : last_error) + ")");
     }
     if (!found.ok()) {
       last_error = found.status().message();
