@@ -93,7 +93,7 @@ Status CheckDeviceName(const std::string& flag, const std::string& name) {
   // A profile file is read when the device is created; a built-in profile is listed above.
   if (IsEmulatedDeviceName(name) && name.find(".toml") != std::string::npos) return Status::Ok();
   return InvalidArgumentError(flag + ": unknown device " + QuoteUntrusted(name) + "; expected " + listed +
-                              "emu:PROFILE (" + profiles + ") or emu:FILE.toml");
+                              "emu:PROFILE (" + profiles + "), emu:FILE.toml or emu:FILE.toml#PROFILE");
 }
 
 }  // namespace tessera

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   flags.String("name", &options.name, "this worker's name, its identity at the coordinator (with a certificate: its CN, the default); keep it stable to keep the worker's seat across restarts");
   flags.String("join-token", &options.join_token, "the coordinator's join token (visible to other users in ps: prefer the file)");
   flags.String("join-token-file", &token_file, "read the join token from this file (its first line)");
-  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE or emu:FILE.toml (see tessera devices); an unknown name is an error");
+  flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE, emu:FILE.toml or emu:FILE.toml#PROFILE (see tessera devices); an unknown name is an error");
   flags.String("fallback-device", &options.fallback_device,
                "device to use when --device is known but not usable here (no GPU, no driver); empty for none",
                EmptyValue::kAllowed);
@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
   }
   if (options.pace_real_time && !IsEmulatedDeviceName(options.device)) {
     std::cerr << "tessera-worker: --pace-real-time paces an emulated device; --device " << QuoteUntrusted(options.device)
-              << " is not one (expected emu:PROFILE or emu:FILE.toml)\n";
+              << " is not one (expected emu:PROFILE, emu:FILE.toml or emu:FILE.toml#PROFILE)\n";
     return 2;
   }
   options.chunk_bytes = static_cast<uint32_t>(chunk_kib * 1024);

@@ -162,7 +162,7 @@ TEST_F(DaemonTest, AMistypedWorkerFlagExitsNamingTheValidChoices) {
       {{"--cohort-timeout-s", "600"},
        "--cohort-timeout-s bounds the waits of a cohort's members; give --cohort too"},
       {{"--pace-real-time", "--device", "cpu"},
-       "--pace-real-time paces an emulated device; --device 'cpu' is not one (expected emu:PROFILE or emu:FILE.toml)"},
+       "--pace-real-time paces an emulated device; --device 'cpu' is not one (expected emu:PROFILE, emu:FILE.toml or emu:FILE.toml#PROFILE)"},
       {{"--cohort", "site", "--cohort-address", "10.0.0.5:7000"},
        "--cohort-address '10.0.0.5:7000': expected the DNS name or IP address (IPv6 without brackets) this worker's "
        "cohort peers reach it at, without a port"},
