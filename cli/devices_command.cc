@@ -238,6 +238,17 @@ Status CheckDevicesOptions(const DevicesOptions& options) {
   if (options.json && !options.model.empty()) {
     return InvalidArgumentError("--json lists the devices without a risk list; drop --model or --json");
   }
+  // A name no backend knows is a typo in the command: refused with the others, before anything
+  // is read or measured.
+  for (const auto* list : {&options.devices, &options.extra_devices}) {
+    for (const std::string& name : *list) {
+      if (IsKnownDeviceName(name)) continue;
+      std::string known;
+      for (const auto& backend : RegisteredDeviceBackends()) known += (known.empty() ? "" : ", ") + backend.name;
+      return InvalidArgumentError("unknown device " + QuoteUntrusted(name) + "; known devices: " + known +
+                                  ", or emu:<profile.toml>");
+    }
+  }
   return Status::Ok();
 }
 
@@ -251,13 +262,7 @@ Status DevicesCommand(const DevicesOptions& options, std::ostream& out) {
   // Every name before any device is measured (seconds each): a typo is an error at once, and
   // nothing is printed for a command that fails.
   for (const std::string& name : names) {
-    if (!IsKnownDeviceName(name)) {
-      std::string known;
-      for (const auto& backend : RegisteredDeviceBackends()) known += (known.empty() ? "" : ", ") + backend.name;
-      return InvalidArgumentError("unknown device " + QuoteUntrusted(name) + "; known devices: " + known +
-                                  ", or emu:<profile.toml>");
-    }
-    // An emulated device's profile (built in, or a file) is read now: one misspelt or that does
+    // (Unknown names were refused by CheckDevicesOptions.) An emulated device's profile (built in, or a file) is read now: one misspelt or that does
     // not load is refused before another device is measured.
     if (IsEmulatedDeviceName(name)) {
       auto device = CreateDevice(name);

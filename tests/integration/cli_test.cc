@@ -419,6 +419,7 @@ TEST(CliTest, ALocalCommandsUsageErrorExitsTwo) {
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"devices", "--model", "mlp", "--json"},
             "tessera devices: --json lists the devices without a risk list; drop --model or --json\n"},
+           {{"devices", "--device", "tpu"}, "tessera devices: unknown device 'tpu'; known devices: "},
            {{"provision", "--coordinator-host", "localhost", "--workers", "a"},
             "tessera provision: --out is required: the directory to write into\n"},
            {{"provision", "--out", (dir.path() / "pki").string(), "--coordinator-host", "localhost", "--workers",
