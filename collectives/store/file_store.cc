@@ -1,4 +1,5 @@
 #include "collectives/store/file_store.h"
+#include "base/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -76,23 +77,24 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
   // Anyone who can write the directory decides what a key's file is. Opened without blocking
   // (a FIFO would block open(2) until a writer came, past every timeout) and read only when
   // it is a regular file of at most kMaxValueBytes.
+  const RegularFileOpen opened = OpenRegularFile(path);
+  if (opened.open_errno != 0) {
+    if (opened.open_errno == ENOENT) return NotFoundError(path);
+    return UnavailableError("cannot open store file " + path + ": " + std::strerror(opened.open_errno));
+  }
+  if (opened.stat_errno != 0) {
+    return UnavailableError("cannot stat store file " + path + ": " + std::strerror(opened.stat_errno));
+  }
+  if (opened.not_regular) {
+    return FailedPreconditionError("store file " + path + " is not a regular file");
+  }
   struct File {
     int fd;
     ~File() {
       if (fd >= 0) ::close(fd);
     }
-  } file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)};
-  if (file.fd < 0) {
-    if (errno == ENOENT) return NotFoundError(path);
-    return UnavailableError("cannot open store file " + path + ": " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (::fstat(file.fd, &info) != 0) {
-    return UnavailableError("cannot stat store file " + path + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(info.st_mode)) {
-    return FailedPreconditionError("store file " + path + " is not a regular file");
-  }
+  } file{opened.fd};
+  const struct stat& info = opened.info;
   if (info.st_size > static_cast<off_t>(kMaxValueBytes)) {
     return FailedPreconditionError("store file " + path + " is " + std::to_string(info.st_size) +
                                    " bytes, over the limit of " + std::to_string(kMaxValueBytes));

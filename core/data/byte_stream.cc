@@ -1,4 +1,5 @@
 #include "core/data/byte_stream.h"
+#include "base/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,19 +16,17 @@ namespace tessera {
 // A regular file only, opened without blocking: a FIFO in the file's place held the open
 // until some writer came, which might be never (a job's data.path names the directory).
 Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
+  const RegularFileOpen opened = OpenRegularFile(path);
+  if (opened.open_errno != 0) {
+    const int err = opened.open_errno;
     std::string message = "cannot open " + path + ": " + std::strerror(err);
     if (err == ENOENT) return NotFoundError(std::move(message));
     if (err == EACCES) return PermissionDeniedError(std::move(message));
     return InvalidArgumentError(std::move(message));
   }
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError(path + ": not a regular file");
-  }
+  if (!opened.ok()) return InvalidArgumentError(path + ": not a regular file");
+  const int fd = opened.fd;
+  const struct stat& info = opened.info;
   FilePtr file(::fdopen(fd, "rb"));
   if (!file) {
     const int err = errno;

@@ -1,4 +1,5 @@
 #include "core/data/numpy_format.h"
+#include "base/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -318,15 +319,16 @@ Result<std::string> MemberBytes(std::string_view bytes, const ZipEntry& e, const
 // A regular file only, opened without blocking: a FIFO in the file's place (an external
 // trainer's "out", say) held the open until some writer came, which might be never.
 Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return NotFoundError("cannot open " + path + ": " + std::strerror(errno));
+  const RegularFileOpen opened = OpenRegularFile(path);
+  if (opened.open_errno != 0) return NotFoundError("cannot open " + path + ": " + std::strerror(opened.open_errno));
+  if (opened.stat_errno != 0) return InvalidArgumentError("cannot size " + path + ": " + std::strerror(opened.stat_errno));
+  if (opened.not_regular) return InvalidArgumentError(path + ": not a regular file");
+  const int fd = opened.fd;
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) return InvalidArgumentError("cannot size " + path + ": " + std::strerror(errno));
-  if (!S_ISREG(info.st_mode)) return InvalidArgumentError(path + ": not a regular file");
+  const struct stat& info = opened.info;
   const auto size = static_cast<uint64_t>(info.st_size);
   if (size > max_bytes) {
     return InvalidArgumentError(path + ": " + std::to_string(size) + " bytes; the limit is " + std::to_string(max_bytes));

@@ -1,4 +1,5 @@
 #include "device/emulated/profile.h"
+#include "base/regular_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -390,13 +391,10 @@ Result<std::vector<DeviceProfile>> LoadProfiles(const std::string& path) {
   // Opened without blocking and read only when a regular file: a FIFO or a terminal named as a
   // profile would otherwise hold its reader (a worker at start) until someone wrote to it, and
   // a directory would read as an empty file.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-  if (fd < 0) return NotFoundError(named + " cannot be opened (" + std::strerror(errno) + ")");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return InvalidArgumentError(named + ": expected a regular file");
-  }
+  const RegularFileOpen opened = OpenRegularFile(path);
+  if (opened.open_errno != 0) return NotFoundError(named + " cannot be opened (" + std::strerror(opened.open_errno) + ")");
+  if (!opened.ok()) return InvalidArgumentError(named + ": expected a regular file");
+  const int fd = opened.fd;
   std::string text(kMaxProfileFileBytes + 1, '\0');
   size_t got = 0;
   while (got < text.size()) {
