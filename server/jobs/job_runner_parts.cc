@@ -106,7 +106,7 @@ void JobRunner::SendTrainTask(const Client& client, const v1::TrainTask& task, c
     own.SerializeToString(&outgoing.train_own);
     if (options_.inline_model_bytes > 0 && registry_->AcceptsInlineModel(worker)) {
       // A small model rides inside the task: the worker makes no download call. Its bytes
-      // count as downloaded once the transport has taken the task.
+      // count as downloaded as the task is handed to the transport.
       auto model = Model(task.model_version(), worker);
       if (model.ok() && (*model)->inline_model() && (*model)->total_bytes() <= options_.inline_model_bytes) {
         outgoing.inline_model = (*model)->inline_model();

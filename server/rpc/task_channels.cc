@@ -25,6 +25,12 @@ namespace {
 
 using wire::ToGrpc;
 
+// SetTaskChannelWriteDoneHookForTesting's hook; empty outside tests.
+std::function<void()>& WriteDoneHook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
 // A long-lived server stream is written by whichever thread has something for it (the one
 // that queued a task or published an event, or gRPC's own after a write completes), never by
 // a thread parked on it. Both streams below share one discipline:
@@ -73,6 +79,7 @@ class TaskChannel final : public TaskChannelSink {
   void Pump() {
     const std::optional<grpc::Status> revoked = Revoked();  // outside the lock: may reread the list
     bool finish = false;
+    std::function<void()> handed;  // the task's on_written, run as it goes to the transport
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (revoked && !finish_called_) {
@@ -91,7 +98,7 @@ class TaskChannel final : public TaskChannelSink {
           spdlog::error("task channel of worker '{}': a task could not be serialized; dropped", worker_id_);
           continue;
         } else {
-          on_written_ = std::move(task->on_written);
+          handed = std::move(task->on_written);
           writing_ = true;
           write_started_ = std::chrono::steady_clock::now();
           break;
@@ -104,6 +111,11 @@ class TaskChannel final : public TaskChannelSink {
     if (finish) {
       stream_.finish(finish_status_);  // the worker sees its channel closed and rejoins
     } else {
+      // Before the write, not once it is done: a worker that has the task (a small model inside
+      // it) can train, report, and see its round commit before gRPC runs the write's
+      // completion on a loaded machine, and the round's record would then miss the model's
+      // bytes. A stream that breaks during this write has them counted all the same.
+      if (handed) handed();
       stream_.write(&in_flight_);
     }
   }
@@ -163,15 +175,13 @@ class TaskChannel final : public TaskChannelSink {
   }
 
   void WriteDone(bool ok) {
-    std::function<void()> written;
+    if (const auto& hook = WriteDoneHook()) hook();
     {
       std::lock_guard<std::mutex> lock(mu_);
       writing_ = false;
       if (!ok) closing_ = true;  // the stream broke
-      written = std::exchange(on_written_, nullptr);
       in_flight_.Clear();  // an inline model's slice goes back to its version
     }
-    if (ok && written) written();
     Pump();
   }
 
@@ -213,7 +223,6 @@ class TaskChannel final : public TaskChannelSink {
   bool closing_ = false;        // finish as soon as no write is in flight
   bool finish_called_ = false;
   grpc::ByteBuffer in_flight_;          // the message being written
-  std::function<void()> on_written_;    // its OutgoingTask::on_written
 };
 
 // What an open task channel holds: its place among the caller's streams, the channel, and
@@ -480,5 +489,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartTaskSession(
     UploadChecks checks) {
   return new TaskSessionReactor(c, ctx, std::move(check_caller), std::move(checks));
 }
+
+void SetTaskChannelWriteDoneHookForTesting(std::function<void()> hook) { WriteDoneHook() = std::move(hook); }
 
 }  // namespace tessera::server

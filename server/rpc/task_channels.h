@@ -35,4 +35,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StartTaskSession(
     Coordinator* c, grpc::CallbackServerContext* ctx, std::function<Status(const std::string&)> check_caller,
     UploadChecks checks);
 
+// Tests: `hook` runs at the start of every task channel's write completion, on gRPC's thread,
+// so a test can hold a write's completion back. Set it before the coordinator starts and clear
+// it after it has shut down; empty (the default): nothing runs.
+void SetTaskChannelWriteDoneHookForTesting(std::function<void()> hook);
+
 }  // namespace tessera::server

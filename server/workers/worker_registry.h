@@ -73,7 +73,8 @@ struct OutgoingTask {
   // A serialized v1::InlineModel the channel writes as the TrainTask's inline_model, shared
   // with every other task of the same model version (no copy per worker); null for none.
   std::shared_ptr<const std::string> inline_model;
-  // Called once the transport has taken the message (not when it is dropped).
+  // Called as the message is handed to the transport, just before its write starts (not when
+  // it is dropped): the worker may answer it before the write's completion runs.
   std::function<void()> on_written;
 };
 

@@ -8,13 +8,17 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <vector>
 
 #include "proto/tensor_transfer.h"
+#include "proto/update_envelope.h"
 #include "server/monitoring/coordinator_metrics.h"
+#include "server/rpc/task_channels.h"
 #include "tests/integration/harness.h"
 
 namespace tessera::testing {
@@ -76,6 +80,91 @@ TEST(InlineModelTest, OnlyAWorkerThatTakesItGetsTheModelInItsTask) {
     EXPECT_EQ(inline_task.job_id(), job->id());
     EXPECT_EQ(inline_task.round(), 1u);
   }
+}
+
+// Holds back the first task-channel write completion after Arm() until Release() (or a bound
+// only a failing test reaches), as a loaded machine can; clears the hook when it goes.
+class HeldWriteCompletion {
+ public:
+  HeldWriteCompletion() {
+    server::SetTaskChannelWriteDoneHookForTesting([this] {
+      if (!armed_.load() || held_.exchange(true)) return;
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(60), [this] { return released_; });
+    });
+  }
+  ~HeldWriteCompletion() { server::SetTaskChannelWriteDoneHookForTesting(nullptr); }
+  void Arm() { armed_ = true; }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  bool held() const { return held_.load(); }
+
+ private:
+  std::atomic<bool> armed_{false}, held_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool released_ = false;
+};
+
+// A model inside its task counts for its round as the task is handed to the transport: the
+// worker can have the task, report, and see its round commit before gRPC runs the write's
+// completion. Here that completion is held back until the job has ended, and the round's
+// record still counts the model's bytes for the worker.
+TEST(InlineModelTest, AModelInsideItsTaskCountsForItsRoundEvenWhenItsWriteCompletesAfterTheCommit) {
+  HeldWriteCompletion completion;  // first: its hook is cleared after the coordinator has gone
+  TempDir dir("inline-model-counted");
+  auto options = TestCoordinatorOptions(dir.str());
+  options.inline_update_max_bytes = 0;  // the update goes by a call, its verdict in the reply
+  auto coordinator = server::Coordinator::Start(options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status().ToString();
+  const int port = (*coordinator)->port();
+  TaskKeeper worker(port, "taker", true);
+  struct ReleaseAtExit {
+    HeldWriteCompletion* c;
+    ~ReleaseAtExit() { c->Release(); }
+  } release_at_exit{&completion};  // before the worker and the coordinator go
+  auto stub = JobStub(port);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1, std::chrono::seconds(20)));
+  completion.Arm();
+  auto job = (*coordinator)->SubmitJob(SmallJob(1, 1, 1000));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(WaitUntil([&] { return worker.task().has_value(); }, std::chrono::milliseconds(20000)));
+  const v1::TrainTask task = *worker.task();
+  ASSERT_TRUE(task.has_inline_model());
+  ASSERT_TRUE(completion.held()) << "the task's write completed before the test could hold it";
+
+  auto model = wire::ReadInlineModel(task.inline_model(), "the task's model", uint64_t{1} << 30);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  uint64_t model_bytes = 0;
+  TensorSet delta = *model;
+  for (auto& t : delta) {
+    model_bytes += t.values.size() * sizeof(float);
+    std::fill(t.values.begin(), t.values.end(), 0.0f);
+  }
+  v1::UpdateHeader header;
+  header.set_worker_id(worker.hand().joined().worker_id());
+  header.set_session(worker.hand().joined().session());
+  header.set_job_id(task.job_id());
+  header.set_round(task.round());
+  header.set_attempt(task.attempt());
+  header.set_base_model_version(task.model_version());
+  header.set_samples(100);
+  wire::UpdateBytes bytes;
+  wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
+  auto result = worker.hand().client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_TRUE(result->accepted()) << result->reason();
+  const v1::GetJobResponse done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));
+  completion.Release();
+  ASSERT_EQ(done.job().state(), v1::JOB_SUCCEEDED) << done.job().error();
+  ASSERT_EQ(done.rounds_size(), 1);
+  ASSERT_EQ(done.rounds(0).workers_size(), 1);
+  EXPECT_EQ(done.rounds(0).workers(0).outcome(), "accepted");
+  EXPECT_EQ(done.rounds(0).workers(0).download_bytes(), model_bytes);
+  EXPECT_EQ(done.rounds(0).download_bytes(), model_bytes);
 }
 
 // Two real workers through a two-round job on a coordinator set up by `configure`; the
