@@ -354,11 +354,17 @@ Result<std::optional<MpiWorld>> MpiWorldFromEnvironment() {
 }  // namespace
 
 Result<std::vector<pid_t>> ForkChildren(int count, const std::function<void(int)>& body,
-                                        const ForkFunction& fork_function) {
+                                        const ForkFunction& fork_function,
+                                        std::chrono::milliseconds lookup_wait) {
+  auto paused = PauseHostLookups(std::chrono::steady_clock::now() + lookup_wait);
+  if (!paused.ok()) {
+    return paused.status().WithContext("not forking " + std::to_string(count) + " rank" + (count == 1 ? "" : "s"));
+  }
   std::vector<pid_t> children;
   for (int i = 0; i < count; ++i) {
     const pid_t pid = fork_function();
     if (pid == 0) {
+      paused->Resume();  // this process's own lookups
       body(i);
       ::_exit(1);
     }

@@ -75,6 +75,19 @@ Status ConnectBefore(TcpSocket& socket, const sockaddr* address, socklen_t lengt
 
 std::atomic<HostResolver> host_resolver{nullptr};
 
+// The lookups whose helper thread has not finished, including those their caller gave up on.
+// Never destroyed: a helper thread may outlive static destruction.
+struct LookupsInFlight {
+  std::mutex mutex;
+  std::condition_variable finished;
+  int count = 0;  // guarded by mutex
+};
+
+LookupsInFlight& InFlight() {
+  static LookupsInFlight* const in_flight = new LookupsInFlight;
+  return *in_flight;
+}
+
 using AddressList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
 
 // One name lookup, shared by the caller and the helper thread that runs it. Whoever comes
@@ -108,21 +121,38 @@ Result<AddressList> Resolve(const std::string& host, const std::string& service,
   HostResolver resolver = host_resolver.load();
   if (resolver == nullptr) resolver = &::getaddrinfo;
   auto lookup = std::make_shared<Lookup>();
+  LookupsInFlight& in_flight = InFlight();
+  {
+    // Counted before the thread starts, so that PauseHostLookups never misses it; waits here
+    // while a pause is held.
+    std::lock_guard<std::mutex> lock(in_flight.mutex);
+    ++in_flight.count;
+  }
   try {
-    std::thread([lookup, resolver, host, service, hints] {
+    std::thread([lookup, resolver, host, service, hints, &in_flight] {
       addrinfo* answer = nullptr;
       const int rc = resolver(host.c_str(), service.c_str(), &hints, &answer);
-      std::lock_guard<std::mutex> lock(lookup->mutex);
-      if (lookup->abandoned) {
-        if (rc == 0 && answer != nullptr) ::freeaddrinfo(answer);
-        return;
+      {
+        std::lock_guard<std::mutex> lock(lookup->mutex);
+        if (lookup->abandoned) {
+          if (rc == 0 && answer != nullptr) ::freeaddrinfo(answer);
+        } else {
+          lookup->rc = rc;
+          lookup->found = rc == 0 ? answer : nullptr;
+          lookup->done = true;
+          lookup->finished.notify_all();
+        }
       }
-      lookup->rc = rc;
-      lookup->found = rc == 0 ? answer : nullptr;
-      lookup->done = true;
-      lookup->finished.notify_all();
+      std::lock_guard<std::mutex> lock(in_flight.mutex);
+      --in_flight.count;
+      in_flight.finished.notify_all();
     }).detach();
   } catch (const std::system_error& error) {
+    {
+      std::lock_guard<std::mutex> lock(in_flight.mutex);
+      --in_flight.count;
+      in_flight.finished.notify_all();
+    }
     return UnavailableError("cannot resolve '" + shown + "': no thread for the lookup: " +
                             error.what());
   }
@@ -142,6 +172,20 @@ Result<AddressList> Resolve(const std::string& host, const std::string& service,
 }  // namespace
 
 void SetHostResolverForTesting(HostResolver resolver) { host_resolver.store(resolver); }
+
+Result<HostLookupsPaused> PauseHostLookups(std::chrono::steady_clock::time_point deadline) {
+  LookupsInFlight& in_flight = InFlight();
+  std::unique_lock<std::mutex> lock(in_flight.mutex);
+  if (!in_flight.finished.wait_until(lock, deadline, [&] { return in_flight.count == 0; })) {
+    const int count = in_flight.count;
+    return FailedPreconditionError(
+        std::to_string(count) + " host-name lookup" + (count == 1 ? " is" : "s are") +
+        " still waiting for the name resolver (cut off by a deadline, left running on a helper "
+        "thread): a process forked now could inherit the resolver's locks held and hang on its "
+        "own lookups");
+  }
+  return HostLookupsPaused(std::move(lock));
+}
 
 void TcpSocket::Close() {
   if (fd_ >= 0) {

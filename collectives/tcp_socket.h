@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -69,7 +70,8 @@ Result<TcpSocket> AcceptTcp(TcpSocket& listener, std::chrono::steady_clock::time
 // A numeric host (IPv4 or IPv6 literal) is used as it is, with no lookup. A name is looked
 // up (getaddrinfo) on a helper thread that the call waits for until the deadline: a resolver
 // that does not answer by then makes the call DEADLINE_EXCEEDED naming the host, and the
-// thread is left to finish on its own and free its answer. A name that does not resolve is
+// thread is left to finish on its own and free its answer (see PauseHostLookups for what
+// that means to a process that forks). A name that does not resolve is
 // looked up again after each backoff until the deadline, like a refused connection (a peer's
 // name may be published in DNS after the peer starts); the error then carries the
 // resolver's reason.
@@ -82,6 +84,34 @@ Result<TcpSocket> ConnectTcp(const std::string& host, int port,
 using HostResolver = int (*)(const char* host, const char* service, const ::addrinfo* hints,
                              ::addrinfo** found);
 void SetHostResolverForTesting(HostResolver resolver);
+
+// Host-name lookups and fork(2). A lookup cut off by its deadline goes on, on its helper
+// thread, until the resolver answers. A child forked meanwhile gets the resolver's locks
+// (glibc's NSS and DNS state) as that thread held them, with no thread left to release them,
+// and a lookup of its own could wait on them forever. A process that forks children which go
+// on without exec (the collectives benchmark's ranks) holds a HostLookupsPaused across its
+// forks: no lookup is in flight when it forks, and none starts until the pause is let go, in
+// the parent once it has forked and in each child first thing. A child that execs at once
+// (posix_spawn, as the worker starts an external trainer) runs no lookup before exec and
+// needs none of this.
+class HostLookupsPaused {
+ public:
+  explicit HostLookupsPaused(std::unique_lock<std::mutex> lock) : lock_(std::move(lock)) {}
+  HostLookupsPaused(HostLookupsPaused&&) = default;
+  HostLookupsPaused& operator=(HostLookupsPaused&&) = default;
+  // Lets lookups start again; in a forked child, before it looks anything up. Once only.
+  void Resume() {
+    if (lock_.owns_lock()) lock_.unlock();
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+// Waits, no later than `deadline`, until no lookup of this process is in flight, and holds
+// new ones back (they wait to start) until the result is resumed or destroyed.
+// FAILED_PRECONDITION saying how many lookups are still waiting for the resolver when the
+// deadline comes first.
+Result<HostLookupsPaused> PauseHostLookups(std::chrono::steady_clock::time_point deadline);
 
 // Splits "host:port"; INVALID_ARGUMENT unless the port is a decimal number in [0, 65535].
 Result<std::pair<std::string, int>> ParseHostPort(const std::string& text);

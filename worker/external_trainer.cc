@@ -174,6 +174,11 @@ Status ExternalTrainer::Start() {
   // loader workers) ends with it (EndProcessGroup).
   posix_spawnattr_setpgroup(&attributes, 0);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  // posix_spawnp, not fork: the child only applies the file actions and attributes above and
+  // execs, so it runs nothing that takes a lock another thread of the worker may hold at that
+  // moment (a host-name lookup left running past its deadline holds the resolver's, see
+  // PauseHostLookups in collectives/tcp_socket.h). A fork whose child went on to run code of
+  // its own would have to pause lookups first.
   pid_t pid = 0;
   const int rc = posix_spawnp(&pid, argv[0], &actions, &attributes, argv.data(), envp.data());
   posix_spawnattr_destroy(&attributes);

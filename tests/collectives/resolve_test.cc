@@ -4,6 +4,7 @@
 // slow one; the real one is asked only for a name under ".invalid", which never resolves.
 #include <gtest/gtest.h>
 #include <netdb.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/benchmark.h"
 #include "collectives/p2p/tcp_mesh.h"
 #include "collectives/store/hash_store.h"
 #include "collectives/store/tcp_store.h"
@@ -165,6 +167,52 @@ TEST(ResolveTest, ABindAddressLookupThatDoesNotAnswerEndsAtTheRendezvousDeadline
       << mesh.status().ToString();
   std::unique_lock<std::mutex> lock(stuck_mutex);
   stuck_changed.wait(lock, [] { return stuck_returned; });
+}
+
+// A lookup cut off by its deadline goes on inside the resolver, holding whatever locks the
+// resolver holds (the stand-in's stuck_mutex here, glibc's in a real process). Ranks forked
+// then would get those locks held for good: the benchmark forks none until the lookup ends,
+// and says why when it does not end in time. Once it has, ranks are forked, and their own
+// lookups work.
+TEST(ResolveTest, RanksAreNotForkedWhileALookupIsStillInTheResolver) {
+  ResolverGuard guard(&StuckResolver);
+  {
+    std::lock_guard<std::mutex> lock(stuck_mutex);
+    stuck_released = false;
+    stuck_returned = false;
+  }
+  auto listening = ListenTcp("127.0.0.1", 0, 4);
+  ASSERT_TRUE(listening.ok()) << listening.status().ToString();
+  const int port = listening->second;
+  auto cut_off = ConnectTcp("slow.invalid", port, steady_clock::now() + milliseconds(200),
+                            "the test listener");
+  ASSERT_FALSE(cut_off.ok());
+  ASSERT_EQ(cut_off.status().code(), StatusCode::kDeadlineExceeded) << cut_off.status().ToString();
+
+  // The resolver has not answered: nothing is forked.
+  auto refused = ForkChildren(2, [](int) { ::_exit(0); }, ::fork, milliseconds(0));
+  if (refused.ok()) (void)WaitForChildren(*refused);
+  ASSERT_FALSE(refused.ok()) << "ranks were forked while a lookup was still in the resolver";
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find(
+                "not forking 2 ranks: 1 host-name lookup is still waiting for the name resolver"),
+            std::string::npos)
+      << refused.status().ToString();
+
+  // Once it answers, ranks are forked (the wait covers the thread's last steps), and a rank
+  // looks names up as this process does.
+  {
+    std::lock_guard<std::mutex> lock(stuck_mutex);
+    stuck_released = true;
+    stuck_changed.notify_all();
+  }
+  auto forked = ForkChildren(1, [port](int) {
+    auto connected = ConnectTcp("slow.invalid", port,
+                                steady_clock::now() + std::chrono::seconds(30), "the test listener");
+    ::_exit(connected.ok() ? 0 : 3);
+  }, ::fork, std::chrono::minutes(1));
+  ASSERT_TRUE(forked.ok()) << forked.status().ToString();
+  EXPECT_TRUE(WaitForChildren(*forked).empty());
 }
 
 }  // namespace
