@@ -6,13 +6,22 @@
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/store.h>
+#include <gloo/transport/address.h>
+#include <gloo/transport/context.h>
+#include <gloo/transport/pair.h>
+#include <gloo/transport/tcp/attr.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <signal.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
-#include <optional>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "collectives/reduce.h"
 #include "collectives/scratch.h"
@@ -20,41 +29,143 @@
 namespace tessera::collectives {
 namespace {
 
-// Gloo's rendezvous store interface over a Tessera Store. Gloo expects exceptions. Gloo waits
-// for each peer's key in turn, each wait given the context's whole timeout; every wait here
-// ends instead by one deadline, `timeout` from the adaptor's construction, so that the
-// rendezvous as a whole takes no longer. The first failure is kept as a Status, so that Create
-// can return the deadline's own message rather than Gloo's text of it.
-class GlooStoreAdaptor final : public gloo::rendezvous::Store {
+// Gloo's rendezvous context, connected here rather than by Context::connectFullMesh so that
+// the whole of it ends by one deadline. connectFullMesh gives every pair the context's timeout
+// and connects the pairs one after another, each connect waiting up to five such timeouts for
+// its peer: a peer that published its address and never connected held the rendezvous five
+// times past its deadline, and as much again for every other such peer. Here every pair's
+// timeout is what is left of the deadline when the pairs are made (a fifth of it, Gloo waiting
+// five, and at least kLeastPairTimeout), the pairs connect all at once, one thread each, and a
+// pair still not connected at the deadline is closed, which ends its wait: the rendezvous
+// returns by its deadline, naming the ranks that did not connect. The store keys and what they
+// hold are connectFullMesh's own (this rank's key is its number; its value, the address of
+// each of its pairs, in the order of the peers' ranks).
+class DeadlineContext final : public gloo::rendezvous::Context {
  public:
-  GlooStoreAdaptor(collectives::Store& store, std::chrono::milliseconds timeout)
-      : store_(store, timeout, "gloo rendezvous"), timeout_(timeout) {}
-  void set(const std::string& key, const std::vector<char>& data) override {
-    Check(store_.Set(key, std::string(data.begin(), data.end())));
-  }
-  std::vector<char> get(const std::string& key) override {
-    auto value = store_.Get(key, timeout_);
-    Check(value.status());
-    return std::vector<char>(value->begin(), value->end());
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    Check(store_.Wait(keys, timeout));
-  }
-  const Status& failure() const { return failure_; }
+  static constexpr std::chrono::milliseconds kLeastPairTimeout{100};
+
+  DeadlineContext(int rank, int size) : gloo::rendezvous::Context(rank, size) {}
+
+  // `store` bounds each of its waits by the deadline (a DeadlineStore).
+  Status Connect(Store& store, std::shared_ptr<gloo::transport::Device>& device, Deadline deadline,
+                 std::chrono::milliseconds budget);
 
  private:
-  void Check(const Status& status) {
-    if (status.ok()) return;
-    if (failure_.ok()) failure_ = status;
-    throw gloo::IoException(status.ToString());
+  struct Outcome {
+    bool done = false;
+    std::string error;  // Gloo's, when the connect threw
+  };
+};
+
+Status DeadlineContext::Connect(Store& store, std::shared_ptr<gloo::transport::Device>& device,
+                                Deadline deadline, std::chrono::milliseconds budget) {
+  auto transport = device->createContext(rank, size);
+  transport->setTimeout(std::max(kLeastPairTimeout,
+                                 std::chrono::milliseconds((MillisecondsLeft(deadline) + 4) / 5)));
+  std::vector<char> mine;
+  size_t address_size = 0;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::vector<char> address = transport->createPair(peer)->address().bytes();
+    address_size = address.size();
+    mine.insert(mine.end(), address.begin(), address.end());
+  }
+  RETURN_IF_ERROR(store.Set(std::to_string(rank), std::string(mine.begin(), mine.end())));
+  std::vector<std::string> keys;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) keys.push_back(std::to_string(peer));
+  }
+  RETURN_IF_ERROR(store.Wait(keys, budget));
+  std::vector<std::vector<char>> addresses(size);
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    ASSIGN_OR_RETURN(std::string published, store.Get(std::to_string(peer), budget));
+    const size_t expected = address_size * static_cast<size_t>(size - 1);
+    if (published.size() != expected) {
+      return InvalidArgumentError("rank " + std::to_string(peer) + " published " +
+                                  std::to_string(published.size()) + " bytes of pair addresses, expected " +
+                                  std::to_string(expected) + " (" + std::to_string(size - 1) + " of " +
+                                  std::to_string(address_size) + ")");
+    }
+    // The peer's pairs skip the peer itself: this rank's is at rank, or rank - 1 above it.
+    const size_t index = static_cast<size_t>(rank < peer ? rank : rank - 1);
+    const char* at = published.data() + index * address_size;
+    addresses[peer].assign(at, at + address_size);
   }
 
-  DeadlineStore store_;
-  std::chrono::milliseconds timeout_;
-  Status failure_;
-};
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Outcome> outcomes(size);  // guarded by mutex
+  std::vector<std::thread> threads;
+  Status started;
+  for (int peer = 0; peer < size && started.ok(); ++peer) {
+    if (peer == rank) continue;
+    gloo::transport::Pair* pair = transport->getPair(peer).get();
+    try {
+      threads.emplace_back([&, pair, peer] {
+        std::string error;
+        try {
+          pair->connect(addresses[peer]);
+        } catch (const std::exception& thrown) {
+          error = thrown.what();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        outcomes[peer].done = true;
+        outcomes[peer].error = std::move(error);
+        changed.notify_all();
+      });
+    } catch (const std::system_error& error) {
+      started = UnavailableError("no thread to connect to rank " + std::to_string(peer) + ": " +
+                                 error.what());
+    }
+  }
+  std::vector<int> late;
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait_until(lock, started.ok() ? deadline : Clock::now(), [&] {
+      for (int peer = 0; peer < size; ++peer) {
+        if (peer != rank && !outcomes[peer].done) return false;
+      }
+      return true;
+    });
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer != rank && !outcomes[peer].done) late.push_back(peer);
+    }
+  }
+  // A pair's connect waits until the pair is connected or closed: closing ends it now.
+  for (int peer : late) transport->getPair(peer)->close();
+  for (std::thread& thread : threads) thread.join();
+  RETURN_IF_ERROR(started);
+
+  std::string timed_out, gloo_said, failed;
+  int timed_out_count = 0;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const Outcome& outcome = outcomes[peer];
+    const bool was_late = std::find(late.begin(), late.end(), peer) != late.end();
+    const std::string who = "rank " + std::to_string(peer);
+    if (was_late || outcome.error.find("imeout") != std::string::npos) {
+      // Closed at the deadline, or Gloo's own timeout (a fifth of the same time, five times).
+      timed_out += (timed_out.empty() ? "" : ", ") + std::to_string(peer);
+      if (!outcome.error.empty()) gloo_said += (gloo_said.empty() ? "" : "; ") + who + ": " + outcome.error;
+      ++timed_out_count;
+    } else if (!outcome.error.empty()) {
+      failed += (failed.empty() ? "" : "; ") + who + ": " + outcome.error;
+    }
+  }
+  if (!failed.empty()) return UnavailableError("could not connect to " + failed);
+  if (timed_out_count > 0) {
+    return DeadlineExceededError(std::string(timed_out_count == 1 ? "rank " : "ranks ") + timed_out +
+                                 " did not connect within the rendezvous deadline of " +
+                                 std::to_string(budget.count()) + " ms" +
+                                 (gloo_said.empty() ? "" : " (" + gloo_said + ")"));
+  }
+  // Later pairs, and any wait given no timeout of its own, take the communicator's.
+  transport->setTimeout(getTimeout());
+  device_ = device;
+  transportContext_ = std::move(transport);
+  return Status::Ok();
+}
 
 Status FromException(const std::exception& error, int rank, const char* what) {
   std::string message = "gloo rank " + std::to_string(rank) + " " + what + ": " + error.what();
@@ -96,24 +207,20 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
   }
-  std::optional<GlooStoreAdaptor> adaptor;
+  // One deadline for the whole rendezvous: every wait on the store and on the peers.
+  const Deadline deadline = Clock::now() + timeout;
+  DeadlineStore rendezvous(store, timeout, "gloo rendezvous");
+  const std::string failed = "gloo rank " + std::to_string(options.rank) + " rendezvous failed";
   try {
-    adaptor.emplace(store, timeout);  // the rendezvous's deadline starts here
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_address;
     auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
+    auto context = std::make_shared<DeadlineContext>(options.rank, options.size);
     context->setTimeout(timeout);
-    context->connectFullMesh(*adaptor, device);
+    RETURN_IF_ERROR(context->Connect(rendezvous, device, deadline, timeout).WithContext(failed));
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), options.rank, options.size, timeout));
   } catch (const std::exception& error) {
-    // The rendezvous's deadline, as the adaptor describes it; any other failure is
-    // UNAVAILABLE, as before.
-    if (adaptor.has_value() && adaptor->failure().code() == StatusCode::kDeadlineExceeded) {
-      return adaptor->failure().WithContext("gloo rank " + std::to_string(options.rank) +
-                                            " rendezvous failed");
-    }
     return FromException(error, options.rank, "rendezvous failed");
   }
 }

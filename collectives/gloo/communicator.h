@@ -3,7 +3,9 @@
 // allgather, broadcast, barrier, send/recv (unbound buffers, one slot per tag). Reduce-scatter
 // and avg are composed by FallbackCommunicator. Gloo's exceptions become Status values:
 // timeouts DEADLINE_EXCEEDED, I/O errors UNAVAILABLE. Gloo names peers by address, so its
-// errors carry Gloo's text rather than a rank. Creating one sets SIGPIPE to SIG_IGN when it
+// errors carry Gloo's text rather than a rank; the rendezvous's own name the ranks that did not
+// connect, and the whole rendezvous (store waits and every pair's connect) ends by one deadline,
+// options.timeout_ms from Create's start. Creating one sets SIGPIPE to SIG_IGN when it
 // is at its default: Gloo writes without MSG_NOSIGNAL, and a dead peer would kill the process.
 #pragma once
 

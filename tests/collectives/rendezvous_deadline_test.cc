@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/registry.h"
@@ -103,6 +106,84 @@ TEST(GlooRendezvousTest, AMissingPeerIsNamedWithTheTimeWaitedInAll) {
       << failed.ToString();
   EXPECT_NE(failed.message().find(" ms in all, for a deadline of "), std::string::npos)
       << failed.ToString();
+}
+
+// A rank's view of a shared store that stops answering once the rank has published `key`:
+// its waits after that hold until the test lets them go, then fail. A Gloo rank behind it
+// publishes its pairs' addresses and never connects any.
+class SilentAfterPublishing final : public Store {
+ public:
+  SilentAfterPublishing(std::shared_ptr<Store> base, std::string key)
+      : base_(std::move(base)), key_(std::move(key)) {}
+  Status Set(const std::string& key, const std::string& value) override {
+    RETURN_IF_ERROR(base_->Set(key, value));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (key == key_) published_ = true;
+    return Status::Ok();
+  }
+  Result<std::string> Get(const std::string& key, milliseconds timeout) override {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (published_) {
+        changed_.wait(lock, [&] { return released_; });
+        return UnavailableError("the test's peer stopped here");
+      }
+    }
+    return base_->Get(key, timeout);
+  }
+  Result<int64_t> Add(const std::string& key, int64_t delta) override { return base_->Add(key, delta); }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::shared_ptr<Store> base_;
+  const std::string key_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool published_ = false;  // guarded by mutex_
+  bool released_ = false;   // guarded by mutex_
+};
+
+// Gloo's rendezvous, with a peer that publishes its address and never connects: once the keys
+// are in, the pairs' own connection is bounded by the same one deadline (Gloo's would wait
+// five times the whole timeout for each such pair), and the rank that did not connect is
+// named. Rank 1 listens on 127.0.0.2 so that rank 0's pair is the side that waits to be
+// connected to (Gloo has the lower address wait).
+TEST(GlooRendezvousTest, APeerThatNeverConnectsIsNamedAtTheDeadline) {
+  if (const std::string reason = testing::SkipReason("gloo"); !reason.empty()) {
+    GTEST_SKIP() << reason;
+  }
+  auto shared = std::make_shared<HashStore>();
+  CommunicatorOptions options;
+  options.backend = "gloo";
+  options.size = 2;
+  options.prefix = "silent";
+  auto silent = std::make_shared<SilentAfterPublishing>(shared, "silent/gloo/1");
+  std::thread peer([&, options]() mutable {
+    options.rank = 1;
+    options.bind_address = "127.0.0.2";
+    options.timeout_ms = 600000;
+    (void)CreateCommunicator(options, silent);
+  });
+  options.rank = 0;
+  options.bind_address = "127.0.0.1";
+  options.timeout_ms = 2000;
+  const auto start = std::chrono::steady_clock::now();
+  auto created = CreateCommunicator(options, shared);
+  const auto took = std::chrono::steady_clock::now() - start;
+  silent->Release();
+  peer.join();
+  ASSERT_FALSE(created.ok());
+  const Status& failed = created.status();
+  EXPECT_EQ(failed.code(), StatusCode::kDeadlineExceeded) << failed.ToString();
+  EXPECT_NE(failed.message().find("gloo rank 0 rendezvous failed: rank 1 did not connect within "
+                                  "the rendezvous deadline of "),
+            std::string::npos)
+      << failed.ToString();
+  EXPECT_LT(took, std::chrono::seconds(60)) << failed.ToString();
 }
 
 }  // namespace
