@@ -76,7 +76,12 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
     case Kind::kInt: {
       errno = 0;
       long long v = std::strtoll(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(value[0]))) {
+      // strtoll also skips leading whitespace and takes a '+' ("--port +80"): an integer is
+      // digits, with a '-' before them where the range goes below zero, and nothing else.
+      const bool digits_first = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) ||
+                                                   (value[0] == '-' && value.size() > 1 &&
+                                                    std::isdigit(static_cast<unsigned char>(value[1]))));
+      if (!digits_first || *end != '\0') {
         return InvalidArgumentError("flag --" + name + ": expected an integer" + got);
       }
       if (errno == ERANGE || v < flag.range.min || v > flag.range.max) {

@@ -1,7 +1,8 @@
 // A small command-line flag parser for Tessera's binaries: `--name value` or `--name=value`,
 // boolean flags without a value or with one after '=' (`--insecure=false`), positional
 // arguments kept in order, and `--` ending the flags. A typo is an error,
-// never a silent default: unknown flags, a flag given twice, a malformed number, a number
+// never a silent default: unknown flags, a flag given twice, a malformed number (an integer
+// is decimal digits with an optional '-': no '+', spaces, hex or trailing text), a number
 // out of its range, a value outside a choice flag's choices and an empty value (`--name=`, or
 // `--name "$UNSET"`, which would otherwise leave the flag at its default) are errors that name
 // the flag, say what was expected, and show the value (escaped and bounded).

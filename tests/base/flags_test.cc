@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/escape.h"
+
 namespace tessera {
 namespace {
 
@@ -106,6 +108,31 @@ TEST(FlagsTest, IntegersAreRangeChecked) {
   f5.Int("chunk-kib", &kib, "", IntRange{1, 1024});
   ASSERT_TRUE(ParseArgs(f5, {"--chunk-kib=512"}).ok());
   EXPECT_EQ(kib, 512);
+}
+
+// strtoll would take "+80" and " 80": an integer flag takes decimal digits, with a '-' only
+// before them, and nothing else.
+TEST(FlagsTest, AnIntegerIsExactlyDecimalDigitsWithAnOptionalMinus) {
+  int64_t port = 7;
+  auto parse = [&](std::vector<std::string> args) {
+    FlagSet flags;  // a flag set takes each flag once
+    flags.Int("port", &port, "", IntRange{-100, 65535});
+    return ParseArgs(flags, args);
+  };
+  for (const std::string& value : {"+80", " 80", "\t80", "0x50", "0X50", "80 ", "80x", "8 0", "", "-", "+", "- 80",
+                                   "+-80", "--80", "80.0", "1e2"}) {
+    EXPECT_EQ(parse({"--port=" + value}).message(),
+              "flag --port: expected an integer, got " + QuoteUntrusted(value)) << value;
+    EXPECT_EQ(port, 7) << value;
+  }
+  EXPECT_EQ(parse({"--port", "+80"}).message(), "flag --port: expected an integer, got '+80'");
+  EXPECT_EQ(port, 7);
+  ASSERT_TRUE(parse({"--port", "80"}).ok());
+  EXPECT_EQ(port, 80);
+  ASSERT_TRUE(parse({"--port=-12"}).ok());
+  EXPECT_EQ(port, -12);
+  ASSERT_TRUE(parse({"--port=080"}).ok());  // decimal, never octal
+  EXPECT_EQ(port, 80);
 }
 
 TEST(FlagsTest, UnknownAndRepeatedFlagsAreErrors) {
