@@ -38,7 +38,7 @@ size_t DecodeUtf8(std::string_view text, size_t i, uint32_t* code_point) {
 
 // C1 controls, and the characters that reorder, join or hide text without showing.
 bool IsHiddenCharacter(uint32_t cp) {
-  return (cp >= 0x80 && cp <= 0x9F) || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
+  return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || (cp >= 0x200B && cp <= 0x200F) || (cp >= 0x202A && cp <= 0x202E) ||
          (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF;
 }
 

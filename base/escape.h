@@ -6,8 +6,8 @@
 //  - printable ASCII stays; a backslash becomes "\\";
 //  - \n, \r and \t become "\n", "\r" and "\t"; other control bytes, DEL, bytes that are not
 //    UTF-8, C1 controls and the Unicode format characters that reorder or hide text
-//    (U+200B-U+200F, U+202A-U+202E, U+2060-U+2064, U+2066-U+2069, U+FEFF) become "\xNN"
-//    per byte; other UTF-8 characters stay;
+//    (U+061C, U+200B-U+200F, U+202A-U+202E, U+2060-U+2064, U+2066-U+2069, U+FEFF) become
+//    "\xNN" per byte; other UTF-8 characters stay;
 //  - past `max_chars` characters of the input, the rest is cut and "…(N bytes)" says how
 //    long the whole input was.
 // Thread-safe (a pure function).

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -329,26 +330,24 @@ Status FetchRounds(v1::JobService::StubInterface& stub, const std::string& job_i
 // A string as a JSON string literal.
 // JSON text is UTF-8: each byte that is not part of a valid UTF-8 character (a worker's outcome
 // need not be UTF-8) becomes U+FFFD. Control characters (C0, DEL and C1, which a terminal
-// reading `trace -o -` would act on) are escaped; the rest is the coordinator's UTF-8 as it is.
+// reading `trace -o -` would act on) and the characters that reorder or hide text (U+202E
+// would show a worker's name backwards; base/escape.h lists them) are escaped as \uXXXX; the
+// rest is the coordinator's UTF-8 as it is.
 std::string JsonString(const std::string& raw) {
   const std::string text = ValidUtf8(raw, 3 * raw.size());  // U+FFFD is 3 bytes
   std::string out = "\"";
-  for (size_t i = 0; i < text.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    const unsigned char next = i + 1 < text.size() ? static_cast<unsigned char>(text[i + 1]) : 0;
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
     if (c == '"' || c == '\\') {
       out += '\\';
-      out += static_cast<char>(c);
+      out += ch;
     } else if (c < 0x20 || c == 0x7F) {
       out += Format("\\u%04x", c);
-    } else if (c == 0xC2 && next >= 0x80 && next <= 0x9F) {  // U+0080 to U+009F
-      out += Format("\\u%04x", next);
-      ++i;
     } else {
-      out += static_cast<char>(c);
+      out += ch;
     }
   }
-  return out + "\"";
+  return EscapeHiddenInJson(out + "\"");  // C1 controls and hidden characters
 }
 
 }  // namespace

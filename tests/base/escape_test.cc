@@ -31,6 +31,10 @@ TEST(EscapeTest, Utf8StaysButInvalidBytesAndHiddenCharactersAreShownAsBytes) {
   // U+202E RIGHT-TO-LEFT OVERRIDE would show "txt.exe" as "exe.txt".
   EXPECT_EQ(EscapeUntrusted("a\xE2\x80\xAEtxt.exe"), "a\\xe2\\x80\\xaetxt.exe");
   EXPECT_EQ(EscapeUntrusted("\xC2\x85"), "\\xc2\\x85");  // C1 NEXT LINE
+  // U+061C ARABIC LETTER MARK reorders text as U+200F does.
+  EXPECT_EQ(EscapeUntrusted("a\xD8\x9C" "b"), "a\\xd8\\x9cb");
+  EXPECT_TRUE(HasHiddenCharacters("a\xD8\x9C" "b"));
+  EXPECT_FALSE(HasHiddenCharacters("\xD8\xA7"));  // U+0627, an Arabic letter, shows
 }
 
 TEST(EscapeTest, LongTextIsCutAndSaysHowLongItWas) {
@@ -61,6 +65,9 @@ TEST(EscapeTest, HiddenCharactersInJsonBecomeUnicodeEscapes) {
   const std::string json = "{\"name\":\"a\xC2\x9B" "2Jb\xE2\x80\xAE" "cd\xEF\xBB\xBF\xC3\xA9\\n\"}";
   EXPECT_EQ(EscapeHiddenInJson(json), "{\"name\":\"a\\u009b2Jb\\u202ecd\\ufeff\xC3\xA9\\n\"}");
   EXPECT_EQ(EscapeHiddenInJson("{\"a\":1}"), "{\"a\":1}");
+  // Every mark, embedding, override and isolate that reorders text.
+  EXPECT_EQ(EscapeHiddenInJson("\"\xD8\x9C\xE2\x80\x8E\xE2\x80\x8F\xE2\x80\xAA\xE2\x80\xAE\xE2\x81\xA6\xE2\x81\xA9\""),
+            "\"\\u061c\\u200e\\u200f\\u202a\\u202e\\u2066\\u2069\"");
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -181,6 +182,58 @@ TEST_F(RoundViewsTest, EachWorkerHasALineOfItsOwnWhateverItsDeviceName) {
   EXPECT_EQ(rows[1].rfind("w1 ", 0), 0u) << out.str();
   EXPECT_EQ(rows[2].rfind("w2 ", 0), 0u) << out.str();
   EXPECT_NE(rows[1].find(EscapeUntrusted(std::string(200, '\x7f'), 128)), std::string::npos) << out.str();
+}
+
+// Worker names and outcomes reach the trace as the coordinator kept them, which may hold the
+// characters that reorder text (U+202E would show "w1<RLO>exe.txt" as "w1txt.exe"): each is
+// a \uXXXX escape in the JSON, which still reads back as the string sent.
+TEST(TraceTextTest, CharactersThatReorderTextAreEscapedInTheTrace) {
+  const std::vector<std::pair<std::string, std::string>> marks = {
+      {"\xd8\x9c", "\\u061c"},     {"\xe2\x80\x8e", "\\u200e"}, {"\xe2\x80\x8f", "\\u200f"},
+      {"\xe2\x80\xaa", "\\u202a"}, {"\xe2\x80\xab", "\\u202b"}, {"\xe2\x80\xac", "\\u202c"},
+      {"\xe2\x80\xad", "\\u202d"}, {"\xe2\x80\xae", "\\u202e"}, {"\xe2\x81\xa6", "\\u2066"},
+      {"\xe2\x81\xa7", "\\u2067"}, {"\xe2\x81\xa8", "\\u2068"}, {"\xe2\x81\xa9", "\\u2069"}};
+  ScriptedStub stub;
+  v1::Job& job = *stub.job.emplace().mutable_job();
+  job.set_id("job-1");
+  job.set_rounds_committed(1);
+  v1::RoundRecord& round = *stub.job->add_rounds();
+  round.set_round(1);
+  round.set_attempt(1);
+  round.mutable_latency()->set_total_ms(100);
+  round.mutable_latency()->set_critical_worker("w0" + marks[0].first);
+  for (size_t i = 0; i < marks.size(); ++i) {
+    v1::WorkerRoundReport& w = *round.add_workers();
+    w.set_worker_id("w" + std::to_string(i) + marks[i].first + "exe.txt");
+    w.set_outcome("failed: " + marks[i].first + "gnp.exe");
+    w.set_compute_ms(30);
+    w.set_reported_ms(40);
+  }
+  std::ostringstream out;
+  Status traced = TraceCommand(stub, "job-1", std::nullopt, out);
+  ASSERT_TRUE(traced.ok()) << traced.ToString();
+  const std::string trace = out.str();
+  for (const auto& [raw, escaped] : marks) EXPECT_EQ(trace.find(raw), std::string::npos) << escaped << "\n" << trace;
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(trace, &parsed).ok()) << trace;
+  std::set<std::string> names, outcomes;
+  for (const auto& e : parsed.fields().at("traceEvents").list_value().values()) {
+    const auto& f = e.struct_value().fields();
+    const auto& args = f.at("args").struct_value().fields();
+    if (f.at("ph").string_value() == "M" && f.at("name").string_value() == "thread_name") {
+      names.insert(args.at("name").string_value());
+    } else if (auto outcome = args.find("outcome"); outcome != args.end()) {
+      outcomes.insert(outcome->second.string_value());
+    }
+  }
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const auto& [raw, escaped] = marks[i];
+    EXPECT_NE(trace.find("w" + std::to_string(i) + escaped + "exe.txt"), std::string::npos) << escaped << "\n" << trace;
+    EXPECT_NE(trace.find("failed: " + escaped + "gnp.exe"), std::string::npos) << escaped << "\n" << trace;
+    EXPECT_EQ(names.count("worker w" + std::to_string(i) + raw + "exe.txt"), 1u) << escaped;
+    EXPECT_EQ(outcomes.count("failed: " + raw + "gnp.exe"), 1u) << escaped;
+  }
+  EXPECT_NE(trace.find("\"critical_worker\":\"w0\\u061c\""), std::string::npos) << trace;
 }
 
 // A coordinator whose replies carry terminal controls in every string a command shows: ESC
