@@ -555,8 +555,17 @@ Status WorkersCommand(v1::JobService::StubInterface& stub, std::ostream& out, bo
   out << Format("%-20s %-6s %-12s %9s %7s %8s %9s  %s\n", "WORKER", "ALIVE", "STATE", "LAST SEEN", "ROUNDS",
                 "REFUSED", "GFLOP/s", "DEVICE");
   for (const auto& w : response.workers()) {
-    std::string device = Shown(w.device().name(), kShownNameChars);
-    if (w.device().emulated() && device.find("emulated") == std::string::npos) device += " (emulated)";
+    // The "(emulated)" label says what the worker's `emulated` field says, whatever its name
+    // holds: an emulated device's name ends with the label (the device's own, or the
+    // coordinator's after its cut), which is put back after this cut too; a device that is not
+    // emulated does not get to show it.
+    std::string_view name = w.device().name();
+    constexpr std::string_view kLabel = " (emulated)";
+    while (name.size() >= kLabel.size() && name.substr(name.size() - kLabel.size()) == kLabel) {
+      name.remove_suffix(kLabel.size());
+    }
+    std::string device = Shown(name, kShownNameChars);
+    if (w.device().emulated()) device += kLabel;
     const auto& p = w.device().properties();
     if (auto it = p.find("profile_peak_gflops"); it != p.end()) {
       device += Format(" [datasheet %.0f GFLOP/s]", std::atof(it->second.c_str()));

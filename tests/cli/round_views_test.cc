@@ -11,8 +11,10 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <vector>
 
 #include "base/escape.h"
@@ -234,6 +236,68 @@ TEST(TraceTextTest, CharactersThatReorderTextAreEscapedInTheTrace) {
     EXPECT_EQ(outcomes.count("failed: " + raw + "gnp.exe"), 1u) << escaped;
   }
   EXPECT_NE(trace.find("\"critical_worker\":\"w0\\u061c\""), std::string::npos) << trace;
+}
+
+// A coordinator that lists the workers given.
+class WorkersListService final : public v1::JobService::Service {
+ public:
+  std::vector<v1::WorkerStatus> workers;
+  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                           v1::ListWorkersResponse* response) override {
+    for (const auto& w : workers) *response->add_workers() = w;
+    return grpc::Status::OK;
+  }
+};
+
+// The "(emulated)" label follows the worker's `emulated` field, not the words in its device's
+// name: an emulated device whose name holds "emulated" elsewhere is labelled, the label is put
+// back after a long name's cut, and a device that is not emulated never shows it.
+TEST(WorkersTextTest, TheEmulatedLabelFollowsTheEmulatedField) {
+  const std::string long_name = "emu:/profiles/emulated-" + std::string(700, 'x') + ".json (emulated)";
+  const std::vector<std::tuple<std::string, bool, std::string>> cases = {
+      // worker, emulated, device name as the coordinator keeps it
+      {"e-path", true, "emu:/profiles/emulated-npu.json"},
+      {"e-named", true, "emu:ascend-910b (emulated)"},
+      {"e-long", true, long_name},
+      {"r-word", false, "emulated-lab-gpu"},
+      {"r-label", false, "cpu (emulated)"},
+      {"r-plain", false, "cpu (OpenBLAS, 2 threads)"},
+  };
+  WorkersListService service;
+  for (const auto& [id, emulated, name] : cases) {
+    v1::WorkerStatus& w = service.workers.emplace_back();
+    w.set_worker_id(id);
+    w.set_alive(true);
+    w.set_state("idle");
+    w.mutable_device()->set_name(name);
+    w.mutable_device()->set_emulated(emulated);
+  }
+  grpc::ServerBuilder builder;
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  auto stub = v1::JobService::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  std::ostringstream out;
+  Status listed = WorkersCommand(*stub, out);
+  ASSERT_TRUE(listed.ok()) << listed.ToString();
+  std::map<std::string, std::string> rows;  // worker -> its line
+  std::istringstream lines(out.str());
+  for (std::string line; std::getline(lines, line);) rows[line.substr(0, line.find(' '))] = line;
+  const auto ends_with = [&](const std::string& id, const std::string& tail) {
+    const std::string& row = rows[id];
+    return row.size() >= tail.size() && row.compare(row.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  EXPECT_TRUE(ends_with("e-path", "  emu:/profiles/emulated-npu.json (emulated)")) << out.str();
+  EXPECT_TRUE(ends_with("e-named", "  emu:ascend-910b (emulated)")) << out.str();
+  EXPECT_TRUE(ends_with("e-long", " bytes) (emulated)")) << out.str();
+  EXPECT_TRUE(ends_with("r-word", "  emulated-lab-gpu")) << out.str();
+  EXPECT_TRUE(ends_with("r-label", "  cpu")) << out.str();
+  EXPECT_TRUE(ends_with("r-plain", "  cpu (OpenBLAS, 2 threads)")) << out.str();
+  for (const auto& [id, row] : rows) {
+    const size_t first = row.find("(emulated)");
+    EXPECT_EQ(row.find("(emulated)", first == std::string::npos ? first : first + 1), std::string::npos)
+        << "labelled once at most: " << row;
+  }
+  server->Shutdown();
 }
 
 // A coordinator whose replies carry terminal controls in every string a command shows: ESC
