@@ -27,6 +27,7 @@
 #include "cli/job_spec.h"
 #include "cli/provision.h"
 #include "proto/json.h"
+#include "proto/record_bounds.h"
 #include "proto/transport_security.h"
 
 namespace {
@@ -418,7 +419,8 @@ int main(int argc, char** argv) {
     }
     tls->admin_token = *token;
   }
-  auto channel = wire::MakeChannel(coordinator, *tls);
+  // A receive limit that takes the largest round's record whole (proto/record_bounds.h).
+  auto channel = wire::MakeChannel(coordinator, *tls, wire::OperatorChannelArguments());
   if (!channel.ok()) {
     std::cerr << "tessera: " << channel.status().message() << "\n";
     return 2;

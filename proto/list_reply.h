@@ -10,7 +10,8 @@
 
 namespace tessera::wire {
 
-// At most this many entries and bytes in one list reply (well under the command line's 4 MiB).
+// At most this many entries and bytes in one list reply (well under gRPC's default 4 MiB
+// receive limit, which a client of its own may keep).
 inline constexpr size_t kMaxListEntries = 1000;
 inline constexpr size_t kMaxListBytes = 3 << 20;
 

@@ -10,6 +10,7 @@
 #include "base/rate_limit.h"
 #include "proto/job_mapping.h"
 #include "proto/list_reply.h"
+#include "proto/record_bounds.h"
 #include "proto/revocation.h"
 #include "server/monitoring/coordinator_metrics.h"
 #include "server/rpc/services.h"
@@ -116,7 +117,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   builder.AddListeningPort(c->options_.listen_address, credentials, &c->port_);
   for (auto& service : c->services_) builder.RegisterService(service.get());
   // Chunks are at most 1 MiB; leave room for the envelope and nothing more.
-  builder.SetMaxReceiveMessageSize(2 << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(wire::kCoordinatorMaxReceiveBytes));
   // Liveness at the transport, which costs no RPC: every connection is pinged after 20 s
   // without a ping and closed when the answer takes over 10 s, which ends its worker's task
   // channel and drops the worker from its round at once. Heartbeats (every 15 s by default)
@@ -480,7 +481,11 @@ void Coordinator::ForgetDeletedJob(const std::string& job_id, v1::JobState state
 
 Result<std::vector<v1::RoundRecord>> Coordinator::ListRounds(const std::string& job_id, uint32_t from_round,
                                                              size_t max_bytes) {
-  return store_->ListRounds(job_id, from_round, max_bytes);
+  ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job_id, from_round, max_bytes));
+  // A record stored before its text was bounded is served within the bounds all the same, so
+  // that the command line can read it (proto/record_bounds.h).
+  for (v1::RoundRecord& record : rounds) wire::BoundRoundRecord(&record);
+  return rounds;
 }
 
 Result<v1::GetJobResponse> Coordinator::JobWithRounds(const std::string& job_id, uint32_t from_round,

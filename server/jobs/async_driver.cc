@@ -8,6 +8,7 @@
 
 #include "base/format.h"
 #include "proto/job_mapping.h"
+#include "proto/record_bounds.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/round.h"
 
@@ -16,6 +17,8 @@ namespace {
 
 // Reports a step's record keeps besides its folded updates' (refused, failed, dropped): the rest are counted.
 constexpr size_t kMaxReportsPerStep = 256;
+// A step's record lists at most buffer_size (<= kMaxParties) folded updates and these.
+static_assert(size_t{wire::kMaxParties} + kMaxReportsPerStep <= wire::kMaxRoundReports);
 // A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
 constexpr std::chrono::milliseconds kRestAfterFailure{1000};
 // Workers a discarded step's message names; the others are counted.
@@ -478,6 +481,7 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
     upload.push_back(report.upload_ms());
   }
   for (auto& report : buffer->reports) *record.add_workers() = std::move(report);
+  wire::BoundRoundRecord(&record);  // its size is bounded (proto/record_bounds.h)
   auto& latency = *record.mutable_latency();
   latency.set_compute_ms_median(Median(compute));
   latency.set_compute_ms_max(compute.empty() ? 0 : *std::max_element(compute.begin(), compute.end()));

@@ -7,6 +7,7 @@
 
 #include "base/format.h"
 #include "proto/job_mapping.h"
+#include "proto/record_bounds.h"
 
 namespace tessera::server {
 
@@ -475,6 +476,7 @@ void Round::FillRecord(v1::RoundRecord* record) const {
   for (const auto& [id, p] : participants_) {
     v1::WorkerRoundReport* report = record->add_workers();
     *report = p.report;
+    wire::BoundReport(report);  // the record's size is bounded (proto/record_bounds.h)
     if (p.download_done > dispatched_) report->set_download_done_ms(MillisBetween(dispatched_, p.download_done));
     if (p.outcome != Outcome::kAccepted) continue;
     upload_bytes += p.report.upload_bytes();

@@ -25,7 +25,7 @@ namespace {
 
 using wire::ToGrpc;
 
-// List replies stay well under the command line's 4 MiB receive limit, whatever is stored:
+// List replies stay well under gRPC's default 4 MiB receive limit, whatever is stored:
 // at most this many entries and bytes; the reply's trailing metadata says how many more
 // there were (kMoreEntriesTrailer).
 using wire::kMaxListBytes;

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "async_driver_fixture.h"
+#include "proto/record_bounds.h"
 #include "server/jobs/async_driver.h"
 #include "server/strategy/aggregation.h"
 #include "test_strategies.h"
@@ -363,6 +364,30 @@ TEST_F(AsyncDriverTest, AStepsRecordNamesItsFoldedUpdatesWhateverEndedBeforeThem
   EXPECT_EQ(folded.outcome(), "accepted");
   EXPECT_EQ(folded.staleness(), 0u);
   EXPECT_DOUBLE_EQ(folded.staleness_weight(), 1.0);
+}
+
+// A step's record holds a worker's long failure message cut to its bound, as a round's does
+// (proto/record_bounds.h): the records of a step of thousands of such clients stay readable.
+TEST_F(AsyncDriverTest, AStepsRecordCutsALongFailureToItsBound) {
+  FakeWorker& failing = AddWorker("failing", Always(FakeAction::Fail(std::string(1 << 20, 'x'))));
+  GatedTasks good_tasks;
+  FakeWorker& good = AddWorker("good", good_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_round_deadline_ms(24 * 3600 * 1000);  // the good task outlives the failure
+  Submit(spec);
+  TrainTask(good, 0);
+  const v1::TrainTask task = TrainTask(failing, 0);
+  ASSERT_TRUE(failing.AwaitFinished(task.round(), 1));
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  good_tasks.Open(0);
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  const v1::WorkerRoundReport failed = ReportOf(rounds[0], "failing");
+  EXPECT_LE(failed.outcome().size(), wire::kMaxOutcomeBytes);
+  EXPECT_EQ(failed.outcome().rfind("failed: xxx", 0), 0u) << failed.outcome().substr(0, 64);
+  EXPECT_EQ(ReportOf(rounds[0], "good").outcome(), "accepted");
 }
 
 // Time that passes while the job's thread is between its look at the clients' rests and its

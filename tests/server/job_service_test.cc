@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "proto/record_bounds.h"
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
@@ -16,6 +17,7 @@
 #include "tests/server/fake_worker.h"
 #include "tests/server/job_runner_fixture.h"
 #include "tests/server/test_directory.h"
+#include "tests/server/worst_round_record.h"
 
 namespace tessera::server {
 namespace {
@@ -81,8 +83,7 @@ class JobServiceTest : public ::testing::Test {
 
 // A running job's last round as GetJob and CancelJob answer it: its summary, as the list and
 // the store give it, not every client's report again (they are in the round's own record).
-// Thousands of clients' reports pass the command line's 4 MiB receive limit; one long
-// report stands in for them here.
+// A worker's long failure is cut to its bound in the round's record.
 TEST_F(JobServiceTest, ARunningJobsRepliesCarryItsLastRoundWithoutTheClientsReports) {
   Start();
   v1::JobSpec spec = JobRunnerFixture::SmallSpec(2, 1);
@@ -107,7 +108,14 @@ TEST_F(JobServiceTest, ARunningJobsRepliesCarryItsLastRoundWithoutTheClientsRepo
   auto job = coordinator_->GetJob(id);
   ASSERT_TRUE(job.ok());
   ASSERT_EQ(job->rounds_committed(), 1u);
-  ASSERT_GT(job->last_round().ByteSizeLong(), size_t{4} << 20);
+  // The failure is in the round's record cut to its bound (proto/record_bounds.h).
+  ASSERT_EQ(job->last_round().workers_size(), 2);
+  for (const auto& report : job->last_round().workers()) {
+    if (report.worker_id() != "beta") continue;
+    EXPECT_LE(report.outcome().size(), wire::kMaxOutcomeBytes);
+    EXPECT_EQ(report.outcome().rfind("failed: xxx", 0), 0u) << report.outcome().substr(0, 64);
+    EXPECT_EQ(report.outcome().substr(report.outcome().size() - 3), "\xE2\x80\xA6");
+  }
 
   grpc::ClientContext get_ctx;
   v1::GetJobRequest get;
@@ -136,6 +144,72 @@ TEST_F(JobServiceTest, ARunningJobsRepliesCarryItsLastRoundWithoutTheClientsRepo
   EXPECT_TRUE(cancelled.job().cancel_requested());
   EXPECT_EQ(cancelled.job().last_round().workers_size(), 0);
   for (auto& w : workers) w->Stop();
+}
+
+// The largest round a job can have, clients_per_round = 10,000 doubled by over-selection,
+// every report's text past its bound (as a record stored before the bounds held could be):
+// GetJob and WatchJob serve it bounded, and the command line's channel reads it whole, where
+// gRPC's default 4 MiB receive limit refuses it.
+TEST_F(JobServiceTest, TheLargestRoundIsReadWholeThroughTheCommandLinesChannel) {
+  v1::Job job = EndedJob("worst-round");
+  v1::RoundRecord stored = wire::testing::WorstRecord(job.id(), 1, /*over=*/100);
+  ASSERT_GT(stored.ByteSizeLong(), wire::kMaxRoundRecordBytes);
+  Store({job}, {stored});
+  stored.Clear();
+  Start();
+  wire::ClientTls plaintext;
+  plaintext.insecure = true;
+  plaintext.admin_token = options_.admin_token;
+  const std::string address = "127.0.0.1:" + std::to_string(coordinator_->port());
+  auto channel = wire::MakeChannel(address, plaintext, wire::OperatorChannelArguments());
+  ASSERT_TRUE(channel.ok()) << channel.status().ToString();
+  auto cli = v1::JobService::NewStub(*channel);
+
+  auto check = [](const v1::RoundRecord& round) {
+    EXPECT_EQ(round.round(), 1u);
+    ASSERT_EQ(static_cast<size_t>(round.workers_size()), wire::kMaxRoundReports);
+    EXPECT_LE(round.ByteSizeLong(), wire::kMaxRoundRecordBytes);
+    EXPECT_GT(round.ByteSizeLong(), size_t{4} << 20);
+    const v1::WorkerRoundReport& last = round.workers(round.workers_size() - 1);
+    EXPECT_EQ(last.outcome().size(), wire::kMaxOutcomeBytes);
+    EXPECT_EQ(static_cast<size_t>(last.members_size()), wire::kMaxListedMembers);
+    EXPECT_EQ(last.worker_id().size(), kMaxNameBytes);
+  };
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest get;
+    get.set_job_id(job.id());
+    get.set_include_rounds(true);
+    v1::GetJobResponse got;
+    const grpc::Status s = cli->GetJob(&ctx, get, &got);
+    ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+    ASSERT_EQ(got.rounds_size(), 1);
+    check(got.rounds(0));
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest watch;
+    watch.set_job_id(job.id());
+    auto reader = cli->WatchJob(&ctx, watch);
+    v1::JobEvent event;
+    int rounds = 0;
+    while (reader->Read(&event)) {
+      if (!event.has_round()) continue;
+      ++rounds;
+      check(event.round());
+    }
+    const grpc::Status s = reader->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
+    EXPECT_EQ(rounds, 1);
+  }
+  {  // gRPC's default receive limit: the record passes it.
+    grpc::ClientContext ctx;
+    v1::GetJobRequest get;
+    get.set_job_id(job.id());
+    get.set_include_rounds(true);
+    v1::GetJobResponse got;
+    EXPECT_EQ(jobs_->GetJob(&ctx, get, &got).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
 }
 
 }  // namespace
