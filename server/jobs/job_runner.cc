@@ -58,7 +58,8 @@ void JobRunner::Stop() {
 void JobRunner::Cancel() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    job_.set_cancel_requested(true);
+    // A cancel that comes as the job ends is no cancel pending on it (Finish).
+    if (!wire::JobEnded(job_.state())) job_.set_cancel_requested(true);
   }
   cancel_ = true;
   WakeWaits();
@@ -344,6 +345,9 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_state(state);
     job_.set_error(error);
+    // An ended job has no cancel pending, whether one ended it (its state says so) or one
+    // was recorded as it ended otherwise.
+    job_.clear_cancel_requested();
     round_.reset();
     async_.reset();
     participant_models_.clear();

@@ -119,7 +119,8 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   void Stop();
   // Ends the job as CANCELLED. Does not block. The caller records the cancel in the store
   // first (Coordinator::CancelJob); a job read with cancel_requested ends CANCELLED when it
-  // starts.
+  // starts. The job shows cancel_requested until it ends, and never once it has ended: a
+  // cancel that comes after its end changes nothing.
   void Cancel();
 
   v1::Job Snapshot() const;

@@ -82,9 +82,7 @@ Status MemoryStateStore::UpdateJob(const v1::Job& job) {
 }
 
 v1::Job MemoryStateStore::ReadRowLocked(const std::string& job_id, const v1::Job& row) const {
-  v1::Job job = row;
-  if (cancels_.count(job_id)) job.set_cancel_requested(true);
-  return job;
+  return WithRecordedCancel(row, cancels_.count(job_id) > 0);
 }
 
 Result<v1::Job> MemoryStateStore::GetJob(const std::string& job_id) {

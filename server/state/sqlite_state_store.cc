@@ -244,8 +244,7 @@ Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   if (rc != SQLITE_ROW) return SqliteError(reader_, "read job " + QuoteUntrusted(job_id, kMaxJobIdBytes));
   v1::Job job;
   RETURN_IF_ERROR(CheckJobRow(st.ColumnBlob(0), st.ColumnBlob(1), &job));
-  if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
-  return job;
+  return WithRecordedCancel(std::move(job), st.ColumnInt(2) != 0);
 }
 
 Result<std::vector<v1::Job>> SqliteStateStore::ListJobs() {
@@ -281,8 +280,7 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
         list.damaged.push_back(key.substr(0, 128));
         continue;
       }
-      if (st.ColumnInt(2) != 0) job.set_cancel_requested(true);
-      list.jobs.push_back(std::move(job));
+      list.jobs.push_back(WithRecordedCancel(std::move(job), st.ColumnInt(2) != 0));
     }
     // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.
     if (rc != SQLITE_DONE) return SqliteError(reader_, "list jobs");

@@ -6,6 +6,7 @@
 #include "base/escape.h"
 #include "base/names.h"
 #include "base/xxh3.h"
+#include "proto/job_mapping.h"
 #include "proto/tensor_transfer.h"
 
 namespace tessera::server {
@@ -61,6 +62,13 @@ Status TooManySeatsError(const std::string& job_id, size_t max_seats) {
 v1::Job JobRow(const v1::Job& job) {
   v1::Job row = job;
   if (row.has_last_round()) row.mutable_last_round()->clear_workers();
+  return row;
+}
+
+v1::Job WithRecordedCancel(v1::Job row, bool cancel_recorded) {
+  // A cancel recorded as the job ended (its end written first, or its cancel answered while
+  // it ended) is no cancel pending: the state says how the job ended.
+  row.set_cancel_requested(cancel_recorded && !wire::JobEnded(row.state()));
   return row;
 }
 

@@ -93,8 +93,10 @@ class StateStore {
   };
   virtual Result<JobList> ListNewestJobs(size_t max_jobs) = 0;
   // Records, durably, that the job's cancel was asked for: GetJob and the lists then give the
-  // job with cancel_requested set, whatever UpdateJob writes after. NotFound for a job never
-  // inserted.
+  // job with cancel_requested set while its row says it is pending or running, whatever
+  // UpdateJob writes after. A job whose row says it ended is given without it, whenever the
+  // cancel was recorded: no cancel is pending on an ended job, and a cancel that ended it is
+  // its state, CANCELLED. NotFound for a job never inserted.
   virtual Status RequestCancel(const std::string& job_id) = 0;
   // Deletes a job for good: its checkpoints first, then its row, round records, seats and
   // recorded cancel together, so that a delete cut short leaves a job that can be deleted
@@ -190,6 +192,10 @@ Status TooManySeatsError(const std::string& job_id, size_t max_seats);
 
 // The job as its row holds it: the last round's record without its per-worker reports.
 v1::Job JobRow(const v1::Job& job);
+
+// The job as every store gives it back from its row (`row`) and whether a cancel is recorded
+// for it: cancel_requested set only while the row says it is pending or running.
+v1::Job WithRecordedCancel(v1::Job row, bool cancel_recorded);
 
 // Checkpoint format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
 // float32 bytes of each tensor in manifest order. Each tensor's checksum is verified on load:

@@ -2,11 +2,13 @@
 // shutdown calls) while an update is being folded, while an upload is admitted but not yet
 // submitted, and while a commit is under way; the coordinator's own Shutdown() with an upload
 // in flight, then a restart on the same state directory. Each time: no crash, no deadlock,
-// no half-committed round, and the resumed job continues from its last committed round.
+// no half-committed round, and the resumed job continues from its last committed round. A
+// cancel, as the job runs or as it ends: no cancel left pending on the ended job.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <future>
 
@@ -189,6 +191,46 @@ TEST_F(RunnerShutdownTest, ACancelWhileARoundIsOpenEndsTheJobAtOnceWithoutCommit
     return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   EXPECT_EQ(w1.cancels()[0].attempt(), 1u);
+}
+
+// A cancel that ends the job is its state, CANCELLED, not a cancel still pending: neither the
+// runner nor the store gives the ended job with cancel_requested.
+TEST_F(RunnerShutdownTest, ACancelThatEndsTheJobLeavesItCancelledWithNoCancelPending) {
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Hang()));
+  Submit(SmallSpec(1, 1));
+  ASSERT_TRUE(w1.AwaitTrainTask(1, 1));
+  ASSERT_TRUE(store_.RequestCancel(kJobId).ok());  // as Coordinator::CancelJob does first
+  runner()->Cancel();
+  v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_CANCELLED);
+  EXPECT_FALSE(job.cancel_requested());
+  EXPECT_FALSE(runner()->Listed().cancel_requested());
+  EXPECT_EQ(Stored().state(), v1::JOB_CANCELLED);
+  EXPECT_FALSE(Stored().cancel_requested());
+}
+
+// A cancel that comes as the job ends otherwise, recorded and told to the runner while its end
+// is being written, leaves no cancel pending on the job that succeeded.
+TEST_F(RunnerShutdownTest, ACancelRecordedAsTheJobSucceedsLeavesNoCancelPending) {
+  AddWorker("w1", Always(FakeAction::Upload(0.1f)));
+  std::atomic<bool> cancelled{false};
+  store_.SetWriteHook(StateWrite::kUpdateJob, [this, &cancelled] {
+    auto r = runner();
+    if (r == nullptr || r->state() != v1::JOB_SUCCEEDED || cancelled.exchange(true)) return;
+    EXPECT_TRUE(store_.RequestCancel(kJobId).ok());
+    r->Cancel();
+  });
+  v1::Job job = Run(SmallSpec(1, 1));
+  store_.SetWriteHook(StateWrite::kUpdateJob, nullptr);
+  ASSERT_TRUE(cancelled.load()) << "the job's end was not written";
+  EXPECT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  EXPECT_FALSE(job.cancel_requested());
+  EXPECT_FALSE(runner()->Listed().cancel_requested());
+  EXPECT_FALSE(Stored().cancel_requested());
+  auto listed = store_.ListJobs();
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_FALSE((*listed)[0].cancel_requested());
 }
 
 // The coordinator's shutdown in full (task channels, runners, watches, the gRPC server) with

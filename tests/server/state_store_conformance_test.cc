@@ -164,6 +164,37 @@ TEST_P(StateStoreConformanceTest, ARecordedCancelOutlivesTheJobsOwnWrites) {
   EXPECT_FALSE((*jobs)[1].cancel_requested());
 }
 
+// A cancel recorded as the job ended, before its end was written or after, is no cancel
+// pending on the ended job: an ended job is given without cancel_requested (a cancel that
+// ended it says so by its state), and a job still running keeps it.
+TEST_P(StateStoreConformanceTest, AnEndedJobIsGivenWithoutACancelPendingWhenEverItWasRecorded) {
+  for (const char* id : {"job-1-a", "job-2-b", "job-3-c"}) ASSERT_TRUE(store_->InsertJob(RunningJob(id)).ok());
+  ASSERT_TRUE(store_->RequestCancel("job-1-a").ok());  // recorded, then the job ended otherwise
+  v1::Job succeeded = RunningJob("job-1-a");
+  succeeded.set_state(v1::JOB_SUCCEEDED);
+  succeeded.set_cancel_requested(true);  // a copy the job's thread took after the cancel
+  ASSERT_TRUE(store_->UpdateJob(succeeded).ok());
+  v1::Job cancelled = RunningJob("job-2-b");
+  cancelled.set_state(v1::JOB_CANCELLED);
+  ASSERT_TRUE(store_->RequestCancel("job-2-b").ok());  // the cancel that ended it
+  ASSERT_TRUE(store_->UpdateJob(cancelled).ok());
+  ASSERT_TRUE(store_->RequestCancel("job-2-b").ok()) << "recorded again after the end";
+  ASSERT_TRUE(store_->RequestCancel("job-3-c").ok());
+  for (const char* id : {"job-1-a", "job-2-b"}) {
+    auto job = store_->GetJob(id);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_FALSE(job->cancel_requested()) << id << " ended " << v1::JobState_Name(job->state());
+  }
+  EXPECT_EQ(store_->GetJob("job-2-b")->state(), v1::JOB_CANCELLED);
+  EXPECT_TRUE(store_->GetJob("job-3-c")->cancel_requested()) << "a running job's cancel is pending";
+  auto listed = store_->ListNewestJobs(SIZE_MAX);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->jobs.size(), 3u);
+  EXPECT_FALSE(listed->jobs[0].cancel_requested());
+  EXPECT_FALSE(listed->jobs[1].cancel_requested());
+  EXPECT_TRUE(listed->jobs[2].cancel_requested());
+}
+
 TEST_P(StateStoreConformanceTest, AJobsRowHoldsItsLastRoundWithoutTheWorkersReports) {
   v1::Job job = RunningJob("job-1-abc");
   ASSERT_TRUE(store_->InsertJob(job).ok());
