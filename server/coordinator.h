@@ -75,7 +75,7 @@ struct CoordinatorOptions {
   RendezvousLimits rendezvous;
   WorkerRegistryOptions registry;
   JobRunnerOptions runner;
-  // Ended jobs are deleted once their last activity is this old (server/jobs/job_retention.h),
+  // Ended jobs are deleted once their end is this old (server/jobs/job_retention.h),
   // swept at start and every `retention_sweep_interval`; 0: kept for good.
   std::chrono::hours ended_job_retention{0};
   std::chrono::milliseconds retention_sweep_interval{std::chrono::hours(1)};

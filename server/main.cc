@@ -136,9 +136,9 @@ int main(int argc, char** argv) {
             "is always let through, whatever its size). Raise it for many workers on slow links",
             IntRange{16, 65536});
   flags.Int("ended-job-retention-days", &retention_days,
-            "delete a job that ended (succeeded, failed or cancelled) once its last round, or its creation, is "
-            "this many days old: its checkpoints, record, rounds and seats, swept at start and hourly (the newest "
-            "job is always kept). 0: ended jobs are kept for good",
+            "delete a job that ended (succeeded, failed or cancelled) once its end is this many days old: its "
+            "checkpoints, record, rounds and seats, swept at start and hourly (the newest job is always kept). 0: "
+            "ended jobs are kept for good",
             IntRange{0, 36500});
   flags.Int("inline-model-kib", &inline_model_kib,
             "a model of at most this many KiB travels inside each worker's task instead of by a download call "

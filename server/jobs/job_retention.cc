@@ -10,17 +10,21 @@
 #include "server/workers/worker_registry.h"  // UnixMillis
 
 namespace tessera::server {
-std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, std::chrono::hours keep) {
+std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, const std::map<std::string, int64_t>& ended_unix_ms,
+                                    int64_t now_unix_ms, std::chrono::hours keep) {
   std::vector<ExpiredJob> expired;
   if (jobs.size() < 2 || keep.count() <= 0) return expired;
   const int64_t keep_ms = std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
   for (size_t i = 0; i + 1 < jobs.size(); ++i) {  // the newest, last, stays
     const v1::Job& job = jobs[i];
     if (!wire::JobEnded(job.state())) continue;
-    const int64_t last_active = std::max(job.created_unix_ms(), job.last_round().committed_unix_ms());
+    const auto recorded = ended_unix_ms.find(job.id());
+    const int64_t ended = recorded != ended_unix_ms.end()
+                              ? recorded->second
+                              : std::max(job.created_unix_ms(), job.last_round().committed_unix_ms());
     // A time in the future (a clock set back) is no age at all.
-    if (last_active > now_unix_ms || now_unix_ms - last_active < keep_ms) continue;
-    expired.push_back(ExpiredJob{job.id(), job.state(), last_active});
+    if (ended > now_unix_ms || now_unix_ms - ended < keep_ms) continue;
+    expired.push_back(ExpiredJob{job.id(), job.state(), ended});
   }
   return expired;
 }
@@ -39,7 +43,7 @@ std::vector<std::string> JobRetention::Sweep(int64_t now_unix_ms) {
     spdlog::warn("ended jobs past their retention are not deleted now: {}", listed.status().message());
     return deleted;
   }
-  for (const ExpiredJob& job : ExpiredJobs(listed->jobs, now_unix_ms, keep_)) {
+  for (const ExpiredJob& job : ExpiredJobs(listed->jobs, listed->ended_unix_ms, now_unix_ms, keep_)) {
     if (busy_ && busy_(job.id)) continue;  // still finishing: its runner would outlive its deletion
     auto gone = store_->DeleteJob(job.id);
     if (!gone.ok()) {
@@ -47,8 +51,8 @@ std::vector<std::string> JobRetention::Sweep(int64_t now_unix_ms) {
       continue;
     }
     if (!*gone) continue;  // deleted meanwhile
-    spdlog::info("job {} deleted: it ended {} and was last active {} days ago (retention: {} days)", job.id,
-                 wire::JobStateName(job.state), (now_unix_ms - job.last_active_unix_ms) / 86400000, keep_.count() / 24);
+    spdlog::info("job {} deleted: it ended {} {} days ago (retention: {} days)", job.id,
+                 wire::JobStateName(job.state), (now_unix_ms - job.ended_unix_ms) / 86400000, keep_.count() / 24);
     deleted.push_back(job.id);
     if (deleted_) deleted_(job);
   }

@@ -1,8 +1,10 @@
 // How long ended jobs are kept. With a retention set (--ended-job-retention-days), the
-// coordinator deletes a job that ended (succeeded, failed or cancelled) once its last
-// activity is that old: its checkpoints, its row, its round records and its seats
-// (StateStore::DeleteJob). Without one, the default, every job's record and kept models stay
-// for good, and the state directory grows with every job run.
+// coordinator deletes a job that ended (succeeded, failed or cancelled) once its end is that
+// old: its checkpoints, its row, its round records and its seats (StateStore::DeleteJob).
+// A job's end is when the state store first wrote its row ended (StateStore::InsertJob), so
+// that a job that ran for months is kept for the whole retention after it ended. Without a
+// retention, the default, every job's record and kept models stay for good, and the state
+// directory grows with every job run.
 //
 // Thread-safe: Sweep() may be called while the periodic thread runs.
 #pragma once
@@ -11,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -24,14 +27,17 @@ namespace tessera::server {
 struct ExpiredJob {
   std::string id;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  int64_t last_active_unix_ms = 0;
+  int64_t ended_unix_ms = 0;  // when it ended, as ExpiredJobs took it
 };
 
 // The jobs of `jobs` (a store's list, oldest first) that a sweep at `now_unix_ms` deletes: the
-// ended ones whose last activity (the newest round's commit, or the job's creation where it
-// committed none) is at least `keep` before it. The newest job is never one of them, whatever
-// its state: the next job takes one past the largest number stored.
-std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, int64_t now_unix_ms, std::chrono::hours keep);
+// ended ones whose end is at least `keep` before it. A job's end is its time in
+// `ended_unix_ms` (the store's JobList::ended_unix_ms, by id); for a job with none there (a row
+// stored already ended), its last activity: the newest round's commit, or its creation where
+// it committed none. The newest job is never one of them, whatever its state: the next job
+// takes one past the largest number stored.
+std::vector<ExpiredJob> ExpiredJobs(const std::vector<v1::Job>& jobs, const std::map<std::string, int64_t>& ended_unix_ms,
+                                    int64_t now_unix_ms, std::chrono::hours keep);
 
 class JobRetention {
  public:

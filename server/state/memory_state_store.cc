@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/names.h"
+#include "proto/job_mapping.h"
 
 namespace tessera::server {
 
@@ -73,12 +74,20 @@ Status MemoryStateStore::InsertJob(const v1::Job& job) {
 Status MemoryStateStore::UpdateJob(const v1::Job& job) {
   RETURN_IF_ERROR(BeginWrite(StateWrite::kUpdateJob));
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) {
-    it->second.second = JobRow(job);
-    damaged_jobs_.erase(job.id());
-  }
+  if (WriteRowLocked(job)) damaged_jobs_.erase(job.id());
   return Status::Ok();
+}
+
+bool MemoryStateStore::WriteRowLocked(const v1::Job& job) {
+  auto it = jobs_.find(job.id());
+  if (it == jobs_.end()) return false;
+  it->second.second = JobRow(job);
+  if (!wire::JobEnded(job.state())) {
+    ended_.erase(job.id());
+  } else if (!ended_.count(job.id())) {
+    ended_[job.id()] = StoreUnixMillis();  // its first write ended: the end's time
+  }
+  return true;
 }
 
 v1::Job MemoryStateStore::ReadRowLocked(const std::string& job_id, const v1::Job& row) const {
@@ -114,6 +123,7 @@ Result<StateStore::JobList> MemoryStateStore::ListNewestJobs(size_t max_jobs) {
       continue;
     }
     list.jobs.push_back(ReadRowLocked(id, jobs_.at(id).second));
+    if (auto ended = ended_.find(id); ended != ended_.end()) list.ended_unix_ms[id] = ended->second;
   }
   return list;
 }
@@ -168,8 +178,7 @@ Status MemoryStateStore::CommitWrittenRound(const v1::Job& job, const v1::RoundR
   checkpoints_[{job.id(), record.round()}] = std::move(written->second);
   written_.erase(written);
   rounds_[{job.id(), record.round()}] = record;
-  auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = JobRow(job);
+  WriteRowLocked(job);
   if (record.round() > kKeptCheckpoints) checkpoints_.erase({job.id(), record.round() - kKeptCheckpoints});
   return Status::Ok();
 }
@@ -187,8 +196,7 @@ Status MemoryStateStore::UpdateRoundRecord(const v1::Job& job, const v1::RoundRe
   std::lock_guard<std::mutex> lock(mu_);
   auto round = rounds_.find({job.id(), record.round()});
   if (round != rounds_.end()) round->second = record;
-  auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = JobRow(job);
+  WriteRowLocked(job);
   return Status::Ok();
 }
 
@@ -209,8 +217,7 @@ Status MemoryStateStore::RewindJob(const v1::Job& job) {
   std::erase_if(rounds_, [&](const auto& entry) {
     return entry.first.first == job.id() && entry.first.second > job.rounds_committed();
   });
-  auto it = jobs_.find(job.id());
-  if (it != jobs_.end()) it->second.second = JobRow(job);
+  WriteRowLocked(job);
   return Status::Ok();
 }
 
@@ -257,6 +264,7 @@ Result<bool> MemoryStateStore::DeleteJob(const std::string& job_id) {
   std::erase_if(rounds_, of_job);
   seats_.erase(job_id);
   cancels_.erase(job_id);
+  ended_.erase(job_id);
   damaged_jobs_.erase(job_id);
   return jobs_.erase(job_id) > 0;
 }

@@ -111,12 +111,16 @@ class MemoryStateStore final : public StateStore {
   uint64_t NextNumberLocked() const;
   // The job as read: its row, with cancel_requested from the cancels recorded.
   v1::Job ReadRowLocked(const std::string& job_id, const v1::Job& row) const;
+  // Writes the row of a job stored (false for another), and records its end at its first
+  // write ended (StateStore::InsertJob).
+  bool WriteRowLocked(const v1::Job& job);
 
   mutable std::mutex mu_;  // guards everything below; never held while running a hook
   std::array<Injected, kStateWriteKinds> injected_;
   std::map<std::string, std::pair<uint64_t, v1::Job>> jobs_;  // id -> (number, job row)
   std::set<std::string> damaged_jobs_;                          // rows DamageJobRow made unreadable
   std::set<std::string> cancels_;                               // jobs whose cancel was asked for
+  std::map<std::string, int64_t> ended_;                        // id -> when its end was first written
   std::map<RoundKey, v1::RoundRecord> rounds_;
   std::map<RoundKey, std::string> checkpoints_;  // EncodeCheckpoint's bytes
   std::map<RoundKey, std::string> written_;      // written, not yet committed (one a job)

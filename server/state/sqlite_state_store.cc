@@ -73,7 +73,8 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   }
   RETURN_IF_ERROR(Exec(db, "PRAGMA synchronous=FULL").WithContext(where));
   RETURN_IF_ERROR(Exec(db,
-      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
+      // ended_unix_ms: when the row was first written ended (StateStore::InsertJob).
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL, ended_unix_ms INTEGER);"
       "CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL, round INTEGER NOT NULL, record BLOB NOT NULL,"
       "  checkpoint TEXT NOT NULL, PRIMARY KEY (job_id, round));"
       "CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, worker BLOB NOT NULL);"
@@ -84,8 +85,43 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
       // A cancel asked for, apart from the job's row, which the job's thread writes over.
       "CREATE TABLE IF NOT EXISTS cancels (job_id TEXT PRIMARY KEY, requested_unix_ms INTEGER NOT NULL);")
                       .WithContext(where));
+  RETURN_IF_ERROR(store->AddJobEndColumn().WithContext(where));
   RETURN_IF_ERROR(store->OpenReader(db_path));
   return store;
+}
+
+Status SqliteStateStore::AddJobEndColumn() {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  auto has = QueryText(writer_, "SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'ended_unix_ms'");
+  if (!has.ok()) return has.status();
+  if (*has != "0") return Status::Ok();
+  // A database written before ends were recorded: its ended jobs are taken to have ended now,
+  // at the first start that records ends, so that none is deleted earlier than it would have
+  // been had its end been recorded (a retention counts from it). A row that does not parse
+  // is left without one.
+  const int64_t now = StoreUnixMillis();
+  return InTransactionLocked("record the end of the jobs that ended", [&]() -> Status {
+    RETURN_IF_ERROR(Exec(writer_, "ALTER TABLE jobs ADD COLUMN ended_unix_ms INTEGER"));
+    std::vector<std::string> ended;
+    {
+      Statement st(writer_, "SELECT id, job FROM jobs");
+      if (!st.ok()) return SqliteError(writer_, "prepare read jobs");
+      int rc;
+      while ((rc = st.Step()) == SQLITE_ROW) {
+        v1::Job job;
+        if (job.ParseFromString(st.ColumnBlob(1)) && wire::JobEnded(job.state())) ended.push_back(st.ColumnBlob(0));
+      }
+      if (rc != SQLITE_DONE) return SqliteError(writer_, "read jobs");
+    }
+    for (const std::string& id : ended) {
+      Statement st(writer_, "UPDATE jobs SET ended_unix_ms = ? WHERE id = ?");
+      if (!st.ok()) return SqliteError(writer_, "prepare record job end");
+      RETURN_IF_ERROR(st.BindInt(1, "ended_unix_ms", now));
+      RETURN_IF_ERROR(st.BindText(2, "id", id));
+      if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "record the end of job " + QuoteUntrusted(id, 128));
+    }
+    return Status::Ok();
+  });
 }
 
 Status SqliteStateStore::OpenReader(const std::string& db_path) {
@@ -182,10 +218,14 @@ Status SqliteStateStore::UpdateJob(const v1::Job& job) {
 }
 
 Status SqliteStateStore::UpdateJobRowLocked(const v1::Job& job) {
-  Statement st(writer_, "UPDATE jobs SET job = ? WHERE id = ?");
+  // The end's time is kept from the first write that ended the job (StateStore::InsertJob).
+  Statement st(writer_,
+               "UPDATE jobs SET job = ?, ended_unix_ms = CASE WHEN ? THEN COALESCE(ended_unix_ms, ?) END WHERE id = ?");
   if (!st.ok()) return SqliteError(writer_, "prepare update job");
   RETURN_IF_ERROR(st.BindBlob(1, "job", JobRow(job).SerializeAsString()));
-  RETURN_IF_ERROR(st.BindText(2, "id", job.id()));
+  RETURN_IF_ERROR(st.BindInt(2, "ended", wire::JobEnded(job.state()) ? 1 : 0));
+  RETURN_IF_ERROR(st.BindInt(3, "ended_unix_ms", StoreUnixMillis()));
+  RETURN_IF_ERROR(st.BindText(4, "id", job.id()));
   if (st.Step() != SQLITE_DONE) return SqliteError(writer_, "update job " + QuoteUntrusted(job.id(), kMaxJobIdBytes));
   return Status::Ok();
 }
@@ -231,8 +271,9 @@ Status CheckJobRow(const std::string& key, const std::string& blob, v1::Job* job
 
 }  // namespace
 
-// A job's row and whether its cancel was asked for.
-constexpr char kJobColumns[] = "j.id, j.job, EXISTS (SELECT 1 FROM cancels c WHERE c.job_id = j.id)";
+// A job's row, whether its cancel was asked for and when it ended.
+constexpr char kJobColumns[] =
+    "j.id, j.job, EXISTS (SELECT 1 FROM cancels c WHERE c.job_id = j.id), j.ended_unix_ms";
 
 Result<v1::Job> SqliteStateStore::GetJob(const std::string& job_id) {
   std::lock_guard<std::mutex> lock(read_mu_);
@@ -267,7 +308,8 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
       list.total = static_cast<uint64_t>(count.ColumnInt(0));
     }
     Statement st(reader_, std::string("SELECT ") + kJobColumns +
-                              " FROM (SELECT id, job, number FROM jobs ORDER BY number DESC LIMIT ?) j ORDER BY j.number");
+                              " FROM (SELECT id, job, number, ended_unix_ms FROM jobs ORDER BY number DESC LIMIT ?) j"
+                              " ORDER BY j.number");
     if (!st.ok()) return SqliteError(reader_, "prepare list jobs");
     // A negative limit is none.
     RETURN_IF_ERROR(
@@ -280,6 +322,8 @@ Result<StateStore::JobList> SqliteStateStore::ListNewestJobs(size_t max_jobs) {
         list.damaged.push_back(key.substr(0, 128));
         continue;
       }
+      // An end's time edited to something else than an integer is no end recorded.
+      if (st.ColumnType(3) == SQLITE_INTEGER) list.ended_unix_ms[key] = st.ColumnInt(3);
       list.jobs.push_back(WithRecordedCancel(std::move(job), st.ColumnInt(2) != 0));
     }
     // A step that ends in an error (a damaged page, an I/O error) is not the end of the table.

@@ -100,6 +100,9 @@ class SqliteStateStore final : public StateStore {
 
  private:
   SqliteStateStore(std::string state_dir, sqlite3* writer);
+  // Adds the jobs table's ended_unix_ms to a database made before it, each ended job's end
+  // taken as now.
+  Status AddJobEndColumn();
   // Opens the read-only connection to `db_path`, once the writer has made its tables.
   Status OpenReader(const std::string& db_path);
   // Runs `body` in one IMMEDIATE transaction on the writer: committed when it returns Ok,

@@ -1,5 +1,6 @@
 #include "server/state/state_store.h"
 
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -70,6 +71,11 @@ v1::Job WithRecordedCancel(v1::Job row, bool cancel_recorded) {
   // it ended) is no cancel pending: the state says how the job ended.
   row.set_cancel_requested(cancel_recorded && !wire::JobEnded(row.state()));
   return row;
+}
+
+int64_t StoreUnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string EncodeCheckpoint(const TensorSet& tensors, const TensorSet& extra) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -78,6 +79,13 @@ class StateStore {
   // row cannot be read when it does not parse, or when its key is not a job id (base/names.h)
   // or not the id of the job it holds (a hand edit): the runner makes its files' paths from
   // the id.
+  //
+  // When a job ended: the first write of its row in an ended state (succeeded, failed or
+  // cancelled; by UpdateJob, CommitWrittenRound, UpdateRoundRecord or RewindJob) records the
+  // time, by the store's clock (the system's, Unix milliseconds), beside the row; later writes
+  // keep it, and a write of a state not ended forgets it. ListNewestJobs gives it
+  // (JobList::ended_unix_ms), so that a job's age since its end survives a restart whatever its
+  // rounds' times. A row inserted already ended has none (its end was not seen).
   virtual Status InsertJob(const v1::Job& job) = 0;
   virtual Status UpdateJob(const v1::Job& job) = 0;
   virtual Result<v1::Job> GetJob(const std::string& job_id) = 0;
@@ -85,11 +93,14 @@ class StateStore {
   virtual Result<uint64_t> NextJobNumber() = 0;
   // The newest `max_jobs` jobs, the oldest of them first, and how many rows there are in all.
   // A row that cannot be read is left out and its job's id (as stored, at most 128 bytes)
-  // is in `damaged`, so that one damaged row hides no other job.
+  // is in `damaged`, so that one damaged row hides no other job. `ended_unix_ms` holds, by
+  // job id, when each job listed that ended had its end recorded (see InsertJob); a job not
+  // in it has no recorded end.
   struct JobList {
     std::vector<v1::Job> jobs;
     uint64_t total = 0;
     std::vector<std::string> damaged;
+    std::map<std::string, int64_t> ended_unix_ms;
   };
   virtual Result<JobList> ListNewestJobs(size_t max_jobs) = 0;
   // Records, durably, that the job's cancel was asked for: GetJob and the lists then give the
@@ -196,6 +207,9 @@ v1::Job JobRow(const v1::Job& job);
 // The job as every store gives it back from its row (`row`) and whether a cancel is recorded
 // for it: cancel_requested set only while the row says it is pending or running.
 v1::Job WithRecordedCancel(v1::Job row, bool cancel_recorded);
+
+// Now by the stores' clock, for the end they record: the system's, in Unix milliseconds.
+int64_t StoreUnixMillis();
 
 // Checkpoint format: "TSRCKPT1", then a length-prefixed v1::TensorManifest, then the raw
 // float32 bytes of each tensor in manifest order. Each tensor's checksum is verified on load:

@@ -8,11 +8,14 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "server/coordinator.h"
 #include "server/state/memory_state_store.h"
 #include "server/state/sqlite_state_store.h"
+#include "server/workers/worker_registry.h"  // UnixMillis
+#include "tests/server/edit_database.h"
 #include "tests/server/job_runner_fixture.h"
 #include "tests/server/test_directory.h"
 
@@ -52,9 +55,45 @@ TEST(JobRetentionTest, OnlyEndedJobsLastActiveBeforeTheRetentionExpireAndNeverTh
       MakeJob("job-6-f", v1::JOB_SUCCEEDED, kNow + 5 * kDay),                   // in the future: kept
       MakeJob("job-7-g", v1::JOB_SUCCEEDED, kNow - 90 * kDay),                  // the newest: kept
   };
-  EXPECT_EQ(Ids(ExpiredJobs(jobs, kNow, std::chrono::hours(30 * 24))), (std::vector<std::string>{"job-1-a", "job-3-c"}));
-  EXPECT_TRUE(ExpiredJobs(jobs, kNow, std::chrono::hours(0)).empty()) << "no retention: nothing expires";
-  EXPECT_TRUE(ExpiredJobs({jobs[0]}, kNow, std::chrono::hours(24)).empty()) << "a lone job is the newest";
+  EXPECT_EQ(Ids(ExpiredJobs(jobs, {}, kNow, std::chrono::hours(30 * 24))), (std::vector<std::string>{"job-1-a", "job-3-c"}));
+  EXPECT_TRUE(ExpiredJobs(jobs, {}, kNow, std::chrono::hours(0)).empty()) << "no retention: nothing expires";
+  EXPECT_TRUE(ExpiredJobs({jobs[0]}, {}, kNow, std::chrono::hours(24)).empty()) << "a lone job is the newest";
+}
+
+// A job's age counts from its end where the store recorded it, not from its creation or its
+// last round: a job that ran for months and just ended is kept for the whole retention.
+TEST(JobRetentionTest, AJobsAgeCountsFromItsRecordedEnd) {
+  const std::vector<v1::Job> jobs = {
+      MakeJob("job-1-a", v1::JOB_SUCCEEDED, kNow - 90 * kDay, kNow - 89 * kDay),  // ended a day ago: kept
+      MakeJob("job-2-b", v1::JOB_FAILED, kNow - 90 * kDay, kNow - 89 * kDay),     // ended 30 days ago: expired
+      MakeJob("job-3-c", v1::JOB_CANCELLED, kNow - 90 * kDay),                    // no end recorded: its creation
+      MakeJob("job-4-d", v1::JOB_SUCCEEDED, kNow - 90 * kDay),                    // the newest: kept
+  };
+  const std::map<std::string, int64_t> ended = {
+      {"job-1-a", kNow - kDay}, {"job-2-b", kNow - 30 * kDay}, {"job-4-d", kNow - 90 * kDay}};
+  const auto expired = ExpiredJobs(jobs, ended, kNow, std::chrono::hours(30 * 24));
+  EXPECT_EQ(Ids(expired), (std::vector<std::string>{"job-2-b", "job-3-c"}));
+  ASSERT_EQ(expired.size(), 2u);
+  EXPECT_EQ(expired[0].ended_unix_ms, kNow - 30 * kDay);
+  EXPECT_EQ(expired[1].ended_unix_ms, kNow - 90 * kDay);
+}
+
+// A sweep reads the end the store recorded when the job's end was written: a job created and
+// last active 90 days ago, whose end was written just now, outlives a 30-day retention until
+// 30 days after its end.
+TEST(JobRetentionTest, AJobThatRanLongAndJustEndedIsKeptForTheWholeRetention) {
+  MemoryStateStore store;
+  const int64_t now = UnixMillis();
+  v1::Job job = MakeJob("job-1-long", v1::JOB_RUNNING, now - 90 * kDay, now - 90 * kDay);
+  ASSERT_TRUE(store.InsertJob(job).ok());
+  ASSERT_TRUE(store.InsertJob(MakeJob("job-2-newest", v1::JOB_PENDING, now)).ok());
+  job.set_state(v1::JOB_SUCCEEDED);
+  ASSERT_TRUE(store.UpdateJob(job).ok());  // as its runner records its end
+  JobRetention retention(&store, std::chrono::hours(30 * 24), nullptr);
+  EXPECT_TRUE(retention.Sweep(now + kDay).empty()) << "deleted a day after its end";
+  EXPECT_TRUE(store.GetJob("job-1-long").ok());
+  EXPECT_TRUE(retention.Sweep(now + 29 * kDay).empty()) << "deleted 29 days after its end";
+  EXPECT_EQ(retention.Sweep(now + 31 * kDay), std::vector<std::string>{"job-1-long"});
 }
 
 // A job whose row says it ended while its runner is still finishing (telling its workers) is
@@ -156,8 +195,57 @@ TEST(MemoryDeleteJobTest, ADeletedJobLeavesNothingOfItself) {
   EXPECT_EQ(s.writes(StateWrite::kDeleteJob), 1);
 }
 
-// A coordinator started with a retention deletes, at once, the ended jobs whose last activity
-// is older, and keeps the others; its job counts follow.
+// The end a store recorded survives its reopening (a coordinator's restart); a database from
+// before ends were recorded has its ended jobs' ends taken as its first opening that records
+// them, so that none is deleted sooner than its end, read now, allows.
+TEST_F(SqliteDeleteJobTest, AJobsEndIsRecordedDurablyAndAnOlderDatabaseTakesItsEndedJobsEndAsNow) {
+  v1::Job ended = MakeJob("job-1-old", v1::JOB_SUCCEEDED, 1, 2);
+  v1::Job running = MakeJob("job-2-run", v1::JOB_RUNNING, 1);
+  std::string values;
+  int number = 0;
+  for (const v1::Job* job : {&ended, &running}) {
+    std::string hex;
+    for (const unsigned char c : job->SerializeAsString()) {
+      static const char kDigits[] = "0123456789abcdef";
+      hex += kDigits[c >> 4];
+      hex += kDigits[c & 15];
+    }
+    values += std::string(values.empty() ? "" : ", ") + "('" + job->id() + "', " + std::to_string(++number) + ", X'" +
+              hex + "')";
+  }
+  // The jobs table as it was before the end's column.
+  EditDatabase(dir_, ("CREATE TABLE jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
+                      "INSERT INTO jobs (id, number, job) VALUES " + values + ";").c_str());
+  const int64_t before = UnixMillis();
+  int64_t first_end = 0;
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto listed = (*store)->ListNewestJobs(SIZE_MAX);
+    ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+    ASSERT_EQ(listed->jobs.size(), 2u);
+    ASSERT_TRUE(listed->ended_unix_ms.count("job-1-old")) << "the ended job got no end";
+    first_end = listed->ended_unix_ms.at("job-1-old");
+    EXPECT_GE(first_end, before);
+    EXPECT_FALSE(listed->ended_unix_ms.count("job-2-run")) << "a running job has not ended";
+    running.set_state(v1::JOB_FAILED);
+    ASSERT_TRUE((*store)->UpdateJob(running).ok());
+  }
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto listed = (*store)->ListNewestJobs(SIZE_MAX);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->ended_unix_ms.at("job-1-old"), first_end) << "a reopening moved the end";
+  ASSERT_TRUE(listed->ended_unix_ms.count("job-2-run")) << "the end written was not kept";
+  EXPECT_GE(listed->ended_unix_ms.at("job-2-run"), before);
+  // Under a 7-day retention neither expires a day from now, although both were created and
+  // last active in 1970.
+  EXPECT_TRUE(ExpiredJobs(listed->jobs, listed->ended_unix_ms, UnixMillis() + kDay, std::chrono::hours(7 * 24)).empty());
+}
+
+// A coordinator started with a retention deletes, at once, the ended jobs whose end (here,
+// with none recorded, their last activity) is older, and keeps the others; its job counts
+// follow.
 TEST_F(SqliteDeleteJobTest, ACoordinatorWithARetentionDeletesTheExpiredJobsAtStart) {
   const int64_t now =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -193,6 +195,45 @@ TEST_P(StateStoreConformanceTest, AnEndedJobIsGivenWithoutACancelPendingWhenEver
   EXPECT_FALSE(listed->jobs[0].cancel_requested());
   EXPECT_FALSE(listed->jobs[1].cancel_requested());
   EXPECT_TRUE(listed->jobs[2].cancel_requested());
+}
+
+// When a job ended is the time of the first write of its row in an ended state, kept by the
+// writes after it (a round's record rewritten), forgotten by a write of a state not ended;
+// a job inserted already ended has none.
+TEST_P(StateStoreConformanceTest, TheFirstWriteOfAnEndedStateRecordsWhenTheJobEnded) {
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  v1::Job job = RunningJob("job-1-a");
+  job.set_created_unix_ms(1);  // created, and last active, long ago
+  ASSERT_TRUE(store_->InsertJob(job).ok());
+  v1::Job inserted_ended = RunningJob("job-2-b");
+  inserted_ended.set_state(v1::JOB_FAILED);
+  ASSERT_TRUE(store_->InsertJob(inserted_ended).ok());
+  const auto ended_of = [this](const std::string& id) -> std::optional<int64_t> {
+    auto listed = store_->ListNewestJobs(SIZE_MAX);
+    EXPECT_TRUE(listed.ok()) << listed.status().ToString();
+    if (!listed.ok() || !listed->ended_unix_ms.count(id)) return std::nullopt;
+    return listed->ended_unix_ms.at(id);
+  };
+  EXPECT_FALSE(ended_of("job-1-a").has_value()) << "running";
+  ASSERT_TRUE(store_->UpdateJob(job).ok());
+  EXPECT_FALSE(ended_of("job-1-a").has_value()) << "still running";
+  const int64_t before = now();
+  job.set_state(v1::JOB_FAILED);
+  ASSERT_TRUE(store_->UpdateJob(job).ok());
+  const int64_t after = now();
+  const auto ended = ended_of("job-1-a");
+  ASSERT_TRUE(ended.has_value()) << "the end was not recorded";
+  EXPECT_GE(*ended, before);
+  EXPECT_LE(*ended, after);
+  ASSERT_TRUE(store_->UpdateJob(job).ok());
+  EXPECT_EQ(ended_of("job-1-a"), ended) << "a later write moved the end";
+  EXPECT_FALSE(ended_of("job-2-b").has_value()) << "inserted ended: its end was never written";
+  job.set_state(v1::JOB_RUNNING);
+  ASSERT_TRUE(store_->UpdateJob(job).ok());
+  EXPECT_FALSE(ended_of("job-1-a").has_value()) << "running again";
 }
 
 TEST_P(StateStoreConformanceTest, AJobsRowHoldsItsLastRoundWithoutTheWorkersReports) {
