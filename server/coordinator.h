@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -79,6 +80,10 @@ struct CoordinatorOptions {
   // swept at start and every `retention_sweep_interval`; 0: kept for good.
   std::chrono::hours ended_job_retention{0};
   std::chrono::milliseconds retention_sweep_interval{std::chrono::hours(1)};
+  // Runs in a watch (WatchJob) each time it has read a page of a job's committed rounds from
+  // the state store, before it takes them, on the gRPC thread, with the job's id. A seam for
+  // tests, which run a round there.
+  std::function<void(const std::string& job_id)> watch_page_read_hook;
 };
 
 class Coordinator {

@@ -39,8 +39,11 @@ constexpr size_t kWatchPageBytes = 4 << 20;
 //
 // The committed rounds come from the state store, a page at a time: the first page when the
 // watch starts, each next one when the watcher has taken the last (WriteDone, on a gRPC
-// thread). A round is stored before its event is published, so once a page comes back empty
-// every later round is in the job's live log. A watcher that falls behind the log (it keeps the
+// thread). The watch takes its position in the job's live log before it reads the first page,
+// and a round is stored before its event is published: a round committed after a read is in
+// the log from that position on (sent once, as the rounds are told apart by number), so once
+// a page comes back empty every later round is in the log, or was dropped from it and is
+// read from the store again (below). A watcher that falls behind the log (it keeps the
 // last events within a budget, server/jobs/job_events.h) goes back to the store for the rounds
 // it missed; only progress events and notes are skipped, and it is told so.
 class JobWatch final {
@@ -52,12 +55,17 @@ class JobWatch final {
       : runner_(std::move(runner)), job_(WithoutLastRound(std::move(job))), pages_(std::move(pages)), reactor_(reactor),
         ctx_(ctx) {}
 
-  // Before the first Pump(): the first page of rounds from `from_round`, and the position in
-  // the job's live log from which events are taken once the rounds are sent.
+  // Before the first Pump(): the position in the job's live log from which events are taken
+  // once the rounds are sent, then the first page of rounds from `from_round`. In this order:
+  // an event published between the two is in the log from that position (or, dropped from
+  // it, counted as missed), never between a position taken after the read and the read.
   Status Start(uint32_t from_round) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (runner_) seen_ = runner_->events().oldest();
+    }
     ASSIGN_OR_RETURN(auto page, pages_(from_round, kWatchPageBytes));
     std::lock_guard<std::mutex> lock(mu_);
-    if (runner_) seen_ = runner_->events().oldest();
     last_round_ = from_round > 0 ? from_round - 1 : 0;  // older rounds in the live log are not asked for
     TakePageLocked(std::move(page));
     return Status::Ok();
@@ -279,7 +287,9 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     auto runner = c->Runner(request.job_id());
     const std::string job_id = request.job_id();
     auto pages = [c, job_id](uint32_t from_round, size_t max_bytes) {
-      return c->ListRounds(job_id, from_round, max_bytes);
+      auto page = c->ListRounds(job_id, from_round, max_bytes);
+      if (c->options().watch_page_read_hook) c->options().watch_page_read_hook(job_id);
+      return page;
     };
     watch_ = std::make_shared<JobWatch>(std::move(runner), std::move(job).value(), std::move(pages), this, ctx);
     if (Status s = watch_->Start(request.from_round()); !s.ok()) {
