@@ -260,6 +260,17 @@ class JobWatch final {
   v1::JobEvent in_flight_;
 };
 
+// A watch's from_round: 0 (from the first round) or a round the job has or may yet commit, up
+// to the one after its last (where a watcher that has seen every round goes on: the job's end).
+// A later one would wait for a round that never comes.
+Status CheckFromRound(const v1::Job& job, uint32_t from_round) {
+  const uint64_t most = uint64_t{job.spec().rounds()} + 1;
+  if (from_round <= most) return Status::Ok();
+  return InvalidArgumentError("watch of job " + job.id() + ": field 'from_round': " + std::to_string(from_round) +
+                              "; expected at most " + std::to_string(most) + " (the job has " +
+                              std::to_string(job.spec().rounds()) + " rounds; 0: from the first)");
+}
+
 class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
   // `admitted`: the operator check, done by the service.
@@ -282,6 +293,10 @@ class WatchJobReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     auto job = c->GetJob(request.job_id());
     if (!job.ok()) {
       Finish(ToGrpc(job.status()));
+      return;
+    }
+    if (Status s = CheckFromRound(*job, request.from_round()); !s.ok()) {
+      Finish(ToGrpc(s));
       return;
     }
     auto runner = c->Runner(request.job_id());

@@ -1,6 +1,7 @@
 // WatchJob against a coordinator on a free loopback port: a round committed while a watch
 // starts (between its read of the committed rounds and its first look at the live log) is
-// sent, once.
+// sent, once; and a from_round no round of the job can reach is refused, while the round
+// after the last is where a watcher goes on.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
+#include "server/state/sqlite_state_store.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tests/server/fake_worker.h"
 #include "tests/server/job_runner_fixture.h"
@@ -124,6 +126,71 @@ TEST_F(JobWatchTest, ARoundCommittedBetweenTheWatchsReadAndItsPlaceInTheLogIsSen
     if (event.has_round()) rounds.push_back(event.round().round());
   }
   EXPECT_EQ(rounds, std::vector<uint32_t>{1}) << "the round committed as the watch started";
+}
+
+// A from_round past the round after the job's last is refused, naming the field, the value
+// and the bound; the round after the last is where a watcher that saw every round goes on:
+// the job's end (ended), or its next round (pending).
+TEST_F(JobWatchTest, AFromRoundNoRoundOfTheJobReachesIsRefusedAndTheNextRoundIsWatched) {
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    v1::Job job;
+    job.set_id("job-1-ended");
+    *job.mutable_spec() = JobRunnerFixture::SmallSpec(1, 1);
+    job.mutable_spec()->set_rounds(2);
+    job.set_state(v1::JOB_RUNNING);
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    const TensorSet model = {{"w", {2}, {1.0f, 2.0f}}};
+    for (uint32_t r = 1; r <= 2; ++r) {
+      v1::RoundRecord record;
+      record.set_round(r);
+      job.set_rounds_committed(r);
+      *job.mutable_last_round() = record;
+      if (r == 2) job.set_state(v1::JOB_SUCCEEDED);
+      ASSERT_TRUE((*store)->CommitRound(job, record, model).ok());
+    }
+  }
+  Start();
+  for (const uint32_t from : {4u, 1000u, UINT32_MAX}) {
+    auto refused = Watch("job-1-ended", from);
+    ASSERT_TRUE(refused->WaitDone(kWait));
+    EXPECT_EQ(refused->status().error_code(), grpc::StatusCode::INVALID_ARGUMENT) << from;
+    EXPECT_EQ(refused->status().error_message(),
+              "watch of job job-1-ended: field 'from_round': " + std::to_string(from) +
+                  "; expected at most 3 (the job has 2 rounds; 0: from the first)");
+    EXPECT_TRUE(refused->received().empty());
+  }
+  auto after_last = Watch("job-1-ended", 3);
+  ASSERT_TRUE(after_last->WaitDone(kWait));
+  EXPECT_TRUE(after_last->status().ok()) << after_last->status().error_message();
+  ASSERT_EQ(after_last->received().size(), 1u);
+  EXPECT_FALSE(after_last->received()[0].has_round());
+  EXPECT_NE(after_last->received()[0].message().find("job job-1-ended succeeded"), std::string::npos)
+      << after_last->received()[0].message();
+
+  // A pending job of one round (no worker: it waits): its next round, and the one after it,
+  // are watched live until it ends; two past its last is refused.
+  const std::string pending = Submit(JobRunnerFixture::SmallSpec(1, 1));
+  ASSERT_FALSE(pending.empty());
+  auto too_far = Watch(pending, 3);
+  ASSERT_TRUE(too_far->WaitDone(kWait));
+  EXPECT_EQ(too_far->status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  auto next = Watch(pending, 1);
+  auto after = Watch(pending, 2);
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(pending);
+  v1::CancelJobResponse cancelled;
+  grpc::Status s = jobs_->CancelJob(&ctx, cancel, &cancelled);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  for (auto* watch : {next.get(), after.get()}) {
+    ASSERT_TRUE(watch->WaitDone(kWait));
+    EXPECT_TRUE(watch->status().ok()) << watch->status().error_message();
+    ASSERT_FALSE(watch->received().empty());
+    EXPECT_NE(watch->received().back().message().find("job " + pending + " cancelled"), std::string::npos)
+        << watch->received().back().message();
+  }
 }
 
 }  // namespace
