@@ -300,16 +300,25 @@ Status AsyncDriver::Fail(const v1::UpdateHeader& h) {
 
 Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double upload_ms,
                            const std::map<std::string, TensorSet>& payload, bool* stale) {
-  RETURN_IF_ERROR(Admit(h));
   const std::string what = Describe(h);
   std::shared_ptr<const ModelVersion> current;
-  {
+  Status admitted = Admit(h);
+  if (admitted.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_) return FailedPreconditionError(what + ": the job has ended");
-    RETURN_IF_ERROR(FindTaskLocked(h).status());  // still its task: no step or other upload ended it
-    tasks_.at(h.worker_id()).folding = true;
-    current = current_;
-    ++submitting_;
+    admitted = FindTaskLocked(h).status();  // still its task: no step or other upload ended it
+    if (admitted.ok()) {
+      tasks_.at(h.worker_id()).folding = true;
+      current = current_;
+      ++submitting_;
+    }
+  }
+  if (!admitted.ok()) {
+    // Admitted when its header arrived, it may have become too stale while its tensors did (a
+    // buffer filled, a step was committed): refused as on arrival, its task ended with the
+    // refusal, its client free to train again at once, and not held against the worker.
+    if (admitted.code() != StatusCode::kInvalidArgument && RefuseStale(h, admitted) && stale != nullptr) *stale = true;
+    return admitted;
   }
   // End() waits for this upload until it is folded or refused: the strategy it folds into
   // is the job's, released when the job ends.

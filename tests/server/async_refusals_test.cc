@@ -134,6 +134,54 @@ TEST_F(AsyncRefusalsTest, AnUpdateFoundTooStaleAfterItsCheckLetsItsClientTrainAg
   EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
 }
 
+// b's update is admitted on arrival; before it is submitted (its tensors still arriving), a's
+// update fills the buffer and step 1 is being applied: with max_staleness 0, b's update is too
+// stale for step 2 when it is submitted. Refused as if it had arrived then: its task ends with
+// the refusal (not later, cancelled as dropped by the commit), it is not held against b, and b
+// is given a new task without resting.
+TEST_F(AsyncRefusalsTest, AnUpdateMadeTooStaleWhileItArrivesEndsItsTaskAndIsNotHeldAgainstItsWorker) {
+  GatedTasks a_tasks;
+  auto b_gate = std::make_shared<Gate>();  // b's first upload, admitted, waits before its submission
+  auto b_tasks = std::make_shared<std::atomic<int>>(0);
+  FakeWorker& a = AddWorker("a", a_tasks.Script());
+  FakeWorker& b = AddWorker("b", [b_gate, b_tasks](const v1::TrainTask&) {
+    FakeAction action = FakeAction::Upload();
+    if (b_tasks->fetch_add(1) == 0) action.StopBeforeSubmit(b_gate);
+    return action;
+  });
+  OpenAtExit open_b(b_gate);
+  HeldThread hold;  // step 1's checkpoint write waits for the test
+  store_.SetWriteHook(StateWrite::kWriteCheckpoint, hold.Hook(/*first_only=*/true));
+  Submit(AsyncSpec(2, 2, /*buffer=*/1, /*max_staleness=*/0));
+  TrainTask(a, 0);
+  const v1::TrainTask b_first = TrainTask(b, 0);
+  ASSERT_TRUE(b_gate->AwaitReached()) << "b's update was never admitted";
+  a_tasks.Open(0);  // fills the buffer: step 1 is applied, and its commit waits
+  ASSERT_TRUE(hold.AwaitEntered()) << "step 1 was never committed";
+  b_gate->Open();
+  const bool b_done = b.AwaitFinished(b_first.round(), 1);
+  hold.Release();
+  ASSERT_TRUE(b_done);
+  const FakeTurn refused = b.turns().front();
+  ASSERT_TRUE(refused.admitted.has_value());
+  EXPECT_TRUE(refused.admitted->ok()) << refused.admitted->ToString();
+  ASSERT_TRUE(refused.verdict.has_value());
+  EXPECT_NE(refused.verdict->message().find("too stale"), std::string::npos) << refused.verdict->ToString();
+  // The clock does not move: b does not rest.
+  EXPECT_EQ(TrainTask(b, 1).model_version(), 1u);
+  EXPECT_FALSE(CancelledTask(b, b_first.round())) << "b's task was left in flight, and cancelled later";
+  EXPECT_EQ(UpdatesRejected("b"), 0u);
+  a_tasks.OpenAll();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 2u);
+  const std::string outcome = ReportOf(rounds[1], "b").outcome();
+  EXPECT_EQ(outcome.rfind("rejected: ", 0), 0u) << outcome;
+  EXPECT_NE(outcome.find("too stale"), std::string::npos) << outcome;
+  EXPECT_EQ(rounds[1].async_step().tasks_dropped(), 0u);
+}
+
 // The fold of the update that filled the buffer (K = 1) fails: its place is free again, and
 // the step waits for the client's next update, instead of being made of no update and
 // discarded (which, with max_round_attempts 1, would fail the job). max_staleness 0: the next
