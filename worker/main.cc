@@ -22,6 +22,7 @@
 #include "base/logging.h"
 #include "base/metrics.h"
 #include "base/shutdown_signal.h"
+#include "device/cuda/factory.h"
 #include "device/emulated/factory.h"
 #include "device/registry.h"
 #include "device/xrt/factory.h"
@@ -78,7 +79,9 @@ int main(int argc, char** argv) {
   flags.String("join-token-file", &token_file, "read the join token from this file (its first line)");
   flags.String("device", &options.device, "device to train on: cpu, cuda, xrt, emu:PROFILE, emu:FILE.toml or emu:FILE.toml#PROFILE (see tessera devices); an unknown name is an error");
   flags.String("fallback-device", &options.fallback_device,
-               "device to use when --device is known but not usable here (no GPU, no driver); empty for none",
+               "device to use when --device is known but not usable here (no GPU, no driver); empty for none. A "
+               "device whose own files are missing is an error at start, not a fallback: an xclbin "
+               "TESSERA_XRT_XCLBIN names, a CUDA module that cannot be loaded where the driver is",
                EmptyValue::kAllowed);
   flags.String("data-dir", &options.data_dir, "directory of this worker's own dataset, in the job's data.format (local-files jobs)");
   flags.String("cohort", &options.cohort, "site cohort name: workers with the same name train as one client");
@@ -260,6 +263,15 @@ int main(int argc, char** argv) {
     if (device == "xrt") {
       if (Status s = CheckXrtXclbinVariable(); !s.ok()) {
         std::cerr << "tessera-worker: " << flag << " 'xrt' cannot be used here: " << s.message() << "\n";
+        return 1;
+      }
+    }
+    // And a CUDA module that cannot be loaded where the driver is: an install to fix (the
+    // module missing, cuBLAS missing, another build's), not a GPU missing here. No driver or no
+    // GPU still falls back.
+    if (device == "cuda") {
+      if (Status s = CheckCudaModule(); !s.ok()) {
+        std::cerr << "tessera-worker: " << flag << " 'cuda' cannot be used here: " << s.message() << "\n";
         return 1;
       }
     }

@@ -15,14 +15,20 @@ namespace tessera {
 
 namespace {
 
-// libtessera_cuda.so, loaded once on first use; the reason when it cannot be. Without the
-// driver no device can open, so the module (and cuBLAS with it) is not even mapped.
-const Result<const CudaModule*>& LoadedCudaModule() {
-  static const Result<const CudaModule*> loaded = []() -> Result<const CudaModule*> {
+// libtessera_cuda.so, loaded once on first use; the reason when it cannot be, and whether
+// the driver was there. Without the driver no device can open, so the module (and cuBLAS with
+// it) is not even mapped.
+struct LoadedModule {
+  Result<const CudaModule*> module;
+  bool driver = false;  // libcuda.so.1 loaded: a failure is then the module's
+};
+
+const LoadedModule& LoadedCudaModule() {
+  static const LoadedModule loaded = []() -> LoadedModule {
     if (Status driver = LoadSystemLibrary("libcuda.so.1"); !driver.ok()) {
-      return FailedPreconditionError("no CUDA driver: " + driver.message());
+      return {FailedPreconditionError("no CUDA driver: " + driver.message()), false};
     }
-    return LoadModuleTable<CudaModule>("CUDA", kCudaModuleFile, kCudaModuleEntry, kCudaModuleAbiVersion);
+    return {LoadModuleTable<CudaModule>("CUDA", kCudaModuleFile, kCudaModuleEntry, kCudaModuleAbiVersion), true};
   }();
   return loaded;
 }
@@ -30,15 +36,21 @@ const Result<const CudaModule*>& LoadedCudaModule() {
 }  // namespace
 
 Viability CudaViability(const CudaDeviceOptions& options) {
-  const Result<const CudaModule*>& module = LoadedCudaModule();
+  const Result<const CudaModule*>& module = LoadedCudaModule().module;
   if (!module.ok()) return {false, module.status().message()};
   return (*module)->viability(options);
 }
 
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options) {
-  const Result<const CudaModule*>& module = LoadedCudaModule();
+  const Result<const CudaModule*>& module = LoadedCudaModule().module;
   if (!module.ok()) return UnavailableError("CUDA device: " + module.status().message());
   return (*module)->create(options);
+}
+
+Status CheckCudaModule() {
+  const LoadedModule& loaded = LoadedCudaModule();
+  if (!loaded.driver || loaded.module.ok()) return Status::Ok();
+  return loaded.module.status();
 }
 
 #else
@@ -48,6 +60,8 @@ Viability CudaViability(const CudaDeviceOptions&) { return {false, "built withou
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions&) {
   return UnimplementedError("this build of Tessera has no CUDA backend (TESSERA_HAVE_CUDA=0)");
 }
+
+Status CheckCudaModule() { return Status::Ok(); }
 
 #endif
 

@@ -51,6 +51,13 @@ Viability CudaViability(const CudaDeviceOptions& options = {});
 // Unavailable with the CUDA runtime's error when the device cannot be opened; Unimplemented in
 // a build without CUDA.
 Result<std::unique_ptr<Device>> CreateCudaDevice(const CudaDeviceOptions& options = {});
+// OK when this host has no CUDA driver (libcuda.so.1), in a build without CUDA, or when the
+// driver and the module both load; otherwise FailedPrecondition with the loader's reason
+// ("cannot load the CUDA backend: libtessera_cuda.so is in none of ..."): the driver is here
+// but the module is missing, needs a library that is missing (cuBLAS) or is another build's.
+// That is an install to fix, not a GPU missing here to fall back from: a worker asked for
+// "cuda" checks it at start. Loads the driver and the module as the first question does.
+Status CheckCudaModule();
 
 // The name capabilities() shows: "NVIDIA H200 #0", "(TF32 GEMM)" appended when allowed. The
 // runtime's device names mostly carry the vendor already ("NVIDIA H200"); it is added only

@@ -4,10 +4,13 @@
 // threads OpenBLAS started before main().
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <sstream>
 
+#include "tessera/config.h"
 #include "tests/integration/harness.h"
 #include "tests/integration/process.h"
 
@@ -216,6 +219,37 @@ TEST_F(DaemonTest, AWorkerAskedForXrtWithAMissingXclbinExitsInsteadOfTrainingOnT
     EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
     EXPECT_NE(p.Log().find("tessera-worker: " + flag + " 'xrt' cannot be used here: TESSERA_XRT_XCLBIN: xclbin '" +
                            missing + "' does not exist"),
+              std::string::npos)
+        << p.Log();
+    EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
+  }
+}
+
+// A CUDA driver here (the stand-in libcuda.so.1, stand_in_cuda_driver.cc) but no module where
+// modules are looked for (TESSERA_MODULE_DIR naming an empty directory): an install to fix, as
+// a cuBLAS missing would be. The worker fell back to the CPU with a warning, as if this host
+// had no GPU; without a driver, or with one and no GPU, it still does (ProcessTest).
+TEST_F(DaemonTest, AWorkerAskedForCudaWhoseModuleCannotBeLoadedExitsInsteadOfTrainingOnTheCpu) {
+#if !TESSERA_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA: no module to load";
+#endif
+  const std::string modules = dir_.str() + "/no-modules";
+  std::filesystem::create_directories(modules);
+  const char* library_path = std::getenv("LD_LIBRARY_PATH");
+  const std::vector<std::string> env = {
+      std::string("LD_LIBRARY_PATH=") + TESSERA_STAND_IN_CUDA_DRIVER_DIR +
+          (library_path != nullptr ? std::string(":") + library_path : ""),
+      "TESSERA_MODULE_DIR=" + modules};
+  for (const std::string flag : {"--device", "--fallback-device"}) {
+    SCOPED_TRACE(flag);
+    Process p({TESSERA_WORKER_BIN, "--join-token", kToken, "--name", "w", "--insecure", "--coordinator", "127.0.0.1:1",
+               flag, "cuda"},
+              dir_.str() + "/worker-cuda" + flag + ".log", env);
+    auto status = p.WaitExit(kExitWait);
+    ASSERT_TRUE(status.has_value()) << "the worker fell back to another device:\n" << p.Log();
+    EXPECT_EQ(DescribeExit(*status), "exited with 1") << p.Log();
+    EXPECT_NE(p.Log().find("tessera-worker: " + flag + " 'cuda' cannot be used here: cannot load the CUDA backend: " +
+                           "libtessera_cuda.so is in none of " + modules),
               std::string::npos)
         << p.Log();
     EXPECT_EQ(p.Log().find("falling back"), std::string::npos) << p.Log();
