@@ -201,6 +201,35 @@ std::vector<float> EncodingResidual(UpdateEncoding encoding, std::span<const flo
   return residual;
 }
 
+size_t KeepSumNotNegative(UpdateEncoding encoding, std::span<const float> base, std::span<float> values,
+                          double fraction) {
+  const std::vector<float> original(values.begin(), values.end());
+  // base + v >= 0 holds for v >= -base in float too: rounding to nearest never crosses 0.
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (base[i] + values[i] < 0.0f) values[i] = -base[i];
+  }
+  // What the decoder reads back may still fall below -base (a float16 step, an int8 scale's).
+  // Each value that does is raised by twice its shortfall for a few passes, then sent as 0,
+  // which every encoding reads back exactly; a value once 0 stays so, so the passes end.
+  constexpr int kRaises = 3;
+  std::vector<float> decoded(values.size());
+  for (int pass = 0; encoding != UpdateEncoding::kFloat32; ++pass) {
+    // The encoder's own output always decodes.
+    DecodeValues(encoding, EncodeValues(encoding, values, fraction), fraction, decoded).ok();
+    bool again = false;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float sum = base[i] + decoded[i];
+      if (!(sum < 0.0f) || values[i] == 0.0f) continue;
+      values[i] = pass < kRaises ? values[i] - 2.0f * sum : 0.0f;
+      again = true;
+    }
+    if (!again) break;
+  }
+  size_t changed = 0;
+  for (size_t i = 0; i < values.size(); ++i) changed += values[i] != original[i];
+  return changed;
+}
+
 Status DecodeValues(UpdateEncoding encoding, std::string_view bytes, double fraction, std::span<float> out) {
   const uint64_t n = out.size();
   const std::optional<uint64_t> expected = EncodedByteSize(encoding, n, fraction);

@@ -20,6 +20,7 @@
 // Their errors say what was expected and what came; callers prefix the tensor's name.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -57,6 +58,17 @@ std::string EncodeValues(UpdateEncoding encoding, std::span<const float> values,
 // feedback keeps it and adds it to the next update (top-k: the entries not sent, the sent
 // ones 0).
 std::vector<float> EncodingResidual(UpdateEncoding encoding, std::span<const float> values, double fraction);
+
+// For a tensor whose values must stay 0 or more once added to `base` (a batch norm's running
+// variance: `values` its delta and `base` the model the receiver adds it to, or zeros for the
+// trained tensor sent whole): changes `values` so that, for every i, base[i] plus what the
+// decoder of `encoding` reads back of values[i] is 0 or more in float. A value below -base
+// is raised to -base; one whose encoded form still reads back below -base (a float16 step, an
+// int8 scale's) is raised further for a few passes and then sent as 0 (the base kept), which
+// every encoding reads back exactly. `base` holds values of 0 or more, as many as `values`.
+// Returns how many values were changed.
+size_t KeepSumNotNegative(UpdateEncoding encoding, std::span<const float> base, std::span<float> values,
+                          double fraction);
 
 // Decodes `bytes` into `out`, whose size is the tensor's element count; `fraction` gives
 // top-k's expected k. InvalidArgument naming what is wrong; `out` is then unspecified.

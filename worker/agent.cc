@@ -346,11 +346,12 @@ void WorkerAgent::TrainerLoop() {
     }
     v1::UpdateHeader header;
     UpdateParts parts;
+    NonNegativeBases bases;
     // A paced emulated device sleeps until its modelled time since its clock was reset has
     // passed: reset at each task, so that the time it sat idle between rounds is not banked
     // as slack that lets its next round run at the host's speed.
     ResetEmulatedClock(*device_);
-    Status s = Train(task, identity, &header, &parts, device_.get());
+    Status s = Train(task, identity, &header, &parts, &bases, device_.get());
     if (!s.ok() && reached_device_ &&
         (s.code() == StatusCode::kResourceExhausted || s.code() == StatusCode::kInternal)) {
       // The device failed (out of memory, a driver error): train this round on the job's
@@ -374,7 +375,8 @@ void WorkerAgent::TrainerLoop() {
                        (*other)->capabilities().name, EmulatedPacesRealTime(**other) ? ", paced in real time" : "");
           header.Clear();
           parts.clear();
-          s = Train(task, identity, &header, &parts, other->get());
+          bases.clear();
+          s = Train(task, identity, &header, &parts, &bases, other->get());
         } else {
           s = other.status().WithContext("fallback device '" + fallback + "'");
         }
@@ -396,7 +398,7 @@ void WorkerAgent::TrainerLoop() {
       }
     } else if (!task.cohort().empty() && task.cohort_rank() != 0) {
       spdlog::info("job {} round {}: trained my slice; the cohort's leader uploads", task.job_id(), task.round());
-    } else if (Status up = Upload(task, std::move(header), std::move(parts)); !up.ok()) {
+    } else if (Status up = Upload(task, std::move(header), std::move(parts), bases); !up.ok()) {
       spdlog::warn("job {} round {}: {}", task.job_id(), task.round(), up.ToString());
     }
     {

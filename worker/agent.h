@@ -78,6 +78,16 @@ struct WorkerOptions {
 
 // An update before it is encoded: its named sets in upload order, "delta" first.
 using UpdateParts = std::vector<std::pair<std::string, TensorSet>>;
+// The tensors of an update's "delta" set whose values must stay 0 or more once the
+// coordinator adds them to its model (a batch norm's running variance): each one's index in
+// the set and the values it is added to (the global model's, or zeros for a set that is the
+// trained model itself). The upload keeps each sum at 0 or more (KeepSumNotNegative).
+using NonNegativeBases = std::vector<std::pair<size_t, std::vector<float>>>;
+// The NonNegativeBases of `delta`, an update of `task`'s model: its tensors that may not be
+// negative (CountParameters), with `global`'s values as their bases, or zeros where `global`
+// is empty (the set is the trained model itself).
+Result<NonNegativeBases> NonNegativeBasesOf(const v1::TrainTask& task, const TensorSet& delta,
+                                            const TensorSet& global);
 
 class WorkerAgent {
  public:
@@ -120,8 +130,9 @@ class WorkerAgent {
   // client side of the job's strategy (FedProx's proximal term, SCAFFOLD's correction); fills
   // the upload's header (local steps, FedNova's normaliser) and the sets it uploads, in
   // float32: "delta", and for SCAFFOLD "control_delta" after it.
+  // `bases`: the delta's tensors that must not take the model below 0.
   Status Train(const v1::TrainTask& task, const Identity& identity, v1::UpdateHeader* header, UpdateParts* upload,
-               Device* device);
+               NonNegativeBases* bases, Device* device);
   // Encodes `parts` into the header's envelope ("delta" in the job's [compression] encoding,
   // every other set in float32) and uploads them. Top-k keeps error feedback: the residual of
   // this job and seat is added to the delta before the entries are chosen, and what is kept
@@ -135,7 +146,10 @@ class WorkerAgent {
   // One that comes while the update is being sent ends the upload there
   // (CoordinatorClient::CancelUpload): no further chunk goes, and as some may have arrived,
   // the residual is kept as for an upload whose fate is unknown.
-  Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts);  // agent_upload.cc
+  // Each tensor `bases` names is changed, after the residual is added, so that the coordinator's
+  // model plus what it decodes of it stays 0 or more (KeepSumNotNegative).
+  Status Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts,
+                const NonNegativeBases& bases);  // agent_upload.cc
   // A job's seat on this worker ("JOB#PARTY"), the key of what the worker keeps for it
   // between rounds.
   static std::string SeatOf(const v1::TrainTask& task);
@@ -246,8 +260,8 @@ class WorkerAgent {
   SeatMemory<TensorSet> local_tensors_{kMaxResiduals};
   // Trains `task` with its job's external trainer on `share`; fills what Train fills.
   Status TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
-                         const Dataset& share, v1::UpdateHeader* header, UpdateParts* upload, double download_ms,
-                         double data_load_ms);
+                         const Dataset& share, v1::UpdateHeader* header, UpdateParts* upload,
+                         NonNegativeBases* bases, double download_ms, double data_load_ms);
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   std::thread trainer_;

@@ -22,7 +22,7 @@ namespace tessera::worker {
 
 Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& identity, const TensorSet& global,
                                     const Dataset& share, v1::UpdateHeader* out_header, UpdateParts* out_parts,
-                                    double download_ms, double data_load_ms) {
+                                    NonNegativeBases* out_bases, double download_ms, double data_load_ms) {
   const std::string& name = task.spec().model().trainer();
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   if (!task.cohort().empty()) {
@@ -83,6 +83,8 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& i
   ASSIGN_OR_RETURN(ExternalTrainerResult result,
                    found->second->Train(request, global, share, share_key, deadline, should_stop));
   RecordTraining(result.train_ms / 1000.0, download_ms / 1000.0);
+  // Its running variances are the trainer's: the upload keeps the model's at 0 or more.
+  ASSIGN_OR_RETURN(*out_bases, NonNegativeBasesOf(task, result.model, global));
   TensorSet delta = DeltaFrom(std::move(result.model), global);
   v1::UpdateHeader& header = *out_header;
   wire::IdentifyUpdate(task, identity.worker_id, identity.session, &header);

@@ -39,7 +39,7 @@ double MillisSince(Clock::time_point start) {
 }  // namespace
 
 Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v1::UpdateHeader* out_header,
-                          UpdateParts* out_parts, Device* device) {
+                          UpdateParts* out_parts, NonNegativeBases* out_bases, Device* device) {
   const std::string what = "job " + task.job_id() + " round " + std::to_string(task.round());
   const std::string& worker_id = identity.worker_id;
   const std::string& session = identity.session;
@@ -99,7 +99,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   ASSIGN_OR_RETURN(auto data, TrainingShare(task));
   const double data_load_ms = MillisSince(load_start);
   if (!task.spec().model().trainer().empty()) {
-    return TrainExternally(task, identity, global, *data, out_header, out_parts, download_ms, data_load_ms);
+    return TrainExternally(task, identity, global, *data, out_header, out_parts, out_bases, download_ms,
+                           data_load_ms);
   }
   std::vector<int64_t> indices(static_cast<size_t>(data->count));
   for (int64_t i = 0; i < data->count; ++i) indices[static_cast<size_t>(i)] = i;
@@ -267,6 +268,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   model.reset();
   if (large_model_) device->ReleaseCachedMemory();  // the training state's blocks, cached by the pool
+  // A sent trained model (global dropped) is its own base: zeros.
+  ASSIGN_OR_RETURN(*out_bases, NonNegativeBasesOf(task, trained, global));
   v1::UpdateHeader& header = *out_header;
   // FedNova's report: the steps taken and the normaliser they give at the job's momentum.
   header.set_local_steps(report.steps);

@@ -1,13 +1,16 @@
 // The worker's upload of a round's update: the delta (and any payload sets) encoded as the job
-// says, top-k's error feedback kept per seat, and the coordinator's verdict (WorkerAgent,
-// worker/agent.h).
+// says, its running variances kept from taking the coordinator's model below 0, top-k's error
+// feedback kept per seat, and the coordinator's verdict (WorkerAgent, worker/agent.h).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "base/escape.h"
+#include "core/model/model.h"
 #include "core/update_codec.h"
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
@@ -17,7 +20,21 @@
 
 namespace tessera::worker {
 
-Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts) {
+Result<NonNegativeBases> NonNegativeBasesOf(const v1::TrainTask& task, const TensorSet& delta,
+                                            const TensorSet& global) {
+  std::vector<std::string> names;
+  RETURN_IF_ERROR(CountParameters(wire::ToModelConfig(task.spec()), &names).status());
+  NonNegativeBases bases;
+  for (size_t i = 0; i < delta.size(); ++i) {
+    if (std::find(names.begin(), names.end(), delta[i].name) == names.end()) continue;
+    // The delta has the global model's layout (checked as it was made).
+    bases.emplace_back(i, global.empty() ? std::vector<float>(delta[i].values.size(), 0.0f) : global[i].values);
+  }
+  return bases;
+}
+
+Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, UpdateParts parts,
+                           const NonNegativeBases& bases) {
   const std::string what = "job " + header.job_id() + " round " + std::to_string(header.round());
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -40,6 +57,21 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
           for (size_t j = 0; j < tensors[i].values.size(); ++j) tensors[i].values[j] += (*found)[i].values[j];
         }
       }
+    }
+    if (delta) {
+      // A running variance must not take the coordinator's model below 0 (its evaluation
+      // refuses such a model): not from the training's numerics, an external trainer's values,
+      // the residual added or what the encoding reads back.
+      for (const auto& [index, base] : bases) {
+        if (index >= tensors.size() || base.size() != tensors[index].values.size()) continue;
+        NamedTensor& t = tensors[index];
+        if (size_t changed = KeepSumNotNegative(encoding, base, t.values, fraction); changed > 0) {
+          spdlog::warn("{}: tensor '{}': {} values would have left the coordinator's model below 0; sent so that it "
+                       "stays at 0 or more", what, t.name, changed);
+        }
+      }
+    }
+    if (delta && feedback) {
       unsent = tensors;
       for (NamedTensor& t : unsent) t.values = EncodingResidual(encoding, t.values, fraction);
     }

@@ -625,13 +625,14 @@ Result<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelConfig& confi
 
 }  // namespace
 
-Result<int64_t> CountParameters(const ModelConfig& config) {
+Result<int64_t> CountParameters(const ModelConfig& config, std::vector<std::string>* non_negative) {
   ASSIGN_OR_RETURN(auto layers, BuildLayers(config));
   int64_t total = 0;
   for (const auto& layer : layers) {
     std::vector<ParameterSpec> specs = layer->parameters();
     for (ParameterSpec& buffer : layer->buffers()) specs.push_back(std::move(buffer));
     for (const ParameterSpec& spec : specs) {
+      if (non_negative != nullptr && spec.non_negative) non_negative->push_back(spec.name);
       int64_t count = 1;
       for (int64_t dim : spec.shape) {
         if (__builtin_mul_overflow(count, dim, &count)) {

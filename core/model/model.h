@@ -227,8 +227,10 @@ std::vector<std::string> KnownModelNames();
 // How many parameters (floats) CreateModel would lay out for `config`, computed from the
 // layers' descriptions without allocating anything: a check of a model's size before it is
 // built. The same errors as CreateModel for a bad config; InvalidArgument when the count
-// overflows int64.
-Result<int64_t> CountParameters(const ModelConfig& config);
+// overflows int64. With `non_negative`, the names of the parameters and buffers whose values
+// may not be negative (ParameterSpec::non_negative: a batch norm's running variance) are
+// appended to it.
+Result<int64_t> CountParameters(const ModelConfig& config, std::vector<std::string>* non_negative = nullptr);
 
 // The per-sample input shape of `config` (channels, rows, cols).
 ActivationShape InputShape(const ModelConfig& config);

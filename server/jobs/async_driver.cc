@@ -337,7 +337,8 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
   // done is the update's refusal, never a task left in flight for good.
   CheckedDelta checked;
   try {
-    checked = CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what);
+    checked = CheckDelta(*current->shared_tensors(), delta, &payload, extra_sets_, max_update_norm_, clip_, what, {},
+                         &non_negative_);
     if (checked_hook_) checked_hook_();
   } catch (const std::exception& e) {
     checked = CheckedDelta();
@@ -594,6 +595,7 @@ Status AsyncDriver::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     current_ = std::move(current);
     extra_sets_ = runner_.strategy_->PayloadSets();
+    non_negative_ = runner_.non_negative_;
     // Numbers go on past those the previous process handed out after its last step, as far
     // as a step's worth of work tells (concurrency + K), so that a worker rarely sees a number
     // twice; where it does, an update still answers only the task of its worker and version.

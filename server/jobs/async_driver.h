@@ -191,6 +191,7 @@ class AsyncDriver {
   const v1::AsyncSpec options_;
   const Clock* const clock_;
   std::vector<std::string> extra_sets_;
+  std::vector<bool> non_negative_;  // the runner's, set by Run() as extra_sets_
   const double max_update_norm_;
   const bool clip_;
 

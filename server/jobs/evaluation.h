@@ -47,6 +47,15 @@ class Evaluator {
     }
     return names;
   }
+  // The names of the model's tensors whose values may not be negative (a batch norm's running
+  // variance): what Evaluate refuses a state for, and an update is refused for taking below 0.
+  std::vector<std::string> NonNegativeNames() const {
+    std::vector<std::string> names;
+    for (const auto& view : model_->parameter_views()) {
+      if (view.non_negative) names.push_back(view.name);
+    }
+    return names;
+  }
   // Checks that `state` fits the job's model (names and shapes).
   Status CheckFits(const TensorSet& state);
   Result<Evaluation> Evaluate(const TensorSet& state);

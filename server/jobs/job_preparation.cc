@@ -74,6 +74,7 @@ Status JobRunner::Prepare() {
   } else {
     ASSIGN_OR_RETURN(strategy_, CreateStrategy(spec, global, evaluator_->BufferNames()));
   }
+  non_negative_ = BufferMask(global, evaluator_->NonNegativeNames());
   // A committed round of a strategy that keeps state wrote that state beside its model: a
   // checkpoint without it (its tensors cut out of the file, with the manifest) would start the
   // strategy afresh in the middle of the job, its momentum or control variates lost.
@@ -98,7 +99,7 @@ Status JobRunner::Prepare() {
   // Encoded (hashed and cut into chunks) before the runner's lock is taken: readers of its
   // state do not wait for a large model.
   auto encoded = ModelVersion::Encode(std::make_shared<const TensorSet>(std::move(global)), job.rounds_committed(),
-                                      options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()));
+                                      options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()), non_negative_);
   // The committed round's record names its model by its hash. Each checkpoint file checks its
   // tensors only against its own manifest: one of another round or job put in its place loads,
   // and would go on from the wrong model.

@@ -530,6 +530,7 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
                                       wire::ClipsToUpdateNorm(spec) ? Round::NormPolicy::kClip : Round::NormPolicy::kRefuse,
                                       clock_);
   open->SetDeltaEncoding(wire::JobUpdateEncoding(spec), wire::TopKFraction(spec));
+  open->SetNonNegative(non_negative_);
   if (options_.round_folded_hook) open->SetFoldedHook(options_.round_folded_hook);
   for (const Client& client : selected) {
     std::vector<std::pair<std::string, uint64_t>> members;

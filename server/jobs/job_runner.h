@@ -306,6 +306,10 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   const std::string job_id_;             // job_.id(), readable without mu_
   std::unique_ptr<Strategy> strategy_;    // only the job's thread uses it (and AsyncDriver's BeginRound)
   std::unique_ptr<Evaluator> evaluator_;  // likewise
+  // Per tensor of the model, whether its values may not be negative (a running variance):
+  // updates that would take one below 0 are refused, and downloads send them in float32. Set
+  // with the strategy; only the job's thread (and AsyncDriver::Run) reads it.
+  std::vector<bool> non_negative_;
   FloatBufferPool update_buffers_;  // freed with the runner, at the job's end
   std::atomic<uint64_t> model_bytes_{0};
   std::atomic<uint64_t> update_sets_{1};  // "delta" and the strategy's payload sets

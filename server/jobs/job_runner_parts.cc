@@ -163,7 +163,8 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
     return std::make_pair(std::move(evaluation), MillisSince(eval_start));
   });
   // Encoded for download once, here, not by each download; its hash is the record's.
-  auto encoded = ModelVersion::Encode(next, round, options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()));
+  auto encoded =
+      ModelVersion::Encode(next, round, options_.chunk_bytes, wire::JobDownloadEncoding(job.spec()), non_negative_);
   auto [evaluation, evaluation_ms] = evaluated.get();
   // The commit: what is left of the checkpoint's write, then the round's record with it.
   const auto commit_start = clock_->Now();

@@ -38,7 +38,8 @@ std::optional<std::string> EncodedIfItHolds(UpdateEncoding encoding, const Named
 }  // namespace
 
 std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
-                                                         uint32_t chunk_bytes, UpdateEncoding download) {
+                                                         uint32_t chunk_bytes, UpdateEncoding download,
+                                                         const std::vector<bool>& exact) {
   std::shared_ptr<ModelVersion> m(new ModelVersion());
   m->version_ = version;
   m->tensors_ = std::move(tensors);
@@ -60,7 +61,8 @@ std::shared_ptr<const ModelVersion> ModelVersion::Encode(std::shared_ptr<const T
     uint64_t total = 0;
     for (size_t i = 0; i < set.size(); ++i) {
       v1::TensorInfo* info = m->manifest_.mutable_manifest()->mutable_tensors(static_cast<int>(i));
-      std::optional<std::string> encoded = EncodedIfItHolds(download, set[i]);
+      std::optional<std::string> encoded;
+      if (i >= exact.size() || !exact[i]) encoded = EncodedIfItHolds(download, set[i]);
       if (encoded) {
         info->set_dtype(wire::EncodedDType(download));
         info->set_byte_size(encoded->size());

@@ -10,8 +10,9 @@
 // A job may have its versions travel compressed (spec.compression.download): each tensor is
 // then sent in float16, bfloat16 or int8 (its manifest entry's dtype, byte size and checksums
 // those of the encoded bytes), or in float32 where the encoding cannot hold its values or
-// would not make them smaller (int8 of a single value). The version's name (sha256()) and tensors() stay those of the float32 model, which the
-// coordinator evaluates, checkpoints and exports.
+// would not make them smaller (int8 of a single value), or whose values may not be negative (a
+// running variance). The version's name (sha256()) and tensors() stay those of the float32
+// model, which the coordinator evaluates, checkpoints and exports.
 #pragma once
 
 #include <cstdint>
@@ -35,9 +36,13 @@ class ModelVersion {
   // Encodes `tensors` as model `version`, in chunks of `chunk_bytes` (clamped to 1 MiB), each
   // tensor in `download` (float32, float16, bfloat16 or int8; top-k reads as float32) where
   // it holds the tensor's values (finite once decoded) in fewer bytes, else in float32.
+  // `exact`, per tensor (shorter: the rest false): tensors sent in float32 whatever
+  // `download`, those whose values may not be negative (a running variance): a worker keeps
+  // the coordinator's model plus its delta at 0 or more only from the values it adds to.
   static std::shared_ptr<const ModelVersion> Encode(std::shared_ptr<const TensorSet> tensors, uint64_t version,
                                                     uint32_t chunk_bytes,
-                                                    UpdateEncoding download = UpdateEncoding::kFloat32);
+                                                    UpdateEncoding download = UpdateEncoding::kFloat32,
+                                                    const std::vector<bool>& exact = {});
 
   uint64_t version() const { return version_; }
   const TensorSet& tensors() const { return *tensors_; }

@@ -184,7 +184,7 @@ Status Round::Submit(const v1::UpdateHeader& h, const TensorSet& delta, double u
     const std::string what = Describe(h.worker_id());
     CheckedDelta checked =
         CheckDelta(*global_, delta, payload, extra_sets_, max_update_norm_, norm_policy_ == NormPolicy::kClip, what,
-                   ScanHints{&global_max_abs_, delta_scans});
+                   ScanHints{&global_max_abs_, delta_scans}, &non_negative_);
     return FoldChecked(h, delta, std::move(checked), upload_ms, payload, upload_bytes, handed);
   } catch (const std::exception& e) {
     return RefuseThrown(h, e.what());
@@ -200,7 +200,7 @@ Status Round::SubmitTrained(const v1::UpdateHeader& h, TensorSet& trained, doubl
     RETURN_IF_ERROR(Admit(h));
     const std::string what = Describe(h.worker_id());
     CheckedDelta checked = CheckTrainedDelta(*global_, trained, payload, extra_sets_, max_update_norm_,
-                                             norm_policy_ == NormPolicy::kClip, what);
+                                             norm_policy_ == NormPolicy::kClip, what, &non_negative_);
     return FoldChecked(h, trained, std::move(checked), upload_ms, payload, upload_bytes, handed);
   } catch (const std::exception& e) {
     return RefuseThrown(h, e.what());

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -86,6 +87,10 @@ class Round {
   // top-k's fraction. Set before the round is dispatched; every other set stays float32.
   void SetDeltaEncoding(UpdateEncoding encoding, double topk_fraction);
   UpdateEncoding delta_encoding() const { return delta_encoding_; }
+  // Per tensor of the model, whether its values may not be negative (a batch norm's running
+  // variance): an update that would take one below 0 is refused, naming the tensor. Set
+  // before the round is dispatched; none without it.
+  void SetNonNegative(std::vector<bool> non_negative) { non_negative_ = std::move(non_negative); }
   // Runs in an upload after its update was folded, as the round counts it; what it throws is
   // logged, and the update stays accepted with its report. A seam for tests (set before
   // dispatch).
@@ -202,6 +207,7 @@ class Round {
   const Clock* const clock_;
   UpdateEncoding delta_encoding_ = UpdateEncoding::kFloat32;  // set before dispatch
   double topk_fraction_ = 0;
+  std::vector<bool> non_negative_;     // per tensor of the model; set before dispatch
   std::function<void()> folded_hook_;  // set before dispatch
   std::function<void()> report_hook_;  // set before dispatch
 

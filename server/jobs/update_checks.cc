@@ -1,6 +1,7 @@
 #include "server/jobs/update_checks.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -250,13 +251,40 @@ DeltaScan ScanDelta(const TensorSet& global, std::conditional_t<kSubtract, Tenso
   return scan;
 }
 
+// The fewest digits that read back as `value` (a float, not its double's digits).
+std::string FloatText(float value) {
+  char text[32];
+  const auto [end, error] = std::to_chars(text, text + sizeof(text), value);
+  return error == std::errc() ? std::string(text, end) : FormatNumber(value);
+}
+
+// The tensors `non_negative` marks (null: none) of global + delta, each sum in float as the
+// fold's step makes it: OK when none is below 0, else InvalidArgument naming the first.
+Status CheckSumsNotNegative(const TensorSet& global, const TensorSet& delta, const std::vector<bool>* non_negative,
+                            const std::string& what) {
+  if (non_negative == nullptr) return Status::Ok();
+  for (size_t i = 0; i < delta.size() && i < non_negative->size(); ++i) {
+    if (!(*non_negative)[i]) continue;
+    const std::vector<float>& g = global[i].values;
+    const std::vector<float>& d = delta[i].values;
+    for (size_t j = 0; j < d.size(); ++j) {
+      if (g[j] + d[j] < 0.0f) {
+        return InvalidArgumentError(what + ": tensor '" + global[i].name + "' element " + std::to_string(j) +
+                                    ": the model's " + FloatText(g[j]) + " plus the update's " + FloatText(d[j]) +
+                                    " is below 0; its values must stay 0 or more (a running variance)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // CheckDelta and CheckTrainedDelta: with kSubtract, `delta` is the trained model, made the
 // delta by the scan.
 template <bool kSubtract>
 CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtract, TensorSet&, const TensorSet&> delta,
                             const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
                             double max_update_norm, bool clip, const std::string& what,
-                            const ScanHints& hints) {
+                            const ScanHints& hints, const std::vector<bool>* non_negative) {
   CheckedDelta checked;
   checked.verdict = CheckSameLayout(global, delta, what);
   DeltaScan scan;
@@ -286,7 +314,10 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
   // and whether the global model plus this delta alone already overflows float.
   checked.non_finite_alone = !scan.sum_finite;
   checked.norm = std::sqrt(scan.squares);
-  if (checked.norm <= max_update_norm) return checked;  // NaN norms cannot come: the values are finite
+  if (checked.norm <= max_update_norm) {  // NaN norms cannot come: the values are finite
+    checked.verdict = CheckSumsNotNegative(global, delta, non_negative, what);
+    return checked;
+  }
   if (!clip) {
     checked.verdict = InvalidArgumentError(what + ": its delta's L2 norm " + FormatNumber(checked.norm) +
                                            " exceeds the job's max_update_norm " + FormatNumber(max_update_norm));
@@ -303,6 +334,8 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
       checked.non_finite_alone = checked.non_finite_alone || !std::isfinite(g[j] + d[j]);
     }
   }
+  // Scaled towards 0, a delta that kept the sum at 0 or more still does; checked as folded.
+  checked.verdict = CheckSumsNotNegative(global, *checked.clipped, non_negative, what);
   return checked;
 }
 
@@ -310,8 +343,8 @@ CheckedDelta CheckDeltaImpl(const TensorSet& global, std::conditional_t<kSubtrac
 
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what, const ScanHints& hints) {
-  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what, hints);
+                        const std::string& what, const ScanHints& hints, const std::vector<bool>* non_negative) {
+  return CheckDeltaImpl<false>(global, delta, payload, extra_sets, max_update_norm, clip, what, hints, non_negative);
 }
 
 std::vector<float> GlobalMagnitudes(const TensorSet& global) {
@@ -327,8 +360,10 @@ std::vector<float> GlobalMagnitudes(const TensorSet& global) {
 
 CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
                                const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
-                               double max_update_norm, bool clip, const std::string& what) {
-  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what, ScanHints{});
+                               double max_update_norm, bool clip, const std::string& what,
+                               const std::vector<bool>* non_negative) {
+  return CheckDeltaImpl<true>(global, trained, payload, extra_sets, max_update_norm, clip, what, ScanHints{},
+                              non_negative);
 }
 
 }  // namespace tessera::server

@@ -54,9 +54,14 @@ struct ScanHints {
   const std::vector<float>* global_max_abs = nullptr;
   const TensorScans* delta_scans = nullptr;
 };
+// `non_negative`, per tensor of `global` (or null): the tensors whose values may not be
+// negative (a batch norm's running variance, which makes every evaluation NaN). An update that
+// would take one below 0 (global plus the delta as folded, clipped or not) is refused, naming
+// the tensor, the element and the values.
 CheckedDelta CheckDelta(const TensorSet& global, const TensorSet& delta, const std::map<std::string, TensorSet>* payload,
                         const std::vector<std::string>& extra_sets, double max_update_norm, bool clip,
-                        const std::string& what, const ScanHints& hints = {});
+                        const std::string& what, const ScanHints& hints = {},
+                        const std::vector<bool>* non_negative = nullptr);
 // Each tensor's largest magnitude, infinity for a tensor with a value that is not finite.
 std::vector<float> GlobalMagnitudes(const TensorSet& global);
 // The same for an update sent as the trained model (UpdateHeader.trained_weights): `trained`
@@ -65,6 +70,7 @@ std::vector<float> GlobalMagnitudes(const TensorSet& global);
 // the model's.
 CheckedDelta CheckTrainedDelta(const TensorSet& global, TensorSet& trained,
                                const std::map<std::string, TensorSet>* payload, const std::vector<std::string>& extra_sets,
-                               double max_update_norm, bool clip, const std::string& what);
+                               double max_update_norm, bool clip, const std::string& what,
+                               const std::vector<bool>* non_negative = nullptr);
 
 }  // namespace tessera::server

@@ -248,5 +248,30 @@ TEST(UpdateCodecTest, DecodersRefuseHostileBytes) {
   EXPECT_FALSE(EncodedByteSize(UpdateEncoding::kTopK, std::numeric_limits<uint64_t>::max(), 1.0).has_value());
 }
 
+// A running variance's delta, added to the model it is a delta from, stays 0 or more as each
+// encoding reads it back: float16's step (-1000.3 reads back as -1000.5), int8's and
+// bfloat16's, top-k's (a value below -base, from the residual added, is raised to it) and
+// float32's (a value below -base from the training's numerics). Values that keep the sum at 0
+// or more are left as they were.
+TEST(KeepSumNotNegativeTest, TheSumStaysAtZeroOrMoreAsEachEncodingReadsItBack) {
+  EXPECT_LT(1000.3f + HalfToFloat(FloatToHalf(-1000.3f)), 0.0f);  // what float16 did unguarded
+  const std::vector<float> base = {1000.3f, 0.2f, 5.0f, 0.0f};
+  for (UpdateEncoding encoding : {UpdateEncoding::kFloat32, UpdateEncoding::kFloat16, UpdateEncoding::kBFloat16,
+                                  UpdateEncoding::kInt8, UpdateEncoding::kTopK}) {
+    SCOPED_TRACE(UpdateEncodingName(encoding));
+    std::vector<float> values = {-1000.3f, -0.25f, 3.0f, -1e-7f};
+    const size_t changed = KeepSumNotNegative(encoding, base, values, 0.5);
+    EXPECT_GE(changed, 2u);  // elements 1 and 3 at least
+    EXPECT_EQ(values[2], 3.0f);
+    std::vector<float> decoded(values.size());
+    ASSERT_TRUE(DecodeValues(encoding, EncodeValues(encoding, values, 0.5), 0.5, decoded).ok());
+    for (size_t i = 0; i < values.size(); ++i) EXPECT_GE(base[i] + decoded[i], 0.0f) << "element " << i;
+    if (encoding == UpdateEncoding::kFloat32) {
+      EXPECT_EQ(changed, 2u);
+      EXPECT_EQ(values, (std::vector<float>{-1000.3f, -0.2f, 3.0f, 0.0f}));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera

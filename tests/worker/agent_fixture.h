@@ -146,8 +146,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
     // (job, round, attempt), in order.
     std::vector<std::tuple<std::string, uint32_t, uint32_t>> upload_cancels;
     int uploads_cancelled = 0;  // uploads ended by a CancelUpload of their task
-    // The job whose model the coordinator serves (set before the coordinator is made).
+    // The job whose model the coordinator serves (set before the coordinator is made), and a
+    // change made to that model's initial values before it is served (unset: none).
     v1::JobSpec model_job = TinyJob();
+    std::function<void(TensorSet&)> edit_model;
   };
 
   // `download_sets`: tensors the model download carries after the model (a task's model_sets).
@@ -156,6 +158,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     auto device = CreateDevice("cpu");
     auto model = CreateModel(wire::ToModelConfig(shared_->model_job), device->get());
     model_ = (*model)->GetState().value();
+    if (shared_->edit_model) shared_->edit_model(model_);
   }
 
   const TensorSet& model() const { return model_; }

@@ -1,5 +1,6 @@
 // The worker agent's local training (agent_fixture.h): what it says of the batches training
-// skipped, and the device a round falls back to.
+// skipped, the running variances it keeps from taking the coordinator's model below 0, and
+// the device a round falls back to.
 #include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
@@ -36,6 +37,64 @@ TEST_F(AgentTest, ABatchOfOneSampleSkippedForABatchNormIsLogged) {
   EXPECT_EQ(upload.local_steps(), 1u);
   EXPECT_NE(log.text().find("job job-1 round 1: skipped the batches of one sample (1 in all): batch norm 'bn' would "
                             "hold one value per channel, with no batch variance"),
+            std::string::npos)
+      << log.text();
+}
+
+// A channel that is 0 for every sample (a linear unit whose weights are 0 and bias -1, before a
+// ReLU) has no variance, and a batch norm of momentum 1 takes its running variance from the
+// model's 1000.3 to 0: a delta of -1000.3, which float16 reads back as -1000.5. The worker sent
+// it so, and the coordinator's model came out at -0.2, which its evaluation refuses. It is
+// sent so that the sum stays at 0 or more (and the worker says so); the other channels as
+// trained.
+TEST_F(AgentTest, ARunningVarianceIsSentSoThatTheCoordinatorsModelStaysAtZeroOrMore) {
+  ::tessera::testing::CapturedLog log;
+  v1::JobSpec spec = TinyJob();
+  spec.mutable_model()->set_name("declared");
+  spec.mutable_model()->clear_hidden();
+  for (const auto& [type, name, out] : {std::tuple<const char*, const char*, uint32_t>{"flatten", "", 0},
+                                        {"linear", "fc", 4},
+                                        {"relu", "", 0},
+                                        {"batch_norm", "bn", 0},
+                                        {"linear", "out", 0}}) {
+    v1::LayerSpec* layer = spec.mutable_model()->add_layers();
+    layer->set_type(type);
+    layer->set_name(name);
+    layer->set_out(out);
+    if (std::string(type) == "batch_norm") layer->set_momentum(1.0);
+  }
+  spec.mutable_compression()->set_encoding(v1::ENCODING_FLOAT16);
+  shared_->model_job = spec;
+  shared_->edit_model = [](TensorSet& model) {
+    for (NamedTensor& t : model) {
+      if (t.name == "fc.weight") std::fill(t.values.begin(), t.values.begin() + t.shape[1], 0.0f);  // unit 0
+      if (t.name == "fc.bias") t.values[0] = -1.0f;
+      if (t.name == "bn.running_var") t.values[0] = 1000.3f;
+    }
+  };
+  const TensorSet model = ScriptedCoordinator({}, shared_).model();
+  v1::Task task = Train(1, 1);
+  *task.mutable_train()->mutable_spec() = spec;
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  ASSERT_EQ(shared_->uploaded.size(), 1u);
+  const TensorSet& delta = shared_->uploaded[0];
+  ASSERT_EQ(delta.size(), model.size());
+  bool checked = false;
+  for (size_t i = 0; i < model.size(); ++i) {
+    if (model[i].name != "bn.running_var") continue;
+    checked = true;
+    for (size_t j = 0; j < model[i].values.size(); ++j) {
+      EXPECT_GE(model[i].values[j] + delta[i].values[j], 0.0f) << "element " << j;
+      if (j > 0) EXPECT_NE(delta[i].values[j], 0.0f) << "element " << j << ": a channel that trained was not sent";
+    }
+  }
+  EXPECT_TRUE(checked);
+  EXPECT_NE(log.text().find("job job-1 round 1: tensor 'bn.running_var': 1 values would have left the coordinator's "
+                            "model below 0; sent so that it stays at 0 or more"),
             std::string::npos)
       << log.text();
 }
