@@ -1,6 +1,7 @@
 // One accepted connection of base/http_endpoint.cc, plaintext or TLS, on a non-blocking
-// socket. The handshake and reads never wait (the endpoint's poll does); writes wait for room,
-// each wait bounded, so that a thread answering a request is held no longer than its deadline.
+// socket. The handshake, reads and TryWrite never wait (the endpoint's poll does); WriteAll waits
+// for room, each wait bounded, so that a thread answering a request is held no longer than its
+// deadline.
 // Internal to the endpoint.
 #pragma once
 
@@ -77,7 +78,26 @@ class Connection {
       return kWouldBlock;
     }
   }
-  // The poll event the last TryHandshake or TryRead is waiting for: POLLIN or POLLOUT.
+  // As much of `data` as the socket takes now, without waiting: > 0 bytes written, kWouldBlock
+  // none yet (wait for want()), -1 the connection failed. After kWouldBlock, the next call
+  // passes the same bytes again (TLS retries the record it began).
+  ssize_t TryWrite(std::string_view data) {
+    for (;;) {
+      if (ssl_ != nullptr) {
+        ERR_clear_error();
+        const int n = SSL_write(ssl_, data.data(), static_cast<int>(std::min<size_t>(data.size(), 1 << 30)));
+        if (n > 0) return n;
+        return Wants(SSL_get_error(ssl_, n)) ? kWouldBlock : -1;
+      }
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n > 0) return n;
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return -1;
+      want_ = POLLOUT;
+      return kWouldBlock;
+    }
+  }
+  // The poll event the last TryHandshake, TryRead or TryWrite is waiting for: POLLIN or POLLOUT.
   short want() const { return want_; }
 
   // Writes it all: each wait for room at most `stall`, the whole before `deadline`.
@@ -106,21 +126,10 @@ class Connection {
     return true;
   }
 
-  // After a refusal whose request was not read to its end: the write side is closed and what
-  // the client still sends is read and dropped for a moment, so that the close is not a reset
-  // that would discard the refusal before the client reads it.
-  void LingeringClose() {
-    StartLingeringClose();
-    const Clock::time_point until = Clock::now() + kLinger;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
-      pollfd p[2] = {{fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-      if (left <= 0 || ::poll(p, 2, static_cast<int>(left)) <= 0 || p[1].revents != 0) return;
-      if (!DropInput()) return;
-    }
-  }
-  // The same in steps, for the endpoint's poll: StartLingeringClose once, then DropInput each
-  // time input arrives, until it returns false or kLinger has passed.
+  // After a refusal whose request was not read to its end, in the endpoint's poll: the write
+  // side is closed (StartLingeringClose, once) and what the client still sends is read and
+  // dropped (DropInput, each time input arrives) until it returns false or kLinger has passed,
+  // so that the close is not a reset that would discard the refusal before the client reads it.
   static constexpr auto kLinger = std::chrono::seconds(1);
   void StartLingeringClose() {
     if (ssl_ != nullptr && handshaken_) {

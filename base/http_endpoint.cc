@@ -176,6 +176,7 @@ struct Client {
   HttpHeadReader reader;
   int served = 0;                // requests answered
   Clock::time_point idle_until;  // while in the poll: when the read timeout closes it
+  std::string refusal;           // a refusal's bytes the socket has not taken yet
   bool closing = false;          // refused: its input is dropped until it closes or idle_until
 };
 
@@ -205,10 +206,17 @@ struct HttpEndpoint::Shared {
 
   void Accept();
   // In the accepting thread: reads what has arrived of the client's TLS handshake and request
-  // head, without waiting. kReady once a head is whole (or refused), for a thread to answer.
+  // head, without waiting. kReady once a head is whole and to be answered, for a thread; a
+  // head that is refused is answered here.
   enum class Step { kWait, kReady, kClose };
   Step Progress(Client& client);
-  // In the accepting thread: the client's read timeout has passed. True while it lingers.
+  // In the accepting thread: answers the client with `status` and closes it, writing what the
+  // socket takes now and the rest as it takes it, within the read timeout.
+  Step Refuse(Client& client, int status, const std::string& body,
+              const std::vector<std::pair<std::string, std::string>>& headers = {}, bool with_body = true);
+  Step WriteRefusal(Client& client);
+  // In the accepting thread: the client's read timeout has passed. True while it is still
+  // being answered or lingers.
   bool TimedOut(Client& client);
   void Serve();
   // Answers the client's requests whose heads have arrived whole; true when it is to wait in
@@ -294,6 +302,7 @@ void HttpEndpoint::Shared::Accept() {
 
 HttpEndpoint::Shared::Step HttpEndpoint::Shared::Progress(Client& client) {
   Connection& connection = client.connection;
+  if (!client.refusal.empty()) return WriteRefusal(client);
   if (client.closing) return connection.DropInput() ? Step::kWait : Step::kClose;
   if (!client.started) {
     client.started = true;
@@ -320,22 +329,49 @@ HttpEndpoint::Shared::Step HttpEndpoint::Shared::Progress(Client& client) {
     if (reader.empty()) client.idle_until = Clock::now() + options.read_timeout;
     reader.Feed(std::string_view(chunk, static_cast<size_t>(n)));
   }
+  // Refused heads are answered here, holding no thread.
+  if (reader.state() == HttpHeadReader::State::kRefused) return Refuse(client, reader.status(), reader.reason() + "\n");
+  const HttpRequestHead& head = reader.head();
+  if (head.method != "GET" && head.method != "HEAD") {
+    return Refuse(client, 405, "this port serves GET and HEAD only, not " + QuoteUntrusted(head.method, 16) + "\n",
+                  {{"Allow", "GET, HEAD"}});
+  }
+  // The body's bytes are not read, so nothing after them can be.
+  if (head.has_body) return Refuse(client, 413, "requests to this port carry no body\n", {}, head.method == "GET");
   return Step::kReady;
+}
+
+HttpEndpoint::Shared::Step HttpEndpoint::Shared::Refuse(
+    Client& client, int status, const std::string& body, const std::vector<std::pair<std::string, std::string>>& headers,
+    bool with_body) {
+  client.refusal = ResponseHead(status, "text/plain; charset=utf-8", &body, headers, false, false) + (with_body ? body : "");
+  client.idle_until = Clock::now() + options.read_timeout;
+  return WriteRefusal(client);
+}
+
+HttpEndpoint::Shared::Step HttpEndpoint::Shared::WriteRefusal(Client& client) {
+  while (!client.refusal.empty()) {
+    const ssize_t n = client.connection.TryWrite(client.refusal);
+    if (n == Connection::kWouldBlock) return Step::kWait;  // the rest when the socket takes it
+    if (n < 0) return Step::kClose;
+    client.refusal.erase(0, static_cast<size_t>(n));
+  }
+  // Written: the request may not have been read to its end, so the close lingers.
+  client.connection.StartLingeringClose();
+  client.closing = true;
+  client.idle_until = Clock::now() + Connection::kLinger;
+  return Step::kWait;
 }
 
 bool HttpEndpoint::Shared::TimedOut(Client& client) {
   // Only a head cut off part way is told why; a connection silent since its last answer (or
-  // its handshake) just closes.
-  if (client.closing || client.reader.empty() || stopping.load()) return false;
+  // its handshake), or whose refusal or lingering close ran out of time, just closes.
+  if (client.closing || !client.refusal.empty() || client.reader.empty() || stopping.load()) return false;
+  // Into a send buffer that may still hold earlier answers the client has not read: what fits
+  // now, the rest as the client reads, within the read timeout.
   const std::string body =
       "the request's head did not arrive within " + std::to_string(options.read_timeout.count()) + " s\n";
-  // A few hundred bytes into an empty send buffer: written at once, or not at all.
-  client.connection.WriteAll(ResponseHead(408, "text/plain; charset=utf-8", &body, {}, false, false) + body,
-                             std::chrono::milliseconds(0), Clock::now());
-  client.connection.StartLingeringClose();
-  client.closing = true;
-  client.idle_until = Clock::now() + Connection::kLinger;
-  return true;
+  return Refuse(client, 408, body) == Step::kWait;
 }
 
 void HttpEndpoint::Shared::Serve() {
@@ -361,17 +397,14 @@ void HttpEndpoint::Shared::Serve() {
 
 bool HttpEndpoint::Shared::ServeConnection(Client& client) {
   Connection& connection = client.connection;
-  const auto read_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(options.read_timeout);
   HttpHeadReader& reader = client.reader;
   for (; client.served < kMaxRequestsPerConnection; ++client.served) {
-    // The next request's head goes on arriving in the poll, not here.
-    if (reader.state() == HttpHeadReader::State::kNeedMore) return !stopping.load();
-    if (reader.state() == HttpHeadReader::State::kRefused) {
-      const std::string body = reader.reason() + "\n";
-      connection.WriteAll(ResponseHead(reader.status(), "text/plain; charset=utf-8", &body, {}, false, false) + body,
-                          read_timeout, Clock::now() + read_timeout);
-      connection.LingeringClose();
-      return false;
+    // The next request's head goes on arriving in the poll, not here, and a refused one is
+    // answered there.
+    const HttpRequestHead& head = reader.head();
+    if (reader.state() != HttpHeadReader::State::kDone || (head.method != "GET" && head.method != "HEAD") ||
+        head.has_body) {
+      return !stopping.load();
     }
     if (!Answer(connection, reader.head(), client.peer, client.served + 1 == kMaxRequestsPerConnection)) return false;
     reader.Restart(reader.rest());
@@ -394,20 +427,7 @@ bool HttpEndpoint::Shared::Answer(Connection& connection, const HttpRequestHead&
   auto text = [](int status, std::string body) {
     return HttpResponse{status, "text/plain; charset=utf-8", std::move(body), {}};
   };
-  if (head.method != "GET" && !head_only) {
-    keep_alive = false;
-    HttpResponse refusal = text(405, "this port serves GET and HEAD only, not " + QuoteUntrusted(head.method, 16) + "\n");
-    refusal.headers.emplace_back("Allow", "GET, HEAD");
-    respond(refusal);
-    connection.LingeringClose();
-    return false;
-  }
-  if (head.has_body) {
-    keep_alive = false;  // the body's bytes are not read, so nothing after them can be
-    respond(text(413, "requests to this port carry no body\n"));
-    connection.LingeringClose();
-    return false;
-  }
+  // Other methods and bodies were refused in the poll.
   HttpRequest request = peer;
   request.path = head.path;
   request.params = head.params;

@@ -7,12 +7,13 @@
 // each request's head must arrive within the read timeout, whole; the request line and each
 // header line at most 8 KiB, at most 64 header lines, 32 KiB in all (base/http_request.h); no
 // body; at most 20 requests a connection. A connection takes a thread only while a request of
-// its own is being answered: its TLS handshake and each request's head are read by the poll
-// that accepts connections, as their bytes arrive, and before its first request and between
-// requests it waits there, at most the read timeout, among at most 256 such (past them the
-// oldest is closed), so that clients that connect and send nothing, send a head a byte at a
-// time, or keep a connection open between requests, hold no thread. The handshakes' work is
-// done on that one thread.
+// its own is being answered: each request's head is read by the poll that accepts connections,
+// as its bytes arrive, a refused one is answered there, and before its first request and
+// between requests it waits there, at most the read timeout, among at most 256 such (past them
+// the oldest is closed), so that clients that connect and send nothing, send a head a byte at a
+// time, send heads that are refused, or keep a connection open between requests, hold no
+// thread. TLS handshakes are read there too, as their bytes arrive, and their work is done on
+// that one thread.
 // `threads` connections are served at once, at most 64 more wait, the rest are closed; event
 // streams are bounded apart. The port is bound without SO_REUSEPORT, so a second daemon cannot
 // share it.

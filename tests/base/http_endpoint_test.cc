@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/base/raw_http_client.h"
+
 namespace tessera {
 namespace {
 
@@ -34,50 +36,6 @@ HttpEndpointOptions Options() {
                             }});
   return options;
 }
-
-// A raw connection, for what a library client would not send.
-class RawClient {
- public:
-  explicit RawClient(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
-  }
-  ~RawClient() { ::close(fd_); }
-  bool connected() const { return connected_; }
-  bool Send(const std::string& bytes) { return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()); }
-  // What arrives until the server closes, or until `limit` passes.
-  std::string ReadUntilClosed(std::chrono::milliseconds limit, bool* closed = nullptr) {
-    std::string out;
-    const auto until = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-      pollfd p{fd_, POLLIN, 0};
-      if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
-      char buffer[4096];
-      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n <= 0) {
-        if (closed != nullptr) *closed = true;
-        break;
-      }
-      out.append(buffer, static_cast<size_t>(n));
-    }
-    return out;
-  }
-  // Whether the server has closed the connection (a read sees the end).
-  bool ClosedByServer() {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, 0) <= 0) return false;
-    char c;
-    return ::recv(fd_, &c, 1, MSG_PEEK) <= 0;
-  }
-
- private:
-  int fd_;
-  bool connected_ = false;
-};
 
 TEST(HttpEndpointTest, ServesRoutesAndSaysWhatIsNotThere) {
   auto endpoint = HttpEndpoint::Start(Options());
