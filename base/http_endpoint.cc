@@ -22,6 +22,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <set>
 
 #include "base/escape.h"
 #include "base/http_connection.h"
@@ -46,7 +47,12 @@ constexpr size_t kMaxIdleConnections = 256;
 constexpr int kMaxRequestsPerConnection = 20;
 constexpr auto kResponseDeadline = std::chrono::seconds(120);
 constexpr size_t kReadChunk = 16 * 1024;
-
+// TLS handshakes are worked on by threads of their own, not by the poll: a full handshake is
+// a private-key operation, a millisecond or more of CPU, and a client that opens handshake
+// after handshake would otherwise slow accepting and reading heads for everyone. At most one
+// step of one client address's handshakes is worked on at a time, so that such a client delays
+// another's handshake by one step at most.
+constexpr size_t kHandshakeThreads = 2;
 
 std::string SubjectField(X509* cert, int nid) {
   X509_NAME* name = X509_get_subject_name(cert);
@@ -166,13 +172,29 @@ std::string ResponseHead(int status, const std::string& content_type, const std:
   return head;
 }
 
-// A connection and where it stands between the threads that serve it and the poll it waits
-// in while idle.
+// The client's address (its bytes, without the port), whose handshakes take turns.
+std::string PeerAddress(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    const auto& v4 = reinterpret_cast<const sockaddr_in&>(address).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&v4), sizeof(v4));
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(address).sin6_addr;
+    return std::string(reinterpret_cast<const char*>(&v6), sizeof(v6));
+  }
+  return "";
+}
+
+// A connection and where it stands between the threads that serve it, the handshake threads
+// and the poll it waits in while idle.
 struct Client {
-  Client(int fd, int stop_fd) : connection(fd, stop_fd) {}
+  Client(int fd, int stop_fd, std::string address) : connection(fd, stop_fd), address(std::move(address)) {}
   Connection connection;
-  bool started = false;  // its first bytes arrived (its TLS handshake, if any, begun)
-  HttpRequest peer;      // filled once the handshake is done
+  std::string address;         // PeerAddress
+  bool started = false;        // its first bytes arrived (its TLS handshake, if any, begun)
+  bool handshake_due = false;  // its handshake's next step has input: it waits for a handshake thread
+  bool failed = false;         // its handshake failed, or its time ran out, on a handshake thread
+  HttpRequest peer;            // filled once the handshake is done
   HttpHeadReader reader;
   int served = 0;                // requests answered
   Clock::time_point idle_until;  // while in the poll: when the read timeout closes it
@@ -194,10 +216,15 @@ struct HttpEndpoint::Shared {
   std::condition_variable waiting_changed;
   std::deque<std::unique_ptr<Client>> waiting;   // connections with input no thread has taken yet
   std::vector<std::unique_ptr<Client>> returned;  // idle again after a request, for the poll
+  std::condition_variable handshakes_changed;
+  std::deque<std::unique_ptr<Client>> handshakes;  // a handshake step due, for the handshake threads
+  std::vector<std::unique_ptr<Client>> shaken;     // back from a handshake step, for the poll
 
   ~Shared() {
     waiting.clear();
     returned.clear();
+    handshakes.clear();
+    shaken.clear();
     if (wake_fd >= 0) ::close(wake_fd);
     if (listen_fd >= 0) ::close(listen_fd);
     if (stop_fd >= 0) ::close(stop_fd);
@@ -205,9 +232,10 @@ struct HttpEndpoint::Shared {
   }
 
   void Accept();
-  // In the accepting thread: reads what has arrived of the client's TLS handshake and request
-  // head, without waiting. kReady once a head is whole and to be answered, for a thread; a
-  // head that is refused is answered here.
+  // In the accepting thread: reads what has arrived of the client's request head, without
+  // waiting, once a handshake thread has done its TLS handshake (until then it is marked
+  // handshake_due when input arrives). kReady once a head is whole and to be answered, for a
+  // thread; a head that is refused is answered here.
   enum class Step { kWait, kReady, kClose };
   Step Progress(Client& client);
   // In the accepting thread: answers the client with `status` and closes it, writing what the
@@ -218,6 +246,9 @@ struct HttpEndpoint::Shared {
   // In the accepting thread: the client's read timeout has passed. True while it is still
   // being answered or lingers.
   bool TimedOut(Client& client);
+  // A handshake thread: one step of a client's TLS handshake at a time, as far as its input
+  // goes, then back to the poll.
+  void Handshake();
   void Serve();
   // Answers the client's requests whose heads have arrived whole; true when it is to wait in
   // the poll for its next one, false when it is to close.
@@ -228,17 +259,21 @@ struct HttpEndpoint::Shared {
 };
 
 void HttpEndpoint::Shared::Accept() {
-  // A connection is handed to a thread only once a request's head has arrived whole: the TLS
-  // handshake and the head are read here, as their bytes arrive, so that connections that send
-  // nothing, or send a head a byte at a time, cannot hold every thread, nor fill the queue, each
-  // for a read timeout, while a scrape waits behind them.
+  // A connection is handed to a thread only once a request's head has arrived whole: the head
+  // is read here, as its bytes arrive (the TLS handshake before it on the handshake threads), so
+  // that connections that send nothing, or send a head a byte at a time, cannot hold every
+  // thread, nor fill the queue, each for a read timeout, while a scrape waits behind them.
   std::deque<std::unique_ptr<Client>> idle;  // roughly in the order their timeouts end
+  std::set<std::string> shaking;  // addresses with a client on the handshake threads
+  size_t on_handshake_threads = 0;
   std::vector<pollfd> polled;
   for (;;) {
     polled.assign({{listen_fd, POLLIN, 0}, {stop_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}});
     auto next = Clock::time_point::max();
     for (const auto& c : idle) {
-      polled.push_back({c->connection.fd(), c->closing ? short{POLLIN} : c->connection.want(), 0});
+      // One whose handshake step is due has its input already: it waits for a handshake
+      // thread, not for its socket (a negative descriptor is not polled).
+      polled.push_back({c->handshake_due ? -1 : c->connection.fd(), c->closing ? short{POLLIN} : c->connection.want(), 0});
       next = std::min(next, c->idle_until);
     }
     int wait_ms = -1;
@@ -251,11 +286,14 @@ void HttpEndpoint::Shared::Accept() {
     if (n < 0) continue;
     // Those whose head is whole go to the threads; those idle past the read timeout close.
     std::deque<std::unique_ptr<Client>> still;
+    auto keep = [&](std::unique_ptr<Client> client) {
+      // A head that goes on trickling in is cut off at its deadline all the same.
+      if (Clock::now() < client->idle_until || TimedOut(*client)) still.push_back(std::move(client));
+    };
     auto place = [&](std::unique_ptr<Client> client) {
       const Step step = Progress(*client);
       if (step == Step::kWait) {
-        // A head that goes on trickling in is cut off at its deadline all the same.
-        if (Clock::now() < client->idle_until || TimedOut(*client)) still.push_back(std::move(client));
+        keep(std::move(client));
       } else if (step == Step::kReady) {
         std::lock_guard<std::mutex> lock(mu);
         if (waiting.size() < kMaxWaitingConnections) {
@@ -276,17 +314,33 @@ void HttpEndpoint::Shared::Accept() {
       uint64_t count = 0;
       [[maybe_unused]] const ssize_t drained = ::read(wake_fd, &count, sizeof(count));
       std::vector<std::unique_ptr<Client>> back;
+      std::vector<std::unique_ptr<Client>> stepped;
       {
         std::lock_guard<std::mutex> lock(mu);
         back.swap(returned);
+        stepped.swap(shaken);
+      }
+      for (auto& client : stepped) {
+        --on_handshake_threads;
+        shaking.erase(client->address);
+        if (client->failed) continue;  // closed as `client` goes
+        // Done: read at once, TLS may hold the request already. Not yet: wait for its input.
+        if (client->connection.handshaken()) {
+          place(std::move(client));
+        } else {
+          keep(std::move(client));
+        }
       }
       // Read at once: bytes of the next request may already be held (by TLS, or pipelined).
       for (auto& client : back) place(std::move(client));
     }
     if ((polled[0].revents & POLLIN) != 0) {
-      const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage address{};
+      socklen_t address_size = sizeof(address);
+      const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&address), &address_size,
+                               SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        auto client = std::make_unique<Client>(fd, stop_fd);
+        auto client = std::make_unique<Client>(fd, stop_fd, PeerAddress(address));
         client->idle_until = Clock::now() + options.read_timeout;
         still.push_back(std::move(client));
       } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -295,8 +349,54 @@ void HttpEndpoint::Shared::Accept() {
         ::poll(&s, 1, 50);
       }
     }
-    while (still.size() > kMaxIdleConnections) still.pop_front();
+    // Due handshake steps go to the handshake threads, the longest waiting first, one client
+    // of an address at a time; the rest wait here, their read timeout running.
+    std::vector<std::unique_ptr<Client>> due;
+    for (auto& client : still) {
+      if (on_handshake_threads == kHandshakeThreads) break;
+      if (!client->handshake_due || !shaking.insert(client->address).second) continue;
+      ++on_handshake_threads;
+      due.push_back(std::move(client));
+    }
+    if (!due.empty()) {
+      still.erase(std::remove(still.begin(), still.end(), nullptr), still.end());
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& client : due) handshakes.push_back(std::move(client));
+      handshakes_changed.notify_all();
+    }
+    // Those on the handshake threads count too.
+    while (!still.empty() && still.size() + on_handshake_threads > kMaxIdleConnections) still.pop_front();
     idle.swap(still);
+  }
+}
+
+void HttpEndpoint::Shared::Handshake() {
+  for (;;) {
+    std::unique_ptr<Client> client;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      handshakes_changed.wait(lock, [&] { return stopping.load() || !handshakes.empty(); });
+      if (stopping.load()) return;
+      client = std::move(handshakes.front());
+      handshakes.pop_front();
+    }
+    client->handshake_due = false;
+    if (Clock::now() >= client->idle_until) {
+      client->failed = true;  // its read timeout passed while it waited for this thread
+    } else {
+      const int done = client->connection.TryHandshake();
+      if (done < 0) client->failed = true;
+      if (done > 0) {
+        FillPeer(client->connection.ssl(), client->peer);
+        client->idle_until = Clock::now() + options.read_timeout;  // the wait for the first request
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      shaken.push_back(std::move(client));
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(wake_fd, &one, sizeof(one));
   }
 }
 
@@ -314,10 +414,8 @@ HttpEndpoint::Shared::Step HttpEndpoint::Shared::Progress(Client& client) {
     }
   }
   if (ssl_ctx != nullptr && !connection.handshaken()) {
-    const int done = connection.TryHandshake();
-    if (done <= 0) return done == 0 ? Step::kWait : Step::kClose;
-    FillPeer(connection.ssl(), client.peer);
-    client.idle_until = Clock::now() + options.read_timeout;  // the wait for the first request
+    client.handshake_due = true;  // its input is taken by a handshake thread
+    return Step::kWait;
   }
   HttpHeadReader& reader = client.reader;
   char chunk[kReadChunk];
@@ -571,6 +669,9 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
   shared->options = std::move(options);
   const int threads = std::max(1, shared->options.threads);
   for (int i = 0; i < threads; ++i) endpoint->threads_.emplace_back([shared] { shared->Serve(); });
+  if (shared->ssl_ctx != nullptr) {
+    for (size_t i = 0; i < kHandshakeThreads; ++i) endpoint->threads_.emplace_back([shared] { shared->Handshake(); });
+  }
   endpoint->threads_.emplace_back([shared] { shared->Accept(); });
   return endpoint;
 }
@@ -587,6 +688,7 @@ void HttpEndpoint::Stop() {
   {
     std::lock_guard<std::mutex> lock(shared_->mu);
     shared_->waiting_changed.notify_all();
+    shared_->handshakes_changed.notify_all();
   }
   for (auto& thread : threads_) {
     if (thread.joinable()) thread.join();

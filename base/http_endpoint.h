@@ -12,8 +12,9 @@
 // between requests it waits there, at most the read timeout, among at most 256 such (past them
 // the oldest is closed), so that clients that connect and send nothing, send a head a byte at a
 // time, send heads that are refused, or keep a connection open between requests, hold no
-// thread. TLS handshakes are read there too, as their bytes arrive, and their work is done on
-// that one thread.
+// thread. TLS handshakes are worked on by two threads of their own, one step of one client
+// address's handshakes at a time, as their bytes arrive, so that a client that opens handshake
+// after handshake slows neither the poll nor, by more than one step, another address's.
 // `threads` connections are served at once, at most 64 more wait, the rest are closed; event
 // streams are bounded apart. The port is bound without SO_REUSEPORT, so a second daemon cannot
 // share it.

@@ -1,13 +1,16 @@
-// HttpEndpoint: what is done where no serving thread is held. Refusals written from the poll,
-// whole, while every serving thread is busy; a 408 written whole although the socket takes it
-// only later.
+// HttpEndpoint: what is done where no serving thread is held. TLS handshakes on threads of
+// their own, taking turns by client address; refusals written from the poll, whole, while
+// every serving thread is busy; a 408 written whole although the socket takes it only later.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -20,6 +23,7 @@
 
 #include "base/http_endpoint.h"
 #include "tests/base/raw_http_client.h"
+#include "tests/base/slow_handshake_identity.h"
 
 namespace tessera {
 namespace {
@@ -32,6 +36,92 @@ HttpEndpointOptions MetricsOnly() {
                               return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n", {}};
                             }, nullptr});
   return options;
+}
+
+// A TLS ClientHello, as a client's first bytes: written by a client that talks to memory.
+std::string ClientHello() {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  SSL_set_connect_state(ssl);
+  SSL_do_handshake(ssl);  // wants the server's answer, with the ClientHello written
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(out, &data);
+  std::string hello(data, static_cast<size_t>(std::max(0L, size)));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return hello;
+}
+
+// One HTTPS request from `source` (a loopback address), on a blocking socket whose reads and
+// writes each give up after 60 s: the answer, or what went wrong.
+std::string HttpsGet(int port, const char* source, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval limit{60, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return std::string("cannot connect from ") + source;
+  }
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  SSL_set_fd(ssl, fd);
+  std::string answer = "no handshake";
+  if (SSL_connect(ssl) == 1) {
+    answer.clear();
+    SSL_write(ssl, request.data(), static_cast<int>(request.size()));
+    char buffer[4096];
+    for (int n; (n = SSL_read(ssl, buffer, sizeof(buffer))) > 0;) answer.append(buffer, static_cast<size_t>(n));
+  }
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  ::close(fd);
+  return answer;
+}
+
+// Handshakes are worked on by threads of their own, one step of one client address's at a
+// time: with a key that costs every handshake tens of milliseconds, a client from another
+// address is served while most of a flood of ClientHellos, all sent before it, is still
+// unanswered. A poll that did the handshakes itself reached the later client only after
+// answering every ClientHello that arrived before it.
+TEST(HttpEndpointPollTest, AFloodOfHandshakesFromOneAddressDoesNotHoldUpAnother) {
+  auto options = MetricsOnly();
+  options.cert_pem = testing::kSlowHandshakeCertPem;
+  options.key_pem = testing::kSlowHandshakeKeyPem;
+  options.read_timeout = 600s;
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  const std::string hello = ClientHello();
+  ASSERT_FALSE(hello.empty());
+  // Within the listening socket's backlog of 64, so that they are accepted in this order.
+  constexpr int kFlood = 48;
+  std::vector<std::unique_ptr<RawClient>> flood;
+  for (int i = 0; i < kFlood; ++i) {
+    flood.push_back(std::make_unique<RawClient>((*endpoint)->port()));
+    ASSERT_TRUE(flood.back()->connected());
+    ASSERT_TRUE(flood.back()->Send(hello));
+  }
+  const std::string answer =
+      HttpsGet((*endpoint)->port(), "127.0.0.2", "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
+  if (answer == "cannot connect from 127.0.0.2") GTEST_SKIP() << "no second loopback address here";
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  int answered = 0;
+  for (const auto& client : flood) {
+    pollfd p{client->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) ++answered;
+  }
+  EXPECT_LT(answered, kFlood) << "every ClientHello sent before the request was answered before it";
 }
 
 // Refused heads (malformed, another method, a body) are answered and closed by the poll that
