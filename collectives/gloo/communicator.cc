@@ -217,7 +217,12 @@ Result<std::unique_ptr<GlooCommunicator>> GlooCommunicator::Create(
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto context = std::make_shared<DeadlineContext>(options.rank, options.size);
     context->setTimeout(timeout);
-    RETURN_IF_ERROR(context->Connect(rendezvous, device, deadline, timeout).WithContext(failed));
+    // The deadline's own error as it is; any other failure (the store's refusal, a peer's)
+    // is UNAVAILABLE, as Gloo's own exceptions read.
+    if (Status connected = context->Connect(rendezvous, device, deadline, timeout); !connected.ok()) {
+      if (connected.code() == StatusCode::kDeadlineExceeded) return connected.WithContext(failed);
+      return UnavailableError(failed + ": " + connected.message());
+    }
     return std::unique_ptr<GlooCommunicator>(
         new GlooCommunicator(std::move(context), options.rank, options.size, timeout));
   } catch (const std::exception& error) {

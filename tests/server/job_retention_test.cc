@@ -214,6 +214,7 @@ TEST_F(SqliteDeleteJobTest, AJobsEndIsRecordedDurablyAndAnOlderDatabaseTakesItsE
               hex + "')";
   }
   // The jobs table as it was before the end's column.
+  std::filesystem::create_directories(dir_);
   EditDatabase(dir_, ("CREATE TABLE jobs (id TEXT PRIMARY KEY, number INTEGER, job BLOB NOT NULL);"
                       "INSERT INTO jobs (id, number, job) VALUES " + values + ";").c_str());
   const int64_t before = UnixMillis();

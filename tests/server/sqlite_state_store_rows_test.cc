@@ -147,7 +147,9 @@ TEST_F(SqliteStateStoreRowsTest, AValuePastTheLengthLimitIsRefusedNamingTheState
   const size_t size = JobRow(job).SerializeAsString().size();
   const Status updated = (*store)->UpdateJob(job);
   EXPECT_EQ(updated.code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(updated.message(), "SQLite: statement 'UPDATE jobs SET job = ? WHERE id = ?', parameter 1 (job): " +
+  // The statement as the error shows it: its first 80 characters.
+  EXPECT_EQ(updated.message(), "SQLite: statement 'UPDATE jobs SET job = ?, ended_unix_ms = CASE WHEN ? THEN "
+                               "COALESCE(ended_unix_ms', parameter 1 (job): " +
                                    std::to_string(size) + " bytes; expected at most 2000 (the database's length limit)");
   auto read = (*store)->GetJob("job-1-abc");
   ASSERT_TRUE(read.ok()) << read.status().ToString();
