@@ -88,6 +88,13 @@ LookupsInFlight& InFlight() {
   return *in_flight;
 }
 
+// A lookup's helper thread has ended (or never started).
+void LookupEnded(LookupsInFlight& in_flight) {
+  std::lock_guard<std::mutex> lock(in_flight.mutex);
+  --in_flight.count;
+  in_flight.finished.notify_all();
+}
+
 using AddressList = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
 
 // One name lookup, shared by the caller and the helper thread that runs it. Whoever comes
@@ -143,16 +150,10 @@ Result<AddressList> Resolve(const std::string& host, const std::string& service,
           lookup->finished.notify_all();
         }
       }
-      std::lock_guard<std::mutex> lock(in_flight.mutex);
-      --in_flight.count;
-      in_flight.finished.notify_all();
+      LookupEnded(in_flight);
     }).detach();
   } catch (const std::system_error& error) {
-    {
-      std::lock_guard<std::mutex> lock(in_flight.mutex);
-      --in_flight.count;
-      in_flight.finished.notify_all();
-    }
+    LookupEnded(in_flight);
     return UnavailableError("cannot resolve '" + shown + "': no thread for the lookup: " +
                             error.what());
   }

@@ -15,6 +15,7 @@
 #include "job_runner_fixture.h"
 #include "server/jobs/model_version.h"
 #include "server/jobs/update_checks.h"
+#include "tests/declared_layers.h"
 
 namespace tessera::server {
 namespace {
@@ -24,18 +25,11 @@ class RunningVarianceTest : public JobRunnerFixture {};
 // A declared model with a batch norm ("bn": bn.weight, bn.bias, bn.running_mean, bn.running_var).
 v1::JobSpec BatchNormSpec(uint32_t clients, uint32_t min_clients) {
   v1::JobSpec spec = JobRunnerFixture::SmallSpec(clients, min_clients);
-  spec.mutable_model()->set_name("declared");
-  spec.mutable_model()->clear_hidden();
-  for (const auto& [type, name, out] : {std::tuple<const char*, const char*, uint32_t>{"flatten", "", 0},
-                                        {"linear", "fc", 8},
-                                        {"batch_norm", "bn", 0},
-                                        {"relu", "", 0},
-                                        {"linear", "out", 0}}) {
-    v1::LayerSpec* layer = spec.mutable_model()->add_layers();
-    layer->set_type(type);
-    layer->set_name(name);
-    layer->set_out(out);
-  }
+  ::tessera::testing::SetDeclaredLayers(spec.mutable_model(), {{"flatten"},
+                                                                {"linear", "fc", 8},
+                                                                {"batch_norm", "bn"},
+                                                                {"relu"},
+                                                                {"linear", "out"}});
   return spec;
 }
 

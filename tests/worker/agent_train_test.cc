@@ -2,6 +2,7 @@
 // skipped, the running variances it keeps from taking the coordinator's model below 0, and
 // the device a round falls back to.
 #include "tests/captured_log.h"
+#include "tests/declared_layers.h"
 #include "tests/worker/agent_fixture.h"
 
 namespace tessera::worker {
@@ -14,18 +15,11 @@ namespace {
 TEST_F(AgentTest, ABatchOfOneSampleSkippedForABatchNormIsLogged) {
   ::tessera::testing::CapturedLog log;
   v1::JobSpec spec = TinyJob();
-  spec.mutable_model()->set_name("declared");
-  spec.mutable_model()->clear_hidden();
-  for (const auto& [type, name, out] : {std::tuple<const char*, const char*, uint32_t>{"flatten", "", 0},
-                                        {"linear", "fc", 8},
-                                        {"batch_norm", "bn", 0},
-                                        {"relu", "", 0},
-                                        {"linear", "out", 0}}) {
-    v1::LayerSpec* layer = spec.mutable_model()->add_layers();
-    layer->set_type(type);
-    layer->set_name(name);
-    layer->set_out(out);
-  }
+  ::tessera::testing::SetDeclaredLayers(spec.mutable_model(), {{"flatten"},
+                                                                {"linear", "fc", 8},
+                                                                {"batch_norm", "bn"},
+                                                                {"relu"},
+                                                                {"linear", "out"}});
   spec.set_batch_size(511);
   shared_->model_job = spec;
   v1::Task task = Train(1, 1);
@@ -50,19 +44,11 @@ TEST_F(AgentTest, ABatchOfOneSampleSkippedForABatchNormIsLogged) {
 TEST_F(AgentTest, ARunningVarianceIsSentSoThatTheCoordinatorsModelStaysAtZeroOrMore) {
   ::tessera::testing::CapturedLog log;
   v1::JobSpec spec = TinyJob();
-  spec.mutable_model()->set_name("declared");
-  spec.mutable_model()->clear_hidden();
-  for (const auto& [type, name, out] : {std::tuple<const char*, const char*, uint32_t>{"flatten", "", 0},
-                                        {"linear", "fc", 4},
-                                        {"relu", "", 0},
-                                        {"batch_norm", "bn", 0},
-                                        {"linear", "out", 0}}) {
-    v1::LayerSpec* layer = spec.mutable_model()->add_layers();
-    layer->set_type(type);
-    layer->set_name(name);
-    layer->set_out(out);
-    if (std::string(type) == "batch_norm") layer->set_momentum(1.0);
-  }
+  ::tessera::testing::SetDeclaredLayers(spec.mutable_model(), {{"flatten"},
+                                                                {"linear", "fc", 4},
+                                                                {"relu"},
+                                                                {"batch_norm", "bn", 0, 1.0},
+                                                                {"linear", "out"}});
   spec.mutable_compression()->set_encoding(v1::ENCODING_FLOAT16);
   shared_->model_job = spec;
   shared_->edit_model = [](TensorSet& model) {
