@@ -235,8 +235,10 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   }
   TrainReport report = std::move(local).value();
   if (report.skipped_batches > 0) {
-    spdlog::warn("{}: skipped the batches of one sample ({} in all): batch norm '{}' would hold one value per "
-                 "channel, with no batch variance", what, report.skipped_batches, report.skipped_for);
+    spdlog::warn("{}: skipped the batches that gave {} one sample ({} in all): batch norm '{}' would hold one "
+                 "value per channel, with no batch variance",
+                 what, task.cohort_size() > 1 ? "a cohort member" : "this worker", report.skipped_batches,
+                 report.skipped_for);
   }
   if (large_model_) device->ReleaseCachedMemory();  // the optimiser's state, freed by now
   RecordTraining(report.compute_ms / 1000.0, download_ms / 1000.0);

@@ -38,6 +38,15 @@ std::string OneValueBatchNorm(const std::vector<LayerInfo>& layers) {
   return "";
 }
 
+// Whether a batch of `whole` samples cut into `shards` slices (as TrainLocal cuts it: member i
+// takes [whole * i / shards, whole * (i + 1) / shards)) gives some member exactly one sample.
+// The slices hold whole / shards samples, and one more for some members when the division has
+// a remainder.
+bool SomeSliceHoldsOne(uint64_t whole, uint64_t shards) {
+  const uint64_t least = whole / shards;
+  return least == 1 || (least == 0 && whole % shards != 0);
+}
+
 // SplitMix64: a sample's random bits from (seed, epoch, position), the same on every platform.
 uint64_t Mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -140,8 +149,20 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
   const int64_t parameter_count = model.NumParameters();
   const int64_t trainable_count = model.NumTrainable();
   model.SetTraining(true);
-  // A batch of one sample is skipped when this batch norm would see one value per channel.
+  // A batch whose slice (the whole batch outside a cohort) holds one sample is skipped when
+  // this batch norm would see one value per channel: every member decides alike, from the
+  // batch's size. A full batch cut so (batch_size against the cohort's members) would make
+  // every batch so: refused.
   const std::string one_value_norm = OneValueBatchNorm(model.DescribeLayers(1));
+  if (!one_value_norm.empty() && options.shard_count > 1 &&
+      SomeSliceHoldsOne(options.batch_size, options.shard_count)) {
+    return InvalidArgumentError("TrainLocal: a batch of " + std::to_string(options.batch_size) + " samples cut among " +
+                                std::to_string(options.shard_count) +
+                                " cohort members gives a member one sample, and batch norm '" + one_value_norm +
+                                "' would hold one value per channel; expected a batch size that gives every "
+                                "member none or at least 2 (" + std::to_string(2 * options.shard_count) +
+                                " or more)");
+  }
   if (!(options.proximal_mu >= 0.0f) || !std::isfinite(options.proximal_mu)) {
     return InvalidArgumentError("TrainLocal: proximal_mu must be a finite number >= 0, got " +
                                 std::to_string(options.proximal_mu));
@@ -231,7 +252,7 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
                               std::to_string(report.steps) + " steps");
       }
       const int whole = static_cast<int>(std::min<size_t>(options.batch_size, order.size() - first));
-      if (whole == 1 && !one_value_norm.empty()) {
+      if (!one_value_norm.empty() && SomeSliceHoldsOne(static_cast<uint64_t>(whole), options.shard_count)) {
         ++report.skipped_batches;
         report.skipped_for = one_value_norm;
         continue;

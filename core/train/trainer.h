@@ -94,8 +94,10 @@ struct TrainReport {
 // then hold one value, whose batch variance is 0 and which normalises to the layer's bias
 // alone, passing no gradient back. Such a batch is skipped whole (no forward, no step, no
 // change to the running statistics; not counted in steps or samples) and counted in
-// TrainReport::skipped_batches; PyTorch refuses it in training mode. In a site cohort the
-// rule looks at the whole batch, which every member sees alike. Momentum buffers start at
+// TrainReport::skipped_batches; PyTorch refuses it in training mode. In a site cohort each
+// member's batch norm sees its own slice, so the rule is that some member's slice would hold
+// one sample (every member computes it alike from the batch's size, and every member skips
+// the batch); a batch_size whose full batches would all be so cut is InvalidArgument. Momentum buffers start at
 // zero in every call (the optimiser is re-created each round, as in NIID-Bench).
 // InvalidArgument when the data's sample shape does not match the model's input, an index is
 // out of range, the batch size is zero, proximal_mu is negative or not finite, or a control

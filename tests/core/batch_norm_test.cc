@@ -66,6 +66,24 @@ class BatchNormTest : public ::testing::Test {
     options.learning_rate = 0.1f;
     return TrainLocal(model, data_, indices, options);
   }
+  // As member `shard` of a cohort of `shards`, with a hook that passes the slice's gradient on.
+  Result<TrainReport> TrainShard(Model& model, int64_t count, uint32_t batch_size, uint32_t epochs, uint32_t shard,
+                                 uint32_t shards) {
+    struct PassOn : GradientHook {
+      Status OnGradients(Device&, DeviceBuffer&, int64_t, int64_t) override { return Status::Ok(); }
+    } hook;
+    data_ = Samples(count);
+    std::vector<int64_t> indices(static_cast<size_t>(count));
+    std::iota(indices.begin(), indices.end(), 0);
+    TrainOptions options;
+    options.batch_size = batch_size;
+    options.epochs = epochs;
+    options.learning_rate = 0.1f;
+    options.shard_index = shard;
+    options.shard_count = shards;
+    options.gradient_hook = &hook;
+    return TrainLocal(model, data_, indices, options);
+  }
   std::unique_ptr<Device> device_ = CreateCpuDevice();
   Dataset data_;
 };
@@ -131,6 +149,46 @@ TEST_F(BatchNormTest, OnlyTheBatchesOfOneSampleAreSkipped) {
   EXPECT_EQ(report->samples, 8u);
   EXPECT_EQ(report->skipped_batches, 2u);
   EXPECT_EQ(report->skipped_for, "bn");
+}
+
+// In a site cohort each member's batch norm sees its own slice of the batch. Seven samples in
+// batches of four between two members: the last batch of each epoch (three samples) gives the
+// first member one, so both members skip it; the full batches give each two and train.
+TEST_F(BatchNormTest, ACohortSkipsABatchThatGivesSomeMemberOneSample) {
+  for (uint32_t shard : {0u, 1u}) {
+    auto model = Build(NormAfterLinear());
+    ASSERT_NE(model, nullptr);
+    auto report = TrainShard(*model, 7, 4, 2, shard, 2);
+    ASSERT_TRUE(report.ok()) << report.status().ToString();
+    EXPECT_EQ(report->steps, 2u) << "member " << shard;
+    EXPECT_EQ(report->samples, 4u) << "member " << shard;
+    EXPECT_EQ(report->skipped_batches, 2u) << "member " << shard;
+    EXPECT_EQ(report->skipped_for, "bn");
+  }
+}
+
+// A batch size that gives some member one sample of every full batch would train nothing:
+// refused, naming the batch, the members and the norm. Four members of eight-sample batches
+// (two each) train.
+TEST_F(BatchNormTest, ACohortBatchSizeThatGivesAMemberOneSampleIsRefused) {
+  for (auto [batch, shards] : {std::pair{3u, 2u}, {2u, 2u}, {4u, 4u}, {5u, 4u}}) {
+    auto model = Build(NormAfterLinear());
+    ASSERT_NE(model, nullptr);
+    auto report = TrainShard(*model, 16, batch, 1, 0, shards);
+    ASSERT_FALSE(report.ok()) << batch << " among " << shards;
+    EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(report.status().message().find("a batch of " + std::to_string(batch) + " samples cut among " +
+                                             std::to_string(shards) + " cohort members"),
+              std::string::npos)
+        << report.status().ToString();
+    EXPECT_NE(report.status().message().find("batch norm 'bn'"), std::string::npos);
+  }
+  auto model = Build(NormAfterLinear());
+  ASSERT_NE(model, nullptr);
+  auto report = TrainShard(*model, 16, 8, 1, 3, 4);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->steps, 2u);
+  EXPECT_EQ(report->skipped_batches, 0u);
 }
 
 // A batch norm after a convolution holds a sample's positions per channel: a batch of one
