@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/escape.h"
+#include "base/format.h"
 
 namespace tessera {
 
@@ -32,10 +33,11 @@ void FlagSet::Int(const std::string& name, int64_t* target, const std::string& h
   flags_[name] = Flag{Kind::kInt, target, help, std::to_string(*target), {}, range};
   order_.push_back(name);
 }
-void FlagSet::Double(const std::string& name, double* target, const std::string& help) {
+void FlagSet::Double(const std::string& name, double* target, const std::string& help, DoubleRange range) {
   std::ostringstream v;
   v << *target;
   flags_[name] = Flag{Kind::kDouble, target, help, v.str(), {}, {}};
+  flags_[name].double_range = range;
   order_.push_back(name);
 }
 void FlagSet::Bool(const std::string& name, bool* target, const std::string& help) {
@@ -52,8 +54,63 @@ std::string JoinChoices(const std::vector<std::string>& choices) {
   return out;
 }
 
-Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& value) {
+Result<int64_t> ParseIntFlag(const std::string& name, const std::string& value, IntRange range) {
+  const std::string got = ", got " + QuoteUntrusted(value);
+  // strtoll also skips leading whitespace and takes a '+' ("--port +80"): an integer is
+  // digits, with a '-' before them where the range goes below zero, and nothing else.
+  const size_t digits = !value.empty() && value[0] == '-' ? 1 : 0;
+  if (value.size() == digits || !std::isdigit(static_cast<unsigned char>(value[digits]))) {
+    return InvalidArgumentError("flag --" + name + ": expected an integer" + got);
+  }
   char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  if (*end != '\0') return InvalidArgumentError("flag --" + name + ": expected an integer" + got);
+  if (errno == ERANGE || v < range.min || v > range.max) {
+    return InvalidArgumentError("flag --" + name + ": expected " + std::to_string(range.min) + " to " +
+                                std::to_string(range.max) + got);
+  }
+  return static_cast<int64_t>(v);
+}
+
+Result<double> ParseDecimalFlag(const std::string& name, const std::string& value, DoubleRange range) {
+  const std::string got = ", got " + QuoteUntrusted(value);
+  // strtod also skips leading whitespace, takes a '+', reads C's hexadecimal floats ("0x10" is
+  // 16), nan and inf: a finite decimal number starts with a digit, a '-' or a '.', and has no
+  // 'x'.
+  const bool decimal_first = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) ||
+                                                value[0] == '-' || value[0] == '.');
+  char* end = nullptr;
+  const double v = decimal_first ? std::strtod(value.c_str(), &end) : 0;
+  if (!decimal_first || *end != '\0' || !std::isfinite(v) || value.find_first_of("xX") != std::string::npos) {
+    return InvalidArgumentError("flag --" + name + ": expected a finite decimal number" + got);
+  }
+  if (v < range.min || v > range.max) {
+    return InvalidArgumentError("flag --" + name + ": expected " + FormatExact(range.min) + " to " +
+                                FormatExact(range.max) + got);
+  }
+  return v;
+}
+
+Result<std::vector<int64_t>> ParseIntListFlag(const std::string& name, const std::string& value, IntRange range) {
+  std::vector<int64_t> values;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = value.find(',', start);
+    const std::string item = value.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto parsed = ParseIntFlag(name, item, range);
+    if (!parsed.ok()) {
+      return InvalidArgumentError("flag --" + name + ": expected comma-separated integers from " +
+                                  std::to_string(range.min) + " to " + std::to_string(range.max) + ", got " +
+                                  QuoteUntrusted(value));
+    }
+    values.push_back(*parsed);
+    if (comma == std::string::npos) return values;
+    start = comma + 1;
+  }
+}
+
+Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& value) {
   const std::string got = ", got " + QuoteUntrusted(value);
   if (value.empty() && (flag.kind == Kind::kStringList || (flag.kind == Kind::kString && !flag.allow_empty))) {
     return InvalidArgumentError("flag --" + name + ": expected a non-empty value, got ''");
@@ -74,31 +131,11 @@ Status FlagSet::Set(const std::string& name, Flag& flag, const std::string& valu
       }
       return InvalidArgumentError("flag --" + name + ": expected " + JoinChoices(flag.choices) + got);
     case Kind::kInt: {
-      errno = 0;
-      long long v = std::strtoll(value.c_str(), &end, 10);
-      // strtoll also skips leading whitespace and takes a '+' ("--port +80"): an integer is
-      // digits, with a '-' before them where the range goes below zero, and nothing else.
-      const bool digits_first = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) ||
-                                                   (value[0] == '-' && value.size() > 1 &&
-                                                    std::isdigit(static_cast<unsigned char>(value[1]))));
-      if (!digits_first || *end != '\0') {
-        return InvalidArgumentError("flag --" + name + ": expected an integer" + got);
-      }
-      if (errno == ERANGE || v < flag.range.min || v > flag.range.max) {
-        return InvalidArgumentError("flag --" + name + ": expected " + std::to_string(flag.range.min) + " to " +
-                                    std::to_string(flag.range.max) + got);
-      }
-      *static_cast<int64_t*>(flag.target) = v;
+      ASSIGN_OR_RETURN(*static_cast<int64_t*>(flag.target), ParseIntFlag(name, value, flag.range));
       return Status::Ok();
     }
     case Kind::kDouble: {
-      double v = std::strtod(value.c_str(), &end);
-      // strtod also reads C's hexadecimal floats ("0x10" is 16): a decimal number only.
-      const bool hex = value.find_first_of("xX") != std::string::npos;
-      if (value.empty() || *end != '\0' || !std::isfinite(v) || hex || std::isspace(static_cast<unsigned char>(value[0]))) {
-        return InvalidArgumentError("flag --" + name + ": expected a finite decimal number" + got);
-      }
-      *static_cast<double*>(flag.target) = v;
+      ASSIGN_OR_RETURN(*static_cast<double*>(flag.target), ParseDecimalFlag(name, value, flag.double_range));
       return Status::Ok();
     }
     case Kind::kBool:
@@ -206,6 +243,10 @@ std::string FlagSet::Usage(const std::vector<std::string>& only) const {
     if (f.kind == Kind::kChoice) out << " (" << JoinChoices(f.choices) << ")";
     if (f.kind == Kind::kInt && (f.range.min != IntRange().min || f.range.max != IntRange().max)) {
       out << " (" << f.range.min << " to " << f.range.max << ")";
+    }
+    if (f.kind == Kind::kDouble &&
+        (f.double_range.min != DoubleRange().min || f.double_range.max != DoubleRange().max)) {
+      out << " (" << FormatExact(f.double_range.min) << " to " << FormatExact(f.double_range.max) << ")";
     }
     // A default outside an integer's range means "not given" (a sentinel): not shown.
     bool shown = !f.default_value.empty() && f.kind != Kind::kBool;

@@ -5,7 +5,8 @@
 // is decimal digits with an optional '-': no '+', spaces, hex or trailing text), a number
 // out of its range, a value outside a choice flag's choices and an empty value (`--name=`, or
 // `--name "$UNSET"`, which would otherwise leave the flag at its default) are errors that name
-// the flag, say what was expected, and show the value (escaped and bounded).
+// the flag, say what was expected, and show the value (escaped and bounded). A decimal number
+// is finite and written in decimal: no '+', spaces, hex, nan or inf.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,12 @@ struct IntRange {
   int64_t max = std::numeric_limits<int64_t>::max();
 };
 
+// The values a decimal flag accepts, both ends included.
+struct DoubleRange {
+  double min = std::numeric_limits<double>::lowest();
+  double max = std::numeric_limits<double>::max();
+};
+
 // Whether a string flag takes an empty value: refused unless the flag says what empty means
 // ("--fallback-device ''": none).
 enum class EmptyValue { kRefused, kAllowed };
@@ -37,7 +44,7 @@ class FlagSet {
   void Choice(const std::string& name, std::string* target, std::vector<std::string> choices,
               const std::string& help);
   void Int(const std::string& name, int64_t* target, const std::string& help, IntRange range = {});
-  void Double(const std::string& name, double* target, const std::string& help);
+  void Double(const std::string& name, double* target, const std::string& help, DoubleRange range = {});
   void Bool(const std::string& name, bool* target, const std::string& help);
   // A flag that may be given more than once; each value (never empty) is appended, in order.
   void StringList(const std::string& name, std::vector<std::string>* target, const std::string& help);
@@ -66,6 +73,7 @@ class FlagSet {
     std::string default_value;
     std::vector<std::string> choices;  // kChoice
     IntRange range;                    // kInt
+    DoubleRange double_range;          // kDouble
     bool seen = false;
     bool allow_empty = false;          // kString
   };
@@ -74,6 +82,20 @@ class FlagSet {
   std::vector<std::string> order_;
   std::vector<std::string> positional_;
 };
+
+// The readers behind Int and Double flags, for a tool that reads a flag's value itself (a list
+// of numbers, a value taken from a string flag). `name` is the flag's, without its dashes.
+// An integer is decimal digits with an optional leading '-' and nothing else; InvalidArgument
+// "flag --NAME: expected an integer, got 'VALUE'", or "expected MIN to MAX" when out of range.
+Result<int64_t> ParseIntFlag(const std::string& name, const std::string& value, IntRange range = {});
+// A finite decimal number ("2.5", "-1e-3", ".5"): no '+', spaces, hex, nan or inf;
+// InvalidArgument "flag --NAME: expected a finite decimal number, got 'VALUE'", or "expected
+// MIN to MAX" when out of range.
+Result<double> ParseDecimalFlag(const std::string& name, const std::string& value, DoubleRange range = {});
+// Comma-separated integers, each as ParseIntFlag reads one and within `range` ("2,4,8"); no
+// empty item. InvalidArgument "flag --NAME: expected comma-separated integers from MIN to MAX,
+// got 'VALUE'".
+Result<std::vector<int64_t>> ParseIntListFlag(const std::string& name, const std::string& value, IntRange range);
 
 // "a, b or c".
 std::string JoinChoices(const std::vector<std::string>& choices);

@@ -453,17 +453,13 @@ int CollectivesBenchmarkMain(int argc, char** argv) {
                  static_cast<long long>(max_bytes), static_cast<long long>(min_bytes));
     return 2;
   }
-  options.ranks.clear();
-  for (const auto& r : Split(ranks)) {
-    char* end = nullptr;
-    const long value = std::strtol(r.c_str(), &end, 10);
-    if (r.empty() || *end != '\0' || value < 1 || value > 64) {
-      std::fprintf(stderr, "tessera bench collectives: flag --ranks: expected rank counts from 1 to 64, got '%s'\n",
-                   EscapeUntrusted(r, 32).c_str());
-      return 2;
-    }
-    options.ranks.push_back(static_cast<int>(value));
+  auto rank_counts = ParseIntListFlag("ranks", ranks, IntRange{1, 64});
+  if (!rank_counts.ok()) {
+    std::fprintf(stderr, "tessera bench collectives: %s\n", rank_counts.status().message().c_str());
+    return 2;
   }
+  options.ranks.clear();
+  for (const int64_t count : *rank_counts) options.ranks.push_back(static_cast<int>(count));
   options.backends = Split(backends);
   for (const auto& b : options.backends) {
     if (b != "p2p" && b != "gloo" && b != "mpi" && b != "nccl") {

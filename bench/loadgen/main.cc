@@ -107,27 +107,11 @@ Status CheckRange(const std::string& flag, int64_t value, int64_t low, int64_t h
   return Status::Ok();
 }
 
-Status CheckSeconds(const std::string& flag, double value, double low, double high) {
-  if (!(value >= low && value <= high)) {
-    return InvalidArgumentError("--" + flag + ": expected " + std::to_string(low) + " to " + std::to_string(high) +
-                                " seconds, got " + std::to_string(value));
-  }
-  return Status::Ok();
-}
-
 Result<std::vector<uint32_t>> ParseWidths(const std::string& text) {
   std::vector<uint32_t> widths;
   if (text.empty()) return widths;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 1000000) {
-      return InvalidArgumentError("--hidden: expected comma-separated widths from 1 to 1000000, got '" + text + "'");
-    }
-    widths.push_back(static_cast<uint32_t>(v));
-  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> parsed, ParseIntListFlag("hidden", text, IntRange{1, 1000000}));
+  for (const int64_t width : parsed) widths.push_back(static_cast<uint32_t>(width));
   return widths;
 }
 
@@ -142,12 +126,9 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   if (!s.admin_token_file.empty()) {
     ASSIGN_OR_RETURN(s.admin_token, ReadSecretFile("admin-token-file", s.admin_token_file));
   }
-  RETURN_IF_ERROR(CheckRange("clients", s.clients, 0, 100000));
   if (s.clients > 0 && s.join_token.empty()) {
     return InvalidArgumentError("a join token is required for simulated clients (--join-token-file or --join-token)");
   }
-  RETURN_IF_ERROR(CheckRange("channels", s.channels, 0, 100000));
-  RETURN_IF_ERROR(CheckRange("join-window", s.join_window, 1, 100000));
   if (s.name_prefix.empty() || s.name_prefix.size() > 100) {
     return InvalidArgumentError("--name-prefix: expected 1 to 100 characters, got " + std::to_string(s.name_prefix.size()));
   }
@@ -157,24 +138,16 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   if (s.download != "float32" && s.download != "float16" && s.download != "bfloat16" && s.download != "int8") {
     return InvalidArgumentError("--download: expected float32, float16, bfloat16 or int8, got '" + s.download + "'");
   }
-  RETURN_IF_ERROR(CheckRange("random-variants", s.random_variants, 1, 64));
-  RETURN_IF_ERROR(CheckRange("chunk-kib", s.chunk_kib, 1, 1024));
-  RETURN_IF_ERROR(CheckRange("stream-window-kib", s.stream_window_kib, 0, 65536));
-  RETURN_IF_ERROR(CheckRange("compute-ms", s.compute_ms, 0, 3600000));
-  RETURN_IF_ERROR(CheckRange("samples", s.samples, 1, int64_t{1} << 40));
-  RETURN_IF_ERROR(CheckRange("seed", s.seed, 0, INT64_MAX));
   if (s.model != "simplecnn" && s.model != "mlp") {
     return InvalidArgumentError("--model: expected simplecnn or mlp, got '" + s.model + "'");
   }
   ASSIGN_OR_RETURN(*hidden, ParseWidths(s.hidden));
   if (!hidden->empty() && s.model != "mlp") return InvalidArgumentError("--hidden: only for --model mlp");
-  RETURN_IF_ERROR(CheckRange("rounds", s.rounds, 1, 100000));
   if (s.job_clients < 0) s.job_clients = s.clients;
   RETURN_IF_ERROR(CheckRange("job-clients", s.job_clients, 1, 100000));
   if (s.partition != "iid" && s.partition != "local-files") {
     return InvalidArgumentError("--partition: expected iid or local-files, got '" + s.partition + "'");
   }
-  RETURN_IF_ERROR(CheckRange("max-train-samples", s.max_train_samples, 0, 60000));
   if (s.partition == "iid" && s.max_train_samples > 0 && s.max_train_samples < s.job_clients) {
     return InvalidArgumentError("--max-train-samples: expected at least --job-clients (" +
                                 std::to_string(s.job_clients) + "), got " + std::to_string(s.max_train_samples));
@@ -182,21 +155,12 @@ Status Validate(Settings& s, std::vector<uint32_t>* hidden) {
   if (s.partition == "iid" && s.job_clients > 60000) {
     return InvalidArgumentError("--job-clients: an iid partition of Fashion-MNIST has at most 60000 parties");
   }
-  RETURN_IF_ERROR(CheckRange("max-test-samples", s.max_test_samples, 0, 10000));
-  RETURN_IF_ERROR(CheckRange("local-epochs", s.local_epochs, 1, 1000));
-  RETURN_IF_ERROR(CheckRange("batch-size", s.batch_size, 1, 60000));
-  RETURN_IF_ERROR(CheckSeconds("round-deadline-s", s.round_deadline_s, 0.001, 86400));
-  RETURN_IF_ERROR(CheckRange("warmup", s.warmup, 0, 1000));
   if (s.idle_s == 0 && s.job.empty() && s.warmup >= s.rounds) {
     return InvalidArgumentError("--warmup " + std::to_string(s.warmup) + " leaves none of the " +
                                 std::to_string(s.rounds) + " rounds (--rounds) to measure: expected fewer");
   }
-  RETURN_IF_ERROR(CheckSeconds("idle-s", s.idle_s, 0, 86400));
   if (s.idle_s > 0 && s.clients == 0) return InvalidArgumentError("--idle-s: needs --clients of at least 1");
   if (s.idle_s > 0 && !s.job.empty()) return InvalidArgumentError("--idle-s and --job: an idle run follows no job");
-  RETURN_IF_ERROR(CheckSeconds("join-timeout-s", s.join_timeout_s, 0.1, 86400));
-  RETURN_IF_ERROR(CheckSeconds("timeout-s", s.timeout_s, 1, 86400));
-  RETURN_IF_ERROR(CheckRange("coordinator-pid", s.coordinator_pid, 0, INT32_MAX));
   if (s.coordinator_pid > 0 && !ProcessCpuTime(static_cast<pid_t>(s.coordinator_pid)).ok()) {
     return InvalidArgumentError("--coordinator-pid: no process " + std::to_string(s.coordinator_pid) + " here");
   }
@@ -478,16 +442,19 @@ int main(int argc, char** argv) {
   flags.String("admin-token-file", &s.admin_token_file,
                "read the operator's admin token (for submitting and reading the job) from this file");
   flags.String("join-token", &s.join_token, "the join token itself");
-  flags.Int("clients", &s.clients, "simulated clients (0: only submit the job and report on it)");
-  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin; 0: one per client, as real workers");
-  flags.Int("join-window", &s.join_window, "first joins in flight at once");
+  flags.Int("clients", &s.clients, "simulated clients (0: only submit the job and report on it)", IntRange{0, 100000});
+  flags.Int("channels", &s.channels, "gRPC channels (TCP connections) the clients share, round-robin; 0: one per client, as real workers",
+            IntRange{0, 100000});
+  flags.Int("join-window", &s.join_window, "first joins in flight at once", IntRange{1, 100000});
   flags.String("name-prefix", &s.name_prefix, "clients are named PREFIX-0, PREFIX-1, ...");
   flags.String("update", &s.update, "the update each client uploads: zero (unchanged model) or random (small values)");
-  flags.Int("random-variants", &s.random_variants, "different random updates, shared among the clients");
-  flags.Int("chunk-kib", &s.chunk_kib, "upload chunk size in KiB, as tessera-worker --chunk-kib (at most 1024)");
+  flags.Int("random-variants", &s.random_variants, "different random updates, shared among the clients",
+            IntRange{1, 64});
+  flags.Int("chunk-kib", &s.chunk_kib, "upload chunk size in KiB, as tessera-worker --chunk-kib", IntRange{1, 1024});
   flags.Int("stream-window-kib", &s.stream_window_kib,
             "a fixed HTTP/2 receive window per stream in KiB, without gRPC's bandwidth-delay probing, as "
-            "tessera-coordinator --stream-window-kib does on its side; 0: gRPC's probing, as tessera-worker");
+            "tessera-coordinator --stream-window-kib does on its side; 0: gRPC's probing, as tessera-worker",
+            IntRange{0, 65536});
   flags.Bool("verify-downloads", &s.verify_downloads, "check every downloaded tensor's checksum as the worker does (XXH3-128 where the manifest gives it, else SHA-256)");
   flags.Bool("always-download", &s.always_download,
              "download every model, as workers did before small models travelled inside their tasks");
@@ -500,25 +467,30 @@ int main(int argc, char** argv) {
   flags.String("download", &s.download,
                "how the submitted job's model travels to the clients ([compression] download): float32, "
                "float16, bfloat16 or int8");
-  flags.Int("compute-ms", &s.compute_ms, "simulated local compute between download and upload");
-  flags.Int("samples", &s.samples, "the sample count each update reports");
-  flags.Int("seed", &s.seed, "seeds the job and the random updates");
+  flags.Int("compute-ms", &s.compute_ms, "simulated local compute between download and upload", IntRange{0, 3600000});
+  flags.Int("samples", &s.samples, "the sample count each update reports", IntRange{1, int64_t{1} << 40});
+  flags.Int("seed", &s.seed, "seeds the job and the random updates", IntRange{0, INT64_MAX});
   flags.String("model", &s.model, "the job's model: simplecnn (44,426 parameters) or mlp");
   flags.String("hidden", &s.hidden, "mlp hidden widths, comma-separated (3297: 2,621,125 parameters, 10 MiB)");
-  flags.Int("rounds", &s.rounds, "the job's rounds");
+  flags.Int("rounds", &s.rounds, "the job's rounds", IntRange{1, 100000});
   flags.Int("job-clients", &s.job_clients, "clients per round, min clients and parties; -1: as many as --clients");
   flags.String("partition", &s.partition, "iid, or local-files (real workers with their own --data-dir)");
-  flags.Int("max-train-samples", &s.max_train_samples, "training images the job uses (0: one per party)");
-  flags.Int("max-test-samples", &s.max_test_samples, "test images the coordinator evaluates on after each round (0: all 10000)");
-  flags.Int("local-epochs", &s.local_epochs, "the job's local epochs (real workers)");
-  flags.Int("batch-size", &s.batch_size, "the job's batch size (real workers)");
-  flags.Double("round-deadline-s", &s.round_deadline_s, "the job's round deadline");
+  flags.Int("max-train-samples", &s.max_train_samples, "training images the job uses (0: one per party)",
+            IntRange{0, 60000});
+  flags.Int("max-test-samples", &s.max_test_samples, "test images the coordinator evaluates on after each round (0: all 10000)",
+            IntRange{0, 10000});
+  flags.Int("local-epochs", &s.local_epochs, "the job's local epochs (real workers)", IntRange{1, 1000});
+  flags.Int("batch-size", &s.batch_size, "the job's batch size (real workers)", IntRange{1, 60000});
+  flags.Double("round-deadline-s", &s.round_deadline_s, "the job's round deadline", DoubleRange{0.001, 86400});
   flags.String("job", &s.job, "follow this job instead of submitting one");
-  flags.Int("warmup", &s.warmup, "rounds left out of the medians");
-  flags.Double("idle-s", &s.idle_s, "submit no job: join, heartbeat for this long, and report the heartbeat cost");
-  flags.Double("join-timeout-s", &s.join_timeout_s, "how long every client may take to join");
-  flags.Double("timeout-s", &s.timeout_s, "the whole run's limit; the job is cancelled past it");
-  flags.Int("coordinator-pid", &s.coordinator_pid, "the coordinator's pid on this machine: report its CPU use and peak RSS");
+  flags.Int("warmup", &s.warmup, "rounds left out of the medians", IntRange{0, 1000});
+  flags.Double("idle-s", &s.idle_s, "submit no job: join, heartbeat for this long, and report the heartbeat cost",
+               DoubleRange{0, 86400});
+  flags.Double("join-timeout-s", &s.join_timeout_s, "how long every client may take to join", DoubleRange{0.1, 86400});
+  flags.Double("timeout-s", &s.timeout_s, "the whole run's limit; the job is cancelled past it",
+               DoubleRange{1, 86400});
+  flags.Int("coordinator-pid", &s.coordinator_pid, "the coordinator's pid on this machine: report its CPU use and peak RSS",
+            IntRange{0, INT32_MAX});
   flags.Bool("help", &help, "show this help");
   if (Status st = flags.ParseFlagsOnly(argc, argv); !st.ok()) {
     std::cerr << "tessera-loadgen: " << st.message() << "\n";

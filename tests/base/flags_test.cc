@@ -247,6 +247,62 @@ TEST(FlagsTest, NumbersMustBeFiniteAndDecimal) {
   EXPECT_EQ(threshold, 0.25);
 }
 
+// strtod would take "+0.5", " 0.5", "inf" and "nan": a decimal flag takes what an integer
+// flag takes and a fraction or exponent, nothing else, within its range.
+TEST(FlagsTest, ADecimalIsRefusedWithAPlusASpaceOrNoFiniteValue) {
+  double threshold = 0.5;
+  auto parse = [&](std::vector<std::string> args, DoubleRange range = {}) {
+    FlagSet flags;  // a flag set takes each flag once
+    flags.Double("threshold", &threshold, "", range);
+    return ParseArgs(flags, args);
+  };
+  for (const std::string& value : {"+0.25", "+.25", "+1e3", " 0.25", "\t1", "0.25 ", "inf", "-inf", "+inf",
+                                   "infinity", "nan", "-nan", "1e999", "-", ".", "+", "-+1", "1,5", "0x1p3"}) {
+    EXPECT_EQ(parse({"--threshold=" + value}).message(),
+              "flag --threshold: expected a finite decimal number, got " + QuoteUntrusted(value))
+        << value;
+    EXPECT_EQ(threshold, 0.5) << value;
+  }
+  EXPECT_EQ(parse({"--threshold", "+2"}).message(), "flag --threshold: expected a finite decimal number, got '+2'");
+  ASSERT_TRUE(parse({"--threshold=-1.5"}).ok());
+  EXPECT_EQ(threshold, -1.5);
+  ASSERT_TRUE(parse({"--threshold=.5"}).ok());
+  EXPECT_EQ(threshold, 0.5);
+  ASSERT_TRUE(parse({"--threshold=1e3"}).ok());
+  EXPECT_EQ(threshold, 1000);
+  EXPECT_EQ(parse({"--threshold=0.0001"}, DoubleRange{0.001, 86400}).message(),
+            "flag --threshold: expected 0.001 to 86400, got '0.0001'");
+  EXPECT_EQ(threshold, 1000) << "a refused value changes nothing";
+  ASSERT_TRUE(parse({"--threshold=86400"}, DoubleRange{0.001, 86400}).ok());
+  EXPECT_EQ(threshold, 86400);
+  FlagSet shown;
+  shown.Double("timeout-s", &threshold, "the limit", DoubleRange{0.5, 60});
+  EXPECT_NE(shown.Usage().find("the limit (0.5 to 60) (default: 86400)"), std::string::npos) << shown.Usage();
+}
+
+// A tool that reads a flag's value itself (a list, a value kept as text) reads it as the flag
+// parser does.
+TEST(FlagsTest, TheParsersAreSharedWithToolsThatReadAValueThemselves) {
+  EXPECT_EQ(ParseIntFlag("ranks", "+4", IntRange{1, 64}).status().message(),
+            "flag --ranks: expected an integer, got '+4'");
+  EXPECT_EQ(ParseIntFlag("ranks", "65", IntRange{1, 64}).status().message(), "flag --ranks: expected 1 to 64, got '65'");
+  EXPECT_EQ(*ParseIntFlag("ranks", "64", IntRange{1, 64}), 64);
+  EXPECT_EQ(ParseDecimalFlag("rate", "+1").status().message(), "flag --rate: expected a finite decimal number, got '+1'");
+  EXPECT_EQ(*ParseDecimalFlag("rate", "0.125"), 0.125);
+
+  auto list = ParseIntListFlag("ranks", "2,4,8", IntRange{1, 64});
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(*list, (std::vector<int64_t>{2, 4, 8}));
+  // Each item is an integer in range: no sign, space, empty item, trailing text, or wrap of
+  // a negative to a huge unsigned.
+  for (const std::string& value : {"", ",", "2,", ",2", "2,,4", "+2", " 2", "2 ", "2, 4", "2x", "0x4", "0", "65",
+                                   "-1", "-18446744073709551615", "18446744073709551617", "2;4", "4.0"}) {
+    EXPECT_EQ(ParseIntListFlag("ranks", value, IntRange{1, 64}).status().message(),
+              "flag --ranks: expected comma-separated integers from 1 to 64, got " + QuoteUntrusted(value))
+        << value;
+  }
+}
+
 TEST(FlagsTest, ASecretFileIsBoundedAndNeverEchoed) {
   const auto dir = std::filesystem::temp_directory_path() / ("tessera-flags-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

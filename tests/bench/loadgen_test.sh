@@ -54,6 +54,18 @@ if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token"
 if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" \
   --rounds 5 --warmup 5 > "$dir/usage.log" 2>&1; then fail "--warmup 5 of --rounds 5 was accepted"; fi
 grep -q "leaves none of the 5 rounds" "$dir/usage.log" || fail "the refusal of --warmup 5 does not say why"
+# Numbers are read as the flag parser reads them: no sign, space or trailing text. (The bad
+# --partition after them is refused too, so a width taken by mistake runs nothing.)
+for hidden in +64 " 64" 64x 64, -1; do
+  if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" \
+    --model mlp --hidden "$hidden" --partition none > "$dir/usage.log" 2>&1; then fail "--hidden '$hidden' was accepted"; fi
+  grep -qF "flag --hidden: expected comma-separated integers from 1 to 1000000, got '$hidden'" "$dir/usage.log" ||
+    fail "the refusal of --hidden '$hidden' does not name the flag and its range: $(cat "$dir/usage.log")"
+done
+if "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" \
+  --timeout-s +60 > "$dir/usage.log" 2>&1; then fail "--timeout-s +60 was accepted"; fi
+grep -qF "flag --timeout-s: expected a finite decimal number, got '+60'" "$dir/usage.log" ||
+  fail "the refusal of --timeout-s +60 does not name the flag"
 
 export OPENBLAS_NUM_THREADS=1
 if ! "$loadgen_bin" --coordinator "127.0.0.1:$port" --join-token-file "$dir/token" --admin-token-file "$dir/admin" --clients 20 --channels 2 \

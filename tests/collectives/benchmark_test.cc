@@ -48,6 +48,21 @@ TEST(CollectivesBenchmarkFlagsTest, AMessageSizeThatIsNotWholeFloat32ElementsIsR
       << max.stderr_text;
 }
 
+// Each rank count is read as an integer flag is: strtol took "+2", " 2" and "2" alike. The
+// backend named after it is refused too, so a count taken by mistake runs nothing.
+TEST(CollectivesBenchmarkFlagsTest, ARankCountIsDecimalDigitsInRange) {
+  for (const std::string& ranks : {"+2", " 2", "2 ", "2,", ",2", "2,,4", "2x", "0x2", "0", "65", "-1", "4294967298"}) {
+    Outcome outcome = RunBenchmark({"--ranks", ranks, "--backends", "no-such-backend"});
+    EXPECT_EQ(outcome.code, 2) << ranks << ": " << outcome.stderr_text;
+    EXPECT_EQ(outcome.stderr_text, "tessera bench collectives: flag --ranks: expected comma-separated integers from 1 "
+                                   "to 64, got '" + ranks + "'\n")
+        << ranks;
+  }
+  Outcome good = RunBenchmark({"--ranks", "1,64", "--backends", "no-such-backend"});
+  EXPECT_EQ(good.code, 2);
+  EXPECT_NE(good.stderr_text.find("flag --backends"), std::string::npos) << good.stderr_text;
+}
+
 TEST(CollectivesBenchmarkFlagsTest, SweepFlagsWithTcpCeilingAreRefused) {
   for (const std::vector<std::string>& sweep :
        {std::vector<std::string>{"--ranks", "2"}, std::vector<std::string>{"--repeat", "3"},
