@@ -4,11 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/bn.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -26,7 +23,10 @@
 
 #include "base/escape.h"
 #include "base/http_connection.h"
+#include "base/http_peer_limit.h"
 #include "base/http_request.h"
+#include "base/http_tls.h"
+#include "base/metrics.h"
 
 namespace tessera {
 
@@ -34,6 +34,9 @@ namespace {
 
 using http_internal::Clock;
 using http_internal::Connection;
+using http_internal::FillPeer;
+using http_internal::PeerConnections;
+using http_internal::SetUpTls;
 
 // Connections accepted while every thread is busy wait in a queue of at most this many; more
 // are closed at once.
@@ -53,59 +56,6 @@ constexpr size_t kReadChunk = 16 * 1024;
 // step of one client address's handshakes is worked on at a time, so that such a client delays
 // another's handshake by one step at most.
 constexpr size_t kHandshakeThreads = 2;
-
-std::string SubjectField(X509* cert, int nid) {
-  X509_NAME* name = X509_get_subject_name(cert);
-  const int index = name ? X509_NAME_get_index_by_NID(name, nid, -1) : -1;
-  if (index < 0) return "";
-  ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, index));
-  const unsigned char* bytes = ASN1_STRING_get0_data(data);
-  return std::string(reinterpret_cast<const char*>(bytes), static_cast<size_t>(ASN1_STRING_length(data)));
-}
-
-// Loads PEM text into the context: the certificate chain, the key, and the client CA, with
-// client certificates asked for but not required (the bearer token is the other way in).
-bool SetUpTls(SSL_CTX& ctx, const std::string& cert_pem, const std::string& key_pem, const std::string& ca_pem) {
-  SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
-  BIO* cert_bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
-  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
-  bool ok = cert != nullptr && SSL_CTX_use_certificate(&ctx, cert) == 1;
-  while (ok) {  // the rest of the chain
-    X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
-    if (extra == nullptr) break;
-    if (SSL_CTX_add_extra_chain_cert(&ctx, extra) != 1) {
-      X509_free(extra);
-      ok = false;
-    }
-  }
-  ERR_clear_error();
-  X509_free(cert);
-  BIO_free(cert_bio);
-  BIO* key_bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
-  ok = ok && key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 && SSL_CTX_check_private_key(&ctx) == 1;
-  EVP_PKEY_free(key);
-  BIO_free(key_bio);
-  if (ok && !ca_pem.empty()) {
-    X509_STORE* store = SSL_CTX_get_cert_store(&ctx);
-    STACK_OF(X509_NAME)* names = sk_X509_NAME_new_null();
-    BIO* ca_bio = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
-    int loaded = 0;
-    while (X509* ca = PEM_read_bio_X509(ca_bio, nullptr, nullptr, nullptr)) {
-      X509_STORE_add_cert(store, ca);
-      sk_X509_NAME_push(names, X509_NAME_dup(X509_get_subject_name(ca)));
-      X509_free(ca);
-      ++loaded;
-    }
-    ERR_clear_error();
-    BIO_free(ca_bio);
-    SSL_CTX_set_client_CA_list(&ctx, names);
-    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER, nullptr);
-    ok = loaded > 0;
-  }
-  return ok;
-}
-
 
 const char* ReasonPhrase(int status) {
   switch (status) {
@@ -137,27 +87,6 @@ bool SafeHeader(const std::string& name, const std::string& value) {
   return value.find_first_of(std::string_view("\r\n\0", 3)) == std::string::npos;
 }
 
-// One accepted connection: a non-blocking socket, TLS over it when the endpoint has TLS. Every
-// wait also watches the endpoint's stop descriptor, so Stop() ends every wait at once.
-void FillPeer(SSL* ssl, HttpRequest& out) {
-  if (ssl == nullptr) return;
-  X509* peer = SSL_get1_peer_certificate(ssl);
-  if (peer == nullptr) return;
-  if (SSL_get_verify_result(ssl) == X509_V_OK) {
-    out.client_certificate = true;
-    out.client_cn = SubjectField(peer, NID_commonName);
-    out.client_ou = SubjectField(peer, NID_organizationalUnitName);
-    if (BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get0_serialNumber(peer), nullptr)) {
-      if (char* hex = BN_bn2hex(serial)) {
-        out.client_serial = hex;
-        OPENSSL_free(hex);
-      }
-      BN_free(serial);
-    }
-  }
-  X509_free(peer);
-}
-
 std::string ResponseHead(int status, const std::string& content_type, const std::string* body,
                          const std::vector<std::pair<std::string, std::string>>& headers, bool keep_alive, bool chunked) {
   std::string head = "HTTP/1.1 " + std::to_string(status) + " " + ReasonPhrase(status) + "\r\n";
@@ -172,7 +101,8 @@ std::string ResponseHead(int status, const std::string& content_type, const std:
   return head;
 }
 
-// The client's address (its bytes, without the port), whose handshakes take turns.
+// The client's address (its bytes, without the port), whose handshakes take turns and whose
+// connections are counted against max_connections_per_address.
 std::string PeerAddress(const sockaddr_storage& address) {
   if (address.ss_family == AF_INET) {
     const auto& v4 = reinterpret_cast<const sockaddr_in&>(address).sin_addr;
@@ -188,7 +118,9 @@ std::string PeerAddress(const sockaddr_storage& address) {
 // A connection and where it stands between the threads that serve it, the handshake threads
 // and the poll it waits in while idle.
 struct Client {
-  Client(int fd, int stop_fd, std::string address) : connection(fd, stop_fd), address(std::move(address)) {}
+  Client(int fd, int stop_fd, std::string address, PeerConnections::Slot slot)
+      : slot(std::move(slot)), connection(fd, stop_fd), address(std::move(address)) {}
+  PeerConnections::Slot slot;  // its address's count, given back once the connection has closed
   Connection connection;
   std::string address;         // PeerAddress
   bool started = false;        // its first bytes arrived (its TLS handshake, if any, begun)
@@ -202,10 +134,23 @@ struct Client {
   bool closing = false;          // refused: its input is dropped until it closes or idle_until
 };
 
+// Connections closed unserved, by why: counted for the process's /metrics.
+metrics::CounterFamily& DroppedConnections() {
+  return metrics::Global().Counter("tessera_http_connections_dropped_total",
+                                   "Connections the HTTP endpoint closed unserved: per_address (its client address "
+                                   "held max_connections_per_address already), queue (every thread busy and the "
+                                   "queue full), idle (the oldest waiting between requests, closed to make room)",
+                                   {"reason"});
+}
+
 }  // namespace
 
 struct HttpEndpoint::Shared {
   HttpEndpointOptions options;
+  std::unique_ptr<PeerConnections> peers;
+  metrics::Counter& dropped_per_address = DroppedConnections().With({"per_address"});
+  metrics::Counter& dropped_queue = DroppedConnections().With({"queue"});
+  metrics::Counter& dropped_idle = DroppedConnections().With({"idle"});
   SSL_CTX* ssl_ctx = nullptr;
   int listen_fd = -1;
   int stop_fd = -1;
@@ -299,6 +244,8 @@ void HttpEndpoint::Shared::Accept() {
         if (waiting.size() < kMaxWaitingConnections) {
           waiting.push_back(std::move(client));
           waiting_changed.notify_one();
+        } else {
+          dropped_queue.Inc();
         }
       }
     };
@@ -340,9 +287,18 @@ void HttpEndpoint::Shared::Accept() {
       const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&address), &address_size,
                                SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
-        auto client = std::make_unique<Client>(fd, stop_fd, PeerAddress(address));
-        client->idle_until = Clock::now() + options.read_timeout;
-        still.push_back(std::move(client));
+        std::string peer = PeerAddress(address);
+        PeerConnections::Slot slot = peers->Take(peer);
+        if (!slot.held()) {
+          // Its address holds its share of the connections already: closed at once, as the
+          // connections past the queue are, so that one address cannot hold them all.
+          ::close(fd);
+          dropped_per_address.Inc();
+        } else {
+          auto client = std::make_unique<Client>(fd, stop_fd, std::move(peer), std::move(slot));
+          client->idle_until = Clock::now() + options.read_timeout;
+          still.push_back(std::move(client));
+        }
       } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // Out of descriptors: wait a little rather than spin on the same refusal.
         pollfd s{stop_fd, POLLIN, 0};
@@ -365,7 +321,10 @@ void HttpEndpoint::Shared::Accept() {
       handshakes_changed.notify_all();
     }
     // Those on the handshake threads count too.
-    while (!still.empty() && still.size() + on_handshake_threads > kMaxIdleConnections) still.pop_front();
+    while (!still.empty() && still.size() + on_handshake_threads > kMaxIdleConnections) {
+      still.pop_front();
+      dropped_idle.Inc();
+    }
     idle.swap(still);
   }
 }
@@ -666,6 +625,11 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
   shared->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   shared->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (shared->stop_fd < 0 || shared->wake_fd < 0) return UnavailableError("cannot serve HTTP on " + where + ": " + std::strerror(errno));
+  if (options.max_connections_per_address < 1) {
+    return InvalidArgumentError("HTTP endpoint option max_connections_per_address: expected at least 1, got " +
+                                std::to_string(options.max_connections_per_address));
+  }
+  shared->peers = std::make_unique<PeerConnections>(static_cast<size_t>(options.max_connections_per_address));
   shared->options = std::move(options);
   const int threads = std::max(1, shared->options.threads);
   for (int i = 0; i < threads; ++i) endpoint->threads_.emplace_back([shared] { shared->Serve(); });

@@ -16,7 +16,11 @@
 // address's handshakes at a time, as their bytes arrive, so that a client that opens handshake
 // after handshake slows neither the poll nor, by more than one step, another address's.
 // `threads` connections are served at once, at most 64 more wait, the rest are closed; event
-// streams are bounded apart. The port is bound without SO_REUSEPORT, so a second daemon cannot
+// streams are bounded apart. One client address holds at most max_connections_per_address
+// connections, whatever they are doing; more from it are closed as soon as they are accepted,
+// so that one address cannot take every place. Connections closed unserved are counted in
+// tessera_http_connections_dropped_total{reason} (per_address, queue, idle) of the process's
+// metrics. The port is bound without SO_REUSEPORT, so a second daemon cannot
 // share it.
 //
 // Our own, on POSIX sockets and OpenSSL: a library server read every header line a client sent
@@ -79,6 +83,10 @@ struct HttpEndpointOptions {
   std::vector<HttpRoute> routes;
   int threads = 8;                 // connections served at once
   int max_streams = 4;             // open event streams at once; more get 503
+  // Connections one client address may hold at once, from their accept until they close
+  // (waiting between requests, being answered, streaming); at least 1. 64: a quarter of the
+  // 256 that may wait between requests.
+  int max_connections_per_address = 64;
   // The TLS handshake, a request's head (from its first byte), the wait for a kept-alive
   // connection's next request, and each wait for a slow reader to take a response's bytes.
   std::chrono::seconds read_timeout{5};

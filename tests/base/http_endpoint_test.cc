@@ -239,6 +239,7 @@ TEST(HttpEndpointTest, ConnectionsThatSendNothingDoNotKeepARequestWaiting) {
   auto options = Options();
   options.threads = 1;
   options.read_timeout = std::chrono::seconds(600);
+  options.max_connections_per_address = 100;  // every connection here is from 127.0.0.1
   auto endpoint = HttpEndpoint::Start(std::move(options));
   ASSERT_TRUE(endpoint.ok());
   std::vector<std::unique_ptr<RawClient>> silent;

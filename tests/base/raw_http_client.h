@@ -17,9 +17,19 @@ namespace tessera {
 class RawClient {
  public:
   // `receive_buffer`: the socket's receive buffer in bytes, set before it connects; 0 leaves
-  // the system's.
-  explicit RawClient(int port, int receive_buffer = 0) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+  // the system's. `source`: the loopback address it connects from ("127.0.0.2"); null leaves
+  // the system's choice (127.0.0.1).
+  explicit RawClient(int port, int receive_buffer = 0, const char* source = nullptr)
+      : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
     if (receive_buffer > 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof(receive_buffer));
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      if (::inet_pton(AF_INET, source, &from.sin_addr) != 1 ||
+          ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        return;  // not connected()
+      }
+    }
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(static_cast<uint16_t>(port));
