@@ -97,12 +97,15 @@ function recentCompute(workerId) {
   return "-";
 }
 
-// A worker's device as the table shows it: an emulated device is labelled so from the
-// registry's `emulated` field, whatever its name says or where the name was cut.
+// A worker's device as the table shows it: the "(emulated)" label says what the registry's
+// `emulated` field says, whatever the name holds or where it was cut. An emulated device's
+// name ends with the label once; a device that is not emulated never shows it.
 function deviceName(device) {
   if (!device) return "";
-  const name = device.name || "";
-  return device.emulated && !name.includes("(emulated)") ? name + " (emulated)" : name;
+  const label = " (emulated)";
+  let name = device.name || "";
+  while (name.endsWith(label)) name = name.slice(0, -label.length);
+  return device.emulated ? name + label : name;
 }
 
 async function loadWorkers() {

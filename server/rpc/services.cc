@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,11 +38,17 @@ Status SanitizeDevice(v1::DeviceInfo* device) {
   }
   device->set_kind(EscapeUntrusted(device->kind()));
   device->set_name(EscapeUntrusted(device->name(), 128));
-  // An emulated device is labelled so wherever it is shown: a name cut before its
-  // "(emulated)" (a long profile path) gets the label back after the cut.
-  if (device->emulated() && device->name().find("(emulated)") == std::string::npos) {
-    device->set_name(device->name() + " (emulated)");
+  // The "(emulated)" label at the name's end says what the `emulated` field says, whatever
+  // the worker's name held: an emulated device is labelled so wherever it is shown (a name cut
+  // before its label, a long profile path, gets it back after the cut), and a device that is
+  // not emulated does not get to show it.
+  constexpr std::string_view kLabel = " (emulated)";
+  std::string name = device->name();
+  while (name.size() >= kLabel.size() && name.compare(name.size() - kLabel.size(), kLabel.size(), kLabel) == 0) {
+    name.resize(name.size() - kLabel.size());
   }
+  if (device->emulated()) name += kLabel;
+  device->set_name(std::move(name));
   google::protobuf::Map<std::string, std::string> properties;
   size_t bytes = 0;
   for (const auto& [key, value] : device->properties()) {

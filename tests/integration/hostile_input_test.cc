@@ -6,7 +6,11 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
 #include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "tests/captured_log.h"
 #include "tests/integration/harness.h"
@@ -100,6 +104,42 @@ TEST_F(HostileInputTest, AnEmulatedDevicesNameCutShortKeepsItsLabel) {
   EXPECT_EQ(listed.workers(0).device().name(),
             "emu:/" + std::string(123, 'p') + "\xE2\x80\xA6(221 bytes) (emulated)");
   EXPECT_TRUE(listed.workers(0).device().emulated());
+}
+
+// The label follows the `emulated` field, not the words in the name: a device that is not
+// emulated loses a label its worker wrote, and an emulated one whose name holds "(emulated)"
+// elsewhere is labelled at the end all the same.
+TEST_F(HostileInputTest, TheEmulatedLabelFollowsTheEmulatedField) {
+  const std::vector<std::tuple<std::string, bool, std::string, std::string>> cases = {
+      // worker, emulated, the name it joins with, the name the coordinator keeps
+      {"r-label", false, "cpu (emulated)", "cpu"},
+      {"r-twice", false, "cpu (emulated) (emulated)", "cpu"},
+      {"r-plain", false, "emulated-lab-gpu", "emulated-lab-gpu"},
+      {"e-inside", true, "emu:/profiles/x (emulated).toml", "emu:/profiles/x (emulated).toml (emulated)"},
+      {"e-named", true, "emu:edge-npu (emulated)", "emu:edge-npu (emulated)"},
+      {"e-bare", true, "emu:edge-npu", "emu:edge-npu (emulated)"},
+  };
+  for (const auto& [worker, emulated, name, kept] : cases) {
+    v1::JoinRequest join;
+    join.set_name(worker);
+    join.mutable_device()->set_name(name);
+    join.mutable_device()->set_emulated(emulated);
+    join.set_join_token(kToken);
+    grpc::ClientContext ctx;
+    v1::JoinResponse joined;
+    const grpc::Status s = WorkerStub(coordinator_->port(), worker)->Join(&ctx, join, &joined);
+    ASSERT_TRUE(s.ok()) << worker << ": " << s.error_message();
+  }
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse listed;
+  ASSERT_TRUE(jobs_->ListWorkers(&ctx, v1::ListWorkersRequest(), &listed).ok());
+  std::map<std::string, v1::WorkerStatus> by_name;
+  for (const auto& w : listed.workers()) by_name[w.name()] = w;
+  for (const auto& [worker, emulated, name, kept] : cases) {
+    ASSERT_EQ(by_name.count(worker), 1u) << worker;
+    EXPECT_EQ(by_name[worker].device().name(), kept) << worker;
+    EXPECT_EQ(by_name[worker].device().emulated(), emulated) << worker;
+  }
 }
 
 TEST_F(HostileInputTest, AMegabyteJobIdIsRefusedWithoutBeingEchoed) {
