@@ -19,8 +19,6 @@ namespace {
 constexpr size_t kMaxReportsPerStep = 256;
 // A step's record lists at most buffer_size (<= kMaxParties) folded updates and these.
 static_assert(size_t{wire::kMaxParties} + kMaxReportsPerStep <= wire::kMaxRoundReports);
-// A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
-constexpr std::chrono::milliseconds kRestAfterFailure{1000};
 // Workers a discarded step's message names; the others are counted.
 constexpr size_t kNamedDiscarded = 8;
 
@@ -105,6 +103,12 @@ Result<const AsyncDriver::Task*> AsyncDriver::FindTaskLocked(const v1::UpdateHea
     return FailedPreconditionError(what + ": too stale: trained from model version " + std::to_string(base) +
                                    ", " + std::to_string(staleness) + " versions behind the model it would be " +
                                    "folded into; max_staleness is " + std::to_string(options_.max_staleness()));
+  }
+  if (h.round() != 0 && h.round() <= resumed_after_) {
+    return FailedPreconditionError(what + ": task " + std::to_string(h.round()) +
+                                   " was handed out before the coordinator resumed the job (the tasks handed out "
+                                   "since are numbered from " +
+                                   std::to_string(uint64_t{resumed_after_} + 1) + "); its update cannot be taken");
   }
   auto it = tasks_.find(h.worker_id());
   if (it == tasks_.end()) {
@@ -196,37 +200,6 @@ void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, 
   buffer.reports.push_back(std::move(report));
 }
 
-void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused, bool rest) {
-  auto it = tasks_.find(leader);
-  if (it == tasks_.end()) return;
-  const Task& task = it->second;
-  Buffer& filling = JoinedLocked();
-  (refused ? filling.refused : filling.dropped) += 1;
-  // What allocates comes first, while the task is at hand; the task ends whatever it throws
-  // (a task left in flight would keep its client idle, and one marked folding, for good).
-  try {
-    if (rest) {
-      const auto rest_until = clock_->Now() + kRestAfterFailure;
-      for (const auto& [worker, generation] : task.members) resting_[worker] = rest_until;
-    }
-    report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
-    AddReportLocked(filling, std::move(report), /*folded=*/false);
-  } catch (const std::exception& e) {
-    spdlog::error("job {}: the report of worker '{}' is lost: {}", runner_.job_id_, leader, e.what());
-  } catch (...) {
-    spdlog::error("job {}: the report of worker '{}' is lost", runner_.job_id_, leader);
-  }
-  RemoveTaskLocked(it);
-}
-
-void AsyncDriver::RemoveTaskLocked(std::map<std::string, Task>::iterator it) {
-  for (const auto& [worker, generation] : it->second.members) leader_of_.erase(worker);
-  if (!it->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(it->second.rendezvous_prefix);
-  tasks_.erase(it);
-  client_freed_ = true;
-  cv_.notify_all();  // a client is free for a new task
-}
-
 bool AsyncDriver::RefuseStale(const v1::UpdateHeader& h, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (h.job_id() != runner_.job_id_ || !current_ || h.base_model_version() > current_->version()) return false;
@@ -235,7 +208,12 @@ bool AsyncDriver::RefuseStale(const v1::UpdateHeader& h, const Status& why) {
   // only as too stale, even if a discarded step has made it fresh again since.
   const bool answers = it != tasks_.end() && !it->second.folding && it->second.number == h.round() &&
                        h.attempt() == 1 && it->second.version == h.base_model_version();
-  if (!answers) return StalenessLocked(h.base_model_version()) > options_.max_staleness();
+  // An update for a task of the previous process crossed the coordinator's restart: no fault
+  // of its worker's either.
+  if (!answers) {
+    return StalenessLocked(h.base_model_version()) > options_.max_staleness() ||
+           (h.round() != 0 && h.round() <= resumed_after_);
+  }
   v1::WorkerRoundReport report = BaseReport(it->second, h.worker_id());
   report.set_outcome("rejected: " + why.message());
   EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true, /*rest=*/false);
@@ -259,20 +237,6 @@ void AsyncDriver::End(const std::string& cancel_reason) {
   }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return submitting_ == 0; });
-}
-
-void AsyncDriver::CancelAll(const std::string& reason) {
-  std::vector<std::pair<std::string, uint32_t>> cancels;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [leader, task] : tasks_) {
-      for (const auto& [worker, generation] : task.members) cancels.emplace_back(worker, task.number);
-      if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
-    }
-    tasks_.clear();
-    leader_of_.clear();
-  }
-  for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, reason);
 }
 
 void AsyncDriver::Reject(const v1::UpdateHeader& h, const Status& why) {
@@ -596,14 +560,17 @@ Status AsyncDriver::Run() {
     current_ = std::move(current);
     extra_sets_ = runner_.strategy_->PayloadSets();
     non_negative_ = runner_.non_negative_;
-    // Numbers go on past those the previous process handed out after its last step, as far
-    // as a step's worth of work tells (concurrency + K), so that a worker rarely sees a number
-    // twice; where it does, an update still answers only the task of its worker and version.
-    const uint64_t resumed = job.rounds_committed() == 0
+    // Numbers go on past every number a previous process reserved in the job's row, and past
+    // the last step's count and a step's worth of work (concurrency + K), all that a row
+    // written before the reservation existed tells.
+    const uint64_t counted = job.rounds_committed() == 0
                                  ? 0
                                  : uint64_t{job.last_round().async_step().tasks_sent()} + options_.concurrency() +
                                        options_.buffer_size();
-    tasks_sent_ = static_cast<uint32_t>(std::min<uint64_t>(resumed, UINT32_MAX - 1));
+    const uint64_t resumed = std::max<uint64_t>(job.async_tasks_reserved(), counted);
+    tasks_sent_ = static_cast<uint32_t>(std::min<uint64_t>(resumed, UINT32_MAX));
+    resumed_after_ = tasks_sent_;
+    tasks_reserved_ = tasks_sent_;
     buffer_ = NewBuffer();
   }
   last_step_ = clock_->Now();

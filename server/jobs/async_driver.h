@@ -16,10 +16,14 @@
 // fault: its task ends when it is refused, its client is given work again at once, and the
 // refusal is not held against the worker.
 //
-// A task's identity: its round is its number in the job (the n-th task handed out; the count
-// is carried in each step's AsyncStepRecord, and a resumed job numbers on from it plus
-// concurrency + K), its attempt is 1, and its model_version is the version it trains from. An
-// update answers only the task its worker holds, on the version that task names.
+// A task's identity: its round is its number in the job (the n-th task handed out), its
+// attempt is 1, and its model_version is the version it trains from. An update answers only
+// the task its worker holds, on the version that task names. No number is handed out twice,
+// across restarts too: numbers are reserved in blocks (kTaskNumberBlock, or more when more
+// tasks go out at once) in the job's row (Job.async_tasks_reserved), written before any
+// number of the block is sent, and a resumed job numbers its tasks past the numbers reserved
+// (and past the last step's count plus concurrency + K, which is all a row written before the
+// reservation existed tells). One write of the job's row per block, none per task.
 //
 // Memory: a buffer is the strategy's streaming aggregate, never K copies of updates. While a
 // step is applied, the buffers that fill meanwhile wait behind it, each one model-sized
@@ -27,11 +31,12 @@
 // many models), not O(model) alone. A version other than the current one is held only while
 // a task sent on it has not finished downloading it.
 //
-// Restarts: the driver keeps no durable state of its own. A job resumed after a crash starts
-// from the last committed version with the strategy's state restored (JobRunner::Prepare);
-// the updates buffered but not yet applied are lost, and every client gets a new task. An
-// update computed for a task of the previous process is refused: as too stale when its
-// version says so, else as not the task the worker holds.
+// Restarts: the driver's durable state is the job's row (its reserved task numbers) and its
+// steps. A job resumed after a crash starts from the last committed version with the
+// strategy's state restored (JobRunner::Prepare); the updates buffered but not yet applied are
+// lost, and every client gets a new task. An update computed for a task of the previous
+// process is refused: as too stale when its version says so, else as a task handed out before
+// the job was resumed (its number is at most the resumed job's first number minus one).
 //
 // Thread-safety: Run() is the job's thread; the entry points are called from gRPC threads.
 // mu_ guards the tasks and the buffers; a delta's checks and its fold run outside it, so
@@ -176,6 +181,9 @@ class AsyncDriver {
   // Parts of Run().
   // Drops tasks whose workers were lost and ends those past their deadline at `now`.
   void EndLostAndLateTasks(Clock::TimePoint now);
+  // Makes sure task numbers up to tasks_sent_ + `count` are reserved in the job's row
+  // (a block at a time), writing the row when they are not. On the job's thread.
+  Status ReserveTaskNumbers(size_t count);
   // Hands a task on the current version to idle ready clients until `concurrency` train;
   // a client whose rest ends after `now` is not idle. Returns how many clients were ready
   // and idle (0: none to give work to).
@@ -213,6 +221,8 @@ class AsyncDriver {
   std::deque<std::shared_ptr<Buffer>> sealed_;
   bool applying_ = false;  // the job's thread took a sealed buffer and has not yet made (or dropped) its step
   uint32_t tasks_sent_ = 0;                      // the last task's number
+  uint32_t resumed_after_ = 0;   // numbers up to this one are a previous process's (or none's)
+  uint32_t tasks_reserved_ = 0;  // numbers up to this one are reserved in the job's row; job's thread only
   uint32_t consecutive_discards_ = 0;
   Clock::TimePoint last_step_{};
 };

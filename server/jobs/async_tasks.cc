@@ -1,6 +1,10 @@
-// The asynchronous driver's tasks (async_driver.h): ending those whose workers were lost or
-// whose deadline passed, and handing new ones to idle clients.
+// The asynchronous driver's tasks (async_driver.h): ending them (one by one, those whose
+// workers were lost or whose deadline passed, all at the job's end), reserving their numbers,
+// and handing new ones to idle clients.
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <set>
 
@@ -8,6 +12,86 @@
 #include "server/jobs/job_runner.h"
 
 namespace tessera::server {
+namespace {
+
+// A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
+constexpr std::chrono::milliseconds kRestAfterFailure{1000};
+// Task numbers reserved in the job's row at a time (more when more tasks go out at once): one
+// write of the row per this many tasks, and at most this many numbers skipped by a restart.
+constexpr uint64_t kTaskNumberBlock = 1024;
+
+}  // namespace
+
+void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused, bool rest) {
+  auto it = tasks_.find(leader);
+  if (it == tasks_.end()) return;
+  const Task& task = it->second;
+  Buffer& filling = JoinedLocked();
+  (refused ? filling.refused : filling.dropped) += 1;
+  // What allocates comes first, while the task is at hand; the task ends whatever it throws
+  // (a task left in flight would keep its client idle, and one marked folding, for good).
+  try {
+    if (rest) {
+      const auto rest_until = clock_->Now() + kRestAfterFailure;
+      for (const auto& [worker, generation] : task.members) resting_[worker] = rest_until;
+    }
+    report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
+    AddReportLocked(filling, std::move(report), /*folded=*/false);
+  } catch (const std::exception& e) {
+    spdlog::error("job {}: the report of worker '{}' is lost: {}", runner_.job_id_, leader, e.what());
+  } catch (...) {
+    spdlog::error("job {}: the report of worker '{}' is lost", runner_.job_id_, leader);
+  }
+  RemoveTaskLocked(it);
+}
+
+void AsyncDriver::RemoveTaskLocked(std::map<std::string, Task>::iterator it) {
+  for (const auto& [worker, generation] : it->second.members) leader_of_.erase(worker);
+  if (!it->second.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(it->second.rendezvous_prefix);
+  tasks_.erase(it);
+  client_freed_ = true;
+  cv_.notify_all();  // a client is free for a new task
+}
+
+void AsyncDriver::CancelAll(const std::string& reason) {
+  std::vector<std::pair<std::string, uint32_t>> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [leader, task] : tasks_) {
+      for (const auto& [worker, generation] : task.members) cancels.emplace_back(worker, task.number);
+      if (!task.rendezvous_prefix.empty()) runner_.rendezvous_->ClearPrefix(task.rendezvous_prefix);
+    }
+    tasks_.clear();
+    leader_of_.clear();
+  }
+  for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, reason);
+}
+
+Status AsyncDriver::ReserveTaskNumbers(size_t count) {
+  uint32_t sent;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sent = tasks_sent_;
+  }
+  if (uint64_t{sent} + count <= tasks_reserved_) return Status::Ok();
+  const auto upto =
+      static_cast<uint32_t>(std::min<uint64_t>(UINT32_MAX, uint64_t{sent} + std::max<uint64_t>(count, kTaskNumberBlock)));
+  // Durable before any number of the block is sent: a coordinator resuming the job after a
+  // crash at any point numbers its tasks past it. Every write of the job's row is the job's
+  // thread's, from the runner's copy of the job, which keeps the reservation from here on.
+  v1::Job row = runner_.Snapshot();
+  row.set_async_tasks_reserved(upto);
+  if (Status saved = runner_.store_->UpdateJob(row); !saved.ok()) {
+    return saved.WithContext("job " + runner_.job_id_ + ": reserving task numbers " + std::to_string(uint64_t{sent} + 1) +
+                             " to " + std::to_string(upto));
+  }
+  {
+    std::lock_guard<std::mutex> lock(runner_.mu_);
+    runner_.job_.set_async_tasks_reserved(upto);
+  }
+  tasks_reserved_ = upto;
+  return Status::Ok();
+}
 
 void AsyncDriver::EndLostAndLateTasks(Clock::TimePoint now) {
   struct Look {
@@ -87,6 +171,7 @@ Result<size_t> AsyncDriver::FillTasks(Clock::TimePoint now) {
     }
     candidates = runner_.selection_->Choose(std::move(candidates), draw, next, 1);
   }
+  if (!candidates.empty()) RETURN_IF_ERROR(ReserveTaskNumbers(candidates.size()));
   for (const Client& client : candidates) {
     v1::TrainTask train;
     std::string prefix;
@@ -96,6 +181,10 @@ Result<size_t> AsyncDriver::FillTasks(Clock::TimePoint now) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (tasks_sent_ == UINT32_MAX) return ResourceExhaustedError("job " + runner_.job_id_ + ": task numbers exhausted");
+      if (tasks_sent_ >= tasks_reserved_) {
+        return InternalError("job " + runner_.job_id_ + ": task " + std::to_string(uint64_t{tasks_sent_} + 1) +
+                             " is not reserved in the job's row");
+      }
       Task task;
       task.number = ++tasks_sent_;
       task.version = current_->version();

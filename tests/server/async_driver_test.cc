@@ -270,8 +270,8 @@ TEST_F(AsyncDriverTest, ADeadlinePassingWhileItsUpdateIsCheckedLeavesTheJobWaiti
 }
 
 // A coordinator stopped mid-job resumes at the last committed version: its buffered update is
-// lost, task numbers go on from the last step's count, and an update for a task of the
-// previous process is refused.
+// lost, task numbers go on past those the previous process reserved, and an update for a task
+// of the previous process is refused.
 TEST_F(AsyncDriverTest, ResumesFromTheLastCommittedVersionAndNumbersTasksOn) {
   GatedTasks a_tasks, b_tasks;
   FakeWorker& a = AddWorker("a", a_tasks.Script());
@@ -292,14 +292,16 @@ TEST_F(AsyncDriverTest, ResumesFromTheLastCommittedVersionAndNumbersTasksOn) {
   EXPECT_EQ(stored.rounds_committed(), 1u);
   // Tasks 1, 2 and a's second, 3, were handed out when step 1 was made; b's 4 and a's 5 after.
   EXPECT_EQ(stored.last_round().async_step().tasks_sent(), 3u);
+  // Reserved in the job's row before the first task was sent: a block of 1024 numbers.
+  EXPECT_EQ(stored.async_tasks_reserved(), 1024u);
 
   StartRunner(stored);
-  // New tasks on version 1, numbered past the last step's count and a step's worth of work
-  // (concurrency 2 + K 2): 8 and 9, after every number the previous process handed out.
+  // New tasks on version 1, numbered past every number the previous process reserved: 1025
+  // and 1026.
   const v1::TrainTask a_resumed = TrainTask(a, 3);
   EXPECT_EQ(a_resumed.model_version(), 1u);
-  EXPECT_EQ(a_resumed.round(), 8u);
-  EXPECT_EQ(TrainTask(b, 2).round(), 9u);
+  EXPECT_EQ(a_resumed.round(), 1025u);
+  EXPECT_EQ(TrainTask(b, 2).round(), 1026u);
   // b's update for its task of the previous process (task 4, version 1) is refused.
   b_tasks.Open(1);
   ASSERT_TRUE(b.AwaitFinished(b_second.round(), 1));
@@ -322,7 +324,7 @@ TEST_F(AsyncDriverTest, ResumesFromTheLastCommittedVersionAndNumbersTasksOn) {
   // No update of the previous process is in the steps after the restart: step 2 folds two
   // updates trained on the resumed version 1 (a's version-0 update buffered before the stop
   // was lost with the buffer).
-  for (size_t i = 1; i < rounds.size(); ++i) EXPECT_GE(rounds[i].async_step().tasks_sent(), 9u);
+  for (size_t i = 1; i < rounds.size(); ++i) EXPECT_GE(rounds[i].async_step().tasks_sent(), 1026u);
   EXPECT_EQ(rounds[1].async_step().updates_folded(), 2u);
   EXPECT_EQ(rounds[1].async_step().max_staleness(), 0u);
   for (const auto& report : rounds[1].workers()) {

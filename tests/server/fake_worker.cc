@@ -109,6 +109,11 @@ FakeAction& FakeAction::StopBeforeSubmit(std::shared_ptr<Gate> gate) {
   return *this;
 }
 
+FakeAction& FakeAction::UploadToCurrentRunner() {
+  upload_to_current_runner = true;
+  return *this;
+}
+
 // One task channel of the worker, as the server end of a stream would be: the registry
 // tells it when tasks are queued and when a newer channel replaced it.
 class FakeWorker::Channel final : public TaskChannelSink {
@@ -354,6 +359,16 @@ void FakeWorker::Act(size_t turn, v1::TrainTask task) {
     first->add_shape(2);  // one dimension more than the model's
   }
   if (action.before_admit) action.before_admit->Pass();
+  if (action.upload_to_current_runner) {
+    runner = runner_();
+    if (!runner) {
+      Record(turn, [&](FakeTurn& t) {
+        t.admitted = NotFoundError("job '" + task.job_id() + "' is not running");
+        t.finished = true;
+      });
+      return;
+    }
+  }
 
   // The upload: its header is checked before its tensors are read; a malformed one from a
   // selected worker is recorded as refused, and one late by the protocol is not held against

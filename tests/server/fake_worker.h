@@ -90,6 +90,10 @@ struct FakeAction {
   // update is submitted (an upload in flight).
   std::shared_ptr<Gate> before_admit;
   std::shared_ptr<Gate> before_submit;
+  // The upload goes to the job's runner as found once `before_admit` is passed (one resumed
+  // meanwhile), as a worker that reconnected to a restarted coordinator uploads to it; else to
+  // the runner it downloaded from.
+  bool upload_to_current_runner = false;
 
   // Every value of the delta `fill`.
   static FakeAction Upload(float fill = 0.001f);
@@ -109,6 +113,7 @@ struct FakeAction {
   FakeAction& WithSamples(uint64_t n);
   FakeAction& WithTamper(std::function<void(v1::UpdateHeader*, TensorSet*)> change);
   FakeAction& StopBeforeSubmit(std::shared_ptr<Gate> gate);
+  FakeAction& UploadToCurrentRunner();
 };
 
 // What happened with one train task.

@@ -1,0 +1,159 @@
+// The asynchronous driver across a coordinator's restart: no task number is handed out twice
+// (numbers are reserved in the job's row before they are sent), and an update for a task of
+// the previous process is refused as such.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "async_driver_fixture.h"
+
+namespace tessera::server {
+namespace {
+
+class AsyncRestartTest : public AsyncDriverTest {
+ protected:
+  // The updates of `worker` refused as its fault so far (the registry's count).
+  uint64_t UpdatesRejected(const std::string& worker) {
+    for (const auto& status : registry_.List()) {
+      if (status.worker_id() == worker) return status.updates_rejected();
+    }
+    ADD_FAILURE() << "no worker '" << worker << "'";
+    return 0;
+  }
+  // The turn of `worker` for task `number` (the first one), or an empty one.
+  static FakeTurn TurnOf(const FakeWorker& worker, uint32_t number) {
+    for (const auto& turn : worker.turns()) {
+      if (turn.task.round() == number) return turn;
+    }
+    ADD_FAILURE() << worker.name() << " had no turn of task " << number;
+    return FakeTurn();
+  }
+  // The largest task number `worker` received.
+  static uint32_t LargestNumber(const FakeWorker& worker) {
+    uint32_t largest = 0;
+    for (const auto& task : worker.received()) {
+      if (task.has_train()) largest = std::max(largest, task.train().round());
+    }
+    return largest;
+  }
+};
+
+// A job stopped before its first step (no step's record tells how many tasks it handed out)
+// and resumed numbers its tasks past every number the previous process handed out: the
+// worker's update for its old task (same worker, same version 0) is refused as a task of
+// before the resume, not taken as the answer to its new task, and not held against it.
+TEST_F(AsyncRestartTest, AJobResumedBeforeItsFirstStepNeverHandsOutANumberAgain) {
+  auto old_gate = std::make_shared<Gate>();
+  auto turns = std::make_shared<std::atomic<int>>(0);
+  FakeWorker& a = AddWorker("a", [old_gate, turns](const v1::TrainTask&) {
+    return (*turns)++ == 0 ? FakeAction::UploadLate(old_gate).UploadToCurrentRunner() : FakeAction::Upload();
+  });
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  const v1::TrainTask old_task = TrainTask(a, 0);
+  EXPECT_EQ(old_task.model_version(), 0u);
+  ASSERT_TRUE(old_gate->AwaitReached());  // downloaded from the first process
+  StopRunner();
+  const v1::Job stored = Stored();
+  EXPECT_EQ(stored.rounds_committed(), 0u);
+  EXPECT_GE(stored.async_tasks_reserved(), old_task.round()) << "sent before it was reserved";
+
+  StartRunner(stored);
+  const v1::TrainTask new_task = TrainTask(a, 1);
+  EXPECT_EQ(new_task.model_version(), 0u);
+  EXPECT_GT(new_task.round(), stored.async_tasks_reserved());
+  EXPECT_NE(new_task.round(), old_task.round());
+  // The old task's update arrives at the resumed coordinator, and is refused as such.
+  old_gate->Open();
+  ASSERT_TRUE(a.Await([&](const auto&, const std::vector<FakeTurn>& done) {
+    return !done.empty() && done.front().finished;
+  }));
+  const FakeTurn old_turn = a.turns().front();
+  ASSERT_EQ(old_turn.task.round(), old_task.round());
+  ASSERT_TRUE(old_turn.admitted.has_value());
+  EXPECT_FALSE(old_turn.admitted->ok());
+  EXPECT_NE(old_turn.admitted->message().find("task " + std::to_string(old_task.round()) +
+                                              " was handed out before the coordinator resumed the job"),
+            std::string::npos)
+      << old_turn.admitted->ToString();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(rounds[0].async_step().updates_folded(), 1u);
+  EXPECT_EQ(ReportOf(rounds[0], "a").outcome(), "accepted");
+  EXPECT_EQ(UpdatesRejected("a"), 0u) << "an update that crossed the restart is no fault of its worker's";
+}
+
+// After a step, tasks that fail are replaced at once: more than a step's worth of work
+// (concurrency + K) can be handed out after the last step. A job resumed then still numbers
+// its tasks past all of them, and the update of the last one is refused.
+TEST_F(AsyncRestartTest, AJobResumedAfterManyReplacedTasksNeverHandsOutANumberAgain) {
+  constexpr int kFailures = 4;  // more than concurrency 1 + K 1
+  auto old_gate = std::make_shared<Gate>();
+  auto turns = std::make_shared<std::atomic<int>>(0);
+  FakeWorker& a = AddWorker("a", [old_gate, turns](const v1::TrainTask&) {
+    const int turn = (*turns)++;
+    if (turn == 0) return FakeAction::Upload();  // step 1
+    if (turn <= kFailures) return FakeAction::Fail("its data is unreadable (test)");
+    if (turn == kFailures + 1) return FakeAction::UploadLate(old_gate).UploadToCurrentRunner();
+    return FakeAction::Upload();  // step 2, after the resume
+  });
+  v1::JobSpec spec = AsyncSpec(1, 2, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_max_round_attempts(10);  // the failures do not end the job
+  Submit(spec);
+  ASSERT_TRUE(AwaitCommitted(1));
+  for (int i = 1; i <= kFailures; ++i) {
+    const v1::TrainTask failed = TrainTask(a, i);
+    ASSERT_TRUE(a.AwaitFinished(failed.round(), 1)) << "failure " << i;
+    ASSERT_TRUE(AwaitRunnerWaiting());
+    clock_.Advance(std::chrono::milliseconds(1100));  // past the failed client's rest
+  }
+  const v1::TrainTask old_task = TrainTask(a, kFailures + 1);
+  ASSERT_TRUE(old_gate->AwaitReached());
+  StopRunner();
+  const uint32_t handed_out = LargestNumber(a);
+  EXPECT_EQ(handed_out, old_task.round());
+  const v1::Job stored = Stored();
+  ASSERT_EQ(stored.rounds_committed(), 1u);
+  const uint32_t counted = stored.last_round().async_step().tasks_sent();
+  EXPECT_GT(handed_out, counted + 1 + 1) << "more than a step's worth of tasks after the step";
+  EXPECT_GE(stored.async_tasks_reserved(), handed_out);
+
+  StartRunner(stored);
+  const v1::TrainTask new_task = TrainTask(a, kFailures + 2);
+  EXPECT_EQ(new_task.model_version(), 1u);
+  EXPECT_GT(new_task.round(), handed_out);
+  const uint64_t rejected = UpdatesRejected("a");  // its failures count against it
+  old_gate->Open();
+  ASSERT_TRUE(a.AwaitFinished(old_task.round(), 1));
+  EXPECT_EQ(UpdatesRejected("a"), rejected) << "an update that crossed the restart is no fault of its worker's";
+  const FakeTurn old_turn = TurnOf(a, old_task.round());
+  ASSERT_TRUE(old_turn.admitted.has_value());
+  EXPECT_NE(old_turn.admitted->message().find("was handed out before the coordinator resumed the job"),
+            std::string::npos)
+      << old_turn.admitted->ToString();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  EXPECT_GE(end.async_tasks_reserved(), LargestNumber(a));
+}
+
+// A task number is reserved in the job's row before it is sent: when the row cannot be
+// written, no task goes out and the job fails saying why.
+TEST_F(AsyncRestartTest, NoTaskIsSentBeforeItsNumberIsReserved) {
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
+  // The job's row is written as the job starts running (a failure there is only logged), then
+  // for the first block of task numbers.
+  store_.FailNextWrites(StateWrite::kUpdateJob, 2, UnavailableError("the disk is gone (test)"));
+  Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_FAILED);
+  EXPECT_NE(end.error().find("reserving task numbers 1 to"), std::string::npos) << end.error();
+  EXPECT_NE(end.error().find("the disk is gone (test)"), std::string::npos) << end.error();
+  EXPECT_EQ(LargestNumber(a), 0u) << "a task was sent before its number was reserved";
+}
+
+}  // namespace
+}  // namespace tessera::server
