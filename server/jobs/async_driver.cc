@@ -410,6 +410,7 @@ Status AsyncDriver::Submit(const v1::UpdateHeader& h, const TensorSet& delta, do
     return folded.WithContext(what);
   }
   ++buffer->folded;
+  unfolded_in_a_row_ = 0;
   buffer->staleness_sum += static_cast<double>(staleness);
   buffer->max_staleness = std::max<uint32_t>(buffer->max_staleness, report.staleness());
   buffer->weighted_loss += static_cast<double>(h.samples()) * h.train_loss();
@@ -584,7 +585,8 @@ Status AsyncDriver::Run() {
   const auto poll = std::min(runner_.options_.worker_poll_interval, runner_.options_.liveness_check_interval);
   while (true) {
     if (runner_.stopping()) return CancelledError("job stopping");
-    if (runner_.Summary().rounds_committed() >= spec_.rounds()) {
+    const uint32_t committed = runner_.Summary().rounds_committed();
+    if (committed >= spec_.rounds()) {
       CancelAll("the job has made all its steps");
       return Status::Ok();
     }
@@ -614,7 +616,18 @@ Status AsyncDriver::Run() {
     // looked at is past the wait's deadline below, and ends it at once.
     const auto now = clock_->Now();
     EndLostAndLateTasks(now);
-    auto filled = FillTasks(now);
+    // Too many tasks in a row ended without an update folded: no new task is handed out, and
+    // the job fails once the tasks still out have ended too without one (one folded starts the
+    // count again).
+    bool holding = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto nothing_folded = NothingFoldedLocked(committed + 1)) {
+        if (tasks_.empty()) return *nothing_folded;
+        holding = true;
+      }
+    }
+    auto filled = holding ? Result<size_t>(size_t{0}) : FillTasks(now);
     if (!filled.ok()) {
       CancelAll("the job failed");
       return filled.status();

@@ -25,6 +25,14 @@
 // (and past the last step's count plus concurrency + K, which is all a row written before the
 // reservation existed tells). One write of the job's row per block, none per task.
 //
+// A job that folds nothing fails, as max_round_attempts synchronous rounds falling short do:
+// once max(1, max_round_attempts) x concurrency tasks in a row ended without an update folded
+// (refused, failed, dropped at their deadline or with their worker lost), no new task is
+// handed out; the tasks still out may yet fold (which starts the count again), and when the
+// last of them has ended without one, the job fails naming the step, the count and the last
+// task's outcome. Tasks that end by the protocol (an update too stale, a task cancelled as too
+// stale) do not count.
+//
 // Memory: a buffer is the strategy's streaming aggregate, never K copies of updates. While a
 // step is applied, the buffers that fill meanwhile wait behind it, each one model-sized
 // aggregate: at most about concurrency / K of them (with K = 1 and many fast clients, that
@@ -166,8 +174,10 @@ class AsyncDriver {
   // Whether the oldest sealed buffer has its K updates folded, none still folding. Under mu_.
   bool StepReadyLocked() const;
   // Ends the task of `leader` with `report` (its outcome set) added to the buffer being filled,
-  // counted as refused or dropped; with `rest`, its members rest for a while before a new
-  // task. Whatever its report's making throws, the task ends. Under mu_.
+  // counted as refused or dropped; with `rest` (the task did not end by the protocol), its
+  // members rest for a while before a new task, and the ending counts towards the endings in a
+  // row without a fold that fail the job. Whatever its report's making throws, the task ends.
+  // Under mu_.
   void EndTaskLocked(const std::string& leader, v1::WorkerRoundReport report, bool refused, bool rest = true);
   // Removes the task of `leader` (an iterator of tasks_) and frees its members. Under mu_.
   void RemoveTaskLocked(std::map<std::string, Task>::iterator task);
@@ -184,6 +194,9 @@ class AsyncDriver {
   // Makes sure task numbers up to tasks_sent_ + `count` are reserved in the job's row
   // (a block at a time), writing the row when they are not. On the job's thread.
   Status ReserveTaskNumbers(size_t count);
+  // The job's error when too many tasks in a row ended without an update folded, `step` being
+  // the one they were for. Under mu_.
+  std::optional<Status> NothingFoldedLocked(uint32_t step) const;
   // Hands a task on the current version to idle ready clients until `concurrency` train;
   // a client whose rest ends after `now` is not idle. Returns how many clients were ready
   // and idle (0: none to give work to).
@@ -223,6 +236,10 @@ class AsyncDriver {
   uint32_t tasks_sent_ = 0;                      // the last task's number
   uint32_t resumed_after_ = 0;   // numbers up to this one are a previous process's (or none's)
   uint32_t tasks_reserved_ = 0;  // numbers up to this one are reserved in the job's row; job's thread only
+  // Tasks ended in a row without an update folded (not by the protocol), and the last one's
+  // outcome.
+  uint64_t unfolded_in_a_row_ = 0;
+  std::string last_unfolded_;
   uint32_t consecutive_discards_ = 0;
   Clock::TimePoint last_step_{};
 };

@@ -1,6 +1,6 @@
 // The asynchronous driver's tasks (async_driver.h): ending them (one by one, those whose
-// workers were lost or whose deadline passed, all at the job's end), reserving their numbers,
-// and handing new ones to idle clients.
+// workers were lost or whose deadline passed, all at the job's end), counting those that end
+// without a fold, reserving their numbers, and handing new ones to idle clients.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 
+#include "base/escape.h"
 #include "server/jobs/async_driver.h"
 #include "server/jobs/job_runner.h"
 
@@ -16,6 +17,9 @@ namespace {
 
 // A client whose task failed, was refused or dropped rests this long: one that cannot train does not spin.
 constexpr std::chrono::milliseconds kRestAfterFailure{1000};
+// The characters of the last unfolded task's outcome that the job's error quotes when too
+// many tasks in a row ended without a fold.
+constexpr size_t kLastUnfoldedChars = 300;
 // Task numbers reserved in the job's row at a time (more when more tasks go out at once): one
 // write of the row per this many tasks, and at most this many numbers skipped by a restart.
 constexpr uint64_t kTaskNumberBlock = 1024;
@@ -28,12 +32,15 @@ void AsyncDriver::EndTaskLocked(const std::string& leader, v1::WorkerRoundReport
   const Task& task = it->second;
   Buffer& filling = JoinedLocked();
   (refused ? filling.refused : filling.dropped) += 1;
+  if (rest) ++unfolded_in_a_row_;  // not the protocol's ending: it counts towards the job's bound
   // What allocates comes first, while the task is at hand; the task ends whatever it throws
   // (a task left in flight would keep its client idle, and one marked folding, for good).
   try {
     if (rest) {
       const auto rest_until = clock_->Now() + kRestAfterFailure;
       for (const auto& [worker, generation] : task.members) resting_[worker] = rest_until;
+      last_unfolded_ = "task " + std::to_string(task.number) + " of worker " + QuoteUntrusted(leader) + ": " +
+                       EscapeUntrusted(report.outcome(), kLastUnfoldedChars);
     }
     report.set_staleness(static_cast<uint32_t>(std::min<uint64_t>(StalenessLocked(task.version), UINT32_MAX)));
     AddReportLocked(filling, std::move(report), /*folded=*/false);
@@ -65,6 +72,16 @@ void AsyncDriver::CancelAll(const std::string& reason) {
     leader_of_.clear();
   }
   for (const auto& [worker, number] : cancels) runner_.SendCancel(worker, number, 1, reason);
+}
+
+std::optional<Status> AsyncDriver::NothingFoldedLocked(uint32_t step) const {
+  const uint64_t attempts = std::max<uint32_t>(1, spec_.max_round_attempts());
+  const uint64_t concurrency = std::max<uint32_t>(1, options_.concurrency());
+  if (unfolded_in_a_row_ < attempts * concurrency) return std::nullopt;
+  return FailedPreconditionError("step " + std::to_string(step) + ": " + std::to_string(unfolded_in_a_row_) +
+                                 " tasks in a row ended without an update folded (max_round_attempts " +
+                                 std::to_string(attempts) + " x concurrency " + std::to_string(concurrency) +
+                                 "); the last: " + last_unfolded_);
 }
 
 Status AsyncDriver::ReserveTaskNumbers(size_t count) {

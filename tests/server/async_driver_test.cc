@@ -342,7 +342,10 @@ TEST_F(AsyncDriverTest, AStepsRecordNamesItsFoldedUpdatesWhateverEndedBeforeThem
   FakeWorker& failing = AddWorker("failing", Always(FakeAction::Fail("its data is unreadable")));
   GatedTasks good_tasks;
   FakeWorker& good = AddWorker("good", good_tasks.Script());
-  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1);
+  // Concurrency 3 (of which the two workers take two) and 100 attempts: the job's bound on
+  // tasks in a row ended without a fold, 300, lets every failure be replaced.
+  v1::JobSpec spec = AsyncSpec(3, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_max_round_attempts(100);
   spec.set_round_deadline_ms(24 * 3600 * 1000);  // the good task outlives every failure
   Submit(spec);
   TrainTask(good, 0);

@@ -184,13 +184,14 @@ TEST_F(AsyncRefusalsTest, AnUpdateMadeTooStaleWhileItArrivesEndsItsTaskAndIsNotH
 
 // The fold of the update that filled the buffer (K = 1) fails: its place is free again, and
 // the step waits for the client's next update, instead of being made of no update and
-// discarded (which, with max_round_attempts 1, would fail the job). max_staleness 0: the next
-// update, on the same version, is not too stale for the buffer it fills.
+// discarded (its record, with the refusal, lost). max_staleness 0: the next update, on the
+// same version, is not too stale for the buffer it fills. max_round_attempts 2: one task
+// ended without a fold does not reach the job's bound (2 x concurrency 1).
 TEST_F(AsyncRefusalsTest, AFoldThatFailsFreesItsPlaceAndTheStepWaitsForItsUpdates) {
   options_.strategy_factory = WrapStrategy<FailingFirstFold>();
   FakeWorker& a = AddWorker("a", Always(FakeAction::Upload()));
   v1::JobSpec spec = AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/0);
-  spec.set_max_round_attempts(1);
+  spec.set_max_round_attempts(2);
   Submit(spec);
   ExpectRefusedAndTrainedAgain(a, "the fold failed (test)");
   EXPECT_EQ(Rounds().at(0).clients_reported(), 1u);

@@ -1,10 +1,12 @@
-// The asynchronous driver across a coordinator's restart: no task number is handed out twice
-// (numbers are reserved in the job's row before they are sent), and an update for a task of
-// the previous process is refused as such.
+// The asynchronous driver across a coordinator's restart and over a long run: no task number
+// is handed out twice (numbers are reserved in the job's row before they are sent), an update
+// for a task of the previous process is refused as such, and a job whose every task ends
+// without an update folded fails instead of handing out tasks for ever.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <string>
 
@@ -153,6 +155,59 @@ TEST_F(AsyncRestartTest, NoTaskIsSentBeforeItsNumberIsReserved) {
   EXPECT_NE(end.error().find("reserving task numbers 1 to"), std::string::npos) << end.error();
   EXPECT_NE(end.error().find("the disk is gone (test)"), std::string::npos) << end.error();
   EXPECT_EQ(LargestNumber(a), 0u) << "a task was sent before its number was reserved";
+}
+
+// Every update refused (here: not finite): after max_round_attempts x concurrency tasks in a
+// row ended without an update folded, the job fails naming the step, the count and the last
+// refusal, instead of handing out tasks for ever.
+TEST_F(AsyncRestartTest, AJobWhoseEveryUpdateIsRefusedFails) {
+  FakeWorker& a = AddWorker("a", Always(FakeAction::Upload(std::nanf(""))));
+  FakeWorker& b = AddWorker("b", Always(FakeAction::Upload(std::nanf(""))));
+  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_max_round_attempts(2);  // 2 x concurrency 2: the fourth ending in a row fails the job
+  Submit(spec);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(a.AwaitFinished(TrainTask(a, i).round(), 1));
+    ASSERT_TRUE(b.AwaitFinished(TrainTask(b, i).round(), 1));
+    if (i == 0) {
+      ASSERT_TRUE(AwaitRunnerWaiting());
+      clock_.Advance(std::chrono::milliseconds(1100));  // past the refused clients' rest
+    }
+  }
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_FAILED);
+  EXPECT_NE(end.error().find("step 1: 4 tasks in a row ended without an update folded (max_round_attempts 2 x "
+                             "concurrency 2); the last: task "),
+            std::string::npos)
+      << end.error();
+  EXPECT_NE(end.error().find("rejected: "), std::string::npos) << end.error();
+  EXPECT_NE(end.error().find("finite"), std::string::npos) << end.error();
+  EXPECT_EQ(a.turns().size() + b.turns().size(), 4u) << "tasks were handed out after the bound";
+}
+
+// The bound reached while a task is still out: no new task is handed out, and the task out
+// may still fold, which lets the job go on.
+TEST_F(AsyncRestartTest, ATaskStillOutWhenTheBoundIsReachedMayStillFold) {
+  FakeWorker& failing = AddWorker("failing", Always(FakeAction::Fail("its data is unreadable (test)")));
+  GatedTasks good_tasks;
+  FakeWorker& good = AddWorker("good", good_tasks.Script());
+  v1::JobSpec spec = AsyncSpec(2, 1, /*buffer=*/1, /*max_staleness=*/1);
+  spec.set_max_round_attempts(1);  // 1 x concurrency 2: two failures in a row reach the bound
+  Submit(spec);
+  TrainTask(good, 0);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(failing.AwaitFinished(TrainTask(failing, i).round(), 1));
+    ASSERT_TRUE(AwaitRunnerWaiting());
+    clock_.Advance(std::chrono::milliseconds(1100));  // past the failed client's rest
+  }
+  ASSERT_TRUE(AwaitRunnerWaiting());  // it looked for idle clients past the rest, and sent none
+  good_tasks.Open(0);
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+  EXPECT_EQ(failing.turns().size(), 2u) << "a task was handed out past the bound";
+  const auto rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 1u);
+  EXPECT_EQ(ReportOf(rounds[0], "good").outcome(), "accepted");
 }
 
 }  // namespace
