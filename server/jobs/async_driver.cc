@@ -22,6 +22,9 @@ static_assert(size_t{wire::kMaxParties} + kMaxReportsPerStep <= wire::kMaxRoundR
 // Workers a discarded step's message names; the others are counted.
 constexpr size_t kNamedDiscarded = 8;
 
+// A count as a record's 32-bit field holds it: at most UINT32_MAX.
+uint32_t Saturated(uint64_t count) { return static_cast<uint32_t>(std::min<uint64_t>(count, UINT32_MAX)); }
+
 }  // namespace
 
 double StalenessWeight(const v1::AsyncSpec& spec, uint64_t staleness) {
@@ -446,7 +449,7 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
   record.set_job_id(job.id());
   record.set_round(step);
   record.set_attempt(1);
-  record.set_clients_selected(buffer->folded + buffer->refused + buffer->dropped);
+  record.set_clients_selected(Saturated(buffer->folded + buffer->refused + buffer->dropped));
   record.set_clients_reported(buffer->folded);
   if (buffer->samples > 0) record.set_train_loss(buffer->weighted_loss / static_cast<double>(buffer->samples));
   std::vector<double> compute, upload;
@@ -463,8 +466,8 @@ Status AsyncDriver::ApplyStep(std::shared_ptr<Buffer> buffer) {
   latency.set_upload_ms(Median(upload));
   auto& async = *record.mutable_async_step();
   async.set_updates_folded(buffer->folded);
-  async.set_updates_refused(buffer->refused);
-  async.set_tasks_dropped(buffer->dropped);
+  async.set_updates_refused(Saturated(buffer->refused));
+  async.set_tasks_dropped(Saturated(buffer->dropped));
   async.set_mean_staleness(buffer->folded ? buffer->staleness_sum / buffer->folded : 0);
   async.set_max_staleness(buffer->max_staleness);
 

@@ -151,8 +151,10 @@ class AsyncDriver {
     uint32_t reserved = 0;  // folded, or being folded (a fold that fails frees its place)
     uint32_t folding = 0;
     uint32_t folded = 0;
-    uint32_t refused = 0;
-    uint32_t dropped = 0;
+    // Tasks ended unfolded: not bounded by K (stale refusals, failures between folds), so
+    // counted in 64 bits, and recorded as at most UINT32_MAX.
+    uint64_t refused = 0;
+    uint64_t dropped = 0;
     double staleness_sum = 0;
     uint32_t max_staleness = 0;
     double weighted_loss = 0;  // sum of samples x train loss of the folded updates
