@@ -245,8 +245,8 @@ void AsyncDriver::End(const std::string& cancel_reason) {
 void AsyncDriver::Reject(const v1::UpdateHeader& h, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = tasks_.find(h.worker_id());
-  // Only the task the update answers, as FindTaskLocked names it: a task number may come
-  // again after a restart, on another version.
+  // Only the task the update answers, as FindTaskLocked names it: in a job stored before task
+  // numbers were reserved, a number may come again after a restart, on another version.
   if (it == tasks_.end() || it->second.folding || h.job_id() != runner_.job_id_ || it->second.number != h.round() ||
       h.attempt() != 1 || it->second.version != h.base_model_version()) {
     return;

@@ -50,7 +50,8 @@
 // mu_ guards the tasks and the buffers; a delta's checks and its fold run outside it, so
 // uploads fold concurrently. Under mu_ nothing waits: the state store, the registry's
 // liveness and its sends are reached with mu_ released, and the runner's lock is taken only
-// where noted (Run() and ApplyStep, on the job's thread, read the runner's current version).
+// where noted (Run() and ApplyStep, on the job's thread, read the runner's current version;
+// ReserveTaskNumbers, on it too, sets the runner's copy of the job), never under mu_.
 #pragma once
 
 #include <chrono>
@@ -194,7 +195,8 @@ class AsyncDriver {
   // Drops tasks whose workers were lost and ends those past their deadline at `now`.
   void EndLostAndLateTasks(Clock::TimePoint now);
   // Makes sure task numbers up to tasks_sent_ + `count` are reserved in the job's row
-  // (a block at a time), writing the row when they are not. On the job's thread.
+  // (a block at a time), writing the row when they are not, and keeping the reservation in
+  // the runner's copy of the job (under the runner's lock). On the job's thread.
   Status ReserveTaskNumbers(size_t count);
   // The job's error when too many tasks in a row ended without an update folded, `step` being
   // the one they were for. Under mu_.
