@@ -1,5 +1,8 @@
 #include "proto/record_bounds.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "base/escape.h"
 
 namespace tessera::wire {
@@ -45,6 +48,31 @@ void BoundRoundRecord(v1::RoundRecord* record) {
   BoundString(record->mutable_job_id(), kMaxNameBytes);
   BoundString(record->mutable_model_sha256(), kMaxNameBytes);
   if (record->has_latency()) BoundString(record->mutable_latency()->mutable_critical_worker(), kMaxNameBytes);
+}
+
+void BoundJob(v1::Job* job) {
+  BoundString(job->mutable_id(), kMaxNameBytes);
+  BoundString(job->mutable_error(), kMaxJobErrorBytes);
+  if (job->has_last_round()) BoundRoundRecord(job->mutable_last_round());
+}
+
+void BoundJobEvent(v1::JobEvent* event) {
+  if (event->has_job()) {
+    if (event->job().has_last_round()) event->mutable_job()->mutable_last_round()->clear_workers();
+    BoundJob(event->mutable_job());
+  }
+  if (event->has_round()) BoundRoundRecord(event->mutable_round());
+  BoundString(event->mutable_message(), kMaxNoteBytes);
+  if (event->has_progress()) {
+    v1::RoundProgress* progress = event->mutable_progress();
+    if (static_cast<size_t>(progress->waiting_on_size()) > kMaxProgressWaitingOn) {
+      const int extra = progress->waiting_on_size() - static_cast<int>(kMaxProgressWaitingOn);
+      progress->mutable_waiting_on()->DeleteSubrange(static_cast<int>(kMaxProgressWaitingOn), extra);
+      const uint64_t more = uint64_t{progress->waiting_more()} + static_cast<uint64_t>(extra);
+      progress->set_waiting_more(static_cast<uint32_t>(std::min<uint64_t>(more, UINT32_MAX)));
+    }
+    for (std::string& name : *progress->mutable_waiting_on()) BoundString(&name, kMaxNameBytes);
+  }
 }
 
 grpc::ChannelArguments OperatorChannelArguments() {

@@ -10,6 +10,14 @@
 // them all). So no record passes kMaxRoundRecordBytes, and a reply or event that carries one
 // (with its job, whose spec came in one request of at most kCoordinatorMaxReceiveBytes) fits
 // kOperatorMaxReceiveBytes, the `tessera` command line's receive limit.
+//
+// A job's own free text is bounded the same way: its error (JobRunner::Finish, whatever text
+// a failure carried, a worker's included) at kMaxJobErrorBytes, a note of its event log at
+// kMaxNoteBytes, a progress event's awaited workers at kMaxProgressWaitingOn names of
+// kMaxNameBytes; when made (the runner, the event log) and again when a stored job is served.
+// So a Job is at most kMaxJobBytes, one as listed (without its last round's reports)
+// kMaxListedJobBytes, and every reply or event that carries jobs and rounds (GetJob,
+// ListJobs, WatchJob) fits kOperatorMaxReceiveBytes (the asserts below).
 #pragma once
 
 #include <grpcpp/support/channel_arguments.h>
@@ -21,7 +29,9 @@
 
 #include "base/names.h"
 #include "proto/job_mapping.h"
+#include "proto/list_reply.h"
 #include "tessera/v1/job.pb.h"
+#include "tessera/v1/job_service.pb.h"
 
 namespace tessera::wire {
 
@@ -64,6 +74,50 @@ inline constexpr size_t kMaxRoundRecordBytes = kMaxRoundReports * kMaxWorkerRepo
 inline constexpr size_t kOperatorMaxReceiveBytes = kMaxRoundRecordBytes + kCoordinatorMaxReceiveBytes + (size_t{1} << 20);
 static_assert(kOperatorMaxReceiveBytes <= size_t{64} << 20, "a round's record grew past what a client should take");
 
+// A job's error past this many bytes is cut as an outcome is (the coordinator's log keeps it whole).
+inline constexpr size_t kMaxJobErrorBytes = 4096;
+// A note of a job's event log (JobEvent.message), likewise.
+inline constexpr size_t kMaxNoteBytes = 4096;
+// A progress event names at most this many of the workers a round awaits (waiting_more counts
+// the others).
+inline constexpr size_t kMaxProgressWaitingOn = 8;
+// A job's spec at its largest: it came in one request (kCoordinatorMaxReceiveBytes), and the
+// coordinator adds the input shape it read (data.input_shape, under 64 bytes).
+inline constexpr size_t kMaxJobSpecBytes = kCoordinatorMaxReceiveBytes + 64;
+
+namespace record_bounds_detail {
+constexpr size_t MessageField(size_t tag_bytes, size_t bytes) { return tag_bytes + VarintBytes(bytes) + bytes; }
+// A Job's fields besides its spec, error and last round: its id (a name), state, rounds
+// committed, creation time and cancel flag, each at its largest.
+constexpr size_t kJobNumberBytes = StringField(1, kMaxNameBytes) + (1 + 10) + (1 + 5) + (1 + 10) + (1 + 1);
+constexpr size_t kJobWithoutLastRoundBytes =
+    kJobNumberBytes + MessageField(1, kMaxJobSpecBytes) + StringField(1, kMaxJobErrorBytes);
+// RoundProgress at its largest: its numbers and the awaited workers it names.
+constexpr size_t kProgressBytes = (1 + 5) * 4 + (1 + 5) + (1 + 8) + StringField(1, kMaxNameBytes) * kMaxProgressWaitingOn;
+}  // namespace record_bounds_detail
+
+// A Job as a list gives it: its last round without the per-worker reports.
+inline constexpr size_t kMaxListedJobBytes =
+    record_bounds_detail::kJobWithoutLastRoundBytes + record_bounds_detail::MessageField(1, kMaxRecordHeaderBytes);
+// A Job with its last round's whole record (the runner's own copy).
+inline constexpr size_t kMaxJobBytes =
+    record_bounds_detail::kJobWithoutLastRoundBytes + record_bounds_detail::MessageField(1, kMaxRoundRecordBytes);
+// GetJob's reply: the job as listed, and a page of rounds within kMaxListBytes or, when the first
+// round alone passes that, that one round (Coordinator::JobWithRounds); next_round.
+inline constexpr size_t kMaxGetJobReplyBytes =
+    record_bounds_detail::MessageField(1, kMaxListedJobBytes) + record_bounds_detail::MessageField(1, kMaxRoundRecordBytes) +
+    (1 + 5);
+// A JobEvent: the job without its last round, a round's record, a note and a progress.
+inline constexpr size_t kMaxJobEventBytes =
+    record_bounds_detail::MessageField(1, record_bounds_detail::kJobWithoutLastRoundBytes) +
+    record_bounds_detail::MessageField(1, kMaxRoundRecordBytes) + record_bounds_detail::StringField(1, kMaxNoteBytes) +
+    record_bounds_detail::MessageField(1, record_bounds_detail::kProgressBytes);
+// ListJobs' reply is within kMaxListBytes, and any one job fits it: the newest is always listed.
+static_assert(kMaxListedJobBytes + 8 <= kMaxListBytes, "a listed job passes a list reply's bound");
+static_assert(kMaxGetJobReplyBytes <= kOperatorMaxReceiveBytes, "GetJob's largest reply passes the command line's limit");
+static_assert(kMaxJobEventBytes <= kOperatorMaxReceiveBytes, "a watch's largest event passes the command line's limit");
+static_assert(kMaxJobBytes <= kOperatorMaxReceiveBytes, "a job with its last round passes the command line's limit");
+
 // `text` as valid UTF-8 of at most `max_bytes` bytes (>= 3): unchanged when it is, else cut
 // between characters and ended with "…".
 std::string BoundedText(std::string_view text, size_t max_bytes);
@@ -72,6 +126,11 @@ std::string BoundedText(std::string_view text, size_t max_bytes);
 // kMaxRoundReports are left out). A report's member_count is set from its members if unset.
 void BoundReport(v1::WorkerRoundReport* report);
 void BoundRoundRecord(v1::RoundRecord* record);
+// Applies the bounds to a job: its id, its error, its last round (BoundRoundRecord).
+void BoundJob(v1::Job* job);
+// Applies them to an event of a job's log: its job (without its last round's reports, which a
+// round event carries in `round`), its round, its note, its progress's awaited workers.
+void BoundJobEvent(v1::JobEvent* event);
 
 // The channel arguments of the command line's channel to the coordinator: its receive limit.
 grpc::ChannelArguments OperatorChannelArguments();

@@ -34,6 +34,13 @@ ServerTlsMode ModeOf(const wire::ServerTls& tls) {
   return {tls.mutual() ? "mutual TLS" : "TLS", false, ""};
 }
 
+// A stored job as served: within the bounds of proto/record_bounds.h, also one whose row was
+// written before they held (a longer error).
+Result<v1::Job> Bounded(Result<v1::Job> job) {
+  if (job.ok()) wire::BoundJob(&*job);
+  return job;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options)
@@ -317,12 +324,12 @@ std::shared_ptr<JobRunner> Coordinator::Runner(const std::string& job_id) {
 
 Result<v1::Job> Coordinator::GetJob(const std::string& job_id) {
   if (auto runner = Runner(job_id)) return runner->Snapshot();
-  return store_->GetJob(job_id);
+  return Bounded(store_->GetJob(job_id));
 }
 
 Result<v1::Job> Coordinator::ListedJob(const std::string& job_id) {
   if (auto runner = Runner(job_id)) return runner->Listed();
-  return store_->GetJob(job_id);  // a row holds no reports
+  return Bounded(store_->GetJob(job_id));  // a row holds no reports
 }
 
 Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::string& job_id,
@@ -356,7 +363,11 @@ Result<std::shared_ptr<const ModelVersion>> Coordinator::ExportModel(const std::
 Result<StateStore::JobList> Coordinator::ListJobs(size_t max_jobs) {
   ASSIGN_OR_RETURN(StateStore::JobList list, store_->ListNewestJobs(max_jobs));
   for (auto& job : list.jobs) {
-    if (auto runner = Runner(job.id())) job = runner->Listed();
+    if (auto runner = Runner(job.id())) {
+      job = runner->Listed();
+    } else {
+      wire::BoundJob(&job);
+    }
   }
   return list;
 }
@@ -409,7 +420,7 @@ std::map<v1::JobState, uint64_t> Coordinator::JobCounts() {
 Result<v1::Job> Coordinator::CancelJob(const std::string& job_id) {
   RETURN_IF_ERROR(Accepting("cancel of job " + job_id));
   auto runner = Runner(job_id);
-  ASSIGN_OR_RETURN(v1::Job job, runner ? Result<v1::Job>(runner->Snapshot()) : store_->GetJob(job_id));
+  ASSIGN_OR_RETURN(v1::Job job, runner ? Result<v1::Job>(runner->Snapshot()) : Bounded(store_->GetJob(job_id)));
   if (job.state() != v1::JOB_PENDING && job.state() != v1::JOB_RUNNING) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(job.state()) +
                                    "; only a pending or running job can be cancelled");
@@ -447,7 +458,7 @@ Result<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(now) +
                                    "; only an ended job can be deleted (cancel it first: tessera cancel " + job_id + ")");
   }
-  ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+  ASSIGN_OR_RETURN(v1::Job job, Bounded(store_->GetJob(job_id)));
   const v1::JobState state = job.state();
   if (!wire::JobEnded(state)) {
     return FailedPreconditionError("job " + job_id + " is " + wire::JobStateName(state) +

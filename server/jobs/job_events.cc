@@ -3,9 +3,14 @@
 #include <algorithm>
 #include <utility>
 
+#include "proto/record_bounds.h"
+
 namespace tessera::server {
 
 void JobEvents::Publish(v1::JobEvent event) {
+  // Every event within the bounds of proto/record_bounds.h, whoever made it: a note's text,
+  // the job's error, a progress's awaited workers.
+  wire::BoundJobEvent(&event);
   const size_t bytes = event.ByteSizeLong();  // outside the lock: a round's record is large
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -12,6 +12,9 @@
 // watch starts from. Events are numbered from 0 in the order published, and a watcher keeps
 // the number of the next one it wants; one that fell behind the oldest kept event skips
 // forward to it, and Since() tells it how many it missed.
+//
+// Each event is bounded as it is published (proto/record_bounds.h, BoundJobEvent): a note's
+// text, the job's error, a progress's awaited workers, whoever made it.
 #pragma once
 
 #include <cstddef>

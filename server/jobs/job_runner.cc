@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "proto/job_mapping.h"
+#include "proto/record_bounds.h"
 #include "server/jobs/async_driver.h"
 #include "server/monitoring/coordinator_metrics.h"
 
@@ -43,7 +44,10 @@ JobRunner::JobRunner(v1::Job job, StateStore* store, WorkerRegistry* registry, R
       seats_(store, job_.id()),
       selection_(CreateSelectionPolicy(job_.spec())),
       job_id_(job_.id()),
-      update_buffers_(options_.idle_update_buffer_bytes) {}
+      update_buffers_(options_.idle_update_buffer_bytes) {
+  // A resumed job's row may predate the bound on its error.
+  job_.set_error(wire::BoundedText(job_.error(), wire::kMaxJobErrorBytes));
+}
 
 JobRunner::~JobRunner() { Stop(); }
 
@@ -344,7 +348,9 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_state(state);
-    job_.set_error(error);
+    // Whatever text the failure carried (a worker's among it) is cut to the bound
+    // (proto/record_bounds.h); the log below keeps it whole.
+    job_.set_error(wire::BoundedText(error, wire::kMaxJobErrorBytes));
     // An ended job has no cancel pending, whether one ended it (its state says so) or one
     // was recorded as it ended otherwise.
     job_.clear_cancel_requested();

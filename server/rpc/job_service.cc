@@ -16,6 +16,7 @@
 #include "proto/grpc_status.h"
 #include "proto/job_mapping.h"
 #include "proto/list_reply.h"
+#include "proto/record_bounds.h"
 #include "proto/tensor_transfer.h"
 #include "server/coordinator.h"
 #include "server/rpc/service_doors.h"
@@ -111,8 +112,9 @@ class JobWatch final {
         if (!runner_) {  // a job not running here: its rounds, then its end
           v1::JobEvent event;
           *event.mutable_job() = job_;
-          event.set_message("job " + job_.id() + " " + wire::JobStateName(job_.state()) +
-                            (job_.error().empty() ? "" : ": " + job_.error()));
+          event.set_message(wire::BoundedText("job " + job_.id() + " " + wire::JobStateName(job_.state()) +
+                                                  (job_.error().empty() ? "" : ": " + job_.error()),
+                                              wire::kMaxNoteBytes));
           outbox_.push_back(std::move(event));
           log_ended_ = true;
         } else {

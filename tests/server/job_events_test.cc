@@ -4,6 +4,10 @@
 
 #include "server/jobs/job_events.h"
 
+#include <string>
+
+#include "proto/record_bounds.h"
+
 namespace tessera::server {
 namespace {
 
@@ -105,6 +109,37 @@ TEST(JobEventsTest, ANumberPastTheLastPublishedGetsNothingYet) {
   EXPECT_EQ(missed, 0u);
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].message(), "event 5");
+}
+
+// Whoever made an event (the runner's notes, a driver's progress, its end), the log keeps it
+// within the bounds of proto/record_bounds.h: a note of a megabyte, a job's error of one, and a
+// progress naming many long-named workers are cut, the count of those not named kept.
+TEST(JobEventsTest, AnEventsTextIsBoundedAsItIsPublished) {
+  std::string huge = "refused update from ";
+  while (huge.size() < (size_t{1} << 20)) huge += "\xC3\xA9";  // é
+  JobEvents events;
+  v1::JobEvent note;
+  note.set_message(huge);
+  note.mutable_job()->set_error(huge);
+  note.mutable_job()->mutable_last_round()->add_workers()->set_worker_id("w1");
+  events.Publish(note);
+  v1::JobEvent progress;
+  for (int i = 0; i < 50; ++i) progress.mutable_progress()->add_waiting_on(std::string(1000, 'a' + i % 26));
+  progress.mutable_progress()->set_waiting_more(7);
+  events.Publish(progress);
+  bool ended = false;
+  const std::vector<v1::JobEvent> kept = events.Since(0, &ended);
+  ASSERT_EQ(kept.size(), 2u);
+  const std::string ellipsis = "\xE2\x80\xA6";
+  EXPECT_LE(kept[0].message().size(), wire::kMaxNoteBytes);
+  EXPECT_EQ(kept[0].message().rfind("refused update from \xC3\xA9", 0), 0u);
+  EXPECT_EQ(kept[0].message().substr(kept[0].message().size() - ellipsis.size()), ellipsis);
+  EXPECT_LE(kept[0].job().error().size(), wire::kMaxJobErrorBytes);
+  EXPECT_EQ(kept[0].job().last_round().workers_size(), 0) << "an event's job carries no reports";
+  ASSERT_EQ(static_cast<size_t>(kept[1].progress().waiting_on_size()), wire::kMaxProgressWaitingOn);
+  EXPECT_EQ(kept[1].progress().waiting_more(), 7u + 50 - wire::kMaxProgressWaitingOn);
+  for (const std::string& name : kept[1].progress().waiting_on()) EXPECT_LE(name.size(), kMaxNameBytes);
+  EXPECT_LE(events.kept_bytes(), 2 * wire::kMaxNoteBytes + 2 * wire::kMaxJobErrorBytes);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "proto/record_bounds.h"
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
@@ -191,6 +192,57 @@ TEST_F(JobWatchTest, AFromRoundNoRoundOfTheJobReachesIsRefusedAndTheNextRoundIsW
     EXPECT_NE(watch->received().back().message().find("job " + pending + " cancelled"), std::string::npos)
         << watch->received().back().message();
   }
+}
+
+// A job whose stored row holds an error of a megabyte (written before the bound held, or by
+// another build) is served within the bound by every door: GetJob (with and without its
+// rounds), ListJobs, and the note a watch ends with; cut between characters, with "…".
+TEST_F(JobWatchTest, AStoredJobsLongErrorIsServedCutEverywhere) {
+  std::string error = "round 1 failed: worker said ";
+  while (error.size() < (size_t{1} << 20)) error += "\xC3\xA9";  // é
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    v1::Job job;
+    job.set_id("job-1-failed");
+    *job.mutable_spec() = JobRunnerFixture::SmallSpec(1, 1);
+    job.set_state(v1::JOB_FAILED);
+    job.set_error(error);
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+  }
+  Start();
+  const std::string ellipsis = "\xE2\x80\xA6";
+  auto check = [&](const std::string& text, size_t bound, const std::string& what) {
+    EXPECT_LE(text.size(), bound) << what;
+    EXPECT_NE(text.find("round 1 failed: worker said \xC3\xA9"), std::string::npos) << what;
+    ASSERT_GE(text.size(), ellipsis.size()) << what;
+    EXPECT_EQ(text.substr(text.size() - ellipsis.size()), ellipsis) << what;
+  };
+  for (const bool rounds : {false, true}) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest request;
+    request.set_job_id("job-1-failed");
+    request.set_include_rounds(rounds);
+    v1::GetJobResponse got;
+    grpc::Status s = jobs_->GetJob(&ctx, request, &got);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    check(got.job().error(), wire::kMaxJobErrorBytes, rounds ? "GetJob with rounds" : "GetJob");
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListJobsResponse listed;
+    grpc::Status s = jobs_->ListJobs(&ctx, v1::ListJobsRequest(), &listed);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ASSERT_EQ(listed.jobs_size(), 1);
+    check(listed.jobs(0).error(), wire::kMaxJobErrorBytes, "ListJobs");
+  }
+  auto watch = Watch("job-1-failed", 0);
+  ASSERT_TRUE(watch->WaitDone(kWait));
+  EXPECT_TRUE(watch->status().ok()) << watch->status().error_message();
+  ASSERT_FALSE(watch->received().empty());
+  const v1::JobEvent end = watch->received().back();  // received() is a copy
+  check(end.job().error(), wire::kMaxJobErrorBytes, "the watch's job");
+  check(end.message(), wire::kMaxNoteBytes, "the watch's end");
 }
 
 }  // namespace
