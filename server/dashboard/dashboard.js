@@ -273,6 +273,10 @@ function renderTimeline(rounds) {
     row.append(el("div", name, "name"), bar, el("div", note, "note"));
     box.append(row);
   }
+  if (round.reports_left_out) {
+    box.append(el("div", round.reports_left_out + " more workers not shown (the round's first " +
+                         (round.workers || []).length + " are, the critical path among them)", "muted"));
+  }
 }
 
 async function loadJob(id) {
@@ -285,7 +289,11 @@ async function loadJob(id) {
     view = await (await api("/api/job?id=" + encodeURIComponent(id) + "&from=" + from)).json();
     if (id !== selectedJob || request !== jobRequests) return;
     const last = roundCache.rounds.length ? roundCache.rounds[roundCache.rounds.length - 1].round : 0;
+    // A round of more workers than a reply carries comes with its first reports (the critical
+    // path's among them) and the count of the others.
+    const leftOut = new Map((view.reports_left_out || []).map((x) => [x.round, x.count]));
     for (const r of view.rounds || []) {
+      if (leftOut.has(r.round)) r.reports_left_out = leftOut.get(r.round);
       if (r.round > last) roundCache.rounds.push(r);  // another load may have taken them already
     }
     if (!view.next_round) break;

@@ -2,11 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "base/escape.h"
 #include "base/host_port.h"
@@ -17,6 +20,7 @@
 #include "proto/revocation.h"
 #include "server/coordinator.h"
 #include "server/dashboard/assets.h"
+#include "server/monitoring/job_page.h"
 
 namespace tessera::server {
 namespace {
@@ -62,9 +66,22 @@ Result<uint32_t> FromRoundParam(const HttpRequest& request) {
   return value;
 }
 
-// A page of a job's rounds for the dashboard, in protobuf bytes (its JSON is two to three
-// times that): the page asks again from next_round.
-constexpr size_t kDashboardPageBytes = size_t{1} << 20;
+// A query's parameters are those the path takes, no others: a misspelt one ("form=3") is an
+// error naming it, not a silent default.
+Status OnlyParams(const HttpRequest& request, const std::string& path, std::initializer_list<const char*> known) {
+  for (const auto& [name, value] : request.params) {
+    if (std::find_if(known.begin(), known.end(), [&](const char* k) { return name == k; }) != known.end()) continue;
+    std::string names;
+    size_t i = 0;
+    for (const char* k : known) {
+      if (i > 0) names += i + 1 == known.size() ? " and " : ", ";
+      names += k;
+      ++i;
+    }
+    return InvalidArgumentError("parameter " + QuoteUntrusted(name, 32) + ": " + path + " takes " + names);
+  }
+  return Status::Ok();
+}
 
 bool IsPublic(const std::string& path) {
   for (const auto& asset : DashboardAssets()) {
@@ -140,13 +157,18 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
                          },
                          nullptr});
   http.routes.push_back({"/api/job", [c](const HttpRequest& request) {
+                           if (Status s = OnlyParams(request, "/api/job", {"id", "from"}); !s.ok()) {
+                             return ErrorResponse(s);
+                           }
                            auto id = JobParam(request, "id");
                            if (!id.ok()) return ErrorResponse(id.status());
                            auto from = FromRoundParam(request);
                            if (!from.ok()) return ErrorResponse(from.status());
                            auto page = c->JobWithRounds(*id, *from, kDashboardPageBytes);
                            if (!page.ok()) return ErrorResponse(page.status());
-                           return JsonResponse(*page);
+                           // Cut to the dashboard's bounds (server/monitoring/job_page.h).
+                           return HttpResponse{200, "application/json", DashboardJobJson(std::move(*page)),
+                                               {{"Cache-Control", "no-store"}}};
                          },
                          nullptr});
   http.routes.push_back({"/api/workers", [c](const HttpRequest&) {

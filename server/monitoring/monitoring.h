@@ -4,8 +4,8 @@
 //                            process_* (docs/MONITORING.md lists them all)
 //   /                        the dashboard: jobs, per-job latency by phase, accuracy and loss,
 //                            per-round worker timelines, the workers (server/dashboard/)
-//   /api/jobs, /api/job?id=J[&from=ROUND] (a page of its rounds; next_round: where the next
-//   starts), /api/workers
+//   /api/jobs, /api/job?id=J[&from=ROUND] (a page of its rounds, bounded: job_page.h;
+//   next_round: where the next starts), /api/workers
 //                            read-only JSON for the dashboard (proto3's JSON mapping)
 //   /api/events?job=J        server-sent events: the job each time it changes
 //

@@ -347,6 +347,17 @@ TEST_F(MonitoringTest, MetricsCountWhatARealJobDid) {
   ASSERT_TRUE(bad_from);
   EXPECT_EQ(bad_from->status, 400);
   EXPECT_EQ(bad_from->body, "from '4294967296': expected a round number, 0 to 4294967295\n");
+  // A parameter /api/job does not take is named, not ignored.
+  auto misspelt = client->Get(("/api/job?id=" + job->id() + "&form=2").c_str());
+  ASSERT_TRUE(misspelt);
+  EXPECT_EQ(misspelt->status, 400);
+  EXPECT_EQ(misspelt->body, "parameter 'form': /api/job takes id and from\n");
+  auto extra = client->Get(("/api/job?id=" + job->id() + "&from=1&reports=all").c_str());
+  ASSERT_TRUE(extra);
+  EXPECT_EQ(extra->status, 400);
+  EXPECT_EQ(extra->body, "parameter 'reports': /api/job takes id and from\n");
+  // Every reply says which of its rounds' reports it left out: none here.
+  EXPECT_NE(api->body.find("\"reports_left_out\":[]"), std::string::npos) << api->body.substr(api->body.size() - 200);
   auto listed = client->Get("/api/workers");
   ASSERT_TRUE(listed);
   EXPECT_NE(listed->body.find("\"worker_id\":\"m2\""), std::string::npos) << listed->body.substr(0, 400);
