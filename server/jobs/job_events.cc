@@ -12,12 +12,14 @@ void JobEvents::Publish(v1::JobEvent event) {
   // the job's error, a progress's awaited workers.
   wire::BoundJobEvent(&event);
   const size_t bytes = event.ByteSizeLong();  // outside the lock: a round's record is large
+  const bool note = IsNote(event);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(Kept{std::move(event), bytes});
+    events_.push_back(Kept{std::move(event), bytes, note});
     bytes_ += bytes;
     while (events_.size() > capacity_ || (bytes_ > max_bytes_ && events_.size() > 1)) {
       bytes_ -= events_.front().bytes;
+      if (events_.front().note) ++notes_dropped_;
       events_.pop_front();
       ++first_;
     }
@@ -33,12 +35,13 @@ void JobEvents::End() {
   NotifyWatchers();
 }
 
-std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* missed) {
+std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* missed, size_t* notes_dropped) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<v1::JobEvent> out;
   const size_t end = first_ + events_.size();
   const size_t from = std::max(seen, first_);
   if (missed != nullptr) *missed = from - seen;
+  if (notes_dropped != nullptr) *notes_dropped = notes_dropped_;
   *ended = ended_;
   // A number past the last published has nothing yet: the reply is not sized by a
   // difference that wraps.
@@ -60,6 +63,12 @@ size_t JobEvents::kept() const {
 
 size_t JobEvents::oldest() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return first_;
+}
+
+size_t JobEvents::OldestWithNotesDropped(size_t* notes_dropped) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *notes_dropped = notes_dropped_;
   return first_;
 }
 

@@ -42,8 +42,17 @@ class JobEvents {
   // The kept events numbered `seen` and after. *ended is set once the log is closed and
   // everything has been returned. *missed (when given) is set to how many events from `seen`
   // on were dropped before they could be returned; the watcher's next `seen` is
-  // seen + *missed + the events returned.
-  std::vector<v1::JobEvent> Since(size_t seen, bool* ended, size_t* missed = nullptr);
+  // seen + *missed + the events returned. *notes_dropped (when given) is set to how many notes
+  // (IsNote) the log has dropped in all, at the same moment: a watcher that counts the notes
+  // before its `seen` (OldestWithNotesDropped at its start, then those it read) learns how many
+  // notes it missed.
+  std::vector<v1::JobEvent> Since(size_t seen, bool* ended, size_t* missed = nullptr, size_t* notes_dropped = nullptr);
+  // A note: an event with a message and neither a round nor a progress.
+  static bool IsNote(const v1::JobEvent& event) {
+    return !event.message().empty() && !event.has_round() && !event.has_progress();
+  }
+  // oldest(), and how many notes were dropped before it, read together.
+  size_t OldestWithNotesDropped(size_t* notes_dropped) const;
   // Events published so far, and how many of them are kept.
   size_t published() const;
   size_t kept() const;
@@ -65,6 +74,7 @@ class JobEvents {
   struct Kept {
     v1::JobEvent event;
     size_t bytes;  // event.ByteSizeLong() when published
+    bool note;     // IsNote(event)
   };
 
   const size_t capacity_;
@@ -73,6 +83,7 @@ class JobEvents {
   std::deque<Kept> events_;  // the last events, within capacity_ and max_bytes_
   size_t bytes_ = 0;         // the sum of events_[i].bytes
   size_t first_ = 0;         // the number of events_.front()
+  size_t notes_dropped_ = 0;  // notes among the events numbered before first_
   bool ended_ = false;
   std::map<uint64_t, std::function<void()>> watchers_;
   uint64_t next_watcher_ = 1;

@@ -46,7 +46,8 @@ constexpr size_t kWatchPageBytes = 4 << 20;
 // a page comes back empty every later round is in the log, or was dropped from it and is
 // read from the store again (below). A watcher that falls behind the log (it keeps the
 // last events within a budget, server/jobs/job_events.h) goes back to the store for the rounds
-// it missed; only progress events and notes are skipped, and it is told so.
+// it missed; only progress events and notes are skipped, and it is told so: how many events,
+// and how many notes among them.
 class JobWatch final {
  public:
   using RoundPages = std::function<Result<std::vector<v1::RoundRecord>>(uint32_t from_round, size_t max_bytes)>;
@@ -63,7 +64,7 @@ class JobWatch final {
   Status Start(uint32_t from_round) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (runner_) seen_ = runner_->events().oldest();
+      if (runner_) seen_ = runner_->events().OldestWithNotesDropped(&notes_before_seen_);
     }
     ASSIGN_OR_RETURN(auto page, pages_(from_round, kWatchPageBytes));
     std::lock_guard<std::mutex> lock(mu_);
@@ -215,22 +216,28 @@ class JobWatch final {
   void TakeLiveEventsLocked() {
     bool ended = false;
     size_t missed = 0;
-    std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended, &missed);
+    size_t notes_dropped = 0;
+    std::vector<v1::JobEvent> events = runner_->events().Since(seen_, &ended, &missed, &notes_dropped);
     if (missed > 0) {
+      // The notes among the missed events are counted (the log counts those it dropped), so
+      // that the watcher knows what it did not see, not only that it fell behind.
+      const size_t notes = notes_dropped - notes_before_seen_;
       v1::JobEvent note;
       *note.mutable_job() = events.empty() ? job_ : events.front().job();
       note.set_message("this watch fell " + std::to_string(missed) +
                        " events behind the job's live log (it keeps the last " +
                        std::to_string(runner_->events().capacity()) + " events within " +
                        std::to_string(runner_->events().max_bytes() >> 20) +
-                       " MiB): the committed rounds among them follow from the state store; progress and "
-                       "notes among them are skipped");
+                       " MiB): the committed rounds among them follow from the state store; " + std::to_string(notes) +
+                       (notes == 1 ? " note" : " notes") + " and the progress among them are skipped");
       outbox_.push_back(std::move(note));
       seen_ += missed;  // the rest of `events` are read again once the rounds are sent
+      notes_before_seen_ = notes_dropped;
       rounds_owed_ = true;
       return;
     }
     seen_ += events.size();
+    for (const auto& event : events) notes_before_seen_ += JobEvents::IsNote(event) ? 1 : 0;
     for (auto& event : events) {
       if (event.has_round()) {  // already sent from the committed rounds
         if (event.round().round() <= last_round_) continue;
@@ -252,6 +259,7 @@ class JobWatch final {
   uint64_t subscription_ = 0;
   std::deque<v1::JobEvent> outbox_;
   size_t seen_ = 0;          // the number of the next event to take from the job's log
+  size_t notes_before_seen_ = 0;  // the notes (JobEvents::IsNote) among the log's events before seen_
   uint32_t last_round_ = 0;  // the last round queued
   bool rounds_owed_ = false;    // the store may hold rounds after last_round_ not yet queued
   bool reading_store_ = false;  // a page is being read, with mu_ released

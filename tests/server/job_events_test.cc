@@ -111,6 +111,35 @@ TEST(JobEventsTest, ANumberPastTheLastPublishedGetsNothingYet) {
   EXPECT_EQ(got[0].message(), "event 5");
 }
 
+// The log counts the notes it drops, so that a watcher that fell behind learns how many notes
+// it missed: those dropped since its last look, less those before its place.
+TEST(JobEventsTest, TheNotesAmongTheDroppedEventsAreCounted) {
+  JobEvents events(3);
+  size_t notes = 99;
+  EXPECT_EQ(events.OldestWithNotesDropped(&notes), 0u);
+  EXPECT_EQ(notes, 0u);
+  v1::JobEvent progress;
+  progress.mutable_progress()->set_round(1);
+  progress.set_message("not a note");  // a progress is not a note, whatever it says
+  events.Publish(Note(0));
+  events.Publish(progress);
+  events.Publish(Note(1));
+  events.Publish(RoundOf(1, 1));
+  events.Publish(Note(2));
+  events.Publish(progress);
+  events.Publish(Note(3));
+  bool ended = false;
+  size_t missed = 0;
+  EXPECT_EQ(events.Since(0, &ended, &missed, &notes).size(), 3u);
+  EXPECT_EQ(missed, 4u);
+  EXPECT_EQ(notes, 2u) << "events 0 to 3: two notes, a progress and a round";
+  EXPECT_EQ(events.OldestWithNotesDropped(&notes), 4u);
+  EXPECT_EQ(notes, 2u);
+  events.Publish(Note(4));  // drops note 2
+  EXPECT_EQ(events.OldestWithNotesDropped(&notes), 5u);
+  EXPECT_EQ(notes, 3u);
+}
+
 // Whoever made an event (the runner's notes, a driver's progress, its end), the log keeps it
 // within the bounds of proto/record_bounds.h: a note of a megabyte, a job's error of one, and a
 // progress naming many long-named workers are cut, the count of those not named kept.

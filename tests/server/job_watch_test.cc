@@ -96,7 +96,9 @@ class JobWatchTest : public ::testing::Test {
 TEST_F(JobWatchTest, ARoundCommittedBetweenTheWatchsReadAndItsPlaceInTheLogIsSentOnce) {
   std::atomic<bool> ran{false};
   std::string job_id;
-  options_.watch_page_read_hook = [this, &ran, &job_id](const std::string& id) {
+  // The job's own events, all dropped by the fillers: the watch started before any of them.
+  size_t missed_events = 0, missed_notes = 0;
+  options_.watch_page_read_hook = [this, &ran, &job_id, &missed_events, &missed_notes](const std::string& id) {
     if (id != job_id || ran.exchange(true)) return;
     AddWorker("w1", id);
     auto runner = coordinator_->Runner(id);
@@ -111,6 +113,7 @@ TEST_F(JobWatchTest, ARoundCommittedBetweenTheWatchsReadAndItsPlaceInTheLogIsSen
       filler.set_message("filler " + std::to_string(i));
       runner->events().Publish(std::move(filler));
     }
+    missed_events = runner->events().OldestWithNotesDropped(&missed_notes);
   };
   Start();
   job_id = Submit(JobRunnerFixture::SmallSpec(1, 1));  // one round; no worker yet
@@ -127,6 +130,20 @@ TEST_F(JobWatchTest, ARoundCommittedBetweenTheWatchsReadAndItsPlaceInTheLogIsSen
     if (event.has_round()) rounds.push_back(event.round().round());
   }
   EXPECT_EQ(rounds, std::vector<uint32_t>{1}) << "the round committed as the watch started";
+  // The watcher is told what it skipped: how many events, and how many notes among them (the
+  // job's end among them).
+  ASSERT_GE(missed_notes, 1u);
+  const std::string told = "this watch fell " + std::to_string(missed_events) + " events behind";
+  const std::string notes = "; " + std::to_string(missed_notes) + (missed_notes == 1 ? " note" : " notes") +
+                            " and the progress among them are skipped";
+  bool said = false;
+  for (const auto& event : watch->received()) {
+    if (event.message().rfind(told, 0) == 0) {
+      said = true;
+      EXPECT_NE(event.message().find(notes), std::string::npos) << event.message();
+    }
+  }
+  EXPECT_TRUE(said) << "no note of the events skipped";
 }
 
 // A from_round past the round after the job's last is refused, naming the field, the value
