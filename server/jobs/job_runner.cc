@@ -349,7 +349,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
     std::lock_guard<std::mutex> lock(mu_);
     job_.set_state(state);
     // Whatever text the failure carried (a worker's among it) is cut to the bound
-    // (proto/record_bounds.h); the log below keeps it whole.
+    // (proto/record_bounds.h), in the job's row and in the log alike.
     job_.set_error(wire::BoundedText(error, wire::kMaxJobErrorBytes));
     // An ended job has no cancel pending, whether one ended it (its state says so) or one
     // was recorded as it ended otherwise.
@@ -362,7 +362,7 @@ void JobRunner::Finish(v1::JobState state, const std::string& error) {
   const std::string state_name = wire::JobStateName(state);
   RecordEnd(job, state_name);
   std::string message = "job " + job.id() + " " + state_name;
-  if (!error.empty()) message += ": " + error;
+  if (!job.error().empty()) message += ": " + job.error();
   spdlog::info("{}", message);
   Note(message);
   events_.End();
