@@ -21,14 +21,6 @@ using namespace std::chrono_literals;
 
 constexpr const char* kRequest = "GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n";
 
-HttpEndpointOptions MetricsOnly() {
-  HttpEndpointOptions options;
-  options.routes.push_back({"/metrics", [](const HttpRequest&) {
-                              return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n", {}};
-                            }, nullptr});
-  return options;
-}
-
 metrics::Counter& DroppedPerAddress() {
   return metrics::Global()
       .Counter("tessera_http_connections_dropped_total", "", {"reason"})

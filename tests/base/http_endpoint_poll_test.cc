@@ -30,14 +30,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-HttpEndpointOptions MetricsOnly() {
-  HttpEndpointOptions options;
-  options.routes.push_back({"/metrics", [](const HttpRequest&) {
-                              return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n", {}};
-                            }, nullptr});
-  return options;
-}
-
 // A TLS ClientHello, as a client's first bytes: written by a client that talks to memory.
 std::string ClientHello() {
   SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());

@@ -11,7 +11,18 @@
 #include <chrono>
 #include <string>
 
+#include "base/http_endpoint.h"
+
 namespace tessera {
+
+// An endpoint's options serving /metrics alone, with a fixed body.
+inline HttpEndpointOptions MetricsOnly() {
+  HttpEndpointOptions options;
+  options.routes.push_back({"/metrics", [](const HttpRequest&) {
+                              return HttpResponse{200, "text/plain; version=0.0.4", "up 1\n", {}};
+                            }, nullptr});
+  return options;
+}
 
 // A raw connection, for what a library client would not send.
 class RawClient {

@@ -56,19 +56,10 @@ class BatchNormTest : public ::testing::Test {
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     return model.ok() ? std::move(model).value() : nullptr;
   }
-  Result<TrainReport> Train(Model& model, int64_t count, uint32_t batch_size, uint32_t epochs) {
-    data_ = Samples(count);
-    std::vector<int64_t> indices(static_cast<size_t>(count));
-    std::iota(indices.begin(), indices.end(), 0);
-    TrainOptions options;
-    options.batch_size = batch_size;
-    options.epochs = epochs;
-    options.learning_rate = 0.1f;
-    return TrainLocal(model, data_, indices, options);
-  }
-  // As member `shard` of a cohort of `shards`, with a hook that passes the slice's gradient on.
-  Result<TrainReport> TrainShard(Model& model, int64_t count, uint32_t batch_size, uint32_t epochs, uint32_t shard,
-                                 uint32_t shards) {
+  // Alone, or as member `shard` of a cohort of `shards` with a hook that passes the slice's
+  // gradient on.
+  Result<TrainReport> Train(Model& model, int64_t count, uint32_t batch_size, uint32_t epochs, uint32_t shard = 0,
+                            uint32_t shards = 1) {
     struct PassOn : GradientHook {
       Status OnGradients(Device&, DeviceBuffer&, int64_t, int64_t) override { return Status::Ok(); }
     } hook;
@@ -81,7 +72,7 @@ class BatchNormTest : public ::testing::Test {
     options.learning_rate = 0.1f;
     options.shard_index = shard;
     options.shard_count = shards;
-    options.gradient_hook = &hook;
+    if (shards > 1) options.gradient_hook = &hook;
     return TrainLocal(model, data_, indices, options);
   }
   std::unique_ptr<Device> device_ = CreateCpuDevice();
@@ -158,7 +149,7 @@ TEST_F(BatchNormTest, ACohortSkipsABatchThatGivesSomeMemberOneSample) {
   for (uint32_t shard : {0u, 1u}) {
     auto model = Build(NormAfterLinear());
     ASSERT_NE(model, nullptr);
-    auto report = TrainShard(*model, 7, 4, 2, shard, 2);
+    auto report = Train(*model, 7, 4, 2, shard, 2);
     ASSERT_TRUE(report.ok()) << report.status().ToString();
     EXPECT_EQ(report->steps, 2u) << "member " << shard;
     EXPECT_EQ(report->samples, 4u) << "member " << shard;
@@ -174,7 +165,7 @@ TEST_F(BatchNormTest, ACohortBatchSizeThatGivesAMemberOneSampleIsRefused) {
   for (auto [batch, shards] : {std::pair{3u, 2u}, {2u, 2u}, {4u, 4u}, {5u, 4u}}) {
     auto model = Build(NormAfterLinear());
     ASSERT_NE(model, nullptr);
-    auto report = TrainShard(*model, 16, batch, 1, 0, shards);
+    auto report = Train(*model, 16, batch, 1, 0, shards);
     ASSERT_FALSE(report.ok()) << batch << " among " << shards;
     EXPECT_EQ(report.status().code(), StatusCode::kInvalidArgument);
     EXPECT_NE(report.status().message().find("a batch of " + std::to_string(batch) + " samples cut among " +
@@ -185,7 +176,7 @@ TEST_F(BatchNormTest, ACohortBatchSizeThatGivesAMemberOneSampleIsRefused) {
   }
   auto model = Build(NormAfterLinear());
   ASSERT_NE(model, nullptr);
-  auto report = TrainShard(*model, 16, 8, 1, 3, 4);
+  auto report = Train(*model, 16, 8, 1, 3, 4);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->steps, 2u);
   EXPECT_EQ(report->skipped_batches, 0u);

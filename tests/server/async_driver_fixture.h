@@ -116,6 +116,15 @@ class AsyncDriverTest : public JobRunnerFixture {
     return spec;
   }
 
+  // The updates of `worker` refused as its fault so far (the registry's count).
+  uint64_t UpdatesRejected(const std::string& worker) {
+    for (const auto& status : registry_.List()) {
+      if (status.worker_id() == worker) return status.updates_rejected();
+    }
+    ADD_FAILURE() << "no worker '" << worker << "'";
+    return 0;
+  }
+
   // The n-th train task `worker` received (0-based); blocks until it has.
   static v1::TrainTask TrainTask(const FakeWorker& worker, size_t n) {
     v1::TrainTask found;

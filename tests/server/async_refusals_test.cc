@@ -50,14 +50,6 @@ class FailingFirstFold final : public Strategy {
 
 class AsyncRefusalsTest : public AsyncDriverTest {
  protected:
-  // The updates of `worker` refused as its fault so far (the registry's count).
-  uint64_t UpdatesRejected(const std::string& worker) {
-    for (const auto& status : registry_.List()) {
-      if (status.worker_id() == worker) return status.updates_rejected();
-    }
-    ADD_FAILURE() << "no worker '" << worker << "'";
-    return 0;
-  }
   // Whether `worker` was sent a cancel of task `number`.
   static bool CancelledTask(const FakeWorker& worker, uint32_t number) {
     for (const auto& cancel : worker.cancels()) {

@@ -17,14 +17,6 @@ namespace {
 
 class AsyncRestartTest : public AsyncDriverTest {
  protected:
-  // The updates of `worker` refused as its fault so far (the registry's count).
-  uint64_t UpdatesRejected(const std::string& worker) {
-    for (const auto& status : registry_.List()) {
-      if (status.worker_id() == worker) return status.updates_rejected();
-    }
-    ADD_FAILURE() << "no worker '" << worker << "'";
-    return 0;
-  }
   // The turn of `worker` for task `number` (the first one), or an empty one.
   static FakeTurn TurnOf(const FakeWorker& worker, uint32_t number) {
     for (const auto& turn : worker.turns()) {
