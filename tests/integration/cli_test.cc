@@ -335,7 +335,7 @@ TEST(CliTest, TheBinaryHelpsPerCommandAndHintsWhenNoCoordinatorAnswers) {
   EXPECT_NE(bench_help.find("Usage: tessera bench collectives"), std::string::npos) << bench_help;
   auto [bench_typo_code, bench_typo] = RunCli(dir, {"bench", "collectives", "--ranks", "2,x"});
   EXPECT_EQ(bench_typo_code, 2) << bench_typo;
-  EXPECT_NE(bench_typo.find("flag --ranks: expected rank counts from 1 to 64, got 'x'"), std::string::npos)
+  EXPECT_NE(bench_typo.find("flag --ranks: expected comma-separated integers from 1 to 64, got '2,x'"), std::string::npos)
       << bench_typo;
   // --all lists the stopped workers too; with forget it is a mistake, not ignored.
   auto [forget_all_code, forget_all] = RunCli(dir, {"workers", "forget", "w1", "--all"});

@@ -29,8 +29,8 @@ TEST_F(AgentTest, ABatchOfOneSampleSkippedForABatchNormIsLogged) {
   ASSERT_TRUE(WaitForUpload(1, 1, &upload));
   EXPECT_TRUE(upload.failure().empty()) << upload.failure();
   EXPECT_EQ(upload.local_steps(), 1u);
-  EXPECT_NE(log.text().find("job job-1 round 1: skipped the batches of one sample (1 in all): batch norm 'bn' would "
-                            "hold one value per channel, with no batch variance"),
+  EXPECT_NE(log.text().find("job job-1 round 1: skipped the batches that gave this worker one sample (1 in all): "
+                            "batch norm 'bn' would hold one value per channel, with no batch variance"),
             std::string::npos)
       << log.text();
 }
