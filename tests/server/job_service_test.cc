@@ -36,11 +36,8 @@ class JobServiceTest : public ::testing::Test {
     auto started = Coordinator::Start(options_);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     coordinator_ = std::move(started).value();
-    wire::ClientTls plaintext;
-    plaintext.insecure = true;
-    plaintext.admin_token = options_.admin_token;
-    // The command line's channel: gRPC's default 4 MiB receive limit.
-    jobs_ = v1::JobService::NewStub(*wire::MakeChannel("127.0.0.1:" + std::to_string(coordinator_->port()), plaintext));
+    // gRPC's default 4 MiB receive limit.
+    jobs_ = v1::JobService::NewStub(*LoopbackAdminChannel(coordinator_->port(), options_.admin_token));
   }
 
   // Writes jobs and round records into the state directory before the coordinator starts.
@@ -159,11 +156,7 @@ TEST_F(JobServiceTest, TheLargestRoundIsReadWholeThroughTheCommandLinesChannel) 
   Store({job}, {stored});
   stored.Clear();
   Start();
-  wire::ClientTls plaintext;
-  plaintext.insecure = true;
-  plaintext.admin_token = options_.admin_token;
-  const std::string address = "127.0.0.1:" + std::to_string(coordinator_->port());
-  auto channel = wire::MakeChannel(address, plaintext, wire::OperatorChannelArguments());
+  auto channel = LoopbackAdminChannel(coordinator_->port(), options_.admin_token, wire::OperatorChannelArguments());
   ASSERT_TRUE(channel.ok()) << channel.status().ToString();
   auto cli = v1::JobService::NewStub(*channel);
 

@@ -45,10 +45,7 @@ class JobWatchTest : public ::testing::Test {
     auto started = Coordinator::Start(options_);
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     coordinator_ = std::move(started).value();
-    wire::ClientTls plaintext;
-    plaintext.insecure = true;
-    plaintext.admin_token = options_.admin_token;
-    jobs_ = v1::JobService::NewStub(*wire::MakeChannel("127.0.0.1:" + std::to_string(coordinator_->port()), plaintext));
+    jobs_ = v1::JobService::NewStub(*LoopbackAdminChannel(coordinator_->port(), options_.admin_token));
   }
 
   std::string Submit(const v1::JobSpec& spec) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "tests/fresh_directory.h"
 
@@ -25,6 +26,16 @@ inline CoordinatorOptions LoopbackCoordinatorOptions(const std::filesystem::path
   options.admin_token = name + "-admin-token";
   options.tls.insecure = true;
   return options;
+}
+
+// A plaintext channel to a coordinator on loopback `port` whose calls carry `admin_token`
+// (operator calls), with gRPC's defaults unless `arguments` says otherwise.
+inline Result<std::shared_ptr<grpc::Channel>> LoopbackAdminChannel(
+    int port, const std::string& admin_token, const grpc::ChannelArguments& arguments = grpc::ChannelArguments()) {
+  wire::ClientTls plaintext;
+  plaintext.insecure = true;
+  plaintext.admin_token = admin_token;
+  return wire::MakeChannel("127.0.0.1:" + std::to_string(port), plaintext, arguments);
 }
 
 }  // namespace tessera::server
