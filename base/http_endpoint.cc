@@ -41,10 +41,6 @@ using http_internal::SetUpTls;
 // Connections accepted while every thread is busy wait in a queue of at most this many; more
 // are closed at once.
 constexpr size_t kMaxWaitingConnections = 64;
-// Connections with nothing to answer yet (new ones, those whose TLS handshake or request head
-// is still arriving, kept-alive ones between requests) wait in the accepting thread's poll, not
-// on a thread of their own; past this many the oldest is closed.
-constexpr size_t kMaxIdleConnections = 256;
 // Requests on one connection before it is closed, and the longest a response may take to write
 // (a client that reads a byte now and then holds a thread no longer).
 constexpr int kMaxRequestsPerConnection = 20;
@@ -139,7 +135,8 @@ metrics::CounterFamily& DroppedConnections() {
   return metrics::Global().Counter("tessera_http_connections_dropped_total",
                                    "Connections the HTTP endpoint closed unserved: per_address (its client address "
                                    "held max_connections_per_address already), queue (every thread busy and the "
-                                   "queue full), idle (the oldest waiting between requests, closed to make room)",
+                                   "queue full), idle (the oldest waiting for a request, closed to keep the "
+                                   "connections within max_connections)",
                                    {"reason"});
 }
 
@@ -320,9 +317,12 @@ void HttpEndpoint::Shared::Accept() {
       for (auto& client : due) handshakes.push_back(std::move(client));
       handshakes_changed.notify_all();
     }
-    // Those on the handshake threads count too.
-    while (!still.empty() && still.size() + on_handshake_threads > kMaxIdleConnections) {
-      still.pop_front();
+    // Connections with nothing to answer yet (new ones, those whose TLS handshake or request
+    // head is still arriving, kept-alive ones between requests) wait here, not on a thread of
+    // their own; past max_connections, counting those on the handshake threads, queued and
+    // being answered, the oldest here is closed (a new one itself when it is alone here).
+    while (!still.empty() && peers->Held() > static_cast<size_t>(options.max_connections)) {
+      still.pop_front();  // its slot is given back as it closes
       dropped_idle.Inc();
     }
     idle.swap(still);
@@ -625,8 +625,17 @@ Result<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(HttpEndpointOptions op
   shared->stop_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   shared->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (shared->stop_fd < 0 || shared->wake_fd < 0) return UnavailableError("cannot serve HTTP on " + where + ": " + std::strerror(errno));
+  if (options.max_connections < 1) {
+    return InvalidArgumentError("HTTP endpoint option max_connections: expected at least 1, got " +
+                                std::to_string(options.max_connections));
+  }
   if (options.max_connections_per_address < 1) {
     return InvalidArgumentError("HTTP endpoint option max_connections_per_address: expected at least 1, got " +
+                                std::to_string(options.max_connections_per_address));
+  }
+  if (options.max_connections_per_address > options.max_connections) {
+    return InvalidArgumentError("HTTP endpoint option max_connections_per_address: expected at most max_connections (" +
+                                std::to_string(options.max_connections) + "), got " +
                                 std::to_string(options.max_connections_per_address));
   }
   shared->peers = std::make_unique<PeerConnections>(static_cast<size_t>(options.max_connections_per_address));

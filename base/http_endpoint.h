@@ -9,16 +9,19 @@
 // body; at most 20 requests a connection. A connection takes a thread only while a request of
 // its own is being answered: each request's head is read by the poll that accepts connections,
 // as its bytes arrive, a refused one is answered there, and before its first request and
-// between requests it waits there, at most the read timeout, among at most 256 such (past them
-// the oldest is closed), so that clients that connect and send nothing, send a head a byte at a
-// time, send heads that are refused, or keep a connection open between requests, hold no
-// thread. TLS handshakes are worked on by two threads of their own, one step of one client
+// between requests it waits there, at most the read timeout, so that clients that connect and
+// send nothing, send a head a byte at a time, send heads that are refused, or keep a connection
+// open between requests, hold no thread. The endpoint holds at most max_connections
+// connections (256) at once, whatever they are doing: past them the oldest waiting in the poll
+// is closed to make room. TLS handshakes are worked on by two threads of their own, one step of one client
 // address's handshakes at a time, as their bytes arrive, so that a client that opens handshake
 // after handshake slows neither the poll nor, by more than one step, another address's.
 // `threads` connections are served at once, at most 64 more wait, the rest are closed; event
 // streams are bounded apart. One client address holds at most max_connections_per_address
 // connections, whatever they are doing; more from it are closed as soon as they are accepted,
-// so that one address cannot take every place. Connections closed unserved are counted in
+// so that one address cannot take every place. The daemons set both limits from their
+// --metrics-max-connections and --metrics-max-connections-per-address flags
+// (base/http_limit_flags.h). Connections closed unserved are counted in
 // tessera_http_connections_dropped_total{reason} (per_address, queue, idle) of the process's
 // metrics. The port is bound without SO_REUSEPORT, so a second daemon cannot
 // share it.
@@ -83,9 +86,13 @@ struct HttpEndpointOptions {
   std::vector<HttpRoute> routes;
   int threads = 8;                 // connections served at once
   int max_streams = 4;             // open event streams at once; more get 503
-  // Connections one client address may hold at once, from their accept until they close
-  // (waiting between requests, being answered, streaming); at least 1. 64: a quarter of the
-  // 256 that may wait between requests.
+  // Connections the endpoint holds at once, of every address, from their accept until they
+  // close (waiting for a request in the poll, in their TLS handshake, queued, being answered,
+  // streaming); at least 1. Past it the oldest waiting in the poll is closed to make room, the
+  // new one itself when none waits there. Each is a file descriptor.
+  int max_connections = 256;
+  // Connections one client address may hold at once, counted as max_connections counts them;
+  // from 1 to max_connections. 64: a quarter of max_connections' default.
   int max_connections_per_address = 64;
   // The TLS handshake, a request's head (from its first byte), the wait for a kept-alive
   // connection's next request, and each wait for a slow reader to take a response's bytes.

@@ -1,6 +1,7 @@
 // Connections held per client address by base/http_endpoint.cc, so that one address cannot
-// take every connection the endpoint keeps. A connection holds its address's slot from its
-// accept until it closes, whichever thread closes it. Internal to the endpoint.
+// take every connection the endpoint keeps, and in all, so that the endpoint keeps no more than
+// its max_connections. A connection holds its address's slot from its accept until it closes,
+// whichever thread closes it. Internal to the endpoint.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +46,8 @@ class PeerConnections {
   // A slot for a new connection from `address` (PeerAddress's bytes), or one not held()
   // when the address holds `limit` connections already.
   Slot Take(const std::string& address);
+  // Connections holding a slot now, of every address.
+  size_t Held() const;
 
  private:
   std::shared_ptr<Slot::Counts> counts_;
@@ -55,13 +58,17 @@ struct PeerConnections::Slot::Counts {
   const size_t limit;
   mutable std::mutex mu;
   std::map<std::string, size_t> held;  // addresses holding at least one connection
+  size_t total = 0;                     // the sum of `held`
 };
 
 inline void PeerConnections::Slot::Release() {
   if (counts_ == nullptr) return;
   std::lock_guard<std::mutex> lock(counts_->mu);
   auto it = counts_->held.find(address_);
-  if (it != counts_->held.end() && --it->second == 0) counts_->held.erase(it);
+  if (it != counts_->held.end()) {
+    --counts_->total;
+    if (--it->second == 0) counts_->held.erase(it);
+  }
   counts_.reset();
 }
 
@@ -74,9 +81,15 @@ inline PeerConnections::Slot PeerConnections::Take(const std::string& address) {
   size_t& held = counts_->held[address];
   if (held >= counts_->limit) return slot;
   ++held;
+  ++counts_->total;
   slot.counts_ = counts_;
   slot.address_ = address;
   return slot;
+}
+
+inline size_t PeerConnections::Held() const {
+  std::lock_guard<std::mutex> lock(counts_->mu);
+  return counts_->total;
 }
 
 }  // namespace tessera::http_internal

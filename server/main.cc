@@ -13,6 +13,7 @@
 #include "base/escape.h"
 #include "base/flags.h"
 #include "base/host_port.h"
+#include "base/http_limit_flags.h"
 #include "base/logging.h"
 #include "base/metrics.h"
 #include "base/open_files.h"
@@ -171,6 +172,8 @@ int main(int argc, char** argv) {
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT for /metrics (Prometheus) and the dashboard, served like the gRPC port (TLS; "
                "operators only); unset: not served");
+  HttpLimitFlags metrics_limits;
+  DeclareHttpLimitFlags(flags, "metrics", &metrics_limits);
   flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
@@ -222,6 +225,10 @@ int main(int argc, char** argv) {
       std::cerr << "tessera-coordinator: " << parsed.status().message() << "\n";
       return 2;
     }
+  }
+  if (Status s = CheckHttpLimitFlags(flags, "metrics", metrics_limits); !s.ok()) {
+    std::cerr << "tessera-coordinator: " << s.message() << "\n";
+    return 2;
   }
   auto tls = wire::LoadServerTls(tls_flags, *listen);
   if (!tls.ok()) {
@@ -305,6 +312,8 @@ int main(int argc, char** argv) {
     server::MonitoringOptions monitoring_options;
     monitoring_options.listen = metrics_listen;
     monitoring_options.tls = options.tls;
+    monitoring_options.max_connections = static_cast<int>(metrics_limits.max_connections);
+    monitoring_options.max_connections_per_address = static_cast<int>(metrics_limits.max_connections_per_address);
     auto started = server::MonitoringServer::Start(coordinator->get(), monitoring_options);
     if (!started.ok()) {
       std::cerr << "tessera-coordinator: " << started.status().message() << "\n";

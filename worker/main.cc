@@ -19,6 +19,7 @@
 #include "base/host_port.h"
 #include "base/huge_pages.h"
 #include "base/http_endpoint.h"
+#include "base/http_limit_flags.h"
 #include "base/logging.h"
 #include "base/metrics.h"
 #include "base/shutdown_signal.h"
@@ -122,6 +123,8 @@ int main(int argc, char** argv) {
   flags.String("metrics-listen", &metrics_listen,
                "HOST:PORT to serve /metrics on for Prometheus (plaintext, read-only: timings and device figures); "
                "unset: not served");
+  HttpLimitFlags metrics_limits;
+  DeclareHttpLimitFlags(flags, "metrics", &metrics_limits);
   flags.Bool("version", &version, "print the version of this build");
   flags.Bool("help", &help, "show this help");
   if (Status s = flags.ParseFlagsOnly(argc, argv); !s.ok()) {
@@ -204,6 +207,11 @@ int main(int argc, char** argv) {
     metrics_options.host = listen->host;
     metrics_options.port = listen->port;
   }
+  if (Status s = CheckHttpLimitFlags(flags, "metrics", metrics_limits); !s.ok()) {
+    std::cerr << "tessera-worker: " << s.message() << "\n";
+    return 2;
+  }
+  ApplyHttpLimitFlags(metrics_limits, &metrics_options);
   auto address = ParseHostPort("--coordinator", coordinator, PortZero::kRefused);
   if (!address.ok()) {
     std::cerr << "tessera-worker: " << address.status().message() << "\n";

@@ -103,6 +103,8 @@ Result<std::unique_ptr<MonitoringServer>> MonitoringServer::Start(Coordinator* c
   http.host = listen.host;
   http.port = listen.port;
   http.max_streams = options.max_event_streams;
+  http.max_connections = options.max_connections;
+  http.max_connections_per_address = options.max_connections_per_address;
   if (!options.tls.insecure) {
     http.cert_pem = options.tls.cert_pem;
     http.key_pem = options.tls.key_pem;

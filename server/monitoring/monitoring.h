@@ -32,6 +32,10 @@ struct MonitoringOptions {
   std::string listen;  // HOST:PORT; port 0 picks one
   wire::ServerTls tls;
   int max_event_streams = 4;  // half the endpoint's threads: /metrics and the API stay served
+  // The endpoint's connection limits (--metrics-max-connections,
+  // --metrics-max-connections-per-address: base/http_limit_flags.h).
+  int max_connections = HttpEndpointOptions{}.max_connections;
+  int max_connections_per_address = HttpEndpointOptions{}.max_connections_per_address;
 };
 
 class MonitoringServer {

@@ -1,5 +1,6 @@
 // HttpEndpoint: one client address holds at most max_connections_per_address connections,
-// so that it cannot take every place while another address's scrape waits. Real loopback
+// so that it cannot take every place while another address's scrape waits, and the endpoint
+// at most max_connections, the oldest waiting for a request closed to make room. Real loopback
 // sockets: 127.0.0.1 and 127.0.0.2 are two client addresses.
 #include <gtest/gtest.h>
 
@@ -83,6 +84,54 @@ TEST(HttpEndpointPeerLimitTest, OneAddressHoldsAtMostItsShareAndAnotherIsStillSe
     again = Get(port, "127.0.0.1");
     return again.rfind("HTTP/1.1 200 OK\r\n", 0) == 0;
   })) << again;
+}
+
+metrics::Counter& DroppedIdle() {
+  return metrics::Global().Counter("tessera_http_connections_dropped_total", "", {"reason"}).With({"idle"});
+}
+
+// Past max_connections the oldest connection waiting for a request is closed, and a new one,
+// from another address, is served.
+TEST(HttpEndpointPeerLimitTest, PastTheTotalTheOldestWaitingIsClosedToMakeRoom) {
+  auto options = MetricsOnly();
+  options.max_connections = 2;
+  options.max_connections_per_address = 2;
+  options.read_timeout = 600s;  // the silent connections stay open unless closed to make room
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  const int port = (*endpoint)->port();
+  const double dropped_before = DroppedIdle().value();
+
+  RawClient oldest(port, 0, "127.0.0.1");
+  ASSERT_TRUE(oldest.connected());
+  // The kernel hands connections over in the order they came: the endpoint holds this one first.
+  RawClient newer(port, 0, "127.0.0.1");
+  ASSERT_TRUE(newer.connected());
+  // A third, from another address, takes the oldest's place and is answered.
+  EXPECT_EQ(Get(port, "127.0.0.2").rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  bool closed = false;
+  EXPECT_EQ(oldest.ReadUntilClosed(60s, &closed), "");
+  EXPECT_TRUE(closed) << "the oldest connection was not closed past max_connections";
+  EXPECT_GE(DroppedIdle().value(), dropped_before + 1);
+  // The newer one is still served.
+  ASSERT_TRUE(newer.Send(kRequest));
+  const std::string answer = newer.ReadUntilClosed(60s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+}
+
+TEST(HttpEndpointPeerLimitTest, ATotalBelowOneOrBelowThePerAddressLimitIsRefused) {
+  auto options = MetricsOnly();
+  options.max_connections = 0;
+  auto endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_FALSE(endpoint.ok());
+  EXPECT_EQ(endpoint.status().message(), "HTTP endpoint option max_connections: expected at least 1, got 0");
+  options = MetricsOnly();
+  options.max_connections = 8;
+  options.max_connections_per_address = 9;
+  endpoint = HttpEndpoint::Start(std::move(options));
+  ASSERT_FALSE(endpoint.ok());
+  EXPECT_EQ(endpoint.status().message(),
+            "HTTP endpoint option max_connections_per_address: expected at most max_connections (8), got 9");
 }
 
 TEST(HttpEndpointPeerLimitTest, ALimitBelowOneIsRefused) {

@@ -1,7 +1,8 @@
 // The coordinator's monitoring port over TLS: the dashboard's files for anyone, /metrics and
 // the JSON for operators only (certificate or admin token; a revoked certificate is refused),
 // an event stream ends once its certificate is revoked, a client that offers to resume its TLS
-// session served with a full handshake, and metrics that count what a real job did.
+// session served with a full handshake, metrics that count what a real job did, and the
+// port's per-address limit as --metrics-max-connections-per-address sets it.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <google/protobuf/struct.pb.h>
@@ -19,8 +20,11 @@
 #include <map>
 #include <regex>
 
+#include "base/flags.h"
+#include "base/http_limit_flags.h"
 #include "base/metrics.h"
 #include "server/monitoring/monitoring.h"
+#include "tests/base/raw_http_client.h"
 #include "tests/integration/harness.h"
 
 namespace tessera::testing {
@@ -431,6 +435,51 @@ TEST_F(MonitoringTest, EventsFollowAJobUntilItsStateSettles) {
   ASSERT_TRUE(result) << "the stream of an ended job did not end";
   EXPECT_NE(ended.find("\"state\":\"JOB_CANCELLED\""), std::string::npos) << ended.substr(0, 300);
   EXPECT_NE(ended.find("event: end\n"), std::string::npos) << ended.substr(0, 300);
+}
+
+// The coordinator's port with --metrics-max-connections-per-address=1, read as tessera-coordinator
+// reads it: while one connection from 127.0.0.1 is open, a second from it is closed unserved
+// (and counted), and the first is still answered.
+TEST_F(MonitoringTest, APerAddressLimitOfOneFromItsFlagHoldsASecondConnectionOff) {
+  FlagSet flags;
+  std::string listen;
+  HttpLimitFlags limits;
+  flags.String("metrics-listen", &listen, "");
+  DeclareHttpLimitFlags(flags, "metrics", &limits);
+  std::vector<std::string> args = {"tessera-coordinator", "--metrics-listen=127.0.0.1:0",
+                                   "--metrics-max-connections-per-address=1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  ASSERT_TRUE(flags.ParseFlagsOnly(static_cast<int>(argv.size()), argv.data()).ok());
+  ASSERT_TRUE(CheckHttpLimitFlags(flags, "metrics", limits).ok());
+  server::MonitoringOptions options;
+  options.listen = listen;
+  options.tls.insecure = true;  // on loopback: raw connections, no handshake to hold them open
+  options.max_connections = static_cast<int>(limits.max_connections);
+  options.max_connections_per_address = static_cast<int>(limits.max_connections_per_address);
+  auto started = server::MonitoringServer::Start(coordinator_.get(), options);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  auto& dropped = metrics::Global().Counter("tessera_http_connections_dropped_total", "", {"reason"}).With({"per_address"});
+  const double dropped_before = dropped.value();
+
+  RawClient first((*started)->port(), 0, "127.0.0.1");
+  ASSERT_TRUE(first.connected());
+  RawClient second((*started)->port(), 0, "127.0.0.1");
+  ASSERT_TRUE(second.connected());  // the kernel accepts it into the backlog; the endpoint closes it
+  second.Send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n");
+  bool closed = false;
+  EXPECT_EQ(second.ReadUntilClosed(std::chrono::seconds(60), &closed), "") << "closed without an answer";
+  EXPECT_TRUE(closed);
+  // Counted just after the close: looked at every 10 ms for up to 30 s.
+  for (int i = 0; i < 3000 && dropped.value() < dropped_before + 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(dropped.value(), dropped_before + 1) << "not closed for its address's limit";
+  // The first is answered (401: /metrics is for operators).
+  ASSERT_TRUE(first.Send("GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n"));
+  const std::string answer = first.ReadUntilClosed(std::chrono::seconds(60));
+  EXPECT_EQ(answer.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << answer;
+  (*started)->Stop();
 }
 
 }  // namespace
