@@ -96,6 +96,14 @@ Result<const AsyncDriver::Task*> AsyncDriver::FindTaskLocked(const v1::UpdateHea
   const std::string what = Describe(h);
   if (h.job_id() != runner_.job_id_) return InvalidArgumentError(what + ": job '" + h.job_id() + "' is not this job");
   if (!current_) return UnavailableError(what + ": the job's model is not loaded yet");
+  // Before the version's checks: a job resumed from an older checkpoint than its last step's
+  // (the newest one damaged) is at a version older than the previous process's tasks.
+  if (h.round() != 0 && h.round() <= resumed_after_) {
+    return FailedPreconditionError(what + ": task " + std::to_string(h.round()) +
+                                   " was handed out before the coordinator resumed the job (the tasks handed out "
+                                   "since are numbered from " +
+                                   std::to_string(uint64_t{resumed_after_} + 1) + "); its update cannot be taken");
+  }
   const uint64_t base = h.base_model_version();
   if (base > current_->version()) {
     return FailedPreconditionError(what + ": trained from model version " + std::to_string(base) +
@@ -106,12 +114,6 @@ Result<const AsyncDriver::Task*> AsyncDriver::FindTaskLocked(const v1::UpdateHea
     return FailedPreconditionError(what + ": too stale: trained from model version " + std::to_string(base) +
                                    ", " + std::to_string(staleness) + " versions behind the model it would be " +
                                    "folded into; max_staleness is " + std::to_string(options_.max_staleness()));
-  }
-  if (h.round() != 0 && h.round() <= resumed_after_) {
-    return FailedPreconditionError(what + ": task " + std::to_string(h.round()) +
-                                   " was handed out before the coordinator resumed the job (the tasks handed out "
-                                   "since are numbered from " +
-                                   std::to_string(uint64_t{resumed_after_} + 1) + "); its update cannot be taken");
   }
   auto it = tasks_.find(h.worker_id());
   if (it == tasks_.end()) {
@@ -205,18 +207,18 @@ void AsyncDriver::AddReportLocked(Buffer& buffer, v1::WorkerRoundReport report, 
 
 bool AsyncDriver::RefuseStale(const v1::UpdateHeader& h, const Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (h.job_id() != runner_.job_id_ || !current_ || h.base_model_version() > current_->version()) return false;
+  if (h.job_id() != runner_.job_id_ || !current_) return false;
+  // An update for a task of the previous process crossed the coordinator's restart: no fault
+  // of its worker's either, whatever version it names (a job resumed from an older checkpoint
+  // than its last step's is at a version older than that task's).
+  if (h.round() != 0 && h.round() <= resumed_after_) return true;
+  if (h.base_model_version() > current_->version()) return false;
   auto it = tasks_.find(h.worker_id());
   // The task it answers, still held: Admit refuses such an update (outside a malformation)
   // only as too stale, even if a discarded step has made it fresh again since.
   const bool answers = it != tasks_.end() && !it->second.folding && it->second.number == h.round() &&
                        h.attempt() == 1 && it->second.version == h.base_model_version();
-  // An update for a task of the previous process crossed the coordinator's restart: no fault
-  // of its worker's either.
-  if (!answers) {
-    return StalenessLocked(h.base_model_version()) > options_.max_staleness() ||
-           (h.round() != 0 && h.round() <= resumed_after_);
-  }
+  if (!answers) return StalenessLocked(h.base_model_version()) > options_.max_staleness();
   v1::WorkerRoundReport report = BaseReport(it->second, h.worker_id());
   report.set_outcome("rejected: " + why.message());
   EndTaskLocked(h.worker_id(), std::move(report), /*refused=*/true, /*rest=*/false);

@@ -43,8 +43,10 @@
 // steps. A job resumed after a crash starts from the last committed version with the
 // strategy's state restored (JobRunner::Prepare); the updates buffered but not yet applied are
 // lost, and every client gets a new task. An update computed for a task of the previous
-// process is refused: as too stale when its version says so, else as a task handed out before
-// the job was resumed (its number is at most the resumed job's first number minus one).
+// process is refused as a task handed out before the job was resumed (its number is at most
+// the resumed job's first number minus one), whatever version it names: resumed from an older
+// checkpoint than its last step's (the newest one damaged), the job is at a version older than
+// that task's.
 //
 // Thread-safety: Run() is the job's thread; the entry points are called from gRPC threads.
 // mu_ guards the tasks and the buffers; a delta's checks and its fold run outside it, so

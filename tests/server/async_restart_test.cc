@@ -134,6 +134,51 @@ TEST_F(AsyncRestartTest, AJobResumedAfterManyReplacedTasksNeverHandsOutANumberAg
   EXPECT_GE(end.async_tasks_reserved(), LargestNumber(a));
 }
 
+// A job resumed from an older checkpoint than its last step's (the newest one damaged) is at
+// a version older than the tasks the previous process handed out: the update for one of
+// those is refused as a task of before the resume, as any other is, not as trained from a
+// version newer than the current one, and is not held against its worker.
+TEST_F(AsyncRestartTest, AnUpdateFromBeforeAResumeToAnOlderCheckpointIsNoFaultOfItsWorker) {
+  auto old_gate = std::make_shared<Gate>();
+  auto new_gate = std::make_shared<Gate>();  // the resumed job's tasks wait for the old update's verdict
+  OpenAtExit open_new_gate(new_gate);
+  auto turns = std::make_shared<std::atomic<int>>(0);
+  FakeWorker& a = AddWorker("a", [old_gate, new_gate, turns](const v1::TrainTask&) {
+    const int turn = (*turns)++;
+    if (turn == 0) return FakeAction::Upload();  // step 1
+    if (turn == 1) return FakeAction::UploadLate(old_gate).UploadToCurrentRunner();
+    return FakeAction::UploadLate(new_gate);
+  });
+  Submit(AsyncSpec(1, 2, /*buffer=*/1, /*max_staleness=*/1));
+  ASSERT_TRUE(AwaitCommitted(1));
+  const v1::TrainTask old_task = TrainTask(a, 1);
+  EXPECT_EQ(old_task.model_version(), 1u);
+  ASSERT_TRUE(old_gate->AwaitReached());  // downloaded version 1 from the first process
+  StopRunner();
+  const v1::Job stored = Stored();
+  ASSERT_EQ(stored.rounds_committed(), 1u);
+  ASSERT_TRUE(store_.DamageCheckpoint(kJobId, 1));
+
+  StartRunner(stored);
+  const v1::TrainTask new_task = TrainTask(a, 2);
+  EXPECT_EQ(new_task.model_version(), 0u) << "not resumed from the checkpoint before the damaged one";
+  EXPECT_GT(new_task.round(), old_task.round());
+  const uint64_t rejected = UpdatesRejected("a");
+  old_gate->Open();
+  ASSERT_TRUE(a.AwaitFinished(old_task.round(), 1));
+  const FakeTurn old_turn = TurnOf(a, old_task.round());
+  ASSERT_TRUE(old_turn.admitted.has_value());
+  EXPECT_FALSE(old_turn.admitted->ok());
+  EXPECT_NE(old_turn.admitted->message().find("task " + std::to_string(old_task.round()) +
+                                              " was handed out before the coordinator resumed the job"),
+            std::string::npos)
+      << old_turn.admitted->ToString();
+  EXPECT_EQ(UpdatesRejected("a"), rejected) << "an update that crossed the restart is no fault of its worker's";
+  new_gate->Open();
+  const v1::Job end = AwaitEnd();
+  EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
+}
+
 // A task number is reserved in the job's row before it is sent: when the row cannot be
 // written, no task goes out and the job fails saying why.
 TEST_F(AsyncRestartTest, NoTaskIsSentBeforeItsNumberIsReserved) {
