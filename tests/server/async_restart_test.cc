@@ -41,9 +41,14 @@ class AsyncRestartTest : public AsyncDriverTest {
 // before the resume, not taken as the answer to its new task, and not held against it.
 TEST_F(AsyncRestartTest, AJobResumedBeforeItsFirstStepNeverHandsOutANumberAgain) {
   auto old_gate = std::make_shared<Gate>();
+  // The resumed job's task waits for the old update's verdict: its update would otherwise
+  // make the job's one step, and the old update could find the job ended.
+  auto new_gate = std::make_shared<Gate>();
+  OpenAtExit open_new_gate(new_gate);
   auto turns = std::make_shared<std::atomic<int>>(0);
-  FakeWorker& a = AddWorker("a", [old_gate, turns](const v1::TrainTask&) {
-    return (*turns)++ == 0 ? FakeAction::UploadLate(old_gate).UploadToCurrentRunner() : FakeAction::Upload();
+  FakeWorker& a = AddWorker("a", [old_gate, new_gate, turns](const v1::TrainTask&) {
+    if ((*turns)++ == 0) return FakeAction::UploadLate(old_gate).UploadToCurrentRunner();
+    return FakeAction::UploadLate(new_gate);
   });
   Submit(AsyncSpec(1, 1, /*buffer=*/1, /*max_staleness=*/1));
   const v1::TrainTask old_task = TrainTask(a, 0);
@@ -72,13 +77,15 @@ TEST_F(AsyncRestartTest, AJobResumedBeforeItsFirstStepNeverHandsOutANumberAgain)
                                               " was handed out before the coordinator resumed the job"),
             std::string::npos)
       << old_turn.admitted->ToString();
+  EXPECT_EQ(UpdatesRejected("a"), 0u) << "an update that crossed the restart is no fault of its worker's";
+  new_gate->Open();
   const v1::Job end = AwaitEnd();
   EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
   const auto rounds = Rounds();
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0].async_step().updates_folded(), 1u);
   EXPECT_EQ(ReportOf(rounds[0], "a").outcome(), "accepted");
-  EXPECT_EQ(UpdatesRejected("a"), 0u) << "an update that crossed the restart is no fault of its worker's";
+  EXPECT_EQ(UpdatesRejected("a"), 0u);
 }
 
 // After a step, tasks that fail are replaced at once: more than a step's worth of work
@@ -87,13 +94,15 @@ TEST_F(AsyncRestartTest, AJobResumedBeforeItsFirstStepNeverHandsOutANumberAgain)
 TEST_F(AsyncRestartTest, AJobResumedAfterManyReplacedTasksNeverHandsOutANumberAgain) {
   constexpr int kFailures = 4;  // more than concurrency 1 + K 1
   auto old_gate = std::make_shared<Gate>();
+  auto new_gate = std::make_shared<Gate>();  // the resumed job's task waits for the old update's verdict
+  OpenAtExit open_new_gate(new_gate);
   auto turns = std::make_shared<std::atomic<int>>(0);
-  FakeWorker& a = AddWorker("a", [old_gate, turns](const v1::TrainTask&) {
+  FakeWorker& a = AddWorker("a", [old_gate, new_gate, turns](const v1::TrainTask&) {
     const int turn = (*turns)++;
     if (turn == 0) return FakeAction::Upload();  // step 1
     if (turn <= kFailures) return FakeAction::Fail("its data is unreadable (test)");
     if (turn == kFailures + 1) return FakeAction::UploadLate(old_gate).UploadToCurrentRunner();
-    return FakeAction::Upload();  // step 2, after the resume
+    return FakeAction::UploadLate(new_gate);  // step 2, after the resume
   });
   v1::JobSpec spec = AsyncSpec(1, 2, /*buffer=*/1, /*max_staleness=*/1);
   spec.set_max_round_attempts(10);  // the failures do not end the job
@@ -129,6 +138,7 @@ TEST_F(AsyncRestartTest, AJobResumedAfterManyReplacedTasksNeverHandsOutANumberAg
   EXPECT_NE(old_turn.admitted->message().find("was handed out before the coordinator resumed the job"),
             std::string::npos)
       << old_turn.admitted->ToString();
+  new_gate->Open();
   const v1::Job end = AwaitEnd();
   EXPECT_EQ(end.state(), v1::JOB_SUCCEEDED) << end.error();
   EXPECT_GE(end.async_tasks_reserved(), LargestNumber(a));
