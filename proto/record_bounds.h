@@ -74,7 +74,8 @@ inline constexpr size_t kMaxRoundRecordBytes = kMaxRoundReports * kMaxWorkerRepo
 inline constexpr size_t kOperatorMaxReceiveBytes = kMaxRoundRecordBytes + kCoordinatorMaxReceiveBytes + (size_t{1} << 20);
 static_assert(kOperatorMaxReceiveBytes <= size_t{64} << 20, "a round's record grew past what a client should take");
 
-// A job's error past this many bytes is cut as an outcome is (the coordinator's log keeps it whole).
+// A job's error past this many bytes is cut as an outcome is, in the job's row and in the
+// coordinator's log alike (the log keeps a thrown exception's whole text, the row its cut).
 inline constexpr size_t kMaxJobErrorBytes = 4096;
 // A note of a job's event log (JobEvent.message), likewise.
 inline constexpr size_t kMaxNoteBytes = 4096;

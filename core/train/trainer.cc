@@ -159,9 +159,8 @@ Result<TrainReport> TrainLocal(Model& model, const Dataset& data, const std::vec
     return InvalidArgumentError("TrainLocal: a batch of " + std::to_string(options.batch_size) + " samples cut among " +
                                 std::to_string(options.shard_count) +
                                 " cohort members gives a member one sample, and batch norm '" + one_value_norm +
-                                "' would hold one value per channel; expected a batch size that gives every "
-                                "member none or at least 2 (" + std::to_string(2 * options.shard_count) +
-                                " or more)");
+                                "' would hold one value per channel; expected a batch size of at least 2 per member (" +
+                                std::to_string(2 * options.shard_count) + " or more)");
   }
   if (!(options.proximal_mu >= 0.0f) || !std::isfinite(options.proximal_mu)) {
     return InvalidArgumentError("TrainLocal: proximal_mu must be a finite number >= 0, got " +
