@@ -25,8 +25,9 @@ let selectedRound = null;
 let followLatest = true;  // the timeline shows the newest round until another one is picked
 let jobRequests = 0;      // loadJob's replies can come back out of order: only the newest is shown
 let jobView = null;
-// The selected job's rounds fetched so far: each load asks only for the rounds after them,
-// page by page (/api/job bounds its reply and says where the next page starts).
+// The selected job's rounds fetched so far: each load asks only for the newest of them again
+// and those after it, page by page (/api/job bounds its reply and says where the next page
+// starts).
 let roundCache = { id: null, rounds: [] };
 let charts = {};
 let streamAbort = null;
@@ -284,10 +285,21 @@ async function loadJob(id) {
   if (roundCache.id !== id) roundCache = { id, rounds: [] };
   let view;
   for (let page = 0; page < 10000; ++page) {
+    // From the newest round fetched, asked for again: a job moved back to an earlier round
+    // (its newer checkpoints were damaged, after a restart) has deleted it, or committed it
+    // anew at another time, and the rounds fetched are then fetched again from the first.
     const cached = roundCache.rounds;
-    const from = cached.length ? cached[cached.length - 1].round + 1 : 0;
+    const newest = cached.length ? cached[cached.length - 1] : null;
+    const from = newest ? newest.round : 0;
     view = await (await api("/api/job?id=" + encodeURIComponent(id) + "&from=" + from)).json();
     if (id !== selectedJob || request !== jobRequests) return;
+    if (newest && roundCache.rounds[roundCache.rounds.length - 1] === newest) {
+      const again = (view.rounds || []).find((r) => r.round === newest.round);
+      if (!again || again.committed_unix_ms !== newest.committed_unix_ms) {
+        roundCache.rounds = [];
+        continue;
+      }
+    }
     const last = roundCache.rounds.length ? roundCache.rounds[roundCache.rounds.length - 1].round : 0;
     // A round of more workers than a reply carries comes with its first reports (the critical
     // path's among them) and the count of the others.
@@ -298,8 +310,7 @@ async function loadJob(id) {
     }
     if (!view.next_round) break;
   }
-  // A job moved back to an earlier round (its newer checkpoints were damaged): its later
-  // rounds are gone.
+  // A job moved back to an earlier round since the last page: its later rounds are gone.
   roundCache.rounds = roundCache.rounds.filter((r) => r.round <= view.job.rounds_committed);
   view.rounds = roundCache.rounds;
   jobView = view;
