@@ -21,6 +21,7 @@ Status JobRunner::Prepare() {
   TensorSet global;
   TensorSet strategy_state;
   TensorSet selection_state;
+  uint32_t rewound_from = 0;  // the job's committed rounds before a fallback to an older checkpoint
   if (job.rounds_committed() == 0) {
     auto initial = store_->LoadCheckpoint(job.id(), 0);
     if (initial.ok()) {
@@ -46,24 +47,16 @@ Status JobRunner::Prepare() {
     }
     if (checkpoint.round < job.rounds_committed()) {
       // The newest checkpoints are damaged: the job goes back to the round of the newest
-      // good one, and the rounds after it are run again.
-      const std::string message = "falling back to the checkpoint of round " + std::to_string(checkpoint.round) +
-                                  "; rounds " + std::to_string(checkpoint.round + 1) + " to " +
-                                  std::to_string(job.rounds_committed()) + " will be run again";
-      spdlog::warn("job {}: {}", job.id(), message);
+      // good one, and the rounds after it are run again. The store moves back only once
+      // that checkpoint has passed the checks below (its strategy's state, its model against
+      // its round's record): one refused fails the job with its rounds as they were.
+      rewound_from = job.rounds_committed();
       ASSIGN_OR_RETURN(auto rounds, store_->ListRounds(job.id(), checkpoint.round, /*max_bytes=*/0));  // its record only
       job.set_rounds_committed(checkpoint.round);
       job.clear_last_round();
       if (checkpoint.round > 0 && !rounds.empty() && rounds.front().round() == checkpoint.round) {
         *job.mutable_last_round() = rounds.front();
       }
-      RETURN_IF_ERROR(store_->RewindJob(job));
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        job_.set_rounds_committed(job.rounds_committed());
-        *job_.mutable_last_round() = job.last_round();
-      }
-      Note(message);
     }
     global = SplitModelAndState(std::move(checkpoint.tensors), &strategy_state, &selection_state);
     spdlog::info("job {}: resuming after round {} from its checkpoint", job.id(), job.rounds_committed());
@@ -109,6 +102,19 @@ Status JobRunner::Prepare() {
     return DataLossError("job " + job.id() + " checkpoint of round " + std::to_string(job.rounds_committed()) +
                          ": its model's SHA-256 is " + encoded->sha256() + "; expected " +
                          QuoteUntrusted(last.model_sha256(), 64) + ", the round record's field 'model_sha256'");
+  }
+  if (rewound_from > job.rounds_committed()) {
+    const std::string message = "falling back to the checkpoint of round " + std::to_string(job.rounds_committed()) +
+                                "; rounds " + std::to_string(job.rounds_committed() + 1) + " to " +
+                                std::to_string(rewound_from) + " will be run again";
+    spdlog::warn("job {}: {}", job.id(), message);
+    RETURN_IF_ERROR(store_->RewindJob(job));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_.set_rounds_committed(job.rounds_committed());
+      *job_.mutable_last_round() = job.last_round();
+    }
+    Note(message);
   }
   std::lock_guard<std::mutex> lock(mu_);
   model_bytes_ = static_cast<uint64_t>(bytes);

@@ -419,5 +419,38 @@ TEST_F(JobRunnerTest, ADamagedNewestCheckpointFallsBackToTheOneBeforeAndItsRound
   for (uint32_t r = 1; r <= 3; ++r) EXPECT_EQ(rounds[r - 1].round(), r);
 }
 
+
+// The older checkpoint a resume falls back to is checked (its model against its round's
+// record) before the job is moved back: one refused ends the job FAILED with the rounds after
+// it still recorded, as they were, not deleted for a fallback that did not happen.
+TEST_F(JobRunnerTest, AFallbackRefusedKeepsTheRoundsItWouldHaveRunAgain) {
+  AddWorker("w1", Always(FakeAction::UploadRandom(/*seed=*/1)));
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_rounds(2);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  // As if the coordinator had stopped after round 2 of 3, round 2's checkpoint damaged and
+  // round 1's holding another model (the initial one) than its record names.
+  auto initial = store_.LoadCheckpoint(kJobId, 0);
+  ASSERT_TRUE(initial.ok()) << initial.status().ToString();
+  const std::vector<v1::RoundRecord> before = Rounds();
+  ASSERT_EQ(before.size(), 2u);
+  v1::Job stored = Stored();
+  stored.set_state(v1::JOB_RUNNING);
+  stored.mutable_spec()->set_rounds(3);
+  ASSERT_TRUE(store_.CommitRound(stored, before[0], *initial).ok());  // the row still at round 2
+  ASSERT_TRUE(store_.DamageCheckpoint(kJobId, 2));
+  StartRunner(stored);
+  const v1::Job ended = AwaitEnd();
+  EXPECT_EQ(ended.state(), v1::JOB_FAILED);
+  EXPECT_NE(ended.error().find("job job-1-test checkpoint of round 1: its model's SHA-256 is "), std::string::npos)
+      << ended.error();
+  EXPECT_EQ(ended.rounds_committed(), 2u);
+  EXPECT_EQ(Stored().rounds_committed(), 2u);
+  EXPECT_EQ(Stored().last_round().round(), 2u);
+  const std::vector<v1::RoundRecord> after = Rounds();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[1].model_sha256(), before[1].model_sha256());
+}
+
 }  // namespace
 }  // namespace tessera::server
