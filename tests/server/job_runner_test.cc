@@ -452,5 +452,44 @@ TEST_F(JobRunnerTest, AFallbackRefusedKeepsTheRoundsItWouldHaveRunAgain) {
   EXPECT_EQ(after[1].model_sha256(), before[1].model_sha256());
 }
 
+// A resume that falls back to an older checkpoint runs the rounds after it again from that
+// round's model and strategy state (FedAvgM's momentum), all from the same file: with the same
+// updates, each round's model is the one an uninterrupted run committed.
+TEST_F(JobRunnerTest, RoundsRunAgainAfterAFallbackGiveTheModelsOfAnUninterruptedRun) {
+  AddWorker("w1", [](const v1::TrainTask& task) { return FakeAction::UploadRandom(/*seed=*/task.round()); });
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_strategy("fedavgm");
+  spec.mutable_server()->set_learning_rate(1.0);
+  spec.mutable_server()->set_momentum(0.9);
+  spec.set_rounds(4);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  std::vector<std::string> uninterrupted;
+  for (const v1::RoundRecord& r : Rounds()) uninterrupted.push_back(r.model_sha256());
+  ASSERT_EQ(uninterrupted.size(), 4u);
+  ASSERT_TRUE(store_.DeleteJob(kJobId).ok());
+
+  // As if the coordinator had stopped after round 3 of 4, rounds 2 and 3's checkpoints damaged.
+  spec.set_rounds(3);
+  ASSERT_EQ(Run(spec).state(), v1::JOB_SUCCEEDED);
+  v1::Job stored = Stored();
+  stored.set_state(v1::JOB_RUNNING);
+  stored.mutable_spec()->set_rounds(4);
+  ASSERT_TRUE(store_.UpdateJob(stored).ok());
+  ASSERT_TRUE(store_.DamageCheckpoint(kJobId, 3));
+  ASSERT_TRUE(store_.DamageCheckpoint(kJobId, 2));
+  StartRunner(stored);
+  const v1::Job resumed = AwaitEnd();
+  ASSERT_EQ(resumed.state(), v1::JOB_SUCCEEDED) << resumed.error();
+  EXPECT_NE(Events().find("falling back to the checkpoint of round 1; rounds 2 to 3 will be run again"),
+            std::string::npos)
+      << Events();
+  const std::vector<v1::RoundRecord> rounds = Rounds();
+  ASSERT_EQ(rounds.size(), 4u);
+  for (uint32_t r = 1; r <= 4; ++r) {
+    EXPECT_EQ(rounds[r - 1].round(), r);
+    EXPECT_EQ(rounds[r - 1].model_sha256(), uninterrupted[r - 1]) << "round " << r;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::server
