@@ -1,7 +1,8 @@
 // The daemons as real processes, killed with SIGKILL mid-round and mid-job: the round still
 // closes by its deadline, a restarted worker rejoins and is selected again, a restarted
 // coordinator resumes at its last committed round with every worker reconnecting by itself,
-// and a stateful strategy's job resumed after a kill is bit-identical to an uninterrupted one.
+// and a stateful strategy's job resumed after a kill is bit-identical to an uninterrupted one,
+// also when its newest checkpoints were damaged and it falls back to an older one.
 // And what a worker maps: a CPU worker maps no CUDA, cuBLAS or NCCL library, and one asked for
 // CUDA on a machine without a driver, or with a driver and no GPU, says why and trains on its
 // fallback device.
@@ -204,9 +205,34 @@ TEST(ProcessTest, AKilledCoordinatorResumesAtItsLastCommittedRound) {
 // restored it from the wrong round, ends on another model.
 class StatefulStrategyKillTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterruptedRun) {
-  const std::string strategy = GetParam();
-  TempDir dir("kill-" + strategy);
+// Damages the newest two checkpoint files of `job` in `state_dir` (one may be that of a round
+// written and never committed): a restart falls back to an older one. Returns how many.
+int DamageNewestCheckpoints(const std::string& state_dir, const std::string& job) {
+  std::map<uint32_t, std::filesystem::path> files;
+  const std::string prefix = job + "-round-";
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || name.size() < prefix.size() + 6) continue;
+    if (name.compare(name.size() - 5, 5, ".ckpt") != 0) continue;
+    const uint32_t round = static_cast<uint32_t>(std::stoul(name.substr(prefix.size())));
+    if (round > 0) files[round] = entry.path();
+  }
+  int damaged = 0;
+  for (auto it = files.rbegin(); it != files.rend() && damaged < 2; ++it, ++damaged) {
+    std::fstream f(it->second, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x5a));  // a tensor's last byte: its hash no longer matches
+  }
+  return damaged;
+}
+
+// Runs the job uninterrupted, then again with the coordinator killed after two rounds (its
+// newest checkpoints damaged before the restart when `damage_newest`), and compares every
+// round's model.
+void ExpectResumedBitIdentical(const std::string& strategy, bool damage_newest) {
+  TempDir dir("kill-" + strategy + (damage_newest ? "-damaged" : ""));
   int port = 0;
   auto coordinator = StartCoordinator(dir, "127.0.0.1:0", &port);
   ASSERT_GT(port, 0) << coordinator->Log();
@@ -244,6 +270,7 @@ TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterrupte
   // in commits. They come back to the restarted coordinator under the same names.
   for (auto& worker : workers) worker->Kill(SIGKILL);
   coordinator->Kill(SIGKILL);
+  if (damage_newest) ASSERT_EQ(DamageNewestCheckpoints(dir.str() + "/state", job), 2);
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
   ASSERT_GT(port, 0) << restarted->Log();
   workers = StartThreeWorkers(dir, port);
@@ -252,10 +279,23 @@ TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterrupte
   ASSERT_EQ(resumed.job().state(), v1::JOB_SUCCEEDED) << resumed.job().error() << "\n" << restarted->Log();
   ASSERT_EQ(resumed.rounds_size(), static_cast<int>(rounds));
   EXPECT_NE(restarted->Log().find("resuming"), std::string::npos) << restarted->Log();
+  if (damage_newest) {
+    EXPECT_NE(restarted->Log().find("falling back to the checkpoint of round"), std::string::npos) << restarted->Log();
+  }
   for (uint32_t r = 0; r < rounds; ++r) {
     EXPECT_EQ(resumed.rounds(static_cast<int>(r)).model_sha256(), uninterrupted.rounds(static_cast<int>(r)).model_sha256())
         << "round " << r + 1 << " differs from the uninterrupted run";
   }
+}
+
+TEST_P(StatefulStrategyKillTest, ResumedAfterAKillIsBitIdenticalToAnUninterruptedRun) {
+  ExpectResumedBitIdentical(GetParam(), /*damage_newest=*/false);
+}
+
+// Moved back to an older checkpoint, the job runs the rounds after it again from that round's
+// model and state (SCAFFOLD's every party's variate among it), and ends on the same model.
+TEST_P(StatefulStrategyKillTest, ResumedFromAnOlderCheckpointAfterAKillIsBitIdenticalToo) {
+  ExpectResumedBitIdentical(GetParam(), /*damage_newest=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(ProcessTest, StatefulStrategyKillTest, ::testing::Values("fedavgm", "fedadam", "scaffold"),
