@@ -131,9 +131,9 @@ Status CheckHost(const std::string& host) {
   return Status::Ok();
 }
 
-// Writes `path` whole (base/whole_file.h): into PATH.new, its mode set before a byte is
-// written whatever the umask, synced, then renamed over `path`. A run that fails or dies
-// half-way leaves `path` as it was or absent, never cut short.
+// Writes `path` whole (base/whole_file.h): into PATH.new, made new, its mode set before a
+// byte is written whatever the umask, synced, then renamed over `path`, and the directory
+// synced. A run that fails or dies half-way leaves `path` as it was or absent, never cut short.
 Status WriteFile(const std::string& path, const std::string& content, mode_t mode) {
   return WriteFileWhole(path, content, WholeFileOptions{.mode = mode, .sync = true, .suffix = ".new"});
 }

@@ -59,8 +59,8 @@ Result<std::vector<NumpyArray>> ParseNpz(std::string_view bytes, const std::stri
 // and non-empty. Refuses an archive of 4 GiB or more (no zip64).
 Result<std::string> EncodeNpz(const std::vector<NumpyArray>& arrays);
 // Writes EncodeNpz(arrays) to `path` whole or not at all (base/whole_file.h: PATH.tmp, every
-// step checked, renamed into place); `sync`: fsync'd before the rename, as an export is (a
-// hand-over read back at once on the same machine need not be).
+// step checked, renamed into place); `sync`: fsync'd before the rename and its directory after,
+// as an export is (a hand-over read back at once on the same machine need not be).
 Status WriteNpz(const std::string& path, const std::vector<NumpyArray>& arrays, bool sync = true);
 
 // A float32 tensor as an array of the same name and shape, and back.

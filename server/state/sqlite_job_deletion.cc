@@ -38,7 +38,7 @@ Result<bool> SqliteStateStore::DeleteJob(const std::string& job_id) {
   // The removals are durable before the rows go: a power cut after the rows' commit could
   // otherwise bring the files back with no row to name them, and a start keeps the files of
   // jobs the database does not know.
-  if (!files.empty()) RETURN_IF_ERROR(SyncDirectory(dir).WithContext("delete job " + job_id));
+  if (!files.empty()) RETURN_IF_ERROR(SyncStateDirectory(dir).WithContext("delete job " + job_id));
   // A checkpoint written for the job and never committed went with its file: a commit of it
   // now would name a file that is gone.
   std::erase_if(written_, [&](const auto& entry) { return entry.first == job_id; });

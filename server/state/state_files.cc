@@ -29,65 +29,15 @@ std::string FileKind(mode_t mode) {
 
 }  // namespace
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
-  return WriteFileAtomically(path, std::vector<std::string_view>{bytes});
-}
-
-Status WritePieces(int fd, const std::string& path, const std::vector<std::string_view>& pieces) {
-  for (std::string_view bytes : pieces) {
-    size_t written = 0;
-    while (written < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoStatus("cannot write", path, errno);
-      if (n == 0) return ErrnoStatus("cannot write", path, EIO);
-      written += static_cast<size_t>(n);
-    }
-  }
-  return Status::Ok();
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  return WriteFileWhole(path, bytes, kStateFileOptions);
 }
 
 Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
-  const std::string tmp = path + ".tmp";
-  // A temporary left by a write cut short, or a link put in its place: removed (a link's
-  // target untouched), and the temporary made new. O_EXCL fails on any name there, a link
-  // included, so whatever appears between the two calls is never written through either.
-  if (::unlink(tmp.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("cannot remove the stale", tmp, errno);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("cannot create", tmp, errno);
-  const auto failed = [&](Status why) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return why;
-  };
-  if (Status s = WritePieces(fd, tmp, pieces); !s.ok()) return failed(s);
-  if (::fsync(fd) != 0) return failed(ErrnoStatus("cannot sync", tmp, errno));
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot close", tmp, err);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoStatus("cannot rename into", path, err);
-  }
-  // The rename is durable once the directory is: until then a power cut may undo it.
-  const std::string dir = std::filesystem::path(path).parent_path().string();
-  return SyncDirectory(dir.empty() ? "." : dir);
+  return WriteFileWhole(path, pieces, kStateFileOptions);
 }
 
-Status SyncDirectory(const std::string& dir) {
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return ErrnoStatus("cannot open directory", dir, errno);
-  if (::fsync(dfd) != 0) {
-    const int err = errno;
-    ::close(dfd);
-    return ErrnoStatus("cannot sync directory", dir, err);
-  }
-  ::close(dfd);
-  return Status::Ok();
-}
+Status SyncStateDirectory(const std::string& dir) { return SyncDirectory(dir, kStateFileOptions.codes); }
 
 Status CreateDirectoriesDurably(const std::string& dir) {
   std::filesystem::path path = std::filesystem::path(dir).lexically_normal();
@@ -113,7 +63,7 @@ Status CreateDirectoriesDurably(const std::string& dir) {
       return ErrnoStatus("cannot create directory", it->string(), errno);
     }
     const std::string parent = it->parent_path().string();
-    RETURN_IF_ERROR(SyncDirectory(parent.empty() ? "." : parent));
+    RETURN_IF_ERROR(SyncStateDirectory(parent.empty() ? "." : parent));
   }
   return Status::Ok();
 }

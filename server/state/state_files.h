@@ -1,7 +1,7 @@
 // The state directory's files as the SQLite store writes and reads them: each file written
-// whole (a temporary beside it, fsync, rename, fsync of the directory), directories created
-// so that their names survive a power cut, and files opened for reading without waiting on
-// something that is not a regular file.
+// whole (base/whole_file.h: a temporary beside it, fsync, rename, fsync of the directory),
+// directories created so that their names survive a power cut, and files opened for reading
+// without waiting on something that is not a regular file.
 #pragma once
 
 #include <sys/stat.h>
@@ -11,24 +11,25 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/whole_file.h"
 
 namespace tessera::server {
 
-// Writes `bytes` to `path` atomically: a temporary file beside it (PATH.tmp), fsync, rename,
-// fsync of the directory. Whatever is at PATH.tmp first (a write cut short, or a link put
-// there) is removed, and the temporary is created new (O_EXCL | O_NOFOLLOW): a link in its
-// place is never written through. A full disk gives ResourceExhausted naming the path, and
-// the old file stays; another failure is Internal naming the path and the step.
-Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+// How the state directory's files are written (base/whole_file.h): PATH.tmp, fsync, rename,
+// fsync of the directory; the umask narrows the mode (0644), so a service's UMask=0077 keeps
+// every file 0600; a full disk is ResourceExhausted naming the file, and the old file stays;
+// any other failure is Internal naming the file and the step.
+inline const WholeFileOptions kStateFileOptions{
+    .mode = 0644, .apply_umask = true, .sync = true, .suffix = ".tmp", .codes = WholeFileCodes::kFullDiskOrInternal};
+
+// Writes `bytes` to `path` whole, as kStateFileOptions says.
+Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 // The same for the concatenation of `pieces`, written one after another (a checkpoint's
 // header and tensors, without copying them into one buffer first).
 Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces);
-// Writes `pieces` to `fd` one after another, as WriteFileAtomically does to its temporary;
-// an error names `path` (ResourceExhausted for a full disk).
-Status WritePieces(int fd, const std::string& path, const std::vector<std::string_view>& pieces);
-// fsync of a directory, so that the names created or renamed in it survive a power cut. An
-// error names the directory.
-Status SyncDirectory(const std::string& dir);
+// fsync of a directory of the state, so that the names created, renamed or removed in it
+// survive a power cut. An error names the directory, with kStateFileOptions' codes.
+Status SyncStateDirectory(const std::string& dir);
 // Creates `dir` and each missing directory above it, from the top down, syncing each new
 // directory's parent after its mkdir, so that the new name survives a power cut. Ok when
 // `dir` is a directory already. An error names the directory and the errno's text.

@@ -51,17 +51,36 @@ TEST_F(WholeFileTest, AnExistingFileIsReplacedWhole) {
 }
 
 // A link planted in the temporary's place is neither followed (its target keeps its bytes) nor
-// renamed over the file asked for.
-TEST_F(WholeFileTest, ALinkInTheTemporarysPlaceIsNotFollowed) {
+// renamed over the file asked for: it is removed, and the temporary made new in its place.
+TEST_F(WholeFileTest, ALinkInTheTemporarysPlaceIsReplacedNotFollowed) {
   const std::string path = (dir_ / "model.onnx").string();
   const std::filesystem::path target = dir_ / "elsewhere";
   std::ofstream(target) << "untouched";
   std::filesystem::create_symlink(target, path + ".tmp");
   Status written = WriteFileWhole(path, "bytes");
-  EXPECT_EQ(written.code(), StatusCode::kDataLoss) << written.ToString();
-  EXPECT_EQ(written.message().rfind("cannot write '" + path + ".tmp': ", 0), 0u) << written.message();
+  ASSERT_TRUE(written.ok()) << written.ToString();
   EXPECT_EQ(Read(target), "untouched");
-  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path)));
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
+  EXPECT_EQ(Read(path), "bytes");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(path + ".tmp")));
+  // A link to a device that takes every byte, or none, is not written through either.
+  std::filesystem::create_symlink("/dev/full", path + ".tmp");
+  ASSERT_TRUE(WriteFileWhole(path, "again").ok());
+  EXPECT_EQ(Read(path), "again");
+}
+
+// A temporary left by a run that died (a key's, readable by anyone) is not reused: the file
+// is made new, with the mode asked for, and none of the old bytes.
+TEST_F(WholeFileTest, AStaleTemporaryIsReplacedByANewFile) {
+  const std::string path = (dir_ / "ca.key").string();
+  std::ofstream(path + ".new") << "a stale temporary, longer than what is written now";
+  std::filesystem::permissions(path + ".new", std::filesystem::perms::all);
+  ASSERT_TRUE(WriteFileWhole(path, "key", WholeFileOptions{.mode = 0600, .suffix = ".new"}).ok());
+  EXPECT_EQ(Read(path), "key");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".new"));
 }
 
 TEST_F(WholeFileTest, AFolderThatDoesNotExistIsAnErrorNamingTheFile) {

@@ -98,16 +98,44 @@ TEST_F(StateFilesTest, ALinkAtACheckpointsTemporaryPathIsNotWrittenThrough) {
 }
 
 // A full disk is ResourceExhausted naming the file; the writes of WriteFileAtomically's
-// temporary go through the same code.
+// temporary go through the same code with the same codes.
 TEST_F(StateFilesTest, AFullDiskIsResourceExhaustedNamingTheFile) {
   const int fd = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   const std::string bytes(1 << 16, 'x');
-  const Status s = WritePieces(fd, "/state/model.ckpt.tmp", {bytes});
+  const Status s = WritePieces(fd, "/state/model.ckpt.tmp", {bytes}, kStateFileOptions.codes);
   ::close(fd);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
   EXPECT_NE(s.message().find("model.ckpt.tmp"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("disk is full"), std::string::npos) << s.message();
+}
+
+// A service's UMask=0077 keeps the state's files its own: a checkpoint is not made readable by
+// every account whatever the umask.
+TEST_F(StateFilesTest, ACheckpointTakesTheUmask) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const mode_t old_umask = ::umask(077);
+  const Status saved = (*store)->SaveInitialModel("job-1-abc", Model(0));
+  ::umask(old_umask);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  struct stat info {};
+  ASSERT_EQ(::stat((*store)->CheckpointPath("job-1-abc", 0).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+}
+
+// A checkpoint that cannot be put in place is Internal, naming the step and the file, and
+// leaves no temporary behind.
+TEST_F(StateFilesTest, ACheckpointThatCannotBeRenamedIntoPlaceLeavesNoTemporary) {
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const std::string path = (*store)->CheckpointPath("job-1-abc", 1);
+  std::filesystem::create_directories(path + "/inside");
+  const Status s = (*store)->WriteCheckpoint("job-1-abc", 1, Model(1));
+  EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  EXPECT_EQ(s.message(), "cannot rename '" + path + ".tmp' to '" + path + "': " + std::strerror(EISDIR));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_TRUE(std::filesystem::is_directory(path + "/inside"));
 }
 
 TEST_F(StateFilesTest, DirectoriesAreMadeWithEveryMissingParent) {
