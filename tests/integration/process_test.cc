@@ -270,7 +270,9 @@ void ExpectResumedBitIdentical(const std::string& strategy, bool damage_newest) 
   // in commits. They come back to the restarted coordinator under the same names.
   for (auto& worker : workers) worker->Kill(SIGKILL);
   coordinator->Kill(SIGKILL);
-  if (damage_newest) ASSERT_EQ(DamageNewestCheckpoints(dir.str() + "/state", job), 2);
+  if (damage_newest) {
+    ASSERT_EQ(DamageNewestCheckpoints(dir.str() + "/state", job), 2);
+  }
   auto restarted = StartCoordinator(dir, "127.0.0.1:" + std::to_string(port), &port);
   ASSERT_GT(port, 0) << restarted->Log();
   workers = StartThreeWorkers(dir, port);
