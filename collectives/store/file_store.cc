@@ -3,18 +3,20 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "base/escape.h"
+#include "base/whole_file.h"
 
 namespace tessera::collectives {
 namespace {
@@ -35,20 +37,43 @@ std::string EscapeKey(const std::string& key) {
   return out;
 }
 
-Status WriteAtomically(const std::string& path, const std::string& value) {
+// A temporary's name beside the key's file: unique among every writer of the directory, so
+// that writers of the same key at once never write through, remove or rename each other's.
+// It holds this process's id and 64 random bits drawn for this write: ranks on two machines
+// sharing the directory over a mount, or in two containers, may have the same process id, and
+// bits drawn once per process would be shared by the processes forked from it. A writer killed
+// half-way leaves its temporary behind, harmless: it starts with '~',
+// which EscapeKey never leaves in a key's file name, so no temporary is ever another key's
+// file and no Get ever reads one.
+std::string TemporarySuffix() {
   static std::atomic<uint64_t> counter{0};
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid()) + "." +
-                                std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(value.data(), static_cast<std::streamsize>(value.size()));
-    if (!out) return UnavailableError("cannot write store file " + temporary);
+  uint64_t drawn = 0;
+  if (::getrandom(&drawn, sizeof drawn, 0) != static_cast<ssize_t>(sizeof drawn)) {
+    drawn = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+            (counter.fetch_add(1) << 48);
   }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    return UnavailableError("cannot rename " + temporary + " to " + path + ": " +
-                            std::strerror(errno));
-  }
-  return Status::Ok();
+  char suffix[48];
+  std::snprintf(suffix, sizeof suffix, "~%ld.%016llx", static_cast<long>(::getpid()),
+                static_cast<unsigned long long>(drawn));
+  return suffix;
+}
+
+// Writes `value` whole as `key`'s file `path` (base/whole_file.h): every write and the close
+// checked, the temporary removed on any failure, so a full disk never renames a cut value into
+// place for a peer to read as a whole one. Not synced: a value matters only while the ranks
+// that set it live, a power cut ends them all, and a store's directory is fresh for each job;
+// close(2) is what makes the bytes visible to the other machines of a shared mount, and it is
+// checked. UNAVAILABLE, as every failure of the store to reach its files, naming the key, the
+// step and the file.
+Status WriteValue(const std::string& key, const std::string& path, const std::string& value) {
+  WholeFileOptions options;
+  options.mode = 0666;  // narrowed by the umask, as any file a rank creates
+  options.apply_umask = true;
+  options.sync = false;
+  options.suffix = TemporarySuffix();
+  Status written = WriteFileWhole(path, value, options);
+  if (written.ok()) return written;
+  return UnavailableError("store key " + QuoteUntrusted(key, 256) + ": " + written.message());
 }
 
 }  // namespace
@@ -113,7 +138,7 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
 }
 
 Status FileStore::Set(const std::string& key, const std::string& value) {
-  return WriteAtomically(PathFor(key), value);
+  return WriteValue(key, PathFor(key), value);
 }
 
 Result<std::string> FileStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -171,7 +196,7 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
     ASSIGN_OR_RETURN(value, ParseCounter(*current, "store key '" + key + "' (" + PathFor(key) + ")"));
   }
   ASSIGN_OR_RETURN(value, AddToCounter(value, delta, key));
-  RETURN_IF_ERROR(WriteAtomically(PathFor(key), std::to_string(value)));
+  RETURN_IF_ERROR(WriteValue(key, PathFor(key), std::to_string(value)));
   return value;
 }
 

@@ -1,7 +1,12 @@
 // FileStore: a Store in a directory shared by all ranks (local disk or a shared mount).
 //
-// Each key is a file; Set writes a temporary file and rename(2)s it into place, so a reader
-// sees a whole value or nothing. Add serialises through flock(2) on the lock file ".lock" in
+// Each key is a file; Set writes it whole (base/whole_file.h): into a temporary beside it,
+// named uniquely for each write (the process id and random bits, after a '~' no key's file
+// name holds), every write and the close checked, then rename(2)d into place, so a reader sees
+// a whole value or nothing, and writers of the same key at once, on one machine or several,
+// never touch each other's temporaries. A write that fails (a full disk) removes its temporary,
+// leaves the key as it was and is UNAVAILABLE naming the key, the step and the file. Values
+// are not fsync'd: they matter only while the job's ranks live. Add serialises through flock(2) on the lock file ".lock" in
 // the directory, taken without blocking and retried with a short backoff (1 to 20 ms) for up
 // to `lock_timeout`: a process that holds it for good (stopped, hung) makes Add
 // DEADLINE_EXCEEDED naming the lock file and the timeout instead of hanging every other rank.
