@@ -21,6 +21,10 @@
 namespace tessera::collectives {
 namespace {
 
+// Keys and the directory come from a job or a command line: every error shows them escaped
+// and bounded, in quotes.
+std::string Shown(const std::string& text) { return QuoteUntrusted(text, 256); }
+
 // Keys may hold '/'; file names hold only [A-Za-z0-9._-] and %XX escapes.
 std::string EscapeKey(const std::string& key) {
   static const char kHex[] = "0123456789ABCDEF";
@@ -73,7 +77,7 @@ Status WriteValue(const std::string& key, const std::string& path, const std::st
   options.suffix = TemporarySuffix();
   Status written = WriteFileWhole(path, value, options);
   if (written.ok()) return written;
-  return UnavailableError("store key " + QuoteUntrusted(key, 256) + ": " + written.message());
+  return UnavailableError("store key " + Shown(key) + ": " + written.message());
 }
 
 }  // namespace
@@ -81,14 +85,14 @@ Status WriteValue(const std::string& key, const std::string& path, const std::st
 Result<std::shared_ptr<FileStore>> FileStore::Open(const std::string& directory,
                                                    std::chrono::milliseconds lock_timeout) {
   if (lock_timeout.count() <= 0) {
-    return InvalidArgumentError("file store " + directory +
+    return InvalidArgumentError("file store " + Shown(directory) +
                                 ": the lock timeout must be > 0 ms, got " +
                                 std::to_string(lock_timeout.count()));
   }
   std::error_code error;
   std::filesystem::create_directories(directory, error);
   if (error) {
-    return UnavailableError("cannot create store directory " + directory + ": " +
+    return UnavailableError("cannot create store directory " + Shown(directory) + ": " +
                             error.message());
   }
   return std::shared_ptr<FileStore>(new FileStore(directory, lock_timeout));
@@ -105,13 +109,13 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
   const RegularFileOpen opened = OpenRegularFile(path);
   if (opened.open_errno != 0) {
     if (opened.open_errno == ENOENT) return NotFoundError(path);
-    return UnavailableError("cannot open store file " + path + ": " + std::strerror(opened.open_errno));
+    return UnavailableError("cannot open store file " + Shown(path) + ": " + std::strerror(opened.open_errno));
   }
   if (opened.stat_errno != 0) {
-    return UnavailableError("cannot stat store file " + path + ": " + std::strerror(opened.stat_errno));
+    return UnavailableError("cannot stat store file " + Shown(path) + ": " + std::strerror(opened.stat_errno));
   }
   if (opened.not_regular) {
-    return FailedPreconditionError("store file " + path + " is not a regular file");
+    return FailedPreconditionError("store file " + Shown(path) + " is not a regular file");
   }
   struct File {
     int fd;
@@ -121,7 +125,7 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
   } file{opened.fd};
   const struct stat& info = opened.info;
   if (info.st_size > static_cast<off_t>(kMaxValueBytes)) {
-    return FailedPreconditionError("store file " + path + " is " + std::to_string(info.st_size) +
+    return FailedPreconditionError("store file " + Shown(path) + " is " + std::to_string(info.st_size) +
                                    " bytes, over the limit of " + std::to_string(kMaxValueBytes));
   }
   std::string content(static_cast<size_t>(info.st_size), '\0');
@@ -129,7 +133,7 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
   while (have < content.size()) {
     const ssize_t n = ::read(file.fd, content.data() + have, content.size() - have);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError("cannot read store file " + path + ": " + std::strerror(errno));
+    if (n < 0) return UnavailableError("cannot read store file " + Shown(path) + ": " + std::strerror(errno));
     if (n == 0) break;  // shorter than it was: files are replaced whole, never truncated
     have += static_cast<size_t>(n);
   }
@@ -149,12 +153,12 @@ Result<std::string> FileStore::Get(const std::string& key, std::chrono::millisec
     auto value = TryRead(path);
     if (value.ok()) return value;
     if (value.status().code() != StatusCode::kNotFound) {
-      return value.status().WithContext("store key " + QuoteUntrusted(key, 256));
+      return value.status().WithContext("store key " + Shown(key));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceededError("store key '" + key + "' not set within " +
+      return DeadlineExceededError("store key " + Shown(key) + " not set within " +
                                    std::to_string(timeout.count()) + " ms (file store " +
-                                   directory_ + ")");
+                                   Shown(directory_) + ")");
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(20));
@@ -170,17 +174,17 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
       if (fd >= 0) ::close(fd);
     }
   } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
-  if (lock.fd < 0) return UnavailableError("cannot open " + lock_path + ": " + std::strerror(errno));
+  if (lock.fd < 0) return UnavailableError("cannot open " + Shown(lock_path) + ": " + std::strerror(errno));
   // Never a blocking flock: a holder that is stopped or hung would hang this rank with it.
   const auto deadline = std::chrono::steady_clock::now() + lock_timeout_;
   auto backoff = std::chrono::milliseconds(1);
   while (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) {
-      return UnavailableError("cannot lock " + lock_path + ": " + std::strerror(errno));
+      return UnavailableError("cannot lock " + Shown(lock_path) + ": " + std::strerror(errno));
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      return DeadlineExceededError("store key '" + key + "': cannot lock " + lock_path +
+      return DeadlineExceededError("store key " + Shown(key) + ": cannot lock " + Shown(lock_path) +
                                    " within " + std::to_string(lock_timeout_.count()) +
                                    " ms: another process or handle holds it (stopped or hung?)");
     }
@@ -190,10 +194,10 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
   int64_t value = 0;
   auto current = TryRead(PathFor(key));
   if (!current.ok() && current.status().code() != StatusCode::kNotFound) {
-    return current.status().WithContext("store key " + QuoteUntrusted(key, 256));
+    return current.status().WithContext("store key " + Shown(key));
   }
   if (current.ok() && !current->empty()) {
-    ASSIGN_OR_RETURN(value, ParseCounter(*current, "store key '" + key + "' (" + PathFor(key) + ")"));
+    ASSIGN_OR_RETURN(value, ParseCounter(*current, "store key " + Shown(key) + " (" + Shown(PathFor(key)) + ")"));
   }
   ASSIGN_OR_RETURN(value, AddToCounter(value, delta, key));
   RETURN_IF_ERROR(WriteValue(key, PathFor(key), std::to_string(value)));

@@ -549,6 +549,22 @@ TEST(FileStoreTest, AKeyFileThatIsNotARegularFileOrIsTooLargeIsRefusedAtOnce) {
   std::filesystem::remove_all(directory);
 }
 
+// A key comes from a job and the directory from a command line: errors show both escaped, so
+// that neither forges a log line nor drives a terminal.
+TEST(FileStoreTest, ErrorsShowTheKeyAndTheDirectoryEscaped) {
+  const std::filesystem::path directory = std::filesystem::temp_directory_path() /
+                                          ("tessera-file-store-\x1b[2J-" + std::to_string(::getpid()));
+  auto store = FileStore::Open(directory.string());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto got = (*store)->Get("rank\n0\x1b[31m", milliseconds(50));
+  ASSERT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().ToString();
+  const std::string& message = got.status().message();
+  EXPECT_NE(message.find("store key 'rank\\n0\\x1b[31m' not set within 50 ms"), std::string::npos) << message;
+  EXPECT_NE(message.find("tessera-file-store-\\x1b[2J-"), std::string::npos) << message;
+  EXPECT_EQ(message.find_first_of("\n\x1b"), std::string::npos) << message;
+  std::filesystem::remove_all(directory);
+}
+
 TEST(FileStoreTest, ALockTimeoutOfZeroIsRefused) {
   auto store = FileStore::Open(std::filesystem::temp_directory_path().string(), milliseconds(0));
   ASSERT_FALSE(store.ok());
