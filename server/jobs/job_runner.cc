@@ -587,10 +587,16 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   // one reports (at most every second) and every 10 s.
   size_t last_pending = selected.size();
   auto last_progress = clock_->Now();
+  // Whether the wait ended before the deadline because no participant was left pending (all
+  // reported, were refused or were lost), or the round had its updates.
+  bool closed_before_deadline = false;
   while (clock_->Now() < deadline && !stopping()) {
     const size_t pending = open->DropLost(
         [this](const std::string& id, uint64_t generation) { return registry_->IsAlive(id, generation); });
-    if (pending == 0 || open->Complete()) break;
+    if (pending == 0 || open->Complete()) {
+      closed_before_deadline = true;
+      break;
+    }
     const auto now = clock_->Now();
     if ((pending != last_pending && now - last_progress >= std::chrono::seconds(1)) ||
         now - last_progress >= std::chrono::seconds(10)) {
@@ -622,10 +628,16 @@ JobRunner::AttemptOutcome JobRunner::RunAttempt(uint32_t round, uint32_t attempt
   }
   if (stopping()) return {Kind::kStopped, CancelledError("job stopping")};
   if (open->accepted() < spec.min_clients()) {
+    // Short before the deadline: the clients that did not report were lost or refused, which a
+    // longer round_deadline_s would not have changed; they are named.
+    const std::string shortfall =
+        closed_before_deadline
+            ? " selected clients reported; the round closed before its deadline with none left to wait for: " +
+                  open->DescribeNotAccepted() + "; min_clients is "
+            : " selected clients reported by the deadline; min_clients is ";
     return {Kind::kTooFewClients, FailedPreconditionError("round " + std::to_string(round) + " attempt " + std::to_string(attempt) + ": " +
                                    std::to_string(open->accepted()) + " of " + std::to_string(selected.size()) +
-                                   " selected clients reported by the deadline; min_clients is " +
-                                   std::to_string(spec.min_clients()))};
+                                   shortfall + std::to_string(spec.min_clients()))};
   }
 
   // Aggregation (the streaming part already happened as updates arrived).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "base/escape.h"
 #include "base/format.h"
 #include "proto/job_mapping.h"
 #include "proto/record_bounds.h"
@@ -455,6 +456,25 @@ std::string Round::DescribeSuspects(const std::vector<Suspect>& suspects) {
     described += (i == 0 ? "" : ", ") + suspects[i].description;
   }
   if (suspects.size() > kNamedSuspects) described += " and " + std::to_string(suspects.size() - kNamedSuspects) + " more";
+  return described;
+}
+
+std::string Round::DescribeNotAccepted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string described;
+  size_t named = 0, more = 0;
+  for (const auto& [id, p] : participants_) {
+    if (p.outcome == Outcome::kAccepted) continue;
+    if (named == kNamedSuspects) {
+      ++more;
+      continue;
+    }
+    // A worker's failure text is its own: escaped and cut, as any input.
+    described += (named++ == 0 ? "" : ", ") + EscapeUntrusted(id, 128) + " (" +
+                 EscapeUntrusted(p.report.outcome(), 160) + ")";
+  }
+  if (named == 0) return "nobody";
+  if (more > 0) described += " and " + std::to_string(more) + " more";
   return described;
 }
 

@@ -179,6 +179,9 @@ class Round {
   // may have thousands, and the message may become the job's error). "nobody" when empty.
   static constexpr size_t kNamedSuspects = 8;
   static std::string DescribeSuspects(const std::vector<Suspect>& suspects);
+  // The participants whose update was not accepted, for a message: the first kNamedSuspects as
+  // "WORKER (OUTCOME)", escaped and bounded, the rest counted. "nobody" when every one was.
+  std::string DescribeNotAccepted() const;
 
  private:
   // Submit's second half: records the checked update and folds it when it is valid.

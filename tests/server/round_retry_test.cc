@@ -1,5 +1,5 @@
 // Round retries, on a ManualClock: an attempt that ends short of min_clients (too few
-// reports by the deadline, or too few workers ready within the wait) is retried as a new
+// reports by the deadline or lost before it, or too few workers ready within the wait) is retried as a new
 // attempt with the next attempt number, up to max_round_attempts; an aggregated model that is
 // not finite is retried without the clients blamed for it, who are back in the next round.
 #include <gtest/gtest.h>
@@ -56,6 +56,26 @@ TEST_F(RoundRetryTest, ARoundShortOfReportsIsRetriedAsANewAttemptAndTheStraggler
                           "retrying"),
             std::string::npos)
       << Events();
+}
+
+TEST_F(RoundRetryTest, AnAttemptLeftShortByALostWorkerBeforeItsDeadlineSaysSoAndNamesTheWorker) {
+  FakeWorker& w1 = AddWorker("w1", Always(FakeAction::Upload()));
+  FakeWorker& w2 = AddWorker("w2", Always(FakeAction::Vanish()));  // lost mid-round
+  v1::JobSpec spec = SmallSpec(2, 2, 60000);
+  spec.set_max_round_attempts(1);
+  Submit(spec);
+  ASSERT_TRUE(w1.AwaitFinished(1, 1));
+  ASSERT_TRUE(w2.AwaitFinished(1, 1));
+  // The runner looks for lost workers every liveness_check_interval, far before the deadline.
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  clock_.Advance(options_.liveness_check_interval);
+  v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_EQ(job.error(),
+            "round 1 failed after 1 attempt(s): round 1 attempt 1: 1 of 2 selected clients reported; the round "
+            "closed before its deadline with none left to wait for: w2 (dropped: worker 'w2' lost (no heartbeat, "
+            "disconnected or restarted)); min_clients is 2");
+  EXPECT_EQ(job.error().find("by the deadline"), std::string::npos) << "its deadline was 60 s away";
 }
 
 TEST_F(RoundRetryTest, TooFewWorkersReadyWithinTheWaitIsRetriedAsANewAttempt) {
