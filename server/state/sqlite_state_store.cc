@@ -1,5 +1,7 @@
 #include "server/state/sqlite_state_store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -447,7 +449,14 @@ Result<std::vector<std::string>> SqliteStateStore::RemoveLeftoverCheckpoints() {
     }
     if (!leftover) continue;
     std::error_code remove_error;
-    if (std::filesystem::remove(entry.path(), remove_error)) removed.push_back(entry.path().string());
+    if (std::filesystem::remove(entry.path(), remove_error)) {
+      removed.push_back(entry.path().string());
+    } else if (remove_error) {
+      // Kept on disk, and said: the file stays until a start that can remove it. A file's
+      // name is whatever was put in the directory: escaped and bounded, as any input.
+      spdlog::warn("cannot remove leftover checkpoint file {} from {}: {}; it is tried again at the next start",
+                   QuoteUntrusted(name, 128), QuoteUntrusted(state_dir_ + "/checkpoints", 256), remove_error.message());
+    }
   }
   if (ec) return InternalError("cannot list " + QuoteUntrusted(state_dir_ + "/checkpoints") + ": " + ec.message());
   return removed;

@@ -1,9 +1,11 @@
 // The SQLite store's own side: jobs, committed rounds and checkpoints survive a reopen;
 // unwritable paths are named (corrupt checkpoint files: checkpoint_file_test.cc); seats edited by hand are read
-// only as far as they can be trusted; files an interrupted coordinator left are removed;
-// reads do not wait for a write, and see it once it returned. What every store does is in
+// only as far as they can be trusted; files an interrupted coordinator left are removed, or
+// named in a warning when they cannot be; reads do not wait for a write, and see it once it
+// returned. What every store does is in
 // state_store_conformance_test.cc.
 #include "server/state/sqlite_state_store.h"
+#include "tests/captured_log.h"
 #include "tests/server/edit_database.h"
 #include "tests/server/test_directory.h"
 
@@ -379,6 +381,36 @@ TEST_F(SqliteStateStoreTest, LeftoverCheckpointFilesAreRemovedAtStart) {
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"job-1-abc-round-0.ckpt", "job-1-abc-round-3.ckpt", "job-1-abc-round-4.ckpt",
                                             "job-1-abc-round-5.ckpt", "job-9-zzz-round-1.ckpt"}));
+}
+
+TEST_F(SqliteStateStoreTest, ALeftoverThatCannotBeRemovedIsLoggedNamingItAndTheOthersGo) {
+  v1::Job job = RunningJob();
+  {
+    auto store = SqliteStateStore::Open(dir_.string());
+    ASSERT_TRUE(store.ok());
+    ASSERT_TRUE((*store)->InsertJob(job).ok());
+    CommitRounds(**store, &job, 5);
+  }
+  const auto checkpoints = dir_ / "checkpoints";
+  // At a never-committed round's name, something that cannot be removed: a directory that is
+  // not empty (as a file in a directory the coordinator may not write to would be).
+  std::filesystem::create_directory(checkpoints / "job-1-abc-round-7.ckpt");
+  std::ofstream(checkpoints / "job-1-abc-round-7.ckpt" / "inside") << "kept";
+  std::ofstream(checkpoints / "job-1-abc-round-6.ckpt") << "leftover";
+  tessera::testing::CapturedLog log;
+  auto store = SqliteStateStore::Open(dir_.string());
+  ASSERT_TRUE(store.ok());
+  auto removed = (*store)->RemoveLeftoverCheckpoints();
+  ASSERT_TRUE(removed.ok()) << removed.status().ToString();
+  ASSERT_EQ(removed->size(), 1u);
+  EXPECT_EQ(std::filesystem::path((*removed)[0]).filename(), "job-1-abc-round-6.ckpt");
+  EXPECT_TRUE(std::filesystem::exists(checkpoints / "job-1-abc-round-7.ckpt"));
+  const std::string text = log.text();
+  EXPECT_NE(text.find("cannot remove leftover checkpoint file 'job-1-abc-round-7.ckpt' from '" +
+                      checkpoints.string() + "': "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("; it is tried again at the next start"), std::string::npos) << text;
 }
 
 // A VFS over SQLite's default one, made the default while it lives, so that the connections
