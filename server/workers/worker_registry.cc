@@ -29,7 +29,65 @@ int64_t UnixMillis() {
       .count();
 }
 
-WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options) {}
+WorkerRegistry::WorkerRegistry(WorkerRegistryOptions options) : options_(options) {
+  const bool steady = options_.clock == &SteadyClock();
+  pause_tick_ = options_.pause_tick.value_or(steady ? std::chrono::milliseconds(250) : std::chrono::milliseconds(0));
+  if (pause_tick_.count() > 0) {
+    last_tick_ = options_.clock->Now();
+    pause_thread_ = std::thread([this] { WatchPauses(); });
+  }
+}
+
+WorkerRegistry::~WorkerRegistry() {
+  {
+    std::lock_guard<std::mutex> lock(pause_mu_);
+    pause_stop_ = true;
+  }
+  pause_cv_.notify_all();
+  if (pause_thread_.joinable()) pause_thread_.join();
+}
+
+void WorkerRegistry::WatchPauses() {
+  std::unique_lock<std::mutex> wait_lock(pause_mu_);
+  while (!pause_stop_) {
+    Clock::TimePoint last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = last_tick_;
+    }
+    options_.clock->WaitUntil(wait_lock, pause_cv_, last + pause_tick_, [this] { return pause_stop_; });
+    if (pause_stop_) break;
+    const Clock::TimePoint now = options_.clock->Now();
+    std::chrono::nanoseconds paused{0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (now - last_tick_ > pause_tick_ + options_.pause_slack) {
+        paused = now - last_tick_ - pause_tick_;
+        paused_ += paused;
+      }
+      last_tick_ = now;
+    }
+    if (paused.count() > 0) {
+      spdlog::warn("the coordinator did not run for {} ms (stopped, paused, or starved of CPU): its workers' "
+                   "silence over that time is not held against them",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(paused).count());
+    }
+  }
+}
+
+std::chrono::nanoseconds WorkerRegistry::PausedLocked(Clock::TimePoint now) const {
+  if (pause_tick_.count() == 0) return paused_;
+  // A tick overdue past the slack: the pause is still under way, or has just ended and the
+  // watch has not run since (a round looking at liveness may wake before it).
+  const auto overdue = now - last_tick_ - pause_tick_;
+  return overdue > options_.pause_slack ? paused_ + overdue : paused_;
+}
+
+void WorkerRegistry::HeardLocked(Worker& w) {
+  w.last_heard = options_.clock->Now();
+  w.paused_at_heard = PausedLocked(w.last_heard);
+  w.last_heard_unix_ms = UnixMillis();
+}
 
 void WorkerRegistry::Restore(const std::vector<v1::WorkerStatus>& workers) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -83,8 +141,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   w.sink.reset();
   w.session = RandomHex(16);
   w.generation = next_generation_++;
-  w.last_heard = options_.clock->Now();
-  w.last_heard_unix_ms = UnixMillis();
+  HeardLocked(w);
   w.channel_open = false;
   w.channel_lost = false;
   w.outbox.clear();
@@ -145,8 +202,7 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
   if (w.session.empty() || !SameSession(w.session, session)) {
     return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
   }
-  w.last_heard = options_.clock->Now();
-  w.last_heard_unix_ms = UnixMillis();
+  HeardLocked(w);
   // Escaped and capped by the service. A worker whose task channel closed stays listed as
   // "disconnected", whatever its heartbeats say, until it reopens its channel or joins again:
   // it is not alive, and a state such as "idle" beside that would read as if it were.
@@ -158,8 +214,10 @@ bool WorkerRegistry::IsAliveLocked(const Worker& w) const {
   // A worker known from before a restart and not joined since (generation 0) is never alive,
   // however early the clock reads: the steady clock counts from boot, so a coordinator started
   // within a heartbeat timeout of boot would otherwise find its restored workers alive.
-  return w.generation != 0 && !w.channel_lost &&
-         options_.clock->Now() - w.last_heard <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
+  if (w.generation == 0 || w.channel_lost) return false;
+  const Clock::TimePoint now = options_.clock->Now();
+  const auto silence = (now - w.last_heard) - (PausedLocked(now) - w.paused_at_heard);
+  return silence <= std::chrono::milliseconds(options_.heartbeat_timeout_ms);
 }
 
 uint64_t WorkerRegistry::Generation(const std::string& worker_id) const {
@@ -234,6 +292,7 @@ Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t genera
     w.channel_open = true;
     w.channel_lost = false;  // a channel reopened in the same session
     w.last_heard = options_.clock->Now();
+    w.paused_at_heard = PausedLocked(w.last_heard);
     w.status.set_state("idle");
     queued = !w.outbox.empty();
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -45,6 +47,16 @@ struct WorkerRegistryOptions {
   // Where liveness reads the time (tests move a ManualClock instead of sleeping); must
   // outlive the registry.
   const Clock* clock = &SteadyClock();
+  // The coordinator's own pauses (the process stopped, its VM paused, starved of CPU) are not
+  // counted as its workers' silence: the heartbeats sent meanwhile wait unread in its sockets,
+  // and a round looking at liveness as it wakes would otherwise drop every worker it has. A
+  // thread ticks every pause_tick; the time by which a tick comes later than pause_tick +
+  // pause_slack (or is overdue so, while it is) is a pause, and a worker's silence is the time
+  // since it was last heard less the pauses since. Unset: 250 ms on the steady clock, not
+  // watched on another (a test moving a ManualClock far at once means the workers' silence);
+  // 0: not watched.
+  std::optional<std::chrono::milliseconds> pause_tick;
+  std::chrono::milliseconds pause_slack{1000};
 };
 
 // The server end of one open task channel, as the registry sees it. The registry calls these
@@ -81,6 +93,9 @@ struct OutgoingTask {
 class WorkerRegistry {
  public:
   explicit WorkerRegistry(WorkerRegistryOptions options);
+  ~WorkerRegistry();  // stops the pause watch
+  WorkerRegistry(const WorkerRegistry&) = delete;
+  WorkerRegistry& operator=(const WorkerRegistry&) = delete;
 
   // Workers known from before a restart: listed, not alive, with no session until they join.
   void Restore(const std::vector<v1::WorkerStatus>& workers);
@@ -170,6 +185,7 @@ class WorkerRegistry {
     std::string session;
     uint64_t generation = 0;
     std::chrono::steady_clock::time_point last_heard;
+    std::chrono::nanoseconds paused_at_heard{0};  // PausedLocked() when last heard
     int64_t last_heard_unix_ms = 0;
     bool channel_open = false;
     bool channel_lost = false;  // its task channel closed: the worker died or must rejoin
@@ -180,6 +196,11 @@ class WorkerRegistry {
   };
   Status AdmitsLocked(const std::string& name) const;  // Admits(), under mu_
   bool IsAliveLocked(const Worker& w) const;
+  // Marks `w` heard now (under mu_).
+  void HeardLocked(Worker& w);
+  // The coordinator's pauses so far, the one under way included (under mu_).
+  std::chrono::nanoseconds PausedLocked(Clock::TimePoint now) const;
+  void WatchPauses();  // the pause watch's thread
   // The worker's status as List() shows it. Under mu_.
   v1::WorkerStatus StatusLocked(const Worker& w) const;
 
@@ -189,6 +210,14 @@ class WorkerRegistry {
   uint64_t next_generation_ = 1;
   bool shutdown_ = false;
   uint64_t outbox_dropped_ = 0;
+  std::chrono::milliseconds pause_tick_{0};  // 0: pauses not watched
+  Clock::TimePoint last_tick_;               // the pause watch's last tick
+  std::chrono::nanoseconds paused_{0};       // the pauses of ticks that came late
+
+  std::mutex pause_mu_;  // the pause watch's wait; taken before mu_, never while holding it
+  std::condition_variable pause_cv_;
+  bool pause_stop_ = false;  // guarded by pause_mu_
+  std::thread pause_thread_;
 };
 
 std::string RandomHex(size_t bytes);  // from the OS's random source

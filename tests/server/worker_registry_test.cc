@@ -352,5 +352,83 @@ TEST_F(WorkerRegistryTest, ANameOrCohortOutsideTheRuleIsRefusedNamedEscaped) {
   EXPECT_TRUE(registry_.Join(request).ok());
 }
 
+// The coordinator's own pause (its process stopped, its VM paused) is not its workers'
+// silence: the heartbeats they sent meanwhile wait unread in its sockets, and a round that looks
+// at liveness as the process wakes, before the pause watch has ticked, must not drop them.
+// Silence outside the pause still counts.
+class WorkerRegistryPauseTest : public ::testing::Test {
+ protected:
+  static constexpr milliseconds kTick{250};
+
+  WorkerRegistryPauseTest() : registry_(Options(&clock_)) {}
+
+  static WorkerRegistryOptions Options(const Clock* clock) {
+    WorkerRegistryOptions options;
+    options.heartbeat_interval_ms = 5000;
+    options.heartbeat_timeout_ms = 15000;
+    options.clock = clock;
+    options.pause_tick = kTick;
+    options.pause_slack = milliseconds(1000);
+    return options;
+  }
+
+  std::string Join(const std::string& name) {
+    v1::JoinRequest request;
+    request.set_name(name);
+    request.mutable_device()->set_kind("cpu");
+    auto joined = registry_.Join(request);
+    EXPECT_TRUE(joined.ok()) << joined.status().ToString();
+    return joined.ok() ? joined->worker_id() : "";
+  }
+
+  // Moves the clock by `by` in ticks, each once the pause watch waits for it: no pause.
+  void Tick(milliseconds by) {
+    for (milliseconds moved{0}; moved < by; moved += kTick) {
+      ASSERT_TRUE(clock_.AwaitWaiters(1, std::chrono::seconds(30))) << "the pause watch never waited";
+      clock_.Advance(kTick);
+    }
+    ASSERT_TRUE(clock_.AwaitWaiters(1, std::chrono::seconds(30)));
+  }
+
+  ManualClock clock_;
+  WorkerRegistry registry_;
+};
+
+TEST_F(WorkerRegistryPauseTest, APauseLongerThanTheTimeoutLosesNobodyAndSilenceAfterItStillCounts) {
+  const std::string id = Join("w1");
+  ASSERT_TRUE(clock_.AwaitWaiters(1, std::chrono::seconds(30)));
+  clock_.Advance(std::chrono::seconds(60));  // the coordinator stopped for a minute
+  // Looked at before the pause watch has run: the pause is under way as far as it knows.
+  EXPECT_TRUE(registry_.IsAlive(id)) << "a worker dropped for the coordinator's own pause";
+  Tick(milliseconds(14500));  // 0.25 s of the minute plus 14.5 s since: 14.75 s of silence
+  EXPECT_TRUE(registry_.IsAlive(id));
+  Tick(milliseconds(500));  // 15.25 s
+  EXPECT_FALSE(registry_.IsAlive(id)) << "silence after the pause is the worker's";
+}
+
+TEST_F(WorkerRegistryPauseTest, SilenceWithoutAPauseLosesAWorkerAsBefore) {
+  const std::string id = Join("w1");
+  Tick(milliseconds(15000));
+  EXPECT_TRUE(registry_.IsAlive(id));
+  Tick(milliseconds(250));
+  EXPECT_FALSE(registry_.IsAlive(id));
+}
+
+TEST_F(WorkerRegistryPauseTest, AHeartbeatReadJustAfterAPauseCountsFromThere) {
+  v1::JoinRequest request;
+  request.set_name("w1");
+  request.mutable_device()->set_kind("cpu");
+  auto joined = registry_.Join(request);
+  ASSERT_TRUE(joined.ok());
+  ASSERT_TRUE(clock_.AwaitWaiters(1, std::chrono::seconds(30)));
+  clock_.Advance(std::chrono::seconds(60));
+  // The heartbeat queued during the pause is read before the watch ticks.
+  ASSERT_TRUE(registry_.Heartbeat(joined->worker_id(), joined->session(), "idle").ok());
+  Tick(milliseconds(15000));
+  EXPECT_TRUE(registry_.IsAlive(joined->worker_id()));
+  Tick(milliseconds(250));
+  EXPECT_FALSE(registry_.IsAlive(joined->worker_id()));
+}
+
 }  // namespace
 }  // namespace tessera::server
