@@ -202,6 +202,14 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     for (TaskScope* transfer : task_transfers_) {
       if (cancel.Covers(transfer->job_id(), transfer->round(), transfer->attempt())) transfer->Cancel();
     }
+    // An update sent inside the task session is not waited for either: a coordinator that
+    // cancelled its task may never answer it, and the wait would hold the task thread for the
+    // whole transfer deadline.
+    if (inline_wait_ && !inline_wait_->verdict &&
+        cancel.Covers(inline_wait_->job_id, inline_wait_->round, inline_wait_->attempt)) {
+      inline_wait_->cancelled = true;
+      inline_cv_.notify_all();
+    }
   }
 
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
@@ -371,7 +379,8 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     uint32_t round = 0;
     uint32_t attempt = 0;
     std::optional<v1::UpdateVerdict> verdict;
-    bool ended = false;  // the session ended first
+    bool ended = false;      // the session ended first
+    bool cancelled = false;  // CancelUpload named its task first
   };
 
   // The update inside the open task session, with its answer; nullopt when it does not go
@@ -417,9 +426,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     }
     std::unique_lock<std::mutex> lock(mu_);
     if (written) {
-      inline_cv_.wait_for(lock, options_.transfer_deadline, [&] { return wait->verdict.has_value() || wait->ended; });
+      inline_cv_.wait_for(lock, options_.transfer_deadline,
+                          [&] { return wait->verdict.has_value() || wait->ended || wait->cancelled; });
     }
     if (inline_wait_ == wait) inline_wait_.reset();
+    if (!wait->verdict && wait->cancelled) {
+      // Sent whole, but cancelled before its verdict: its fate is unknown, as an upload call's
+      // that a cancel ended.
+      return Result<v1::UploadResult>(
+          CancelledError("upload inside the task session: the coordinator cancelled the task before its verdict"));
+    }
     if (!wait->verdict && written && !wait->ended) {
       // The session still stands: the coordinator has not answered in time (as an upload call
       // that ran past the same deadline).

@@ -35,7 +35,7 @@ class CoordinatorClient {
   virtual void CancelTransfers() {}
   // The coordinator cancelled the task (job, round, attempt; attempt 0: every attempt of the
   // round; round 0: every task of the job, which ended; worker/cancelled_task.h): its upload or model download in flight ends at once, no further chunk sent or
-  // waited for, and returns CANCELLED; one for it that starts later in this session does not
+  // waited for (nor the verdict of an update sent inside the task session), and returns CANCELLED; one for it that starts later in this session does not
   // start. Transfers of other tasks go on. A Join forgets these cancels with the session they
   // came in.
   virtual void CancelUpload(const std::string& job_id, uint32_t round, uint32_t attempt) {}

@@ -1,0 +1,149 @@
+// The worker's gRPC client against a coordinator of its own making (a fake WorkerService on
+// loopback): what the client does with answers a coordinator of another version, or a broken
+// one, may give.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "tessera/v1/worker_service.grpc.pb.h"
+#include "worker/coordinator_client.h"
+
+namespace tessera::worker {
+namespace {
+
+constexpr auto kWait = std::chrono::seconds(60);
+
+// A coordinator that takes inline updates in its task sessions. Once a session is open it
+// hands over a verdict of an update never sent (the worker's cue that its session stands);
+// each inline update after that is answered by `answer`, which writes what it likes (or
+// nothing) down the session.
+class FakeCoordinator final : public v1::WorkerService::Service {
+ public:
+  using Answer = std::function<void(const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*)>;
+  explicit FakeCoordinator(Answer answer) : answer_(std::move(answer)) {}
+
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* request, v1::JoinResponse* response) override {
+    response->set_worker_id(request->name());
+    response->set_session("session-1");
+    response->set_heartbeat_interval_ms(1000);
+    response->set_inline_update_max_bytes(1 << 20);
+    return grpc::Status::OK;
+  }
+  grpc::Status TaskSession(grpc::ServerContext*,
+                           grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>* stream) override {
+    v1::TaskSessionMessage message;
+    if (!stream->Read(&message) || !message.has_open()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "open");
+    v1::Task hello;
+    hello.mutable_verdict()->set_job_id("never-sent");
+    hello.mutable_verdict()->set_accepted(true);
+    stream->Write(hello);
+    while (stream->Read(&message)) {
+      if (message.has_update()) answer_(message.update(), stream);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  Answer answer_;
+};
+
+// A failure report for (job-1, round, 1): an update of no tensors, small enough to go inside
+// the session.
+v1::UpdateHeader Report(uint32_t round) {
+  v1::UpdateHeader header;
+  header.set_worker_id("w1");
+  header.set_session("session-1");
+  header.set_job_id("job-1");
+  header.set_round(round);
+  header.set_attempt(1);
+  header.set_failure("the data could not be read");
+  return header;
+}
+
+class CoordinatorClientTest : public ::testing::Test {
+ protected:
+  // Starts `service` and the client's task session against it, whose tasks go to the client as
+  // the worker's agent hands them (a cancel ends the task's transfers); returns once the
+  // session stands.
+  void Start(FakeCoordinator::Answer answer) {
+    service_ = std::make_unique<FakeCoordinator>(std::move(answer));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_TRUE(server_ != nullptr && port > 0);
+    wire::ClientTls tls;
+    tls.insecure = true;
+    auto client = MakeGrpcCoordinatorClient("127.0.0.1:" + std::to_string(port), tls, {.transfer_deadline = kWait});
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    client_ = std::move(client).value();
+    v1::JoinRequest join;
+    join.set_name("w1");
+    auto joined = client_->Join(join);
+    ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+    channel_ = std::thread([this] {
+      v1::TaskChannelRequest open;
+      open.set_worker_id("w1");
+      open.set_session("session-1");
+      (void)client_->RunTaskChannel(open, [this](const v1::Task& task) {
+        if (task.has_cancel()) client_->CancelUpload(task.cancel().job_id(), task.cancel().round(), task.cancel().attempt());
+        std::lock_guard<std::mutex> lock(mu_);
+        open_ = true;
+        cv_.notify_all();
+      });
+    });
+    std::unique_lock<std::mutex> lock(mu_);
+    ASSERT_TRUE(cv_.wait_for(lock, kWait, [&] { return open_; }));
+  }
+  void TearDown() override {
+    if (client_) client_->CancelTaskChannel();
+    if (channel_.joinable()) channel_.join();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  std::unique_ptr<FakeCoordinator> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CoordinatorClient> client_;
+  std::thread channel_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// A coordinator that cancels a task whose update came inside the session, and never gives
+// that update a verdict: the upload ends with the cancel (CANCELLED, as an upload call a
+// cancel ended), not at the transfer deadline, and the session carries the next update.
+TEST_F(CoordinatorClientTest, ACancelEndsTheWaitForAnInlineUpdatesVerdict) {
+  Start([](const v1::InlineUpdate& update, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>* stream) {
+    v1::Task answer;
+    if (update.header().round() == 1) {
+      answer.mutable_cancel()->set_job_id(update.header().job_id());
+      answer.mutable_cancel()->set_round(1);
+      answer.mutable_cancel()->set_attempt(update.header().attempt());
+      answer.mutable_cancel()->set_reason("the round's deadline passed");
+    } else {
+      answer.mutable_verdict()->set_job_id(update.header().job_id());
+      answer.mutable_verdict()->set_round(update.header().round());
+      answer.mutable_verdict()->set_attempt(update.header().attempt());
+      answer.mutable_verdict()->set_accepted(true);
+    }
+    stream->Write(answer);
+  });
+  auto cancelled = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  ASSERT_FALSE(cancelled.ok());
+  EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled) << cancelled.status().ToString();
+  auto next = client_->UploadUpdate(Report(2), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_TRUE(next->accepted());
+}
+
+}  // namespace
+}  // namespace tessera::worker
