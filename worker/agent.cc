@@ -25,6 +25,7 @@
 #include "device/registry.h"
 #include "proto/job_mapping.h"
 #include "worker/error_feedback.h"
+#include "worker/heartbeat.h"
 #include "worker/join_retry.h"
 #include "worker/task_checks.h"
 #include "worker/worker_metrics.h"
@@ -199,7 +200,7 @@ Status WorkerAgent::RunSession(bool* joined_out) {
   if (stop_) return Status::Ok();  // stopped while joining: no channel to open
   std::atomic<bool> session_over{false};
   std::thread heartbeat([&, id = joined.worker_id(), session = joined.session(),
-                         interval = std::clamp<uint32_t>(joined.heartbeat_interval_ms(), 100, 60000)] {
+                         interval = HeartbeatIntervalMs(joined.heartbeat_interval_ms(), joined.heartbeat_timeout_ms())] {
     uint64_t failed_beats = 0;  // in a row
     StatusCode last_failure = StatusCode::kOk;
     while (!stop_ && !session_over) {
