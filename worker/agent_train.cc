@@ -80,7 +80,8 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     request.set_session(session);
     request.set_job_id(task.job_id());
     request.set_model_version(task.model_version());
-    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request, max_download, task.round(), task.attempt()));
+    ASSIGN_OR_RETURN(downloaded, client_->DownloadModel(request, max_download, task.round(), task.attempt(),
+                                                        task.deadline_unix_ms()));
   }
   const double download_ms = MillisSince(download_start);
 #ifdef __GLIBC__

@@ -20,6 +20,7 @@
 #include "proto/update_chunk_reader.h"
 #include "tessera/v1/worker_service.grpc.pb.h"
 #include "worker/cancelled_task.h"
+#include "worker/round_deadline.h"
 
 namespace tessera::worker {
 namespace {
@@ -213,9 +214,22 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
   Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
-                                  uint32_t attempt) override {
+                                  uint32_t attempt, int64_t deadline_unix_ms) override {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.transfer_deadline);
+    // The transfer's deadline, or the task's where that is nearer (a coordinator that neither
+    // serves the model nor cancels the task held the task thread for the whole transfer's).
+    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(options_.transfer_deadline);
+    bool task_deadline = false;
+    if (deadline_unix_ms > 0) {
+      const auto left = TimeLeftUntil(deadline_unix_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            std::chrono::system_clock::now().time_since_epoch())
+                                                            .count());
+      if (left < limit) {
+        limit = left;
+        task_deadline = true;
+      }
+    }
+    SetDeadline(&ctx, limit);
     TransferScope in_flight(this, &ctx);
     TaskScope task(this, &ctx, request.job_id(), round, attempt);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
@@ -255,6 +269,11 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::Status finished = reader->Finish();
     if (!status.ok()) return status;  // what was wrong with it, not the cancel that followed
     if (task.cancelled()) return CancelledError("download " + what + ": the coordinator cancelled the task");
+    if (task_deadline && finished.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return DeadlineExceededError("download " + what + ": the task's deadline_unix_ms " +
+                                   std::to_string(deadline_unix_ms) + " passed on this worker's clock before the " +
+                                   "model arrived");
+    }
     if (!finished.ok()) return FromGrpc(finished, "download " + what);
     return assembler.Finish();
   }

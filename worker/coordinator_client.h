@@ -42,9 +42,12 @@ class CoordinatorClient {
   // The model of request.model_version(), reassembled from its chunks and checksum-checked; a
   // manifest of more than `max_bytes` is refused before anything is allocated for it, and a
   // download whose first message names another model version is refused (DATA_LOSS). For the
-  // task (request.job_id(), round, attempt), which CancelUpload may end.
+  // task (request.job_id(), round, attempt), which CancelUpload may end. It ends, too, at the
+  // task's deadline (TrainTask.deadline_unix_ms, on the coordinator's clock; 0 or less: none),
+  // DEADLINE_EXCEEDED naming it, where that comes before the transfer's own: a round that is
+  // over takes no update, whether or not its coordinator says so.
   virtual Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t round,
-                                          uint32_t attempt) = 0;
+                                          uint32_t attempt, int64_t deadline_unix_ms) = 0;
   // Sends the header then the chunks of `tensors`; returns the coordinator's verdict. The
   // header carries its sets (wire::AppendUpdateSet) and `tensors` every set's encoded bytes,
   // in set order; a failure header comes with no tensors. The gRPC client sends an update that

@@ -193,7 +193,7 @@ Result<TensorSet> HandWorker::Download(const v1::TrainTask& task) {
   request.set_session(joined_.session());
   request.set_job_id(task.job_id());
   request.set_model_version(task.model_version());
-  return client_->DownloadModel(request, uint64_t{1} << 30, task.round(), task.attempt());  // a test model is far smaller
+  return client_->DownloadModel(request, uint64_t{1} << 30, task.round(), task.attempt(), 0);  // a test model is far smaller
 }
 
 HandWorker::~HandWorker() {

@@ -484,7 +484,7 @@ TEST(DownloadCancelTest, ACancelOfTheTaskEndsItsModelDownload) {
   bool returned = false;
   Result<TensorSet> result = InternalError("not run");
   std::thread download([&] {
-    auto downloaded = client->DownloadModel(request, 1 << 20, 1, 1);
+    auto downloaded = client->DownloadModel(request, 1 << 20, 1, 1, 0);
     std::lock_guard<std::mutex> lock(mu);
     result = std::move(downloaded);
     returned = true;
@@ -514,7 +514,7 @@ TEST(DownloadCancelTest, ADownloadOfACancelledTaskDoesNotStart) {
   client->CancelUpload("job-1", 1, 0);  // every attempt of round 1
   v1::DownloadModelRequest request;
   request.set_job_id("job-1");
-  const auto result = client->DownloadModel(request, 1 << 20, 1, 3);
+  const auto result = client->DownloadModel(request, 1 << 20, 1, 3, 0);
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
 }
 
@@ -543,11 +543,11 @@ TEST(DownloadVersionTest, AModelOfAnotherVersionThanAskedForIsRefused) {
   request.set_job_id("job-1");
   request.set_model_version(5);
   served = 5;
-  auto same = client->DownloadModel(request, 1 << 20, 6, 1);
+  auto same = client->DownloadModel(request, 1 << 20, 6, 1, 0);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_EQ((*same)[0].values, model[0].values);
   served = 6;
-  auto other = client->DownloadModel(request, 1 << 20, 6, 1);
+  auto other = client->DownloadModel(request, 1 << 20, 6, 1, 0);
   EXPECT_EQ(other.status().code(), StatusCode::kDataLoss) << other.status().ToString();
   EXPECT_NE(other.status().message().find("model version 5 of job job-1: the coordinator sent model version 6"),
             std::string::npos)

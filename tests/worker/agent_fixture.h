@@ -232,8 +232,8 @@ class ScriptedCoordinator final : public CoordinatorClient {
     shared_->cancelled = true;
     shared_->cv.notify_all();
   }
-  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t,
-                                  uint32_t) override {
+  Result<TensorSet> DownloadModel(const v1::DownloadModelRequest& request, uint64_t max_bytes, uint32_t, uint32_t,
+                                  int64_t) override {
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       ++shared_->downloads;

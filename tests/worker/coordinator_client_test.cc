@@ -49,6 +49,12 @@ class FakeCoordinator final : public v1::WorkerService::Service {
     }
     return grpc::Status::OK;
   }
+  // A download that never sends a byte of its model: it ends when the worker gives it up.
+  grpc::Status DownloadModel(grpc::ServerContext* ctx, const v1::DownloadModelRequest*,
+                             grpc::ServerWriter<v1::ModelChunkMessage>*) override {
+    while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return grpc::Status::CANCELLED;
+  }
 
  private:
   Answer answer_;
@@ -143,6 +149,27 @@ TEST_F(CoordinatorClientTest, ACancelEndsTheWaitForAnInlineUpdatesVerdict) {
   auto next = client_->UploadUpdate(Report(2), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_TRUE(next->accepted());
+}
+
+// A coordinator that hands a task out, then neither serves its model nor cancels it: the
+// download ends at the task's deadline (here 2 s away), named as such, not at the transfer's
+// (a minute); the round is over by then, and would take no update.
+TEST_F(CoordinatorClientTest, ADownloadEndsAtItsTasksDeadline) {
+  Start([](const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*) {});
+  v1::DownloadModelRequest request;
+  request.set_worker_id("w1");
+  request.set_session("session-1");
+  request.set_job_id("job-1");
+  request.set_model_version(0);
+  const int64_t deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               (std::chrono::system_clock::now() + std::chrono::seconds(2)).time_since_epoch())
+                               .count();
+  auto downloaded = client_->DownloadModel(request, 1 << 20, 1, 1, deadline);
+  ASSERT_FALSE(downloaded.ok());
+  EXPECT_EQ(downloaded.status().code(), StatusCode::kDeadlineExceeded) << downloaded.status().ToString();
+  EXPECT_NE(downloaded.status().message().find("the task's deadline_unix_ms " + std::to_string(deadline)),
+            std::string::npos)
+      << downloaded.status().ToString();
 }
 
 }  // namespace
