@@ -75,7 +75,9 @@ TEST_F(AgentTest, ARunningVarianceIsSentSoThatTheCoordinatorsModelStaysAtZeroOrM
     checked = true;
     for (size_t j = 0; j < model[i].values.size(); ++j) {
       EXPECT_GE(model[i].values[j] + delta[i].values[j], 0.0f) << "element " << j;
-      if (j > 0) EXPECT_NE(delta[i].values[j], 0.0f) << "element " << j << ": a channel that trained was not sent";
+      if (j > 0) {
+        EXPECT_NE(delta[i].values[j], 0.0f) << "element " << j << ": a channel that trained was not sent";
+      }
     }
   }
   EXPECT_TRUE(checked);
