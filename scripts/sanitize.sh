@@ -51,8 +51,14 @@ fi
 # of the synchronisation between gRPC's threads and reports hundreds of races in gRPC's inline
 # header code (call ops, reactors, arenas); a suppression broad enough to silence them would also
 # hide races in the services' own code, which runs on gRPC's threads. These suites run under
-# ASan+UBSan above and in the normal suite.
-tsan_excluded='^(CoordinatorStartTest|CoordinatorShutdownTest|CoordinatorJobsTest|StreamScaleTest)\.'
+# ASan+UBSan above and in the normal suite. In the suites added since, what TSan reports is on
+# gRPC's own descriptors (its event engine's epoll and eventfd, made on one thread and used or
+# closed on its poller's).
+# ExternalTrainerRoundTest is left out too: a trainer's JSON reply is parsed into a
+# google::protobuf::Struct by Debian's uninstrumented libprotobuf, and looking its map up from
+# instrumented code crashes inside protobuf's inline map code (map.h), under TSan only; it passes
+# under ASan+UBSan and in the normal suite.
+tsan_excluded='^(CoordinatorStartTest|CoordinatorShutdownTest|CoordinatorJobsTest|StreamScaleTest|CoordinatorMetricsTest|JobServiceTest|JobWatchTest|RoundStreamsTest|ExternalTrainerRoundTest)\.|^SqliteDeleteJobTest\.ACoordinatorWithARetention'
 
 if [[ $which == tsan || $which == all ]]; then
   dir="${TSAN_BUILD_DIR:-build-tsan}"
