@@ -99,7 +99,9 @@ const std::vector<Command>& Commands() {
       {"watch", "JOB", "follow a job live: one line per round (accuracy, loss, clients, latency\n"
                        "by phase, KiB on the wire), notes as they happen, then the final accuracy and a latency\n"
                        "summary; reconnects while the coordinator restarts, giving up after 5 minutes in\n"
-                       "which no stream brought a new round or note, or answered and stayed open a minute",
+                       "which no stream brought a new round or note, or answered and stayed open a minute;\n"
+                       "exits 0 once the job has succeeded, 1 when it failed or was cancelled or the\n"
+                       "coordinator did not come back",
        {"json"}, true},
       {"cancel", "JOB", "cancel a running job", {"json"}, true},
       {"delete", "JOB", "delete an ended job for good: its record, its rounds and its kept models\n"

@@ -127,6 +127,18 @@ std::shared_ptr<JobRunner> JobRunnerFixture::runner() {
 
 bool JobRunnerFixture::AwaitRunnerWaiting() { return clock_.AwaitWaiters(1, kWaitLimit); }
 
+bool JobRunnerFixture::AdvanceUntilEnded(std::chrono::milliseconds step) {
+  const auto look = std::chrono::milliseconds(100);
+  for (auto waited = std::chrono::milliseconds(0); waited < kWaitLimit; waited += look) {
+    {
+      std::unique_lock<std::mutex> lock(events_mu_);
+      if (events_cv_.wait_for(lock, look, [&] { return ended_; })) return true;
+    }
+    if (clock_.AwaitWaiters(1, std::chrono::milliseconds(0))) clock_.Advance(step);
+  }
+  return false;
+}
+
 bool JobRunnerFixture::AwaitEvent(const std::string& text) {
   std::unique_lock<std::mutex> lock(events_mu_);
   return events_cv_.wait_for(lock, kWaitLimit, [&] {

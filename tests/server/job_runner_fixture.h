@@ -62,6 +62,10 @@ class JobRunnerFixture : public ::testing::Test {
   // met and that is ending, by the next: the runner's wait ends by a deadline taken from
   // the clock before it looked at what time decides.
   bool AwaitRunnerWaiting();
+  // Moves the clock by `step` each time the runner waits on it, until the job has ended: for a
+  // job that may end at its runner's first look or at a later one (a lost worker seen at once
+  // or a liveness check on). False when it has not ended within kWaitLimit's looks.
+  bool AdvanceUntilEnded(std::chrono::milliseconds step);
   // Blocks until a published note (or progress line, or "committed round N;" for a round's
   // record) contains `text`.
   bool AwaitEvent(const std::string& text);

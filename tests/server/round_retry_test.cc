@@ -66,9 +66,9 @@ TEST_F(RoundRetryTest, AnAttemptLeftShortByALostWorkerBeforeItsDeadlineSaysSoAnd
   Submit(spec);
   ASSERT_TRUE(w1.AwaitFinished(1, 1));
   ASSERT_TRUE(w2.AwaitFinished(1, 1));
-  // The runner looks for lost workers every liveness_check_interval, far before the deadline.
-  ASSERT_TRUE(AwaitRunnerWaiting());
-  clock_.Advance(options_.liveness_check_interval);
+  // The runner looks for lost workers every liveness_check_interval, far before the deadline:
+  // w2 is lost at its first look or at one a liveness_check_interval on.
+  ASSERT_TRUE(AdvanceUntilEnded(options_.liveness_check_interval));
   v1::Job job = AwaitEnd();
   EXPECT_EQ(job.state(), v1::JOB_FAILED);
   EXPECT_EQ(job.error(),
