@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/store/file_store.h"
+#include "tests/file_size_limit.h"
 #include "tests/fresh_directory.h"
 
 namespace tessera::collectives {
@@ -28,28 +29,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Files of this process larger than `bytes` refused (EFBIG, SIGXFSZ ignored) while it lives,
-// as a full disk refuses them.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    rlimit limited = old_;
-    limited.rlim_cur = bytes;
-    set_ = ::setrlimit(RLIMIT_FSIZE, &limited) == 0;
-  }
-  ~FileSizeLimit() {
-    if (set_) ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  bool ok() const { return set_; }
-
- private:
-  rlimit old_{};
-  void (*old_handler_)(int) = SIG_DFL;
-  bool set_ = false;
-};
+using ::tessera::testing::FileSizeLimit;
 
 class FileStoreWriteTest : public ::testing::Test {
  protected:
