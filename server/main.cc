@@ -25,8 +25,9 @@
 
 namespace {
 
-// Descriptors the coordinator keeps for itself beside its workers' connections: its state
-// store, checkpoints being written, listening sockets, metrics and dashboard clients.
+// Descriptors the coordinator keeps for itself beside its workers' connections and its
+// metrics port's (--metrics-max-connections): its state store, checkpoints being written,
+// listening sockets.
 constexpr uint64_t kReservedDescriptors = 1024;
 
 const char kUsage[] = R"(tessera-coordinator: schedules federated rounds for the workers that join it.
@@ -53,7 +54,8 @@ LABEL TOKEN per site); operators without certificates need the admin token
 
 Each connected worker takes a file descriptor or two: at start the coordinator raises its soft
 open-file limit to the hard one and logs a warning where that is below the 16,384 streams it
-serves at once plus 1,024 for itself (raise LimitNOFILE or `ulimit -Hn`).
+serves at once plus 1,024 for itself, plus --metrics-max-connections with --metrics-listen
+(raise LimitNOFILE or `ulimit -Hn`).
 
 Usage: tessera-coordinator --state-dir DIR (--tls-dir DIR | --tls-cert FILE --tls-key FILE ...) [flags]
 
@@ -284,8 +286,13 @@ int main(int argc, char** argv) {
   // (plus room for its own files) is said at start rather than found at the worker past it.
   if (auto limit = RaiseOpenFileLimit(); !limit.ok()) {
     spdlog::warn("{}", limit.status().message());
-  } else if (auto shortfall = OpenFileShortfall(*limit, uint64_t{options.streams.max_streams} + kReservedDescriptors,
-                                                "the workers connected at once (about one descriptor each)")) {
+  } else if (auto shortfall = OpenFileShortfall(
+                 *limit,
+                 uint64_t{options.streams.max_streams} + kReservedDescriptors +
+                     (metrics_listen.empty() ? 0 : static_cast<uint64_t>(metrics_limits.max_connections)),
+                 metrics_listen.empty() ? "the workers connected at once (about one descriptor each)"
+                                        : "the workers connected at once (about one descriptor each) and the "
+                                          "metrics port's connections (--metrics-max-connections)")) {
     spdlog::warn("{}", *shortfall);
   }
 
