@@ -16,6 +16,7 @@
 #include "proto/job_mapping.h"
 #include "proto/update_envelope.h"
 #include "worker/agent.h"
+#include "worker/round_deadline.h"
 #include "worker/worker_metrics.h"
 
 namespace tessera::worker {
@@ -63,9 +64,7 @@ Status WorkerAgent::TrainExternally(const v1::TrainTask& task, const Identity& i
   request.weight_decay = train.weight_decay;
   request.seed = train.seed;
   // The coordinator's deadline, on this worker's steady clock.
-  const int64_t now_unix_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const auto deadline = TrainerDeadline(task.deadline_unix_ms(), now_unix_ms);
+  const auto deadline = TrainerDeadline(task.deadline_unix_ms(), NowUnixMs());
   const std::string job = task.job_id();
   const uint32_t round = task.round(), attempt = task.attempt();
   auto should_stop = [&, job, round, attempt] {

@@ -23,6 +23,7 @@
 #include "proto/update_envelope.h"
 #include "worker/agent.h"
 #include "worker/cohort.h"
+#include "worker/round_deadline.h"
 #include "worker/round_download.h"
 #include "worker/task_checks.h"
 #include "worker/worker_metrics.h"
@@ -54,9 +55,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
   const std::function<bool()> round_over = [this, job = task.job_id(), round = task.round(),
                                             attempt = task.attempt(), deadline = task.deadline_unix_ms(), session] {
     if (stop_) return true;
-    const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch()).count();
-    if (deadline > 0 && now > deadline) return true;
+    if (deadline > 0 && NowUnixMs() > deadline) return true;
     std::lock_guard<std::mutex> lock(mu_);
     return IsCancelledLocked(job, round, attempt) || SessionEndedLocked(session);
   };
@@ -189,9 +188,7 @@ Status WorkerAgent::Train(const v1::TrainTask& task, const Identity& identity, v
     comm.size = static_cast<int>(task.cohort_size());
     comm.prefix = task.rendezvous_prefix();
     comm.bind_address = options_.cohort_address;
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    const CohortWait wait = CohortWaitFor(options_.cohort_timeout_s, task.deadline_unix_ms(),
-                                          std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+    const CohortWait wait = CohortWaitFor(options_.cohort_timeout_s, task.deadline_unix_ms(), NowUnixMs());
     comm.timeout_ms = static_cast<int>(wait.timeout.count());
     // A cancel or a stop ends the wait for members that will not come (not the deadline,
     // which bounds the wait itself and is reported as such).

@@ -221,9 +221,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(options_.transfer_deadline);
     bool task_deadline = false;
     if (deadline_unix_ms > 0) {
-      const auto left = TimeLeftUntil(deadline_unix_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                            std::chrono::system_clock::now().time_since_epoch())
-                                                            .count());
+      const auto left = TimeLeftUntil(deadline_unix_ms, NowUnixMs());
       if (left < limit) {
         limit = left;
         task_deadline = true;

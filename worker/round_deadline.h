@@ -8,6 +8,12 @@
 
 namespace tessera::worker {
 
+// This worker's clock in Unix milliseconds, as deadlines are compared with it.
+inline int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // From `now_unix_ms` (this worker's clock) to `deadline_unix_ms`: zero once it has passed, and
 // at most 2^40 ms (about 35 years). Both in int64 milliseconds, so that a deadline from any
 // coordinator (INT64_MAX included) is a time far off on the steady clock, never a count of

@@ -86,7 +86,6 @@ std::chrono::nanoseconds WorkerRegistry::PausedLocked(Clock::TimePoint now) cons
 void WorkerRegistry::HeardLocked(Worker& w) {
   w.last_heard = options_.clock->Now();
   w.paused_at_heard = PausedLocked(w.last_heard);
-  w.last_heard_unix_ms = UnixMillis();
 }
 
 void WorkerRegistry::Restore(const std::vector<v1::WorkerStatus>& workers) {
@@ -142,6 +141,7 @@ Result<v1::JoinResponse> WorkerRegistry::Join(const v1::JoinRequest& request) {
   w.session = RandomHex(16);
   w.generation = next_generation_++;
   HeardLocked(w);
+  w.last_heard_unix_ms = UnixMillis();
   w.channel_open = false;
   w.channel_lost = false;
   w.outbox.clear();
@@ -203,6 +203,7 @@ Status WorkerRegistry::Heartbeat(const std::string& worker_id, const std::string
     return UnauthenticatedError("worker '" + worker_id.substr(0, 128) + "': session credential is not current; join again");
   }
   HeardLocked(w);
+  w.last_heard_unix_ms = UnixMillis();
   // Escaped and capped by the service. A worker whose task channel closed stays listed as
   // "disconnected", whatever its heartbeats say, until it reopens its channel or joins again:
   // it is not alive, and a state such as "idle" beside that would read as if it were.
@@ -291,8 +292,7 @@ Status WorkerRegistry::OpenChannel(const std::string& worker_id, uint64_t genera
     previous = std::exchange(w.sink, sink);
     w.channel_open = true;
     w.channel_lost = false;  // a channel reopened in the same session
-    w.last_heard = options_.clock->Now();
-    w.paused_at_heard = PausedLocked(w.last_heard);
+    HeardLocked(w);
     w.status.set_state("idle");
     queued = !w.outbox.empty();
   }

@@ -196,7 +196,8 @@ class WorkerRegistry {
   };
   Status AdmitsLocked(const std::string& name) const;  // Admits(), under mu_
   bool IsAliveLocked(const Worker& w) const;
-  // Marks `w` heard now (under mu_).
+  // Marks `w` heard now, for its liveness (under mu_); a heartbeat or a join also sets its
+  // last_heard_unix_ms, which List() shows.
   void HeardLocked(Worker& w);
   // The coordinator's pauses so far, the one under way included (under mu_).
   std::chrono::nanoseconds PausedLocked(Clock::TimePoint now) const;
