@@ -210,7 +210,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
     std::lock_guard<std::mutex> lock(mu_);
     round = round_;
   }
-  registry_->RecordRound(header.worker_id(), false);
+  registry_->RecordRejected(header.worker_id());
   spdlog::warn("job {}: refused {}", header.job_id(), why.message());
   Note("refused " + why.message());
   if (auto driver = Driver()) driver->Reject(header, why);
@@ -222,7 +222,7 @@ void JobRunner::RejectUpload(const v1::UpdateHeader& header, const Status& why) 
 void JobRunner::RefuseArrival(const v1::UpdateHeader& header, const Status& why) {
   if (why.code() == StatusCode::kInvalidArgument) return RejectUpload(header, why);
   if (auto driver = Driver(); driver && driver->RefuseStale(header, why)) return;
-  if (!CancelledAsOverSelected(header)) registry_->RecordRound(header.worker_id(), false);
+  if (!CancelledAsOverSelected(header)) registry_->RecordRejected(header.worker_id());
 }
 
 Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta, double upload_ms,
@@ -256,9 +256,8 @@ Status JobRunner::SubmitUpdate(const v1::UpdateHeader& header, TensorSet& delta,
                             ": checking it failed: " + e.what());
   }
   // An update that crossed its worker's cancel as over-selected is not the worker's fault.
-  if (verdict.ok() || !(stale || CancelledAsOverSelected(header))) {
-    registry_->RecordRound(header.worker_id(), verdict.ok());
-  }
+  // An accepted one counts for its worker when its round commits (RecordCommitted).
+  if (!verdict.ok() && !(stale || CancelledAsOverSelected(header))) registry_->RecordRejected(header.worker_id());
   if (!verdict.ok()) {
     spdlog::warn("job {}: refused {}", header.job_id(), verdict.message());
     Note("refused " + verdict.message());
@@ -276,7 +275,7 @@ Status JobRunner::ReportFailure(const v1::UpdateHeader& header) {
   if (!round && !driver) return AdmitUpload(header);
   RETURN_IF_ERROR(AdmitUpload(header));
   RETURN_IF_ERROR(driver ? driver->Fail(header) : round->Fail(header));
-  registry_->RecordRound(header.worker_id(), false);
+  registry_->RecordRejected(header.worker_id());
   const std::string message = "worker '" + header.worker_id() + "' could not train round " +
                               std::to_string(header.round()) + ": " + header.failure();
   spdlog::warn("job {}: {}", header.job_id(), message);

@@ -212,6 +212,7 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
                record.has_async_step() ? "step" : "round", round, accuracy, loss, record.clients_reported(),
                record.clients_selected(), record.latency().total_ms());
   RecordRound(record);
+  registry_->RecordCommitted(record);
   v1::JobEvent event;
   *event.mutable_job() = Summary();
   *event.mutable_round() = std::move(record);

@@ -342,14 +342,20 @@ std::optional<v1::Task> WorkerRegistry::TakeTask(const std::string& worker_id, u
   return std::move(outgoing->task);
 }
 
-void WorkerRegistry::RecordRound(const std::string& worker_id, bool accepted) {
+void WorkerRegistry::RecordRejected(const std::string& worker_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return;
-  if (accepted) {
+  it->second.status.set_updates_rejected(it->second.status.updates_rejected() + 1);
+}
+
+void WorkerRegistry::RecordCommitted(const v1::RoundRecord& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& report : record.workers()) {
+    if (report.outcome().rfind("accepted", 0) != 0) continue;
+    auto it = workers_.find(report.worker_id());
+    if (it == workers_.end()) continue;
     it->second.status.set_rounds_completed(it->second.status.rounds_completed() + 1);
-  } else {
-    it->second.status.set_updates_rejected(it->second.status.updates_rejected() + 1);
   }
 }
 

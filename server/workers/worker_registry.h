@@ -151,7 +151,12 @@ class WorkerRegistry {
   // TakeOutgoing as one message: an inline model is parsed into the task.
   std::optional<v1::Task> TakeTask(const std::string& worker_id, uint64_t generation, bool* closed);
 
-  void RecordRound(const std::string& worker_id, bool accepted);
+  // A refused or failed update of the worker's, for `tessera workers`' REJECTED column.
+  void RecordRejected(const std::string& worker_id);
+  // A committed round or asynchronous step: every worker whose update it folded ("accepted"
+  // in its report) has one more round completed. Counted here, not when an update is
+  // accepted, so that an attempt retried or discarded adds nothing.
+  void RecordCommitted(const v1::RoundRecord& record);
   // The cohort the worker joined with ("" for none).
   std::string Cohort(const std::string& worker_id) const;
   // Every worker's status, in name order.

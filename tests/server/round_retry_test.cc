@@ -52,6 +52,11 @@ TEST_F(RoundRetryTest, ARoundShortOfReportsIsRetriedAsANewAttemptAndTheStraggler
   EXPECT_EQ(w3.cancels()[0].round(), 1u);
   EXPECT_EQ(w3.cancels()[0].attempt(), 1u) << "a cancel must name the attempt it ends";
   EXPECT_TRUE(w1.cancels().empty()) << "w1 reported in time";
+  // w1 and w2 were accepted in both attempts, but only attempt 2 committed: one round each.
+  for (const v1::WorkerStatus& status : registry_.List()) {
+    EXPECT_EQ(status.rounds_completed(), 1u) << status.worker_id();
+    EXPECT_EQ(status.updates_rejected(), 0u) << status.worker_id();
+  }
   EXPECT_NE(Events().find("round 1 attempt 1: 2 of 3 selected clients reported by the deadline; min_clients is 3; "
                           "retrying"),
             std::string::npos)
