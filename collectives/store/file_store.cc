@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "base/escape.h"
+#include "base/sha256.h"
 #include "base/whole_file.h"
 
 namespace tessera::collectives {
@@ -25,12 +27,21 @@ namespace {
 // and bounded, in quotes.
 std::string Shown(const std::string& text) { return QuoteUntrusted(text, 256); }
 
-// Keys may hold '/'; file names hold only [A-Za-z0-9._-] and %XX escapes.
-std::string EscapeKey(const std::string& key) {
+// A key's file name: the key with every byte but letters, digits, '.', '_' and '-' written
+// %XX, and a leading '.' too, so that no key's file is ".", "..", the lock file ".lock" or any
+// other dot file, and none holds the '~' every temporary's name does. A key whose name would be
+// empty or longer than kMaxPlainNameBytes (a file name is at most 255 bytes, and its temporaries
+// add their suffix) is named by the first bytes of that name, "%#" and the key's SHA-256:
+// "%#" is in no other name ('%' is otherwise followed by two hex digits), so the two kinds
+// never meet, and two long keys share a file only if their hashes are equal.
+constexpr size_t kMaxPlainNameBytes = 200;
+constexpr size_t kHashedPrefixBytes = 128;
+
+std::string KeyFileName(const std::string& key) {
   static const char kHex[] = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : key) {
-    if (std::isalnum(c) || c == '.' || c == '_' || c == '-') {
+    if (std::isalnum(c) || c == '_' || c == '-' || (c == '.' && !out.empty())) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -38,7 +49,12 @@ std::string EscapeKey(const std::string& key) {
       out += kHex[c & 15];
     }
   }
-  return out;
+  if (!out.empty() && out.size() <= kMaxPlainNameBytes) return out;
+  size_t cut = std::min(out.size(), kHashedPrefixBytes);
+  // Not inside a %XX escape, so that the name shows whole bytes of the key.
+  if (cut >= 1 && out[cut - 1] == '%') cut -= 1;
+  else if (cut >= 2 && out[cut - 2] == '%') cut -= 2;
+  return out.substr(0, cut) + "%#" + Sha256Hex(key.data(), key.size());
 }
 
 // A temporary's name beside the key's file: unique among every writer of the directory, so
@@ -46,9 +62,9 @@ std::string EscapeKey(const std::string& key) {
 // It holds this process's id and 64 random bits drawn for this write: ranks on two machines
 // sharing the directory over a mount, or in two containers, may have the same process id, and
 // bits drawn once per process would be shared by the processes forked from it. A writer killed
-// half-way leaves its temporary behind, harmless: it starts with '~',
-// which EscapeKey never leaves in a key's file name, so no temporary is ever another key's
-// file and no Get ever reads one.
+// half-way leaves its temporary behind, harmless: its suffix starts with '~', which no key's
+// file name holds (KeyFileName), so no temporary is ever another key's file and no Get ever
+// reads one. At most 38 bytes, which KeyFileName leaves room for.
 std::string TemporarySuffix() {
   static std::atomic<uint64_t> counter{0};
   uint64_t drawn = 0;
@@ -99,7 +115,7 @@ Result<std::shared_ptr<FileStore>> FileStore::Open(const std::string& directory,
 }
 
 std::string FileStore::PathFor(const std::string& key) const {
-  return directory_ + "/" + EscapeKey(key);
+  return directory_ + "/" + KeyFileName(key);
 }
 
 Result<std::string> FileStore::TryRead(const std::string& path) const {

@@ -12,6 +12,13 @@
 // DEADLINE_EXCEEDED naming the lock file and the timeout instead of hanging every other rank.
 // Get polls with the same backoff. Remove the directory when the job is done.
 //
+// Every key has a file of its own in the directory, whatever bytes the key holds (none, '/',
+// "..", thousands): letters, digits, '_', '-' and '.' but a leading one stay, every other byte
+// is written %XX, and a name that would be empty or over 200 bytes is cut and ends in "%#"
+// and the key's SHA-256. So no key's file is the lock file or any dot file, holds the '~' of
+// a temporary, reaches outside the directory or is over a file name's 255 bytes with its
+// temporaries' suffix. Every rank running this code names each key's file alike.
+//
 // A key's file is read only when it is a regular file of at most kMaxValueBytes; anything else
 // there (a FIFO, a directory, a larger file) makes Get and Add FAILED_PRECONDITION naming the
 // file, at once, never a read that blocks or a value held whole.

@@ -112,8 +112,8 @@ TEST_F(FileStoreWriteTest, ATargetThatCannotBeReplacedFailsAtTheRenameAndLeavesN
 }
 
 // A key's file is never a temporary's name: keys named like "k"'s temporaries (a key's file
-// name holds only letters, digits, '.', '_', '-' and %XX escapes), set by other ranks, keep
-// their values while "k" is set.
+// name holds only letters, digits, '.', '_', '-' and %XX escapes, or "%#" and a hash), set by
+// other ranks, keep their values while "k" is set.
 TEST_F(FileStoreWriteTest, NoTemporaryIsEverAnotherKeysFile) {
   const std::string pid = std::to_string(::getpid());
   std::vector<std::string> keys = {"k.tmp"};
