@@ -144,14 +144,28 @@ Result<std::string> FileStore::TryRead(const std::string& path) const {
     return FailedPreconditionError("store file " + Shown(path) + " is " + std::to_string(info.st_size) +
                                    " bytes, over the limit of " + std::to_string(kMaxValueBytes));
   }
-  std::string content(static_cast<size_t>(info.st_size), '\0');
+  // Read to the end, one byte past the size fstat gave: a writer replaces a key's file whole
+  // (rename), never writes it in place, so a file that reads shorter or longer than its size
+  // (written in place meanwhile, or a file of a kind whose size says nothing, such as sysfs's)
+  // holds no value this store wrote, and a part of it is never taken for one.
+  const size_t expected = static_cast<size_t>(info.st_size);
+  std::string content(expected + 1, '\0');
   size_t have = 0;
   while (have < content.size()) {
     const ssize_t n = ::read(file.fd, content.data() + have, content.size() - have);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return UnavailableError("cannot read store file " + Shown(path) + ": " + std::strerror(errno));
-    if (n == 0) break;  // shorter than it was: files are replaced whole, never truncated
+    if (n < 0) {
+      return UnavailableError("cannot read store file " + Shown(path) + " after " + std::to_string(have) +
+                              " of its " + std::to_string(expected) + " bytes: " + std::strerror(errno));
+    }
+    if (n == 0) break;
     have += static_cast<size_t>(n);
+  }
+  if (have != expected) {
+    return FailedPreconditionError("store file " + Shown(path) + " changed while it was read: its size was " +
+                                   std::to_string(expected) + " bytes, " +
+                                   (have > expected ? "more" : std::to_string(have)) +
+                                   " were read (a store's files are replaced whole, never written in place)");
   }
   content.resize(have);
   return content;

@@ -1,13 +1,17 @@
-// FileStore's keys: every key, whatever it holds, is a file of its own in the store's
-// directory, never the lock file, a temporary or a name outside the directory.
+// FileStore's keys and reads: every key, whatever it holds, is a file of its own in the store's
+// directory, never the lock file, a temporary or a name outside the directory; and a value is
+// read whole or the read is an error, never a part of a file taken for the value.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -115,6 +119,59 @@ TEST_F(FileStoreKeysTest, KeysOfEveryLengthUpToTcpStoresLimitRoundTrip) {
       auto got = store_->Get(std::string(length - 1, 'k') + last, milliseconds(2000));
       ASSERT_TRUE(got.ok()) << length << ": " << got.status().ToString();
       EXPECT_EQ(*got, std::to_string(length) + last);
+    }
+  }
+}
+
+// Reads the whole of `path`, or "" where it cannot be read.
+std::string Contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A key's file whose size, as fstat gives it, is not what reading it gives (here a sysfs file,
+// which says 4096 bytes and reads a few, and a /proc file, which says 0 and reads more; in a
+// store, a file written in place while it is read): the read is an error naming the key, the
+// file and both sizes, never the bytes read as the value.
+TEST_F(FileStoreKeysTest, AFileThatReadsShorterOrLongerThanItsSizeIsAnErrorNotAValue) {
+  struct Source {
+    std::string key;
+    std::string path;
+  };
+  std::vector<Source> sources;
+  for (const char* path : {"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/online",
+                           "/sys/devices/system/cpu/possible", "/sys/kernel/uevent_seqnum"}) {
+    struct stat info {};
+    if (::stat(path, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
+        Contents(path).size() < static_cast<size_t>(info.st_size) && !Contents(path).empty()) {
+      sources.push_back({"shorter", path});
+      break;
+    }
+  }
+  {
+    struct stat info {};
+    if (::stat("/proc/self/status", &info) == 0 && info.st_size == 0 && !Contents("/proc/self/status").empty()) {
+      sources.push_back({"longer", "/proc/self/status"});
+    }
+  }
+  if (sources.empty()) GTEST_SKIP() << "no sysfs or procfs file here whose size differs from what it reads";
+  for (const Source& source : sources) {
+    const std::filesystem::path file = dir_ / source.key;
+    std::filesystem::create_symlink(source.path, file);
+    struct stat info {};
+    ASSERT_EQ(::stat(file.c_str(), &info), 0) << std::strerror(errno);
+    const std::string size = std::to_string(info.st_size);
+    auto got = store_->Get(source.key, milliseconds(2000));
+    ASSERT_FALSE(got.ok()) << source.key << ": read " << got->size() << " bytes of a " << size
+                           << "-byte file as the value";
+    auto added = store_->Add(source.key, 1);
+    ASSERT_FALSE(added.ok()) << source.key;
+    for (const Status& status : {got.status(), added.status()}) {
+      const std::string& message = status.message();
+      EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+      EXPECT_NE(message.find("store key '" + source.key + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("'" + file.string() + "'"), std::string::npos) << message;
+      EXPECT_NE(message.find("its size was " + size + " bytes"), std::string::npos) << message;
     }
   }
 }
