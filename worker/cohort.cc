@@ -34,7 +34,7 @@ Result<std::string> CoordinatorStore::Get(const std::string& key, std::chrono::m
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     if (stopped_ && stopped_()) {
-      return CancelledError("store get '" + key + "': the task was cancelled or the worker is stopping");
+      return CancelledError("store get " + QuoteUntrusted(key) + ": the task was cancelled or the worker is stopping");
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     v1::StoreRequest request = Request(key);

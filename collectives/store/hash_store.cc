@@ -1,5 +1,7 @@
 #include "collectives/store/hash_store.h"
 
+#include "base/escape.h"
+
 namespace tessera::collectives {
 
 Status HashStore::Set(const std::string& key, const std::string& value) {
@@ -15,7 +17,7 @@ Result<std::string> HashStore::Get(const std::string& key, std::chrono::millisec
   std::unique_lock<std::mutex> lock(mutex_);
   const bool found = changed_.wait_for(lock, timeout, [&] { return values_.count(key) != 0; });
   if (!found) {
-    return DeadlineExceededError("store key '" + key + "' not set within " +
+    return DeadlineExceededError("store key " + QuoteUntrusted(key) + " not set within " +
                                  std::to_string(timeout.count()) + " ms");
   }
   return values_[key];
@@ -27,7 +29,7 @@ Result<int64_t> HashStore::Add(const std::string& key, int64_t delta) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = values_.find(key);
     if (it != values_.end()) {
-      ASSIGN_OR_RETURN(value, ParseCounter(it->second, "store key '" + key + "'"));
+      ASSIGN_OR_RETURN(value, ParseCounter(it->second, "store key " + QuoteUntrusted(key)));
     }
     ASSIGN_OR_RETURN(value, AddToCounter(value, delta, key));
     values_[key] = std::to_string(value);

@@ -5,6 +5,8 @@
 #include <charconv>
 #include <thread>
 
+#include "base/escape.h"
+
 namespace tessera::collectives {
 
 Result<int64_t> ParseCounter(std::string_view text, const std::string& what) {
@@ -23,7 +25,7 @@ Result<int64_t> ParseCounter(std::string_view text, const std::string& what) {
 Result<int64_t> AddToCounter(int64_t current, int64_t delta, const std::string& key) {
   int64_t sum = 0;
   if (__builtin_add_overflow(current, delta, &sum)) {
-    return OutOfRangeError("store counter '" + key + "': " + std::to_string(current) + " + " +
+    return OutOfRangeError("store counter " + QuoteUntrusted(key) + ": " + std::to_string(current) + " + " +
                            std::to_string(delta) + " overflows int64");
   }
   return sum;
@@ -67,7 +69,7 @@ Result<std::string> DeadlineStore::Get(const std::string& key, std::chrono::mill
   }
   const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start_);
-  return DeadlineExceededError(what_ + " timed out waiting for key '" + key + "': waited " +
+  return DeadlineExceededError(what_ + " timed out waiting for key " + QuoteUntrusted(key) + ": waited " +
                                std::to_string(waited.count()) + " ms in all, for a deadline of " +
                                std::to_string(budget_.count()) + " ms (" +
                                value.status().message() + ")");
@@ -86,7 +88,7 @@ Status StoreBarrier(Store& store, const std::string& key, int size,
   if (arrived == size) RETURN_IF_ERROR(store.Set(key + "/done", "1"));
   auto done = store.Get(key + "/done", timeout);
   if (!done.ok()) {
-    return done.status().WithContext("barrier '" + key + "' with " + std::to_string(size) +
+    return done.status().WithContext("barrier " + QuoteUntrusted(key) + " with " + std::to_string(size) +
                                      " participants");
   }
   return Status::Ok();

@@ -84,7 +84,9 @@ class DeadlineStore final : public Store {
 // The counter arithmetic behind every store's Add. A counter's text comes from a store or a
 // peer, so it is parsed strictly: an optional '-' and decimal digits that fit int64, nothing
 // else (INVALID_ARGUMENT naming `what` and the start of the text). AddToCounter is
-// OUT_OF_RANGE when the sum would leave int64.
+// OUT_OF_RANGE when the sum would leave int64, naming `key` as QuoteUntrusted shows it. Keys
+// come from a job's configuration or a peer: every store's errors show them so, escaped and
+// bounded.
 Result<int64_t> ParseCounter(std::string_view text, const std::string& what);
 Result<int64_t> AddToCounter(int64_t current, int64_t delta, const std::string& key);
 

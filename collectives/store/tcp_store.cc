@@ -252,7 +252,7 @@ bool TcpStoreServer::ServeOne(TcpSocket& socket, std::string& key, std::string& 
       auto it = values_.find(key);
       if (sum.ok() && it != values_.end()) {
         Result<int64_t> current = ParseCounter(it->second, "store key '" + shown + "'");
-        sum = current.ok() ? AddToCounter(*current, *sum, shown) : current;
+        sum = current.ok() ? AddToCounter(*current, *sum, key) : current;
       }
       if (sum.ok()) {
         const std::string total = std::to_string(*sum);
@@ -407,7 +407,7 @@ Result<int64_t> TcpStore::Add(const std::string& key, int64_t delta) {
   ASSIGN_OR_RETURN(auto reply,
                    Call(kAdd, key, std::to_string(delta), std::chrono::steady_clock::now() + kRoundTripLimit));
   if (reply.first == kError) return Refused(reply.second);
-  Result<int64_t> value = ParseCounter(reply.second, where_ + "'s answer to add on '" + key + "'");
+  Result<int64_t> value = ParseCounter(reply.second, where_ + "'s answer to add on " + QuoteUntrusted(key));
   if (!value.ok()) return DataLossError(value.status().message());
   return value;
 }

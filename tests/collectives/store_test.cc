@@ -144,6 +144,32 @@ TEST_P(StoreTest, AddPastInt64IsAnErrorAndKeepsTheCounter) {
   EXPECT_EQ(*kept, largest);
 }
 
+// A key comes from a job's configuration or a peer: every error that names one (a wait that
+// times out, a counter that overflows or is not one, a barrier, a rendezvous's deadline) shows
+// it escaped and bounded, so that it neither forges a log line nor drives a terminal.
+TEST_P(StoreTest, ErrorsShowTheKeyEscapedAndBounded) {
+  // Long, but within TcpStoreServer's default key limit.
+  const std::string key = "rank\n0\x1b[31m" + std::string(3000, 'k');
+  std::vector<Status> errors;
+  errors.push_back(store_->Get(key, milliseconds(50)).status());
+  ASSERT_TRUE(store_->Add(key, std::numeric_limits<int64_t>::max()).ok());
+  errors.push_back(store_->Add(key, 1).status());
+  ASSERT_TRUE(store_->Set(key, "not a counter").ok());
+  errors.push_back(store_->Add(key, 1).status());
+  DeadlineStore deadline(*store_, milliseconds(50), "rendezvous");
+  errors.push_back(deadline.Get(key + "/missing", milliseconds(60000)).status());
+  errors.push_back(StoreBarrier(*store_, key + "/barrier", 2, milliseconds(50)));
+  for (const Status& error : errors) {
+    ASSERT_FALSE(error.ok());
+    // Escaped once, or twice where a TcpStoreServer's refusal, escaped there, is escaped again
+    // by its client as text from the wire.
+    EXPECT_NE(error.message().find("rank\\"), std::string::npos) << error.ToString().substr(0, 400);
+    EXPECT_NE(error.message().find("\\x1b[31mkkk"), std::string::npos) << error.ToString().substr(0, 400);
+    EXPECT_EQ(error.message().find_first_of("\n\x1b"), std::string::npos) << error.ToString().substr(0, 400);
+    EXPECT_LT(error.message().size(), 1500u) << error.ToString().substr(0, 400);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("hash", "file", "tcp"));
 
 // A request as a client that does not use TcpStore would send it (tcp_store.h's wire format).
