@@ -286,8 +286,14 @@ Status WorkerAgent::RunSession(bool* joined_out) {
                      QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
       }
     } else if (task.has_verdict() && !task.verdict().accepted()) {
-      spdlog::warn("update for job {} round {} refused: {}", QuoteUntrusted(task.verdict().job_id()),
-                   task.verdict().round(), EscapeUntrusted(task.verdict().reason(), kMaxReasonChars));
+      // Rate-limited: nothing bounds how many a coordinator sends (of updates never sent too),
+      // and an update of this worker's that is refused is logged by its upload as well.
+      uint64_t suppressed = 0;
+      if (refused_verdicts_log_.Allow(&suppressed)) {
+        spdlog::warn("update for job {} round {} refused: {}{}", QuoteUntrusted(task.verdict().job_id()),
+                     task.verdict().round(), EscapeUntrusted(task.verdict().reason(), kMaxReasonChars),
+                     suppressed > 0 ? " (" + std::to_string(suppressed) + " more refusals were not logged)" : "");
+      }
     }
     cv_.notify_all();
   });

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -27,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/rate_limit.h"
 #include "core/data/dataset.h"
 #include "device/device.h"
 #include "proto/tensor_transfer.h"
@@ -36,6 +38,12 @@
 #include "worker/seat_memory.h"
 
 namespace tessera::worker {
+
+// The coordinator's verdicts that refuse an update, as they come down the task channel (one
+// for an update this worker never sent included), are logged at most this many per window,
+// the next line let through saying how many were not: a coordinator cannot fill the log.
+inline constexpr uint32_t kRefusedVerdictLogBurst = 5;
+inline constexpr auto kRefusedVerdictLogWindow = std::chrono::seconds(60);
 
 struct WorkerOptions {
   std::string name;                 // this worker's identity at the coordinator
@@ -264,6 +272,7 @@ class WorkerAgent {
                          NonNegativeBases* bases, double download_ms, double data_load_ms);
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
+  LogRateLimiter refused_verdicts_log_{kRefusedVerdictLogBurst, kRefusedVerdictLogWindow};
   std::thread trainer_;
 };
 
