@@ -95,51 +95,45 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
   // A task session when the coordinator takes inline updates (JoinResponse.
   // inline_update_max_bytes), else a task channel. A session's verdicts for the update in
-  // flight (UploadUpdate) are that call's answer, not tasks.
+  // flight (UploadUpdate) are that call's answer, not tasks. A coordinator that offers inline
+  // updates but answers the session UNIMPLEMENTED gets a task channel in its place: ending the
+  // call would have the worker join again, be offered the same, and never keep a session.
   Status RunTaskChannel(const v1::TaskChannelRequest& request,
                         const std::function<void(const v1::Task&)>& on_task) override {
     auto ctx = std::make_shared<grpc::ClientContext>();
     {
       std::lock_guard<std::mutex> lock(mu_);
       channel_ctx_ = ctx;
+      channel_cancelled_ = false;
       // A cancel that came before the channel was open (a stop between join and this call)
       // still ends it: the call starts cancelled and returns at once.
       if (cancel_pending_) {
         cancel_pending_ = false;
+        channel_cancelled_ = true;
         ctx->TryCancel();
       }
     }
     grpc::Status s;
-    if (inline_update_max_bytes_.load() > 0) {
-      auto open_session = std::make_shared<OpenSession>();
-      open_session->ctx = ctx;  // the stream's context lives as long as any holder of the session
-      open_session->stream = stub_->TaskSession(ctx.get());
-      auto& stream = open_session->stream;
-      v1::TaskSessionMessage open;
-      *open.mutable_open() = request;
-      if (stream->Write(open)) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          session_ = open_session;
-          session_id_ = request.session();
-          session_reader_ = std::this_thread::get_id();
+    bool plain = inline_update_max_bytes_.load() == 0;
+    if (!plain) {
+      bool stood = false;
+      s = RunTaskSession(ctx, request, on_task, &stood);
+      if (!stood && s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+        if (!session_refusal_logged_.exchange(true)) {
+          spdlog::warn("the coordinator at {} offers inline updates but does not serve task sessions ({}): tasks come "
+                       "by a task channel and every update by an upload call", address_,
+                       FromGrpc(s, "task session").ToString());
         }
-        v1::Task task;
-        while (stream->Read(&task)) {
-          if (task.has_verdict() && AnswersInlineUpdate(task.verdict())) continue;
-          on_task(task);
-        }
-      }
-      {
+        ctx = std::make_shared<grpc::ClientContext>();
         std::lock_guard<std::mutex> lock(mu_);
-        session_.reset();
-        if (inline_wait_) inline_wait_->ended = true;  // the update in flight has no verdict coming
-        inline_cv_.notify_all();
+        channel_ctx_ = ctx;
+        if (channel_cancelled_) ctx->TryCancel();  // a cancel of the session ends its stand-in too
+        plain = true;
+      } else if (stood) {
+        session_refusal_logged_ = false;  // a coordinator that stops serving them is told of again
       }
-      std::lock_guard<std::mutex> writing(session_write_mu_);  // no write is in flight
-      open_session->finished = true;  // and none starts after the call is finished
-      s = stream->Finish();
-    } else {
+    }
+    if (plain) {
       auto reader = stub_->OpenTaskChannel(ctx.get(), request);
       v1::Task task;
       while (reader->Read(&task)) on_task(task);
@@ -181,6 +175,7 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   void CancelTaskChannel() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (channel_ctx_) {
+      channel_cancelled_ = true;
       channel_ctx_->TryCancel();
     } else {
       cancel_pending_ = true;  // for the channel about to open
@@ -390,6 +385,41 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     bool finished = false;
   };
 
+  // The task session on `ctx`, until it ends; its status. *stood: the coordinator took the
+  // session's open (its first message came down it).
+  grpc::Status RunTaskSession(const std::shared_ptr<grpc::ClientContext>& ctx, const v1::TaskChannelRequest& request,
+                              const std::function<void(const v1::Task&)>& on_task, bool* stood) {
+    auto open_session = std::make_shared<OpenSession>();
+    open_session->ctx = ctx;  // the stream's context lives as long as any holder of the session
+    open_session->stream = stub_->TaskSession(ctx.get());
+    auto& stream = open_session->stream;
+    v1::TaskSessionMessage open;
+    *open.mutable_open() = request;
+    if (stream->Write(open)) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        session_ = open_session;
+        session_id_ = request.session();
+        session_reader_ = std::this_thread::get_id();
+      }
+      v1::Task task;
+      while (stream->Read(&task)) {
+        *stood = true;
+        if (task.has_verdict() && AnswersInlineUpdate(task.verdict())) continue;
+        on_task(task);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      session_.reset();
+      if (inline_wait_) inline_wait_->ended = true;  // the update in flight has no verdict coming
+      inline_cv_.notify_all();
+    }
+    std::lock_guard<std::mutex> writing(session_write_mu_);  // no write is in flight
+    open_session->finished = true;  // and none starts after the call is finished
+    return stream->Finish();
+  }
+
   // An update sent inside the task session, waiting for its verdict.
   struct InlineWait {
     std::string job_id;
@@ -531,6 +561,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   std::mutex mu_;
   std::shared_ptr<grpc::ClientContext> channel_ctx_;
   bool cancel_pending_ = false;  // CancelTaskChannel with no channel open (guarded by mu_)
+  bool channel_cancelled_ = false;  // CancelTaskChannel for the channel open now (guarded by mu_)
+  // A task session answered UNIMPLEMENTED has been logged; one that stood since clears it.
+  std::atomic<bool> session_refusal_logged_{false};
   std::set<grpc::ClientContext*> transfers_;  // downloads and uploads in flight (guarded by mu_)
   bool transfers_cancelled_ = false;          // CancelTransfers() was called (guarded by mu_)
   std::set<TaskScope*> task_transfers_;       // upload and download calls in flight (guarded by mu_)

@@ -5,7 +5,10 @@
 // Every call has a deadline except RunTaskChannel, which runs until the coordinator closes
 // the channel, the connection breaks, or CancelTaskChannel() is called from another thread (a
 // cancel while no channel is open ends the next one as soon as it opens, unless a Join comes
-// between: it was for the session that ended).
+// between: it was for the session that ended). The gRPC client's channel is a task session
+// where the coordinator offers inline updates; one that answers the session UNIMPLEMENTED (an
+// older coordinator, or one with sessions switched off) gets a plain task channel in the same
+// call instead, and every update by an UploadUpdate call.
 #pragma once
 
 #include <chrono>

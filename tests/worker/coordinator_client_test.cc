@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "tessera/v1/worker_service.grpc.pb.h"
+#include "tests/captured_log.h"
 #include "worker/coordinator_client.h"
 
 namespace tessera::worker {
@@ -23,30 +24,56 @@ constexpr auto kWait = std::chrono::seconds(60);
 // A coordinator that takes inline updates in its task sessions. Once a session is open it
 // hands over a verdict of an update never sent (the worker's cue that its session stands);
 // each inline update after that is answered by `answer`, which writes what it likes (or
-// nothing) down the session.
+// nothing) down the session. Its Settings make it a coordinator that takes no inline updates
+// (a task channel, which hands over the same cue), one that offers them but answers a task
+// session UNIMPLEMENTED, or one whose upload calls never answer.
 class FakeCoordinator final : public v1::WorkerService::Service {
  public:
   using Answer = std::function<void(const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*)>;
-  explicit FakeCoordinator(Answer answer) : answer_(std::move(answer)) {}
+  struct Settings {
+    uint64_t inline_update_max_bytes = 1 << 20;
+    bool serves_task_sessions = true;
+    bool answers_uploads = true;  // else an upload call waits until the worker gives it up
+  };
+  FakeCoordinator(Answer answer, Settings settings) : answer_(std::move(answer)), settings_(settings) {}
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest* request, v1::JoinResponse* response) override {
     response->set_worker_id(request->name());
     response->set_session("session-1");
     response->set_heartbeat_interval_ms(1000);
-    response->set_inline_update_max_bytes(1 << 20);
+    response->set_inline_update_max_bytes(settings_.inline_update_max_bytes);
     return grpc::Status::OK;
   }
   grpc::Status TaskSession(grpc::ServerContext*,
                            grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>* stream) override {
+    Count(&task_sessions_);
+    if (!settings_.serves_task_sessions) return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "");
     v1::TaskSessionMessage message;
     if (!stream->Read(&message) || !message.has_open()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "open");
-    v1::Task hello;
-    hello.mutable_verdict()->set_job_id("never-sent");
-    hello.mutable_verdict()->set_accepted(true);
-    stream->Write(hello);
+    stream->Write(Hello());
     while (stream->Read(&message)) {
       if (message.has_update()) answer_(message.update(), stream);
     }
+    return grpc::Status::OK;
+  }
+  grpc::Status OpenTaskChannel(grpc::ServerContext* ctx, const v1::TaskChannelRequest*,
+                               grpc::ServerWriter<v1::Task>* writer) override {
+    Count(&task_channels_);
+    writer->Write(Hello());
+    while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return grpc::Status::CANCELLED;
+  }
+  grpc::Status UploadUpdate(grpc::ServerContext* ctx, grpc::ServerReader<v1::UpdateChunkMessage>* reader,
+                            v1::UploadResult* result) override {
+    v1::UpdateChunkMessage message;
+    while (reader->Read(&message)) {
+    }
+    Count(&upload_calls_);
+    if (!settings_.answers_uploads) {
+      while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return grpc::Status::CANCELLED;
+    }
+    result->set_accepted(true);
     return grpc::Status::OK;
   }
   // A download that never sends a byte of its model: it ends when the worker gives it up.
@@ -56,9 +83,39 @@ class FakeCoordinator final : public v1::WorkerService::Service {
     return grpc::Status::CANCELLED;
   }
 
+  int task_sessions() { return Read(task_sessions_); }
+  int task_channels() { return Read(task_channels_); }
+  int upload_calls() { return Read(upload_calls_); }
+
  private:
+  static v1::Task Hello() {
+    v1::Task hello;
+    hello.mutable_verdict()->set_job_id("never-sent");
+    hello.mutable_verdict()->set_accepted(true);
+    return hello;
+  }
+  void Count(int* calls) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++*calls;
+  }
+  int Read(const int& calls) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return calls;
+  }
+
   Answer answer_;
+  const Settings settings_;
+  std::mutex mu_;
+  int task_sessions_ = 0;
+  int task_channels_ = 0;
+  int upload_calls_ = 0;
 };
+
+// Unix milliseconds `d` from now, on this machine's clock.
+int64_t UnixMsIn(std::chrono::milliseconds d) {
+  const auto at = std::chrono::system_clock::now() + d;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
+}
 
 // A failure report for (job-1, round, 1): an update of no tensors, small enough to go inside
 // the session.
@@ -77,9 +134,9 @@ class CoordinatorClientTest : public ::testing::Test {
  protected:
   // Starts `service` and the client's task session against it, whose tasks go to the client as
   // the worker's agent hands them (a cancel ends the task's transfers); returns once the
-  // session stands.
-  void Start(FakeCoordinator::Answer answer) {
-    service_ = std::make_unique<FakeCoordinator>(std::move(answer));
+  // session stands, or once the client's task channel has ended (channel_ended_).
+  void Start(FakeCoordinator::Answer answer, FakeCoordinator::Settings settings = {}) {
+    service_ = std::make_unique<FakeCoordinator>(std::move(answer), settings);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -99,15 +156,18 @@ class CoordinatorClientTest : public ::testing::Test {
       v1::TaskChannelRequest open;
       open.set_worker_id("w1");
       open.set_session("session-1");
-      (void)client_->RunTaskChannel(open, [this](const v1::Task& task) {
+      Status ended = client_->RunTaskChannel(open, [this](const v1::Task& task) {
         if (task.has_cancel()) client_->CancelUpload(task.cancel().job_id(), task.cancel().round(), task.cancel().attempt());
         std::lock_guard<std::mutex> lock(mu_);
         open_ = true;
         cv_.notify_all();
       });
+      std::lock_guard<std::mutex> lock(mu_);
+      channel_ended_ = ended;
+      cv_.notify_all();
     });
     std::unique_lock<std::mutex> lock(mu_);
-    ASSERT_TRUE(cv_.wait_for(lock, kWait, [&] { return open_; }));
+    ASSERT_TRUE(cv_.wait_for(lock, kWait, [&] { return open_ || !channel_ended_.ok(); }));
   }
   void TearDown() override {
     if (client_) client_->CancelTaskChannel();
@@ -122,6 +182,7 @@ class CoordinatorClientTest : public ::testing::Test {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
+  Status channel_ended_;  // what the client's task channel ended with (OK while it runs)
 };
 
 // A coordinator that cancels a task whose update came inside the session, and never gives
@@ -161,15 +222,38 @@ TEST_F(CoordinatorClientTest, ADownloadEndsAtItsTasksDeadline) {
   request.set_session("session-1");
   request.set_job_id("job-1");
   request.set_model_version(0);
-  const int64_t deadline = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               (std::chrono::system_clock::now() + std::chrono::seconds(2)).time_since_epoch())
-                               .count();
+  const int64_t deadline = UnixMsIn(std::chrono::seconds(2));
   auto downloaded = client_->DownloadModel(request, 1 << 20, 1, 1, deadline);
   ASSERT_FALSE(downloaded.ok());
   EXPECT_EQ(downloaded.status().code(), StatusCode::kDeadlineExceeded) << downloaded.status().ToString();
   EXPECT_NE(downloaded.status().message().find("the task's deadline_unix_ms " + std::to_string(deadline)),
             std::string::npos)
       << downloaded.status().ToString();
+}
+
+// A coordinator that offers inline updates but answers the task session UNIMPLEMENTED (an
+// older one, or one with sessions switched off): the client opens a task channel in its place
+// in the same call, says so once, and sends every update by an upload call. Ending the call
+// would have the worker join again, be offered the same, and never keep a session.
+TEST_F(CoordinatorClientTest, ACoordinatorThatServesNoTaskSessionGetsATaskChannel) {
+  testing::CapturedLog log;
+  Start([](const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*) {},
+        {.serves_task_sessions = false});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ASSERT_TRUE(open_) << "the task channel ended: " << channel_ended_.ToString();
+  }
+  EXPECT_EQ(service_->task_sessions(), 1);
+  EXPECT_EQ(service_->task_channels(), 1);
+  auto sent = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  EXPECT_TRUE(sent->accepted());
+  EXPECT_EQ(service_->upload_calls(), 1);
+  const std::string text = log.text();
+  const std::string said = "offers inline updates but does not serve task sessions";
+  const size_t at = text.find(said);
+  ASSERT_NE(at, std::string::npos) << text;
+  EXPECT_EQ(text.find(said, at + 1), std::string::npos) << text;
 }
 
 }  // namespace
