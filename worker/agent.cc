@@ -443,7 +443,9 @@ void WorkerAgent::ReportFailure(const v1::TrainTask& task, const Identity& ident
   v1::UpdateHeader header;
   wire::IdentifyUpdate(task, identity.worker_id, identity.session, &header);
   header.set_failure(why.ToString());
-  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(), options_.chunk_bytes);
+  // Not bounded by the round's deadline: a report is a header alone, and often says that the
+  // deadline passed.
+  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(), options_.chunk_bytes, 0);
   if (!sent.ok()) spdlog::warn("could not report the failure to the coordinator: {}", sent.status().message());
 }
 

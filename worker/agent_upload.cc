@@ -95,7 +95,9 @@ Status WorkerAgent::Upload(const v1::TrainTask& task, v1::UpdateHeader header, U
       return Status::Ok();
     }
   }
-  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)), options_.chunk_bytes);
+  // Bounded by the round's deadline too: the coordinator takes no update after it.
+  auto sent = client_->UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(std::move(bytes)),
+                                    options_.chunk_bytes, task.deadline_unix_ms());
   // A cancel that came while the update was on its way ended the upload there (its outcome is
   // unknown to the error feedback below: some of it may have reached the coordinator).
   bool cancelled_while_sending = false;

@@ -213,16 +213,9 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext ctx;
     // The transfer's deadline, or the task's where that is nearer (a coordinator that neither
     // serves the model nor cancels the task held the task thread for the whole transfer's).
-    auto limit = std::chrono::duration_cast<std::chrono::milliseconds>(options_.transfer_deadline);
-    bool task_deadline = false;
-    if (deadline_unix_ms > 0) {
-      const auto left = TimeLeftUntil(deadline_unix_ms, NowUnixMs());
-      if (left < limit) {
-        limit = left;
-        task_deadline = true;
-      }
-    }
-    SetDeadline(&ctx, limit);
+    const TransferLimit limit = LimitFor(deadline_unix_ms);
+    const bool task_deadline = limit.task_deadline;
+    SetDeadline(&ctx, limit.left);
     TransferScope in_flight(this, &ctx);
     TaskScope task(this, &ctx, request.job_id(), round, attempt);
     // Read raw: each chunk's bytes go from gRPC's buffers straight into the model's tensors
@@ -272,15 +265,20 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
   }
 
   Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
-                                        uint32_t chunk_bytes) override {
+                                        uint32_t chunk_bytes, int64_t deadline_unix_ms) override {
     const wire::UpdateBytes& tensors = *shared;
     if (header.sets_size() == 0 && !tensors.empty()) {
       return InvalidArgumentError("upload: tensors without the header's sets that describe them");
     }
+    // The transfer's deadline, or the task's where that is nearer, as a download's: a round
+    // that is over takes no update, and a slow upload would hold the task thread past it.
+    if (LimitFor(deadline_unix_ms).left.count() == 0) {
+      return TaskDeadlinePassed(header, deadline_unix_ms, "the update was sent");
+    }
     uint64_t bytes = 0;
     for (const std::string& set : tensors) bytes += set.size();
     // A small update inside the task session (JoinResponse.inline_update_max_bytes).
-    if (auto sent = UploadInline(header, tensors, bytes, chunk_bytes)) return *sent;
+    if (auto sent = UploadInline(header, tensors, bytes, chunk_bytes, deadline_unix_ms)) return *sent;
     // A large update on a connection of its own (JoinResponse.upload_connection_min_bytes),
     // closed when this call returns: the coordinator's read buffers for it go with it.
     const uint64_t own_from = upload_connection_min_bytes_;
@@ -289,8 +287,12 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       grpc::ChannelArguments args = Arguments();
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a new connection, not the shared one
       ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> own, wire::MakeChannel(address_, tls_, std::move(args)));
-      grpc::Status s = UploadOn(own, header, shared, chunk_bytes, &result);
+      const TransferLimit limit = LimitFor(deadline_unix_ms);
+      grpc::Status s = UploadOn(own, header, shared, chunk_bytes, limit.left, &result);
       if (s.ok()) return result;
+      if (limit.task_deadline && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        return TaskDeadlinePassed(header, deadline_unix_ms, "its verdict came");
+      }
       // A new connection can fail where the worker's own still stands (a connect or a handshake
       // refused, a certificate that expired since the worker's connection was verified): the
       // update goes on the worker's connection then, as it would without the threshold. The
@@ -304,7 +306,11 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
                    FromGrpc(s, "upload").ToString());
       result.Clear();
     }
-    grpc::Status s = UploadOn(channel_, header, shared, chunk_bytes, &result);
+    const TransferLimit limit = LimitFor(deadline_unix_ms);
+    grpc::Status s = UploadOn(channel_, header, shared, chunk_bytes, limit.left, &result);
+    if (limit.task_deadline && s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return TaskDeadlinePassed(header, deadline_unix_ms, "its verdict came");
+    }
     if (!s.ok()) return FromGrpc(s, "upload");
     return result;
   }
@@ -330,6 +336,28 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     grpc::ClientContext* const ctx_;
   };
 
+
+  // How long a transfer for a task of deadline `deadline_unix_ms` (0 or less: none) may take
+  // from now: the transfer deadline, or the time left until the task's where that is nearer.
+  struct TransferLimit {
+    std::chrono::milliseconds left;
+    bool task_deadline = false;  // the task's deadline sets it
+  };
+  TransferLimit LimitFor(int64_t deadline_unix_ms) const {
+    TransferLimit limit{std::chrono::duration_cast<std::chrono::milliseconds>(options_.transfer_deadline)};
+    if (deadline_unix_ms > 0) {
+      const auto left = TimeLeftUntil(deadline_unix_ms, NowUnixMs());
+      if (left < limit.left) limit = {left, true};
+    }
+    return limit;
+  }
+  // An upload's task deadline passed before `before`, naming the task and the deadline.
+  static Status TaskDeadlinePassed(const v1::UpdateHeader& header, int64_t deadline_unix_ms,
+                                   const std::string& before) {
+    return DeadlineExceededError("upload of job " + header.job_id() + " round " + std::to_string(header.round()) +
+                                 " attempt " + std::to_string(header.attempt()) + ": the task's deadline_unix_ms " +
+                                 std::to_string(deadline_unix_ms) + " passed on this worker's clock before " + before);
+  }
 
   // Whether the task (job, round, attempt) has been cancelled in this session. Under mu_.
   bool TaskCancelledLocked(const std::string& job_id, uint32_t round, uint32_t attempt) const {
@@ -432,8 +460,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
 
   // The update inside the open task session, with its answer; nullopt when it does not go
   // that way (no session, or larger than the coordinator takes): an upload call carries it.
+  // Its verdict is waited for until the transfer deadline, or the task's (`deadline_unix_ms`)
+  // where that is nearer.
   std::optional<Result<v1::UploadResult>> UploadInline(const v1::UpdateHeader& header, const wire::UpdateBytes& tensors,
-                                                       uint64_t bytes, uint32_t chunk_bytes) {
+                                                       uint64_t bytes, uint32_t chunk_bytes, int64_t deadline_unix_ms) {
     const uint64_t limit = inline_update_max_bytes_.load();
     if (limit == 0 || bytes > limit) return std::nullopt;
     std::shared_ptr<OpenSession> session;
@@ -471,9 +501,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       std::lock_guard<std::mutex> writing(session_write_mu_);
       written = !session->finished && session->stream->Write(message);
     }
+    const TransferLimit waits = LimitFor(deadline_unix_ms);
     std::unique_lock<std::mutex> lock(mu_);
     if (written) {
-      inline_cv_.wait_for(lock, options_.transfer_deadline,
+      inline_cv_.wait_for(lock, waits.left,
                           [&] { return wait->verdict.has_value() || wait->ended || wait->cancelled; });
     }
     if (inline_wait_ == wait) inline_wait_.reset();
@@ -482,6 +513,10 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
       // that a cancel ended.
       return Result<v1::UploadResult>(
           CancelledError("upload inside the task session: the coordinator cancelled the task before its verdict"));
+    }
+    if (!wait->verdict && written && !wait->ended && waits.task_deadline) {
+      return Result<v1::UploadResult>(
+          TaskDeadlinePassed(header, deadline_unix_ms, "its verdict came inside the task session"));
     }
     if (!wait->verdict && written && !wait->ended) {
       // The session still stands: the coordinator has not answered in time (as an upload call
@@ -513,16 +548,16 @@ class GrpcCoordinatorClient final : public CoordinatorClient {
     return true;
   }
 
-  // Streams the header then the chunks of `tensors` on `stub`'s connection.
+  // Streams the header then the chunks of `tensors` on `channel`'s connection, for at most `limit`.
   // Raw messages: each chunk goes out as a small slice of its fields and its bytes where they
   // lie in `tensors`, not copied into a message and again into a serialized one (each copy a
   // new 1 MiB buffer, mapped and faulted in per chunk). The slices hold `tensors` for as long
   // as gRPC holds them (wire::ForEachChunkMessage).
   grpc::Status UploadOn(const std::shared_ptr<grpc::Channel>& channel, const v1::UpdateHeader& header,
                         const std::shared_ptr<const wire::UpdateBytes>& tensors, uint32_t chunk_bytes,
-                        v1::UploadResult* result) {
+                        std::chrono::milliseconds limit, v1::UploadResult* result) {
     grpc::ClientContext ctx;
-    SetDeadline(&ctx, options_.transfer_deadline);
+    SetDeadline(&ctx, limit);
     TransferScope in_flight(this, &ctx);
     TaskScope upload(this, &ctx, header.job_id(), header.round(), header.attempt());
     const grpc::internal::RpcMethod method(kUploadUpdateMethod, grpc::internal::RpcMethod::CLIENT_STREAMING, channel);

@@ -59,8 +59,12 @@ class CoordinatorClient {
   // and waits for its verdict there, unless it is called from the thread that runs
   // RunTaskChannel (inside on_task); any other update goes by an UploadUpdate call.
   // `tensors` is shared: the transport may still hold some of its bytes after the call ends.
+  // As a download, it ends at the task's deadline (`deadline_unix_ms`, on the coordinator's
+  // clock; 0 or less: none) where that comes before the transfer's own, DEADLINE_EXCEEDED
+  // naming the round and that deadline; one whose deadline has passed is not sent.
   virtual Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header,
-                                                std::shared_ptr<const wire::UpdateBytes> tensors, uint32_t chunk_bytes) = 0;
+                                                std::shared_ptr<const wire::UpdateBytes> tensors, uint32_t chunk_bytes,
+                                                int64_t deadline_unix_ms) = 0;
   // The coordinator's rendezvous store, for site cohorts. Get waits up to request.wait_ms.
   virtual Status StoreSet(const v1::StoreRequest& request) = 0;
   virtual Result<std::string> StoreGet(const v1::StoreRequest& request) = 0;
@@ -70,7 +74,7 @@ class CoordinatorClient {
 // The gRPC client's settings; the defaults are the daemon's.
 struct GrpcClientOptions {
   // How long a download or an upload may take, and how long an update sent inside the task
-  // session waits for its verdict.
+  // session waits for its verdict (less where the task's deadline comes first).
   std::chrono::milliseconds transfer_deadline = std::chrono::minutes(5);
 };
 

@@ -74,7 +74,7 @@ class RogueWorker {
     header.set_samples(100);
     wire::UpdateBytes bytes;
     wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
-    auto result = hand_->client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20);
+    auto result = hand_->client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20, 0);
     EXPECT_TRUE(result.ok()) << result.status().ToString();
     std::lock_guard<std::mutex> lock(mu_);
     results_.push_back(*result);

@@ -154,7 +154,8 @@ TEST(InlineModelTest, AModelInsideItsTaskCountsForItsRoundEvenWhenItsWriteComple
   header.set_samples(100);
   wire::UpdateBytes bytes;
   wire::AppendUpdateSet(wire::kDeltaSet, delta, UpdateEncoding::kFloat32, 0, 1 << 20, &header, &bytes);
-  auto result = worker.hand().client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20);
+  auto result =
+      worker.hand().client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20, 0);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->accepted()) << result->reason();
   const v1::GetJobResponse done = WaitForJob(*stub, job->id(), std::chrono::seconds(60));

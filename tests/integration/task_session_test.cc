@@ -90,7 +90,8 @@ void UploadOnce(uint64_t inline_limit, const std::string& expected_way) {
   wire::UpdateBytes bytes;
   worker.BuildUpdate(*worker.task(), &header, &bytes);
   const double sessions = server::UpdatesReceived("session"), calls = server::UpdatesReceived("call");
-  auto result = worker.hand().client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20);
+  auto result =
+      worker.hand().client().UploadUpdate(header, std::make_shared<const wire::UpdateBytes>(bytes), 1 << 20, 0);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   EXPECT_TRUE(result->accepted()) << result->reason();
   EXPECT_EQ(server::UpdatesReceived("session"), sessions + (expected_way == "session" ? 1 : 0));

@@ -244,7 +244,7 @@ void JoinAndUploadTwice(StandIn& stand_in, size_t bytes, const std::function<voi
   header.add_sets()->set_name("delta");
   const auto tensors = std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(bytes, '\x01')});
   for (int i = 0; i < 2; ++i) {
-    auto result = (*client)->UploadUpdate(header, tensors, 4096);
+    auto result = (*client)->UploadUpdate(header, tensors, 4096, 0);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     EXPECT_TRUE(result->accepted());
   }
@@ -360,7 +360,7 @@ HeldUpload UploadHeld(StandIn& stand_in, worker::CoordinatorClient& client, bool
   HeldUpload held;
   bool returned = false;
   std::thread upload([&] {
-    auto result = client.UploadUpdate(header, tensors, 64 << 10);
+    auto result = client.UploadUpdate(header, tensors, 64 << 10, 0);
     std::lock_guard<std::mutex> lock(mu);
     held.result = std::move(result);
     returned = true;
@@ -455,13 +455,13 @@ TEST(UploadCancelTest, ACancelBeforeTheUploadStopsItUntilTheNextJoin) {
   header.set_attempt(1);
   header.add_sets()->set_name("delta");
   const auto tensors = std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(8192, '\x01')});
-  auto result = client->UploadUpdate(header, tensors, 4096);
+  auto result = client->UploadUpdate(header, tensors, 4096, 0);
   EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
   for (uint64_t bytes : stand_in.service.upload_bytes()) EXPECT_EQ(bytes, 0u) << "the cancelled task's update was sent";
   v1::JoinRequest join;
   join.set_name("w1");
   ASSERT_TRUE(client->Join(join).ok());
-  result = client->UploadUpdate(header, tensors, 4096);
+  result = client->UploadUpdate(header, tensors, 4096, 0);
   ASSERT_TRUE(result.ok()) << result.status().ToString();
   ASSERT_FALSE(stand_in.service.upload_bytes().empty());
   EXPECT_EQ(stand_in.service.upload_bytes().back(), 8192u);
@@ -596,7 +596,7 @@ class OpenSession {
     header.set_session("s1");
     header.add_sets()->set_name("delta");
     return client_->UploadUpdate(
-        header, std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(bytes, '\x01')}), 64 << 10);
+        header, std::make_shared<const wire::UpdateBytes>(wire::UpdateBytes{std::string(bytes, '\x01')}), 64 << 10, 0);
   }
 
  private:

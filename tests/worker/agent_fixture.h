@@ -110,6 +110,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
     std::string refuse_reason;  // when set, every update is refused with it
     std::vector<TensorSet> uploaded;  // each upload's tensors decoded, every set's in order, as `uploads`
     std::vector<uint64_t> uploaded_bytes;  // each upload's bytes as sent
+    std::vector<int64_t> upload_deadlines;  // the task deadline each upload was bounded by, as `uploads`
     double topk_fraction = 0;              // the job's, to read top-k sets
     std::vector<v1::JoinRequest> joins;
     bool numbered_sessions = false;  // each join gets a new session, "session-N"; else "session-1"
@@ -249,7 +250,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
   // An upload whose task a CancelUpload names (attempt 0: any attempt), by the time its
   // during_upload hook returns, ends CANCELLED and is not recorded, as the gRPC client's.
   Result<v1::UploadResult> UploadUpdate(const v1::UpdateHeader& header, std::shared_ptr<const wire::UpdateBytes> shared,
-                                        uint32_t chunk_bytes) override {
+                                        uint32_t chunk_bytes, int64_t deadline_unix_ms) override {
     const wire::UpdateBytes& tensors = *shared;
     if (shared_->during_upload) shared_->during_upload(header);
     std::lock_guard<std::mutex> lock(shared_->mu);
@@ -274,6 +275,7 @@ class ScriptedCoordinator final : public CoordinatorClient {
       bytes = assembler.bytes_received();
     }
     shared_->uploads.push_back(header);
+    shared_->upload_deadlines.push_back(deadline_unix_ms);
     shared_->uploaded.push_back(std::move(decoded));
     shared_->uploaded_bytes.push_back(bytes);
     shared_->cv.notify_all();

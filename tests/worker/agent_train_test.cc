@@ -1,9 +1,10 @@
 // The worker agent's local training (agent_fixture.h): what it says of the batches training
-// skipped, the running variances it keeps from taking the coordinator's model below 0, and
-// the device a round falls back to.
+// skipped, the running variances it keeps from taking the coordinator's model below 0, the
+// device a round falls back to, and the deadline its update's upload ends at.
 #include "tests/captured_log.h"
 #include "tests/declared_layers.h"
 #include "tests/worker/agent_fixture.h"
+#include "worker/round_deadline.h"
 
 namespace tessera::worker {
 namespace {
@@ -104,6 +105,21 @@ TEST_F(AgentTest, AnEmulatedFallbackDeviceIsPacedAsTheWorkersDevice) {
   EXPECT_NE(log.text().find("job job-1 round 1: training on the fallback device emu:generic (emulated), paced in real time"),
             std::string::npos)
       << log.text();
+}
+
+// The round's deadline bounds its update's upload as it bounds its model's download: the
+// coordinator takes no update after it (CoordinatorClient::UploadUpdate ends there).
+TEST_F(AgentTest, AnUpdatesUploadEndsAtItsRoundsDeadline) {
+  v1::Task task = Train(1, 1);
+  const int64_t deadline = NowUnixMs() + 10 * 60 * 1000;
+  task.mutable_train()->set_deadline_unix_ms(deadline);
+  Start({task});
+  v1::UpdateHeader upload;
+  ASSERT_TRUE(WaitForUpload(1, 1, &upload));
+  EXPECT_TRUE(upload.failure().empty()) << upload.failure();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  ASSERT_EQ(shared_->upload_deadlines.size(), 1u);
+  EXPECT_EQ(shared_->upload_deadlines[0], deadline);
 }
 
 }  // namespace

@@ -204,10 +204,10 @@ TEST_F(CoordinatorClientTest, ACancelEndsTheWaitForAnInlineUpdatesVerdict) {
     }
     stream->Write(answer);
   });
-  auto cancelled = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  auto cancelled = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20, 0);
   ASSERT_FALSE(cancelled.ok());
   EXPECT_EQ(cancelled.status().code(), StatusCode::kCancelled) << cancelled.status().ToString();
-  auto next = client_->UploadUpdate(Report(2), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  auto next = client_->UploadUpdate(Report(2), std::make_shared<const wire::UpdateBytes>(), 1 << 20, 0);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_TRUE(next->accepted());
 }
@@ -245,7 +245,7 @@ TEST_F(CoordinatorClientTest, ACoordinatorThatServesNoTaskSessionGetsATaskChanne
   }
   EXPECT_EQ(service_->task_sessions(), 1);
   EXPECT_EQ(service_->task_channels(), 1);
-  auto sent = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20);
+  auto sent = client_->UploadUpdate(Report(1), std::make_shared<const wire::UpdateBytes>(), 1 << 20, 0);
   ASSERT_TRUE(sent.ok()) << sent.status().ToString();
   EXPECT_TRUE(sent->accepted());
   EXPECT_EQ(service_->upload_calls(), 1);
@@ -254,6 +254,45 @@ TEST_F(CoordinatorClientTest, ACoordinatorThatServesNoTaskSessionGetsATaskChanne
   const size_t at = text.find(said);
   ASSERT_NE(at, std::string::npos) << text;
   EXPECT_EQ(text.find(said, at + 1), std::string::npos) << text;
+}
+
+// A coordinator that takes an update's call and never answers it: the upload ends at its
+// task's deadline (here 2 s away), naming the round and that deadline, not at the transfer's
+// (a minute); the round is over by then. One whose deadline has passed is not sent at all.
+TEST_F(CoordinatorClientTest, AnUploadEndsAtItsTasksDeadline) {
+  Start([](const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*) {},
+        {.inline_update_max_bytes = 0, .answers_uploads = false});
+  const int64_t deadline = UnixMsIn(std::chrono::seconds(2));
+  auto sent = client_->UploadUpdate(Report(3), std::make_shared<const wire::UpdateBytes>(), 1 << 20, deadline);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_EQ(sent.status().code(), StatusCode::kDeadlineExceeded) << sent.status().ToString();
+  for (const std::string& said : {std::string("job-1 round 3 attempt 1"),
+                                  "the task's deadline_unix_ms " + std::to_string(deadline)}) {
+    EXPECT_NE(sent.status().message().find(said), std::string::npos) << said << " not in " << sent.status().ToString();
+  }
+  EXPECT_EQ(service_->upload_calls(), 1);
+  const int64_t passed = UnixMsIn(-std::chrono::seconds(1));
+  auto late = client_->UploadUpdate(Report(4), std::make_shared<const wire::UpdateBytes>(), 1 << 20, passed);
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), StatusCode::kDeadlineExceeded) << late.status().ToString();
+  EXPECT_NE(late.status().message().find("round 4 attempt 1: the task's deadline_unix_ms " + std::to_string(passed)),
+            std::string::npos)
+      << late.status().ToString();
+  EXPECT_EQ(service_->upload_calls(), 1) << "an update whose round was over was sent";
+}
+
+// The same inside the task session: a coordinator that never gives an inline update its
+// verdict is waited for until the task's deadline, not the transfer's.
+TEST_F(CoordinatorClientTest, AnInlineUpdatesVerdictIsWaitedForUntilItsTasksDeadline) {
+  Start([](const v1::InlineUpdate&, grpc::ServerReaderWriter<v1::Task, v1::TaskSessionMessage>*) {});
+  const int64_t deadline = UnixMsIn(std::chrono::seconds(2));
+  auto sent = client_->UploadUpdate(Report(5), std::make_shared<const wire::UpdateBytes>(), 1 << 20, deadline);
+  ASSERT_FALSE(sent.ok());
+  EXPECT_EQ(sent.status().code(), StatusCode::kDeadlineExceeded) << sent.status().ToString();
+  EXPECT_NE(sent.status().message().find("round 5 attempt 1: the task's deadline_unix_ms " + std::to_string(deadline)),
+            std::string::npos)
+      << sent.status().ToString();
+  EXPECT_EQ(service_->upload_calls(), 0);
 }
 
 }  // namespace
