@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   int64_t heartbeat_interval_ms = options.registry.heartbeat_interval_ms;
   int64_t max_workers = static_cast<int64_t>(options.registry.max_workers);
   int64_t worker_wait_s = options.runner.worker_wait_timeout.count() / 1000;
+  int64_t commit_retry_s = options.runner.commit_retry_limit.count() / 1000;
   std::string log_level = "info";
   std::string log_format = "text";
   std::string metrics_listen;
@@ -127,6 +128,11 @@ int main(int argc, char** argv) {
             IntRange{1, 10000000});
   flags.Int("worker-wait-s", &worker_wait_s, "how long a round waits for min_clients workers before the attempt fails",
             IntRange{1, 7 * 24 * 3600});
+  flags.Int("commit-retry-s", &commit_retry_s,
+            "how long a round whose checkpoint or record cannot be written (a full disk, an I/O error) is tried "
+            "again, the same model, waiting 1 s, then twice as long each time up to 30 s, before its job fails; "
+            "the round is not committed meanwhile. 0: the job fails at the first such error",
+            IntRange{0, 7 * 24 * 3600});
   flags.Choice("log-level", &log_level, LogLevelChoices(), "what to log");
   flags.Choice("log-format", &log_format, LogFormatChoices(), "one line per event: text, or a JSON object");
   flags.Int("stream-window-kib", &stream_window_kib,
@@ -262,6 +268,7 @@ int main(int argc, char** argv) {
   options.registry.heartbeat_timeout_ms = static_cast<uint32_t>(heartbeat_timeout_ms);
   options.registry.max_workers = static_cast<size_t>(max_workers);
   options.runner.worker_wait_timeout = std::chrono::seconds(worker_wait_s);
+  options.runner.commit_retry_limit = std::chrono::seconds(commit_retry_s);
   options.stream_window_kib = static_cast<uint32_t>(stream_window_kib);
   options.upload_buffer_bytes = static_cast<uint64_t>(upload_buffer_mib) << 20;
   options.ended_job_retention = std::chrono::hours(retention_days * 24);

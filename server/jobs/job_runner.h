@@ -91,6 +91,15 @@ struct JobRunnerOptions {
   // further retry waits twice as long, up to max_record_retry_delay.
   std::chrono::milliseconds record_retry_delay{100};
   std::chrono::milliseconds max_record_retry_delay{10000};
+  // A round (or an asynchronous step) whose checkpoint or record cannot be written (a full
+  // disk, an I/O error) is not committed: the previous checkpoint stays the newest, and the
+  // commit of the same aggregated model is tried again after commit_retry_delay, each further
+  // wait twice as long up to max_commit_retry_delay, for at most commit_retry_limit from the
+  // first failure (tessera-coordinator --commit-retry-s). Past it the job fails with the last
+  // error; 0: it fails at the first. A cancel or Stop() ends the wait, the round uncommitted.
+  std::chrono::milliseconds commit_retry_limit{300000};
+  std::chrono::milliseconds commit_retry_delay{1000};
+  std::chrono::milliseconds max_commit_retry_delay{30000};
   // While too few workers are ready, how often selection looks at the registry again.
   std::chrono::milliseconds worker_poll_interval{100};
   // While a round is open, how often the runner looks for participants whose worker was lost
@@ -114,8 +123,9 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   void Start();
   // Stops the thread without changing the job's persisted state (coordinator shutdown), and
   // blocks until it has ended: the open round is closed uncommitted once the updates being
-  // folded into it are folded, a commit under way completes, and the job resumes at its last
-  // committed round in the next runner. Idempotent.
+  // folded into it are folded, a commit under way completes (one waiting to retry a write that
+  // failed is given up, the round uncommitted), and the job resumes at its last committed
+  // round in the next runner. Idempotent.
   void Stop();
   // Ends the job as CANCELLED. Does not block. The caller records the cancel in the store
   // first (Coordinator::CancelJob); a job read with cancel_requested ends CANCELLED when it
@@ -247,6 +257,14 @@ class JobRunner : public std::enable_shared_from_this<JobRunner> {
   // together), adopts the state, makes it the current version and tells watchers and
   // metrics. `started`: when the round (or the step) began, for its total latency.
   Status CommitStep(v1::RoundRecord record, StrategyStep step, Clock::TimePoint started);
+  // CommitStep's writes (server/jobs/round_commit.cc): commits `record` with `committed`, the
+  // job's row, once the checkpoint of `model` and `extra` is written (`written`: how the write
+  // begun beside the evaluation ended). A write that fails is tried again as
+  // JobRunnerOptions::commit_retry_limit says, each failure logged and told to watchers; the
+  // records' commit times are those of the try that commits. A cancel or a stop during a wait
+  // ends it with CANCELLED, nothing committed.
+  Status CommitWritten(v1::Job* committed, v1::RoundRecord* record, const TensorSet& model, const TensorSet& extra,
+                       Status written);
   std::shared_ptr<const ModelVersion> Current() const;
   std::shared_ptr<AsyncDriver> Driver() const;
   // Runs an asynchronous job to its end.

@@ -170,7 +170,6 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
   const auto commit_start = clock_->Now();
   const Status checkpoint = written.get();
   RETURN_IF_ERROR(evaluation.status());
-  RETURN_IF_ERROR(checkpoint);
   const double accuracy = evaluation->accuracy, loss = evaluation->loss;
   record.mutable_latency()->set_evaluation_ms(evaluation_ms);
   record.set_test_accuracy(accuracy);
@@ -179,9 +178,7 @@ Status JobRunner::CommitStep(v1::RoundRecord record, StrategyStep step, Clock::T
 
   v1::Job committed = job;
   committed.set_rounds_committed(round);
-  record.set_committed_unix_ms(UnixMillis());
-  *committed.mutable_last_round() = record;
-  RETURN_IF_ERROR(store_->CommitWrittenRound(committed, record));
+  RETURN_IF_ERROR(CommitWritten(&committed, &record, *next, extra, checkpoint));
   strategy_->Adopt(std::move(step.state));
   record.mutable_latency()->set_commit_ms(MillisSince(commit_start));
   record.mutable_latency()->set_total_ms(MillisSince(round_start));

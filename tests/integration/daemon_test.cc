@@ -100,6 +100,8 @@ TEST_F(DaemonTest, AMistypedCoordinatorFlagExitsNamingWhatWasExpected) {
       {{"--heartbeat-timeout-ms", "-5"}, "flag --heartbeat-timeout-ms: expected 100 to 3600000, got '-5'"},
       {{"--log-format", "xml"}, "flag --log-format: expected text or json, got 'xml'"},
       {{"--stream-window-kib", "-1"}, "flag --stream-window-kib: expected 0 to 65536, got '-1'"},
+      {{"--commit-retry-s", "-1"}, "flag --commit-retry-s: expected 0 to 604800, got '-1'"},
+      {{"--commit-retry-s", "5m"}, "flag --commit-retry-s: expected an integer, got '5m'"},
       {{"--metrics-listen", "localhost"}, "--metrics-listen 'localhost': the port is missing; expected HOST:PORT"},
       {{"--eval-device", "gpu"}, "--eval-device: unknown device 'gpu'; expected cpu, cuda, xrt, emu:PROFILE ("},
       // An unset variable, which would otherwise serve TLS without client certificates.

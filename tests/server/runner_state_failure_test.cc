@@ -1,6 +1,7 @@
 // What the round driver does when the state store fails, with MemoryStateStore's failure
-// injection and a ManualClock: a commit that cannot be written ends the job FAILED and keeps
-// the last committed round; the job's end is retried with doubling delays until durable, and
+// injection and a ManualClock: a commit that cannot be written, with no retry of commits
+// (JobRunnerOptions::commit_retry_limit 0; runner_commit_retry_test.cc retries), ends the job
+// FAILED and keeps the last committed round; the job's end is retried with doubling delays until durable, and
 // given up (the job left as last recorded) when the runner stops; a record that cannot be
 // rewritten after its commit, a seat or an initial model that cannot be saved.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@ using std::chrono::milliseconds;
 class RunnerStateFailureTest : public JobRunnerFixture {};
 
 TEST_F(RunnerStateFailureTest, ACommitThatCannotBeWrittenEndsTheJobFailedAndKeepsTheLastCommittedRound) {
+  options_.commit_retry_limit = milliseconds(0);  // --commit-retry-s 0
   // Round 1 commits; round 2's commit fails once.
   int commits = 0;
   store_.SetWriteHook(StateWrite::kCommitRound, [this, &commits] {
@@ -48,6 +50,7 @@ TEST_F(RunnerStateFailureTest, TheCheckpointIsWrittenBesideTheEvaluationAndOneNo
   // The checkpoint's write runs on a thread of its own (beside the evaluation and the
   // encoding), the round's record is committed on the job's thread after it; round 2's
   // checkpoint cannot be written.
+  options_.commit_retry_limit = milliseconds(0);
   std::mutex mu;
   std::vector<std::thread::id> write_threads, commit_threads;
   store_.SetWriteHook(StateWrite::kWriteCheckpoint, [this, &mu, &write_threads] {
