@@ -3,8 +3,8 @@
 // with doubling waits (JobRunnerOptions::commit_retry_limit, --commit-retry-s) and, once a try
 // gets through, the job goes on as if nothing had happened; past the limit the job fails
 // saying how long it tried and the last error; a cancel or a stop ends the wait at once, the
-// round uncommitted, and a resumed job runs it again. runner_state_failure_test.cc has the
-// commit that is not retried (a limit of 0).
+// round uncommitted, and a resumed job runs it again; an asynchronous job's step alike.
+// runner_state_failure_test.cc has the commit that is not retried (a limit of 0).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -151,6 +151,29 @@ TEST_F(RunnerCommitRetryTest, AStopWhileTheCommitWaitsLeavesTheRoundUncommittedA
   ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
   ASSERT_EQ(Rounds().size(), 3u);
   EXPECT_EQ(Rounds()[1].round(), 2u);
+}
+
+TEST_F(RunnerCommitRetryTest, AnAsynchronousStepsCommitIsRetriedLikeARounds) {
+  FailFromRound(StateWrite::kCommitRound, 1, 1, ResourceExhaustedError("scripted: the disk is full"));
+  AddWorker("w1", Always(FakeAction::Upload()));
+  v1::JobSpec spec = SmallSpec(1, 1);
+  spec.set_rounds(2);
+  spec.mutable_async()->set_buffer_size(1);
+  spec.mutable_async()->set_max_staleness(1);
+  spec.mutable_async()->set_concurrency(1);
+  spec.mutable_async()->set_staleness_weighting("constant");
+  Submit(spec);
+  ASSERT_TRUE(AwaitEvent("waiting to commit step 1: cannot commit step 1 (try 1): its record: scripted: the disk is "
+                         "full"))
+      << Events();
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  EXPECT_EQ(clock_.NextDeadline(), clock_.Now() + milliseconds(1000));
+  clock_.Advance(milliseconds(1000));
+  v1::Job job = AwaitEnd();
+  ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
+  EXPECT_NE(Events().find("step 1 committed at try 2, 1 s after its first failure"), std::string::npos) << Events();
+  EXPECT_EQ(Stored().rounds_committed(), 2u);
+  EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 3);
 }
 
 }  // namespace
