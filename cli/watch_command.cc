@@ -156,13 +156,18 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
         }
       } else if (!event.message().empty()) {
         // The n-th time a stream sends a note is shown if no stream showed it n times before:
-        // a replay's notes were shown, a note that happens again was not.
-        const uint64_t hash = std::hash<std::string>()(event.message());
+        // a replay's notes were shown, a note that happens again was not. A rewind is told
+        // from another to the same rounds by its time.
+        const uint64_t hash = std::hash<std::string>()(
+            event.has_rewind() ? event.message() + "\n" + std::to_string(event.rewind().at_unix_ms()) : event.message());
         const uint32_t here = ++stream_notes.At(hash);
         uint32_t& shown = shown_notes.At(hash);
         if (here <= shown) continue;
         shown = here;
         moved_on = true;
+        // The job moved back to an older checkpoint: the rounds after it that were shown are
+        // gone, and the coordinator sends them as they are run again.
+        if (event.has_rewind() && event.rewind().to_round() < next_round) next_round = event.rewind().to_round() + 1;
       }
       if (json) {
         out << wire::ToJson(event) << std::endl;
@@ -173,6 +178,15 @@ Status WatchCommand(v1::JobService::StubInterface& stub, const std::string& job_
           header_done = true;
         }
         out << (async ? AsyncStepRow(event.round()) : RoundRow(event.round())) << std::endl;
+      } else if (event.has_rewind()) {
+        const v1::JobRewind& r = event.rewind();
+        const uint64_t first = uint64_t{r.to_round()} + 1;
+        out << "  job moved back to round " << r.to_round() << ": the checkpoint of round " << r.from_round()
+            << " was missing or damaged; "
+            << (first >= r.from_round() ? Format("round %llu runs", static_cast<unsigned long long>(first))
+                                         : Format("rounds %llu to %u run", static_cast<unsigned long long>(first),
+                                                  r.from_round()))
+            << " again" << std::endl;
       } else if (!event.message().empty()) {
         out << "  " << Shown(event.message(), kShownTextChars) << std::endl;
       }

@@ -20,6 +20,12 @@ void JobEvents::Publish(v1::JobEvent event) {
     while (events_.size() > capacity_ || (bytes_ > max_bytes_ && events_.size() > 1)) {
       bytes_ -= events_.front().bytes;
       if (events_.front().note) ++notes_dropped_;
+      if (events_.front().event.has_rewind()) {
+        // Without its job (a spec of up to 2 MiB): a watch sends it with its own.
+        events_.front().event.clear_job();
+        dropped_rewinds_.emplace_back(first_, std::move(events_.front().event));
+        if (dropped_rewinds_.size() > kMaxDroppedRewinds) dropped_rewinds_.pop_front();
+      }
       events_.pop_front();
       ++first_;
     }
@@ -49,6 +55,24 @@ std::vector<v1::JobEvent> JobEvents::Since(size_t seen, bool* ended, size_t* mis
   out.reserve(end - from);
   for (size_t i = from; i < end; ++i) out.push_back(events_[i - first_].event);
   return out;
+}
+
+std::optional<v1::JobEvent> JobEvents::LowestRewindIn(size_t from, size_t to, size_t* number) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const v1::JobEvent* lowest = nullptr;
+  auto consider = [&](size_t i, const v1::JobEvent& event) {
+    if (i < from || i >= to || !event.has_rewind()) return;
+    if (lowest == nullptr || event.rewind().to_round() <= lowest->rewind().to_round()) {
+      lowest = &event;
+      *number = i;
+    }
+  };
+  for (const auto& [i, event] : dropped_rewinds_) consider(i, event);
+  for (size_t i = std::max(from, first_); i < std::min(to, first_ + events_.size()); ++i) {
+    consider(i, events_[i - first_].event);
+  }
+  if (lowest == nullptr) return std::nullopt;
+  return *lowest;
 }
 
 size_t JobEvents::published() const {

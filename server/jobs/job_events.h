@@ -11,7 +11,8 @@
 // would hold 640 MB (parsed, about three times its serialized bytes). Every committed round is in the state store as well, which is where a
 // watch starts from. Events are numbered from 0 in the order published, and a watcher keeps
 // the number of the next one it wants; one that fell behind the oldest kept event skips
-// forward to it, and Since() tells it how many it missed.
+// forward to it, and Since() tells it how many it missed. The rewinds (JobEvent.rewind) it
+// drops are kept aside, a few, for the watches that start or fall behind after them.
 //
 // Each event is bounded as it is published (proto/record_bounds.h, BoundJobEvent): a note's
 // text, the job's error, a progress's awaited workers, whoever made it.
@@ -23,6 +24,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <optional>
 #include <vector>
 
 #include "tessera/v1/job_service.pb.h"
@@ -51,6 +54,12 @@ class JobEvents {
   static bool IsNote(const v1::JobEvent& event) {
     return !event.message().empty() && !event.has_round() && !event.has_progress();
   }
+  // Of the events numbered in [from, to) that moved the job back (JobEvent.rewind), the one to
+  // the oldest round (the last of those to the same round), with its number in *number; none
+  // when there is none. Rewinds dropped from the log are kept for this, without their job, the
+  // last kMaxDroppedRewinds of them (a job moves back once each time it resumes).
+  std::optional<v1::JobEvent> LowestRewindIn(size_t from, size_t to, size_t* number) const;
+  static constexpr size_t kMaxDroppedRewinds = 16;
   // oldest(), and how many notes were dropped before it, read together.
   size_t OldestWithNotesDropped(size_t* notes_dropped) const;
   // Events published so far, and how many of them are kept.
@@ -84,6 +93,7 @@ class JobEvents {
   size_t bytes_ = 0;         // the sum of events_[i].bytes
   size_t first_ = 0;         // the number of events_.front()
   size_t notes_dropped_ = 0;  // notes among the events numbered before first_
+  std::deque<std::pair<size_t, v1::JobEvent>> dropped_rewinds_;  // number and event, oldest first
   bool ended_ = false;
   std::map<uint64_t, std::function<void()>> watchers_;
   uint64_t next_watcher_ = 1;

@@ -114,7 +114,16 @@ Status JobRunner::Prepare() {
       job_.set_rounds_committed(job.rounds_committed());
       *job_.mutable_last_round() = job.last_round();
     }
-    Note(message);
+    // A note that says, besides, which rounds are gone: a watch sends them again as they are
+    // run again (server/rpc/job_service.cc), and its watcher forgets those it showed.
+    v1::JobEvent event;
+    *event.mutable_job() = Summary();
+    event.set_message(message);
+    v1::JobRewind* rewind = event.mutable_rewind();
+    rewind->set_to_round(job.rounds_committed());
+    rewind->set_from_round(rewound_from);
+    rewind->set_at_unix_ms(UnixMillis());
+    events_.Publish(std::move(event));
   }
   std::lock_guard<std::mutex> lock(mu_);
   model_bytes_ = static_cast<uint64_t>(bytes);

@@ -4,10 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +50,17 @@ constexpr size_t kWatchPageBytes = 4 << 20;
 // last events within a budget, server/jobs/job_events.h) goes back to the store for the rounds
 // it missed; only progress events and notes are skipped, and it is told so: how many events,
 // and how many notes among them.
+//
+// A job moved back to an older checkpoint as it resumed (JobEvent.rewind) has deleted its
+// records of the rounds after it, and runs them again: the watch then sends every round after
+// it committed from then on, read from the store again, even those it sent before or was not
+// asked for (the rounds before from_round, which its watcher showed before it reconnected).
+// The rewind's event goes first, so that the watcher forgets the rounds after it before it is
+// sent them again: one already in the log when the watch starts, past rounds its watcher holds,
+// is sent before the committed rounds; one published later is sent in its place in the log
+// (or with the note of the events missed, when the log dropped it: it keeps the rewinds it
+// drops), and the rounds after it are read again unless every one sent was read from the
+// store after the job moved back.
 class JobWatch final {
  public:
   using RoundPages = std::function<Result<std::vector<v1::RoundRecord>>(uint32_t from_round, size_t max_bytes)>;
@@ -62,13 +75,19 @@ class JobWatch final {
   // an event published between the two is in the log from that position (or, dropped from
   // it, counted as missed), never between a position taken after the read and the read.
   Status Start(uint32_t from_round) {
+    uint32_t first = from_round;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (runner_) seen_ = runner_->events().OldestWithNotesDropped(&notes_before_seen_);
+      last_round_ = from_round > 0 ? from_round - 1 : 0;  // older rounds in the live log are not asked for
+      stale_through_ = last_round_;  // the watcher's own, from before this watch
+      if (runner_) {
+        seen_ = runner_->events().OldestWithNotesDropped(&notes_before_seen_);
+        if (HoistRewindLocked()) first = last_round_ + 1;
+        read_at_ = runner_->events().published();
+      }
     }
-    ASSIGN_OR_RETURN(auto page, pages_(from_round, kWatchPageBytes));
+    ASSIGN_OR_RETURN(auto page, pages_(first, kWatchPageBytes));
     std::lock_guard<std::mutex> lock(mu_);
-    last_round_ = from_round > 0 ? from_round - 1 : 0;  // older rounds in the live log are not asked for
     TakePageLocked(std::move(page));
     return Status::Ok();
   }
@@ -97,6 +116,8 @@ class JobWatch final {
         if (!may_read_store) return;
         reading_store_ = true;
         const uint32_t from = last_round_ + 1;
+        if (read_at_pending_ && runner_) read_at_ = runner_->events().published();
+        read_at_pending_ = false;
         lock.unlock();
         auto page = pages_(from, kWatchPageBytes);
         lock.lock();
@@ -231,21 +252,70 @@ class JobWatch final {
                        " MiB): the committed rounds among them follow from the state store; " + std::to_string(notes) +
                        (notes == 1 ? " note" : " notes") + " and the progress among them are skipped");
       outbox_.push_back(std::move(note));
+      // A rewind among the missed events (the log keeps those it dropped) is sent all the same.
+      size_t number = 0;
+      auto rewind = runner_->events().LowestRewindIn(seen_, seen_ + missed, &number);
+      if (rewind && number + 1 != hoisted_) {
+        if (!rewind->has_job()) *rewind->mutable_job() = outbox_.back().job();  // the note's: it was dropped
+        TakeRewindLocked(std::move(*rewind), number);
+      }
       seen_ += missed;  // the rest of `events` are read again once the rounds are sent
       notes_before_seen_ = notes_dropped;
       rounds_owed_ = true;
+      stale_through_ = last_round_;
+      read_at_pending_ = true;
       return;
     }
-    seen_ += events.size();
-    for (const auto& event : events) notes_before_seen_ += JobEvents::IsNote(event) ? 1 : 0;
     for (auto& event : events) {
+      const size_t number = seen_++;
+      notes_before_seen_ += JobEvents::IsNote(event) ? 1 : 0;
+      if (event.has_rewind()) {
+        if (number + 1 == hoisted_) continue;  // sent first
+        // The rest of `events` are read again once the rounds after the rewind are sent.
+        if (TakeRewindLocked(std::move(event), number)) return;
+        continue;
+      }
       if (event.has_round()) {  // already sent from the committed rounds
         if (event.round().round() <= last_round_) continue;
-        last_round_ = event.round().round();
+        last_round_ = stale_through_ = event.round().round();
       }
       outbox_.push_back(std::move(event));
     }
     log_ended_ = ended;
+  }
+
+  // A rewind published before the watch starts (in the live log, or dropped from it), to a
+  // round before the last its watcher holds (from_round - 1): queued first, and the committed
+  // rounds are read from the round after it. Returns whether there was one.
+  bool HoistRewindLocked() {
+    size_t number = 0;
+    std::optional<v1::JobEvent> rewind = runner_->events().LowestRewindIn(0, SIZE_MAX, &number);
+    if (!rewind || rewind->rewind().to_round() >= last_round_) return false;
+    last_round_ = stale_through_ = rewind->rewind().to_round();
+    hoisted_ = number + 1;
+    if (!rewind->has_job()) *rewind->mutable_job() = job_;  // one the log dropped
+    outbox_.push_back(std::move(*rewind));
+    return true;
+  }
+
+  // Queues the rewind numbered `number` in the live log. The rounds after it this watch has
+  // queued may be of before it: the watcher's own, those of the live log and, when the store
+  // was read before the rewind was published, those read from it. When there are any, the
+  // rounds after it not yet sent are dropped and those committed are read from the store again
+  // (returns true); else the rounds sent after it are those run again.
+  bool TakeRewindLocked(v1::JobEvent event, size_t number) {
+    const uint32_t to = event.rewind().to_round();
+    const uint32_t stale = number < read_at_ ? stale_through_ : last_round_;
+    if (stale <= to) {
+      outbox_.push_back(std::move(event));
+      return false;
+    }
+    std::erase_if(outbox_, [to](const v1::JobEvent& e) { return e.has_round() && e.round().round() > to; });
+    outbox_.push_back(std::move(event));
+    last_round_ = stale_through_ = to;
+    rounds_owed_ = true;
+    read_at_pending_ = true;
+    return true;
   }
 
   std::mutex mu_;  // guards the fields below; held while reading the job's events
@@ -261,6 +331,13 @@ class JobWatch final {
   size_t seen_ = 0;          // the number of the next event to take from the job's log
   size_t notes_before_seen_ = 0;  // the notes (JobEvents::IsNote) among the log's events before seen_
   uint32_t last_round_ = 0;  // the last round queued
+  // The rounds up to this one may be of before a rewind not yet taken from the live log: the
+  // watcher's own (before from_round) and those queued from the log; those after it, up to
+  // last_round_, were read from the store at read_at_.
+  uint32_t stale_through_ = 0;
+  size_t read_at_ = 0;            // the log's published events when the store's rounds were first read
+  bool read_at_pending_ = false;  // the next read of the store sets read_at_
+  size_t hoisted_ = 0;            // 1 + the number of the rewind queued first (HoistRewindLocked); 0: none
   bool rounds_owed_ = false;    // the store may hold rounds after last_round_ not yet queued
   bool reading_store_ = false;  // a page is being read, with mu_ released
   bool log_ended_ = false;

@@ -1,7 +1,8 @@
 // `tessera watch` against a scripted coordinator (a stub whose WatchJob streams events made on
 // the fly, in the test's thread): what it prints of rounds, notes and progress, that its memory
 // does not grow with what each round's record holds, that a reconnected watch shows a replayed
-// note once, and that nothing the coordinator sends puts a control character on the terminal.
+// note once, that rounds run again after the job moved back are shown again, and that nothing
+// the coordinator sends puts a control character on the terminal.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -231,6 +232,69 @@ TEST(WatchTest, ANoteThatHappensAgainIsShownAgain) {
   size_t count = 0;
   for (size_t at = text.find(refused); at != std::string::npos; at = text.find(refused, at + 1)) ++count;
   EXPECT_EQ(count, 3u) << text;
+}
+
+// A job moved back to an older checkpoint as the coordinator restarted: the rounds after it
+// that were shown are run again, and shown again as they are, after a line that says so; a
+// reconnected watch's replay of the same rewind is not applied twice.
+TEST(WatchTest, RoundsRunAgainAfterTheJobMovedBackAreShownAgain) {
+  const auto rerun = [](uint32_t n) {
+    v1::RoundRecord r = Round(n);
+    r.set_test_accuracy(0.9 + 0.01 * n);
+    return r;
+  };
+  const auto rewind = [](JobEvent* event) {
+    event->set_message("falling back to the checkpoint of round 1; rounds 2 to 3 will be run again");
+    event->mutable_rewind()->set_to_round(1);
+    event->mutable_rewind()->set_from_round(3);
+    event->mutable_rewind()->set_at_unix_ms(1700000000000);
+  };
+  ScriptedStub stub;
+  // Rounds 1 to 3, then the coordinator goes away.
+  stub.streams.push_back({[n = 0](JobEvent* event) mutable {
+                            *event->mutable_job() = Job(v1::JOB_RUNNING);
+                            *event->mutable_round() = Round(static_cast<uint32_t>(n + 1));
+                            return n++ < 3;
+                          },
+                          grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")});
+  // The restarted coordinator moved the job back to round 1 and runs round 2 again; the
+  // stream is cut.
+  stub.streams.push_back({[=, n = 0](JobEvent* event) mutable {
+                            *event->mutable_job() = Job(v1::JOB_RUNNING);
+                            if (n == 0) rewind(event);
+                            if (n == 1) *event->mutable_round() = rerun(2);
+                            return n++ < 2;
+                          },
+                          grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone")});
+  // The same coordinator's replay: the rewind, round 2 again, then round 3 and the end.
+  stub.streams.push_back({[=, n = 0](JobEvent* event) mutable {
+    *event->mutable_job() = Job(n == 3 ? v1::JOB_SUCCEEDED : v1::JOB_RUNNING);
+    if (n == 0) rewind(event);
+    if (n == 1) *event->mutable_round() = rerun(2);
+    if (n == 2) *event->mutable_round() = rerun(3);
+    if (n == 3) event->set_message("job job-1-abc succeeded");
+    return n++ < 4;
+  }});
+  WatchOptions options;
+  options.reconnect_for = std::chrono::seconds(60);
+  std::ostringstream out;
+  Status watched = WatchCommand(stub, "job-1-abc", out, options);
+  ASSERT_TRUE(watched.ok()) << watched.ToString() << "\n" << out.str();
+  const std::string text = out.str();
+  EXPECT_EQ(stub.from_rounds, (std::vector<uint32_t>{0, 4, 3})) << "the third watch asks for the rounds after 2";
+  const auto count = [&text](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string line = "job moved back to round 1: the checkpoint of round 3 was missing or damaged; rounds 2 to 3 "
+                           "run again";
+  EXPECT_EQ(count(line), 1u) << text;
+  for (uint32_t r = 1; r <= 3; ++r) EXPECT_EQ(count(RoundRow(Round(r))), 1u) << "round " << r << ":\n" << text;
+  for (uint32_t r = 2; r <= 3; ++r) EXPECT_EQ(count(RoundRow(rerun(r))), 1u) << "round " << r << ":\n" << text;
+  EXPECT_LT(text.find(RoundRow(Round(3))), text.find(line)) << text;
+  EXPECT_LT(text.find(line), text.find(RoundRow(rerun(2)))) << text;
+  EXPECT_NE(text.find("final test accuracy: 93.00% after 3 rounds"), std::string::npos) << text;
 }
 
 // A watch whose first stream fails before the coordinator sent anything (a mistyped address)

@@ -4,6 +4,7 @@
 
 #include "server/jobs/job_events.h"
 
+#include <cstdint>
 #include <string>
 
 #include "proto/record_bounds.h"
@@ -169,6 +170,44 @@ TEST(JobEventsTest, AnEventsTextIsBoundedAsItIsPublished) {
   EXPECT_EQ(kept[1].progress().waiting_more(), 7u + 50 - wire::kMaxProgressWaitingOn);
   for (const std::string& name : kept[1].progress().waiting_on()) EXPECT_LE(name.size(), kMaxNameBytes);
   EXPECT_LE(events.kept_bytes(), 2 * wire::kMaxNoteBytes + 2 * wire::kMaxJobErrorBytes);
+}
+
+// The rewinds (a job moved back as it resumed) are found among the events asked for, also once
+// the log has dropped them, the one to the oldest round first; the last kMaxDroppedRewinds of
+// those dropped are kept.
+TEST(JobEventsTest, RewindsAreFoundAlsoOnceDropped) {
+  const auto rewind = [](uint32_t to) {
+    v1::JobEvent event;
+    event.set_message("moved back to " + std::to_string(to));
+    event.mutable_rewind()->set_to_round(to);
+    return event;
+  };
+  JobEvents events(3);
+  events.Publish(Note(0));
+  events.Publish(rewind(5));  // 1
+  events.Publish(rewind(2));  // 2
+  events.Publish(rewind(7));  // 3
+  for (int i = 4; i < 10; ++i) events.Publish(Note(i));
+  ASSERT_EQ(events.oldest(), 7u);
+  size_t number = 0;
+  auto lowest = events.LowestRewindIn(0, SIZE_MAX, &number);
+  ASSERT_TRUE(lowest.has_value());
+  EXPECT_EQ(lowest->rewind().to_round(), 2u);
+  EXPECT_EQ(lowest->message(), "moved back to 2");
+  EXPECT_EQ(number, 2u);
+  lowest = events.LowestRewindIn(3, 10, &number);
+  ASSERT_TRUE(lowest.has_value());
+  EXPECT_EQ(lowest->rewind().to_round(), 7u);
+  EXPECT_EQ(number, 3u);
+  EXPECT_FALSE(events.LowestRewindIn(4, SIZE_MAX, &number).has_value());
+  events.Publish(rewind(1));  // 10, kept
+  lowest = events.LowestRewindIn(3, SIZE_MAX, &number);
+  ASSERT_TRUE(lowest.has_value());
+  EXPECT_EQ(number, 10u);
+  for (size_t i = 0; i < JobEvents::kMaxDroppedRewinds + 3; ++i) events.Publish(rewind(9));
+  lowest = events.LowestRewindIn(0, SIZE_MAX, &number);
+  ASSERT_TRUE(lowest.has_value());
+  EXPECT_EQ(lowest->rewind().to_round(), 9u) << "the oldest dropped rewinds are forgotten";
 }
 
 }  // namespace

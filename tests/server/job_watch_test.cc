@@ -1,13 +1,18 @@
 // WatchJob against a coordinator on a free loopback port: a round committed while a watch
 // starts (between its read of the committed rounds and its first look at the live log) is
-// sent, once; and a from_round no round of the job can reach is refused, while the round
-// after the last is where a watcher goes on.
+// sent, once; a from_round no round of the job can reach is refused, while the round after
+// the last is where a watcher goes on; and the rounds of a job moved back to an older
+// checkpoint are sent again as they are run again, after the rewind, whether the watch began
+// before the job moved back or after.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +22,7 @@
 #include "proto/transport_security.h"
 #include "server/coordinator.h"
 #include "server/state/sqlite_state_store.h"
+#include "server/strategy/strategy.h"
 #include "tessera/v1/job_service.grpc.pb.h"
 #include "tests/server/fake_worker.h"
 #include "tests/server/job_runner_fixture.h"
@@ -75,6 +81,58 @@ class JobWatchTest : public ::testing::Test {
         &coordinator_->registry(), name, [](const v1::TrainTask&) { return FakeAction::Upload(); },
         [this, job_id] { return coordinator_->Runner(job_id); }));
     ASSERT_TRUE(workers_.back()->Start().ok());
+  }
+
+  // A job of 3 rounds stopped after its round 2 (run here to its end as a job of 2 rounds, its
+  // row then edited as if the coordinator had stopped), round 2's checkpoint damaged: the
+  // coordinator started next moves it back to round 1, and runs rounds 2 and 3 again.
+  std::string StoppedWithItsNewestCheckpointDamaged() {
+    Start();
+    v1::JobSpec spec = JobRunnerFixture::SmallSpec(1, 1);
+    spec.set_rounds(2);
+    const std::string id = Submit(spec);
+    EXPECT_FALSE(id.empty());
+    AddWorker("w1", id);
+    const auto deadline = std::chrono::steady_clock::now() + kWait;
+    auto runner = coordinator_->Runner(id);
+    while (runner && !runner->finished() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(runner && runner->finished()) << "the job did not end";
+    for (auto& worker : workers_) worker->Stop();
+    workers_.clear();
+    coordinator_->Shutdown();
+    coordinator_.reset();
+    auto store = SqliteStateStore::Open(dir_.string());
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return id;
+    auto job = (*store)->GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    if (!job.ok()) return id;
+    EXPECT_EQ(job->state(), v1::JOB_SUCCEEDED) << job->error();
+    EXPECT_EQ(job->rounds_committed(), 2u);
+    job->set_state(v1::JOB_RUNNING);
+    job->mutable_spec()->set_rounds(3);
+    EXPECT_TRUE((*store)->UpdateJob(*job).ok());
+    std::ofstream(dir_ / "checkpoints" / (id + "-round-2.ckpt"), std::ios::trunc) << "TSRCKPT1 but nothing after";
+    return id;
+  }
+
+  // What a watch sent of rounds and rewinds, in order: "round N", "back to K from N".
+  static std::vector<std::string> RoundsAndRewinds(StreamReader<v1::JobEvent>& watch) {
+    std::vector<std::string> sent;
+    for (const auto& event : watch.received()) {
+      if (event.has_round()) sent.push_back("round " + std::to_string(event.round().round()));
+      if (event.has_rewind()) {
+        sent.push_back("back to " + std::to_string(event.rewind().to_round()) + " from " +
+                       std::to_string(event.rewind().from_round()));
+        EXPECT_GT(event.rewind().at_unix_ms(), 0);
+        EXPECT_NE(event.message().find("falling back to the checkpoint of round 1; rounds 2 to 2 will be run again"),
+                  std::string::npos)
+            << event.message();
+      }
+    }
+    return sent;
   }
 
   std::filesystem::path dir_;
@@ -257,6 +315,84 @@ TEST_F(JobWatchTest, AStoredJobsLongErrorIsServedCutEverywhere) {
   const v1::JobEvent end = watch->received().back();  // received() is a copy
   check(end.job().error(), wire::kMaxJobErrorBytes, "the watch's job");
   check(end.message(), wire::kMaxNoteBytes, "the watch's end");
+}
+
+// A watch that began before the job moved back (here from the first round, as its resume
+// waits for the watch to have read the committed rounds) has sent rounds 1 and 2 as they were:
+// it sends the rewind, then rounds 2 and 3 as they are run again, where it used to send only
+// round 3 (round 2 taken for the one sent).
+TEST_F(JobWatchTest, AWatchBegunBeforeTheJobMovedBackSendsTheRewindThenTheRoundsRunAgain) {
+  const std::string id = StoppedWithItsNewestCheckpointDamaged();
+  ASSERT_FALSE(HasFailure());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool read = false;
+  options_.watch_page_read_hook = [&](const std::string&) {
+    std::lock_guard<std::mutex> lock(mu);
+    read = true;
+    cv.notify_all();
+  };
+  options_.runner.strategy_factory = [&](const v1::JobSpec& spec, const TensorSet& global) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, kWait, [&] { return read; });
+    return CreateStrategy(spec, global);
+  };
+  Start();
+  auto watch = Watch(id, 0);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, kWait, [&] { return read; })) << "the watch never read the store";
+  }
+  // Rounds 1 and 2, the damaged checkpoint's note and the rewind, before any round runs again.
+  ASSERT_TRUE(watch->WaitForMessages(4, kWait));
+  AddWorker("w1", id);
+  ASSERT_TRUE(watch->WaitDone(kWait));
+  EXPECT_TRUE(watch->status().ok()) << watch->status().error_message();
+  EXPECT_EQ(RoundsAndRewinds(*watch),
+            (std::vector<std::string>{"round 1", "round 2", "back to 1 from 2", "round 2", "round 3"}));
+  auto job = coordinator_->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->state(), v1::JOB_SUCCEEDED) << job->error();
+}
+
+// A watch that begins once the job has moved back and run its rounds again, from the round
+// after the last its watcher showed before the restart (3): the rewind first, then every round
+// after it, 2 and 3, each once, where it used to send only round 3; also once the live log has
+// dropped the rewind.
+TEST_F(JobWatchTest, AWatchBegunAfterTheJobMovedBackSendsTheRewindFirstThenTheRoundsRunAgain) {
+  const std::string id = StoppedWithItsNewestCheckpointDamaged();
+  ASSERT_FALSE(HasFailure());
+  Start();
+  AddWorker("w1", id);
+  auto runner = coordinator_->Runner(id);
+  ASSERT_NE(runner, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!runner->finished() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(runner->finished()) << "the job did not end";
+  auto watch = Watch(id, 3);
+  ASSERT_TRUE(watch->WaitDone(kWait));
+  EXPECT_TRUE(watch->status().ok()) << watch->status().error_message();
+  EXPECT_EQ(RoundsAndRewinds(*watch), (std::vector<std::string>{"back to 1 from 2", "round 2", "round 3"}));
+  ASSERT_FALSE(watch->received().empty());
+  EXPECT_NE(watch->received().back().message().find("job " + id + " succeeded"), std::string::npos)
+      << watch->received().back().message();
+
+  // The same once the live log has dropped the rewind (it keeps its last 1,000 events): the log
+  // keeps the rewinds it drops, and the watch sends it with its own job.
+  for (size_t i = 0; i < runner->events().capacity(); ++i) {
+    v1::JobEvent filler;
+    filler.set_message("filler " + std::to_string(i));
+    runner->events().Publish(std::move(filler));
+  }
+  auto late = Watch(id, 3);
+  ASSERT_TRUE(late->WaitDone(kWait));
+  EXPECT_TRUE(late->status().ok()) << late->status().error_message();
+  EXPECT_EQ(RoundsAndRewinds(*late), (std::vector<std::string>{"back to 1 from 2", "round 2", "round 3"}));
+  for (const auto& event : late->received()) {
+    if (event.has_rewind()) EXPECT_EQ(event.job().id(), id);
+  }
 }
 
 }  // namespace
