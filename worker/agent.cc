@@ -280,10 +280,13 @@ Status WorkerAgent::RunSession(bool* joined_out) {
       client_->CancelUpload(cancel.job_id(), cancel.round(), cancel.attempt());
       // The coordinator's words, escaped and bounded: a reason may quote what a job or a
       // worker said, and a line break in it would forge log lines.
-      // A job's end (round 0) is logged by ReleaseEndedJobs, once its data is released.
-      if (cancel.round() != 0) {
-        spdlog::info("round {} attempt {} of job {} cancelled: {}", cancel.round(), cancel.attempt(),
-                     QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars));
+      // A job's end (round 0) is logged by ReleaseEndedJobs, once its data is released. Rate-
+      // limited: nothing bounds how many cancels a coordinator sends.
+      uint64_t suppressed = 0;
+      if (cancel.round() != 0 && cancels_log_.Allow(&suppressed)) {
+        spdlog::info("round {} attempt {} of job {} cancelled: {}{}", cancel.round(), cancel.attempt(),
+                     QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars),
+                     suppressed > 0 ? " (" + std::to_string(suppressed) + " more cancels were not logged)" : "");
       }
     } else if (task.has_verdict() && !task.verdict().accepted()) {
       // Rate-limited: nothing bounds how many a coordinator sends (of updates never sent too),

@@ -44,6 +44,10 @@ namespace tessera::worker {
 // the next line let through saying how many were not: a coordinator cannot fill the log.
 inline constexpr uint32_t kRefusedVerdictLogBurst = 5;
 inline constexpr auto kRefusedVerdictLogWindow = std::chrono::seconds(60);
+// Likewise the cancels of a round's task that come down the task channel (a job's end, round
+// 0, is logged once its data is released): as many as a coordinator likes, of any job.
+inline constexpr uint32_t kCancelLogBurst = 5;
+inline constexpr auto kCancelLogWindow = std::chrono::seconds(60);
 
 struct WorkerOptions {
   std::string name;                 // this worker's identity at the coordinator
@@ -273,6 +277,7 @@ class WorkerAgent {
   std::atomic<uint32_t> rounds_trained_{0};
   std::atomic<uint32_t> updates_refused_{0};
   LogRateLimiter refused_verdicts_log_{kRefusedVerdictLogBurst, kRefusedVerdictLogWindow};
+  LogRateLimiter cancels_log_{kCancelLogBurst, kCancelLogWindow};
   std::thread trainer_;
 };
 

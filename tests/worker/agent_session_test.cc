@@ -1,5 +1,5 @@
 // The worker agent at the end of a task session (agent_fixture.h): what it had queued then;
-// and what it logs of the verdicts that come down its task channel.
+// and what it logs of the verdicts and cancels that come down its task channel.
 #include "tests/captured_log.h"
 #include "tests/worker/agent_fixture.h"
 
@@ -97,6 +97,45 @@ TEST_F(AgentTest, RefusedVerdictsAreLoggedAtABoundedRate) {
   EXPECT_GE(lines, 1) << text.substr(0, 4096);
   EXPECT_LE(lines, static_cast<int64_t>(kRefusedVerdictLogBurst * windows)) << text.substr(0, 4096);
   EXPECT_NE(text.find("update for job 'never-sent' round 1 refused: stale\\n[2026-01-01"), std::string::npos)
+      << text.substr(0, 4096);
+  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
+  EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
+}
+
+// A coordinator that sends cancels of rounds this worker never had a task of, as many as it
+// likes: a few are logged per minute (kCancelLogBurst per kCancelLogWindow), each escaped and
+// bounded, not one line per cancel until the disk is full.
+TEST_F(AgentTest, CancelsAreLoggedAtABoundedRate) {
+  testing::CapturedLog log;
+  constexpr int kCancels = 500;
+  std::vector<v1::Task> script;
+  for (int i = 0; i < kCancels; ++i) {
+    v1::Task task;
+    task.mutable_cancel()->set_job_id("never-had");
+    task.mutable_cancel()->set_round(static_cast<uint32_t>(i + 1));
+    task.mutable_cancel()->set_attempt(1);
+    task.mutable_cancel()->set_reason("late\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(4096, 'x'));
+    script.push_back(std::move(task));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  Start(std::move(script));
+  {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return shared_->scripts_delivered >= 1; }));
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  agent_->Stop();
+  thread_.join();
+  const std::string text = log.text();
+  int lines = 0;
+  for (size_t at = text.find("cancelled: late"); at != std::string::npos; at = text.find("cancelled: late", at + 1)) {
+    ++lines;
+  }
+  // Every window the script's delivery touched may let its burst through.
+  const auto windows = 1 + elapsed / kCancelLogWindow;
+  EXPECT_GE(lines, 1) << text.substr(0, 4096);
+  EXPECT_LE(lines, static_cast<int64_t>(kCancelLogBurst * windows)) << text.substr(0, 4096);
+  EXPECT_NE(text.find("round 1 attempt 1 of job 'never-had' cancelled: late\\n[2026-01-01"), std::string::npos)
       << text.substr(0, 4096);
   EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
   EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
