@@ -7,9 +7,10 @@
 
 namespace tessera {
 
-RegularFileOpen OpenRegularFile(const std::string& path) {
+RegularFileOpen OpenRegularFile(const std::string& path, FinalSymlink symlink) {
   RegularFileOpen opened;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  const int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (symlink == FinalSymlink::kRefuse ? O_NOFOLLOW : 0);
+  const int fd = ::open(path.c_str(), flags);
   if (fd < 0) {
     opened.open_errno = errno;
     return opened;

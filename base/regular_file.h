@@ -20,8 +20,13 @@ struct RegularFileOpen {
   bool ok() const { return fd >= 0; }
 };
 
-// O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, then fstat; O_NONBLOCK changes nothing for a
-// regular file's reads.
-RegularFileOpen OpenRegularFile(const std::string& path);
+// Whether a symbolic link as the path's last component is followed. kRefuse (O_NOFOLLOW) is for
+// files in a directory others may write, such as a store's: a link planted there would have
+// the file read any other the process can. Refused, open_errno is ELOOP.
+enum class FinalSymlink { kFollow, kRefuse };
+
+// O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY (and O_NOFOLLOW for kRefuse), then fstat;
+// O_NONBLOCK changes nothing for a regular file's reads.
+RegularFileOpen OpenRegularFile(const std::string& path, FinalSymlink symlink = FinalSymlink::kFollow);
 
 }  // namespace tessera

@@ -120,11 +120,19 @@ std::string FileStore::PathFor(const std::string& key) const {
 
 Result<std::string> FileStore::TryRead(const std::string& path) const {
   // Anyone who can write the directory decides what a key's file is. Opened without blocking
-  // (a FIFO would block open(2) until a writer came, past every timeout) and read only when
-  // it is a regular file of at most kMaxValueBytes.
-  const RegularFileOpen opened = OpenRegularFile(path);
+  // (a FIFO would block open(2) until a writer came, past every timeout), never through a
+  // symbolic link (one planted there would make the key's value any file this rank can read;
+  // a Set renames a regular file into place, never a link), and read only when it is a
+  // regular file of at most kMaxValueBytes.
+  const RegularFileOpen opened = OpenRegularFile(path, FinalSymlink::kRefuse);
   if (opened.open_errno != 0) {
     if (opened.open_errno == ENOENT) return NotFoundError(path);
+    struct stat link {};
+    if (opened.open_errno == ELOOP && ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      return FailedPreconditionError("store file " + Shown(path) +
+                                     " is a symbolic link, which is not followed (a store's files are regular "
+                                     "files, written by Set)");
+    }
     return UnavailableError("cannot open store file " + Shown(path) + ": " + std::strerror(opened.open_errno));
   }
   if (opened.stat_errno != 0) {
@@ -203,7 +211,13 @@ Result<int64_t> FileStore::Add(const std::string& key, int64_t delta) {
     ~LockFile() {
       if (fd >= 0) ::close(fd);
     }
-  } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644)};
+  } lock{::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0644)};
+  // Never through a symbolic link (one planted there would have this rank create or lock a file
+  // of its choosing).
+  if (lock.fd < 0 && errno == ELOOP) {
+    return FailedPreconditionError("store key " + Shown(key) + ": the lock file " + Shown(lock_path) +
+                                   " is a symbolic link, which is not followed; remove it");
+  }
   if (lock.fd < 0) return UnavailableError("cannot open " + Shown(lock_path) + ": " + std::strerror(errno));
   // Never a blocking flock: a holder that is stopped or hung would hang this rank with it.
   const auto deadline = std::chrono::steady_clock::now() + lock_timeout_;

@@ -20,10 +20,12 @@
 // temporaries' suffix. Every rank running this code names each key's file alike.
 //
 // A key's file is read only when it is a regular file of at most kMaxValueBytes; anything else
-// there (a FIFO, a directory, a larger file) makes Get and Add FAILED_PRECONDITION naming the
-// file, at once, never a read that blocks or a value held whole. It is read to its end, and
-// one that reads shorter or longer than its size (written in place, as no Set does) is
-// FAILED_PRECONDITION naming the file and both sizes, never a part of it taken for the value.
+// there (a symbolic link, never followed; a FIFO, a directory, a larger file) makes Get and Add
+// FAILED_PRECONDITION naming the key and the file, at once, never another file's bytes, a read
+// that blocks or a value held whole; nor is a link at the lock file's name followed. It is
+// read to its end, and one that reads shorter or longer than its size (written in place, as no
+// Set does) is FAILED_PRECONDITION naming the file and both sizes, never a part of it taken
+// for the value.
 #pragma once
 
 #include <cstddef>

@@ -132,48 +132,92 @@ std::string Contents(const std::string& path) {
 // A key's file whose size, as fstat gives it, is not what reading it gives (here a sysfs file,
 // which says 4096 bytes and reads a few, and a /proc file, which says 0 and reads more; in a
 // store, a file written in place while it is read): the read is an error naming the key, the
-// file and both sizes, never the bytes read as the value.
-TEST_F(FileStoreKeysTest, AFileThatReadsShorterOrLongerThanItsSizeIsAnErrorNotAValue) {
+// file and both sizes, never the bytes read as the value. The store's directory is the file's
+// own, as a link to it would not be followed; Add needs its lock file there, which neither
+// directory can hold, and reads the key's file as Get does.
+TEST(FileStoreReadTest, AFileThatReadsShorterOrLongerThanItsSizeIsAnErrorNotAValue) {
   struct Source {
+    std::string directory;
     std::string key;
-    std::string path;
   };
   std::vector<Source> sources;
-  for (const char* path : {"/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/online",
-                           "/sys/devices/system/cpu/possible", "/sys/kernel/uevent_seqnum"}) {
+  for (const Source& candidate : {Source{"/sys/kernel/mm/transparent_hugepage", "enabled"},
+                                  Source{"/sys/devices/system/cpu", "online"},
+                                  Source{"/sys/devices/system/cpu", "possible"},
+                                  Source{"/sys/kernel", "uevent_seqnum"}}) {
+    const std::string path = candidate.directory + "/" + candidate.key;
     struct stat info {};
-    if (::stat(path, &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
+    if (::lstat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) && info.st_size > 0 &&
         Contents(path).size() < static_cast<size_t>(info.st_size) && !Contents(path).empty()) {
-      sources.push_back({"shorter", path});
+      sources.push_back(candidate);
       break;
     }
   }
   {
+    const std::string directory = "/proc/" + std::to_string(::getpid());
     struct stat info {};
-    if (::stat("/proc/self/status", &info) == 0 && info.st_size == 0 && !Contents("/proc/self/status").empty()) {
-      sources.push_back({"longer", "/proc/self/status"});
+    if (::lstat((directory + "/status").c_str(), &info) == 0 && S_ISREG(info.st_mode) && info.st_size == 0 &&
+        !Contents(directory + "/status").empty()) {
+      sources.push_back({directory, "status"});
     }
   }
   if (sources.empty()) GTEST_SKIP() << "no sysfs or procfs file here whose size differs from what it reads";
   for (const Source& source : sources) {
-    const std::filesystem::path file = dir_ / source.key;
-    std::filesystem::create_symlink(source.path, file);
+    auto store = FileStore::Open(source.directory, milliseconds(50));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const std::string file = source.directory + "/" + source.key;
     struct stat info {};
     ASSERT_EQ(::stat(file.c_str(), &info), 0) << std::strerror(errno);
     const std::string size = std::to_string(info.st_size);
-    auto got = store_->Get(source.key, milliseconds(2000));
-    ASSERT_FALSE(got.ok()) << source.key << ": read " << got->size() << " bytes of a " << size
+    auto got = (*store)->Get(source.key, milliseconds(2000));
+    ASSERT_FALSE(got.ok()) << file << ": read " << got->size() << " bytes of a " << size
                            << "-byte file as the value";
-    auto added = store_->Add(source.key, 1);
-    ASSERT_FALSE(added.ok()) << source.key;
-    for (const Status& status : {got.status(), added.status()}) {
-      const std::string& message = status.message();
-      EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
-      EXPECT_NE(message.find("store key '" + source.key + "'"), std::string::npos) << message;
-      EXPECT_NE(message.find("'" + file.string() + "'"), std::string::npos) << message;
-      EXPECT_NE(message.find("its size was " + size + " bytes"), std::string::npos) << message;
-    }
+    const std::string& message = got.status().message();
+    EXPECT_EQ(got.status().code(), StatusCode::kFailedPrecondition) << got.status().ToString();
+    EXPECT_NE(message.find("store key '" + source.key + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'" + file + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find("its size was " + size + " bytes"), std::string::npos) << message;
   }
+}
+
+// Anyone who can write the store's directory may put a symbolic link where a key's file goes
+// (or the lock file): it is never followed. Get and Add are FAILED_PRECONDITION naming the key
+// and the link, never the value of the file it points to; a Set replaces the link with the
+// key's own file, leaving that file as it was; a link at the lock file's name makes Add an
+// error, the file it points to neither created nor opened.
+TEST_F(FileStoreKeysTest, ASymbolicLinkInTheStoreIsNeverFollowed) {
+  const std::filesystem::path secret = outside_ / "secret";
+  { std::ofstream(secret) << "42"; }  // what a rank may read, and a counter's form too
+  const std::filesystem::path link = dir_ / "counter";
+  std::filesystem::create_symlink(secret, link);
+  auto got = store_->Get("counter", milliseconds(2000));
+  ASSERT_FALSE(got.ok()) << "read '" << *got << "' through a link to " << secret;
+  auto added = store_->Add("counter", 1);
+  ASSERT_FALSE(added.ok()) << "added to " << secret << " through a link: " << *added;
+  for (const Status& status : {got.status(), added.status()}) {
+    const std::string& message = status.message();
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status.ToString();
+    EXPECT_NE(message.find("store key 'counter'"), std::string::npos) << message;
+    EXPECT_NE(message.find("'" + link.string() + "' is a symbolic link"), std::string::npos) << message;
+  }
+  ASSERT_TRUE(store_->Set("counter", "7").ok());
+  EXPECT_EQ(Contents(secret.string()), "42");
+  auto set = store_->Get("counter", milliseconds(2000));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(*set, "7");
+
+  // The lock file (the Add above made it): a link to a file that is not there yet, which an
+  // open would create.
+  std::filesystem::remove(dir_ / ".lock");
+  const std::filesystem::path planted = outside_ / "planted";
+  std::filesystem::create_symlink(planted, dir_ / ".lock");
+  auto locked = store_->Add("counter", 1);
+  ASSERT_FALSE(locked.ok()) << "locked through a link: " << *locked;
+  EXPECT_EQ(locked.status().code(), StatusCode::kFailedPrecondition) << locked.status().ToString();
+  EXPECT_NE(locked.status().message().find("'" + (dir_ / ".lock").string() + "' is a symbolic link"),
+            std::string::npos)
+      << locked.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(planted))) << "the link's file was created";
 }
 
 }  // namespace
