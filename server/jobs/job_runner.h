@@ -96,7 +96,8 @@ struct JobRunnerOptions {
   // commit of the same aggregated model is tried again after commit_retry_delay, each further
   // wait twice as long up to max_commit_retry_delay, for at most commit_retry_limit from the
   // first failure (tessera-coordinator --commit-retry-s). Past it the job fails with the last
-  // error; 0: it fails at the first. A cancel or Stop() ends the wait, the round uncommitted.
+  // error; 0: it fails at the first, as it does at an error no wait mends (a damaged
+  // database). A cancel or Stop() ends the wait, the round uncommitted.
   std::chrono::milliseconds commit_retry_limit{300000};
   std::chrono::milliseconds commit_retry_delay{1000};
   std::chrono::milliseconds max_commit_retry_delay{30000};

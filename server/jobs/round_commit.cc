@@ -22,6 +22,20 @@ std::string Seconds(std::chrono::nanoseconds duration) {
   return FormatNumber(std::chrono::duration<double>(duration).count()) + " s";
 }
 
+// Whether a wait may mend a failed write: a full disk (ResourceExhausted), an I/O error of a
+// file or of SQLite (Internal), a lock another connection holds (Unavailable). A damaged
+// database (DataLoss), a record the store refuses (InvalidArgument) or a commit with no
+// checkpoint written for it (FailedPrecondition) fail the same way at every try: the job
+// fails at once, as with no retry.
+bool WaitMayMend(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kInternal:
+    case StatusCode::kUnavailable: return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, const TensorSet& model,
@@ -42,7 +56,7 @@ Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, con
     stamp();
     last = store_->CommitWrittenRound(*committed, *record);
   }
-  if (last.ok() || options_.commit_retry_limit.count() <= 0) return last;
+  if (last.ok() || options_.commit_retry_limit.count() <= 0 || !WaitMayMend(last)) return last;
 
   const auto first_failure = clock_->Now();
   auto delay = options_.commit_retry_delay;
@@ -50,6 +64,13 @@ Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, con
     const std::string failure = "cannot commit " + what + " (try " + std::to_string(tries) + "): " +
                                 (checkpoint_written ? "its record: " : "its checkpoint: ") + last.message();
     const auto elapsed = clock_->Now() - first_failure;
+    if (!WaitMayMend(last)) {
+      spdlog::error("job {}: {}; not committed, and not tried again (waiting does not mend it): the job fails", job_id,
+                    failure);
+      return Status(last.code(), "the commit of " + what + " failed " + std::to_string(tries) + " times in " +
+                                     Seconds(elapsed) + "; the last error, which waiting does not mend: " +
+                                     last.message());
+    }
     if (elapsed >= options_.commit_retry_limit) {
       spdlog::error("job {}: {}; not committed, and tried for {}: the job fails", job_id, failure, Seconds(elapsed));
       const double limit_s = std::chrono::duration<double>(options_.commit_retry_limit).count();

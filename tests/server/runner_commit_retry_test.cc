@@ -3,7 +3,8 @@
 // with doubling waits (JobRunnerOptions::commit_retry_limit, --commit-retry-s) and, once a try
 // gets through, the job goes on as if nothing had happened; past the limit the job fails
 // saying how long it tried and the last error; a cancel or a stop ends the wait at once, the
-// round uncommitted, and a resumed job runs it again; an asynchronous job's step alike.
+// round uncommitted, and a resumed job runs it again; an asynchronous job's step alike; an
+// error that waiting does not mend (a damaged database) fails the job at once.
 // runner_state_failure_test.cc has the commit that is not retried (a limit of 0).
 #include <gtest/gtest.h>
 
@@ -173,6 +174,38 @@ TEST_F(RunnerCommitRetryTest, AnAsynchronousStepsCommitIsRetriedLikeARounds) {
   ASSERT_EQ(job.state(), v1::JOB_SUCCEEDED) << job.error();
   EXPECT_NE(Events().find("step 1 committed at try 2, 1 s after its first failure"), std::string::npos) << Events();
   EXPECT_EQ(Stored().rounds_committed(), 2u);
+  EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 3);
+}
+
+TEST_F(RunnerCommitRetryTest, AnErrorThatWaitingDoesNotMendFailsTheJobAtOnce) {
+  // A damaged database fails every try alike: no wait, though the limit is 300 s.
+  FailFromRound(StateWrite::kCommitRound, 2, 1000, DataLossError("scripted: database disk image is malformed"));
+  AddWorker("w1", Always(FakeAction::UploadRandom(1)));
+  Submit(ThreeRounds());
+  v1::Job job = AwaitEnd();  // the clock does not move
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_EQ(job.error(), "round 2 failed after 1 attempt(s): scripted: database disk image is malformed");
+  EXPECT_EQ(Events().find("waiting to commit"), std::string::npos) << Events();
+  EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 2);
+  EXPECT_EQ(Stored().rounds_committed(), 1u);
+}
+
+TEST_F(RunnerCommitRetryTest, AnErrorThatWaitingDoesNotMendAtARetryFailsTheJobThen) {
+  // Round 2's record: a full disk, then a damaged database.
+  auto writes = std::make_shared<std::atomic<int>>(0);
+  store_.SetWriteHook(StateWrite::kCommitRound, [this, writes] {
+    const int write = ++*writes;
+    if (write == 2) store_.FailNextWrites(StateWrite::kCommitRound, 1, ResourceExhaustedError("scripted: full"));
+    if (write == 3) store_.FailNextWrites(StateWrite::kCommitRound, 1, DataLossError("scripted: malformed"));
+  });
+  AddWorker("w1", Always(FakeAction::UploadRandom(1)));
+  Submit(ThreeRounds());
+  PassRetryWait(1, milliseconds(1000));
+  v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_FAILED);
+  EXPECT_EQ(job.error(),
+            "round 2 failed after 1 attempt(s): the commit of round 2 failed 2 times in 1 s; the last error, which "
+            "waiting does not mend: scripted: malformed");
   EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 3);
 }
 
