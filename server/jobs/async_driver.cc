@@ -612,6 +612,10 @@ Status AsyncDriver::Run() {
         applying_ = false;  // a discarded step or a failure; a committed one cleared it with its version
       }
       if (!applied.ok()) {
+        // A cancel or a stop that ended the step's wait to retry its commit is no failure:
+        // the tasks out are left to End(), which tells their workers of a cancel, and of a
+        // stop nothing (the job resumes at the next start).
+        if (runner_.stopping()) return applied;
         CancelAll("the job failed");
         return applied;
       }

@@ -88,7 +88,8 @@ Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, con
     WaitUnlessStopping(wait);  // a cancel or a stop ends the wait
     if (stopping()) {
       const std::string why = cancel_.load() ? "the job was cancelled" : "the coordinator is stopping";
-      spdlog::warn("job {}: {} not committed: {}; the job resumes at its last committed round", job_id, what, why);
+      spdlog::warn("job {}: {} not committed: {}{}", job_id, what, why,
+                   cancel_.load() ? "" : "; the job resumes at its last committed round at the next start");
       Note(what + " not committed: " + why);
       return CancelledError(what + " not committed: " + why);
     }

@@ -3,11 +3,13 @@
 // with doubling waits (JobRunnerOptions::commit_retry_limit, --commit-retry-s) and, once a try
 // gets through, the job goes on as if nothing had happened; past the limit the job fails
 // saying how long it tried and the last error; a cancel or a stop ends the wait at once, the
-// round uncommitted, and a resumed job runs it again; an asynchronous job's step alike; an
+// round uncommitted, and a resumed job runs it again; an asynchronous job's step alike (a
+// cancel during its wait tells the tasks out of the cancel, not of a failure); an
 // error that waiting does not mend (a damaged database) fails the job at once.
 // runner_state_failure_test.cc has the commit that is not retried (a limit of 0).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -207,6 +209,31 @@ TEST_F(RunnerCommitRetryTest, AnErrorThatWaitingDoesNotMendAtARetryFailsTheJobTh
             "round 2 failed after 1 attempt(s): the commit of round 2 failed 2 times in 1 s; the last error, which "
             "waiting does not mend: scripted: malformed");
   EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 3);
+}
+
+TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJobWasCancelled) {
+  FailFromRound(StateWrite::kCommitRound, 1, 1000, InternalError("scripted: disk I/O error"));
+  AddWorker("w1", Always(FakeAction::Upload()));
+  FakeWorker& busy = AddWorker("w2", Always(FakeAction::Hang()));  // its task is out during the wait
+  v1::JobSpec spec = SmallSpec(2, 1);
+  spec.set_rounds(2);
+  spec.mutable_async()->set_buffer_size(1);
+  spec.mutable_async()->set_max_staleness(1);
+  spec.mutable_async()->set_concurrency(2);
+  spec.mutable_async()->set_staleness_weighting("constant");
+  Submit(spec);
+  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_train(); });
+  }));
+  ASSERT_TRUE(AwaitEvent("waiting to commit step 1")) << Events();
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  runner()->Cancel();
+  v1::Job job = AwaitEnd();
+  EXPECT_EQ(job.state(), v1::JOB_CANCELLED) << job.error();
+  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(), IsTaskCancel);
+  }));
+  for (const v1::CancelTask& cancel : busy.cancels()) EXPECT_EQ(cancel.reason(), "the job was cancelled");
 }
 
 }  // namespace
