@@ -4,7 +4,7 @@
 // gets through, the job goes on as if nothing had happened; past the limit the job fails
 // saying how long it tried and the last error; a cancel or a stop ends the wait at once, the
 // round uncommitted, and a resumed job runs it again; an asynchronous job's step alike (a
-// cancel during its wait tells the tasks out of the cancel, not of a failure); an
+// cancel during its wait tells the tasks out of the cancel, a stop tells them nothing); an
 // error that waiting does not mend (a damaged database) fails the job at once.
 // runner_state_failure_test.cc has the commit that is not retried (a limit of 0).
 #include <gtest/gtest.h>
@@ -40,6 +40,17 @@ class RunnerCommitRetryTest : public JobRunnerFixture {
     ASSERT_TRUE(AwaitRunnerWaiting());
     EXPECT_EQ(clock_.NextDeadline(), clock_.Now() + delay) << "waits " << delay.count() << " ms after try " << tries;
     clock_.Advance(delay);
+  }
+
+  // Asynchronous, two clients training at once, a step at each update.
+  static v1::JobSpec TwoStepsOfOneUpdate() {
+    v1::JobSpec spec = SmallSpec(2, 1);
+    spec.set_rounds(2);
+    spec.mutable_async()->set_buffer_size(1);
+    spec.mutable_async()->set_max_staleness(1);
+    spec.mutable_async()->set_concurrency(2);
+    spec.mutable_async()->set_staleness_weighting("constant");
+    return spec;
   }
 
   static v1::JobSpec ThreeRounds() {
@@ -215,13 +226,7 @@ TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJ
   FailFromRound(StateWrite::kCommitRound, 1, 1000, InternalError("scripted: disk I/O error"));
   AddWorker("w1", Always(FakeAction::Upload()));
   FakeWorker& busy = AddWorker("w2", Always(FakeAction::Hang()));  // its task is out during the wait
-  v1::JobSpec spec = SmallSpec(2, 1);
-  spec.set_rounds(2);
-  spec.mutable_async()->set_buffer_size(1);
-  spec.mutable_async()->set_max_staleness(1);
-  spec.mutable_async()->set_concurrency(2);
-  spec.mutable_async()->set_staleness_weighting("constant");
-  Submit(spec);
+  Submit(TwoStepsOfOneUpdate());
   ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
     return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_train(); });
   }));
@@ -234,6 +239,29 @@ TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJ
     return std::any_of(received.begin(), received.end(), IsTaskCancel);
   }));
   for (const v1::CancelTask& cancel : busy.cancels()) EXPECT_EQ(cancel.reason(), "the job was cancelled");
+}
+
+TEST_F(RunnerCommitRetryTest, AStopWhileAStepWaitsToCommitCancelsNoTaskOut) {
+  FailFromRound(StateWrite::kCommitRound, 1, 1000, InternalError("scripted: disk I/O error"));
+  AddWorker("w1", Always(FakeAction::Upload()));
+  FakeWorker& busy = AddWorker("w2", Always(FakeAction::Hang()));  // its task is out during the wait
+  Submit(TwoStepsOfOneUpdate());
+  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_train(); });
+  }));
+  ASSERT_TRUE(AwaitEvent("waiting to commit step 1")) << Events();
+  ASSERT_TRUE(AwaitRunnerWaiting());
+  StopRunner();  // as the coordinator's shutdown: the job resumes at the next start
+  EXPECT_EQ(Stored().state(), v1::JOB_RUNNING);
+  // Whatever the runner sent came before this mark, on the same channel.
+  v1::Task mark;
+  mark.mutable_cancel()->set_reason("mark");
+  ASSERT_TRUE(registry_.Send("w2", std::move(mark)).ok());
+  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+    return std::any_of(received.begin(), received.end(),
+                       [](const v1::Task& t) { return t.has_cancel() && t.cancel().reason() == "mark"; });
+  }));
+  for (const v1::CancelTask& cancel : busy.cancels()) ADD_FAILURE() << "task cancelled: " << cancel.reason();
 }
 
 }  // namespace
