@@ -310,6 +310,10 @@ class ScriptedCoordinator final : public CoordinatorClient {
 
 class AgentTest : public ::testing::Test {
  protected:
+  // Defined in agent_session_test.cc: a log rate limit holds while `script` is delivered.
+  void ExpectLoggedAtABoundedRate(std::vector<v1::Task> script, const std::string& marker,
+                                  const std::string& first_line, int64_t burst,
+                                  std::chrono::steady_clock::duration window);
   void Start(std::vector<v1::Task> script, TensorSet download_sets = {}, WorkerOptions options = {}) {
     options.name = "w1";
     options.join_token = "token";

@@ -63,21 +63,20 @@ TEST_F(AgentTest, TheTasksQueuedWhenASessionEndsAreDropped) {
   EXPECT_NE(log.text().find("the task session ended: 1 queued task(s) dropped"), std::string::npos) << log.text();
 }
 
-// A coordinator that sends verdicts refusing updates this worker never sent, as many as it
-// likes: a few are logged per minute (kRefusedVerdictLogBurst per kRefusedVerdictLogWindow),
-// each escaped and bounded, not one line per verdict until the disk is full.
-TEST_F(AgentTest, RefusedVerdictsAreLoggedAtABoundedRate) {
+// A hostile reason: a forged log line after a newline, then 4 KiB.
+std::string HostileReason(const std::string& word) {
+  return word + "\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(4096, 'x');
+}
+
+}  // namespace
+
+// What a log rate limit must hold while `script` (many messages with HostileReason(word)) is
+// delivered: every window the delivery touched lets at most `burst` lines containing `marker`
+// through, `first_line` is among them (escaped), nothing forges a line or is logged whole.
+void AgentTest::ExpectLoggedAtABoundedRate(std::vector<v1::Task> script, const std::string& marker,
+                                           const std::string& first_line, int64_t burst,
+                                           std::chrono::steady_clock::duration window) {
   testing::CapturedLog log;
-  constexpr int kVerdicts = 500;
-  std::vector<v1::Task> script;
-  for (int i = 0; i < kVerdicts; ++i) {
-    v1::Task task;
-    task.mutable_verdict()->set_job_id("never-sent");
-    task.mutable_verdict()->set_round(static_cast<uint32_t>(i + 1));
-    task.mutable_verdict()->set_accepted(false);
-    task.mutable_verdict()->set_reason("stale\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(4096, 'x'));
-    script.push_back(std::move(task));
-  }
   const auto started = std::chrono::steady_clock::now();
   Start(std::move(script));
   {
@@ -88,57 +87,52 @@ TEST_F(AgentTest, RefusedVerdictsAreLoggedAtABoundedRate) {
   agent_->Stop();
   thread_.join();
   const std::string text = log.text();
-  int lines = 0;
-  for (size_t at = text.find("refused: stale"); at != std::string::npos; at = text.find("refused: stale", at + 1)) {
-    ++lines;
-  }
-  // Every window the script's delivery touched may let its burst through.
-  const auto windows = 1 + elapsed / kRefusedVerdictLogWindow;
+  int64_t lines = 0;
+  for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) ++lines;
+  const int64_t windows = 1 + elapsed / window;
   EXPECT_GE(lines, 1) << text.substr(0, 4096);
-  EXPECT_LE(lines, static_cast<int64_t>(kRefusedVerdictLogBurst * windows)) << text.substr(0, 4096);
-  EXPECT_NE(text.find("update for job 'never-sent' round 1 refused: stale\\n[2026-01-01"), std::string::npos)
-      << text.substr(0, 4096);
+  EXPECT_LE(lines, burst * windows) << text.substr(0, 4096);
+  EXPECT_NE(text.find(first_line), std::string::npos) << text.substr(0, 4096);
   EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
   EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
+}
+
+namespace {
+
+// A coordinator that sends verdicts refusing updates this worker never sent, as many as it
+// likes: a few are logged per minute (kRefusedVerdictLogBurst per kRefusedVerdictLogWindow),
+// each escaped and bounded, not one line per verdict until the disk is full.
+TEST_F(AgentTest, RefusedVerdictsAreLoggedAtABoundedRate) {
+  std::vector<v1::Task> script;
+  for (int i = 0; i < 500; ++i) {
+    v1::Task task;
+    task.mutable_verdict()->set_job_id("never-sent");
+    task.mutable_verdict()->set_round(static_cast<uint32_t>(i + 1));
+    task.mutable_verdict()->set_accepted(false);
+    task.mutable_verdict()->set_reason(HostileReason("stale"));
+    script.push_back(std::move(task));
+  }
+  ExpectLoggedAtABoundedRate(std::move(script), "refused: stale",
+                             "update for job 'never-sent' round 1 refused: stale\\n[2026-01-01",
+                             kRefusedVerdictLogBurst, kRefusedVerdictLogWindow);
 }
 
 // A coordinator that sends cancels of rounds this worker never had a task of, as many as it
 // likes: a few are logged per minute (kCancelLogBurst per kCancelLogWindow), each escaped and
 // bounded, not one line per cancel until the disk is full.
 TEST_F(AgentTest, CancelsAreLoggedAtABoundedRate) {
-  testing::CapturedLog log;
-  constexpr int kCancels = 500;
   std::vector<v1::Task> script;
-  for (int i = 0; i < kCancels; ++i) {
+  for (int i = 0; i < 500; ++i) {
     v1::Task task;
     task.mutable_cancel()->set_job_id("never-had");
     task.mutable_cancel()->set_round(static_cast<uint32_t>(i + 1));
     task.mutable_cancel()->set_attempt(1);
-    task.mutable_cancel()->set_reason("late\n[2026-01-01 00:00:00.000] [w1] [info] forged" + std::string(4096, 'x'));
+    task.mutable_cancel()->set_reason(HostileReason("late"));
     script.push_back(std::move(task));
   }
-  const auto started = std::chrono::steady_clock::now();
-  Start(std::move(script));
-  {
-    std::unique_lock<std::mutex> lock(shared_->mu);
-    ASSERT_TRUE(shared_->cv.wait_for(lock, kWait, [&] { return shared_->scripts_delivered >= 1; }));
-  }
-  const auto elapsed = std::chrono::steady_clock::now() - started;
-  agent_->Stop();
-  thread_.join();
-  const std::string text = log.text();
-  int lines = 0;
-  for (size_t at = text.find("cancelled: late"); at != std::string::npos; at = text.find("cancelled: late", at + 1)) {
-    ++lines;
-  }
-  // Every window the script's delivery touched may let its burst through.
-  const auto windows = 1 + elapsed / kCancelLogWindow;
-  EXPECT_GE(lines, 1) << text.substr(0, 4096);
-  EXPECT_LE(lines, static_cast<int64_t>(kCancelLogBurst * windows)) << text.substr(0, 4096);
-  EXPECT_NE(text.find("round 1 attempt 1 of job 'never-had' cancelled: late\\n[2026-01-01"), std::string::npos)
-      << text.substr(0, 4096);
-  EXPECT_EQ(text.find("\n[2026-01-01"), std::string::npos) << "a reason forged a log line";
-  EXPECT_EQ(text.find(std::string(1024, 'x')), std::string::npos) << "a reason was logged whole";
+  ExpectLoggedAtABoundedRate(std::move(script), "cancelled: late",
+                             "round 1 attempt 1 of job 'never-had' cancelled: late\\n[2026-01-01",
+                             kCancelLogBurst, kCancelLogWindow);
 }
 
 }  // namespace
