@@ -24,6 +24,8 @@ using std::chrono::milliseconds;
 
 class RunnerCommitRetryTest : public JobRunnerFixture {
  protected:
+  FakeWorker& StartAStepThatWaitsToCommit();
+
   // From round `round`'s commit on, the next `count` writes of `kind` fail with `why`.
   void FailFromRound(StateWrite kind, uint32_t round, int count, Status why) {
     auto writes = std::make_shared<std::atomic<uint32_t>>(0);
@@ -222,16 +224,24 @@ TEST_F(RunnerCommitRetryTest, AnErrorThatWaitingDoesNotMendAtARetryFailsTheJobTh
   EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 3);
 }
 
-TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJobWasCancelled) {
+// An asynchronous job whose first step's commit keeps failing with a disk error, waiting to
+// try again, while w2's task is out (w2 never answers). A failure shows in HasFailure().
+FakeWorker& RunnerCommitRetryTest::StartAStepThatWaitsToCommit() {
   FailFromRound(StateWrite::kCommitRound, 1, 1000, InternalError("scripted: disk I/O error"));
   AddWorker("w1", Always(FakeAction::Upload()));
   FakeWorker& busy = AddWorker("w2", Always(FakeAction::Hang()));  // its task is out during the wait
   Submit(TwoStepsOfOneUpdate());
-  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
+  EXPECT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
     return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_train(); });
   }));
-  ASSERT_TRUE(AwaitEvent("waiting to commit step 1")) << Events();
-  ASSERT_TRUE(AwaitRunnerWaiting());
+  EXPECT_TRUE(AwaitEvent("waiting to commit step 1")) << Events();
+  EXPECT_TRUE(AwaitRunnerWaiting());
+  return busy;
+}
+
+TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJobWasCancelled) {
+  FakeWorker& busy = StartAStepThatWaitsToCommit();
+  ASSERT_FALSE(HasFailure());
   runner()->Cancel();
   v1::Job job = AwaitEnd();
   EXPECT_EQ(job.state(), v1::JOB_CANCELLED) << job.error();
@@ -242,15 +252,8 @@ TEST_F(RunnerCommitRetryTest, ACancelWhileAStepWaitsToCommitTellsTheTasksOutTheJ
 }
 
 TEST_F(RunnerCommitRetryTest, AStopWhileAStepWaitsToCommitCancelsNoTaskOut) {
-  FailFromRound(StateWrite::kCommitRound, 1, 1000, InternalError("scripted: disk I/O error"));
-  AddWorker("w1", Always(FakeAction::Upload()));
-  FakeWorker& busy = AddWorker("w2", Always(FakeAction::Hang()));  // its task is out during the wait
-  Submit(TwoStepsOfOneUpdate());
-  ASSERT_TRUE(busy.Await([](const std::vector<v1::Task>& received, const std::vector<FakeTurn>&) {
-    return std::any_of(received.begin(), received.end(), [](const v1::Task& t) { return t.has_train(); });
-  }));
-  ASSERT_TRUE(AwaitEvent("waiting to commit step 1")) << Events();
-  ASSERT_TRUE(AwaitRunnerWaiting());
+  FakeWorker& busy = StartAStepThatWaitsToCommit();
+  ASSERT_FALSE(HasFailure());
   StopRunner();  // as the coordinator's shutdown: the job resumes at the next start
   EXPECT_EQ(Stored().state(), v1::JOB_RUNNING);
   // Whatever the runner sent came before this mark, on the same channel.
