@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/format.h"
+#include "server/monitoring/coordinator_metrics.h"
 #include "server/jobs/job_runner.h"
 
 namespace tessera::server {
@@ -56,7 +57,9 @@ Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, con
     stamp();
     last = store_->CommitWrittenRound(*committed, *record);
   }
-  if (last.ok() || options_.commit_retry_limit.count() <= 0 || !WaitMayMend(last)) return last;
+  if (last.ok()) return last;
+  RecordCommitFailure(job_id);
+  if (options_.commit_retry_limit.count() <= 0 || !WaitMayMend(last)) return last;
 
   const auto first_failure = clock_->Now();
   auto delay = options_.commit_retry_delay;
@@ -102,6 +105,7 @@ Status JobRunner::CommitWritten(v1::Job* committed, v1::RoundRecord* record, con
       stamp();
       last = store_->CommitWrittenRound(*committed, *record);
     }
+    if (!last.ok()) RecordCommitFailure(job_id);
     if (last.ok()) {
       const std::string message = what + " committed at try " + std::to_string(tries + 1) + ", " +
                                   Seconds(clock_->Now() - first_failure) + " after its first failure";

@@ -16,6 +16,11 @@ struct Families {
       metrics::Global().Counter("tessera_rounds_committed_total", "Rounds committed.", {"job"});
   metrics::CounterFamily& retried = metrics::Global().Counter(
       "tessera_rounds_retried_total", "Attempts of a round that did not commit and were tried again.", {"job"});
+  metrics::CounterFamily& commit_failures = metrics::Global().Counter(
+      "tessera_commit_failures_total",
+      "Tries to commit a round or step whose checkpoint or record could not be written (a full disk, an I/O error, "
+      "a database lock held elsewhere, ...), each try counted.",
+      {"job"});
   metrics::CounterFamily& updates = metrics::Global().Counter(
       "tessera_updates_total",
       "Workers' updates in committed rounds by outcome (accepted, refused: a check failed, dropped: "
@@ -129,10 +134,12 @@ void RecordRound(const v1::RoundRecord& r) {
 
 void RecordRetry(const std::string& job_id) { F().retried.With({job_id}).Inc(); }
 
+void RecordCommitFailure(const std::string& job_id) { F().commit_failures.With({job_id}).Inc(); }
+
 void RetireJob(const std::string& job_id) {
   Families& f = F();
   for (metrics::FamilyBase* family : std::initializer_list<metrics::FamilyBase*>{
-           &f.phase, &f.committed, &f.retried, &f.updates, &f.round_bytes, &f.stragglers, &f.communication}) {
+           &f.phase, &f.committed, &f.retried, &f.commit_failures, &f.updates, &f.round_bytes, &f.stragglers, &f.communication}) {
     family->Retire("job", job_id);
   }
 }

@@ -17,6 +17,8 @@ namespace tessera::server {
 void RecordRound(const v1::RoundRecord& record);
 // An attempt of a round that did not commit and is tried again.
 void RecordRetry(const std::string& job_id);
+// A try to commit a round or step of the job whose checkpoint or record could not be written.
+void RecordCommitFailure(const std::string& job_id);
 // The job has ended and its runner is gone: its series are shown until their families are
 // full, then make room for newer jobs' (metrics::FamilyBase::Retire), so that a coordinator
 // that has run hundreds of jobs still gives the running one series of its own.

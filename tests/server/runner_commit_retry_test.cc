@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/metrics.h"
 #include "job_runner_fixture.h"
 
 namespace tessera::server {
@@ -62,7 +63,17 @@ class RunnerCommitRetryTest : public JobRunnerFixture {
   }
 };
 
+// The coordinator's count of failed commit tries of `job` (tessera_commit_failures_total),
+// 0 before the first: the metrics are the process's, shared by every test here.
+double CommitFailures(const std::string& job) {
+  const std::string text = metrics::Global().Render();
+  const std::string series = "\ntessera_commit_failures_total{job=\"" + job + "\"} ";
+  const size_t at = text.find(series);
+  return at == std::string::npos ? 0 : std::stod(text.substr(at + series.size(), 32));
+}
+
 TEST_F(RunnerCommitRetryTest, ACommitThatFailsTwiceIsRetriedAndTheJobEndsAsAnUninterruptedOne) {
+  const double failures_before = CommitFailures(kJobId);
   FailFromRound(StateWrite::kCommitRound, 2, 2,
                 ResourceExhaustedError("scripted: cannot write the round's record (the disk is full)"));
   AddWorker("w1", Always(FakeAction::UploadRandom(1)));
@@ -78,6 +89,7 @@ TEST_F(RunnerCommitRetryTest, ACommitThatFailsTwiceIsRetriedAndTheJobEndsAsAnUni
             std::string::npos)
       << events;
   EXPECT_NE(events.find("round 2 committed at try 3, 3 s after its first failure"), std::string::npos) << events;
+  EXPECT_EQ(CommitFailures(kJobId) - failures_before, 2) << "tries 1 and 2 failed";
   EXPECT_EQ(store_.writes(StateWrite::kCommitRound), 5) << "rounds 1 and 3 once, round 2 three times";
   EXPECT_EQ(store_.writes(StateWrite::kWriteCheckpoint), 3) << "a checkpoint written is not written again";
   const std::vector<v1::RoundRecord> retried = Rounds();
