@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <string>
+#include <string_view>
 
 namespace tessera {
 
@@ -32,5 +34,12 @@ class LogRateLimiter {
   uint64_t held_back_ = 0;
   bool started_ = false;
 };
+
+// The end of a line let through after `suppressed` were held back: " (N more WHAT were not
+// logged)", or nothing when none were.
+inline std::string HeldBackNote(uint64_t suppressed, std::string_view what) {
+  if (suppressed == 0) return "";
+  return " (" + std::to_string(suppressed) + " more " + std::string(what) + " were not logged)";
+}
 
 }  // namespace tessera

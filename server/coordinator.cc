@@ -74,8 +74,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::Start(CoordinatorOptions optio
   auto on_refusal = [refusals](const std::string& why) {
     uint64_t suppressed = 0;
     if (!refusals->Allow(&suppressed)) return;
-    spdlog::warn("refused a call: {}{}", why,
-                 suppressed > 0 ? " (" + std::to_string(suppressed) + " more like it were not logged)" : "");
+    spdlog::warn("refused a call: {}{}", why, HeldBackNote(suppressed, "like it"));
   };
   // A revocation list that changed but does not load: said every time, never rate-limited.
   auto on_problem = [](const std::string& problem) { spdlog::error("{}", problem); };

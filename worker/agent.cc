@@ -286,7 +286,7 @@ Status WorkerAgent::RunSession(bool* joined_out) {
       if (cancel.round() != 0 && cancels_log_.Allow(&suppressed)) {
         spdlog::info("round {} attempt {} of job {} cancelled: {}{}", cancel.round(), cancel.attempt(),
                      QuoteUntrusted(cancel.job_id()), EscapeUntrusted(cancel.reason(), kMaxReasonChars),
-                     suppressed > 0 ? " (" + std::to_string(suppressed) + " more cancels were not logged)" : "");
+                     HeldBackNote(suppressed, "cancels"));
       }
     } else if (task.has_verdict() && !task.verdict().accepted()) {
       // Rate-limited: nothing bounds how many a coordinator sends (of updates never sent too),
@@ -295,7 +295,7 @@ Status WorkerAgent::RunSession(bool* joined_out) {
       if (refused_verdicts_log_.Allow(&suppressed)) {
         spdlog::warn("update for job {} round {} refused: {}{}", QuoteUntrusted(task.verdict().job_id()),
                      task.verdict().round(), EscapeUntrusted(task.verdict().reason(), kMaxReasonChars),
-                     suppressed > 0 ? " (" + std::to_string(suppressed) + " more refusals were not logged)" : "");
+                     HeldBackNote(suppressed, "refusals"));
       }
     }
     cv_.notify_all();
